@@ -1,0 +1,67 @@
+# kvferry: `make demo` runs the main job, `make check` runs every test.
+# Both install missing Debian packages first (scripts/install-deps.sh).
+
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+GPU_BUILD ?= build-gpu
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build check demo sanitize tsan gpu-check install clean format
+
+all: build
+
+deps:
+	@sh scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	@$(MAKE) --no-print-directory deps
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+
+configure: $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+check: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+demo: build
+	$(BUILD)/kvferry info
+	$(BUILD)/kvferry bench
+
+# ASan + UBSan over every test (CUDA off: the sanitizers' runtime and the
+# CUDA driver do not mix, and CI has no GPU anyway).
+sanitize:
+	@$(MAKE) --no-print-directory deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVF_CUDA=OFF \
+	      -DKVF_SANITIZE=address,undefined $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	      UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+
+# ThreadSanitizer over the threaded tests.
+tsan:
+	@$(MAKE) --no-print-directory deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVF_CUDA=OFF \
+	      -DKVF_SANITIZE=thread $(CMAKE_FLAGS)
+	cmake --build $(TSAN_BUILD) -j$(JOBS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j$(JOBS)
+
+# On a machine with a GPU: every test, the GPU ones included (they skip, exit
+# 77, where there is none).
+gpu-check:
+	cmake -S . -B $(GPU_BUILD) -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON $(CMAKE_FLAGS)
+	cmake --build $(GPU_BUILD) -j$(JOBS)
+	cd $(GPU_BUILD) && ctest --output-on-failure
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+format:
+	clang-format -i include/*.h src/*.c src/*.h src/*.cu tools/*.c tools/*.h tests/*.c tests/*.h bench/*.c
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(GPU_BUILD)

@@ -1,0 +1,444 @@
+/*
+ * kvferry: moves the blocks of a paged LLM KV cache between GPU memory, host
+ * memory and files.
+ *
+ * The model, in one paragraph. An engine owns one or more pools. A pool
+ * describes one tensor of the inference engine's KV cache: its block
+ * geometry (kvf_geometry), a primary array of block slots (GPU memory with
+ * the CUDA backend, host memory with the host backend) and optionally a
+ * secondary array in host memory. A *block* is slot i of every pool, so one
+ * move carries the same slot of every pool at once. Offload copies blocks
+ * down (primary slot -> secondary slot or file), onboard copies them back up.
+ * Moves are submitted in batches; each batch gets a ticket, completes
+ * asynchronously and reports a status for every move. kvferry orders moves
+ * that touch the same slot or file (read after write, write after read,
+ * write after write), so callers never see half-moved data.
+ *
+ * Conventions used throughout:
+ *  - Every function returns kvf_status; KVF_OK is 0, errors are negative.
+ *    kvf_last_error() gives the detail of the last failure on the calling
+ *    thread (which pool, slot, block or file, which system call).
+ *  - Output pointers come last and are written only on success.
+ *  - Config structs carry their size in their first field; always start
+ *    from the matching *_INIT macro so a newer library can grow them.
+ *  - destroy functions accept NULL.
+ *  - Thread safety: all kvf_engine functions may be called from several
+ *    threads at once, except kvf_engine_destroy, which must be the last call.
+ */
+#ifndef KVFERRY_H
+#define KVFERRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KVF_BUILDING_LIBRARY) && defined(__GNUC__)
+#define KVF_API __attribute__((visibility("default")))
+#else
+#define KVF_API
+#endif
+
+#define KVF_VERSION_MAJOR 0
+#define KVF_VERSION_MINOR 1
+#define KVF_VERSION_PATCH 0
+#define KVF_VERSION_STRING "0.1.0"
+
+/** The library's version string, e.g. "0.1.0 (cuda)". */
+KVF_API const char *kvf_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * One status type for every call and every move. Errors are grouped by
+ * where they come from; the value ranges are stable.
+ */
+typedef enum kvf_status {
+    KVF_OK = 0,
+    KVF_INPROGRESS = 1, /* kvf_poll: the batch has not completed yet */
+
+    /* the caller's arguments or the order of calls */
+    KVF_ERR_INVALID = -1,     /* a NULL, a zero or a contradictory field */
+    KVF_ERR_RANGE = -2,       /* slot, pool, token count or size out of range */
+    KVF_ERR_UNSUPPORTED = -3, /* valid, but this build or backend cannot do it */
+    KVF_ERR_STATE = -4,       /* not now: e.g. a pool added after transfers */
+    KVF_ERR_UNKNOWN_TICKET = -5,
+
+    /* memory */
+    KVF_ERR_NOMEM = -10,
+
+    /* devices */
+    KVF_ERR_NO_DEVICE = -20, /* no GPU, no driver, or a build without CUDA */
+    KVF_ERR_DEVICE = -21,    /* a CUDA call failed */
+
+    /* files */
+    KVF_ERR_IO = -30,        /* a system call on a file failed (EIO, ...) */
+    KVF_ERR_NOT_FOUND = -31, /* no stored block under that key or slot */
+    KVF_ERR_NO_SPACE = -32,  /* ENOSPC or EDQUOT */
+
+    /* remote stores (reserved for the remote tier) */
+    KVF_ERR_REMOTE = -40,
+    KVF_ERR_TIMEOUT = -41,
+
+    /* data integrity: kvferry refuses to hand back these bytes */
+    KVF_ERR_CORRUPT = -50,  /* a stored block fails its header or checksum */
+    KVF_ERR_MISMATCH = -51, /* a stored block has another layout or namespace */
+    KVF_ERR_LOST = -52      /* the move this one depends on failed */
+} kvf_status;
+
+/** A short, constant English description of a status; never NULL. */
+KVF_API const char *kvf_status_str(kvf_status status);
+
+/**
+ * Detail of the most recent failure on the calling thread, such as
+ * "pool 1: slot 70 out of range (64 slots)" or
+ * "block 0x2a: /data/kv/ns/000000000000002a.kvf: short read, 10 of 4160 bytes".
+ * Never NULL; "" when nothing failed yet. Valid until the next kvferry call
+ * on this thread. Per-move failures of a batch are reported by their status
+ * and logged; their text is not kept here.
+ */
+KVF_API const char *kvf_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Block geometry                                                           */
+/* ------------------------------------------------------------------------ */
+
+/** Element types of a KV cache. 4-bit types pack two elements per byte. */
+typedef enum kvf_dtype {
+    KVF_DTYPE_FP32 = 0,
+    KVF_DTYPE_FP16,
+    KVF_DTYPE_BF16,
+    KVF_DTYPE_FP8_E4M3,
+    KVF_DTYPE_FP8_E5M2,
+    KVF_DTYPE_INT8,
+    KVF_DTYPE_INT4,
+    KVF_DTYPE_FP4, /* e2m1 */
+    KVF_DTYPE_COUNT
+} kvf_dtype;
+
+/** Bits of one element; 0 for an unknown type. */
+KVF_API unsigned kvf_dtype_bits(kvf_dtype dtype);
+/** The type's name ("fp16", "int4", ...); "?" for an unknown type. */
+KVF_API const char *kvf_dtype_name(kvf_dtype dtype);
+/** Parses a name given by kvf_dtype_name(). */
+KVF_API kvf_status kvf_dtype_parse(const char *name, kvf_dtype *dtype_p);
+
+/**
+ * Order of the dimensions inside one block.
+ *
+ * HEAD_MAJOR  [layers][kv_factor][kv_heads][tokens][head_size]: the
+ *             reference engine's block-major pools.
+ * TOKEN_MAJOR [layers][kv_factor][tokens][kv_heads][head_size]: what engines
+ *             with one tensor per layer and K/V use ([blocks][tokens][heads]
+ *             [head_size]); register each such tensor as one pool with
+ *             layers = 1 and kv_factor = 1.
+ */
+typedef enum kvf_token_order {
+    KVF_ORDER_HEAD_MAJOR = 0,
+    KVF_ORDER_TOKEN_MAJOR = 1
+} kvf_token_order;
+
+/** The shape of one block of one pool. */
+typedef struct kvf_geometry {
+    uint32_t layers;
+    uint32_t kv_factor; /* 2: K and V; 1: K only (or one of them) */
+    uint32_t kv_heads;
+    uint32_t tokens_per_block;
+    uint32_t head_size; /* elements */
+    kvf_dtype dtype;
+    kvf_token_order order;
+} kvf_geometry;
+
+/**
+ * Where the first N tokens of a block lie: `rows` runs of `row_bytes` bytes,
+ * the first at byte 0 of the block, each `pitch` bytes after the previous.
+ * A whole block is one row of block_bytes.
+ */
+typedef struct kvf_region {
+    size_t rows;
+    size_t row_bytes;
+    size_t pitch;
+} kvf_region;
+
+/**
+ * Checks a geometry: every count non-zero, kv_factor 1 or 2, a known type,
+ * a block of whole bytes, no overflow.
+ * @return KVF_OK, or KVF_ERR_INVALID / KVF_ERR_RANGE with kvf_last_error().
+ */
+KVF_API kvf_status kvf_geometry_check(const kvf_geometry *g);
+
+/** Bytes of one block. */
+KVF_API kvf_status kvf_geometry_block_bytes(const kvf_geometry *g, size_t *bytes_p);
+
+/**
+ * The strided region that holds a block's first `tokens` tokens.
+ * tokens == 0 or tokens >= tokens_per_block gives the whole block as one row.
+ * A 4-bit type needs each row to start and end on a byte: KVF_ERR_UNSUPPORTED
+ * when `tokens` tokens of one row are an odd number of elements (or, in
+ * TOKEN_MAJOR order, the tokens of one row are).
+ */
+KVF_API kvf_status kvf_geometry_region(const kvf_geometry *g, uint32_t tokens,
+                                       kvf_region *region_p);
+
+/* ------------------------------------------------------------------------ */
+/* Engine                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kvf_engine kvf_engine;
+
+/** Where block bytes are moved by. */
+typedef enum kvf_backend {
+    KVF_BACKEND_AUTO = 0, /* CUDA when a GPU is usable, host otherwise */
+    KVF_BACKEND_HOST = 1, /* host memory only, copies on worker threads */
+    KVF_BACKEND_CUDA = 2  /* device primary pools, pinned host secondary */
+} kvf_backend;
+
+/** Name of a backend ("auto", "host", "cuda"). */
+KVF_API const char *kvf_backend_name(kvf_backend backend);
+
+/** How the file tier reads and writes. */
+typedef enum kvf_file_io {
+    KVF_FILE_IO_AUTO = 0,  /* GDS where it works, POSIX otherwise */
+    KVF_FILE_IO_POSIX = 1, /* pread/pwrite through a host staging buffer:
+                              the reference's forced-POSIX mode */
+    KVF_FILE_IO_GDS = 2    /* cuFile; falls back to POSIX with one warning */
+} kvf_file_io;
+
+/** When file writes are made durable. */
+typedef enum kvf_fsync {
+    KVF_FSYNC_NONE = 0,  /* leave it to the kernel: fastest, lost on a crash */
+    KVF_FSYNC_BATCH = 1, /* fsync every file of a batch before it completes */
+    KVF_FSYNC_BLOCK = 2  /* fsync each file and its directory as written */
+} kvf_fsync;
+
+/** How the CUDA backend moves a batch of scattered blocks. */
+typedef enum kvf_cuda_copy {
+    KVF_CUDA_COPY_AUTO = 0,   /* the faster path for the batch, by measurement */
+    KVF_CUDA_COPY_KERNEL = 1, /* a gather/scatter kernel over mapped pinned
+                                 memory: fastest for small blocks, takes SMs */
+    KVF_CUDA_COPY_DMA = 2     /* copy engines only (batched memcpy): leaves
+                                 every SM to the model */
+} kvf_cuda_copy;
+
+/** Engine configuration. Start from KVF_ENGINE_CONFIG_INIT. */
+typedef struct kvf_engine_config {
+    size_t struct_size;  /* sizeof(kvf_engine_config), set by the macro */
+    kvf_backend backend; /* default AUTO; env KVF_BACKEND overrides AUTO */
+    int device;          /* CUDA device ordinal, default 0 */
+    uint32_t threads;    /* worker threads; 0: min(4, cores) */
+    /* File tier. NULL disables it. Blocks are stored as
+     * <file_dir>/<file_namespace>/<key as 16 hex digits>.kvf; engines with
+     * different namespaces (ranks, models) can share one directory, and an
+     * engine reopened with the same namespace finds the blocks stored
+     * before. The directories are created when missing. */
+    const char *file_dir;
+    const char *file_namespace; /* default "default"; [A-Za-z0-9._-]{1,64} */
+    kvf_file_io file_io;
+    kvf_fsync fsync;
+    /* CUDA backend only. */
+    kvf_cuda_copy cuda_copy; /* env KVF_CUDA_COPY=auto|kernel|dma overrides AUTO */
+    uint32_t cuda_copy_sms;  /* thread blocks of the copy kernel; 0: 32 */
+} kvf_engine_config;
+
+#define KVF_ENGINE_CONFIG_INIT                                                                     \
+    {                                                                                              \
+        sizeof(kvf_engine_config), KVF_BACKEND_AUTO, 0, 0, NULL, NULL, KVF_FILE_IO_AUTO,           \
+            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0                                                 \
+    }
+
+/**
+ * Creates an engine and its worker threads.
+ * @param cfg  configuration; NULL means all defaults. Strings are copied.
+ * @param engine_p  receives the engine on success.
+ * @return KVF_OK; KVF_ERR_NO_DEVICE when CUDA was asked for and is not
+ *         usable (AUTO then picks the host backend instead); KVF_ERR_IO
+ *         when file_dir cannot be created.
+ */
+KVF_API kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p);
+
+/**
+ * Waits for every batch in flight, then frees the engine, the memory it
+ * allocated and its registrations of caller memory. NULL is fine. Tickets
+ * not yet waited for are dropped. Must not race any other call on it.
+ */
+KVF_API void kvf_engine_destroy(kvf_engine *engine);
+
+/** The backend the engine runs on (never AUTO). */
+KVF_API kvf_backend kvf_engine_backend(const kvf_engine *engine);
+
+/** Where a pool's slots live. */
+typedef enum kvf_memory {
+    KVF_MEMORY_HOST = 0,        /* plain host memory */
+    KVF_MEMORY_HOST_PINNED = 1, /* page-locked host memory (CUDA backend) */
+    KVF_MEMORY_DEVICE = 2       /* GPU memory on the engine's device */
+} kvf_memory;
+
+/**
+ * One array of block slots. With base == NULL kvferry allocates
+ * `slots * slot_stride` bytes (zeroed) and frees them with the engine.
+ * With a caller's base the memory stays the caller's, must outlive the
+ * engine, and must be of the stated kind: the CUDA backend registers a
+ * caller's pinned-host array with the driver when it is not already.
+ */
+typedef struct kvf_pool_desc {
+    kvf_memory memory;
+    void *base;
+    size_t slot_stride; /* bytes from one slot to the next; 0: the block's bytes */
+    uint32_t slots;
+} kvf_pool_desc;
+
+/** Which array of a pool. */
+typedef enum kvf_level { KVF_LEVEL_PRIMARY = 0, KVF_LEVEL_SECONDARY = 1 } kvf_level;
+
+/**
+ * Adds a pool. All pools of an engine share tokens_per_block (a block's
+ * first N tokens mean the same in every pool). Pools are added before the
+ * first transfer; afterwards this returns KVF_ERR_STATE.
+ *
+ * The host backend takes HOST or HOST_PINNED for both arrays; the CUDA
+ * backend takes DEVICE primaries and HOST_PINNED secondaries (HOST is
+ * accepted for secondaries, and slow: pageable copies run at a fraction of
+ * PCIe speed).
+ * @param g          the block geometry; copied.
+ * @param primary    the primary slots; required.
+ * @param secondary  the secondary slots, or NULL for a pool offloaded only
+ *                   to files.
+ * @param pool_p     receives the pool's index (0, 1, ...); may be NULL.
+ */
+KVF_API kvf_status kvf_engine_add_pool(kvf_engine *engine, const kvf_geometry *g,
+                                       const kvf_pool_desc *primary, const kvf_pool_desc *secondary,
+                                       uint32_t *pool_p);
+
+/** Number of pools added so far. */
+KVF_API uint32_t kvf_engine_pool_count(const kvf_engine *engine);
+
+/**
+ * Address of one slot of one pool, to fill or read a block: host memory on
+ * the host backend, device memory for CUDA primary slots. The address stays
+ * valid for the engine's life. Write a primary slot only when no transfer
+ * touching it is in flight (wait for its ticket, or order the caller's
+ * stream with kvf_sync_stream); secondary slots are kvferry's to write.
+ */
+KVF_API kvf_status kvf_engine_slot_ptr(kvf_engine *engine, uint32_t pool, kvf_level level,
+                                       uint32_t slot, void **ptr_p);
+
+/* ------------------------------------------------------------------------ */
+/* Moves                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/** The tier below the primary slots that a batch moves to or from. */
+typedef enum kvf_tier {
+    KVF_TIER_HOST = 0, /* the secondary slots: the reference's DRAM mode */
+    KVF_TIER_FILE = 1  /* block files: the reference's GDS and POSIX modes,
+                          chosen by kvf_engine_config.file_io */
+} kvf_tier;
+
+/**
+ * One block to move: the same slot of every pool.
+ *   offload to HOST:   src = primary slot, dst = secondary slot
+ *   offload to FILE:   src = primary slot, dst = block key
+ *   onboard from HOST: src = secondary slot, dst = primary slot
+ *   onboard from FILE: src = block key, dst = primary slot
+ *   kvf_copy:          src = primary slot, dst = primary slot
+ * tokens: 0 for the whole block, else the first `tokens` tokens. A partial
+ * offload stores only those tokens; onboarding more tokens than were stored
+ * fails with KVF_ERR_RANGE rather than return bytes that were never stored.
+ */
+typedef struct kvf_move {
+    uint64_t src;
+    uint64_t dst;
+    uint32_t tokens;
+} kvf_move;
+
+/** Names a submitted batch. 0 is never a valid ticket. */
+typedef uint64_t kvf_ticket;
+
+/**
+ * Queues a batch of offloads. `moves` is copied: the array may be reused on
+ * return. The batch waits for earlier batches that write its source slots
+ * or its destinations, or still read its destinations.
+ *
+ * A batch is accepted or refused whole: on an error return nothing was
+ * queued (bad slot, key collision inside the batch, no secondary array,
+ * no file tier, ...) and kvf_last_error() names the move and pool. Every
+ * move of an accepted batch completes with its own status; a failed move
+ * leaves its destination lost (a failed file write removes the file), never
+ * half-valid.
+ *
+ * @param ticket_p receives the batch's ticket, to pass to kvf_poll or
+ *        kvf_wait exactly once to completion. NULL: fire and forget;
+ *        failures are then logged, and later moves reading that
+ *        destination fail with KVF_ERR_LOST.
+ */
+KVF_API kvf_status kvf_offload(kvf_engine *engine, kvf_tier to, const kvf_move *moves, size_t n,
+                               kvf_ticket *ticket_p);
+
+/** Queues a batch of onboards; as kvf_offload. Onboards run before queued
+ *  offloads when both are ready (they are on a request's critical path). */
+KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move *moves, size_t n,
+                               kvf_ticket *ticket_p);
+
+/** Queues primary-to-primary copies (a request reusing part of a block);
+ *  as kvf_offload, on the onboard queue. */
+KVF_API kvf_status kvf_copy(kvf_engine *engine, const kvf_move *moves, size_t n,
+                            kvf_ticket *ticket_p);
+
+/**
+ * Asks whether a batch has completed, without blocking.
+ * @param per_move NULL, or an array of the batch's move count, filled with
+ *        each move's status once the batch has completed.
+ * @return KVF_INPROGRESS; or, once complete, KVF_OK if every move succeeded,
+ *         else the status of the first failed move. A completed ticket is
+ *         retired: asking again gives KVF_ERR_UNKNOWN_TICKET.
+ */
+KVF_API kvf_status kvf_poll(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
+
+/** Blocks until a batch has completed; then as kvf_poll. */
+KVF_API kvf_status kvf_wait(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
+
+/**
+ * The reference's syncTransfers: work the caller queues on `stream` (a
+ * cudaStream_t) after this call runs after every batch queued before it, and
+ * so never reads a slot still being written or writes one still being read.
+ * Does not block the host when every such batch is already on the GPU.
+ * With stream == NULL, or on the host backend, blocks the calling thread
+ * until those batches complete. Tickets stay valid either way.
+ */
+KVF_API kvf_status kvf_sync_stream(kvf_engine *engine, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Machine information                                                      */
+/* ------------------------------------------------------------------------ */
+
+/** What this machine offers kvferry. */
+typedef struct kvf_info {
+    size_t struct_size;
+    int cuda_built;     /* the library was built with CUDA */
+    int cuda_devices;   /* usable GPUs; 0 without a driver or device */
+    int cuda_runtime;   /* CUDART_VERSION, e.g. 13000; 0 without CUDA */
+    int cufile_present; /* libcufile can be loaded */
+    int uring_built;    /* built with liburing */
+    char device_name[128];
+    char cuda_error[128]; /* why no device is usable, when none is */
+} kvf_info;
+
+#define KVF_INFO_INIT                                                                              \
+    {                                                                                              \
+        sizeof(kvf_info), 0, 0, 0, 0, 0, {0},                                                      \
+        {                                                                                          \
+            0                                                                                      \
+        }                                                                                          \
+    }
+
+/** Fills `info` (its struct_size set by KVF_INFO_INIT). */
+KVF_API kvf_status kvf_info_get(kvf_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVFERRY_H */

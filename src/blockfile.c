@@ -1,0 +1,701 @@
+/*
+ * Block files: one file per block key under <file_dir>/<namespace>/.
+ *
+ * File name: <16 lower-case hex digits of the key>.kvf. A writer first
+ * writes .<key>.<pid>.<sequence>.tmp and renames it over the final name,
+ * so a file under the final name is always complete; a leftover .tmp file
+ * is a write that was interrupted (a crash) and is never read.
+ *
+ * Format, version 1. A 64-byte header, all fields little-endian:
+ *
+ *   offset size field
+ *        0    8 magic "KVFBLK\0\1"
+ *        8    4 format version (1)
+ *       12    4 header bytes (64)
+ *       16    8 layout fingerprint (kvf__geometry_fingerprint of the pools)
+ *       24    8 namespace hash (FNV-1a 64 of the namespace string)
+ *       32    8 block key
+ *       40    4 tokens stored
+ *       44    4 pools
+ *       48    8 payload bytes
+ *       56    4 CRC-32C of the payload
+ *       60    4 CRC-32C of header bytes 0..59
+ *
+ * then exactly `payload bytes` of payload; the file holds nothing else. A
+ * reader refuses a file whose header, length or checksum does not hold
+ * (KVF_ERR_CORRUPT) and one written under another layout or namespace
+ * (KVF_ERR_MISMATCH): the reference served whatever bytes it found.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define FORMAT_VERSION 1u
+#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define NS_MAX 64
+/* Room for "/.<16>.<pid>.<seq>.tmp" after the root in a path buffer. */
+#define NAME_MAX_BYTES 80
+/* Linux moves at most 0x7ffff000 bytes per call; stay below it. */
+#define IO_CHUNK ((size_t)1 << 30)
+
+static const unsigned char magic[8] = {'K', 'V', 'F', 'B', 'L', 'K', 0, 1};
+
+static _Atomic(kvf__io_fault_fn) io_fault_fn;
+static atomic_uint_fast64_t tmp_seq;
+
+void kvf__set_io_fault(kvf__io_fault_fn fn)
+{
+    atomic_store(&io_fault_fn, fn);
+}
+
+/* Returns the errno the hook wants the next `op` call to fail with, or 0;
+ * *len_p may come back smaller, for a short call. */
+static int io_fault(const char *op, const char *path, size_t *len_p)
+{
+    kvf__io_fault_fn fn = atomic_load_explicit(&io_fault_fn, memory_order_relaxed);
+    if (!fn)
+        return 0;
+    size_t dummy = 0;
+    size_t want = len_p ? *len_p : 0;
+    int err = fn(op, path, len_p ? len_p : &dummy);
+    if (len_p && *len_p > want)
+        *len_p = want;
+    return err;
+}
+
+static const char *errstr(int err, char *buf, size_t cap)
+{
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+    return strerror_r(err, buf, cap);
+#else
+    if (strerror_r(err, buf, cap) != 0)
+        snprintf(buf, cap, "errno %d", err);
+    return buf;
+#endif
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t fnv1a64(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static bool ns_valid(const char *ns)
+{
+    size_t n = strlen(ns);
+    if (n == 0 || n > NS_MAX || strcmp(ns, ".") == 0 || strcmp(ns, "..") == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = ns[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* A write that fails for a missing directory is an I/O failure of the
+ * tier, not a missing block. */
+static kvf_status write_errno_status(int err)
+{
+    kvf_status st = kvf__errno_status(err);
+    return st == KVF_ERR_NOT_FOUND ? KVF_ERR_IO : st;
+}
+
+/* mkdir -p: a component that exists (as a directory) is fine. */
+static kvf_status make_dirs(const char *path)
+{
+    char eb[128];
+    size_t n = strlen(path);
+    char *p = malloc(n + 1);
+    if (!p)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(p, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0')
+            continue;
+        if (p[i - 1] == '/')
+            continue;
+        char saved = p[i];
+        p[i] = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            /* e.g. EACCES on a parent that exists but is not ours */
+            int err = errno;
+            struct stat st;
+            if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)) {
+                kvf_status s = kvf__fail(write_errno_status(err), "%s: mkdir: %s", p,
+                                         errstr(err, eb, sizeof eb));
+                free(p);
+                return s;
+            }
+        }
+        p[i] = saved;
+    }
+    free(p);
+    return KVF_OK;
+}
+
+kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns, uint64_t fingerprint,
+                                   kvf_fsync fsync_mode, kvf__blockfile_dir *dir)
+{
+    char eb[128];
+    if (!file_dir || !*file_dir || !dir)
+        return kvf__fail(KVF_ERR_INVALID, "file directory: NULL or empty");
+    if (!ns)
+        ns = "default";
+    if (!ns_valid(ns))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "namespace \"%.80s\": want 1 to 64 of [A-Za-z0-9._-], not . or ..", ns);
+    if (fsync_mode != KVF_FSYNC_NONE && fsync_mode != KVF_FSYNC_BATCH &&
+        fsync_mode != KVF_FSYNC_BLOCK)
+        return kvf__fail(KVF_ERR_INVALID, "fsync mode %d unknown", (int)fsync_mode);
+
+    size_t dlen = strlen(file_dir);
+    while (dlen > 1 && file_dir[dlen - 1] == '/')
+        dlen--;
+    size_t rlen = dlen + 1 + strlen(ns);
+    if (rlen + NAME_MAX_BYTES >= PATH_MAX)
+        return kvf__fail(KVF_ERR_INVALID, "%.*s: path too long", (int)dlen, file_dir);
+    char *root = malloc(rlen + 1);
+    if (!root)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", file_dir);
+    snprintf(root, rlen + 1, "%.*s%s%s", (int)dlen, file_dir, file_dir[dlen - 1] == '/' ? "" : "/",
+             ns);
+
+    kvf_status st = make_dirs(root);
+    if (st != KVF_OK)
+        goto free_root;
+
+    int fd;
+    int err = io_fault("open", root, NULL);
+    if (err == 0) {
+        fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        err = fd < 0 ? errno : 0;
+    } else {
+        fd = -1;
+    }
+    if (fd < 0) {
+        st = kvf__fail(write_errno_status(err), "%s: open: %s", root, errstr(err, eb, sizeof eb));
+        goto free_root;
+    }
+
+    dir->root = root;
+    dir->ns_hash = fnv1a64(ns);
+    dir->fingerprint = fingerprint;
+    dir->fsync = fsync_mode;
+    dir->dir_fd = fd;
+    KVF_LOG(KVF_LOG_DEBUG, "%s: block files open (namespace hash 0x%016llx)", root,
+            (unsigned long long)dir->ns_hash);
+    return KVF_OK;
+
+free_root:
+    free(root);
+    return st;
+}
+
+void kvf__blockfile_close_dir(kvf__blockfile_dir *dir)
+{
+    if (!dir)
+        return;
+    /* root says whether the struct is open: a zeroed one has dir_fd 0,
+     * which is not ours to close */
+    if (dir->root) {
+        close(dir->dir_fd);
+        free(dir->root);
+    }
+    dir->root = NULL;
+    dir->dir_fd = -1;
+}
+
+kvf_status kvf__blockfile_fsync_dir(kvf__blockfile_dir *dir)
+{
+    char eb[128];
+    if (!dir || !dir->root)
+        return kvf__fail(KVF_ERR_INVALID, "block files: directory not open");
+    int err = io_fault("fsync", dir->root, NULL);
+    if (err == 0 && fsync(dir->dir_fd) != 0)
+        err = errno;
+    if (err)
+        return kvf__fail(write_errno_status(err), "%s: fsync: %s", dir->root,
+                         errstr(err, eb, sizeof eb));
+    return KVF_OK;
+}
+
+static int open_at(int dir_fd, const char *name, const char *path, int flags, mode_t mode)
+{
+    for (;;) {
+        int err = io_fault("open", path, NULL);
+        int fd;
+        if (err) {
+            errno = err;
+            fd = -1;
+        } else {
+            fd = openat(dir_fd, name, flags, mode);
+        }
+        if (fd >= 0 || errno != EINTR)
+            return fd;
+    }
+}
+
+/* Writes all n bytes at offset off. 0, or -1 with errno set. */
+static int write_full(int fd, const char *path, const uint8_t *p, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t len = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        int err = io_fault("write", path, &len);
+        ssize_t r;
+        if (err) {
+            errno = err;
+            r = -1;
+        } else {
+            r = pwrite(fd, p + done, len, (off_t)done);
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0) {
+            /* never for a regular file with room; do not spin on it */
+            errno = EIO;
+            return -1;
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+/* Reads n bytes at offset off into p. 0: all read; -1: a failed call,
+ * errno set; 1: end of file after *got bytes. */
+static int read_full(int fd, const char *path, uint8_t *p, size_t n, uint64_t off, size_t *got)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t len = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        int err = io_fault("read", path, &len);
+        ssize_t r;
+        if (err) {
+            errno = err;
+            r = -1;
+        } else {
+            r = pread(fd, p + done, len, (off_t)(off + done));
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            *got = done;
+            return -1;
+        }
+        if (r == 0) {
+            *got = done;
+            return 1;
+        }
+        done += (size_t)r;
+    }
+    *got = done;
+    return 0;
+}
+
+static void fill_header(const kvf__blockfile_dir *dir, const kvf__blockfile_meta *meta, uint8_t *h,
+                        uint32_t payload_crc)
+{
+    memcpy(h, magic, 8);
+    put_le32(h + 8, FORMAT_VERSION);
+    put_le32(h + 12, HDR);
+    put_le64(h + 16, dir->fingerprint);
+    put_le64(h + 24, dir->ns_hash);
+    put_le64(h + 32, meta->key);
+    put_le32(h + 40, meta->tokens);
+    put_le32(h + 44, meta->pools);
+    put_le64(h + 48, meta->payload_bytes);
+    put_le32(h + 56, payload_crc);
+    put_le32(h + 60, kvf__crc32c(0, h, 60));
+}
+
+kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_meta *meta,
+                                uint8_t *buf)
+{
+    char eb[128];
+    if (!dir || !dir->root || !meta || !buf)
+        return kvf__fail(KVF_ERR_INVALID, "block file write: NULL argument or directory not open");
+    unsigned long long key = (unsigned long long)meta->key;
+    size_t total;
+    if (meta->payload_bytes > SIZE_MAX - HDR || meta->payload_bytes > (uint64_t)INT64_MAX - HDR)
+        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: payload of %llu bytes too large", key,
+                         (unsigned long long)meta->payload_bytes);
+    total = HDR + (size_t)meta->payload_bytes;
+
+    char name[NAME_MAX_BYTES], tmp[NAME_MAX_BYTES], path[PATH_MAX], tmp_path[PATH_MAX];
+    snprintf(name, sizeof name, "%016llx.kvf", key);
+    /* pid and a process-wide sequence: concurrent writers of one key,
+     * in this process or another, never share a temporary file */
+    snprintf(tmp, sizeof tmp, ".%016llx.%ld.%llu.tmp", key, (long)getpid(),
+             (unsigned long long)atomic_fetch_add(&tmp_seq, 1));
+    snprintf(path, sizeof path, "%s/%s", dir->root, name);
+    snprintf(tmp_path, sizeof tmp_path, "%s/%s", dir->root, tmp);
+
+    fill_header(dir, meta, buf, kvf__crc32c(0, buf + HDR, (size_t)meta->payload_bytes));
+
+    const char *op = "open";
+    int err = 0;
+    int fd = open_at(dir->dir_fd, tmp, tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        goto fail;
+    op = "write";
+    if (write_full(fd, tmp_path, buf, total) != 0)
+        goto fail;
+    if (dir->fsync != KVF_FSYNC_NONE) {
+        op = "fsync";
+        err = io_fault("fsync", tmp_path, NULL);
+        if (err) {
+            errno = err;
+            goto fail;
+        }
+        if (fsync(fd) != 0)
+            goto fail;
+    }
+    op = "close";
+    int rc = close(fd);
+    fd = -1; /* closed even when close() fails; never retried */
+    if (rc != 0)
+        goto fail;
+    op = "rename";
+    err = io_fault("rename", path, NULL);
+    if (err) {
+        errno = err;
+        goto fail;
+    }
+    if (renameat(dir->dir_fd, tmp, dir->dir_fd, name) != 0)
+        goto fail;
+    if (dir->fsync == KVF_FSYNC_BLOCK) {
+        /* makes the rename itself durable */
+        op = "fsync";
+        err = io_fault("fsync", dir->root, NULL);
+        if (err) {
+            errno = err;
+            goto fail;
+        }
+        if (fsync(dir->dir_fd) != 0)
+            goto fail;
+    }
+    KVF_LOG(KVF_LOG_DEBUG, "block 0x%llx: %s: wrote %zu bytes", key, path, total);
+    return KVF_OK;
+
+fail:
+    err = errno;
+    if (fd >= 0)
+        close(fd);
+    unlinkat(dir->dir_fd, tmp, 0);
+    /* the key's previous content must not be served after a failed
+     * overwrite: the engine has already told its caller the old bytes are
+     * gone */
+    unlinkat(dir->dir_fd, name, 0);
+    return kvf__fail(write_errno_status(err), "block 0x%llx: %s: %s: %s", key, path, op,
+                     errstr(err, eb, sizeof eb));
+}
+
+/* any_layout: for fsck, which checks files without knowing their layout. */
+static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *buf, size_t cap,
+                             kvf__blockfile_meta *meta, bool any_layout)
+{
+    char eb[128];
+    if (!dir || !dir->root || !buf)
+        return kvf__fail(KVF_ERR_INVALID, "block file read: NULL argument or directory not open");
+    unsigned long long key = (unsigned long long)key_in;
+    if (cap < HDR)
+        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: buffer of %zu bytes, less than the header",
+                         key, cap);
+
+    char name[NAME_MAX_BYTES], path[PATH_MAX];
+    snprintf(name, sizeof name, "%016llx.kvf", key);
+    snprintf(path, sizeof path, "%s/%s", dir->root, name);
+
+    int fd = open_at(dir->dir_fd, name, path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int err = errno;
+        if (err == ENOENT)
+            return kvf__fail(KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, path);
+        return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, path,
+                         errstr(err, eb, sizeof eb));
+    }
+
+    kvf_status st;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: fstat: %s", key, path,
+                       errstr(err, eb, sizeof eb));
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: not a regular file", key, path);
+        goto out;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < HDR) {
+        st = kvf__fail(KVF_ERR_CORRUPT,
+                       "block 0x%llx: %s: truncated: %llu bytes, less than the %u-byte header", key,
+                       path, (unsigned long long)size, HDR);
+        goto out;
+    }
+
+    size_t got;
+    int r = read_full(fd, path, buf, HDR, 0, &got);
+    if (r < 0) {
+        int err = errno;
+        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: read: %s", key, path,
+                       errstr(err, eb, sizeof eb));
+        goto out;
+    }
+    if (r > 0) {
+        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: short read, %zu of %u bytes", key, path,
+                       got, HDR);
+        goto out;
+    }
+
+    if (memcmp(buf, magic, 8) != 0) {
+        st =
+            kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: not a block file (bad magic)", key, path);
+        goto out;
+    }
+    uint32_t version = get_le32(buf + 8);
+    if (version != FORMAT_VERSION) {
+        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: format version %u, expected %u", key,
+                       path, version, FORMAT_VERSION);
+        goto out;
+    }
+    uint32_t hdr_bytes = get_le32(buf + 12);
+    if (hdr_bytes != HDR) {
+        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: header of %u bytes, expected %u", key,
+                       path, hdr_bytes, HDR);
+        goto out;
+    }
+    uint32_t hdr_crc = get_le32(buf + 60), hdr_crc_now = kvf__crc32c(0, buf, 60);
+    if (hdr_crc != hdr_crc_now) {
+        st = kvf__fail(KVF_ERR_CORRUPT,
+                       "block 0x%llx: %s: header checksum mismatch (stored 0x%08x, computed "
+                       "0x%08x)",
+                       key, path, hdr_crc, hdr_crc_now);
+        goto out;
+    }
+    uint64_t fp = get_le64(buf + 16);
+    if (fp != dir->fingerprint && !any_layout) {
+        st = kvf__fail(KVF_ERR_MISMATCH,
+                       "block 0x%llx: %s: written under another layout (fingerprint 0x%016llx, "
+                       "expected 0x%016llx)",
+                       key, path, (unsigned long long)fp, (unsigned long long)dir->fingerprint);
+        goto out;
+    }
+    uint64_t ns_hash = get_le64(buf + 24);
+    if (ns_hash != dir->ns_hash) {
+        st = kvf__fail(KVF_ERR_MISMATCH,
+                       "block 0x%llx: %s: written under another namespace (hash 0x%016llx, "
+                       "expected 0x%016llx)",
+                       key, path, (unsigned long long)ns_hash, (unsigned long long)dir->ns_hash);
+        goto out;
+    }
+    uint64_t file_key = get_le64(buf + 32);
+    if (file_key != key_in) {
+        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: header names block 0x%llx", key, path,
+                       (unsigned long long)file_key);
+        goto out;
+    }
+    uint64_t payload = get_le64(buf + 48);
+    if (payload > size || size - HDR != payload) {
+        st = kvf__fail(KVF_ERR_CORRUPT,
+                       "block 0x%llx: %s: file of %llu bytes, header says %llu + %u (%s)", key,
+                       path, (unsigned long long)size, (unsigned long long)payload, HDR,
+                       size - HDR < payload ? "truncated" : "extended");
+        goto out;
+    }
+    if (payload > cap - HDR) {
+        st = kvf__fail(KVF_ERR_RANGE,
+                       "block 0x%llx: %s: block of %llu bytes does not fit a %zu-byte buffer", key,
+                       path, (unsigned long long)size, cap);
+        goto out;
+    }
+
+    r = read_full(fd, path, buf + HDR, (size_t)payload, HDR, &got);
+    if (r < 0) {
+        int err = errno;
+        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: read: %s", key, path,
+                       errstr(err, eb, sizeof eb));
+        goto out;
+    }
+    if (r > 0) {
+        /* the file shrank after fstat: never hand back the bytes not read */
+        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: short read, %llu of %llu bytes", key,
+                       path, (unsigned long long)(HDR + got), (unsigned long long)size);
+        goto out;
+    }
+    uint32_t crc = get_le32(buf + 56), crc_now = kvf__crc32c(0, buf + HDR, (size_t)payload);
+    if (crc != crc_now) {
+        st = kvf__fail(KVF_ERR_CORRUPT,
+                       "block 0x%llx: %s: checksum mismatch (stored 0x%08x, computed 0x%08x)", key,
+                       path, crc, crc_now);
+        goto out;
+    }
+
+    if (meta) {
+        meta->key = key_in;
+        meta->tokens = get_le32(buf + 40);
+        meta->pools = get_le32(buf + 44);
+        meta->payload_bytes = payload;
+    }
+    st = KVF_OK;
+
+out:
+    /* a read-only descriptor has nothing left to flush: close cannot lose data */
+    close(fd);
+    return st;
+}
+
+kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf, size_t cap,
+                               kvf__blockfile_meta *meta)
+{
+    return read_block(dir, key, buf, cap, meta, false);
+}
+
+static bool parse_hex16(const char *s, uint64_t *key_p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        unsigned d;
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            d = (unsigned)(c - 'a' + 10);
+        else
+            return false;
+        v = v << 4 | d;
+    }
+    *key_p = v;
+    return true;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
+                               void (*visit)(void *arg, uint64_t key, kvf_status st,
+                                             const char *detail),
+                               void *arg)
+{
+    char eb[128];
+    if (!dir || !dir->root || !visit)
+        return kvf__fail(KVF_ERR_INVALID, "block file scan: NULL argument or directory not open");
+    /* a description of its own: readdir moves the offset, and dir_fd is
+     * shared with every other user of the directory */
+    int fd = openat(dir->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        return kvf__fail(kvf__errno_status(err), "%s: open: %s", dir->root,
+                         errstr(err, eb, sizeof eb));
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int err = errno;
+        close(fd);
+        return kvf__fail(kvf__errno_status(err), "%s: opendir: %s", dir->root,
+                         errstr(err, eb, sizeof eb));
+    }
+
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    kvf_status ret = KVF_OK;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            if (errno) {
+                int err = errno;
+                ret = kvf__fail(kvf__errno_status(err), "%s: readdir: %s", dir->root,
+                                errstr(err, eb, sizeof eb));
+            }
+            break;
+        }
+        const char *n = e->d_name;
+        uint64_t key;
+        if (strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)) {
+            struct stat sb;
+            if (fstatat(dir->dir_fd, n, &sb, 0) != 0)
+                continue; /* removed since readdir: nothing to check */
+            size_t need = sb.st_size > (off_t)HDR ? (size_t)sb.st_size : HDR;
+            if (need > cap) {
+                uint8_t *nb = realloc(buf, need);
+                if (!nb) {
+                    visit(arg, key, KVF_ERR_NOMEM, "out of memory for the block's bytes");
+                    continue;
+                }
+                buf = nb;
+                cap = need;
+            }
+            kvf__blockfile_meta meta;
+            kvf_status st = read_block(dir, key, buf, cap, &meta, dir->fingerprint == 0);
+            if (st == KVF_ERR_NOT_FOUND)
+                continue;
+            visit(arg, key, st, st == KVF_OK ? "ok" : kvf_last_error());
+        } else if (n[0] == '.' && ends_with(n, ".tmp") && strlen(n) > 18 && n[17] == '.' &&
+                   parse_hex16(n + 1, &key)) {
+            visit(arg, key, KVF_ERR_CORRUPT, "torn write (temporary file)");
+        } else if (strcmp(n, ".") != 0 && strcmp(n, "..") != 0) {
+            KVF_LOG(KVF_LOG_DEBUG, "%s/%s: not a block file, ignored", dir->root, n);
+        }
+    }
+    free(buf);
+    closedir(d);
+    if (ret == KVF_OK)
+        kvf__clear_error();
+    return ret;
+}

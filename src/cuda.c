@@ -1,0 +1,1089 @@
+/*
+ * The CUDA memory backend: device memory and pinned host memory, two
+ * transfer streams (offload at normal priority, onboard at the highest),
+ * and two ways to move a batch of scattered 2-D copies:
+ *
+ *  kernel  a gather/scatter kernel (cuda_kernels.cu) that walks an array of
+ *          copy descriptors, reading and writing mapped pinned host memory
+ *          directly. Descriptors are written into a pinned ring and uploaded
+ *          with one copy per batch; nothing is allocated per call.
+ *  dma     copy engines only: adjacent copies merged, contiguous ones in one
+ *          cudaMemcpyBatchAsync, 2-D ones in one cudaMemcpy3DBatchAsync
+ *          (per-copy cudaMemcpy2DAsync before CUDA 13).
+ *
+ * AUTO picks one per batch by the rule in choose_path(), derived from the
+ * measurements in bench/cuda_paths.c (see the numbers there).
+ *
+ * Every CUDA call goes through CUDA_RET / CUDA_GOTO / CUDA_IGNORE, which
+ * translate cudaError_t to kvf_status once, record the detail for
+ * kvf_last_error() and clear CUDA's sticky error.
+ *
+ * Contract of copy_async beyond internal.h: copies within one batch must not
+ * overlap each other (they may run in any order); on KVF_OK `done` is called
+ * exactly once, on a driver thread; on an error nothing of the batch is left
+ * in flight and `done` is not called.
+ */
+#include "internal.h"
+
+#include "cuda_kernels.h"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- error translation ------------------------------------------------- */
+
+static kvf_status cuda_fail(cudaError_t err, const char *expr, const char *file, int line)
+{
+    (void)cudaGetLastError(); /* clear the sticky error */
+    int name_len = 0;
+    while (expr[name_len] && expr[name_len] != '(')
+        name_len++;
+    kvf_status st = err == cudaErrorMemoryAllocation ? KVF_ERR_NOMEM : KVF_ERR_DEVICE;
+    return kvf__fail(st, "cuda: %.*s: %s (%s:%d)", name_len, expr, cudaGetErrorString(err), file,
+                     line);
+}
+
+static void cuda_warn(cudaError_t err, const char *expr, const char *file, int line)
+{
+    (void)cudaGetLastError();
+    int name_len = 0;
+    while (expr[name_len] && expr[name_len] != '(')
+        name_len++;
+    KVF_LOG(KVF_LOG_WARN, "cuda: %.*s: %s (%s:%d)", name_len, expr, cudaGetErrorString(err), file,
+            line);
+}
+
+#define CUDA_RET(expr)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return cuda_fail(e_, #expr, __FILE__, __LINE__);                                       \
+    } while (0)
+
+#define CUDA_GOTO(expr, st, label)                                                                 \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            (st) = cuda_fail(e_, #expr, __FILE__, __LINE__);                                       \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* For cleanup: logs, keeps the first error's detail. */
+#define CUDA_IGNORE(expr)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (expr);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            cuda_warn(e_, #expr, __FILE__, __LINE__);                                              \
+    } while (0)
+
+/* ---- the backend's state ----------------------------------------------- */
+
+enum { PATH_KERNEL = 1, PATH_DMA = 2 };
+
+/* cudaMemcpy3DBatchAsync as CUDA 13 declares it (12.8 had another
+ * signature); older runtimes copy 2-D regions one call each. */
+#if CUDART_VERSION >= 13000
+#define KVF_CUDA_3D_BATCH 1
+#else
+#define KVF_CUDA_3D_BATCH 0
+#endif
+
+/* Descriptors per queue ring (48 bytes each: 3 MiB pinned + 3 MiB device);
+ * a larger batch is cut into launches of at most half of it. */
+#define RING_DESCS (1u << 16)
+#define CHUNK_DESCS (RING_DESCS / 2)
+/* Batches in flight per queue before a submitter waits. */
+#define BATCH_RECORDS 1024u
+/* Streams kept for copy_sync. */
+#define SYNC_STREAMS_MAX 64
+
+typedef struct cuda_backend cuda_backend;
+
+typedef struct batch_record {
+    kvf__copy_done_fn done;
+    void *arg;
+    uint64_t desc_end; /* ring position after this batch's descriptors */
+    atomic_int busy;   /* set at submit, cleared by the host callback */
+} batch_record;
+
+typedef struct cuda_queue {
+    pthread_mutex_t lock;
+    cudaStream_t stream;
+    cudaEvent_t sync_event;
+    /* descriptor ring: monotonic positions, index = pos % RING_DESCS */
+    kvf__cuda_desc *ring_host; /* pinned */
+    kvf__cuda_desc *ring_dev;
+    uint64_t ring_head; /* next free position */
+    uint64_t ring_tail; /* oldest position still possibly in use */
+    /* batch records, FIFO: callbacks of one stream run in order */
+    batch_record records[BATCH_RECORDS];
+    uint64_t rec_next, rec_oldest;
+    /* dma scratch, grown on demand and kept */
+    void **dsts;
+    const void **srcs;
+    size_t *sizes;
+    size_t flat_cap;
+#if KVF_CUDA_3D_BATCH
+    struct cudaMemcpy3DBatchOp *ops3d;
+    size_t ops3d_cap;
+#endif
+    atomic_int last_path;
+} cuda_queue;
+
+typedef struct host_range {
+    uintptr_t begin, end;
+} host_range;
+
+struct cuda_backend {
+    kvf__backend base;
+    int device;
+    int mode; /* KVF_CUDA_COPY_* */
+    uint32_t grid;
+    bool kernel_ok; /* mapped host pointers equal their host addresses */
+    cuda_queue q[KVF_QUEUE_COUNT];
+
+    pthread_mutex_t sync_lock;
+    cudaStream_t sync_streams[SYNC_STREAMS_MAX];
+    int sync_free;
+
+    /* pageable ranges (HOST kind): the kernel path cannot touch them */
+    pthread_mutex_t range_lock;
+    host_range *ranges;
+    size_t nranges, ranges_cap;
+    atomic_size_t nranges_pub;
+};
+
+/* Makes b's device current on the calling thread and restores the
+ * caller's device afterwards, so an application thread is left as it was. */
+typedef struct dev_guard {
+    int prev;
+} dev_guard;
+
+static kvf_status dev_enter(const cuda_backend *b, dev_guard *g)
+{
+    g->prev = -1;
+    int cur = -1;
+    CUDA_RET(cudaGetDevice(&cur));
+    if (cur != b->device) {
+        CUDA_RET(cudaSetDevice(b->device));
+        g->prev = cur;
+    }
+    return KVF_OK;
+}
+
+static void dev_leave(const dev_guard *g)
+{
+    if (g->prev >= 0)
+        CUDA_IGNORE(cudaSetDevice(g->prev));
+}
+
+/* ---- pageable-range registry ------------------------------------------- */
+
+static void ranges_add(cuda_backend *b, void *ptr, size_t bytes)
+{
+    pthread_mutex_lock(&b->range_lock);
+    if (b->nranges == b->ranges_cap) {
+        size_t cap = b->ranges_cap ? 2 * b->ranges_cap : 16;
+        host_range *r = realloc(b->ranges, cap * sizeof *r);
+        if (!r) {
+            pthread_mutex_unlock(&b->range_lock);
+            KVF_LOG(KVF_LOG_WARN, "cuda: cannot track pageable range %p", ptr);
+            return;
+        }
+        b->ranges = r;
+        b->ranges_cap = cap;
+    }
+    b->ranges[b->nranges].begin = (uintptr_t)ptr;
+    b->ranges[b->nranges].end = (uintptr_t)ptr + bytes;
+    b->nranges++;
+    atomic_store(&b->nranges_pub, b->nranges);
+    pthread_mutex_unlock(&b->range_lock);
+}
+
+static void ranges_remove(cuda_backend *b, void *ptr)
+{
+    pthread_mutex_lock(&b->range_lock);
+    for (size_t i = 0; i < b->nranges; i++) {
+        if (b->ranges[i].begin == (uintptr_t)ptr) {
+            b->ranges[i] = b->ranges[--b->nranges];
+            break;
+        }
+    }
+    atomic_store(&b->nranges_pub, b->nranges);
+    pthread_mutex_unlock(&b->range_lock);
+}
+
+static bool in_ranges(const cuda_backend *b, const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; i < b->nranges; i++)
+        if (a >= b->ranges[i].begin && a < b->ranges[i].end)
+            return true;
+    return false;
+}
+
+/* Whether any copy touches pageable memory the backend knows of. */
+static bool batch_touches_pageable(cuda_backend *b, const kvf__copy *copies, size_t n)
+{
+    if (atomic_load_explicit(&b->nranges_pub, memory_order_relaxed) == 0)
+        return false;
+    bool hit = false;
+    pthread_mutex_lock(&b->range_lock);
+    for (size_t i = 0; i < n && !hit; i++)
+        hit = in_ranges(b, copies[i].dst) || in_ranges(b, copies[i].src);
+    pthread_mutex_unlock(&b->range_lock);
+    return hit;
+}
+
+/* cudaMemoryTypeDevice, cudaMemoryTypeHost (pinned), or
+ * cudaMemoryTypeUnregistered (pageable, or unknown to CUDA). */
+static enum cudaMemoryType pointer_type(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaMemoryTypeUnregistered;
+    }
+    if (a.type == cudaMemoryTypeManaged)
+        return cudaMemoryTypeDevice;
+    /* pinned but not mapped at its own address (registered elsewhere
+     * without cudaHostRegisterMapped): the kernel cannot reach it */
+    if (a.type == cudaMemoryTypeHost && a.devicePointer != p)
+        return cudaMemoryTypeUnregistered;
+    return a.type;
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static kvf_status sync_stream_get(cuda_backend *b, cudaStream_t *s_p);
+static void sync_stream_put(cuda_backend *b, cudaStream_t s);
+
+static kvf_status cuda_mem_alloc(kvf__backend *base, kvf_memory kind, size_t bytes, void **ptr_p)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    void *p = NULL;
+    dev_guard g;
+    kvf_status st;
+    if (bytes == 0)
+        return kvf__fail(KVF_ERR_INVALID, "cuda: allocation of 0 bytes");
+    switch (kind) {
+    case KVF_MEMORY_DEVICE: {
+        if ((st = dev_enter(b, &g)) != KVF_OK)
+            return st;
+        cudaStream_t s = NULL;
+        CUDA_GOTO(cudaMalloc(&p, bytes), st, out_leave);
+        if ((st = sync_stream_get(b, &s)) != KVF_OK)
+            goto out_free;
+        /* on a stream of ours: the legacy stream would not order it
+         * before our non-blocking transfer streams */
+        CUDA_GOTO(cudaMemsetAsync(p, 0, bytes, s), st, out_put);
+        CUDA_GOTO(cudaStreamSynchronize(s), st, out_put);
+        sync_stream_put(b, s);
+        dev_leave(&g);
+        *ptr_p = p;
+        return KVF_OK;
+    out_put:
+        sync_stream_put(b, s);
+    out_free:
+        CUDA_IGNORE(cudaFree(p));
+    out_leave:
+        dev_leave(&g);
+        return st;
+    }
+    case KVF_MEMORY_HOST_PINNED:
+        if ((st = dev_enter(b, &g)) != KVF_OK)
+            return st;
+        CUDA_GOTO(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable), st,
+                  out_pinned);
+        memset(p, 0, bytes);
+        st = KVF_OK;
+        *ptr_p = p;
+    out_pinned:
+        dev_leave(&g);
+        return st;
+    case KVF_MEMORY_HOST:
+        p = calloc(1, bytes);
+        if (!p)
+            return kvf__fail(KVF_ERR_NOMEM, "cuda: cannot allocate %zu bytes of host memory",
+                             bytes);
+        ranges_add(b, p, bytes);
+        *ptr_p = p;
+        return KVF_OK;
+    }
+    return kvf__fail(KVF_ERR_INVALID, "cuda: unknown memory kind %d", (int)kind);
+}
+
+static void cuda_mem_free(kvf__backend *base, kvf_memory kind, void *ptr)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    if (!ptr)
+        return;
+    switch (kind) {
+    case KVF_MEMORY_DEVICE:
+        if (dev_enter(b, &g) == KVF_OK) {
+            CUDA_IGNORE(cudaFree(ptr));
+            dev_leave(&g);
+        }
+        break;
+    case KVF_MEMORY_HOST_PINNED: CUDA_IGNORE(cudaFreeHost(ptr)); break;
+    case KVF_MEMORY_HOST:
+        ranges_remove(b, ptr);
+        free(ptr);
+        break;
+    }
+}
+
+static kvf_status cuda_mem_register(kvf__backend *base, kvf_memory kind, void *ptr, size_t bytes,
+                                    bool *registered_p)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    struct cudaPointerAttributes a, z;
+    dev_guard g;
+    kvf_status st = KVF_OK;
+    if (!ptr || bytes == 0)
+        return kvf__fail(KVF_ERR_INVALID, "cuda: register %p of %zu bytes", ptr, bytes);
+    const void *last = (const char *)ptr + bytes - 1;
+    switch (kind) {
+    case KVF_MEMORY_DEVICE:
+        if ((st = dev_enter(b, &g)) != KVF_OK)
+            return st;
+        CUDA_GOTO(cudaPointerGetAttributes(&a, ptr), st, out_leave);
+        CUDA_GOTO(cudaPointerGetAttributes(&z, last), st, out_leave);
+        if (a.type != cudaMemoryTypeDevice || a.device != b->device ||
+            z.type != cudaMemoryTypeDevice || z.device != b->device) {
+            st = kvf__fail(KVF_ERR_INVALID,
+                           "cuda: %p (%zu bytes) is not memory of device %d (type %d, device %d)",
+                           ptr, bytes, b->device, (int)a.type, a.device);
+            goto out_leave;
+        }
+        *registered_p = false;
+        break;
+    case KVF_MEMORY_HOST_PINNED:
+        if ((st = dev_enter(b, &g)) != KVF_OK)
+            return st;
+        CUDA_GOTO(cudaPointerGetAttributes(&a, ptr), st, out_leave);
+        CUDA_GOTO(cudaPointerGetAttributes(&z, last), st, out_leave);
+        if (a.type == cudaMemoryTypeHost && z.type == cudaMemoryTypeHost) {
+            *registered_p = false;
+            break;
+        }
+        if (a.type == cudaMemoryTypeDevice || z.type == cudaMemoryTypeDevice) {
+            st = kvf__fail(KVF_ERR_INVALID, "cuda: %p is device memory, not host memory", ptr);
+            goto out_leave;
+        }
+        CUDA_GOTO(cudaHostRegister(ptr, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
+                  st, out_leave);
+        *registered_p = true;
+        break;
+    case KVF_MEMORY_HOST:
+        if (pointer_type(ptr) == cudaMemoryTypeDevice)
+            return kvf__fail(KVF_ERR_INVALID, "cuda: %p is device memory, not host memory", ptr);
+        ranges_add(b, ptr, bytes);
+        /* the range must be forgotten again: mem_unregister is needed */
+        *registered_p = true;
+        return KVF_OK;
+    default: return kvf__fail(KVF_ERR_INVALID, "cuda: unknown memory kind %d", (int)kind);
+    }
+out_leave:
+    dev_leave(&g);
+    return st;
+}
+
+static void cuda_mem_unregister(kvf__backend *base, kvf_memory kind, void *ptr)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    if (kind == KVF_MEMORY_HOST_PINNED)
+        CUDA_IGNORE(cudaHostUnregister(ptr));
+    else if (kind == KVF_MEMORY_HOST)
+        ranges_remove(b, ptr);
+}
+
+/* ---- copies: common ---------------------------------------------------- */
+
+static bool copy_contiguous(const kvf__copy *c)
+{
+    return c->rows == 1 || (c->width == c->dpitch && c->width == c->spitch);
+}
+
+static kvf_status check_copies(const kvf__copy *copies, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (c->width == 0 || c->rows == 0)
+            continue;
+        if (!c->dst || !c->src)
+            return kvf__fail(KVF_ERR_INVALID, "cuda: copy %zu: NULL pointer", i);
+        if (c->rows > 1 && (c->dpitch < c->width || c->spitch < c->width))
+            return kvf__fail(KVF_ERR_INVALID,
+                             "cuda: copy %zu: pitch %zu/%zu below width %zu", i, c->dpitch,
+                             c->spitch, c->width);
+    }
+    return KVF_OK;
+}
+
+/* ---- copy_sync: pooled streams ----------------------------------------- */
+
+static kvf_status sync_stream_get(cuda_backend *b, cudaStream_t *s_p)
+{
+    pthread_mutex_lock(&b->sync_lock);
+    if (b->sync_free > 0) {
+        *s_p = b->sync_streams[--b->sync_free];
+        pthread_mutex_unlock(&b->sync_lock);
+        return KVF_OK;
+    }
+    pthread_mutex_unlock(&b->sync_lock);
+    CUDA_RET(cudaStreamCreateWithFlags(s_p, cudaStreamNonBlocking));
+    return KVF_OK;
+}
+
+static void sync_stream_put(cuda_backend *b, cudaStream_t s)
+{
+    pthread_mutex_lock(&b->sync_lock);
+    if (b->sync_free < SYNC_STREAMS_MAX) {
+        b->sync_streams[b->sync_free++] = s;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&b->sync_lock);
+    if (s)
+        CUDA_IGNORE(cudaStreamDestroy(s));
+}
+
+static kvf_status cuda_copy_sync(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
+                                 size_t n)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    cudaStream_t s = NULL;
+    kvf_status st = check_copies(copies, n);
+    if (st != KVF_OK || n == 0)
+        return st;
+    if ((st = dev_enter(b, &g)) != KVF_OK)
+        return st;
+    if ((st = sync_stream_get(b, &s)) != KVF_OK)
+        goto out_leave;
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (c->width == 0 || c->rows == 0)
+            continue;
+        if (copy_contiguous(c)) {
+            /* merge a run of copies that continue each other on both sides */
+            char *d = c->dst;
+            const char *sr = c->src;
+            size_t len = c->width * c->rows;
+            while (i + 1 < n && copy_contiguous(&copies[i + 1]) &&
+                   copies[i + 1].dst == d + len && copies[i + 1].src == sr + len) {
+                i++;
+                len += copies[i].width * copies[i].rows;
+            }
+            CUDA_GOTO(cudaMemcpyAsync(d, sr, len, cudaMemcpyDefault, s), st, out_sync);
+        } else {
+            CUDA_GOTO(cudaMemcpy2DAsync(c->dst, c->dpitch, c->src, c->spitch, c->width, c->rows,
+                                        cudaMemcpyDefault, s),
+                      st, out_sync);
+        }
+    }
+out_sync:
+    /* also after a failed submit: nothing may stay in flight */
+    if (st == KVF_OK)
+        CUDA_GOTO(cudaStreamSynchronize(s), st, out_put);
+    else
+        CUDA_IGNORE(cudaStreamSynchronize(s));
+out_put:
+    sync_stream_put(b, s);
+out_leave:
+    dev_leave(&g);
+    return st;
+}
+
+/* ---- copy_async -------------------------------------------------------- */
+
+static void CUDART_CB batch_finished(void *p)
+{
+    batch_record *r = p;
+    kvf__copy_done_fn done = r->done;
+    void *arg = r->arg;
+    atomic_store_explicit(&r->busy, 0, memory_order_release);
+    if (done)
+        done(arg, KVF_OK);
+}
+
+static void retire(cuda_queue *q)
+{
+    while (q->rec_oldest != q->rec_next) {
+        batch_record *r = &q->records[q->rec_oldest % BATCH_RECORDS];
+        if (atomic_load_explicit(&r->busy, memory_order_acquire))
+            break;
+        q->ring_tail = r->desc_end;
+        q->rec_oldest++;
+    }
+    if (q->rec_oldest == q->rec_next)
+        q->ring_tail = q->ring_head;
+}
+
+static void backoff(unsigned *spins)
+{
+    if (++*spins < 64) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Reserves a batch record and, when ndesc > 0, ndesc contiguous ring
+ * entries; waits (without CUDA calls) while the queue is full. Returns the
+ * ring index of the first entry. Called with q->lock held. */
+static batch_record *reserve(cuda_queue *q, uint32_t ndesc, uint32_t *index_p)
+{
+    unsigned spins = 0;
+    for (;;) {
+        retire(q);
+        uint64_t pos = q->ring_head;
+        if (ndesc && pos % RING_DESCS + ndesc > RING_DESCS)
+            pos += RING_DESCS - pos % RING_DESCS; /* wrap: entries stay contiguous */
+        bool ring_ok = pos + ndesc - q->ring_tail <= RING_DESCS;
+        bool rec_ok = q->rec_next - q->rec_oldest < BATCH_RECORDS;
+        if (ring_ok && rec_ok) {
+            batch_record *r = &q->records[q->rec_next % BATCH_RECORDS];
+            q->ring_head = pos + ndesc;
+            r->desc_end = q->ring_head;
+            r->done = NULL;
+            r->arg = NULL;
+            atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
+            q->rec_next++;
+            *index_p = (uint32_t)(pos % RING_DESCS);
+            return r;
+        }
+        backoff(&spins);
+    }
+}
+
+/* A reserved record whose work never got queued: retire it in place. */
+static void unreserve(batch_record *r)
+{
+    atomic_store_explicit(&r->busy, 0, memory_order_release);
+}
+
+/* Queues the record's host callback; on failure the caller unwinds. */
+static kvf_status finish_record(cuda_queue *q, batch_record *r, kvf__copy_done_fn done, void *arg)
+{
+    r->done = done;
+    r->arg = arg;
+    CUDA_RET(cudaLaunchHostFunc(q->stream, batch_finished, r));
+    return KVF_OK;
+}
+
+/* Kernel path: copies[0..n) (no empty ones among them after filtering). */
+static kvf_status submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy *copies,
+                                size_t n, kvf__copy_done_fn done, void *arg)
+{
+    size_t i = 0;
+    kvf_status st;
+    do {
+        uint32_t idx;
+        uint32_t want = n - i < CHUNK_DESCS ? (uint32_t)(n - i) : CHUNK_DESCS;
+        batch_record *r = reserve(q, want, &idx);
+        kvf__cuda_desc *d = q->ring_host + idx;
+        uint32_t nd = 0;
+        uint64_t tiles = 0;
+        for (; i < n && nd < want; i++) {
+            const kvf__copy *c = &copies[i];
+            if (c->width == 0 || c->rows == 0)
+                continue;
+            size_t width = c->width, rows = c->rows;
+            size_t dp = c->dpitch, sp = c->spitch;
+            if (copy_contiguous(c)) {
+                width = c->width * c->rows;
+                rows = 1;
+                dp = sp = 0;
+            }
+            /* a row longer than 2^31 bytes is cut into rows of 2^30 */
+            if (width > (1u << 31) && rows == 1) {
+                size_t piece = (size_t)1 << 30;
+                if (width % piece == 0) {
+                    rows = width / piece;
+                    width = piece;
+                    dp = sp = piece;
+                } else {
+                    unreserve(r);
+                    return kvf__fail(KVF_ERR_UNSUPPORTED,
+                                     "cuda: copy %zu: %zu bytes too long for the kernel", i,
+                                     width);
+                }
+            } else if (width > (1u << 31)) {
+                unreserve(r);
+                return kvf__fail(KVF_ERR_UNSUPPORTED,
+                                 "cuda: copy %zu: row of %zu bytes too long for the kernel", i,
+                                 width);
+            }
+            uint32_t tpr = (uint32_t)((width + KVF_CUDA_TILE_BYTES - 1) / KVF_CUDA_TILE_BYTES);
+            d[nd].dst = (uint64_t)(uintptr_t)c->dst;
+            d[nd].src = (uint64_t)(uintptr_t)c->src;
+            d[nd].dpitch = dp;
+            d[nd].spitch = sp;
+            d[nd].tile_begin = tiles;
+            d[nd].width = (uint32_t)width;
+            d[nd].tiles_per_row = tpr;
+            tiles += (uint64_t)tpr * rows;
+            nd++;
+        }
+        if (nd > 0) {
+            CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, d, nd * sizeof *d,
+                                      cudaMemcpyHostToDevice, q->stream),
+                      st, fail);
+            CUDA_GOTO(kvf__cuda_copy_launch(q->ring_dev + idx, nd, tiles, b->grid, q->stream), st,
+                      fail);
+        }
+        if ((st = finish_record(q, r, i == n ? done : NULL, arg)) != KVF_OK)
+            goto fail;
+        continue;
+    fail:
+        CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+        unreserve(r);
+        return st;
+    } while (i < n);
+    return KVF_OK;
+}
+
+static kvf_status grow_flat(cuda_queue *q, size_t n)
+{
+    if (n <= q->flat_cap)
+        return KVF_OK;
+    size_t cap = q->flat_cap ? q->flat_cap : 256;
+    while (cap < n)
+        cap *= 2;
+    void **d = realloc(q->dsts, cap * sizeof *d);
+    if (d)
+        q->dsts = d;
+    const void **s = realloc(q->srcs, cap * sizeof *s);
+    if (s)
+        q->srcs = s;
+    size_t *z = realloc(q->sizes, cap * sizeof *z);
+    if (z)
+        q->sizes = z;
+    if (!d || !s || !z)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: cannot grow copy lists to %zu", cap);
+    q->flat_cap = cap;
+    return KVF_OK;
+}
+
+#if KVF_CUDA_3D_BATCH
+static kvf_status grow_3d(cuda_queue *q, size_t n)
+{
+    if (n <= q->ops3d_cap)
+        return KVF_OK;
+    size_t cap = q->ops3d_cap ? q->ops3d_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    struct cudaMemcpy3DBatchOp *o = realloc(q->ops3d, cap * sizeof *o);
+    if (!o)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: cannot grow 2-D copy list to %zu", cap);
+    q->ops3d = o;
+    q->ops3d_cap = cap;
+    return KVF_OK;
+}
+#endif
+
+/* Copy-engine path: merged contiguous copies in one batch call, 2-D copies
+ * in another. */
+static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
+                             kvf__copy_done_fn done, void *arg)
+{
+    kvf_status st;
+    size_t nflat = 0, n2d = 0;
+    if ((st = grow_flat(q, n)) != KVF_OK)
+        return st;
+#if KVF_CUDA_3D_BATCH
+    if ((st = grow_3d(q, n)) != KVF_OK)
+        return st;
+#endif
+    uint32_t idx;
+    batch_record *r = reserve(q, 0, &idx);
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (c->width == 0 || c->rows == 0)
+            continue;
+        if (copy_contiguous(c)) {
+            size_t len = c->width * c->rows;
+            if (nflat > 0 && (char *)q->dsts[nflat - 1] + q->sizes[nflat - 1] == (char *)c->dst &&
+                (const char *)q->srcs[nflat - 1] + q->sizes[nflat - 1] == (const char *)c->src) {
+                q->sizes[nflat - 1] += len;
+                continue;
+            }
+            q->dsts[nflat] = c->dst;
+            q->srcs[nflat] = c->src;
+            q->sizes[nflat] = len;
+            nflat++;
+            continue;
+        }
+#if KVF_CUDA_3D_BATCH
+        struct cudaMemcpy3DBatchOp *o = &q->ops3d[n2d];
+        memset(o, 0, sizeof *o);
+        o->src.type = cudaMemcpyOperandTypePointer;
+        o->src.op.ptr.ptr = (void *)c->src;
+        o->src.op.ptr.rowLength = c->spitch;
+        o->src.op.ptr.layerHeight = 0;
+        o->dst.type = cudaMemcpyOperandTypePointer;
+        o->dst.op.ptr.ptr = c->dst;
+        o->dst.op.ptr.rowLength = c->dpitch;
+        o->dst.op.ptr.layerHeight = 0;
+        o->extent = make_cudaExtent(c->width, c->rows, 1);
+        o->srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        n2d++;
+#else
+        CUDA_GOTO(cudaMemcpy2DAsync(c->dst, c->dpitch, c->src, c->spitch, c->width, c->rows,
+                                    cudaMemcpyDefault, q->stream),
+                  st, fail);
+        n2d++;
+#endif
+    }
+    if (nflat == 1) {
+        CUDA_GOTO(cudaMemcpyAsync(q->dsts[0], q->srcs[0], q->sizes[0], cudaMemcpyDefault,
+                                  q->stream),
+                  st, fail);
+    } else if (nflat > 1) {
+#if CUDART_VERSION >= 12080
+        struct cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof attr);
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t attr_idx = 0;
+#if CUDART_VERSION >= 13000
+        CUDA_GOTO(cudaMemcpyBatchAsync(q->dsts, q->srcs, q->sizes, nflat, &attr, &attr_idx, 1,
+                                       q->stream),
+                  st, fail);
+#else
+        size_t fail_idx = 0;
+        CUDA_GOTO(cudaMemcpyBatchAsync(q->dsts, (void **)q->srcs, q->sizes, nflat, &attr,
+                                       &attr_idx, 1, &fail_idx, q->stream),
+                  st, fail);
+#endif
+#else
+        for (size_t k = 0; k < nflat; k++)
+            CUDA_GOTO(cudaMemcpyAsync(q->dsts[k], q->srcs[k], q->sizes[k], cudaMemcpyDefault,
+                                      q->stream),
+                      st, fail);
+#endif
+    }
+#if KVF_CUDA_3D_BATCH
+    if (n2d == 1) {
+        const struct cudaMemcpy3DBatchOp *o = &q->ops3d[0];
+        CUDA_GOTO(cudaMemcpy2DAsync(o->dst.op.ptr.ptr, o->dst.op.ptr.rowLength, o->src.op.ptr.ptr,
+                                    o->src.op.ptr.rowLength, o->extent.width, o->extent.height,
+                                    cudaMemcpyDefault, q->stream),
+                  st, fail);
+    } else if (n2d > 1) {
+        CUDA_GOTO(cudaMemcpy3DBatchAsync(n2d, q->ops3d, 0, q->stream), st, fail);
+    }
+#endif
+    if ((st = finish_record(q, r, done, arg)) != KVF_OK)
+        goto fail;
+    return KVF_OK;
+fail:
+    CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+    unreserve(r);
+    return st;
+}
+
+/* AUTO's rule, from bench/cuda_paths.c on an H200 (PCIe Gen5):
+ *  - GPU<->GPU 2-D copies: kernel (strided copy-engine copies leave most of
+ *    HBM bandwidth unused);
+ *  - host<->GPU: kernel when the mean contiguous run is below
+ *    AUTO_KERNEL_BELOW bytes (per-copy engine setup dominates there), dma
+ *    otherwise, which leaves every SM to the model.
+ * Pageable memory always goes by dma: the kernel cannot reach it. */
+#define AUTO_KERNEL_BELOW (256u * 1024u)
+
+static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
+{
+    if (!b->kernel_ok || b->mode == KVF_CUDA_COPY_DMA)
+        return PATH_DMA;
+    /* the first copy's pointers classify the batch: the engine's batches
+     * move between one pair of pool kinds */
+    const kvf__copy *first = NULL;
+    for (size_t i = 0; i < n && !first; i++)
+        if (copies[i].width && copies[i].rows)
+            first = &copies[i];
+    if (!first)
+        return PATH_DMA;
+    enum cudaMemoryType td = pointer_type(first->dst), ts = pointer_type(first->src);
+    if (td == cudaMemoryTypeUnregistered || ts == cudaMemoryTypeUnregistered ||
+        batch_touches_pageable(b, copies, n)) {
+        if (b->mode == KVF_CUDA_COPY_KERNEL)
+            KVF_LOG(KVF_LOG_DEBUG, "cuda: batch touches pageable memory: dma instead of kernel");
+        return PATH_DMA;
+    }
+    if (b->mode == KVF_CUDA_COPY_KERNEL)
+        return PATH_KERNEL;
+    size_t runs = 0, bytes = 0, strided = 0;
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (!c->width || !c->rows)
+            continue;
+        if (copy_contiguous(c)) {
+            runs++;
+        } else {
+            runs += c->rows;
+            strided++;
+        }
+        bytes += c->width * c->rows;
+    }
+    if (td == cudaMemoryTypeDevice && ts == cudaMemoryTypeDevice)
+        return strided ? PATH_KERNEL : PATH_DMA;
+    return bytes / runs < AUTO_KERNEL_BELOW ? PATH_KERNEL : PATH_DMA;
+}
+
+static kvf_status cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
+                                  size_t n, kvf__copy_done_fn done, void *arg)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    if ((unsigned)queue >= KVF_QUEUE_COUNT)
+        return kvf__fail(KVF_ERR_INVALID, "cuda: queue %d", (int)queue);
+    if ((st = check_copies(copies, n)) != KVF_OK)
+        return st;
+    if ((st = dev_enter(b, &g)) != KVF_OK)
+        return st;
+    cuda_queue *q = &b->q[queue];
+    int path = choose_path(b, copies, n);
+    pthread_mutex_lock(&q->lock);
+    if (path == PATH_KERNEL)
+        st = submit_kernel(b, q, copies, n, done, arg);
+    else
+        st = submit_dma(b, q, copies, n, done, arg);
+    atomic_store_explicit(&q->last_path, path, memory_order_relaxed);
+    pthread_mutex_unlock(&q->lock);
+    dev_leave(&g);
+    return st;
+}
+
+static kvf_status cuda_sync_stream(kvf__backend *base, void *stream)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    if ((st = dev_enter(b, &g)) != KVF_OK)
+        return st;
+    for (int i = 0; i < KVF_QUEUE_COUNT && st == KVF_OK; i++) {
+        cuda_queue *q = &b->q[i];
+        pthread_mutex_lock(&q->lock);
+        CUDA_GOTO(cudaEventRecord(q->sync_event, q->stream), st, unlock);
+        CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, q->sync_event, 0), st, unlock);
+    unlock:
+        pthread_mutex_unlock(&q->lock);
+    }
+    dev_leave(&g);
+    return st;
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+static void queue_destroy(cuda_queue *q)
+{
+    if (q->stream)
+        CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+    if (q->sync_event)
+        CUDA_IGNORE(cudaEventDestroy(q->sync_event));
+    if (q->stream)
+        CUDA_IGNORE(cudaStreamDestroy(q->stream));
+    if (q->ring_host)
+        CUDA_IGNORE(cudaFreeHost(q->ring_host));
+    if (q->ring_dev)
+        CUDA_IGNORE(cudaFree(q->ring_dev));
+    free(q->dsts);
+    free(q->srcs);
+    free(q->sizes);
+#if KVF_CUDA_3D_BATCH
+    free(q->ops3d);
+#endif
+    pthread_mutex_destroy(&q->lock);
+}
+
+static kvf_status queue_init(cuda_queue *q, int priority)
+{
+    kvf_status st;
+    pthread_mutex_init(&q->lock, NULL);
+    CUDA_RET(cudaStreamCreateWithPriority(&q->stream, cudaStreamNonBlocking, priority));
+    CUDA_RET(cudaEventCreateWithFlags(&q->sync_event, cudaEventDisableTiming));
+    CUDA_RET(cudaHostAlloc((void **)&q->ring_host, RING_DESCS * sizeof(kvf__cuda_desc),
+                           cudaHostAllocPortable));
+    CUDA_RET(cudaMalloc((void **)&q->ring_dev, RING_DESCS * sizeof(kvf__cuda_desc)));
+    if ((st = grow_flat(q, 1024)) != KVF_OK)
+        return st;
+    return KVF_OK;
+}
+
+static void cuda_destroy(kvf__backend *base)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    if (!b)
+        return;
+    bool entered = dev_enter(b, &g) == KVF_OK;
+    for (int i = 0; i < KVF_QUEUE_COUNT; i++)
+        queue_destroy(&b->q[i]);
+    for (int i = 0; i < b->sync_free; i++)
+        CUDA_IGNORE(cudaStreamDestroy(b->sync_streams[i]));
+    if (entered)
+        dev_leave(&g);
+    pthread_mutex_destroy(&b->sync_lock);
+    pthread_mutex_destroy(&b->range_lock);
+    free(b->ranges);
+    free(b);
+}
+
+void *kvf__cuda_queue_stream(struct kvf__backend *base, int queue)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    return (void *)b->q[queue].stream;
+}
+
+int kvf__cuda_last_path(struct kvf__backend *base, int queue)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    return atomic_load(&b->q[queue].last_path);
+}
+
+static const kvf__backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .mem_alloc = cuda_mem_alloc,
+    .mem_free = cuda_mem_free,
+    .mem_register = cuda_mem_register,
+    .mem_unregister = cuda_mem_unregister,
+    .copy_sync = cuda_copy_sync,
+    .copy_async = cuda_copy_async,
+    .sync_stream = cuda_sync_stream,
+};
+
+static int copy_mode(const kvf_engine_config *cfg)
+{
+    int mode = KVF_CUDA_COPY_AUTO;
+    if (cfg && cfg->struct_size >= offsetof(kvf_engine_config, cuda_copy) + sizeof cfg->cuda_copy)
+        mode = cfg->cuda_copy;
+    if (mode == KVF_CUDA_COPY_AUTO) {
+        const char *env = getenv("KVF_CUDA_COPY");
+        if (env && strcmp(env, "kernel") == 0)
+            mode = KVF_CUDA_COPY_KERNEL;
+        else if (env && strcmp(env, "dma") == 0)
+            mode = KVF_CUDA_COPY_DMA;
+        else if (env && *env && strcmp(env, "auto") != 0)
+            KVF_LOG(KVF_LOG_WARN, "KVF_CUDA_COPY=%s: expected auto, kernel or dma; using auto",
+                    env);
+    }
+    return mode;
+}
+
+kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend **backend_p)
+{
+    int count = 0;
+    int device = cfg ? cfg->device : 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return kvf__fail(KVF_ERR_NO_DEVICE, "cuda: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+    }
+    if (count == 0)
+        return kvf__fail(KVF_ERR_NO_DEVICE, "cuda: no CUDA device");
+    if (device < 0 || device >= count)
+        return kvf__fail(KVF_ERR_NO_DEVICE, "cuda: device %d: only %d device(s)", device, count);
+
+    cuda_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: out of memory");
+    b->base.ops = &cuda_ops;
+    b->device = device;
+    b->mode = copy_mode(cfg);
+    b->grid = 32;
+    if (cfg &&
+        cfg->struct_size >= offsetof(kvf_engine_config, cuda_copy_sms) + sizeof cfg->cuda_copy_sms &&
+        cfg->cuda_copy_sms)
+        b->grid = cfg->cuda_copy_sms > 1024 ? 1024 : cfg->cuda_copy_sms;
+    pthread_mutex_init(&b->sync_lock, NULL);
+    pthread_mutex_init(&b->range_lock, NULL);
+
+    kvf_status st;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        prev = -1;
+    }
+    e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = kvf__fail(KVF_ERR_NO_DEVICE, "cuda: cudaSetDevice(%d): %s", device,
+                       cudaGetErrorString(e));
+        goto out_free;
+    }
+    int least = 0, greatest = 0, host_ptr_ok = 0, unified = 0;
+    CUDA_GOTO(cudaDeviceGetStreamPriorityRange(&least, &greatest), st, out_free);
+    CUDA_GOTO(cudaDeviceGetAttribute(&host_ptr_ok, cudaDevAttrCanUseHostPointerForRegisteredMem,
+                                     device),
+              st, out_free);
+    CUDA_GOTO(cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, device), st,
+              out_free);
+    b->kernel_ok = host_ptr_ok && unified;
+    if (!b->kernel_ok && b->mode == KVF_CUDA_COPY_KERNEL)
+        KVF_LOG(KVF_LOG_WARN, "cuda: device %d cannot use host pointers directly: dma copies",
+                device);
+    if ((st = queue_init(&b->q[KVF_QUEUE_OFFLOAD], least)) != KVF_OK)
+        goto out_free;
+    if ((st = queue_init(&b->q[KVF_QUEUE_ONBOARD], greatest)) != KVF_OK)
+        goto out_free;
+    /* leave the creating thread on the device it was on */
+    if (prev >= 0 && prev != device)
+        CUDA_IGNORE(cudaSetDevice(prev));
+    KVF_LOG(KVF_LOG_INFO, "cuda: device %d, copies by %s, kernel grid %u", device,
+            b->mode == KVF_CUDA_COPY_KERNEL ? "kernel"
+            : b->mode == KVF_CUDA_COPY_DMA  ? "dma"
+                                            : "auto",
+            b->grid);
+    *backend_p = &b->base;
+    return KVF_OK;
+out_free:
+    cuda_destroy(&b->base);
+    if (prev >= 0 && prev != device)
+        CUDA_IGNORE(cudaSetDevice(prev));
+    return st;
+}
+
+/* ---- machine information ----------------------------------------------- */
+
+void kvf__cuda_info(kvf_info *info)
+{
+    info->cuda_built = 1;
+    info->cuda_runtime = CUDART_VERSION;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        info->cuda_devices = 0;
+        snprintf(info->cuda_error, sizeof info->cuda_error, "%s", cudaGetErrorString(e));
+    } else {
+        info->cuda_devices = count;
+        if (count == 0) {
+            snprintf(info->cuda_error, sizeof info->cuda_error, "no CUDA device");
+        } else {
+            struct cudaDeviceProp p;
+            e = cudaGetDeviceProperties(&p, 0);
+            if (e == cudaSuccess) {
+                snprintf(info->device_name, sizeof info->device_name, "%.127s", p.name);
+            } else {
+                (void)cudaGetLastError();
+                snprintf(info->cuda_error, sizeof info->cuda_error, "%s", cudaGetErrorString(e));
+            }
+        }
+    }
+    void *h = dlopen("libcufile.so.0", RTLD_LAZY | RTLD_LOCAL);
+    info->cufile_present = h != NULL;
+    if (h)
+        dlclose(h);
+}

@@ -1,0 +1,1433 @@
+/*
+ * The engine: pools and slots, batches of moves, hazards between them,
+ * completion with a status per move, and sync with a caller's stream.
+ *
+ * Scheduling. Every batch is checked and registered under the engine lock:
+ * for each slot or file it reads it depends on the pending writer (read
+ * after write); for each one it writes, on the pending writer and on every
+ * pending reader (write after write, write after read). A batch whose
+ * dependencies have all completed is ready. Ready batches wait in one FIFO
+ * per queue (onboards first); worker threads take chunks of a ready batch's
+ * moves, so one large batch is spread across all workers. A backend with
+ * asynchronous copies (CUDA) gets a ready copy batch in one call instead,
+ * and reports its completion from a driver callback.
+ *
+ * Lost data is never served. A move that fails marks what it wrote as
+ * poisoned with its batch id; a move that was queued to read that data
+ * (it recorded the writer's id at submit time) then fails with
+ * KVF_ERR_LOST instead of copying it. Secondary slots stay poisoned until
+ * rewritten; a failed file write removes the file.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum op_kind {
+    OP_OFFLOAD_HOST,
+    OP_OFFLOAD_FILE,
+    OP_ONBOARD_HOST,
+    OP_ONBOARD_FILE,
+    OP_COPY
+} op_kind;
+
+static const char *const op_names[] = {"offload to host", "offload to file", "onboard from host",
+                                       "onboard from file", "copy"};
+
+/* The three spaces a move addresses: primary slots, secondary slots, files. */
+typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE } space;
+
+typedef enum batch_state { B_WAITING, B_READY, B_RUNNING, B_DONE } batch_state;
+
+typedef struct batch batch;
+
+/* What is pending on one slot or file. Only batches not yet done appear. */
+typedef struct hazard {
+    batch *writer;
+    batch **readers; /* readers since `writer` was queued */
+    uint32_t nreaders, cap;
+    uint64_t poison; /* id of the batch whose write here failed, 0: none */
+} hazard;
+
+typedef struct file_hazard {
+    uint64_t key;
+    hazard hz;
+    struct file_hazard *next;
+} file_hazard;
+
+struct batch {
+    uint64_t id;
+    op_kind kind;
+    kvf__queue queue;
+    size_t n;
+    kvf_move *moves;
+    kvf_status *status; /* KVF_INPROGRESS until the move is done */
+    uint64_t *src_dep;  /* per move: id of the write it reads, 0: none */
+    batch_state state;
+    uint32_t deps_left;
+    uint64_t dep_mark; /* the last batch that counted this one as a dependency */
+    batch **dependents;
+    size_t ndependents, dependents_cap;
+    size_t next_move; /* first move no worker has claimed */
+    size_t moves_done;
+    kvf_engine *engine;
+    bool ticketed;     /* the caller holds a ticket for it */
+    bool retired;      /* its ticket was waited for */
+    bool issuing;      /* issue_async is between unlock and relock */
+    bool async;        /* handed to the backend's copy_async */
+    bool on_stream;    /* copy_async accepted it: the GPU orders it */
+    kvf__copy *copies; /* the copies of an async batch */
+    batch *next_ready;
+    batch *prev_undone, *next_undone; /* every batch not done, in id order */
+    batch *next_ticket;
+};
+
+typedef struct mem_array {
+    kvf_memory kind;
+    uint8_t *base;
+    size_t stride;
+    uint32_t slots;
+    bool owned, registered;
+} mem_array;
+
+typedef struct pool {
+    kvf_geometry g;
+    size_t block_bytes;
+    mem_array primary, secondary;
+    bool has_secondary;
+} pool;
+
+typedef struct worker {
+    kvf_engine *engine;
+    pthread_t thread;
+    uint8_t *staging; /* header + one block of every pool, for file I/O */
+    size_t staging_bytes;
+} worker;
+
+#define TICKET_BUCKETS 1024u
+
+struct kvf_engine {
+    kvf_engine_config cfg;
+    char *file_dir, *file_namespace;
+    kvf__backend *backend;
+    kvf_backend backend_kind;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* a batch became ready, or stop */
+    pthread_cond_t done_cv; /* a batch completed, or an async batch was issued */
+
+    pool *pools;
+    uint32_t npools, pools_cap;
+    bool frozen;                             /* pools fixed: the first transfer was queued */
+    uint32_t primary_slots, secondary_slots; /* slots valid in every pool */
+    size_t all_block_bytes;                  /* one block of every pool */
+
+    hazard *hz_primary, *hz_secondary;
+    uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
+    file_hazard **file_buckets;
+    size_t file_nbuckets, file_count;
+
+    bool file_enabled;
+    kvf__blockfile_dir dir;
+
+    uint64_t next_id;
+    batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
+    batch *undone_head, *undone_tail;
+    size_t undone_count;
+    batch *tickets[TICKET_BUCKETS];
+
+    worker *workers;
+    uint32_t nworkers;
+    bool stop;
+};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static uint32_t eff_tokens(const kvf_engine *e, uint32_t tokens)
+{
+    uint32_t tpb = e->pools[0].g.tokens_per_block;
+    return (tokens == 0 || tokens >= tpb) ? tpb : tokens;
+}
+
+static uint8_t *slot_addr(const mem_array *m, uint64_t slot)
+{
+    return m->base + (size_t)slot * m->stride;
+}
+
+static space kind_reads(op_kind k)
+{
+    return k == OP_ONBOARD_HOST ? SP_SECONDARY : k == OP_ONBOARD_FILE ? SP_FILE : SP_PRIMARY;
+}
+
+static space kind_writes(op_kind k)
+{
+    switch (k) {
+    case OP_OFFLOAD_HOST:
+        return SP_SECONDARY;
+    case OP_OFFLOAD_FILE:
+        return SP_FILE;
+    default:
+        return SP_PRIMARY;
+    }
+}
+
+static kvf__queue kind_queue(op_kind k)
+{
+    return (k == OP_OFFLOAD_HOST || k == OP_OFFLOAD_FILE) ? KVF_QUEUE_OFFLOAD : KVF_QUEUE_ONBOARD;
+}
+
+static bool kind_is_file(op_kind k)
+{
+    return k == OP_OFFLOAD_FILE || k == OP_ONBOARD_FILE;
+}
+
+static size_t file_bucket(const kvf_engine *e, uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    return (size_t)(key & (e->file_nbuckets - 1));
+}
+
+static kvf_status file_table_grow(kvf_engine *e)
+{
+    size_t nb = e->file_nbuckets ? e->file_nbuckets * 2 : 256;
+    file_hazard **nbk = calloc(nb, sizeof *nbk);
+    if (!nbk)
+        return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for the file hazard table");
+    size_t old_nb = e->file_nbuckets;
+    file_hazard **old = e->file_buckets;
+    e->file_buckets = nbk;
+    e->file_nbuckets = nb;
+    for (size_t i = 0; i < old_nb; i++) {
+        for (file_hazard *f = old[i], *next; f; f = next) {
+            next = f->next;
+            size_t b = file_bucket(e, f->key);
+            f->next = nbk[b];
+            nbk[b] = f;
+        }
+    }
+    free(old);
+    return KVF_OK;
+}
+
+/* The hazard of one slot or file; files get an entry on demand when
+ * `create` is set (NULL when out of memory or absent). */
+static hazard *hazard_of(kvf_engine *e, space sp, uint64_t idx, bool create)
+{
+    if (sp == SP_PRIMARY)
+        return &e->hz_primary[idx];
+    if (sp == SP_SECONDARY)
+        return &e->hz_secondary[idx];
+    if (e->file_nbuckets) {
+        for (file_hazard *f = e->file_buckets[file_bucket(e, idx)]; f; f = f->next)
+            if (f->key == idx)
+                return &f->hz;
+    }
+    if (!create)
+        return NULL;
+    if (e->file_count + 1 > e->file_nbuckets && file_table_grow(e) != KVF_OK)
+        return NULL;
+    file_hazard *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->key = idx;
+    size_t b = file_bucket(e, idx);
+    f->next = e->file_buckets[b];
+    e->file_buckets[b] = f;
+    e->file_count++;
+    return &f->hz;
+}
+
+static void file_hazard_prune(kvf_engine *e, uint64_t key)
+{
+    file_hazard **pp = &e->file_buckets[file_bucket(e, key)];
+    for (; *pp; pp = &(*pp)->next) {
+        file_hazard *f = *pp;
+        if (f->key != key)
+            continue;
+        if (f->hz.writer || f->hz.nreaders)
+            return;
+        *pp = f->next;
+        free(f->hz.readers);
+        free(f);
+        e->file_count--;
+        return;
+    }
+}
+
+static bool push_ptr(batch ***arr, size_t *n, size_t *cap, batch *b)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 4;
+        batch **na = realloc(*arr, nc * sizeof *na);
+        if (!na)
+            return false;
+        *arr = na;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = b;
+    return true;
+}
+
+static void batch_free(batch *b);
+
+/* Frees a batch once nothing refers to it any more. Lock held. */
+static void batch_release(batch *b)
+{
+    if (b->state == B_DONE && !b->issuing && (!b->ticketed || b->retired))
+        batch_free(b);
+}
+
+static void batch_free(batch *b)
+{
+    if (!b)
+        return;
+    free(b->moves);
+    free(b->status);
+    free(b->src_dep);
+    free(b->dependents);
+    free(b->copies);
+    free(b);
+}
+
+/* ---- engine lifetime ----------------------------------------------------- */
+
+static void *worker_main(void *arg);
+
+static void warn_gds_fallback(void)
+{
+    KVF_LOG(KVF_LOG_WARN, "file tier: GPUDirect Storage is not implemented yet; "
+                          "using the POSIX path");
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static bool env_backend(kvf_backend *b)
+{
+    const char *env = getenv("KVF_BACKEND");
+    if (!env || !*env || strcmp(env, "auto") == 0)
+        return false;
+    if (strcmp(env, "host") == 0)
+        *b = KVF_BACKEND_HOST;
+    else if (strcmp(env, "cuda") == 0)
+        *b = KVF_BACKEND_CUDA;
+    else {
+        KVF_LOG(KVF_LOG_WARN, "KVF_BACKEND=%s: unknown backend, ignored", env);
+        return false;
+    }
+    return true;
+}
+
+kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p)
+{
+    kvf__clear_error();
+    if (!engine_p)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: engine_p is NULL");
+    kvf_engine_config c = KVF_ENGINE_CONFIG_INIT;
+    if (cfg) {
+        /* a caller built against an older, shorter struct gets defaults
+         * for the fields it does not know */
+        if (cfg->struct_size < offsetof(kvf_engine_config, backend) + sizeof cfg->backend ||
+            cfg->struct_size > 4096)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "kvf_engine_create: struct_size %zu (start from "
+                             "KVF_ENGINE_CONFIG_INIT)",
+                             cfg->struct_size);
+        memcpy(&c, cfg, cfg->struct_size < sizeof c ? cfg->struct_size : sizeof c);
+        c.struct_size = sizeof c;
+    }
+    if ((unsigned)c.backend > KVF_BACKEND_CUDA || (unsigned)c.file_io > KVF_FILE_IO_GDS ||
+        (unsigned)c.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda_copy > KVF_CUDA_COPY_DMA)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: an enum field is out of range");
+    if (c.threads > 256)
+        return kvf__fail(KVF_ERR_RANGE, "kvf_engine_create: threads %u (at most 256)", c.threads);
+    if (c.backend == KVF_BACKEND_AUTO)
+        env_backend(&c.backend);
+
+    kvf_status st = KVF_ERR_NOMEM;
+    kvf_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
+    e->cfg = c;
+    e->next_id = 1;
+    e->file_dir = dup_or_null(c.file_dir);
+    e->file_namespace = strdup(c.file_namespace ? c.file_namespace : "default");
+    if ((c.file_dir && !e->file_dir) || !e->file_namespace) {
+        kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
+        goto free_engine;
+    }
+    e->cfg.file_dir = e->file_dir;
+    e->cfg.file_namespace = e->file_namespace;
+    e->dir.dir_fd = -1;
+
+    if (c.backend == KVF_BACKEND_CUDA || c.backend == KVF_BACKEND_AUTO) {
+        st = kvf__cuda_backend_create(&e->cfg, &e->backend);
+        if (st == KVF_OK) {
+            e->backend_kind = KVF_BACKEND_CUDA;
+        } else if (c.backend == KVF_BACKEND_CUDA) {
+            goto free_engine;
+        } else {
+            KVF_LOG(KVF_LOG_INFO, "no usable GPU (%s): host backend", kvf_last_error());
+        }
+    }
+    if (!e->backend) {
+        st = kvf__host_backend_create(&e->backend);
+        if (st != KVF_OK)
+            goto free_engine;
+        e->backend_kind = KVF_BACKEND_HOST;
+    }
+
+    if (e->file_dir) {
+        st = kvf__blockfile_open_dir(e->file_dir, e->file_namespace, 0, c.fsync, &e->dir);
+        if (st != KVF_OK)
+            goto destroy_backend;
+        e->file_enabled = true;
+        if (c.file_io == KVF_FILE_IO_GDS) {
+            static pthread_once_t once = PTHREAD_ONCE_INIT;
+            pthread_once(&once, warn_gds_fallback);
+        }
+    }
+
+    if (pthread_mutex_init(&e->mu, NULL) != 0) {
+        st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_mutex_init failed");
+        goto close_dir;
+    }
+    pthread_cond_init(&e->work_cv, NULL);
+    pthread_cond_init(&e->done_cv, NULL);
+
+    uint32_t nthreads = c.threads;
+    if (nthreads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        nthreads = cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
+    }
+    e->workers = calloc(nthreads, sizeof *e->workers);
+    if (!e->workers) {
+        st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
+        goto destroy_sync;
+    }
+    for (uint32_t i = 0; i < nthreads; i++) {
+        e->workers[i].engine = e;
+        int rc = pthread_create(&e->workers[i].thread, NULL, worker_main, &e->workers[i]);
+        if (rc != 0) {
+            st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_create: %s", strerror(rc));
+            goto stop_workers;
+        }
+        e->nworkers++;
+    }
+    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s", e->backend->ops->name, e->nworkers,
+            e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "");
+    *engine_p = e;
+    return KVF_OK;
+
+stop_workers:
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_broadcast(&e->work_cv);
+    pthread_mutex_unlock(&e->mu);
+    for (uint32_t i = 0; i < e->nworkers; i++)
+        pthread_join(e->workers[i].thread, NULL);
+    free(e->workers);
+destroy_sync:
+    pthread_cond_destroy(&e->done_cv);
+    pthread_cond_destroy(&e->work_cv);
+    pthread_mutex_destroy(&e->mu);
+close_dir:
+    kvf__blockfile_close_dir(&e->dir);
+destroy_backend:
+    e->backend->ops->destroy(e->backend);
+free_engine:
+    free(e->file_dir);
+    free(e->file_namespace);
+    free(e);
+    return st;
+}
+
+static void mem_array_release(kvf_engine *e, mem_array *m)
+{
+    if (m->owned)
+        e->backend->ops->mem_free(e->backend, m->kind, m->base);
+    else if (m->registered)
+        e->backend->ops->mem_unregister(e->backend, m->kind, m->base);
+}
+
+void kvf_engine_destroy(kvf_engine *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    while (e->undone_count)
+        pthread_cond_wait(&e->done_cv, &e->mu);
+    e->stop = true;
+    pthread_cond_broadcast(&e->work_cv);
+    pthread_mutex_unlock(&e->mu);
+    for (uint32_t i = 0; i < e->nworkers; i++)
+        pthread_join(e->workers[i].thread, NULL);
+    for (uint32_t i = 0; i < e->nworkers; i++)
+        if (e->workers[i].staging)
+            e->backend->ops->mem_free(e->backend,
+                                      e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED
+                                                                          : KVF_MEMORY_HOST,
+                                      e->workers[i].staging);
+    free(e->workers);
+    for (size_t i = 0; i < TICKET_BUCKETS; i++)
+        for (batch *b = e->tickets[i], *next; b; b = next) {
+            next = b->next_ticket;
+            batch_free(b);
+        }
+    for (uint32_t p = 0; p < e->npools; p++) {
+        mem_array_release(e, &e->pools[p].primary);
+        if (e->pools[p].has_secondary)
+            mem_array_release(e, &e->pools[p].secondary);
+    }
+    free(e->pools);
+    if (e->hz_primary)
+        for (uint32_t i = 0; i < e->primary_slots; i++)
+            free(e->hz_primary[i].readers);
+    if (e->hz_secondary)
+        for (uint32_t i = 0; i < e->secondary_slots; i++)
+            free(e->hz_secondary[i].readers);
+    free(e->hz_primary);
+    free(e->hz_secondary);
+    free(e->sec_tokens);
+    for (size_t i = 0; i < e->file_nbuckets; i++)
+        for (file_hazard *f = e->file_buckets[i], *next; f; f = next) {
+            next = f->next;
+            free(f->hz.readers);
+            free(f);
+        }
+    free(e->file_buckets);
+    kvf__blockfile_close_dir(&e->dir);
+    e->backend->ops->destroy(e->backend);
+    pthread_cond_destroy(&e->done_cv);
+    pthread_cond_destroy(&e->work_cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e->file_dir);
+    free(e->file_namespace);
+    free(e);
+}
+
+kvf_backend kvf_engine_backend(const kvf_engine *e)
+{
+    return e ? e->backend_kind : KVF_BACKEND_AUTO;
+}
+
+const char *kvf_backend_name(kvf_backend backend)
+{
+    switch (backend) {
+    case KVF_BACKEND_AUTO:
+        return "auto";
+    case KVF_BACKEND_HOST:
+        return "host";
+    case KVF_BACKEND_CUDA:
+        return "cuda";
+    }
+    return "?";
+}
+
+/* ---- pools ----------------------------------------------------------------- */
+
+static kvf_status mem_array_setup(kvf_engine *e, uint32_t pool_idx, const char *what,
+                                  const kvf_pool_desc *d, size_t block_bytes, bool primary,
+                                  mem_array *m)
+{
+    if ((unsigned)d->memory > KVF_MEMORY_DEVICE)
+        return kvf__fail(KVF_ERR_INVALID, "pool %u: %s memory kind %d unknown", pool_idx, what,
+                         (int)d->memory);
+    if (d->slots == 0)
+        return kvf__fail(KVF_ERR_INVALID, "pool %u: %s has 0 slots", pool_idx, what);
+    bool cuda = e->backend_kind == KVF_BACKEND_CUDA;
+    if (!cuda && d->memory == KVF_MEMORY_DEVICE)
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "pool %u: %s in device memory, but the engine runs on the host "
+                         "backend",
+                         pool_idx, what);
+    if (cuda && primary && d->memory != KVF_MEMORY_DEVICE)
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "pool %u: the CUDA backend keeps primary slots in device memory",
+                         pool_idx);
+    if (cuda && !primary && d->memory == KVF_MEMORY_DEVICE)
+        return kvf__fail(KVF_ERR_UNSUPPORTED, "pool %u: secondary slots live in host memory",
+                         pool_idx);
+    size_t stride = d->slot_stride ? d->slot_stride : block_bytes;
+    if (stride < block_bytes)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "pool %u: %s slot_stride %zu is below the block's %zu bytes", pool_idx,
+                         what, stride, block_bytes);
+    size_t bytes;
+    if (kvf__mul_overflows(stride, d->slots, &bytes))
+        return kvf__fail(KVF_ERR_RANGE, "pool %u: %s of %u slots of %zu bytes overflows", pool_idx,
+                         what, d->slots, stride);
+    memset(m, 0, sizeof *m);
+    m->kind = d->memory;
+    m->stride = stride;
+    m->slots = d->slots;
+    kvf_status st;
+    if (d->base) {
+        st = e->backend->ops->mem_register(e->backend, d->memory, d->base, bytes, &m->registered);
+        if (st != KVF_OK)
+            return kvf__fail(st, "pool %u: %s: %s", pool_idx, what, kvf_last_error());
+        m->base = d->base;
+    } else {
+        void *p;
+        st = e->backend->ops->mem_alloc(e->backend, d->memory, bytes, &p);
+        if (st != KVF_OK)
+            return kvf__fail(st, "pool %u: %s of %zu bytes: %s", pool_idx, what, bytes,
+                             kvf_last_error());
+        m->base = p;
+        m->owned = true;
+    }
+    return KVF_OK;
+}
+
+kvf_status kvf_engine_add_pool(kvf_engine *e, const kvf_geometry *g, const kvf_pool_desc *primary,
+                               const kvf_pool_desc *secondary, uint32_t *pool_p)
+{
+    kvf__clear_error();
+    if (!e || !g || !primary)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_add_pool: engine, geometry and primary "
+                                          "are required");
+    pool p;
+    memset(&p, 0, sizeof p);
+    kvf_status st = kvf_geometry_block_bytes(g, &p.block_bytes);
+    if (st != KVF_OK)
+        return st;
+    p.g = *g;
+
+    pthread_mutex_lock(&e->mu);
+    uint32_t idx = e->npools;
+    if (e->frozen) {
+        st =
+            kvf__fail(KVF_ERR_STATE, "pool %u: pools must be added before the first transfer", idx);
+        goto unlock;
+    }
+    if (idx && e->pools[0].g.tokens_per_block != g->tokens_per_block) {
+        st = kvf__fail(KVF_ERR_INVALID, "pool %u: tokens_per_block %u differs from pool 0's %u",
+                       idx, g->tokens_per_block, e->pools[0].g.tokens_per_block);
+        goto unlock;
+    }
+    if (idx == e->pools_cap) {
+        uint32_t nc = e->pools_cap ? e->pools_cap * 2 : 4;
+        pool *np = realloc(e->pools, nc * sizeof *np);
+        if (!np) {
+            st = kvf__fail(KVF_ERR_NOMEM, "pool %u: out of memory", idx);
+            goto unlock;
+        }
+        e->pools = np;
+        e->pools_cap = nc;
+    }
+    st = mem_array_setup(e, idx, "primary", primary, p.block_bytes, true, &p.primary);
+    if (st != KVF_OK)
+        goto unlock;
+    if (secondary) {
+        st = mem_array_setup(e, idx, "secondary", secondary, p.block_bytes, false, &p.secondary);
+        if (st != KVF_OK) {
+            mem_array_release(e, &p.primary);
+            goto unlock;
+        }
+        p.has_secondary = true;
+    }
+    e->pools[e->npools++] = p;
+    if (pool_p)
+        *pool_p = idx;
+unlock:
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+uint32_t kvf_engine_pool_count(const kvf_engine *e)
+{
+    return e ? e->npools : 0;
+}
+
+kvf_status kvf_engine_slot_ptr(kvf_engine *e, uint32_t pool_idx, kvf_level level, uint32_t slot,
+                               void **ptr_p)
+{
+    kvf__clear_error();
+    if (!e || !ptr_p)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_slot_ptr: NULL argument");
+    if (pool_idx >= e->npools)
+        return kvf__fail(KVF_ERR_RANGE, "pool %u: no such pool (%u pools)", pool_idx, e->npools);
+    const pool *p = &e->pools[pool_idx];
+    if (level != KVF_LEVEL_PRIMARY && level != KVF_LEVEL_SECONDARY)
+        return kvf__fail(KVF_ERR_INVALID, "pool %u: level %d unknown", pool_idx, (int)level);
+    if (level == KVF_LEVEL_SECONDARY && !p->has_secondary)
+        return kvf__fail(KVF_ERR_INVALID, "pool %u: no secondary slots", pool_idx);
+    const mem_array *m = level == KVF_LEVEL_PRIMARY ? &p->primary : &p->secondary;
+    if (slot >= m->slots)
+        return kvf__fail(KVF_ERR_RANGE, "pool %u: %s slot %u out of range (%u slots)", pool_idx,
+                         level == KVF_LEVEL_PRIMARY ? "primary" : "secondary", slot, m->slots);
+    *ptr_p = slot_addr(m, slot);
+    return KVF_OK;
+}
+
+/* Fixes the pools at the first transfer: the hazard tables and the file
+ * layout fingerprint depend on them. Called with the lock held. */
+static kvf_status freeze(kvf_engine *e)
+{
+    if (e->frozen)
+        return KVF_OK;
+    if (e->npools == 0)
+        return kvf__fail(KVF_ERR_STATE, "engine: no pools added");
+    uint32_t prim = UINT32_MAX, sec = UINT32_MAX;
+    size_t all = 0;
+    bool any_secondary = false;
+    kvf_geometry *gs = malloc(e->npools * sizeof *gs);
+    if (!gs)
+        return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory");
+    for (uint32_t p = 0; p < e->npools; p++) {
+        const pool *pl = &e->pools[p];
+        gs[p] = pl->g;
+        prim = pl->primary.slots < prim ? pl->primary.slots : prim;
+        if (pl->has_secondary) {
+            any_secondary = true;
+            sec = pl->secondary.slots < sec ? pl->secondary.slots : sec;
+        } else {
+            sec = 0;
+        }
+        all += pl->block_bytes;
+    }
+    if (!any_secondary)
+        sec = 0;
+    e->hz_primary = calloc(prim, sizeof *e->hz_primary);
+    e->hz_secondary = sec ? calloc(sec, sizeof *e->hz_secondary) : NULL;
+    e->sec_tokens = sec ? calloc(sec, sizeof *e->sec_tokens) : NULL;
+    if (!e->hz_primary || (sec && (!e->hz_secondary || !e->sec_tokens))) {
+        free(gs);
+        free(e->hz_primary);
+        free(e->hz_secondary);
+        free(e->sec_tokens);
+        e->hz_primary = e->hz_secondary = NULL;
+        e->sec_tokens = NULL;
+        return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for hazard tables");
+    }
+    e->dir.fingerprint = kvf__geometry_fingerprint(gs, e->npools);
+    free(gs);
+    e->primary_slots = prim;
+    e->secondary_slots = sec;
+    e->all_block_bytes = all;
+    e->frozen = true;
+    return KVF_OK;
+}
+
+/* ---- submission ----------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A batch may not write one destination twice, nor (kvf_copy) read a slot
+ * that it also writes: the order inside a batch is not defined. */
+static kvf_status check_collisions(op_kind kind, const kvf_move *moves, size_t n)
+{
+    bool copy = kind == OP_COPY;
+    size_t m = copy ? 2 * n : n;
+    uint64_t *v = malloc(m * sizeof *v);
+    if (!v)
+        return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        /* tag reads and writes apart in the low bit for copies */
+        v[i] = copy ? moves[i].dst << 1 | 1 : moves[i].dst;
+        if (copy)
+            v[n + i] = moves[i].src << 1;
+    }
+    qsort(v, m, sizeof *v, cmp_u64);
+    kvf_status st = KVF_OK;
+    for (size_t i = 1; i < m && st == KVF_OK; i++) {
+        if (!copy && v[i] == v[i - 1])
+            st = kvf__fail(KVF_ERR_INVALID,
+                           "batch: two moves write destination %llu (0x%llx); a batch writes "
+                           "each destination once",
+                           (unsigned long long)v[i], (unsigned long long)v[i]);
+        else if (copy && (v[i] >> 1) == (v[i - 1] >> 1) && ((v[i] | v[i - 1]) & 1))
+            st = kvf__fail(KVF_ERR_INVALID,
+                           "batch: primary slot %llu is both read and written, or written "
+                           "twice, in one copy batch",
+                           (unsigned long long)(v[i] >> 1));
+    }
+    free(v);
+    return st;
+}
+
+static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_move *mv)
+{
+    space rs = kind_reads(kind);
+    space ws = kind_writes(kind);
+    const uint64_t idx[2] = {mv->src, mv->dst};
+    const space sp[2] = {rs, ws};
+    for (int k = 0; k < 2; k++) {
+        if (sp[k] == SP_PRIMARY && idx[k] >= e->primary_slots)
+            return kvf__fail(KVF_ERR_RANGE,
+                             "move %zu: primary slot %llu out of range (%u slots in every pool)", i,
+                             (unsigned long long)idx[k], e->primary_slots);
+        if (sp[k] == SP_SECONDARY && idx[k] >= e->secondary_slots)
+            return kvf__fail(KVF_ERR_RANGE,
+                             "move %zu: secondary slot %llu out of range (%u slots in every "
+                             "pool)",
+                             i, (unsigned long long)idx[k], e->secondary_slots);
+    }
+    if (mv->tokens != 0) {
+        for (uint32_t p = 0; p < e->npools; p++) {
+            kvf_region r;
+            kvf_status st = kvf_geometry_region(&e->pools[p].g, mv->tokens, &r);
+            if (st != KVF_OK)
+                return kvf__fail(st, "move %zu: pool %u: %s", i, p, kvf_last_error());
+        }
+    }
+    return KVF_OK;
+}
+
+static kvf_status add_dependency(batch *b, batch *dep)
+{
+    if (dep == b || dep->dep_mark == b->id)
+        return KVF_OK;
+    if (!push_ptr(&dep->dependents, &dep->ndependents, &dep->dependents_cap, b))
+        return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
+    dep->dep_mark = b->id;
+    b->deps_left++;
+    return KVF_OK;
+}
+
+static void ready_push(kvf_engine *e, batch *b)
+{
+    b->state = B_READY;
+    b->next_ready = NULL;
+    kvf__queue q = b->queue;
+    if (e->ready_tail[q])
+        e->ready_tail[q]->next_ready = b;
+    else
+        e->ready_head[q] = b;
+    e->ready_tail[q] = b;
+    pthread_cond_signal(&e->work_cv);
+}
+
+static void ready_pop(kvf_engine *e, kvf__queue q)
+{
+    batch *b = e->ready_head[q];
+    e->ready_head[q] = b->next_ready;
+    if (!e->ready_head[q])
+        e->ready_tail[q] = NULL;
+    b->next_ready = NULL;
+}
+
+static void issue_async(kvf_engine *e, batch *b);
+
+/* Registers a checked batch in the hazard tables and queues it. Lock held.
+ * Only allocation can fail here, and then the tables are left as they were
+ * except for entries the batch would have been added to (undone below). */
+static kvf_status register_batch(kvf_engine *e, batch *b)
+{
+    space rs = kind_reads(b->kind);
+    space ws = kind_writes(b->kind);
+    for (size_t i = 0; i < b->n; i++) {
+        kvf_move *mv = &b->moves[i];
+        hazard *r = hazard_of(e, rs, mv->src, true);
+        hazard *w = hazard_of(e, ws, mv->dst, true);
+        if (!r || !w)
+            return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
+        /* read after write: remember whose data this move will read */
+        if (r->writer) {
+            b->src_dep[i] = r->writer->id;
+            if (add_dependency(b, r->writer) != KVF_OK)
+                return KVF_ERR_NOMEM;
+        } else if (rs != SP_PRIMARY) {
+            /* kvferry owns secondary slots and files: a failed write
+             * there is known bad until rewritten */
+            b->src_dep[i] = r->poison;
+        }
+        if (!(r->nreaders && r->readers[r->nreaders - 1] == b)) {
+            size_t nr = r->nreaders, cap = r->cap;
+            if (!push_ptr(&r->readers, &nr, &cap, b))
+                return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
+            r->nreaders = (uint32_t)nr;
+            r->cap = (uint32_t)cap;
+        }
+        /* write after write, write after read */
+        if (w->writer && add_dependency(b, w->writer) != KVF_OK)
+            return KVF_ERR_NOMEM;
+        for (uint32_t k = 0; k < w->nreaders; k++)
+            if (add_dependency(b, w->readers[k]) != KVF_OK)
+                return KVF_ERR_NOMEM;
+        w->nreaders = 0;
+        w->writer = b;
+        if (ws == SP_SECONDARY)
+            e->sec_tokens[mv->dst] = eff_tokens(e, mv->tokens);
+    }
+    return KVF_OK;
+}
+
+static void complete_batch(kvf_engine *e, batch *b);
+
+static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
+                         kvf_ticket *ticket_p)
+{
+    kvf__clear_error();
+    if (!e)
+        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", op_names[kind]);
+    if (n == 0 || !moves)
+        return kvf__fail(KVF_ERR_INVALID, "%s: empty batch", op_names[kind]);
+    if (n > (SIZE_MAX / 4) / sizeof(kvf__copy))
+        return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", op_names[kind], n);
+
+    batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
+    b->moves = malloc(n * sizeof *b->moves);
+    b->status = malloc(n * sizeof *b->status);
+    b->src_dep = calloc(n, sizeof *b->src_dep);
+    if (!b->moves || !b->status || !b->src_dep) {
+        batch_free(b);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
+    }
+    memcpy(b->moves, moves, n * sizeof *moves);
+    for (size_t i = 0; i < n; i++)
+        b->status[i] = KVF_INPROGRESS;
+    b->n = n;
+    b->kind = kind;
+    b->queue = kind_queue(kind);
+    b->ticketed = ticket_p != NULL;
+    b->engine = e;
+
+    kvf_status st = check_collisions(kind, moves, n);
+    if (st != KVF_OK) {
+        batch_free(b);
+        return kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
+    }
+
+    pthread_mutex_lock(&e->mu);
+    st = freeze(e);
+    if (st != KVF_OK)
+        goto refuse;
+    if (kind_is_file(kind) && !e->file_enabled) {
+        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no file tier (set file_dir)",
+                       op_names[kind]);
+        goto refuse;
+    }
+    if (kind == OP_OFFLOAD_HOST || kind == OP_ONBOARD_HOST) {
+        for (uint32_t p = 0; p < e->npools; p++)
+            if (!e->pools[p].has_secondary) {
+                st = kvf__fail(KVF_ERR_INVALID, "%s: pool %u has no secondary slots",
+                               op_names[kind], p);
+                goto refuse;
+            }
+    }
+    for (size_t i = 0; i < n; i++) {
+        st = check_move(e, kind, i, &moves[i]);
+        if (st != KVF_OK) {
+            st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
+            goto refuse;
+        }
+    }
+    /* Reading a secondary slot that holds fewer tokens than asked, or
+     * nothing, fails that move: kvferry does not hand back bytes it never
+     * stored. (Files carry their token count in the header.) */
+    if (kind == OP_ONBOARD_HOST) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t have = e->sec_tokens[moves[i].src], want = eff_tokens(e, moves[i].tokens);
+            if (have == 0) {
+                b->status[i] = KVF_ERR_NOT_FOUND;
+                KVF_LOG(KVF_LOG_WARN, "onboard: secondary slot %llu holds no block",
+                        (unsigned long long)moves[i].src);
+            } else if (have < want) {
+                b->status[i] = KVF_ERR_RANGE;
+                KVF_LOG(KVF_LOG_WARN, "onboard: secondary slot %llu holds %u tokens, %u asked",
+                        (unsigned long long)moves[i].src, have, want);
+            }
+        }
+    }
+
+    b->id = e->next_id++;
+    st = register_batch(e, b);
+    if (st != KVF_OK) {
+        /* out of memory half way: fail the batch's moves but keep the
+         * hazards it did register consistent by running it as failed */
+        for (size_t i = 0; i < n; i++)
+            b->status[i] = KVF_ERR_NOMEM;
+    }
+    b->prev_undone = e->undone_tail;
+    if (e->undone_tail)
+        e->undone_tail->next_undone = b;
+    else
+        e->undone_head = b;
+    e->undone_tail = b;
+    e->undone_count++;
+    if (b->ticketed) {
+        size_t bk = b->id % TICKET_BUCKETS;
+        b->next_ticket = e->tickets[bk];
+        e->tickets[bk] = b;
+        *ticket_p = b->id;
+    }
+    kvf_status ret = KVF_OK;
+    if (st != KVF_OK && !b->ticketed)
+        ret = st; /* nobody would hear of it otherwise */
+    if (b->deps_left == 0) {
+        if (e->backend->ops->copy_async && !kind_is_file(kind)) {
+            b->state = B_RUNNING;
+            b->async = true;
+            issue_async(e, b); /* releases and retakes the lock */
+        } else {
+            ready_push(e, b);
+        }
+    } else {
+        b->state = B_WAITING;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ret;
+
+refuse:
+    pthread_mutex_unlock(&e->mu);
+    batch_free(b);
+    return st;
+}
+
+kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
+                       kvf_ticket *ticket_p)
+{
+    if (to != KVF_TIER_HOST && to != KVF_TIER_FILE)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_offload: tier %d unknown", (int)to);
+    return submit(e, to == KVF_TIER_HOST ? OP_OFFLOAD_HOST : OP_OFFLOAD_FILE, moves, n, ticket_p);
+}
+
+kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
+                       kvf_ticket *ticket_p)
+{
+    if (from != KVF_TIER_HOST && from != KVF_TIER_FILE)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_onboard: tier %d unknown", (int)from);
+    return submit(e, from == KVF_TIER_HOST ? OP_ONBOARD_HOST : OP_ONBOARD_FILE, moves, n, ticket_p);
+}
+
+kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+{
+    return submit(e, OP_COPY, moves, n, ticket_p);
+}
+
+/* ---- completion ------------------------------------------------------------ */
+
+static void hazard_drop_reader(hazard *h, batch *b)
+{
+    for (uint32_t k = 0; k < h->nreaders; k++)
+        if (h->readers[k] == b) {
+            h->readers[k] = h->readers[--h->nreaders];
+            return;
+        }
+}
+
+/* Marks a batch done: records poison for failed writes, leaves the hazard
+ * tables, releases its dependents, wakes waiters. Lock held. */
+static void complete_batch(kvf_engine *e, batch *b)
+{
+    space rs = kind_reads(b->kind);
+    space ws = kind_writes(b->kind);
+    for (size_t i = 0; i < b->n; i++) {
+        const kvf_move *mv = &b->moves[i];
+        if (b->status[i] == KVF_INPROGRESS)
+            b->status[i] = KVF_OK;
+        hazard *r = hazard_of(e, rs, mv->src, false);
+        if (r)
+            hazard_drop_reader(r, b);
+        hazard *w = hazard_of(e, ws, mv->dst, false);
+        if (w) {
+            if (w->writer == b)
+                w->writer = NULL;
+            w->poison = b->status[i] == KVF_OK ? 0 : b->id;
+        }
+        if (b->status[i] != KVF_OK && !b->ticketed)
+            KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu): %s", op_names[b->kind], i,
+                    (unsigned long long)mv->src, (unsigned long long)mv->dst,
+                    kvf_status_str(b->status[i]));
+    }
+    if (rs == SP_FILE || ws == SP_FILE)
+        for (size_t i = 0; i < b->n; i++)
+            file_hazard_prune(e, rs == SP_FILE ? b->moves[i].src : b->moves[i].dst);
+    for (size_t k = 0; k < b->ndependents; k++) {
+        batch *d = b->dependents[k];
+        if (--d->deps_left == 0)
+            ready_push(e, d);
+    }
+    b->ndependents = 0;
+    b->state = B_DONE;
+    if (b->prev_undone)
+        b->prev_undone->next_undone = b->next_undone;
+    else
+        e->undone_head = b->next_undone;
+    if (b->next_undone)
+        b->next_undone->prev_undone = b->prev_undone;
+    else
+        e->undone_tail = b->prev_undone;
+    e->undone_count--;
+    pthread_cond_broadcast(&e->done_cv);
+    batch_release(b);
+}
+
+/* A move whose source was written by a move that failed: lost. Lock held. */
+static bool source_lost(kvf_engine *e, const batch *b, size_t i)
+{
+    if (!b->src_dep[i])
+        return false;
+    space rs = kind_reads(b->kind);
+    const hazard *h = hazard_of(e, rs, b->moves[i].src, false);
+    return h && h->poison == b->src_dep[i];
+}
+
+/* ---- execution -------------------------------------------------------------- */
+
+/* The copy of pool p for one move in host or copy mode: the region of the
+ * first `tokens` tokens, at the same place in source and destination. */
+static kvf__copy move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kvf_move *mv)
+{
+    const pool *pl = &e->pools[p];
+    const mem_array *src = kind == OP_ONBOARD_HOST ? &pl->secondary : &pl->primary;
+    const mem_array *dst = kind == OP_OFFLOAD_HOST ? &pl->secondary : &pl->primary;
+    kvf_region r;
+    kvf_geometry_region(&pl->g, mv->tokens, &r); /* checked at submit */
+    kvf__copy c = {
+        slot_addr(dst, mv->dst), slot_addr(src, mv->src), r.row_bytes, r.rows, r.pitch, r.pitch};
+    return c;
+}
+
+static void async_done(void *arg, kvf_status status)
+{
+    batch *b = arg;
+    kvf_engine *e = b->engine;
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < b->n; i++)
+        if (b->status[i] == KVF_INPROGRESS && status != KVF_OK)
+            b->status[i] = status;
+    complete_batch(e, b);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Hands a ready copy batch to an asynchronous backend. Called with the
+ * lock held; drops it while the backend queues the copies. */
+static void issue_async(kvf_engine *e, batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
+            b->status[i] = KVF_ERR_LOST;
+    size_t ncopies = 0;
+    b->copies = malloc(b->n * e->npools * sizeof *b->copies);
+    if (!b->copies) {
+        for (size_t i = 0; i < b->n; i++)
+            if (b->status[i] == KVF_INPROGRESS)
+                b->status[i] = KVF_ERR_NOMEM;
+        complete_batch(e, b);
+        return;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->status[i] != KVF_INPROGRESS)
+            continue;
+        for (uint32_t p = 0; p < e->npools; p++)
+            b->copies[ncopies++] = move_copy(e, b->kind, p, &b->moves[i]);
+    }
+    if (ncopies == 0) {
+        complete_batch(e, b);
+        return;
+    }
+    /* the completion callback may finish the batch before the lock is
+     * taken again: `issuing` keeps it allocated until then */
+    b->issuing = true;
+    pthread_mutex_unlock(&e->mu);
+    kvf_status st =
+        e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
+    pthread_mutex_lock(&e->mu);
+    b->issuing = false;
+    if (st != KVF_OK) {
+        KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_names[b->kind], (unsigned long long)b->id,
+                kvf_last_error());
+        for (size_t i = 0; i < b->n; i++)
+            if (b->status[i] == KVF_INPROGRESS)
+                b->status[i] = st;
+        complete_batch(e, b);
+        return;
+    }
+    if (b->state == B_DONE) {
+        batch_release(b);
+        return;
+    }
+    b->on_stream = true;
+    /* a sync_stream waiting for this batch to reach the GPU may go on */
+    pthread_cond_broadcast(&e->done_cv);
+}
+
+static kvf_status ensure_staging(worker *w)
+{
+    kvf_engine *e = w->engine;
+    size_t need = KVF_BLOCKFILE_HEADER_BYTES + e->all_block_bytes;
+    if (w->staging && w->staging_bytes >= need)
+        return KVF_OK;
+    kvf_memory kind =
+        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
+    void *p;
+    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
+    if (st != KVF_OK)
+        return st;
+    if (w->staging)
+        e->backend->ops->mem_free(e->backend, kind, w->staging);
+    w->staging = p;
+    w->staging_bytes = need;
+    return KVF_OK;
+}
+
+/* Copies of a move between its primary slot and a packed file image: each
+ * pool's rows of `file_tokens` tokens, back to back. `tokens` of them are
+ * moved (tokens <= file_tokens). */
+static size_t file_copies(const kvf_engine *e, const kvf_move *mv, bool to_file, uint8_t *payload,
+                          uint32_t tokens, uint32_t file_tokens, kvf__copy *out)
+{
+    size_t off = 0;
+    for (uint32_t p = 0; p < e->npools; p++) {
+        const pool *pl = &e->pools[p];
+        kvf_region want, stored;
+        kvf_geometry_region(&pl->g, tokens, &want);
+        kvf_geometry_region(&pl->g, file_tokens, &stored);
+        /* a whole stored block is rows of the full pitch, like the slot */
+        size_t rows = want.rows, width = want.row_bytes;
+        size_t file_pitch = stored.rows == 1 && want.rows > 1 ? want.pitch : stored.row_bytes;
+        if (want.rows == 1)
+            file_pitch = width;
+        uint8_t *slot = slot_addr(&pl->primary, to_file ? mv->src : mv->dst);
+        if (to_file)
+            out[p] = (kvf__copy){payload + off, slot, width, rows, file_pitch, want.pitch};
+        else
+            out[p] = (kvf__copy){slot, payload + off, width, rows, want.pitch, file_pitch};
+        off += kvf__region_bytes(&stored);
+    }
+    return off;
+}
+
+static kvf_status run_file_move(worker *w, const batch *b, size_t i)
+{
+    kvf_engine *e = w->engine;
+    const kvf_move *mv = &b->moves[i];
+    kvf_status st = ensure_staging(w);
+    if (st != KVF_OK)
+        return st;
+    kvf__copy copies[64];
+    kvf__copy *cp = e->npools <= 64 ? copies : malloc(e->npools * sizeof *cp);
+    if (!cp)
+        return kvf__fail(KVF_ERR_NOMEM, "out of memory");
+    uint8_t *payload = w->staging + KVF_BLOCKFILE_HEADER_BYTES;
+    uint32_t tokens = eff_tokens(e, mv->tokens);
+    if (b->kind == OP_OFFLOAD_FILE) {
+        size_t bytes = file_copies(e, mv, true, payload, tokens, tokens, cp);
+        st = e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+        if (st == KVF_OK) {
+            kvf__blockfile_meta meta = {mv->dst, tokens, e->npools, bytes};
+            st = kvf__blockfile_write(&e->dir, &meta, w->staging);
+        }
+    } else {
+        kvf__blockfile_meta meta;
+        st = kvf__blockfile_read(&e->dir, mv->src, w->staging, w->staging_bytes, &meta);
+        if (st == KVF_OK && meta.pools != e->npools)
+            st = kvf__fail(KVF_ERR_MISMATCH, "block 0x%llx: stored with %u pools, engine has %u",
+                           (unsigned long long)mv->src, meta.pools, e->npools);
+        if (st == KVF_OK && meta.tokens < tokens)
+            st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
+                           (unsigned long long)mv->src, meta.tokens, tokens);
+        if (st == KVF_OK) {
+            size_t bytes = file_copies(e, mv, false, payload, tokens, meta.tokens, cp);
+            if (bytes != meta.payload_bytes)
+                st = kvf__fail(KVF_ERR_MISMATCH,
+                               "block 0x%llx: %llu payload bytes stored, %zu expected for %u "
+                               "tokens",
+                               (unsigned long long)mv->src, (unsigned long long)meta.payload_bytes,
+                               bytes, meta.tokens);
+            else
+                st = e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+        }
+    }
+    if (cp != copies)
+        free(cp);
+    if (st != KVF_OK)
+        KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], kvf_last_error());
+    return st;
+}
+
+static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
+{
+    kvf__copy copies[64];
+    kvf_status st = KVF_OK;
+    for (uint32_t p = 0; p < e->npools && st == KVF_OK; p += 64) {
+        uint32_t k = 0;
+        for (; k < 64 && p + k < e->npools; k++)
+            copies[k] = move_copy(e, b->kind, p + k, &b->moves[i]);
+        st = e->backend->ops->copy_sync(e->backend, b->queue, copies, k);
+    }
+    return st;
+}
+
+/* How many moves one worker takes from a batch at a time: about 4 MiB, and
+ * no more than an even share, so a large batch spreads over all workers. */
+static size_t chunk_of(const kvf_engine *e, const batch *b)
+{
+    if (kind_is_file(b->kind))
+        return 1;
+    size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
+    size_t share = (b->n + e->nworkers - 1) / e->nworkers;
+    size_t c = per < share ? per : share;
+    return c ? c : 1;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    kvf_engine *e = w->engine;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        batch *b = e->ready_head[KVF_QUEUE_ONBOARD];
+        if (!b)
+            b = e->ready_head[KVF_QUEUE_OFFLOAD];
+        if (!b) {
+            if (e->stop)
+                break;
+            pthread_cond_wait(&e->work_cv, &e->mu);
+            continue;
+        }
+        if (e->backend->ops->copy_async && !kind_is_file(b->kind)) {
+            ready_pop(e, b->queue);
+            b->state = B_RUNNING;
+            b->async = true;
+            issue_async(e, b);
+            continue;
+        }
+        size_t first = b->next_move;
+        size_t last = first + chunk_of(e, b);
+        if (last >= b->n) {
+            last = b->n;
+            ready_pop(e, b->queue);
+            b->state = B_RUNNING;
+        }
+        b->next_move = last;
+        for (size_t i = first; i < last; i++)
+            if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
+                b->status[i] = KVF_ERR_LOST;
+        pthread_mutex_unlock(&e->mu);
+
+        /* each move's status is written by the one worker that claimed it */
+        for (size_t i = first; i < last; i++) {
+            if (b->status[i] != KVF_INPROGRESS)
+                continue;
+            kvf_status st = kind_is_file(b->kind) ? run_file_move(w, b, i) : run_copy_move(e, b, i);
+            if (st != KVF_OK)
+                b->status[i] = st;
+        }
+
+        pthread_mutex_lock(&e->mu);
+        b->moves_done += last - first;
+        if (b->moves_done == b->n) {
+            if (b->kind == OP_OFFLOAD_FILE && e->cfg.fsync == KVF_FSYNC_BATCH) {
+                pthread_mutex_unlock(&e->mu);
+                kvf_status st = kvf__blockfile_fsync_dir(&e->dir);
+                pthread_mutex_lock(&e->mu);
+                if (st != KVF_OK)
+                    for (size_t i = 0; i < b->n; i++)
+                        if (b->status[i] == KVF_INPROGRESS)
+                            b->status[i] = st;
+            }
+            complete_batch(e, b);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- tickets and sync ------------------------------------------------------ */
+
+static batch **ticket_slot(kvf_engine *e, kvf_ticket t)
+{
+    batch **pp = &e->tickets[t % TICKET_BUCKETS];
+    while (*pp && (*pp)->id != t)
+        pp = &(*pp)->next_ticket;
+    return pp;
+}
+
+static kvf_status finish_ticket(kvf_engine *e, batch **pp, kvf_status *per_move)
+{
+    batch *b = *pp;
+    kvf_status ret = KVF_OK;
+    for (size_t i = 0; i < b->n; i++) {
+        if (per_move)
+            per_move[i] = b->status[i];
+        if (ret == KVF_OK && b->status[i] != KVF_OK)
+            ret = b->status[i];
+    }
+    uint64_t id = b->id;
+    *pp = b->next_ticket;
+    b->retired = true;
+    batch_release(b);
+    if (ret != KVF_OK)
+        kvf__fail(ret, "ticket %llu: a move failed (%s); see the per-move statuses",
+                  (unsigned long long)id, kvf_status_str(ret));
+    return ret;
+}
+
+static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_move, bool block)
+{
+    kvf__clear_error();
+    if (!e)
+        return kvf__fail(KVF_ERR_INVALID, "ticket %llu: engine is NULL", (unsigned long long)t);
+    pthread_mutex_lock(&e->mu);
+    batch **pp = ticket_slot(e, t);
+    if (!*pp) {
+        pthread_mutex_unlock(&e->mu);
+        return kvf__fail(KVF_ERR_UNKNOWN_TICKET, "ticket %llu: unknown or already retired",
+                         (unsigned long long)t);
+    }
+    batch *b = *pp;
+    while (b->state != B_DONE) {
+        if (!block) {
+            pthread_mutex_unlock(&e->mu);
+            return KVF_INPROGRESS;
+        }
+        pthread_cond_wait(&e->done_cv, &e->mu);
+    }
+    pp = ticket_slot(e, t); /* the chain may have changed while waiting */
+    kvf_status st = finish_ticket(e, pp, per_move);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+kvf_status kvf_poll(kvf_engine *e, kvf_ticket t, kvf_status *per_move)
+{
+    return ticket_result(e, t, per_move, false);
+}
+
+kvf_status kvf_wait(kvf_engine *e, kvf_ticket t, kvf_status *per_move)
+{
+    return ticket_result(e, t, per_move, true);
+}
+
+/* Whether every batch up to `last_id` is done or, with an asynchronous
+ * backend, already on its stream. Lock held. */
+static bool all_issued(const kvf_engine *e, uint64_t last_id, bool host_only)
+{
+    for (const batch *b = e->undone_head; b && b->id <= last_id; b = b->next_undone)
+        if (host_only || !b->on_stream)
+            return false;
+    return true;
+}
+
+kvf_status kvf_sync_stream(kvf_engine *e, void *stream)
+{
+    kvf__clear_error();
+    if (!e)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_sync_stream: engine is NULL");
+    bool gpu = stream && e->backend->ops->sync_stream;
+    pthread_mutex_lock(&e->mu);
+    uint64_t last = e->next_id - 1;
+    /* batches still waiting for their dependencies, or going to files, are
+     * not on a stream yet: wait for them on the host */
+    while (!all_issued(e, last, !gpu))
+        pthread_cond_wait(&e->done_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    if (gpu)
+        return e->backend->ops->sync_stream(e->backend, stream);
+    return KVF_OK;
+}

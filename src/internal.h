@@ -1,0 +1,209 @@
+/*
+ * Declarations shared between kvferry's source files. Nothing here is part
+ * of the API: internal names carry a double underscore (kvf__).
+ */
+#ifndef KVF_INTERNAL_H
+#define KVF_INTERNAL_H
+
+#include "kvferry.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVF_INTERNAL __attribute__((visibility("hidden")))
+
+/* ---- status and log (status.c, log.c) ---------------------------------- */
+
+/* Records a failure's detail for kvf_last_error() and returns `status`, so
+ * error paths read `return kvf__fail(KVF_ERR_RANGE, "pool %u: ...", p);`. */
+KVF_INTERNAL kvf_status kvf__fail(kvf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+KVF_INTERNAL void kvf__clear_error(void);
+/* Maps an errno value to a status: ENOSPC/EDQUOT -> NO_SPACE, ENOMEM ->
+ * NOMEM, ENOENT -> NOT_FOUND, anything else -> IO. */
+KVF_INTERNAL kvf_status kvf__errno_status(int err);
+
+typedef enum kvf__log_level {
+    KVF_LOG_ERROR = 0,
+    KVF_LOG_WARN = 1,
+    KVF_LOG_INFO = 2,
+    KVF_LOG_DEBUG = 3
+} kvf__log_level;
+
+/* Level from KVF_LOG (error, warn, info, debug; default warn), read once. */
+KVF_INTERNAL bool kvf__log_enabled(kvf__log_level level);
+KVF_INTERNAL void kvf__log(kvf__log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define KVF_LOG(level, ...)                                                                        \
+    do {                                                                                           \
+        if (kvf__log_enabled(level))                                                               \
+            kvf__log(level, __VA_ARGS__);                                                          \
+    } while (0)
+
+/* Overflow-checked arithmetic on sizes. */
+static inline bool kvf__mul_overflows(size_t a, size_t b, size_t *out)
+{
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline bool kvf__add_overflows(size_t a, size_t b, size_t *out)
+{
+    return __builtin_add_overflow(a, b, out);
+}
+
+/* ---- layout (layout.c) ------------------------------------------------- */
+
+/* Bytes of the region for `tokens` tokens (rows * row_bytes). */
+static inline size_t kvf__region_bytes(const kvf_region *r)
+{
+    return r->rows * r->row_bytes;
+}
+
+/* A 64-bit fingerprint of a list of geometries: blocks written under one
+ * layout are refused when read back under another. */
+KVF_INTERNAL uint64_t kvf__geometry_fingerprint(const kvf_geometry *g, size_t n);
+
+/* ---- checksums and hashing (crc32c.c) ----------------------------------- */
+
+KVF_INTERNAL uint32_t kvf__crc32c(uint32_t crc, const void *data, size_t n);
+
+/* ---- memory backends ----------------------------------------------------
+ *
+ * A backend says where bytes live and how they are copied. The engine asks
+ * it for memory, for copies of strided regions, and for ordering with a
+ * caller's stream. Copies are described as 2-D copies: `rows` runs of
+ * `width` bytes, `spitch`/`dpitch` apart; a contiguous copy has rows = 1.
+ */
+
+typedef struct kvf__copy {
+    void *dst;
+    const void *src;
+    size_t width;
+    size_t rows;
+    size_t dpitch;
+    size_t spitch;
+} kvf__copy;
+
+typedef enum kvf__queue {
+    KVF_QUEUE_OFFLOAD = 0,
+    KVF_QUEUE_ONBOARD = 1,
+    KVF_QUEUE_COUNT = 2
+} kvf__queue;
+
+typedef struct kvf__backend kvf__backend;
+
+/* Called once when an asynchronous copy batch has finished. May run on a
+ * driver thread: it must not call back into the backend. */
+typedef void (*kvf__copy_done_fn)(void *arg, kvf_status status);
+
+typedef struct kvf__backend_ops {
+    const char *name;
+    void (*destroy)(kvf__backend *b);
+
+    /* Memory of `kind`, `bytes` long, zero-filled. */
+    kvf_status (*mem_alloc)(kvf__backend *b, kvf_memory kind, size_t bytes, void **ptr_p);
+    void (*mem_free)(kvf__backend *b, kvf_memory kind, void *ptr);
+    /* Checks that caller memory is of `kind` and makes it usable for copies
+     * (e.g. cudaHostRegister). *registered_p says whether mem_unregister
+     * must undo something. */
+    kvf_status (*mem_register)(kvf__backend *b, kvf_memory kind, void *ptr, size_t bytes,
+                               bool *registered_p);
+    void (*mem_unregister)(kvf__backend *b, kvf_memory kind, void *ptr);
+
+    /* Copies synchronously on the calling thread; `queue` picks the
+     * stream where the backend has streams. Used by the file tier to
+     * gather a block into a host staging buffer and scatter it back. */
+    kvf_status (*copy_sync)(kvf__backend *b, kvf__queue queue, const kvf__copy *copies, size_t n);
+
+    /* Optional: queues copies and returns at once; `done` is called when
+     * they have finished. A backend without it has the engine run
+     * copy_sync on its worker threads, split across them. */
+    kvf_status (*copy_async)(kvf__backend *b, kvf__queue queue, const kvf__copy *copies, size_t n,
+                             kvf__copy_done_fn done, void *arg);
+
+    /* Optional: makes `stream` wait for everything queued so far with
+     * copy_async on every queue, without blocking the host. */
+    kvf_status (*sync_stream)(kvf__backend *b, void *stream);
+} kvf__backend_ops;
+
+struct kvf__backend {
+    const kvf__backend_ops *ops;
+};
+
+/* The host backend: plain or pinned host memory, memcpy. */
+KVF_INTERNAL kvf_status kvf__host_backend_create(kvf__backend **backend_p);
+/* Fault injection for tests: called before each host-backend copy; a status
+ * other than KVF_OK fails that copy. It may also sleep, to widen races. */
+typedef kvf_status (*kvf__copy_hook_fn)(const kvf__copy *copy);
+KVF_INTERNAL void kvf__set_copy_hook(kvf__copy_hook_fn fn);
+
+/* The CUDA backend on cfg->device, copying as cfg->cuda_copy says. KVF_ERR_NO_DEVICE when the build
+ * has no CUDA, no driver is loaded or the device is absent (kvf_last_error says which). */
+KVF_INTERNAL kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg,
+                                                 kvf__backend **backend_p);
+/* Fills the CUDA fields of kvf_info; harmless without CUDA. */
+KVF_INTERNAL void kvf__cuda_info(kvf_info *info);
+
+/* ---- block files (blockfile.c) ------------------------------------------
+ *
+ * One file per block key, holding the block's bytes for every pool of the
+ * engine: a fixed header, then each pool's region (the first `tokens`
+ * tokens, packed row after row). Written to a temporary name and renamed,
+ * so a file under the final name is always complete.
+ */
+
+typedef struct kvf__blockfile_dir {
+    char *root; /* <file_dir>/<namespace> */
+    uint64_t ns_hash;
+    uint64_t fingerprint;
+    kvf_fsync fsync;
+    int dir_fd;
+} kvf__blockfile_dir;
+
+/* The header's view of a stored block. */
+typedef struct kvf__blockfile_meta {
+    uint64_t key;
+    uint32_t tokens; /* tokens stored, 1..tokens_per_block */
+    uint32_t pools;
+    uint64_t payload_bytes; /* bytes after the header */
+} kvf__blockfile_meta;
+
+#define KVF_BLOCKFILE_HEADER_BYTES 64u
+
+KVF_INTERNAL kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns,
+                                                uint64_t fingerprint, kvf_fsync fsync,
+                                                kvf__blockfile_dir *dir);
+KVF_INTERNAL void kvf__blockfile_close_dir(kvf__blockfile_dir *dir);
+
+/* Writes payload[0..meta->payload_bytes) under meta->key; `payload` is
+ * preceded by KVF_BLOCKFILE_HEADER_BYTES writable bytes that the function
+ * fills with the header, so the file is written in one call. On failure
+ * the key's file is removed: it holds no stale data. */
+KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,
+                                             const kvf__blockfile_meta *meta, uint8_t *buf);
+/* Reads the block under `key` into buf (header + payload, `cap` bytes at
+ * most), checks header, layout, namespace, length and checksum, and fills
+ * *meta. */
+KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf,
+                                            size_t cap, kvf__blockfile_meta *meta);
+KVF_INTERNAL kvf_status kvf__blockfile_fsync_dir(kvf__blockfile_dir *dir);
+/* Visits every stored block of the namespace, fully checked (header and
+ * checksum; the layout only when dir->fingerprint is not 0), and every
+ * leftover temporary file of an interrupted write (reported as torn). */
+KVF_INTERNAL kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
+                                            void (*visit)(void *arg, uint64_t key, kvf_status st,
+                                                          const char *detail),
+                                            void *arg);
+
+/* Fault injection for tests: when set, the file layer calls it before each
+ * open, read, write, fsync and rename system call, with op "open", "read",
+ * "write", "fsync" or "rename" and the file's path. A non-zero return is
+ * used as the errno of a failed call (EINTR is retried like a real one);
+ * for "read" and "write", lowering *len_p makes the call that much shorter
+ * (*len_p is 0 for the other ops). Not thread-safe to change while I/O runs. */
+typedef int (*kvf__io_fault_fn)(const char *op, const char *path, size_t *len_p);
+KVF_INTERNAL void kvf__set_io_fault(kvf__io_fault_fn fn);
+
+#endif /* KVF_INTERNAL_H */

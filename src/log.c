@@ -1,0 +1,46 @@
+/* Logging to stderr, with the level taken from KVF_LOG once. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static int log_level = KVF_LOG_WARN;
+
+static void log_init(void)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    const char *env = getenv("KVF_LOG");
+    if (!env)
+        return;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(env, names[i]) == 0)
+            log_level = i;
+    if (strcmp(env, "off") == 0 || strcmp(env, "none") == 0)
+        log_level = -1;
+}
+
+bool kvf__log_enabled(kvf__log_level level)
+{
+    pthread_once(&log_once, log_init);
+    return (int)level <= log_level;
+}
+
+void kvf__log(kvf__log_level level, const char *fmt, ...)
+{
+    static const char *const tags[] = {"error", "warn", "info", "debug"};
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(line, sizeof line, "kvferry %s: ", tags[level]);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    /* one fputs per line, so lines from several threads do not interleave */
+    size_t len = strlen(line);
+    if (len < sizeof line - 1) {
+        line[len] = '\n';
+        line[len + 1] = '\0';
+    }
+    fputs(line, stderr);
+}
