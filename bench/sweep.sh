@@ -12,7 +12,7 @@ shift 2 || true
 for head in 64 256 1024 4096 16384 65536; do
     bytes=$((head * 64))
     blocks=$((256 * 1024 * 1024 / bytes))
-    [ "$blocks" -gt 2048 ] && blocks=2048
+    [ "$blocks" -gt 65536 ] && blocks=65536
     [ "$blocks" -lt 64 ] && blocks=64
     tmp=$(mktemp)
     "$bin" bench --layers 1 --kv 2 --heads 1 --tokens-per-block 16 --head-size "$head" \

@@ -48,7 +48,8 @@ typedef struct hazard {
     batch *writer;
     batch **readers; /* readers since `writer` was queued */
     uint32_t nreaders, cap;
-    uint64_t poison; /* id of the batch whose write here failed, 0: none */
+    uint64_t poison;       /* id of the batch whose write here failed, 0: none */
+    uint64_t wmark, rmark; /* the last batch check that saw it written / read */
 } hazard;
 
 typedef struct file_hazard {
@@ -61,7 +62,7 @@ struct batch {
     uint64_t id;
     op_kind kind;
     kvf__queue queue;
-    size_t n;
+    size_t n, cap; /* moves, and room for them in the arrays below */
     kvf_move *moves;
     kvf_status *status; /* KVF_INPROGRESS until the move is done */
     uint64_t *src_dep;  /* per move: id of the write it reads, 0: none */
@@ -79,6 +80,7 @@ struct batch {
     bool async;        /* handed to the backend's copy_async */
     bool on_stream;    /* copy_async accepted it: the GPU orders it */
     kvf__copy *copies; /* the copies of an async batch */
+    size_t copies_cap;
     batch *next_ready;
     batch *prev_undone, *next_undone; /* every batch not done, in id order */
     batch *next_ticket;
@@ -137,6 +139,14 @@ struct kvf_engine {
     batch *undone_head, *undone_tail;
     size_t undone_count;
     batch *tickets[TICKET_BUCKETS];
+
+    uint64_t check_epoch; /* stamps hazard marks while a batch is checked */
+
+    /* Batches are recycled: a batch of thousands of moves would otherwise
+     * cost fresh pages from the kernel on every submit. */
+    pthread_mutex_t spare_mu;
+    batch *spare[8];
+    uint32_t nspare;
 
     worker *workers;
     uint32_t nworkers;
@@ -272,16 +282,7 @@ static bool push_ptr(batch ***arr, size_t *n, size_t *cap, batch *b)
     return true;
 }
 
-static void batch_free(batch *b);
-
-/* Frees a batch once nothing refers to it any more. Lock held. */
-static void batch_release(batch *b)
-{
-    if (b->state == B_DONE && !b->issuing && (!b->ticketed || b->retired))
-        batch_free(b);
-}
-
-static void batch_free(batch *b)
+static void batch_destroy(batch *b)
 {
     if (!b)
         return;
@@ -291,6 +292,65 @@ static void batch_free(batch *b)
     free(b->dependents);
     free(b->copies);
     free(b);
+}
+
+/* A batch with room for n moves, reset, from the spares when one fits. */
+static batch *batch_get(kvf_engine *e, size_t n)
+{
+    batch *b = NULL;
+    pthread_mutex_lock(&e->spare_mu);
+    for (uint32_t i = 0; i < e->nspare; i++)
+        if (e->spare[i]->cap >= n) {
+            b = e->spare[i];
+            e->spare[i] = e->spare[--e->nspare];
+            break;
+        }
+    pthread_mutex_unlock(&e->spare_mu);
+    if (b) {
+        batch keep = *b;
+        memset(b, 0, sizeof *b);
+        b->moves = keep.moves;
+        b->status = keep.status;
+        b->src_dep = keep.src_dep;
+        b->cap = keep.cap;
+        b->dependents = keep.dependents;
+        b->dependents_cap = keep.dependents_cap;
+        b->copies = keep.copies;
+        b->copies_cap = keep.copies_cap;
+        memset(b->src_dep, 0, n * sizeof *b->src_dep);
+        return b;
+    }
+    b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    b->moves = malloc(n * sizeof *b->moves);
+    b->status = malloc(n * sizeof *b->status);
+    b->src_dep = calloc(n, sizeof *b->src_dep);
+    b->cap = n;
+    if (!b->moves || !b->status || !b->src_dep) {
+        batch_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void batch_free(batch *b)
+{
+    kvf_engine *e = b->engine;
+    pthread_mutex_lock(&e->spare_mu);
+    if (e->nspare < sizeof e->spare / sizeof e->spare[0]) {
+        e->spare[e->nspare++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&e->spare_mu);
+    batch_destroy(b);
+}
+
+/* Frees a batch once nothing refers to it any more. Lock held. */
+static void batch_release(batch *b)
+{
+    if (b->state == B_DONE && !b->issuing && (!b->ticketed || b->retired))
+        batch_free(b);
 }
 
 /* ---- engine lifetime ----------------------------------------------------- */
@@ -394,7 +454,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         }
     }
 
-    if (pthread_mutex_init(&e->mu, NULL) != 0) {
+    if (pthread_mutex_init(&e->mu, NULL) != 0 || pthread_mutex_init(&e->spare_mu, NULL) != 0) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_mutex_init failed");
         goto close_dir;
     }
@@ -478,8 +538,11 @@ void kvf_engine_destroy(kvf_engine *e)
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {
             next = b->next_ticket;
-            batch_free(b);
+            batch_destroy(b);
         }
+    for (uint32_t i = 0; i < e->nspare; i++)
+        batch_destroy(e->spare[i]);
+    pthread_mutex_destroy(&e->spare_mu);
     for (uint32_t p = 0; p < e->npools; p++) {
         mem_array_release(e, &e->pools[p].primary);
         if (e->pools[p].has_secondary)
@@ -724,36 +787,50 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* A batch may not write one destination twice, nor (kvf_copy) read a slot
- * that it also writes: the order inside a batch is not defined. */
-static kvf_status check_collisions(op_kind kind, const kvf_move *moves, size_t n)
+ * that it also writes: the order inside a batch is not defined. Slots are
+ * stamped in the hazard tables (lock held, ranges checked); file keys,
+ * which have no table entry yet, are sorted. */
+static kvf_status check_collisions(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n)
 {
-    bool copy = kind == OP_COPY;
-    size_t m = copy ? 2 * n : n;
-    uint64_t *v = malloc(m * sizeof *v);
-    if (!v)
-        return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
+    if (kind == OP_OFFLOAD_FILE) {
+        uint64_t *v = malloc(n * sizeof *v);
+        if (!v)
+            return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
+        for (size_t i = 0; i < n; i++)
+            v[i] = moves[i].dst;
+        qsort(v, n, sizeof *v, cmp_u64);
+        kvf_status st = KVF_OK;
+        for (size_t i = 1; i < n && st == KVF_OK; i++)
+            if (v[i] == v[i - 1])
+                st = kvf__fail(KVF_ERR_INVALID,
+                               "batch: two moves write block 0x%llx; a batch writes each "
+                               "destination once",
+                               (unsigned long long)v[i]);
+        free(v);
+        return st;
+    }
+    uint64_t stamp = ++e->check_epoch;
+    space ws = kind_writes(kind);
     for (size_t i = 0; i < n; i++) {
-        /* tag reads and writes apart in the low bit for copies */
-        v[i] = copy ? moves[i].dst << 1 | 1 : moves[i].dst;
-        if (copy)
-            v[n + i] = moves[i].src << 1;
+        hazard *w = hazard_of(e, ws, moves[i].dst, false);
+        if (w->wmark == stamp || w->rmark == stamp)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "batch: move %zu writes %s slot %llu, which another move of the "
+                             "batch reads or writes",
+                             i, ws == SP_PRIMARY ? "primary" : "secondary",
+                             (unsigned long long)moves[i].dst);
+        w->wmark = stamp;
+        if (kind == OP_COPY) {
+            hazard *r = hazard_of(e, SP_PRIMARY, moves[i].src, false);
+            if (r->wmark == stamp)
+                return kvf__fail(KVF_ERR_INVALID,
+                                 "batch: move %zu reads primary slot %llu, which the batch "
+                                 "also writes",
+                                 i, (unsigned long long)moves[i].src);
+            r->rmark = stamp;
+        }
     }
-    qsort(v, m, sizeof *v, cmp_u64);
-    kvf_status st = KVF_OK;
-    for (size_t i = 1; i < m && st == KVF_OK; i++) {
-        if (!copy && v[i] == v[i - 1])
-            st = kvf__fail(KVF_ERR_INVALID,
-                           "batch: two moves write destination %llu (0x%llx); a batch writes "
-                           "each destination once",
-                           (unsigned long long)v[i], (unsigned long long)v[i]);
-        else if (copy && (v[i] >> 1) == (v[i - 1] >> 1) && ((v[i] | v[i - 1]) & 1))
-            st = kvf__fail(KVF_ERR_INVALID,
-                           "batch: primary slot %llu is both read and written, or written "
-                           "twice, in one copy batch",
-                           (unsigned long long)(v[i] >> 1));
-    }
-    free(v);
-    return st;
+    return KVF_OK;
 }
 
 static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_move *mv)
@@ -876,16 +953,9 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
     if (n > (SIZE_MAX / 4) / sizeof(kvf__copy))
         return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", op_names[kind], n);
 
-    batch *b = calloc(1, sizeof *b);
+    batch *b = batch_get(e, n);
     if (!b)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
-    b->moves = malloc(n * sizeof *b->moves);
-    b->status = malloc(n * sizeof *b->status);
-    b->src_dep = calloc(n, sizeof *b->src_dep);
-    if (!b->moves || !b->status || !b->src_dep) {
-        batch_free(b);
-        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
-    }
     memcpy(b->moves, moves, n * sizeof *moves);
     for (size_t i = 0; i < n; i++)
         b->status[i] = KVF_INPROGRESS;
@@ -895,14 +965,8 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
     b->ticketed = ticket_p != NULL;
     b->engine = e;
 
-    kvf_status st = check_collisions(kind, moves, n);
-    if (st != KVF_OK) {
-        batch_free(b);
-        return kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
-    }
-
     pthread_mutex_lock(&e->mu);
-    st = freeze(e);
+    kvf_status st = freeze(e);
     if (st != KVF_OK)
         goto refuse;
     if (kind_is_file(kind) && !e->file_enabled) {
@@ -924,6 +988,11 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
             st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
             goto refuse;
         }
+    }
+    st = check_collisions(e, kind, moves, n);
+    if (st != KVF_OK) {
+        st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
+        goto refuse;
     }
     /* Reading a secondary slot that holds fewer tokens than asked, or
      * nothing, fails that move: kvferry does not hand back bytes it never
@@ -1112,7 +1181,12 @@ static void issue_async(kvf_engine *e, batch *b)
         if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
             b->status[i] = KVF_ERR_LOST;
     size_t ncopies = 0;
-    b->copies = malloc(b->n * e->npools * sizeof *b->copies);
+    size_t need = b->n * e->npools;
+    if (b->copies_cap < need) {
+        free(b->copies);
+        b->copies = malloc(need * sizeof *b->copies);
+        b->copies_cap = b->copies ? need : 0;
+    }
     if (!b->copies) {
         for (size_t i = 0; i < b->n; i++)
             if (b->status[i] == KVF_INPROGRESS)
