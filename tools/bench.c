@@ -109,6 +109,14 @@ static int slot_io(kvf_engine *e, uint32_t pool, uint32_t slot, void *host, size
     return 0;
 }
 
+/* All primary slots of a pool at once: the bench's pools are allocated by
+ * kvferry with no gap between slots, so they are one array. */
+static int pool_io(kvf_engine *e, uint32_t pool, uint32_t blocks, void *host, size_t block_bytes,
+                   bool write)
+{
+    return slot_io(e, pool, 0, host, block_bytes * blocks, write);
+}
+
 /* ---- baselines ------------------------------------------------------------ */
 
 /* Copies with the reference's pattern (one call per block per pool) or one
@@ -597,7 +605,7 @@ int kvf_cli_bench(int argc, char **argv)
     }
     bool gpu = on_gpu(e);
     int rc = 1;
-    uint8_t *orig = NULL, *scratch = NULL, *poison_buf = NULL;
+    uint8_t *orig = NULL, *scratch = NULL, *poison_buf = NULL, *poison_all = NULL;
     uint32_t *perm = NULL;
     kvf_move *off_moves = NULL, *on_moves = NULL;
     double *t_off = NULL, *t_on = NULL;
@@ -615,12 +623,14 @@ int kvf_cli_bench(int argc, char **argv)
     orig = malloc(total);
     scratch = malloc(block_bytes);
     poison_buf = malloc(block_bytes);
+    poison_all = malloc(block_bytes * o.blocks);
     perm = malloc(o.blocks * sizeof *perm);
     off_moves = malloc(o.blocks * sizeof *off_moves);
     on_moves = malloc(o.blocks * sizeof *on_moves);
     t_off = malloc(o.iters * sizeof *t_off);
     t_on = malloc(o.iters * sizeof *t_on);
-    if (!orig || !scratch || !poison_buf || !perm || !off_moves || !on_moves || !t_off || !t_on) {
+    if (!orig || !scratch || !poison_buf || !poison_all || !perm || !off_moves || !on_moves ||
+        !t_off || !t_on) {
         fprintf(stderr, "kvferry bench: out of memory for %zu bytes of reference data\n", total);
         goto out;
     }
@@ -628,6 +638,7 @@ int kvf_cli_bench(int argc, char **argv)
     fill_random(orig, total, &seed);
     const uint8_t poison = 0xA5;
     memset(poison_buf, poison, block_bytes);
+    memset(poison_all, poison, block_bytes * o.blocks);
     /* scattered order: block i goes to slot (or key) perm[i] */
     for (uint32_t i = 0; i < o.blocks; i++)
         perm[i] = i;
@@ -648,10 +659,9 @@ int kvf_cli_bench(int argc, char **argv)
         if (tty)
             fprintf(stderr, "\rkvferry bench: round trip %u/%u", it + 1, o.iters);
         for (uint32_t p = 0; p < o.pools; p++)
-            for (uint32_t b = 0; b < o.blocks; b++)
-                if (slot_io(e, p, b, orig + ((size_t)p * o.blocks + b) * block_bytes, block_bytes,
-                            true))
-                    goto out;
+            if (pool_io(e, p, o.blocks, orig + (size_t)p * o.blocks * block_bytes, block_bytes,
+                        true))
+                goto out;
         kvf_ticket t;
         double t0 = now_s();
         kvf_status st = kvf_offload(e, tier, off_moves, o.blocks, &t);
@@ -665,9 +675,8 @@ int kvf_cli_bench(int argc, char **argv)
         /* poison the primary slots so an onboard that moves nothing fails
          * verification instead of finding the old bytes in place */
         for (uint32_t p = 0; p < o.pools; p++)
-            for (uint32_t b = 0; b < o.blocks; b++)
-                if (slot_io(e, p, b, poison_buf, block_bytes, true))
-                    goto out;
+            if (pool_io(e, p, o.blocks, poison_all, block_bytes, true))
+                goto out;
         t0 = now_s();
         st = kvf_onboard(e, tier, on_moves, o.blocks, &t);
         if (st == KVF_OK)
@@ -761,6 +770,7 @@ out:
     free(orig);
     free(scratch);
     free(poison_buf);
+    free(poison_all);
     free(perm);
     free(off_moves);
     free(on_moves);

@@ -1,0 +1,32 @@
+#!/bin/bash
+# One whole build-test-benchmark cycle on a GPU machine, for the lent H200:
+# builds, runs every test (the GPU ones included), then the benchmarks.
+# Logs and JSON go to $OUT (default ./gpu-out).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/run.log") 2>&1
+date -u
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
+    --format=csv || true
+B=build-gpu
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&
+    cmake --build $B -j"$(nproc)" 2>&1 | grep -E "error|warning: " | head -40
+(cd $B && ctest --output-on-failure 2>&1 | tail -40)
+$B/kvferry info
+if command -v compute-sanitizer >/dev/null && [ -x $B/tests/test_cuda_backend ]; then
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_cuda_backend \
+        >"$OUT/memcheck.log" 2>&1
+    echo "compute-sanitizer memcheck test_cuda_backend: rc=$? (log in memcheck.log)"
+    tail -3 "$OUT/memcheck.log"
+fi
+[ -x $B/bench/cuda_paths ] && timeout 240 $B/bench/cuda_paths | tee "$OUT/cuda_paths.txt"
+for mode in "" "--tokens 4"; do
+    tag=$([ -z "$mode" ] && echo whole || echo partial)
+    timeout 200 sh bench/sweep.sh $B/kvferry "$OUT/sweep-cuda-$tag.jsonl" --backend cuda $mode \
+        | grep -E "kvferry bench|GB/s|verified" >"$OUT/sweep-cuda-$tag.txt"
+done
+cat "$OUT"/sweep-cuda-*.txt
+timeout 120 $B/kvferry bench --backend cuda --mode posix --blocks 256 --iters 3 \
+    --json "$OUT/file-posix.json"
+date -u
