@@ -4,7 +4,11 @@
  * File name: <16 lower-case hex digits of the key>.kvf. A writer first
  * writes .<key>.<pid>.<sequence>.tmp and renames it over the final name,
  * so a file under the final name is always complete; a leftover .tmp file
- * is a write that was interrupted (a crash) and is never read.
+ * is a write that was interrupted (a crash) and is never read. An engine
+ * opening the directory removes the leftovers of writers that are gone
+ * (kvf__blockfile_remove_stale: their pid no longer exists); those of live
+ * processes, e.g. another engine sharing the namespace, are theirs and
+ * stay. fsck leaves them and reports them as torn.
  *
  * Format, version 1. A 64-byte header, all fields little-endian:
  *
@@ -35,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +184,110 @@ static kvf_status make_dirs(const char *path)
     }
     free(p);
     return KVF_OK;
+}
+
+static bool parse_hex16(const char *s, uint64_t *key_p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        unsigned d;
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            d = (unsigned)(c - 'a' + 10);
+        else
+            return false;
+        v = v << 4 | d;
+    }
+    *key_p = v;
+    return true;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Parses ".<16 hex>.<pid>.<sequence>.tmp", the name kvf__blockfile_write
+ * gives its temporary files; false for any other name. */
+static bool parse_tmp_name(const char *n, pid_t *pid_p)
+{
+    uint64_t key;
+    if (n[0] != '.' || !parse_hex16(n + 1, &key) || n[17] != '.')
+        return false;
+    const char *p = n + 18;
+    long long pid = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (++digits > 10)
+            return false;
+        pid = pid * 10 + (*p - '0');
+    }
+    if (digits == 0 || *p != '.' || pid <= 0 || pid > INT_MAX)
+        return false;
+    p++;
+    digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if (++digits > 20)
+            return false;
+    if (digits == 0 || strcmp(p, ".tmp") != 0)
+        return false;
+    *pid_p = (pid_t)pid;
+    return true;
+}
+
+/* Removes the temporary files of writers that no longer exist: writes a
+ * crash (kill -9, power loss) interrupted, which nobody will rename. A
+ * file whose pid is alive (this process, another engine on the same
+ * directory) or whose liveness cannot be told (EPERM: alive, not ours)
+ * stays. Best effort: a failure here is logged, never fatal. */
+static void remove_stale_tmp(int dir_fd, const char *root)
+{
+    char eb[128];
+    int fd = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        KVF_LOG(KVF_LOG_WARN, "%s: cannot list for stale temporary files: %s", root,
+                errstr(err, eb, sizeof eb));
+        return;
+    }
+    unsigned long removed = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            if (errno) {
+                int err = errno;
+                KVF_LOG(KVF_LOG_WARN, "%s: readdir: %s", root, errstr(err, eb, sizeof eb));
+            }
+            break;
+        }
+        pid_t pid;
+        if (!parse_tmp_name(e->d_name, &pid))
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (unlinkat(dir_fd, e->d_name, 0) != 0) {
+            int err = errno;
+            if (err != ENOENT) /* another opener removed it first */
+                KVF_LOG(KVF_LOG_WARN, "%s/%s: cannot remove stale temporary file: %s", root,
+                        e->d_name, errstr(err, eb, sizeof eb));
+            continue;
+        }
+        removed++;
+        KVF_LOG(KVF_LOG_INFO,
+                "%s/%s: removed the temporary file of an interrupted write (pid %ld gone)", root,
+                e->d_name, (long)pid);
+    }
+    closedir(d);
+    if (removed)
+        KVF_LOG(KVF_LOG_WARN, "%s: removed %lu stale temporary file%s of interrupted writes", root,
+                removed, removed == 1 ? "" : "s");
 }
 
 kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns, uint64_t fingerprint,
@@ -603,30 +712,6 @@ kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *b
     return read_block(dir, key, buf, cap, meta, false);
 }
 
-static bool parse_hex16(const char *s, uint64_t *key_p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 16; i++) {
-        char c = s[i];
-        unsigned d;
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else
-            return false;
-        v = v << 4 | d;
-    }
-    *key_p = v;
-    return true;
-}
-
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
 kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
                                void (*visit)(void *arg, uint64_t key, kvf_status st,
                                              const char *detail),
@@ -698,4 +783,10 @@ kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
     if (ret == KVF_OK)
         kvf__clear_error();
     return ret;
+}
+
+void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir)
+{
+    if (dir->root)
+        remove_stale_tmp(dir->dir_fd, dir->root);
 }

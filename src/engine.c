@@ -447,6 +447,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         st = kvf__blockfile_open_dir(e->file_dir, e->file_namespace, 0, c.fsync, &e->dir);
         if (st != KVF_OK)
             goto destroy_backend;
+        kvf__blockfile_remove_stale(&e->dir);
         e->file_enabled = true;
         if (c.file_io == KVF_FILE_IO_GDS) {
             static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -176,6 +176,10 @@ KVF_INTERNAL kvf_status kvf__blockfile_open_dir(const char *file_dir, const char
                                                 uint64_t fingerprint, kvf_fsync fsync,
                                                 kvf__blockfile_dir *dir);
 KVF_INTERNAL void kvf__blockfile_close_dir(kvf__blockfile_dir *dir);
+/* Removes the temporary files of writers whose process is gone (a crash
+ * mid-write); a live process's files stay. fsck does not call it: it
+ * reports them as torn instead. */
+KVF_INTERNAL void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir);
 
 /* Writes payload[0..meta->payload_bytes) under meta->key; `payload` is
  * preceded by KVF_BLOCKFILE_HEADER_BYTES writable bytes that the function

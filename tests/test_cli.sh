@@ -24,7 +24,7 @@ grep -q " 16 good, 0 corrupt, 0 torn" "$tmp/fsck1"
 # flip one byte of one block, leave a torn temporary file: fsck fails
 f=$(ls "$tmp"/files/bench/*.kvf | head -n 1)
 printf '\377' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
-: >"$tmp/files/bench/.000000000000abcd.1.1.tmp"
+: >"$tmp/files/bench/.000000000000abcd.999999999.1.tmp"
 if "$kvf" fsck "$tmp/files" >"$tmp/fsck2"; then cat "$tmp/fsck2"; exit 1; fi
 grep -q "15 good, 1 corrupt, 1 torn" "$tmp/fsck2"
 if "$kvf" fsck "$tmp/nowhere" 2>/dev/null; then exit 1; fi
