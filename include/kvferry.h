@@ -371,8 +371,11 @@ typedef uint64_t kvf_ticket;
  *
  * @param ticket_p receives the batch's ticket, to pass to kvf_poll or
  *        kvf_wait exactly once to completion. NULL: fire and forget;
- *        failures are then logged, and later moves reading that
- *        destination fail with KVF_ERR_LOST.
+ *        failures are then logged. Either way, a move queued to read what
+ *        a failed move wrote fails with KVF_ERR_LOST, a later read of that
+ *        secondary slot fails with KVF_ERR_LOST until the slot is written
+ *        again, and a later read of that file key finds no block
+ *        (KVF_ERR_NOT_FOUND).
  */
 KVF_API kvf_status kvf_offload(kvf_engine *engine, kvf_tier to, const kvf_move *moves, size_t n,
                                kvf_ticket *ticket_p);
