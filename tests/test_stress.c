@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SLOTS = 16, KEYS = 16, HALF = 8, BATCHES = 600, MAXN = 6 };
+enum { SLOTS = 16, KEYS = 16, HALF = 8, BATCHES = 3000, MAXN = 6 };
 
 static const kvf_geometry G[2] = {
     {2, 2, 2, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
