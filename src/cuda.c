@@ -333,7 +333,9 @@ static void cuda_mem_free(kvf__backend *base, kvf_memory kind, void *ptr)
             dev_leave(&g);
         }
         break;
-    case KVF_MEMORY_HOST_PINNED: CUDA_IGNORE(cudaFreeHost(ptr)); break;
+    case KVF_MEMORY_HOST_PINNED:
+        CUDA_IGNORE(cudaFreeHost(ptr));
+        break;
     case KVF_MEMORY_HOST:
         ranges_remove(b, ptr);
         free(ptr);
@@ -390,7 +392,8 @@ static kvf_status cuda_mem_register(kvf__backend *base, kvf_memory kind, void *p
         /* the range must be forgotten again: mem_unregister is needed */
         *registered_p = true;
         return KVF_OK;
-    default: return kvf__fail(KVF_ERR_INVALID, "cuda: unknown memory kind %d", (int)kind);
+    default:
+        return kvf__fail(KVF_ERR_INVALID, "cuda: unknown memory kind %d", (int)kind);
     }
 out_leave:
     dev_leave(&g);
@@ -422,9 +425,8 @@ static kvf_status check_copies(const kvf__copy *copies, size_t n)
         if (!c->dst || !c->src)
             return kvf__fail(KVF_ERR_INVALID, "cuda: copy %zu: NULL pointer", i);
         if (c->rows > 1 && (c->dpitch < c->width || c->spitch < c->width))
-            return kvf__fail(KVF_ERR_INVALID,
-                             "cuda: copy %zu: pitch %zu/%zu below width %zu", i, c->dpitch,
-                             c->spitch, c->width);
+            return kvf__fail(KVF_ERR_INVALID, "cuda: copy %zu: pitch %zu/%zu below width %zu", i,
+                             c->dpitch, c->spitch, c->width);
     }
     return KVF_OK;
 }
@@ -478,8 +480,8 @@ static kvf_status cuda_copy_sync(kvf__backend *base, kvf__queue queue, const kvf
             char *d = c->dst;
             const char *sr = c->src;
             size_t len = c->width * c->rows;
-            while (i + 1 < n && copy_contiguous(&copies[i + 1]) &&
-                   copies[i + 1].dst == d + len && copies[i + 1].src == sr + len) {
+            while (i + 1 < n && copy_contiguous(&copies[i + 1]) && copies[i + 1].dst == d + len &&
+                   copies[i + 1].src == sr + len) {
                 i++;
                 len += copies[i].width * copies[i].rows;
             }
@@ -582,8 +584,8 @@ static kvf_status finish_record(cuda_queue *q, batch_record *r, kvf__copy_done_f
 }
 
 /* Kernel path: copies[0..n) (no empty ones among them after filtering). */
-static kvf_status submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy *copies,
-                                size_t n, kvf__copy_done_fn done, void *arg)
+static kvf_status submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
+                                kvf__copy_done_fn done, void *arg)
 {
     size_t i = 0;
     kvf_status st;
@@ -615,8 +617,7 @@ static kvf_status submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy 
                 } else {
                     unreserve(r);
                     return kvf__fail(KVF_ERR_UNSUPPORTED,
-                                     "cuda: copy %zu: %zu bytes too long for the kernel", i,
-                                     width);
+                                     "cuda: copy %zu: %zu bytes too long for the kernel", i, width);
                 }
             } else if (width > (1u << 31)) {
                 unreserve(r);
@@ -636,8 +637,8 @@ static kvf_status submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy 
             nd++;
         }
         if (nd > 0) {
-            CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, d, nd * sizeof *d,
-                                      cudaMemcpyHostToDevice, q->stream),
+            CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, d, nd * sizeof *d, cudaMemcpyHostToDevice,
+                                      q->stream),
                       st, fail);
             CUDA_GOTO(kvf__cuda_copy_launch(q->ring_dev + idx, nd, tiles, b->grid, q->stream), st,
                       fail);
@@ -746,9 +747,9 @@ static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *co
 #endif
     }
     if (nflat == 1) {
-        CUDA_GOTO(cudaMemcpyAsync(q->dsts[0], q->srcs[0], q->sizes[0], cudaMemcpyDefault,
-                                  q->stream),
-                  st, fail);
+        CUDA_GOTO(
+            cudaMemcpyAsync(q->dsts[0], q->srcs[0], q->sizes[0], cudaMemcpyDefault, q->stream), st,
+            fail);
     } else if (nflat > 1) {
 #if CUDART_VERSION >= 12080
         struct cudaMemcpyAttributes attr;
@@ -756,20 +757,20 @@ static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *co
         attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
         size_t attr_idx = 0;
 #if CUDART_VERSION >= 13000
-        CUDA_GOTO(cudaMemcpyBatchAsync(q->dsts, q->srcs, q->sizes, nflat, &attr, &attr_idx, 1,
-                                       q->stream),
-                  st, fail);
+        CUDA_GOTO(
+            cudaMemcpyBatchAsync(q->dsts, q->srcs, q->sizes, nflat, &attr, &attr_idx, 1, q->stream),
+            st, fail);
 #else
         size_t fail_idx = 0;
-        CUDA_GOTO(cudaMemcpyBatchAsync(q->dsts, (void **)q->srcs, q->sizes, nflat, &attr,
-                                       &attr_idx, 1, &fail_idx, q->stream),
+        CUDA_GOTO(cudaMemcpyBatchAsync(q->dsts, (void **)q->srcs, q->sizes, nflat, &attr, &attr_idx,
+                                       1, &fail_idx, q->stream),
                   st, fail);
 #endif
 #else
         for (size_t k = 0; k < nflat; k++)
-            CUDA_GOTO(cudaMemcpyAsync(q->dsts[k], q->srcs[k], q->sizes[k], cudaMemcpyDefault,
-                                      q->stream),
-                      st, fail);
+            CUDA_GOTO(
+                cudaMemcpyAsync(q->dsts[k], q->srcs[k], q->sizes[k], cudaMemcpyDefault, q->stream),
+                st, fail);
 #endif
     }
 #if KVF_CUDA_3D_BATCH
@@ -792,14 +793,27 @@ fail:
     return st;
 }
 
-/* AUTO's rule, from bench/cuda_paths.c on an H200 (PCIe Gen5):
- *  - GPU<->GPU 2-D copies: kernel (strided copy-engine copies leave most of
- *    HBM bandwidth unused);
- *  - host<->GPU: kernel when the mean contiguous run is below
- *    AUTO_KERNEL_BELOW bytes (per-copy engine setup dominates there), dma
- *    otherwise, which leaves every SM to the model.
+/* AUTO's rule, from bench/cuda_paths.c on an H200 (PCIe Gen5), two runs on
+ * 2026-12-02: 256 MiB of shuffled blocks; one large pinned copy moved 55.2
+ * GB/s each way, ~100 both ways at once, ~2000 device->device.
+ *  - host<->device, mean contiguous run below AUTO_KERNEL_BELOW: kernel.
+ *    At 4/16/64 KiB it moved 43/47/48 H2D, 42-45/48/50 D2H, 61-63/70/73
+ *    both ways; cudaMemcpyBatchAsync moved 4.4/4-17/31-32 H2D, 9-10/16-26/
+ *    40 D2H, 4-8/6/45-54 both ways (per-copy engine setup dominates, and
+ *    costs 0.4-4 us of host time per copy). 8 SMs already reach the
+ *    one-way rate.
+ *  - host<->device, runs of 256 KiB and more: dma. Even with the kernel at
+ *    256 KiB (45-49 against 48-51 one way, 76 against 74 both ways), ahead
+ *    from 1 MiB (94-96 against 74 both ways), and it leaves the SMs free.
+ *  - 2-D partial copies have runs of one row (1 KiB for 8 of 32 tokens):
+ *    kernel, 35-48 GB/s against 1.5-48 for cudaMemcpy3DBatchAsync.
+ *  - device<->device: kernel (32 SMs: 320-975 GB/s from 4 KiB to 4 MiB
+ *    blocks, against 0.9-790 for batched copies at 4-5 us of host time per
+ *    copy), unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
+ *    nears the ~2000 GB/s of a single large copy.
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
+#define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
 static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
 {
@@ -836,7 +850,7 @@ static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
         bytes += c->width * c->rows;
     }
     if (td == cudaMemoryTypeDevice && ts == cudaMemoryTypeDevice)
-        return strided ? PATH_KERNEL : PATH_DMA;
+        return !strided && bytes / runs >= AUTO_D2D_DMA_FROM ? PATH_DMA : PATH_KERNEL;
     return bytes / runs < AUTO_KERNEL_BELOW ? PATH_KERNEL : PATH_DMA;
 }
 
@@ -1004,7 +1018,8 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     b->mode = copy_mode(cfg);
     b->grid = 32;
     if (cfg &&
-        cfg->struct_size >= offsetof(kvf_engine_config, cuda_copy_sms) + sizeof cfg->cuda_copy_sms &&
+        cfg->struct_size >=
+            offsetof(kvf_engine_config, cuda_copy_sms) + sizeof cfg->cuda_copy_sms &&
         cfg->cuda_copy_sms)
         b->grid = cfg->cuda_copy_sms > 1024 ? 1024 : cfg->cuda_copy_sms;
     pthread_mutex_init(&b->sync_lock, NULL);
@@ -1025,11 +1040,10 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     }
     int least = 0, greatest = 0, host_ptr_ok = 0, unified = 0;
     CUDA_GOTO(cudaDeviceGetStreamPriorityRange(&least, &greatest), st, out_free);
-    CUDA_GOTO(cudaDeviceGetAttribute(&host_ptr_ok, cudaDevAttrCanUseHostPointerForRegisteredMem,
-                                     device),
-              st, out_free);
-    CUDA_GOTO(cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, device), st,
-              out_free);
+    CUDA_GOTO(
+        cudaDeviceGetAttribute(&host_ptr_ok, cudaDevAttrCanUseHostPointerForRegisteredMem, device),
+        st, out_free);
+    CUDA_GOTO(cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, device), st, out_free);
     b->kernel_ok = host_ptr_ok && unified;
     if (!b->kernel_ok && b->mode == KVF_CUDA_COPY_KERNEL)
         KVF_LOG(KVF_LOG_WARN, "cuda: device %d cannot use host pointers directly: dma copies",

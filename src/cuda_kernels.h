@@ -36,8 +36,8 @@ typedef struct kvf__cuda_desc {
 /* Launches the copy kernel over descs[0..n) (device memory) holding
  * total_tiles tiles, on `grid` blocks. Returns the launch's error. */
 __attribute__((visibility("hidden"))) cudaError_t
-kvf__cuda_copy_launch(const kvf__cuda_desc *descs, uint32_t n, uint64_t total_tiles,
-                      uint32_t grid, cudaStream_t stream);
+kvf__cuda_copy_launch(const kvf__cuda_desc *descs, uint32_t n, uint64_t total_tiles, uint32_t grid,
+                      cudaStream_t stream);
 
 /* For the test and the benchmark (defined in cuda.c): the cudaStream_t of
  * a transfer queue (0 offload, 1 onboard), and the path the last

@@ -1,9 +1,7 @@
-/*
- * The CUDA backend of a build without the CUDA toolkit: there is none.
- * kvf_engine_create with backend CUDA fails with KVF_ERR_NO_DEVICE, and AUTO
- * picks the host backend.
- */
+/* The CUDA backend of a build without the CUDA toolkit: never usable. */
 #include "internal.h"
+
+#include <stdio.h>
 
 kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend **backend_p)
 {
@@ -14,6 +12,10 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
 
 void kvf__cuda_info(kvf_info *info)
 {
-    /* cuda_built, cuda_devices and cuda_runtime stay 0 */
-    (void)info;
+    info->cuda_built = 0;
+    info->cuda_devices = 0;
+    info->cuda_runtime = 0;
+    info->cufile_present = 0;
+    info->device_name[0] = '\0';
+    snprintf(info->cuda_error, sizeof info->cuda_error, "built without CUDA");
 }

@@ -1,0 +1,466 @@
+/*
+ * cuda_paths: how fast each way of moving scattered KV blocks runs on this
+ * machine, against the ceiling of one large pinned copy measured in the same
+ * run.
+ *
+ * For block sizes 4 KiB .. 4 MiB (256 MiB of blocks per run, at least 64
+ * blocks, in shuffled order on both sides) and for host->device,
+ * device->host, both at once, device->device, and the first 8 of 32 tokens
+ * of each block (a 2-D copy: rows of 1 KiB at a 4 KiB pitch):
+ *   ceil    one cudaMemcpyAsync of the same bytes, contiguous (the ceiling)
+ *   perblk  one cudaMemcpyAsync (cudaMemcpy2DAsync) per block
+ *   batch   one cudaMemcpyBatchAsync (cudaMemcpy3DBatchAsync) per run
+ *   kN      the backend's copy kernel on N thread blocks (N SMs)
+ *   dma     the backend's copy-engine path
+ *   auto    the backend's choice (the path it took is printed after it)
+ * GB/s of useful bytes, median of the timed runs (CUDA events, after a
+ * warm-up), the ratio to ceil, and the host's submit time per block. Every
+ * method's destination is poisoned first and checked byte for byte after
+ * its timed runs (poison outside the copied rows included).
+ *
+ * Usage: cuda_paths [reps] (default 7).
+ */
+#include "internal.h"
+
+#include "cuda_kernels.h"
+
+#include <cuda_runtime.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RUN_BYTES ((size_t)256 << 20)
+#define POISON 0xA5
+
+#define CK(expr)                                                                                   \
+    do {                                                                                           \
+        cudaError_t ce_ = (expr);                                                                  \
+        if (ce_ != cudaSuccess) {                                                                  \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                          \
+                    cudaGetErrorString(ce_));                                                      \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+enum { DIR_H2D, DIR_D2H, DIR_D2D };
+enum { M_CEIL, M_PERBLK, M_BATCH, M_K8, M_K16, M_K32, M_K64, M_DMA, M_AUTO, M_COUNT };
+static const char *method_names[M_COUNT] = {"ceil", "perblk", "batch", "k8",  "k16",
+                                            "k32",  "k64",    "dma",   "auto"};
+static const uint32_t kernel_sms[4] = {8, 16, 32, 64};
+
+typedef struct job {
+    int dir;
+    size_t n;       /* blocks */
+    kvf__copy *c;   /* one per block */
+    uint8_t *dbase; /* destination region, RUN_BYTES long */
+    const uint8_t *sbase;
+    const uint8_t *simg; /* host image of the source region */
+    bool dst_dev;
+    size_t useful; /* bytes moved */
+    /* cudaMemcpyBatchAsync / cudaMemcpy3DBatchAsync arguments */
+    void **dsts;
+    const void **srcs;
+    size_t *sizes;
+    struct cudaMemcpy3DBatchOp *ops;
+} job;
+
+static uint8_t *g_h, *g_d, *g_d2, *g_dimg, *g_check;
+static uint8_t g_poison[4096];
+static cudaStream_t g_s[2];
+static kvf__backend *g_b[M_COUNT];
+static atomic_int g_done;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint64_t v = next_rand();
+        memcpy(p + i, &v, 8);
+    }
+}
+
+static void shuffle(uint32_t *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = (uint32_t)i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = next_rand() % i;
+        uint32_t t = a[i - 1];
+        a[i - 1] = a[j];
+        a[j] = t;
+    }
+}
+
+static void job_make(job *j, int dir, size_t bs, bool partial, uint8_t *dbase)
+{
+    memset(j, 0, sizeof *j);
+    j->dir = dir;
+    j->n = RUN_BYTES / bs;
+    j->dbase = dbase;
+    j->dst_dev = dir != DIR_D2H;
+    if (dir == DIR_H2D) {
+        j->sbase = g_h;
+        j->simg = g_h;
+    } else {
+        j->sbase = g_d + RUN_BYTES;
+        j->simg = g_dimg + RUN_BYTES;
+    }
+    uint32_t *ps = malloc(j->n * sizeof *ps), *pd = malloc(j->n * sizeof *pd);
+    shuffle(ps, j->n);
+    shuffle(pd, j->n);
+    j->c = malloc(j->n * sizeof *j->c);
+    j->dsts = malloc(j->n * sizeof *j->dsts);
+    j->srcs = malloc(j->n * sizeof *j->srcs);
+    j->sizes = malloc(j->n * sizeof *j->sizes);
+    j->ops = calloc(j->n, sizeof *j->ops);
+    /* partial: 8 of 32 tokens of 128 bytes: rows of 1 KiB at a 4 KiB pitch */
+    size_t rows = partial ? (bs >= 4096 ? bs / 4096 : 1) : 1;
+    size_t width = partial ? 1024 : bs, pitch = partial ? 4096 : bs;
+    for (size_t i = 0; i < j->n; i++) {
+        kvf__copy *c = &j->c[i];
+        *c = (kvf__copy){j->dbase + pd[i] * bs, j->sbase + ps[i] * bs, width, rows, pitch, pitch};
+        j->dsts[i] = c->dst;
+        j->srcs[i] = c->src;
+        j->sizes[i] = width * rows;
+        struct cudaMemcpy3DBatchOp *o = &j->ops[i];
+        o->src.type = cudaMemcpyOperandTypePointer;
+        o->src.op.ptr.ptr = (void *)c->src;
+        o->src.op.ptr.rowLength = pitch;
+        o->dst.type = cudaMemcpyOperandTypePointer;
+        o->dst.op.ptr.ptr = c->dst;
+        o->dst.op.ptr.rowLength = pitch;
+        o->extent = make_cudaExtent(width, rows, 1);
+        o->srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        j->useful += width * rows;
+    }
+    free(ps);
+    free(pd);
+}
+
+static void job_free(job *j)
+{
+    free(j->c);
+    free(j->dsts);
+    free(j->srcs);
+    free(j->sizes);
+    free(j->ops);
+}
+
+static void poison(const job *j)
+{
+    if (j->dst_dev) {
+        CK(cudaMemset(j->dbase, POISON, RUN_BYTES));
+        CK(cudaDeviceSynchronize());
+    } else {
+        memset(j->dbase, POISON, RUN_BYTES);
+    }
+}
+
+/* Every copied row equals its source; every other byte is poison. */
+static bool verify(const job *j)
+{
+    const uint8_t *got = j->dbase;
+    if (j->dst_dev) {
+        CK(cudaMemcpy(g_check, j->dbase, RUN_BYTES, cudaMemcpyDeviceToHost));
+        got = g_check;
+    }
+    for (size_t i = 0; i < j->n; i++) {
+        const kvf__copy *c = &j->c[i];
+        size_t doff = (size_t)((const uint8_t *)c->dst - j->dbase);
+        size_t soff = (size_t)((const uint8_t *)c->src - j->sbase);
+        for (size_t r = 0; r < c->rows; r++) {
+            if (memcmp(got + doff + r * c->dpitch, j->simg + soff + r * c->spitch, c->width))
+                return false;
+            if (c->rows > 1 && c->dpitch > c->width &&
+                memcmp(got + doff + r * c->dpitch + c->width, g_poison, c->dpitch - c->width))
+                return false;
+        }
+    }
+    return true;
+}
+
+static void on_done(void *arg, kvf_status st)
+{
+    (void)arg;
+    if (st != KVF_OK)
+        fprintf(stderr, "copy batch failed: %d\n", (int)st);
+    atomic_fetch_add(&g_done, 1);
+}
+
+static kvf__queue queue_of(const job *j)
+{
+    return j->dir == DIR_D2H ? KVF_QUEUE_OFFLOAD : KVF_QUEUE_ONBOARD;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct result {
+    double gbs;
+    double submit_us; /* per block */
+    int ok;           /* 1 verified, 0 wrong, -1 not checked, -2 call failed */
+    int path;
+} result;
+
+/* Queues job j by method m; false when the call is refused. */
+static bool submit(int m, const job *j, int idx, cudaStream_t s)
+{
+    bool partial = j->c[0].rows > 1 && j->c[0].width != j->c[0].dpitch;
+    switch (m) {
+    case M_CEIL:
+        return cudaMemcpyAsync(j->dbase, j->sbase, j->useful, cudaMemcpyDefault, s) == cudaSuccess;
+    case M_PERBLK:
+        for (size_t i = 0; i < j->n; i++) {
+            const kvf__copy *c = &j->c[i];
+            cudaError_t e =
+                partial ? cudaMemcpy2DAsync(c->dst, c->dpitch, c->src, c->spitch, c->width, c->rows,
+                                            cudaMemcpyDefault, s)
+                        : cudaMemcpyAsync(c->dst, c->src, c->width * c->rows, cudaMemcpyDefault, s);
+            if (e != cudaSuccess)
+                return false;
+        }
+        return true;
+    case M_BATCH: {
+        cudaError_t e;
+        if (partial) {
+            e = cudaMemcpy3DBatchAsync(j->n, j->ops, 0, s);
+        } else {
+            struct cudaMemcpyAttributes attr;
+            memset(&attr, 0, sizeof attr);
+            attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+            size_t ai = 0;
+            e = cudaMemcpyBatchAsync(j->dsts, j->srcs, j->sizes, j->n, &attr, &ai, 1, s);
+        }
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        return true;
+    }
+    default: {
+        kvf__backend *b = g_b[m];
+        (void)idx;
+        return b->ops->copy_async(b, queue_of(j), j->c, j->n, on_done, NULL) == KVF_OK;
+    }
+    }
+}
+
+static result measure(int m, job *jobs, int njobs, int reps)
+{
+    result res = {0, 0, -1, 0};
+    cudaStream_t st[2];
+    for (int k = 0; k < njobs; k++) {
+        st[k] = m >= M_K8 ? (cudaStream_t)kvf__cuda_queue_stream(g_b[m], (int)queue_of(&jobs[k]))
+                          : g_s[k];
+        if (m != M_CEIL)
+            poison(&jobs[k]);
+    }
+    cudaEvent_t ev0, ev1, evj;
+    CK(cudaEventCreate(&ev0));
+    CK(cudaEventCreate(&ev1));
+    CK(cudaEventCreate(&evj));
+    double *ms = malloc((size_t)reps * sizeof *ms), *sub = malloc((size_t)reps * sizeof *sub);
+    int timed = 0;
+    size_t blocks = 0, useful = 0;
+    for (int k = 0; k < njobs; k++) {
+        blocks += jobs[k].n;
+        useful += jobs[k].useful;
+    }
+    for (int r = -1; r < reps; r++) { /* r == -1: warm-up */
+        atomic_store(&g_done, 0);
+        int want_done = 0;
+        CK(cudaEventRecord(ev0, st[0]));
+        for (int k = 1; k < njobs; k++)
+            CK(cudaStreamWaitEvent(st[k], ev0, 0));
+        double t0 = now_us();
+        for (int k = 0; k < njobs; k++) {
+            if (!submit(m, &jobs[k], k, st[k])) {
+                res.ok = -2;
+                goto out;
+            }
+            if (m >= M_K8)
+                want_done++;
+        }
+        double t1 = now_us();
+        for (int k = 1; k < njobs; k++) {
+            CK(cudaEventRecord(evj, st[k]));
+            CK(cudaStreamWaitEvent(st[0], evj, 0));
+        }
+        CK(cudaEventRecord(ev1, st[0]));
+        CK(cudaEventSynchronize(ev1));
+        while (atomic_load(&g_done) < want_done)
+            ;
+        if (r >= 0) {
+            float x;
+            CK(cudaEventElapsedTime(&x, ev0, ev1));
+            ms[timed] = x;
+            sub[timed] = (t1 - t0) / (double)blocks;
+            timed++;
+        }
+    }
+    qsort(ms, (size_t)timed, sizeof *ms, cmp_double);
+    qsort(sub, (size_t)timed, sizeof *sub, cmp_double);
+    res.gbs = (double)useful / (ms[timed / 2] * 1e6);
+    res.submit_us = sub[timed / 2];
+    if (m >= M_K8)
+        res.path = kvf__cuda_last_path(g_b[m], (int)queue_of(&jobs[0]));
+    if (m != M_CEIL) {
+        res.ok = 1;
+        for (int k = 0; k < njobs; k++)
+            if (!verify(&jobs[k]))
+                res.ok = 0;
+    }
+out:
+    CK(cudaDeviceSynchronize());
+    for (int k = 0; k < njobs && m >= M_K8; k++)
+        CK(cudaStreamSynchronize(st[k]));
+    free(ms);
+    free(sub);
+    CK(cudaEventDestroy(ev0));
+    CK(cudaEventDestroy(ev1));
+    CK(cudaEventDestroy(evj));
+    return res;
+}
+
+static int g_fail;
+
+static void row(const char *what, size_t bs, job *jobs, int njobs, int reps)
+{
+    result r[M_COUNT];
+    for (int m = 0; m < M_COUNT; m++) {
+        /* one call per block at 4 KiB: 65536 calls a run; fewer repeats */
+        int k = m == M_PERBLK && bs <= 16384 ? 3 : reps;
+        r[m] = measure(m, jobs, njobs, k);
+        if (r[m].ok == 0) {
+            fprintf(stderr, "VERIFY FAILED: %s %zu %s\n", what, bs, method_names[m]);
+            g_fail = 1;
+        }
+    }
+    double ceil = r[M_CEIL].gbs;
+    printf("%-8s %5zuK", what, bs >> 10);
+    for (int m = 0; m < M_COUNT; m++) {
+        if (r[m].ok == -2)
+            printf(" |   err      ");
+        else if (m == M_CEIL)
+            printf(" | %7.1f     ", r[m].gbs);
+        else
+            printf(" | %7.1f %.2f%s", r[m].gbs, r[m].gbs / ceil, r[m].ok == 0 ? "!" : " ");
+    }
+    printf(" | auto=%s\n", r[M_AUTO].path == 1 ? "kernel" : r[M_AUTO].path == 2 ? "dma" : "?");
+    printf("%-8s %5s  submit us/block:", "", "");
+    for (int m = M_PERBLK; m < M_COUNT; m++)
+        if (r[m].ok != -2)
+            printf(" %s %.3f", method_names[m], r[m].submit_us);
+    printf("\n");
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 7;
+    if (reps < 1)
+        reps = 1;
+    unsetenv("KVF_CUDA_COPY");
+    memset(g_poison, POISON, sizeof g_poison);
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+        fprintf(stderr, "no CUDA device\n");
+        return 77;
+    }
+    time_t t = time(NULL);
+    char date[64];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&t));
+    printf("cuda_paths: %s, %d SMs, cc %d.%d, runtime %d, %s, %d timed runs (median)\n", p.name,
+           p.multiProcessorCount, p.major, p.minor, CUDART_VERSION, date, reps);
+
+    for (int m = M_K8; m < M_COUNT; m++) {
+        kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+        cfg.cuda_copy = m == M_DMA    ? KVF_CUDA_COPY_DMA
+                        : m == M_AUTO ? KVF_CUDA_COPY_AUTO
+                                      : KVF_CUDA_COPY_KERNEL;
+        cfg.cuda_copy_sms = m <= M_K64 ? kernel_sms[m - M_K8] : 0;
+        if (kvf__cuda_backend_create(&cfg, &g_b[m]) != KVF_OK) {
+            fprintf(stderr, "backend: %s\n", kvf_last_error());
+            return 1;
+        }
+    }
+    CK(cudaStreamCreateWithFlags(&g_s[0], cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&g_s[1], cudaStreamNonBlocking));
+    CK(cudaHostAlloc((void **)&g_h, 2 * RUN_BYTES, cudaHostAllocMapped | cudaHostAllocPortable));
+    CK(cudaMalloc((void **)&g_d, 2 * RUN_BYTES));
+    CK(cudaMalloc((void **)&g_d2, RUN_BYTES));
+    g_dimg = malloc(2 * RUN_BYTES);
+    g_check = malloc(RUN_BYTES);
+    if (!g_dimg || !g_check)
+        return 1;
+    fill_random(g_h, 2 * RUN_BYTES);
+    fill_random(g_dimg, 2 * RUN_BYTES);
+    CK(cudaMemcpy(g_d, g_dimg, 2 * RUN_BYTES, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
+
+    printf("GB/s of useful bytes (ratio to ceil); '!' = bytes wrong\n");
+    printf("%-8s %6s", "what", "block");
+    for (int m = 0; m < M_COUNT; m++)
+        printf(" | %-12s", method_names[m]);
+    printf("\n");
+    static const size_t sizes[] = {4096, 16384, 65536, 262144, 1 << 20, 4 << 20};
+    for (int part = 0; part < 2; part++) {
+        for (int dir = 0; dir < 4; dir++) {
+            for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+                size_t bs = sizes[k];
+                if (part && bs < 8192)
+                    continue; /* a partial 4 KiB block is one 1 KiB row */
+                job jobs[2];
+                int nj = 1;
+                const char *what;
+                if (dir == 0) {
+                    job_make(&jobs[0], DIR_H2D, bs, part, g_d);
+                    what = part ? "p-h2d" : "h2d";
+                } else if (dir == 1) {
+                    job_make(&jobs[0], DIR_D2H, bs, part, g_h + RUN_BYTES);
+                    what = part ? "p-d2h" : "d2h";
+                } else if (dir == 2) {
+                    job_make(&jobs[0], DIR_H2D, bs, part, g_d);
+                    job_make(&jobs[1], DIR_D2H, bs, part, g_h + RUN_BYTES);
+                    nj = 2;
+                    what = part ? "p-both" : "both";
+                } else {
+                    job_make(&jobs[0], DIR_D2D, bs, part, g_d2);
+                    what = part ? "p-d2d" : "d2d";
+                }
+                row(what, bs, jobs, nj, reps);
+                for (int i = 0; i < nj; i++)
+                    job_free(&jobs[i]);
+            }
+        }
+    }
+    for (int m = M_K8; m < M_COUNT; m++)
+        g_b[m]->ops->destroy(g_b[m]);
+    CK(cudaFreeHost(g_h));
+    CK(cudaFree(g_d));
+    CK(cudaFree(g_d2));
+    free(g_dimg);
+    free(g_check);
+    printf(g_fail ? "cuda_paths: VERIFY FAILED\n" : "cuda_paths: all bytes verified\n");
+    return g_fail;
+}
