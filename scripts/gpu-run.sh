@@ -14,11 +14,12 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&
     cmake --build $B -j"$(nproc)" 2>&1 | grep -E "error|warning: " | head -40
 (cd $B && ctest --output-on-failure 2>&1 | tail -40)
 $B/kvferry info
-if command -v compute-sanitizer >/dev/null && [ -x $B/tests/test_cuda_backend ]; then
-    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_cuda_backend \
-        >"$OUT/memcheck.log" 2>&1
-    echo "compute-sanitizer memcheck test_cuda_backend: rc=$? (log in memcheck.log)"
-    tail -3 "$OUT/memcheck.log"
+if command -v compute-sanitizer >/dev/null; then
+    for t in "memcheck test_cuda_engine" "racecheck test_cuda_backend" "synccheck test_cuda_backend"; do
+        set -- $t
+        timeout 150 compute-sanitizer --tool $1 --error-exitcode 9 $B/tests/$2 >"$OUT/$1-$2.log" 2>&1
+        echo "compute-sanitizer $1 $2: rc=$? ($(tail -n 1 "$OUT/$1-$2.log"))"
+    done
 fi
 [ -x $B/bench/cuda_paths ] && timeout 240 $B/bench/cuda_paths | tee "$OUT/cuda_paths.txt"
 for mode in "" "--tokens 4"; do
