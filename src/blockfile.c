@@ -13,7 +13,7 @@
  * Format, version 1. A 64-byte header, all fields little-endian:
  *
  *   offset size field
- *        0    8 magic "KVFBLK\0\1"
+ *        0    8 magic "KVFBLK\r\n" (a transfer that rewrites line ends breaks it)
  *        8    4 format version (1)
  *       12    4 header bytes (64)
  *       16    8 layout fingerprint (kvf__geometry_fingerprint of the pools)
@@ -56,7 +56,7 @@
 /* Linux moves at most 0x7ffff000 bytes per call; stay below it. */
 #define IO_CHUNK ((size_t)1 << 30)
 
-static const unsigned char magic[8] = {'K', 'V', 'F', 'B', 'L', 'K', 0, 1};
+static const unsigned char magic[8] = {'K', 'V', 'F', 'B', 'L', 'K', '\r', '\n'};
 
 static _Atomic(kvf__io_fault_fn) io_fault_fn;
 static atomic_uint_fast64_t tmp_seq;
@@ -79,6 +79,39 @@ static int io_fault(const char *op, const char *path, size_t *len_p)
     if (len_p && *len_p > want)
         *len_p = want;
     return err;
+}
+
+/* fsync with the hook before it; EINTR, real or injected, is retried.
+ * 0, or -1 with errno set. */
+static int fsync_fd(int fd, const char *path)
+{
+    for (;;) {
+        int err = io_fault("fsync", path, NULL);
+        if (err == 0 && fsync(fd) == 0)
+            return 0;
+        if (err == 0)
+            err = errno;
+        if (err != EINTR) {
+            errno = err;
+            return -1;
+        }
+    }
+}
+
+/* renameat within one directory, hooked as "rename" on the final path. */
+static int rename_in(int dir_fd, const char *from, const char *to, const char *to_path)
+{
+    for (;;) {
+        int err = io_fault("rename", to_path, NULL);
+        if (err == 0 && renameat(dir_fd, from, dir_fd, to) == 0)
+            return 0;
+        if (err == 0)
+            err = errno;
+        if (err != EINTR) {
+            errno = err;
+            return -1;
+        }
+    }
 }
 
 static const char *errstr(int err, char *buf, size_t cap)
@@ -294,7 +327,12 @@ kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns, uint64_
                                    kvf_fsync fsync_mode, kvf__blockfile_dir *dir)
 {
     char eb[128];
-    if (!file_dir || !*file_dir || !dir)
+    if (!dir)
+        return kvf__fail(KVF_ERR_INVALID, "block files: NULL directory");
+    /* closed state first: close_dir after a failed open is harmless */
+    dir->root = NULL;
+    dir->dir_fd = -1;
+    if (!file_dir || !*file_dir)
         return kvf__fail(KVF_ERR_INVALID, "file directory: NULL or empty");
     if (!ns)
         ns = "default";
@@ -355,7 +393,8 @@ void kvf__blockfile_close_dir(kvf__blockfile_dir *dir)
     /* root says whether the struct is open: a zeroed one has dir_fd 0,
      * which is not ours to close */
     if (dir->root) {
-        close(dir->dir_fd);
+        if (dir->dir_fd >= 0)
+            close(dir->dir_fd);
         free(dir->root);
     }
     dir->root = NULL;
@@ -367,12 +406,11 @@ kvf_status kvf__blockfile_fsync_dir(kvf__blockfile_dir *dir)
     char eb[128];
     if (!dir || !dir->root)
         return kvf__fail(KVF_ERR_INVALID, "block files: directory not open");
-    int err = io_fault("fsync", dir->root, NULL);
-    if (err == 0 && fsync(dir->dir_fd) != 0)
-        err = errno;
-    if (err)
+    if (fsync_fd(dir->dir_fd, dir->root) != 0) {
+        int err = errno;
         return kvf__fail(write_errno_status(err), "%s: fsync: %s", dir->root,
                          errstr(err, eb, sizeof eb));
+    }
     return KVF_OK;
 }
 
@@ -475,14 +513,16 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     if (!dir || !dir->root || !meta || !buf)
         return kvf__fail(KVF_ERR_INVALID, "block file write: NULL argument or directory not open");
     unsigned long long key = (unsigned long long)meta->key;
-    size_t total;
-    if (meta->payload_bytes > SIZE_MAX - HDR || meta->payload_bytes > (uint64_t)INT64_MAX - HDR)
-        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: payload of %llu bytes too large", key,
-                         (unsigned long long)meta->payload_bytes);
-    total = HDR + (size_t)meta->payload_bytes;
-
     char name[NAME_MAX_BYTES], tmp[NAME_MAX_BYTES], path[PATH_MAX], tmp_path[PATH_MAX];
     snprintf(name, sizeof name, "%016llx.kvf", key);
+    if (meta->payload_bytes > SIZE_MAX - HDR || meta->payload_bytes > (uint64_t)INT64_MAX - HDR) {
+        /* a failed write leaves no old version behind, whatever the cause */
+        unlinkat(dir->dir_fd, name, 0);
+        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: payload of %llu bytes too large", key,
+                         (unsigned long long)meta->payload_bytes);
+    }
+    size_t total = HDR + (size_t)meta->payload_bytes;
+
     /* pid and a process-wide sequence: concurrent writers of one key,
      * in this process or another, never share a temporary file */
     snprintf(tmp, sizeof tmp, ".%016llx.%ld.%llu.tmp", key, (long)getpid(),
@@ -502,12 +542,7 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
         goto fail;
     if (dir->fsync != KVF_FSYNC_NONE) {
         op = "fsync";
-        err = io_fault("fsync", tmp_path, NULL);
-        if (err) {
-            errno = err;
-            goto fail;
-        }
-        if (fsync(fd) != 0)
+        if (fsync_fd(fd, tmp_path) != 0)
             goto fail;
     }
     op = "close";
@@ -516,22 +551,12 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     if (rc != 0)
         goto fail;
     op = "rename";
-    err = io_fault("rename", path, NULL);
-    if (err) {
-        errno = err;
-        goto fail;
-    }
-    if (renameat(dir->dir_fd, tmp, dir->dir_fd, name) != 0)
+    if (rename_in(dir->dir_fd, tmp, name, path) != 0)
         goto fail;
     if (dir->fsync == KVF_FSYNC_BLOCK) {
         /* makes the rename itself durable */
         op = "fsync";
-        err = io_fault("fsync", dir->root, NULL);
-        if (err) {
-            errno = err;
-            goto fail;
-        }
-        if (fsync(dir->dir_fd) != 0)
+        if (fsync_fd(dir->dir_fd, dir->root) != 0)
             goto fail;
     }
     KVF_LOG(KVF_LOG_DEBUG, "block 0x%llx: %s: wrote %zu bytes", key, path, total);
@@ -550,18 +575,32 @@ fail:
                      errstr(err, eb, sizeof eb));
 }
 
-/* any_layout: for fsck, which checks files without knowing their layout. */
-static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *buf, size_t cap,
-                             kvf__blockfile_meta *meta, bool any_layout)
+/* Closes a descriptor, reporting a failure unless one is already being
+ * returned: a read-only descriptor has nothing to flush, but a failing
+ * close still says the file system is in trouble. */
+static kvf_status close_read_fd(int fd, kvf_status st, unsigned long long key, const char *path)
 {
     char eb[128];
-    if (!dir || !dir->root || !buf)
-        return kvf__fail(KVF_ERR_INVALID, "block file read: NULL argument or directory not open");
-    unsigned long long key = (unsigned long long)key_in;
-    if (cap < HDR)
-        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: buffer of %zu bytes, less than the header",
-                         key, cap);
+    /* Linux releases the descriptor even when close fails (EINTR too):
+     * never retried */
+    if (close(fd) != 0 && st == KVF_OK && errno != EINTR) {
+        int err = errno;
+        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: close: %s", key, path,
+                       errstr(err, eb, sizeof eb));
+    }
+    return st;
+}
 
+/* Reads and checks the block under key_in into *buf_p (*cap_p bytes). With
+ * `grow`, a buffer too small is reallocated to fit, once the header has been
+ * checked (so a damaged length never sizes an allocation); without it, the
+ * block not fitting is KVF_ERR_RANGE. any_layout: for fsck, which checks
+ * files without knowing their layout. */
+static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t **buf_p,
+                             size_t *cap_p, bool grow, kvf__blockfile_meta *meta, bool any_layout)
+{
+    char eb[128];
+    unsigned long long key = (unsigned long long)key_in;
     char name[NAME_MAX_BYTES], path[PATH_MAX];
     snprintf(name, sizeof name, "%016llx.kvf", key);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
@@ -595,8 +634,11 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
         goto out;
     }
 
+    /* the header goes to the stack first: the caller's buffer is sized
+     * only once the header has been checked */
+    uint8_t h[HDR];
     size_t got;
-    int r = read_full(fd, path, buf, HDR, 0, &got);
+    int r = read_full(fd, path, h, HDR, 0, &got);
     if (r < 0) {
         int err = errno;
         st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: read: %s", key, path,
@@ -604,29 +646,29 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
         goto out;
     }
     if (r > 0) {
-        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: short read, %zu of %u bytes", key, path,
-                       got, HDR);
+        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: truncated: short read, %zu of %u bytes",
+                       key, path, got, HDR);
         goto out;
     }
 
-    if (memcmp(buf, magic, 8) != 0) {
+    if (memcmp(h, magic, 8) != 0) {
         st =
             kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: not a block file (bad magic)", key, path);
         goto out;
     }
-    uint32_t version = get_le32(buf + 8);
+    uint32_t version = get_le32(h + 8);
     if (version != FORMAT_VERSION) {
         st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: format version %u, expected %u", key,
                        path, version, FORMAT_VERSION);
         goto out;
     }
-    uint32_t hdr_bytes = get_le32(buf + 12);
+    uint32_t hdr_bytes = get_le32(h + 12);
     if (hdr_bytes != HDR) {
         st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: header of %u bytes, expected %u", key,
                        path, hdr_bytes, HDR);
         goto out;
     }
-    uint32_t hdr_crc = get_le32(buf + 60), hdr_crc_now = kvf__crc32c(0, buf, 60);
+    uint32_t hdr_crc = get_le32(h + 60), hdr_crc_now = kvf__crc32c(0, h, 60);
     if (hdr_crc != hdr_crc_now) {
         st = kvf__fail(KVF_ERR_CORRUPT,
                        "block 0x%llx: %s: header checksum mismatch (stored 0x%08x, computed "
@@ -634,42 +676,62 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
                        key, path, hdr_crc, hdr_crc_now);
         goto out;
     }
-    uint64_t fp = get_le64(buf + 16);
+    uint64_t fp = get_le64(h + 16);
     if (fp != dir->fingerprint && !any_layout) {
         st = kvf__fail(KVF_ERR_MISMATCH,
-                       "block 0x%llx: %s: written under another layout (fingerprint 0x%016llx, "
+                       "block 0x%llx: %s: stored under another layout (fingerprint 0x%016llx, "
                        "expected 0x%016llx)",
                        key, path, (unsigned long long)fp, (unsigned long long)dir->fingerprint);
         goto out;
     }
-    uint64_t ns_hash = get_le64(buf + 24);
+    uint64_t ns_hash = get_le64(h + 24);
     if (ns_hash != dir->ns_hash) {
         st = kvf__fail(KVF_ERR_MISMATCH,
-                       "block 0x%llx: %s: written under another namespace (hash 0x%016llx, "
+                       "block 0x%llx: %s: stored under another namespace (hash 0x%016llx, "
                        "expected 0x%016llx)",
                        key, path, (unsigned long long)ns_hash, (unsigned long long)dir->ns_hash);
         goto out;
     }
-    uint64_t file_key = get_le64(buf + 32);
+    uint64_t file_key = get_le64(h + 32);
     if (file_key != key_in) {
         st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: header names block 0x%llx", key, path,
                        (unsigned long long)file_key);
         goto out;
     }
-    uint64_t payload = get_le64(buf + 48);
-    if (payload > size || size - HDR != payload) {
+    uint64_t payload = get_le64(h + 48);
+    if (size - HDR != payload) {
         st = kvf__fail(KVF_ERR_CORRUPT,
-                       "block 0x%llx: %s: file of %llu bytes, header says %llu + %u (%s)", key,
-                       path, (unsigned long long)size, (unsigned long long)payload, HDR,
+                       "block 0x%llx: %s: file of %llu bytes, header says %u + %llu (%s)", key,
+                       path, (unsigned long long)size, HDR, (unsigned long long)payload,
                        size - HDR < payload ? "truncated" : "extended");
         goto out;
     }
-    if (payload > cap - HDR) {
-        st = kvf__fail(KVF_ERR_RANGE,
-                       "block 0x%llx: %s: block of %llu bytes does not fit a %zu-byte buffer", key,
-                       path, (unsigned long long)size, cap);
+    /* payload <= st_size - HDR: HDR + payload fits an off_t, hence a size_t
+     * on the 64-bit systems this runs on */
+    if (payload > SIZE_MAX - HDR) {
+        st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: %s: %llu bytes do not fit in memory", key,
+                       path, (unsigned long long)size);
         goto out;
     }
+    size_t need = HDR + (size_t)payload;
+    if (need > *cap_p) {
+        if (!grow) {
+            st = kvf__fail(KVF_ERR_RANGE,
+                           "block 0x%llx: %s: block of %zu bytes does not fit a %zu-byte buffer",
+                           key, path, need, *cap_p);
+            goto out;
+        }
+        uint8_t *nb = realloc(*buf_p, need);
+        if (!nb) {
+            st = kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: %s: out of memory for %zu bytes", key,
+                           path, need);
+            goto out;
+        }
+        *buf_p = nb;
+        *cap_p = need;
+    }
+    uint8_t *buf = *buf_p;
+    memcpy(buf, h, HDR);
 
     r = read_full(fd, path, buf + HDR, (size_t)payload, HDR, &got);
     if (r < 0) {
@@ -680,11 +742,12 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
     }
     if (r > 0) {
         /* the file shrank after fstat: never hand back the bytes not read */
-        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: short read, %llu of %llu bytes", key,
-                       path, (unsigned long long)(HDR + got), (unsigned long long)size);
+        st = kvf__fail(KVF_ERR_CORRUPT,
+                       "block 0x%llx: %s: truncated: short read, %llu of %llu bytes", key, path,
+                       (unsigned long long)(HDR + got), (unsigned long long)size);
         goto out;
     }
-    uint32_t crc = get_le32(buf + 56), crc_now = kvf__crc32c(0, buf + HDR, (size_t)payload);
+    uint32_t crc = get_le32(h + 56), crc_now = kvf__crc32c(0, buf + HDR, (size_t)payload);
     if (crc != crc_now) {
         st = kvf__fail(KVF_ERR_CORRUPT,
                        "block 0x%llx: %s: checksum mismatch (stored 0x%08x, computed 0x%08x)", key,
@@ -692,24 +755,29 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
         goto out;
     }
 
+    st = KVF_OK;
     if (meta) {
         meta->key = key_in;
-        meta->tokens = get_le32(buf + 40);
-        meta->pools = get_le32(buf + 44);
+        meta->tokens = get_le32(h + 40);
+        meta->pools = get_le32(h + 44);
         meta->payload_bytes = payload;
     }
-    st = KVF_OK;
 
 out:
-    /* a read-only descriptor has nothing left to flush: close cannot lose data */
-    close(fd);
-    return st;
+    return close_read_fd(fd, st, key, path);
 }
 
 kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf, size_t cap,
                                kvf__blockfile_meta *meta)
 {
-    return read_block(dir, key, buf, cap, meta, false);
+    if (!dir || !dir->root || !buf)
+        return kvf__fail(KVF_ERR_INVALID, "block file read: NULL argument or directory not open");
+    kvf__blockfile_meta m;
+    kvf_status st = read_block(dir, key, &buf, &cap, false, &m, false);
+    /* set only on success: the check above and read_block leave it alone */
+    if (st == KVF_OK && meta)
+        *meta = m;
+    return st;
 }
 
 kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
@@ -753,23 +821,10 @@ kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
         const char *n = e->d_name;
         uint64_t key;
         if (strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)) {
-            struct stat sb;
-            if (fstatat(dir->dir_fd, n, &sb, 0) != 0)
-                continue; /* removed since readdir: nothing to check */
-            size_t need = sb.st_size > (off_t)HDR ? (size_t)sb.st_size : HDR;
-            if (need > cap) {
-                uint8_t *nb = realloc(buf, need);
-                if (!nb) {
-                    visit(arg, key, KVF_ERR_NOMEM, "out of memory for the block's bytes");
-                    continue;
-                }
-                buf = nb;
-                cap = need;
-            }
             kvf__blockfile_meta meta;
-            kvf_status st = read_block(dir, key, buf, cap, &meta, dir->fingerprint == 0);
+            kvf_status st = read_block(dir, key, &buf, &cap, true, &meta, dir->fingerprint == 0);
             if (st == KVF_ERR_NOT_FOUND)
-                continue;
+                continue; /* removed since readdir: nothing to check */
             visit(arg, key, st, st == KVF_OK ? "ok" : kvf_last_error());
         } else if (n[0] == '.' && ends_with(n, ".tmp") && strlen(n) > 18 && n[17] == '.' &&
                    parse_hex16(n + 1, &key)) {
@@ -787,6 +842,6 @@ kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
 
 void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir)
 {
-    if (dir->root)
+    if (dir && dir->root)
         remove_stale_tmp(dir->dir_fd, dir->root);
 }
