@@ -21,13 +21,12 @@ if command -v compute-sanitizer >/dev/null; then
         echo "compute-sanitizer $1 $2: rc=$? ($(tail -n 1 "$OUT/$1-$2.log"))"
     done
 fi
-[ -x $B/bench/cuda_paths ] && timeout 240 $B/bench/cuda_paths | tee "$OUT/cuda_paths.txt"
-for mode in "" "--tokens 4"; do
-    tag=$([ -z "$mode" ] && echo whole || echo partial)
-    timeout 200 sh bench/sweep.sh $B/kvferry "$OUT/sweep-cuda-$tag.jsonl" --backend cuda $mode \
-        | grep -E "kvferry bench|GB/s|verified" >"$OUT/sweep-cuda-$tag.txt"
-done
-cat "$OUT"/sweep-cuda-*.txt
+[ -x $B/bench/cuda_paths ] && [ -z "${SKIP_PATHS:-}" ] &&
+    timeout 240 $B/bench/cuda_paths >"$OUT/cuda_paths.txt" 2>&1
+timeout 400 $B/kvferry bench --backend cuda --compare --json "$OUT/compare.jsonl" \
+    >"$OUT/compare.txt" 2>&1
+echo "kvferry bench --compare: rc=$?"
+sed -n '/--compare: GB/,$p' "$OUT/compare.txt"
 timeout 120 $B/kvferry bench --backend cuda --mode posix --blocks 256 --iters 3 \
     --json "$OUT/file-posix.json"
 date -u
