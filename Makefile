@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build check demo sanitize tsan gpu-check install clean format
+.PHONY: all deps configure build check demo sanitize tsan gpu-check install clean format python-check
 
 all: build
 
@@ -65,3 +65,7 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(GPU_BUILD)
+
+# The Python binding's tests alone (they also run in `make check`).
+python-check: build
+	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so python3 -m pytest -q -p no:cacheprovider python/tests

@@ -8,6 +8,18 @@ for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
         missing="$missing $p"
 done
+
+# ---- Python binding's tests (python/tests): pytest and numpy from PyPI, only
+# when python3 is here and they are missing.
+if command -v python3 >/dev/null 2>&1; then
+    pymissing=$(python3 -c 'import importlib.util as u, sys
+print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' pytest numpy)
+    if [ -n "$pymissing" ]; then
+        echo "install-deps: pip installing $pymissing"
+        python3 -m pip install --quiet $pymissing
+    fi
+fi
+
 [ -z "$missing" ] && exit 0
 echo "install-deps: installing$missing"
 if [ "$(id -u)" -ne 0 ]; then

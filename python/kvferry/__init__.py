@@ -1,0 +1,45 @@
+"""kvferry: move paged LLM KV-cache blocks between GPU memory, host memory
+and files. A ctypes binding of libkvferry (include/kvferry.h).
+
+    import numpy as np, kvferry as kvf
+    with kvf.Engine(backend=kvf.Backend.HOST, file_dir="/tmp/kv") as e:
+        pool = e.add_pool(kvf.Geometry(4, 2, 8, 16, 64, "bf16"), primary=8, secondary=32)
+        pool.slot_view(0)[:] = np.random.randint(1, 256, pool.block_bytes, dtype=np.uint8)
+        e.offload(kvf.Tier.HOST, (0, 5)).wait(check=True)     # primary 0 -> secondary 5
+        statuses = e.onboard(kvf.Tier.HOST, [(5, 1)]).wait()   # secondary 5 -> primary 1
+"""
+
+from . import _lib
+from ._buffers import Buffer, as_buffer
+from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Ticket, block_bytes,
+                    dtype_bits, info, move_dtype, region, version)
+from ._enums import Backend, CudaCopy, Dtype, FileIO, Fsync, Level, Memory, Order, Status, Tier
+from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
+                      InvalidState, IOFailure, KvferryError, Lost, Mismatch, NoDevice, NoSpace, NotFound,
+                      OutOfMemory, OutOfRange, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
+                      UsageError, error_class)
+from ._version import package_version as _package_version
+
+__version__ = _package_version() or version().split()[0]
+library_path = _lib.path
+
+
+def _check_version():
+    lib_version = version().split()[0]
+    if __version__ != lib_version:
+        raise ImportError(f"kvferry: the Python package is version {__version__} but {_lib.path} is "
+                          f"libkvferry {lib_version}; rebuild one of them (or point KVFERRY_LIBRARY "
+                          f"at a matching library)")
+
+
+_check_version()
+
+__all__ = [
+    "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Ticket", "Buffer",
+    "as_buffer", "block_bytes", "dtype_bits", "info", "move_dtype", "region", "version", "library_path",
+    "Backend", "CudaCopy", "Dtype", "FileIO", "Fsync", "Level", "Memory", "Order", "Status", "Tier",
+    "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
+    "UnknownTicket", "OutOfMemory", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
+    "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",
+    "Mismatch", "Lost", "error_class",
+]

@@ -1,0 +1,616 @@
+"""Engine, pools, moves and tickets over the C API."""
+
+import ctypes
+import numbers
+import threading
+from dataclasses import dataclass, field
+from typing import Any, List, NamedTuple, Optional
+
+from . import _lib
+from ._buffers import CUDA, PINNED, as_buffer
+from ._enums import Backend, CudaCopy, Dtype, FileIO, Fsync, Level, Memory, Order, Status, Tier, status
+from ._errors import check, make_error
+
+L = _lib.lib
+
+# ---- geometry ----------------------------------------------------------------
+
+
+class Region(NamedTuple):
+    """Where a block's first N tokens lie: `rows` runs of `row_bytes`, `pitch` apart."""
+
+    rows: int
+    row_bytes: int
+    pitch: int
+
+
+def _dtype(value) -> Dtype:
+    if isinstance(value, str):
+        out = _lib.c_enum()
+        check(L.kvf_dtype_parse(value.encode(), ctypes.byref(out)))
+        return Dtype(out.value)
+    return Dtype(value)
+
+
+@dataclass
+class Geometry:
+    """The shape of one block of one pool (kvf_geometry). dtype may be a
+    Dtype or its name ("fp16", "bf16", "int4", ...)."""
+
+    layers: int
+    kv_factor: int
+    kv_heads: int
+    tokens_per_block: int
+    head_size: int
+    dtype: Dtype = Dtype.FP16
+    order: Order = Order.HEAD_MAJOR
+
+    def __post_init__(self):
+        self.dtype = _dtype(self.dtype)
+        self.order = Order(self.order)
+
+    def _c(self) -> _lib.Geometry_t:
+        for name in ("layers", "kv_factor", "kv_heads", "tokens_per_block", "head_size"):
+            v = getattr(self, name)
+            if not isinstance(v, numbers.Integral) or not 0 <= v < 2**32:
+                raise make_error(Status.ERR_INVALID, f"geometry: {name} = {v!r} is not a uint32")
+        return _lib.Geometry_t(self.layers, self.kv_factor, self.kv_heads, self.tokens_per_block,
+                               self.head_size, int(self.dtype), int(self.order))
+
+    def check(self) -> None:
+        """Raises InvalidArgument / OutOfRange when kvferry would refuse it."""
+        check(L.kvf_geometry_check(ctypes.byref(self._c())))
+
+    @property
+    def block_bytes(self) -> int:
+        out = ctypes.c_size_t()
+        check(L.kvf_geometry_block_bytes(ctypes.byref(self._c()), ctypes.byref(out)))
+        return out.value
+
+    def region(self, tokens: int = 0) -> Region:
+        out = _lib.Region_t()
+        check(L.kvf_geometry_region(ctypes.byref(self._c()), tokens, ctypes.byref(out)))
+        return Region(out.rows, out.row_bytes, out.pitch)
+
+
+def _geometry(g=None, **kw) -> Geometry:
+    if g is None:
+        return Geometry(**kw)
+    if kw:
+        raise TypeError("pass a Geometry or its fields as keywords, not both")
+    if isinstance(g, Geometry):
+        return g
+    if isinstance(g, dict):
+        return Geometry(**g)
+    raise TypeError(f"expected a Geometry, got {type(g).__name__}")
+
+
+def block_bytes(geometry: Optional[Geometry] = None, **fields) -> int:
+    """Bytes of one block: block_bytes(g) or block_bytes(layers=..., ...)."""
+    return _geometry(geometry, **fields).block_bytes
+
+
+def region(geometry: Geometry, tokens: int = 0) -> Region:
+    """The strided region holding a block's first `tokens` tokens (0: the whole block)."""
+    return _geometry(geometry).region(tokens)
+
+
+def dtype_bits(dtype) -> int:
+    return L.kvf_dtype_bits(int(_dtype(dtype)))
+
+
+# ---- information ---------------------------------------------------------------
+
+
+def version() -> str:
+    """The library's version string, e.g. "0.1.0 (cuda)"."""
+    return L.kvf_version().decode()
+
+
+@dataclass(frozen=True)
+class Info:
+    cuda_built: bool
+    cuda_devices: int
+    cuda_runtime: int
+    cufile_present: bool
+    uring_built: bool
+    device_name: str
+    cuda_error: str
+
+
+def info() -> Info:
+    """What this machine offers kvferry (kvf_info_get)."""
+    i = _lib.Info_t()
+    i.struct_size = ctypes.sizeof(_lib.Info_t)
+    check(L.kvf_info_get(ctypes.byref(i)))
+    return Info(bool(i.cuda_built), i.cuda_devices, i.cuda_runtime, bool(i.cufile_present),
+                bool(i.uring_built), i.device_name.decode(errors="replace"),
+                i.cuda_error.decode(errors="replace"))
+
+
+# ---- moves ---------------------------------------------------------------------
+
+
+class Move(NamedTuple):
+    """One block to move; tokens 0 means the whole block."""
+
+    src: int
+    dst: int
+    tokens: int = 0
+
+
+def move_dtype():
+    """The NumPy structured dtype laid out as kvf_move (24 bytes)."""
+    import numpy as np
+
+    return np.dtype({"names": ["src", "dst", "tokens"], "formats": ["<u8", "<u8", "<u4"],
+                     "offsets": [0, 8, 16], "itemsize": 24})
+
+
+def _is_int(x):
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _moves_from_numpy(a):
+    import numpy as np
+
+    dt = move_dtype()
+    if a.dtype.names:
+        if "src" not in a.dtype.names or "dst" not in a.dtype.names:
+            raise make_error(Status.ERR_INVALID, "moves: a structured array needs fields 'src' and 'dst'")
+        a = a.reshape(-1)
+        if a.dtype == dt and a.flags.c_contiguous:
+            return a
+        out = np.zeros(a.shape[0], dt)
+        for f in ("src", "dst", "tokens"):
+            if f in a.dtype.names:
+                col = a[f]
+                if np.issubdtype(col.dtype, np.signedinteger) and (col < 0).any():
+                    raise make_error(Status.ERR_INVALID, f"moves: negative {f}")
+                out[f] = col
+        return out
+    if not np.issubdtype(a.dtype, np.integer):
+        raise make_error(Status.ERR_INVALID, f"moves: an integer array is needed, not {a.dtype}")
+    if a.ndim == 1 and a.shape[0] in (2, 3):
+        a = a.reshape(1, -1)
+    if a.ndim != 2 or a.shape[1] not in (2, 3):
+        raise make_error(Status.ERR_INVALID, f"moves: an int array of shape (n, 2) or (n, 3) is needed, not {a.shape}")
+    if np.issubdtype(a.dtype, np.signedinteger) and (a < 0).any():
+        raise make_error(Status.ERR_INVALID, "moves: negative slot, key or token count")
+    out = np.zeros(a.shape[0], dt)
+    out["src"] = a[:, 0]
+    out["dst"] = a[:, 1]
+    if a.shape[1] == 3:
+        if (a[:, 2] >= 2**32).any():
+            raise make_error(Status.ERR_INVALID, "moves: token count above 2^32")
+        out["tokens"] = a[:, 2]
+    return out
+
+
+def _as_moves(moves):
+    """(pointer, count, keepalive) for one move or a batch."""
+    if type(moves).__module__ == "numpy" and hasattr(moves, "dtype"):
+        if moves.ndim == 0:  # one structured element
+            moves = moves.reshape(1)
+        arr = _moves_from_numpy(moves)
+        return arr.ctypes.data, arr.shape[0], arr
+    if isinstance(moves, (tuple, list)) and moves and _is_int(moves[0]):
+        moves = [moves]  # one move
+    seq = list(moves)
+    arr = (_lib.Move_t * max(len(seq), 1))()
+    for i, m in enumerate(seq):
+        if isinstance(m, dict):
+            m = (m["src"], m["dst"], m.get("tokens", 0))
+        try:
+            vals = tuple(int(v) for v in m)
+        except TypeError:
+            raise make_error(Status.ERR_INVALID, f"moves: entry {i} is {m!r}, not (src, dst[, tokens])") from None
+        if len(vals) not in (2, 3):
+            raise make_error(Status.ERR_INVALID, f"moves: entry {i} has {len(vals)} fields, not (src, dst[, tokens])")
+        src, dst, tokens = vals if len(vals) == 3 else vals + (0,)
+        if not (0 <= src < 2**64 and 0 <= dst < 2**64 and 0 <= tokens < 2**32):
+            raise make_error(Status.ERR_INVALID, f"moves: entry {i} = {vals} is out of range (unsigned src/dst, 32-bit tokens)")
+        arr[i].src, arr[i].dst, arr[i].tokens = src, dst, tokens
+    return ctypes.addressof(arr), len(seq), arr
+
+
+# ---- tickets -------------------------------------------------------------------
+
+_SENTINEL = 0x7FFF_FFFF  # never a kvf_status: tells "nothing written" apart
+
+
+class Ticket:
+    """A submitted batch. poll() / wait() return one Status per move once the
+    batch is complete (and keep returning it); a failed move's status says
+    which block is lost. wait(check=True) raises the first failure instead."""
+
+    __slots__ = ("engine", "id", "count", "_statuses")
+
+    def __init__(self, engine, ticket_id: int, count: int):
+        self.engine, self.id, self.count, self._statuses = engine, ticket_id, count, None
+
+    def __int__(self):
+        return self.id
+
+    def __index__(self):
+        return self.id
+
+    def __repr__(self):
+        st = self._statuses
+        state = "pending" if st is None else ("ok" if all(s == Status.OK for s in st) else "failed")
+        return f"<kvferry.Ticket {self.id}: {self.count} moves, {state}>"
+
+    def poll(self) -> Optional[List[Status]]:
+        """None while in flight, else the per-move statuses."""
+        if self._statuses is None:
+            self._statuses = self.engine._result(self.id, self.count, block=False)
+        return self._statuses
+
+    def wait(self, check: bool = False) -> List[Status]:
+        """Blocks until complete; the per-move statuses (raises the first
+        failed move's error when check=True)."""
+        if self._statuses is None:
+            self._statuses = self.engine._result(self.id, self.count, block=True)
+        if check:
+            self.raise_for_status()
+        return self._statuses
+
+    @property
+    def done(self) -> bool:
+        return self.poll() is not None
+
+    @property
+    def statuses(self) -> Optional[List[Status]]:
+        return self._statuses
+
+    @property
+    def ok(self) -> bool:
+        """Complete and every move succeeded (polls)."""
+        st = self.poll()
+        return st is not None and all(s == Status.OK for s in st)
+
+    def failed(self) -> List[int]:
+        """Indices of the moves that failed (waits)."""
+        return [i for i, s in enumerate(self.wait()) if s != Status.OK]
+
+    def raise_for_status(self) -> None:
+        for i, s in enumerate(self.wait()):
+            if s != Status.OK:
+                raise make_error(s, f"ticket {self.id}: move {i} of {self.count} failed: {_lib.status_str(s)}")
+
+
+# ---- pools ---------------------------------------------------------------------
+
+
+@dataclass
+class PoolDesc:
+    """One array of block slots (kvf_pool_desc). With buffer None kvferry
+    allocates `slots` slots; with a buffer (NumPy array, __array_interface__,
+    __cuda_array_interface__ or __dlpack__ object) the caller's memory is
+    registered, `slots` defaults to what the buffer holds, and the owner is
+    kept alive with the engine. memory None picks what the backend and the
+    buffer call for."""
+
+    slots: Optional[int] = None
+    memory: Optional[Memory] = None
+    buffer: Any = None
+    slot_stride: int = 0
+
+
+@dataclass
+class PoolLevel:
+    memory: Memory
+    slots: int
+    slot_stride: int
+    owner: Any = field(default=None, repr=False)
+
+
+class Pool:
+    """One registered pool: its index, geometry and slot arrays."""
+
+    def __init__(self, engine, index, geometry, primary, secondary):
+        self.engine = engine
+        self.index = index
+        self.geometry = geometry
+        self.block_bytes = geometry.block_bytes
+        self.primary = primary
+        self.secondary = secondary
+
+    def __repr__(self):
+        return (f"<kvferry.Pool {self.index}: {self.block_bytes} B blocks, primary {self.primary.slots} "
+                f"{self.primary.memory.name}, secondary "
+                f"{self.secondary.slots if self.secondary else 0}>")
+
+    def level(self, level) -> Optional[PoolLevel]:
+        return self.primary if Level(level) == Level.PRIMARY else self.secondary
+
+    def slot_ptr(self, slot: int, level: Level = Level.PRIMARY) -> int:
+        return self.engine.slot_ptr(self.index, slot, level)
+
+    def slot_view(self, slot: int, level: Level = Level.PRIMARY):
+        return self.engine.slot_view(self.index, slot, level)
+
+
+class _ViewOwner:
+    """The base of a slot view: keeps the engine object referenced."""
+
+    def __init__(self, engine, ptr, nbytes):
+        self.engine = engine
+        self.__array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+
+
+# ---- engine --------------------------------------------------------------------
+
+_DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
+                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0)
+
+
+def _stream_handle(stream):
+    if stream is None:
+        return None
+    if _is_int(stream):
+        return int(stream) or None
+    proto = getattr(stream, "__cuda_stream__", None)
+    if callable(proto):
+        return int(proto()[1]) or None
+    handle = getattr(stream, "cuda_stream", None)
+    if handle is not None:
+        return int(handle) or None
+    raise TypeError(f"sync_stream: expected None, an int cudaStream_t or an object with .cuda_stream, "
+                    f"not {type(stream).__name__}")
+
+
+class Engine:
+    """A kvferry engine (kvf_engine). Keyword arguments are the fields of
+    kvf_engine_config: backend, device, threads, file_dir, file_namespace,
+    file_io, fsync, cuda_copy, cuda_copy_sms. Use it as a context manager,
+    or call close(); slot views and registered buffers are valid until then.
+
+    Calls may come from several threads; close() must be the last one."""
+
+    def __init__(self, **config):
+        unknown = set(config) - set(_DEFAULT_CONFIG)
+        if unknown:
+            raise TypeError(f"Engine: unknown config field(s) {', '.join(sorted(unknown))}; "
+                            f"known: {', '.join(_DEFAULT_CONFIG)}")
+        cfg = dict(_DEFAULT_CONFIG, **config)
+        self._handle = None
+        self._owners = []  # registered caller memory, kept until after destroy
+        self._pools = []
+        self._pending = {}  # ticket id -> move count
+        self._lock = threading.Lock()
+        c = _lib.EngineConfig_t()
+        c.struct_size = ctypes.sizeof(_lib.EngineConfig_t)
+        c.backend = int(Backend(cfg["backend"]))
+        c.device = int(cfg["device"])
+        c.threads = int(cfg["threads"])
+        fd, ns = cfg["file_dir"], cfg["file_namespace"]
+        self._cstrs = (None if fd is None else str(fd).encode(), None if ns is None else str(ns).encode())
+        c.file_dir, c.file_namespace = self._cstrs
+        c.file_io = int(FileIO(cfg["file_io"]))
+        c.fsync = int(Fsync(cfg["fsync"]))
+        c.cuda_copy = int(CudaCopy(cfg["cuda_copy"]))
+        c.cuda_copy_sms = int(cfg["cuda_copy_sms"])
+        self.config = cfg
+        h = ctypes.c_void_p()
+        check(L.kvf_engine_create(ctypes.byref(c), ctypes.byref(h)))
+        self._handle = h.value
+        self.backend = Backend(L.kvf_engine_backend(self._handle))
+
+    # -- life --
+    def close(self) -> None:
+        """Waits for every batch in flight, frees the engine, then releases
+        the registered caller memory. Idempotent."""
+        h, self._handle = self._handle, None
+        if h:
+            L.kvf_engine_destroy(h)
+        for pool in self._pools:
+            for lv in (pool.primary, pool.secondary):
+                if lv is not None:
+                    lv.owner = None
+        self._owners.clear()
+        self._pending.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        state = self.backend.name.lower() if self._handle else "closed"
+        return f"<kvferry.Engine {state}, {len(self._pools)} pools>"
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def _h(self):
+        if self._handle is None:
+            raise make_error(Status.ERR_STATE, "engine is closed")
+        return self._handle
+
+    # -- pools --
+    @property
+    def pools(self) -> List[Pool]:
+        return list(self._pools)
+
+    @property
+    def pool_count(self) -> int:
+        return L.kvf_engine_pool_count(self._h())
+
+    def _desc(self, spec, level, index, g):
+        what = f"pool {index} {level.name.lower()}"
+        if spec is None:
+            return None, None
+        if _is_int(spec):
+            spec = PoolDesc(slots=int(spec))
+        elif isinstance(spec, dict):
+            spec = PoolDesc(**spec)
+        elif not isinstance(spec, PoolDesc):
+            spec = PoolDesc(buffer=spec)
+        cuda = self.backend == Backend.CUDA
+        memory = None if spec.memory is None else Memory(spec.memory)
+        stride = int(spec.slot_stride or 0)
+        slots = spec.slots
+        base = None
+        owner = None
+        if spec.buffer is not None:
+            buf = as_buffer(spec.buffer, what)
+            owner = buf
+            if memory is None:
+                memory = {CUDA: Memory.DEVICE, PINNED: Memory.HOST_PINNED}.get(
+                    buf.kind, Memory.HOST_PINNED if cuda else Memory.HOST)
+            if memory == Memory.DEVICE and buf.kind != CUDA:
+                raise make_error(Status.ERR_INVALID, f"{what}: DEVICE memory was asked for but the buffer "
+                                 f"({buf.source}) is host memory")
+            if memory != Memory.DEVICE and buf.kind == CUDA:
+                raise make_error(Status.ERR_INVALID, f"{what}: the buffer ({buf.source}) is CUDA device memory, "
+                                 f"but {memory.name} memory was asked for"
+                                 + (" (the host backend takes host memory only)" if not cuda else ""))
+            if buf.kind == CUDA and not cuda:
+                raise make_error(Status.ERR_INVALID, f"{what}: the buffer is CUDA memory; the engine runs on the "
+                                 f"{self.backend.name.lower()} backend")
+            if buf.kind == CUDA and buf.device is not None and buf.device != self.config["device"]:
+                raise make_error(Status.ERR_INVALID, f"{what}: the buffer is on CUDA device {buf.device}, "
+                                 f"the engine on device {self.config['device']}")
+            eff = stride or g.block_bytes
+            if slots is None:
+                if buf.nbytes < eff or buf.nbytes % eff:
+                    raise make_error(Status.ERR_RANGE, f"{what}: the buffer's {buf.nbytes} bytes are not a whole "
+                                     f"number of {eff}-byte slots (check the geometry)")
+                slots = buf.nbytes // eff
+            elif buf.nbytes < int(slots) * eff:
+                raise make_error(Status.ERR_RANGE, f"{what}: the buffer holds {buf.nbytes} bytes; {slots} slots "
+                                 f"x {eff} bytes = {int(slots) * eff} are needed")
+            if not buf.ptr:
+                raise make_error(Status.ERR_INVALID, f"{what}: the buffer's address is NULL")
+            base = buf.ptr
+        else:
+            if slots is None:
+                raise make_error(Status.ERR_INVALID, f"{what}: give a slot count or a buffer")
+            if memory is None:
+                memory = (Memory.DEVICE if level == Level.PRIMARY else Memory.HOST_PINNED) if cuda else Memory.HOST
+        slots = int(slots)
+        if not 0 <= slots < 2**32:
+            raise make_error(Status.ERR_RANGE, f"{what}: {slots} slots do not fit in 32 bits")
+        d = _lib.PoolDesc_t(int(memory), base, stride, slots)
+        return d, PoolLevel(memory, slots, stride or g.block_bytes, owner)
+
+    def add_pool(self, geometry: Optional[Geometry] = None, primary=None, secondary=None, **geometry_fields) -> Pool:
+        """Adds a pool (before the first transfer). primary / secondary are
+        each a slot count (kvferry allocates), a PoolDesc, or a buffer to
+        register; secondary None means a pool offloaded only to files.
+        Geometry as a Geometry or as keywords (layers=, kv_factor=, ...)."""
+        h = self._h()
+        g = _geometry(geometry, **geometry_fields)
+        if primary is None:
+            raise make_error(Status.ERR_INVALID, "add_pool: primary slots are required")
+        index = L.kvf_engine_pool_count(h)
+        gc = g._c()
+        pd, pl = self._desc(primary, Level.PRIMARY, index, g)
+        sd, sl = self._desc(secondary, Level.SECONDARY, index, g)
+        out = ctypes.c_uint32()
+        check(L.kvf_engine_add_pool(h, ctypes.byref(gc), ctypes.byref(pd),
+                                    ctypes.byref(sd) if sd is not None else None, ctypes.byref(out)))
+        for lv in (pl, sl):
+            if lv is not None and lv.owner is not None:
+                self._owners.append(lv.owner)
+        pool = Pool(self, out.value, g, pl, sl)
+        self._pools.append(pool)
+        return pool
+
+    def slot_ptr(self, pool: int, slot: int, level: Level = Level.PRIMARY) -> int:
+        """Address of one slot (host memory, or device memory for CUDA primaries)."""
+        p = ctypes.c_void_p()
+        check(L.kvf_engine_slot_ptr(self._h(), int(pool), int(Level(level)), int(slot), ctypes.byref(p)))
+        return p.value
+
+    def slot_view(self, pool: int, slot: int, level: Level = Level.PRIMARY):
+        """One slot's block bytes as a writable NumPy uint8 array, for host
+        memory (every slot on the host backend, secondary slots on CUDA).
+        Valid until the engine is closed; write a primary slot only while no
+        transfer touching it is in flight."""
+        import numpy as np
+
+        pool, level = int(pool), Level(level)
+        ptr = self.slot_ptr(pool, slot, level)
+        if pool < len(self._pools):
+            p = self._pools[pool]
+            lv = p.level(level)
+            if lv is not None and lv.memory == Memory.DEVICE:
+                raise make_error(Status.ERR_UNSUPPORTED, f"pool {pool} {level.name.lower()} slot {slot}: device "
+                                 f"memory cannot be viewed as a NumPy array")
+            nbytes = p.block_bytes
+        else:
+            raise make_error(Status.ERR_RANGE, f"pool {pool}: not added through this Engine object")
+        return np.asarray(_ViewOwner(self, ptr, nbytes))
+
+    # -- moves --
+    def _submit(self, fn, args, moves, detach):
+        ptr, n, keep = _as_moves(moves)
+        t = _lib.c_ticket()
+        check(fn(self._h(), *args, ptr, n, None if detach else ctypes.byref(t)))
+        del keep  # copied by the library
+        if detach:
+            return None
+        with self._lock:
+            self._pending[t.value] = n
+        return Ticket(self, t.value, n)
+
+    def offload(self, to: Tier, moves, *, detach: bool = False) -> Optional[Ticket]:
+        """Queues offloads (primary slot -> secondary slot, or -> file key).
+        moves: one (src, dst[, tokens]) or a batch: a list of them, an int
+        array of shape (n, 2|3) or a structured array with src/dst/tokens.
+        Returns a Ticket; detach=True: fire and forget (None)."""
+        return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach)
+
+    def onboard(self, frm: Tier, moves, *, detach: bool = False) -> Optional[Ticket]:
+        """Queues onboards (secondary slot or file key -> primary slot); as offload."""
+        return self._submit(L.kvf_onboard, (int(Tier(frm)),), moves, detach)
+
+    def copy(self, moves, *, detach: bool = False) -> Optional[Ticket]:
+        """Queues primary -> primary copies; as offload."""
+        return self._submit(L.kvf_copy, (), moves, detach)
+
+    def _result(self, ticket_id, count, block):
+        per = (_lib.c_status * max(count, 1))(*([_SENTINEL] * max(count, 1)))
+        fn = L.kvf_wait if block else L.kvf_poll
+        ret = fn(self._h(), ticket_id, per if count else None)
+        if ret == Status.INPROGRESS:
+            return None
+        if ret < 0 and (count == 0 or per[0] == _SENTINEL):
+            raise make_error(ret)  # the call itself failed (unknown ticket, ...)
+        with self._lock:
+            self._pending.pop(ticket_id, None)
+        return [status(per[i]) for i in range(count)]
+
+    def _ticket(self, ticket) -> Ticket:
+        if isinstance(ticket, Ticket):
+            return ticket
+        tid = int(ticket)
+        with self._lock:
+            n = self._pending.get(tid, 0)
+        return Ticket(self, tid, n)
+
+    def poll(self, ticket) -> Optional[List[Status]]:
+        """As Ticket.poll, for a Ticket or a ticket number. A number this
+        engine never issued, or one already retired, raises UnknownTicket."""
+        return self._ticket(ticket).poll()
+
+    def wait(self, ticket, check: bool = False) -> List[Status]:
+        """As Ticket.wait, for a Ticket or a ticket number."""
+        return self._ticket(ticket).wait(check)
+
+    def sync_stream(self, stream=None) -> None:
+        """Orders work queued on `stream` after every batch queued so far.
+        stream: None (block this thread until those batches complete), an int
+        cudaStream_t, or an object with .cuda_stream (torch.cuda.Stream) or
+        __cuda_stream__."""
+        check(L.kvf_sync_stream(self._h(), _stream_handle(stream)))

@@ -1,0 +1,88 @@
+"""The C enums, value for value (include/kvferry.h)."""
+
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    OK = 0
+    INPROGRESS = 1
+    ERR_INVALID = -1
+    ERR_RANGE = -2
+    ERR_UNSUPPORTED = -3
+    ERR_STATE = -4
+    ERR_UNKNOWN_TICKET = -5
+    ERR_NOMEM = -10
+    ERR_NO_DEVICE = -20
+    ERR_DEVICE = -21
+    ERR_IO = -30
+    ERR_NOT_FOUND = -31
+    ERR_NO_SPACE = -32
+    ERR_REMOTE = -40
+    ERR_TIMEOUT = -41
+    ERR_CORRUPT = -50
+    ERR_MISMATCH = -51
+    ERR_LOST = -52
+
+
+class Dtype(IntEnum):
+    FP32 = 0
+    FP16 = 1
+    BF16 = 2
+    FP8_E4M3 = 3
+    FP8_E5M2 = 4
+    INT8 = 5
+    INT4 = 6
+    FP4 = 7
+
+
+class Order(IntEnum):
+    HEAD_MAJOR = 0  # [layers][kv][heads][tokens][head]
+    TOKEN_MAJOR = 1  # [layers][kv][tokens][heads][head]
+
+
+class Backend(IntEnum):
+    AUTO = 0
+    HOST = 1
+    CUDA = 2
+
+
+class FileIO(IntEnum):
+    AUTO = 0
+    POSIX = 1
+    GDS = 2
+
+
+class Fsync(IntEnum):
+    NONE = 0
+    BATCH = 1
+    BLOCK = 2
+
+
+class CudaCopy(IntEnum):
+    AUTO = 0
+    KERNEL = 1
+    DMA = 2
+
+
+class Memory(IntEnum):
+    HOST = 0
+    HOST_PINNED = 1
+    DEVICE = 2
+
+
+class Level(IntEnum):
+    PRIMARY = 0
+    SECONDARY = 1
+
+
+class Tier(IntEnum):
+    HOST = 0
+    FILE = 1
+
+
+def status(value: int):
+    """value as a Status, or the plain int when this module does not know it."""
+    try:
+        return Status(value)
+    except ValueError:
+        return value

@@ -1,0 +1,166 @@
+"""Loading libkvferry and declaring its C API with ctypes.
+
+The structs below mirror include/kvferry.h field for field; the enum
+values live in kvferry._enums. Search order for the library:
+
+1. the environment variable KVFERRY_LIBRARY (a path to libkvferry.so),
+2. libkvferry.so shipped inside this package (``pip install ./python``),
+3. the repository's build/ directory (a source checkout after ``make``),
+4. ctypes.util.find_library("kvferry") (an installed library).
+"""
+
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+_REPO = _HERE.parent.parent  # python/kvferry -> repository root
+
+c_status = ctypes.c_int  # kvf_status: an int-sized enum with negative values
+c_enum = ctypes.c_int
+c_ticket = ctypes.c_uint64
+
+
+class Geometry_t(ctypes.Structure):
+    _fields_ = [
+        ("layers", ctypes.c_uint32),
+        ("kv_factor", ctypes.c_uint32),
+        ("kv_heads", ctypes.c_uint32),
+        ("tokens_per_block", ctypes.c_uint32),
+        ("head_size", ctypes.c_uint32),
+        ("dtype", c_enum),
+        ("order", c_enum),
+    ]
+
+
+class Region_t(ctypes.Structure):
+    _fields_ = [("rows", ctypes.c_size_t), ("row_bytes", ctypes.c_size_t), ("pitch", ctypes.c_size_t)]
+
+
+class EngineConfig_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("backend", c_enum),
+        ("device", ctypes.c_int),
+        ("threads", ctypes.c_uint32),
+        ("file_dir", ctypes.c_char_p),
+        ("file_namespace", ctypes.c_char_p),
+        ("file_io", c_enum),
+        ("fsync", c_enum),
+        ("cuda_copy", c_enum),
+        ("cuda_copy_sms", ctypes.c_uint32),
+    ]
+
+
+class PoolDesc_t(ctypes.Structure):
+    _fields_ = [
+        ("memory", c_enum),
+        ("base", ctypes.c_void_p),
+        ("slot_stride", ctypes.c_size_t),
+        ("slots", ctypes.c_uint32),
+    ]
+
+
+class Move_t(ctypes.Structure):
+    _fields_ = [("src", ctypes.c_uint64), ("dst", ctypes.c_uint64), ("tokens", ctypes.c_uint32)]
+
+
+class Info_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("cuda_built", ctypes.c_int),
+        ("cuda_devices", ctypes.c_int),
+        ("cuda_runtime", ctypes.c_int),
+        ("cufile_present", ctypes.c_int),
+        ("uring_built", ctypes.c_int),
+        ("device_name", ctypes.c_char * 128),
+        ("cuda_error", ctypes.c_char * 128),
+    ]
+
+
+assert ctypes.sizeof(Move_t) == 24
+
+
+def _candidates():
+    """(description, path or name) pairs, in search order."""
+    env = os.environ.get("KVFERRY_LIBRARY")
+    if env:
+        yield "KVFERRY_LIBRARY", env
+        return  # an explicit choice is never silently replaced
+    yield "package", str(_HERE / "libkvferry.so")
+    yield "build directory", str(_REPO / "build" / "libkvferry.so")
+    found = ctypes.util.find_library("kvferry")
+    yield "find_library('kvferry')", found
+
+
+def _load():
+    tried = []
+    for what, path in _candidates():
+        if not path:
+            tried.append(f"{what}: not found")
+            continue
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{what}: {path} does not exist")
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as exc:
+            tried.append(f"{what}: {path}: {exc}")
+    raise ImportError(
+        "kvferry: cannot load libkvferry.so; tried\n  "
+        + "\n  ".join(tried)
+        + "\nBuild it (make, in the repository) and set KVFERRY_LIBRARY=/path/to/build/libkvferry.so,"
+        " or install the package with `pip install ./python`."
+    )
+
+
+lib, path = _load()
+
+_P = ctypes.POINTER
+_protos = {
+    "kvf_version": (ctypes.c_char_p, []),
+    "kvf_status_str": (ctypes.c_char_p, [c_status]),
+    "kvf_last_error": (ctypes.c_char_p, []),
+    "kvf_dtype_bits": (ctypes.c_uint, [c_enum]),
+    "kvf_dtype_name": (ctypes.c_char_p, [c_enum]),
+    "kvf_dtype_parse": (c_status, [ctypes.c_char_p, _P(c_enum)]),
+    "kvf_geometry_check": (c_status, [_P(Geometry_t)]),
+    "kvf_geometry_block_bytes": (c_status, [_P(Geometry_t), _P(ctypes.c_size_t)]),
+    "kvf_geometry_region": (c_status, [_P(Geometry_t), ctypes.c_uint32, _P(Region_t)]),
+    "kvf_backend_name": (ctypes.c_char_p, [c_enum]),
+    "kvf_engine_create": (c_status, [_P(EngineConfig_t), _P(ctypes.c_void_p)]),
+    "kvf_engine_destroy": (None, [ctypes.c_void_p]),
+    "kvf_engine_backend": (c_enum, [ctypes.c_void_p]),
+    "kvf_engine_add_pool": (
+        c_status,
+        [ctypes.c_void_p, _P(Geometry_t), _P(PoolDesc_t), _P(PoolDesc_t), _P(ctypes.c_uint32)],
+    ),
+    "kvf_engine_pool_count": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "kvf_engine_slot_ptr": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_uint32, c_enum, ctypes.c_uint32, _P(ctypes.c_void_p)],
+    ),
+    "kvf_offload": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_onboard": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_copy": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_poll": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+    "kvf_wait": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+    "kvf_sync_stream": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
+    "kvf_info_get": (c_status, [_P(Info_t)]),
+}
+for _name, (_res, _args) in _protos.items():
+    try:
+        _fn = getattr(lib, _name)
+    except AttributeError:
+        raise ImportError(f"kvferry: {path} has no symbol {_name}: not a matching libkvferry") from None
+    _fn.restype = _res
+    _fn.argtypes = _args
+
+
+def last_error() -> str:
+    return (lib.kvf_last_error() or b"").decode("utf-8", "replace")
+
+
+def status_str(status: int) -> str:
+    return (lib.kvf_status_str(status) or b"?").decode("utf-8", "replace")
