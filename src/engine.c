@@ -97,6 +97,9 @@ typedef struct mem_array {
 typedef struct pool {
     kvf_geometry g;
     size_t block_bytes;
+    /* the block as rows of tokens, so a move's region costs no checks:
+     * rows, their pitch, and bits per token in a row */
+    size_t rows, pitch, token_bits;
     mem_array primary, secondary;
     bool has_secondary;
 } pool;
@@ -662,6 +665,10 @@ kvf_status kvf_engine_add_pool(kvf_engine *e, const kvf_geometry *g, const kvf_p
     if (st != KVF_OK)
         return st;
     p.g = *g;
+    p.rows =
+        (size_t)g->layers * g->kv_factor * (g->order == KVF_ORDER_HEAD_MAJOR ? g->kv_heads : 1);
+    p.pitch = p.block_bytes / p.rows;
+    p.token_bits = p.pitch * 8 / g->tokens_per_block;
 
     pthread_mutex_lock(&e->mu);
     uint32_t idx = e->npools;
@@ -1148,6 +1155,18 @@ static bool source_lost(kvf_engine *e, const batch *b, size_t i)
 
 /* ---- execution -------------------------------------------------------------- */
 
+/* What kvf_geometry_region gives for a checked token count, without the
+ * checks (done at submit): this runs for every move of every pool. */
+static kvf_region pool_region(const pool *pl, uint32_t tokens)
+{
+    if (tokens == 0 || tokens >= pl->g.tokens_per_block)
+        return (kvf_region){1, pl->block_bytes, pl->block_bytes};
+    size_t row_bytes = tokens * pl->token_bits / 8;
+    if (pl->rows == 1)
+        return (kvf_region){1, row_bytes, row_bytes};
+    return (kvf_region){pl->rows, row_bytes, pl->pitch};
+}
+
 /* The copy of pool p for one move in host or copy mode: the region of the
  * first `tokens` tokens, at the same place in source and destination. */
 static kvf__copy move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kvf_move *mv)
@@ -1155,8 +1174,7 @@ static kvf__copy move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const 
     const pool *pl = &e->pools[p];
     const mem_array *src = kind == OP_ONBOARD_HOST ? &pl->secondary : &pl->primary;
     const mem_array *dst = kind == OP_OFFLOAD_HOST ? &pl->secondary : &pl->primary;
-    kvf_region r;
-    kvf_geometry_region(&pl->g, mv->tokens, &r); /* checked at submit */
+    kvf_region r = pool_region(pl, mv->tokens);
     kvf__copy c = {
         slot_addr(dst, mv->dst), slot_addr(src, mv->src), r.row_bytes, r.rows, r.pitch, r.pitch};
     return c;
@@ -1259,9 +1277,7 @@ static size_t file_copies(const kvf_engine *e, const kvf_move *mv, bool to_file,
     size_t off = 0;
     for (uint32_t p = 0; p < e->npools; p++) {
         const pool *pl = &e->pools[p];
-        kvf_region want, stored;
-        kvf_geometry_region(&pl->g, tokens, &want);
-        kvf_geometry_region(&pl->g, file_tokens, &stored);
+        kvf_region want = pool_region(pl, tokens), stored = pool_region(pl, file_tokens);
         /* a whole stored block is rows of the full pitch, like the slot */
         size_t rows = want.rows, width = want.row_bytes;
         size_t file_pitch = stored.rows == 1 && want.rows > 1 ? want.pitch : stored.row_bytes;
