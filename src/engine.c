@@ -74,12 +74,13 @@ struct batch {
     size_t next_move; /* first move no worker has claimed */
     size_t moves_done;
     kvf_engine *engine;
-    bool ticketed;     /* the caller holds a ticket for it */
-    bool retired;      /* its ticket was waited for */
-    bool issuing;      /* issue_async is between unlock and relock */
-    bool async;        /* handed to the backend's copy_async */
-    bool on_stream;    /* copy_async accepted it: the GPU orders it */
-    kvf__copy *copies; /* the copies of an async batch */
+    bool ticketed;           /* the caller holds a ticket for it */
+    bool retired;            /* its ticket was waited for */
+    uint32_t async_left;     /* chunks on the GPU, plus one while issuing */
+    kvf_status async_status; /* the first failure of an async batch */
+    bool async;              /* handed to the backend's copy_async */
+    bool on_stream;          /* copy_async accepted it: the GPU orders it */
+    kvf__copy *copies;       /* the copies of an async batch */
     size_t copies_cap;
     batch *next_ready;
     batch *prev_undone, *next_undone; /* every batch not done, in id order */
@@ -352,7 +353,7 @@ static void batch_free(batch *b)
 /* Frees a batch once nothing refers to it any more. Lock held. */
 static void batch_release(batch *b)
 {
-    if (b->state == B_DONE && !b->issuing && (!b->ticketed || b->retired))
+    if (b->state == B_DONE && (!b->ticketed || b->retired))
         batch_free(b);
 }
 
@@ -1180,27 +1181,44 @@ static kvf__copy move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const 
     return c;
 }
 
+/* Copies handed to the backend per call: the GPU starts on the first
+ * chunk while the next is described, so submission overlaps the copy. */
+#define ASYNC_CHUNK_COPIES 4096u
+
+/* Ends an async batch once its last chunk and its issuer are done. Lock held. */
+static void async_release(kvf_engine *e, batch *b)
+{
+    if (--b->async_left)
+        return;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->status[i] == KVF_INPROGRESS && b->async_status != KVF_OK)
+            b->status[i] = b->async_status;
+    complete_batch(e, b);
+}
+
 static void async_done(void *arg, kvf_status status)
 {
     batch *b = arg;
     kvf_engine *e = b->engine;
     pthread_mutex_lock(&e->mu);
-    for (size_t i = 0; i < b->n; i++)
-        if (b->status[i] == KVF_INPROGRESS && status != KVF_OK)
-            b->status[i] = status;
-    complete_batch(e, b);
+    if (status != KVF_OK && b->async_status == KVF_OK)
+        b->async_status = status;
+    async_release(e, b);
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Hands a ready copy batch to an asynchronous backend. Called with the
- * lock held; drops it while the backend queues the copies. */
+/* Hands a ready copy batch to an asynchronous backend, in chunks. Called
+ * with the lock held; drops it while the backend queues the copies. The
+ * issuer holds one count of async_left, so the batch cannot complete (and
+ * be freed) before the last chunk is queued. */
 static void issue_async(kvf_engine *e, batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
         if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
             b->status[i] = KVF_ERR_LOST;
-    size_t ncopies = 0;
-    size_t need = b->n * e->npools;
+    size_t need = b->n * e->npools < ASYNC_CHUNK_COPIES + e->npools
+                      ? b->n * e->npools
+                      : ASYNC_CHUNK_COPIES + e->npools;
     if (b->copies_cap < need) {
         free(b->copies);
         b->copies = malloc(need * sizeof *b->copies);
@@ -1213,40 +1231,43 @@ static void issue_async(kvf_engine *e, batch *b)
         complete_batch(e, b);
         return;
     }
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->status[i] != KVF_INPROGRESS)
-            continue;
-        for (uint32_t p = 0; p < e->npools; p++)
-            b->copies[ncopies++] = move_copy(e, b->kind, p, &b->moves[i]);
-    }
-    if (ncopies == 0) {
-        complete_batch(e, b);
-        return;
-    }
-    /* the completion callback may finish the batch before the lock is
-     * taken again: `issuing` keeps it allocated until then */
-    b->issuing = true;
+    b->async_left = 1;
+    b->async_status = KVF_OK;
     pthread_mutex_unlock(&e->mu);
-    kvf_status st =
-        e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
+    /* statuses still KVF_INPROGRESS change only at completion, which the
+     * issuer's count holds off: reading them unlocked is safe */
+    kvf_status st = KVF_OK;
+    for (size_t i = 0; i < b->n && st == KVF_OK;) {
+        size_t ncopies = 0;
+        for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES; i++) {
+            if (b->status[i] != KVF_INPROGRESS)
+                continue;
+            for (uint32_t p = 0; p < e->npools; p++)
+                b->copies[ncopies++] = move_copy(e, b->kind, p, &b->moves[i]);
+        }
+        if (ncopies == 0)
+            break;
+        pthread_mutex_lock(&e->mu);
+        b->async_left++;
+        pthread_mutex_unlock(&e->mu);
+        st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
+        if (st != KVF_OK) {
+            KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_names[b->kind],
+                    (unsigned long long)b->id, kvf_last_error());
+            pthread_mutex_lock(&e->mu);
+            b->async_left--; /* that chunk never reached the GPU */
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
     pthread_mutex_lock(&e->mu);
-    b->issuing = false;
-    if (st != KVF_OK) {
-        KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_names[b->kind], (unsigned long long)b->id,
-                kvf_last_error());
-        for (size_t i = 0; i < b->n; i++)
-            if (b->status[i] == KVF_INPROGRESS)
-                b->status[i] = st;
-        complete_batch(e, b);
-        return;
+    if (st != KVF_OK && b->async_status == KVF_OK)
+        b->async_status = st;
+    if (b->async_left > 1) {
+        b->on_stream = true;
+        /* a sync_stream waiting for this batch to reach the GPU may go on */
+        pthread_cond_broadcast(&e->done_cv);
     }
-    if (b->state == B_DONE) {
-        batch_release(b);
-        return;
-    }
-    b->on_stream = true;
-    /* a sync_stream waiting for this batch to reach the GPU may go on */
-    pthread_cond_broadcast(&e->done_cv);
+    async_release(e, b);
 }
 
 static kvf_status ensure_staging(worker *w)
