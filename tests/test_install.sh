@@ -22,7 +22,8 @@ LD_LIBRARY_PATH="$libdir" "$tmp/a_pc" "$tmp/files1"
 cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pcs" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags kvferry) \
     "$libdir/libkvferry.a" \
-    $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --static --libs-only-other --libs-only-l kvferry | sed 's/-lkvferry//')
+    $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --static --libs kvferry |
+        sed 's/-lkvferry / /')
 "$tmp/a_pcs" "$tmp/files2"
 
 # CMake package config
