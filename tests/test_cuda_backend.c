@@ -5,7 +5,7 @@
  * flight; copy_sync from several threads at once; mem_register; sync_stream.
  * Every check is byte for byte against an image computed on the host,
  * poison outside the copied regions included. Exits 77 without a GPU. */
-#include "testutil.h"
+#include "testutil_cuda.h"
 
 #include "cuda_kernels.h"
 
@@ -13,15 +13,6 @@
 #include <pthread.h>
 
 #define ARENA_BYTES ((size_t)32 << 20)
-
-#define CUDA_OK(expr)                                                                              \
-    do {                                                                                           \
-        cudaError_t test_ce_ = (expr);                                                             \
-        if (test_ce_ != cudaSuccess) {                                                             \
-            TEST_FAIL_AT(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(test_ce_));       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 typedef struct arena {
     kvf_memory kind;

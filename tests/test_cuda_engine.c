@@ -7,22 +7,13 @@
  * a caller's stream. Every check compares all bytes of every pool with a
  * host model that applies the moves in submission order. Exits 77 without a
  * GPU. */
-#include "testutil.h"
+#include "testutil_cuda.h"
 
 #include <cuda_runtime.h>
 
 #define POOLS 3
 #define SLOTS 128
 #define POISON 0xA5
-
-#define CUDA_OK(expr)                                                                              \
-    do {                                                                                           \
-        cudaError_t test_ce_ = (expr);                                                             \
-        if (test_ce_ != cudaSuccess) {                                                             \
-            TEST_FAIL_AT(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(test_ce_));       \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 typedef enum op { OP_OFFLOAD, OP_ONBOARD, OP_COPY, OP_OFFLOAD_FILE, OP_ONBOARD_FILE } op;
 

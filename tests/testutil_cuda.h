@@ -1,0 +1,19 @@
+/* Helpers shared by the GPU tests (they build only with CUDA). */
+#ifndef KVF_TESTUTIL_CUDA_H
+#define KVF_TESTUTIL_CUDA_H
+
+#include "testutil.h"
+
+#include <cuda_runtime.h>
+
+/* A CUDA call of the test itself (not of kvferry) must succeed. */
+#define CUDA_OK(expr)                                                                              \
+    do {                                                                                           \
+        cudaError_t test_ce_ = (expr);                                                             \
+        if (test_ce_ != cudaSuccess) {                                                             \
+            TEST_FAIL_AT(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(test_ce_));       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#endif
