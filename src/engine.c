@@ -74,6 +74,13 @@ struct batch {
     size_t next_move; /* first move no worker has claimed */
     size_t moves_done;
     kvf_engine *engine;
+    /* A large batch is queued as parts of at most PART_MOVES moves, so the
+     * first part is copying while the next is registered: the caller's
+     * batch is then a group, which has no hazards of its own and completes
+     * when its last part does. */
+    batch *group;            /* a part: the group it belongs to */
+    size_t group_off;        /* a part: where its moves start in the group */
+    size_t parts_left;       /* a group: parts not yet complete */
     bool ticketed;           /* the caller holds a ticket for it */
     bool retired;            /* its ticket was waited for */
     uint32_t async_left;     /* chunks on the GPU, plus one while issuing */
@@ -149,6 +156,9 @@ struct kvf_engine {
     /* Batches are recycled: a batch of thousands of moves would otherwise
      * cost fresh pages from the kernel on every submit. */
     pthread_mutex_t spare_mu;
+    /* held across a whole submit, so the parts of a batch are registered
+     * with nothing in between even while `mu` is dropped to issue one */
+    pthread_mutex_t submit_mu;
     batch *spare[8];
     uint32_t nspare;
 
@@ -459,7 +469,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         }
     }
 
-    if (pthread_mutex_init(&e->mu, NULL) != 0 || pthread_mutex_init(&e->spare_mu, NULL) != 0) {
+    if (pthread_mutex_init(&e->mu, NULL) != 0 || pthread_mutex_init(&e->spare_mu, NULL) != 0 ||
+        pthread_mutex_init(&e->submit_mu, NULL) != 0) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_mutex_init failed");
         goto close_dir;
     }
@@ -548,6 +559,7 @@ void kvf_engine_destroy(kvf_engine *e)
     for (uint32_t i = 0; i < e->nspare; i++)
         batch_destroy(e->spare[i]);
     pthread_mutex_destroy(&e->spare_mu);
+    pthread_mutex_destroy(&e->submit_mu);
     for (uint32_t p = 0; p < e->npools; p++) {
         mem_array_release(e, &e->pools[p].primary);
         if (e->pools[p].has_secondary)
@@ -950,6 +962,46 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
 }
 
 static void complete_batch(kvf_engine *e, batch *b);
+static void group_done(kvf_engine *e, batch *g);
+
+/* Moves of a batch registered and queued in one piece; larger batches are
+ * split into parts of this size (see batch.group). */
+#define PART_MOVES 4096u
+
+/* Registers a checked batch (or part), puts it on the undone list and
+ * starts it if nothing holds it back. Lock held; an asynchronous start
+ * drops it for a while. Returns the registration's status. */
+static kvf_status enqueue(kvf_engine *e, batch *b)
+{
+    if (!b->id)
+        b->id = e->next_id++;
+    kvf_status st = register_batch(e, b);
+    if (st != KVF_OK) {
+        /* out of memory half way: fail the batch's moves but keep the
+         * hazards it did register consistent by running it as failed */
+        for (size_t i = 0; i < b->n; i++)
+            b->status[i] = KVF_ERR_NOMEM;
+    }
+    b->prev_undone = e->undone_tail;
+    if (e->undone_tail)
+        e->undone_tail->next_undone = b;
+    else
+        e->undone_head = b;
+    e->undone_tail = b;
+    e->undone_count++;
+    if (b->deps_left == 0) {
+        if (e->backend->ops->copy_async && !kind_is_file(b->kind)) {
+            b->state = B_RUNNING;
+            b->async = true;
+            issue_async(e, b); /* releases and retakes the lock */
+        } else {
+            ready_push(e, b);
+        }
+    } else {
+        b->state = B_WAITING;
+    }
+    return st;
+}
 
 static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
                          kvf_ticket *ticket_p)
@@ -974,6 +1026,7 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
     b->ticketed = ticket_p != NULL;
     b->engine = e;
 
+    pthread_mutex_lock(&e->submit_mu);
     pthread_mutex_lock(&e->mu);
     kvf_status st = freeze(e);
     if (st != KVF_OK)
@@ -1021,46 +1074,57 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
         }
     }
 
-    b->id = e->next_id++;
-    st = register_batch(e, b);
-    if (st != KVF_OK) {
-        /* out of memory half way: fail the batch's moves but keep the
-         * hazards it did register consistent by running it as failed */
-        for (size_t i = 0; i < n; i++)
-            b->status[i] = KVF_ERR_NOMEM;
-    }
-    b->prev_undone = e->undone_tail;
-    if (e->undone_tail)
-        e->undone_tail->next_undone = b;
-    else
-        e->undone_head = b;
-    e->undone_tail = b;
-    e->undone_count++;
     if (b->ticketed) {
+        b->id = e->next_id++;
         size_t bk = b->id % TICKET_BUCKETS;
         b->next_ticket = e->tickets[bk];
         e->tickets[bk] = b;
         *ticket_p = b->id;
     }
     kvf_status ret = KVF_OK;
-    if (st != KVF_OK && !b->ticketed)
-        ret = st; /* nobody would hear of it otherwise */
-    if (b->deps_left == 0) {
-        if (e->backend->ops->copy_async && !kind_is_file(kind)) {
-            b->state = B_RUNNING;
-            b->async = true;
-            issue_async(e, b); /* releases and retakes the lock */
-        } else {
-            ready_push(e, b);
-        }
+    if (n <= PART_MOVES) {
+        st = enqueue(e, b);
+        if (st != KVF_OK && !b->ticketed)
+            ret = st; /* nobody would hear of it otherwise */
     } else {
+        if (!b->id)
+            b->id = e->next_id++;
         b->state = B_WAITING;
+        b->parts_left = (n + PART_MOVES - 1) / PART_MOVES;
+        for (size_t off = 0; off < n; off += PART_MOVES) {
+            size_t len = n - off < PART_MOVES ? n - off : PART_MOVES;
+            batch *c = batch_get(e, len);
+            if (!c) {
+                /* the parts not made fail; those queued run on */
+                size_t missing = (n - off + PART_MOVES - 1) / PART_MOVES;
+                for (size_t i = off; i < n; i++)
+                    b->status[i] = KVF_ERR_NOMEM;
+                b->parts_left -= missing;
+                if (!b->ticketed)
+                    ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
+                break;
+            }
+            memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
+            memcpy(c->status, b->status + off, len * sizeof *c->status);
+            c->n = len;
+            c->kind = kind;
+            c->queue = b->queue;
+            c->engine = e;
+            c->group = b;
+            c->group_off = off;
+            if (enqueue(e, c) != KVF_OK && !b->ticketed)
+                ret = KVF_ERR_NOMEM;
+        }
+        if (b->parts_left == 0)
+            group_done(e, b);
     }
     pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->submit_mu);
     return ret;
 
 refuse:
     pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->submit_mu);
     batch_free(b);
     return st;
 }
@@ -1097,6 +1161,14 @@ static void hazard_drop_reader(hazard *h, batch *b)
         }
 }
 
+/* A group whose parts have all completed. Lock held. */
+static void group_done(kvf_engine *e, batch *g)
+{
+    g->state = B_DONE;
+    pthread_cond_broadcast(&e->done_cv);
+    batch_release(g);
+}
+
 /* Marks a batch done: records poison for failed writes, leaves the hazard
  * tables, releases its dependents, wakes waiters. Lock held. */
 static void complete_batch(kvf_engine *e, batch *b)
@@ -1116,7 +1188,7 @@ static void complete_batch(kvf_engine *e, batch *b)
                 w->writer = NULL;
             w->poison = b->status[i] == KVF_OK ? 0 : b->id;
         }
-        if (b->status[i] != KVF_OK && !b->ticketed)
+        if (b->status[i] != KVF_OK && !b->ticketed && !(b->group && b->group->ticketed))
             KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu): %s", op_names[b->kind], i,
                     (unsigned long long)mv->src, (unsigned long long)mv->dst,
                     kvf_status_str(b->status[i]));
@@ -1140,6 +1212,12 @@ static void complete_batch(kvf_engine *e, batch *b)
     else
         e->undone_tail = b->prev_undone;
     e->undone_count--;
+    if (b->group) {
+        batch *g = b->group;
+        memcpy(g->status + b->group_off, b->status, b->n * sizeof *b->status);
+        if (--g->parts_left == 0)
+            group_done(e, g);
+    }
     pthread_cond_broadcast(&e->done_cv);
     batch_release(b);
 }

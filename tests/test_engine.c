@@ -476,6 +476,66 @@ static int test_failure_propagates(void)
     return 0;
 }
 
+/* Batches larger than one part (4096 moves) are queued in parts: hazards
+ * between two such batches, and each move's status at its own index. */
+static int test_large_batches(void)
+{
+    enum { N = 10000 };
+    kvf_geometry g = {1, 1, 1, 4, 4, KVF_DTYPE_FP32, KVF_ORDER_HEAD_MAJOR}; /* 64 bytes */
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.threads = 3;
+    kvf_engine *e;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
+    kvf_pool_desc d = {KVF_MEMORY_HOST, NULL, 0, N};
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &d, &d, NULL), KVF_OK);
+    uint8_t *prim, *sec;
+    CHECK_STATUS(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, 0, (void **)&prim), KVF_OK);
+    CHECK_STATUS(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_SECONDARY, 0, (void **)&sec), KVF_OK);
+    uint8_t *orig = malloc((size_t)N * 64);
+    test_fill_random(orig, (size_t)N * 64, 2024);
+    memcpy(prim, orig, (size_t)N * 64);
+    uint32_t *perm = malloc(N * sizeof *perm);
+    for (uint32_t i = 0; i < N; i++)
+        perm[i] = i;
+    test_shuffle_u32(perm, N, 5);
+    kvf_move *off = malloc(N * sizeof *off), *on = malloc(N * sizeof *on);
+    for (uint32_t i = 0; i < N; i++) {
+        off[i] = (kvf_move){i, perm[i], 0};
+        on[i] = (kvf_move){perm[i], (i + 1) % N, 0}; /* overwrites slots still being read */
+    }
+    kvf_ticket t1, t2;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, off, N, &t1), KVF_OK);
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, on, N, &t2), KVF_OK);
+    kvf_status *per = malloc(N * sizeof *per);
+    CHECK_STATUS(kvf_wait(e, t2, per), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t1, NULL), KVF_OK);
+    for (uint32_t i = 0; i < N; i++) {
+        CHECK_STATUS(per[i], KVF_OK);
+        CHECK(memcmp(prim + (size_t)((i + 1) % N) * 64, orig + (size_t)i * 64, 64) == 0);
+    }
+    /* one failing move in the third part reports at its own index */
+    fail_dst = sec + (size_t)perm[9000] * 64;
+    kvf__set_copy_hook(fail_copy);
+    for (uint32_t i = 0; i < N; i++)
+        off[i] = (kvf_move){(i + 1) % N, perm[i], 0};
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, off, N, &t1), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t1, per), KVF_ERR_IO);
+    kvf__set_copy_hook(NULL);
+    for (uint32_t i = 0; i < N; i++)
+        CHECK_STATUS(per[i], i == 9000 ? KVF_ERR_IO : KVF_OK);
+    /* fire and forget of a large batch, then a sync */
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, on, N, NULL), KVF_OK);
+    CHECK_STATUS(kvf_sync_stream(e, NULL), KVF_OK);
+    kvf_engine_destroy(e);
+    free(orig);
+    free(perm);
+    free(off);
+    free(on);
+    free(per);
+    return 0;
+}
+
 /* 7. Hazards both ways, made deterministic by slowing one copy down. */
 static uint8_t *slow_src, *slow_dst;
 static kvf_status slow_copy(const kvf__copy *c)
@@ -700,6 +760,7 @@ int main(void)
     RUN(test_failure_propagates);
     RUN(test_defect7_hazards);
     RUN(test_sync_without_tickets);
+    RUN(test_large_batches);
     RUN(test_bad_input);
     return TEST_RESULT();
 }
