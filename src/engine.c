@@ -46,7 +46,10 @@ typedef struct batch batch;
 /* What is pending on one slot or file. Only batches not yet done appear. */
 typedef struct hazard {
     batch *writer;
-    batch **readers; /* readers since `writer` was queued */
+    /* readers since `writer` was queued: the first inline (the common case,
+     * and one cache miss fewer per move), the others in `more` */
+    batch *reader0;
+    batch **more;
     uint32_t nreaders, cap;
     uint64_t poison;       /* id of the batch whose write here failed, 0: none */
     uint64_t wmark, rmark; /* the last batch check that saw it written / read */
@@ -265,6 +268,11 @@ static hazard *hazard_of(kvf_engine *e, space sp, uint64_t idx, bool create)
     return &f->hz;
 }
 
+static batch *hazard_reader(const hazard *h, uint32_t k)
+{
+    return k == 0 ? h->reader0 : h->more[k - 1];
+}
+
 static void file_hazard_prune(kvf_engine *e, uint64_t key)
 {
     file_hazard **pp = &e->file_buckets[file_bucket(e, key)];
@@ -275,7 +283,7 @@ static void file_hazard_prune(kvf_engine *e, uint64_t key)
         if (f->hz.writer || f->hz.nreaders)
             return;
         *pp = f->next;
-        free(f->hz.readers);
+        free(f->hz.more);
         free(f);
         e->file_count--;
         return;
@@ -568,17 +576,17 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->pools);
     if (e->hz_primary)
         for (uint32_t i = 0; i < e->primary_slots; i++)
-            free(e->hz_primary[i].readers);
+            free(e->hz_primary[i].more);
     if (e->hz_secondary)
         for (uint32_t i = 0; i < e->secondary_slots; i++)
-            free(e->hz_secondary[i].readers);
+            free(e->hz_secondary[i].more);
     free(e->hz_primary);
     free(e->hz_secondary);
     free(e->sec_tokens);
     for (size_t i = 0; i < e->file_nbuckets; i++)
         for (file_hazard *f = e->file_buckets[i], *next; f; f = next) {
             next = f->next;
-            free(f->hz.readers);
+            free(f->hz.more);
             free(f);
         }
     free(e->file_buckets);
@@ -940,18 +948,22 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
              * there is known bad until rewritten */
             b->src_dep[i] = r->poison;
         }
-        if (!(r->nreaders && r->readers[r->nreaders - 1] == b)) {
-            size_t nr = r->nreaders, cap = r->cap;
-            if (!push_ptr(&r->readers, &nr, &cap, b))
-                return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
-            r->nreaders = (uint32_t)nr;
-            r->cap = (uint32_t)cap;
+        if (!(r->nreaders && hazard_reader(r, r->nreaders - 1) == b)) {
+            if (r->nreaders == 0) {
+                r->reader0 = b;
+            } else {
+                size_t nmore = r->nreaders - 1, cap = r->cap;
+                if (!push_ptr(&r->more, &nmore, &cap, b))
+                    return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
+                r->cap = (uint32_t)cap;
+            }
+            r->nreaders++;
         }
         /* write after write, write after read */
         if (w->writer && add_dependency(b, w->writer) != KVF_OK)
             return KVF_ERR_NOMEM;
         for (uint32_t k = 0; k < w->nreaders; k++)
-            if (add_dependency(b, w->readers[k]) != KVF_OK)
+            if (add_dependency(b, hazard_reader(w, k)) != KVF_OK)
                 return KVF_ERR_NOMEM;
         w->nreaders = 0;
         w->writer = b;
@@ -1155,8 +1167,12 @@ kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *
 static void hazard_drop_reader(hazard *h, batch *b)
 {
     for (uint32_t k = 0; k < h->nreaders; k++)
-        if (h->readers[k] == b) {
-            h->readers[k] = h->readers[--h->nreaders];
+        if (hazard_reader(h, k) == b) {
+            batch *last = hazard_reader(h, --h->nreaders);
+            if (k == 0)
+                h->reader0 = last;
+            else
+                h->more[k - 1] = last;
             return;
         }
 }
