@@ -783,7 +783,7 @@ static int bench_one(bench_opts o, bench_result *res)
     uint8_t *orig = NULL, *scratch = NULL, *poison_buf = NULL, *poison_all = NULL;
     uint32_t *perm = NULL;
     kvf_move *off_moves = NULL, *on_moves = NULL;
-    double *t_off = NULL, *t_on = NULL;
+    double *t_off = NULL, *t_on = NULL, *t_both = NULL;
     double submit_us = 0; /* host time in kvf_offload per block, best run */
 
     for (uint32_t p = 0; p < o.pools; p++) {
@@ -805,8 +805,9 @@ static int bench_one(bench_opts o, bench_result *res)
     on_moves = malloc(o.blocks * sizeof *on_moves);
     t_off = malloc(o.iters * sizeof *t_off);
     t_on = malloc(o.iters * sizeof *t_on);
+    t_both = malloc(o.iters * sizeof *t_both);
     if (!orig || !scratch || !poison_buf || !poison_all || !perm || !off_moves || !on_moves ||
-        !t_off || !t_on) {
+        !t_off || !t_on || !t_both) {
         fprintf(stderr, "kvferry bench: out of memory for %zu bytes of reference data\n", total);
         goto out;
     }
@@ -866,7 +867,6 @@ static int bench_one(bench_opts o, bench_result *res)
             goto out;
         }
     }
-    double on_gbs_saved = useful / median(t_on, o.iters) / 1e9;
     /* both directions at once: the first half of the blocks goes down
      * while the second half comes back up, on disjoint slots */
     uint32_t half = o.blocks / 2;
@@ -884,7 +884,7 @@ static int bench_one(bench_opts o, bench_result *res)
                 st = kvf_wait(e, t1, NULL);
             if (st2 == KVF_OK)
                 st2 = kvf_wait(e, t2, NULL);
-            t_on[it] = now_s() - t0; /* reused: the one-way medians are taken */
+            t_both[it] = now_s() - t0;
             if (st != KVF_OK || st2 != KVF_OK) {
                 fprintf(stderr, "\nkvferry bench: both directions: %s\n", kvf_last_error());
                 goto out;
@@ -895,9 +895,9 @@ static int bench_one(bench_opts o, bench_result *res)
         fprintf(stderr, "\r%40s\r", "");
     long bad = verify(e, &o, orig, block_bytes, scratch, poison);
     double off_gbs = useful / median(t_off, o.iters) / 1e9;
-    double on_gbs = on_gbs_saved;
+    double on_gbs = useful / median(t_on, o.iters) / 1e9;
     if (half)
-        both_gbs = useful / median(t_on, o.iters) / 1e9;
+        both_gbs = useful / median(t_both, o.iters) / 1e9;
 
     dram_base base;
     memset(&base, 0, sizeof base);
@@ -998,5 +998,6 @@ out:
     free(on_moves);
     free(t_off);
     free(t_on);
+    free(t_both);
     return rc;
 }
