@@ -391,6 +391,21 @@ KVF_API kvf_status kvf_copy(kvf_engine *engine, const kvf_move *moves, size_t n,
                             kvf_ticket *ticket_p);
 
 /**
+ * Moves blocks between the two tiers below the primary slots, leaving the
+ * primary slots alone: kvf_demote writes secondary slots to block files
+ * (src = secondary slot, dst = block key), kvf_promote reads block files
+ * into secondary slots (src = block key, dst = secondary slot). A cache
+ * uses them to push a host-tier victim down to disk and to warm the host
+ * tier. Needs secondary slots in every pool and a file tier; otherwise as
+ * kvf_offload. Demotes run on the offload queue, promotes on the onboard
+ * queue.
+ */
+KVF_API kvf_status kvf_demote(kvf_engine *engine, const kvf_move *moves, size_t n,
+                              kvf_ticket *ticket_p);
+KVF_API kvf_status kvf_promote(kvf_engine *engine, const kvf_move *moves, size_t n,
+                               kvf_ticket *ticket_p);
+
+/**
  * Asks whether a batch has completed, without blocking.
  * @param per_move NULL, or an array of the batch's move count, filled with
  *        each move's status once the batch has completed.

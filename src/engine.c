@@ -30,11 +30,14 @@ typedef enum op_kind {
     OP_OFFLOAD_FILE,
     OP_ONBOARD_HOST,
     OP_ONBOARD_FILE,
-    OP_COPY
+    OP_COPY,
+    OP_DEMOTE, /* secondary slot -> file */
+    OP_PROMOTE /* file -> secondary slot */
 } op_kind;
 
-static const char *const op_names[] = {"offload to host", "offload to file", "onboard from host",
-                                       "onboard from file", "copy"};
+static const char *const op_names[] = {
+    "offload to host", "offload to file",  "onboard from host", "onboard from file", "copy",
+    "demote to file",  "promote from file"};
 
 /* The three spaces a move addresses: primary slots, secondary slots, files. */
 typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE } space;
@@ -185,15 +188,26 @@ static uint8_t *slot_addr(const mem_array *m, uint64_t slot)
 
 static space kind_reads(op_kind k)
 {
-    return k == OP_ONBOARD_HOST ? SP_SECONDARY : k == OP_ONBOARD_FILE ? SP_FILE : SP_PRIMARY;
+    switch (k) {
+    case OP_ONBOARD_HOST:
+    case OP_DEMOTE:
+        return SP_SECONDARY;
+    case OP_ONBOARD_FILE:
+    case OP_PROMOTE:
+        return SP_FILE;
+    default:
+        return SP_PRIMARY;
+    }
 }
 
 static space kind_writes(op_kind k)
 {
     switch (k) {
     case OP_OFFLOAD_HOST:
+    case OP_PROMOTE:
         return SP_SECONDARY;
     case OP_OFFLOAD_FILE:
+    case OP_DEMOTE:
         return SP_FILE;
     default:
         return SP_PRIMARY;
@@ -202,12 +216,19 @@ static space kind_writes(op_kind k)
 
 static kvf__queue kind_queue(op_kind k)
 {
-    return (k == OP_OFFLOAD_HOST || k == OP_OFFLOAD_FILE) ? KVF_QUEUE_OFFLOAD : KVF_QUEUE_ONBOARD;
+    return (k == OP_OFFLOAD_HOST || k == OP_OFFLOAD_FILE || k == OP_DEMOTE) ? KVF_QUEUE_OFFLOAD
+                                                                            : KVF_QUEUE_ONBOARD;
 }
 
 static bool kind_is_file(op_kind k)
 {
-    return k == OP_OFFLOAD_FILE || k == OP_ONBOARD_FILE;
+    return kind_reads(k) == SP_FILE || kind_writes(k) == SP_FILE;
+}
+
+/* Whether a kind touches secondary slots, which every pool must then have. */
+static bool kind_uses_secondary(op_kind k)
+{
+    return kind_reads(k) == SP_SECONDARY || kind_writes(k) == SP_SECONDARY;
 }
 
 static size_t file_bucket(const kvf_engine *e, uint64_t key)
@@ -821,7 +842,7 @@ static int cmp_u64(const void *a, const void *b)
  * which have no table entry yet, are sorted. */
 static kvf_status check_collisions(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n)
 {
-    if (kind == OP_OFFLOAD_FILE) {
+    if (kind_writes(kind) == SP_FILE) {
         uint64_t *v = malloc(n * sizeof *v);
         if (!v)
             return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
@@ -1052,7 +1073,7 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
                        op_names[kind]);
         goto refuse;
     }
-    if (kind == OP_OFFLOAD_HOST || kind == OP_ONBOARD_HOST) {
+    if (kind_uses_secondary(kind)) {
         for (uint32_t p = 0; p < e->npools; p++)
             if (!e->pools[p].has_secondary) {
                 st = kvf__fail(KVF_ERR_INVALID, "%s: pool %u has no secondary slots",
@@ -1075,17 +1096,17 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
     /* Reading a secondary slot that holds fewer tokens than asked, or
      * nothing, fails that move: kvferry does not hand back bytes it never
      * stored. (Files carry their token count in the header.) */
-    if (kind == OP_ONBOARD_HOST) {
+    if (kind_reads(kind) == SP_SECONDARY) {
         for (size_t i = 0; i < n; i++) {
             uint32_t have = e->sec_tokens[moves[i].src], want = eff_tokens(e, moves[i].tokens);
             if (have == 0) {
                 b->status[i] = KVF_ERR_NOT_FOUND;
-                KVF_LOG(KVF_LOG_WARN, "onboard: secondary slot %llu holds no block",
+                KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds no block", op_names[kind],
                         (unsigned long long)moves[i].src);
             } else if (have < want) {
                 b->status[i] = KVF_ERR_RANGE;
-                KVF_LOG(KVF_LOG_WARN, "onboard: secondary slot %llu holds %u tokens, %u asked",
-                        (unsigned long long)moves[i].src, have, want);
+                KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds %u tokens, %u asked",
+                        op_names[kind], (unsigned long long)moves[i].src, have, want);
             }
         }
     }
@@ -1164,6 +1185,16 @@ kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size
 kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
     return submit(e, OP_COPY, moves, n, ticket_p);
+}
+
+kvf_status kvf_demote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+{
+    return submit(e, OP_DEMOTE, moves, n, ticket_p);
+}
+
+kvf_status kvf_promote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+{
+    return submit(e, OP_PROMOTE, moves, n, ticket_p);
 }
 
 /* ---- completion ------------------------------------------------------------ */
@@ -1387,12 +1418,14 @@ static kvf_status ensure_staging(worker *w)
     return KVF_OK;
 }
 
-/* Copies of a move between its primary slot and a packed file image: each
- * pool's rows of `file_tokens` tokens, back to back. `tokens` of them are
- * moved (tokens <= file_tokens). */
-static size_t file_copies(const kvf_engine *e, const kvf_move *mv, bool to_file, uint8_t *payload,
+/* Copies of a move between its slot (primary, or secondary for demote and
+ * promote) and a packed file image: each pool's rows of `file_tokens`
+ * tokens, back to back. `tokens` of them are moved (tokens <= file_tokens). */
+static size_t file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, uint8_t *payload,
                           uint32_t tokens, uint32_t file_tokens, kvf__copy *out)
 {
+    bool to_file = kind_writes(kind) == SP_FILE;
+    bool secondary = kind_uses_secondary(kind);
     size_t off = 0;
     for (uint32_t p = 0; p < e->npools; p++) {
         const pool *pl = &e->pools[p];
@@ -1402,7 +1435,8 @@ static size_t file_copies(const kvf_engine *e, const kvf_move *mv, bool to_file,
         size_t file_pitch = stored.rows == 1 && want.rows > 1 ? want.pitch : stored.row_bytes;
         if (want.rows == 1)
             file_pitch = width;
-        uint8_t *slot = slot_addr(&pl->primary, to_file ? mv->src : mv->dst);
+        uint8_t *slot =
+            slot_addr(secondary ? &pl->secondary : &pl->primary, to_file ? mv->src : mv->dst);
         if (to_file)
             out[p] = (kvf__copy){payload + off, slot, width, rows, file_pitch, want.pitch};
         else
@@ -1425,9 +1459,12 @@ static kvf_status run_file_move(worker *w, const batch *b, size_t i)
         return kvf__fail(KVF_ERR_NOMEM, "out of memory");
     uint8_t *payload = w->staging + KVF_BLOCKFILE_HEADER_BYTES;
     uint32_t tokens = eff_tokens(e, mv->tokens);
-    if (b->kind == OP_OFFLOAD_FILE) {
-        size_t bytes = file_copies(e, mv, true, payload, tokens, tokens, cp);
-        st = e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+    /* secondary slots are host memory: no backend (and no GPU stream) needed */
+    bool host_only = kind_uses_secondary(b->kind);
+    if (kind_writes(b->kind) == SP_FILE) {
+        size_t bytes = file_copies(e, b->kind, mv, payload, tokens, tokens, cp);
+        st = host_only ? kvf__host_copy(cp, e->npools)
+                       : e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
         if (st == KVF_OK) {
             kvf__blockfile_meta meta = {mv->dst, tokens, e->npools, bytes};
             st = kvf__blockfile_write(&e->dir, &meta, w->staging);
@@ -1442,13 +1479,15 @@ static kvf_status run_file_move(worker *w, const batch *b, size_t i)
             st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
                            (unsigned long long)mv->src, meta.tokens, tokens);
         if (st == KVF_OK) {
-            size_t bytes = file_copies(e, mv, false, payload, tokens, meta.tokens, cp);
+            size_t bytes = file_copies(e, b->kind, mv, payload, tokens, meta.tokens, cp);
             if (bytes != meta.payload_bytes)
                 st = kvf__fail(KVF_ERR_MISMATCH,
                                "block 0x%llx: %llu payload bytes stored, %zu expected for %u "
                                "tokens",
                                (unsigned long long)mv->src, (unsigned long long)meta.payload_bytes,
                                bytes, meta.tokens);
+            else if (host_only)
+                st = kvf__host_copy(cp, e->npools);
             else
                 st = e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
         }
@@ -1532,7 +1571,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&e->mu);
         b->moves_done += last - first;
         if (b->moves_done == b->n) {
-            if (b->kind == OP_OFFLOAD_FILE && e->cfg.fsync == KVF_FSYNC_BATCH) {
+            if (kind_writes(b->kind) == SP_FILE && e->cfg.fsync == KVF_FSYNC_BATCH) {
                 pthread_mutex_unlock(&e->mu);
                 kvf_status st = kvf__blockfile_fsync_dir(&e->dir);
                 pthread_mutex_lock(&e->mu);

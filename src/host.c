@@ -48,8 +48,7 @@ void kvf__set_copy_hook(kvf__copy_hook_fn fn)
     __atomic_store_n(&copy_hook, fn, __ATOMIC_RELEASE);
 }
 
-static kvf_status host_copy_sync(kvf__backend *b, kvf__queue queue, const kvf__copy *copies,
-                                 size_t n)
+kvf_status kvf__host_copy(const kvf__copy *copies, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const kvf__copy *c = &copies[i];
@@ -70,6 +69,12 @@ static kvf_status host_copy_sync(kvf__backend *b, kvf__queue queue, const kvf__c
             memcpy(d + r * c->dpitch, s + r * c->spitch, c->width);
     }
     return KVF_OK;
+}
+
+static kvf_status host_copy_sync(kvf__backend *b, kvf__queue queue, const kvf__copy *copies,
+                                 size_t n)
+{
+    return kvf__host_copy(copies, n);
 }
 
 static const kvf__backend_ops host_ops = {

@@ -138,6 +138,9 @@ KVF_INTERNAL kvf_status kvf__host_backend_create(kvf__backend **backend_p);
  * other than KVF_OK fails that copy. It may also sleep, to widen races. */
 typedef kvf_status (*kvf__copy_hook_fn)(const kvf__copy *copy);
 KVF_INTERNAL void kvf__set_copy_hook(kvf__copy_hook_fn fn);
+/* The host backend's copy (memcpy, hook included): also used for copies
+ * between host buffers on any backend, e.g. secondary slots to staging. */
+KVF_INTERNAL kvf_status kvf__host_copy(const kvf__copy *copies, size_t n);
 
 /* The CUDA backend on cfg->device, copying as cfg->cuda_copy says. KVF_ERR_NO_DEVICE when the build
  * has no CUDA, no driver is loaded or the device is absent (kvf_last_error says which). */

@@ -211,6 +211,83 @@ static int test_partial_of_stored(void)
     return 0;
 }
 
+/* Blocks pushed from the host tier down to files without the primary slots
+ * (demote), and files read into the host tier (promote), queued back to
+ * back so each step depends on the previous one: offload -> demote ->
+ * promote into other secondary slots -> onboard, checked byte for byte. */
+static int test_demote_promote(void)
+{
+    fixture f;
+    if (fx_init(&f, true, 64))
+        return 1;
+    enum { N = 24 };
+    kvf_move off[N], dem[N], pro[N], on[N];
+    uint32_t perm[N];
+    for (uint32_t i = 0; i < N; i++)
+        perm[i] = i;
+    test_shuffle_u32(perm, N, 4242);
+    uint32_t tokens = 6; /* partial: the stored token count travels along */
+    for (uint32_t i = 0; i < N; i++) {
+        fill_block(&f, i, 500 + i);
+        off[i] = (kvf_move){i, 63 - perm[i], tokens};
+        dem[i] = (kvf_move){63 - perm[i], 0x5eed0000ull + i, tokens};
+        pro[i] = (kvf_move){0x5eed0000ull + i, perm[i], tokens};
+        on[i] = (kvf_move){perm[i], (i + 5) % N, 0};
+    }
+    kvf_ticket t[4];
+    kvf_status per[N];
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, off, N, &t[0]), KVF_OK);
+    CHECK_STATUS(kvf_demote(f.e, dem, N, &t[1]), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_OK); /* the primaries are read */
+    /* the demoted secondary slots may be overwritten at once: write after read */
+    for (uint32_t i = 0; i < N; i++)
+        fill_block(&f, i, 9000 + i);
+    kvf_move clobber[N];
+    for (uint32_t i = 0; i < N; i++)
+        clobber[i] = (kvf_move){i, 63 - perm[i], 0};
+    kvf_ticket tc;
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, clobber, N, &tc), KVF_OK);
+    CHECK_STATUS(kvf_promote(f.e, pro, N, &t[2]), KVF_OK);
+    for (int k = 1; k < 3; k++) {
+        CHECK_STATUS(kvf_wait(f.e, t[k], per), KVF_OK);
+        for (int i = 0; i < N; i++)
+            CHECK_STATUS(per[i], KVF_OK);
+    }
+    CHECK_STATUS(kvf_wait(f.e, tc, NULL), KVF_OK);
+    for (uint32_t i = 0; i < N; i++)
+        poison_block(&f, i);
+    /* the promoted slots hold the partial blocks: asking for more fails */
+    kvf_move too_much = {perm[0], 40, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &too_much, 1, &t[3]), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[3], NULL), KVF_ERR_RANGE);
+    for (uint32_t i = 0; i < N; i++)
+        on[i].tokens = tokens;
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, on, N, &t[3]), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[3], NULL), KVF_OK);
+    for (uint32_t i = 0; i < N; i++)
+        if (expect_block(&f, (i + 5) % N, 500 + i, tokens))
+            return 1;
+    /* an empty secondary slot has nothing to demote; a missing key nothing to promote */
+    kvf_move empty = {30, 0x77, 0}, missing = {0x404, 30, 0};
+    CHECK_STATUS(kvf_demote(f.e, &empty, 1, &t[0]), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(kvf_promote(f.e, &missing, 1, &t[0]), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_ERR_NOT_FOUND);
+    kvf_move bad = {64, 0x78, 0};
+    CHECK_STATUS(kvf_demote(f.e, &bad, 1, &t[0]), KVF_ERR_RANGE);
+    CHECK(strstr(kvf_last_error(), "secondary slot 64") != NULL);
+    fx_done(&f);
+
+    /* without a file tier, refused whole */
+    if (fx_init(&f, false, 8))
+        return 1;
+    kvf_move m = {0, 1, 0};
+    CHECK_STATUS(kvf_demote(f.e, &m, 1, &t[0]), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "no file tier") != NULL);
+    fx_done(&f);
+    return 0;
+}
+
 static int test_copy_primary(void)
 {
     fixture f;
@@ -753,6 +830,7 @@ int main(void)
     RUN(test_file_partial);
     RUN(test_partial_of_stored);
     RUN(test_copy_primary);
+    RUN(test_demote_promote);
     RUN(test_caller_memory);
     RUN(test_defect1_onboard_after_sync);
     RUN(test_defect4_namespaces_and_restart);
