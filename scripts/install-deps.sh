@@ -2,7 +2,9 @@
 # Installs the Debian packages kvferry's build and tests need, and only the
 # missing ones: with everything present it does nothing and needs no root.
 set -eu
-need="cmake make gcc pkg-config"
+# liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
+# redis-tools: the remote tier and the real servers its tests start.
+need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
