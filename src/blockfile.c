@@ -10,25 +10,8 @@
  * processes, e.g. another engine sharing the namespace, are theirs and
  * stay. fsck leaves them and reports them as torn.
  *
- * Format, version 1. A 64-byte header, all fields little-endian:
- *
- *   offset size field
- *        0    8 magic "KVFBLK\r\n" (a transfer that rewrites line ends breaks it)
- *        8    4 format version (1)
- *       12    4 header bytes (64)
- *       16    8 layout fingerprint (kvf__geometry_fingerprint of the pools)
- *       24    8 namespace hash (FNV-1a 64 of the namespace string)
- *       32    8 block key
- *       40    4 tokens stored
- *       44    4 pools
- *       48    8 payload bytes
- *       56    4 CRC-32C of the payload
- *       60    4 CRC-32C of header bytes 0..59
- *
- * then exactly `payload bytes` of payload; the file holds nothing else. A
- * reader refuses a file whose header, length or checksum does not hold
- * (KVF_ERR_CORRUPT) and one written under another layout or namespace
- * (KVF_ERR_MISMATCH): the reference served whatever bytes it found.
+ * The format of a stored block (header, then payload) is blockhdr.c's,
+ * shared with the remote tier. The file holds exactly one such block.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -48,15 +31,11 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#define FORMAT_VERSION 1u
 #define HDR KVF_BLOCKFILE_HEADER_BYTES
-#define NS_MAX 64
 /* Room for "/.<16>.<pid>.<seq>.tmp" after the root in a path buffer. */
 #define NAME_MAX_BYTES 80
 /* Linux moves at most 0x7ffff000 bytes per call; stay below it. */
 #define IO_CHUNK ((size_t)1 << 30)
-
-static const unsigned char magic[8] = {'K', 'V', 'F', 'B', 'L', 'K', '\r', '\n'};
 
 static _Atomic(kvf__io_fault_fn) io_fault_fn;
 static atomic_uint_fast64_t tmp_seq;
@@ -123,59 +102,6 @@ static const char *errstr(int err, char *buf, size_t cap)
         snprintf(buf, cap, "errno %d", err);
     return buf;
 #endif
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t fnv1a64(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static bool ns_valid(const char *ns)
-{
-    size_t n = strlen(ns);
-    if (n == 0 || n > NS_MAX || strcmp(ns, ".") == 0 || strcmp(ns, "..") == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = ns[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == '-';
-        if (!ok)
-            return false;
-    }
-    return true;
 }
 
 /* A write that fails for a missing directory is an I/O failure of the
@@ -336,7 +262,7 @@ kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns, uint64_
         return kvf__fail(KVF_ERR_INVALID, "file directory: NULL or empty");
     if (!ns)
         ns = "default";
-    if (!ns_valid(ns))
+    if (!kvf__ns_valid(ns))
         return kvf__fail(KVF_ERR_INVALID,
                          "namespace \"%.80s\": want 1 to 64 of [A-Za-z0-9._-], not . or ..", ns);
     if (fsync_mode != KVF_FSYNC_NONE && fsync_mode != KVF_FSYNC_BATCH &&
@@ -373,7 +299,7 @@ kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns, uint64_
     }
 
     dir->root = root;
-    dir->ns_hash = fnv1a64(ns);
+    dir->ns_hash = kvf__ns_hash(ns);
     dir->fingerprint = fingerprint;
     dir->fsync = fsync_mode;
     dir->dir_fd = fd;
@@ -490,22 +416,6 @@ static int read_full(int fd, const char *path, uint8_t *p, size_t n, uint64_t of
     return 0;
 }
 
-static void fill_header(const kvf__blockfile_dir *dir, const kvf__blockfile_meta *meta, uint8_t *h,
-                        uint32_t payload_crc)
-{
-    memcpy(h, magic, 8);
-    put_le32(h + 8, FORMAT_VERSION);
-    put_le32(h + 12, HDR);
-    put_le64(h + 16, dir->fingerprint);
-    put_le64(h + 24, dir->ns_hash);
-    put_le64(h + 32, meta->key);
-    put_le32(h + 40, meta->tokens);
-    put_le32(h + 44, meta->pools);
-    put_le64(h + 48, meta->payload_bytes);
-    put_le32(h + 56, payload_crc);
-    put_le32(h + 60, kvf__crc32c(0, h, 60));
-}
-
 kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_meta *meta,
                                 uint8_t *buf)
 {
@@ -530,7 +440,14 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
     snprintf(tmp_path, sizeof tmp_path, "%s/%s", dir->root, tmp);
 
-    fill_header(dir, meta, buf, kvf__crc32c(0, buf + HDR, (size_t)meta->payload_bytes));
+    kvf__block_header h = {dir->fingerprint,
+                           dir->ns_hash,
+                           meta->key,
+                           meta->tokens,
+                           meta->pools,
+                           meta->payload_bytes,
+                           kvf__crc32c(0, buf + HDR, (size_t)meta->payload_bytes)};
+    kvf__block_header_pack(&h, buf);
 
     const char *op = "open";
     int err = 0;
@@ -651,54 +568,16 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
         goto out;
     }
 
-    if (memcmp(h, magic, 8) != 0) {
-        st =
-            kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: not a block file (bad magic)", key, path);
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "block 0x%llx: %s", key, path);
+    kvf__block_header bh;
+    st = kvf__block_header_parse(h, what, &bh);
+    if (st == KVF_OK)
+        st = kvf__block_header_expect(&bh, what, any_layout ? 0 : dir->fingerprint, dir->ns_hash,
+                                      key_in);
+    if (st != KVF_OK)
         goto out;
-    }
-    uint32_t version = get_le32(h + 8);
-    if (version != FORMAT_VERSION) {
-        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: format version %u, expected %u", key,
-                       path, version, FORMAT_VERSION);
-        goto out;
-    }
-    uint32_t hdr_bytes = get_le32(h + 12);
-    if (hdr_bytes != HDR) {
-        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: header of %u bytes, expected %u", key,
-                       path, hdr_bytes, HDR);
-        goto out;
-    }
-    uint32_t hdr_crc = get_le32(h + 60), hdr_crc_now = kvf__crc32c(0, h, 60);
-    if (hdr_crc != hdr_crc_now) {
-        st = kvf__fail(KVF_ERR_CORRUPT,
-                       "block 0x%llx: %s: header checksum mismatch (stored 0x%08x, computed "
-                       "0x%08x)",
-                       key, path, hdr_crc, hdr_crc_now);
-        goto out;
-    }
-    uint64_t fp = get_le64(h + 16);
-    if (fp != dir->fingerprint && !any_layout) {
-        st = kvf__fail(KVF_ERR_MISMATCH,
-                       "block 0x%llx: %s: stored under another layout (fingerprint 0x%016llx, "
-                       "expected 0x%016llx)",
-                       key, path, (unsigned long long)fp, (unsigned long long)dir->fingerprint);
-        goto out;
-    }
-    uint64_t ns_hash = get_le64(h + 24);
-    if (ns_hash != dir->ns_hash) {
-        st = kvf__fail(KVF_ERR_MISMATCH,
-                       "block 0x%llx: %s: stored under another namespace (hash 0x%016llx, "
-                       "expected 0x%016llx)",
-                       key, path, (unsigned long long)ns_hash, (unsigned long long)dir->ns_hash);
-        goto out;
-    }
-    uint64_t file_key = get_le64(h + 32);
-    if (file_key != key_in) {
-        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: header names block 0x%llx", key, path,
-                       (unsigned long long)file_key);
-        goto out;
-    }
-    uint64_t payload = get_le64(h + 48);
+    uint64_t payload = bh.payload_bytes;
     if (size - HDR != payload) {
         st = kvf__fail(KVF_ERR_CORRUPT,
                        "block 0x%llx: %s: file of %llu bytes, header says %u + %llu (%s)", key,
@@ -747,19 +626,15 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
                        (unsigned long long)(HDR + got), (unsigned long long)size);
         goto out;
     }
-    uint32_t crc = get_le32(h + 56), crc_now = kvf__crc32c(0, buf + HDR, (size_t)payload);
-    if (crc != crc_now) {
-        st = kvf__fail(KVF_ERR_CORRUPT,
-                       "block 0x%llx: %s: checksum mismatch (stored 0x%08x, computed 0x%08x)", key,
-                       path, crc, crc_now);
+    st = kvf__block_payload_check(&bh, what, buf + HDR);
+    if (st != KVF_OK)
         goto out;
-    }
 
     st = KVF_OK;
     if (meta) {
         meta->key = key_in;
-        meta->tokens = get_le32(h + 40);
-        meta->pools = get_le32(h + 44);
+        meta->tokens = bh.tokens;
+        meta->pools = bh.pools;
         meta->payload_bytes = payload;
     }
 
