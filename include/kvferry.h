@@ -406,6 +406,15 @@ KVF_API kvf_status kvf_promote(kvf_engine *engine, const kvf_move *moves, size_t
                                kvf_ticket *ticket_p);
 
 /**
+ * Removes stored blocks from the file tier, in order with the moves queued
+ * before on the same keys (a removal queued after a write removes what was
+ * written). A key with no file is not an error. Removed keys read as
+ * KVF_ERR_NOT_FOUND. Runs on the offload queue; otherwise as kvf_offload.
+ */
+KVF_API kvf_status kvf_file_remove(kvf_engine *engine, const uint64_t *keys, size_t n,
+                                   kvf_ticket *ticket_p);
+
+/**
  * Asks whether a batch has completed, without blocking.
  * @param per_move NULL, or an array of the batch's move count, filled with
  *        each move's status once the batch has completed.
@@ -427,6 +436,267 @@ KVF_API kvf_status kvf_wait(kvf_engine *engine, kvf_ticket ticket, kvf_status *p
  * until those batches complete. Tickets stay valid either way.
  */
 KVF_API kvf_status kvf_sync_stream(kvf_engine *engine, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Block keys                                                               */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A block's content key: 64 bits naming a block by what it holds (its
+ * tokens and everything before them), never 0.
+ *
+ * Collision policy: kvferry trusts keys. Two blocks with one key are taken
+ * to hold the same KV data; tokens are not compared. With 64-bit keys the
+ * chance that any two of n distinct blocks share a key is about n^2 / 2^65
+ * (3e-4 for 10^8 blocks stored). The hash is not cryptographic: where
+ * requests come from users who must not share KV data, give each of them
+ * a salt of its own (and keep the salts secret from them).
+ */
+typedef uint64_t kvf_key;
+
+/** The parent of a request's first block. */
+#define KVF_KEY_ROOT ((kvf_key)0)
+
+/**
+ * The key of one block: XXH64 (seed 0) over the parent's key, the salt and
+ * the block's token ids, all little-endian (8 + 8 + 4 * n bytes); 1 where
+ * that gives 0. Stable across processes, machines and versions.
+ * @param parent  the key of the block before it, or KVF_KEY_ROOT.
+ * @param tokens  the block's token ids (n of them; NULL only when n is 0).
+ * @param salt    0, or what separates equal tokens that must not share KV
+ *                data: a LoRA adapter, a model (kvf_key_salt of its name).
+ */
+KVF_API kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, uint64_t salt);
+
+/**
+ * The keys of every whole block of a token sequence, chained from
+ * KVF_KEY_ROOT: n_tokens / tokens_per_block keys (a partial last block has
+ * no key: only whole blocks are cached). Writes at most `cap` keys and
+ * returns how many there are (which may be more than `cap`).
+ */
+KVF_API size_t kvf_key_chain_all(const uint32_t *tokens, size_t n_tokens, uint32_t tokens_per_block,
+                                 uint64_t salt, kvf_key *keys, size_t cap);
+
+/** A salt from a name (an adapter or a model): XXH64 of its bytes. */
+KVF_API uint64_t kvf_key_salt(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Cache                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A content-addressed cache of whole blocks below an engine's primary
+ * slots, for prefix reuse. The serving engine keeps owning its GPU (or
+ * primary) blocks, as vLLM and SGLang do: it hands a block to the cache by
+ * slot when it would otherwise free it (kvf_cache_put), asks which leading
+ * blocks of a new request are cached (kvf_cache_lookup), and has them copied
+ * into slots of its choice (kvf_cache_get).
+ *
+ * Tiers, top to bottom: HOST (the engine's secondary slots) and DISK (the
+ * engine's file tier). A put lands in the highest tier with capacity. When
+ * a tier is full its victim moves down one tier instead of being dropped;
+ * only the last tier drops. Victims are chosen by priority (0-100, lowest
+ * first), then least recently used; a victim below offload_min_priority is
+ * dropped instead of moved down; a pinned block (kvf_cache_pin, or one
+ * being read by a get) is never a victim.
+ *
+ * Every function may be called from several threads at once, except
+ * kvf_cache_destroy. The cache uses its engine's transfers: the engine may
+ * still be used directly for slots and keys the cache does not use, but
+ * its secondary slots [0, host_blocks) and the file keys of cached blocks
+ * are the cache's.
+ */
+typedef struct kvf_cache kvf_cache;
+
+/** The cache's tiers, in the order blocks fall through them. */
+typedef enum kvf_cache_tier {
+    KVF_CACHE_HOST = 0, /* secondary slots */
+    KVF_CACHE_DISK = 1, /* block files */
+    KVF_CACHE_TIERS = 2
+} kvf_cache_tier;
+
+/** Name of a tier ("host", "disk"); "?" for another value. */
+KVF_API const char *kvf_cache_tier_name(kvf_cache_tier tier);
+
+typedef enum kvf_cache_event_kind {
+    KVF_EVENT_STORED = 0,  /* a block entered the cache (tier: where) */
+    KVF_EVENT_UPDATED = 1, /* a block moved down (from -> tier) */
+    KVF_EVENT_REMOVED = 2  /* a block left the cache (tier: the one it left) */
+} kvf_cache_event_kind;
+
+/** One change of the cache's content, in the order the changes were made. */
+typedef struct kvf_cache_event {
+    uint64_t seq; /* 1, 2, 3, ... over all events, dropped ones included */
+    kvf_cache_event_kind kind;
+    kvf_key key;
+    kvf_cache_tier tier;
+    kvf_cache_tier from; /* UPDATED only; else equal to tier */
+    uint32_t priority;
+} kvf_cache_event;
+
+/** Called for each event, in order, with the cache's lock held: it must
+ *  not call into the cache, and should return quickly. */
+typedef void (*kvf_cache_event_fn)(void *arg, const kvf_cache_event *event);
+
+/** Cache configuration. Start from KVF_CACHE_CONFIG_INIT. */
+typedef struct kvf_cache_config {
+    size_t struct_size; /* sizeof(kvf_cache_config), set by the macro */
+    /* Capacity of each tier in blocks; 0 turns the tier off, and at least
+     * one must be on. host_blocks <= the engine's secondary slots (the
+     * cache uses slots 0 .. host_blocks-1); disk_blocks needs a file tier. */
+    uint64_t host_blocks;
+    uint64_t disk_blocks;
+    /* Victims with a priority below this are dropped, not moved down a
+     * tier (the reference engine's rule); default 0: every victim moves. */
+    uint32_t offload_min_priority;
+    /* A block enters the disk tier only once it has been got this many
+     * times (sparing SSD writes for blocks never reused); default 0. */
+    uint32_t disk_admit_uses;
+    /* Events kept for kvf_cache_events until drained; further events are
+     * dropped and counted. 0: no queue. */
+    uint32_t event_queue;
+    kvf_cache_event_fn on_event; /* NULL: none */
+    void *on_event_arg;
+} kvf_cache_config;
+
+#define KVF_CACHE_CONFIG_INIT                                                                      \
+    {                                                                                              \
+        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL                                        \
+    }
+
+/**
+ * Creates a cache over `engine`, whose pools must all be added and must all
+ * have secondary slots when host_blocks > 0. With a disk tier the cache
+ * finds the blocks stored before in the engine's file directory and
+ * namespace (checking each header, not each payload: a damaged payload is
+ * found when read), oldest first; beyond disk_blocks the oldest are
+ * removed. The engine must outlive the cache.
+ * @return KVF_OK; KVF_ERR_INVALID when every tier is off, a tier lacks
+ *         what it needs, or a field is out of range; KVF_ERR_RANGE when
+ *         host_blocks exceeds the secondary slots.
+ */
+KVF_API kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg,
+                                    kvf_cache **cache_p);
+
+/** Waits for the cache's transfers in flight, then frees it. Blocks stay
+ *  on disk for the next cache. Tickets not yet waited for are dropped. */
+KVF_API void kvf_cache_destroy(kvf_cache *cache);
+
+/**
+ * The longest cached prefix of a request: how many of keys[0..n) are
+ * cached, counting from keys[0] and stopping at the first miss. Counts hits
+ * per tier and one miss (when *hits_p < n) in the stats; changes nothing
+ * else (no recency, no pin: a block found here can be evicted before a
+ * get unless pinned).
+ * @param tiers  NULL, or n entries: the tier of each hit (first *hits_p).
+ */
+KVF_API kvf_status kvf_cache_lookup(kvf_cache *cache, const kvf_key *keys, size_t n, size_t *hits_p,
+                                    kvf_cache_tier *tiers);
+
+/**
+ * Stores whole blocks the engine has filled: keys[i] from primary slot
+ * slots[i], at `priority` (0-100). Each block goes to the highest tier on,
+ * evicting as needed. A key already cached is not copied again: its
+ * priority and recency are refreshed. The blocks are visible to lookup and
+ * get at once (a get queued after a put reads what the put wrote).
+ * @param ticket_p  receives a ticket for kvf_cache_wait / kvf_cache_poll,
+ *        after which the primary slots may be written again; NULL: the
+ *        cache follows the copies itself, and the caller must order later
+ *        writes of those slots by kvf_sync_stream or an engine barrier.
+ *        A block that fails to store (an I/O error, every victim pinned:
+ *        KVF_ERR_NO_SPACE) is removed and reported by its status.
+ */
+KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
+                                 size_t n, uint32_t priority, kvf_ticket *ticket_p);
+
+/**
+ * Copies cached blocks into primary slots: keys[i] into slots[i], in one
+ * engine batch per tier they are in. Every key must be cached: otherwise
+ * KVF_ERR_NOT_FOUND naming the first missing key, and nothing is queued.
+ * The blocks are pinned until the ticket completes, and count as used (for
+ * LRU and disk admission). A block that cannot be read back whole and
+ * checked (an I/O error, a corrupt file) fails its status, is removed from
+ * the cache, and its slot holds no data to use: recompute it.
+ * @param ticket_p  required: the primary slots are valid once it completes.
+ */
+KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
+                                 size_t n, kvf_ticket *ticket_p);
+
+/**
+ * Blocks until a put or get completes; then as kvf_wait: per_block (NULL or
+ * the call's block count) gets each block's status, the return is KVF_OK
+ * or the first failure, and the ticket is retired.
+ */
+KVF_API kvf_status kvf_cache_wait(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
+/** As kvf_cache_wait without blocking: KVF_INPROGRESS while it runs. */
+KVF_API kvf_status kvf_cache_poll(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
+
+/**
+ * Pins cached blocks for a running request: a pinned block is never
+ * evicted. Pins nest; each pin needs one unpin. Keys not cached are
+ * skipped: *pinned_p (may be NULL) says how many were pinned.
+ */
+KVF_API kvf_status kvf_cache_pin(kvf_cache *cache, const kvf_key *keys, size_t n, size_t *pinned_p);
+/** Undoes one pin of each key; KVF_ERR_STATE names a key not pinned. */
+KVF_API kvf_status kvf_cache_unpin(kvf_cache *cache, const kvf_key *keys, size_t n);
+
+/**
+ * Removes blocks from every tier (their files too), e.g. when a model's
+ * weights change. Pinned blocks are removed once unpinned. Keys not cached
+ * are skipped; *removed_p (may be NULL) counts the others.
+ */
+KVF_API kvf_status kvf_cache_remove(kvf_cache *cache, const kvf_key *keys, size_t n,
+                                    size_t *removed_p);
+
+/**
+ * Drains up to `cap` queued events, oldest first, into out[].
+ * @return the number written; 0 when none are queued (or no queue).
+ */
+KVF_API size_t kvf_cache_events(kvf_cache *cache, kvf_cache_event *out, size_t cap);
+
+/** Transfer latencies are counted in buckets of these upper bounds, in
+ *  microseconds: 16, 32, 64, ..., 2^(4+i); the last bucket is unbounded. */
+#define KVF_CACHE_LATENCY_BUCKETS 20
+
+/** Counters since the cache was created, and its content now. */
+typedef struct kvf_cache_stats {
+    size_t struct_size;
+    uint64_t blocks[KVF_CACHE_TIERS];    /* blocks in each tier now */
+    uint64_t capacity[KVF_CACHE_TIERS];  /* configured capacity, blocks */
+    uint64_t lookups;                    /* kvf_cache_lookup calls */
+    uint64_t hits[KVF_CACHE_TIERS];      /* blocks found by lookups, per tier */
+    uint64_t misses;                     /* lookups that stopped at a miss */
+    uint64_t lookup_blocks;              /* keys asked for by lookups */
+    uint64_t puts, put_duplicates;       /* blocks handed to put; of those already cached */
+    uint64_t gets;                       /* blocks asked for by get */
+    uint64_t bytes_in[KVF_CACHE_TIERS];  /* bytes written into each tier */
+    uint64_t bytes_out[KVF_CACHE_TIERS]; /* bytes read from each tier into primary slots */
+    uint64_t evictions[KVF_CACHE_TIERS]; /* victims leaving each tier (moved down or dropped) */
+    uint64_t dropped;                    /* blocks that left the cache by eviction */
+    uint64_t failures;                   /* blocks removed because a transfer failed */
+    uint64_t events_dropped;             /* events lost to a full queue */
+    /* get and put transfers, from submit to completion as the cache saw it */
+    uint64_t latency_us[KVF_CACHE_LATENCY_BUCKETS];
+    uint64_t latency_count;
+    uint64_t latency_sum_us;
+} kvf_cache_stats;
+
+#define KVF_CACHE_STATS_INIT                                                                       \
+    {                                                                                              \
+        sizeof(kvf_cache_stats)                                                                    \
+    }
+
+/** Fills `stats` (its struct_size set by KVF_CACHE_STATS_INIT). */
+KVF_API kvf_status kvf_cache_stats_get(kvf_cache *cache, kvf_cache_stats *stats);
+
+/**
+ * The stats in the Prometheus text exposition format (metrics named
+ * kvferry_cache_*), NUL-terminated, into buf[0..cap).
+ * @param len_p  receives the length without the NUL; when it is >= cap the
+ *        text was cut: call again with a buffer of *len_p + 1 bytes.
+ */
+KVF_API kvf_status kvf_cache_stats_prometheus(kvf_cache *cache, char *buf, size_t cap,
+                                              size_t *len_p);
 
 /* ------------------------------------------------------------------------ */
 /* Machine information                                                      */

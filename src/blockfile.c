@@ -720,3 +720,88 @@ void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir)
     if (dir && dir->root)
         remove_stale_tmp(dir->dir_fd, dir->root);
 }
+
+/* ---- for the cache: removal and a fast listing ---------------------------- */
+
+kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key)
+{
+    char eb[128];
+    if (!dir || !dir->root)
+        return kvf__fail(KVF_ERR_INVALID, "block file remove: directory not open");
+    char name[NAME_MAX_BYTES], path[PATH_MAX];
+    snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
+    snprintf(path, sizeof path, "%s/%s", dir->root, name);
+    for (;;) {
+        int err = io_fault("unlink", path, NULL);
+        if (err == 0 && unlinkat(dir->dir_fd, name, 0) == 0)
+            return KVF_OK;
+        if (err == 0)
+            err = errno;
+        if (err == ENOENT)
+            return KVF_OK; /* nothing stored: what removal wants */
+        if (err != EINTR)
+            return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: unlink: %s",
+                             (unsigned long long)key, path, errstr(err, eb, sizeof eb));
+    }
+}
+
+kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
+                               void (*visit)(void *arg, const kvf__blockfile_meta *meta,
+                                             int64_t mtime_ns),
+                               void *arg)
+{
+    char eb[128];
+    if (!dir || !dir->root || !visit)
+        return kvf__fail(KVF_ERR_INVALID, "block file list: NULL argument or directory not open");
+    int fd = openat(dir->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return kvf__fail(kvf__errno_status(err), "%s: opendir: %s", dir->root,
+                         errstr(err, eb, sizeof eb));
+    }
+    kvf_status ret = KVF_OK;
+    for (;;) {
+        errno = 0;
+        struct dirent *ent = readdir(d);
+        if (!ent) {
+            if (errno) {
+                int err = errno;
+                ret = kvf__fail(kvf__errno_status(err), "%s: readdir: %s", dir->root,
+                                errstr(err, eb, sizeof eb));
+            }
+            break;
+        }
+        const char *n = ent->d_name;
+        uint64_t key;
+        if (!(strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)))
+            continue;
+        int bfd = openat(dir->dir_fd, n, O_RDONLY | O_CLOEXEC);
+        if (bfd < 0)
+            continue; /* removed since readdir */
+        uint8_t h[HDR];
+        struct stat sb;
+        bool ok = fstat(bfd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(bfd, h, HDR, 0) == HDR;
+        close(bfd);
+        kvf__block_header bh;
+        char what[PATH_MAX + 32];
+        snprintf(what, sizeof what, "block 0x%llx: %s/%s", (unsigned long long)key, dir->root, n);
+        /* a file that fails here is skipped, and so never served: reading
+         * it would fail the same checks */
+        if (!ok || kvf__block_header_parse(h, what, &bh) != KVF_OK ||
+            kvf__block_header_expect(&bh, what, dir->fingerprint, dir->ns_hash, key) != KVF_OK ||
+            (uint64_t)sb.st_size != HDR + bh.payload_bytes) {
+            KVF_LOG(KVF_LOG_INFO, "%s: not a usable block (%s), skipped", what,
+                    ok ? kvf_last_error() : "unreadable");
+            continue;
+        }
+        kvf__blockfile_meta meta = {key, bh.tokens, bh.pools, bh.payload_bytes};
+        visit(arg, &meta, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec);
+    }
+    closedir(d);
+    if (ret == KVF_OK)
+        kvf__clear_error();
+    return ret;
+}

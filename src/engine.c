@@ -31,13 +31,14 @@ typedef enum op_kind {
     OP_ONBOARD_HOST,
     OP_ONBOARD_FILE,
     OP_COPY,
-    OP_DEMOTE, /* secondary slot -> file */
-    OP_PROMOTE /* file -> secondary slot */
+    OP_DEMOTE,  /* secondary slot -> file */
+    OP_PROMOTE, /* file -> secondary slot */
+    OP_REMOVE   /* file removed: src = dst = key */
 } op_kind;
 
 static const char *const op_names[] = {
-    "offload to host", "offload to file",  "onboard from host", "onboard from file", "copy",
-    "demote to file",  "promote from file"};
+    "offload to host", "offload to file",   "onboard from host", "onboard from file", "copy",
+    "demote to file",  "promote from file", "remove file"};
 
 /* The three spaces a move addresses: primary slots, secondary slots, files. */
 typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE } space;
@@ -194,6 +195,7 @@ static space kind_reads(op_kind k)
         return SP_SECONDARY;
     case OP_ONBOARD_FILE:
     case OP_PROMOTE:
+    case OP_REMOVE:
         return SP_FILE;
     default:
         return SP_PRIMARY;
@@ -208,6 +210,7 @@ static space kind_writes(op_kind k)
         return SP_SECONDARY;
     case OP_OFFLOAD_FILE:
     case OP_DEMOTE:
+    case OP_REMOVE:
         return SP_FILE;
     default:
         return SP_PRIMARY;
@@ -216,8 +219,15 @@ static space kind_writes(op_kind k)
 
 static kvf__queue kind_queue(op_kind k)
 {
-    return (k == OP_OFFLOAD_HOST || k == OP_OFFLOAD_FILE || k == OP_DEMOTE) ? KVF_QUEUE_OFFLOAD
-                                                                            : KVF_QUEUE_ONBOARD;
+    switch (k) {
+    case OP_OFFLOAD_HOST:
+    case OP_OFFLOAD_FILE:
+    case OP_DEMOTE:
+    case OP_REMOVE:
+        return KVF_QUEUE_OFFLOAD;
+    default:
+        return KVF_QUEUE_ONBOARD;
+    }
 }
 
 static bool kind_is_file(op_kind k)
@@ -1197,6 +1207,45 @@ kvf_status kvf_promote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticke
     return submit(e, OP_PROMOTE, moves, n, ticket_p);
 }
 
+kvf_status kvf_file_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
+{
+    if (!keys || n == 0 || n > SIZE_MAX / sizeof(kvf_move))
+        return submit(e, OP_REMOVE, NULL, 0, ticket_p);
+    kvf_move *moves = malloc(n * sizeof *moves);
+    if (!moves)
+        return kvf__fail(KVF_ERR_NOMEM, "remove file: out of memory");
+    for (size_t i = 0; i < n; i++)
+        moves[i] = (kvf_move){keys[i], keys[i], 0};
+    kvf_status st = submit(e, OP_REMOVE, moves, n, ticket_p);
+    free(moves);
+    return st;
+}
+
+/* ---- for the cache ----------------------------------------------------------- */
+
+kvf_status kvf__engine_freeze(kvf_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    kvf_status st = freeze(e);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level)
+{
+    return level == KVF_LEVEL_PRIMARY ? e->primary_slots : e->secondary_slots;
+}
+
+size_t kvf__engine_block_bytes(const kvf_engine *e)
+{
+    return e->all_block_bytes;
+}
+
+kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e)
+{
+    return e->file_enabled ? &e->dir : NULL;
+}
+
 /* ---- completion ------------------------------------------------------------ */
 
 static void hazard_drop_reader(hazard *h, batch *b)
@@ -1450,6 +1499,8 @@ static kvf_status run_file_move(worker *w, const batch *b, size_t i)
 {
     kvf_engine *e = w->engine;
     const kvf_move *mv = &b->moves[i];
+    if (b->kind == OP_REMOVE)
+        return kvf__blockfile_remove(&e->dir, mv->src);
     kvf_status st = ensure_staging(w);
     if (st != KVF_OK)
         return st;
@@ -1554,7 +1605,8 @@ static void *worker_main(void *arg)
             b->state = B_RUNNING;
         }
         b->next_move = last;
-        for (size_t i = first; i < last; i++)
+        /* a removal reads nothing: a failed write before it is no loss */
+        for (size_t i = first; i < last && b->kind != OP_REMOVE; i++)
             if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
                 b->status[i] = KVF_ERR_LOST;
         pthread_mutex_unlock(&e->mu);
@@ -1571,7 +1623,8 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&e->mu);
         b->moves_done += last - first;
         if (b->moves_done == b->n) {
-            if (kind_writes(b->kind) == SP_FILE && e->cfg.fsync == KVF_FSYNC_BATCH) {
+            if (kind_writes(b->kind) == SP_FILE && b->kind != OP_REMOVE &&
+                e->cfg.fsync == KVF_FSYNC_BATCH) {
                 pthread_mutex_unlock(&e->mu);
                 kvf_status st = kvf__blockfile_fsync_dir(&e->dir);
                 pthread_mutex_lock(&e->mu);

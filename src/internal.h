@@ -68,6 +68,8 @@ KVF_INTERNAL uint64_t kvf__geometry_fingerprint(const kvf_geometry *g, size_t n)
 /* ---- checksums and hashing (crc32c.c) ----------------------------------- */
 
 KVF_INTERNAL uint32_t kvf__crc32c(uint32_t crc, const void *data, size_t n);
+/* XXH64 with seed 0 (keys.c). */
+KVF_INTERNAL uint64_t kvf__xxh64(const void *data, size_t n);
 
 /* ---- memory backends ----------------------------------------------------
  *
@@ -248,5 +250,28 @@ KVF_INTERNAL kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
  * (*len_p is 0 for the other ops). Not thread-safe to change while I/O runs. */
 typedef int (*kvf__io_fault_fn)(const char *op, const char *path, size_t *len_p);
 KVF_INTERNAL void kvf__set_io_fault(kvf__io_fault_fn fn);
+
+/* ---- what the cache needs of the engine and the files -------------------- */
+
+/* Fixes the engine's pools (as its first transfer would) so that its slot
+ * counts are known; KVF_ERR_STATE without pools. */
+KVF_INTERNAL kvf_status kvf__engine_freeze(kvf_engine *e);
+/* Slots valid in every pool at `level` (0 before freezing, or without
+ * secondary slots in every pool). */
+KVF_INTERNAL uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level);
+/* Bytes of one block of every pool. */
+KVF_INTERNAL size_t kvf__engine_block_bytes(const kvf_engine *e);
+/* The engine's block directory, or NULL without a file tier. */
+KVF_INTERNAL kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e);
+
+/* Removes the block under `key`; a key with no file is KVF_OK. Hooked as
+ * "unlink". */
+KVF_INTERNAL kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key);
+/* Visits every block of the namespace whose header checks (magic, CRC,
+ * layout, namespace, key, length: not the payload) with its modification
+ * time; others are skipped. */
+KVF_INTERNAL kvf_status kvf__blockfile_list(
+    kvf__blockfile_dir *dir,
+    void (*visit)(void *arg, const kvf__blockfile_meta *meta, int64_t mtime_ns), void *arg);
 
 #endif /* KVF_INTERNAL_H */
