@@ -683,7 +683,7 @@ typedef struct kvf_cache_stats {
 
 #define KVF_CACHE_STATS_INIT                                                                       \
     {                                                                                              \
-        sizeof(kvf_cache_stats)                                                                    \
+        .struct_size = sizeof(kvf_cache_stats)                                                     \
     }
 
 /** Fills `stats` (its struct_size set by KVF_CACHE_STATS_INIT). */

@@ -1,0 +1,1013 @@
+/* The tiered cache on the host backend: keys, round trips through each
+ * tier, eviction order against a reference model on random workloads,
+ * pins, events, restart with a disk tier, faults and bad input. */
+#include "testutil.h"
+
+#include <pthread.h>
+
+#define POISON 0x5A
+
+/* Two pools of different shapes: 2 KiB + 512 B per block. */
+static const kvf_geometry G_A = {2, 2, 2, 16, 16, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
+static const kvf_geometry G_B = {1, 1, 1, 16, 32, KVF_DTYPE_INT8, KVF_ORDER_TOKEN_MAJOR};
+
+typedef struct fixture {
+    kvf_engine *e;
+    kvf_cache *c;
+    char dir[512];
+    size_t bytes[2];
+    uint32_t primary, secondary;
+} fixture;
+
+static int fx_engine(fixture *f, bool files)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.threads = 2;
+    cfg.file_dir = files ? f->dir : NULL;
+    cfg.file_namespace = "cache";
+    cfg.fsync = KVF_FSYNC_NONE;
+    REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
+    const kvf_geometry *g[2] = {&G_A, &G_B};
+    for (int p = 0; p < 2; p++) {
+        kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, f->primary};
+        kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, f->secondary};
+        REQUIRE(kvf_engine_add_pool(f->e, g[p], &prim, f->secondary ? &sec : NULL, NULL) == KVF_OK);
+        REQUIRE(kvf_geometry_block_bytes(g[p], &f->bytes[p]) == KVF_OK);
+    }
+    return 0;
+}
+
+/* An engine with `primary` slots, `secondary` of them below, an optional
+ * file tier, and a cache of the given capacities. */
+static int fx_init(fixture *f, uint32_t primary, uint32_t secondary, bool files,
+                   const kvf_cache_config *cc)
+{
+    memset(f, 0, sizeof *f);
+    f->primary = primary;
+    f->secondary = secondary;
+    if (files)
+        REQUIRE(test_tmpdir(f->dir, sizeof f->dir) == 0);
+    fx_engine(f, files);
+    CHECK_STATUS(kvf_cache_create(f->e, cc, &f->c), KVF_OK);
+    return f->c ? 0 : 1;
+}
+
+static void fx_close(fixture *f)
+{
+    kvf_cache_destroy(f->c);
+    kvf_engine_destroy(f->e);
+    f->c = NULL;
+    f->e = NULL;
+}
+
+static void fx_done(fixture *f)
+{
+    fx_close(f);
+    if (f->dir[0])
+        test_rmtree(f->dir);
+}
+
+static uint8_t *prim(fixture *f, int p, uint32_t slot)
+{
+    void *ptr = NULL;
+    REQUIRE(kvf_engine_slot_ptr(f->e, (uint32_t)p, KVF_LEVEL_PRIMARY, slot, &ptr) == KVF_OK);
+    return ptr;
+}
+
+/* The bytes of the block under `key`: derived from the key alone. */
+static void fill(fixture *f, uint32_t slot, kvf_key key)
+{
+    for (int p = 0; p < 2; p++)
+        test_fill_random(prim(f, p, slot), f->bytes[p], key * 2 + (uint64_t)p);
+}
+
+static void poison(fixture *f, uint32_t slot)
+{
+    for (int p = 0; p < 2; p++)
+        memset(prim(f, p, slot), POISON, f->bytes[p]);
+}
+
+static int expect(fixture *f, uint32_t slot, kvf_key key)
+{
+    for (int p = 0; p < 2; p++) {
+        uint8_t *want = malloc(f->bytes[p]);
+        test_fill_random(want, f->bytes[p], key * 2 + (uint64_t)p);
+        size_t off = test_mem_diff(prim(f, p, slot), want, f->bytes[p]);
+        free(want);
+        if (off != (size_t)-1) {
+            fprintf(stderr, "slot %u pool %d: block 0x%llx differs at byte %zu\n", slot, p,
+                    (unsigned long long)key, off);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static kvf_status put1(fixture *f, kvf_key key, uint32_t slot, uint32_t prio)
+{
+    kvf_ticket t;
+    kvf_status st = kvf_cache_put(f->c, &key, &slot, 1, prio, &t);
+    return st == KVF_OK ? kvf_cache_wait(f->c, t, NULL) : st;
+}
+
+static kvf_status get1(fixture *f, kvf_key key, uint32_t slot)
+{
+    kvf_ticket t;
+    kvf_status st = kvf_cache_get(f->c, &key, &slot, 1, &t);
+    return st == KVF_OK ? kvf_cache_wait(f->c, t, NULL) : st;
+}
+
+/* The tier a key is in, or -1. */
+static int tier_of(fixture *f, kvf_key key)
+{
+    size_t hits = 0;
+    kvf_cache_tier t = KVF_CACHE_TIERS;
+    REQUIRE(kvf_cache_lookup(f->c, &key, 1, &hits, &t) == KVF_OK);
+    return hits ? (int)t : -1;
+}
+
+/* ---- keys ------------------------------------------------------------------- */
+
+static int test_keys(void)
+{
+    /* XXH64 itself, against the published test vectors */
+    CHECK_EQ_U64(kvf__xxh64("", 0), 0xef46db3751d8e999ull);
+    CHECK_EQ_U64(kvf__xxh64("abc", 3), 0x44bc2cf5ad770999ull);
+    uint8_t seq[100];
+    for (int i = 0; i < 100; i++)
+        seq[i] = (uint8_t)i;
+    CHECK_EQ_U64(kvf__xxh64(seq, 100), 0x6ac1e58032166597ull);
+    /* the chain, as computed by the python xxhash package over the
+     * documented bytes: parent, salt, tokens, little-endian */
+    uint32_t toks[32];
+    for (uint32_t i = 0; i < 32; i++)
+        toks[i] = i;
+    kvf_key k1 = kvf_key_chain(KVF_KEY_ROOT, toks, 16, 0);
+    CHECK_EQ_U64(k1, 0x396e79d9bff76216ull);
+    CHECK_EQ_U64(kvf_key_chain(k1, toks + 16, 16, 0), 0xa856aed7ab913c9eull);
+    uint32_t abc[3] = {1, 2, 3};
+    CHECK_EQ_U64(kvf_key_chain(KVF_KEY_ROOT, abc, 3, 0x1234), 0x4bb0223f218f8abcull);
+    CHECK_EQ_U64(kvf_key_salt("llama-3-8b"), 0xe39251d9742ebb6dull);
+    CHECK_EQ_U64(kvf_key_salt(NULL), 0);
+    /* all blocks at once; the partial tail has no key */
+    kvf_key keys[4] = {0};
+    CHECK_EQ_INT(kvf_key_chain_all(toks, 31, 16, 0, keys, 4), 1);
+    CHECK_EQ_INT(kvf_key_chain_all(toks, 32, 16, 0, keys, 4), 2);
+    CHECK_EQ_U64(keys[0], k1);
+    CHECK_EQ_U64(keys[1], 0xa856aed7ab913c9eull);
+    CHECK_EQ_INT(kvf_key_chain_all(toks, 32, 8, 0, keys, 1), 4); /* counts past cap */
+    CHECK_EQ_INT(kvf_key_chain_all(toks, 32, 0, 0, keys, 4), 0);
+    /* a salt separates equal tokens; a token changes the key */
+    CHECK(kvf_key_chain(0, toks, 16, 1) != k1);
+    toks[5] ^= 1;
+    CHECK(kvf_key_chain(0, toks, 16, 0) != k1);
+    /* long blocks go through the incremental path in pieces */
+    uint32_t *many = malloc(1000 * sizeof *many);
+    for (uint32_t i = 0; i < 1000; i++)
+        many[i] = i * 2654435761u;
+    kvf_key a = kvf_key_chain(7, many, 1000, 9);
+    uint8_t *bytes = malloc(16 + 4000);
+    for (int i = 0; i < 8; i++) {
+        bytes[i] = (uint8_t)(7ull >> (8 * i));
+        bytes[8 + i] = (uint8_t)(9ull >> (8 * i));
+    }
+    for (int i = 0; i < 1000; i++)
+        for (int b = 0; b < 4; b++)
+            bytes[16 + 4 * i + b] = (uint8_t)(many[i] >> (8 * b));
+    CHECK_EQ_U64(a, kvf__xxh64(bytes, 16 + 4000));
+    free(bytes);
+    free(many);
+    return 0;
+}
+
+/* ---- round trips -------------------------------------------------------------- */
+
+static int round_trip(uint32_t host, uint32_t disk)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = host;
+    cc.disk_blocks = disk;
+    if (fx_init(&f, 64, host ? 32 : 0, disk > 0, &cc))
+        return 1;
+    enum { N = 24 };
+    kvf_key keys[N];
+    uint32_t src[N], dst[N];
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = 0xc0ffee00ull + i * 7919;
+        src[i] = i;
+        dst[i] = 63 - i;
+        fill(&f, i, keys[i]);
+    }
+    kvf_ticket t;
+    kvf_status per[N];
+    CHECK_STATUS(kvf_cache_put(f.c, keys, src, N, 50, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, per), KVF_OK);
+    for (uint32_t i = 0; i < N; i++) {
+        CHECK_STATUS(per[i], KVF_OK);
+        poison(&f, src[i]);
+        poison(&f, dst[i]);
+    }
+    size_t hits = 0;
+    kvf_cache_tier tiers[N];
+    CHECK_STATUS(kvf_cache_lookup(f.c, keys, N, &hits, tiers), KVF_OK);
+    CHECK_EQ_INT(hits, N);
+    CHECK_STATUS(kvf_cache_get(f.c, keys, dst, N, &t), KVF_OK);
+    kvf_status st;
+    while ((st = kvf_cache_poll(f.c, t, per)) == KVF_INPROGRESS)
+        usleep(100);
+    CHECK_STATUS(st, KVF_OK);
+    for (uint32_t i = 0; i < N; i++)
+        if (expect(&f, dst[i], keys[i]))
+            return 1;
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    CHECK_STATUS(kvf_cache_stats_get(f.c, &s), KVF_OK);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_HOST] + s.blocks[KVF_CACHE_DISK], N);
+    CHECK_EQ_INT(s.gets, N);
+    CHECK_EQ_INT(s.puts, N);
+    uint64_t bb = f.bytes[0] + f.bytes[1];
+    CHECK_EQ_U64(s.bytes_out[KVF_CACHE_HOST] + s.bytes_out[KVF_CACHE_DISK], N * bb);
+    CHECK_EQ_INT(s.latency_count, 2);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_ERR_UNKNOWN_TICKET);
+    fx_done(&f);
+    return 0;
+}
+
+static int test_host_only(void)
+{
+    return round_trip(32, 0);
+}
+
+static int test_disk_only(void)
+{
+    return round_trip(0, 64);
+}
+
+static int test_host_and_disk(void)
+{
+    /* 24 blocks into 8 host + 64 disk: 16 demoted on the way */
+    return round_trip(8, 64);
+}
+
+/* ---- eviction order -------------------------------------------------------------- */
+
+/* The reference model: the rules of kvferry.h written plainly. */
+#define MODEL_KEYS 48
+
+typedef struct model_entry {
+    bool present;
+    int tier;
+    uint32_t prio, uses, pins;
+    uint64_t last; /* position in its tier's LRU order */
+} model_entry;
+
+typedef struct model {
+    model_entry e[MODEL_KEYS];
+    uint64_t cap[2];
+    uint32_t min_prio, admit;
+    uint64_t clock;
+} model;
+
+static uint64_t model_count(const model *m, int tier)
+{
+    uint64_t n = 0;
+    for (int k = 0; k < MODEL_KEYS; k++)
+        n += m->e[k].present && m->e[k].tier == tier;
+    return n;
+}
+
+static int model_victim(const model *m, int tier)
+{
+    int best = -1;
+    for (int k = 0; k < MODEL_KEYS; k++) {
+        const model_entry *x = &m->e[k];
+        if (!x->present || x->tier != tier || x->pins)
+            continue;
+        if (best < 0 || x->prio < m->e[best].prio ||
+            (x->prio == m->e[best].prio && x->last < m->e[best].last))
+            best = k;
+    }
+    return best;
+}
+
+static bool model_disk_room(model *m)
+{
+    if (model_count(m, KVF_CACHE_DISK) < m->cap[KVF_CACHE_DISK])
+        return true;
+    int v = model_victim(m, KVF_CACHE_DISK);
+    if (v < 0)
+        return false;
+    m->e[v].present = false;
+    return true;
+}
+
+static bool model_host_room(model *m)
+{
+    if (model_count(m, KVF_CACHE_HOST) < m->cap[KVF_CACHE_HOST])
+        return true;
+    int v = model_victim(m, KVF_CACHE_HOST);
+    if (v < 0)
+        return false;
+    model_entry *x = &m->e[v];
+    if (m->cap[KVF_CACHE_DISK] && x->prio >= m->min_prio && x->uses >= m->admit &&
+        model_disk_room(m)) {
+        x->tier = KVF_CACHE_DISK;
+        x->last = ++m->clock;
+    } else {
+        x->present = false;
+    }
+    return true;
+}
+
+static void model_put(model *m, int k, uint32_t prio)
+{
+    model_entry *x = &m->e[k];
+    if (x->present) {
+        x->prio = prio;
+        if (!x->pins)
+            x->last = ++m->clock;
+        return;
+    }
+    int tier = -1;
+    if (m->cap[KVF_CACHE_HOST] && model_host_room(m))
+        tier = KVF_CACHE_HOST;
+    else if (m->cap[KVF_CACHE_DISK] && model_disk_room(m))
+        tier = KVF_CACHE_DISK;
+    if (tier < 0)
+        return;
+    *x = (model_entry){true, tier, prio, 0, 0, ++m->clock};
+}
+
+static int compare_model(fixture *f, const model *m, const char *after, int step)
+{
+    for (int k = 0; k < MODEL_KEYS; k++) {
+        int want = m->e[k].present ? m->e[k].tier : -1;
+        int got = tier_of(f, 1000 + (kvf_key)k);
+        if (got != want) {
+            fprintf(stderr, "step %d (%s): key %d in tier %d, model says %d\n", step, after, k, got,
+                    want);
+            return 1;
+        }
+    }
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(f->c, &s);
+    for (int t = 0; t < 2; t++)
+        if (s.blocks[t] != model_count(m, t)) {
+            fprintf(stderr, "step %d: tier %d counts %llu blocks, model %llu\n", step, t,
+                    (unsigned long long)s.blocks[t], (unsigned long long)model_count(m, t));
+            return 1;
+        }
+    return 0;
+}
+
+/* Random puts (with duplicates), gets, pins, unpins and removals, checked
+ * after every step against the model: the tier of every key, the block
+ * counts, and the bytes of every block got. */
+static int eviction_vs_model(uint32_t host, uint32_t disk, uint32_t min_prio, uint32_t admit,
+                             uint64_t seed)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = host;
+    cc.disk_blocks = disk;
+    cc.offload_min_priority = min_prio;
+    cc.disk_admit_uses = admit;
+    if (fx_init(&f, 16, host ? host : 0, disk > 0, &cc))
+        return 1;
+    model m = {0};
+    m.cap[0] = host;
+    m.cap[1] = disk;
+    m.min_prio = min_prio;
+    m.admit = admit;
+    uint64_t rng = seed;
+    static const uint32_t prios[] = {0, 10, 50, 50, 50, 90, 100};
+    for (int step = 0; step < 600; step++) {
+        int k = (int)(test_xorshift64(&rng) % MODEL_KEYS);
+        kvf_key key = 1000 + (kvf_key)k;
+        unsigned op = (unsigned)(test_xorshift64(&rng) % 10);
+        const char *what;
+        if (op < 5) {
+            what = "put";
+            uint32_t prio = prios[test_xorshift64(&rng) % 7];
+            fill(&f, 0, key);
+            CHECK_STATUS(put1(&f, key, 0, prio), KVF_OK);
+            model_put(&m, k, prio);
+        } else if (op < 8) {
+            what = "get";
+            if (!m.e[k].present) {
+                CHECK_STATUS(get1(&f, key, 1), KVF_ERR_NOT_FOUND);
+                continue;
+            }
+            poison(&f, 1);
+            CHECK_STATUS(get1(&f, key, 1), KVF_OK);
+            if (expect(&f, 1, key))
+                return 1;
+            m.e[k].uses++;
+            if (!m.e[k].pins)
+                m.e[k].last = ++m.clock;
+        } else if (op == 8) {
+            what = "pin";
+            size_t pinned = 9;
+            if (m.e[k].present && m.e[k].pins < 2) {
+                CHECK_STATUS(kvf_cache_pin(f.c, &key, 1, &pinned), KVF_OK);
+                CHECK_EQ_INT(pinned, 1);
+                m.e[k].pins++;
+            } else if (m.e[k].present) {
+                CHECK_STATUS(kvf_cache_unpin(f.c, &key, 1), KVF_OK);
+                if (--m.e[k].pins == 0)
+                    m.e[k].last = ++m.clock;
+            } else {
+                CHECK_STATUS(kvf_cache_unpin(f.c, &key, 1), KVF_ERR_STATE);
+            }
+        } else {
+            what = "remove";
+            if (m.e[k].pins)
+                continue; /* deferred removal: covered by test_pins */
+            size_t removed = 9;
+            CHECK_STATUS(kvf_cache_remove(f.c, &key, 1, &removed), KVF_OK);
+            CHECK_EQ_INT(removed, m.e[k].present ? 1 : 0);
+            m.e[k].present = false;
+        }
+        if (compare_model(&f, &m, what, step))
+            return 1;
+    }
+    fx_done(&f);
+    return 0;
+}
+
+static int test_eviction_lru_priorities(void)
+{
+    return eviction_vs_model(6, 10, 0, 0, 11);
+}
+
+static int test_eviction_min_priority(void)
+{
+    return eviction_vs_model(6, 10, 50, 0, 12);
+}
+
+static int test_eviction_disk_admission(void)
+{
+    return eviction_vs_model(5, 8, 0, 2, 13);
+}
+
+static int test_eviction_single_tier(void)
+{
+    if (eviction_vs_model(7, 0, 0, 0, 14))
+        return 1;
+    return eviction_vs_model(0, 7, 0, 0, 15);
+}
+
+/* ---- pins ---------------------------------------------------------------------- */
+
+static int test_pins(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 4;
+    if (fx_init(&f, 8, 4, false, &cc))
+        return 1;
+    kvf_key keys[4] = {11, 12, 13, 14};
+    for (int i = 0; i < 4; i++) {
+        fill(&f, 0, keys[i]);
+        CHECK_STATUS(put1(&f, keys[i], 0, 10), KVF_OK);
+    }
+    size_t pinned = 0;
+    CHECK_STATUS(kvf_cache_pin(f.c, keys, 4, &pinned), KVF_OK);
+    CHECK_EQ_INT(pinned, 4);
+    /* every block pinned: nothing can be stored, nothing is evicted */
+    fill(&f, 1, 99);
+    kvf_key k99 = 99;
+    uint32_t s1 = 1;
+    kvf_ticket t;
+    kvf_status per;
+    CHECK_STATUS(kvf_cache_put(f.c, &k99, &s1, 1, 100, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, &per), KVF_ERR_NO_SPACE);
+    CHECK_STATUS(per, KVF_ERR_NO_SPACE);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ_INT(tier_of(&f, keys[i]), KVF_CACHE_HOST);
+    CHECK_EQ_INT(tier_of(&f, 99), -1);
+    /* a removal of a pinned block waits for its unpin */
+    size_t removed = 0;
+    CHECK_STATUS(kvf_cache_remove(f.c, &keys[0], 1, &removed), KVF_OK);
+    CHECK_EQ_INT(removed, 1);
+    CHECK_EQ_INT(tier_of(&f, keys[0]), -1); /* no longer found */
+    CHECK_STATUS(get1(&f, keys[0], 2), KVF_ERR_NOT_FOUND);
+    /* unpin is all or nothing */
+    kvf_key bad[2] = {keys[1], 777};
+    CHECK_STATUS(kvf_cache_unpin(f.c, bad, 2), KVF_ERR_STATE);
+    CHECK_STR_HAS(kvf_last_error(), "0x0000000000000309");
+    kvf_key twice[2] = {keys[1], keys[1]};
+    CHECK_STATUS(kvf_cache_unpin(f.c, twice, 2), KVF_ERR_STATE); /* one pin only */
+    CHECK_STATUS(kvf_cache_unpin(f.c, keys, 4), KVF_OK);
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_HOST], 3); /* keys[0] went at its unpin */
+    /* now the put evicts the LRU of the lowest priority */
+    CHECK_STATUS(put1(&f, 99, 1, 100), KVF_OK);
+    CHECK_STATUS(put1(&f, 98, 1, 100), KVF_OK);
+    CHECK_EQ_INT(tier_of(&f, keys[1]), -1);
+    CHECK_EQ_INT(tier_of(&f, keys[2]), KVF_CACHE_HOST);
+    /* a get pins its blocks until it completes: a put racing it cannot
+     * take their slots (checked by the bytes) */
+    poison(&f, 3);
+    kvf_key k2 = keys[2];
+    uint32_t s3 = 3;
+    CHECK_STATUS(kvf_cache_get(f.c, &k2, &s3, 1, &t), KVF_OK);
+    kvf_key fresh[3] = {201, 202, 203};
+    uint32_t src[3] = {4, 5, 6};
+    for (int i = 0; i < 3; i++)
+        fill(&f, src[i], fresh[i]);
+    kvf_ticket t2;
+    CHECK_STATUS(kvf_cache_put(f.c, fresh, src, 3, 100, &t2), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t2, NULL), KVF_OK);
+    CHECK(expect(&f, 3, keys[2]) == 0);
+    fx_done(&f);
+    return 0;
+}
+
+/* ---- events -------------------------------------------------------------------- */
+
+static int cb_count;
+static uint64_t cb_last_seq;
+static void on_event(void *arg, const kvf_cache_event *ev)
+{
+    (void)arg;
+    if (ev->seq != cb_last_seq + 1)
+        fprintf(stderr, "callback: event %llu after %llu\n", (unsigned long long)ev->seq,
+                (unsigned long long)cb_last_seq);
+    cb_last_seq = ev->seq;
+    cb_count++;
+}
+
+/* Replaying the events rebuilds exactly what the cache holds. */
+static int test_events(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 5;
+    cc.disk_blocks = 7;
+    cc.event_queue = 4096;
+    cc.on_event = on_event;
+    cb_count = 0;
+    cb_last_seq = 0;
+    if (fx_init(&f, 8, 5, true, &cc))
+        return 1;
+    int where[MODEL_KEYS];
+    for (int k = 0; k < MODEL_KEYS; k++)
+        where[k] = -1;
+    uint64_t rng = 99, seq = 0;
+    kvf_cache_event evs[64];
+    for (int step = 0; step < 400; step++) {
+        kvf_key key = 1000 + test_xorshift64(&rng) % MODEL_KEYS;
+        if (test_xorshift64(&rng) % 4) {
+            fill(&f, 0, key);
+            CHECK_STATUS(put1(&f, key, 0, (uint32_t)(test_xorshift64(&rng) % 101)), KVF_OK);
+        } else {
+            CHECK_STATUS(kvf_cache_remove(f.c, &key, 1, NULL), KVF_OK);
+        }
+        size_t n;
+        while ((n = kvf_cache_events(f.c, evs, 64)) > 0)
+            for (size_t i = 0; i < n; i++) {
+                const kvf_cache_event *ev = &evs[i];
+                int k = (int)(ev->key - 1000);
+                REQUIRE(k >= 0 && k < MODEL_KEYS);
+                CHECK_EQ_U64(ev->seq, seq + 1);
+                seq = ev->seq;
+                if (ev->kind == KVF_EVENT_STORED) {
+                    CHECK_EQ_INT(where[k], -1);
+                    where[k] = (int)ev->tier;
+                } else if (ev->kind == KVF_EVENT_UPDATED) {
+                    CHECK_EQ_INT(where[k], (int)ev->from);
+                    CHECK(ev->from == KVF_CACHE_HOST && ev->tier == KVF_CACHE_DISK);
+                    where[k] = (int)ev->tier;
+                } else {
+                    CHECK_EQ_INT(where[k], (int)ev->tier);
+                    where[k] = -1;
+                }
+            }
+        for (int k = 0; k < MODEL_KEYS; k++)
+            if (tier_of(&f, 1000 + (kvf_key)k) != where[k]) {
+                fprintf(stderr, "step %d: key %d: cache %d, events %d\n", step, k,
+                        tier_of(&f, 1000 + (kvf_key)k), where[k]);
+                return 1;
+            }
+    }
+    CHECK_EQ_U64(cb_last_seq, seq);
+    CHECK_EQ_INT(cb_count, (int)seq);
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.events_dropped, 0);
+    fx_close(&f);
+
+    /* a small queue drops and counts; seq still counts every event */
+    kvf_cache_config small = cc;
+    small.event_queue = 3;
+    small.on_event = NULL;
+    fx_engine(&f, true);
+    CHECK_STATUS(kvf_cache_create(f.e, &small, &f.c), KVF_OK);
+    size_t n = kvf_cache_events(f.c, evs, 64); /* the blocks found on disk */
+    CHECK_EQ_INT(n, 3);
+    CHECK(evs[0].kind == KVF_EVENT_STORED && evs[0].tier == KVF_CACHE_DISK);
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.events_dropped, s.blocks[KVF_CACHE_DISK] - 3);
+    CHECK_EQ_INT(kvf_cache_events(f.c, evs, 64), 0);
+    fx_done(&f);
+    return 0;
+}
+
+/* ---- restart ------------------------------------------------------------------- */
+
+static int test_restart(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 4;
+    cc.disk_blocks = 32;
+    if (fx_init(&f, 8, 4, true, &cc))
+        return 1;
+    enum { N = 20 };
+    for (uint32_t i = 0; i < N; i++) {
+        fill(&f, 0, 500 + i);
+        CHECK_STATUS(put1(&f, 500 + i, 0, 50), KVF_OK);
+        usleep(2000); /* distinct modification times: the restart order */
+    }
+    /* the last 4 are in the host tier, and are lost with the process */
+    fx_close(&f);
+
+    fx_engine(&f, true);
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
+    for (uint32_t i = 0; i < N; i++) {
+        int want = i < N - 4 ? KVF_CACHE_DISK : -1;
+        CHECK_EQ_INT(tier_of(&f, 500 + i), want);
+        if (want < 0)
+            continue;
+        poison(&f, 2);
+        CHECK_STATUS(get1(&f, 500 + i, 2), KVF_OK);
+        CHECK(expect(&f, 2, 500 + i) == 0);
+    }
+    fx_close(&f);
+
+    /* a smaller disk tier keeps the newest and removes the oldest files */
+    kvf_cache_config smaller = cc;
+    smaller.disk_blocks = 10;
+    fx_engine(&f, true);
+    CHECK_STATUS(kvf_cache_create(f.e, &smaller, &f.c), KVF_OK);
+    for (uint32_t i = 0; i < N - 4; i++)
+        CHECK_EQ_INT(tier_of(&f, 500 + i), i < N - 4 - 10 ? -1 : KVF_CACHE_DISK);
+    fx_close(&f);
+    fx_engine(&f, true);
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 10); /* the files are gone, not hidden */
+    fx_close(&f);
+
+    /* another layout does not see them */
+    kvf_engine_config ec = KVF_ENGINE_CONFIG_INIT;
+    ec.backend = KVF_BACKEND_HOST;
+    ec.file_dir = f.dir;
+    ec.file_namespace = "cache";
+    REQUIRE(kvf_engine_create(&ec, &f.e) == KVF_OK);
+    kvf_pool_desc p = {KVF_MEMORY_HOST, NULL, 0, 8};
+    REQUIRE(kvf_engine_add_pool(f.e, &G_A, &p, &p, NULL) == KVF_OK);
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 0);
+    fx_done(&f);
+    return 0;
+}
+
+/* ---- faults -------------------------------------------------------------------- */
+
+static int block_path(fixture *f, kvf_key key, char *out, size_t cap)
+{
+    return snprintf(out, cap, "%s/cache/%016llx.kvf", f->dir, (unsigned long long)key) < (int)cap
+               ? 0
+               : 1;
+}
+
+/* A file damaged behind the cache's back fails its get with
+ * KVF_ERR_CORRUPT, is removed, and nothing else is touched; a tier whose
+ * directory vanished fails the blocks in it, which are then forgotten. */
+static int test_faults(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.disk_blocks = 16;
+    if (fx_init(&f, 8, 0, true, &cc))
+        return 1;
+    for (kvf_key k = 1; k <= 6; k++) {
+        fill(&f, 0, k);
+        CHECK_STATUS(put1(&f, k, 0, 50), KVF_OK);
+    }
+    char path[600];
+    REQUIRE(block_path(&f, 3, path, sizeof path) == 0);
+    FILE *fp = fopen(path, "r+b");
+    REQUIRE(fp);
+    fseek(fp, 200, SEEK_SET);
+    int ch = fgetc(fp);
+    fseek(fp, 200, SEEK_SET);
+    fputc(ch ^ 0x40, fp);
+    fclose(fp);
+    kvf_key keys[3] = {2, 3, 4};
+    uint32_t slots[3] = {5, 6, 7};
+    kvf_ticket t;
+    kvf_status per[3];
+    for (int i = 0; i < 3; i++)
+        poison(&f, slots[i]);
+    CHECK_STATUS(kvf_cache_get(f.c, keys, slots, 3, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, per), KVF_ERR_CORRUPT);
+    CHECK_STATUS(per[0], KVF_OK);
+    CHECK_STATUS(per[1], KVF_ERR_CORRUPT);
+    CHECK_STATUS(per[2], KVF_OK);
+    CHECK(expect(&f, 5, 2) == 0);
+    CHECK(expect(&f, 7, 4) == 0);
+    CHECK_EQ_INT(tier_of(&f, 3), -1);
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.failures, 1);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 5);
+    /* the directory removed underneath */
+    char ns[600];
+    snprintf(ns, sizeof ns, "%s/cache", f.dir);
+    test_rmtree(ns);
+    CHECK_STATUS(get1(&f, 1, 5), KVF_ERR_NOT_FOUND);
+    CHECK_EQ_INT(tier_of(&f, 1), -1);
+    fill(&f, 0, 77);
+    CHECK_STATUS(put1(&f, 77, 0, 50), KVF_ERR_IO);
+    CHECK_EQ_INT(tier_of(&f, 77), -1);
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.failures, 3);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 4);
+    fx_done(&f);
+    return 0;
+}
+
+/* An offload that fails (a copy fault) leaves no entry naming its slot: a
+ * get of that key is refused or fails, never served from a stale slot. */
+static int fail_all_copies;
+static kvf_status copy_fault(const kvf__copy *c)
+{
+    (void)c;
+    if (!__atomic_load_n(&fail_all_copies, __ATOMIC_ACQUIRE))
+        return KVF_OK;
+    usleep(50000); /* long enough for the get to queue behind it */
+    return KVF_ERR_IO;
+}
+
+static int test_failed_put(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 2;
+    if (fx_init(&f, 8, 2, false, &cc))
+        return 1;
+    fill(&f, 0, 41);
+    CHECK_STATUS(put1(&f, 41, 0, 50), KVF_OK);
+    fill(&f, 0, 42);
+    CHECK_STATUS(put1(&f, 42, 0, 50), KVF_OK);
+    kvf__set_copy_hook(copy_fault);
+    __atomic_store_n(&fail_all_copies, 1, __ATOMIC_RELEASE);
+    fill(&f, 0, 43); /* evicts 41, whose slot it then fails to write */
+    kvf_key k43 = 43;
+    uint32_t s0 = 0;
+    CHECK_STATUS(kvf_cache_put(f.c, &k43, &s0, 1, 50, NULL), KVF_OK);
+    /* queued behind the failing put: fails with it, never reads 41's bytes */
+    kvf_ticket t;
+    uint32_t s4 = 4;
+    CHECK_STATUS(kvf_cache_get(f.c, &k43, &s4, 1, &t), KVF_OK);
+    kvf_status st = kvf_cache_wait(f.c, t, NULL);
+    CHECK(st == KVF_ERR_IO || st == KVF_ERR_LOST);
+    __atomic_store_n(&fail_all_copies, 0, __ATOMIC_RELEASE);
+    kvf__set_copy_hook(NULL);
+    CHECK_EQ_INT(tier_of(&f, 43), -1);
+    CHECK_EQ_INT(tier_of(&f, 41), -1);
+    CHECK_EQ_INT(tier_of(&f, 42), KVF_CACHE_HOST);
+    poison(&f, 5);
+    CHECK_STATUS(get1(&f, 42, 5), KVF_OK);
+    CHECK(expect(&f, 5, 42) == 0);
+    /* the slot is usable again */
+    CHECK_STATUS(put1(&f, 43, 0, 50), KVF_OK);
+    poison(&f, 5);
+    CHECK_STATUS(get1(&f, 43, 5), KVF_OK);
+    CHECK(expect(&f, 5, 43) == 0);
+    fx_done(&f);
+    return 0;
+}
+
+/* ---- bad input ----------------------------------------------------------------- */
+
+static int test_bad_input(void)
+{
+    fixture f;
+    memset(&f, 0, sizeof f);
+    f.primary = 8;
+    f.secondary = 4;
+    fx_engine(&f, false);
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    kvf_cache *c = (kvf_cache *)&f; /* must stay untouched on failure */
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_INVALID); /* capacity 0 */
+    CHECK_STR_HAS(kvf_last_error(), "capacity 0");
+    CHECK(c == (kvf_cache *)&f);
+    cc.host_blocks = 5;
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_RANGE);
+    CHECK_STR_HAS(kvf_last_error(), "4 secondary slots");
+    cc.host_blocks = 4;
+    cc.disk_blocks = 10;
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "file tier");
+    cc.disk_blocks = 0;
+    cc.offload_min_priority = 500;
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_RANGE);
+    cc.offload_min_priority = 0;
+    kvf_cache_config tiny = cc;
+    tiny.struct_size = 4;
+    CHECK_STATUS(kvf_cache_create(f.e, &tiny, &c), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_create(NULL, &cc, &c), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
+    kvf_cache_destroy(NULL);
+
+    kvf_key k = 5, zero = 0;
+    uint32_t s = 0, big = 8;
+    kvf_ticket t = 0;
+    CHECK_STATUS(kvf_cache_put(f.c, &zero, &s, 1, 50, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_put(f.c, &k, &big, 1, 50, &t), KVF_ERR_RANGE);
+    CHECK_STR_HAS(kvf_last_error(), "primary slot 8");
+    CHECK_STATUS(kvf_cache_put(f.c, &k, &s, 1, 101, &t), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_cache_put(f.c, &k, &s, 0, 50, &t), KVF_ERR_INVALID);
+    CHECK(t == 0);
+    /* unknown keys: refused whole, named */
+    kvf_key two[2] = {5, 6};
+    uint32_t ss[2] = {1, 2};
+    fill(&f, 0, 5);
+    CHECK_STATUS(put1(&f, 5, 0, 50), KVF_OK);
+    CHECK_STATUS(kvf_cache_get(f.c, two, ss, 2, &t), KVF_ERR_NOT_FOUND);
+    CHECK_STR_HAS(kvf_last_error(), "0x0000000000000006");
+    CHECK_STATUS(kvf_cache_get(f.c, &k, &s, 1, NULL), KVF_ERR_INVALID);
+    kvf_key same[2] = {5, 5};
+    uint32_t dup[2] = {3, 3};
+    CHECK_STATUS(kvf_cache_get(f.c, same, dup, 2, &t), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "primary slot 3");
+    /* duplicate puts: stored once, counted */
+    kvf_key again[3] = {5, 7, 7};
+    uint32_t from[3] = {0, 1, 1};
+    fill(&f, 1, 7);
+    kvf_status per[3];
+    CHECK_STATUS(kvf_cache_put(f.c, again, from, 3, 50, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, per), KVF_OK);
+    kvf_cache_stats st = KVF_CACHE_STATS_INIT;
+    CHECK_STATUS(kvf_cache_stats_get(f.c, &st), KVF_OK);
+    CHECK_EQ_INT(st.put_duplicates, 2);
+    CHECK_EQ_INT(st.blocks[KVF_CACHE_HOST], 2);
+    /* tickets */
+    CHECK_STATUS(kvf_cache_wait(f.c, 12345, NULL), KVF_ERR_UNKNOWN_TICKET);
+    CHECK_STATUS(kvf_cache_poll(f.c, 0, NULL), KVF_ERR_UNKNOWN_TICKET);
+    /* a short stats struct gets its prefix */
+    struct {
+        size_t struct_size;
+        uint64_t blocks[KVF_CACHE_TIERS];
+    } old = {sizeof old, {0}};
+    CHECK_STATUS(kvf_cache_stats_get(f.c, (kvf_cache_stats *)&old), KVF_OK);
+    CHECK_EQ_INT(old.blocks[KVF_CACHE_HOST], 2);
+    size_t hits = 9;
+    CHECK_STATUS(kvf_cache_lookup(f.c, NULL, 0, &hits, NULL), KVF_OK);
+    CHECK_EQ_INT(hits, 0);
+    CHECK_STATUS(kvf_cache_lookup(f.c, &k, 1, NULL, NULL), KVF_ERR_INVALID);
+    CHECK(strcmp(kvf_cache_tier_name(KVF_CACHE_DISK), "disk") == 0);
+    CHECK(strcmp(kvf_cache_tier_name((kvf_cache_tier)9), "?") == 0);
+    fx_done(&f);
+    return 0;
+}
+
+/* ---- stats text ---------------------------------------------------------------- */
+
+static int test_prometheus(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 2;
+    if (fx_init(&f, 8, 2, false, &cc))
+        return 1;
+    for (kvf_key k = 1; k <= 3; k++) {
+        fill(&f, 0, k);
+        CHECK_STATUS(put1(&f, k, 0, 50), KVF_OK);
+    }
+    kvf_key ks[3] = {2, 3, 1};
+    size_t hits;
+    CHECK_STATUS(kvf_cache_lookup(f.c, ks, 3, &hits, NULL), KVF_OK);
+    CHECK_EQ_INT(hits, 2);
+    size_t len = 0;
+    CHECK_STATUS(kvf_cache_stats_prometheus(f.c, NULL, 0, &len), KVF_OK);
+    char *buf = malloc(len + 1);
+    size_t len2 = 0;
+    CHECK_STATUS(kvf_cache_stats_prometheus(f.c, buf, len + 1, &len2), KVF_OK);
+    CHECK_EQ_INT(len2, len);
+    CHECK_EQ_INT(strlen(buf), len);
+    CHECK_STR_HAS(buf, "# TYPE kvferry_cache_blocks gauge\n");
+    CHECK_STR_HAS(buf, "kvferry_cache_blocks{tier=\"host\"} 2\n");
+    CHECK_STR_HAS(buf, "kvferry_cache_hits_total{tier=\"host\"} 2\n");
+    CHECK_STR_HAS(buf, "kvferry_cache_misses_total 1\n");
+    CHECK_STR_HAS(buf, "kvferry_cache_evictions_total{tier=\"host\"} 1\n");
+    CHECK_STR_HAS(buf, "kvferry_cache_transfer_seconds_bucket{le=\"+Inf\"} 3\n");
+    CHECK_STR_HAS(buf, "kvferry_cache_transfer_seconds_count 3\n");
+    /* cut short: NUL-terminated, and the length says how much is needed */
+    char small[40];
+    CHECK_STATUS(kvf_cache_stats_prometheus(f.c, small, sizeof small, &len2), KVF_OK);
+    CHECK_EQ_INT(len2, len);
+    CHECK_EQ_INT(strlen(small), sizeof small - 1);
+    free(buf);
+    fx_done(&f);
+    return 0;
+}
+
+/* ---- threads ------------------------------------------------------------------- */
+
+typedef struct worker_arg {
+    fixture *f;
+    uint32_t first_slot; /* each thread owns two primary slots */
+    uint64_t seed;
+    int failures;
+} worker_arg;
+
+static void *worker(void *p)
+{
+    worker_arg *a = p;
+    fixture *f = a->f;
+    uint64_t rng = a->seed;
+    for (int i = 0; i < 300; i++) {
+        kvf_key key = 1 + test_xorshift64(&rng) % 64;
+        size_t hits = 0;
+        kvf_cache_lookup(f->c, &key, 1, &hits, NULL);
+        if (hits && test_xorshift64(&rng) % 2) {
+            uint32_t slot = a->first_slot + 1;
+            poison(f, slot);
+            kvf_ticket t;
+            /* it may be evicted between lookup and get: then not found */
+            kvf_status st = kvf_cache_get(f->c, &key, &slot, 1, &t);
+            if (st == KVF_OK && kvf_cache_wait(f->c, t, NULL) == KVF_OK && expect(f, slot, key))
+                a->failures++;
+            else if (st != KVF_OK && st != KVF_ERR_NOT_FOUND)
+                a->failures++;
+        } else {
+            uint32_t slot = a->first_slot;
+            fill(f, slot, key);
+            if (put1(f, key, slot, (uint32_t)(test_xorshift64(&rng) % 101)) != KVF_OK)
+                a->failures++;
+        }
+    }
+    return NULL;
+}
+
+static int test_threads(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 8;
+    cc.disk_blocks = 24;
+    cc.event_queue = 64;
+    if (fx_init(&f, 8, 8, true, &cc))
+        return 1;
+    enum { T = 4 };
+    pthread_t th[T];
+    worker_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (worker_arg){&f, (uint32_t)(2 * i), 1000 + (uint64_t)i, 0};
+        pthread_create(&th[i], NULL, worker, &args[i]);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(args[i].failures, 0);
+    }
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(f.c, &s);
+    CHECK(s.blocks[KVF_CACHE_HOST] <= 8 && s.blocks[KVF_CACHE_DISK] <= 24);
+    uint64_t found = 0;
+    for (kvf_key k = 1; k <= 64; k++)
+        found += tier_of(&f, k) >= 0;
+    CHECK_EQ_U64(found, s.blocks[KVF_CACHE_HOST] + s.blocks[KVF_CACHE_DISK]);
+    fx_done(&f);
+    return 0;
+}
+
+int main(void)
+{
+    RUN(test_keys);
+    RUN(test_host_only);
+    RUN(test_disk_only);
+    RUN(test_host_and_disk);
+    RUN(test_eviction_lru_priorities);
+    RUN(test_eviction_min_priority);
+    RUN(test_eviction_disk_admission);
+    RUN(test_eviction_single_tier);
+    RUN(test_pins);
+    RUN(test_events);
+    RUN(test_restart);
+    RUN(test_faults);
+    RUN(test_failed_put);
+    RUN(test_bad_input);
+    RUN(test_prometheus);
+    RUN(test_threads);
+    return TEST_RESULT();
+}
