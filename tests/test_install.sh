@@ -18,6 +18,9 @@ PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --exists kvferry
 cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pc" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
 LD_LIBRARY_PATH="$libdir" "$tmp/a_pc" "$tmp/files1"
+cc -std=c11 "$src/examples/cache_prefix.c" -o "$tmp/c_pc" \
+    $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
+LD_LIBRARY_PATH="$libdir" "$tmp/c_pc" "$tmp/files5" | grep -q "request 1: 6 blocks, 4 from the cache"
 # pkg-config, static
 cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pcs" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags kvferry) \
