@@ -510,12 +510,13 @@ typedef struct kvf_cache kvf_cache;
 
 /** The cache's tiers, in the order blocks fall through them. */
 typedef enum kvf_cache_tier {
-    KVF_CACHE_HOST = 0, /* secondary slots */
-    KVF_CACHE_DISK = 1, /* block files */
-    KVF_CACHE_TIERS = 2
+    KVF_CACHE_HOST = 0,   /* secondary slots */
+    KVF_CACHE_DISK = 1,   /* block files */
+    KVF_CACHE_REMOTE = 2, /* the engine's remote tier (Redis), shared between caches */
+    KVF_CACHE_TIERS = 3
 } kvf_cache_tier;
 
-/** Name of a tier ("host", "disk"); "?" for another value. */
+/** Name of a tier ("host", "disk", "remote"); "?" for another value. */
 KVF_API const char *kvf_cache_tier_name(kvf_cache_tier tier);
 
 typedef enum kvf_cache_event_kind {

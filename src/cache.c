@@ -119,6 +119,8 @@ const char *kvf_cache_tier_name(kvf_cache_tier tier)
         return "host";
     case KVF_CACHE_DISK:
         return "disk";
+    case KVF_CACHE_REMOTE:
+        return "remote";
     default:
         return "?";
     }
