@@ -54,6 +54,18 @@ KVF_INTERNAL kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext
 /* The next reply; the caller frees it with freeReplyObject. */
 KVF_INTERNAL kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c,
                                              redisReply **reply_p);
+/* Where a reply that is one bulk string goes instead of a copy of its own:
+ * `take` sees the bytes in the reader's buffer, and its status is kept. */
+typedef struct kvf__redis_sink {
+    kvf_status (*take)(void *arg, const char *str, size_t len);
+    void *arg;
+    bool taken;
+    kvf_status status;
+} kvf__redis_sink;
+/* kvf__redis_node_read, a bulk string reply handed to `sink` (then *reply_p
+ * is a nil reply and sink->taken is set); other replies as usual. */
+KVF_INTERNAL kvf_status kvf__redis_node_read_into(kvf__redis_node *node, redisContext *c,
+                                                  kvf__redis_sink *sink, redisReply **reply_p);
 /* One command, sent and answered, on a connection. */
 KVF_INTERNAL kvf_status kvf__redis_node_command(kvf__redis_node *node, redisContext *c, int argc,
                                                 const char **argv, const size_t *lens,

@@ -6,7 +6,9 @@
  *
  * Pipelines are written by kvf__redis_node_send straight from the
  * caller's buffers (sendmsg on the connection's socket: no copy into
- * hiredis' output buffer) and their replies read with hiredis' reader.
+ * hiredis' output buffer) and their replies read with hiredis' reader,
+ * whose string constructor hands a value to a sink when one is set (no
+ * reply object of the value's size, no copy into it).
  */
 #include "redis_internal.h"
 
@@ -16,6 +18,37 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+
+/* hiredis' own reply constructors, and ours: the same but for strings */
+static const redisReplyObjectFunctions *default_fns;
+static redisReplyObjectFunctions sink_fns;
+static pthread_mutex_t fns_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *sink_create_string(const redisReadTask *task, char *str, size_t len)
+{
+    kvf__redis_sink *sink = task->privdata;
+    if (sink && !task->parent && task->type == REDIS_REPLY_STRING) {
+        sink->status = sink->take(sink->arg, str, len);
+        sink->taken = true;
+        return default_fns->createNil(task);
+    }
+    return default_fns->createString(task, str, len);
+}
+
+/* Gives the connection's reader our constructors (the defaults are one
+ * static table in hiredis, the same for every context). */
+static void use_sink_fns(redisContext *c)
+{
+    pthread_mutex_lock(&fns_lock);
+    if (!default_fns) {
+        default_fns = c->reader->fn;
+        sink_fns = *default_fns;
+        sink_fns.createString = sink_create_string;
+    }
+    pthread_mutex_unlock(&fns_lock);
+    c->reader->fn = &sink_fns;
+    c->reader->privdata = NULL;
+}
 
 static struct timeval ms_timeval(uint32_t ms)
 {
@@ -82,6 +115,7 @@ static kvf_status connect_node(kvf__redis_node *node, redisContext **c_p)
         st = context_failure(node, c, errno, "connect", o->connect_timeout_ms);
         goto free_context;
     }
+    use_sink_fns(c);
     if (redisSetTimeout(c, ms_timeval(o->timeout_ms)) != REDIS_OK) {
         st = context_failure(node, c, errno, "setting the timeout", o->timeout_ms);
         goto free_context;
@@ -212,4 +246,14 @@ kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c, redisRep
         return context_failure(node, c, errno, "reply", node->opts->timeout_ms);
     *reply_p = reply;
     return KVF_OK;
+}
+
+kvf_status kvf__redis_node_read_into(kvf__redis_node *node, redisContext *c, kvf__redis_sink *sink,
+                                     redisReply **reply_p)
+{
+    sink->taken = false;
+    c->reader->privdata = sink;
+    kvf_status st = kvf__redis_node_read(node, c, reply_p);
+    c->reader->privdata = NULL;
+    return st;
 }

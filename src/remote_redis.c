@@ -141,8 +141,7 @@ static void op_redirect(batch *b, op *o, const char *msg, bool moved)
                   kvf__fail(KVF_ERR_REMOTE, "redis %s: %s: too many nodes", o->node->name, msg));
         return;
     }
-    KVF_LOG(KVF_LOG_DEBUG, "block 0x%" PRIx64 ": redis %s answered %s", o->key, o->node->name,
-            msg);
+    KVF_LOG(KVF_LOG_DEBUG, "block 0x%" PRIx64 ": redis %s answered %s", o->key, o->node->name, msg);
     if (moved) {
         kvf__redis_topology_moved(&b->r->topo, o->slot, to);
         b->refresh_from = to;
@@ -169,25 +168,26 @@ static void op_error_reply(batch *b, op *o, const redisReply *reply)
         op_finish(b, o, st);
 }
 
-/* A GET's value: checked in full before a byte reaches the caller. */
-static kvf_status take_value(batch *b, op *o, const redisReply *reply)
+/* A GET's value, still in the reader's buffer: checked in full before a
+ * byte reaches the caller. */
+static kvf_status take_value(batch *b, op *o, const char *str, size_t len)
 {
     kvf__remote_get *g = &b->gets[o - b->ops];
     char what[320];
     snprintf(what, sizeof what, "redis %s", o->node->name);
-    if (reply->len < HDR)
+    if (len < HDR)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
-                         what, reply->len);
+                         what, len);
     kvf__block_header h;
-    const uint8_t *value = (const uint8_t *)reply->str;
+    const uint8_t *value = (const uint8_t *)str;
     kvf_status st = kvf__block_header_parse(value, what, &h);
     if (st == KVF_OK)
         st = kvf__block_header_expect(&h, what, b->r->fingerprint, b->r->ns_hash, o->key);
     if (st != KVF_OK)
         return st;
-    if (h.payload_bytes != reply->len - HDR)
+    if (h.payload_bytes != len - HDR)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %" PRIu64,
-                         what, reply->len - HDR, h.payload_bytes);
+                         what, len - HDR, h.payload_bytes);
     if (h.payload_bytes > g->cap)
         return kvf__fail(KVF_ERR_RANGE, "%s: block of %" PRIu64 " bytes, buffer of %zu", what,
                          h.payload_bytes, g->cap);
@@ -213,7 +213,7 @@ static void op_reply(batch *b, op *o, const redisReply *reply)
         break;
     case OP_GET:
         st = reply->type == REDIS_REPLY_NIL      ? KVF_ERR_NOT_FOUND
-             : reply->type == REDIS_REPLY_STRING ? take_value(b, o, reply)
+             : reply->type == REDIS_REPLY_STRING ? take_value(b, o, reply->str, reply->len)
                                                  : KVF_ERR_REMOTE;
         break;
     default: /* EXISTS, DEL */
@@ -226,6 +226,17 @@ static void op_reply(batch *b, op *o, const redisReply *reply)
         st = kvf__fail(KVF_ERR_REMOTE, "redis %s: unexpected reply of type %d", o->node->name,
                        reply->type);
     op_finish(b, o, st);
+}
+
+typedef struct value_target {
+    batch *b;
+    op *o;
+} value_target;
+
+static kvf_status take_value_sink(void *arg, const char *str, size_t len)
+{
+    value_target *t = arg;
+    return take_value(t->b, t->o, str, len);
 }
 
 /* The pieces of op `o`'s command, ASKING first when redirected by ASK. */
@@ -275,14 +286,21 @@ static void read_group(batch *b, group *g, size_t gi)
             freeReplyObject(reply);
             o->asking = false;
         }
+        /* a GET's value goes from the reader's buffer to the caller's */
+        value_target target = {b, o};
+        kvf__redis_sink sink = {.take = take_value_sink, .arg = &target};
         if (g->st == KVF_OK)
-            g->st = kvf__redis_node_read(g->node, g->conn, &reply);
+            g->st = b->kind == OP_GET ? kvf__redis_node_read_into(g->node, g->conn, &sink, &reply)
+                                      : kvf__redis_node_read(g->node, g->conn, &reply);
         if (g->st != KVF_OK) {
             /* the connection is lost: this block and the rest of the group */
             op_failed_connection(b, o, g->st);
             continue;
         }
-        op_reply(b, o, reply);
+        if (sink.taken)
+            op_finish(b, o, sink.status);
+        else
+            op_reply(b, o, reply);
         freeReplyObject(reply);
     }
     kvf__redis_node_release(g->node, g->conn, g->st != KVF_OK);
