@@ -48,7 +48,10 @@ KVF_INTERNAL kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisCont
 /* Gives a connection back; `broken` (an error or a timeout left it in an
  * unknown state) closes it. */
 KVF_INTERNAL void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken);
-/* Writes every byte of iov[0..n) (the array is consumed). */
+/* Writes every byte of iov[0..n) to a socket (the array is consumed).
+ * 0, or -1 with errno set (EAGAIN: its send timeout passed). */
+KVF_INTERNAL int kvf__redis_send_all(int fd, struct iovec *iov, size_t n);
+/* kvf__redis_send_all on a connection, failures named after the node. */
 KVF_INTERNAL kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c,
                                              struct iovec *iov, size_t n);
 /* The next reply; the caller frees it with freeReplyObject. */

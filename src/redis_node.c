@@ -210,20 +210,16 @@ void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken
         redisFree(c);
 }
 
-kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c, struct iovec *iov, size_t n)
+int kvf__redis_send_all(int fd, struct iovec *iov, size_t n)
 {
     while (n > 0) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n < IOV_MAX ? n : IOV_MAX};
-        /* MSG_NOSIGNAL: a node that closed the connection is an error, not SIGPIPE */
-        ssize_t sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
-        if (sent < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: send: not accepting bytes for %u ms",
-                                 node->name, node->opts->timeout_ms);
-            return kvf__fail(KVF_ERR_REMOTE, "redis %s: send: %s", node->name, strerror(errno));
-        }
+        /* MSG_NOSIGNAL: a peer that closed the connection is an error, not SIGPIPE */
+        ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent < 0)
+            return -1;
         size_t left = (size_t)sent;
         while (n > 0 && left >= iov->iov_len) {
             left -= iov->iov_len;
@@ -235,7 +231,17 @@ kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c, struct i
             iov->iov_len -= left;
         }
     }
-    return KVF_OK;
+    return 0;
+}
+
+kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c, struct iovec *iov, size_t n)
+{
+    if (kvf__redis_send_all(c->fd, iov, n) == 0)
+        return KVF_OK;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: send: not accepting bytes for %u ms",
+                         node->name, node->opts->timeout_ms);
+    return kvf__fail(KVF_ERR_REMOTE, "redis %s: send: %s", node->name, strerror(errno));
 }
 
 kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c, redisReply **reply_p)

@@ -28,6 +28,9 @@
 /* redirections one block may follow before it fails */
 #define REDIRECT_LIMIT 5
 #define BACKOFF_CAP_MS 1000
+/* a pipeline is written in pieces of about this size, so that the node
+ * parses the first blocks while later ones are still being checksummed */
+#define SEND_CHUNK ((size_t)256 << 10)
 
 struct kvf__remote {
     char ns[72];
@@ -228,6 +231,31 @@ static void op_reply(batch *b, op *o, const redisReply *reply)
     op_finish(b, o, st);
 }
 
+/* RESP of "<verb> <key>" (and, for SET, the value's length line and the
+ * header) into o->cmd. */
+static void op_encode(const kvf__remote *r, op *o, op_kind kind, const kvf__remote_put *put)
+{
+    static const char *const verbs[] = {"SET", "GET", "EXISTS", "DEL"};
+    const char *verb = verbs[kind];
+    int argc = kind == OP_SET ? r->set_argc : 2;
+    int len = snprintf(o->cmd, sizeof o->cmd, "*%d\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", argc,
+                       strlen(verb), verb, o->key_len, o->key_text);
+    if (kind == OP_SET) {
+        len += snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$%zu\r\n",
+                        HDR + put->payload_bytes);
+        kvf__block_header h = {.fingerprint = r->fingerprint,
+                               .ns_hash = r->ns_hash,
+                               .key = put->key,
+                               .tokens = put->tokens,
+                               .pools = put->pools,
+                               .payload_bytes = put->payload_bytes,
+                               .payload_crc = kvf__crc32c(0, put->payload, put->payload_bytes)};
+        kvf__block_header_pack(&h, (uint8_t *)o->cmd + len);
+        len += HDR;
+    }
+    o->cmd_len = (size_t)len;
+}
+
 typedef struct value_target {
     batch *b;
     op *o;
@@ -242,13 +270,16 @@ static kvf_status take_value_sink(void *arg, const char *str, size_t len)
 /* The pieces of op `o`'s command, ASKING first when redirected by ASK. */
 static size_t op_iov(const batch *b, op *o, struct iovec *iov)
 {
+    const kvf__remote_put *put = b->puts ? &b->puts[o - b->ops] : NULL;
+    /* encoded when first sent: a SET's header needs its payload's CRC */
+    if (o->cmd_len == 0)
+        op_encode(b->r, o, b->kind, put);
     size_t k = 0;
     if (o->asking)
         iov[k++] = (struct iovec){(void *)ASKING_CMD, sizeof ASKING_CMD - 1};
     iov[k++] = (struct iovec){o->cmd, o->cmd_len};
     if (b->kind == OP_SET) {
-        const kvf__remote_put *p = &b->puts[o - b->ops];
-        iov[k++] = (struct iovec){(void *)p->payload, p->payload_bytes};
+        iov[k++] = (struct iovec){(void *)put->payload, put->payload_bytes};
         iov[k++] = (struct iovec){(void *)b->r->set_tail, b->r->set_tail_len};
     }
     return k;
@@ -258,11 +289,20 @@ static size_t op_iov(const batch *b, op *o, struct iovec *iov)
 static void send_group(batch *b, group *g, size_t gi, struct iovec *iov)
 {
     g->st = kvf__redis_node_acquire(g->node, &g->conn);
-    size_t k = 0;
-    for (size_t i = 0; i < b->n && g->st == KVF_OK; i++)
-        if (!b->ops[i].done && b->ops[i].group == gi)
-            k += op_iov(b, &b->ops[i], iov + k);
-    if (g->st == KVF_OK)
+    size_t k = 0, bytes = 0;
+    for (size_t i = 0; i < b->n && g->st == KVF_OK; i++) {
+        if (b->ops[i].done || b->ops[i].group != gi)
+            continue;
+        size_t pieces = op_iov(b, &b->ops[i], iov + k);
+        for (size_t j = k; j < k + pieces; j++)
+            bytes += iov[j].iov_len;
+        k += pieces;
+        if (bytes >= SEND_CHUNK) {
+            g->st = kvf__redis_node_send(g->node, g->conn, iov, k);
+            k = bytes = 0;
+        }
+    }
+    if (g->st == KVF_OK && k > 0)
         g->st = kvf__redis_node_send(g->node, g->conn, iov, k);
     if (g->st == KVF_OK)
         return;
@@ -364,31 +404,6 @@ static kvf_status run_batch(batch *b)
     return KVF_OK;
 }
 
-/* RESP of "<verb> <key>" (and, for SET, the value's length line and the
- * header) into o->cmd. */
-static void op_encode(const kvf__remote *r, op *o, op_kind kind, const kvf__remote_put *put)
-{
-    static const char *const verbs[] = {"SET", "GET", "EXISTS", "DEL"};
-    const char *verb = verbs[kind];
-    int argc = kind == OP_SET ? r->set_argc : 2;
-    int len = snprintf(o->cmd, sizeof o->cmd, "*%d\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", argc,
-                       strlen(verb), verb, o->key_len, o->key_text);
-    if (kind == OP_SET) {
-        len += snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$%zu\r\n",
-                        HDR + put->payload_bytes);
-        kvf__block_header h = {.fingerprint = r->fingerprint,
-                               .ns_hash = r->ns_hash,
-                               .key = put->key,
-                               .tokens = put->tokens,
-                               .pools = put->pools,
-                               .payload_bytes = put->payload_bytes,
-                               .payload_crc = kvf__crc32c(0, put->payload, put->payload_bytes)};
-        kvf__block_header_pack(&h, (uint8_t *)o->cmd + len);
-        len += HDR;
-    }
-    o->cmd_len = (size_t)len;
-}
-
 static kvf_status batch_run(kvf__remote *r, op_kind kind, const uint64_t *keys, size_t stride,
                             size_t n, const kvf__remote_put *puts, kvf__remote_get *gets,
                             kvf_status *status)
@@ -416,7 +431,6 @@ static kvf_status batch_run(kvf__remote *r, op_kind kind, const uint64_t *keys, 
             (size_t)snprintf(o->key_text, sizeof o->key_text, "kvf:%s:%016" PRIx64, r->ns, o->key);
         o->slot = kvf__redis_key_slot(o->key_text, o->key_len);
         o->node = kvf__redis_topology_route(&r->topo, o->slot);
-        op_encode(r, o, kind, puts ? &puts[i] : NULL);
     }
     kvf_status st = run_batch(&b);
     free(ops);
