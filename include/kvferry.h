@@ -713,14 +713,12 @@ typedef struct kvf_info {
     int uring_built;    /* built with liburing */
     char device_name[128];
     char cuda_error[128]; /* why no device is usable, when none is */
+    int remote_built;     /* built with hiredis: the Redis remote tier works */
 } kvf_info;
 
 #define KVF_INFO_INIT                                                                              \
     {                                                                                              \
-        sizeof(kvf_info), 0, 0, 0, 0, 0, {0},                                                      \
-        {                                                                                          \
-            0                                                                                      \
-        }                                                                                          \
+        sizeof(kvf_info), 0, 0, 0, 0, 0, {0}, {0}, 0                                               \
     }
 
 /** Fills `info` (its struct_size set by KVF_INFO_INIT). */

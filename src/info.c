@@ -1,6 +1,8 @@
 /* What this build and this machine offer. */
 #include "internal.h"
+#include "remote.h"
 
+#include <stddef.h>
 #include <string.h>
 
 const char *kvf_version(void)
@@ -15,9 +17,15 @@ const char *kvf_version(void)
 kvf_status kvf_info_get(kvf_info *info)
 {
     kvf__clear_error();
-    if (!info || info->struct_size < sizeof(kvf_info))
+    /* a caller built against an older header passes a shorter struct: it
+     * gets the fields it knows */
+    if (!info || info->struct_size < offsetof(kvf_info, remote_built))
         return kvf__fail(KVF_ERR_INVALID, "kvf_info_get: start from KVF_INFO_INIT");
-    memset((char *)info + sizeof info->struct_size, 0, sizeof *info - sizeof info->struct_size);
-    kvf__cuda_info(info);
+    kvf_info full = KVF_INFO_INIT;
+    kvf__cuda_info(&full);
+    full.remote_built = kvf__remote_built();
+    size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
+    memcpy((char *)info + sizeof info->struct_size, (char *)&full + sizeof full.struct_size,
+           n - sizeof full.struct_size);
     return KVF_OK;
 }

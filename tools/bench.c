@@ -444,7 +444,8 @@ static void usage(void)
 {
     printf("usage: kvferry bench [options]\n"
            "  --backend auto|host|cuda     default auto\n"
-           "  --mode dram|posix|gds        dram: GPU<->host slots; posix/gds: files\n"
+           "  --mode dram|posix|gds|remote dram: GPU<->host slots; posix/gds: files;\n"
+           "                               remote: Redis (--mode remote --help)\n"
            "  --layers N --kv N --heads N --tokens-per-block N --head-size N\n"
            "  --dtype fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8|int4|fp4\n"
            "  --order head|token           block-major [l][kv][h][t][d] or [l][kv][t][h][d]\n"
@@ -735,6 +736,9 @@ int kvf_cli_bench(int argc, char **argv)
         .fsync = KVF_FSYNC_BATCH,
         .seed = 0x9e3779b97f4a7c15ull,
     };
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--mode") && !strcmp(argv[i + 1], "remote"))
+            return kvf_cli_bench_remote(argc, argv);
     if (parse_args(argc, argv, &o))
         return 2;
     if (o.compare)

@@ -5,6 +5,8 @@
 #include "kvferry.h"
 
 int kvf_cli_bench(int argc, char **argv);
+/* `kvferry bench --mode remote` (bench_remote.c) */
+int kvf_cli_bench_remote(int argc, char **argv);
 int kvf_cli_fsck(int argc, char **argv);
 
 #endif

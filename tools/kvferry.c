@@ -2,6 +2,7 @@
  * offers; `kvferry bench` moves blocks and checks every byte. */
 #include "cli.h"
 #include "internal.h"
+#include "remote.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,21 @@ static int usage(FILE *f)
                "                     (exits 1 on a corrupt, torn or foreign block)\n"
                "  version            the library's version\n");
     return f == stderr ? 2 : 0;
+}
+
+/* The remote tier's line: built or not, and whether $KVF_REMOTE_URL answers. */
+static void print_remote_tier(int built)
+{
+    const char *url = kvf__remote_url_from_env();
+    char why[512];
+    if (!built)
+        printf("remote tier: not built (no hiredis at build time)\n");
+    else if (!url)
+        printf("remote tier: redis built; %s not set\n", KVF_REMOTE_URL_ENV);
+    else if (kvf__remote_probe(url, 1000, why, sizeof why) == KVF_OK)
+        printf("remote tier: reachable: %s\n", why);
+    else
+        printf("remote tier: unreachable: %s\n", why);
 }
 
 static int cmd_info(void)
@@ -46,6 +62,7 @@ static int cmd_info(void)
                                 ? "libcufile found; kvferry does not use it yet (POSIX path)"
                                 : "libcufile not found (POSIX path)");
     printf("default backend: %s\n", info.cuda_devices > 0 ? "cuda" : "host");
+    print_remote_tier(info.remote_built);
     return 0;
 }
 

@@ -1,0 +1,413 @@
+/*
+ * `kvferry bench --mode remote`: the remote tier's put and get through
+ * kvf__remote_*, next to the ceiling measured in the same run: the same
+ * bytes (header + payload) SET and GET with plain hiredis, pipelined
+ * (redisAppendCommandArgv, then redisGetReply), as redis-benchmark -P
+ * does. Every block read back through the tier is compared with what was
+ * written.
+ */
+#include "cli.h"
+#include "remote.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef KVF_HAVE_HIREDIS
+#include "redis_internal.h"
+
+#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define MAX_SIZES 16
+
+typedef struct remote_opts {
+    const char *url;
+    size_t sizes[MAX_SIZES];
+    size_t nsizes;
+    size_t batch_bytes;
+    uint32_t iters;
+    uint32_t ttl;
+} remote_opts;
+
+/* Per-batch seconds of one operation, one entry per iteration. */
+typedef struct timing {
+    double *s;
+    uint32_t n;
+} timing;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0..1) of t's samples, nearest rank. */
+static double quantile(const timing *t, double q)
+{
+    double *v = malloc(t->n * sizeof *v);
+    memcpy(v, t->s, t->n * sizeof *v);
+    qsort(v, t->n, sizeof *v, cmp_double);
+    size_t i = (size_t)(q * (double)(t->n - 1) + 0.5);
+    double x = v[i];
+    free(v);
+    return x;
+}
+
+static double total(const timing *t)
+{
+    double sum = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        sum += t->s[i];
+    return sum;
+}
+
+/* ---- the ceiling: plain hiredis ----------------------------------------- */
+
+typedef struct raw_client {
+    redisContext *c;
+    const char *name;
+} raw_client;
+
+/* n pipelined commands "<verb> raw:<i> [value]"; 0, or -1 on an error. */
+static int raw_pipeline(raw_client *rc, const char *verb, size_t n, const uint8_t *const *values,
+                        size_t value_bytes)
+{
+    char key[32];
+    for (size_t i = 0; i < n; i++) {
+        int key_len = snprintf(key, sizeof key, "kvfbench:raw:%zu", i);
+        const char *argv[3] = {verb, key, values ? (const char *)values[i] : NULL};
+        size_t lens[3] = {strlen(verb), (size_t)key_len, value_bytes};
+        if (redisAppendCommandArgv(rc->c, values ? 3 : 2, argv, lens) != REDIS_OK)
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        void *reply;
+        if (redisGetReply(rc->c, &reply) != REDIS_OK) {
+            fprintf(stderr, "kvferry bench: %s: %s\n", rc->name, rc->c->errstr);
+            return -1;
+        }
+        redisReply *r = reply;
+        bool ok = values ? r->type == REDIS_REPLY_STATUS
+                         : r->type == REDIS_REPLY_STRING && r->len == value_bytes;
+        freeReplyObject(reply);
+        if (!ok) {
+            fprintf(stderr, "kvferry bench: %s: unexpected reply to %s\n", rc->name, verb);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A stricter put ceiling: the same SETs, encoded here and written with
+ * sendmsg straight from the value buffers (no copy into hiredis' output
+ * buffer, as the tier does), replies read by hiredis. */
+static int raw_put_socket(raw_client *rc, size_t n, const uint8_t *const *values,
+                          size_t value_bytes)
+{
+    char(*heads)[96] = malloc(n * sizeof *heads);
+    struct iovec *iov = malloc(3 * n * sizeof *iov);
+    int rc_ = heads && iov ? 0 : -1;
+    for (size_t i = 0; i < n && rc_ == 0; i++) {
+        char key[32];
+        int key_len = snprintf(key, sizeof key, "kvfbench:raw:%zu", i);
+        int len = snprintf(heads[i], sizeof heads[i], "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%zu\r\n",
+                           key_len, key, value_bytes);
+        iov[3 * i] = (struct iovec){heads[i], (size_t)len};
+        iov[3 * i + 1] = (struct iovec){(void *)values[i], value_bytes};
+        iov[3 * i + 2] = (struct iovec){(void *)"\r\n", 2};
+    }
+    if (rc_ == 0 && kvf__redis_send_all(rc->c->fd, iov, 3 * n) != 0) {
+        fprintf(stderr, "kvferry bench: %s: send: %s\n", rc->name, strerror(errno));
+        rc_ = -1;
+    }
+    for (size_t i = 0; i < n && rc_ == 0; i++) {
+        void *reply;
+        if (redisGetReply(rc->c, &reply) != REDIS_OK ||
+            ((redisReply *)reply)->type != REDIS_REPLY_STATUS)
+            rc_ = -1;
+        if (rc_ == 0)
+            freeReplyObject(reply);
+    }
+    free(heads);
+    free(iov);
+    return rc_;
+}
+
+static int raw_connect(const kvf__remote_url *u, raw_client *rc, char *name, size_t cap)
+{
+    snprintf(name, cap, "redis %s:%d", u->seed[0].host, u->seed[0].port);
+    rc->name = name;
+    struct timeval tv = {10, 0};
+    rc->c = redisConnectWithTimeout(u->seed[0].host, u->seed[0].port, tv);
+    if (!rc->c || rc->c->err) {
+        fprintf(stderr, "kvferry bench: %s: %s\n", name, rc->c ? rc->c->errstr : "no memory");
+        return -1;
+    }
+    redisSetTimeout(rc->c, tv);
+    const char *argv[3] = {"AUTH", u->user, u->pass};
+    redisReply *r = NULL;
+    if (u->pass[0]) {
+        r = u->user[0] ? redisCommandArgv(rc->c, 3, argv, NULL)
+                       : redisCommandArgv(rc->c, 2, (const char *[]){"AUTH", u->pass}, NULL);
+        freeReplyObject(r);
+    }
+    if (u->db) {
+        r = redisCommand(rc->c, "SELECT %u", u->db);
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* ---- one block size -------------------------------------------------------- */
+
+typedef struct row {
+    size_t bytes, blocks;
+    timing put, get, raw_put, raw_get, sock_put;
+} row;
+
+static void print_line(const char *op, const row *w, const timing *mine, const timing *raw)
+{
+    double payload = (double)w->bytes * (double)w->blocks * mine->n;
+    double gbs = payload / total(mine) / 1e9;
+    printf("%8zu KiB %5zu  %-4s %8.2f %8.2f %8.2f", w->bytes / 1024, w->blocks, op, gbs,
+           quantile(mine, 0.5) * 1e3, quantile(mine, 0.99) * 1e3);
+    if (raw) {
+        double raw_gbs = payload / total(raw) / 1e9;
+        printf("   %8.2f %8.2f %8.2f   %5.0f%%\n", raw_gbs, quantile(raw, 0.5) * 1e3,
+               quantile(raw, 0.99) * 1e3, 100.0 * gbs / raw_gbs);
+    } else {
+        printf("   (no ceiling for a cluster)\n");
+    }
+}
+
+static int bench_size(kvf__remote *r, raw_client *raw, const remote_opts *o, row *w)
+{
+    size_t n = w->blocks, bytes = w->bytes;
+    uint8_t **payload = calloc(n, sizeof *payload);
+    uint8_t **value = calloc(n, sizeof *value);
+    kvf__remote_put *puts = calloc(n, sizeof *puts);
+    kvf__remote_get *gets = calloc(n, sizeof *gets);
+    kvf_status *st = calloc(n, sizeof *st);
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        value[i] = malloc(HDR + bytes);
+        payload[i] = value[i] + HDR;
+        gets[i].dst = malloc(bytes);
+        uint64_t s = 0x9e3779b97f4a7c15ull * (i + 1) + bytes;
+        for (size_t b = 0; b < HDR + bytes; b += 8) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            memcpy(value[i] + b, &s, HDR + bytes - b < 8 ? HDR + bytes - b : 8);
+        }
+        puts[i] = (kvf__remote_put){0x6b7666000000ull + i, 32, 1, payload[i], bytes};
+    }
+    for (uint32_t it = 0; it < o->iters + 1 && rc == 0; it++) {
+        /* the first round warms up the server (allocations) and is not counted */
+        uint32_t k = it == 0 ? 0 : it - 1;
+        double t0 = now_s();
+        if (raw && raw_pipeline(raw, "SET", n, (const uint8_t *const *)value, HDR + bytes))
+            rc = 1;
+        double t1 = now_s();
+        if (kvf__remote_put_batch(r, puts, n, st) != KVF_OK) {
+            fprintf(stderr, "kvferry bench: put: %s\n", kvf_last_error());
+            rc = 1;
+        }
+        double t2 = now_s();
+        if (raw && raw_pipeline(raw, "GET", n, NULL, HDR + bytes))
+            rc = 1;
+        double t3 = now_s();
+        for (size_t i = 0; i < n; i++)
+            gets[i] = (kvf__remote_get){.key = puts[i].key, .dst = gets[i].dst, .cap = bytes};
+        if (kvf__remote_get_batch(r, gets, n, st) != KVF_OK) {
+            fprintf(stderr, "kvferry bench: get: %s\n", kvf_last_error());
+            rc = 1;
+        }
+        double t4 = now_s();
+        if (raw && raw_put_socket(raw, n, (const uint8_t *const *)value, HDR + bytes))
+            rc = 1;
+        w->sock_put.s[k] = now_s() - t4;
+        w->raw_put.s[k] = t1 - t0;
+        w->put.s[k] = t2 - t1;
+        w->raw_get.s[k] = t3 - t2;
+        w->get.s[k] = t4 - t3;
+        for (size_t i = 0; i < n && rc == 0; i++)
+            if (gets[i].payload_bytes != bytes || memcmp(gets[i].dst, payload[i], bytes) != 0) {
+                fprintf(stderr, "kvferry bench: block %zu of %zu bytes read back wrong\n", i,
+                        bytes);
+                rc = 1;
+            }
+    }
+    uint64_t *keys = malloc(n * sizeof *keys);
+    for (size_t i = 0; i < n; i++) {
+        keys[i] = puts[i].key;
+        free(value[i]);
+        free(gets[i].dst);
+    }
+    kvf__remote_delete_batch(r, keys, n, st);
+    free(keys);
+    free(payload);
+    free(value);
+    free(puts);
+    free(gets);
+    free(st);
+    return rc;
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+static void usage(void)
+{
+    printf("usage: kvferry bench --mode remote --remote-url URL [options]\n"
+           "  --remote-url URL        redis://[user[:pass]@]host[:port][/db] or\n"
+           "                          redis-cluster://h1:p1,h2:p2 (default $KVF_REMOTE_URL)\n"
+           "  --sizes LIST            block sizes, e.g. 16K,64K,256K,1M,4M (the default)\n"
+           "  --batch-bytes N         bytes per batch (default 32M): blocks = N / size\n"
+           "  --iters N               timed batches per size and operation (default 20)\n"
+           "Writes and deletes keys kvf:bench:* and kvfbench:raw:* on the server.\n"
+           "Exits 1 if any block read back differs from what was written.\n");
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (end == s)
+        return -1;
+    if (*end == 'K' || *end == 'k')
+        v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        v <<= 20, end++;
+    if ((*end && *end != ',') || v == 0 || v > (256ull << 20))
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_remote_args(int argc, char **argv, remote_opts *o)
+{
+    static const struct option longopts[] = {
+        {"mode", 1, 0, 'm'},  {"remote-url", 1, 0, 'u'},  {"sizes", 1, 0, 's'},
+        {"iters", 1, 0, 'i'}, {"batch-bytes", 1, 0, 'b'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            break;
+        case 'u':
+            o->url = optarg;
+            break;
+        case 's':
+            o->nsizes = 0;
+            for (const char *p = optarg; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+                if (o->nsizes == MAX_SIZES || parse_size(p, &o->sizes[o->nsizes++])) {
+                    fprintf(stderr, "kvferry bench: --sizes: bad list '%s'\n", optarg);
+                    return -1;
+                }
+            break;
+        case 'i':
+            o->iters = (uint32_t)strtoul(optarg, NULL, 0);
+            break;
+        case 'b':
+            if (parse_size(optarg, &o->batch_bytes)) {
+                fprintf(stderr, "kvferry bench: --batch-bytes: bad size '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'h':
+            usage();
+            exit(0);
+        default:
+            usage();
+            return -1;
+        }
+    }
+    if (!o->url)
+        o->url = kvf__remote_url_from_env();
+    if (!o->url || o->iters == 0) {
+        fprintf(stderr,
+                "kvferry bench: --mode remote needs --remote-url (or $%s) and --iters "
+                ">= 1\n",
+                KVF_REMOTE_URL_ENV);
+        return -1;
+    }
+    return 0;
+}
+
+int kvf_cli_bench_remote(int argc, char **argv)
+{
+    remote_opts o = {.sizes = {16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20},
+                     .nsizes = 5,
+                     .batch_bytes = 32 << 20,
+                     .iters = 20};
+    if (parse_remote_args(argc, argv, &o))
+        return 2;
+    kvf__remote_url u;
+    if (kvf__remote_url_parse(o.url, &u) != KVF_OK) {
+        fprintf(stderr, "kvferry bench: %s\n", kvf_last_error());
+        return 2;
+    }
+    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    cfg.url = o.url;
+    cfg.ns = "bench";
+    cfg.fingerprint = 0x6b766662656e6368ull;
+    cfg.timeout_ms = 30000;
+    kvf__remote *r = NULL;
+    if (kvf__remote_open(&cfg, &r) != KVF_OK) {
+        fprintf(stderr, "kvferry bench: %s\n", kvf_last_error());
+        return 1;
+    }
+    raw_client raw = {0};
+    char name[300];
+    if (!u.cluster && raw_connect(&u, &raw, name, sizeof name)) {
+        kvf__remote_close(r);
+        return 1;
+    }
+    printf("kvferry bench: remote tier, %s%s:%d, %u timed batches per size "
+           "(GB/s of payload; p50/p99 per batch)\n",
+           u.cluster ? "cluster via " : "redis ", u.seed[0].host, u.seed[0].port, o.iters);
+    printf("%12s %5s  %-4s %8s %8s %8s   %8s %8s %8s   %6s\n", "block", "batch", "op", "kvferry",
+           "p50 ms", "p99 ms", "hiredis", "p50 ms", "p99 ms", "ratio");
+    int rc = 0;
+    for (size_t s = 0; s < o.nsizes && rc == 0; s++) {
+        row w = {.bytes = o.sizes[s]};
+        w.blocks = o.batch_bytes / w.bytes ? o.batch_bytes / w.bytes : 1;
+        timing *all[] = {&w.put, &w.get, &w.raw_put, &w.raw_get, &w.sock_put};
+        for (int i = 0; i < 5; i++)
+            *all[i] = (timing){calloc(o.iters, sizeof(double)), o.iters};
+        rc = bench_size(r, u.cluster ? NULL : &raw, &o, &w);
+        if (rc == 0) {
+            print_line("put", &w, &w.put, u.cluster ? NULL : &w.raw_put);
+            print_line("get", &w, &w.get, u.cluster ? NULL : &w.raw_get);
+            if (!u.cluster)
+                print_line("put*", &w, &w.put, &w.sock_put);
+        }
+        for (int i = 0; i < 5; i++)
+            free(all[i]->s);
+        fflush(stdout);
+    }
+    if (raw.c)
+        redisFree(raw.c);
+    kvf__remote_close(r);
+    return rc;
+}
+
+#else /* no hiredis */
+
+int kvf_cli_bench_remote(int argc, char **argv)
+{
+    fprintf(stderr, "kvferry bench: --mode remote: built without hiredis (libhiredis-dev)\n");
+    return 2;
+}
+
+#endif
