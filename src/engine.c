@@ -1775,21 +1775,22 @@ static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
     return st;
 }
 
-static kvf_status ensure_rstaging(worker *w, size_t bytes)
+/* Grows a worker's host staging buffer (pinned on the CUDA backend, so
+ * its copies run at PCIe speed) to at least `need` bytes. */
+static kvf_status staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need)
 {
-    kvf_engine *e = w->engine;
-    if (w->rstaging && w->rstaging_bytes >= bytes)
+    if (*buf && *cap >= need)
         return KVF_OK;
     kvf_memory kind =
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
     void *p;
-    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, bytes, &p);
+    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
     if (st != KVF_OK)
         return st;
-    if (w->rstaging)
-        e->backend->ops->mem_free(e->backend, kind, w->rstaging);
-    w->rstaging = p;
-    w->rstaging_bytes = bytes;
+    if (*buf)
+        e->backend->ops->mem_free(e->backend, kind, *buf);
+    *buf = p;
+    *cap = need;
     return KVF_OK;
 }
 
@@ -1809,7 +1810,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last)
     kvf__remote *r = NULL;
     kvf_status st = remote_handle(e, &r);
     if (st == KVF_OK && !kind_removes(b->kind))
-        st = ensure_rstaging(w, m * bb);
+        st = staging_grow(e, &w->rstaging, &w->rstaging_bytes, m * bb);
     kvf__copy *cp = st == KVF_OK ? malloc(m * e->npools * sizeof *cp) : NULL;
     kvf_status rs[REMOTE_CHUNK_MOVES];
     if (st == KVF_OK && !cp)
