@@ -23,6 +23,7 @@ typedef struct kvf__redis_opts {
     uint32_t connect_timeout_ms;
     uint32_t timeout_ms;
     uint32_t pool_size;
+    uint32_t down_ms;
 } kvf__redis_opts;
 
 /* One server: its address and a cache of idle connections. Connections are
@@ -36,6 +37,8 @@ typedef struct kvf__redis_node {
     pthread_mutex_t lock;
     redisContext **idle;
     uint32_t idle_count;
+    double down_until; /* CLOCK_MONOTONIC seconds: no connect attempt before */
+    char down_why[192];
 } kvf__redis_node;
 
 KVF_INTERNAL kvf_status kvf__redis_node_create(const char *host, int port,
@@ -43,7 +46,9 @@ KVF_INTERNAL kvf_status kvf__redis_node_create(const char *host, int port,
                                                kvf__redis_node **node_p);
 KVF_INTERNAL void kvf__redis_node_destroy(kvf__redis_node *node);
 /* An idle connection, or a new one (connected, authenticated, db
- * selected). KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming the node. */
+ * selected). KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming the node; KVF_ERR_
+ * REMOTE at once while the node is down (opts->down_ms after a failed
+ * connect). */
 KVF_INTERNAL kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p);
 /* Gives a connection back; `broken` (an error or a timeout left it in an
  * unknown state) closes it. */

@@ -559,7 +559,8 @@ kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_
     kvf__redis_opts opts = {.db = u.db,
                             .connect_timeout_ms = cfg->connect_timeout_ms,
                             .timeout_ms = cfg->timeout_ms,
-                            .pool_size = cfg->pool_size ? cfg->pool_size : 1};
+                            .pool_size = cfg->pool_size ? cfg->pool_size : 1,
+                            .down_ms = cfg->down_ms};
     memcpy(opts.user, u.user, sizeof opts.user);
     memcpy(opts.pass, u.pass, sizeof opts.pass);
     st = kvf__redis_topology_init(&r->topo, &u, &opts);

@@ -365,6 +365,7 @@ static int test_stalled_server(void)
     cfg.ns = "stall";
     cfg.timeout_ms = 400;
     cfg.connect_timeout_ms = 400;
+    cfg.down_ms = 300;
     kvf__remote *r = NULL;
     REQUIRE(kvf__remote_open(&cfg, &r) == KVF_OK);
     uint8_t *bufs[4];
@@ -401,11 +402,18 @@ static int test_stalled_server(void)
     char node[32];
     snprintf(node, sizeof node, "127.0.0.1:%d", s.port);
     CHECK_STR_HAS(kvf_last_error(), node);
-    free_gets(g, 1);
+    /* left alone a while: the next batch fails at once, saying so */
+    t0 = redis_now_s();
+    get_blocks(r, 1, 1, 8192, g + 1, st);
+    CHECK_STATUS(st[0], KVF_ERR_REMOTE);
+    CHECK_STR_HAS(kvf_last_error(), "down, next attempt in");
+    CHECK(redis_now_s() - t0 < 0.2);
+    free_gets(g, 2);
     char detail[256];
     CHECK(kvf__remote_probe(url, 300, detail, sizeof detail) != KVF_OK);
     CHECK_STR_HAS(detail, node);
     REQUIRE(redis_server_start(&s, NULL) == 0);
+    usleep(350 * 1000); /* the down window passes */
     get_blocks(r, 1, 1, 8192, g, st);
     CHECK_STATUS(st[0], KVF_ERR_NOT_FOUND); /* nothing kept on disk */
     free_gets(g, 1);

@@ -73,6 +73,7 @@ static kvf__remote *open_cluster(const char *ns)
     cfg.fingerprint = FP;
     cfg.timeout_ms = 5000;
     cfg.retry_backoff_ms = 5;
+    cfg.down_ms = 100;
     kvf__remote *r = NULL;
     if (kvf__remote_open(&cfg, &r) != KVF_OK)
         fprintf(stderr, "open %s: %s\n", cluster_url, kvf_last_error());
@@ -319,6 +320,7 @@ static int test_node_killed_and_back(void)
     /* back on its port, empty (nothing on disk): misses, then stores again */
     REQUIRE(redis_server_start(&nodes[victim], NULL) == 0);
     REQUIRE(wait_cluster_ok() == 0);
+    usleep(150 * 1000); /* the handle's down window for the node passes */
     kvf_status rc = kvf__remote_get_batch(r, g, N, st);
     CHECK_STATUS(rc, KVF_OK);
     for (int i = 0; i < N; i++)
