@@ -235,6 +235,55 @@ static int test_ask_and_moved(void)
     return 0;
 }
 
+/* One node stops answering (SIGSTOP): its blocks time out within the
+ * timeout, the other nodes' blocks are served. */
+static int test_node_stalled(void)
+{
+    enum { N = 30 };
+    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    cfg.url = cluster_url;
+    cfg.ns = "stall";
+    cfg.fingerprint = FP;
+    cfg.timeout_ms = 500;
+    kvf__remote *r = NULL;
+    REQUIRE(kvf__remote_open(&cfg, &r) == KVF_OK);
+    uint8_t *bufs[N] = {0};
+    kvf__remote_put p[N];
+    kvf_status st[N];
+    fill_puts(p, bufs, 1, N, 500);
+    REQUIRE(kvf__remote_put_batch(r, p, N, st) == KVF_OK);
+    int owner[N];
+    for (int i = 0; i < N; i++)
+        owner[i] = owner_of("stall", 1 + (uint64_t)i);
+    const int victim = 0;
+    kvf__remote_get g[N];
+    for (int i = 0; i < N; i++)
+        g[i] = (kvf__remote_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
+    REQUIRE(kill(nodes[victim].pid, SIGSTOP) == 0);
+    double t0 = redis_now_s();
+    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_ERR_TIMEOUT);
+    double waited = redis_now_s() - t0;
+    kill(nodes[victim].pid, SIGCONT);
+    CHECK(waited < 3.0);
+    char name[32];
+    snprintf(name, sizeof name, "127.0.0.1:%d", nodes[victim].port);
+    CHECK_STR_HAS(kvf_last_error(), name);
+    for (int i = 0; i < N; i++) {
+        CHECK_STATUS(st[i], owner[i] == victim ? KVF_ERR_TIMEOUT : KVF_OK);
+        if (owner[i] != victim)
+            CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
+    }
+    /* answering again: everything is served */
+    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_OK);
+    for (int i = 0; i < N; i++) {
+        CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
+        free(g[i].dst);
+        free(bufs[i]);
+    }
+    kvf__remote_close(r);
+    return 0;
+}
+
 typedef struct reader {
     kvf__remote *r;
     size_t n;
@@ -348,6 +397,7 @@ int main(void)
     }
     RUN(test_spread_round_trip);
     RUN(test_ask_and_moved);
+    RUN(test_node_stalled);
     RUN(test_node_killed_and_back);
     for (int i = 0; i < NODES; i++)
         redis_server_stop(&nodes[i]);
