@@ -50,6 +50,8 @@ KVF_INTERNAL void kvf__redis_node_destroy(kvf__redis_node *node);
  * REMOTE at once while the node is down (opts->down_ms after a failed
  * connect). */
 KVF_INTERNAL kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p);
+/* KVF_OK, or the failure acquire would give at once: the node is down. */
+KVF_INTERNAL kvf_status kvf__redis_node_check_down(kvf__redis_node *node);
 /* Gives a connection back; `broken` (an error or a timeout left it in an
  * unknown state) closes it. */
 KVF_INTERNAL void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken);

@@ -190,18 +190,28 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p)
+kvf_status kvf__redis_node_check_down(kvf__redis_node *node)
 {
-    redisContext *c = NULL;
     char why[sizeof node->down_why];
     double now = now_s(), wait = 0;
     pthread_mutex_lock(&node->lock);
-    if (node->idle_count > 0)
-        c = node->idle[--node->idle_count];
-    else if (now < node->down_until) {
+    if (node->idle_count == 0 && now < node->down_until) {
         wait = node->down_until - now;
         memcpy(why, node->down_why, sizeof why);
     }
+    pthread_mutex_unlock(&node->lock);
+    if (wait > 0)
+        return kvf__fail(KVF_ERR_REMOTE, "redis %s: down, next attempt in %.0f ms (%s)", node->name,
+                         wait * 1e3, why);
+    return KVF_OK;
+}
+
+kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p)
+{
+    redisContext *c = NULL;
+    pthread_mutex_lock(&node->lock);
+    if (node->idle_count > 0)
+        c = node->idle[--node->idle_count];
     pthread_mutex_unlock(&node->lock);
     if (c) {
         *c_p = c;
@@ -209,11 +219,11 @@ kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p)
     }
     /* a node that just failed to connect is not tried by every batch:
      * a host that drops packets would cost each one a connect timeout */
-    if (wait > 0)
-        return kvf__fail(KVF_ERR_REMOTE, "redis %s: down, next attempt in %.0f ms (%s)", node->name,
-                         wait * 1e3, why);
+    kvf_status st = kvf__redis_node_check_down(node);
+    if (st != KVF_OK)
+        return st;
     bool reached = false;
-    kvf_status st = connect_node(node, c_p, &reached);
+    st = connect_node(node, c_p, &reached);
     pthread_mutex_lock(&node->lock);
     if (st != KVF_OK && !reached && node->opts->down_ms) {
         /* the reason without the node's name, which the later message has */

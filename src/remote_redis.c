@@ -288,6 +288,14 @@ static size_t op_iov(const batch *b, op *o, struct iovec *iov)
 /* Sends group g's pipeline; a failure fails its blocks (or retries them). */
 static void send_group(batch *b, group *g, size_t gi, struct iovec *iov)
 {
+    /* a node known to be down fails its blocks now: no retry, no backoff */
+    g->st = kvf__redis_node_check_down(g->node);
+    if (g->st != KVF_OK) {
+        for (size_t i = 0; i < b->n; i++)
+            if (!b->ops[i].done && b->ops[i].group == gi)
+                op_finish(b, &b->ops[i], g->st);
+        return;
+    }
     g->st = kvf__redis_node_acquire(g->node, &g->conn);
     size_t k = 0, bytes = 0;
     for (size_t i = 0; i < b->n && g->st == KVF_OK; i++) {
