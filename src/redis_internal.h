@@ -94,6 +94,7 @@ typedef struct kvf__redis_topology {
     kvf__redis_node *nodes[KVF_REDIS_MAX_NODES];
     size_t node_count;
     uint16_t slot_node[KVF_REDIS_SLOTS]; /* index into nodes, or KVF_REDIS_NO_NODE */
+    uint16_t fallback; /* a node serving slots: where a slot nobody owns is sent */
 } kvf__redis_topology;
 
 /* Seeds from the URL; a cluster's slot map read from the first seed that
@@ -102,8 +103,8 @@ typedef struct kvf__redis_topology {
 KVF_INTERNAL kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__remote_url *u,
                                                  const kvf__redis_opts *opts);
 KVF_INTERNAL void kvf__redis_topology_fini(kvf__redis_topology *t);
-/* The node for a slot: the owner, or (slot unknown) any node, which will
- * redirect. */
+/* The node for a slot: the owner, or (slot unknown) a node that serves
+ * others, which will redirect or say the slot is not served. */
 KVF_INTERNAL kvf__redis_node *kvf__redis_topology_route(kvf__redis_topology *t, uint16_t slot);
 /* The node at host:port, added when new; NULL when the table is full. */
 KVF_INTERNAL kvf__redis_node *kvf__redis_topology_node(kvf__redis_topology *t, const char *host,

@@ -354,7 +354,7 @@ static void read_group(batch *b, group *g, size_t gi)
     kvf__redis_node_release(g->node, g->conn, g->st != KVF_OK);
 }
 
-static kvf_status run_round(batch *b, group *groups, struct iovec *iov)
+static void run_round(batch *b, group *groups, struct iovec *iov)
 {
     size_t ngroups = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -373,7 +373,6 @@ static kvf_status run_round(batch *b, group *groups, struct iovec *iov)
     for (size_t gi = 0; gi < ngroups; gi++)
         if (groups[gi].conn)
             read_group(b, &groups[gi], gi);
-    return KVF_OK;
 }
 
 static kvf_status run_batch(batch *b)

@@ -38,6 +38,21 @@ static int test_url_parse(void)
     /* a refused URL never repeats its password */
     kvf__remote_url_parse("redis://u:topsecret@h:bad", &u);
     CHECK(!strstr(kvf_last_error(), "topsecret"));
+    /* mutated URLs: parsed or refused, never a crash (ASan watches) */
+    const char *seeds[] = {"redis://al%40ice:p%3Ass@10.0.0.1:7000/5",
+                           "redis-cluster://h1:7000,[::1]:7002"};
+    uint64_t rs = 42;
+    for (int i = 0; i < 20000; i++) {
+        char m[64];
+        snprintf(m, sizeof m, "%s", seeds[i % 2]);
+        size_t len = strlen(m);
+        for (int k = 0; k < 3; k++)
+            m[test_xorshift64(&rs) % len] = (char)(test_xorshift64(&rs) % 96 + 32);
+        m[test_xorshift64(&rs) % (len + 1)] = '\0';
+        kvf_status st = kvf__remote_url_parse(m, &u);
+        if (st != KVF_OK && st != KVF_ERR_INVALID)
+            TEST_FAIL_AT(__FILE__, __LINE__, "'%s': status %d", m, (int)st);
+    }
     setenv(KVF_REMOTE_URL_ENV, "", 1);
     CHECK(kvf__remote_url_from_env() == NULL);
     setenv(KVF_REMOTE_URL_ENV, "redis://h", 1);
