@@ -130,6 +130,41 @@ static void fill_puts(kvf__remote_put *p, uint8_t **bufs, uint64_t base, size_t 
     }
 }
 
+typedef struct reader {
+    kvf__remote *r;
+    size_t n;
+    uint8_t **bufs;
+    atomic_bool stop;
+    int wrong, rounds, failed_blocks;
+} reader;
+
+/* Gets every block, over and over: a block is either right or failed. */
+static void *reader_main(void *arg)
+{
+    reader *rd = arg;
+    kvf__remote_get *g = calloc(rd->n, sizeof *g);
+    kvf_status *st = calloc(rd->n, sizeof *st);
+    for (size_t i = 0; i < rd->n; i++)
+        g[i] = (kvf__remote_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
+    while (!atomic_load(&rd->stop)) {
+        kvf__remote_get_batch(rd->r, g, rd->n, st);
+        for (size_t i = 0; i < rd->n; i++) {
+            if (st[i] == KVF_OK && memcmp(g[i].dst, rd->bufs[i], BYTES) != 0)
+                rd->wrong++;
+            else if (st[i] != KVF_OK && st[i] != KVF_ERR_REMOTE && st[i] != KVF_ERR_TIMEOUT)
+                rd->wrong++;
+            else if (st[i] != KVF_OK)
+                rd->failed_blocks++;
+        }
+        rd->rounds++;
+    }
+    for (size_t i = 0; i < rd->n; i++)
+        free(g[i].dst);
+    free(g);
+    free(st);
+    return NULL;
+}
+
 static int test_spread_round_trip(void)
 {
     enum { N = 96 };
@@ -158,8 +193,23 @@ static int test_spread_round_trip(void)
         CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
         CHECK_EQ_INT(g[i].pools, 3);
         free(g[i].dst);
-        free(bufs[i]);
     }
+    /* three threads on one handle, every node's pool in use at once */
+    reader rd[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        rd[i] = (reader){.r = r, .n = N, .bufs = bufs};
+        REQUIRE(pthread_create(&th[i], NULL, reader_main, &rd[i]) == 0);
+    }
+    usleep(300000);
+    for (int i = 0; i < 3; i++) {
+        atomic_store(&rd[i].stop, true);
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(rd[i].wrong + rd[i].failed_blocks, 0);
+        CHECK(rd[i].rounds > 0);
+    }
+    for (size_t i = 0; i < N; i++)
+        free(bufs[i]);
     char detail[256];
     CHECK_STATUS(kvf__remote_probe(cluster_url, 1000, detail, sizeof detail), KVF_OK);
     CHECK_STR_HAS(detail, "cluster");
@@ -282,41 +332,6 @@ static int test_node_stalled(void)
     }
     kvf__remote_close(r);
     return 0;
-}
-
-typedef struct reader {
-    kvf__remote *r;
-    size_t n;
-    uint8_t **bufs;
-    atomic_bool stop;
-    int wrong, rounds, failed_blocks;
-} reader;
-
-/* Gets every block, over and over: a block is either right or failed. */
-static void *reader_main(void *arg)
-{
-    reader *rd = arg;
-    kvf__remote_get *g = calloc(rd->n, sizeof *g);
-    kvf_status *st = calloc(rd->n, sizeof *st);
-    for (size_t i = 0; i < rd->n; i++)
-        g[i] = (kvf__remote_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
-    while (!atomic_load(&rd->stop)) {
-        kvf__remote_get_batch(rd->r, g, rd->n, st);
-        for (size_t i = 0; i < rd->n; i++) {
-            if (st[i] == KVF_OK && memcmp(g[i].dst, rd->bufs[i], BYTES) != 0)
-                rd->wrong++;
-            else if (st[i] != KVF_OK && st[i] != KVF_ERR_REMOTE && st[i] != KVF_ERR_TIMEOUT)
-                rd->wrong++;
-            else if (st[i] != KVF_OK)
-                rd->failed_blocks++;
-        }
-        rd->rounds++;
-    }
-    for (size_t i = 0; i < rd->n; i++)
-        free(g[i].dst);
-    free(g);
-    free(st);
-    return NULL;
 }
 
 static int test_node_killed_and_back(void)
