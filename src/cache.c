@@ -1136,8 +1136,9 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
                 emit(c, KVF_EVENT_STORED, e, tier);
             }
         }
-        /* a block new here goes to the store too, placed locally or not */
-        if (fresh && c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
+        /* a block stored here goes to the store too (each key once a call:
+         * a second put of it in the call finds it cached) */
+        if (fresh && e && c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
             pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0}, keys[i], 0, i);
         if (k)
             k->status[i] = bst;
