@@ -133,12 +133,14 @@ KVF_INTERNAL kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t 
 KVF_INTERNAL kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
                                                  kvf_status *status);
 
-/* PINGs every node of an open handle. KVF_OK when all answer. */
+/* PINGs the server, or every cluster node that serves slots. KVF_OK when
+ * all answer. */
 KVF_INTERNAL kvf_status kvf__remote_ping(kvf__remote *r);
 
 /* For `kvferry info`: opens `url` with `timeout_ms` timeouts, pings, closes.
- * KVF_OK and a description ("redis 10.0.0.1:6379 db 0", "redis cluster,
- * 3 nodes") in `detail`, or an error and why (kvf_last_error's text). */
+ * KVF_OK and a description ("redis 10.0.0.1:6379 db 0", "redis cluster, 3
+ * master(s) serving slots") in `detail`, or an error and why (kvf_last_error's
+ * text). */
 KVF_INTERNAL kvf_status kvf__remote_probe(const char *url, uint32_t timeout_ms, char *detail,
                                           size_t cap);
 
