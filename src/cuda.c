@@ -85,7 +85,10 @@ static void cuda_warn(cudaError_t err, const char *expr, const char *file, int l
 
 /* ---- the backend's state ----------------------------------------------- */
 
-enum { PATH_KERNEL = 1, PATH_DMA = 2 };
+enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
+/* Not in the API: KVF_CUDA_COPY=staged forces the staged path wherever it
+ * applies (tests and benchmarks); AUTO picks it by measurement. */
+#define MODE_STAGED 3
 
 /* cudaMemcpy3DBatchAsync as CUDA 13 declares it (12.8 had another
  * signature); older runtimes copy 2-D regions one call each. */
@@ -103,6 +106,11 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2 };
 #define BATCH_RECORDS 1024u
 /* Streams kept for copy_sync. */
 #define SYNC_STREAMS_MAX 64
+/* Staged path: a ring of STAGE_SLOTS chunks of STAGE_CHUNK bytes of device
+ * memory per queue (allocated at the first staged batch), so the gather
+ * of one chunk overlaps the DMA of the one before. */
+#define STAGE_CHUNK ((size_t)4 << 20)
+#define STAGE_SLOTS 8u
 
 typedef struct cuda_backend cuda_backend;
 
@@ -135,6 +143,24 @@ typedef struct cuda_queue {
     size_t ops3d_cap;
 #endif
     atomic_int last_path;
+    /* staged path: the kernels run on `aux`, the DMAs on `stream` */
+    cudaStream_t aux;
+    cudaEvent_t ev_start, ev_ready, ev_done;
+    cudaEvent_t ev_free[STAGE_SLOTS]; /* a slot's last use is over */
+    uint8_t *stage;                   /* STAGE_SLOTS * STAGE_CHUNK, device */
+    uint64_t stage_next;              /* chunks staged so far */
+    /* stream order of the queue across both streams: main_dirty, work on
+     * `stream` that may touch device memory and that `aux` has not waited
+     * for; aux_open, work on `aux` that `stream` has not waited for */
+    bool main_dirty, aux_open;
+    cudaEvent_t sync_event_aux;
+    /* staged-path scratch: host-slot bitmap, descriptors, chunk starts */
+    uint64_t *bits;
+    size_t bits_cap;
+    kvf__cuda_desc *sdesc;
+    size_t sdesc_cap;
+    uint64_t *cstart;
+    size_t cstart_cap;
 } cuda_queue;
 
 typedef struct host_range {
@@ -158,6 +184,10 @@ struct cuda_backend {
     host_range *ranges;
     size_t nranges, ranges_cap;
     atomic_size_t nranges_pub;
+    /* pinned ranges the backend allocated or was given: one DMA of the
+     * staged path stays inside one of them */
+    host_range *pinned;
+    size_t npinned, pinned_cap;
 };
 
 /* Makes b's device current on the calling thread and restores the
@@ -186,23 +216,38 @@ static void dev_leave(const dev_guard *g)
 
 /* ---- pageable-range registry ------------------------------------------- */
 
+/* A list of host ranges (pageable or pinned); range_lock held. */
+static bool range_push(host_range **list, size_t *n, size_t *cap, void *ptr, size_t bytes)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 16;
+        host_range *r = realloc(*list, nc * sizeof *r);
+        if (!r)
+            return false;
+        *list = r;
+        *cap = nc;
+    }
+    (*list)[*n].begin = (uintptr_t)ptr;
+    (*list)[*n].end = (uintptr_t)ptr + bytes;
+    (*n)++;
+    return true;
+}
+
+static void range_drop(host_range *list, size_t *n, void *ptr)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (list[i].begin == (uintptr_t)ptr) {
+            list[i] = list[--*n];
+            break;
+        }
+    }
+}
+
 static void ranges_add(cuda_backend *b, void *ptr, size_t bytes)
 {
     pthread_mutex_lock(&b->range_lock);
-    if (b->nranges == b->ranges_cap) {
-        size_t cap = b->ranges_cap ? 2 * b->ranges_cap : 16;
-        host_range *r = realloc(b->ranges, cap * sizeof *r);
-        if (!r) {
-            pthread_mutex_unlock(&b->range_lock);
-            KVF_LOG(KVF_LOG_WARN, "cuda: cannot track pageable range %p", ptr);
-            return;
-        }
-        b->ranges = r;
-        b->ranges_cap = cap;
-    }
-    b->ranges[b->nranges].begin = (uintptr_t)ptr;
-    b->ranges[b->nranges].end = (uintptr_t)ptr + bytes;
-    b->nranges++;
+    if (!range_push(&b->ranges, &b->nranges, &b->ranges_cap, ptr, bytes))
+        KVF_LOG(KVF_LOG_WARN, "cuda: cannot track pageable range %p", ptr);
     atomic_store(&b->nranges_pub, b->nranges);
     pthread_mutex_unlock(&b->range_lock);
 }
@@ -210,12 +255,7 @@ static void ranges_add(cuda_backend *b, void *ptr, size_t bytes)
 static void ranges_remove(cuda_backend *b, void *ptr)
 {
     pthread_mutex_lock(&b->range_lock);
-    for (size_t i = 0; i < b->nranges; i++) {
-        if (b->ranges[i].begin == (uintptr_t)ptr) {
-            b->ranges[i] = b->ranges[--b->nranges];
-            break;
-        }
-    }
+    range_drop(b->ranges, &b->nranges, ptr);
     atomic_store(&b->nranges_pub, b->nranges);
     pthread_mutex_unlock(&b->range_lock);
 }
@@ -227,6 +267,33 @@ static bool in_ranges(const cuda_backend *b, const void *p)
         if (a >= b->ranges[i].begin && a < b->ranges[i].end)
             return true;
     return false;
+}
+
+/* Pinned ranges: not fatal when one cannot be recorded, batches there
+ * just do not take the staged path. */
+static void pinned_add(cuda_backend *b, void *ptr, size_t bytes)
+{
+    pthread_mutex_lock(&b->range_lock);
+    (void)range_push(&b->pinned, &b->npinned, &b->pinned_cap, ptr, bytes);
+    pthread_mutex_unlock(&b->range_lock);
+}
+
+static void pinned_remove(cuda_backend *b, void *ptr)
+{
+    pthread_mutex_lock(&b->range_lock);
+    range_drop(b->pinned, &b->npinned, ptr);
+    pthread_mutex_unlock(&b->range_lock);
+}
+
+/* Whether [lo, hi) lies inside one known pinned range. */
+static bool pinned_covers(cuda_backend *b, uintptr_t lo, uintptr_t hi)
+{
+    bool ok = false;
+    pthread_mutex_lock(&b->range_lock);
+    for (size_t i = 0; i < b->npinned && !ok; i++)
+        ok = lo >= b->pinned[i].begin && hi <= b->pinned[i].end;
+    pthread_mutex_unlock(&b->range_lock);
+    return ok;
 }
 
 /* Whether any copy touches pageable memory the backend knows of. */
@@ -303,6 +370,7 @@ static kvf_status cuda_mem_alloc(kvf__backend *base, kvf_memory kind, size_t byt
         CUDA_GOTO(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable), st,
                   out_pinned);
         memset(p, 0, bytes);
+        pinned_add(b, p, bytes);
         st = KVF_OK;
         *ptr_p = p;
     out_pinned:
@@ -334,6 +402,7 @@ static void cuda_mem_free(kvf__backend *base, kvf_memory kind, void *ptr)
         }
         break;
     case KVF_MEMORY_HOST_PINNED:
+        pinned_remove(b, ptr);
         CUDA_IGNORE(cudaFreeHost(ptr));
         break;
     case KVF_MEMORY_HOST:
@@ -374,6 +443,8 @@ static kvf_status cuda_mem_register(kvf__backend *base, kvf_memory kind, void *p
         CUDA_GOTO(cudaPointerGetAttributes(&a, ptr), st, out_leave);
         CUDA_GOTO(cudaPointerGetAttributes(&z, last), st, out_leave);
         if (a.type == cudaMemoryTypeHost && z.type == cudaMemoryTypeHost) {
+            /* pinned by the caller, who may free it without telling us:
+             * not recorded, so the staged path never DMAs across it */
             *registered_p = false;
             break;
         }
@@ -383,6 +454,7 @@ static kvf_status cuda_mem_register(kvf__backend *base, kvf_memory kind, void *p
         }
         CUDA_GOTO(cudaHostRegister(ptr, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
                   st, out_leave);
+        pinned_add(b, ptr, bytes);
         *registered_p = true;
         break;
     case KVF_MEMORY_HOST:
@@ -403,9 +475,10 @@ out_leave:
 static void cuda_mem_unregister(kvf__backend *base, kvf_memory kind, void *ptr)
 {
     cuda_backend *b = (cuda_backend *)base;
-    if (kind == KVF_MEMORY_HOST_PINNED)
+    if (kind == KVF_MEMORY_HOST_PINNED) {
+        pinned_remove(b, ptr);
         CUDA_IGNORE(cudaHostUnregister(ptr));
-    else if (kind == KVF_MEMORY_HOST)
+    } else if (kind == KVF_MEMORY_HOST)
         ranges_remove(b, ptr);
 }
 
@@ -793,6 +866,213 @@ fail:
     return st;
 }
 
+/* ---- staged path --------------------------------------------------------
+ *
+ * PyTorch's shape (gather in HBM, one large DMA) for batches whose host
+ * sides tile one pinned range exactly: every copy is `len` bytes, and the
+ * host blocks are all of [lo, lo + count * len), each once, in any order
+ * (the engine's secondary slots of a batch, sorted or not). Offload: a
+ * kernel on `aux` gathers chunk k of the range into a staging slot in
+ * device memory, then one cudaMemcpyAsync on the queue's stream writes it
+ * to the host while the kernel gathers chunk k+1. Onboard: one DMA per
+ * chunk into a slot, then a kernel scatters it. The DMAs move contiguous
+ * 4 MiB runs at the copy engines' full rate; the kernels move bytes inside
+ * HBM, where they take a small share of the SMs' time.
+ */
+
+static kvf_status grow_scratch(void **p, size_t *cap, size_t n, size_t elem)
+{
+    if (n <= *cap)
+        return KVF_OK;
+    size_t c = *cap ? *cap : 256;
+    while (c < n)
+        c *= 2;
+    void *np = realloc(*p, c * elem);
+    if (!np)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: cannot grow staging scratch to %zu", c);
+    *p = np;
+    *cap = c;
+    return KVF_OK;
+}
+
+/* Whether copies[0..n) fit the staged path (see above); sets the host
+ * range's start, the copies' length and their number. q->lock held. */
+static bool staged_fits(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
+                        bool to_host, uintptr_t *lo_p, size_t *len_p, size_t *count_p)
+{
+    size_t len = 0, count = 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (!c->width || !c->rows)
+            continue;
+        if (!copy_contiguous(c))
+            return false;
+        size_t l = c->width * c->rows;
+        if (len == 0)
+            len = l;
+        else if (l != len)
+            return false;
+        uintptr_t h = (uintptr_t)(to_host ? c->dst : c->src);
+        lo = h < lo ? h : lo;
+        hi = h + l > hi ? h + l : hi;
+        count++;
+    }
+    /* below 512 bytes a chunk would need more descriptors than a launch */
+    if (count < 2 || len < 512 || hi - lo != count * len)
+        return false;
+    size_t words = (count + 63) / 64;
+    if (grow_scratch((void **)&q->bits, &q->bits_cap, words, sizeof *q->bits) != KVF_OK)
+        return false;
+    memset(q->bits, 0, words * sizeof *q->bits);
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (!c->width || !c->rows)
+            continue;
+        size_t off = (uintptr_t)(to_host ? c->dst : c->src) - lo;
+        size_t k = off / len;
+        if (k * len != off || (q->bits[k / 64] >> (k % 64) & 1u))
+            return false;
+        q->bits[k / 64] |= (uint64_t)1 << (k % 64);
+    }
+    /* count distinct blocks in [0, count): all of them. One DMA must stay
+     * inside one pinned allocation. */
+    if (!pinned_covers(b, lo, hi))
+        return false;
+    *lo_p = lo;
+    *len_p = len;
+    *count_p = count;
+    return true;
+}
+
+static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
+                                bool to_host, uintptr_t lo, size_t len, size_t count,
+                                kvf__copy_done_fn done, void *arg)
+{
+    kvf_status st;
+    const size_t C = STAGE_CHUNK;
+    size_t span = count * len, nchunks = (span + C - 1) / C;
+    if (!q->stage)
+        CUDA_RET(cudaMalloc((void **)&q->stage, (size_t)STAGE_SLOTS * C));
+    /* cs[0..nchunks]: first descriptor of each chunk; cur: fill cursors;
+     * tiles: tiles of each chunk's launch */
+    if ((st = grow_scratch((void **)&q->cstart, &q->cstart_cap, 3 * (nchunks + 1),
+                           sizeof *q->cstart)) != KVF_OK)
+        return st;
+    uint64_t *cs = q->cstart, *cur = cs + nchunks + 1, *tiles = cur + nchunks + 1;
+    memset(cs, 0, (nchunks + 1) * sizeof *cs);
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (!c->width || !c->rows)
+            continue;
+        size_t off = (uintptr_t)(to_host ? c->dst : c->src) - lo;
+        for (size_t k = off / C; k <= (off + len - 1) / C; k++)
+            cs[k + 1]++;
+    }
+    for (size_t k = 0; k < nchunks; k++)
+        cs[k + 1] += cs[k];
+    size_t total = cs[nchunks];
+    if ((st = grow_scratch((void **)&q->sdesc, &q->sdesc_cap, total, sizeof *q->sdesc)) != KVF_OK)
+        return st;
+    memcpy(cur, cs, nchunks * sizeof *cur);
+    uint64_t base = q->stage_next;
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (!c->width || !c->rows)
+            continue;
+        const char *dev = to_host ? c->src : c->dst;
+        size_t off = (uintptr_t)(to_host ? c->dst : c->src) - lo;
+        for (size_t k = off / C; k <= (off + len - 1) / C; k++) {
+            size_t ps = off > k * C ? off : k * C;
+            size_t pe = off + len < (k + 1) * C ? off + len : (k + 1) * C;
+            uint64_t sp =
+                (uint64_t)(uintptr_t)(q->stage + ((base + k) % STAGE_SLOTS) * C + (ps - k * C));
+            uint64_t dp = (uint64_t)(uintptr_t)(dev + (ps - off));
+            kvf__cuda_desc *d = &q->sdesc[cur[k]++];
+            d->dst = to_host ? sp : dp;
+            d->src = to_host ? dp : sp;
+            d->dpitch = d->spitch = 0;
+            d->width = (uint32_t)(pe - ps);
+            d->tiles_per_row =
+                (uint32_t)((pe - ps + KVF_CUDA_TILE_BYTES - 1) / KVF_CUDA_TILE_BYTES);
+        }
+    }
+    for (size_t k = 0; k < nchunks; k++) {
+        uint64_t t = 0;
+        for (uint64_t j = cs[k]; j < cs[k + 1]; j++) {
+            q->sdesc[j].tile_begin = t;
+            t += q->sdesc[j].tiles_per_row;
+        }
+        tiles[k] = t;
+    }
+
+    /* the kernels follow everything queued before on this queue; after a
+     * staged batch there is nothing to wait for: its DMAs touched only host
+     * memory and staging slots (ordered by ev_free), its kernels ran on aux */
+    if (q->main_dirty) {
+        CUDA_RET(cudaEventRecord(q->ev_start, q->stream));
+        CUDA_RET(cudaStreamWaitEvent(q->aux, q->ev_start, 0));
+        q->main_dirty = false;
+    }
+    for (size_t k = 0; k < nchunks;) {
+        size_t k1 = k + 1;
+        while (k1 < nchunks && cs[k1 + 1] - cs[k] <= CHUNK_DESCS)
+            k1++;
+        size_t g0 = k;
+        uint32_t nd = (uint32_t)(cs[k1] - cs[k]), idx;
+        batch_record *r = reserve(q, nd, &idx);
+        memcpy(q->ring_host + idx, q->sdesc + cs[k], nd * sizeof *q->sdesc);
+        CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, q->ring_host + idx, nd * sizeof *q->sdesc,
+                                  cudaMemcpyHostToDevice, q->aux),
+                  st, fail);
+        for (; k < k1; k++) {
+            size_t slot = q->stage_next++ % STAGE_SLOTS;
+            uint8_t *stage = q->stage + slot * C;
+            char *host = (char *)lo + k * C;
+            size_t clen = span - k * C < C ? span - k * C : C;
+            const kvf__cuda_desc *descs = q->ring_dev + idx + (uint32_t)(cs[k] - cs[g0]);
+            uint32_t nk = (uint32_t)(cs[k + 1] - cs[k]);
+            if (to_host) {
+                CUDA_GOTO(cudaStreamWaitEvent(q->aux, q->ev_free[slot], 0), st, fail);
+                CUDA_GOTO(kvf__cuda_copy_launch(descs, nk, tiles[k], b->grid, q->aux), st, fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_ready, q->aux), st, fail);
+                CUDA_GOTO(cudaStreamWaitEvent(q->stream, q->ev_ready, 0), st, fail);
+                CUDA_GOTO(cudaMemcpyAsync(host, stage, clen, cudaMemcpyDeviceToHost, q->stream), st,
+                          fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_free[slot], q->stream), st, fail);
+            } else {
+                CUDA_GOTO(cudaStreamWaitEvent(q->stream, q->ev_free[slot], 0), st, fail);
+                CUDA_GOTO(cudaMemcpyAsync(stage, host, clen, cudaMemcpyHostToDevice, q->stream), st,
+                          fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_ready, q->stream), st, fail);
+                CUDA_GOTO(cudaStreamWaitEvent(q->aux, q->ev_ready, 0), st, fail);
+                CUDA_GOTO(kvf__cuda_copy_launch(descs, nk, tiles[k], b->grid, q->aux), st, fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_free[slot], q->aux), st, fail);
+            }
+        }
+        /* the record's callback (and the batch's end) after the last
+         * step: offload's last DMA (which waited for every gather), or
+         * onboard's last scatter on aux, where the next DMAs need not wait
+         * for it */
+        if (to_host) {
+            if ((st = finish_record(q, r, k == nchunks ? done : NULL, arg)) != KVF_OK)
+                goto fail;
+        } else {
+            r->done = k == nchunks ? done : NULL;
+            r->arg = arg;
+            CUDA_GOTO(cudaLaunchHostFunc(q->aux, batch_finished, r), st, fail);
+            q->aux_open = true;
+        }
+        continue;
+    fail:
+        CUDA_IGNORE(cudaStreamSynchronize(q->aux));
+        CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+        unreserve(r);
+        return st;
+    }
+    return KVF_OK;
+}
+
 /* AUTO's rule, from bench/cuda_paths.c on an H200 (PCIe Gen5), two runs on
  * 2026-12-02: 256 MiB of shuffled blocks; one large pinned copy moved 55.2
  * GB/s each way, ~100 both ways at once, ~2000 device->device.
@@ -815,8 +1095,11 @@ fail:
 #define AUTO_KERNEL_BELOW (256u * 1024u)
 #define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
-static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
+/* *stage_p: 1 when the batch moves device->host and 0 host->device, with
+ * pinned host memory, where the staged path may take it; -1 otherwise. */
+static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n, int *stage_p)
 {
+    *stage_p = -1;
     if (!b->kernel_ok || b->mode == KVF_CUDA_COPY_DMA)
         return PATH_DMA;
     /* the first copy's pointers classify the batch: the engine's batches
@@ -836,6 +1119,10 @@ static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
     }
     if (b->mode == KVF_CUDA_COPY_KERNEL)
         return PATH_KERNEL;
+    if (td == cudaMemoryTypeHost && ts == cudaMemoryTypeDevice)
+        *stage_p = 1;
+    else if (td == cudaMemoryTypeDevice && ts == cudaMemoryTypeHost)
+        *stage_p = 0;
     size_t runs = 0, bytes = 0, strided = 0;
     for (size_t i = 0; i < n; i++) {
         const kvf__copy *c = &copies[i];
@@ -867,12 +1154,32 @@ static kvf_status cuda_copy_async(kvf__backend *base, kvf__queue queue, const kv
     if ((st = dev_enter(b, &g)) != KVF_OK)
         return st;
     cuda_queue *q = &b->q[queue];
-    int path = choose_path(b, copies, n);
+    int to_host;
+    int path = choose_path(b, copies, n, &to_host);
+    uintptr_t lo;
+    size_t len, count;
     pthread_mutex_lock(&q->lock);
-    if (path == PATH_KERNEL)
-        st = submit_kernel(b, q, copies, n, done, arg);
-    else
-        st = submit_dma(b, q, copies, n, done, arg);
+    if (to_host >= 0 && staged_fits(b, q, copies, n, to_host == 1, &lo, &len, &count))
+        path = PATH_STAGED;
+    if (path == PATH_STAGED) {
+        st = submit_staged(b, q, copies, n, to_host == 1, lo, len, count, done, arg);
+    } else {
+        st = KVF_OK;
+        if (q->aux_open) {
+            /* after staged scatters: this batch's copies follow them */
+            cudaError_t e1 = cudaEventRecord(q->ev_done, q->aux);
+            cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(q->stream, q->ev_done, 0) : e1;
+            if (e2 != cudaSuccess)
+                st = cuda_fail(e2, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+            else
+                q->aux_open = false;
+        }
+        if (st == KVF_OK && path == PATH_KERNEL)
+            st = submit_kernel(b, q, copies, n, done, arg);
+        else if (st == KVF_OK)
+            st = submit_dma(b, q, copies, n, done, arg);
+        q->main_dirty = true;
+    }
     atomic_store_explicit(&q->last_path, path, memory_order_relaxed);
     pthread_mutex_unlock(&q->lock);
     dev_leave(&g);
@@ -891,6 +1198,8 @@ static kvf_status cuda_sync_stream(kvf__backend *base, void *stream)
         pthread_mutex_lock(&q->lock);
         CUDA_GOTO(cudaEventRecord(q->sync_event, q->stream), st, unlock);
         CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, q->sync_event, 0), st, unlock);
+        CUDA_GOTO(cudaEventRecord(q->sync_event_aux, q->aux), st, unlock);
+        CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, q->sync_event_aux, 0), st, unlock);
     unlock:
         pthread_mutex_unlock(&q->lock);
     }
@@ -902,8 +1211,24 @@ static kvf_status cuda_sync_stream(kvf__backend *base, void *stream)
 
 static void queue_destroy(cuda_queue *q)
 {
+    if (q->aux)
+        CUDA_IGNORE(cudaStreamSynchronize(q->aux));
     if (q->stream)
         CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+    cudaEvent_t *evs[] = {&q->ev_start, &q->ev_ready, &q->ev_done, &q->sync_event_aux};
+    for (size_t i = 0; i < 4; i++)
+        if (*evs[i])
+            CUDA_IGNORE(cudaEventDestroy(*evs[i]));
+    for (size_t i = 0; i < STAGE_SLOTS; i++)
+        if (q->ev_free[i])
+            CUDA_IGNORE(cudaEventDestroy(q->ev_free[i]));
+    if (q->aux)
+        CUDA_IGNORE(cudaStreamDestroy(q->aux));
+    if (q->stage)
+        CUDA_IGNORE(cudaFree(q->stage));
+    free(q->bits);
+    free(q->sdesc);
+    free(q->cstart);
     if (q->sync_event)
         CUDA_IGNORE(cudaEventDestroy(q->sync_event));
     if (q->stream)
@@ -926,7 +1251,14 @@ static kvf_status queue_init(cuda_queue *q, int priority)
     kvf_status st;
     pthread_mutex_init(&q->lock, NULL);
     CUDA_RET(cudaStreamCreateWithPriority(&q->stream, cudaStreamNonBlocking, priority));
+    CUDA_RET(cudaStreamCreateWithPriority(&q->aux, cudaStreamNonBlocking, priority));
     CUDA_RET(cudaEventCreateWithFlags(&q->sync_event, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->sync_event_aux, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->ev_start, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->ev_ready, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->ev_done, cudaEventDisableTiming));
+    for (size_t i = 0; i < STAGE_SLOTS; i++)
+        CUDA_RET(cudaEventCreateWithFlags(&q->ev_free[i], cudaEventDisableTiming));
     CUDA_RET(cudaHostAlloc((void **)&q->ring_host, RING_DESCS * sizeof(kvf__cuda_desc),
                            cudaHostAllocPortable));
     CUDA_RET(cudaMalloc((void **)&q->ring_dev, RING_DESCS * sizeof(kvf__cuda_desc)));
@@ -951,6 +1283,7 @@ static void cuda_destroy(kvf__backend *base)
     pthread_mutex_destroy(&b->sync_lock);
     pthread_mutex_destroy(&b->range_lock);
     free(b->ranges);
+    free(b->pinned);
     free(b);
 }
 
@@ -989,9 +1322,11 @@ static int copy_mode(const kvf_engine_config *cfg)
             mode = KVF_CUDA_COPY_KERNEL;
         else if (env && strcmp(env, "dma") == 0)
             mode = KVF_CUDA_COPY_DMA;
+        else if (env && strcmp(env, "staged") == 0)
+            mode = MODE_STAGED;
         else if (env && *env && strcmp(env, "auto") != 0)
-            KVF_LOG(KVF_LOG_WARN, "KVF_CUDA_COPY=%s: expected auto, kernel or dma; using auto",
-                    env);
+            KVF_LOG(KVF_LOG_WARN,
+                    "KVF_CUDA_COPY=%s: expected auto, kernel, dma or staged; using auto", env);
     }
     return mode;
 }
@@ -1058,6 +1393,7 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     KVF_LOG(KVF_LOG_INFO, "cuda: device %d, copies by %s, kernel grid %u", device,
             b->mode == KVF_CUDA_COPY_KERNEL ? "kernel"
             : b->mode == KVF_CUDA_COPY_DMA  ? "dma"
+            : b->mode == MODE_STAGED        ? "staged"
                                             : "auto",
             b->grid);
     *backend_p = &b->base;

@@ -84,8 +84,11 @@ struct batch {
      * first part is copying while the next is registered: the caller's
      * batch is then a group, which has no hazards of its own and completes
      * when its last part does. */
-    batch *group;            /* a part: the group it belongs to */
-    size_t group_off;        /* a part: where its moves start in the group */
+    batch *group;     /* a part: the group it belongs to */
+    size_t group_off; /* a part: where its moves start in the group */
+    bool sorted;      /* a group: parts take its moves in `order` */
+    uint32_t *order;  /* a group: move indices in part order */
+    size_t order_cap;
     size_t parts_left;       /* a group: parts not yet complete */
     bool ticketed;           /* the caller holds a ticket for it */
     bool retired;            /* its ticket was waited for */
@@ -158,6 +161,7 @@ struct kvf_engine {
     batch *tickets[TICKET_BUCKETS];
 
     uint64_t check_epoch; /* stamps hazard marks while a batch is checked */
+    uint32_t *sort_count; /* secondary_slots + 1 counters (submit_mu held) */
 
     /* Batches are recycled: a batch of thousands of moves would otherwise
      * cost fresh pages from the kernel on every submit. */
@@ -289,6 +293,31 @@ static hazard *hazard_of(kvf_engine *e, space sp, uint64_t idx, bool create)
     return &f->hz;
 }
 
+/* Moves ahead that the hazard passes prefetch: their slots are scattered,
+ * and each entry is a cache miss that the loop would otherwise wait for. */
+#define PREFETCH_AHEAD 16u
+
+static inline void hazard_prefetch(const kvf_engine *e, space sp, uint64_t idx)
+{
+    if (sp == SP_PRIMARY)
+        __builtin_prefetch(&e->hz_primary[idx], 1);
+    else if (sp == SP_SECONDARY)
+        __builtin_prefetch(&e->hz_secondary[idx], 1);
+}
+
+/* Prefetches the entries of move i + PREFETCH_AHEAD of moves[0..n). */
+static inline void move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves,
+                                 size_t i, size_t n)
+{
+    if (i + PREFETCH_AHEAD < n) {
+        const kvf_move *m = &moves[i + PREFETCH_AHEAD];
+        hazard_prefetch(e, rs, m->src);
+        hazard_prefetch(e, ws, m->dst);
+        if (ws == SP_SECONDARY)
+            __builtin_prefetch(&e->sec_tokens[m->dst], 1);
+    }
+}
+
 static batch *hazard_reader(const hazard *h, uint32_t k)
 {
     return k == 0 ? h->reader0 : h->more[k - 1];
@@ -334,6 +363,7 @@ static void batch_destroy(batch *b)
     free(b->src_dep);
     free(b->dependents);
     free(b->copies);
+    free(b->order);
     free(b);
 }
 
@@ -360,6 +390,8 @@ static batch *batch_get(kvf_engine *e, size_t n)
         b->dependents_cap = keep.dependents_cap;
         b->copies = keep.copies;
         b->copies_cap = keep.copies_cap;
+        b->order = keep.order;
+        b->order_cap = keep.order_cap;
         memset(b->src_dep, 0, n * sizeof *b->src_dep);
         return b;
     }
@@ -604,6 +636,7 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->hz_primary);
     free(e->hz_secondary);
     free(e->sec_tokens);
+    free(e->sort_count);
     for (size_t i = 0; i < e->file_nbuckets; i++)
         for (file_hazard *f = e->file_buckets[i], *next; f; f = next) {
             next = f->next;
@@ -862,6 +895,7 @@ static kvf_status check_collisions(kvf_engine *e, op_kind kind, const kvf_move *
     uint64_t stamp = ++e->check_epoch;
     space ws = kind_writes(kind);
     for (size_t i = 0; i < n; i++) {
+        move_prefetch(e, kind == OP_COPY ? SP_PRIMARY : SP_FILE, ws, moves, i, n);
         hazard *w = hazard_of(e, ws, moves[i].dst, false);
         if (w->wmark == stamp || w->rmark == stamp)
             return kvf__fail(KVF_ERR_INVALID,
@@ -959,6 +993,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
     space ws = kind_writes(b->kind);
     for (size_t i = 0; i < b->n; i++) {
         kvf_move *mv = &b->moves[i];
+        move_prefetch(e, rs, ws, b->moves, i, b->n);
         hazard *r = hazard_of(e, rs, mv->src, true);
         hazard *w = hazard_of(e, ws, mv->dst, true);
         if (!r || !w)
@@ -1038,6 +1073,42 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
         b->state = B_WAITING;
     }
     return st;
+}
+
+/* A large batch between primary and secondary slots is cut into parts in
+ * the order of its secondary slots (a counting sort): each part then holds
+ * a run of them, which the CUDA backend moves as one pinned range (its
+ * staged path) when the run is dense, and the secondary side's hazard
+ * entries are touched in order. The moves of a batch have no order of
+ * their own. False when the sort would not pay (or memory is short).
+ * submit_mu held. */
+static bool sort_by_secondary(kvf_engine *e, batch *b)
+{
+    if (b->kind != OP_OFFLOAD_HOST && b->kind != OP_ONBOARD_HOST)
+        return false;
+    size_t slots = e->secondary_slots;
+    if (slots / 8 > b->n || b->n > UINT32_MAX)
+        return false;
+    if (!e->sort_count && !(e->sort_count = malloc((slots + 1) * sizeof *e->sort_count)))
+        return false;
+    if (b->order_cap < b->n) {
+        uint32_t *o = realloc(b->order, b->n * sizeof *o);
+        if (!o)
+            return false;
+        b->order = o;
+        b->order_cap = b->n;
+    }
+    bool off = b->kind == OP_OFFLOAD_HOST;
+    uint32_t *cnt = e->sort_count;
+    memset(cnt, 0, (slots + 1) * sizeof *cnt);
+    for (size_t i = 0; i < b->n; i++)
+        cnt[(off ? b->moves[i].dst : b->moves[i].src) + 1]++;
+    for (size_t k = 0; k < slots; k++)
+        cnt[k + 1] += cnt[k];
+    for (size_t i = 0; i < b->n; i++)
+        b->order[cnt[off ? b->moves[i].dst : b->moves[i].src]++] = (uint32_t)i;
+    b->sorted = true;
+    return true;
 }
 
 static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
@@ -1128,6 +1199,7 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
             b->id = e->next_id++;
         b->state = B_WAITING;
         b->parts_left = (n + PART_MOVES - 1) / PART_MOVES;
+        bool sorted = sort_by_secondary(e, b);
         for (size_t off = 0; off < n; off += PART_MOVES) {
             size_t len = n - off < PART_MOVES ? n - off : PART_MOVES;
             batch *c = batch_get(e, len);
@@ -1135,14 +1207,22 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
                 /* the parts not made fail; those queued run on */
                 size_t missing = (n - off + PART_MOVES - 1) / PART_MOVES;
                 for (size_t i = off; i < n; i++)
-                    b->status[i] = KVF_ERR_NOMEM;
+                    b->status[sorted ? b->order[i] : i] = KVF_ERR_NOMEM;
                 b->parts_left -= missing;
                 if (!b->ticketed)
                     ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
                 break;
             }
-            memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
-            memcpy(c->status, b->status + off, len * sizeof *c->status);
+            if (sorted) {
+                const uint32_t *ord = b->order + off;
+                for (size_t j = 0; j < len; j++) {
+                    c->moves[j] = b->moves[ord[j]];
+                    c->status[j] = b->status[ord[j]];
+                }
+            } else {
+                memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
+                memcpy(c->status, b->status + off, len * sizeof *c->status);
+            }
             c->n = len;
             c->kind = kind;
             c->queue = b->queue;
@@ -1228,6 +1308,7 @@ static void complete_batch(kvf_engine *e, batch *b)
     space ws = kind_writes(b->kind);
     for (size_t i = 0; i < b->n; i++) {
         const kvf_move *mv = &b->moves[i];
+        move_prefetch(e, rs, ws, b->moves, i, b->n);
         if (b->status[i] == KVF_INPROGRESS)
             b->status[i] = KVF_OK;
         hazard *r = hazard_of(e, rs, mv->src, false);
@@ -1265,7 +1346,13 @@ static void complete_batch(kvf_engine *e, batch *b)
     e->undone_count--;
     if (b->group) {
         batch *g = b->group;
-        memcpy(g->status + b->group_off, b->status, b->n * sizeof *b->status);
+        if (g->sorted) {
+            const uint32_t *ord = g->order + b->group_off;
+            for (size_t i = 0; i < b->n; i++)
+                g->status[ord[i]] = b->status[i];
+        } else {
+            memcpy(g->status + b->group_off, b->status, b->n * sizeof *b->status);
+        }
         if (--g->parts_left == 0)
             group_done(e, g);
     }
