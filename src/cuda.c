@@ -109,8 +109,8 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
 /* Staged path: a ring of STAGE_SLOTS chunks of STAGE_CHUNK bytes of device
  * memory per queue (allocated at the first staged batch), so the gather
  * of one chunk overlaps the DMA of the one before. */
-#define STAGE_CHUNK ((size_t)4 << 20)
-#define STAGE_SLOTS 8u
+#define STAGE_CHUNK ((size_t)16 << 20)
+#define STAGE_SLOTS 4u
 
 typedef struct cuda_backend cuda_backend;
 
@@ -154,13 +154,11 @@ typedef struct cuda_queue {
      * for; aux_open, work on `aux` that `stream` has not waited for */
     bool main_dirty, aux_open;
     cudaEvent_t sync_event_aux;
-    /* staged-path scratch: host-slot bitmap, descriptors, chunk starts */
+    /* staged-path scratch: host blocks seen, host block of each copy */
     uint64_t *bits;
     size_t bits_cap;
-    kvf__cuda_desc *sdesc;
-    size_t sdesc_cap;
-    uint64_t *cstart;
-    size_t cstart_cap;
+    uint32_t *kidx;
+    size_t kidx_cap;
 } cuda_queue;
 
 typedef struct host_range {
@@ -869,16 +867,23 @@ fail:
 /* ---- staged path --------------------------------------------------------
  *
  * PyTorch's shape (gather in HBM, one large DMA) for batches whose host
- * sides tile one pinned range exactly: every copy is `len` bytes, and the
- * host blocks are all of [lo, lo + count * len), each once, in any order
- * (the engine's secondary slots of a batch, sorted or not). Offload: a
- * kernel on `aux` gathers chunk k of the range into a staging slot in
- * device memory, then one cudaMemcpyAsync on the queue's stream writes it
- * to the host while the kernel gathers chunk k+1. Onboard: one DMA per
- * chunk into a slot, then a kernel scatters it. The DMAs move contiguous
- * 4 MiB runs at the copy engines' full rate; the kernels move bytes inside
- * HBM, where they take a small share of the SMs' time.
+ * sides tile one pinned range: every copy has the same shape (`rows` rows
+ * of `width` bytes, `hpitch` apart on the host side, `dpitch` on the
+ * device side; a contiguous copy is one row) and the host blocks are all
+ * of lo + k * stride for k < count, stride = rows * hpitch, each once, in
+ * any order (the secondary slots of an engine part). Offload: a kernel on
+ * `aux` packs the blocks of chunk k into a staging slot in device memory,
+ * then one DMA on the queue's stream (2-D when the host rows are strided)
+ * writes them to the host while the kernel packs chunk k + 1. Onboard: one
+ * DMA per chunk into a slot, then a kernel scatters it. The copy engines
+ * see runs of up to STAGE_CHUNK bytes; the kernels move bytes inside HBM.
  */
+
+typedef struct stage_plan {
+    uintptr_t lo; /* host address of block 0 */
+    size_t rows, width, hpitch, dpitch;
+    size_t stride, count;
+} stage_plan;
 
 static kvf_status grow_scratch(void **p, size_t *cap, size_t n, size_t elem)
 {
@@ -895,116 +900,99 @@ static kvf_status grow_scratch(void **p, size_t *cap, size_t n, size_t elem)
     return KVF_OK;
 }
 
-/* Whether copies[0..n) fit the staged path (see above); sets the host
- * range's start, the copies' length and their number. q->lock held. */
+/* Whether copies[0..n) fit the staged path (see above); fills *pl and
+ * q->kidx[i], the host block of copy i. q->lock held. */
 static bool staged_fits(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
-                        bool to_host, uintptr_t *lo_p, size_t *len_p, size_t *count_p)
+                        bool to_host, stage_plan *pl)
 {
-    size_t len = 0, count = 0;
+    size_t rows = 0, width = 0, hp = 0, dp = 0, count = 0;
     uintptr_t lo = UINTPTR_MAX, hi = 0;
     for (size_t i = 0; i < n; i++) {
         const kvf__copy *c = &copies[i];
         if (!c->width || !c->rows)
             continue;
-        if (!copy_contiguous(c))
+        size_t r = c->rows, w = c->width;
+        size_t h = to_host ? c->dpitch : c->spitch, d = to_host ? c->spitch : c->dpitch;
+        if (copy_contiguous(c)) {
+            w *= r;
+            r = 1;
+            h = d = w;
+        }
+        if (count == 0) {
+            rows = r;
+            width = w;
+            hp = h;
+            dp = d;
+        } else if (r != rows || w != width || (r > 1 && (h != hp || d != dp))) {
             return false;
-        size_t l = c->width * c->rows;
-        if (len == 0)
-            len = l;
-        else if (l != len)
-            return false;
-        uintptr_t h = (uintptr_t)(to_host ? c->dst : c->src);
-        lo = h < lo ? h : lo;
-        hi = h + l > hi ? h + l : hi;
+        }
+        uintptr_t a = (uintptr_t)(to_host ? c->dst : c->src);
+        lo = a < lo ? a : lo;
+        hi = a > hi ? a : hi;
         count++;
     }
-    /* below 512 bytes a chunk would need more descriptors than a launch */
-    if (count < 2 || len < 512 || hi - lo != count * len)
+    size_t block = rows * width, stride = rows * hp;
+    /* a chunk holds whole blocks, and no more of them than one launch takes */
+    if (count < 2 || count > UINT32_MAX || block < STAGE_CHUNK / CHUNK_DESCS ||
+        block > STAGE_CHUNK || hi - lo != (count - 1) * stride)
         return false;
-    size_t words = (count + 63) / 64;
-    if (grow_scratch((void **)&q->bits, &q->bits_cap, words, sizeof *q->bits) != KVF_OK)
+    if (grow_scratch((void **)&q->bits, &q->bits_cap, (count + 63) / 64, sizeof *q->bits) !=
+            KVF_OK ||
+        grow_scratch((void **)&q->kidx, &q->kidx_cap, n, sizeof *q->kidx) != KVF_OK)
         return false;
-    memset(q->bits, 0, words * sizeof *q->bits);
+    memset(q->bits, 0, (count + 63) / 64 * sizeof *q->bits);
+    /* block index by a reciprocal (a 64-bit division per copy costs more
+     * than the rest of the pass), checked exactly */
+    double inv = 1.0 / (double)stride;
     for (size_t i = 0; i < n; i++) {
         const kvf__copy *c = &copies[i];
         if (!c->width || !c->rows)
             continue;
         size_t off = (uintptr_t)(to_host ? c->dst : c->src) - lo;
-        size_t k = off / len;
-        if (k * len != off || (q->bits[k / 64] >> (k % 64) & 1u))
+        size_t k = (size_t)((double)off * inv + 0.5);
+        if (k >= count || k * stride != off || (q->bits[k / 64] >> (k % 64) & 1u))
             return false;
         q->bits[k / 64] |= (uint64_t)1 << (k % 64);
+        q->kidx[i] = (uint32_t)k;
     }
-    /* count distinct blocks in [0, count): all of them. One DMA must stay
-     * inside one pinned allocation. */
-    if (!pinned_covers(b, lo, hi))
+    /* count distinct blocks in [0, count): all of them; the DMAs stay
+     * inside one pinned allocation */
+    if (!pinned_covers(b, lo, hi + (rows - 1) * hp + width))
         return false;
-    *lo_p = lo;
-    *len_p = len;
-    *count_p = count;
+    *pl = (stage_plan){lo, rows, width, hp, dp, stride, count};
     return true;
 }
 
+/* The DMA of nb blocks between the host range and a staging slot: one
+ * contiguous run, or rows of `width` at the host's pitch (packed in the
+ * slot). */
+static cudaError_t stage_dma(const stage_plan *pl, bool to_host, char *host, uint8_t *stage,
+                             size_t nb, cudaStream_t s)
+{
+    if (pl->rows == 1 || pl->hpitch == pl->width) {
+        size_t len = nb * pl->rows * pl->width;
+        return to_host ? cudaMemcpyAsync(host, stage, len, cudaMemcpyDeviceToHost, s)
+                       : cudaMemcpyAsync(stage, host, len, cudaMemcpyHostToDevice, s);
+    }
+    size_t w = pl->width, h = nb * pl->rows;
+    return to_host ? cudaMemcpy2DAsync(host, pl->hpitch, stage, w, w, h, cudaMemcpyDeviceToHost, s)
+                   : cudaMemcpy2DAsync(stage, w, host, pl->hpitch, w, h, cudaMemcpyHostToDevice, s);
+}
+
 static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
-                                bool to_host, uintptr_t lo, size_t len, size_t count,
-                                kvf__copy_done_fn done, void *arg)
+                                bool to_host, const stage_plan *pl, kvf__copy_done_fn done,
+                                void *arg)
 {
     kvf_status st;
-    const size_t C = STAGE_CHUNK;
-    size_t span = count * len, nchunks = (span + C - 1) / C;
+    const size_t C = STAGE_CHUNK, block = pl->rows * pl->width;
+    const size_t bpc = C / block; /* blocks per chunk */
+    const size_t nchunks = (pl->count + bpc - 1) / bpc;
+    /* chunks per launch group: their descriptors fit one ring reservation */
+    const size_t cpg = CHUNK_DESCS / bpc;
+    const uint32_t tpr = (uint32_t)((pl->width + KVF_CUDA_TILE_BYTES - 1) / KVF_CUDA_TILE_BYTES);
+    const uint64_t tiles_per_block = (uint64_t)tpr * pl->rows;
     if (!q->stage)
         CUDA_RET(cudaMalloc((void **)&q->stage, (size_t)STAGE_SLOTS * C));
-    /* cs[0..nchunks]: first descriptor of each chunk; cur: fill cursors;
-     * tiles: tiles of each chunk's launch */
-    if ((st = grow_scratch((void **)&q->cstart, &q->cstart_cap, 3 * (nchunks + 1),
-                           sizeof *q->cstart)) != KVF_OK)
-        return st;
-    uint64_t *cs = q->cstart, *cur = cs + nchunks + 1, *tiles = cur + nchunks + 1;
-    memset(cs, 0, (nchunks + 1) * sizeof *cs);
-    for (size_t i = 0; i < n; i++) {
-        const kvf__copy *c = &copies[i];
-        if (!c->width || !c->rows)
-            continue;
-        size_t off = (uintptr_t)(to_host ? c->dst : c->src) - lo;
-        for (size_t k = off / C; k <= (off + len - 1) / C; k++)
-            cs[k + 1]++;
-    }
-    for (size_t k = 0; k < nchunks; k++)
-        cs[k + 1] += cs[k];
-    size_t total = cs[nchunks];
-    if ((st = grow_scratch((void **)&q->sdesc, &q->sdesc_cap, total, sizeof *q->sdesc)) != KVF_OK)
-        return st;
-    memcpy(cur, cs, nchunks * sizeof *cur);
-    uint64_t base = q->stage_next;
-    for (size_t i = 0; i < n; i++) {
-        const kvf__copy *c = &copies[i];
-        if (!c->width || !c->rows)
-            continue;
-        const char *dev = to_host ? c->src : c->dst;
-        size_t off = (uintptr_t)(to_host ? c->dst : c->src) - lo;
-        for (size_t k = off / C; k <= (off + len - 1) / C; k++) {
-            size_t ps = off > k * C ? off : k * C;
-            size_t pe = off + len < (k + 1) * C ? off + len : (k + 1) * C;
-            uint64_t sp =
-                (uint64_t)(uintptr_t)(q->stage + ((base + k) % STAGE_SLOTS) * C + (ps - k * C));
-            uint64_t dp = (uint64_t)(uintptr_t)(dev + (ps - off));
-            kvf__cuda_desc *d = &q->sdesc[cur[k]++];
-            d->dst = to_host ? sp : dp;
-            d->src = to_host ? dp : sp;
-            d->dpitch = d->spitch = 0;
-            d->width = (uint32_t)(pe - ps);
-            d->tiles_per_row =
-                (uint32_t)((pe - ps + KVF_CUDA_TILE_BYTES - 1) / KVF_CUDA_TILE_BYTES);
-        }
-    }
-    for (size_t k = 0; k < nchunks; k++) {
-        uint64_t t = 0;
-        for (uint64_t j = cs[k]; j < cs[k + 1]; j++) {
-            q->sdesc[j].tile_begin = t;
-            t += q->sdesc[j].tiles_per_row;
-        }
-        tiles[k] = t;
-    }
 
     /* the kernels follow everything queued before on this queue; after a
      * staged batch there is nothing to wait for: its DMAs touched only host
@@ -1015,38 +1003,60 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
         q->main_dirty = false;
     }
     for (size_t k = 0; k < nchunks;) {
-        size_t k1 = k + 1;
-        while (k1 < nchunks && cs[k1 + 1] - cs[k] <= CHUNK_DESCS)
-            k1++;
-        size_t g0 = k;
-        uint32_t nd = (uint32_t)(cs[k1] - cs[k]), idx;
+        size_t k1 = k + cpg < nchunks ? k + cpg : nchunks;
+        size_t b0 = k * bpc, b1 = k1 * bpc < pl->count ? k1 * bpc : pl->count;
+        uint32_t nd = (uint32_t)(b1 - b0), idx;
         batch_record *r = reserve(q, nd, &idx);
-        memcpy(q->ring_host + idx, q->sdesc + cs[k], nd * sizeof *q->sdesc);
-        CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, q->ring_host + idx, nd * sizeof *q->sdesc,
+        /* descriptor j of the group is host block b0 + j: chunk by chunk,
+         * each block's tiles after those of the blocks before it */
+        kvf__cuda_desc *ring = q->ring_host + idx;
+        uint64_t slot0 = q->stage_next;
+        for (size_t i = 0; i < n; i++) {
+            const kvf__copy *c = &copies[i];
+            if (!c->width || !c->rows)
+                continue;
+            size_t kb = q->kidx[i];
+            if (kb < b0 || kb >= b1)
+                continue;
+            size_t ck = kb / bpc, in = kb - ck * bpc;
+            uint64_t sp =
+                (uint64_t)(uintptr_t)(q->stage + ((slot0 + ck - k) % STAGE_SLOTS) * C + in * block);
+            uint64_t dv = (uint64_t)(uintptr_t)(to_host ? c->src : c->dst);
+            kvf__cuda_desc *d = &ring[kb - b0];
+            d->dst = to_host ? sp : dv;
+            d->src = to_host ? dv : sp;
+            d->dpitch = to_host ? pl->width : pl->dpitch;
+            d->spitch = to_host ? pl->dpitch : pl->width;
+            d->tile_begin = in * tiles_per_block;
+            d->width = (uint32_t)pl->width;
+            d->tiles_per_row = tpr;
+        }
+        CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, ring, nd * sizeof *ring,
                                   cudaMemcpyHostToDevice, q->aux),
                   st, fail);
         for (; k < k1; k++) {
             size_t slot = q->stage_next++ % STAGE_SLOTS;
             uint8_t *stage = q->stage + slot * C;
-            char *host = (char *)lo + k * C;
-            size_t clen = span - k * C < C ? span - k * C : C;
-            const kvf__cuda_desc *descs = q->ring_dev + idx + (uint32_t)(cs[k] - cs[g0]);
-            uint32_t nk = (uint32_t)(cs[k + 1] - cs[k]);
+            size_t first = k * bpc, nb = pl->count - first < bpc ? pl->count - first : bpc;
+            char *host = (char *)pl->lo + first * pl->stride;
+            const kvf__cuda_desc *descs = q->ring_dev + idx + (first - b0);
+            uint64_t tiles = nb * tiles_per_block;
+            cudaStream_t ds = q->stream;
             if (to_host) {
                 CUDA_GOTO(cudaStreamWaitEvent(q->aux, q->ev_free[slot], 0), st, fail);
-                CUDA_GOTO(kvf__cuda_copy_launch(descs, nk, tiles[k], b->grid, q->aux), st, fail);
+                CUDA_GOTO(kvf__cuda_copy_launch(descs, (uint32_t)nb, tiles, b->grid, q->aux), st,
+                          fail);
                 CUDA_GOTO(cudaEventRecord(q->ev_ready, q->aux), st, fail);
-                CUDA_GOTO(cudaStreamWaitEvent(q->stream, q->ev_ready, 0), st, fail);
-                CUDA_GOTO(cudaMemcpyAsync(host, stage, clen, cudaMemcpyDeviceToHost, q->stream), st,
-                          fail);
-                CUDA_GOTO(cudaEventRecord(q->ev_free[slot], q->stream), st, fail);
+                CUDA_GOTO(cudaStreamWaitEvent(ds, q->ev_ready, 0), st, fail);
+                CUDA_GOTO(stage_dma(pl, true, host, stage, nb, ds), st, fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_free[slot], ds), st, fail);
             } else {
-                CUDA_GOTO(cudaStreamWaitEvent(q->stream, q->ev_free[slot], 0), st, fail);
-                CUDA_GOTO(cudaMemcpyAsync(stage, host, clen, cudaMemcpyHostToDevice, q->stream), st,
-                          fail);
-                CUDA_GOTO(cudaEventRecord(q->ev_ready, q->stream), st, fail);
+                CUDA_GOTO(cudaStreamWaitEvent(ds, q->ev_free[slot], 0), st, fail);
+                CUDA_GOTO(stage_dma(pl, false, host, stage, nb, ds), st, fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_ready, ds), st, fail);
                 CUDA_GOTO(cudaStreamWaitEvent(q->aux, q->ev_ready, 0), st, fail);
-                CUDA_GOTO(kvf__cuda_copy_launch(descs, nk, tiles[k], b->grid, q->aux), st, fail);
+                CUDA_GOTO(kvf__cuda_copy_launch(descs, (uint32_t)nb, tiles, b->grid, q->aux), st,
+                          fail);
                 CUDA_GOTO(cudaEventRecord(q->ev_free[slot], q->aux), st, fail);
             }
         }
@@ -1156,13 +1166,12 @@ static kvf_status cuda_copy_async(kvf__backend *base, kvf__queue queue, const kv
     cuda_queue *q = &b->q[queue];
     int to_host;
     int path = choose_path(b, copies, n, &to_host);
-    uintptr_t lo;
-    size_t len, count;
+    stage_plan pl;
     pthread_mutex_lock(&q->lock);
-    if (to_host >= 0 && staged_fits(b, q, copies, n, to_host == 1, &lo, &len, &count))
+    if (to_host >= 0 && staged_fits(b, q, copies, n, to_host == 1, &pl))
         path = PATH_STAGED;
     if (path == PATH_STAGED) {
-        st = submit_staged(b, q, copies, n, to_host == 1, lo, len, count, done, arg);
+        st = submit_staged(b, q, copies, n, to_host == 1, &pl, done, arg);
     } else {
         st = KVF_OK;
         if (q->aux_open) {
@@ -1227,8 +1236,7 @@ static void queue_destroy(cuda_queue *q)
     if (q->stage)
         CUDA_IGNORE(cudaFree(q->stage));
     free(q->bits);
-    free(q->sdesc);
-    free(q->cstart);
+    free(q->kidx);
     if (q->sync_event)
         CUDA_IGNORE(cudaEventDestroy(q->sync_event));
     if (q->stream)

@@ -356,6 +356,20 @@ static size_t dense(const arena *h, size_t hoff, const arena *dv, size_t bytes, 
     return count;
 }
 
+/* The same with 2-D copies: the first `width` bytes of each of `rows` rows
+ * `pitch` apart (the first tokens of a block), on both sides. */
+static size_t dense_2d(const arena *h, const arena *dv, size_t rows, size_t width, size_t pitch,
+                       size_t count, bool to_host, kvf__copy *out)
+{
+    size_t n = dense(h, 0, dv, rows * pitch, count, to_host, out);
+    for (size_t i = 0; i < n; i++) {
+        out[i].width = width;
+        out[i].rows = rows;
+        out[i].dpitch = out[i].spitch = pitch;
+    }
+    return n;
+}
+
 static int test_staged_path(void)
 {
     for (int forced = 0; forced < 2; forced++) {
@@ -389,8 +403,26 @@ static int test_staged_path(void)
                 else
                     run_batches(b, q, &A_D1, &h, c, n, n, what, want);
             }
+            /* 2-D: 8 of 32 tokens of 4 KiB blocks (2 rows), of 64 KiB
+             * blocks (16 rows), and a block of 2 rows of 12 KiB + 1 */
+            {
+                static const size_t shapes[][4] = {
+                    {2, 512, 2048, 8192}, {16, 1024, 4096, 384}, {2, 12289, 16384, 700}};
+                for (size_t k = 0; k < 3; k++) {
+                    size_t n = dense_2d(&h, &A_D1, shapes[k][0], shapes[k][1], shapes[k][2],
+                                        shapes[k][3], to_host, c);
+                    snprintf(what, sizeof what, "staged%s %s 2-d %zux%zu of pitch %zu x%zu",
+                             forced ? " (forced)" : "", to_host ? "d2h" : "h2d", shapes[k][0],
+                             shapes[k][1], shapes[k][2], n);
+                    int want = forced ? 3 : 0;
+                    if (to_host)
+                        run_batches(b, q, &h, &A_D1, c, n, n, what, want);
+                    else
+                        run_batches(b, q, &A_D1, &h, c, n, n, what, want);
+                }
+            }
             /* dense batches in flight over one staging ring: 15 batches of
-             * one 4 MiB chunk each (the ring has 8 slots), host windows
+             * 4 MiB, one chunk each (the ring has 4 slots), host windows
              * disjoint, then the same shifted by 2 MiB (other bytes);
              * the last write of a byte wins */
             {

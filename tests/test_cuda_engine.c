@@ -407,7 +407,7 @@ static int test_bad_pools(void)
     return 0;
 }
 
-/* Large batches of whole blocks through the engine, where the CUDA
+/* Large batches through the engine, where the CUDA
  * backend stages them (its secondary slots are kvferry's pinned memory and
  * each part of a batch is a dense run of them): 20000 scattered 4 KiB
  * blocks offloaded, then at once onboarded into other, poisoned primary
@@ -465,6 +465,31 @@ static int staged_case(size_t head, uint32_t n)
         if (memcmp(got + (size_t)pq[i] * bytes, orig + (size_t)i * bytes, bytes) != 0) {
             fprintf(stderr, "staged %zu-byte blocks: primary slot %u wrong\n", bytes, pq[i]);
             bad++;
+        }
+    CHECK(bad == 0);
+    /* then the first 8 of 32 tokens (2-D copies, staged with 2-D DMAs)
+     * into poisoned slots: the rest of each row keeps the poison */
+    CUDA_OK(cudaMemset(dp, POISON, total));
+    CUDA_OK(cudaDeviceSynchronize());
+    test_shuffle_u32(pq, n, seed_counter++);
+    for (uint32_t i = 0; i < n; i++)
+        on[i] = (kvf_move){ps[i], pq[i], 8};
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, on, n, &t2), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t2, NULL), KVF_OK);
+    CUDA_OK(cudaMemcpy(got, dp, total, cudaMemcpyDeviceToHost));
+    size_t pitch = bytes / 2, w = pitch / 4;
+    for (uint32_t i = 0; i < n && bad < 3; i++)
+        for (size_t row = 0; row < 2; row++) {
+            const uint8_t *gp = got + (size_t)pq[i] * bytes + row * pitch;
+            const uint8_t *o = orig + (size_t)i * bytes + row * pitch;
+            bool ok = memcmp(gp, o, w) == 0;
+            for (size_t k = w; k < pitch && ok; k++)
+                ok = gp[k] == POISON;
+            if (!ok) {
+                fprintf(stderr, "staged %zu-byte blocks, 8 tokens: slot %u row %zu wrong\n", bytes,
+                        pq[i], row);
+                bad++;
+            }
         }
     CHECK(bad == 0);
     kvf_engine_destroy(e);
