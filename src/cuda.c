@@ -764,14 +764,21 @@ static kvf_status grow_3d(cuda_queue *q, size_t n)
 }
 #endif
 
-/* Copy-engine path: merged contiguous copies in one batch call, 2-D copies
- * in another. */
+/* Copy-engine path: merged contiguous copies (and the rows of wide 2-D
+ * copies) in one batch call, other 2-D copies in another. */
+#define DMA_FLAT_ROWS_FROM ((size_t)64 << 10)
 static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
                              kvf__copy_done_fn done, void *arg)
 {
     kvf_status st;
-    size_t nflat = 0, n2d = 0;
-    if ((st = grow_flat(q, n)) != KVF_OK)
+    size_t nflat = 0, n2d = 0, flat_need = 0;
+    /* 2-D copies of wide rows go as one flat copy per row: the copy engines
+     * move a batch of flat copies faster than the same rows as 2-D ops */
+    for (size_t i = 0; i < n; i++)
+        flat_need += copy_contiguous(&copies[i]) || copies[i].width < DMA_FLAT_ROWS_FROM
+                         ? 1
+                         : copies[i].rows;
+    if ((st = grow_flat(q, flat_need)) != KVF_OK)
         return st;
 #if KVF_CUDA_3D_BATCH
     if ((st = grow_3d(q, n)) != KVF_OK)
@@ -783,17 +790,22 @@ static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *co
         const kvf__copy *c = &copies[i];
         if (c->width == 0 || c->rows == 0)
             continue;
-        if (copy_contiguous(c)) {
-            size_t len = c->width * c->rows;
-            if (nflat > 0 && (char *)q->dsts[nflat - 1] + q->sizes[nflat - 1] == (char *)c->dst &&
-                (const char *)q->srcs[nflat - 1] + q->sizes[nflat - 1] == (const char *)c->src) {
-                q->sizes[nflat - 1] += len;
-                continue;
+        bool flat = copy_contiguous(c);
+        if (flat || c->width >= DMA_FLAT_ROWS_FROM) {
+            size_t nrows = flat ? 1 : c->rows, len = flat ? c->width * c->rows : c->width;
+            for (size_t row = 0; row < nrows; row++) {
+                char *d = (char *)c->dst + row * c->dpitch;
+                const char *sr = (const char *)c->src + row * c->spitch;
+                if (nflat > 0 && (char *)q->dsts[nflat - 1] + q->sizes[nflat - 1] == d &&
+                    (const char *)q->srcs[nflat - 1] + q->sizes[nflat - 1] == sr) {
+                    q->sizes[nflat - 1] += len;
+                    continue;
+                }
+                q->dsts[nflat] = d;
+                q->srcs[nflat] = sr;
+                q->sizes[nflat] = len;
+                nflat++;
             }
-            q->dsts[nflat] = c->dst;
-            q->srcs[nflat] = c->src;
-            q->sizes[nflat] = len;
-            nflat++;
             continue;
         }
 #if KVF_CUDA_3D_BATCH
@@ -1083,26 +1095,35 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
     return KVF_OK;
 }
 
-/* AUTO's rule, from bench/cuda_paths.c on an H200 (PCIe Gen5), two runs on
- * 2026-12-02: 256 MiB of shuffled blocks; one large pinned copy moved 55.2
- * GB/s each way, ~100 both ways at once, ~2000 device->device.
- *  - host<->device, mean contiguous run below AUTO_KERNEL_BELOW: kernel.
- *    At 4/16/64 KiB it moved 43/47/48 H2D, 42-45/48/50 D2H, 61-63/70/73
- *    both ways; cudaMemcpyBatchAsync moved 4.4/4-17/31-32 H2D, 9-10/16-26/
- *    40 D2H, 4-8/6/45-54 both ways (per-copy engine setup dominates, and
- *    costs 0.4-4 us of host time per copy). 8 SMs already reach the
- *    one-way rate.
- *  - host<->device, runs of 256 KiB and more: dma. Even with the kernel at
- *    256 KiB (45-49 against 48-51 one way, 76 against 74 both ways), ahead
- *    from 1 MiB (94-96 against 74 both ways), and it leaves the SMs free.
- *  - 2-D partial copies have runs of one row (1 KiB for 8 of 32 tokens):
- *    kernel, 35-48 GB/s against 1.5-48 for cudaMemcpy3DBatchAsync.
+/* AUTO's rule, from measurements on an H200 (PCIe Gen5), 2026-12-02:
+ * bench/cuda_paths.c (the paths alone, 256 MiB of shuffled blocks) and
+ * `kvferry bench --compare` (through the engine: docs/PERFORMANCE.md),
+ * against one large pinned copy at 55.2 GB/s each way, ~100 both ways.
+ *  - whole blocks of under AUTO_STAGED_BELOW whose host blocks tile one
+ *    pinned range (an engine part of secondary slots): staged. Through the
+ *    engine at 16/64/256 KiB it moved 37-43/46/50 GB/s one way against
+ *    36/44-46/47-48 for the kernel and 16/37/45 for dma. From 1 MiB it
+ *    moves what dma moves (50.6-51.1 against 50.9-51.5) and dma leaves the
+ *    SMs free: dma.
+ *  - other host<->device batches, mean contiguous run below
+ *    AUTO_KERNEL_BELOW: kernel. At 4/16/64 KiB it moved 43/47/48 H2D,
+ *    42-45/48/50 D2H, 61-63/70/73 both ways; cudaMemcpyBatchAsync moved
+ *    4.4/4-17/31-32 H2D, 9-10/16-26/40 D2H, 4-8/6/45-54 both ways (per-copy
+ *    engine setup dominates, and costs 0.4-4 us of host time per copy).
+ *    8 SMs already reach the one-way rate. Runs of 256 KiB and more: dma.
+ *  - 2-D partial copies: kernel while rows are short (35-48 GB/s against
+ *    1.5-48 for cudaMemcpy3DBatchAsync at rows of 1-32 KiB); from rows of
+ *    AUTO_ROWS_DMA_FROM, dma, which sends wide rows as flat copies in one
+ *    cudaMemcpyBatchAsync (46-53 GB/s at rows of 128-512 KiB, where the
+ *    kernel moved 40 and 2-D copies, batched or staged, 36-42).
  *  - device<->device: kernel (32 SMs: 320-975 GB/s from 4 KiB to 4 MiB
  *    blocks, against 0.9-790 for batched copies at 4-5 us of host time per
  *    copy), unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
  *    nears the ~2000 GB/s of a single large copy.
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
+#define AUTO_STAGED_BELOW ((size_t)1 << 20)
+#define AUTO_ROWS_DMA_FROM ((size_t)128 << 10)
 #define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
 /* *stage_p: 1 when the batch moves device->host and 0 host->device, with
@@ -1148,6 +1169,12 @@ static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n, int *
     }
     if (td == cudaMemoryTypeDevice && ts == cudaMemoryTypeDevice)
         return !strided && bytes / runs >= AUTO_D2D_DMA_FROM ? PATH_DMA : PATH_KERNEL;
+    /* AUTO stages whole blocks below AUTO_STAGED_BELOW; the staged mode
+     * (tests, benchmarks) whatever fits */
+    if (b->mode != MODE_STAGED && (strided || bytes / runs >= AUTO_STAGED_BELOW))
+        *stage_p = -1;
+    if (strided)
+        return bytes / runs < AUTO_ROWS_DMA_FROM ? PATH_KERNEL : PATH_DMA;
     return bytes / runs < AUTO_KERNEL_BELOW ? PATH_KERNEL : PATH_DMA;
 }
 

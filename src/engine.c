@@ -54,8 +54,7 @@ typedef struct hazard {
     batch *reader0;
     batch **more;
     uint32_t nreaders, cap;
-    uint64_t poison;       /* id of the batch whose write here failed, 0: none */
-    uint64_t wmark, rmark; /* the last batch check that saw it written / read */
+    uint64_t poison; /* id of the batch whose write here failed, 0: none */
 } hazard;
 
 typedef struct file_hazard {
@@ -130,6 +129,12 @@ typedef struct worker {
 
 #define TICKET_BUCKETS 1024u
 
+/* One finished chunk of an async copy batch, as the backend reported it. */
+typedef struct async_event {
+    batch *b;
+    kvf_status status;
+} async_event;
+
 struct kvf_engine {
     kvf_engine_config cfg;
     char *file_dir, *file_namespace;
@@ -148,6 +153,7 @@ struct kvf_engine {
 
     hazard *hz_primary, *hz_secondary;
     uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
+    uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see check_collisions */
     file_hazard **file_buckets;
     size_t file_nbuckets, file_count;
 
@@ -175,6 +181,18 @@ struct kvf_engine {
     worker *workers;
     uint32_t nworkers;
     bool stop;
+
+    /* Completions of async copy batches. The backend's callback only
+     * queues them here: it runs as a CUDA host function, which holds up
+     * its stream's next copies while it runs, so it must not wait for `mu`
+     * (held for a while by a submit registering a large batch). A
+     * completion thread takes them in turn and completes the batches. */
+    pthread_mutex_t cb_mu;
+    pthread_cond_t cb_cv;
+    async_event *cb_events, *cb_spare;
+    size_t cb_n, cb_cap, cb_spare_cap;
+    bool cb_stop, cb_started;
+    pthread_t cb_thread;
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -297,24 +315,27 @@ static hazard *hazard_of(kvf_engine *e, space sp, uint64_t idx, bool create)
  * and each entry is a cache miss that the loop would otherwise wait for. */
 #define PREFETCH_AHEAD 16u
 
-static inline void hazard_prefetch(const kvf_engine *e, space sp, uint64_t idx)
+/* always inlined: GCC finds an out-of-line prefetch function free of side
+ * effects, and drops its calls */
+static inline __attribute__((always_inline)) void hazard_prefetch(const kvf_engine *e, space sp,
+                                                                  uint64_t idx)
 {
     if (sp == SP_PRIMARY)
-        __builtin_prefetch(&e->hz_primary[idx], 1);
+        __builtin_prefetch(&e->hz_primary[idx]);
     else if (sp == SP_SECONDARY)
-        __builtin_prefetch(&e->hz_secondary[idx], 1);
+        __builtin_prefetch(&e->hz_secondary[idx]);
 }
 
 /* Prefetches the entries of move i + PREFETCH_AHEAD of moves[0..n). */
-static inline void move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves,
-                                 size_t i, size_t n)
+static inline __attribute__((always_inline)) void
+move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, size_t i, size_t n)
 {
     if (i + PREFETCH_AHEAD < n) {
         const kvf_move *m = &moves[i + PREFETCH_AHEAD];
         hazard_prefetch(e, rs, m->src);
         hazard_prefetch(e, ws, m->dst);
         if (ws == SP_SECONDARY)
-            __builtin_prefetch(&e->sec_tokens[m->dst], 1);
+            __builtin_prefetch(&e->sec_tokens[m->dst]);
     }
 }
 
@@ -431,6 +452,8 @@ static void batch_release(batch *b)
 /* ---- engine lifetime ----------------------------------------------------- */
 
 static void *worker_main(void *arg);
+static void *completion_main(void *arg);
+static void completion_stop(kvf_engine *e);
 
 static void warn_gds_fallback(void)
 {
@@ -537,6 +560,16 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
+    pthread_mutex_init(&e->cb_mu, NULL);
+    pthread_cond_init(&e->cb_cv, NULL);
+    if (e->backend->ops->copy_async) {
+        int rc = pthread_create(&e->cb_thread, NULL, completion_main, e);
+        if (rc != 0) {
+            st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_create: %s", strerror(rc));
+            goto destroy_sync;
+        }
+        e->cb_started = true;
+    }
 
     uint32_t nthreads = c.threads;
     if (nthreads == 0) {
@@ -571,6 +604,7 @@ stop_workers:
         pthread_join(e->workers[i].thread, NULL);
     free(e->workers);
 destroy_sync:
+    completion_stop(e);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
@@ -605,6 +639,7 @@ void kvf_engine_destroy(kvf_engine *e)
     pthread_mutex_unlock(&e->mu);
     for (uint32_t i = 0; i < e->nworkers; i++)
         pthread_join(e->workers[i].thread, NULL);
+    completion_stop(e);
     for (uint32_t i = 0; i < e->nworkers; i++)
         if (e->workers[i].staging)
             e->backend->ops->mem_free(e->backend,
@@ -636,6 +671,8 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->hz_primary);
     free(e->hz_secondary);
     free(e->sec_tokens);
+    free(e->mark_primary);
+    free(e->mark_secondary);
     free(e->sort_count);
     for (size_t i = 0; i < e->file_nbuckets; i++)
         for (file_hazard *f = e->file_buckets[i], *next; f; f = next) {
@@ -843,13 +880,19 @@ static kvf_status freeze(kvf_engine *e)
     e->hz_primary = calloc(prim, sizeof *e->hz_primary);
     e->hz_secondary = sec ? calloc(sec, sizeof *e->hz_secondary) : NULL;
     e->sec_tokens = sec ? calloc(sec, sizeof *e->sec_tokens) : NULL;
-    if (!e->hz_primary || (sec && (!e->hz_secondary || !e->sec_tokens))) {
+    e->mark_primary = calloc(prim, sizeof *e->mark_primary);
+    e->mark_secondary = sec ? calloc(sec, sizeof *e->mark_secondary) : NULL;
+    if (!e->hz_primary || !e->mark_primary ||
+        (sec && (!e->hz_secondary || !e->sec_tokens || !e->mark_secondary))) {
         free(gs);
         free(e->hz_primary);
         free(e->hz_secondary);
         free(e->sec_tokens);
+        free(e->mark_primary);
+        free(e->mark_secondary);
         e->hz_primary = e->hz_secondary = NULL;
         e->sec_tokens = NULL;
+        e->mark_primary = e->mark_secondary = NULL;
         return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for hazard tables");
     }
     e->dir.fingerprint = kvf__geometry_fingerprint(gs, e->npools);
@@ -892,26 +935,34 @@ static kvf_status check_collisions(kvf_engine *e, op_kind kind, const kvf_move *
         free(v);
         return st;
     }
+    /* one mark per slot in a compact array (the hazard entries are larger
+     * and scattered): the batch check's stamp, times two, plus one for a
+     * write */
     uint64_t stamp = ++e->check_epoch;
     space ws = kind_writes(kind);
+    uint64_t *wm = ws == SP_PRIMARY ? e->mark_primary : e->mark_secondary;
     for (size_t i = 0; i < n; i++) {
-        move_prefetch(e, kind == OP_COPY ? SP_PRIMARY : SP_FILE, ws, moves, i, n);
-        hazard *w = hazard_of(e, ws, moves[i].dst, false);
-        if (w->wmark == stamp || w->rmark == stamp)
+        if (i + PREFETCH_AHEAD < n) {
+            __builtin_prefetch(&wm[moves[i + PREFETCH_AHEAD].dst]);
+            if (kind == OP_COPY)
+                __builtin_prefetch(&e->mark_primary[moves[i + PREFETCH_AHEAD].src]);
+        }
+        uint64_t *w = &wm[moves[i].dst];
+        if (*w >> 1 == stamp)
             return kvf__fail(KVF_ERR_INVALID,
                              "batch: move %zu writes %s slot %llu, which another move of the "
                              "batch reads or writes",
                              i, ws == SP_PRIMARY ? "primary" : "secondary",
                              (unsigned long long)moves[i].dst);
-        w->wmark = stamp;
+        *w = stamp << 1 | 1u;
         if (kind == OP_COPY) {
-            hazard *r = hazard_of(e, SP_PRIMARY, moves[i].src, false);
-            if (r->wmark == stamp)
+            uint64_t *r = &e->mark_primary[moves[i].src];
+            if (*r == (stamp << 1 | 1u))
                 return kvf__fail(KVF_ERR_INVALID,
                                  "batch: move %zu reads primary slot %llu, which the batch "
                                  "also writes",
                                  i, (unsigned long long)moves[i].src);
-            r->rmark = stamp;
+            *r = stamp << 1;
         }
     }
     return KVF_OK;
@@ -1216,6 +1267,8 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
             if (sorted) {
                 const uint32_t *ord = b->order + off;
                 for (size_t j = 0; j < len; j++) {
+                    if (j + PREFETCH_AHEAD < len)
+                        __builtin_prefetch(&b->moves[ord[j + PREFETCH_AHEAD]]);
                     c->moves[j] = b->moves[ord[j]];
                     c->status[j] = b->status[ord[j]];
                 }
@@ -1412,15 +1465,88 @@ static void async_release(kvf_engine *e, batch *b)
     complete_batch(e, b);
 }
 
+static void async_finish(kvf_engine *e, batch *b, kvf_status status)
+{
+    if (status != KVF_OK && b->async_status == KVF_OK)
+        b->async_status = status;
+    async_release(e, b);
+}
+
+/* The backend's callback: hands the chunk to the completion thread. */
 static void async_done(void *arg, kvf_status status)
 {
     batch *b = arg;
     kvf_engine *e = b->engine;
-    pthread_mutex_lock(&e->mu);
-    if (status != KVF_OK && b->async_status == KVF_OK)
-        b->async_status = status;
-    async_release(e, b);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->cb_mu);
+    if (e->cb_n == e->cb_cap) {
+        size_t cap = e->cb_cap ? 2 * e->cb_cap : 64;
+        async_event *ev = realloc(e->cb_events, cap * sizeof *ev);
+        if (!ev) {
+            /* no room: complete it here, waiting for the lock after all */
+            pthread_mutex_unlock(&e->cb_mu);
+            pthread_mutex_lock(&e->mu);
+            async_finish(e, b, status);
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->cb_events = ev;
+        e->cb_cap = cap;
+    }
+    e->cb_events[e->cb_n++] = (async_event){b, status};
+    pthread_cond_signal(&e->cb_cv);
+    pthread_mutex_unlock(&e->cb_mu);
+}
+
+static void *completion_main(void *arg)
+{
+    kvf_engine *e = arg;
+    pthread_mutex_lock(&e->cb_mu);
+    for (;;) {
+        while (e->cb_n == 0 && !e->cb_stop)
+            pthread_cond_wait(&e->cb_cv, &e->cb_mu);
+        if (e->cb_n == 0)
+            break;
+        /* take every queued event; the callback fills the spare array */
+        async_event *ev = e->cb_events;
+        size_t n = e->cb_n, cap = e->cb_cap;
+        e->cb_events = e->cb_spare;
+        e->cb_cap = e->cb_spare_cap;
+        e->cb_n = 0;
+        e->cb_spare = NULL;
+        e->cb_spare_cap = 0;
+        pthread_mutex_unlock(&e->cb_mu);
+        pthread_mutex_lock(&e->mu);
+        for (size_t i = 0; i < n; i++)
+            async_finish(e, ev[i].b, ev[i].status);
+        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&e->cb_mu);
+        if (!e->cb_spare) {
+            e->cb_spare = ev;
+            e->cb_spare_cap = cap;
+        } else {
+            free(ev);
+        }
+    }
+    pthread_mutex_unlock(&e->cb_mu);
+    return NULL;
+}
+
+/* Ends the completion thread (every batch already complete). */
+static void completion_stop(kvf_engine *e)
+{
+    if (e->cb_started) {
+        pthread_mutex_lock(&e->cb_mu);
+        e->cb_stop = true;
+        pthread_cond_signal(&e->cb_cv);
+        pthread_mutex_unlock(&e->cb_mu);
+        pthread_join(e->cb_thread, NULL);
+        e->cb_started = false;
+    }
+    free(e->cb_events);
+    free(e->cb_spare);
+    e->cb_events = e->cb_spare = NULL;
+    pthread_mutex_destroy(&e->cb_mu);
+    pthread_cond_destroy(&e->cb_cv);
 }
 
 /* Hands a ready copy batch to an asynchronous backend, in chunks. Called

@@ -225,6 +225,17 @@ static int path_cases(kvf_cuda_copy mode, arena *h, arena *d1, arena *d2)
         snprintf(what, sizeof what, "%s %s 2-d partial", mode_name[mode], dir_name[dir]);
         run_batches(b, q, d, s, c, n, n, what, want);
 
+        /* 2-D with wide rows (the dma path sends them as flat copies):
+         * 4 rows of 100003 bytes of 1 MiB blocks, 256 KiB apart, scattered */
+        n = scattered(d, s, (size_t)1 << 20, 8, c);
+        for (size_t i = 0; i < n; i++) {
+            c[i].width = 100003;
+            c[i].rows = 4;
+            c[i].dpitch = c[i].spitch = (size_t)256 << 10;
+        }
+        snprintf(what, sizeof what, "%s %s 2-d wide rows", mode_name[mode], dir_name[dir]);
+        run_batches(b, q, d, s, c, n, n, what, want);
+
         /* 2-D with different pitches on each side, odd widths, odd offsets:
          * strided into packed and packed into strided */
         n = 0;

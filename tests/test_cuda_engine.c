@@ -413,7 +413,7 @@ static int test_bad_pools(void)
  * blocks offloaded, then at once onboarded into other, poisoned primary
  * slots that the offload is still reading (read after write on the
  * secondary slots, write after read on the primary ones); byte for byte.
- * Again with 1 MiB blocks (one part, staged in 4 MiB chunks). */
+ * Again with 512 KiB blocks (one part, staged in two chunks). */
 static int staged_case(size_t head, uint32_t n)
 {
     kvf_geometry g = {1, 2, 1, 32, (uint32_t)head, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
@@ -505,7 +505,7 @@ static int staged_case(size_t head, uint32_t n)
 static int test_staged(void)
 {
     staged_case(32, 20000); /* 4 KiB blocks, 5 parts */
-    staged_case(8192, 40);  /* 1 MiB blocks */
+    staged_case(4096, 40);  /* 512 KiB blocks, 2 chunks of 16 MiB */
     return 0;
 }
 
