@@ -1112,10 +1112,11 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
  *    engine setup dominates, and costs 0.4-4 us of host time per copy).
  *    8 SMs already reach the one-way rate. Runs of 256 KiB and more: dma.
  *  - 2-D partial copies: kernel while rows are short (35-48 GB/s against
- *    1.5-48 for cudaMemcpy3DBatchAsync at rows of 1-32 KiB); from rows of
- *    AUTO_ROWS_DMA_FROM, dma, which sends wide rows as flat copies in one
- *    cudaMemcpyBatchAsync (46-53 GB/s at rows of 128-512 KiB, where the
- *    kernel moved 40 and 2-D copies, batched or staged, 36-42).
+ *    1.5-48 for cudaMemcpy3DBatchAsync at rows of 1-32 KiB; through the
+ *    engine 34-41 at rows of 16-128 KiB, where staging them with 2-D DMAs
+ *    moved 30-42 and dma 29-34); from rows of AUTO_ROWS_DMA_FROM, dma,
+ *    which sends wide rows as flat copies in one cudaMemcpyBatchAsync
+ *    (41-42 through the engine at rows of 512 KiB, the kernel 40-41).
  *  - device<->device: kernel (32 SMs: 320-975 GB/s from 4 KiB to 4 MiB
  *    blocks, against 0.9-790 for batched copies at 4-5 us of host time per
  *    copy), unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
@@ -1123,7 +1124,7 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
 #define AUTO_STAGED_BELOW ((size_t)1 << 20)
-#define AUTO_ROWS_DMA_FROM ((size_t)128 << 10)
+#define AUTO_ROWS_DMA_FROM ((size_t)256 << 10)
 #define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
 /* *stage_p: 1 when the batch moves device->host and 0 host->device, with

@@ -3,8 +3,10 @@
  * of 4 KiB to 4 MiB, odd sizes at unaligned offsets, scattered order,
  * contiguous and 2-D partial copies, long batches and many batches in
  * flight; copy_sync from several threads at once; mem_register; sync_stream.
- * Every check is byte for byte against an image computed on the host,
- * poison outside the copied regions included. Exits 77 without a GPU. */
+ * The staged path (dense host ranges, whole and 2-D, batches in flight)
+ * and its refusals. Every check is byte for byte against an image computed
+ * on the host, poison outside the copied regions included. Exits 77
+ * without a GPU. */
 #include "testutil_cuda.h"
 
 #include "cuda_kernels.h"
