@@ -121,11 +121,20 @@ typedef struct pool {
 typedef struct worker {
     kvf_engine *engine;
     pthread_t thread;
-    uint8_t *staging; /* header + one block of every pool, for file I/O */
+    /* file I/O: room for a chunk of moves, each a header + one block of
+     * every pool padded to the O_DIRECT alignment */
+    uint8_t *staging;
     size_t staging_bytes;
+    kvf__blockfile_io *ios;
+    kvf__copy *copies;
+    size_t *io_moves;
+    size_t nios;
+    const struct batch *file_batch; /* the batch run_file_moves works on */
 } worker;
 
 #define TICKET_BUCKETS 1024u
+/* File staging of one worker, at most: bounds a chunk of file moves. */
+#define FILE_STAGING_BUDGET ((size_t)64 << 20)
 
 struct kvf_engine {
     kvf_engine_config cfg;
@@ -150,6 +159,7 @@ struct kvf_engine {
 
     bool file_enabled;
     kvf__blockfile_dir dir;
+    kvf__fileio *fio;
 
     uint64_t next_id;
     batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
@@ -400,6 +410,20 @@ static void batch_release(batch *b)
 
 static void *worker_main(void *arg);
 
+/* The file engine asked for: the config's, or env KVF_FILE_ENGINE over AUTO. */
+static kvf_file_engine file_engine_of(const kvf_engine_config *c)
+{
+    const char *env = getenv("KVF_FILE_ENGINE");
+    if (c->file_engine != KVF_FILE_ENGINE_AUTO || !env || !*env || strcmp(env, "auto") == 0)
+        return c->file_engine;
+    if (strcmp(env, "uring") == 0)
+        return KVF_FILE_ENGINE_URING;
+    if (strcmp(env, "threads") == 0)
+        return KVF_FILE_ENGINE_THREADS;
+    KVF_LOG(KVF_LOG_WARN, "KVF_FILE_ENGINE=%s: unknown engine, ignored", env);
+    return KVF_FILE_ENGINE_AUTO;
+}
+
 static void warn_gds_fallback(void)
 {
     KVF_LOG(KVF_LOG_WARN, "file tier: GPUDirect Storage is not implemented yet; "
@@ -446,7 +470,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         c.struct_size = sizeof c;
     }
     if ((unsigned)c.backend > KVF_BACKEND_CUDA || (unsigned)c.file_io > KVF_FILE_IO_GDS ||
-        (unsigned)c.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda_copy > KVF_CUDA_COPY_DMA)
+        (unsigned)c.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda_copy > KVF_CUDA_COPY_DMA ||
+        (unsigned)c.file_engine > KVF_FILE_ENGINE_THREADS)
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: an enum field is out of range");
     if (c.threads > 256)
         return kvf__fail(KVF_ERR_RANGE, "kvf_engine_create: threads %u (at most 256)", c.threads);
@@ -511,6 +536,11 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         nthreads = cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
     }
+    if (e->file_enabled) {
+        st = kvf__fileio_create(file_engine_of(&c), c.file_queue_depth, nthreads, &e->fio);
+        if (st != KVF_OK)
+            goto destroy_sync;
+    }
     e->workers = calloc(nthreads, sizeof *e->workers);
     if (!e->workers) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
@@ -525,8 +555,11 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         }
         e->nworkers++;
     }
-    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s", e->backend->ops->name, e->nworkers,
-            e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "");
+    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
+            e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
+            !e->fio                                               ? ""
+            : kvf__fileio_engine(e->fio) == KVF_FILE_ENGINE_URING ? " (io_uring)"
+                                                                  : " (threads)");
     *engine_p = e;
     return KVF_OK;
 
@@ -539,6 +572,7 @@ stop_workers:
         pthread_join(e->workers[i].thread, NULL);
     free(e->workers);
 destroy_sync:
+    kvf__fileio_destroy(e->fio);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
@@ -573,13 +607,18 @@ void kvf_engine_destroy(kvf_engine *e)
     pthread_mutex_unlock(&e->mu);
     for (uint32_t i = 0; i < e->nworkers; i++)
         pthread_join(e->workers[i].thread, NULL);
-    for (uint32_t i = 0; i < e->nworkers; i++)
+    for (uint32_t i = 0; i < e->nworkers; i++) {
         if (e->workers[i].staging)
             e->backend->ops->mem_free(e->backend,
                                       e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED
                                                                           : KVF_MEMORY_HOST,
                                       e->workers[i].staging);
+        free(e->workers[i].ios);
+        free(e->workers[i].copies);
+        free(e->workers[i].io_moves);
+    }
     free(e->workers);
+    kvf__fileio_destroy(e->fio);
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {
             next = b->next_ticket;
@@ -1399,14 +1438,34 @@ static void issue_async(kvf_engine *e, batch *b)
     async_release(e, b);
 }
 
-static kvf_status ensure_staging(worker *w)
+/* Bytes of one move's file image in staging: header and payload, padded
+ * so that every image starts and ends on the O_DIRECT alignment. */
+static size_t staging_slot_bytes(const kvf_engine *e)
+{
+    size_t n = KVF_BLOCKFILE_HEADER_BYTES + e->all_block_bytes;
+    return (n + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
+}
+
+/* Room for `n` moves' file images, their I/O records and copies. */
+static kvf_status ensure_staging(worker *w, size_t n)
 {
     kvf_engine *e = w->engine;
-    size_t need = KVF_BLOCKFILE_HEADER_BYTES + e->all_block_bytes;
-    if (w->staging && w->staging_bytes >= need)
+    size_t need = staging_slot_bytes(e) * n;
+    if (w->staging && w->staging_bytes >= need && w->nios >= n)
         return KVF_OK;
     kvf_memory kind =
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
+    kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
+    if (ios)
+        w->ios = ios;
+    kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
+    if (copies)
+        w->copies = copies;
+    size_t *io_moves = realloc(w->io_moves, n * sizeof *io_moves);
+    if (io_moves)
+        w->io_moves = io_moves;
+    if (!ios || !copies || !io_moves)
+        return kvf__fail(KVF_ERR_NOMEM, "file staging: out of memory for %zu moves", n);
     void *p;
     kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
     if (st != KVF_OK)
@@ -1415,6 +1474,7 @@ static kvf_status ensure_staging(worker *w)
         e->backend->ops->mem_free(e->backend, kind, w->staging);
     w->staging = p;
     w->staging_bytes = need;
+    w->nios = n;
     return KVF_OK;
 }
 
@@ -1446,57 +1506,109 @@ static size_t file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
     return off;
 }
 
-static kvf_status run_file_move(worker *w, const batch *b, size_t i)
+/* Copies between slots and staging: host memory on both sides for
+ * secondary slots (no backend, no GPU stream), the backend's otherwise. */
+static kvf_status staging_copy(kvf_engine *e, const batch *b, const kvf__copy *cp)
+{
+    if (kind_uses_secondary(b->kind))
+        return kvf__host_copy(cp, e->npools);
+    return e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+}
+
+static void file_move_failed(const batch *b, size_t i, kvf_status st, const char *msg)
+{
+    b->status[i] = st;
+    KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], msg);
+}
+
+/* One block read for an onboard or promote: checked against the engine's
+ * layout and scattered into its slots, while the chunk's other reads are
+ * still in flight. */
+static void onboard_done(kvf__blockfile_io *io)
+{
+    worker *w = io->arg;
+    kvf_engine *e = w->engine;
+    const batch *b = w->file_batch;
+    size_t j = (size_t)(io - w->ios), i = w->io_moves[j];
+    const kvf_move *mv = &b->moves[i];
+    if (io->status != KVF_OK) {
+        file_move_failed(b, i, io->status, io->msg);
+        return;
+    }
+    uint32_t tokens = eff_tokens(e, mv->tokens);
+    const kvf__blockfile_meta *meta = &io->meta;
+    kvf__copy *cp = &w->copies[j * e->npools];
+    kvf_status st;
+    if (meta->pools != e->npools)
+        st = kvf__fail(KVF_ERR_MISMATCH, "block 0x%llx: stored with %u pools, engine has %u",
+                       (unsigned long long)mv->src, meta->pools, e->npools);
+    else if (meta->tokens < tokens)
+        st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
+                       (unsigned long long)mv->src, meta->tokens, tokens);
+    else if (file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens, meta->tokens,
+                         cp) != meta->payload_bytes)
+        st = kvf__fail(
+            KVF_ERR_MISMATCH, "block 0x%llx: %llu payload bytes stored, not what %u tokens take",
+            (unsigned long long)mv->src, (unsigned long long)meta->payload_bytes, meta->tokens);
+    else
+        st = staging_copy(e, b, cp);
+    if (st != KVF_OK)
+        file_move_failed(b, i, st, kvf_last_error());
+}
+
+/* The file half of moves first..last-1 of a batch, all in flight at once
+ * through the file I/O engine: gather into staging and write, or read and
+ * scatter from staging. Each move gets its own status. */
+static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
 {
     kvf_engine *e = w->engine;
-    const kvf_move *mv = &b->moves[i];
-    kvf_status st = ensure_staging(w);
-    if (st != KVF_OK)
-        return st;
-    kvf__copy copies[64];
-    kvf__copy *cp = e->npools <= 64 ? copies : malloc(e->npools * sizeof *cp);
-    if (!cp)
-        return kvf__fail(KVF_ERR_NOMEM, "out of memory");
-    uint8_t *payload = w->staging + KVF_BLOCKFILE_HEADER_BYTES;
-    uint32_t tokens = eff_tokens(e, mv->tokens);
-    /* secondary slots are host memory: no backend (and no GPU stream) needed */
-    bool host_only = kind_uses_secondary(b->kind);
-    if (kind_writes(b->kind) == SP_FILE) {
-        size_t bytes = file_copies(e, b->kind, mv, payload, tokens, tokens, cp);
-        st = host_only ? kvf__host_copy(cp, e->npools)
-                       : e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
-        if (st == KVF_OK) {
-            kvf__blockfile_meta meta = {mv->dst, tokens, e->npools, bytes};
-            st = kvf__blockfile_write(&e->dir, &meta, w->staging);
-        }
-    } else {
-        kvf__blockfile_meta meta;
-        st = kvf__blockfile_read(&e->dir, mv->src, w->staging, w->staging_bytes, &meta);
-        if (st == KVF_OK && meta.pools != e->npools)
-            st = kvf__fail(KVF_ERR_MISMATCH, "block 0x%llx: stored with %u pools, engine has %u",
-                           (unsigned long long)mv->src, meta.pools, e->npools);
-        if (st == KVF_OK && meta.tokens < tokens)
-            st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
-                           (unsigned long long)mv->src, meta.tokens, tokens);
-        if (st == KVF_OK) {
-            size_t bytes = file_copies(e, b->kind, mv, payload, tokens, meta.tokens, cp);
-            if (bytes != meta.payload_bytes)
-                st = kvf__fail(KVF_ERR_MISMATCH,
-                               "block 0x%llx: %llu payload bytes stored, %zu expected for %u "
-                               "tokens",
-                               (unsigned long long)mv->src, (unsigned long long)meta.payload_bytes,
-                               bytes, meta.tokens);
-            else if (host_only)
-                st = kvf__host_copy(cp, e->npools);
-            else
-                st = e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
-        }
+    kvf_status st = ensure_staging(w, last - first);
+    if (st != KVF_OK) {
+        for (size_t i = first; i < last; i++)
+            if (b->status[i] == KVF_INPROGRESS)
+                file_move_failed(b, i, st, kvf_last_error());
+        return;
     }
-    if (cp != copies)
-        free(cp);
-    if (st != KVF_OK)
-        KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], kvf_last_error());
-    return st;
+    size_t slot_bytes = staging_slot_bytes(e);
+    bool to_file = kind_writes(b->kind) == SP_FILE;
+    size_t k = 0;
+    for (size_t i = first; i < last; i++) {
+        if (b->status[i] != KVF_INPROGRESS)
+            continue;
+        const kvf_move *mv = &b->moves[i];
+        kvf__blockfile_io *io = &w->ios[k];
+        io->buf = w->staging + k * slot_bytes;
+        io->cap = slot_bytes;
+        io->on_done = NULL;
+        if (to_file) {
+            uint32_t tokens = eff_tokens(e, mv->tokens);
+            kvf__copy *cp = &w->copies[k * e->npools];
+            size_t bytes = file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens,
+                                       tokens, cp);
+            st = staging_copy(e, b, cp);
+            if (st != KVF_OK) {
+                file_move_failed(b, i, st, kvf_last_error());
+                continue;
+            }
+            io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
+        } else {
+            io->meta.key = mv->src;
+        }
+        w->io_moves[k++] = i;
+    }
+    w->file_batch = b;
+    if (to_file) {
+        kvf__blockfile_write_many(&e->dir, e->fio, w->ios, k);
+        for (size_t j = 0; j < k; j++)
+            if (w->ios[j].status != KVF_OK)
+                file_move_failed(b, w->io_moves[j], w->ios[j].status, w->ios[j].msg);
+    } else {
+        for (size_t j = 0; j < k; j++) {
+            w->ios[j].on_done = onboard_done;
+            w->ios[j].arg = w;
+        }
+        kvf__blockfile_read_many(&e->dir, e->fio, w->ios, k);
+    }
 }
 
 static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
@@ -1516,9 +1628,16 @@ static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
  * no more than an even share, so a large batch spreads over all workers. */
 static size_t chunk_of(const kvf_engine *e, const batch *b)
 {
-    if (kind_is_file(b->kind))
-        return 1;
     size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
+    if (kind_is_file(b->kind)) {
+        /* the engine's queue depth shared by the workers, within a
+         * staging budget per worker */
+        size_t nw = e->nworkers, depth = kvf__fileio_depth(e->fio);
+        size_t budget = FILE_STAGING_BUDGET / staging_slot_bytes(e);
+        per = (depth + nw - 1) / nw;
+        if (per > budget)
+            per = budget;
+    }
     size_t share = (b->n + e->nworkers - 1) / e->nworkers;
     size_t c = per < share ? per : share;
     return c ? c : 1;
@@ -1560,10 +1679,12 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&e->mu);
 
         /* each move's status is written by the one worker that claimed it */
-        for (size_t i = first; i < last; i++) {
+        if (kind_is_file(b->kind))
+            run_file_moves(w, b, first, last);
+        for (size_t i = first; i < last && !kind_is_file(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
-            kvf_status st = kind_is_file(b->kind) ? run_file_move(w, b, i) : run_copy_move(e, b, i);
+            kvf_status st = run_copy_move(e, b, i);
             if (st != KVF_OK)
                 b->status[i] = st;
         }

@@ -19,5 +19,8 @@ kvf_status kvf_info_get(kvf_info *info)
         return kvf__fail(KVF_ERR_INVALID, "kvf_info_get: start from KVF_INFO_INIT");
     memset((char *)info + sizeof info->struct_size, 0, sizeof *info - sizeof info->struct_size);
     kvf__cuda_info(info);
+#ifdef KVF_HAVE_URING
+    info->uring_built = 1;
+#endif
     return KVF_OK;
 }

@@ -472,10 +472,28 @@ static int test_round_trip(void)
             continue;
         fault_clear();
         CHECK_STATUS(put(&d2, 0x77, 5 + mode, 1000), KVF_OK);
-        CHECK_EQ_INT(fault.calls[3], mode); /* NONE 0, BATCH 1 (file), BLOCK 2 (file, dir) */
+        /* NONE 0, BATCH 0 (the batch's syncfs does it all), BLOCK 2 (file, dir) */
+        CHECK_EQ_INT(fault.calls[3], mode == KVF_FSYNC_BATCH ? 0 : mode);
         CHECK_EQ_INT(expect(&d, 0x77, 5 + mode, 1000), 0);
         CHECK_STATUS(kvf__blockfile_fsync_dir(&d2), KVF_OK);
+        CHECK_EQ_INT(fault.calls[3], mode == KVF_FSYNC_BATCH ? 1 : mode + 1);
         kvf__blockfile_close_dir(&d2);
+    }
+    /* BATCH with an fsync per file instead of a syncfs per batch */
+    {
+        kvf__blockfile_dir d2;
+        setenv("KVF_FSYNC_METHOD", "fsync", 1);
+        int rc = open_ns("rt", FP, KVF_FSYNC_BATCH, &d2);
+        unsetenv("KVF_FSYNC_METHOD");
+        if (!rc) {
+            fault_clear();
+            CHECK_STATUS(put(&d2, 0x78, 9, 1000), KVF_OK);
+            CHECK_EQ_INT(fault.calls[3], 1);
+            CHECK_STATUS(kvf__blockfile_fsync_dir(&d2), KVF_OK);
+            CHECK_EQ_INT(fault.calls[3], 2);
+            CHECK_EQ_INT(expect(&d, 0x78, 9, 1000), 0);
+            kvf__blockfile_close_dir(&d2);
+        }
     }
     kvf__set_io_fault(NULL);
     CHECK_EQ_INT(count_tmp(&d), 0);
@@ -708,9 +726,9 @@ static int test_read_faults(void)
     uint8_t *buf = malloc(HDR + LEN);
     REQUIRE(buf);
     kvf__blockfile_meta m;
-    /* EIO on the header's read and on the payload's */
+    /* EIO on the first call and on a later one (the file read in 4 KiB pieces) */
     for (int skip = 0; skip < 2; skip++) {
-        fault_set("read", EIO, 0, skip, 1);
+        fault_set("read", EIO, 4096, skip, 1);
         CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_IO);
         CHECK_STR_HAS(kvf_last_error(), "block 0x20: ");
         CHECK_STR_HAS(kvf_last_error(), "read: ");
@@ -720,7 +738,7 @@ static int test_read_faults(void)
     CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_IO);
     /* the file shrinks between fstat and the payload's read: the read
      * sees end of file and must call it corrupt, not pad with zeros */
-    fault_set("read", 0, 0, 1, 1);
+    fault_set("read", 0, 4096, 1, 1);
     fault.truncate_to = HDR + 100;
     CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "short read");

@@ -31,6 +31,8 @@ typedef struct bench_opts {
     const char *dir;
     const char *json;
     kvf_fsync fsync;
+    kvf_file_engine file_engine;
+    uint32_t queue_depth;
     uint64_t seed;
     bool compare;
 } bench_opts;
@@ -332,70 +334,69 @@ out:
 }
 #endif
 
-static int write_all(int fd, const uint8_t *p, size_t n, off_t off)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-        off += w;
-    }
-    return 0;
-}
+/* What ran the file ceiling's calls, and so the tier's (same config). */
+static char file_engine_used[64];
 
-static int read_all(int fd, uint8_t *p, size_t n, off_t off)
-{
-    while (n) {
-        ssize_t r = pread(fd, p, n, off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return 0;
-}
-
-/* The file ceiling: the same bytes as one sequential file in 4 MiB calls,
- * fsynced when the engine's policy fsyncs. And the reference's POSIX
+/* The file ceiling: the bytes the tier moves (each block's image of header
+ * and payload, padded to 4 KiB) as one file, written and read with O_DIRECT
+ * by the same I/O engine at the same queue depth, fsynced once when the
+ * tier fsyncs: the disk with no per-file cost. And the reference's POSIX
  * algorithm: per block per pool a zero-filled pageable buffer, one
  * write() into block_<id>_pool_<p>.bin (or one read()), as the seed does. */
 static void file_baselines(const char *dir, size_t block_bytes, uint32_t blocks, uint32_t pools,
-                           bool fsync_on, uint32_t iters, dram_base *out)
+                           bool fsync_on, const bench_opts *o, dram_base *out)
 {
-    size_t total = block_bytes * blocks * pools, chunk = 4u << 20;
-    uint8_t *buf = malloc(total);
-    char path[4096];
-    if (!buf)
+    uint32_t iters = o->iters;
+    size_t image = (KVF_BLOCKFILE_HEADER_BYTES + block_bytes * pools + KVF_FILE_ALIGN - 1) &
+                   ~(size_t)(KVF_FILE_ALIGN - 1);
+    size_t total = block_bytes * blocks * pools;
+    void *mem = NULL;
+    if (posix_memalign(&mem, KVF_FILE_ALIGN, image * blocks) != 0)
         return;
+    uint8_t *buf = mem;
+    char path[4096];
     uint64_t seed = 11;
-    fill_random(buf, total, &seed);
+    fill_random(buf, image * blocks, &seed);
     snprintf(path, sizeof path, "%s/ceiling.bin", dir);
     double *t = malloc(iters * sizeof *t);
+    kvf__fio_op *ops = calloc(blocks, sizeof *ops);
+    kvf__fileio *io = NULL;
+    if (!t || !ops || kvf__fileio_create(o->file_engine, o->queue_depth, 1, &io) != KVF_OK)
+        goto fail;
+    snprintf(file_engine_used, sizeof file_engine_used, "%s, queue depth %u",
+             kvf__fileio_engine(io) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads",
+             kvf__fileio_depth(io));
     for (int d = 0; d < 2; d++) {
         for (uint32_t it = 0; it < iters; it++) {
             double t0 = now_s();
-            int fd = open(path, d ? O_RDONLY : O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            int flags = d ? O_RDONLY : O_WRONLY | O_CREAT | O_TRUNC;
+            bool direct = true;
+            int fd = open(path, flags | O_DIRECT, 0644);
+            if (fd < 0 && errno == EINVAL) {
+                direct = false; /* tmpfs: the page cache is the ceiling there */
+                fd = open(path, flags, 0644);
+            }
             if (fd < 0)
                 goto fail;
-            for (size_t off = 0; off < total; off += chunk) {
-                size_t n = total - off < chunk ? total - off : chunk;
-                int rc = d ? read_all(fd, buf + off, n, (off_t)off)
-                           : write_all(fd, buf + off, n, (off_t)off);
-                if (rc) {
-                    close(fd);
-                    goto fail;
-                }
-            }
+            for (uint32_t b = 0; b < blocks; b++)
+                ops[b] = (kvf__fio_op){.kind = d ? KVF_FIO_READ : KVF_FIO_WRITE,
+                                       .fd = fd,
+                                       .buf = buf + (size_t)b * image,
+                                       .len = image,
+                                       .need = image,
+                                       .off = (uint64_t)b * image,
+                                       .path = path,
+                                       .direct = direct,
+                                       .next = b + 1 < blocks ? &ops[b + 1] : NULL};
+            kvf__fileio_run(io, ops);
+            bool bad = false;
+            for (uint32_t b = 0; b < blocks; b++)
+                bad |= ops[b].err != 0 || ops[b].done < image;
             if (!d && fsync_on)
-                fsync(fd);
+                bad |= fsync(fd) != 0;
             close(fd);
+            if (bad)
+                goto fail;
             t[it] = now_s() - t0;
         }
         out->ceiling[d] = total / median(t, iters) / 1e9;
@@ -434,6 +435,8 @@ static void file_baselines(const char *dir, size_t block_bytes, uint32_t blocks,
             unlink(path);
         }
 fail:
+    kvf__fileio_destroy(io);
+    free(ops);
     free(t);
     free(buf);
 }
@@ -455,6 +458,8 @@ static void usage(void)
            "  --threads N                  engine worker threads (0: default)\n"
            "  --dir DIR                    file-tier directory (default: a fresh temp dir)\n"
            "  --fsync none|batch|block     file durability, default batch\n"
+           "  --file-engine auto|uring|threads   what runs the file tier's calls\n"
+           "  --queue-depth N              file calls in flight (0: the engine's default)\n"
            "  --json FILE                  also write the results as JSON\n"
            "  --seed N                     random data seed\n"
            "  --compare                    sweep 4 KiB..4 MiB blocks, whole and first 8 of 32\n"
@@ -478,14 +483,29 @@ static int parse_u32(const char *s, uint32_t *out, const char *name)
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    static const struct option longopts[] = {
-        {"backend", 1, 0, 'b'},   {"mode", 1, 0, 'm'},    {"layers", 1, 0, 'L'},
-        {"kv", 1, 0, 'K'},        {"heads", 1, 0, 'H'},   {"tokens-per-block", 1, 0, 'T'},
-        {"head-size", 1, 0, 'D'}, {"dtype", 1, 0, 'y'},   {"order", 1, 0, 'o'},
-        {"pools", 1, 0, 'p'},     {"blocks", 1, 0, 'n'},  {"tokens", 1, 0, 't'},
-        {"iters", 1, 0, 'i'},     {"threads", 1, 0, 'j'}, {"dir", 1, 0, 'd'},
-        {"fsync", 1, 0, 'f'},     {"json", 1, 0, 'J'},    {"seed", 1, 0, 's'},
-        {"compare", 0, 0, 'C'},   {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"backend", 1, 0, 'b'},
+                                             {"mode", 1, 0, 'm'},
+                                             {"layers", 1, 0, 'L'},
+                                             {"kv", 1, 0, 'K'},
+                                             {"heads", 1, 0, 'H'},
+                                             {"tokens-per-block", 1, 0, 'T'},
+                                             {"head-size", 1, 0, 'D'},
+                                             {"dtype", 1, 0, 'y'},
+                                             {"order", 1, 0, 'o'},
+                                             {"pools", 1, 0, 'p'},
+                                             {"blocks", 1, 0, 'n'},
+                                             {"tokens", 1, 0, 't'},
+                                             {"iters", 1, 0, 'i'},
+                                             {"threads", 1, 0, 'j'},
+                                             {"dir", 1, 0, 'd'},
+                                             {"fsync", 1, 0, 'f'},
+                                             {"json", 1, 0, 'J'},
+                                             {"seed", 1, 0, 's'},
+                                             {"compare", 0, 0, 'C'},
+                                             {"help", 0, 0, 'h'},
+                                             {"file-engine", 1, 0, 'E'},
+                                             {"queue-depth", 1, 0, 'Q'},
+                                             {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -571,6 +591,19 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case 's':
             o->seed = strtoull(optarg, NULL, 0);
+            break;
+        case 'E':
+            if (!strcmp(optarg, "auto"))
+                o->file_engine = KVF_FILE_ENGINE_AUTO;
+            else if (!strcmp(optarg, "uring"))
+                o->file_engine = KVF_FILE_ENGINE_URING;
+            else if (!strcmp(optarg, "threads"))
+                o->file_engine = KVF_FILE_ENGINE_THREADS;
+            else
+                rc = -1;
+            break;
+        case 'Q':
+            rc = parse_u32(optarg, &o->queue_depth, "queue-depth");
             break;
         case 'C':
             o->compare = true;
@@ -773,6 +806,8 @@ static int bench_one(bench_opts o, bench_result *res)
     cfg.file_namespace = "bench";
     cfg.file_io = o.mode == MODE_GDS ? KVF_FILE_IO_GDS : KVF_FILE_IO_POSIX;
     cfg.fsync = o.fsync;
+    cfg.file_engine = o.file_engine;
+    cfg.file_queue_depth = o.queue_depth;
     kvf_engine *e;
     if (kvf_engine_create(&cfg, &e) != KVF_OK) {
         fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
@@ -920,9 +955,8 @@ static int bench_one(bench_opts o, bench_result *res)
             gpu ? (o.tokens ? "one cudaMemcpy2DAsync per block" : "one cudaMemcpyAsync per block")
                 : "one copy per block, 1 thread";
     } else {
-        file_baselines(dir, block_bytes, o.blocks, o.pools, o.fsync != KVF_FSYNC_NONE, o.iters,
-                       &base);
-        ceiling_name = "one sequential file, 4 MiB calls";
+        file_baselines(dir, block_bytes, o.blocks, o.pools, o.fsync != KVF_FSYNC_NONE, &o, &base);
+        ceiling_name = "raw disk: O_DIRECT, same queue depth";
         ref_name = "seed POSIX: buffer+write per block";
     }
 
@@ -933,6 +967,11 @@ static int bench_one(bench_opts o, bench_result *res)
            o.g.tokens_per_block, o.g.head_size,
            o.g.order == KVF_ORDER_HEAD_MAJOR ? "head-major" : "token-major",
            o.tokens ? "partial" : "whole blocks", o.iters);
+    if (o.mode != MODE_DRAM)
+        printf("  files: %s, fsync %s\n", file_engine_used,
+               o.fsync == KVF_FSYNC_NONE    ? "none"
+               : o.fsync == KVF_FSYNC_BATCH ? "per batch"
+                                            : "per block");
     if (o.tokens)
         printf("  first %u of %u tokens: %zu useful bytes per block per pool in %zu rows\n",
                o.tokens, o.g.tokens_per_block, kvf__region_bytes(&region), region.rows);
