@@ -261,8 +261,10 @@ typedef struct kvf__blockfile_dir {
     uint64_t fingerprint;
     kvf_fsync fsync;
     int dir_fd;
-    _Atomic bool direct; /* O_DIRECT; cleared once the file system refuses it */
-    bool use_syncfs;     /* BATCH: one syncfs per batch, not an fsync per file */
+    _Atomic bool direct;                  /* O_DIRECT; cleared once the file system refuses it */
+    _Atomic bool exchange;                /* RENAME_EXCHANGE works here */
+    bool use_syncfs;                      /* BATCH: one syncfs per batch, not an fsync per file */
+    struct kvf__blockfile_spares *spares; /* replaced files, to write over */
 } kvf__blockfile_dir;
 
 /* The header's view of a stored block. */

@@ -338,70 +338,118 @@ out:
 static char file_engine_used[64];
 
 /* The file ceiling: the bytes the tier moves (each block's image of header
- * and payload, padded to 4 KiB) as one file, written and read with O_DIRECT
- * by the same I/O engine at the same queue depth, fsynced once when the
- * tier fsyncs: the disk with no per-file cost. And the reference's POSIX
- * algorithm: per block per pool a zero-filled pageable buffer, one
- * write() into block_<id>_pool_<p>.bin (or one read()), as the seed does. */
-static void file_baselines(const char *dir, size_t block_bytes, uint32_t blocks, uint32_t pools,
-                           bool fsync_on, const bench_opts *o, dram_base *out)
-{
-    uint32_t iters = o->iters;
-    size_t image = (KVF_BLOCKFILE_HEADER_BYTES + block_bytes * pools + KVF_FILE_ALIGN - 1) &
-                   ~(size_t)(KVF_FILE_ALIGN - 1);
-    size_t total = block_bytes * blocks * pools;
-    void *mem = NULL;
-    if (posix_memalign(&mem, KVF_FILE_ALIGN, image * blocks) != 0)
-        return;
-    uint8_t *buf = mem;
+ * and payload, padded to 4 KiB) as one file, written over in place and read
+ * with O_DIRECT by the same I/O engine at the same queue depth, fsynced
+ * once when the tier fsyncs: the disk with no per-file cost and no block
+ * allocation (an untimed first pass allocates the file). Its passes are
+ * interleaved with the tier's round trips, so both see the same disk: it
+ * is shared and its speed drifts by 2x within a minute. */
+typedef struct file_ceiling {
     char path[4096];
-    uint64_t seed = 11;
-    fill_random(buf, image * blocks, &seed);
-    snprintf(path, sizeof path, "%s/ceiling.bin", dir);
-    double *t = malloc(iters * sizeof *t);
-    kvf__fio_op *ops = calloc(blocks, sizeof *ops);
-    kvf__fileio *io = NULL;
-    if (!t || !ops || kvf__fileio_create(o->file_engine, o->queue_depth, 1, &io) != KVF_OK)
-        goto fail;
-    snprintf(file_engine_used, sizeof file_engine_used, "%s, queue depth %u",
-             kvf__fileio_engine(io) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads",
-             kvf__fileio_depth(io));
-    for (int d = 0; d < 2; d++) {
-        for (uint32_t it = 0; it < iters; it++) {
-            double t0 = now_s();
-            int flags = d ? O_RDONLY : O_WRONLY | O_CREAT | O_TRUNC;
-            bool direct = true;
-            int fd = open(path, flags | O_DIRECT, 0644);
-            if (fd < 0 && errno == EINVAL) {
-                direct = false; /* tmpfs: the page cache is the ceiling there */
-                fd = open(path, flags, 0644);
-            }
-            if (fd < 0)
-                goto fail;
-            for (uint32_t b = 0; b < blocks; b++)
-                ops[b] = (kvf__fio_op){.kind = d ? KVF_FIO_READ : KVF_FIO_WRITE,
-                                       .fd = fd,
-                                       .buf = buf + (size_t)b * image,
-                                       .len = image,
-                                       .need = image,
-                                       .off = (uint64_t)b * image,
-                                       .path = path,
-                                       .direct = direct,
-                                       .next = b + 1 < blocks ? &ops[b + 1] : NULL};
-            kvf__fileio_run(io, ops);
-            bool bad = false;
-            for (uint32_t b = 0; b < blocks; b++)
-                bad |= ops[b].err != 0 || ops[b].done < image;
-            if (!d && fsync_on)
-                bad |= fsync(fd) != 0;
-            close(fd);
-            if (bad)
-                goto fail;
-            t[it] = now_s() - t0;
-        }
-        out->ceiling[d] = total / median(t, iters) / 1e9;
+    uint8_t *buf;
+    size_t image, total;
+    uint32_t blocks, n[2];
+    bool fsync_on, failed;
+    kvf__fio_op *ops;
+    kvf__fileio *io;
+    double *t[2];
+} file_ceiling;
+
+static void ceiling_pass(file_ceiling *c, int d, bool timed)
+{
+    if (c->failed)
+        return;
+    double t0 = now_s();
+    int flags = d ? O_RDONLY : O_WRONLY | O_CREAT;
+    bool direct = true;
+    int fd = open(c->path, flags | O_DIRECT, 0644);
+    if (fd < 0 && errno == EINVAL) {
+        direct = false; /* tmpfs: the page cache is the ceiling there */
+        fd = open(c->path, flags, 0644);
     }
-    unlink(path);
+    if (fd < 0) {
+        c->failed = true;
+        return;
+    }
+    for (uint32_t b = 0; b < c->blocks; b++)
+        c->ops[b] = (kvf__fio_op){.kind = d ? KVF_FIO_READ : KVF_FIO_WRITE,
+                                  .fd = fd,
+                                  .buf = c->buf + (size_t)b * c->image,
+                                  .len = c->image,
+                                  .need = c->image,
+                                  .off = (uint64_t)b * c->image,
+                                  .path = c->path,
+                                  .direct = direct,
+                                  .next = b + 1 < c->blocks ? &c->ops[b + 1] : NULL};
+    kvf__fileio_run(c->io, c->ops);
+    for (uint32_t b = 0; b < c->blocks; b++)
+        c->failed |= c->ops[b].err != 0 || c->ops[b].done < c->image;
+    if (!d && c->fsync_on)
+        c->failed |= fsync(fd) != 0;
+    close(fd);
+    if (timed && !c->failed)
+        c->t[d][c->n[d]++] = now_s() - t0;
+}
+
+static int ceiling_open(file_ceiling *c, const char *dir, size_t block_bytes, uint32_t pools,
+                        const bench_opts *o)
+{
+    memset(c, 0, sizeof *c);
+    c->blocks = o->blocks;
+    c->fsync_on = o->fsync != KVF_FSYNC_NONE;
+    c->image = (KVF_BLOCKFILE_HEADER_BYTES + block_bytes * pools + KVF_FILE_ALIGN - 1) &
+               ~(size_t)(KVF_FILE_ALIGN - 1);
+    c->total = block_bytes * pools * c->blocks;
+    snprintf(c->path, sizeof c->path, "%s/ceiling.bin", dir);
+    void *mem = NULL;
+    if (posix_memalign(&mem, KVF_FILE_ALIGN, c->image * c->blocks) != 0)
+        return -1;
+    c->buf = mem;
+    uint64_t seed = 11;
+    fill_random(c->buf, c->image * c->blocks, &seed);
+    c->ops = calloc(c->blocks, sizeof *c->ops);
+    c->t[0] = calloc(o->iters, sizeof(double));
+    c->t[1] = calloc(o->iters, sizeof(double));
+    if (!c->ops || !c->t[0] || !c->t[1] ||
+        kvf__fileio_create(o->file_engine, o->queue_depth, 1, &c->io) != KVF_OK)
+        return -1;
+    snprintf(file_engine_used, sizeof file_engine_used, "%s, queue depth %u",
+             kvf__fileio_engine(c->io) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads",
+             kvf__fileio_depth(c->io));
+    ceiling_pass(c, 0, false);
+    return c->failed ? -1 : 0;
+}
+
+/* Reports the medians into `out` (when given) and frees; safe to repeat. */
+static void ceiling_close(file_ceiling *c, dram_base *out)
+{
+    for (int d = 0; d < 2 && out; d++)
+        if (c->n[d] && !c->failed)
+            out->ceiling[d] = c->total / median(c->t[d], c->n[d]) / 1e9;
+    if (c->path[0])
+        unlink(c->path);
+    kvf__fileio_destroy(c->io);
+    free(c->ops);
+    free(c->t[0]);
+    free(c->t[1]);
+    free(c->buf);
+    memset(c, 0, sizeof *c);
+}
+
+/* The reference's POSIX algorithm: per block per pool a zero-filled
+ * pageable buffer, one write() into block_<id>_pool_<p>.bin (or one
+ * read()), as the seed does. */
+static void file_reference(const char *dir, size_t block_bytes, uint32_t blocks, uint32_t pools,
+                           uint32_t iters, dram_base *out)
+{
+    size_t total = block_bytes * blocks * pools;
+    uint8_t *buf = malloc(total);
+    double *t = malloc(iters * sizeof *t);
+    char path[4096];
+    if (!buf || !t)
+        goto fail;
+    uint64_t seed = 11;
+    fill_random(buf, total, &seed);
     for (int d = 0; d < 2; d++) {
         for (uint32_t it = 0; it < iters; it++) {
             double t0 = now_s();
@@ -435,8 +483,6 @@ static void file_baselines(const char *dir, size_t block_bytes, uint32_t blocks,
             unlink(path);
         }
 fail:
-    kvf__fileio_destroy(io);
-    free(ops);
     free(t);
     free(buf);
 }
@@ -820,6 +866,9 @@ static int bench_one(bench_opts o, bench_result *res)
     kvf_move *off_moves = NULL, *on_moves = NULL;
     double *t_off = NULL, *t_on = NULL, *t_both = NULL;
     double submit_us = 0; /* host time in kvf_offload per block, best run */
+    bool files = o.mode != MODE_DRAM;
+    file_ceiling fc;
+    memset(&fc, 0, sizeof fc);
 
     for (uint32_t p = 0; p < o.pools; p++) {
         kvf_pool_desc prim = {gpu ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST, NULL, 0, o.blocks};
@@ -866,6 +915,8 @@ static int bench_one(bench_opts o, bench_result *res)
         on_moves[i] = (kvf_move){key_base + perm[i], i, o.tokens};
     }
     kvf_tier tier = o.mode == MODE_DRAM ? KVF_TIER_HOST : KVF_TIER_FILE;
+    if (files && ceiling_open(&fc, dir, block_bytes, o.pools, &o) != 0)
+        fprintf(stderr, "kvferry bench: the disk ceiling could not be measured\n");
     bool tty = isatty(2);
     for (uint32_t it = 0; it < o.iters; it++) {
         if (tty)
@@ -883,6 +934,8 @@ static int bench_one(bench_opts o, bench_result *res)
         if (st == KVF_OK)
             st = kvf_wait(e, t, NULL);
         t_off[it] = now_s() - t0;
+        if (files)
+            ceiling_pass(&fc, 0, true);
         if (st != KVF_OK) {
             fprintf(stderr, "\nkvferry bench: offload failed: %s\n", kvf_last_error());
             goto out;
@@ -897,6 +950,8 @@ static int bench_one(bench_opts o, bench_result *res)
         if (st == KVF_OK)
             st = kvf_wait(e, t, NULL);
         t_on[it] = now_s() - t0;
+        if (files)
+            ceiling_pass(&fc, 1, true);
         if (st != KVF_OK) {
             fprintf(stderr, "\nkvferry bench: onboard failed: %s\n", kvf_last_error());
             goto out;
@@ -955,7 +1010,8 @@ static int bench_one(bench_opts o, bench_result *res)
             gpu ? (o.tokens ? "one cudaMemcpy2DAsync per block" : "one cudaMemcpyAsync per block")
                 : "one copy per block, 1 thread";
     } else {
-        file_baselines(dir, block_bytes, o.blocks, o.pools, o.fsync != KVF_FSYNC_NONE, &o, &base);
+        ceiling_close(&fc, &base);
+        file_reference(dir, block_bytes, o.blocks, o.pools, o.iters, &base);
         ceiling_name = "raw disk: O_DIRECT, same queue depth";
         ref_name = "seed POSIX: buffer+write per block";
     }
@@ -1025,6 +1081,7 @@ static int bench_one(bench_opts o, bench_result *res)
     }
     rc = bad == 0 ? 0 : 1;
 out:
+    ceiling_close(&fc, NULL);
     kvf_engine_destroy(e);
     if (tmpdir[0])
         remove_bench_dir(tmpdir, "bench");
