@@ -554,13 +554,14 @@ static void io_finished(kvf__blockfile_io *io)
 /* Links the fileio ops of the blocks still going, of `kind`, each calling
  * `on_done` when finished; NULL if none. */
 static kvf__fio_op *live_ops(kvf__blockfile_io *ios, size_t n, kvf__fio_kind kind,
-                             void (*on_done)(kvf__fio_op *op))
+                             bool (*on_start)(kvf__fio_op *op), void (*on_done)(kvf__fio_op *op))
 {
     kvf__fio_op *head = NULL, **tailp = &head;
     for (size_t i = 0; i < n; i++) {
         if (ios[i].status != KVF_OK)
             continue;
         ios[i].io.kind = kind;
+        ios[i].io.on_start = on_start;
         ios[i].io.on_done = on_done;
         *tailp = &ios[i].io;
         tailp = &ios[i].io.next;
@@ -598,10 +599,6 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
     const kvf__blockfile_meta *meta = &io->meta;
     unsigned long long key = (unsigned long long)meta->key;
-    io->fd = -1;
-    io->status = KVF_OK;
-    io->reported = false;
-    io->msg[0] = '\0';
     snprintf(io->name, sizeof io->name, "%016llx.kvf", key);
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
     if (meta->payload_bytes > SIZE_MAX - 2 * KVF_FILE_ALIGN ||
@@ -646,13 +643,13 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
         write_failed(dir, io, "open", errno);
         return false;
     }
-    io->io = (kvf__fio_op){.kind = KVF_FIO_WRITE,
-                           .fd = io->fd,
-                           .buf = io->buf,
-                           .len = len,
-                           .need = len,
-                           .path = io->tmp_path,
-                           .direct = direct};
+    /* field by field: the rest of the op is the I/O engine's while it runs */
+    io->io.fd = io->fd;
+    io->io.buf = io->buf;
+    io->io.len = io->io.need = len;
+    io->io.off = 0;
+    io->io.path = io->tmp_path;
+    io->io.direct = direct;
     return true;
 }
 
@@ -674,11 +671,30 @@ static bool write_commit(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 
 /* A write finished with no fsync of its own to wait for: committed at
  * once, while the batch's other writes are still in flight. */
+/* Just before a block's write: its payload filled in by the caller (a
+ * gather from slots, overlapping the writes in flight), then header and
+ * temporary file. A failed fill leaves the key's file as it was: nothing
+ * was written. */
+static bool write_op_start(kvf__fio_op *op)
+{
+    kvf__blockfile_io *io = io_of(op);
+    if (io->fill) {
+        kvf_status st = io->fill(io);
+        if (st != KVF_OK) {
+            io_fail(io, st, "%s", kvf_last_error());
+            return false;
+        }
+    }
+    return write_begin(io->dir, io);
+}
+
 static void write_op_done(kvf__fio_op *op)
 {
     kvf__blockfile_io *io = io_of(op);
     kvf__blockfile_dir *dir = io->dir;
-    if (op->err)
+    if (io->status != KVF_OK)
+        ; /* failed before its write */
+    else if (op->err)
         write_failed(dir, io, "write", op->err);
     else
         write_commit(dir, io);
@@ -690,8 +706,10 @@ void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__b
 {
     for (size_t i = 0; i < n; i++) {
         ios[i].dir = dir;
-        if (!write_begin(dir, &ios[i]))
-            io_finished(&ios[i]);
+        ios[i].fd = -1;
+        ios[i].status = KVF_OK;
+        ios[i].reported = false;
+        ios[i].msg[0] = '\0';
     }
     /* under NONE, and BATCH with syncfs (the batch's one syncfs makes the
      * data durable with the renames), nothing waits between write and
@@ -700,14 +718,14 @@ void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__b
     bool fsync_files =
         dir->fsync == KVF_FSYNC_BLOCK || (dir->fsync == KVF_FSYNC_BATCH && !dir->use_syncfs);
     if (!fsync_files) {
-        kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_WRITE, write_op_done));
+        kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_WRITE, write_op_start, write_op_done));
         return;
     }
-    kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_WRITE, NULL));
+    kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_WRITE, write_op_start, NULL));
     for (size_t i = 0; i < n; i++)
         if (ios[i].status == KVF_OK && ios[i].io.err)
             write_failed(dir, &ios[i], "write", ios[i].io.err);
-    kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_FSYNC, NULL));
+    kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_FSYNC, NULL, NULL));
     size_t renamed = 0;
     for (size_t i = 0; i < n; i++) {
         kvf__blockfile_io *io = &ios[i];
@@ -739,6 +757,7 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
         return kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory",
                          (unsigned long long)meta->key);
     io->meta = *meta;
+    io->fill = NULL;
     io->on_done = NULL;
     io->buf = buf;
     io->cap = meta->payload_bytes > SIZE_MAX - HDR ? SIZE_MAX : HDR + (size_t)meta->payload_bytes;
@@ -972,13 +991,13 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     size_t len = round_up_align(io->size);
     if (!direct || len > io->cap)
         len = io->size; /* unaligned: the engine drops O_DIRECT for it */
-    io->io = (kvf__fio_op){.kind = KVF_FIO_READ,
-                           .fd = io->fd,
-                           .buf = io->buf,
-                           .len = len,
-                           .need = io->size,
-                           .path = io->path,
-                           .direct = direct};
+    io->io.fd = io->fd;
+    io->io.buf = io->buf;
+    io->io.len = len;
+    io->io.need = io->size;
+    io->io.off = 0;
+    io->io.path = io->path;
+    io->io.direct = direct;
     return true;
 }
 
@@ -1058,7 +1077,7 @@ void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__bl
         if (ios[i].status == KVF_OK)
             ios[i].status = KVF_INPROGRESS;
     }
-    kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_READ, read_op_done));
+    kvf__fileio_run(fio, live_ops(ios, n, KVF_FIO_READ, NULL, read_op_done));
     for (size_t i = 0; i < n; i++)
         if (ios[i].status == KVF_INPROGRESS)
             ios[i].status = KVF_OK;

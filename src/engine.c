@@ -1521,6 +1521,25 @@ static void file_move_failed(const batch *b, size_t i, kvf_status st, const char
     KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], msg);
 }
 
+/* Gathers one offload's or demote's block into its staging image, just
+ * before its write starts. */
+static kvf_status offload_fill(kvf__blockfile_io *io)
+{
+    worker *w = io->arg;
+    kvf_engine *e = w->engine;
+    const batch *b = w->file_batch;
+    size_t j = (size_t)(io - w->ios);
+    const kvf_move *mv = &b->moves[w->io_moves[j]];
+    uint32_t tokens = eff_tokens(e, mv->tokens);
+    kvf__copy *cp = &w->copies[j * e->npools];
+    size_t bytes =
+        file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens, tokens, cp);
+    kvf_status st = staging_copy(e, b, cp);
+    if (st == KVF_OK)
+        io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
+    return st;
+}
+
 /* One block read for an onboard or promote: checked against the engine's
  * layout and scattered into its slots, while the chunk's other reads are
  * still in flight. */
@@ -1579,21 +1598,10 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
         kvf__blockfile_io *io = &w->ios[k];
         io->buf = w->staging + k * slot_bytes;
         io->cap = slot_bytes;
-        io->on_done = NULL;
-        if (to_file) {
-            uint32_t tokens = eff_tokens(e, mv->tokens);
-            kvf__copy *cp = &w->copies[k * e->npools];
-            size_t bytes = file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens,
-                                       tokens, cp);
-            st = staging_copy(e, b, cp);
-            if (st != KVF_OK) {
-                file_move_failed(b, i, st, kvf_last_error());
-                continue;
-            }
-            io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
-        } else {
-            io->meta.key = mv->src;
-        }
+        io->on_done = to_file ? NULL : onboard_done;
+        io->fill = to_file ? offload_fill : NULL;
+        io->arg = w;
+        io->meta.key = to_file ? mv->dst : mv->src;
         w->io_moves[k++] = i;
     }
     w->file_batch = b;
@@ -1603,10 +1611,6 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
             if (w->ios[j].status != KVF_OK)
                 file_move_failed(b, w->io_moves[j], w->ios[j].status, w->ios[j].msg);
     } else {
-        for (size_t j = 0; j < k; j++) {
-            w->ios[j].on_done = onboard_done;
-            w->ios[j].arg = w;
-        }
         kvf__blockfile_read_many(&e->dir, e->fio, w->ios, k);
     }
 }

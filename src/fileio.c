@@ -98,6 +98,16 @@ static bool op_finished(const kvf__fio_op *op)
  * hook runs here, once per call; an injected EINTR is retried. */
 static bool next_piece(kvf__fio_op *op, size_t *len_p)
 {
+    if (!op->started) {
+        /* on_start fills in the op (fd, buf, len) just before its first
+         * call, so its own work overlaps the calls already in flight */
+        op->started = true;
+        if (op->on_start && !op->on_start(op)) {
+            if (!op->err)
+                op->err = ECANCELED;
+            return false;
+        }
+    }
     for (;;) {
         if (op_finished(op))
             return false;
@@ -197,6 +207,7 @@ static size_t reset_results(kvf__fio_op *list)
         op->err = 0;
         op->eof = false;
         op->synced = false;
+        op->started = false;
     }
     return n;
 }
@@ -330,9 +341,8 @@ static void ring_run(lane *ln, kvf__fio_op *list, size_t n)
     while (tail->next)
         tail = tail->next;
     size_t left = n;
-    unsigned inflight = 0;
+    unsigned inflight = 0, queued = 0; /* submitted; prepared, not yet submitted */
     while (left) {
-        unsigned queued = 0;
         while (head && inflight + queued < ln->entries) {
             kvf__fio_op *op = head;
             head = op->next;
@@ -355,6 +365,14 @@ static void ring_run(lane *ln, kvf__fio_op *list, size_t n)
                 io_uring_prep_fsync(sqe, op->fd, 0);
             io_uring_sqe_set_data(sqe, op);
             queued++;
+            if (op->on_start && op->done == 0) {
+                /* its start took time: get it going before starting the next */
+                int rc = io_uring_submit(&ln->ring);
+                if (rc > 0) {
+                    inflight += (unsigned)rc;
+                    queued -= (unsigned)rc;
+                }
+            }
         }
         if (!inflight && !queued)
             continue; /* every op taken finished without a call */
@@ -362,7 +380,10 @@ static void ring_run(lane *ln, kvf__fio_op *list, size_t n)
         do
             rc = io_uring_submit_and_wait(&ln->ring, 1);
         while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
-        inflight += queued;
+        if (rc > 0) {
+            inflight += (unsigned)rc;
+            queued -= (unsigned)rc;
+        }
         struct io_uring_cqe *cqe;
         while (io_uring_peek_cqe(&ln->ring, &cqe) == 0) {
             kvf__fio_op *op = io_uring_cqe_get_data(cqe);

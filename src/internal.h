@@ -216,6 +216,11 @@ typedef struct kvf__fio_op {
     int err;     /* 0, or the errno of the failed call */
     bool eof;    /* a read reached the end of the file */
     bool synced;
+    bool started;
+    /* Optional: called once just before the op's first call, on the thread
+     * that makes it, to fill in fd, buf, len...; false fails the op (err
+     * set by it, else ECANCELED) without a call. */
+    bool (*on_start)(struct kvf__fio_op *op);
     /* called once the op is finished, on whichever thread finished it,
      * while other ops may still be in flight; NULL: none */
     void (*on_done)(struct kvf__fio_op *op);
@@ -309,6 +314,11 @@ typedef struct kvf__blockfile_io {
      * thread finished it, possibly while other blocks of the batch are
      * still in flight (so a read's bytes can be used at once). */
     void (*on_done)(struct kvf__blockfile_io *io);
+    /* Optional, writes: fills buf's payload and meta just before the
+     * block's write starts (so it overlaps the writes in flight), on the
+     * thread that starts it; a failure fails the block, and leaves the
+     * key's file as it was. */
+    kvf_status (*fill)(struct kvf__blockfile_io *io);
     void *arg;
     /* the file layer's */
     kvf__blockfile_dir *dir;

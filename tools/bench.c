@@ -339,7 +339,8 @@ static char file_engine_used[64];
 
 /* The file ceiling: the bytes the tier moves (each block's image of header
  * and payload, padded to 4 KiB) as one file, written over in place and read
- * with O_DIRECT by the same I/O engine at the same queue depth, fsynced
+ * with O_DIRECT by the same I/O engine at the same queue depth in the same
+ * scattered order (block i at image perm[i]), fsynced
  * once when the tier fsyncs: the disk with no per-file cost and no block
  * allocation (an untimed first pass allocates the file). Its passes are
  * interleaved with the tier's round trips, so both see the same disk: it
@@ -349,6 +350,7 @@ typedef struct file_ceiling {
     uint8_t *buf;
     size_t image, total;
     uint32_t blocks, n[2];
+    const uint32_t *perm; /* block i lies at image perm[i], as the tier scatters */
     bool fsync_on, failed;
     kvf__fio_op *ops;
     kvf__fileio *io;
@@ -377,7 +379,7 @@ static void ceiling_pass(file_ceiling *c, int d, bool timed)
                                   .buf = c->buf + (size_t)b * c->image,
                                   .len = c->image,
                                   .need = c->image,
-                                  .off = (uint64_t)b * c->image,
+                                  .off = (uint64_t)c->perm[b] * c->image,
                                   .path = c->path,
                                   .direct = direct,
                                   .next = b + 1 < c->blocks ? &c->ops[b + 1] : NULL};
@@ -392,9 +394,10 @@ static void ceiling_pass(file_ceiling *c, int d, bool timed)
 }
 
 static int ceiling_open(file_ceiling *c, const char *dir, size_t block_bytes, uint32_t pools,
-                        const bench_opts *o)
+                        const uint32_t *perm, const bench_opts *o)
 {
     memset(c, 0, sizeof *c);
+    c->perm = perm;
     c->blocks = o->blocks;
     c->fsync_on = o->fsync != KVF_FSYNC_NONE;
     c->image = (KVF_BLOCKFILE_HEADER_BYTES + block_bytes * pools + KVF_FILE_ALIGN - 1) &
@@ -915,7 +918,7 @@ static int bench_one(bench_opts o, bench_result *res)
         on_moves[i] = (kvf_move){key_base + perm[i], i, o.tokens};
     }
     kvf_tier tier = o.mode == MODE_DRAM ? KVF_TIER_HOST : KVF_TIER_FILE;
-    if (files && ceiling_open(&fc, dir, block_bytes, o.pools, &o) != 0)
+    if (files && ceiling_open(&fc, dir, block_bytes, o.pools, perm, &o) != 0)
         fprintf(stderr, "kvferry bench: the disk ceiling could not be measured\n");
     bool tty = isatty(2);
     for (uint32_t it = 0; it < o.iters; it++) {
