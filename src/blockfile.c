@@ -327,6 +327,7 @@ kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns, uint64_
     /* closed state first: close_dir after a failed open is harmless */
     dir->root = NULL;
     dir->spares = NULL;
+    dir->fio = NULL;
     dir->dir_fd = -1;
     if (!file_dir || !*file_dir)
         return kvf__fail(KVF_ERR_INVALID, "file directory: NULL or empty");
@@ -761,7 +762,7 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     io->on_done = NULL;
     io->buf = buf;
     io->cap = meta->payload_bytes > SIZE_MAX - HDR ? SIZE_MAX : HDR + (size_t)meta->payload_bytes;
-    kvf__blockfile_write_many(dir, NULL, io, 1);
+    kvf__blockfile_write_many(dir, dir->fio, io, 1);
     kvf_status st = io->status;
     free(io);
     return st;
@@ -1095,7 +1096,7 @@ kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *b
     io->on_done = NULL;
     io->buf = buf;
     io->cap = cap;
-    kvf__blockfile_read_many(dir, NULL, io, 1);
+    kvf__blockfile_read_many(dir, dir->fio, io, 1);
     kvf_status st = io->status;
     /* set only on success */
     if (st == KVF_OK && meta)

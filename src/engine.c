@@ -540,6 +540,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         st = kvf__fileio_create(file_engine_of(&c), c.file_queue_depth, nthreads, &e->fio);
         if (st != KVF_OK)
             goto destroy_sync;
+        e->dir.fio = e->fio;
     }
     e->workers = calloc(nthreads, sizeof *e->workers);
     if (!e->workers) {

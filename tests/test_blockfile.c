@@ -21,6 +21,7 @@ extern uint32_t kvf__crc32c_sw(uint32_t crc, const void *data, size_t n);
 #define POISON 0xA5
 
 static char base[512];  /* the test's temporary directory */
+static kvf__fileio *fio; /* the I/O engine of env KVF_FILE_ENGINE, for every directory */
 static char files[600]; /* file_dir: base/a/b, created by open_dir */
 
 /* ---- fault hook ---------------------------------------------------------- */
@@ -222,6 +223,7 @@ static int open_ns(const char *ns, uint64_t fp, kvf_fsync mode, kvf__blockfile_d
     memset(d, 0, sizeof *d);
     kvf_status st = kvf__blockfile_open_dir(files, ns, fp, mode, d);
     CHECK_STATUS(st, KVF_OK);
+    d->fio = fio;
     return st != KVF_OK;
 }
 
@@ -1019,6 +1021,15 @@ int main(void)
     if (test_tmpdir(base, sizeof base) != 0)
         TEST_SKIP_ALL("no temporary directory");
     snprintf(files, sizeof files, "%s/a/b", base);
+    /* the same tests on each I/O engine: ctest runs this once per engine */
+    const char *engine = getenv("KVF_FILE_ENGINE");
+    if (engine && *engine) {
+        kvf_file_engine want = strcmp(engine, "uring") == 0 ? KVF_FILE_ENGINE_URING
+                                                            : KVF_FILE_ENGINE_THREADS;
+        REQUIRE(kvf__fileio_create(want, 8, 2, &fio) == KVF_OK);
+        printf("file i/o engine: %s\n",
+               kvf__fileio_engine(fio) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads");
+    }
 
     RUN(test_crc_vectors);
     RUN(test_crc_hw_matches_sw);
@@ -1034,6 +1045,7 @@ int main(void)
     RUN(test_bad_args);
 
     kvf__set_io_fault(NULL);
+    kvf__fileio_destroy(fio);
     if (fds >= 0)
         CHECK_EQ_INT(test_count_fds(), fds);
     test_rmtree(base);
