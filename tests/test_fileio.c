@@ -58,10 +58,13 @@ static int fault_hook(const char *op, const char *path, size_t *len_p)
         return 0;
     if (fault.path_has && !strstr(path, fault.path_has))
         return 0;
-    if (__atomic_load_n(&fault.times, __ATOMIC_RELAXED) == 0)
+    /* hooks run on the engines' threads: take one of `times` atomically */
+    int t = __atomic_load_n(&fault.times, __ATOMIC_RELAXED);
+    while (t > 0 && !__atomic_compare_exchange_n(&fault.times, &t, t - 1, false, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED))
+        ;
+    if (t == 0)
         return 0;
-    if (fault.times > 0)
-        __atomic_sub_fetch(&fault.times, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&fault.hits, 1, __ATOMIC_RELAXED);
     if (fault.short_len && *len_p > fault.short_len)
         *len_p = fault.short_len;
