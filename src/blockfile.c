@@ -24,6 +24,21 @@
  * where the data ends, and the checksum covers the payload, so padding is
  * never handed back as data.
  *
+ * Durability (KVF_FSYNC_BATCH, the default method). A batch's files are
+ * written with O_DIRECT (the data is on the device when the write
+ * completes, possibly in its volatile cache), renamed into place, and then
+ * one syncfs() of the file system flushes that cache and commits the
+ * journal holding the renames, before any move of the batch is reported.
+ * A crash before syncfs returns promised nothing; what it can leave is a
+ * final name whose data did not reach the platter (ext4's data=ordered
+ * orders newly allocated blocks before the commit that names them, but
+ * not blocks written over in place, as spares are, nor page-cache data on
+ * the buffered fallback). Such a file fails its checksums: KVF_ERR_CORRUPT,
+ * never other bytes. syncfs also flushes other writers' dirty data on the
+ * same file system, which can make one batch pay for another process's
+ * writes; KVF_FSYNC_METHOD=fsync restores an fsync per file plus one of
+ * the directory per batch.
+ *
  * Batches. kvf__blockfile_write_many and _read_many take many blocks at
  * once and run their reads, writes and fsyncs through a file I/O engine
  * (fileio.c), so a batch is in flight at the engine's queue depth; the
@@ -84,7 +99,11 @@ static int sync_with(int (*sync)(int), int fd, const char *path)
  * in place and swaps it in in turn, which leaves the file it replaces
  * under the same spare name. Spares of a writer that is gone (a crash)
  * are removed like its temporary files; an engine removes its own when
- * it closes the directory. */
+ * it closes the directory. Within an engine, a read of a key is ordered
+ * before a write that replaces it, so no read is left on an inode that
+ * became a spare; a reader in another process sharing the namespace can
+ * be, and then sees the spare rewritten: it gets KVF_ERR_CORRUPT (the
+ * checksums), never another block's bytes. */
 #define MAX_SPARES 256
 
 struct kvf__blockfile_spares {

@@ -393,16 +393,17 @@ static void ceiling_pass(file_ceiling *c, int d, bool timed)
         c->t[d][c->n[d]++] = now_s() - t0;
 }
 
-static int ceiling_open(file_ceiling *c, const char *dir, size_t block_bytes, uint32_t pools,
-                        const uint32_t *perm, const bench_opts *o)
+/* stored: the payload bytes of one block's file (every pool's region). */
+static int ceiling_open(file_ceiling *c, const char *dir, size_t stored, const uint32_t *perm,
+                        const bench_opts *o)
 {
     memset(c, 0, sizeof *c);
     c->perm = perm;
     c->blocks = o->blocks;
     c->fsync_on = o->fsync != KVF_FSYNC_NONE;
-    c->image = (KVF_BLOCKFILE_HEADER_BYTES + block_bytes * pools + KVF_FILE_ALIGN - 1) &
-               ~(size_t)(KVF_FILE_ALIGN - 1);
-    c->total = block_bytes * pools * c->blocks;
+    c->image =
+        (KVF_BLOCKFILE_HEADER_BYTES + stored + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
+    c->total = stored * c->blocks;
     snprintf(c->path, sizeof c->path, "%s/ceiling.bin", dir);
     void *mem = NULL;
     if (posix_memalign(&mem, KVF_FILE_ALIGN, c->image * c->blocks) != 0)
@@ -918,7 +919,7 @@ static int bench_one(bench_opts o, bench_result *res)
         on_moves[i] = (kvf_move){key_base + perm[i], i, o.tokens};
     }
     kvf_tier tier = o.mode == MODE_DRAM ? KVF_TIER_HOST : KVF_TIER_FILE;
-    if (files && ceiling_open(&fc, dir, block_bytes, o.pools, perm, &o) != 0)
+    if (files && ceiling_open(&fc, dir, useful / o.blocks, perm, &o) != 0)
         fprintf(stderr, "kvferry bench: the disk ceiling could not be measured\n");
     bool tty = isatty(2);
     for (uint32_t it = 0; it < o.iters; it++) {
