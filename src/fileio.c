@@ -40,6 +40,7 @@
 
 static _Atomic(kvf__io_fault_fn) io_fault_fn;
 static atomic_bool refuse_uring, refuse_direct;
+static atomic_bool fallback_logged; /* the threads fallback is said once a process */
 
 void kvf__set_io_fault(kvf__io_fault_fn fn)
 {
@@ -490,10 +491,11 @@ kvf_status kvf__fileio_create(kvf_file_engine want, uint32_t depth, uint32_t lan
             *io_p = io;
             return KVF_OK;
         }
-        KVF_LOG(KVF_LOG_WARN, "file tier: io_uring refused (%s): using a pool of threads",
-                kvf_last_error());
+        if (!atomic_exchange(&fallback_logged, true))
+            KVF_LOG(KVF_LOG_WARN, "file tier: io_uring refused (%s): using a pool of threads",
+                    kvf_last_error());
 #else
-        if (want == KVF_FILE_ENGINE_URING)
+        if (want == KVF_FILE_ENGINE_URING && !atomic_exchange(&fallback_logged, true))
             KVF_LOG(KVF_LOG_WARN, "file tier: built without liburing: using a pool of threads");
 #endif
     }
