@@ -1635,11 +1635,12 @@ static size_t chunk_of(const kvf_engine *e, const batch *b)
 {
     size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
     if (kind_is_file(b->kind)) {
-        /* the engine's queue depth shared by the workers, within a
-         * staging budget per worker */
+        /* a few times a worker's share of the queue depth, so that its
+         * queue stays full (the I/O engine submits as calls complete)
+         * and drains only at the end of a chunk; within a staging budget */
         size_t nw = e->nworkers, depth = kvf__fileio_depth(e->fio);
         size_t budget = FILE_STAGING_BUDGET / staging_slot_bytes(e);
-        per = (depth + nw - 1) / nw;
+        per = 4 * ((depth + nw - 1) / nw);
         if (per > budget)
             per = budget;
     }

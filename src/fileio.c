@@ -336,83 +336,122 @@ static void fifo_push(kvf__fio_op **head, kvf__fio_op **tail, kvf__fio_op *op)
     *tail = op;
 }
 
+/* One run on a ring: ops still to issue (a FIFO), ops finished whose
+ * callbacks are still to run, and the counts. */
+typedef struct ring_run_state {
+    lane *ln;
+    kvf__fio_op *head, *tail; /* to issue: new, or continuing a short call */
+    kvf__fio_op *done, *done_tail;
+    size_t left;               /* ops not finished */
+    unsigned inflight, queued; /* submitted; prepared, not yet submitted */
+} ring_run_state;
+
+static kvf__fio_op *fifo_pop(kvf__fio_op **head, kvf__fio_op **tail)
+{
+    kvf__fio_op *op = *head;
+    *head = op->next;
+    if (!*head)
+        *tail = NULL;
+    return op;
+}
+
+static void account(ring_run_state *r, int submitted)
+{
+    if (submitted > 0) {
+        r->inflight += (unsigned)submitted;
+        r->queued -= (unsigned)submitted;
+    }
+}
+
+/* Prepares calls for ops waiting to issue while the ring has room. */
+static void ring_fill(ring_run_state *r)
+{
+    while (r->head && r->inflight + r->queued < r->ln->entries) {
+        kvf__fio_op *op = fifo_pop(&r->head, &r->tail);
+        size_t len;
+        if (!next_piece(op, &len)) {
+            fifo_push(&r->done, &r->done_tail, op);
+            continue;
+        }
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ln->ring);
+        if (op->kind == KVF_FIO_READ)
+            io_uring_prep_read(sqe, op->fd, op->buf + op->done, (unsigned)len, op->off + op->done);
+        else if (op->kind == KVF_FIO_WRITE)
+            io_uring_prep_write(sqe, op->fd, op->buf + op->done, (unsigned)len, op->off + op->done);
+        else
+            io_uring_prep_fsync(sqe, op->fd, 0);
+        io_uring_sqe_set_data(sqe, op);
+        r->queued++;
+        if (op->on_start && op->done == 0)
+            /* its start took time: get it going before starting the next */
+            account(r, io_uring_submit(&r->ln->ring));
+    }
+}
+
+/* Takes every completion there is: finished ops to `done`, the others
+ * back to issue the rest of their transfer. */
+static void ring_reap(ring_run_state *r)
+{
+    struct io_uring_cqe *cqe;
+    while (io_uring_peek_cqe(&r->ln->ring, &cqe) == 0) {
+        kvf__fio_op *op = io_uring_cqe_get_data(cqe);
+        piece_done(op, cqe->res);
+        io_uring_cqe_seen(&r->ln->ring, cqe);
+        r->inflight--;
+        if (op_finished(op))
+            fifo_push(&r->done, &r->done_tail, op);
+        else
+            fifo_push(&r->head, &r->tail, op);
+    }
+}
+
+/* Runs the callbacks of finished ops: after the ring was refilled, so the
+ * disk has work while they run (a read's checksum and copy). */
+static void ring_finish_done(ring_run_state *r)
+{
+    while (r->done) {
+        finish(fifo_pop(&r->done, &r->done_tail));
+        r->left--;
+    }
+}
+
 static void ring_run(lane *ln, kvf__fio_op *list, size_t n)
 {
-    kvf__fio_op *head = list, *tail = list;
-    while (tail->next)
-        tail = tail->next;
-    size_t left = n;
-    unsigned inflight = 0, queued = 0; /* submitted; prepared, not yet submitted */
-    while (left) {
-        while (head && inflight + queued < ln->entries) {
-            kvf__fio_op *op = head;
-            head = op->next;
-            if (!head)
-                tail = NULL;
-            size_t len;
-            if (!next_piece(op, &len)) {
-                left--;
-                finish(op);
-                continue;
-            }
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&ln->ring);
-            if (op->kind == KVF_FIO_READ)
-                io_uring_prep_read(sqe, op->fd, op->buf + op->done, (unsigned)len,
-                                   op->off + op->done);
-            else if (op->kind == KVF_FIO_WRITE)
-                io_uring_prep_write(sqe, op->fd, op->buf + op->done, (unsigned)len,
-                                    op->off + op->done);
-            else
-                io_uring_prep_fsync(sqe, op->fd, 0);
-            io_uring_sqe_set_data(sqe, op);
-            queued++;
-            if (op->on_start && op->done == 0) {
-                /* its start took time: get it going before starting the next */
-                int rc = io_uring_submit(&ln->ring);
-                if (rc > 0) {
-                    inflight += (unsigned)rc;
-                    queued -= (unsigned)rc;
-                }
-            }
+    ring_run_state r = {ln, list, list, NULL, NULL, n, 0, 0};
+    while (r.tail->next)
+        r.tail = r.tail->next;
+    while (r.left) {
+        ring_fill(&r);
+        if (!r.inflight && !r.queued) {
+            ring_finish_done(&r); /* every op taken finished without a call */
+            continue;
         }
-        if (!inflight && !queued)
-            continue; /* every op taken finished without a call */
         int rc;
         do
             rc = io_uring_submit_and_wait(&ln->ring, 1);
         while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
-        if (rc > 0) {
-            inflight += (unsigned)rc;
-            queued -= (unsigned)rc;
-        }
-        struct io_uring_cqe *cqe;
-        while (io_uring_peek_cqe(&ln->ring, &cqe) == 0) {
-            kvf__fio_op *op = io_uring_cqe_get_data(cqe);
-            piece_done(op, cqe->res);
-            io_uring_cqe_seen(&ln->ring, cqe);
-            inflight--;
-            if (op_finished(op)) {
-                left--;
-                finish(op);
-            } else {
-                fifo_push(&head, &tail, op);
-            }
-        }
-        if (rc < 0 && inflight) {
+        account(&r, rc);
+        ring_reap(&r);
+        if (rc < 0 && r.inflight) {
             /* the ring itself failed: wait for what it holds, then finish
              * the rest on this thread */
             KVF_LOG(KVF_LOG_ERROR, "file i/o: io_uring_submit_and_wait: %s", strerror(-rc));
-            while (inflight && io_uring_wait_cqe(&ln->ring, &cqe) == 0) {
+            struct io_uring_cqe *cqe;
+            while (r.inflight && io_uring_wait_cqe(&ln->ring, &cqe) == 0) {
                 kvf__fio_op *op = io_uring_cqe_get_data(cqe);
                 piece_done(op, cqe->res);
                 io_uring_cqe_seen(&ln->ring, cqe);
-                inflight--;
-                fifo_push(&head, &tail, op);
+                r.inflight--;
+                fifo_push(&r.head, &r.tail, op);
             }
-            for (kvf__fio_op *op = head; op; op = op->next)
-                run_one_sync(op);
+            ring_finish_done(&r);
+            while (r.head)
+                run_one_sync(fifo_pop(&r.head, &r.tail));
             return;
         }
+        ring_fill(&r);
+        account(&r, io_uring_submit(&ln->ring));
+        ring_finish_done(&r);
     }
 }
 
@@ -427,23 +466,26 @@ static void rings_destroy(kvf__fileio *io)
     io->nlanes = 0;
 }
 
-/* One ring per lane (a worker thread), depth entries each: KVF_OK, or the
+/* One ring per lane (a worker thread), depth / lanes entries each: KVF_OK, or the
  * reason io_uring cannot be used. */
 static kvf_status rings_create(kvf__fileio *io, uint32_t lanes)
 {
     io->lanes = calloc(lanes, sizeof *io->lanes);
     if (!io->lanes)
         return kvf__fail(KVF_ERR_NOMEM, "file i/o: out of memory");
+    /* the engine's depth shared by its lanes: a lane given more ops than
+     * its ring holds keeps the ring full, submitting as calls complete */
+    unsigned entries = (io->depth + lanes - 1) / lanes;
     for (uint32_t i = 0; i < lanes; i++) {
         lane *ln = &io->lanes[i];
-        int rc = atomic_load(&refuse_uring) ? -EPERM : io_uring_queue_init(io->depth, &ln->ring, 0);
+        int rc = atomic_load(&refuse_uring) ? -EPERM : io_uring_queue_init(entries, &ln->ring, 0);
         if (rc < 0) {
             rings_destroy(io);
             return kvf__fail(rc == -ENOMEM ? KVF_ERR_NOMEM : KVF_ERR_UNSUPPORTED,
                              "io_uring_queue_init: %s", strerror(-rc));
         }
         pthread_mutex_init(&ln->mu, NULL);
-        ln->entries = io->depth;
+        ln->entries = entries;
         io->nlanes++;
     }
     return KVF_OK;
