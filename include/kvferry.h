@@ -267,7 +267,9 @@ typedef struct kvf_engine_config {
      * where the file system takes it (buffered, with one log line, where
      * it does not, e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */
     kvf_file_engine file_engine; /* env KVF_FILE_ENGINE=uring|threads overrides AUTO */
-    uint32_t file_queue_depth;   /* file reads/writes in flight per engine; 0: 32 */
+    uint32_t file_queue_depth;   /* file reads/writes in flight per engine; 0: 32.
+                                    Each worker stages up to 64 MiB of the
+                                    moves it has in hand (pinned with CUDA) */
 } kvf_engine_config;
 
 #define KVF_ENGINE_CONFIG_INIT                                                                     \
