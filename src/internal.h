@@ -270,7 +270,7 @@ typedef struct kvf__blockfile_dir {
     _Atomic bool exchange;                /* RENAME_EXCHANGE works here */
     bool use_syncfs;                      /* BATCH: one syncfs per batch, not an fsync per file */
     struct kvf__blockfile_spares *spares; /* replaced files, to write over */
-    kvf__fileio *fio; /* what runs kvf__blockfile_write / _read; NULL: inline */
+    kvf__fileio *fio;                     /* what runs kvf__blockfile_write / _read; NULL: inline */
 } kvf__blockfile_dir;
 
 /* The header's view of a stored block. */

@@ -20,9 +20,9 @@ extern uint32_t kvf__crc32c_sw(uint32_t crc, const void *data, size_t n);
 #define HDR KVF_BLOCKFILE_HEADER_BYTES
 #define POISON 0xA5
 
-static char base[512];  /* the test's temporary directory */
+static char base[512];   /* the test's temporary directory */
 static kvf__fileio *fio; /* the I/O engine of env KVF_FILE_ENGINE, for every directory */
-static char files[600]; /* file_dir: base/a/b, created by open_dir */
+static char files[600];  /* file_dir: base/a/b, created by open_dir */
 
 /* ---- fault hook ---------------------------------------------------------- */
 
@@ -1024,8 +1024,8 @@ int main(void)
     /* the same tests on each I/O engine: ctest runs this once per engine */
     const char *engine = getenv("KVF_FILE_ENGINE");
     if (engine && *engine) {
-        kvf_file_engine want = strcmp(engine, "uring") == 0 ? KVF_FILE_ENGINE_URING
-                                                            : KVF_FILE_ENGINE_THREADS;
+        kvf_file_engine want =
+            strcmp(engine, "uring") == 0 ? KVF_FILE_ENGINE_URING : KVF_FILE_ENGINE_THREADS;
         REQUIRE(kvf__fileio_create(want, 8, 2, &fio) == KVF_OK);
         printf("file i/o engine: %s\n",
                kvf__fileio_engine(fio) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads");
