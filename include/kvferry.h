@@ -676,6 +676,10 @@ KVF_API kvf_status kvf_cache_lookup(kvf_cache *cache, const kvf_key *keys, size_
  * evicting as needed. A key already cached is not copied again: its
  * priority and recency are refreshed. The blocks are visible to lookup and
  * get at once (a get queued after a put reads what the put wrote).
+ * A put of a key held on disk copies it back into the host tier (the
+ * engine hands its bytes back: hot blocks do not stay on disk). A key the
+ * cache is removing while a caller still pins it (a failed get not yet
+ * unpinned) is not stored again: KVF_ERR_STATE for it; unpin first.
  * @param ticket_p  receives a ticket for kvf_cache_wait / kvf_cache_poll,
  *        after which the primary slots may be written again; NULL: the
  *        cache follows the copies itself, and the caller must order later
@@ -795,20 +799,26 @@ KVF_API size_t kvf_cache_events(kvf_cache *cache, kvf_cache_event *out, size_t c
  *  microseconds: 16, 32, 64, ..., 2^(4+i); the last bucket is unbounded. */
 #define KVF_CACHE_LATENCY_BUCKETS 20
 
+/** Per-tier counters are arrays of this many, indexed by kvf_cache_tier,
+ *  so that a tier added later does not move the fields after them (entries
+ *  from KVF_CACHE_TIERS on are 0). */
+#define KVF_CACHE_TIER_SLOTS 8
+
 /** Counters since the cache was created, and its content now. */
 typedef struct kvf_cache_stats {
     size_t struct_size;
-    uint64_t blocks[KVF_CACHE_TIERS];    /* blocks in each tier now */
-    uint64_t capacity[KVF_CACHE_TIERS];  /* configured capacity, blocks */
-    uint64_t lookups;                    /* kvf_cache_lookup calls */
-    uint64_t hits[KVF_CACHE_TIERS];      /* blocks found by lookups, per tier */
-    uint64_t misses;                     /* lookups that stopped at a miss */
-    uint64_t lookup_blocks;              /* keys asked for by lookups */
-    uint64_t puts, put_duplicates;       /* blocks handed to put; of those already cached */
-    uint64_t gets;                       /* blocks asked for by get */
-    uint64_t bytes_in[KVF_CACHE_TIERS];  /* bytes written into each tier */
-    uint64_t bytes_out[KVF_CACHE_TIERS]; /* bytes read from each tier into primary slots */
-    uint64_t evictions[KVF_CACHE_TIERS]; /* victims leaving each tier (moved down or dropped) */
+    uint64_t blocks[KVF_CACHE_TIER_SLOTS];    /* blocks in each tier now */
+    uint64_t capacity[KVF_CACHE_TIER_SLOTS];  /* configured capacity, blocks */
+    uint64_t lookups;                         /* kvf_cache_lookup calls */
+    uint64_t hits[KVF_CACHE_TIER_SLOTS];      /* blocks found by lookups, per tier */
+    uint64_t misses;                          /* lookups that stopped at a miss */
+    uint64_t lookup_blocks;                   /* keys asked for by lookups */
+    uint64_t puts, put_duplicates;            /* blocks handed to put; of those already cached */
+    uint64_t gets;                            /* blocks asked for by get */
+    uint64_t bytes_in[KVF_CACHE_TIER_SLOTS];  /* bytes written into each tier */
+    uint64_t bytes_out[KVF_CACHE_TIER_SLOTS]; /* bytes read from each tier into primary slots */
+    uint64_t
+        evictions[KVF_CACHE_TIER_SLOTS]; /* victims leaving each tier (moved down or dropped) */
     uint64_t dropped;                    /* blocks that left the cache by eviction */
     uint64_t failures;                   /* blocks removed because a transfer failed */
     uint64_t events_dropped;             /* events lost to a full queue */

@@ -54,6 +54,7 @@ typedef enum op_kind {
     OPK_GET,
     OPK_ACQUIRE, /* a get into the GPU tier: the block stays pinned for the caller */
     OPK_EVICT,   /* a GPU victim copied down: part of a call, not of its statuses */
+    OPK_FENCE,   /* an acquire of a block in place: waits for the copy into its slot */
     OPK_DEMOTE,
     OPK_REMOVE,
     OPK_REMOTE_PUT, /* write-through: part of the put's call, not of its statuses */
@@ -474,6 +475,16 @@ static op *op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p
     case OPK_REMOVE:
         st = kvf_file_remove(eng, o->keys, p->n, &o->ticket);
         break;
+    case OPK_FENCE: {
+        uint32_t *fs = malloc(p->n * sizeof *fs);
+        st = fs ? KVF_OK : kvf__fail(KVF_ERR_NOMEM, "cache: out of memory");
+        for (size_t i = 0; fs && i < p->n; i++)
+            fs[i] = (uint32_t)p->moves[i].src;
+        if (fs)
+            st = kvf__engine_fence(eng, fs, p->n, &o->ticket);
+        free(fs);
+        break;
+    }
     default:
         st = kvf_remote_remove(eng, o->keys, p->n, &o->ticket);
         break;
@@ -519,7 +530,8 @@ static void op_apply(kvf_cache *c, op *o, call *k)
 {
     for (size_t i = 0; i < o->n; i++) {
         kvf_status st = o->status[i];
-        if (k && (o->kind == OPK_PUT || o->kind == OPK_GET || o->kind == OPK_ACQUIRE))
+        if (k && (o->kind == OPK_PUT || o->kind == OPK_GET || o->kind == OPK_ACQUIRE ||
+                  o->kind == OPK_FENCE))
             k->status[o->index[i]] = st;
         if (o->tier == KVF_CACHE_REMOTE) {
             /* the store's blocks are not in the map: only counted */
@@ -1109,6 +1121,36 @@ static void set_priority(kvf_cache *c, entry *e, uint32_t priority)
         lru_append(c, e);
 }
 
+/* A put of a block held on disk: the engine hands its bytes back, so it
+ * returns to the host tier (hot blocks do not stay on disk), copied from
+ * the primary slot; its file goes. Stays on disk when every host block is
+ * pinned. */
+static void promote(kvf_cache *c, put_batches *pb, entry *e, uint32_t src_slot, size_t index)
+{
+    /* pinned while room is made: a demotion it causes must not take it */
+    lru_unlink(c, e);
+    e->pins++;
+    uint32_t hs;
+    bool room = host_slot(c, pb, &hs);
+    e->pins--;
+    if (!room) {
+        lru_append(c, e);
+        return;
+    }
+    if (e->round == c->round)
+        flush(c, pb); /* its file's write is queued before the file's removal */
+    pending_add(&pb->remove, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
+    c->used[KVF_CACHE_DISK]--;
+    e->tier = KVF_CACHE_HOST;
+    e->slot = hs;
+    e->gen = ++c->next_gen;
+    e->round = c->round;
+    lru_append(c, e);
+    pending_add(&pb->to_host, (kvf_move){src_slot, hs, 0}, e->key, e->gen, index);
+    c->stats.bytes_in[KVF_CACHE_HOST] += c->block_bytes;
+    emit(c, KVF_EVENT_UPDATED, e, KVF_CACHE_DISK);
+}
+
 kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slots, size_t n,
                          uint32_t priority, kvf_ticket *ticket_p)
 {
@@ -1125,7 +1167,8 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         return st;
 
     put_batches pb = {0};
-    if (!pending_reserve(&pb.remove, n) || !pending_reserve(&pb.demote, n) ||
+    /* a block may cost two files: a disk victim dropped, and its own on a promotion */
+    if (!pending_reserve(&pb.remove, 2 * n) || !pending_reserve(&pb.demote, n) ||
         !pending_reserve(&pb.to_file, n) || !pending_reserve(&pb.to_host, n) ||
         !pending_reserve(&pb.to_remote, n)) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
@@ -1154,6 +1197,8 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
             } else {
                 set_priority(c, e, priority);
                 bst = KVF_OK;
+                if (e->tier == KVF_CACHE_DISK && c->capacity[KVF_CACHE_HOST] && e->pins == 0)
+                    promote(c, &pb, e, slots[i], i);
             }
         } else {
             uint32_t slot = 0;
@@ -1553,10 +1598,11 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
     put_batches pb = {0};
     pending up[2] = {{0}, {0}}; /* reads from the host tier, from files */
     pending files = {0};        /* files of blocks that moved up, removed after the reads */
+    pending fence = {0};        /* blocks already in the GPU tier */
     uint32_t *freed = malloc(n * sizeof *freed);
     size_t nfreed = 0;
     if (!freed || !put_batches_reserve(&pb, n) || !pending_reserve(&up[0], n) ||
-        !pending_reserve(&up[1], n) || !pending_reserve(&files, n)) {
+        !pending_reserve(&up[1], n) || !pending_reserve(&files, n) || !pending_reserve(&fence, n)) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
     }
@@ -1581,8 +1627,11 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
         c->stats.gets++;
         e->uses++;
         if (e->tier == KVF_CACHE_GPU) {
+            /* in place; but the copy that put it there (another request's
+             * acquire, or an eviction's refill) may still be running: the
+             * ticket waits for it, and fails the block if it failed */
             slots[h] = e->slot;
-            k->status[h] = KVF_OK;
+            pending_add(&fence, (kvf_move){e->slot, e->slot, 0}, e->key, e->gen, h);
             continue;
         }
         uint32_t s;
@@ -1616,6 +1665,7 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
     flush(c, &pb);
     submit_into(c, OPK_ACQUIRE, KVF_CACHE_HOST, &up[0], k);
     submit_into(c, OPK_ACQUIRE, KVF_CACHE_DISK, &up[1], k);
+    submit_into(c, OPK_FENCE, KVF_CACHE_GPU, &fence, k);
     submit_into(c, OPK_REMOVE, KVF_CACHE_DISK, &files, NULL);
     for (size_t i = 0; i < nfreed; i++)
         c->free_slots[c->nfree++] = freed[i];
@@ -1630,6 +1680,7 @@ out:
     pending_free(&up[0]);
     pending_free(&up[1]);
     pending_free(&files);
+    pending_free(&fence);
     return st;
 }
 
@@ -1756,6 +1807,7 @@ static void stats_now(kvf_cache *c, kvf_cache_stats *s)
         s->blocks[t] = c->used[t];
         s->capacity[t] = c->capacity[t];
     }
+    _Static_assert(KVF_CACHE_TIERS <= KVF_CACHE_TIER_SLOTS, "a tier without a stats slot");
     pthread_mutex_unlock(&c->mu);
 }
 

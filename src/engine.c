@@ -38,7 +38,9 @@ typedef enum op_kind {
     OP_REMOVE,         /* file removed: src = dst = key */
     OP_OFFLOAD_REMOTE, /* primary slot -> remote key */
     OP_ONBOARD_REMOTE, /* remote key -> primary slot */
-    OP_REMOVE_REMOTE   /* remote key removed: src = dst = key */
+    OP_REMOVE_REMOTE,  /* remote key removed: src = dst = key */
+    OP_FENCE           /* nothing moved: completes once the primary slot src = dst
+                          is written by what was queued before */
 } op_kind;
 
 static const char *const op_names[] = {"offload to host",
@@ -51,7 +53,8 @@ static const char *const op_names[] = {"offload to host",
                                        "remove file",
                                        "offload to remote",
                                        "onboard from remote",
-                                       "remove remote"};
+                                       "remove remote",
+                                       "fence"};
 
 /* The three spaces a move addresses: primary slots, secondary slots, files. */
 typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE, SP_REMOTE } space;
@@ -312,7 +315,7 @@ static bool kind_is_remote(op_kind k)
  * never as asynchronous backend copies. */
 static bool kind_on_workers(op_kind k)
 {
-    return kind_is_file(k) || kind_is_remote(k);
+    return kind_is_file(k) || kind_is_remote(k) || k == OP_FENCE;
 }
 
 /* Kinds that only remove a keyed object: they read nothing, so a failed
@@ -1219,7 +1222,8 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
             b->src_dep[i] = r->writer->id;
             if (add_dependency(b, r->writer) != KVF_OK)
                 return KVF_ERR_NOMEM;
-        } else if (rs != SP_PRIMARY) {
+        } else if (rs != SP_PRIMARY || b->kind == OP_FENCE) {
+            /* (a fence asks whether the slot's last write landed, too) */
             /* kvferry owns secondary slots and files: a failed write
              * there is known bad until rewritten */
             b->src_dep[i] = r->poison;
@@ -1540,6 +1544,20 @@ kvf_status kvf_remote_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_
 }
 
 /* ---- for the cache ----------------------------------------------------------- */
+
+kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n, kvf_ticket *ticket_p)
+{
+    if (!slots || n == 0 || n > SIZE_MAX / sizeof(kvf_move))
+        return submit(e, OP_FENCE, NULL, 0, ticket_p);
+    kvf_move *moves = malloc(n * sizeof *moves);
+    if (!moves)
+        return kvf__fail(KVF_ERR_NOMEM, "fence: out of memory");
+    for (size_t i = 0; i < n; i++)
+        moves[i] = (kvf_move){slots[i], slots[i], 0};
+    kvf_status st = submit(e, OP_FENCE, moves, n, ticket_p);
+    free(moves);
+    return st;
+}
 
 kvf_status kvf__engine_freeze(kvf_engine *e)
 {

@@ -367,6 +367,12 @@ KVF_INTERNAL void kvf__set_io_fault(kvf__io_fault_fn fn);
 /* Fixes the engine's pools (as its first transfer would) so that its slot
  * counts are known; KVF_ERR_STATE without pools. */
 KVF_INTERNAL kvf_status kvf__engine_freeze(kvf_engine *e);
+/* A batch that moves nothing and completes once every write queued before
+ * it into primary slots[0..n) has landed; a move whose write failed
+ * completes with KVF_ERR_LOST. Orders a caller after copies it did not
+ * queue itself. */
+KVF_INTERNAL kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n,
+                                          kvf_ticket *ticket_p);
 /* Slots valid in every pool at `level` (0 before freezing, or without
  * secondary slots in every pool). */
 KVF_INTERNAL uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level);

@@ -327,6 +327,16 @@ static void model_put(model *m, int k, uint32_t prio)
         x->prio = prio;
         if (!x->pins)
             x->last = ++m->clock;
+        /* a block on disk handed back by the engine returns to host */
+        if (x->tier == KVF_CACHE_DISK && m->cap[KVF_CACHE_HOST] && !x->pins) {
+            x->pins++;
+            bool room = model_host_room(m);
+            x->pins--;
+            if (room) {
+                x->tier = KVF_CACHE_HOST;
+                x->last = ++m->clock;
+            }
+        }
         return;
     }
     int tier = -1;
@@ -458,6 +468,40 @@ static int test_eviction_single_tier(void)
     return eviction_vs_model(0, 7, 0, 0, 15);
 }
 
+/* A block that fell to disk and is handed back by the engine (a put of a
+ * key cached on disk) returns to the host tier: hot blocks do not stay on
+ * disk. Its file goes; the bytes are the ones put. */
+static int test_promotion(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 2;
+    cc.disk_blocks = 8;
+    if (fx_init(&f, 8, 2, true, &cc))
+        return 1;
+    for (kvf_key k = 1; k <= 3; k++) {
+        fill(&f, (uint32_t)k, k);
+        CHECK_STATUS(put1(&f, k, (uint32_t)k, 50), KVF_OK);
+    }
+    CHECK_EQ_INT(tier_of(&f, 1), KVF_CACHE_DISK);
+    CHECK_STATUS(put1(&f, 1, 1, 50), KVF_OK);
+    CHECK_EQ_INT(tier_of(&f, 1), KVF_CACHE_HOST);
+    CHECK_EQ_INT(tier_of(&f, 2), KVF_CACHE_DISK); /* the host victim it displaced */
+    char path[600];
+    snprintf(path, sizeof path, "%s/cache/%016llx.kvf", f.dir, 1ull);
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(f.c, &s);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_HOST], 2);
+    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 1);
+    poison(&f, 6);
+    CHECK_STATUS(get1(&f, 1, 6), KVF_OK);
+    CHECK(expect(&f, 6, 1) == 0);
+    fx_close(&f); /* waits for the file's removal */
+    CHECK(access(path, F_OK) != 0);
+    test_rmtree(f.dir);
+    return 0;
+}
+
 /* ---- pins ---------------------------------------------------------------------- */
 
 static int test_pins(void)
@@ -580,7 +624,7 @@ static int test_events(void)
                     where[k] = (int)ev->tier;
                 } else if (ev->kind == KVF_EVENT_UPDATED) {
                     CHECK_EQ_INT(where[k], (int)ev->from);
-                    CHECK(ev->from == KVF_CACHE_HOST && ev->tier == KVF_CACHE_DISK);
+                    CHECK(ev->from != ev->tier); /* down on eviction, up on a put */
                     where[k] = (int)ev->tier;
                 } else {
                     CHECK_EQ_INT(where[k], (int)ev->tier);
@@ -1043,6 +1087,64 @@ static int test_gpu_tier(void)
     return 0;
 }
 
+/* Two requests acquire the same blocks while the first one's copy up from
+ * the host tier is still running (slowed down here): the second ticket
+ * must not complete before the bytes are in place (found by kvferry
+ * replay --gpu-tier --clients 3). */
+static int slow_copies;
+static kvf_status slow_copy(const kvf__copy *cp)
+{
+    (void)cp;
+    if (__atomic_load_n(&slow_copies, __ATOMIC_ACQUIRE))
+        usleep(20000);
+    return KVF_OK;
+}
+
+static int test_gpu_tier_acquire_race(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.gpu_blocks = 4;
+    cc.host_blocks = 8; /* room for both sets: acquiring one evicts nothing */
+    if (fx_init(&f, 8, 8, false, &cc))
+        return 1;
+    kvf_key a[4] = {0xa1, 0xa2, 0xa3, 0xa4}, b[4] = {0xb1, 0xb2, 0xb3, 0xb4};
+    uint32_t slots[4];
+    kvf_ticket t;
+    for (int round = 0; round < 2; round++) {
+        kvf_key *keys = round ? b : a;
+        CHECK_STATUS(kvf_cache_alloc(f.c, 4, slots, &t), KVF_OK);
+        CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+        for (int i = 0; i < 4; i++)
+            fill(&f, slots[i], keys[i]);
+        CHECK_STATUS(kvf_cache_commit(f.c, keys, slots, 4, 50, NULL), KVF_OK);
+        CHECK_STATUS(kvf_cache_unpin(f.c, keys, 4), KVF_OK);
+    }
+    CHECK_EQ_INT(tier_of(&f, a[0]), KVF_CACHE_HOST); /* pushed down by b */
+    kvf__set_copy_hook(slow_copy);
+    __atomic_store_n(&slow_copies, 1, __ATOMIC_RELEASE);
+    uint32_t s1[4], s2[4];
+    size_t h1 = 0, h2 = 0;
+    kvf_ticket t1, t2;
+    kvf_status per[4];
+    CHECK_STATUS(kvf_cache_acquire(f.c, a, 4, s1, &h1, &t1), KVF_OK);
+    CHECK_STATUS(kvf_cache_acquire(f.c, a, 4, s2, &h2, &t2), KVF_OK);
+    CHECK_EQ_INT(h1, 4);
+    CHECK_EQ_INT(h2, 4);
+    CHECK_STATUS(kvf_cache_wait(f.c, t2, per), KVF_OK);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ_INT(s2[i], s1[i]);
+        CHECK(expect(&f, s2[i], a[i]) == 0); /* in place once t2 completed */
+    }
+    CHECK_STATUS(kvf_cache_wait(f.c, t1, NULL), KVF_OK);
+    __atomic_store_n(&slow_copies, 0, __ATOMIC_RELEASE);
+    kvf__set_copy_hook(NULL);
+    CHECK_STATUS(kvf_cache_unpin(f.c, a, 4), KVF_OK);
+    CHECK_STATUS(kvf_cache_unpin(f.c, a, 4), KVF_OK);
+    fx_done(&f);
+    return 0;
+}
+
 /* Random requests against a GPU tier with host and disk below: each
  * acquires a random prefix of a shared chain of keys, allocates and commits
  * the rest, and ends (unpins); some give allocations back. After every
@@ -1220,6 +1322,7 @@ int main(void)
     RUN(test_eviction_min_priority);
     RUN(test_eviction_disk_admission);
     RUN(test_eviction_single_tier);
+    RUN(test_promotion);
     RUN(test_pins);
     RUN(test_events);
     RUN(test_restart);
@@ -1229,6 +1332,7 @@ int main(void)
     RUN(test_prometheus);
     RUN(test_gpu_tier);
     RUN(test_gpu_tier_random);
+    RUN(test_gpu_tier_acquire_race);
     RUN(test_threads);
     return TEST_RESULT();
 }
