@@ -9,13 +9,24 @@ exec > >(tee "$OUT/run.log") 2>&1
 date -u
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
     --format=csv || true
+# Libraries this image lacks travel in .deps (see docs: liburing, hiredis,
+# and redis-server for the remote tier's tests), unpacked from Debian's
+# packages; used when present.
+if [ -d .deps/root ]; then
+    D=$PWD/.deps
+    export CMAKE_PREFIX_PATH=$D/root/usr
+    export PKG_CONFIG_PATH=$D/root/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$D/root
+    export LD_LIBRARY_PATH=$D/root/usr/lib/x86_64-linux-gnu:$D/redis/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PATH=$D/redis/bin:$PATH
+fi
 B=build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&
     cmake --build $B -j"$(nproc)" 2>&1 | grep -E "error|warning: " | head -40
 (cd $B && ctest --output-on-failure 2>&1 | tail -40)
 $B/kvferry info
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
-    for t in "memcheck test_cuda_engine" "racecheck test_cuda_backend" "synccheck test_cuda_backend"; do
+    for t in "memcheck test_cuda_engine" "memcheck test_cuda_cache" "racecheck test_cuda_backend" \
+        "synccheck test_cuda_backend"; do
         set -- $t
         timeout 150 compute-sanitizer --tool $1 --error-exitcode 9 $B/tests/$2 >"$OUT/$1-$2.log" 2>&1
         echo "compute-sanitizer $1 $2: rc=$? ($(tail -n 1 "$OUT/$1-$2.log"))"
@@ -31,7 +42,19 @@ for m in ${COMPARE_MODES:-auto}; do
     echo "kvferry bench --compare (KVF_CUDA_COPY=$m): rc=$?"
     sed -n '/--compare: GB/,$p' "$OUT/compare$sfx.txt"
 done
-[ -z "${SKIP_FILE:-}" ] &&
-    timeout 120 $B/kvferry bench --backend cuda --mode posix --blocks 256 --iters 3 \
-        --json "$OUT/file-posix.json"
+if [ -z "${SKIP_FILE:-}" ]; then
+    for be in cuda host; do
+        timeout 120 $B/kvferry bench --backend $be --mode posix --blocks 256 --iters 3 \
+            --json "$OUT/file-posix-$be.json" >"$OUT/file-posix-$be.txt" 2>&1
+        echo "kvferry bench --backend $be --mode posix: rc=$?"
+        tail -n 12 "$OUT/file-posix-$be.txt"
+    done
+fi
+if [ -z "${SKIP_REPLAY:-}" ] && $B/kvferry replay --help >/dev/null 2>&1; then
+    rm -rf /tmp/kvf-replay-gpu
+    timeout 120 $B/kvferry replay --backend cuda --gen mixed --requests 400 \
+        --disk /tmp/kvf-replay-gpu --disk-blocks 4096 >"$OUT/replay-cuda.txt" 2>&1
+    echo "kvferry replay --backend cuda: rc=$?"
+    tail -n 30 "$OUT/replay-cuda.txt"
+fi
 date -u

@@ -4,6 +4,9 @@
  * tier, on random data with poisoned device destinations, checked byte for
  * byte. Exits 77 without a GPU. */
 #include "testutil_cuda.h"
+#ifdef KVF_HAVE_HIREDIS
+#include "redis_server.h"
+#endif
 
 #define POISON 0x3C
 #define GPU_SLOTS 64
@@ -146,10 +149,96 @@ static int test_rounds(void)
     return 0;
 }
 
+#ifdef KVF_HAVE_HIREDIS
+/* The remote tier on a CUDA engine: blocks offloaded from device slots to a
+ * real redis-server and onboarded back (whole and partial), and a cache
+ * writing through to it and reading back what it dropped locally. Skips
+ * without redis-server. */
+static int test_remote(void)
+{
+    if (!redis_tool_found("redis-server") || !redis_tool_found("redis-cli"))
+        return TEST_SKIP;
+    redis_server srv = {0};
+    REQUIRE(redis_server_start(&srv, NULL) == 0);
+    char url[128];
+    redis_url(url, sizeof url, &srv, NULL);
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_CUDA;
+    cfg.file_namespace = "cuda-remote";
+    cfg.remote_url = url;
+    kvf_engine *e;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    const kvf_geometry *g[2] = {&G_A, &G_B};
+    uint8_t *saved[2] = {dev[0], dev[1]};
+    for (int p = 0; p < 2; p++) {
+        kvf_pool_desc prim = {KVF_MEMORY_DEVICE, NULL, 0, GPU_SLOTS};
+        kvf_pool_desc sec = {KVF_MEMORY_HOST_PINNED, NULL, 0, 4};
+        REQUIRE(kvf_engine_add_pool(e, g[p], &prim, &sec, NULL) == KVF_OK);
+        void *ptr;
+        REQUIRE(kvf_engine_slot_ptr(e, (uint32_t)p, KVF_LEVEL_PRIMARY, 0, &ptr) == KVF_OK);
+        dev[p] = ptr; /* upload/poison/expect act on this engine now */
+    }
+    enum { N = 16 };
+    kvf_move off[N], on[N];
+    for (uint32_t i = 0; i < N; i++) {
+        upload(i, 0xd000 + i);
+        off[i] = (kvf_move){i, 0xd000 + i, 0};
+        on[i] = (kvf_move){0xd000 + i, 63 - i, 0};
+        poison(63 - i);
+    }
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_REMOTE, off, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_REMOTE, on, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    for (uint32_t i = 0; i < N; i++)
+        CHECK(expect(63 - i, 0xd000 + i) == 0);
+
+    /* a cache writing through: 4 host slots, 16 blocks; all come back */
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 4;
+    cc.remote = KVF_CACHE_REMOTE_WRITE_THROUGH;
+    kvf_cache *rc;
+    REQUIRE(kvf_cache_create(e, &cc, &rc) == KVF_OK);
+    kvf_key keys[N];
+    uint32_t src[N], dst[N];
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = 0xe000 + i;
+        src[i] = i;
+        dst[i] = 32 + i;
+        upload(i, keys[i]);
+        poison(dst[i]);
+    }
+    kvf_status per[N];
+    CHECK_STATUS(kvf_cache_put(rc, keys, src, N, 50, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(rc, t, per), KVF_OK);
+    size_t hits = 0;
+    CHECK_STATUS(kvf_cache_lookup(rc, keys, N, &hits, NULL), KVF_OK);
+    CHECK_EQ_INT(hits, N);
+    CHECK_STATUS(kvf_cache_get(rc, keys, dst, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(rc, t, per), KVF_OK);
+    for (uint32_t i = 0; i < N; i++)
+        CHECK(expect(dst[i], keys[i]) == 0);
+    kvf_cache_stats st = KVF_CACHE_STATS_INIT;
+    kvf_cache_stats_get(rc, &st);
+    CHECK(st.bytes_out[KVF_CACHE_REMOTE] > 0);
+    CHECK_EQ_INT(st.remote_errors, 0);
+    kvf_cache_destroy(rc);
+    kvf_engine_destroy(e);
+    dev[0] = saved[0];
+    dev[1] = saved[1];
+    redis_server_stop(&srv);
+    return 0;
+}
+#endif
+
 int main(void)
 {
     setup();
     RUN(test_rounds);
+#ifdef KVF_HAVE_HIREDIS
+    RUN(test_remote);
+#endif
     kvf_cache_destroy(cache);
     kvf_engine_destroy(engine);
     test_rmtree(dir);
