@@ -86,3 +86,17 @@ def status(value: int):
         return Status(value)
     except ValueError:
         return value
+
+
+class CacheTier(IntEnum):
+    """The cache's tiers, in the order blocks fall through them."""
+
+    HOST = 0  # the engine's secondary slots
+    DISK = 1  # the engine's block files
+    REMOTE = 2  # the engine's remote tier (Redis), shared between caches
+
+
+class EventKind(IntEnum):
+    STORED = 0  # a block entered the cache (tier: where)
+    UPDATED = 1  # a block moved down a tier (from_tier -> tier)
+    REMOVED = 2  # a block left the cache (tier: the one it left)
