@@ -3,8 +3,9 @@
 # replayed host only, host+disk and disk only (every block got back is
 # checked byte for byte by replay itself, which exits 1 on any mismatch);
 # hits where prefixes are shared; a written trace replays to the same
-# report; a restart finds the disk tier again; malformed lines fail with
-# their line number; kvferry stats reports the blocks left on disk.
+# report; a restart finds the disk tier again; damaged files are refused and
+# recomputed, never served; malformed lines fail with their line number;
+# kvferry stats reports the blocks left on disk.
 set -eu
 kvf=$1
 tmp=$(mktemp -d)
@@ -96,6 +97,25 @@ zero "host hits" "$(field host "$tmp/disk.json" hits)"
 positive "disk hits" "$(field disk "$tmp/disk.json" hits)"
 zero "errors" "$(field errors "$tmp/disk.json")"
 grep -q '"verified": true' "$tmp/disk.json"
+
+# damage every stored block behind the cache's back: each get of one is
+# refused (checksum), counted as a failure and recomputed, never served
+for f in "$tmp"/d2/replay/*.kvf; do
+    printf '\377' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
+done
+if KVF_LOG=error "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 0 \
+    --disk "$tmp/d2" --disk-blocks 1024 --json "$tmp/corrupt.json" >/dev/null 2>"$tmp/corrupt.err"; then
+    echo "a replay over corrupt blocks passed" >&2
+    exit 1
+fi
+grep -q "get failed: stored block is corrupt; recomputed" "$tmp/corrupt.err"
+if grep -q "WRONG DATA" "$tmp/corrupt.err"; then exit 1; fi
+grep -q '"verified": true' "$tmp/corrupt.json"
+positive "failures" "$(field failures "$tmp/corrupt.json")"
+# the recomputed blocks were stored again: the next replay is clean
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 0 --disk "$tmp/d2" \
+    --disk-blocks 1024 --json "$tmp/healed.json" >/dev/null
+zero "failures" "$(field failures "$tmp/healed.json")"
 
 # ---- traces written by hand: block keys given directly, salts, priorities
 cat >"$tmp/hand.jsonl" <<'EOF'

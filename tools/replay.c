@@ -247,6 +247,17 @@ static void drain_events(replay *r)
         }
 }
 
+/* Undoes the request's pin of keys [i, i + n). */
+static void unpin_run(replay *r, const kvf_trace_req *q, size_t i, size_t n)
+{
+    char nm[160];
+    if (kvf_cache_unpin(r->c, r->keys + i, n) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s: kvf_cache_unpin: %s\n", req_name(q, nm, sizeof nm),
+                kvf_last_error());
+        r->errors++;
+    }
+}
+
 /* One part of a request: blocks [s, s + m), of which the first `gets` are
  * cache hits. */
 static int run_part(replay *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
@@ -282,6 +293,11 @@ static int run_part(replay *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
                         req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
                         kvf_cache_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i]));
                 r->errors++;
+                /* the cache drops a block it could not read back once it is
+                 * unpinned: let go of it now, so that the put below stores
+                 * the recomputed block again */
+                unpin_run(r, q, s + i, 1);
+                r->tiers[s + i] = KVF_CACHE_TIERS;
             }
             rc = prefill(r, keys[i], first + i);
         }
@@ -358,11 +374,13 @@ static int run_request(replay *r, size_t qi)
         uint32_t gets = hits > s ? (uint32_t)(hits - s < m ? hits - s : m) : 0;
         rc = run_part(r, qi, s, m, gets);
     }
-    if (hits && pinned == hits && kvf_cache_unpin(r->c, r->keys, hits) != KVF_OK) {
-        fprintf(stderr, "kvferry replay: %s: kvf_cache_unpin: %s\n", req_name(q, nm, sizeof nm),
-                kvf_last_error());
-        r->errors++;
-    }
+    if (hits && pinned == hits)
+        for (size_t i = 0, j; i < hits; i = j + 1) { /* the runs still held */
+            for (j = i; j < hits && r->tiers[j] != KVF_CACHE_TIERS; j++)
+                ;
+            if (j > i)
+                unpin_run(r, q, i, j - i);
+        }
     drain_events(r);
     return rc;
 }
