@@ -273,3 +273,26 @@ def test_engine_demote_promote_file_remove(engine, geometry, rng):
     with pytest.raises(kvf.InvalidArgument):
         engine.file_remove([-3])
     assert engine.file_remove(np.array([0xAB], dtype=np.uint64), detach=True) is None
+
+
+def test_callback_errors_and_forms(tmp_path, geometry, rng, capfd):
+    def boom(ev):
+        raise RuntimeError("listener failed")
+
+    with make_engine(tmp_path) as e:
+        pools = add_pools(e, geometry)
+        with kvf.Cache(e, host_blocks=4, on_event=boom) as cache:  # no queue: events() is empty
+            fill(pools, 0, rng)
+            assert cache.put(np.array([[9]], dtype=np.int64), np.array([0], dtype=np.uint8)).wait() == [
+                kvf.Status.OK]
+            assert cache.events() == []
+            assert cache.lookup(np.array([9], dtype=np.uint64)) == (1, [kvf.CacheTier.HOST])
+            assert "host 4" in repr(cache)
+        assert "closed" in repr(cache)
+    assert "listener failed" in capfd.readouterr().err  # printed, never unwound into C
+    with pytest.raises(TypeError):
+        kvf.Cache(e, host_blocks=1, on_event=42)
+    # 2-D token arrays are read in C order
+    toks = np.arange(4 * TPB, dtype=np.int32).reshape(4, TPB)
+    assert kvf.key_chain_all(toks, TPB) == kvf.key_chain_all(list(range(4 * TPB)), TPB)
+    assert kvf.tier_name(kvf.CacheTier.DISK) == "disk"

@@ -4,8 +4,6 @@ layer, one pool each) round-trip blocks through the host and disk tiers of a
 kvferry.Cache, byte-exact. Skipped unless torch with CUDA is importable and
 libkvferry was built with CUDA and sees a GPU."""
 
-import pytest
-
 import kvferry as kvf
 from conftest import torch_cuda
 
