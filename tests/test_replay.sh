@@ -90,6 +90,16 @@ first=$(field disk "$tmp/both.json" hits)
 again=$(field disk "$tmp/again.json" hits)
 [ "$again" -gt "$first" ] || { echo "restart: disk hits $again, not above $first" >&2; exit 1; }
 
+# ---- 4 clients at once (threads sharing the cache, each with its own primary
+# slots): the same checks hold, only the figures vary from run to run
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/d3" \
+    --disk-blocks 512 --clients 4 --json "$tmp/clients.json" >/dev/null
+positive "hits with 4 clients" "$(field disk "$tmp/clients.json" hits)"
+zero "errors with 4 clients" "$(field errors "$tmp/clients.json")"
+grep -q '"verified": true' "$tmp/clients.json"
+grep -q '"clients": 4' "$tmp/clients.json"
+if "$kvf" replay --clients 9 --gpu-blocks 8 2>/dev/null; then exit 1; fi
+
 # ---- disk only
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 0 --disk "$tmp/d2" \
     --disk-blocks 1024 --json "$tmp/disk.json" >"$tmp/disk.out"
@@ -146,4 +156,4 @@ if "$kvf" replay --host-blocks 0 2>/dev/null; then exit 1; fi
 if "$kvf" replay --disk-blocks 5 2>/dev/null; then exit 1; fi
 if "$kvf" replay "$tmp/missing.jsonl" 2>/dev/null; then exit 1; fi
 if "$kvf" replay --heads 0 2>/dev/null; then exit 1; fi
-echo "replay: 3 workloads, host / host+disk / disk, trace round trip, restart, stats: ok"
+echo "replay: 3 workloads, host / host+disk / disk, 4 clients, trace round trip, restart, damaged files, stats: ok"

@@ -14,12 +14,15 @@
  * the engine does when it frees them. A request longer than the primary
  * pool is run in parts of --gpu-blocks blocks. Puts are not waited for
  * until their slots are needed again, so gets and puts overlap as they do
- * in an engine.
+ * in an engine. With --clients N, N threads run requests at once, each with
+ * its share of the primary slots.
  */
 #include "cli.h"
 #include "trace.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +41,7 @@ typedef struct replay_opts {
     const char *write_trace;
     kvf_backend backend;
     kvf_geometry g;
-    uint32_t pools, gpu_blocks, threads;
+    uint32_t pools, gpu_blocks, threads, clients;
     uint64_t host_blocks, disk_blocks;
     bool disk_blocks_set;
     const char *disk, *ns, *json;
@@ -54,6 +57,13 @@ typedef struct pending {
     size_t req; /* index of the request, for messages */
 } pending;
 
+/* What the replay counts itself, per client and in all. */
+typedef struct counts {
+    uint64_t blocks, tokens, hits[KVF_CACHE_TIERS], got_blocks, verified, prefilled;
+    uint64_t bad_blocks, errors, no_space;
+    double get_s;
+} counts;
+
 typedef struct replay {
     const replay_opts *o;
     const kvf_trace *trace;
@@ -61,6 +71,25 @@ typedef struct replay {
     kvf_cache *c;
     bool gpu;
     size_t block_bytes; /* one pool's */
+    atomic_size_t next; /* the next request to run */
+    pthread_mutex_t ev_mu;
+    kvf_cache_event *events;
+    uint64_t events_seen[3], event_gaps, last_seq;
+    counts n; /* summed over the clients */
+    double wall_s;
+} replay;
+
+/* One client: a thread running requests with primary slots of its own,
+ * [base, base + nslots). */
+typedef struct client {
+    replay *rp;
+    const replay_opts *o; /* the replay's, copied for brevity */
+    const kvf_trace *trace;
+    kvf_engine *e;
+    kvf_cache *c;
+    bool gpu;
+    size_t block_bytes;
+    uint32_t base, nslots;
     uint8_t *want, *got;
     uint32_t *slots;
     kvf_key *keys;
@@ -70,13 +99,10 @@ typedef struct replay {
     pending *pend;
     size_t pend_head, pend_n; /* a FIFO in slot order */
     uint32_t cursor;
-    kvf_cache_event *events;
-    /* what the replay counted itself */
-    uint64_t blocks, tokens, hits[KVF_CACHE_TIERS], got_blocks, verified, prefilled;
-    uint64_t bad_blocks, errors, no_space, events_seen[3], event_gaps;
-    uint64_t last_seq;
-    double get_s, wall_s;
-} replay;
+    counts n;
+    int rc;
+    pthread_t thread;
+} client;
 
 #define EVENT_QUEUE 65536
 
@@ -109,7 +135,7 @@ static void key_bytes(kvf_key key, uint32_t pool, uint8_t *p, size_t n)
 
 /* Reads or writes one pool's primary slot as an engine would: plain memory
  * on the host backend, cudaMemcpy on a GPU. */
-static int slot_io(replay *r, uint32_t pool, uint32_t slot, void *host, bool write)
+static int slot_io(client *r, uint32_t pool, uint32_t slot, void *host, bool write)
 {
     void *p;
     if (kvf_engine_slot_ptr(r->e, pool, KVF_LEVEL_PRIMARY, slot, &p) != KVF_OK) {
@@ -145,19 +171,19 @@ static const char *req_name(const kvf_trace_req *q, char *buf, size_t cap)
 }
 
 /* Prefill: the block's bytes, computed as a model would, into its slot. */
-static int prefill(replay *r, kvf_key key, uint32_t slot)
+static int prefill(client *r, kvf_key key, uint32_t slot)
 {
     for (uint32_t p = 0; p < r->o->pools; p++) {
         key_bytes(key, p, r->want, r->block_bytes);
         if (slot_io(r, p, slot, r->want, true))
             return -1;
     }
-    r->prefilled++;
+    r->n.prefilled++;
     return 0;
 }
 
 /* The end-to-end check: a block got from the cache holds its key's bytes. */
-static int verify(replay *r, const kvf_trace_req *q, size_t index, kvf_key key, uint32_t slot,
+static int verify(client *r, const kvf_trace_req *q, size_t index, kvf_key key, uint32_t slot,
                   kvf_cache_tier tier)
 {
     for (uint32_t p = 0; p < r->o->pools; p++) {
@@ -174,15 +200,15 @@ static int verify(replay *r, const kvf_trace_req *q, size_t index, kvf_key key, 
                     "byte %zu is 0x%02x, expected 0x%02x\n",
                     req_name(q, nm, sizeof nm), index, (unsigned long long)key,
                     kvf_cache_tier_name(tier), p, off, r->got[off], r->want[off]);
-            r->bad_blocks++;
+            r->n.bad_blocks++;
             return 0;
         }
     }
-    r->verified++;
+    r->n.verified++;
     return 0;
 }
 
-static int wait_put(replay *r)
+static int wait_put(client *r)
 {
     pending *pd = &r->pend[r->pend_head];
     kvf_status st = kvf_cache_wait(r->c, pd->ticket, r->per);
@@ -193,34 +219,34 @@ static int wait_put(replay *r)
             if (r->per[i] == KVF_OK)
                 continue;
             if (r->per[i] == KVF_ERR_NO_SPACE) { /* every victim pinned: not an error */
-                r->no_space++;
+                r->n.no_space++;
                 continue;
             }
             fprintf(stderr, "kvferry replay: %s: put of slot %u failed: %s\n",
-                    req_name(q, nm, sizeof nm), pd->first + i, kvf_status_str(r->per[i]));
-            r->errors++;
+                    req_name(q, nm, sizeof nm), r->base + pd->first + i, kvf_status_str(r->per[i]));
+            r->n.errors++;
         }
         if (st == KVF_ERR_UNKNOWN_TICKET || st == KVF_ERR_INVALID) {
             fprintf(stderr, "kvferry replay: %s: kvf_cache_wait: %s\n", req_name(q, nm, sizeof nm),
                     kvf_last_error());
-            r->errors++;
+            r->n.errors++;
         }
     }
-    r->pend_head = (r->pend_head + 1) % r->o->gpu_blocks;
+    r->pend_head = (r->pend_head + 1) % r->nslots;
     r->pend_n--;
     return 0;
 }
 
 /* n free primary slots in a row, waiting for the puts still reading them. */
-static uint32_t take_slots(replay *r, uint32_t n)
+static uint32_t take_slots(client *r, uint32_t n)
 {
-    if (r->cursor + n > r->o->gpu_blocks)
+    if (r->cursor + n > r->nslots)
         r->cursor = 0;
     uint32_t first = r->cursor;
     for (;;) {
         bool busy = false;
         for (size_t k = 0; k < r->pend_n && !busy; k++) {
-            const pending *pd = &r->pend[(r->pend_head + k) % r->o->gpu_blocks];
+            const pending *pd = &r->pend[(r->pend_head + k) % r->nslots];
             busy = pd->first < first + n && first < pd->first + pd->n;
         }
         if (!busy)
@@ -229,13 +255,16 @@ static uint32_t take_slots(replay *r, uint32_t n)
     }
     r->cursor = first + n;
     for (uint32_t i = 0; i < n; i++)
-        r->slots[i] = first + i;
-    return first;
+        r->slots[i] = r->base + first + i;
+    return r->base + first;
 }
 
+/* Drains the cache's event queue, checking that sequence numbers follow
+ * each other. One client at a time, so that they are seen in order. */
 static void drain_events(replay *r)
 {
     size_t n;
+    pthread_mutex_lock(&r->ev_mu);
     while ((n = kvf_cache_events(r->c, r->events, EVENT_QUEUE)) > 0)
         for (size_t i = 0; i < n; i++) {
             const kvf_cache_event *ev = &r->events[i];
@@ -245,22 +274,23 @@ static void drain_events(replay *r)
                 r->event_gaps += ev->seq > r->last_seq ? ev->seq - r->last_seq - 1 : 1;
             r->last_seq = ev->seq;
         }
+    pthread_mutex_unlock(&r->ev_mu);
 }
 
 /* Undoes the request's pin of keys [i, i + n). */
-static void unpin_run(replay *r, const kvf_trace_req *q, size_t i, size_t n)
+static void unpin_run(client *r, const kvf_trace_req *q, size_t i, size_t n)
 {
     char nm[160];
     if (kvf_cache_unpin(r->c, r->keys + i, n) != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: kvf_cache_unpin: %s\n", req_name(q, nm, sizeof nm),
                 kvf_last_error());
-        r->errors++;
+        r->n.errors++;
     }
 }
 
 /* One part of a request: blocks [s, s + m), of which the first `gets` are
  * cache hits. */
-static int run_part(replay *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
+static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
 {
     const kvf_trace_req *q = &r->trace->reqs[qi];
     char nm[160];
@@ -273,17 +303,17 @@ static int run_part(replay *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
         if (st != KVF_OK) {
             fprintf(stderr, "kvferry replay: %s: kvf_cache_get of %u blocks: %s\n",
                     req_name(q, nm, sizeof nm), gets, kvf_last_error());
-            r->errors++;
+            r->n.errors++;
             gets = 0; /* recompute them all */
         } else {
             st = kvf_cache_wait(r->c, t, r->per);
-            r->get_s += now_s() - t0;
+            r->n.get_s += now_s() - t0;
         }
     }
     for (uint32_t i = 0; i < m; i++) {
         int rc;
         if (i < gets && r->per[i] == KVF_OK) {
-            r->got_blocks++;
+            r->n.got_blocks++;
             rc = verify(r, q, s + i, keys[i], first + i, r->tiers[s + i]);
         } else {
             if (i < gets) {
@@ -292,7 +322,7 @@ static int run_part(replay *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
                         "failed: %s; recomputed\n",
                         req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
                         kvf_cache_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i]));
-                r->errors++;
+                r->n.errors++;
                 /* the cache drops a block it could not read back once it is
                  * unpinned: let go of it now, so that the put below stores
                  * the recomputed block again */
@@ -304,22 +334,22 @@ static int run_part(replay *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
         if (rc)
             return -1;
     }
-    pending *pd = &r->pend[(r->pend_head + r->pend_n) % r->o->gpu_blocks];
+    pending *pd = &r->pend[(r->pend_head + r->pend_n) % r->nslots];
     kvf_status st = kvf_cache_put(r->c, keys, r->slots, m, q->priority, &pd->ticket);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: kvf_cache_put of %u blocks: %s\n",
                 req_name(q, nm, sizeof nm), m, kvf_last_error());
-        r->errors++;
+        r->n.errors++;
         return 0;
     }
-    pd->first = first;
+    pd->first = first - r->base;
     pd->n = m;
     pd->req = qi;
     r->pend_n++;
     return 0;
 }
 
-static int grow_keys(replay *r, size_t n)
+static int grow_keys(client *r, size_t n)
 {
     size_t cap = r->keys_cap; /* both arrays grow alike */
     if (kvf_trace_grow((void **)&r->keys, &cap, n, sizeof *r->keys, 1024) ||
@@ -330,7 +360,7 @@ static int grow_keys(replay *r, size_t n)
     return 0;
 }
 
-static int run_request(replay *r, size_t qi)
+static int run_request(client *r, size_t qi)
 {
     const kvf_trace_req *q = &r->trace->reqs[qi];
     uint32_t tpb = r->o->g.tokens_per_block;
@@ -342,15 +372,15 @@ static int run_request(replay *r, size_t qi)
         memcpy(r->keys, q->keys, n * sizeof *r->keys);
     else
         kvf_key_chain_all(q->tokens, q->n_tokens, tpb, q->salt, r->keys, n);
-    r->blocks += n;
-    r->tokens += q->has_keys ? n * tpb : q->n_tokens;
+    r->n.blocks += n;
+    r->n.tokens += q->has_keys ? n * tpb : q->n_tokens;
     if (n == 0)
         return 0;
     size_t hits = 0;
     if (kvf_cache_lookup(r->c, r->keys, n, &hits, r->tiers) != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: kvf_cache_lookup: %s\n", req_name(q, nm, sizeof nm),
                 kvf_last_error());
-        r->errors++;
+        r->n.errors++;
         hits = 0;
     }
     /* the request's hits stay cached while its parts run */
@@ -358,19 +388,19 @@ static int run_request(replay *r, size_t qi)
     if (hits && kvf_cache_pin(r->c, r->keys, hits, &pinned) != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: kvf_cache_pin: %s\n", req_name(q, nm, sizeof nm),
                 kvf_last_error());
-        r->errors++;
+        r->n.errors++;
         hits = 0;
     } else if (pinned != hits) {
         fprintf(stderr, "kvferry replay: %s: lookup found %zu blocks, pin only %zu\n",
                 req_name(q, nm, sizeof nm), hits, pinned);
-        r->errors++;
+        r->n.errors++;
     }
     for (size_t i = 0; i < hits; i++)
         if ((unsigned)r->tiers[i] < KVF_CACHE_TIERS)
-            r->hits[r->tiers[i]]++;
+            r->n.hits[r->tiers[i]]++;
     int rc = 0;
-    for (size_t s = 0; s < n && rc == 0; s += r->o->gpu_blocks) {
-        uint32_t m = (uint32_t)(n - s < r->o->gpu_blocks ? n - s : r->o->gpu_blocks);
+    for (size_t s = 0; s < n && rc == 0; s += r->nslots) {
+        uint32_t m = (uint32_t)(n - s < r->nslots ? n - s : r->nslots);
         uint32_t gets = hits > s ? (uint32_t)(hits - s < m ? hits - s : m) : 0;
         rc = run_part(r, qi, s, m, gets);
     }
@@ -381,8 +411,76 @@ static int run_request(replay *r, size_t qi)
             if (j > i)
                 unpin_run(r, q, i, j - i);
         }
-    drain_events(r);
+    drain_events(r->rp);
     return rc;
+}
+
+/* ---- clients --------------------------------------------------------------- */
+
+static int client_init(client *cl, replay *r, uint32_t base, uint32_t nslots)
+{
+    memset(cl, 0, sizeof *cl);
+    cl->rp = r;
+    cl->o = r->o;
+    cl->trace = r->trace;
+    cl->e = r->e;
+    cl->c = r->c;
+    cl->gpu = r->gpu;
+    cl->block_bytes = r->block_bytes;
+    cl->base = base;
+    cl->nslots = nslots;
+    cl->want = malloc(r->block_bytes);
+    cl->got = malloc(r->block_bytes);
+    cl->slots = malloc(nslots * sizeof *cl->slots);
+    cl->per = malloc(nslots * sizeof *cl->per);
+    cl->pend = malloc(nslots * sizeof *cl->pend);
+    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend) {
+        fprintf(stderr, "kvferry replay: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void client_free(client *cl)
+{
+    free(cl->want);
+    free(cl->got);
+    free(cl->slots);
+    free(cl->per);
+    free(cl->pend);
+    free(cl->keys);
+    free(cl->tiers);
+}
+
+/* Runs requests, the next one not yet taken each time, then waits for its
+ * puts. */
+static void *client_main(void *arg)
+{
+    client *cl = arg;
+    size_t i;
+    while ((i = atomic_fetch_add(&cl->rp->next, 1)) < cl->trace->n)
+        if (run_request(cl, i)) {
+            cl->rc = -1;
+            break;
+        }
+    while (cl->pend_n)
+        wait_put(cl);
+    return NULL;
+}
+
+static void counts_add(counts *sum, const counts *c)
+{
+    sum->blocks += c->blocks;
+    sum->tokens += c->tokens;
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        sum->hits[t] += c->hits[t];
+    sum->got_blocks += c->got_blocks;
+    sum->verified += c->verified;
+    sum->prefilled += c->prefilled;
+    sum->bad_blocks += c->bad_blocks;
+    sum->errors += c->errors;
+    sum->no_space += c->no_space;
+    sum->get_s += c->get_s;
 }
 
 /* ---- setup and report ----------------------------------------------------- */
@@ -406,6 +504,9 @@ static void usage(FILE *f)
             "  --pools N               pools (tensors) per block (1)\n"
             "%s"
             "  --offload-min-priority N  --disk-admit-uses N   cache policy (default 0, 0)\n"
+            "  --clients N             requests run by N threads at once, each with its share\n"
+            "                          of the primary slots (1: in arrival order, a report\n"
+            "                          the same on every run)\n"
             "  --threads N             engine worker threads (0: default)\n"
             "  --fsync none|batch|block  disk durability (default none)\n"
             "  --json FILE             also write the report as JSON\n"
@@ -474,6 +575,8 @@ static int parse_args(int argc, char **argv, replay_opts *o)
             o->ns = v;
         } else if (!strcmp(name, "pools")) {
             rc = kvf_cli_u32("replay", name, v, &o->pools);
+        } else if (!strcmp(name, "clients")) {
+            rc = kvf_cli_u32("replay", name, v, &o->clients);
         } else if (!strcmp(name, "threads")) {
             rc = kvf_cli_u32("replay", name, v, &o->threads);
         } else if (!strcmp(name, "offload-min-priority")) {
@@ -498,8 +601,13 @@ static int parse_args(int argc, char **argv, replay_opts *o)
         fprintf(stderr, "kvferry replay: a trace file or --gen, not both\n");
         return -1;
     }
-    if (!o->pools || !o->gpu_blocks) {
-        fprintf(stderr, "kvferry replay: --pools and --gpu-blocks must be at least 1\n");
+    if (!o->pools || !o->gpu_blocks || !o->clients) {
+        fprintf(stderr, "kvferry replay: --pools, --gpu-blocks and --clients must be at least 1\n");
+        return -1;
+    }
+    if (o->gpu_blocks < o->clients) {
+        fprintf(stderr, "kvferry replay: %u clients need at least as many --gpu-blocks\n",
+                o->clients);
         return -1;
     }
     if (o->disk_blocks_set && !o->disk && o->disk_blocks) {
@@ -525,7 +633,7 @@ static uint64_t total_hits(const replay *r)
 {
     uint64_t n = 0;
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
-        n += r->hits[t];
+        n += r->n.hits[t];
     return n;
 }
 
@@ -537,10 +645,14 @@ static double pct(uint64_t a, uint64_t b)
 static void print_report(const replay *r, const kvf_cache_stats *s, const char *source)
 {
     const replay_opts *o = r->o;
-    uint64_t hit = total_hits(r), miss = r->blocks - hit;
+    uint64_t hit = total_hits(r), miss = r->n.blocks - hit;
     uint32_t tpb = o->g.tokens_per_block;
-    printf("kvferry replay: %zu requests (%s), %llu blocks of %u tokens, %s backend\n", r->trace->n,
-           source, (unsigned long long)r->blocks, tpb, kvf_backend_name(kvf_engine_backend(r->e)));
+    printf("kvferry replay: %zu requests (%s), %llu blocks of %u tokens, %s backend", r->trace->n,
+           source, (unsigned long long)r->n.blocks, tpb,
+           kvf_backend_name(kvf_engine_backend(r->e)));
+    if (o->clients > 1)
+        printf(", %u clients", o->clients);
+    printf("\n");
     printf("  block: %u pool(s) x %zu bytes (%s, %ux%ux%ux%ux%u %s)\n", o->pools, r->block_bytes,
            kvf_dtype_name(o->g.dtype), o->g.layers, o->g.kv_factor, o->g.kv_heads,
            o->g.tokens_per_block, o->g.head_size,
@@ -551,10 +663,10 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
     printf("  hits:");
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
         printf(" %s %llu (%.2f%%),", kvf_cache_tier_name((kvf_cache_tier)t),
-               (unsigned long long)r->hits[t], pct(r->hits[t], r->blocks));
-    printf(" misses %llu (%.2f%%)\n", (unsigned long long)miss, pct(miss, r->blocks));
+               (unsigned long long)r->n.hits[t], pct(r->n.hits[t], r->n.blocks));
+    printf(" misses %llu (%.2f%%)\n", (unsigned long long)miss, pct(miss, r->n.blocks));
     printf("  prefill saved: %llu of %llu tokens (%.2f%%)\n", (unsigned long long)hit * tpb,
-           (unsigned long long)r->tokens, pct(hit * tpb, r->tokens));
+           (unsigned long long)r->n.tokens, pct(hit * tpb, r->n.tokens));
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
         printf("  %s tier: %llu blocks now, %llu bytes in, %llu bytes out, %llu evictions\n",
                kvf_cache_tier_name((kvf_cache_tier)t), (unsigned long long)s->blocks[t],
@@ -562,50 +674,51 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
                (unsigned long long)s->evictions[t]);
     printf("  dropped %llu, failures %llu, puts refused for space %llu, errors %llu\n",
            (unsigned long long)s->dropped, (unsigned long long)s->failures,
-           (unsigned long long)r->no_space, (unsigned long long)r->errors);
+           (unsigned long long)r->n.no_space, (unsigned long long)r->n.errors);
     printf("  events: %llu stored, %llu updated, %llu removed, %llu dropped\n",
            (unsigned long long)r->events_seen[KVF_EVENT_STORED],
            (unsigned long long)r->events_seen[KVF_EVENT_UPDATED],
            (unsigned long long)r->events_seen[KVF_EVENT_REMOVED],
            (unsigned long long)s->events_dropped);
-    printf("  verified: %llu blocks got from the cache, %s\n", (unsigned long long)r->verified,
-           r->bad_blocks ? "SOME WRONG" : "every byte right");
-    double got_bytes = (double)r->got_blocks * r->block_bytes * o->pools;
+    printf("  verified: %llu blocks got from the cache, %s\n", (unsigned long long)r->n.verified,
+           r->n.bad_blocks ? "SOME WRONG" : "every byte right");
+    double got_bytes = (double)r->n.got_blocks * r->block_bytes * o->pools;
     printf("  time: %.3f s wall; gets %.1f MiB in %.3f s (%.2f GB/s)\n", r->wall_s,
-           got_bytes / 1048576, r->get_s, r->get_s > 0 ? got_bytes / r->get_s / 1e9 : 0);
+           got_bytes / 1048576, r->n.get_s, r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
 }
 
 static void write_json(const replay *r, const kvf_cache_stats *s, const char *source, FILE *f)
 {
     const replay_opts *o = r->o;
     uint64_t hit = total_hits(r);
-    double got_bytes = (double)r->got_blocks * r->block_bytes * o->pools;
+    double got_bytes = (double)r->n.got_blocks * r->block_bytes * o->pools;
     fputs("{\"source\": ", f);
     kvf_trace_json_string(f, source);
     fprintf(f,
             ", \"backend\": \"%s\", \"requests\": %zu, \"blocks\": %llu, \"tokens\": %llu, "
             "\"tokens_per_block\": %u, \"pools\": %u, \"block_bytes\": %zu,\n"
-            " \"gpu_blocks\": %u, \"host_blocks\": %llu, \"disk_blocks\": %llu,\n",
-            kvf_backend_name(kvf_engine_backend(r->e)), r->trace->n, (unsigned long long)r->blocks,
-            (unsigned long long)r->tokens, o->g.tokens_per_block, o->pools, r->block_bytes,
-            o->gpu_blocks, (unsigned long long)o->host_blocks, (unsigned long long)o->disk_blocks);
+            " \"gpu_blocks\": %u, \"clients\": %u, \"host_blocks\": %llu, \"disk_blocks\": %llu,\n",
+            kvf_backend_name(kvf_engine_backend(r->e)), r->trace->n,
+            (unsigned long long)r->n.blocks, (unsigned long long)r->n.tokens, o->g.tokens_per_block,
+            o->pools, r->block_bytes, o->gpu_blocks, o->clients, (unsigned long long)o->host_blocks,
+            (unsigned long long)o->disk_blocks);
     for (int pass = 0; pass < 2; pass++) {
         fprintf(f, " \"%s\": {", pass ? "hit_rate" : "hits");
         for (int t = 0; t < KVF_CACHE_TIERS; t++) {
             fprintf(f, "%s\"%s\": ", t ? ", " : "", kvf_cache_tier_name((kvf_cache_tier)t));
             if (pass)
-                fprintf(f, "%.6f", pct(r->hits[t], r->blocks) / 100);
+                fprintf(f, "%.6f", pct(r->n.hits[t], r->n.blocks) / 100);
             else
-                fprintf(f, "%llu", (unsigned long long)r->hits[t]);
+                fprintf(f, "%llu", (unsigned long long)r->n.hits[t]);
         }
         fprintf(f, "},");
     }
     fprintf(f,
             " \"misses\": %llu, \"miss_rate\": %.6f,\n"
             " \"prefill_tokens_saved\": %llu, \"prefill_saved_share\": %.6f,\n",
-            (unsigned long long)(r->blocks - hit), pct(r->blocks - hit, r->blocks) / 100,
+            (unsigned long long)(r->n.blocks - hit), pct(r->n.blocks - hit, r->n.blocks) / 100,
             (unsigned long long)hit * o->g.tokens_per_block,
-            pct(hit * o->g.tokens_per_block, r->tokens) / 100);
+            pct(hit * o->g.tokens_per_block, r->n.tokens) / 100);
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
         fprintf(f,
                 " \"%s\": {\"blocks\": %llu, \"bytes_in\": %llu, \"bytes_out\": %llu, "
@@ -620,12 +733,12 @@ static void write_json(const replay *r, const kvf_cache_stats *s, const char *so
             " \"verified_blocks\": %llu, \"wrong_blocks\": %llu, \"verified\": %s,\n"
             " \"wall_s\": %.6f, \"get_s\": %.6f, \"get_bytes\": %.0f, \"get_gbs\": %.4f}\n",
             (unsigned long long)s->dropped, (unsigned long long)s->failures,
-            (unsigned long long)r->no_space, (unsigned long long)r->errors,
+            (unsigned long long)r->n.no_space, (unsigned long long)r->n.errors,
             (unsigned long long)r->events_seen[0], (unsigned long long)r->events_seen[1],
             (unsigned long long)r->events_seen[2], (unsigned long long)s->events_dropped,
-            (unsigned long long)r->verified, (unsigned long long)r->bad_blocks,
-            r->bad_blocks ? "false" : "true", r->wall_s, r->get_s, got_bytes,
-            r->get_s > 0 ? got_bytes / r->get_s / 1e9 : 0);
+            (unsigned long long)r->n.verified, (unsigned long long)r->n.bad_blocks,
+            r->n.bad_blocks ? "false" : "true", r->wall_s, r->n.get_s, got_bytes,
+            r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
 }
 
 static int load_trace(replay_opts *o, kvf_trace *t, char *source, size_t cap)
@@ -714,6 +827,7 @@ int kvf_cli_replay(int argc, char **argv)
         .g = {4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
         .pools = 1,
         .gpu_blocks = 256,
+        .clients = 1,
         .host_blocks = 512,
         .ns = "replay",
         .fsync = KVF_FSYNC_NONE,
@@ -726,6 +840,9 @@ int kvf_cli_replay(int argc, char **argv)
     memset(&r, 0, sizeof r);
     r.o = &o;
     kvf_trace trace = {0};
+    client *clients = NULL;
+    uint32_t started;
+    bool mutex = false;
     char source[4200];
     int rc = 1;
     if (kvf_geometry_block_bytes(&o.g, &r.block_bytes) != KVF_OK) {
@@ -735,28 +852,44 @@ int kvf_cli_replay(int argc, char **argv)
     if (load_trace(&o, &trace, source, sizeof source))
         return 2;
     r.trace = &trace;
-    r.want = malloc(r.block_bytes);
-    r.got = malloc(r.block_bytes);
-    r.slots = malloc(o.gpu_blocks * sizeof *r.slots);
-    r.per = malloc(o.gpu_blocks * sizeof *r.per);
-    r.pend = malloc(o.gpu_blocks * sizeof *r.pend);
     r.events = malloc(EVENT_QUEUE * sizeof *r.events);
-    if (!r.want || !r.got || !r.slots || !r.per || !r.pend || !r.events) {
+    clients = calloc(o.clients, sizeof *clients);
+    if (!r.events || !clients) {
         fprintf(stderr, "kvferry replay: out of memory\n");
         goto out;
     }
+    pthread_mutex_init(&r.ev_mu, NULL);
+    mutex = true;
     if (open_replay(&r))
         goto out;
     double t0 = now_s();
-    for (size_t i = 0; i < trace.n; i++)
-        if (run_request(&r, i))
+    uint32_t per_client = o.gpu_blocks / o.clients;
+    for (uint32_t k = 0; k < o.clients; k++)
+        if (client_init(&clients[k], &r, k * per_client,
+                        k + 1 < o.clients ? per_client : o.gpu_blocks - k * per_client))
             goto out;
-    while (r.pend_n)
-        wait_put(&r);
+    started = 0;
+    if (o.clients == 1) {
+        client_main(&clients[0]);
+    } else {
+        for (; started < o.clients; started++)
+            if (pthread_create(&clients[started].thread, NULL, client_main, &clients[started])) {
+                fprintf(stderr, "kvferry replay: cannot start client thread %u\n", started);
+                r.n.errors++;
+                break;
+            }
+        for (uint32_t k = 0; k < started; k++)
+            pthread_join(clients[k].thread, NULL);
+    }
+    for (uint32_t k = 0; k < o.clients; k++) {
+        if (clients[k].rc)
+            goto out;
+        counts_add(&r.n, &clients[k].n);
+    }
     /* the cache's own moves down a tier, queued behind the last puts */
     if (kvf_sync_stream(r.e, NULL) != KVF_OK) {
         fprintf(stderr, "kvferry replay: kvf_sync_stream: %s\n", kvf_last_error());
-        r.errors++;
+        r.n.errors++;
     }
     r.wall_s = now_s() - t0;
     drain_events(&r);
@@ -766,47 +899,45 @@ int kvf_cli_replay(int argc, char **argv)
         goto out;
     }
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
-        if (s.hits[t] != r.hits[t]) {
+        if (s.hits[t] != r.n.hits[t]) {
             fprintf(stderr,
                     "kvferry replay: the cache's stats count %llu %s hits, its lookups "
                     "returned %llu\n",
                     (unsigned long long)s.hits[t], kvf_cache_tier_name((kvf_cache_tier)t),
-                    (unsigned long long)r.hits[t]);
-            r.errors++;
+                    (unsigned long long)r.n.hits[t]);
+            r.n.errors++;
         }
     if (r.event_gaps > s.events_dropped) {
         fprintf(stderr, "kvferry replay: %llu event sequence numbers missing, %llu dropped\n",
                 (unsigned long long)r.event_gaps, (unsigned long long)s.events_dropped);
-        r.errors++;
+        r.n.errors++;
     }
     print_report(&r, &s, source);
     if (o.json) {
         FILE *f = fopen(o.json, "w");
         if (!f) {
             fprintf(stderr, "kvferry replay: %s: %s\n", o.json, strerror(errno));
-            r.errors++;
+            r.n.errors++;
         } else {
             write_json(&r, &s, source, f);
             if (fclose(f)) {
                 fprintf(stderr, "kvferry replay: %s: %s\n", o.json, strerror(errno));
-                r.errors++;
+                r.n.errors++;
             }
         }
     }
     if (o.prometheus && kvf_cli_print_prometheus(r.c))
-        r.errors++;
-    rc = r.bad_blocks || r.errors ? 1 : 0;
+        r.n.errors++;
+    rc = r.n.bad_blocks || r.n.errors ? 1 : 0;
 out:
+    for (uint32_t k = 0; clients && k < o.clients; k++)
+        client_free(&clients[k]);
+    free(clients);
     kvf_cache_destroy(r.c);
     kvf_engine_destroy(r.e);
+    if (mutex)
+        pthread_mutex_destroy(&r.ev_mu);
     kvf_trace_free(&trace);
-    free(r.want);
-    free(r.got);
-    free(r.slots);
-    free(r.per);
-    free(r.pend);
     free(r.events);
-    free(r.keys);
-    free(r.tiers);
     return rc;
 }
