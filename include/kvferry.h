@@ -80,9 +80,9 @@ typedef enum kvf_status {
     KVF_ERR_NOT_FOUND = -31, /* no stored block under that key or slot */
     KVF_ERR_NO_SPACE = -32,  /* ENOSPC or EDQUOT */
 
-    /* remote stores (reserved for the remote tier) */
-    KVF_ERR_REMOTE = -40,
-    KVF_ERR_TIMEOUT = -41,
+    /* remote stores */
+    KVF_ERR_REMOTE = -40,  /* a remote store refused, failed or cannot be reached */
+    KVF_ERR_TIMEOUT = -41, /* a remote store did not answer in time */
 
     /* data integrity: kvferry refuses to hand back these bytes */
     KVF_ERR_CORRUPT = -50,  /* a stored block fails its header or checksum */
@@ -242,12 +242,24 @@ typedef struct kvf_engine_config {
     /* CUDA backend only. */
     kvf_cuda_copy cuda_copy; /* env KVF_CUDA_COPY=auto|kernel|dma overrides AUTO */
     uint32_t cuda_copy_sms;  /* thread blocks of the copy kernel; 0: 32 */
+    /* Remote tier (Redis). NULL: $KVF_REMOTE_URL, or none when unset.
+     *   redis://[user[:pass]@]host[:port][/db]      one server
+     *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
+     * Blocks are stored under kvf:<file_namespace>:<key>, in the file tier's
+     * format (header and checksum), so engines on other machines with the
+     * same namespace and layout share them. The server is reached when the
+     * pools are fixed (the first transfer); when it cannot be, remote moves
+     * fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and a new connection is
+     * tried at most once a second. Needs a build with hiredis. */
+    const char *remote_url;
+    uint32_t remote_ttl_s;      /* expiry of stored blocks; 0: none */
+    uint32_t remote_timeout_ms; /* connect and reply timeout; 0: 2000 */
 } kvf_engine_config;
 
 #define KVF_ENGINE_CONFIG_INIT                                                                     \
     {                                                                                              \
         sizeof(kvf_engine_config), KVF_BACKEND_AUTO, 0, 0, NULL, NULL, KVF_FILE_IO_AUTO,           \
-            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0                                                 \
+            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0, NULL, 0, 0                                     \
     }
 
 /**
@@ -332,9 +344,11 @@ KVF_API kvf_status kvf_engine_slot_ptr(kvf_engine *engine, uint32_t pool, kvf_le
 
 /** The tier below the primary slots that a batch moves to or from. */
 typedef enum kvf_tier {
-    KVF_TIER_HOST = 0, /* the secondary slots: the reference's DRAM mode */
-    KVF_TIER_FILE = 1  /* block files: the reference's GDS and POSIX modes,
-                          chosen by kvf_engine_config.file_io */
+    KVF_TIER_HOST = 0,  /* the secondary slots: the reference's DRAM mode */
+    KVF_TIER_FILE = 1,  /* block files: the reference's GDS and POSIX modes,
+                           chosen by kvf_engine_config.file_io */
+    KVF_TIER_REMOTE = 2 /* a Redis server or cluster (remote_url); dst / src
+                           is the block key, as for files */
 } kvf_tier;
 
 /**
@@ -413,6 +427,11 @@ KVF_API kvf_status kvf_promote(kvf_engine *engine, const kvf_move *moves, size_t
  */
 KVF_API kvf_status kvf_file_remove(kvf_engine *engine, const uint64_t *keys, size_t n,
                                    kvf_ticket *ticket_p);
+
+/** Removes blocks from the remote tier; as kvf_file_remove. Other engines
+ *  sharing the namespace lose them too. */
+KVF_API kvf_status kvf_remote_remove(kvf_engine *engine, const uint64_t *keys, size_t n,
+                                     kvf_ticket *ticket_p);
 
 /**
  * Asks whether a batch has completed, without blocking.
@@ -539,6 +558,18 @@ typedef struct kvf_cache_event {
  *  not call into the cache, and should return quickly. */
 typedef void (*kvf_cache_event_fn)(void *arg, const kvf_cache_event *event);
 
+/** How a cache uses its engine's remote tier (kvf_engine_config.remote_url). */
+typedef enum kvf_cache_remote {
+    KVF_CACHE_REMOTE_OFF = 0,
+    /* every block put is also stored remotely (whatever happens to it
+     * locally); lookups and gets fall back to the remote tier for blocks
+     * not cached here; kvf_cache_remove removes there too */
+    KVF_CACHE_REMOTE_WRITE_THROUGH = 1,
+    /* lookups and gets fall back to the remote tier; puts leave it alone
+     * (other instances fill it) */
+    KVF_CACHE_REMOTE_READ = 2
+} kvf_cache_remote;
+
 /** Cache configuration. Start from KVF_CACHE_CONFIG_INIT. */
 typedef struct kvf_cache_config {
     size_t struct_size; /* sizeof(kvf_cache_config), set by the macro */
@@ -558,11 +589,19 @@ typedef struct kvf_cache_config {
     uint32_t event_queue;
     kvf_cache_event_fn on_event; /* NULL: none */
     void *on_event_arg;
+    /* The remote tier below disk, shared with every cache whose engine uses
+     * the same remote store, namespace and layout. Its content is the
+     * store's: this cache neither counts nor evicts it (give the server a
+     * maxmemory policy, or the engine a remote_ttl_s), and its blocks raise
+     * no events. A block read from it is checked like a file (header,
+     * layout, namespace, checksum): a damaged or foreign value is a failed
+     * block plus a count in remote_errors, never data. */
+    kvf_cache_remote remote;
 } kvf_cache_config;
 
 #define KVF_CACHE_CONFIG_INIT                                                                      \
     {                                                                                              \
-        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL                                        \
+        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL, KVF_CACHE_REMOTE_OFF                  \
     }
 
 /**
@@ -585,7 +624,9 @@ KVF_API void kvf_cache_destroy(kvf_cache *cache);
 
 /**
  * The longest cached prefix of a request: how many of keys[0..n) are
- * cached, counting from keys[0] and stopping at the first miss. Counts hits
+ * cached, counting from keys[0] and stopping at the first miss. With a
+ * remote tier, the keys after the local prefix are looked up there in one
+ * round trip (an unreachable store counts as a miss). Counts hits
  * per tier and one miss (when *hits_p < n) in the stats; changes nothing
  * else (no recency, no pin: a block found here can be evicted before a
  * get unless pinned).
@@ -614,6 +655,9 @@ KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const ui
  * Copies cached blocks into primary slots: keys[i] into slots[i], in one
  * engine batch per tier they are in. Every key must be cached: otherwise
  * KVF_ERR_NOT_FOUND naming the first missing key, and nothing is queued.
+ * With a remote tier, keys not cached here are fetched from it instead
+ * (not pinned: the store owns them), and one found missing there fails its
+ * block with KVF_ERR_NOT_FOUND.
  * The blocks are pinned until the ticket completes, and count as used (for
  * LRU and disk admission). A block that cannot be read back whole and
  * checked (an I/O error, a corrupt file) fails its status, is removed from
@@ -680,6 +724,9 @@ typedef struct kvf_cache_stats {
     uint64_t latency_us[KVF_CACHE_LATENCY_BUCKETS];
     uint64_t latency_count;
     uint64_t latency_sum_us;
+    /* remote operations that failed: unreachable, timed out, or a value
+     * that failed its checks (a miss, never data) */
+    uint64_t remote_errors;
 } kvf_cache_stats;
 
 #define KVF_CACHE_STATS_INIT                                                                       \

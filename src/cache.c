@@ -16,6 +16,7 @@
  * engine never calls back into the cache), except blocking waits.
  */
 #include "internal.h"
+#include "remote.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,7 +46,14 @@ typedef struct lru {
     entry *head, *tail; /* head: least recently used */
 } lru;
 
-typedef enum op_kind { OPK_PUT, OPK_GET, OPK_DEMOTE, OPK_REMOVE } op_kind;
+typedef enum op_kind {
+    OPK_PUT,
+    OPK_GET,
+    OPK_DEMOTE,
+    OPK_REMOVE,
+    OPK_REMOTE_PUT, /* write-through: part of the put's call, not of its statuses */
+    OPK_REMOTE_REMOVE
+} op_kind;
 
 /* One engine batch queued by the cache. */
 typedef struct op op;
@@ -278,7 +286,8 @@ typedef struct put_batches {
     pending remove; /* disk victims' files */
     pending demote; /* host victims to disk */
     pending to_file, to_host;
-    struct call *k; /* the put's call, or NULL */
+    pending to_remote; /* write-through */
+    struct call *k;    /* the put's call, or NULL */
 } put_batches;
 
 static void flush(kvf_cache *c, put_batches *pb);
@@ -425,20 +434,24 @@ static op *op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p
     memcpy(o->index, p->index, p->n * sizeof *o->index);
     kvf_engine *eng = c->engine;
     kvf_status st;
+    static const kvf_tier engine_tier[KVF_CACHE_TIERS] = {KVF_TIER_HOST, KVF_TIER_FILE,
+                                                          KVF_TIER_REMOTE};
     switch (kind) {
     case OPK_PUT:
-        st = kvf_offload(eng, tier == KVF_CACHE_HOST ? KVF_TIER_HOST : KVF_TIER_FILE, p->moves,
-                         p->n, &o->ticket);
+    case OPK_REMOTE_PUT:
+        st = kvf_offload(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
         break;
     case OPK_GET:
-        st = kvf_onboard(eng, tier == KVF_CACHE_HOST ? KVF_TIER_HOST : KVF_TIER_FILE, p->moves,
-                         p->n, &o->ticket);
+        st = kvf_onboard(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
         break;
     case OPK_DEMOTE:
         st = kvf_demote(eng, p->moves, p->n, &o->ticket);
         break;
-    default:
+    case OPK_REMOVE:
         st = kvf_file_remove(eng, o->keys, p->n, &o->ticket);
+        break;
+    default:
+        st = kvf_remote_remove(eng, o->keys, p->n, &o->ticket);
         break;
     }
     if (st != KVF_OK) {
@@ -484,6 +497,17 @@ static void op_apply(kvf_cache *c, op *o, call *k)
         kvf_status st = o->status[i];
         if (k && (o->kind == OPK_PUT || o->kind == OPK_GET))
             k->status[o->index[i]] = st;
+        if (o->tier == KVF_CACHE_REMOTE) {
+            /* the store's blocks are not in the map: only counted */
+            bool read = o->kind == OPK_GET, write = o->kind == OPK_REMOTE_PUT;
+            if (st == KVF_OK && read)
+                c->stats.bytes_out[KVF_CACHE_REMOTE] += c->block_bytes;
+            else if (st == KVF_OK && write)
+                c->stats.bytes_in[KVF_CACHE_REMOTE] += c->block_bytes;
+            else if (st != KVF_OK && !(read && st == KVF_ERR_NOT_FOUND))
+                c->stats.remote_errors++;
+            continue;
+        }
         if (o->kind == OPK_REMOVE) {
             if (st != KVF_OK)
                 KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: file not removed: %s",
@@ -568,6 +592,7 @@ static void flush(kvf_cache *c, put_batches *pb)
     submit_into(c, OPK_DEMOTE, KVF_CACHE_DISK, &pb->demote, NULL);
     submit_into(c, OPK_PUT, KVF_CACHE_DISK, &pb->to_file, pb->k);
     submit_into(c, OPK_PUT, KVF_CACHE_HOST, &pb->to_host, pb->k);
+    submit_into(c, OPK_REMOTE_PUT, KVF_CACHE_REMOTE, &pb->to_remote, pb->k);
     c->round++;
 }
 
@@ -838,10 +863,17 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     kvf_cache_config k = KVF_CACHE_CONFIG_INIT;
     memcpy(&k, cfg, cfg->struct_size < sizeof k ? cfg->struct_size : sizeof k);
     k.struct_size = sizeof k;
-    if (k.host_blocks == 0 && k.disk_blocks == 0)
+    if ((unsigned)k.remote > KVF_CACHE_REMOTE_READ)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_cache_create: remote mode %d unknown",
+                         (int)k.remote);
+    if (k.host_blocks == 0 && k.disk_blocks == 0 && k.remote == KVF_CACHE_REMOTE_OFF)
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_cache_create: every tier has capacity 0 (set host_blocks or "
                          "disk_blocks)");
+    if (k.remote != KVF_CACHE_REMOTE_OFF && !kvf__engine_has_remote(engine))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_cache_create: a remote tier needs the engine's remote tier "
+                         "(remote_url or KVF_REMOTE_URL)");
     if (k.offload_min_priority > MAX_PRIORITY + 1)
         return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: offload_min_priority %u (0-101)",
                          k.offload_min_priority);
@@ -952,6 +984,45 @@ static kvf_status check_slots(const kvf_cache *c, const char *fn, const uint32_t
     return KVF_OK;
 }
 
+/* Extends a lookup's prefix past the first local miss: keys[0..n) are
+ * asked of the remote tier in one round trip, without the cache's lock,
+ * then each key counts as a hit in its local tier if it is cached here
+ * again, else in the remote one if the store has it. An unreachable store
+ * is a miss. */
+static size_t remote_prefix(kvf_cache *c, const kvf_key *keys, size_t n, kvf_cache_tier *tiers)
+{
+    kvf_status *st = malloc(n * sizeof *st);
+    if (!st)
+        return 0;
+    kvf__remote *r;
+    kvf_status rs = kvf__engine_remote(c->engine, &r);
+    bool asked = rs == KVF_OK;
+    if (asked)
+        rs = kvf__remote_exists_batch(r, keys, n, st); /* absent blocks are no error */
+    if (rs != KVF_OK)
+        KVF_LOG(KVF_LOG_WARN, "cache: remote lookup of %zu blocks: %s", n, kvf_last_error());
+    size_t hits = 0;
+    pthread_mutex_lock(&c->mu);
+    if (rs != KVF_OK)
+        c->stats.remote_errors++;
+    for (; hits < n; hits++) {
+        const entry *e = find(c, keys[hits]);
+        kvf_cache_tier t;
+        if (e && !e->removing)
+            t = (kvf_cache_tier)e->tier;
+        else if (asked && st[hits] == KVF_OK)
+            t = KVF_CACHE_REMOTE;
+        else
+            break;
+        if (tiers)
+            tiers[hits] = t;
+        c->stats.hits[t]++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(st);
+    return hits;
+}
+
 kvf_status kvf_cache_lookup(kvf_cache *c, const kvf_key *keys, size_t n, size_t *hits_p,
                             kvf_cache_tier *tiers)
 {
@@ -970,9 +1041,14 @@ kvf_status kvf_cache_lookup(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
             tiers[i] = (kvf_cache_tier)e->tier;
         c->stats.hits[e->tier]++;
     }
-    if (i < n)
-        c->stats.misses++;
     pthread_mutex_unlock(&c->mu);
+    if (i < n && c->cfg.remote != KVF_CACHE_REMOTE_OFF)
+        i += remote_prefix(c, keys + i, n - i, tiers ? tiers + i : NULL);
+    if (i < n) {
+        pthread_mutex_lock(&c->mu);
+        c->stats.misses++;
+        pthread_mutex_unlock(&c->mu);
+    }
     *hits_p = i;
     return KVF_OK;
 }
@@ -1003,7 +1079,8 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
 
     put_batches pb = {0};
     if (!pending_reserve(&pb.remove, n) || !pending_reserve(&pb.demote, n) ||
-        !pending_reserve(&pb.to_file, n) || !pending_reserve(&pb.to_host, n)) {
+        !pending_reserve(&pb.to_file, n) || !pending_reserve(&pb.to_host, n) ||
+        !pending_reserve(&pb.to_remote, n)) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
     }
@@ -1021,6 +1098,7 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         kvf_status bst = KVF_INPROGRESS;
         c->stats.puts++;
         entry *e = find(c, keys[i]);
+        bool fresh = !e;
         if (e) {
             c->stats.put_duplicates++;
             if (e->removing) {
@@ -1058,6 +1136,10 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
                 emit(c, KVF_EVENT_STORED, e, tier);
             }
         }
+        /* a block stored here goes to the store too (each key once a call:
+         * a second put of it in the call finds it cached) */
+        if (fresh && e && c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
+            pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0}, keys[i], 0, i);
         if (k)
             k->status[i] = bst;
         else if (bst != KVF_INPROGRESS && bst != KVF_OK)
@@ -1076,7 +1158,14 @@ out:
     pending_free(&pb.demote);
     pending_free(&pb.to_file);
     pending_free(&pb.to_host);
+    pending_free(&pb.to_remote);
     return st;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 static int cmp_u32(const void *a, const void *b)
@@ -1114,13 +1203,15 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
 
     pending by_tier[KVF_CACHE_TIERS] = {{0}};
     if (!pending_reserve(&by_tier[KVF_CACHE_HOST], n) ||
-        !pending_reserve(&by_tier[KVF_CACHE_DISK], n)) {
+        !pending_reserve(&by_tier[KVF_CACHE_DISK], n) ||
+        !pending_reserve(&by_tier[KVF_CACHE_REMOTE], n)) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
     }
     pthread_mutex_lock(&c->mu);
     reap(c);
-    for (size_t i = 0; i < n; i++) {
+    bool remote = c->cfg.remote != KVF_CACHE_REMOTE_OFF;
+    for (size_t i = 0; i < n && !remote; i++) {
         const entry *e = find(c, keys[i]);
         if (!e || e->removing) {
             pthread_mutex_unlock(&c->mu);
@@ -1137,23 +1228,30 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     }
     for (size_t i = 0; i < n; i++) {
         entry *e = find(c, keys[i]);
+        c->stats.gets++;
+        if (!e || e->removing) {
+            /* not cached here: the remote tier's, if it has it */
+            pending_add(&by_tier[KVF_CACHE_REMOTE], (kvf_move){keys[i], slots[i], 0}, keys[i], 0,
+                        i);
+            continue;
+        }
         if (e->pins++ == 0)
             lru_unlink(c, e);
         e->uses++;
-        c->stats.gets++;
         kvf_move mv = e->tier == KVF_CACHE_HOST ? (kvf_move){e->slot, slots[i], 0}
                                                 : (kvf_move){e->key, slots[i], 0};
         pending_add(&by_tier[e->tier], mv, e->key, e->gen, i);
     }
     submit_into(c, OPK_GET, KVF_CACHE_HOST, &by_tier[KVF_CACHE_HOST], k);
     submit_into(c, OPK_GET, KVF_CACHE_DISK, &by_tier[KVF_CACHE_DISK], k);
+    submit_into(c, OPK_GET, KVF_CACHE_REMOTE, &by_tier[KVF_CACHE_REMOTE], k);
     k->next = c->calls;
     c->calls = k;
     *ticket_p = k->id;
     pthread_mutex_unlock(&c->mu);
 out:
-    pending_free(&by_tier[KVF_CACHE_HOST]);
-    pending_free(&by_tier[KVF_CACHE_DISK]);
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        pending_free(&by_tier[t]);
     return st;
 }
 
@@ -1218,6 +1316,15 @@ kvf_status kvf_cache_remove(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
     if (!c || (n && !keys))
         return kvf__fail(KVF_ERR_INVALID, "kvf_cache_remove: NULL argument");
     size_t removed = 0;
+    /* write-through blocks are removed from the store as well, each key once */
+    pending remote = {0};
+    bool through = c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH && n;
+    uint64_t *uniq = through ? malloc(n * sizeof *uniq) : NULL;
+    if (through && (!uniq || !pending_reserve(&remote, n))) {
+        free(uniq);
+        pending_free(&remote);
+        return kvf__fail(KVF_ERR_NOMEM, "kvf_cache_remove: out of memory");
+    }
     pthread_mutex_lock(&c->mu);
     reap(c);
     for (size_t i = 0; i < n; i++) {
@@ -1229,7 +1336,17 @@ kvf_status kvf_cache_remove(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
         if (e->pins == 0)
             discard(c, e);
     }
+    if (through) {
+        memcpy(uniq, keys, n * sizeof *uniq);
+        qsort(uniq, n, sizeof *uniq, cmp_u64);
+        for (size_t i = 0; i < n; i++)
+            if (i == 0 || uniq[i] != uniq[i - 1])
+                pending_add(&remote, (kvf_move){uniq[i], uniq[i], 0}, uniq[i], 0, 0);
+        submit_into(c, OPK_REMOTE_REMOVE, KVF_CACHE_REMOTE, &remote, NULL);
+    }
     pthread_mutex_unlock(&c->mu);
+    free(uniq);
+    pending_free(&remote);
     if (removed_p)
         *removed_p = removed;
     return KVF_OK;
@@ -1345,6 +1462,8 @@ kvf_status kvf_cache_stats_prometheus(kvf_cache *c, char *buf, size_t cap, size_
     scalar(&t, "failures_total", "counter", "Blocks removed because a transfer failed.",
            s.failures);
     scalar(&t, "events_dropped_total", "counter", "Events lost to a full queue.", s.events_dropped);
+    scalar(&t, "remote_errors_total", "counter",
+           "Remote operations that failed (unreachable, timeout, damaged value).", s.remote_errors);
     metric_head(&t, "transfer_seconds", "histogram",
                 "Get and put transfers, submit to completion.");
     uint64_t cum = 0;

@@ -19,10 +19,12 @@
  * rewritten; a failed file write removes the file.
  */
 #include "internal.h"
+#include "remote.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef enum op_kind {
@@ -31,17 +33,28 @@ typedef enum op_kind {
     OP_ONBOARD_HOST,
     OP_ONBOARD_FILE,
     OP_COPY,
-    OP_DEMOTE,  /* secondary slot -> file */
-    OP_PROMOTE, /* file -> secondary slot */
-    OP_REMOVE   /* file removed: src = dst = key */
+    OP_DEMOTE,         /* secondary slot -> file */
+    OP_PROMOTE,        /* file -> secondary slot */
+    OP_REMOVE,         /* file removed: src = dst = key */
+    OP_OFFLOAD_REMOTE, /* primary slot -> remote key */
+    OP_ONBOARD_REMOTE, /* remote key -> primary slot */
+    OP_REMOVE_REMOTE   /* remote key removed: src = dst = key */
 } op_kind;
 
-static const char *const op_names[] = {
-    "offload to host", "offload to file",   "onboard from host", "onboard from file", "copy",
-    "demote to file",  "promote from file", "remove file"};
+static const char *const op_names[] = {"offload to host",
+                                       "offload to file",
+                                       "onboard from host",
+                                       "onboard from file",
+                                       "copy",
+                                       "demote to file",
+                                       "promote from file",
+                                       "remove file",
+                                       "offload to remote",
+                                       "onboard from remote",
+                                       "remove remote"};
 
 /* The three spaces a move addresses: primary slots, secondary slots, files. */
-typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE } space;
+typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE, SP_REMOTE } space;
 
 typedef enum batch_state { B_WAITING, B_READY, B_RUNNING, B_DONE } batch_state;
 
@@ -64,6 +77,13 @@ typedef struct file_hazard {
     hazard hz;
     struct file_hazard *next;
 } file_hazard;
+
+/* The hazards of keyed objects (files, remote blocks): an entry exists
+ * only while something is pending on its key, or its last write failed. */
+typedef struct key_table {
+    file_hazard **buckets;
+    size_t nbuckets, count;
+} key_table;
 
 struct batch {
     uint64_t id;
@@ -124,6 +144,8 @@ typedef struct worker {
     pthread_t thread;
     uint8_t *staging; /* header + one block of every pool, for file I/O */
     size_t staging_bytes;
+    uint8_t *rstaging; /* blocks of a remote batch, back to back */
+    size_t rstaging_bytes;
 } worker;
 
 #define TICKET_BUCKETS 1024u
@@ -146,11 +168,17 @@ struct kvf_engine {
 
     hazard *hz_primary, *hz_secondary;
     uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
-    file_hazard **file_buckets;
-    size_t file_nbuckets, file_count;
+    key_table files, remotes;
 
     bool file_enabled;
     kvf__blockfile_dir dir;
+
+    /* The remote tier: connected on first use, and again (at most once a
+     * second) after that failed. */
+    char *remote_url;
+    kvf__remote *remote;
+    pthread_mutex_t remote_mu;
+    uint64_t remote_retry_ns;
 
     uint64_t next_id;
     batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
@@ -197,6 +225,9 @@ static space kind_reads(op_kind k)
     case OP_PROMOTE:
     case OP_REMOVE:
         return SP_FILE;
+    case OP_ONBOARD_REMOTE:
+    case OP_REMOVE_REMOTE:
+        return SP_REMOTE;
     default:
         return SP_PRIMARY;
     }
@@ -212,6 +243,9 @@ static space kind_writes(op_kind k)
     case OP_DEMOTE:
     case OP_REMOVE:
         return SP_FILE;
+    case OP_OFFLOAD_REMOTE:
+    case OP_REMOVE_REMOTE:
+        return SP_REMOTE;
     default:
         return SP_PRIMARY;
     }
@@ -224,6 +258,8 @@ static kvf__queue kind_queue(op_kind k)
     case OP_OFFLOAD_FILE:
     case OP_DEMOTE:
     case OP_REMOVE:
+    case OP_OFFLOAD_REMOTE:
+    case OP_REMOVE_REMOTE:
         return KVF_QUEUE_OFFLOAD;
     default:
         return KVF_QUEUE_ONBOARD;
@@ -235,34 +271,53 @@ static bool kind_is_file(op_kind k)
     return kind_reads(k) == SP_FILE || kind_writes(k) == SP_FILE;
 }
 
+static bool kind_is_remote(op_kind k)
+{
+    return kind_reads(k) == SP_REMOTE || kind_writes(k) == SP_REMOTE;
+}
+
+/* Kinds whose moves run on the worker threads through a staging buffer,
+ * never as asynchronous backend copies. */
+static bool kind_on_workers(op_kind k)
+{
+    return kind_is_file(k) || kind_is_remote(k);
+}
+
+/* Kinds that only remove a keyed object: they read nothing, so a failed
+ * write before them is no loss. */
+static bool kind_removes(op_kind k)
+{
+    return k == OP_REMOVE || k == OP_REMOVE_REMOTE;
+}
+
 /* Whether a kind touches secondary slots, which every pool must then have. */
 static bool kind_uses_secondary(op_kind k)
 {
     return kind_reads(k) == SP_SECONDARY || kind_writes(k) == SP_SECONDARY;
 }
 
-static size_t file_bucket(const kvf_engine *e, uint64_t key)
+static size_t key_bucket(const key_table *t, uint64_t key)
 {
     key ^= key >> 33;
     key *= 0xff51afd7ed558ccdull;
     key ^= key >> 33;
-    return (size_t)(key & (e->file_nbuckets - 1));
+    return (size_t)(key & (t->nbuckets - 1));
 }
 
-static kvf_status file_table_grow(kvf_engine *e)
+static kvf_status key_table_grow(key_table *t)
 {
-    size_t nb = e->file_nbuckets ? e->file_nbuckets * 2 : 256;
+    size_t nb = t->nbuckets ? t->nbuckets * 2 : 256;
     file_hazard **nbk = calloc(nb, sizeof *nbk);
     if (!nbk)
-        return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for the file hazard table");
-    size_t old_nb = e->file_nbuckets;
-    file_hazard **old = e->file_buckets;
-    e->file_buckets = nbk;
-    e->file_nbuckets = nb;
+        return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for a hazard table");
+    size_t old_nb = t->nbuckets;
+    file_hazard **old = t->buckets;
+    t->buckets = nbk;
+    t->nbuckets = nb;
     for (size_t i = 0; i < old_nb; i++) {
         for (file_hazard *f = old[i], *next; f; f = next) {
             next = f->next;
-            size_t b = file_bucket(e, f->key);
+            size_t b = key_bucket(t, f->key);
             f->next = nbk[b];
             nbk[b] = f;
         }
@@ -271,32 +326,49 @@ static kvf_status file_table_grow(kvf_engine *e)
     return KVF_OK;
 }
 
-/* The hazard of one slot or file; files get an entry on demand when
- * `create` is set (NULL when out of memory or absent). */
+static hazard *key_hazard(key_table *t, uint64_t key, bool create)
+{
+    if (t->nbuckets) {
+        for (file_hazard *f = t->buckets[key_bucket(t, key)]; f; f = f->next)
+            if (f->key == key)
+                return &f->hz;
+    }
+    if (!create)
+        return NULL;
+    if (t->count + 1 > t->nbuckets && key_table_grow(t) != KVF_OK)
+        return NULL;
+    file_hazard *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->key = key;
+    size_t b = key_bucket(t, key);
+    f->next = t->buckets[b];
+    t->buckets[b] = f;
+    t->count++;
+    return &f->hz;
+}
+
+static void key_table_free(key_table *t)
+{
+    for (size_t i = 0; i < t->nbuckets; i++)
+        for (file_hazard *f = t->buckets[i], *next; f; f = next) {
+            next = f->next;
+            free(f->hz.more);
+            free(f);
+        }
+    free(t->buckets);
+    *t = (key_table){0};
+}
+
+/* The hazard of one slot or keyed object; keyed ones get an entry on
+ * demand when `create` is set (NULL when out of memory or absent). */
 static hazard *hazard_of(kvf_engine *e, space sp, uint64_t idx, bool create)
 {
     if (sp == SP_PRIMARY)
         return &e->hz_primary[idx];
     if (sp == SP_SECONDARY)
         return &e->hz_secondary[idx];
-    if (e->file_nbuckets) {
-        for (file_hazard *f = e->file_buckets[file_bucket(e, idx)]; f; f = f->next)
-            if (f->key == idx)
-                return &f->hz;
-    }
-    if (!create)
-        return NULL;
-    if (e->file_count + 1 > e->file_nbuckets && file_table_grow(e) != KVF_OK)
-        return NULL;
-    file_hazard *f = calloc(1, sizeof *f);
-    if (!f)
-        return NULL;
-    f->key = idx;
-    size_t b = file_bucket(e, idx);
-    f->next = e->file_buckets[b];
-    e->file_buckets[b] = f;
-    e->file_count++;
-    return &f->hz;
+    return key_hazard(sp == SP_FILE ? &e->files : &e->remotes, idx, create);
 }
 
 static batch *hazard_reader(const hazard *h, uint32_t k)
@@ -304,9 +376,10 @@ static batch *hazard_reader(const hazard *h, uint32_t k)
     return k == 0 ? h->reader0 : h->more[k - 1];
 }
 
-static void file_hazard_prune(kvf_engine *e, uint64_t key)
+/* Drops a keyed entry with nothing pending and nothing to remember. */
+static void key_hazard_prune(key_table *t, uint64_t key)
 {
-    file_hazard **pp = &e->file_buckets[file_bucket(e, key)];
+    file_hazard **pp = &t->buckets[key_bucket(t, key)];
     for (; *pp; pp = &(*pp)->next) {
         file_hazard *f = *pp;
         if (f->key != key)
@@ -316,7 +389,7 @@ static void file_hazard_prune(kvf_engine *e, uint64_t key)
         *pp = f->next;
         free(f->hz.more);
         free(f);
-        e->file_count--;
+        t->count--;
         return;
     }
 }
@@ -437,6 +510,43 @@ static bool env_backend(kvf_backend *b)
     return true;
 }
 
+/* Checks the remote tier's URL (from the config, else $KVF_REMOTE_URL) and
+ * keeps it for the first use. An explicit URL this build cannot serve is
+ * an error; one from the environment only a warning. */
+static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
+{
+    const char *url = c->remote_url ? c->remote_url : kvf__remote_url_from_env();
+    if (!url)
+        return KVF_OK;
+    bool from_env = !c->remote_url;
+    if (!kvf__remote_built()) {
+        if (from_env) {
+            KVF_LOG(KVF_LOG_WARN,
+                    "%s is set, but this build has no Redis client (hiredis): "
+                    "no remote tier",
+                    KVF_REMOTE_URL_ENV);
+            return KVF_OK;
+        }
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "kvf_engine_create: remote_url set, but this build has no Redis client "
+                         "(hiredis)");
+    }
+    kvf__remote_url parsed;
+    kvf_status st = kvf__remote_url_parse(url, &parsed);
+    if (st != KVF_OK)
+        return kvf__fail(st, "kvf_engine_create: %s%s", from_env ? KVF_REMOTE_URL_ENV ": " : "",
+                         kvf_last_error());
+    if (!kvf__ns_valid(e->file_namespace))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_engine_create: namespace \"%s\" (the remote tier needs "
+                         "[A-Za-z0-9._-]{1,64})",
+                         e->file_namespace);
+    e->remote_url = strdup(url);
+    if (!e->remote_url)
+        return kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
+    return KVF_OK;
+}
+
 kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p)
 {
     kvf__clear_error();
@@ -508,8 +618,13 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         }
     }
 
+    st = remote_setup(e, &c);
+    if (st != KVF_OK)
+        goto close_dir;
+
     if (pthread_mutex_init(&e->mu, NULL) != 0 || pthread_mutex_init(&e->spare_mu, NULL) != 0 ||
-        pthread_mutex_init(&e->submit_mu, NULL) != 0) {
+        pthread_mutex_init(&e->submit_mu, NULL) != 0 ||
+        pthread_mutex_init(&e->remote_mu, NULL) != 0) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_mutex_init failed");
         goto close_dir;
     }
@@ -553,6 +668,7 @@ destroy_sync:
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
 close_dir:
+    free(e->remote_url);
     kvf__blockfile_close_dir(&e->dir);
 destroy_backend:
     e->backend->ops->destroy(e->backend);
@@ -583,12 +699,14 @@ void kvf_engine_destroy(kvf_engine *e)
     pthread_mutex_unlock(&e->mu);
     for (uint32_t i = 0; i < e->nworkers; i++)
         pthread_join(e->workers[i].thread, NULL);
-    for (uint32_t i = 0; i < e->nworkers; i++)
+    kvf_memory staging_kind =
+        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
+    for (uint32_t i = 0; i < e->nworkers; i++) {
         if (e->workers[i].staging)
-            e->backend->ops->mem_free(e->backend,
-                                      e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED
-                                                                          : KVF_MEMORY_HOST,
-                                      e->workers[i].staging);
+            e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].staging);
+        if (e->workers[i].rstaging)
+            e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].rstaging);
+    }
     free(e->workers);
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {
@@ -614,13 +732,11 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->hz_primary);
     free(e->hz_secondary);
     free(e->sec_tokens);
-    for (size_t i = 0; i < e->file_nbuckets; i++)
-        for (file_hazard *f = e->file_buckets[i], *next; f; f = next) {
-            next = f->next;
-            free(f->hz.more);
-            free(f);
-        }
-    free(e->file_buckets);
+    key_table_free(&e->files);
+    key_table_free(&e->remotes);
+    kvf__remote_close(e->remote);
+    free(e->remote_url);
+    pthread_mutex_destroy(&e->remote_mu);
     kvf__blockfile_close_dir(&e->dir);
     e->backend->ops->destroy(e->backend);
     pthread_cond_destroy(&e->done_cv);
@@ -852,7 +968,7 @@ static int cmp_u64(const void *a, const void *b)
  * which have no table entry yet, are sorted. */
 static kvf_status check_collisions(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n)
 {
-    if (kind_writes(kind) == SP_FILE) {
+    if (kind_writes(kind) == SP_FILE || kind_writes(kind) == SP_REMOTE) {
         uint64_t *v = malloc(n * sizeof *v);
         if (!v)
             return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
@@ -1037,7 +1153,7 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
     e->undone_tail = b;
     e->undone_count++;
     if (b->deps_left == 0) {
-        if (e->backend->ops->copy_async && !kind_is_file(b->kind)) {
+        if (e->backend->ops->copy_async && !kind_on_workers(b->kind)) {
             b->state = B_RUNNING;
             b->async = true;
             issue_async(e, b); /* releases and retakes the lock */
@@ -1078,6 +1194,11 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
     kvf_status st = freeze(e);
     if (st != KVF_OK)
         goto refuse;
+    if (kind_is_remote(kind) && !e->remote_url) {
+        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no remote tier (set remote_url or %s)",
+                       op_names[kind], KVF_REMOTE_URL_ENV);
+        goto refuse;
+    }
     if (kind_is_file(kind) && !e->file_enabled) {
         st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no file tier (set file_dir)",
                        op_names[kind]);
@@ -1179,17 +1300,31 @@ refuse:
 kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    if (to != KVF_TIER_HOST && to != KVF_TIER_FILE)
+    switch (to) {
+    case KVF_TIER_HOST:
+        return submit(e, OP_OFFLOAD_HOST, moves, n, ticket_p);
+    case KVF_TIER_FILE:
+        return submit(e, OP_OFFLOAD_FILE, moves, n, ticket_p);
+    case KVF_TIER_REMOTE:
+        return submit(e, OP_OFFLOAD_REMOTE, moves, n, ticket_p);
+    default:
         return kvf__fail(KVF_ERR_INVALID, "kvf_offload: tier %d unknown", (int)to);
-    return submit(e, to == KVF_TIER_HOST ? OP_OFFLOAD_HOST : OP_OFFLOAD_FILE, moves, n, ticket_p);
+    }
 }
 
 kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    if (from != KVF_TIER_HOST && from != KVF_TIER_FILE)
+    switch (from) {
+    case KVF_TIER_HOST:
+        return submit(e, OP_ONBOARD_HOST, moves, n, ticket_p);
+    case KVF_TIER_FILE:
+        return submit(e, OP_ONBOARD_FILE, moves, n, ticket_p);
+    case KVF_TIER_REMOTE:
+        return submit(e, OP_ONBOARD_REMOTE, moves, n, ticket_p);
+    default:
         return kvf__fail(KVF_ERR_INVALID, "kvf_onboard: tier %d unknown", (int)from);
-    return submit(e, from == KVF_TIER_HOST ? OP_ONBOARD_HOST : OP_ONBOARD_FILE, moves, n, ticket_p);
+    }
 }
 
 kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
@@ -1207,18 +1342,29 @@ kvf_status kvf_promote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticke
     return submit(e, OP_PROMOTE, moves, n, ticket_p);
 }
 
-kvf_status kvf_file_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
+static kvf_status submit_removal(kvf_engine *e, op_kind kind, const uint64_t *keys, size_t n,
+                                 kvf_ticket *ticket_p)
 {
     if (!keys || n == 0 || n > SIZE_MAX / sizeof(kvf_move))
-        return submit(e, OP_REMOVE, NULL, 0, ticket_p);
+        return submit(e, kind, NULL, 0, ticket_p);
     kvf_move *moves = malloc(n * sizeof *moves);
     if (!moves)
-        return kvf__fail(KVF_ERR_NOMEM, "remove file: out of memory");
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
     for (size_t i = 0; i < n; i++)
         moves[i] = (kvf_move){keys[i], keys[i], 0};
-    kvf_status st = submit(e, OP_REMOVE, moves, n, ticket_p);
+    kvf_status st = submit(e, kind, moves, n, ticket_p);
     free(moves);
     return st;
+}
+
+kvf_status kvf_file_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
+{
+    return submit_removal(e, OP_REMOVE, keys, n, ticket_p);
+}
+
+kvf_status kvf_remote_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
+{
+    return submit_removal(e, OP_REMOVE_REMOTE, keys, n, ticket_p);
 }
 
 /* ---- for the cache ----------------------------------------------------------- */
@@ -1244,6 +1390,18 @@ size_t kvf__engine_block_bytes(const kvf_engine *e)
 kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e)
 {
     return e->file_enabled ? &e->dir : NULL;
+}
+
+static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p);
+
+bool kvf__engine_has_remote(const kvf_engine *e)
+{
+    return e->remote_url != NULL;
+}
+
+kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p)
+{
+    return remote_handle(e, remote_p);
 }
 
 /* ---- completion ------------------------------------------------------------ */
@@ -1293,9 +1451,13 @@ static void complete_batch(kvf_engine *e, batch *b)
                     (unsigned long long)mv->src, (unsigned long long)mv->dst,
                     kvf_status_str(b->status[i]));
     }
-    if (rs == SP_FILE || ws == SP_FILE)
-        for (size_t i = 0; i < b->n; i++)
-            file_hazard_prune(e, rs == SP_FILE ? b->moves[i].src : b->moves[i].dst);
+    /* keyed entries go once nothing is pending on them */
+    for (size_t i = 0; i < b->n; i++) {
+        if (rs == SP_FILE || rs == SP_REMOTE)
+            key_hazard_prune(rs == SP_FILE ? &e->files : &e->remotes, b->moves[i].src);
+        if ((ws == SP_FILE || ws == SP_REMOTE) && !(ws == rs && b->moves[i].dst == b->moves[i].src))
+            key_hazard_prune(ws == SP_FILE ? &e->files : &e->remotes, b->moves[i].dst);
+    }
     for (size_t k = 0; k < b->ndependents; k++) {
         batch *d = b->dependents[k];
         if (--d->deps_left == 0)
@@ -1473,7 +1635,7 @@ static kvf_status ensure_staging(worker *w)
 static size_t file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, uint8_t *payload,
                           uint32_t tokens, uint32_t file_tokens, kvf__copy *out)
 {
-    bool to_file = kind_writes(kind) == SP_FILE;
+    bool to_file = kind_writes(kind) == SP_FILE || kind_writes(kind) == SP_REMOTE;
     bool secondary = kind_uses_secondary(kind);
     size_t off = 0;
     for (uint32_t p = 0; p < e->npools; p++) {
@@ -1565,12 +1727,177 @@ static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
 
 /* How many moves one worker takes from a batch at a time: about 4 MiB, and
  * no more than an even share, so a large batch spreads over all workers. */
+/* ---- the remote tier ---------------------------------------------------------- */
+
+/* Blocks of one remote round trip: a worker's pipelined batch. */
+#define REMOTE_CHUNK_BYTES ((size_t)8 << 20)
+#define REMOTE_CHUNK_MOVES 64u
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The connected remote tier, connecting first when needed. The handle
+ * lives as long as the engine once made. */
+static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
+{
+    if (!e->remote_url)
+        return kvf__fail(KVF_ERR_INVALID, "engine: no remote tier");
+    pthread_mutex_lock(&e->remote_mu);
+    kvf_status st = KVF_OK;
+    if (!e->remote) {
+        uint64_t now = now_ns();
+        if (now < e->remote_retry_ns) {
+            st = kvf__fail(KVF_ERR_REMOTE,
+                           "remote tier: not connected (the last attempt failed less than a "
+                           "second ago)");
+        } else {
+            kvf__remote_config rc = KVF_REMOTE_CONFIG_INIT;
+            rc.url = e->remote_url;
+            rc.ns = e->file_namespace;
+            rc.fingerprint = e->dir.fingerprint;
+            rc.ttl_s = e->cfg.remote_ttl_s;
+            if (e->cfg.remote_timeout_ms)
+                rc.connect_timeout_ms = rc.timeout_ms = e->cfg.remote_timeout_ms;
+            st = kvf__remote_open(&rc, &e->remote);
+            if (st != KVF_OK) {
+                e->remote = NULL;
+                e->remote_retry_ns = now + 1000000000u;
+                KVF_LOG(KVF_LOG_WARN, "remote tier: %s", kvf_last_error());
+            }
+        }
+    }
+    *r_p = e->remote;
+    pthread_mutex_unlock(&e->remote_mu);
+    return st;
+}
+
+/* Grows a worker's host staging buffer (pinned on the CUDA backend, so
+ * its copies run at PCIe speed) to at least `need` bytes. */
+static kvf_status staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need)
+{
+    if (*buf && *cap >= need)
+        return KVF_OK;
+    kvf_memory kind =
+        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
+    void *p;
+    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
+    if (st != KVF_OK)
+        return st;
+    if (*buf)
+        e->backend->ops->mem_free(e->backend, kind, *buf);
+    *buf = p;
+    *cap = need;
+    return KVF_OK;
+}
+
+/* Runs moves [first, last) of a remote batch as one pipelined batch: the
+ * blocks are gathered into staging and stored, or fetched into staging,
+ * checked and scattered to their slots. Statuses go to b->status. */
+static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last)
+{
+    kvf_engine *e = w->engine;
+    size_t bb = e->all_block_bytes, m = 0;
+    size_t idx[REMOTE_CHUNK_MOVES];
+    for (size_t i = first; i < last; i++)
+        if (b->status[i] == KVF_INPROGRESS)
+            idx[m++] = i;
+    if (m == 0)
+        return;
+    kvf__remote *r = NULL;
+    kvf_status st = remote_handle(e, &r);
+    if (st == KVF_OK && !kind_removes(b->kind))
+        st = staging_grow(e, &w->rstaging, &w->rstaging_bytes, m * bb);
+    kvf__copy *cp = st == KVF_OK ? malloc(m * e->npools * sizeof *cp) : NULL;
+    kvf_status rs[REMOTE_CHUNK_MOVES];
+    if (st == KVF_OK && !cp)
+        st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[b->kind]);
+    if (st != KVF_OK) {
+        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, kvf_last_error());
+        for (size_t j = 0; j < m; j++)
+            b->status[idx[j]] = st;
+        free(cp);
+        return;
+    }
+    if (b->kind == OP_REMOVE_REMOTE) {
+        uint64_t keys[REMOTE_CHUNK_MOVES];
+        for (size_t j = 0; j < m; j++)
+            keys[j] = b->moves[idx[j]].src;
+        kvf__remote_delete_batch(r, keys, m, rs);
+    } else if (b->kind == OP_OFFLOAD_REMOTE) {
+        kvf__remote_put puts[REMOTE_CHUNK_MOVES];
+        for (size_t j = 0; j < m; j++) {
+            const kvf_move *mv = &b->moves[idx[j]];
+            uint32_t tokens = eff_tokens(e, mv->tokens);
+            uint8_t *payload = w->rstaging + j * bb;
+            size_t bytes = file_copies(e, b->kind, mv, payload, tokens, tokens, cp + j * e->npools);
+            puts[j] = (kvf__remote_put){mv->dst, tokens, e->npools, payload, bytes};
+        }
+        st = e->backend->ops->copy_sync(e->backend, b->queue, cp, m * e->npools);
+        if (st == KVF_OK)
+            kvf__remote_put_batch(r, puts, m, rs);
+        else
+            for (size_t j = 0; j < m; j++)
+                rs[j] = st;
+    } else {
+        kvf__remote_get gets[REMOTE_CHUNK_MOVES];
+        for (size_t j = 0; j < m; j++)
+            gets[j] = (kvf__remote_get){b->moves[idx[j]].src, w->rstaging + j * bb, bb, 0, 0, 0};
+        kvf__remote_get_batch(r, gets, m, rs);
+        size_t ncp = 0;
+        for (size_t j = 0; j < m; j++) {
+            if (rs[j] != KVF_OK)
+                continue;
+            const kvf_move *mv = &b->moves[idx[j]];
+            uint32_t tokens = eff_tokens(e, mv->tokens);
+            unsigned long long key = (unsigned long long)mv->src;
+            if (gets[j].pools != e->npools) {
+                rs[j] = kvf__fail(KVF_ERR_MISMATCH,
+                                  "block 0x%llx: stored remotely with %u pools, engine has %u", key,
+                                  gets[j].pools, e->npools);
+            } else if (gets[j].tokens < tokens) {
+                rs[j] = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked", key,
+                                  gets[j].tokens, tokens);
+            } else {
+                size_t bytes =
+                    file_copies(e, b->kind, mv, gets[j].dst, tokens, gets[j].tokens, cp + ncp);
+                if (bytes != gets[j].payload_bytes)
+                    rs[j] = kvf__fail(KVF_ERR_MISMATCH,
+                                      "block 0x%llx: %zu payload bytes stored remotely, %zu "
+                                      "expected",
+                                      key, gets[j].payload_bytes, bytes);
+                else
+                    ncp += e->npools;
+            }
+            if (rs[j] != KVF_OK)
+                KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], kvf_last_error());
+        }
+        st = ncp ? e->backend->ops->copy_sync(e->backend, b->queue, cp, ncp) : KVF_OK;
+        if (st != KVF_OK)
+            for (size_t j = 0; j < m; j++)
+                if (rs[j] == KVF_OK)
+                    rs[j] = st;
+    }
+    for (size_t j = 0; j < m; j++)
+        if (rs[j] != KVF_OK)
+            b->status[idx[j]] = rs[j];
+    free(cp);
+}
+
 static size_t chunk_of(const kvf_engine *e, const batch *b)
 {
     if (kind_is_file(b->kind))
         return 1;
-    size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
     size_t share = (b->n + e->nworkers - 1) / e->nworkers;
+    if (kind_is_remote(b->kind)) {
+        size_t per = e->all_block_bytes ? REMOTE_CHUNK_BYTES / e->all_block_bytes : 1;
+        per = per < 1 ? 1 : per > REMOTE_CHUNK_MOVES ? REMOTE_CHUNK_MOVES : per;
+        return per < share ? per : share;
+    }
+    size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
     size_t c = per < share ? per : share;
     return c ? c : 1;
 }
@@ -1590,7 +1917,7 @@ static void *worker_main(void *arg)
             pthread_cond_wait(&e->work_cv, &e->mu);
             continue;
         }
-        if (e->backend->ops->copy_async && !kind_is_file(b->kind)) {
+        if (e->backend->ops->copy_async && !kind_on_workers(b->kind)) {
             ready_pop(e, b->queue);
             b->state = B_RUNNING;
             b->async = true;
@@ -1606,13 +1933,15 @@ static void *worker_main(void *arg)
         }
         b->next_move = last;
         /* a removal reads nothing: a failed write before it is no loss */
-        for (size_t i = first; i < last && b->kind != OP_REMOVE; i++)
+        for (size_t i = first; i < last && !kind_removes(b->kind); i++)
             if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
                 b->status[i] = KVF_ERR_LOST;
         pthread_mutex_unlock(&e->mu);
 
         /* each move's status is written by the one worker that claimed it */
-        for (size_t i = first; i < last; i++) {
+        if (kind_is_remote(b->kind))
+            run_remote_chunk(w, b, first, last);
+        for (size_t i = first; i < last && !kind_is_remote(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
             kvf_status st = kind_is_file(b->kind) ? run_file_move(w, b, i) : run_copy_move(e, b, i);
@@ -1623,7 +1952,7 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&e->mu);
         b->moves_done += last - first;
         if (b->moves_done == b->n) {
-            if (kind_writes(b->kind) == SP_FILE && b->kind != OP_REMOVE &&
+            if (kind_writes(b->kind) == SP_FILE && !kind_removes(b->kind) &&
                 e->cfg.fsync == KVF_FSYNC_BATCH) {
                 pthread_mutex_unlock(&e->mu);
                 kvf_status st = kvf__blockfile_fsync_dir(&e->dir);

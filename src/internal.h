@@ -263,6 +263,11 @@ KVF_INTERNAL uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level);
 KVF_INTERNAL size_t kvf__engine_block_bytes(const kvf_engine *e);
 /* The engine's block directory, or NULL without a file tier. */
 KVF_INTERNAL kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e);
+/* Whether the engine has a remote tier configured, and its connection
+ * (made on first use; an error while it cannot be made). */
+struct kvf__remote;
+KVF_INTERNAL bool kvf__engine_has_remote(const kvf_engine *e);
+KVF_INTERNAL kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p);
 
 /* Removes the block under `key`; a key with no file is KVF_OK. Hooked as
  * "unlink". */

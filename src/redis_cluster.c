@@ -61,7 +61,7 @@ kvf__redis_node *kvf__redis_topology_route(kvf__redis_topology *t, uint16_t slot
 {
     pthread_mutex_lock(&t->lock);
     uint16_t i = t->cluster ? t->slot_node[slot] : 0;
-    kvf__redis_node *node = t->nodes[i == KVF_REDIS_NO_NODE ? 0 : i];
+    kvf__redis_node *node = t->nodes[i == KVF_REDIS_NO_NODE ? t->fallback : i];
     pthread_mutex_unlock(&t->lock);
     return node;
 }
@@ -150,6 +150,11 @@ kvf_status kvf__redis_topology_refresh(kvf__redis_topology *t, kvf__redis_node *
     if (st == KVF_OK) {
         pthread_mutex_lock(&t->lock);
         memcpy(t->slot_node, map, KVF_REDIS_SLOTS * sizeof *map);
+        for (size_t s = 0; s < KVF_REDIS_SLOTS; s++)
+            if (map[s] != KVF_REDIS_NO_NODE) {
+                t->fallback = map[s];
+                break;
+            }
         pthread_mutex_unlock(&t->lock);
     } else {
         char why[256];

@@ -23,6 +23,7 @@ typedef struct kvf__redis_opts {
     uint32_t connect_timeout_ms;
     uint32_t timeout_ms;
     uint32_t pool_size;
+    uint32_t down_ms;
 } kvf__redis_opts;
 
 /* One server: its address and a cache of idle connections. Connections are
@@ -36,6 +37,8 @@ typedef struct kvf__redis_node {
     pthread_mutex_t lock;
     redisContext **idle;
     uint32_t idle_count;
+    double down_until; /* CLOCK_MONOTONIC seconds: no connect attempt before */
+    char down_why[192];
 } kvf__redis_node;
 
 KVF_INTERNAL kvf_status kvf__redis_node_create(const char *host, int port,
@@ -43,8 +46,12 @@ KVF_INTERNAL kvf_status kvf__redis_node_create(const char *host, int port,
                                                kvf__redis_node **node_p);
 KVF_INTERNAL void kvf__redis_node_destroy(kvf__redis_node *node);
 /* An idle connection, or a new one (connected, authenticated, db
- * selected). KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming the node. */
+ * selected). KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming the node; KVF_ERR_
+ * REMOTE at once while the node is down (opts->down_ms after a failed
+ * connect). */
 KVF_INTERNAL kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p);
+/* KVF_OK, or the failure acquire would give at once: the node is down. */
+KVF_INTERNAL kvf_status kvf__redis_node_check_down(kvf__redis_node *node);
 /* Gives a connection back; `broken` (an error or a timeout left it in an
  * unknown state) closes it. */
 KVF_INTERNAL void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken);
@@ -87,6 +94,7 @@ typedef struct kvf__redis_topology {
     kvf__redis_node *nodes[KVF_REDIS_MAX_NODES];
     size_t node_count;
     uint16_t slot_node[KVF_REDIS_SLOTS]; /* index into nodes, or KVF_REDIS_NO_NODE */
+    uint16_t fallback; /* a node serving slots: where a slot nobody owns is sent */
 } kvf__redis_topology;
 
 /* Seeds from the URL; a cluster's slot map read from the first seed that
@@ -95,8 +103,8 @@ typedef struct kvf__redis_topology {
 KVF_INTERNAL kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__remote_url *u,
                                                  const kvf__redis_opts *opts);
 KVF_INTERNAL void kvf__redis_topology_fini(kvf__redis_topology *t);
-/* The node for a slot: the owner, or (slot unknown) any node, which will
- * redirect. */
+/* The node for a slot: the owner, or (slot unknown) a node that serves
+ * others, which will redirect or say the slot is not served. */
 KVF_INTERNAL kvf__redis_node *kvf__redis_topology_route(kvf__redis_topology *t, uint16_t slot);
 /* The node at host:port, added when new; NULL when the table is full. */
 KVF_INTERNAL kvf__redis_node *kvf__redis_topology_node(kvf__redis_topology *t, const char *host,

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 /* hiredis' own reply constructors, and ours: the same but for strings */
 static const redisReplyObjectFunctions *default_fns;
@@ -102,7 +103,9 @@ static kvf_status setup_command(kvf__redis_node *node, redisContext *c, int argc
     return st;
 }
 
-static kvf_status connect_node(kvf__redis_node *node, redisContext **c_p)
+/* *reached_p says whether the TCP connection was made (then a failure is
+ * AUTH's or SELECT's, or a timeout of theirs). */
+static kvf_status connect_node(kvf__redis_node *node, redisContext **c_p, bool *reached_p)
 {
     const kvf__redis_opts *o = node->opts;
     errno = 0;
@@ -115,6 +118,7 @@ static kvf_status connect_node(kvf__redis_node *node, redisContext **c_p)
         st = context_failure(node, c, errno, "connect", o->connect_timeout_ms);
         goto free_context;
     }
+    *reached_p = true;
     use_sink_fns(c);
     if (redisSetTimeout(c, ms_timeval(o->timeout_ms)) != REDIS_OK) {
         st = context_failure(node, c, errno, "setting the timeout", o->timeout_ms);
@@ -179,6 +183,29 @@ void kvf__redis_node_destroy(kvf__redis_node *node)
     free(node);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+kvf_status kvf__redis_node_check_down(kvf__redis_node *node)
+{
+    char why[sizeof node->down_why];
+    double now = now_s(), wait = 0;
+    pthread_mutex_lock(&node->lock);
+    if (node->idle_count == 0 && now < node->down_until) {
+        wait = node->down_until - now;
+        memcpy(why, node->down_why, sizeof why);
+    }
+    pthread_mutex_unlock(&node->lock);
+    if (wait > 0)
+        return kvf__fail(KVF_ERR_REMOTE, "redis %s: down, next attempt in %.0f ms (%s)", node->name,
+                         wait * 1e3, why);
+    return KVF_OK;
+}
+
 kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p)
 {
     redisContext *c = NULL;
@@ -190,7 +217,24 @@ kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p)
         *c_p = c;
         return KVF_OK;
     }
-    return connect_node(node, c_p);
+    /* a node that just failed to connect is not tried by every batch:
+     * a host that drops packets would cost each one a connect timeout */
+    kvf_status st = kvf__redis_node_check_down(node);
+    if (st != KVF_OK)
+        return st;
+    bool reached = false;
+    st = connect_node(node, c_p, &reached);
+    pthread_mutex_lock(&node->lock);
+    if (st != KVF_OK && !reached && node->opts->down_ms) {
+        /* the reason without the node's name, which the later message has */
+        const char *e = kvf_last_error(), *reason = strstr(e, "connect: ");
+        node->down_until = now_s() + node->opts->down_ms * 1e-3;
+        snprintf(node->down_why, sizeof node->down_why, "%s", reason ? reason : e);
+    } else if (st == KVF_OK) {
+        node->down_until = 0;
+    }
+    pthread_mutex_unlock(&node->lock);
+    return st;
 }
 
 void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken)

@@ -21,7 +21,9 @@
  * replies are followed with ASKING. A node that is down or slow fails only
  * the blocks routed to it. Failed connections are retried (`retries`
  * times, backoff doubling from `retry_backoff_ms`); timeouts are not, so
- * a batch never waits much more than `timeout_ms` on a stalled node.
+ * a batch never waits much more than `timeout_ms` on a stalled node. A
+ * node that cannot be connected to is left alone for `down_ms` (its
+ * blocks fail at once, "down"), then connected to again.
  *
  * Threads: every function may be called from several threads at once on
  * one handle, except kvf__remote_close, which must be the last call.
@@ -45,11 +47,12 @@ typedef struct kvf__remote_config {
     uint32_t pool_size;  /* idle connections kept per node */
     uint32_t retries;    /* extra attempts after a failed connection */
     uint32_t retry_backoff_ms;
+    uint32_t down_ms; /* after a failed connect, no new attempt for this long; 0: always try */
 } kvf__remote_config;
 
 #define KVF_REMOTE_CONFIG_INIT                                                                     \
     {                                                                                              \
-        NULL, NULL, 0, 0, 1000, 2000, 4, 2, 20                                                     \
+        NULL, NULL, 0, 0, 1000, 2000, 4, 2, 20, 1000                                               \
     }
 
 /* A parsed URL. */
@@ -130,12 +133,14 @@ KVF_INTERNAL kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t 
 KVF_INTERNAL kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
                                                  kvf_status *status);
 
-/* PINGs every node of an open handle. KVF_OK when all answer. */
+/* PINGs the server, or every cluster node that serves slots. KVF_OK when
+ * all answer. */
 KVF_INTERNAL kvf_status kvf__remote_ping(kvf__remote *r);
 
 /* For `kvferry info`: opens `url` with `timeout_ms` timeouts, pings, closes.
- * KVF_OK and a description ("redis 10.0.0.1:6379 db 0", "redis cluster,
- * 3 nodes") in `detail`, or an error and why (kvf_last_error's text). */
+ * KVF_OK and a description ("redis 10.0.0.1:6379 db 0", "redis cluster, 3
+ * master(s) serving slots") in `detail`, or an error and why (kvf_last_error's
+ * text). */
 KVF_INTERNAL kvf_status kvf__remote_probe(const char *url, uint32_t timeout_ms, char *detail,
                                           size_t cap);
 

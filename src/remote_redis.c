@@ -288,6 +288,14 @@ static size_t op_iov(const batch *b, op *o, struct iovec *iov)
 /* Sends group g's pipeline; a failure fails its blocks (or retries them). */
 static void send_group(batch *b, group *g, size_t gi, struct iovec *iov)
 {
+    /* a node known to be down fails its blocks now: no retry, no backoff */
+    g->st = kvf__redis_node_check_down(g->node);
+    if (g->st != KVF_OK) {
+        for (size_t i = 0; i < b->n; i++)
+            if (!b->ops[i].done && b->ops[i].group == gi)
+                op_finish(b, &b->ops[i], g->st);
+        return;
+    }
     g->st = kvf__redis_node_acquire(g->node, &g->conn);
     size_t k = 0, bytes = 0;
     for (size_t i = 0; i < b->n && g->st == KVF_OK; i++) {
@@ -346,7 +354,7 @@ static void read_group(batch *b, group *g, size_t gi)
     kvf__redis_node_release(g->node, g->conn, g->st != KVF_OK);
 }
 
-static kvf_status run_round(batch *b, group *groups, struct iovec *iov)
+static void run_round(batch *b, group *groups, struct iovec *iov)
 {
     size_t ngroups = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -365,7 +373,6 @@ static kvf_status run_round(batch *b, group *groups, struct iovec *iov)
     for (size_t gi = 0; gi < ngroups; gi++)
         if (groups[gi].conn)
             read_group(b, &groups[gi], gi);
-    return KVF_OK;
 }
 
 static kvf_status run_batch(batch *b)
@@ -559,7 +566,8 @@ kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_
     kvf__redis_opts opts = {.db = u.db,
                             .connect_timeout_ms = cfg->connect_timeout_ms,
                             .timeout_ms = cfg->timeout_ms,
-                            .pool_size = cfg->pool_size ? cfg->pool_size : 1};
+                            .pool_size = cfg->pool_size ? cfg->pool_size : 1,
+                            .down_ms = cfg->down_ms};
     memcpy(opts.user, u.user, sizeof opts.user);
     memcpy(opts.pass, u.pass, sizeof opts.pass);
     st = kvf__redis_topology_init(&r->topo, &u, &opts);

@@ -107,15 +107,20 @@ static inline redisContext *redis_connect(int port, const char *pass)
     return c;
 }
 
-/* Starts (or restarts, same port and dir) `s`; waits up to 20 s for it to
- * answer. 0 or -1. */
+/* Starts `s` on a free port, or restarts it on its port and dir; waits up
+ * to 20 s for it to answer (tries another port, or again, when the server
+ * exits: a port taken meanwhile). 0 or -1. */
 static inline int redis_server_start(redis_server *s, const char *pass)
 {
     if (!s->dir[0] && test_tmpdir(s->dir, sizeof s->dir))
         return -1;
+    /* a restart keeps its port: clients (and a cluster) know it by that */
+    bool restart = s->port != 0;
     for (int attempt = 0; attempt < 5; attempt++) {
-        if (!s->port || attempt > 0)
+        if (!restart)
             s->port = redis_pick_port();
+        else if (attempt > 0)
+            usleep(500000);
         char port[16];
         snprintf(port, sizeof port, "%d", s->port);
         const char *argv[40];
@@ -184,8 +189,6 @@ static inline int redis_server_start(redis_server *s, const char *pass)
             waitpid(s->pid, NULL, 0);
             s->pid = 0;
         }
-        if (s->cluster && attempt == 0)
-            break; /* a cluster node keeps its port */
     }
     fprintf(stderr, "redis-server on port %d did not start (see %s/redis.log)\n", s->port, s->dir);
     return -1;

@@ -38,6 +38,21 @@ static int test_url_parse(void)
     /* a refused URL never repeats its password */
     kvf__remote_url_parse("redis://u:topsecret@h:bad", &u);
     CHECK(!strstr(kvf_last_error(), "topsecret"));
+    /* mutated URLs: parsed or refused, never a crash (ASan watches) */
+    const char *seeds[] = {"redis://al%40ice:p%3Ass@10.0.0.1:7000/5",
+                           "redis-cluster://h1:7000,[::1]:7002"};
+    uint64_t rs = 42;
+    for (int i = 0; i < 20000; i++) {
+        char m[64];
+        snprintf(m, sizeof m, "%s", seeds[i % 2]);
+        size_t len = strlen(m);
+        for (int k = 0; k < 3; k++)
+            m[test_xorshift64(&rs) % len] = (char)(test_xorshift64(&rs) % 96 + 32);
+        m[test_xorshift64(&rs) % (len + 1)] = '\0';
+        kvf_status st = kvf__remote_url_parse(m, &u);
+        if (st != KVF_OK && st != KVF_ERR_INVALID)
+            TEST_FAIL_AT(__FILE__, __LINE__, "'%s': status %d", m, (int)st);
+    }
     setenv(KVF_REMOTE_URL_ENV, "", 1);
     CHECK(kvf__remote_url_from_env() == NULL);
     setenv(KVF_REMOTE_URL_ENV, "redis://h", 1);
@@ -365,6 +380,7 @@ static int test_stalled_server(void)
     cfg.ns = "stall";
     cfg.timeout_ms = 400;
     cfg.connect_timeout_ms = 400;
+    cfg.down_ms = 300;
     kvf__remote *r = NULL;
     REQUIRE(kvf__remote_open(&cfg, &r) == KVF_OK);
     uint8_t *bufs[4];
@@ -401,11 +417,18 @@ static int test_stalled_server(void)
     char node[32];
     snprintf(node, sizeof node, "127.0.0.1:%d", s.port);
     CHECK_STR_HAS(kvf_last_error(), node);
-    free_gets(g, 1);
+    /* left alone a while: the next batch fails at once, saying so */
+    t0 = redis_now_s();
+    get_blocks(r, 1, 1, 8192, g + 1, st);
+    CHECK_STATUS(st[0], KVF_ERR_REMOTE);
+    CHECK_STR_HAS(kvf_last_error(), "down, next attempt in");
+    CHECK(redis_now_s() - t0 < 0.2);
+    free_gets(g, 2);
     char detail[256];
     CHECK(kvf__remote_probe(url, 300, detail, sizeof detail) != KVF_OK);
     CHECK_STR_HAS(detail, node);
     REQUIRE(redis_server_start(&s, NULL) == 0);
+    usleep(350 * 1000); /* the down window passes */
     get_blocks(r, 1, 1, 8192, g, st);
     CHECK_STATUS(st[0], KVF_ERR_NOT_FOUND); /* nothing kept on disk */
     free_gets(g, 1);

@@ -73,6 +73,7 @@ static kvf__remote *open_cluster(const char *ns)
     cfg.fingerprint = FP;
     cfg.timeout_ms = 5000;
     cfg.retry_backoff_ms = 5;
+    cfg.down_ms = 100;
     kvf__remote *r = NULL;
     if (kvf__remote_open(&cfg, &r) != KVF_OK)
         fprintf(stderr, "open %s: %s\n", cluster_url, kvf_last_error());
@@ -129,6 +130,41 @@ static void fill_puts(kvf__remote_put *p, uint8_t **bufs, uint64_t base, size_t 
     }
 }
 
+typedef struct reader {
+    kvf__remote *r;
+    size_t n;
+    uint8_t **bufs;
+    atomic_bool stop;
+    int wrong, rounds, failed_blocks;
+} reader;
+
+/* Gets every block, over and over: a block is either right or failed. */
+static void *reader_main(void *arg)
+{
+    reader *rd = arg;
+    kvf__remote_get *g = calloc(rd->n, sizeof *g);
+    kvf_status *st = calloc(rd->n, sizeof *st);
+    for (size_t i = 0; i < rd->n; i++)
+        g[i] = (kvf__remote_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
+    while (!atomic_load(&rd->stop)) {
+        kvf__remote_get_batch(rd->r, g, rd->n, st);
+        for (size_t i = 0; i < rd->n; i++) {
+            if (st[i] == KVF_OK && memcmp(g[i].dst, rd->bufs[i], BYTES) != 0)
+                rd->wrong++;
+            else if (st[i] != KVF_OK && st[i] != KVF_ERR_REMOTE && st[i] != KVF_ERR_TIMEOUT)
+                rd->wrong++;
+            else if (st[i] != KVF_OK)
+                rd->failed_blocks++;
+        }
+        rd->rounds++;
+    }
+    for (size_t i = 0; i < rd->n; i++)
+        free(g[i].dst);
+    free(g);
+    free(st);
+    return NULL;
+}
+
 static int test_spread_round_trip(void)
 {
     enum { N = 96 };
@@ -157,8 +193,23 @@ static int test_spread_round_trip(void)
         CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
         CHECK_EQ_INT(g[i].pools, 3);
         free(g[i].dst);
-        free(bufs[i]);
     }
+    /* three threads on one handle, every node's pool in use at once */
+    reader rd[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        rd[i] = (reader){.r = r, .n = N, .bufs = bufs};
+        REQUIRE(pthread_create(&th[i], NULL, reader_main, &rd[i]) == 0);
+    }
+    usleep(300000);
+    for (int i = 0; i < 3; i++) {
+        atomic_store(&rd[i].stop, true);
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(rd[i].wrong + rd[i].failed_blocks, 0);
+        CHECK(rd[i].rounds > 0);
+    }
+    for (size_t i = 0; i < N; i++)
+        free(bufs[i]);
     char detail[256];
     CHECK_STATUS(kvf__remote_probe(cluster_url, 1000, detail, sizeof detail), KVF_OK);
     CHECK_STR_HAS(detail, "cluster");
@@ -234,39 +285,53 @@ static int test_ask_and_moved(void)
     return 0;
 }
 
-typedef struct reader {
-    kvf__remote *r;
-    size_t n;
-    uint8_t **bufs;
-    atomic_bool stop;
-    int wrong, rounds, failed_blocks;
-} reader;
-
-/* Gets every block, over and over: a block is either right or failed. */
-static void *reader_main(void *arg)
+/* One node stops answering (SIGSTOP): its blocks time out within the
+ * timeout, the other nodes' blocks are served. */
+static int test_node_stalled(void)
 {
-    reader *rd = arg;
-    kvf__remote_get *g = calloc(rd->n, sizeof *g);
-    kvf_status *st = calloc(rd->n, sizeof *st);
-    for (size_t i = 0; i < rd->n; i++)
-        g[i] = (kvf__remote_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
-    while (!atomic_load(&rd->stop)) {
-        kvf__remote_get_batch(rd->r, g, rd->n, st);
-        for (size_t i = 0; i < rd->n; i++) {
-            if (st[i] == KVF_OK && memcmp(g[i].dst, rd->bufs[i], BYTES) != 0)
-                rd->wrong++;
-            else if (st[i] != KVF_OK && st[i] != KVF_ERR_REMOTE && st[i] != KVF_ERR_TIMEOUT)
-                rd->wrong++;
-            else if (st[i] != KVF_OK)
-                rd->failed_blocks++;
-        }
-        rd->rounds++;
+    enum { N = 30 };
+    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    cfg.url = cluster_url;
+    cfg.ns = "stall";
+    cfg.fingerprint = FP;
+    cfg.timeout_ms = 500;
+    kvf__remote *r = NULL;
+    REQUIRE(kvf__remote_open(&cfg, &r) == KVF_OK);
+    uint8_t *bufs[N] = {0};
+    kvf__remote_put p[N];
+    kvf_status st[N];
+    fill_puts(p, bufs, 1, N, 500);
+    REQUIRE(kvf__remote_put_batch(r, p, N, st) == KVF_OK);
+    int owner[N];
+    for (int i = 0; i < N; i++)
+        owner[i] = owner_of("stall", 1 + (uint64_t)i);
+    const int victim = 0;
+    kvf__remote_get g[N];
+    for (int i = 0; i < N; i++)
+        g[i] = (kvf__remote_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
+    REQUIRE(kill(nodes[victim].pid, SIGSTOP) == 0);
+    double t0 = redis_now_s();
+    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_ERR_TIMEOUT);
+    double waited = redis_now_s() - t0;
+    kill(nodes[victim].pid, SIGCONT);
+    CHECK(waited < 3.0);
+    char name[32];
+    snprintf(name, sizeof name, "127.0.0.1:%d", nodes[victim].port);
+    CHECK_STR_HAS(kvf_last_error(), name);
+    for (int i = 0; i < N; i++) {
+        CHECK_STATUS(st[i], owner[i] == victim ? KVF_ERR_TIMEOUT : KVF_OK);
+        if (owner[i] != victim)
+            CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
     }
-    for (size_t i = 0; i < rd->n; i++)
+    /* answering again: everything is served */
+    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_OK);
+    for (int i = 0; i < N; i++) {
+        CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
         free(g[i].dst);
-    free(g);
-    free(st);
-    return NULL;
+        free(bufs[i]);
+    }
+    kvf__remote_close(r);
+    return 0;
 }
 
 static int test_node_killed_and_back(void)
@@ -319,6 +384,7 @@ static int test_node_killed_and_back(void)
     /* back on its port, empty (nothing on disk): misses, then stores again */
     REQUIRE(redis_server_start(&nodes[victim], NULL) == 0);
     REQUIRE(wait_cluster_ok() == 0);
+    usleep(150 * 1000); /* the handle's down window for the node passes */
     kvf_status rc = kvf__remote_get_batch(r, g, N, st);
     CHECK_STATUS(rc, KVF_OK);
     for (int i = 0; i < N; i++)
@@ -346,6 +412,7 @@ int main(void)
     }
     RUN(test_spread_round_trip);
     RUN(test_ask_and_moved);
+    RUN(test_node_stalled);
     RUN(test_node_killed_and_back);
     for (int i = 0; i < NODES; i++)
         redis_server_stop(&nodes[i]);

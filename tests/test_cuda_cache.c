@@ -1,0 +1,157 @@
+/* The cache over a CUDA engine: device primary slots, pinned host tier,
+ * disk tier, so puts from GPU memory, demotions from pinned slots to files
+ * (host-only copies on a CUDA engine) and gets into GPU memory from each
+ * tier, on random data with poisoned device destinations, checked byte for
+ * byte. Exits 77 without a GPU. */
+#include "testutil_cuda.h"
+
+#define POISON 0x3C
+#define GPU_SLOTS 64
+
+/* fp16 head-major and int4, as an engine with two kinds of layer would */
+static const kvf_geometry G_A = {4, 2, 2, 32, 64, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
+static const kvf_geometry G_B = {2, 2, 2, 32, 64, KVF_DTYPE_INT4, KVF_ORDER_HEAD_MAJOR};
+
+static kvf_engine *engine;
+static kvf_cache *cache;
+static size_t bytes[2];
+static uint8_t *dev[2];
+static char dir[512];
+
+static void block_bytes_of(kvf_key key, int p, uint8_t *out)
+{
+    test_fill_random(out, bytes[p], key * 3 + (uint64_t)p);
+}
+
+static void upload(uint32_t slot, kvf_key key)
+{
+    for (int p = 0; p < 2; p++) {
+        uint8_t *h = malloc(bytes[p]);
+        block_bytes_of(key, p, h);
+        CUDA_OK(cudaMemcpy(dev[p] + slot * bytes[p], h, bytes[p], cudaMemcpyHostToDevice));
+        free(h);
+    }
+}
+
+static void poison(uint32_t slot)
+{
+    for (int p = 0; p < 2; p++)
+        CUDA_OK(cudaMemset(dev[p] + slot * bytes[p], POISON, bytes[p]));
+    CUDA_OK(cudaDeviceSynchronize());
+}
+
+static int expect(uint32_t slot, kvf_key key)
+{
+    for (int p = 0; p < 2; p++) {
+        uint8_t *want = malloc(bytes[p]), *got = malloc(bytes[p]);
+        block_bytes_of(key, p, want);
+        CUDA_OK(cudaMemcpy(got, dev[p] + slot * bytes[p], bytes[p], cudaMemcpyDeviceToHost));
+        size_t off = test_mem_diff(got, want, bytes[p]);
+        free(want);
+        free(got);
+        if (off != (size_t)-1) {
+            fprintf(stderr, "gpu slot %u pool %d: block 0x%llx differs at byte %zu\n", slot, p,
+                    (unsigned long long)key, off);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int setup(void)
+{
+    REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_CUDA;
+    cfg.file_dir = dir;
+    cfg.file_namespace = "cuda-cache";
+    cfg.fsync = KVF_FSYNC_NONE;
+    kvf_status st = kvf_engine_create(&cfg, &engine);
+    if (st == KVF_ERR_NO_DEVICE) {
+        test_rmtree(dir);
+        TEST_SKIP_ALL("no CUDA device: %s", kvf_last_error());
+    }
+    REQUIRE(st == KVF_OK);
+    const kvf_geometry *g[2] = {&G_A, &G_B};
+    for (int p = 0; p < 2; p++) {
+        kvf_pool_desc prim = {KVF_MEMORY_DEVICE, NULL, 0, GPU_SLOTS};
+        kvf_pool_desc sec = {KVF_MEMORY_HOST_PINNED, NULL, 0, 16};
+        REQUIRE(kvf_engine_add_pool(engine, g[p], &prim, &sec, NULL) == KVF_OK);
+        REQUIRE(kvf_geometry_block_bytes(g[p], &bytes[p]) == KVF_OK);
+        void *ptr;
+        REQUIRE(kvf_engine_slot_ptr(engine, (uint32_t)p, KVF_LEVEL_PRIMARY, 0, &ptr) == KVF_OK);
+        dev[p] = ptr;
+    }
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 16;
+    cc.disk_blocks = 256;
+    REQUIRE(kvf_cache_create(engine, &cc, &cache) == KVF_OK);
+    return 0;
+}
+
+/* Rounds of: a request's 24 blocks filled on the GPU and put (most of the
+ * host tier's content moves to disk each round), then every block put so
+ * far got back into poisoned GPU slots in a random order, from whichever
+ * tier holds it. */
+static int test_rounds(void)
+{
+    enum { ROUNDS = 4, PER = 24 };
+    kvf_key all[ROUNDS * PER];
+    size_t nall = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        kvf_key keys[PER];
+        uint32_t slots[PER];
+        for (uint32_t i = 0; i < PER; i++) {
+            keys[i] = 0xa000 + (kvf_key)(r * PER + i);
+            slots[i] = i;
+            upload(i, keys[i]);
+            all[nall++] = keys[i];
+        }
+        kvf_ticket t;
+        kvf_status per[PER];
+        CHECK_STATUS(kvf_cache_put(cache, keys, slots, PER, 50, &t), KVF_OK);
+        CHECK_STATUS(kvf_cache_wait(cache, t, per), KVF_OK);
+
+        uint32_t order[ROUNDS * PER];
+        for (uint32_t i = 0; i < nall; i++)
+            order[i] = i;
+        test_shuffle_u32(order, nall, 77 + (uint64_t)r);
+        for (size_t off = 0; off < nall; off += 32) {
+            size_t n = nall - off < 32 ? nall - off : 32;
+            kvf_key k[32];
+            uint32_t s[32];
+            for (size_t i = 0; i < n; i++) {
+                k[i] = all[order[off + i]];
+                s[i] = 32 + (uint32_t)i;
+                poison(s[i]);
+            }
+            size_t hits = 0;
+            kvf_cache_tier tiers[32];
+            CHECK_STATUS(kvf_cache_lookup(cache, k, n, &hits, tiers), KVF_OK);
+            CHECK_EQ_INT(hits, n);
+            kvf_status gs[32];
+            CHECK_STATUS(kvf_cache_get(cache, k, s, n, &t), KVF_OK);
+            CHECK_STATUS(kvf_cache_wait(cache, t, gs), KVF_OK);
+            for (size_t i = 0; i < n; i++)
+                if (expect(s[i], k[i]))
+                    return 1;
+        }
+    }
+    kvf_cache_stats st = KVF_CACHE_STATS_INIT;
+    CHECK_STATUS(kvf_cache_stats_get(cache, &st), KVF_OK);
+    CHECK_EQ_INT(st.blocks[KVF_CACHE_HOST], 16);
+    CHECK_EQ_INT(st.blocks[KVF_CACHE_DISK], ROUNDS * PER - 16);
+    CHECK(st.bytes_out[KVF_CACHE_DISK] > 0 && st.bytes_out[KVF_CACHE_HOST] > 0);
+    CHECK_EQ_INT(st.failures, 0);
+    return 0;
+}
+
+int main(void)
+{
+    setup();
+    RUN(test_rounds);
+    kvf_cache_destroy(cache);
+    kvf_engine_destroy(engine);
+    test_rmtree(dir);
+    return TEST_RESULT();
+}
