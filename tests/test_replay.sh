@@ -9,7 +9,8 @@
 set -eu
 kvf=$1
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+rpid=
+trap 'if [ -n "$rpid" ]; then kill "$rpid" 2>/dev/null; fi; rm -rf "$tmp"' EXIT
 # 8 KiB blocks: fast under the sanitizers on a 2-core box
 geo="--layers 2 --kv 2 --heads 2 --tokens-per-block 16 --head-size 32"
 
@@ -127,6 +128,45 @@ positive "failures" "$(field failures "$tmp/corrupt.json")"
     --disk-blocks 1024 --json "$tmp/healed.json" >/dev/null
 zero "failures" "$(field failures "$tmp/healed.json")"
 
+# ---- the remote tier, where redis-server is installed: one replay writes
+# through to it, a second one (another machine: no disk, an empty host tier)
+# finds the blocks there
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
+    "$kvf" info | grep -q "remote.*built"; then
+    for try in 1 2 3 4 5; do
+        port=$((20000 + ($$ * 7 + try * 997) % 40000))
+        redis-server --port $port --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
+            >"$tmp/redis.log" 2>&1 &
+        rpid=$!
+        for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+            redis-cli -p $port ping >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+        if redis-cli -p $port ping >/dev/null 2>&1; then break; fi
+        kill $rpid 2>/dev/null || true
+        rpid=
+    done
+    [ -n "$rpid" ] || { echo "no redis-server could start" >&2; exit 1; }
+    url=redis://127.0.0.1:$port
+    "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/d4" \
+        --disk-blocks 256 --remote $url --json "$tmp/wt.json" >/dev/null
+    zero "write-through errors" "$(field errors "$tmp/wt.json")"
+    positive "remote bytes in" "$(field bytes_in "$tmp/wt.json" remote)"
+    "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --remote $url \
+        --remote-mode read --clients 2 --json "$tmp/rd.json" >/dev/null
+    positive "remote hits" "$(field remote "$tmp/rd.json" hits)"
+    zero "remote errors" "$(field remote_errors "$tmp/rd.json")"
+    grep -q '"verified": true' "$tmp/rd.json"
+    kill $rpid
+    rpid=
+    # the store gone: lookups miss, gets are never wrong
+    KVF_LOG=error "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 \
+        --remote $url --remote-mode read --json "$tmp/gone.json" >/dev/null 2>&1 || true
+    grep -q '"verified": true' "$tmp/gone.json"
+    positive "remote errors, store gone" "$(field remote_errors "$tmp/gone.json")"
+fi
+if "$kvf" replay --remote-mode read 2>/dev/null; then exit 1; fi
+
 # ---- traces written by hand: block keys given directly, salts, priorities
 cat >"$tmp/hand.jsonl" <<'EOF'
 {"id": "a", "arrival": 0.5, "blocks": ["0x10", "0x11", "0x12"], "priority": 90}
@@ -156,4 +196,4 @@ if "$kvf" replay --host-blocks 0 2>/dev/null; then exit 1; fi
 if "$kvf" replay --disk-blocks 5 2>/dev/null; then exit 1; fi
 if "$kvf" replay "$tmp/missing.jsonl" 2>/dev/null; then exit 1; fi
 if "$kvf" replay --heads 0 2>/dev/null; then exit 1; fi
-echo "replay: 3 workloads, host / host+disk / disk, 4 clients, trace round trip, restart, damaged files, stats: ok"
+echo "replay: 3 workloads, host / host+disk / disk, 4 clients, remote, trace round trip, restart, damaged files, stats: ok"

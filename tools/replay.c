@@ -43,8 +43,9 @@ typedef struct replay_opts {
     kvf_geometry g;
     uint32_t pools, gpu_blocks, threads, clients;
     uint64_t host_blocks, disk_blocks;
-    bool disk_blocks_set;
-    const char *disk, *ns, *json;
+    bool disk_blocks_set, remote_set;
+    const char *disk, *ns, *json, *remote_url;
+    kvf_cache_remote remote;
     kvf_fsync fsync;
     uint32_t offload_min_priority, disk_admit_uses;
     bool prometheus;
@@ -61,6 +62,7 @@ typedef struct pending {
 typedef struct counts {
     uint64_t blocks, tokens, hits[KVF_CACHE_TIERS], got_blocks, verified, prefilled;
     uint64_t bad_blocks, errors, no_space;
+    uint64_t raced; /* hits evicted between lookup and pin (several clients) */
     double get_s;
 } counts;
 
@@ -277,6 +279,12 @@ static void drain_events(replay *r)
     pthread_mutex_unlock(&r->ev_mu);
 }
 
+/* A hit this cache holds (and the request pins), not the remote store's. */
+static bool held_here(kvf_cache_tier tier)
+{
+    return tier == KVF_CACHE_HOST || tier == KVF_CACHE_DISK;
+}
+
 /* Undoes the request's pin of keys [i, i + n). */
 static void unpin_run(client *r, const kvf_trace_req *q, size_t i, size_t n)
 {
@@ -326,8 +334,9 @@ static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
                 /* the cache drops a block it could not read back once it is
                  * unpinned: let go of it now, so that the put below stores
                  * the recomputed block again */
-                unpin_run(r, q, s + i, 1);
-                r->tiers[s + i] = KVF_CACHE_TIERS;
+                if (held_here(r->tiers[s + i]))
+                    unpin_run(r, q, s + i, 1);
+                r->tiers[s + i] = KVF_CACHE_TIERS; /* held no more */
             }
             rc = prefill(r, keys[i], first + i);
         }
@@ -383,34 +392,38 @@ static int run_request(client *r, size_t qi)
         r->n.errors++;
         hits = 0;
     }
-    /* the request's hits stay cached while its parts run */
-    size_t pinned = 0;
-    if (hits && kvf_cache_pin(r->c, r->keys, hits, &pinned) != KVF_OK) {
-        fprintf(stderr, "kvferry replay: %s: kvf_cache_pin: %s\n", req_name(q, nm, sizeof nm),
-                kvf_last_error());
-        r->n.errors++;
-        hits = 0;
-    } else if (pinned != hits) {
-        fprintf(stderr, "kvferry replay: %s: lookup found %zu blocks, pin only %zu\n",
-                req_name(q, nm, sizeof nm), hits, pinned);
-        r->n.errors++;
-    }
     for (size_t i = 0; i < hits; i++)
         if ((unsigned)r->tiers[i] < KVF_CACHE_TIERS)
             r->n.hits[r->tiers[i]]++;
+    /* the request's hits stay cached while its parts run: pinned one by one,
+     * for a hit may have been evicted since the lookup (by another client's
+     * put): the prefix then ends there. Remote hits are the store's. */
+    for (size_t i = 0; i < hits; i++) {
+        if (!held_here(r->tiers[i]))
+            continue;
+        size_t pinned = 0;
+        if (kvf_cache_pin(r->c, r->keys + i, 1, &pinned) != KVF_OK) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_pin: %s\n", req_name(q, nm, sizeof nm),
+                    kvf_last_error());
+            r->n.errors++;
+        }
+        if (pinned != 1) {
+            r->n.raced += hits - i;
+            hits = i;
+        }
+    }
     int rc = 0;
     for (size_t s = 0; s < n && rc == 0; s += r->nslots) {
         uint32_t m = (uint32_t)(n - s < r->nslots ? n - s : r->nslots);
         uint32_t gets = hits > s ? (uint32_t)(hits - s < m ? hits - s : m) : 0;
         rc = run_part(r, qi, s, m, gets);
     }
-    if (hits && pinned == hits)
-        for (size_t i = 0, j; i < hits; i = j + 1) { /* the runs still held */
-            for (j = i; j < hits && r->tiers[j] != KVF_CACHE_TIERS; j++)
-                ;
-            if (j > i)
-                unpin_run(r, q, i, j - i);
-        }
+    for (size_t i = 0, j; i < hits; i = j + 1) { /* the runs still held */
+        for (j = i; j < hits && held_here(r->tiers[j]); j++)
+            ;
+        if (j > i)
+            unpin_run(r, q, i, j - i);
+    }
     drain_events(r->rp);
     return rc;
 }
@@ -480,6 +493,7 @@ static void counts_add(counts *sum, const counts *c)
     sum->bad_blocks += c->bad_blocks;
     sum->errors += c->errors;
     sum->no_space += c->no_space;
+    sum->raced += c->raced;
     sum->get_s += c->get_s;
 }
 
@@ -500,7 +514,10 @@ static void usage(FILE *f)
             "  --host-blocks N         host tier capacity, in blocks (512; 0: off)\n"
             "  --disk DIR              disk tier in DIR/NAMESPACE\n"
             "  --disk-blocks N         disk tier capacity, in blocks (4096 with --disk)\n"
-            "  --ns NAMESPACE          file namespace (default replay)\n"
+            "  --ns NAMESPACE          file (and remote) namespace (default replay)\n"
+            "  --remote URL            the engine's remote tier: redis://host:port[/db] or\n"
+            "                          redis-cluster://h1:p1,h2:p2\n"
+            "  --remote-mode write-through|read|off   how the cache uses it (write-through)\n"
             "  --pools N               pools (tensors) per block (1)\n"
             "%s"
             "  --offload-min-priority N  --disk-admit-uses N   cache policy (default 0, 0)\n"
@@ -575,6 +592,14 @@ static int parse_args(int argc, char **argv, replay_opts *o)
             o->ns = v;
         } else if (!strcmp(name, "pools")) {
             rc = kvf_cli_u32("replay", name, v, &o->pools);
+        } else if (!strcmp(name, "remote")) {
+            o->remote_url = v;
+        } else if (!strcmp(name, "remote-mode")) {
+            static const char *const names[] = {"off", "write-through", "read", NULL};
+            choice = (int)o->remote;
+            rc = kvf_cli_choice("replay", name, v, names, &choice);
+            o->remote = (kvf_cache_remote)choice;
+            o->remote_set = true;
         } else if (!strcmp(name, "clients")) {
             rc = kvf_cli_u32("replay", name, v, &o->clients);
         } else if (!strcmp(name, "threads")) {
@@ -618,6 +643,12 @@ static int parse_args(int argc, char **argv, replay_opts *o)
         o->disk_blocks = 0;
     else if (!o->disk_blocks_set)
         o->disk_blocks = 4096;
+    if (o->remote_url && !o->remote_set)
+        o->remote = KVF_CACHE_REMOTE_WRITE_THROUGH;
+    if (o->remote != KVF_CACHE_REMOTE_OFF && !o->remote_url) {
+        fprintf(stderr, "kvferry replay: --remote-mode needs --remote URL\n");
+        return -1;
+    }
     if (!o->host_blocks && !o->disk_blocks) {
         fprintf(stderr, "kvferry replay: every tier is off: give --host-blocks or --disk\n");
         return -1;
@@ -660,6 +691,9 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
     printf("  tiers: primary %u slots, host %llu blocks, disk %llu blocks%s%s%s%s\n", o->gpu_blocks,
            (unsigned long long)o->host_blocks, (unsigned long long)o->disk_blocks,
            o->disk ? " in " : "", o->disk ? o->disk : "", o->disk ? "/" : "", o->disk ? o->ns : "");
+    if (o->remote != KVF_CACHE_REMOTE_OFF)
+        printf("  remote: %s (%s)\n", o->remote_url,
+               o->remote == KVF_CACHE_REMOTE_READ ? "read only" : "write-through");
     printf("  hits:");
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
         printf(" %s %llu (%.2f%%),", kvf_cache_tier_name((kvf_cache_tier)t),
@@ -672,9 +706,11 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
                kvf_cache_tier_name((kvf_cache_tier)t), (unsigned long long)s->blocks[t],
                (unsigned long long)s->bytes_in[t], (unsigned long long)s->bytes_out[t],
                (unsigned long long)s->evictions[t]);
-    printf("  dropped %llu, failures %llu, puts refused for space %llu, errors %llu\n",
+    printf("  dropped %llu, failures %llu, puts refused for space %llu, hits evicted before "
+           "their pin %llu, remote errors %llu, errors %llu\n",
            (unsigned long long)s->dropped, (unsigned long long)s->failures,
-           (unsigned long long)r->n.no_space, (unsigned long long)r->n.errors);
+           (unsigned long long)r->n.no_space, (unsigned long long)r->n.raced,
+           (unsigned long long)s->remote_errors, (unsigned long long)r->n.errors);
     printf("  events: %llu stored, %llu updated, %llu removed, %llu dropped\n",
            (unsigned long long)r->events_seen[KVF_EVENT_STORED],
            (unsigned long long)r->events_seen[KVF_EVENT_UPDATED],
@@ -727,13 +763,15 @@ static void write_json(const replay *r, const kvf_cache_stats *s, const char *so
                 (unsigned long long)s->bytes_in[t], (unsigned long long)s->bytes_out[t],
                 (unsigned long long)s->evictions[t]);
     fprintf(f,
-            " \"dropped\": %llu, \"failures\": %llu, \"no_space\": %llu, \"errors\": %llu,\n"
+            " \"dropped\": %llu, \"failures\": %llu, \"no_space\": %llu, \"raced\": %llu, "
+            "\"remote_errors\": %llu, \"errors\": %llu,\n"
             " \"events\": {\"stored\": %llu, \"updated\": %llu, \"removed\": %llu, "
             "\"dropped\": %llu},\n"
             " \"verified_blocks\": %llu, \"wrong_blocks\": %llu, \"verified\": %s,\n"
             " \"wall_s\": %.6f, \"get_s\": %.6f, \"get_bytes\": %.0f, \"get_gbs\": %.4f}\n",
             (unsigned long long)s->dropped, (unsigned long long)s->failures,
-            (unsigned long long)r->n.no_space, (unsigned long long)r->n.errors,
+            (unsigned long long)r->n.no_space, (unsigned long long)r->n.raced,
+            (unsigned long long)s->remote_errors, (unsigned long long)r->n.errors,
             (unsigned long long)r->events_seen[0], (unsigned long long)r->events_seen[1],
             (unsigned long long)r->events_seen[2], (unsigned long long)s->events_dropped,
             (unsigned long long)r->n.verified, (unsigned long long)r->n.bad_blocks,
@@ -790,6 +828,7 @@ static int open_replay(replay *r)
     cfg.file_dir = o->disk;
     cfg.file_namespace = o->ns;
     cfg.fsync = o->fsync;
+    cfg.remote_url = o->remote_url;
     if (kvf_engine_create(&cfg, &r->e) != KVF_OK) {
         fprintf(stderr, "kvferry replay: engine: %s\n", kvf_last_error());
         return -1;
@@ -810,6 +849,7 @@ static int open_replay(replay *r)
     cc.offload_min_priority = o->offload_min_priority;
     cc.disk_admit_uses = o->disk_admit_uses;
     cc.event_queue = EVENT_QUEUE;
+    cc.remote = o->remote;
     if (kvf_cache_create(r->e, &cc, &r->c) != KVF_OK) {
         fprintf(stderr, "kvferry replay: cache: %s\n", kvf_last_error());
         return -1;
