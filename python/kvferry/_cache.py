@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._core import Engine, Ticket, _is_int, _Issuer, _uint_array
-from ._enums import CacheTier, EventKind, Status
+from ._enums import CacheRemote, CacheTier, EventKind, Status
 from ._errors import check, make_error
 
 L = _lib.lib
@@ -125,6 +125,7 @@ class CacheStats:
     latency_us: Tuple[int, ...]  # counts per bucket of upper bound 2^(4+i) us, the last unbounded
     latency_count: int
     latency_sum_us: int
+    remote_errors: int  # remote operations that failed (a miss, never data)
 
     @property
     def hit_rate(self) -> float:
@@ -141,7 +142,7 @@ def _stats_from_c(s) -> CacheStats:
     return CacheStats(_tiers(s.blocks), _tiers(s.capacity), s.lookups, _tiers(s.hits), s.misses, s.lookup_blocks,
                       s.puts, s.put_duplicates, s.gets, _tiers(s.bytes_in), _tiers(s.bytes_out),
                       _tiers(s.evictions), s.dropped, s.failures, s.events_dropped, tuple(s.latency_us),
-                      s.latency_count, s.latency_sum_us)
+                      s.latency_count, s.latency_sum_us, s.remote_errors)
 
 
 # ---- the cache -------------------------------------------------------------------------
@@ -157,7 +158,9 @@ class Cache(_Issuer):
     host_blocks / disk_blocks: capacity of each tier (0: off; the host tier
     uses the engine's secondary slots 0..host_blocks-1, the disk tier its
     file tier). offload_min_priority, disk_admit_uses, event_queue: as in
-    kvf_cache_config. on_event: called for each event, in order, from the
+    kvf_cache_config. remote: CacheRemote.WRITE_THROUGH or READ to use the
+    engine's remote tier (Engine(remote_url=...)) below disk; its blocks are
+    the store's (not counted, evicted or pinned here). on_event: called for each event, in order, from the
     thread that made the change and with the cache's lock held: it must not
     call into the cache; exceptions it raises are printed and dropped.
 
@@ -170,7 +173,7 @@ class Cache(_Issuer):
 
     def __init__(self, engine: Engine, host_blocks: int = 0, disk_blocks: int = 0, offload_min_priority: int = 0,
                  disk_admit_uses: int = 0, event_queue: int = 0,
-                 on_event: Optional[Callable[[CacheEvent], None]] = None):
+                 on_event: Optional[Callable[[CacheEvent], None]] = None, remote: CacheRemote = CacheRemote.OFF):
         self._handle = None
         self._pending = {}
         self._lock = threading.Lock()
@@ -183,6 +186,7 @@ class Cache(_Issuer):
             if not _is_int(v) or not 0 <= v < 2**bits:
                 raise make_error(Status.ERR_INVALID, f"Cache: {name} = {v!r} is not an unsigned {bits}-bit int")
             setattr(c, name, int(v))
+        c.remote = int(CacheRemote(remote))
         self._callback = None
         if on_event is not None:
             if not callable(on_event):
@@ -198,7 +202,7 @@ class Cache(_Issuer):
             c.on_event = self._callback
         self.config = dict(host_blocks=host_blocks, disk_blocks=disk_blocks,
                            offload_min_priority=offload_min_priority, disk_admit_uses=disk_admit_uses,
-                           event_queue=event_queue)
+                           event_queue=event_queue, remote=CacheRemote(remote))
         h = ctypes.c_void_p()
         check(L.kvf_cache_create(engine._h(), ctypes.byref(c), ctypes.byref(h)))
         self._handle = h.value

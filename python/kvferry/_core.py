@@ -442,7 +442,8 @@ def _uint_array(values, what, bits=64, item="value"):
 # ---- engine --------------------------------------------------------------------
 
 _DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
-                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0)
+                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0,
+                       remote_url=None, remote_ttl_s=0, remote_timeout_ms=0)
 
 
 def _stream_handle(stream):
@@ -489,9 +490,11 @@ class Engine(_Issuer):
         c.backend = int(Backend(cfg["backend"]))
         c.device = int(cfg["device"])
         c.threads = int(cfg["threads"])
-        fd, ns = cfg["file_dir"], cfg["file_namespace"]
-        self._cstrs = (None if fd is None else str(fd).encode(), None if ns is None else str(ns).encode())
-        c.file_dir, c.file_namespace = self._cstrs
+        fd, ns, url = cfg["file_dir"], cfg["file_namespace"], cfg["remote_url"]
+        self._cstrs = tuple(None if v is None else str(v).encode() for v in (fd, ns, url))
+        c.file_dir, c.file_namespace, c.remote_url = self._cstrs
+        c.remote_ttl_s = int(cfg["remote_ttl_s"])
+        c.remote_timeout_ms = int(cfg["remote_timeout_ms"])
         c.file_io = int(FileIO(cfg["file_io"]))
         c.fsync = int(Fsync(cfg["fsync"]))
         c.cuda_copy = int(CudaCopy(cfg["cuda_copy"]))
@@ -673,15 +676,23 @@ class Engine(_Issuer):
         secondary slot); as offload."""
         return self._submit(L.kvf_promote, (), moves, detach)
 
+    def _remove(self, fn, what, keys, detach):
+        ptr, n, keep = _uint_array(keys, what, 64, "block key")
+        t = _lib.c_ticket()
+        check(fn(self._h(), ptr, n, None if detach else ctypes.byref(t)))
+        del keep
+        return None if detach else self._issue(t.value, n)
+
     def file_remove(self, keys, *, detach: bool = False) -> Optional[Ticket]:
         """Removes stored blocks from the file tier, in order with the moves
         queued before on the same keys; a key with no file is not an error.
         keys: one int, a list of ints or an integer NumPy array."""
-        ptr, n, keep = _uint_array(keys, "file_remove", 64, "block key")
-        t = _lib.c_ticket()
-        check(L.kvf_file_remove(self._h(), ptr, n, None if detach else ctypes.byref(t)))
-        del keep
-        return None if detach else self._issue(t.value, n)
+        return self._remove(L.kvf_file_remove, "file_remove", keys, detach)
+
+    def remote_remove(self, keys, *, detach: bool = False) -> Optional[Ticket]:
+        """Removes blocks from the remote tier (for every engine sharing the
+        namespace); as file_remove."""
+        return self._remove(L.kvf_remote_remove, "remote_remove", keys, detach)
 
     def sync_stream(self, stream=None) -> None:
         """Orders work queued on `stream` after every batch queued so far.

@@ -78,6 +78,7 @@ class Level(IntEnum):
 class Tier(IntEnum):
     HOST = 0
     FILE = 1
+    REMOTE = 2  # a Redis server or cluster (Engine(remote_url=...))
 
 
 def status(value: int):
@@ -94,6 +95,14 @@ class CacheTier(IntEnum):
     HOST = 0  # the engine's secondary slots
     DISK = 1  # the engine's block files
     REMOTE = 2  # the engine's remote tier (Redis), shared between caches
+
+
+class CacheRemote(IntEnum):
+    """How a Cache uses its engine's remote tier."""
+
+    OFF = 0
+    WRITE_THROUGH = 1  # puts are stored remotely too; lookups and gets fall back to it
+    READ = 2  # lookups and gets fall back to it; puts leave it alone
 
 
 class EventKind(IntEnum):

@@ -50,6 +50,9 @@ class EngineConfig_t(ctypes.Structure):
         ("fsync", c_enum),
         ("cuda_copy", c_enum),
         ("cuda_copy_sms", ctypes.c_uint32),
+        ("remote_url", ctypes.c_char_p),
+        ("remote_ttl_s", ctypes.c_uint32),
+        ("remote_timeout_ms", ctypes.c_uint32),
     ]
 
 
@@ -104,6 +107,7 @@ class CacheConfig_t(ctypes.Structure):
         ("event_queue", ctypes.c_uint32),
         ("on_event", CacheEventFn),
         ("on_event_arg", ctypes.c_void_p),
+        ("remote", c_enum),
     ]
 
 
@@ -133,6 +137,7 @@ class CacheStats_t(ctypes.Structure):
         ("latency_us", ctypes.c_uint64 * CACHE_LATENCY_BUCKETS),
         ("latency_count", ctypes.c_uint64),
         ("latency_sum_us", ctypes.c_uint64),
+        ("remote_errors", ctypes.c_uint64),
     ]
 
 
@@ -209,6 +214,7 @@ _protos = {
     "kvf_demote": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
     "kvf_promote": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
     "kvf_file_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_remote_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
     # block keys
     "kvf_key_chain": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]),
     "kvf_key_chain_all": (

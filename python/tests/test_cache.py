@@ -296,3 +296,59 @@ def test_callback_errors_and_forms(tmp_path, geometry, rng, capfd):
     toks = np.arange(4 * TPB, dtype=np.int32).reshape(4, TPB)
     assert kvf.key_chain_all(toks, TPB) == kvf.key_chain_all(list(range(4 * TPB)), TPB)
     assert kvf.tier_name(kvf.CacheTier.DISK) == "disk"
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A redis-server of this test's own on a loopback port (skipped without one)."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    if not shutil.which("redis-server") or not kvf.info().remote_built:
+        pytest.skip("no redis-server, or libkvferry built without hiredis")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and p.poll() is None, "redis-server did not start"
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_remote_tier_shared(tmp_path, geometry, rng, redis_url):
+    keys = kvf.key_chain_all(rng.integers(0, 32000, 4 * TPB), TPB)
+    with kvf.Engine(backend=kvf.Backend.HOST, remote_url=redis_url, file_namespace="shared") as e:
+        pools = add_pools(e, geometry)
+        with kvf.Cache(e, host_blocks=8, remote=kvf.CacheRemote.WRITE_THROUGH) as cache:
+            data = [fill(pools, i, rng) for i in range(4)]
+            cache.put(keys, [0, 1, 2, 3]).wait(check=True)
+            assert cache.stats().bytes_in["remote"] > 0
+    # another engine (another machine) with the same namespace and layout
+    with kvf.Engine(backend=kvf.Backend.HOST, remote_url=redis_url, file_namespace="shared") as e:
+        pools = add_pools(e, geometry)
+        with kvf.Cache(e, host_blocks=8, remote=kvf.CacheRemote.READ) as cache:
+            assert cache.lookup(keys) == (4, [kvf.CacheTier.REMOTE] * 4)
+            for i in range(4):
+                poison(pools, 8 + i)
+            cache.get(keys, [8, 9, 10, 11]).wait(check=True)
+            for i in range(4):
+                assert_slot(pools, 8 + i, data[i])
+            assert cache.stats().hits["remote"] == 4
+        e.remote_remove(keys[:1]).wait(check=True)
+        with kvf.Cache(e, host_blocks=8, remote=kvf.CacheRemote.READ) as cache:
+            assert cache.lookup(keys)[0] == 0
+            assert cache.lookup(keys[1:])[0] == 3
