@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots `kvferry bench --compare` output: GB/s against block size, one panel
-per direction and whole/partial, the ceiling drawn. Usage:
-    plot_compare.py compare.txt out.png [title]"""
+per direction and whole/partial, the ceiling drawn; with --before FILE, an
+earlier run's kvferry line too. Usage:
+    plot_compare.py [--before earlier.txt] compare.txt out.png [title]"""
 import sys
 
 import matplotlib
@@ -25,8 +26,13 @@ def parse(path):
 
 
 def main():
-    rows = parse(sys.argv[1])
-    title = sys.argv[3] if len(sys.argv) > 3 else "kvferry bench --compare"
+    args = sys.argv[1:]
+    before = []
+    if args and args[0] == "--before":
+        before = parse(args[1])
+        args = args[2:]
+    rows = parse(args[0])
+    title = args[2] if len(args) > 2 else "kvferry bench --compare"
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), sharex=True)
     for i, part in enumerate(["whole", "8/32"]):
         for j, d in enumerate(["d2h", "h2d", "both"]):
@@ -36,6 +42,11 @@ def main():
             x = [r["kib"] for r in sel]
             ax.plot(x, [r["ceiling"] for r in sel], "k--", label="ceiling (one large copy)")
             ax.plot(x, [r["kvferry"] for r in sel], "o-", lw=2, label="kvferry")
+            old = sorted((r for r in before if r["part"] == part and r["dir"] == d),
+                         key=lambda r: r["kib"])
+            if old:
+                ax.plot([r["kib"] for r in old], [r["kvferry"] for r in old], "o:", lw=1,
+                        color="gray", label="kvferry before")
             ax.plot(x, [r["batch"] for r in sel], "s-", label="cudaMemcpyBatchAsync")
             ax.plot(x, [r["ref"] for r in sel], "^-", label="reference (one call per block)")
             ax.set_xscale("log", base=2)
@@ -49,7 +60,7 @@ def main():
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(sys.argv[2], dpi=90)
+    fig.savefig(args[1], dpi=90)
 
 
 if __name__ == "__main__":

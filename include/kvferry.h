@@ -527,20 +527,22 @@ KVF_API uint64_t kvf_key_salt(const char *name);
  */
 typedef struct kvf_cache kvf_cache;
 
-/** The cache's tiers, in the order blocks fall through them. */
+/** The cache's tiers. Blocks fall through them GPU (when the cache owns
+ *  GPU blocks), host, disk, remote. */
 typedef enum kvf_cache_tier {
     KVF_CACHE_HOST = 0,   /* secondary slots */
     KVF_CACHE_DISK = 1,   /* block files */
     KVF_CACHE_REMOTE = 2, /* the engine's remote tier (Redis), shared between caches */
-    KVF_CACHE_TIERS = 3
+    KVF_CACHE_GPU = 3,    /* primary slots the cache allocates (gpu_blocks) */
+    KVF_CACHE_TIERS = 4
 } kvf_cache_tier;
 
-/** Name of a tier ("host", "disk", "remote"); "?" for another value. */
+/** Name of a tier ("host", "disk", "remote", "gpu"); "?" for another value. */
 KVF_API const char *kvf_cache_tier_name(kvf_cache_tier tier);
 
 typedef enum kvf_cache_event_kind {
     KVF_EVENT_STORED = 0,  /* a block entered the cache (tier: where) */
-    KVF_EVENT_UPDATED = 1, /* a block moved down (from -> tier) */
+    KVF_EVENT_UPDATED = 1, /* a block moved between tiers (from -> tier) */
     KVF_EVENT_REMOVED = 2  /* a block left the cache (tier: the one it left) */
 } kvf_cache_event_kind;
 
@@ -597,11 +599,16 @@ typedef struct kvf_cache_config {
      * layout, namespace, checksum): a damaged or foreign value is a failed
      * block plus a count in remote_errors, never data. */
     kvf_cache_remote remote;
+    /* The GPU tier, for an engine that lets kvferry allocate its GPU blocks
+     * (as the reference engine's block manager does): primary slots
+     * 0 .. gpu_blocks-1 are the cache's, handed out by kvf_cache_alloc and
+     * kvf_cache_acquire. 0: the engine owns its primary slots (put / get). */
+    uint64_t gpu_blocks;
 } kvf_cache_config;
 
 #define KVF_CACHE_CONFIG_INIT                                                                      \
     {                                                                                              \
-        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL, KVF_CACHE_REMOTE_OFF                  \
+        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL, KVF_CACHE_REMOTE_OFF, 0               \
     }
 
 /**
@@ -692,6 +699,63 @@ KVF_API kvf_status kvf_cache_unpin(kvf_cache *cache, const kvf_key *keys, size_t
  */
 KVF_API kvf_status kvf_cache_remove(kvf_cache *cache, const kvf_key *keys, size_t n,
                                     size_t *removed_p);
+
+/*
+ * The GPU tier (gpu_blocks > 0). A request's life with it:
+ *   kvf_cache_acquire(keys)      its cached prefix, in GPU slots, pinned
+ *   kvf_cache_alloc(n)           GPU slots for the blocks it computes
+ *   ... prefill into them ...
+ *   kvf_cache_commit(keys, slots) those blocks cached in the GPU tier, pinned
+ *   kvf_cache_unpin(keys)        the request ends: its blocks may be evicted
+ * An unpinned GPU block is evicted when slots are needed: it moves down to
+ * the host tier (or disk, or is dropped) like any victim.
+ */
+
+/**
+ * Hands out `n` GPU slots for the caller to fill, evicting unpinned GPU
+ * blocks down the tiers when none are free. The slots are the caller's
+ * until kvf_cache_commit or kvf_cache_free.
+ * @param ticket_p  receives a ticket for kvf_cache_wait: the slots may be
+ *        written once it completes (an evicted block is still being
+ *        copied out of its slot until then).
+ * @return KVF_ERR_NO_SPACE, nothing allocated, when fewer than n slots can
+ *         be found (every other GPU block pinned or handed out).
+ */
+KVF_API kvf_status kvf_cache_alloc(kvf_cache *cache, size_t n, uint32_t *slots,
+                                   kvf_ticket *ticket_p);
+
+/**
+ * The caller has filled allocated slots: block keys[i] in slots[i] enters
+ * the GPU tier, pinned once for the caller's request. A copy of the key in
+ * a lower tier, or an unpinned one in the GPU tier, is replaced (a block
+ * lives in one tier, in one slot). Where the key's copy is in use by
+ * another request (pinned, or being read), the new block is not committed:
+ * per_block[i] is KVF_ERR_STATE and slots[i] stays handed out to the
+ * caller, to use privately and give back with kvf_cache_free.
+ * @param per_block  NULL, or n statuses.
+ * @return KVF_OK when every block was committed, else the first block's
+ *         failure; KVF_ERR_INVALID, nothing committed, for a slot not
+ *         handed out or given twice, or a key given twice.
+ */
+KVF_API kvf_status kvf_cache_commit(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
+                                    size_t n, uint32_t priority, kvf_status *per_block);
+
+/** Gives back allocated slots that were not committed. */
+KVF_API kvf_status kvf_cache_free(kvf_cache *cache, const uint32_t *slots, size_t n);
+
+/**
+ * The longest cached prefix of keys[0..n) in GPU slots, for a request:
+ * blocks in the GPU tier are pinned where they are; blocks in the host or
+ * disk tier are copied into GPU slots (allocated as kvf_cache_alloc does)
+ * and move to the GPU tier, pinned. slots[i] receives block i's slot for
+ * i < *hits_p. Each acquired block needs one kvf_cache_unpin. The remote
+ * tier is not consulted here (use kvf_cache_get into allocated slots).
+ * @param ticket_p  receives a ticket; the slots hold the blocks once it
+ *        completes. A block that could not be read back fails its status
+ *        there, and is removed when unpinned: recompute it.
+ */
+KVF_API kvf_status kvf_cache_acquire(kvf_cache *cache, const kvf_key *keys, size_t n,
+                                     uint32_t *slots, size_t *hits_p, kvf_ticket *ticket_p);
 
 /**
  * Drains up to `cap` queued events, oldest first, into out[].

@@ -23,10 +23,15 @@ if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
 fi
 [ -x $B/bench/cuda_paths ] && [ -z "${SKIP_PATHS:-}" ] &&
     timeout 240 $B/bench/cuda_paths >"$OUT/cuda_paths.txt" 2>&1
-timeout 400 $B/kvferry bench --backend cuda --compare --json "$OUT/compare.jsonl" \
-    >"$OUT/compare.txt" 2>&1
-echo "kvferry bench --compare: rc=$?"
-sed -n '/--compare: GB/,$p' "$OUT/compare.txt"
-timeout 120 $B/kvferry bench --backend cuda --mode posix --blocks 256 --iters 3 \
-    --json "$OUT/file-posix.json"
+# COMPARE_MODES: the KVF_CUDA_COPY values to run --compare under (auto first)
+for m in ${COMPARE_MODES:-auto}; do
+    sfx=$([ "$m" = auto ] && echo "" || echo "-$m")
+    KVF_CUDA_COPY=$m timeout 400 $B/kvferry bench --backend cuda --compare \
+        --json "$OUT/compare$sfx.jsonl" >"$OUT/compare$sfx.txt" 2>&1
+    echo "kvferry bench --compare (KVF_CUDA_COPY=$m): rc=$?"
+    sed -n '/--compare: GB/,$p' "$OUT/compare$sfx.txt"
+done
+[ -z "${SKIP_FILE:-}" ] &&
+    timeout 120 $B/kvferry bench --backend cuda --mode posix --blocks 256 --iters 3 \
+        --json "$OUT/file-posix.json"
 date -u

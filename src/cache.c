@@ -27,6 +27,9 @@
 #define PRIORITIES 101u
 #define MAX_PRIORITY 100u
 
+/* States of a GPU-tier slot. */
+enum { GPU_FREE = 0, GPU_HANDED_OUT = 1, GPU_CACHED = 2 };
+
 typedef struct entry entry;
 struct entry {
     kvf_key key;
@@ -49,6 +52,8 @@ typedef struct lru {
 typedef enum op_kind {
     OPK_PUT,
     OPK_GET,
+    OPK_ACQUIRE, /* a get into the GPU tier: the block stays pinned for the caller */
+    OPK_EVICT,   /* a GPU victim copied down: part of a call, not of its statuses */
     OPK_DEMOTE,
     OPK_REMOVE,
     OPK_REMOTE_PUT, /* write-through: part of the put's call, not of its statuses */
@@ -91,10 +96,16 @@ struct kvf_cache {
     entry **buckets;
     size_t nbuckets, count;
     lru lists[KVF_CACHE_TIERS][PRIORITIES];
+    uint64_t listed[KVF_CACHE_TIERS]; /* entries on the lists: the unpinned ones */
     uint64_t capacity[KVF_CACHE_TIERS];
     uint64_t used[KVF_CACHE_TIERS];
     uint32_t *free_slots; /* host tier: secondary slots not in use */
     uint32_t nfree;
+    /* GPU tier: primary slots 0 .. gpu_blocks-1, each free, handed out
+     * (the caller's until commit or free) or holding a cached block */
+    uint32_t *gpu_free;
+    uint32_t ngpu_free;
+    uint8_t *gpu_state;
     uint64_t next_gen;
     uint64_t round; /* see flush */
     size_t block_bytes;
@@ -129,6 +140,8 @@ const char *kvf_cache_tier_name(kvf_cache_tier tier)
         return "disk";
     case KVF_CACHE_REMOTE:
         return "remote";
+    case KVF_CACHE_GPU:
+        return "gpu";
     default:
         return "?";
     }
@@ -173,6 +186,7 @@ static bool table_grow(kvf_cache *c)
 static void lru_unlink(kvf_cache *c, entry *e)
 {
     lru *l = &c->lists[e->tier][e->priority];
+    c->listed[e->tier]--;
     if (e->prev)
         e->prev->next = e->next;
     else
@@ -188,6 +202,7 @@ static void lru_unlink(kvf_cache *c, entry *e)
 static void lru_append(kvf_cache *c, entry *e)
 {
     lru *l = &c->lists[e->tier][e->priority];
+    c->listed[e->tier]++;
     e->next = NULL;
     e->prev = l->tail;
     if (l->tail)
@@ -286,8 +301,9 @@ typedef struct put_batches {
     pending remove; /* disk victims' files */
     pending demote; /* host victims to disk */
     pending to_file, to_host;
-    pending to_remote; /* write-through */
-    struct call *k;    /* the put's call, or NULL */
+    pending to_remote;              /* write-through */
+    pending evict_file, evict_host; /* GPU victims moving down */
+    struct call *k;                 /* the put's call, or NULL */
 } put_batches;
 
 static void flush(kvf_cache *c, put_batches *pb);
@@ -301,6 +317,10 @@ static void unplace(kvf_cache *c, entry *e)
     c->used[e->tier]--;
     if (e->tier == KVF_CACHE_HOST)
         c->free_slots[c->nfree++] = e->slot;
+    if (e->tier == KVF_CACHE_GPU) {
+        c->gpu_state[e->slot] = GPU_FREE;
+        c->gpu_free[c->ngpu_free++] = e->slot;
+    }
     entry **pp = &c->buckets[bucket_of(c, e->key)];
     while (*pp != e)
         pp = &(*pp)->hnext;
@@ -435,14 +455,18 @@ static op *op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p
     kvf_engine *eng = c->engine;
     kvf_status st;
     static const kvf_tier engine_tier[KVF_CACHE_TIERS] = {KVF_TIER_HOST, KVF_TIER_FILE,
-                                                          KVF_TIER_REMOTE};
+                                                          KVF_TIER_REMOTE, KVF_TIER_HOST};
     switch (kind) {
     case OPK_PUT:
     case OPK_REMOTE_PUT:
+    case OPK_EVICT:
         st = kvf_offload(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
         break;
     case OPK_GET:
-        st = kvf_onboard(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
+    case OPK_ACQUIRE:
+        st = tier == KVF_CACHE_GPU
+                 ? kvf_copy(eng, p->moves, p->n, &o->ticket)
+                 : kvf_onboard(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
         break;
     case OPK_DEMOTE:
         st = kvf_demote(eng, p->moves, p->n, &o->ticket);
@@ -495,7 +519,7 @@ static void op_apply(kvf_cache *c, op *o, call *k)
 {
     for (size_t i = 0; i < o->n; i++) {
         kvf_status st = o->status[i];
-        if (k && (o->kind == OPK_PUT || o->kind == OPK_GET))
+        if (k && (o->kind == OPK_PUT || o->kind == OPK_GET || o->kind == OPK_ACQUIRE))
             k->status[o->index[i]] = st;
         if (o->tier == KVF_CACHE_REMOTE) {
             /* the store's blocks are not in the map: only counted */
@@ -517,13 +541,17 @@ static void op_apply(kvf_cache *c, op *o, call *k)
         entry *e = find(c, o->keys[i]);
         if (!e || e->gen != o->gens[i])
             continue; /* removed or placed again since: not this op's business */
-        if (o->kind == OPK_GET) {
+        if (o->kind == OPK_GET || o->kind == OPK_ACQUIRE) {
             if (st == KVF_OK)
                 c->stats.bytes_out[o->tier] += c->block_bytes;
-            if (--e->pins == 0)
+            /* an acquired block stays pinned: the caller unpins it */
+            if (o->kind == OPK_GET && --e->pins == 0)
                 lru_append(c, e);
         }
-        if (st != KVF_OK && !(o->kind == OPK_GET && o->ticket == 0)) {
+        /* a get the engine refused read nothing and its block is fine; an
+         * acquire refused left its GPU slot without the block */
+        bool refused_read = o->kind == OPK_GET && o->ticket == 0;
+        if (st != KVF_OK && !refused_read) {
             /* the block this move wrote or read is not there whole (a get
              * the engine refused read nothing: its block is fine) */
             c->stats.failures++;
@@ -590,6 +618,8 @@ static void flush(kvf_cache *c, put_batches *pb)
 {
     submit_into(c, OPK_REMOVE, KVF_CACHE_DISK, &pb->remove, NULL);
     submit_into(c, OPK_DEMOTE, KVF_CACHE_DISK, &pb->demote, NULL);
+    submit_into(c, OPK_EVICT, KVF_CACHE_DISK, &pb->evict_file, pb->k);
+    submit_into(c, OPK_EVICT, KVF_CACHE_HOST, &pb->evict_host, pb->k);
     submit_into(c, OPK_PUT, KVF_CACHE_DISK, &pb->to_file, pb->k);
     submit_into(c, OPK_PUT, KVF_CACHE_HOST, &pb->to_host, pb->k);
     submit_into(c, OPK_REMOTE_PUT, KVF_CACHE_REMOTE, &pb->to_remote, pb->k);
@@ -623,8 +653,8 @@ static void reap(kvf_cache *c)
 static call *call_new(kvf_cache *c, size_t n)
 {
     call *k = calloc(1, sizeof *k);
-    kvf_status *st = malloc(n * sizeof *st);
-    if (!k || !st) {
+    kvf_status *st = n ? malloc(n * sizeof *st) : NULL;
+    if (!k || (n && !st)) {
         free(k);
         free(st);
         return NULL;
@@ -866,7 +896,8 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     if ((unsigned)k.remote > KVF_CACHE_REMOTE_READ)
         return kvf__fail(KVF_ERR_INVALID, "kvf_cache_create: remote mode %d unknown",
                          (int)k.remote);
-    if (k.host_blocks == 0 && k.disk_blocks == 0 && k.remote == KVF_CACHE_REMOTE_OFF)
+    if (k.host_blocks == 0 && k.disk_blocks == 0 && k.gpu_blocks == 0 &&
+        k.remote == KVF_CACHE_REMOTE_OFF)
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_cache_create: every tier has capacity 0 (set host_blocks or "
                          "disk_blocks)");
@@ -892,6 +923,11 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
                          "kvf_cache_create: host_blocks %llu, but the pools have %u secondary "
                          "slots",
                          (unsigned long long)k.host_blocks, sec);
+    uint32_t prim = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
+    if (k.gpu_blocks > prim)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "kvf_cache_create: gpu_blocks %llu, but the pools have %u primary slots",
+                         (unsigned long long)k.gpu_blocks, prim);
     kvf__blockfile_dir *dir = kvf__engine_dir(engine);
     if (k.disk_blocks && !dir)
         return kvf__fail(KVF_ERR_INVALID,
@@ -904,13 +940,17 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     c->cfg = k;
     c->capacity[KVF_CACHE_HOST] = k.host_blocks;
     c->capacity[KVF_CACHE_DISK] = k.disk_blocks;
+    c->capacity[KVF_CACHE_GPU] = k.gpu_blocks;
     c->block_bytes = kvf__engine_block_bytes(engine);
     c->primary_slots = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
     c->nbuckets = 1024;
     c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
     c->free_slots = k.host_blocks ? malloc(k.host_blocks * sizeof *c->free_slots) : NULL;
     c->events = k.event_queue ? malloc(k.event_queue * sizeof *c->events) : NULL;
-    if (!c->buckets || (k.host_blocks && !c->free_slots) || (k.event_queue && !c->events)) {
+    c->gpu_free = k.gpu_blocks ? malloc(k.gpu_blocks * sizeof *c->gpu_free) : NULL;
+    c->gpu_state = k.gpu_blocks ? calloc(k.gpu_blocks, 1) : NULL;
+    if (!c->buckets || (k.host_blocks && !c->free_slots) || (k.event_queue && !c->events) ||
+        (k.gpu_blocks && (!c->gpu_free || !c->gpu_state))) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_cache_create: out of memory");
         goto fail;
     }
@@ -918,6 +958,9 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     for (uint64_t i = 0; i < k.host_blocks; i++)
         c->free_slots[i] = (uint32_t)(k.host_blocks - 1 - i);
     c->nfree = (uint32_t)k.host_blocks;
+    for (uint64_t i = 0; i < k.gpu_blocks; i++)
+        c->gpu_free[i] = (uint32_t)(k.gpu_blocks - 1 - i);
+    c->ngpu_free = (uint32_t)k.gpu_blocks;
     c->stats.struct_size = sizeof c->stats;
     pthread_mutex_init(&c->mu, NULL);
     if (k.disk_blocks) {
@@ -934,6 +977,8 @@ fail:
     free_entries(c);
     free(c->buckets);
     free(c->free_slots);
+    free(c->gpu_free);
+    free(c->gpu_state);
     free(c->events);
     free(c);
     return st;
@@ -958,6 +1003,8 @@ void kvf_cache_destroy(kvf_cache *c)
     free_entries(c);
     free(c->buckets);
     free(c->free_slots);
+    free(c->gpu_free);
+    free(c->gpu_state);
     free(c->events);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -1184,6 +1231,11 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     kvf_status st = check_keys(fn, keys, n);
     if (st == KVF_OK)
         st = check_slots(c, fn, slots, n);
+    for (size_t i = 0; i < n && st == KVF_OK && c->gpu_state; i++)
+        if (slots[i] < c->capacity[KVF_CACHE_GPU] && c->gpu_state[slots[i]] == GPU_CACHED)
+            st = kvf__fail(KVF_ERR_INVALID,
+                           "%s: block %zu: primary slot %u holds a cached GPU block", fn, i,
+                           slots[i]);
     if (st != KVF_OK)
         return st;
     /* refused here rather than by the engine, which could refuse one
@@ -1202,9 +1254,10 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         return st;
 
     pending by_tier[KVF_CACHE_TIERS] = {{0}};
-    if (!pending_reserve(&by_tier[KVF_CACHE_HOST], n) ||
-        !pending_reserve(&by_tier[KVF_CACHE_DISK], n) ||
-        !pending_reserve(&by_tier[KVF_CACHE_REMOTE], n)) {
+    bool reserved = true;
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        reserved = reserved && pending_reserve(&by_tier[t], n);
+    if (!reserved) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
     }
@@ -1238,13 +1291,14 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         if (e->pins++ == 0)
             lru_unlink(c, e);
         e->uses++;
-        kvf_move mv = e->tier == KVF_CACHE_HOST ? (kvf_move){e->slot, slots[i], 0}
-                                                : (kvf_move){e->key, slots[i], 0};
+        kvf_move mv = e->tier == KVF_CACHE_DISK ? (kvf_move){e->key, slots[i], 0}
+                                                : (kvf_move){e->slot, slots[i], 0};
         pending_add(&by_tier[e->tier], mv, e->key, e->gen, i);
     }
     submit_into(c, OPK_GET, KVF_CACHE_HOST, &by_tier[KVF_CACHE_HOST], k);
     submit_into(c, OPK_GET, KVF_CACHE_DISK, &by_tier[KVF_CACHE_DISK], k);
     submit_into(c, OPK_GET, KVF_CACHE_REMOTE, &by_tier[KVF_CACHE_REMOTE], k);
+    submit_into(c, OPK_GET, KVF_CACHE_GPU, &by_tier[KVF_CACHE_GPU], k);
     k->next = c->calls;
     c->calls = k;
     *ticket_p = k->id;
@@ -1252,6 +1306,330 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
 out:
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
         pending_free(&by_tier[t]);
+    return st;
+}
+
+/* ---- the GPU tier ------------------------------------------------------------ */
+
+static void put_batches_free(put_batches *pb)
+{
+    pending_free(&pb->remove);
+    pending_free(&pb->demote);
+    pending_free(&pb->to_file);
+    pending_free(&pb->to_host);
+    pending_free(&pb->to_remote);
+    pending_free(&pb->evict_file);
+    pending_free(&pb->evict_host);
+}
+
+/* Room for `n` more of each kind of move a call can make. */
+static bool put_batches_reserve(put_batches *pb, size_t n)
+{
+    return pending_reserve(&pb->remove, n) && pending_reserve(&pb->demote, n) &&
+           pending_reserve(&pb->to_file, n) && pending_reserve(&pb->to_host, n) &&
+           pending_reserve(&pb->to_remote, n) && pending_reserve(&pb->evict_file, n) &&
+           pending_reserve(&pb->evict_host, n);
+}
+
+/* A free GPU slot, evicting the GPU victim when none is free: it is copied
+ * down to a host slot or a file (dropped below offload_min_priority or
+ * without room). false: every GPU block is pinned or handed out. */
+static bool gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
+{
+    if (!c->ngpu_free) {
+        entry *v = victim_of(c, KVF_CACHE_GPU);
+        if (!v)
+            return false;
+        if (v->round == c->round)
+            flush(c, pb);
+        c->stats.evictions[KVF_CACHE_GPU]++;
+        bool keep = v->priority >= c->cfg.offload_min_priority;
+        uint32_t hs = 0;
+        kvf_cache_tier to = KVF_CACHE_TIERS;
+        if (keep && c->capacity[KVF_CACHE_HOST] && host_slot(c, pb, &hs))
+            to = KVF_CACHE_HOST;
+        else if (keep && c->capacity[KVF_CACHE_DISK] && disk_room(c, pb))
+            to = KVF_CACHE_DISK;
+        if (to == KVF_CACHE_TIERS) {
+            c->stats.dropped++;
+            drop(c, v, pb); /* frees its GPU slot */
+        } else {
+            uint32_t src = v->slot;
+            lru_unlink(c, v);
+            c->used[KVF_CACHE_GPU]--;
+            c->gpu_state[src] = GPU_FREE;
+            c->gpu_free[c->ngpu_free++] = src;
+            v->tier = (uint8_t)to;
+            v->slot = hs;
+            v->gen = ++c->next_gen;
+            v->round = c->round;
+            if (to == KVF_CACHE_DISK)
+                c->used[KVF_CACHE_DISK]++; /* host_slot counted the host one */
+            lru_append(c, v);
+            if (to == KVF_CACHE_HOST)
+                pending_add(&pb->evict_host, (kvf_move){src, hs, 0}, v->key, v->gen, 0);
+            else
+                pending_add(&pb->evict_file, (kvf_move){src, v->key, 0}, v->key, v->gen, 0);
+            c->stats.bytes_in[to] += c->block_bytes;
+            emit(c, KVF_EVENT_UPDATED, v, KVF_CACHE_GPU);
+        }
+    }
+    *slot_p = c->gpu_free[--c->ngpu_free];
+    return true;
+}
+
+static kvf_status need_gpu_tier(const kvf_cache *c, const char *fn)
+{
+    if (!c->capacity[KVF_CACHE_GPU])
+        return kvf__fail(KVF_ERR_INVALID, "%s: the cache has no GPU tier (set gpu_blocks)", fn);
+    return KVF_OK;
+}
+
+/* Queues the call's batches and hands its ticket over. Lock held. */
+static void call_start(kvf_cache *c, call *k, put_batches *pb, kvf_ticket *ticket_p)
+{
+    flush(c, pb);
+    k->next = c->calls;
+    c->calls = k;
+    *ticket_p = k->id;
+}
+
+kvf_status kvf_cache_alloc(kvf_cache *c, size_t n, uint32_t *slots, kvf_ticket *ticket_p)
+{
+    static const char fn[] = "kvf_cache_alloc";
+    kvf__clear_error();
+    if (!c || !slots || !ticket_p || n == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL argument or n == 0", fn);
+    kvf_status st = need_gpu_tier(c, fn);
+    if (st != KVF_OK)
+        return st;
+    put_batches pb = {0};
+    if (!put_batches_reserve(&pb, n)) {
+        put_batches_free(&pb);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+    }
+    pthread_mutex_lock(&c->mu);
+    reap(c);
+    call *k = NULL;
+    if (c->ngpu_free + c->listed[KVF_CACHE_GPU] < n) {
+        st = kvf__fail(KVF_ERR_NO_SPACE,
+                       "%s: %zu GPU slots asked, %llu free or evictable (the others are pinned "
+                       "or handed out)",
+                       fn, n, (unsigned long long)(c->ngpu_free + c->listed[KVF_CACHE_GPU]));
+    } else if (!(k = call_new(c, 0))) {
+        st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+    } else {
+        c->round++;
+        pb.k = k;
+        for (size_t i = 0; i < n; i++) {
+            gpu_slot(c, &pb, &slots[i]); /* cannot fail: counted above */
+            c->gpu_state[slots[i]] = GPU_HANDED_OUT;
+        }
+        call_start(c, k, &pb, ticket_p);
+    }
+    pthread_mutex_unlock(&c->mu);
+    put_batches_free(&pb);
+    return st;
+}
+
+/* Slots handed out, each once: what commit and free accept. */
+static kvf_status check_handed_out(const kvf_cache *c, const char *fn, const uint32_t *slots,
+                                   size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (slots[i] >= c->capacity[KVF_CACHE_GPU] || c->gpu_state[slots[i]] != GPU_HANDED_OUT)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "%s: slot %u (block %zu) was not handed out by "
+                             "kvf_cache_alloc",
+                             fn, slots[i], i);
+        for (size_t j = 0; j < i; j++)
+            if (slots[j] == slots[i])
+                return kvf__fail(KVF_ERR_INVALID, "%s: slot %u given twice", fn, slots[i]);
+    }
+    return KVF_OK;
+}
+
+kvf_status kvf_cache_commit(kvf_cache *c, const kvf_key *keys, const uint32_t *slots, size_t n,
+                            uint32_t priority, kvf_status *per_block)
+{
+    static const char fn[] = "kvf_cache_commit";
+    kvf__clear_error();
+    if (!c || !keys || !slots || n == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL argument or empty batch", fn);
+    kvf_status st = need_gpu_tier(c, fn);
+    if (st == KVF_OK && priority > MAX_PRIORITY)
+        st = kvf__fail(KVF_ERR_RANGE, "%s: priority %u (0-100)", fn, priority);
+    if (st == KVF_OK)
+        st = check_keys(fn, keys, n);
+    if (st != KVF_OK)
+        return st;
+    put_batches pb = {0};
+    if (!put_batches_reserve(&pb, n)) {
+        put_batches_free(&pb);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+    }
+    pthread_mutex_lock(&c->mu);
+    reap(c);
+    st = check_handed_out(c, fn, slots, n);
+    for (size_t i = 0; i < n && st == KVF_OK; i++)
+        for (size_t j = 0; j < i && st == KVF_OK; j++)
+            if (keys[j] == keys[i])
+                st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice", fn,
+                               (unsigned long long)keys[i]);
+    kvf_status first = KVF_OK;
+    if (st == KVF_OK) {
+        c->round++;
+        for (size_t i = 0; i < n; i++) {
+            kvf_status bst = KVF_OK;
+            entry *old = find(c, keys[i]);
+            if (old && old->pins) {
+                /* another request holds its copy: this one stays private */
+                bst = kvf__fail(KVF_ERR_STATE,
+                                "%s: block 0x%016llx is in use in the %s tier: slot %u stays "
+                                "the caller's",
+                                fn, (unsigned long long)keys[i],
+                                kvf_cache_tier_name((kvf_cache_tier)old->tier), slots[i]);
+            } else {
+                if (old)
+                    discard(c, old); /* a block lives in one tier, in one slot */
+                entry *e = place(c, keys[i], KVF_CACHE_GPU, slots[i], priority);
+                if (!e) {
+                    bst = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+                } else {
+                    lru_unlink(c, e);
+                    e->pins = 1; /* the request that computed it */
+                    c->used[KVF_CACHE_GPU]++;
+                    c->gpu_state[slots[i]] = GPU_CACHED;
+                    c->stats.bytes_in[KVF_CACHE_GPU] += c->block_bytes;
+                    emit(c, KVF_EVENT_STORED, e, KVF_CACHE_GPU);
+                    if (c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
+                        pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0}, keys[i], 0, i);
+                }
+            }
+            if (per_block)
+                per_block[i] = bst;
+            if (first == KVF_OK)
+                first = bst;
+        }
+        flush(c, &pb); /* the write-through, in the background */
+        st = first;
+    }
+    pthread_mutex_unlock(&c->mu);
+    put_batches_free(&pb);
+    return st;
+}
+
+kvf_status kvf_cache_free(kvf_cache *c, const uint32_t *slots, size_t n)
+{
+    static const char fn[] = "kvf_cache_free";
+    kvf__clear_error();
+    if (!c || (n && !slots))
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL argument", fn);
+    kvf_status st = need_gpu_tier(c, fn);
+    if (st != KVF_OK)
+        return st;
+    pthread_mutex_lock(&c->mu);
+    st = check_handed_out(c, fn, slots, n);
+    for (size_t i = 0; i < n && st == KVF_OK; i++) {
+        c->gpu_state[slots[i]] = GPU_FREE;
+        c->gpu_free[c->ngpu_free++] = slots[i];
+    }
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32_t *slots,
+                             size_t *hits_p, kvf_ticket *ticket_p)
+{
+    static const char fn[] = "kvf_cache_acquire";
+    kvf__clear_error();
+    if (!c || !keys || !slots || !hits_p || !ticket_p || n == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL argument or empty batch", fn);
+    kvf_status st = need_gpu_tier(c, fn);
+    if (st == KVF_OK)
+        st = check_keys(fn, keys, n);
+    if (st != KVF_OK)
+        return st;
+    put_batches pb = {0};
+    pending up[2] = {{0}, {0}}; /* reads from the host tier, from files */
+    pending files = {0};        /* files of blocks that moved up, removed after the reads */
+    uint32_t *freed = malloc(n * sizeof *freed);
+    size_t nfreed = 0;
+    if (!freed || !put_batches_reserve(&pb, n) || !pending_reserve(&up[0], n) ||
+        !pending_reserve(&up[1], n) || !pending_reserve(&files, n)) {
+        st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+        goto out;
+    }
+    pthread_mutex_lock(&c->mu);
+    reap(c);
+    call *k = call_new(c, n);
+    if (!k) {
+        pthread_mutex_unlock(&c->mu);
+        st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+        goto out;
+    }
+    c->round++;
+    pb.k = k;
+    size_t h = 0;
+    for (; h < n; h++) {
+        entry *e = find(c, keys[h]);
+        if (!e || e->removing)
+            break;
+        /* pinned first: the evictions below must not take it */
+        if (e->pins++ == 0)
+            lru_unlink(c, e);
+        c->stats.gets++;
+        e->uses++;
+        if (e->tier == KVF_CACHE_GPU) {
+            slots[h] = e->slot;
+            k->status[h] = KVF_OK;
+            continue;
+        }
+        uint32_t s;
+        if (!gpu_slot(c, &pb, &s)) {
+            if (--e->pins == 0)
+                lru_append(c, e);
+            break;
+        }
+        kvf_cache_tier from = (kvf_cache_tier)e->tier;
+        uint32_t old_slot = e->slot;
+        c->used[from]--;
+        e->tier = KVF_CACHE_GPU;
+        e->slot = s;
+        e->gen = ++c->next_gen;
+        e->round = c->round;
+        c->used[KVF_CACHE_GPU]++;
+        c->gpu_state[s] = GPU_CACHED;
+        if (from == KVF_CACHE_HOST) {
+            pending_add(&up[0], (kvf_move){old_slot, s, 0}, e->key, e->gen, h);
+            freed[nfreed++] = old_slot; /* reused only once the read is queued */
+        } else {
+            pending_add(&up[1], (kvf_move){e->key, s, 0}, e->key, e->gen, h);
+            pending_add(&files, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
+        }
+        emit(c, KVF_EVENT_UPDATED, e, from);
+        slots[h] = s;
+    }
+    k->n = h;
+    /* victims out of their GPU slots first, then the reads into them; the
+     * vacated host slots and files are reused only after those reads */
+    flush(c, &pb);
+    submit_into(c, OPK_ACQUIRE, KVF_CACHE_HOST, &up[0], k);
+    submit_into(c, OPK_ACQUIRE, KVF_CACHE_DISK, &up[1], k);
+    submit_into(c, OPK_REMOVE, KVF_CACHE_DISK, &files, NULL);
+    for (size_t i = 0; i < nfreed; i++)
+        c->free_slots[c->nfree++] = freed[i];
+    k->next = c->calls;
+    c->calls = k;
+    *ticket_p = k->id;
+    *hits_p = h;
+    pthread_mutex_unlock(&c->mu);
+out:
+    free(freed);
+    put_batches_free(&pb);
+    pending_free(&up[0]);
+    pending_free(&up[1]);
+    pending_free(&files);
     return st;
 }
 

@@ -85,7 +85,10 @@ static void cuda_warn(cudaError_t err, const char *expr, const char *file, int l
 
 /* ---- the backend's state ----------------------------------------------- */
 
-enum { PATH_KERNEL = 1, PATH_DMA = 2 };
+enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
+/* Not in the API: KVF_CUDA_COPY=staged forces the staged path wherever it
+ * applies (tests and benchmarks); AUTO picks it by measurement. */
+#define MODE_STAGED 3
 
 /* cudaMemcpy3DBatchAsync as CUDA 13 declares it (12.8 had another
  * signature); older runtimes copy 2-D regions one call each. */
@@ -103,6 +106,11 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2 };
 #define BATCH_RECORDS 1024u
 /* Streams kept for copy_sync. */
 #define SYNC_STREAMS_MAX 64
+/* Staged path: a ring of STAGE_SLOTS chunks of STAGE_CHUNK bytes of device
+ * memory per queue (allocated at the first staged batch), so the gather
+ * of one chunk overlaps the DMA of the one before. */
+#define STAGE_CHUNK ((size_t)16 << 20)
+#define STAGE_SLOTS 4u
 
 typedef struct cuda_backend cuda_backend;
 
@@ -135,6 +143,22 @@ typedef struct cuda_queue {
     size_t ops3d_cap;
 #endif
     atomic_int last_path;
+    /* staged path: the kernels run on `aux`, the DMAs on `stream` */
+    cudaStream_t aux;
+    cudaEvent_t ev_start, ev_ready, ev_done;
+    cudaEvent_t ev_free[STAGE_SLOTS]; /* a slot's last use is over */
+    uint8_t *stage;                   /* STAGE_SLOTS * STAGE_CHUNK, device */
+    uint64_t stage_next;              /* chunks staged so far */
+    /* stream order of the queue across both streams: main_dirty, work on
+     * `stream` that may touch device memory and that `aux` has not waited
+     * for; aux_open, work on `aux` that `stream` has not waited for */
+    bool main_dirty, aux_open;
+    cudaEvent_t sync_event_aux;
+    /* staged-path scratch: host blocks seen, host block of each copy */
+    uint64_t *bits;
+    size_t bits_cap;
+    uint32_t *kidx;
+    size_t kidx_cap;
 } cuda_queue;
 
 typedef struct host_range {
@@ -158,6 +182,10 @@ struct cuda_backend {
     host_range *ranges;
     size_t nranges, ranges_cap;
     atomic_size_t nranges_pub;
+    /* pinned ranges the backend allocated or was given: one DMA of the
+     * staged path stays inside one of them */
+    host_range *pinned;
+    size_t npinned, pinned_cap;
 };
 
 /* Makes b's device current on the calling thread and restores the
@@ -186,23 +214,38 @@ static void dev_leave(const dev_guard *g)
 
 /* ---- pageable-range registry ------------------------------------------- */
 
+/* A list of host ranges (pageable or pinned); range_lock held. */
+static bool range_push(host_range **list, size_t *n, size_t *cap, void *ptr, size_t bytes)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 16;
+        host_range *r = realloc(*list, nc * sizeof *r);
+        if (!r)
+            return false;
+        *list = r;
+        *cap = nc;
+    }
+    (*list)[*n].begin = (uintptr_t)ptr;
+    (*list)[*n].end = (uintptr_t)ptr + bytes;
+    (*n)++;
+    return true;
+}
+
+static void range_drop(host_range *list, size_t *n, void *ptr)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (list[i].begin == (uintptr_t)ptr) {
+            list[i] = list[--*n];
+            break;
+        }
+    }
+}
+
 static void ranges_add(cuda_backend *b, void *ptr, size_t bytes)
 {
     pthread_mutex_lock(&b->range_lock);
-    if (b->nranges == b->ranges_cap) {
-        size_t cap = b->ranges_cap ? 2 * b->ranges_cap : 16;
-        host_range *r = realloc(b->ranges, cap * sizeof *r);
-        if (!r) {
-            pthread_mutex_unlock(&b->range_lock);
-            KVF_LOG(KVF_LOG_WARN, "cuda: cannot track pageable range %p", ptr);
-            return;
-        }
-        b->ranges = r;
-        b->ranges_cap = cap;
-    }
-    b->ranges[b->nranges].begin = (uintptr_t)ptr;
-    b->ranges[b->nranges].end = (uintptr_t)ptr + bytes;
-    b->nranges++;
+    if (!range_push(&b->ranges, &b->nranges, &b->ranges_cap, ptr, bytes))
+        KVF_LOG(KVF_LOG_WARN, "cuda: cannot track pageable range %p", ptr);
     atomic_store(&b->nranges_pub, b->nranges);
     pthread_mutex_unlock(&b->range_lock);
 }
@@ -210,12 +253,7 @@ static void ranges_add(cuda_backend *b, void *ptr, size_t bytes)
 static void ranges_remove(cuda_backend *b, void *ptr)
 {
     pthread_mutex_lock(&b->range_lock);
-    for (size_t i = 0; i < b->nranges; i++) {
-        if (b->ranges[i].begin == (uintptr_t)ptr) {
-            b->ranges[i] = b->ranges[--b->nranges];
-            break;
-        }
-    }
+    range_drop(b->ranges, &b->nranges, ptr);
     atomic_store(&b->nranges_pub, b->nranges);
     pthread_mutex_unlock(&b->range_lock);
 }
@@ -227,6 +265,33 @@ static bool in_ranges(const cuda_backend *b, const void *p)
         if (a >= b->ranges[i].begin && a < b->ranges[i].end)
             return true;
     return false;
+}
+
+/* Pinned ranges: not fatal when one cannot be recorded, batches there
+ * just do not take the staged path. */
+static void pinned_add(cuda_backend *b, void *ptr, size_t bytes)
+{
+    pthread_mutex_lock(&b->range_lock);
+    (void)range_push(&b->pinned, &b->npinned, &b->pinned_cap, ptr, bytes);
+    pthread_mutex_unlock(&b->range_lock);
+}
+
+static void pinned_remove(cuda_backend *b, void *ptr)
+{
+    pthread_mutex_lock(&b->range_lock);
+    range_drop(b->pinned, &b->npinned, ptr);
+    pthread_mutex_unlock(&b->range_lock);
+}
+
+/* Whether [lo, hi) lies inside one known pinned range. */
+static bool pinned_covers(cuda_backend *b, uintptr_t lo, uintptr_t hi)
+{
+    bool ok = false;
+    pthread_mutex_lock(&b->range_lock);
+    for (size_t i = 0; i < b->npinned && !ok; i++)
+        ok = lo >= b->pinned[i].begin && hi <= b->pinned[i].end;
+    pthread_mutex_unlock(&b->range_lock);
+    return ok;
 }
 
 /* Whether any copy touches pageable memory the backend knows of. */
@@ -303,6 +368,7 @@ static kvf_status cuda_mem_alloc(kvf__backend *base, kvf_memory kind, size_t byt
         CUDA_GOTO(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable), st,
                   out_pinned);
         memset(p, 0, bytes);
+        pinned_add(b, p, bytes);
         st = KVF_OK;
         *ptr_p = p;
     out_pinned:
@@ -334,6 +400,7 @@ static void cuda_mem_free(kvf__backend *base, kvf_memory kind, void *ptr)
         }
         break;
     case KVF_MEMORY_HOST_PINNED:
+        pinned_remove(b, ptr);
         CUDA_IGNORE(cudaFreeHost(ptr));
         break;
     case KVF_MEMORY_HOST:
@@ -374,6 +441,8 @@ static kvf_status cuda_mem_register(kvf__backend *base, kvf_memory kind, void *p
         CUDA_GOTO(cudaPointerGetAttributes(&a, ptr), st, out_leave);
         CUDA_GOTO(cudaPointerGetAttributes(&z, last), st, out_leave);
         if (a.type == cudaMemoryTypeHost && z.type == cudaMemoryTypeHost) {
+            /* pinned by the caller, who may free it without telling us:
+             * not recorded, so the staged path never DMAs across it */
             *registered_p = false;
             break;
         }
@@ -383,6 +452,7 @@ static kvf_status cuda_mem_register(kvf__backend *base, kvf_memory kind, void *p
         }
         CUDA_GOTO(cudaHostRegister(ptr, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable),
                   st, out_leave);
+        pinned_add(b, ptr, bytes);
         *registered_p = true;
         break;
     case KVF_MEMORY_HOST:
@@ -403,9 +473,10 @@ out_leave:
 static void cuda_mem_unregister(kvf__backend *base, kvf_memory kind, void *ptr)
 {
     cuda_backend *b = (cuda_backend *)base;
-    if (kind == KVF_MEMORY_HOST_PINNED)
+    if (kind == KVF_MEMORY_HOST_PINNED) {
+        pinned_remove(b, ptr);
         CUDA_IGNORE(cudaHostUnregister(ptr));
-    else if (kind == KVF_MEMORY_HOST)
+    } else if (kind == KVF_MEMORY_HOST)
         ranges_remove(b, ptr);
 }
 
@@ -693,14 +764,21 @@ static kvf_status grow_3d(cuda_queue *q, size_t n)
 }
 #endif
 
-/* Copy-engine path: merged contiguous copies in one batch call, 2-D copies
- * in another. */
+/* Copy-engine path: merged contiguous copies (and the rows of wide 2-D
+ * copies) in one batch call, other 2-D copies in another. */
+#define DMA_FLAT_ROWS_FROM ((size_t)64 << 10)
 static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
                              kvf__copy_done_fn done, void *arg)
 {
     kvf_status st;
-    size_t nflat = 0, n2d = 0;
-    if ((st = grow_flat(q, n)) != KVF_OK)
+    size_t nflat = 0, n2d = 0, flat_need = 0;
+    /* 2-D copies of wide rows go as one flat copy per row: the copy engines
+     * move a batch of flat copies faster than the same rows as 2-D ops */
+    for (size_t i = 0; i < n; i++)
+        flat_need += copy_contiguous(&copies[i]) || copies[i].width < DMA_FLAT_ROWS_FROM
+                         ? 1
+                         : copies[i].rows;
+    if ((st = grow_flat(q, flat_need)) != KVF_OK)
         return st;
 #if KVF_CUDA_3D_BATCH
     if ((st = grow_3d(q, n)) != KVF_OK)
@@ -712,17 +790,22 @@ static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *co
         const kvf__copy *c = &copies[i];
         if (c->width == 0 || c->rows == 0)
             continue;
-        if (copy_contiguous(c)) {
-            size_t len = c->width * c->rows;
-            if (nflat > 0 && (char *)q->dsts[nflat - 1] + q->sizes[nflat - 1] == (char *)c->dst &&
-                (const char *)q->srcs[nflat - 1] + q->sizes[nflat - 1] == (const char *)c->src) {
-                q->sizes[nflat - 1] += len;
-                continue;
+        bool flat = copy_contiguous(c);
+        if (flat || c->width >= DMA_FLAT_ROWS_FROM) {
+            size_t nrows = flat ? 1 : c->rows, len = flat ? c->width * c->rows : c->width;
+            for (size_t row = 0; row < nrows; row++) {
+                char *d = (char *)c->dst + row * c->dpitch;
+                const char *sr = (const char *)c->src + row * c->spitch;
+                if (nflat > 0 && (char *)q->dsts[nflat - 1] + q->sizes[nflat - 1] == d &&
+                    (const char *)q->srcs[nflat - 1] + q->sizes[nflat - 1] == sr) {
+                    q->sizes[nflat - 1] += len;
+                    continue;
+                }
+                q->dsts[nflat] = d;
+                q->srcs[nflat] = sr;
+                q->sizes[nflat] = len;
+                nflat++;
             }
-            q->dsts[nflat] = c->dst;
-            q->srcs[nflat] = c->src;
-            q->sizes[nflat] = len;
-            nflat++;
             continue;
         }
 #if KVF_CUDA_3D_BATCH
@@ -793,30 +876,262 @@ fail:
     return st;
 }
 
-/* AUTO's rule, from bench/cuda_paths.c on an H200 (PCIe Gen5), two runs on
- * 2026-12-02: 256 MiB of shuffled blocks; one large pinned copy moved 55.2
- * GB/s each way, ~100 both ways at once, ~2000 device->device.
- *  - host<->device, mean contiguous run below AUTO_KERNEL_BELOW: kernel.
- *    At 4/16/64 KiB it moved 43/47/48 H2D, 42-45/48/50 D2H, 61-63/70/73
- *    both ways; cudaMemcpyBatchAsync moved 4.4/4-17/31-32 H2D, 9-10/16-26/
- *    40 D2H, 4-8/6/45-54 both ways (per-copy engine setup dominates, and
- *    costs 0.4-4 us of host time per copy). 8 SMs already reach the
- *    one-way rate.
- *  - host<->device, runs of 256 KiB and more: dma. Even with the kernel at
- *    256 KiB (45-49 against 48-51 one way, 76 against 74 both ways), ahead
- *    from 1 MiB (94-96 against 74 both ways), and it leaves the SMs free.
- *  - 2-D partial copies have runs of one row (1 KiB for 8 of 32 tokens):
- *    kernel, 35-48 GB/s against 1.5-48 for cudaMemcpy3DBatchAsync.
+/* ---- staged path --------------------------------------------------------
+ *
+ * PyTorch's shape (gather in HBM, one large DMA) for batches whose host
+ * sides tile one pinned range: every copy has the same shape (`rows` rows
+ * of `width` bytes, `hpitch` apart on the host side, `dpitch` on the
+ * device side; a contiguous copy is one row) and the host blocks are all
+ * of lo + k * stride for k < count, stride = rows * hpitch, each once, in
+ * any order (the secondary slots of an engine part). Offload: a kernel on
+ * `aux` packs the blocks of chunk k into a staging slot in device memory,
+ * then one DMA on the queue's stream (2-D when the host rows are strided)
+ * writes them to the host while the kernel packs chunk k + 1. Onboard: one
+ * DMA per chunk into a slot, then a kernel scatters it. The copy engines
+ * see runs of up to STAGE_CHUNK bytes; the kernels move bytes inside HBM.
+ */
+
+typedef struct stage_plan {
+    uintptr_t lo; /* host address of block 0 */
+    size_t rows, width, hpitch, dpitch;
+    size_t stride, count;
+} stage_plan;
+
+static kvf_status grow_scratch(void **p, size_t *cap, size_t n, size_t elem)
+{
+    if (n <= *cap)
+        return KVF_OK;
+    size_t c = *cap ? *cap : 256;
+    while (c < n)
+        c *= 2;
+    void *np = realloc(*p, c * elem);
+    if (!np)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: cannot grow staging scratch to %zu", c);
+    *p = np;
+    *cap = c;
+    return KVF_OK;
+}
+
+/* Whether copies[0..n) fit the staged path (see above); fills *pl and
+ * q->kidx[i], the host block of copy i. q->lock held. */
+static bool staged_fits(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
+                        bool to_host, stage_plan *pl)
+{
+    size_t rows = 0, width = 0, hp = 0, dp = 0, count = 0;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (!c->width || !c->rows)
+            continue;
+        size_t r = c->rows, w = c->width;
+        size_t h = to_host ? c->dpitch : c->spitch, d = to_host ? c->spitch : c->dpitch;
+        if (copy_contiguous(c)) {
+            w *= r;
+            r = 1;
+            h = d = w;
+        }
+        if (count == 0) {
+            rows = r;
+            width = w;
+            hp = h;
+            dp = d;
+        } else if (r != rows || w != width || (r > 1 && (h != hp || d != dp))) {
+            return false;
+        }
+        uintptr_t a = (uintptr_t)(to_host ? c->dst : c->src);
+        lo = a < lo ? a : lo;
+        hi = a > hi ? a : hi;
+        count++;
+    }
+    size_t block = rows * width, stride = rows * hp;
+    /* a chunk holds whole blocks, and no more of them than one launch takes */
+    if (count < 2 || count > UINT32_MAX || block < STAGE_CHUNK / CHUNK_DESCS ||
+        block > STAGE_CHUNK || hi - lo != (count - 1) * stride)
+        return false;
+    if (grow_scratch((void **)&q->bits, &q->bits_cap, (count + 63) / 64, sizeof *q->bits) !=
+            KVF_OK ||
+        grow_scratch((void **)&q->kidx, &q->kidx_cap, n, sizeof *q->kidx) != KVF_OK)
+        return false;
+    memset(q->bits, 0, (count + 63) / 64 * sizeof *q->bits);
+    /* block index by a reciprocal (a 64-bit division per copy costs more
+     * than the rest of the pass), checked exactly */
+    double inv = 1.0 / (double)stride;
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (!c->width || !c->rows)
+            continue;
+        size_t off = (uintptr_t)(to_host ? c->dst : c->src) - lo;
+        size_t k = (size_t)((double)off * inv + 0.5);
+        if (k >= count || k * stride != off || (q->bits[k / 64] >> (k % 64) & 1u))
+            return false;
+        q->bits[k / 64] |= (uint64_t)1 << (k % 64);
+        q->kidx[i] = (uint32_t)k;
+    }
+    /* count distinct blocks in [0, count): all of them; the DMAs stay
+     * inside one pinned allocation */
+    if (!pinned_covers(b, lo, hi + (rows - 1) * hp + width))
+        return false;
+    *pl = (stage_plan){lo, rows, width, hp, dp, stride, count};
+    return true;
+}
+
+/* The DMA of nb blocks between the host range and a staging slot: one
+ * contiguous run, or rows of `width` at the host's pitch (packed in the
+ * slot). */
+static cudaError_t stage_dma(const stage_plan *pl, bool to_host, char *host, uint8_t *stage,
+                             size_t nb, cudaStream_t s)
+{
+    if (pl->rows == 1 || pl->hpitch == pl->width) {
+        size_t len = nb * pl->rows * pl->width;
+        return to_host ? cudaMemcpyAsync(host, stage, len, cudaMemcpyDeviceToHost, s)
+                       : cudaMemcpyAsync(stage, host, len, cudaMemcpyHostToDevice, s);
+    }
+    size_t w = pl->width, h = nb * pl->rows;
+    return to_host ? cudaMemcpy2DAsync(host, pl->hpitch, stage, w, w, h, cudaMemcpyDeviceToHost, s)
+                   : cudaMemcpy2DAsync(stage, w, host, pl->hpitch, w, h, cudaMemcpyHostToDevice, s);
+}
+
+static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
+                                bool to_host, const stage_plan *pl, kvf__copy_done_fn done,
+                                void *arg)
+{
+    kvf_status st;
+    const size_t C = STAGE_CHUNK, block = pl->rows * pl->width;
+    const size_t bpc = C / block; /* blocks per chunk */
+    const size_t nchunks = (pl->count + bpc - 1) / bpc;
+    /* chunks per launch group: their descriptors fit one ring reservation */
+    const size_t cpg = CHUNK_DESCS / bpc;
+    const uint32_t tpr = (uint32_t)((pl->width + KVF_CUDA_TILE_BYTES - 1) / KVF_CUDA_TILE_BYTES);
+    const uint64_t tiles_per_block = (uint64_t)tpr * pl->rows;
+    if (!q->stage)
+        CUDA_RET(cudaMalloc((void **)&q->stage, (size_t)STAGE_SLOTS * C));
+
+    /* the kernels follow everything queued before on this queue; after a
+     * staged batch there is nothing to wait for: its DMAs touched only host
+     * memory and staging slots (ordered by ev_free), its kernels ran on aux */
+    if (q->main_dirty) {
+        CUDA_RET(cudaEventRecord(q->ev_start, q->stream));
+        CUDA_RET(cudaStreamWaitEvent(q->aux, q->ev_start, 0));
+        q->main_dirty = false;
+    }
+    for (size_t k = 0; k < nchunks;) {
+        size_t k1 = k + cpg < nchunks ? k + cpg : nchunks;
+        size_t b0 = k * bpc, b1 = k1 * bpc < pl->count ? k1 * bpc : pl->count;
+        uint32_t nd = (uint32_t)(b1 - b0), idx;
+        batch_record *r = reserve(q, nd, &idx);
+        /* descriptor j of the group is host block b0 + j: chunk by chunk,
+         * each block's tiles after those of the blocks before it */
+        kvf__cuda_desc *ring = q->ring_host + idx;
+        uint64_t slot0 = q->stage_next;
+        for (size_t i = 0; i < n; i++) {
+            const kvf__copy *c = &copies[i];
+            if (!c->width || !c->rows)
+                continue;
+            size_t kb = q->kidx[i];
+            if (kb < b0 || kb >= b1)
+                continue;
+            size_t ck = kb / bpc, in = kb - ck * bpc;
+            uint64_t sp =
+                (uint64_t)(uintptr_t)(q->stage + ((slot0 + ck - k) % STAGE_SLOTS) * C + in * block);
+            uint64_t dv = (uint64_t)(uintptr_t)(to_host ? c->src : c->dst);
+            kvf__cuda_desc *d = &ring[kb - b0];
+            d->dst = to_host ? sp : dv;
+            d->src = to_host ? dv : sp;
+            d->dpitch = to_host ? pl->width : pl->dpitch;
+            d->spitch = to_host ? pl->dpitch : pl->width;
+            d->tile_begin = in * tiles_per_block;
+            d->width = (uint32_t)pl->width;
+            d->tiles_per_row = tpr;
+        }
+        CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, ring, nd * sizeof *ring,
+                                  cudaMemcpyHostToDevice, q->aux),
+                  st, fail);
+        for (; k < k1; k++) {
+            size_t slot = q->stage_next++ % STAGE_SLOTS;
+            uint8_t *stage = q->stage + slot * C;
+            size_t first = k * bpc, nb = pl->count - first < bpc ? pl->count - first : bpc;
+            char *host = (char *)pl->lo + first * pl->stride;
+            const kvf__cuda_desc *descs = q->ring_dev + idx + (first - b0);
+            uint64_t tiles = nb * tiles_per_block;
+            cudaStream_t ds = q->stream;
+            if (to_host) {
+                CUDA_GOTO(cudaStreamWaitEvent(q->aux, q->ev_free[slot], 0), st, fail);
+                CUDA_GOTO(kvf__cuda_copy_launch(descs, (uint32_t)nb, tiles, b->grid, q->aux), st,
+                          fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_ready, q->aux), st, fail);
+                CUDA_GOTO(cudaStreamWaitEvent(ds, q->ev_ready, 0), st, fail);
+                CUDA_GOTO(stage_dma(pl, true, host, stage, nb, ds), st, fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_free[slot], ds), st, fail);
+            } else {
+                CUDA_GOTO(cudaStreamWaitEvent(ds, q->ev_free[slot], 0), st, fail);
+                CUDA_GOTO(stage_dma(pl, false, host, stage, nb, ds), st, fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_ready, ds), st, fail);
+                CUDA_GOTO(cudaStreamWaitEvent(q->aux, q->ev_ready, 0), st, fail);
+                CUDA_GOTO(kvf__cuda_copy_launch(descs, (uint32_t)nb, tiles, b->grid, q->aux), st,
+                          fail);
+                CUDA_GOTO(cudaEventRecord(q->ev_free[slot], q->aux), st, fail);
+            }
+        }
+        /* the record's callback (and the batch's end) after the last
+         * step: offload's last DMA (which waited for every gather), or
+         * onboard's last scatter on aux, where the next DMAs need not wait
+         * for it */
+        if (to_host) {
+            if ((st = finish_record(q, r, k == nchunks ? done : NULL, arg)) != KVF_OK)
+                goto fail;
+        } else {
+            r->done = k == nchunks ? done : NULL;
+            r->arg = arg;
+            CUDA_GOTO(cudaLaunchHostFunc(q->aux, batch_finished, r), st, fail);
+            q->aux_open = true;
+        }
+        continue;
+    fail:
+        CUDA_IGNORE(cudaStreamSynchronize(q->aux));
+        CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+        unreserve(r);
+        return st;
+    }
+    return KVF_OK;
+}
+
+/* AUTO's rule, from measurements on an H200 (PCIe Gen5), 2026-12-02:
+ * bench/cuda_paths.c (the paths alone, 256 MiB of shuffled blocks) and
+ * `kvferry bench --compare` (through the engine: docs/PERFORMANCE.md),
+ * against one large pinned copy at 55.2 GB/s each way, ~100 both ways.
+ *  - whole blocks of under AUTO_STAGED_BELOW whose host blocks tile one
+ *    pinned range (an engine part of secondary slots): staged. Through the
+ *    engine at 16/64/256 KiB it moved 37-43/46/50 GB/s one way against
+ *    36/44-46/47-48 for the kernel and 16/37/45 for dma. From 1 MiB it
+ *    moves what dma moves (50.6-51.1 against 50.9-51.5) and dma leaves the
+ *    SMs free: dma.
+ *  - other host<->device batches, mean contiguous run below
+ *    AUTO_KERNEL_BELOW: kernel. At 4/16/64 KiB it moved 43/47/48 H2D,
+ *    42-45/48/50 D2H, 61-63/70/73 both ways; cudaMemcpyBatchAsync moved
+ *    4.4/4-17/31-32 H2D, 9-10/16-26/40 D2H, 4-8/6/45-54 both ways (per-copy
+ *    engine setup dominates, and costs 0.4-4 us of host time per copy).
+ *    8 SMs already reach the one-way rate. Runs of 256 KiB and more: dma.
+ *  - 2-D partial copies: kernel while rows are short (35-48 GB/s against
+ *    1.5-48 for cudaMemcpy3DBatchAsync at rows of 1-32 KiB; through the
+ *    engine 34-41 at rows of 16-128 KiB, where staging them with 2-D DMAs
+ *    moved 30-42 and dma 29-34); from rows of AUTO_ROWS_DMA_FROM, dma,
+ *    which sends wide rows as flat copies in one cudaMemcpyBatchAsync
+ *    (41-42 through the engine at rows of 512 KiB, the kernel 40-41).
  *  - device<->device: kernel (32 SMs: 320-975 GB/s from 4 KiB to 4 MiB
  *    blocks, against 0.9-790 for batched copies at 4-5 us of host time per
  *    copy), unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
  *    nears the ~2000 GB/s of a single large copy.
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
+#define AUTO_STAGED_BELOW ((size_t)1 << 20)
+#define AUTO_ROWS_DMA_FROM ((size_t)256 << 10)
 #define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
-static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
+/* *stage_p: 1 when the batch moves device->host and 0 host->device, with
+ * pinned host memory, where the staged path may take it; -1 otherwise. */
+static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n, int *stage_p)
 {
+    *stage_p = -1;
     if (!b->kernel_ok || b->mode == KVF_CUDA_COPY_DMA)
         return PATH_DMA;
     /* the first copy's pointers classify the batch: the engine's batches
@@ -836,6 +1151,10 @@ static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
     }
     if (b->mode == KVF_CUDA_COPY_KERNEL)
         return PATH_KERNEL;
+    if (td == cudaMemoryTypeHost && ts == cudaMemoryTypeDevice)
+        *stage_p = 1;
+    else if (td == cudaMemoryTypeDevice && ts == cudaMemoryTypeHost)
+        *stage_p = 0;
     size_t runs = 0, bytes = 0, strided = 0;
     for (size_t i = 0; i < n; i++) {
         const kvf__copy *c = &copies[i];
@@ -851,6 +1170,12 @@ static int choose_path(cuda_backend *b, const kvf__copy *copies, size_t n)
     }
     if (td == cudaMemoryTypeDevice && ts == cudaMemoryTypeDevice)
         return !strided && bytes / runs >= AUTO_D2D_DMA_FROM ? PATH_DMA : PATH_KERNEL;
+    /* AUTO stages whole blocks below AUTO_STAGED_BELOW; the staged mode
+     * (tests, benchmarks) whatever fits */
+    if (b->mode != MODE_STAGED && (strided || bytes / runs >= AUTO_STAGED_BELOW))
+        *stage_p = -1;
+    if (strided)
+        return bytes / runs < AUTO_ROWS_DMA_FROM ? PATH_KERNEL : PATH_DMA;
     return bytes / runs < AUTO_KERNEL_BELOW ? PATH_KERNEL : PATH_DMA;
 }
 
@@ -867,12 +1192,31 @@ static kvf_status cuda_copy_async(kvf__backend *base, kvf__queue queue, const kv
     if ((st = dev_enter(b, &g)) != KVF_OK)
         return st;
     cuda_queue *q = &b->q[queue];
-    int path = choose_path(b, copies, n);
+    int to_host;
+    int path = choose_path(b, copies, n, &to_host);
+    stage_plan pl;
     pthread_mutex_lock(&q->lock);
-    if (path == PATH_KERNEL)
-        st = submit_kernel(b, q, copies, n, done, arg);
-    else
-        st = submit_dma(b, q, copies, n, done, arg);
+    if (to_host >= 0 && staged_fits(b, q, copies, n, to_host == 1, &pl))
+        path = PATH_STAGED;
+    if (path == PATH_STAGED) {
+        st = submit_staged(b, q, copies, n, to_host == 1, &pl, done, arg);
+    } else {
+        st = KVF_OK;
+        if (q->aux_open) {
+            /* after staged scatters: this batch's copies follow them */
+            cudaError_t e1 = cudaEventRecord(q->ev_done, q->aux);
+            cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(q->stream, q->ev_done, 0) : e1;
+            if (e2 != cudaSuccess)
+                st = cuda_fail(e2, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+            else
+                q->aux_open = false;
+        }
+        if (st == KVF_OK && path == PATH_KERNEL)
+            st = submit_kernel(b, q, copies, n, done, arg);
+        else if (st == KVF_OK)
+            st = submit_dma(b, q, copies, n, done, arg);
+        q->main_dirty = true;
+    }
     atomic_store_explicit(&q->last_path, path, memory_order_relaxed);
     pthread_mutex_unlock(&q->lock);
     dev_leave(&g);
@@ -891,6 +1235,8 @@ static kvf_status cuda_sync_stream(kvf__backend *base, void *stream)
         pthread_mutex_lock(&q->lock);
         CUDA_GOTO(cudaEventRecord(q->sync_event, q->stream), st, unlock);
         CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, q->sync_event, 0), st, unlock);
+        CUDA_GOTO(cudaEventRecord(q->sync_event_aux, q->aux), st, unlock);
+        CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, q->sync_event_aux, 0), st, unlock);
     unlock:
         pthread_mutex_unlock(&q->lock);
     }
@@ -902,8 +1248,23 @@ static kvf_status cuda_sync_stream(kvf__backend *base, void *stream)
 
 static void queue_destroy(cuda_queue *q)
 {
+    if (q->aux)
+        CUDA_IGNORE(cudaStreamSynchronize(q->aux));
     if (q->stream)
         CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+    cudaEvent_t *evs[] = {&q->ev_start, &q->ev_ready, &q->ev_done, &q->sync_event_aux};
+    for (size_t i = 0; i < 4; i++)
+        if (*evs[i])
+            CUDA_IGNORE(cudaEventDestroy(*evs[i]));
+    for (size_t i = 0; i < STAGE_SLOTS; i++)
+        if (q->ev_free[i])
+            CUDA_IGNORE(cudaEventDestroy(q->ev_free[i]));
+    if (q->aux)
+        CUDA_IGNORE(cudaStreamDestroy(q->aux));
+    if (q->stage)
+        CUDA_IGNORE(cudaFree(q->stage));
+    free(q->bits);
+    free(q->kidx);
     if (q->sync_event)
         CUDA_IGNORE(cudaEventDestroy(q->sync_event));
     if (q->stream)
@@ -926,7 +1287,14 @@ static kvf_status queue_init(cuda_queue *q, int priority)
     kvf_status st;
     pthread_mutex_init(&q->lock, NULL);
     CUDA_RET(cudaStreamCreateWithPriority(&q->stream, cudaStreamNonBlocking, priority));
+    CUDA_RET(cudaStreamCreateWithPriority(&q->aux, cudaStreamNonBlocking, priority));
     CUDA_RET(cudaEventCreateWithFlags(&q->sync_event, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->sync_event_aux, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->ev_start, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->ev_ready, cudaEventDisableTiming));
+    CUDA_RET(cudaEventCreateWithFlags(&q->ev_done, cudaEventDisableTiming));
+    for (size_t i = 0; i < STAGE_SLOTS; i++)
+        CUDA_RET(cudaEventCreateWithFlags(&q->ev_free[i], cudaEventDisableTiming));
     CUDA_RET(cudaHostAlloc((void **)&q->ring_host, RING_DESCS * sizeof(kvf__cuda_desc),
                            cudaHostAllocPortable));
     CUDA_RET(cudaMalloc((void **)&q->ring_dev, RING_DESCS * sizeof(kvf__cuda_desc)));
@@ -951,6 +1319,7 @@ static void cuda_destroy(kvf__backend *base)
     pthread_mutex_destroy(&b->sync_lock);
     pthread_mutex_destroy(&b->range_lock);
     free(b->ranges);
+    free(b->pinned);
     free(b);
 }
 
@@ -989,9 +1358,11 @@ static int copy_mode(const kvf_engine_config *cfg)
             mode = KVF_CUDA_COPY_KERNEL;
         else if (env && strcmp(env, "dma") == 0)
             mode = KVF_CUDA_COPY_DMA;
+        else if (env && strcmp(env, "staged") == 0)
+            mode = MODE_STAGED;
         else if (env && *env && strcmp(env, "auto") != 0)
-            KVF_LOG(KVF_LOG_WARN, "KVF_CUDA_COPY=%s: expected auto, kernel or dma; using auto",
-                    env);
+            KVF_LOG(KVF_LOG_WARN,
+                    "KVF_CUDA_COPY=%s: expected auto, kernel, dma or staged; using auto", env);
     }
     return mode;
 }
@@ -1058,6 +1429,7 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     KVF_LOG(KVF_LOG_INFO, "cuda: device %d, copies by %s, kernel grid %u", device,
             b->mode == KVF_CUDA_COPY_KERNEL ? "kernel"
             : b->mode == KVF_CUDA_COPY_DMA  ? "dma"
+            : b->mode == MODE_STAGED        ? "staged"
                                             : "auto",
             b->grid);
     *backend_p = &b->base;

@@ -68,8 +68,7 @@ typedef struct hazard {
     batch *reader0;
     batch **more;
     uint32_t nreaders, cap;
-    uint64_t poison;       /* id of the batch whose write here failed, 0: none */
-    uint64_t wmark, rmark; /* the last batch check that saw it written / read */
+    uint64_t poison; /* id of the batch whose write here failed, 0: none */
 } hazard;
 
 typedef struct file_hazard {
@@ -105,8 +104,11 @@ struct batch {
      * first part is copying while the next is registered: the caller's
      * batch is then a group, which has no hazards of its own and completes
      * when its last part does. */
-    batch *group;            /* a part: the group it belongs to */
-    size_t group_off;        /* a part: where its moves start in the group */
+    batch *group;     /* a part: the group it belongs to */
+    size_t group_off; /* a part: where its moves start in the group */
+    bool sorted;      /* a group: parts take its moves in `order` */
+    uint32_t *order;  /* a group: move indices in part order */
+    size_t order_cap;
     size_t parts_left;       /* a group: parts not yet complete */
     bool ticketed;           /* the caller holds a ticket for it */
     bool retired;            /* its ticket was waited for */
@@ -150,6 +152,12 @@ typedef struct worker {
 
 #define TICKET_BUCKETS 1024u
 
+/* One finished chunk of an async copy batch, as the backend reported it. */
+typedef struct async_event {
+    batch *b;
+    kvf_status status;
+} async_event;
+
 struct kvf_engine {
     kvf_engine_config cfg;
     char *file_dir, *file_namespace;
@@ -169,6 +177,7 @@ struct kvf_engine {
     hazard *hz_primary, *hz_secondary;
     uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
     key_table files, remotes;
+    uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see check_collisions */
 
     bool file_enabled;
     kvf__blockfile_dir dir;
@@ -187,6 +196,7 @@ struct kvf_engine {
     batch *tickets[TICKET_BUCKETS];
 
     uint64_t check_epoch; /* stamps hazard marks while a batch is checked */
+    uint32_t *sort_count; /* secondary_slots + 1 counters (submit_mu held) */
 
     /* Batches are recycled: a batch of thousands of moves would otherwise
      * cost fresh pages from the kernel on every submit. */
@@ -200,6 +210,18 @@ struct kvf_engine {
     worker *workers;
     uint32_t nworkers;
     bool stop;
+
+    /* Completions of async copy batches. The backend's callback only
+     * queues them here: it runs as a CUDA host function, which holds up
+     * its stream's next copies while it runs, so it must not wait for `mu`
+     * (held for a while by a submit registering a large batch). A
+     * completion thread takes them in turn and completes the batches. */
+    pthread_mutex_t cb_mu;
+    pthread_cond_t cb_cv;
+    async_event *cb_events, *cb_spare;
+    size_t cb_n, cb_cap, cb_spare_cap;
+    bool cb_stop, cb_started;
+    pthread_t cb_thread;
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -371,6 +393,34 @@ static hazard *hazard_of(kvf_engine *e, space sp, uint64_t idx, bool create)
     return key_hazard(sp == SP_FILE ? &e->files : &e->remotes, idx, create);
 }
 
+/* Moves ahead that the hazard passes prefetch: their slots are scattered,
+ * and each entry is a cache miss that the loop would otherwise wait for. */
+#define PREFETCH_AHEAD 16u
+
+/* always inlined: GCC finds an out-of-line prefetch function free of side
+ * effects, and drops its calls */
+static inline __attribute__((always_inline)) void hazard_prefetch(const kvf_engine *e, space sp,
+                                                                  uint64_t idx)
+{
+    if (sp == SP_PRIMARY)
+        __builtin_prefetch(&e->hz_primary[idx]);
+    else if (sp == SP_SECONDARY)
+        __builtin_prefetch(&e->hz_secondary[idx]);
+}
+
+/* Prefetches the entries of move i + PREFETCH_AHEAD of moves[0..n). */
+static inline __attribute__((always_inline)) void
+move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, size_t i, size_t n)
+{
+    if (i + PREFETCH_AHEAD < n) {
+        const kvf_move *m = &moves[i + PREFETCH_AHEAD];
+        hazard_prefetch(e, rs, m->src);
+        hazard_prefetch(e, ws, m->dst);
+        if (ws == SP_SECONDARY)
+            __builtin_prefetch(&e->sec_tokens[m->dst]);
+    }
+}
+
 static batch *hazard_reader(const hazard *h, uint32_t k)
 {
     return k == 0 ? h->reader0 : h->more[k - 1];
@@ -417,6 +467,7 @@ static void batch_destroy(batch *b)
     free(b->src_dep);
     free(b->dependents);
     free(b->copies);
+    free(b->order);
     free(b);
 }
 
@@ -443,6 +494,8 @@ static batch *batch_get(kvf_engine *e, size_t n)
         b->dependents_cap = keep.dependents_cap;
         b->copies = keep.copies;
         b->copies_cap = keep.copies_cap;
+        b->order = keep.order;
+        b->order_cap = keep.order_cap;
         memset(b->src_dep, 0, n * sizeof *b->src_dep);
         return b;
     }
@@ -482,6 +535,8 @@ static void batch_release(batch *b)
 /* ---- engine lifetime ----------------------------------------------------- */
 
 static void *worker_main(void *arg);
+static void *completion_main(void *arg);
+static void completion_stop(kvf_engine *e);
 
 static void warn_gds_fallback(void)
 {
@@ -630,6 +685,16 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
     pthread_cond_init(&e->work_cv, NULL);
     pthread_cond_init(&e->done_cv, NULL);
+    pthread_mutex_init(&e->cb_mu, NULL);
+    pthread_cond_init(&e->cb_cv, NULL);
+    if (e->backend->ops->copy_async) {
+        int rc = pthread_create(&e->cb_thread, NULL, completion_main, e);
+        if (rc != 0) {
+            st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_create: %s", strerror(rc));
+            goto destroy_sync;
+        }
+        e->cb_started = true;
+    }
 
     uint32_t nthreads = c.threads;
     if (nthreads == 0) {
@@ -664,6 +729,7 @@ stop_workers:
         pthread_join(e->workers[i].thread, NULL);
     free(e->workers);
 destroy_sync:
+    completion_stop(e);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
@@ -699,6 +765,7 @@ void kvf_engine_destroy(kvf_engine *e)
     pthread_mutex_unlock(&e->mu);
     for (uint32_t i = 0; i < e->nworkers; i++)
         pthread_join(e->workers[i].thread, NULL);
+    completion_stop(e);
     kvf_memory staging_kind =
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
     for (uint32_t i = 0; i < e->nworkers; i++) {
@@ -737,6 +804,9 @@ void kvf_engine_destroy(kvf_engine *e)
     kvf__remote_close(e->remote);
     free(e->remote_url);
     pthread_mutex_destroy(&e->remote_mu);
+    free(e->mark_primary);
+    free(e->mark_secondary);
+    free(e->sort_count);
     kvf__blockfile_close_dir(&e->dir);
     e->backend->ops->destroy(e->backend);
     pthread_cond_destroy(&e->done_cv);
@@ -936,13 +1006,19 @@ static kvf_status freeze(kvf_engine *e)
     e->hz_primary = calloc(prim, sizeof *e->hz_primary);
     e->hz_secondary = sec ? calloc(sec, sizeof *e->hz_secondary) : NULL;
     e->sec_tokens = sec ? calloc(sec, sizeof *e->sec_tokens) : NULL;
-    if (!e->hz_primary || (sec && (!e->hz_secondary || !e->sec_tokens))) {
+    e->mark_primary = calloc(prim, sizeof *e->mark_primary);
+    e->mark_secondary = sec ? calloc(sec, sizeof *e->mark_secondary) : NULL;
+    if (!e->hz_primary || !e->mark_primary ||
+        (sec && (!e->hz_secondary || !e->sec_tokens || !e->mark_secondary))) {
         free(gs);
         free(e->hz_primary);
         free(e->hz_secondary);
         free(e->sec_tokens);
+        free(e->mark_primary);
+        free(e->mark_secondary);
         e->hz_primary = e->hz_secondary = NULL;
         e->sec_tokens = NULL;
+        e->mark_primary = e->mark_secondary = NULL;
         return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for hazard tables");
     }
     e->dir.fingerprint = kvf__geometry_fingerprint(gs, e->npools);
@@ -985,25 +1061,34 @@ static kvf_status check_collisions(kvf_engine *e, op_kind kind, const kvf_move *
         free(v);
         return st;
     }
+    /* one mark per slot in a compact array (the hazard entries are larger
+     * and scattered): the batch check's stamp, times two, plus one for a
+     * write */
     uint64_t stamp = ++e->check_epoch;
     space ws = kind_writes(kind);
+    uint64_t *wm = ws == SP_PRIMARY ? e->mark_primary : e->mark_secondary;
     for (size_t i = 0; i < n; i++) {
-        hazard *w = hazard_of(e, ws, moves[i].dst, false);
-        if (w->wmark == stamp || w->rmark == stamp)
+        if (i + PREFETCH_AHEAD < n) {
+            __builtin_prefetch(&wm[moves[i + PREFETCH_AHEAD].dst]);
+            if (kind == OP_COPY)
+                __builtin_prefetch(&e->mark_primary[moves[i + PREFETCH_AHEAD].src]);
+        }
+        uint64_t *w = &wm[moves[i].dst];
+        if (*w >> 1 == stamp)
             return kvf__fail(KVF_ERR_INVALID,
                              "batch: move %zu writes %s slot %llu, which another move of the "
                              "batch reads or writes",
                              i, ws == SP_PRIMARY ? "primary" : "secondary",
                              (unsigned long long)moves[i].dst);
-        w->wmark = stamp;
+        *w = stamp << 1 | 1u;
         if (kind == OP_COPY) {
-            hazard *r = hazard_of(e, SP_PRIMARY, moves[i].src, false);
-            if (r->wmark == stamp)
+            uint64_t *r = &e->mark_primary[moves[i].src];
+            if (*r == (stamp << 1 | 1u))
                 return kvf__fail(KVF_ERR_INVALID,
                                  "batch: move %zu reads primary slot %llu, which the batch "
                                  "also writes",
                                  i, (unsigned long long)moves[i].src);
-            r->rmark = stamp;
+            *r = stamp << 1;
         }
     }
     return KVF_OK;
@@ -1085,6 +1170,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
     space ws = kind_writes(b->kind);
     for (size_t i = 0; i < b->n; i++) {
         kvf_move *mv = &b->moves[i];
+        move_prefetch(e, rs, ws, b->moves, i, b->n);
         hazard *r = hazard_of(e, rs, mv->src, true);
         hazard *w = hazard_of(e, ws, mv->dst, true);
         if (!r || !w)
@@ -1164,6 +1250,42 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
         b->state = B_WAITING;
     }
     return st;
+}
+
+/* A large batch between primary and secondary slots is cut into parts in
+ * the order of its secondary slots (a counting sort): each part then holds
+ * a run of them, which the CUDA backend moves as one pinned range (its
+ * staged path) when the run is dense, and the secondary side's hazard
+ * entries are touched in order. The moves of a batch have no order of
+ * their own. False when the sort would not pay (or memory is short).
+ * submit_mu held. */
+static bool sort_by_secondary(kvf_engine *e, batch *b)
+{
+    if (b->kind != OP_OFFLOAD_HOST && b->kind != OP_ONBOARD_HOST)
+        return false;
+    size_t slots = e->secondary_slots;
+    if (slots / 8 > b->n || b->n > UINT32_MAX)
+        return false;
+    if (!e->sort_count && !(e->sort_count = malloc((slots + 1) * sizeof *e->sort_count)))
+        return false;
+    if (b->order_cap < b->n) {
+        uint32_t *o = realloc(b->order, b->n * sizeof *o);
+        if (!o)
+            return false;
+        b->order = o;
+        b->order_cap = b->n;
+    }
+    bool off = b->kind == OP_OFFLOAD_HOST;
+    uint32_t *cnt = e->sort_count;
+    memset(cnt, 0, (slots + 1) * sizeof *cnt);
+    for (size_t i = 0; i < b->n; i++)
+        cnt[(off ? b->moves[i].dst : b->moves[i].src) + 1]++;
+    for (size_t k = 0; k < slots; k++)
+        cnt[k + 1] += cnt[k];
+    for (size_t i = 0; i < b->n; i++)
+        b->order[cnt[off ? b->moves[i].dst : b->moves[i].src]++] = (uint32_t)i;
+    b->sorted = true;
+    return true;
 }
 
 static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
@@ -1259,6 +1381,7 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
             b->id = e->next_id++;
         b->state = B_WAITING;
         b->parts_left = (n + PART_MOVES - 1) / PART_MOVES;
+        bool sorted = sort_by_secondary(e, b);
         for (size_t off = 0; off < n; off += PART_MOVES) {
             size_t len = n - off < PART_MOVES ? n - off : PART_MOVES;
             batch *c = batch_get(e, len);
@@ -1266,14 +1389,24 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
                 /* the parts not made fail; those queued run on */
                 size_t missing = (n - off + PART_MOVES - 1) / PART_MOVES;
                 for (size_t i = off; i < n; i++)
-                    b->status[i] = KVF_ERR_NOMEM;
+                    b->status[sorted ? b->order[i] : i] = KVF_ERR_NOMEM;
                 b->parts_left -= missing;
                 if (!b->ticketed)
                     ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
                 break;
             }
-            memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
-            memcpy(c->status, b->status + off, len * sizeof *c->status);
+            if (sorted) {
+                const uint32_t *ord = b->order + off;
+                for (size_t j = 0; j < len; j++) {
+                    if (j + PREFETCH_AHEAD < len)
+                        __builtin_prefetch(&b->moves[ord[j + PREFETCH_AHEAD]]);
+                    c->moves[j] = b->moves[ord[j]];
+                    c->status[j] = b->status[ord[j]];
+                }
+            } else {
+                memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
+                memcpy(c->status, b->status + off, len * sizeof *c->status);
+            }
             c->n = len;
             c->kind = kind;
             c->queue = b->queue;
@@ -1435,6 +1568,7 @@ static void complete_batch(kvf_engine *e, batch *b)
     space ws = kind_writes(b->kind);
     for (size_t i = 0; i < b->n; i++) {
         const kvf_move *mv = &b->moves[i];
+        move_prefetch(e, rs, ws, b->moves, i, b->n);
         if (b->status[i] == KVF_INPROGRESS)
             b->status[i] = KVF_OK;
         hazard *r = hazard_of(e, rs, mv->src, false);
@@ -1476,7 +1610,13 @@ static void complete_batch(kvf_engine *e, batch *b)
     e->undone_count--;
     if (b->group) {
         batch *g = b->group;
-        memcpy(g->status + b->group_off, b->status, b->n * sizeof *b->status);
+        if (g->sorted) {
+            const uint32_t *ord = g->order + b->group_off;
+            for (size_t i = 0; i < b->n; i++)
+                g->status[ord[i]] = b->status[i];
+        } else {
+            memcpy(g->status + b->group_off, b->status, b->n * sizeof *b->status);
+        }
         if (--g->parts_left == 0)
             group_done(e, g);
     }
@@ -1536,15 +1676,88 @@ static void async_release(kvf_engine *e, batch *b)
     complete_batch(e, b);
 }
 
+static void async_finish(kvf_engine *e, batch *b, kvf_status status)
+{
+    if (status != KVF_OK && b->async_status == KVF_OK)
+        b->async_status = status;
+    async_release(e, b);
+}
+
+/* The backend's callback: hands the chunk to the completion thread. */
 static void async_done(void *arg, kvf_status status)
 {
     batch *b = arg;
     kvf_engine *e = b->engine;
-    pthread_mutex_lock(&e->mu);
-    if (status != KVF_OK && b->async_status == KVF_OK)
-        b->async_status = status;
-    async_release(e, b);
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->cb_mu);
+    if (e->cb_n == e->cb_cap) {
+        size_t cap = e->cb_cap ? 2 * e->cb_cap : 64;
+        async_event *ev = realloc(e->cb_events, cap * sizeof *ev);
+        if (!ev) {
+            /* no room: complete it here, waiting for the lock after all */
+            pthread_mutex_unlock(&e->cb_mu);
+            pthread_mutex_lock(&e->mu);
+            async_finish(e, b, status);
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->cb_events = ev;
+        e->cb_cap = cap;
+    }
+    e->cb_events[e->cb_n++] = (async_event){b, status};
+    pthread_cond_signal(&e->cb_cv);
+    pthread_mutex_unlock(&e->cb_mu);
+}
+
+static void *completion_main(void *arg)
+{
+    kvf_engine *e = arg;
+    pthread_mutex_lock(&e->cb_mu);
+    for (;;) {
+        while (e->cb_n == 0 && !e->cb_stop)
+            pthread_cond_wait(&e->cb_cv, &e->cb_mu);
+        if (e->cb_n == 0)
+            break;
+        /* take every queued event; the callback fills the spare array */
+        async_event *ev = e->cb_events;
+        size_t n = e->cb_n, cap = e->cb_cap;
+        e->cb_events = e->cb_spare;
+        e->cb_cap = e->cb_spare_cap;
+        e->cb_n = 0;
+        e->cb_spare = NULL;
+        e->cb_spare_cap = 0;
+        pthread_mutex_unlock(&e->cb_mu);
+        pthread_mutex_lock(&e->mu);
+        for (size_t i = 0; i < n; i++)
+            async_finish(e, ev[i].b, ev[i].status);
+        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&e->cb_mu);
+        if (!e->cb_spare) {
+            e->cb_spare = ev;
+            e->cb_spare_cap = cap;
+        } else {
+            free(ev);
+        }
+    }
+    pthread_mutex_unlock(&e->cb_mu);
+    return NULL;
+}
+
+/* Ends the completion thread (every batch already complete). */
+static void completion_stop(kvf_engine *e)
+{
+    if (e->cb_started) {
+        pthread_mutex_lock(&e->cb_mu);
+        e->cb_stop = true;
+        pthread_cond_signal(&e->cb_cv);
+        pthread_mutex_unlock(&e->cb_mu);
+        pthread_join(e->cb_thread, NULL);
+        e->cb_started = false;
+    }
+    free(e->cb_events);
+    free(e->cb_spare);
+    e->cb_events = e->cb_spare = NULL;
+    pthread_mutex_destroy(&e->cb_mu);
+    pthread_cond_destroy(&e->cb_cv);
 }
 
 /* Hands a ready copy batch to an asynchronous backend, in chunks. Called

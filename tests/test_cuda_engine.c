@@ -407,6 +407,108 @@ static int test_bad_pools(void)
     return 0;
 }
 
+/* Large batches through the engine, where the CUDA
+ * backend stages them (its secondary slots are kvferry's pinned memory and
+ * each part of a batch is a dense run of them): 20000 scattered 4 KiB
+ * blocks offloaded, then at once onboarded into other, poisoned primary
+ * slots that the offload is still reading (read after write on the
+ * secondary slots, write after read on the primary ones); byte for byte.
+ * Again with 512 KiB blocks (one part, staged in two chunks). */
+static int staged_case(size_t head, uint32_t n)
+{
+    kvf_geometry g = {1, 2, 1, 32, (uint32_t)head, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
+    size_t bytes;
+    REQUIRE(kvf_geometry_block_bytes(&g, &bytes) == KVF_OK);
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_CUDA;
+    kvf_engine *e;
+    kvf_status st = kvf_engine_create(&cfg, &e);
+    if (st == KVF_ERR_NO_DEVICE)
+        TEST_SKIP_ALL("no CUDA device: %s", kvf_last_error());
+    REQUIRE(st == KVF_OK);
+    kvf_pool_desc prim = {KVF_MEMORY_DEVICE, NULL, 0, n};
+    kvf_pool_desc sec = {KVF_MEMORY_HOST_PINNED, NULL, 0, n};
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &prim, &sec, NULL), KVF_OK);
+    uint8_t *dp, *hp;
+    REQUIRE(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, 0, (void **)&dp) == KVF_OK);
+    REQUIRE(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_SECONDARY, 0, (void **)&hp) == KVF_OK);
+    size_t total = bytes * n;
+    uint8_t *orig = malloc(total), *got = malloc(total);
+    uint32_t *ps = malloc(n * sizeof *ps), *pq = malloc(n * sizeof *pq);
+    kvf_move *off = malloc(n * sizeof *off), *on = malloc(n * sizeof *on);
+    REQUIRE(orig && got && ps && pq && off && on);
+    test_fill_random(orig, total, seed_counter++);
+    CUDA_OK(cudaMemcpy(dp, orig, total, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
+    memset(hp, POISON, total);
+    for (uint32_t i = 0; i < n; i++)
+        ps[i] = pq[i] = i;
+    test_shuffle_u32(ps, n, seed_counter++);
+    test_shuffle_u32(pq, n, seed_counter++);
+    for (uint32_t i = 0; i < n; i++) {
+        off[i] = (kvf_move){i, ps[i], 0};
+        on[i] = (kvf_move){ps[i], pq[i], 0};
+    }
+    kvf_ticket t1, t2;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, off, n, &t1), KVF_OK);
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, on, n, &t2), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t2, NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t1, NULL), KVF_OK);
+    int bad = 0;
+    for (uint32_t i = 0; i < n && bad < 3; i++)
+        if (memcmp(hp + (size_t)ps[i] * bytes, orig + (size_t)i * bytes, bytes) != 0) {
+            fprintf(stderr, "staged %zu-byte blocks: secondary slot %u wrong\n", bytes, ps[i]);
+            bad++;
+        }
+    CUDA_OK(cudaMemcpy(got, dp, total, cudaMemcpyDeviceToHost));
+    for (uint32_t i = 0; i < n && bad < 6; i++)
+        if (memcmp(got + (size_t)pq[i] * bytes, orig + (size_t)i * bytes, bytes) != 0) {
+            fprintf(stderr, "staged %zu-byte blocks: primary slot %u wrong\n", bytes, pq[i]);
+            bad++;
+        }
+    CHECK(bad == 0);
+    /* then the first 8 of 32 tokens (2-D copies, staged with 2-D DMAs)
+     * into poisoned slots: the rest of each row keeps the poison */
+    CUDA_OK(cudaMemset(dp, POISON, total));
+    CUDA_OK(cudaDeviceSynchronize());
+    test_shuffle_u32(pq, n, seed_counter++);
+    for (uint32_t i = 0; i < n; i++)
+        on[i] = (kvf_move){ps[i], pq[i], 8};
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, on, n, &t2), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t2, NULL), KVF_OK);
+    CUDA_OK(cudaMemcpy(got, dp, total, cudaMemcpyDeviceToHost));
+    size_t pitch = bytes / 2, w = pitch / 4;
+    for (uint32_t i = 0; i < n && bad < 3; i++)
+        for (size_t row = 0; row < 2; row++) {
+            const uint8_t *gp = got + (size_t)pq[i] * bytes + row * pitch;
+            const uint8_t *o = orig + (size_t)i * bytes + row * pitch;
+            bool ok = memcmp(gp, o, w) == 0;
+            for (size_t k = w; k < pitch && ok; k++)
+                ok = gp[k] == POISON;
+            if (!ok) {
+                fprintf(stderr, "staged %zu-byte blocks, 8 tokens: slot %u row %zu wrong\n", bytes,
+                        pq[i], row);
+                bad++;
+            }
+        }
+    CHECK(bad == 0);
+    kvf_engine_destroy(e);
+    free(orig);
+    free(got);
+    free(ps);
+    free(pq);
+    free(off);
+    free(on);
+    return 0;
+}
+
+static int test_staged(void)
+{
+    staged_case(32, 20000); /* 4 KiB blocks, 5 parts */
+    staged_case(4096, 40);  /* 512 KiB blocks, 2 chunks of 16 MiB */
+    return 0;
+}
+
 int main(void)
 {
     unsetenv("KVF_CUDA_COPY");
@@ -418,5 +520,6 @@ int main(void)
     RUN(test_hazards_dma);
     RUN(test_sync_stream);
     RUN(test_bad_pools);
+    RUN(test_staged);
     return TEST_RESULT();
 }
