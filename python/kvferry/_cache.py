@@ -160,7 +160,9 @@ class Cache(_Issuer):
     file tier). offload_min_priority, disk_admit_uses, event_queue: as in
     kvf_cache_config. remote: CacheRemote.WRITE_THROUGH or READ to use the
     engine's remote tier (Engine(remote_url=...)) below disk; its blocks are
-    the store's (not counted, evicted or pinned here). on_event: called for each event, in order, from the
+    the store's (not counted, evicted or pinned here). gpu_blocks: the cache
+    owns primary slots 0..gpu_blocks-1 and hands them out (alloc, acquire,
+    commit, free) instead of the engine owning them. on_event: called for each event, in order, from the
     thread that made the change and with the cache's lock held: it must not
     call into the cache; exceptions it raises are printed and dropped.
 
@@ -173,7 +175,8 @@ class Cache(_Issuer):
 
     def __init__(self, engine: Engine, host_blocks: int = 0, disk_blocks: int = 0, offload_min_priority: int = 0,
                  disk_admit_uses: int = 0, event_queue: int = 0,
-                 on_event: Optional[Callable[[CacheEvent], None]] = None, remote: CacheRemote = CacheRemote.OFF):
+                 on_event: Optional[Callable[[CacheEvent], None]] = None, remote: CacheRemote = CacheRemote.OFF,
+                 gpu_blocks: int = 0):
         self._handle = None
         self._pending = {}
         self._lock = threading.Lock()
@@ -182,7 +185,8 @@ class Cache(_Issuer):
         c.struct_size = ctypes.sizeof(_lib.CacheConfig_t)
         for name, v, bits in (("host_blocks", host_blocks, 64), ("disk_blocks", disk_blocks, 64),
                               ("offload_min_priority", offload_min_priority, 32),
-                              ("disk_admit_uses", disk_admit_uses, 32), ("event_queue", event_queue, 32)):
+                              ("disk_admit_uses", disk_admit_uses, 32), ("event_queue", event_queue, 32),
+                              ("gpu_blocks", gpu_blocks, 64)):
             if not _is_int(v) or not 0 <= v < 2**bits:
                 raise make_error(Status.ERR_INVALID, f"Cache: {name} = {v!r} is not an unsigned {bits}-bit int")
             setattr(c, name, int(v))
@@ -202,7 +206,7 @@ class Cache(_Issuer):
             c.on_event = self._callback
         self.config = dict(host_blocks=host_blocks, disk_blocks=disk_blocks,
                            offload_min_priority=offload_min_priority, disk_admit_uses=disk_admit_uses,
-                           event_queue=event_queue, remote=CacheRemote(remote))
+                           event_queue=event_queue, remote=CacheRemote(remote), gpu_blocks=gpu_blocks)
         h = ctypes.c_void_p()
         check(L.kvf_cache_create(engine._h(), ctypes.byref(c), ctypes.byref(h)))
         self._handle = h.value
@@ -284,6 +288,52 @@ class Cache(_Issuer):
         out = ctypes.c_size_t()
         check(L.kvf_cache_remove(self._h(), ptr, n, ctypes.byref(out)))
         return out.value
+
+    # -- the GPU tier (gpu_blocks > 0) --
+    def alloc(self, n: int) -> Tuple[List[int], Ticket]:
+        """n GPU slots for the caller to fill (unpinned GPU blocks are evicted
+        down the tiers to make room); write them once the Ticket completes.
+        NoSpace, nothing allocated, when n cannot be found."""
+        if not _is_int(n) or n <= 0:
+            raise make_error(Status.ERR_INVALID, f"alloc: n = {n!r} is not a positive slot count")
+        out = (ctypes.c_uint32 * n)()
+        t = _lib.c_ticket()
+        check(L.kvf_cache_alloc(self._h(), n, out, ctypes.byref(t)))
+        return [int(out[i]) for i in range(n)], self._issue(t.value, 0)  # no per-block statuses
+
+    def commit(self, keys, slots, priority: int = 50) -> List[Status]:
+        """The caller filled allocated slots: keys[i] in slots[i] enters the
+        GPU tier, pinned once for the caller's request (unpin when it ends).
+        Returns a status per block: ERR_STATE where another request uses the
+        key's copy (the slot stays the caller's: free it)."""
+        if not _is_int(priority) or not 0 <= priority <= 100:
+            raise make_error(Status.ERR_INVALID, f"commit: priority {priority!r} is not in 0..100")
+        kp, sp, n, keep = self._keys_slots(keys, slots, "commit")
+        per = (_lib.c_status * max(n, 1))()
+        ret = L.kvf_cache_commit(self._h(), kp, sp, n, int(priority), per)
+        if ret == Status.ERR_INVALID or (ret < 0 and n == 0):
+            raise make_error(ret)
+        return [_enum(Status, per[i]) for i in range(n)]
+
+    def free(self, slots) -> None:
+        """Gives back allocated slots that were not committed."""
+        ptr, n, keep = _slots(slots, "free")
+        check(L.kvf_cache_free(self._h(), ptr, n))
+
+    def acquire(self, keys) -> Tuple[int, List[int], Ticket]:
+        """A request's cached prefix in GPU slots: (hits, their slots, a
+        Ticket). GPU-tier blocks are pinned in place, host and disk ones
+        copied up into GPU slots; each acquired block needs one unpin. A
+        block whose status fails holds no data: recompute it. No keys: (0,
+        [], None)."""
+        kp, n, keep = _keys(keys, "acquire")
+        if n == 0:
+            return 0, [], None
+        out = (ctypes.c_uint32 * n)()
+        hits = ctypes.c_size_t()
+        t = _lib.c_ticket()
+        check(L.kvf_cache_acquire(self._h(), kp, n, out, ctypes.byref(hits), ctypes.byref(t)))
+        return hits.value, [int(out[i]) for i in range(hits.value)], self._issue(t.value, hits.value)
 
     def events(self, max_events: Optional[int] = None) -> List[CacheEvent]:
         """Drains the queued events (up to max_events), oldest first; empty

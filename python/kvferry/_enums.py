@@ -90,11 +90,13 @@ def status(value: int):
 
 
 class CacheTier(IntEnum):
-    """The cache's tiers, in the order blocks fall through them."""
+    """The cache's tiers. Blocks fall through them GPU (when the cache owns
+    GPU blocks), host, disk, remote."""
 
     HOST = 0  # the engine's secondary slots
     DISK = 1  # the engine's block files
     REMOTE = 2  # the engine's remote tier (Redis), shared between caches
+    GPU = 3  # primary slots the cache allocates (Cache(gpu_blocks=...))
 
 
 class CacheRemote(IntEnum):

@@ -108,10 +108,11 @@ class CacheConfig_t(ctypes.Structure):
         ("on_event", CacheEventFn),
         ("on_event_arg", ctypes.c_void_p),
         ("remote", c_enum),
+        ("gpu_blocks", ctypes.c_uint64),
     ]
 
 
-CACHE_TIERS = 3  # host, disk, remote
+CACHE_TIERS = 4  # host, disk, remote, gpu
 CACHE_LATENCY_BUCKETS = 20
 _T2 = ctypes.c_uint64 * CACHE_TIERS
 
@@ -239,6 +240,16 @@ _protos = {
     "kvf_cache_pin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
     "kvf_cache_unpin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
     "kvf_cache_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
+    "kvf_cache_alloc": (c_status, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _P(c_ticket)]),
+    "kvf_cache_commit": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_void_p],
+    ),
+    "kvf_cache_free": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
+    "kvf_cache_acquire": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _P(ctypes.c_size_t), _P(c_ticket)],
+    ),
     "kvf_cache_events": (ctypes.c_size_t, [ctypes.c_void_p, _P(CacheEvent_t), ctypes.c_size_t]),
     "kvf_cache_stats_get": (c_status, [ctypes.c_void_p, _P(CacheStats_t)]),
     "kvf_cache_stats_prometheus": (

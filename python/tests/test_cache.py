@@ -22,7 +22,7 @@ def add_pools(engine, geometry, primary=16, secondary=8, pools=2):
 
 def per_tier(host=0, disk=0):
     """A per-tier figure of CacheStats."""
-    return {"host": host, "disk": disk, "remote": 0}
+    return {"host": host, "disk": disk, "remote": 0, "gpu": 0}
 
 
 def fill(pools, slot, rng):
@@ -352,3 +352,43 @@ def test_remote_tier_shared(tmp_path, geometry, rng, redis_url):
         with kvf.Cache(e, host_blocks=8, remote=kvf.CacheRemote.READ) as cache:
             assert cache.lookup(keys)[0] == 0
             assert cache.lookup(keys[1:])[0] == 3
+
+
+def test_gpu_tier_request_life(tmp_path, geometry, rng):
+    """The cache owns the GPU blocks: acquire the prefix, alloc + prefill +
+    commit the rest, unpin at the end; evicted GPU blocks fall to host."""
+    with make_engine(tmp_path) as e:
+        pools = add_pools(e, geometry, primary=8, secondary=8)
+        with kvf.Cache(e, gpu_blocks=4, host_blocks=8, event_queue=256) as cache:
+            keys = kvf.key_chain_all(rng.integers(0, 32000, 6 * TPB), TPB)
+            hits, slots, t = cache.acquire(keys[:3])
+            assert (hits, slots) == (0, []) and t.wait() == []
+            got, t = cache.alloc(3)
+            assert len(set(got)) == 3 and all(0 <= s < 4 for s in got)
+            assert t.wait(check=True) == []
+            data = {}
+            for k, s in zip(keys[:3], got):
+                data[k] = fill(pools, s, rng)
+            assert cache.commit(keys[:3], got, priority=70) == [kvf.Status.OK] * 3
+            cache.unpin(keys[:3])
+            assert cache.lookup(keys[:3]) == (3, [kvf.CacheTier.GPU] * 3)
+            # a second request needs 4 slots: GPU victims move down to host
+            other, t = cache.alloc(4)
+            t.wait(check=True)
+            cache.free(other)
+            hits, tiers = cache.lookup(keys[:3])
+            assert hits == 3 and kvf.CacheTier.HOST in tiers
+            # acquire brings them back up into GPU slots, byte-exact
+            hits, slots, t = cache.acquire(keys)
+            assert hits == 3
+            assert t.wait(check=True) == [kvf.Status.OK] * 3
+            for k, s in zip(keys[:3], slots):
+                assert_slot(pools, s, data[k])
+            cache.unpin(keys[:3])
+            assert cache.stats().blocks["gpu"] == 3
+            assert any(ev.kind == kvf.EventKind.UPDATED and ev.tier == kvf.CacheTier.GPU for ev in cache.events())
+            with pytest.raises(kvf.InvalidArgument):
+                cache.alloc(0)
+        with pytest.raises(kvf.KvferryError):
+            with kvf.Cache(e, host_blocks=8) as plain:
+                plain.alloc(1)  # no GPU tier

@@ -49,5 +49,5 @@ def test_torch_kv_through_host_and_disk(tmp_path):
                 assert torch.equal(k[dst].view(torch.int16), rk.view(torch.int16))
                 assert torch.equal(v[dst].view(torch.int16), rv.view(torch.int16))
             s = cache.stats()
-            assert s.hits == {"host": 8, "disk": 16, "remote": 0} and s.failures == 0
+            assert s.hits == {"host": 8, "disk": 16, "remote": 0, "gpu": 0} and s.failures == 0
             assert any(ev.kind == kvf.EventKind.UPDATED for ev in cache.events())
