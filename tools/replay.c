@@ -48,7 +48,7 @@ typedef struct replay_opts {
     kvf_cache_remote remote;
     kvf_fsync fsync;
     uint32_t offload_min_priority, disk_admit_uses;
-    bool prometheus;
+    bool prometheus, gpu_tier;
 } replay_opts;
 
 /* A put in flight over primary slots [first, first + n). */
@@ -98,6 +98,7 @@ typedef struct client {
     kvf_cache_tier *tiers;
     kvf_status *per;
     size_t keys_cap;
+    kvf_key *akeys, *ukeys; /* --gpu-tier: blocks to compute, blocks to unpin */
     pending *pend;
     size_t pend_head, pend_n; /* a FIFO in slot order */
     uint32_t cursor;
@@ -285,11 +286,11 @@ static bool held_here(kvf_cache_tier tier)
     return tier == KVF_CACHE_HOST || tier == KVF_CACHE_DISK;
 }
 
-/* Undoes the request's pin of keys [i, i + n). */
-static void unpin_run(client *r, const kvf_trace_req *q, size_t i, size_t n)
+/* Undoes the request's pin of n keys. */
+static void unpin_keys(client *r, const kvf_trace_req *q, const kvf_key *keys, size_t n)
 {
     char nm[160];
-    if (kvf_cache_unpin(r->c, r->keys + i, n) != KVF_OK) {
+    if (kvf_cache_unpin(r->c, keys, n) != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: kvf_cache_unpin: %s\n", req_name(q, nm, sizeof nm),
                 kvf_last_error());
         r->n.errors++;
@@ -335,7 +336,7 @@ static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
                  * unpinned: let go of it now, so that the put below stores
                  * the recomputed block again */
                 if (held_here(r->tiers[s + i]))
-                    unpin_run(r, q, s + i, 1);
+                    unpin_keys(r, q, r->keys + s + i, 1);
                 r->tiers[s + i] = KVF_CACHE_TIERS; /* held no more */
             }
             rc = prefill(r, keys[i], first + i);
@@ -369,6 +370,93 @@ static int grow_keys(client *r, size_t n)
     return 0;
 }
 
+/* One part of a request when the cache owns the GPU slots (--gpu-tier):
+ * its cached prefix acquired into GPU slots (pinned), slots allocated for
+ * the rest, prefilled and committed, then all of it unpinned. */
+static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t m)
+{
+    const kvf_trace_req *q = &r->trace->reqs[qi];
+    char nm[160];
+    kvf_key *keys = r->keys + s;
+    size_t hits = 0, held = 0, todo = 0;
+    kvf_ticket t;
+    double t0 = now_s();
+    if (kvf_cache_acquire(r->c, keys, m, r->slots, &hits, &t) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s: kvf_cache_acquire of %u blocks: %s\n",
+                req_name(q, nm, sizeof nm), m, kvf_last_error());
+        r->n.errors++;
+        hits = 0;
+    } else {
+        for (size_t i = 0; i < hits; i++)
+            r->per[i] = KVF_ERR_LOST;
+        kvf_cache_wait(r->c, t, r->per);
+        r->n.get_s += now_s() - t0;
+    }
+    for (size_t i = 0; i < hits; i++) {
+        if (r->per[i] == KVF_OK) {
+            r->n.got_blocks++;
+            if (verify(r, q, s + i, keys[i], r->slots[i], r->tiers[s + i]))
+                return -1;
+            r->ukeys[held++] = keys[i];
+            continue;
+        }
+        fprintf(stderr,
+                "kvferry replay: %s: block %zu key 0x%016llx: acquire failed: %s; recomputed\n",
+                req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
+                kvf_status_str(r->per[i]));
+        r->n.errors++;
+        unpin_keys(r, q, keys + i, 1); /* removed at this unpin */
+        r->akeys[todo++] = keys[i];
+    }
+    for (size_t i = hits; i < m; i++)
+        r->akeys[todo++] = keys[i];
+    if (todo) {
+        kvf_status st = kvf_cache_alloc(r->c, todo, r->slots, &t);
+        if (st == KVF_OK)
+            st = kvf_cache_wait(r->c, t, NULL);
+        if (st == KVF_ERR_NO_SPACE) {
+            r->n.no_space += todo; /* not computed into the cache this time */
+            todo = 0;
+        } else if (st != KVF_OK) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_alloc of %zu slots: %s\n",
+                    req_name(q, nm, sizeof nm), todo, kvf_last_error());
+            r->n.errors++;
+            todo = 0;
+        }
+    }
+    for (size_t i = 0; i < todo; i++)
+        if (prefill(r, r->akeys[i], r->slots[i]))
+            return -1;
+    if (todo) {
+        kvf_status st = kvf_cache_commit(r->c, r->akeys, r->slots, todo, q->priority, r->per);
+        if (st == KVF_ERR_INVALID) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_commit: %s\n",
+                    req_name(q, nm, sizeof nm), kvf_last_error());
+            r->n.errors++;
+        }
+        size_t nfree = 0;
+        for (size_t i = 0; i < todo; i++) {
+            if (st != KVF_ERR_INVALID && r->per[i] == KVF_OK) {
+                r->ukeys[held++] = r->akeys[i];
+                continue;
+            }
+            if (st != KVF_ERR_INVALID && r->per[i] == KVF_ERR_STATE)
+                r->n.no_space++; /* another request holds the key's copy */
+            else if (st != KVF_ERR_INVALID)
+                r->n.errors++;
+            r->slots[nfree++] = r->slots[i];
+        }
+        if (nfree && kvf_cache_free(r->c, r->slots, nfree) != KVF_OK) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_free: %s\n", req_name(q, nm, sizeof nm),
+                    kvf_last_error());
+            r->n.errors++;
+        }
+    }
+    if (held)
+        unpin_keys(r, q, r->ukeys, held);
+    return 0;
+}
+
 static int run_request(client *r, size_t qi)
 {
     const kvf_trace_req *q = &r->trace->reqs[qi];
@@ -395,6 +483,13 @@ static int run_request(client *r, size_t qi)
     for (size_t i = 0; i < hits; i++)
         if ((unsigned)r->tiers[i] < KVF_CACHE_TIERS)
             r->n.hits[r->tiers[i]]++;
+    if (r->o->gpu_tier) {
+        int rc = 0;
+        for (size_t s = 0; s < n && rc == 0; s += r->nslots)
+            rc = run_part_gpu(r, qi, s, (uint32_t)(n - s < r->nslots ? n - s : r->nslots));
+        drain_events(r->rp);
+        return rc;
+    }
     /* the request's hits stay cached while its parts run: pinned one by one,
      * for a hit may have been evicted since the lookup (by another client's
      * put): the prefix then ends there. Remote hits are the store's. */
@@ -422,7 +517,7 @@ static int run_request(client *r, size_t qi)
         for (j = i; j < hits && held_here(r->tiers[j]); j++)
             ;
         if (j > i)
-            unpin_run(r, q, i, j - i);
+            unpin_keys(r, q, r->keys + i, j - i);
     }
     drain_events(r->rp);
     return rc;
@@ -447,7 +542,9 @@ static int client_init(client *cl, replay *r, uint32_t base, uint32_t nslots)
     cl->slots = malloc(nslots * sizeof *cl->slots);
     cl->per = malloc(nslots * sizeof *cl->per);
     cl->pend = malloc(nslots * sizeof *cl->pend);
-    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend) {
+    cl->akeys = malloc(nslots * sizeof *cl->akeys);
+    cl->ukeys = malloc(nslots * sizeof *cl->ukeys);
+    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend || !cl->akeys || !cl->ukeys) {
         fprintf(stderr, "kvferry replay: out of memory\n");
         return -1;
     }
@@ -461,6 +558,8 @@ static void client_free(client *cl)
     free(cl->slots);
     free(cl->per);
     free(cl->pend);
+    free(cl->akeys);
+    free(cl->ukeys);
     free(cl->keys);
     free(cl->tiers);
 }
@@ -511,6 +610,9 @@ static void usage(FILE *f)
             "  --write-trace FILE      save the trace replayed, as JSONL\n"
             "  --backend host|cuda|auto  default host\n"
             "  --gpu-blocks N          primary slots: the serving engine's KV pool (256)\n"
+            "  --gpu-tier              the cache owns the primary slots as its GPU tier\n"
+            "                          (kvf_cache_acquire / alloc / commit / unpin), as the\n"
+            "                          reference engine's block manager does\n"
             "  --host-blocks N         host tier capacity, in blocks (512; 0: off)\n"
             "  --disk DIR              disk tier in DIR/NAMESPACE\n"
             "  --disk-blocks N         disk tier capacity, in blocks (4096 with --disk)\n"
@@ -548,6 +650,10 @@ static int parse_args(int argc, char **argv, replay_opts *o)
         }
         if (!strcmp(a, "--prometheus")) {
             o->prometheus = true;
+            continue;
+        }
+        if (!strcmp(a, "--gpu-tier")) {
+            o->gpu_tier = true;
             continue;
         }
         if (a[0] != '-' || !strcmp(a, "-")) {
@@ -850,6 +956,7 @@ static int open_replay(replay *r)
     cc.disk_admit_uses = o->disk_admit_uses;
     cc.event_queue = EVENT_QUEUE;
     cc.remote = o->remote;
+    cc.gpu_blocks = o->gpu_tier ? o->gpu_blocks : 0;
     if (kvf_cache_create(r->e, &cc, &r->c) != KVF_OK) {
         fprintf(stderr, "kvferry replay: cache: %s\n", kvf_last_error());
         return -1;
