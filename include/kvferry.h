@@ -208,12 +208,33 @@ typedef enum kvf_file_io {
     KVF_FILE_IO_GDS = 2    /* cuFile; falls back to POSIX with one warning */
 } kvf_file_io;
 
-/** When file writes are made durable. */
+/**
+ * When file writes are made durable. Under BATCH and BLOCK a move reported
+ * KVF_OK survives a crash or power cut: its file was written to a temporary
+ * name, made durable, and renamed, and the rename made durable, before the
+ * move completed. A crash earlier leaves the key's old file or none (or, on
+ * a file system that reorders a rename before the data it names, a file
+ * whose checksum fails: KVF_ERR_CORRUPT, never wrong bytes).
+ */
 typedef enum kvf_fsync {
     KVF_FSYNC_NONE = 0,  /* leave it to the kernel: fastest, lost on a crash */
-    KVF_FSYNC_BATCH = 1, /* fsync every file of a batch before it completes */
-    KVF_FSYNC_BLOCK = 2  /* fsync each file and its directory as written */
+    KVF_FSYNC_BATCH = 1, /* the files of a batch and their renames are made
+                            durable together before the batch completes: by
+                            one syncfs() of the file system after the renames
+                            (default; see docs/PERFORMANCE.md), or an fsync of
+                            every file plus one of the directory with env
+                            KVF_FSYNC_METHOD=fsync */
+    KVF_FSYNC_BLOCK = 2  /* fsync each file, then its directory after the
+                            rename, before the move completes */
 } kvf_fsync;
+
+/** What runs the file tier's reads and writes (POSIX path). */
+typedef enum kvf_file_engine {
+    KVF_FILE_ENGINE_AUTO = 0,   /* io_uring where built and allowed, else threads */
+    KVF_FILE_ENGINE_URING = 1,  /* io_uring; falls back to threads with one warning
+                                   where the kernel refuses it (containers) */
+    KVF_FILE_ENGINE_THREADS = 2 /* a pool of threads doing pread/pwrite */
+} kvf_file_engine;
 
 /** How the CUDA backend moves a batch of scattered blocks. */
 typedef enum kvf_cuda_copy {
@@ -254,12 +275,19 @@ typedef struct kvf_engine_config {
     const char *remote_url;
     uint32_t remote_ttl_s;      /* expiry of stored blocks; 0: none */
     uint32_t remote_timeout_ms; /* connect and reply timeout; 0: 2000 */
+    /* File tier, POSIX path. Files are written and read with O_DIRECT
+     * where the file system takes it (buffered, with one log line, where
+     * it does not, e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */
+    kvf_file_engine file_engine; /* env KVF_FILE_ENGINE=uring|threads overrides AUTO */
+    uint32_t file_queue_depth;   /* file reads/writes in flight per engine; 0: 32.
+                                    Each worker stages up to 64 MiB of the
+                                    moves it has in hand (pinned with CUDA) */
 } kvf_engine_config;
 
 #define KVF_ENGINE_CONFIG_INIT                                                                     \
     {                                                                                              \
         sizeof(kvf_engine_config), KVF_BACKEND_AUTO, 0, 0, NULL, NULL, KVF_FILE_IO_AUTO,           \
-            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0, NULL, 0, 0                                     \
+            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0, NULL, 0, 0, KVF_FILE_ENGINE_AUTO, 0            \
     }
 
 /**

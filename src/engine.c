@@ -144,13 +144,22 @@ typedef struct pool {
 typedef struct worker {
     kvf_engine *engine;
     pthread_t thread;
-    uint8_t *staging; /* header + one block of every pool, for file I/O */
+    /* file I/O: room for a chunk of moves, each a header + one block of
+     * every pool padded to the O_DIRECT alignment */
+    uint8_t *staging;
     size_t staging_bytes;
     uint8_t *rstaging; /* blocks of a remote batch, back to back */
     size_t rstaging_bytes;
+    kvf__blockfile_io *ios;
+    kvf__copy *copies;
+    size_t *io_moves;
+    size_t nios;
+    const struct batch *file_batch; /* the batch run_file_moves works on */
 } worker;
 
 #define TICKET_BUCKETS 1024u
+/* File staging of one worker, at most: bounds a chunk of file moves. */
+#define FILE_STAGING_BUDGET ((size_t)64 << 20)
 
 /* One finished chunk of an async copy batch, as the backend reported it. */
 typedef struct async_event {
@@ -181,6 +190,7 @@ struct kvf_engine {
 
     bool file_enabled;
     kvf__blockfile_dir dir;
+    kvf__fileio *fio;
 
     /* The remote tier: connected on first use, and again (at most once a
      * second) after that failed. */
@@ -538,6 +548,20 @@ static void *worker_main(void *arg);
 static void *completion_main(void *arg);
 static void completion_stop(kvf_engine *e);
 
+/* The file engine asked for: the config's, or env KVF_FILE_ENGINE over AUTO. */
+static kvf_file_engine file_engine_of(const kvf_engine_config *c)
+{
+    const char *env = getenv("KVF_FILE_ENGINE");
+    if (c->file_engine != KVF_FILE_ENGINE_AUTO || !env || !*env || strcmp(env, "auto") == 0)
+        return c->file_engine;
+    if (strcmp(env, "uring") == 0)
+        return KVF_FILE_ENGINE_URING;
+    if (strcmp(env, "threads") == 0)
+        return KVF_FILE_ENGINE_THREADS;
+    KVF_LOG(KVF_LOG_WARN, "KVF_FILE_ENGINE=%s: unknown engine, ignored", env);
+    return KVF_FILE_ENGINE_AUTO;
+}
+
 static void warn_gds_fallback(void)
 {
     KVF_LOG(KVF_LOG_WARN, "file tier: GPUDirect Storage is not implemented yet; "
@@ -621,7 +645,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         c.struct_size = sizeof c;
     }
     if ((unsigned)c.backend > KVF_BACKEND_CUDA || (unsigned)c.file_io > KVF_FILE_IO_GDS ||
-        (unsigned)c.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda_copy > KVF_CUDA_COPY_DMA)
+        (unsigned)c.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda_copy > KVF_CUDA_COPY_DMA ||
+        (unsigned)c.file_engine > KVF_FILE_ENGINE_THREADS)
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: an enum field is out of range");
     if (c.threads > 256)
         return kvf__fail(KVF_ERR_RANGE, "kvf_engine_create: threads %u (at most 256)", c.threads);
@@ -701,6 +726,12 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         nthreads = cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
     }
+    if (e->file_enabled) {
+        st = kvf__fileio_create(file_engine_of(&c), c.file_queue_depth, nthreads, &e->fio);
+        if (st != KVF_OK)
+            goto destroy_sync;
+        e->dir.fio = e->fio;
+    }
     e->workers = calloc(nthreads, sizeof *e->workers);
     if (!e->workers) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
@@ -715,8 +746,11 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         }
         e->nworkers++;
     }
-    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s", e->backend->ops->name, e->nworkers,
-            e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "");
+    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
+            e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
+            !e->fio                                               ? ""
+            : kvf__fileio_engine(e->fio) == KVF_FILE_ENGINE_URING ? " (io_uring)"
+                                                                  : " (threads)");
     *engine_p = e;
     return KVF_OK;
 
@@ -730,6 +764,7 @@ stop_workers:
     free(e->workers);
 destroy_sync:
     completion_stop(e);
+    kvf__fileio_destroy(e->fio);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
@@ -773,8 +808,12 @@ void kvf_engine_destroy(kvf_engine *e)
             e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].staging);
         if (e->workers[i].rstaging)
             e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].rstaging);
+        free(e->workers[i].ios);
+        free(e->workers[i].copies);
+        free(e->workers[i].io_moves);
     }
     free(e->workers);
+    kvf__fileio_destroy(e->fio);
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {
             next = b->next_ticket;
@@ -1823,14 +1862,34 @@ static void issue_async(kvf_engine *e, batch *b)
     async_release(e, b);
 }
 
-static kvf_status ensure_staging(worker *w)
+/* Bytes of one move's file image in staging: header and payload, padded
+ * so that every image starts and ends on the O_DIRECT alignment. */
+static size_t staging_slot_bytes(const kvf_engine *e)
+{
+    size_t n = KVF_BLOCKFILE_HEADER_BYTES + e->all_block_bytes;
+    return (n + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
+}
+
+/* Room for `n` moves' file images, their I/O records and copies. */
+static kvf_status ensure_staging(worker *w, size_t n)
 {
     kvf_engine *e = w->engine;
-    size_t need = KVF_BLOCKFILE_HEADER_BYTES + e->all_block_bytes;
-    if (w->staging && w->staging_bytes >= need)
+    size_t need = staging_slot_bytes(e) * n;
+    if (w->staging && w->staging_bytes >= need && w->nios >= n)
         return KVF_OK;
     kvf_memory kind =
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
+    kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
+    if (ios)
+        w->ios = ios;
+    kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
+    if (copies)
+        w->copies = copies;
+    size_t *io_moves = realloc(w->io_moves, n * sizeof *io_moves);
+    if (io_moves)
+        w->io_moves = io_moves;
+    if (!ios || !copies || !io_moves)
+        return kvf__fail(KVF_ERR_NOMEM, "file staging: out of memory for %zu moves", n);
     void *p;
     kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
     if (st != KVF_OK)
@@ -1839,6 +1898,7 @@ static kvf_status ensure_staging(worker *w)
         e->backend->ops->mem_free(e->backend, kind, w->staging);
     w->staging = p;
     w->staging_bytes = need;
+    w->nios = n;
     return KVF_OK;
 }
 
@@ -1870,59 +1930,123 @@ static size_t file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
     return off;
 }
 
-static kvf_status run_file_move(worker *w, const batch *b, size_t i)
+/* Copies between slots and staging: host memory on both sides for
+ * secondary slots (no backend, no GPU stream), the backend's otherwise. */
+static kvf_status staging_copy(kvf_engine *e, const batch *b, const kvf__copy *cp)
+{
+    if (kind_uses_secondary(b->kind))
+        return kvf__host_copy(cp, e->npools);
+    return e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+}
+
+static void file_move_failed(const batch *b, size_t i, kvf_status st, const char *msg)
+{
+    b->status[i] = st;
+    KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], msg);
+}
+
+/* Gathers one offload's or demote's block into its staging image, just
+ * before its write starts. */
+static kvf_status offload_fill(kvf__blockfile_io *io)
+{
+    worker *w = io->arg;
+    kvf_engine *e = w->engine;
+    const batch *b = w->file_batch;
+    size_t j = (size_t)(io - w->ios);
+    const kvf_move *mv = &b->moves[w->io_moves[j]];
+    uint32_t tokens = eff_tokens(e, mv->tokens);
+    kvf__copy *cp = &w->copies[j * e->npools];
+    size_t bytes =
+        file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens, tokens, cp);
+    kvf_status st = staging_copy(e, b, cp);
+    if (st == KVF_OK)
+        io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
+    return st;
+}
+
+/* One block read for an onboard or promote: checked against the engine's
+ * layout and scattered into its slots, while the chunk's other reads are
+ * still in flight. */
+static void onboard_done(kvf__blockfile_io *io)
+{
+    worker *w = io->arg;
+    kvf_engine *e = w->engine;
+    const batch *b = w->file_batch;
+    size_t j = (size_t)(io - w->ios), i = w->io_moves[j];
+    const kvf_move *mv = &b->moves[i];
+    if (io->status != KVF_OK) {
+        file_move_failed(b, i, io->status, io->msg);
+        return;
+    }
+    uint32_t tokens = eff_tokens(e, mv->tokens);
+    const kvf__blockfile_meta *meta = &io->meta;
+    kvf__copy *cp = &w->copies[j * e->npools];
+    kvf_status st;
+    if (meta->pools != e->npools)
+        st = kvf__fail(KVF_ERR_MISMATCH, "block 0x%llx: stored with %u pools, engine has %u",
+                       (unsigned long long)mv->src, meta->pools, e->npools);
+    else if (meta->tokens < tokens)
+        st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
+                       (unsigned long long)mv->src, meta->tokens, tokens);
+    else if (file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens, meta->tokens,
+                         cp) != meta->payload_bytes)
+        st = kvf__fail(
+            KVF_ERR_MISMATCH, "block 0x%llx: %llu payload bytes stored, not what %u tokens take",
+            (unsigned long long)mv->src, (unsigned long long)meta->payload_bytes, meta->tokens);
+    else
+        st = staging_copy(e, b, cp);
+    if (st != KVF_OK)
+        file_move_failed(b, i, st, kvf_last_error());
+}
+
+/* The file half of moves first..last-1 of a batch, all in flight at once
+ * through the file I/O engine: gather into staging and write, or read and
+ * scatter from staging. Each move gets its own status. */
+static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
 {
     kvf_engine *e = w->engine;
-    const kvf_move *mv = &b->moves[i];
-    if (b->kind == OP_REMOVE)
-        return kvf__blockfile_remove(&e->dir, mv->src);
-    kvf_status st = ensure_staging(w);
-    if (st != KVF_OK)
-        return st;
-    kvf__copy copies[64];
-    kvf__copy *cp = e->npools <= 64 ? copies : malloc(e->npools * sizeof *cp);
-    if (!cp)
-        return kvf__fail(KVF_ERR_NOMEM, "out of memory");
-    uint8_t *payload = w->staging + KVF_BLOCKFILE_HEADER_BYTES;
-    uint32_t tokens = eff_tokens(e, mv->tokens);
-    /* secondary slots are host memory: no backend (and no GPU stream) needed */
-    bool host_only = kind_uses_secondary(b->kind);
-    if (kind_writes(b->kind) == SP_FILE) {
-        size_t bytes = file_copies(e, b->kind, mv, payload, tokens, tokens, cp);
-        st = host_only ? kvf__host_copy(cp, e->npools)
-                       : e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
-        if (st == KVF_OK) {
-            kvf__blockfile_meta meta = {mv->dst, tokens, e->npools, bytes};
-            st = kvf__blockfile_write(&e->dir, &meta, w->staging);
+    if (b->kind == OP_REMOVE) {
+        for (size_t i = first; i < last; i++) {
+            if (b->status[i] != KVF_INPROGRESS)
+                continue;
+            kvf_status rs = kvf__blockfile_remove(&e->dir, b->moves[i].src);
+            if (rs != KVF_OK)
+                file_move_failed(b, i, rs, kvf_last_error());
         }
-    } else {
-        kvf__blockfile_meta meta;
-        st = kvf__blockfile_read(&e->dir, mv->src, w->staging, w->staging_bytes, &meta);
-        if (st == KVF_OK && meta.pools != e->npools)
-            st = kvf__fail(KVF_ERR_MISMATCH, "block 0x%llx: stored with %u pools, engine has %u",
-                           (unsigned long long)mv->src, meta.pools, e->npools);
-        if (st == KVF_OK && meta.tokens < tokens)
-            st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
-                           (unsigned long long)mv->src, meta.tokens, tokens);
-        if (st == KVF_OK) {
-            size_t bytes = file_copies(e, b->kind, mv, payload, tokens, meta.tokens, cp);
-            if (bytes != meta.payload_bytes)
-                st = kvf__fail(KVF_ERR_MISMATCH,
-                               "block 0x%llx: %llu payload bytes stored, %zu expected for %u "
-                               "tokens",
-                               (unsigned long long)mv->src, (unsigned long long)meta.payload_bytes,
-                               bytes, meta.tokens);
-            else if (host_only)
-                st = kvf__host_copy(cp, e->npools);
-            else
-                st = e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
-        }
+        return;
     }
-    if (cp != copies)
-        free(cp);
-    if (st != KVF_OK)
-        KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], kvf_last_error());
-    return st;
+    kvf_status st = ensure_staging(w, last - first);
+    if (st != KVF_OK) {
+        for (size_t i = first; i < last; i++)
+            if (b->status[i] == KVF_INPROGRESS)
+                file_move_failed(b, i, st, kvf_last_error());
+        return;
+    }
+    size_t slot_bytes = staging_slot_bytes(e);
+    bool to_file = kind_writes(b->kind) == SP_FILE;
+    size_t k = 0;
+    for (size_t i = first; i < last; i++) {
+        if (b->status[i] != KVF_INPROGRESS)
+            continue;
+        const kvf_move *mv = &b->moves[i];
+        kvf__blockfile_io *io = &w->ios[k];
+        io->buf = w->staging + k * slot_bytes;
+        io->cap = slot_bytes;
+        io->on_done = to_file ? NULL : onboard_done;
+        io->fill = to_file ? offload_fill : NULL;
+        io->arg = w;
+        io->meta.key = to_file ? mv->dst : mv->src;
+        w->io_moves[k++] = i;
+    }
+    w->file_batch = b;
+    if (to_file) {
+        kvf__blockfile_write_many(&e->dir, e->fio, w->ios, k);
+        for (size_t j = 0; j < k; j++)
+            if (w->ios[j].status != KVF_OK)
+                file_move_failed(b, w->io_moves[j], w->ios[j].status, w->ios[j].msg);
+    } else {
+        kvf__blockfile_read_many(&e->dir, e->fio, w->ios, k);
+    }
 }
 
 static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
@@ -2102,15 +2226,22 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last)
 
 static size_t chunk_of(const kvf_engine *e, const batch *b)
 {
-    if (kind_is_file(b->kind))
-        return 1;
-    size_t share = (b->n + e->nworkers - 1) / e->nworkers;
-    if (kind_is_remote(b->kind)) {
-        size_t per = e->all_block_bytes ? REMOTE_CHUNK_BYTES / e->all_block_bytes : 1;
-        per = per < 1 ? 1 : per > REMOTE_CHUNK_MOVES ? REMOTE_CHUNK_MOVES : per;
-        return per < share ? per : share;
-    }
     size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
+    if (kind_is_file(b->kind)) {
+        /* a few times a worker's share of the queue depth, so that its
+         * queue stays full (the I/O engine submits as calls complete)
+         * and drains only at the end of a chunk; within a staging budget */
+        size_t nw = e->nworkers, depth = kvf__fileio_depth(e->fio);
+        size_t budget = FILE_STAGING_BUDGET / staging_slot_bytes(e);
+        per = 4 * ((depth + nw - 1) / nw);
+        if (per > budget)
+            per = budget;
+    }
+    if (kind_is_remote(b->kind)) {
+        per = e->all_block_bytes ? REMOTE_CHUNK_BYTES / e->all_block_bytes : 1;
+        per = per < 1 ? 1 : per > REMOTE_CHUNK_MOVES ? REMOTE_CHUNK_MOVES : per;
+    }
+    size_t share = (b->n + e->nworkers - 1) / e->nworkers;
     size_t c = per < share ? per : share;
     return c ? c : 1;
 }
@@ -2154,10 +2285,12 @@ static void *worker_main(void *arg)
         /* each move's status is written by the one worker that claimed it */
         if (kind_is_remote(b->kind))
             run_remote_chunk(w, b, first, last);
-        for (size_t i = first; i < last && !kind_is_remote(b->kind); i++) {
+        else if (kind_is_file(b->kind))
+            run_file_moves(w, b, first, last);
+        for (size_t i = first; i < last && !kind_on_workers(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
-            kvf_status st = kind_is_file(b->kind) ? run_file_move(w, b, i) : run_copy_move(e, b, i);
+            kvf_status st = run_copy_move(e, b, i);
             if (st != KVF_OK)
                 b->status[i] = st;
         }

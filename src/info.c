@@ -24,6 +24,9 @@ kvf_status kvf_info_get(kvf_info *info)
     kvf_info full = KVF_INFO_INIT;
     kvf__cuda_info(&full);
     full.remote_built = kvf__remote_built();
+#ifdef KVF_HAVE_URING
+    full.uring_built = 1;
+#endif
     size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
     memcpy((char *)info + sizeof info->struct_size, (char *)&full + sizeof full.struct_size,
            n - sizeof full.struct_size);

@@ -7,6 +7,7 @@
 
 #include "kvferry.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -189,6 +190,70 @@ KVF_INTERNAL kvf_status kvf__block_header_expect(const kvf__block_header *h, con
 KVF_INTERNAL kvf_status kvf__block_payload_check(const kvf__block_header *h, const char *what,
                                                  const uint8_t *payload);
 
+/* ---- file I/O engines (fileio.c) -----------------------------------------
+ *
+ * Many reads, writes and fsyncs in flight at once, each run to completion:
+ * io_uring where built and allowed, else a pool of threads. Short transfers
+ * are continued, EINTR is retried, and the fault hook below is called
+ * before every call. A descriptor opened with O_DIRECT (op->direct) loses
+ * it before a call that is not aligned to KVF_FILE_ALIGN.
+ */
+
+#define KVF_FILE_ALIGN 4096u
+#define KVF_FILE_QUEUE_DEPTH_DEFAULT 32u
+
+typedef enum kvf__fio_kind { KVF_FIO_READ = 0, KVF_FIO_WRITE = 1, KVF_FIO_FSYNC = 2 } kvf__fio_kind;
+
+typedef struct kvf__fio_op {
+    kvf__fio_kind kind;
+    int fd;
+    uint8_t *buf;
+    size_t len;  /* bytes to move */
+    size_t need; /* a read is complete once this many arrived (<= len) */
+    uint64_t off;
+    const char *path; /* for the fault hook */
+    bool direct;      /* fd has O_DIRECT */
+    /* results, set by kvf__fileio_run */
+    size_t done; /* bytes moved */
+    int err;     /* 0, or the errno of the failed call */
+    bool eof;    /* a read reached the end of the file */
+    bool synced;
+    bool started;
+    /* Optional: called once just before the op's first call, on the thread
+     * that makes it, to fill in fd, buf, len...; false fails the op (err
+     * set by it, else ECANCELED) without a call. */
+    bool (*on_start)(struct kvf__fio_op *op);
+    /* called once the op is finished, on whichever thread finished it,
+     * while other ops may still be in flight; NULL: none */
+    void (*on_done)(struct kvf__fio_op *op);
+    /* the engine's */
+    struct kvf__fio_op *next;
+    size_t *left_p;
+} kvf__fio_op;
+
+typedef struct kvf__fileio kvf__fileio;
+
+/* An engine of kind `want` (AUTO: io_uring, else threads, with one
+ * warning), `depth` calls in flight (0: the default), `lanes` callers at
+ * once without waiting for each other (one io_uring ring each). */
+KVF_INTERNAL kvf_status kvf__fileio_create(kvf_file_engine want, uint32_t depth, uint32_t lanes,
+                                           kvf__fileio **io_p);
+KVF_INTERNAL void kvf__fileio_destroy(kvf__fileio *io);
+/* URING or THREADS: what runs the calls. */
+KVF_INTERNAL kvf_file_engine kvf__fileio_engine(const kvf__fileio *io);
+KVF_INTERNAL uint32_t kvf__fileio_depth(const kvf__fileio *io);
+/* Runs a list of ops (linked by `next`, NULL-terminated) to completion;
+ * each gets its own result; `next` is the engine's until it returns, and
+ * undefined after. Safe from several threads. io == NULL runs them one by
+ * one on the calling thread. */
+KVF_INTERNAL void kvf__fileio_run(kvf__fileio *io, kvf__fio_op *list);
+/* The hook's verdict for one call (see kvf__set_io_fault). */
+KVF_INTERNAL int kvf__io_fault(const char *op, const char *path, size_t *len_p);
+/* Tests: make io_uring setup and O_DIRECT opens fail as a container or
+ * tmpfs would (EPERM, EINVAL), to test the fallbacks anywhere. */
+KVF_INTERNAL void kvf__fileio_test_refuse(bool uring, bool direct);
+KVF_INTERNAL bool kvf__fileio_direct_refused(void);
+
 /* ---- block files (blockfile.c) ------------------------------------------
  *
  * One file per block key, holding the block's bytes for every pool of the
@@ -203,6 +268,11 @@ typedef struct kvf__blockfile_dir {
     uint64_t fingerprint;
     kvf_fsync fsync;
     int dir_fd;
+    _Atomic bool direct;                  /* O_DIRECT; cleared once the file system refuses it */
+    _Atomic bool exchange;                /* RENAME_EXCHANGE works here */
+    bool use_syncfs;                      /* BATCH: one syncfs per batch, not an fsync per file */
+    struct kvf__blockfile_spares *spares; /* replaced files, to write over */
+    kvf__fileio *fio;                     /* what runs kvf__blockfile_write / _read; NULL: inline */
 } kvf__blockfile_dir;
 
 /* The header's view of a stored block. */
@@ -233,6 +303,47 @@ KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,
  * *meta. */
 KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf,
                                             size_t cap, kvf__blockfile_meta *meta);
+
+/* One block of a batch. The caller sets meta (for a read, meta.key only),
+ * buf and cap; O_DIRECT needs buf aligned to KVF_FILE_ALIGN and, for a
+ * write, cap >= round_up(64 + payload) (the padding is written too). */
+typedef struct kvf__blockfile_io {
+    kvf__blockfile_meta meta;
+    uint8_t *buf;
+    size_t cap;
+    kvf_status status;        /* the result */
+    char msg[PATH_MAX + 160]; /* its detail when it failed */
+    /* Optional: called once with the block's final result, on whichever
+     * thread finished it, possibly while other blocks of the batch are
+     * still in flight (so a read's bytes can be used at once). */
+    void (*on_done)(struct kvf__blockfile_io *io);
+    /* Optional, writes: fills buf's payload and meta just before the
+     * block's write starts (so it overlaps the writes in flight), on the
+     * thread that starts it; a failure fails the block, and leaves the
+     * key's file as it was. */
+    kvf_status (*fill)(struct kvf__blockfile_io *io);
+    void *arg;
+    /* the file layer's */
+    kvf__blockfile_dir *dir;
+    int fd;
+    bool slow, reported;
+    size_t size;
+    char name[80], tmp[80];
+    char path[PATH_MAX], tmp_path[PATH_MAX];
+    kvf__fio_op io;
+} kvf__blockfile_io;
+
+/* Writes / reads many blocks, their system calls in flight together
+ * through `fio` (NULL: one by one); as kvf__blockfile_write / _read for
+ * each, with each block's own status and message. */
+KVF_INTERNAL void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio *fio,
+                                            kvf__blockfile_io *ios, size_t n);
+KVF_INTERNAL void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio,
+                                           kvf__blockfile_io *ios, size_t n);
+/* Makes the writes since the last call durable, renames included: under
+ * BATCH one syncfs() of the file system (or, with KVF_FSYNC_METHOD=fsync,
+ * an fsync of the directory, the files having been fsynced as written);
+ * otherwise an fsync of the directory. */
 KVF_INTERNAL kvf_status kvf__blockfile_fsync_dir(kvf__blockfile_dir *dir);
 /* Visits every stored block of the namespace, fully checked (header and
  * checksum; the layout only when dir->fingerprint is not 0), and every

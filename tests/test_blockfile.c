@@ -20,8 +20,9 @@ extern uint32_t kvf__crc32c_sw(uint32_t crc, const void *data, size_t n);
 #define HDR KVF_BLOCKFILE_HEADER_BYTES
 #define POISON 0xA5
 
-static char base[512];  /* the test's temporary directory */
-static char files[600]; /* file_dir: base/a/b, created by open_dir */
+static char base[512];   /* the test's temporary directory */
+static kvf__fileio *fio; /* the I/O engine of env KVF_FILE_ENGINE, for every directory */
+static char files[600];  /* file_dir: base/a/b, created by open_dir */
 
 /* ---- fault hook ---------------------------------------------------------- */
 
@@ -222,6 +223,7 @@ static int open_ns(const char *ns, uint64_t fp, kvf_fsync mode, kvf__blockfile_d
     memset(d, 0, sizeof *d);
     kvf_status st = kvf__blockfile_open_dir(files, ns, fp, mode, d);
     CHECK_STATUS(st, KVF_OK);
+    d->fio = fio;
     return st != KVF_OK;
 }
 
@@ -472,10 +474,28 @@ static int test_round_trip(void)
             continue;
         fault_clear();
         CHECK_STATUS(put(&d2, 0x77, 5 + mode, 1000), KVF_OK);
-        CHECK_EQ_INT(fault.calls[3], mode); /* NONE 0, BATCH 1 (file), BLOCK 2 (file, dir) */
+        /* NONE 0, BATCH 0 (the batch's syncfs does it all), BLOCK 2 (file, dir) */
+        CHECK_EQ_INT(fault.calls[3], mode == KVF_FSYNC_BATCH ? 0 : mode);
         CHECK_EQ_INT(expect(&d, 0x77, 5 + mode, 1000), 0);
         CHECK_STATUS(kvf__blockfile_fsync_dir(&d2), KVF_OK);
+        CHECK_EQ_INT(fault.calls[3], mode == KVF_FSYNC_BATCH ? 1 : mode + 1);
         kvf__blockfile_close_dir(&d2);
+    }
+    /* BATCH with an fsync per file instead of a syncfs per batch */
+    {
+        kvf__blockfile_dir d2;
+        setenv("KVF_FSYNC_METHOD", "fsync", 1);
+        int rc = open_ns("rt", FP, KVF_FSYNC_BATCH, &d2);
+        unsetenv("KVF_FSYNC_METHOD");
+        if (!rc) {
+            fault_clear();
+            CHECK_STATUS(put(&d2, 0x78, 9, 1000), KVF_OK);
+            CHECK_EQ_INT(fault.calls[3], 1);
+            CHECK_STATUS(kvf__blockfile_fsync_dir(&d2), KVF_OK);
+            CHECK_EQ_INT(fault.calls[3], 2);
+            CHECK_EQ_INT(expect(&d, 0x78, 9, 1000), 0);
+            kvf__blockfile_close_dir(&d2);
+        }
     }
     kvf__set_io_fault(NULL);
     CHECK_EQ_INT(count_tmp(&d), 0);
@@ -708,9 +728,9 @@ static int test_read_faults(void)
     uint8_t *buf = malloc(HDR + LEN);
     REQUIRE(buf);
     kvf__blockfile_meta m;
-    /* EIO on the header's read and on the payload's */
+    /* EIO on the first call and on a later one (the file read in 4 KiB pieces) */
     for (int skip = 0; skip < 2; skip++) {
-        fault_set("read", EIO, 0, skip, 1);
+        fault_set("read", EIO, 4096, skip, 1);
         CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_IO);
         CHECK_STR_HAS(kvf_last_error(), "block 0x20: ");
         CHECK_STR_HAS(kvf_last_error(), "read: ");
@@ -720,7 +740,7 @@ static int test_read_faults(void)
     CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_IO);
     /* the file shrinks between fstat and the payload's read: the read
      * sees end of file and must call it corrupt, not pad with zeros */
-    fault_set("read", 0, 0, 1, 1);
+    fault_set("read", 0, 4096, 1, 1);
     fault.truncate_to = HDR + 100;
     CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "short read");
@@ -1001,6 +1021,15 @@ int main(void)
     if (test_tmpdir(base, sizeof base) != 0)
         TEST_SKIP_ALL("no temporary directory");
     snprintf(files, sizeof files, "%s/a/b", base);
+    /* the same tests on each I/O engine: ctest runs this once per engine */
+    const char *engine = getenv("KVF_FILE_ENGINE");
+    if (engine && *engine) {
+        kvf_file_engine want =
+            strcmp(engine, "uring") == 0 ? KVF_FILE_ENGINE_URING : KVF_FILE_ENGINE_THREADS;
+        REQUIRE(kvf__fileio_create(want, 8, 2, &fio) == KVF_OK);
+        printf("file i/o engine: %s\n",
+               kvf__fileio_engine(fio) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads");
+    }
 
     RUN(test_crc_vectors);
     RUN(test_crc_hw_matches_sw);
@@ -1016,6 +1045,7 @@ int main(void)
     RUN(test_bad_args);
 
     kvf__set_io_fault(NULL);
+    kvf__fileio_destroy(fio);
     if (fds >= 0)
         CHECK_EQ_INT(test_count_fds(), fds);
     test_rmtree(base);

@@ -31,6 +31,8 @@ typedef struct bench_opts {
     const char *dir;
     const char *json;
     kvf_fsync fsync;
+    kvf_file_engine file_engine;
+    uint32_t queue_depth;
     uint64_t seed;
     bool compare;
 } bench_opts;
@@ -332,75 +334,126 @@ out:
 }
 #endif
 
-static int write_all(int fd, const uint8_t *p, size_t n, off_t off)
-{
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-        off += w;
-    }
-    return 0;
-}
+/* What ran the file ceiling's calls, and so the tier's (same config). */
+static char file_engine_used[64];
 
-static int read_all(int fd, uint8_t *p, size_t n, off_t off)
-{
-    while (n) {
-        ssize_t r = pread(fd, p, n, off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return 0;
-}
-
-/* The file ceiling: the same bytes as one sequential file in 4 MiB calls,
- * fsynced when the engine's policy fsyncs. And the reference's POSIX
- * algorithm: per block per pool a zero-filled pageable buffer, one
- * write() into block_<id>_pool_<p>.bin (or one read()), as the seed does. */
-static void file_baselines(const char *dir, size_t block_bytes, uint32_t blocks, uint32_t pools,
-                           bool fsync_on, uint32_t iters, dram_base *out)
-{
-    size_t total = block_bytes * blocks * pools, chunk = 4u << 20;
-    uint8_t *buf = malloc(total);
+/* The file ceiling: the bytes the tier moves (each block's image of header
+ * and payload, padded to 4 KiB) as one file, written over in place and read
+ * with O_DIRECT by the same I/O engine at the same queue depth in the same
+ * scattered order (block i at image perm[i]), fsynced
+ * once when the tier fsyncs: the disk with no per-file cost and no block
+ * allocation (an untimed first pass allocates the file). Its passes are
+ * interleaved with the tier's round trips, so both see the same disk: it
+ * is shared and its speed drifts by 2x within a minute. */
+typedef struct file_ceiling {
     char path[4096];
-    if (!buf)
+    uint8_t *buf;
+    size_t image, total;
+    uint32_t blocks, n[2];
+    const uint32_t *perm; /* block i lies at image perm[i], as the tier scatters */
+    bool fsync_on, failed;
+    kvf__fio_op *ops;
+    kvf__fileio *io;
+    double *t[2];
+} file_ceiling;
+
+static void ceiling_pass(file_ceiling *c, int d, bool timed)
+{
+    if (c->failed)
         return;
+    double t0 = now_s();
+    int flags = d ? O_RDONLY : O_WRONLY | O_CREAT;
+    bool direct = true;
+    int fd = open(c->path, flags | O_DIRECT, 0644);
+    if (fd < 0 && errno == EINVAL) {
+        direct = false; /* tmpfs: the page cache is the ceiling there */
+        fd = open(c->path, flags, 0644);
+    }
+    if (fd < 0) {
+        c->failed = true;
+        return;
+    }
+    for (uint32_t b = 0; b < c->blocks; b++)
+        c->ops[b] = (kvf__fio_op){.kind = d ? KVF_FIO_READ : KVF_FIO_WRITE,
+                                  .fd = fd,
+                                  .buf = c->buf + (size_t)b * c->image,
+                                  .len = c->image,
+                                  .need = c->image,
+                                  .off = (uint64_t)c->perm[b] * c->image,
+                                  .path = c->path,
+                                  .direct = direct,
+                                  .next = b + 1 < c->blocks ? &c->ops[b + 1] : NULL};
+    kvf__fileio_run(c->io, c->ops);
+    for (uint32_t b = 0; b < c->blocks; b++)
+        c->failed |= c->ops[b].err != 0 || c->ops[b].done < c->image;
+    if (!d && c->fsync_on)
+        c->failed |= fsync(fd) != 0;
+    close(fd);
+    if (timed && !c->failed)
+        c->t[d][c->n[d]++] = now_s() - t0;
+}
+
+/* stored: the payload bytes of one block's file (every pool's region). */
+static int ceiling_open(file_ceiling *c, const char *dir, size_t stored, const uint32_t *perm,
+                        const bench_opts *o)
+{
+    memset(c, 0, sizeof *c);
+    c->perm = perm;
+    c->blocks = o->blocks;
+    c->fsync_on = o->fsync != KVF_FSYNC_NONE;
+    c->image =
+        (KVF_BLOCKFILE_HEADER_BYTES + stored + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
+    c->total = stored * c->blocks;
+    snprintf(c->path, sizeof c->path, "%s/ceiling.bin", dir);
+    void *mem = NULL;
+    if (posix_memalign(&mem, KVF_FILE_ALIGN, c->image * c->blocks) != 0)
+        return -1;
+    c->buf = mem;
+    uint64_t seed = 11;
+    fill_random(c->buf, c->image * c->blocks, &seed);
+    c->ops = calloc(c->blocks, sizeof *c->ops);
+    c->t[0] = calloc(o->iters, sizeof(double));
+    c->t[1] = calloc(o->iters, sizeof(double));
+    if (!c->ops || !c->t[0] || !c->t[1] ||
+        kvf__fileio_create(o->file_engine, o->queue_depth, 1, &c->io) != KVF_OK)
+        return -1;
+    snprintf(file_engine_used, sizeof file_engine_used, "%s, queue depth %u",
+             kvf__fileio_engine(c->io) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads",
+             kvf__fileio_depth(c->io));
+    ceiling_pass(c, 0, false);
+    return c->failed ? -1 : 0;
+}
+
+/* Reports the medians into `out` (when given) and frees; safe to repeat. */
+static void ceiling_close(file_ceiling *c, dram_base *out)
+{
+    for (int d = 0; d < 2 && out; d++)
+        if (c->n[d] && !c->failed)
+            out->ceiling[d] = c->total / median(c->t[d], c->n[d]) / 1e9;
+    if (c->path[0])
+        unlink(c->path);
+    kvf__fileio_destroy(c->io);
+    free(c->ops);
+    free(c->t[0]);
+    free(c->t[1]);
+    free(c->buf);
+    memset(c, 0, sizeof *c);
+}
+
+/* The reference's POSIX algorithm: per block per pool a zero-filled
+ * pageable buffer, one write() into block_<id>_pool_<p>.bin (or one
+ * read()), as the seed does. */
+static void file_reference(const char *dir, size_t block_bytes, uint32_t blocks, uint32_t pools,
+                           uint32_t iters, dram_base *out)
+{
+    size_t total = block_bytes * blocks * pools;
+    uint8_t *buf = malloc(total);
+    double *t = malloc(iters * sizeof *t);
+    char path[4096];
+    if (!buf || !t)
+        goto fail;
     uint64_t seed = 11;
     fill_random(buf, total, &seed);
-    snprintf(path, sizeof path, "%s/ceiling.bin", dir);
-    double *t = malloc(iters * sizeof *t);
-    for (int d = 0; d < 2; d++) {
-        for (uint32_t it = 0; it < iters; it++) {
-            double t0 = now_s();
-            int fd = open(path, d ? O_RDONLY : O_WRONLY | O_CREAT | O_TRUNC, 0644);
-            if (fd < 0)
-                goto fail;
-            for (size_t off = 0; off < total; off += chunk) {
-                size_t n = total - off < chunk ? total - off : chunk;
-                int rc = d ? read_all(fd, buf + off, n, (off_t)off)
-                           : write_all(fd, buf + off, n, (off_t)off);
-                if (rc) {
-                    close(fd);
-                    goto fail;
-                }
-            }
-            if (!d && fsync_on)
-                fsync(fd);
-            close(fd);
-            t[it] = now_s() - t0;
-        }
-        out->ceiling[d] = total / median(t, iters) / 1e9;
-    }
-    unlink(path);
     for (int d = 0; d < 2; d++) {
         for (uint32_t it = 0; it < iters; it++) {
             double t0 = now_s();
@@ -456,6 +509,8 @@ static void usage(void)
            "  --threads N                  engine worker threads (0: default)\n"
            "  --dir DIR                    file-tier directory (default: a fresh temp dir)\n"
            "  --fsync none|batch|block     file durability, default batch\n"
+           "  --file-engine auto|uring|threads   what runs the file tier's calls\n"
+           "  --queue-depth N              file calls in flight (0: the engine's default)\n"
            "  --json FILE                  also write the results as JSON\n"
            "  --seed N                     random data seed\n"
            "  --compare                    sweep 4 KiB..4 MiB blocks, whole and first 8 of 32\n"
@@ -479,14 +534,29 @@ static int parse_u32(const char *s, uint32_t *out, const char *name)
 
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    static const struct option longopts[] = {
-        {"backend", 1, 0, 'b'},   {"mode", 1, 0, 'm'},    {"layers", 1, 0, 'L'},
-        {"kv", 1, 0, 'K'},        {"heads", 1, 0, 'H'},   {"tokens-per-block", 1, 0, 'T'},
-        {"head-size", 1, 0, 'D'}, {"dtype", 1, 0, 'y'},   {"order", 1, 0, 'o'},
-        {"pools", 1, 0, 'p'},     {"blocks", 1, 0, 'n'},  {"tokens", 1, 0, 't'},
-        {"iters", 1, 0, 'i'},     {"threads", 1, 0, 'j'}, {"dir", 1, 0, 'd'},
-        {"fsync", 1, 0, 'f'},     {"json", 1, 0, 'J'},    {"seed", 1, 0, 's'},
-        {"compare", 0, 0, 'C'},   {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"backend", 1, 0, 'b'},
+                                             {"mode", 1, 0, 'm'},
+                                             {"layers", 1, 0, 'L'},
+                                             {"kv", 1, 0, 'K'},
+                                             {"heads", 1, 0, 'H'},
+                                             {"tokens-per-block", 1, 0, 'T'},
+                                             {"head-size", 1, 0, 'D'},
+                                             {"dtype", 1, 0, 'y'},
+                                             {"order", 1, 0, 'o'},
+                                             {"pools", 1, 0, 'p'},
+                                             {"blocks", 1, 0, 'n'},
+                                             {"tokens", 1, 0, 't'},
+                                             {"iters", 1, 0, 'i'},
+                                             {"threads", 1, 0, 'j'},
+                                             {"dir", 1, 0, 'd'},
+                                             {"fsync", 1, 0, 'f'},
+                                             {"json", 1, 0, 'J'},
+                                             {"seed", 1, 0, 's'},
+                                             {"compare", 0, 0, 'C'},
+                                             {"help", 0, 0, 'h'},
+                                             {"file-engine", 1, 0, 'E'},
+                                             {"queue-depth", 1, 0, 'Q'},
+                                             {0, 0, 0, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -572,6 +642,19 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             break;
         case 's':
             o->seed = strtoull(optarg, NULL, 0);
+            break;
+        case 'E':
+            if (!strcmp(optarg, "auto"))
+                o->file_engine = KVF_FILE_ENGINE_AUTO;
+            else if (!strcmp(optarg, "uring"))
+                o->file_engine = KVF_FILE_ENGINE_URING;
+            else if (!strcmp(optarg, "threads"))
+                o->file_engine = KVF_FILE_ENGINE_THREADS;
+            else
+                rc = -1;
+            break;
+        case 'Q':
+            rc = parse_u32(optarg, &o->queue_depth, "queue-depth");
             break;
         case 'C':
             o->compare = true;
@@ -777,6 +860,8 @@ static int bench_one(bench_opts o, bench_result *res)
     cfg.file_namespace = "bench";
     cfg.file_io = o.mode == MODE_GDS ? KVF_FILE_IO_GDS : KVF_FILE_IO_POSIX;
     cfg.fsync = o.fsync;
+    cfg.file_engine = o.file_engine;
+    cfg.file_queue_depth = o.queue_depth;
     kvf_engine *e;
     if (kvf_engine_create(&cfg, &e) != KVF_OK) {
         fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
@@ -789,6 +874,9 @@ static int bench_one(bench_opts o, bench_result *res)
     kvf_move *off_moves = NULL, *on_moves = NULL;
     double *t_off = NULL, *t_on = NULL, *t_both = NULL;
     double submit_us = 0; /* host time in kvf_offload per block, best run */
+    bool files = o.mode != MODE_DRAM;
+    file_ceiling fc;
+    memset(&fc, 0, sizeof fc);
 
     for (uint32_t p = 0; p < o.pools; p++) {
         kvf_pool_desc prim = {gpu ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST, NULL, 0, o.blocks};
@@ -835,6 +923,8 @@ static int bench_one(bench_opts o, bench_result *res)
         on_moves[i] = (kvf_move){key_base + perm[i], i, o.tokens};
     }
     kvf_tier tier = o.mode == MODE_DRAM ? KVF_TIER_HOST : KVF_TIER_FILE;
+    if (files && ceiling_open(&fc, dir, useful / o.blocks, perm, &o) != 0)
+        fprintf(stderr, "kvferry bench: the disk ceiling could not be measured\n");
     bool tty = isatty(2);
     for (uint32_t it = 0; it < o.iters; it++) {
         if (tty)
@@ -852,6 +942,8 @@ static int bench_one(bench_opts o, bench_result *res)
         if (st == KVF_OK)
             st = kvf_wait(e, t, NULL);
         t_off[it] = now_s() - t0;
+        if (files)
+            ceiling_pass(&fc, 0, true);
         if (st != KVF_OK) {
             fprintf(stderr, "\nkvferry bench: offload failed: %s\n", kvf_last_error());
             goto out;
@@ -866,6 +958,8 @@ static int bench_one(bench_opts o, bench_result *res)
         if (st == KVF_OK)
             st = kvf_wait(e, t, NULL);
         t_on[it] = now_s() - t0;
+        if (files)
+            ceiling_pass(&fc, 1, true);
         if (st != KVF_OK) {
             fprintf(stderr, "\nkvferry bench: onboard failed: %s\n", kvf_last_error());
             goto out;
@@ -924,9 +1018,9 @@ static int bench_one(bench_opts o, bench_result *res)
             gpu ? (o.tokens ? "one cudaMemcpy2DAsync per block" : "one cudaMemcpyAsync per block")
                 : "one copy per block, 1 thread";
     } else {
-        file_baselines(dir, block_bytes, o.blocks, o.pools, o.fsync != KVF_FSYNC_NONE, o.iters,
-                       &base);
-        ceiling_name = "one sequential file, 4 MiB calls";
+        ceiling_close(&fc, &base);
+        file_reference(dir, block_bytes, o.blocks, o.pools, o.iters, &base);
+        ceiling_name = "raw disk: O_DIRECT, same queue depth";
         ref_name = "seed POSIX: buffer+write per block";
     }
 
@@ -937,6 +1031,11 @@ static int bench_one(bench_opts o, bench_result *res)
            o.g.tokens_per_block, o.g.head_size,
            o.g.order == KVF_ORDER_HEAD_MAJOR ? "head-major" : "token-major",
            o.tokens ? "partial" : "whole blocks", o.iters);
+    if (o.mode != MODE_DRAM)
+        printf("  files: %s, fsync %s\n", file_engine_used,
+               o.fsync == KVF_FSYNC_NONE    ? "none"
+               : o.fsync == KVF_FSYNC_BATCH ? "per batch"
+                                            : "per block");
     if (o.tokens)
         printf("  first %u of %u tokens: %zu useful bytes per block per pool in %zu rows\n",
                o.tokens, o.g.tokens_per_block, kvf__region_bytes(&region), region.rows);
@@ -990,6 +1089,7 @@ static int bench_one(bench_opts o, bench_result *res)
     }
     rc = bad == 0 ? 0 : 1;
 out:
+    ceiling_close(&fc, NULL);
     kvf_engine_destroy(e);
     if (tmpdir[0])
         remove_bench_dir(tmpdir, "bench");

@@ -61,7 +61,9 @@ static int cmd_info(void)
                info.cuda_runtime / 1000, (info.cuda_runtime % 1000) / 10, info.cuda_devices,
                info.device_name);
     printf("file I/O paths:\n");
-    printf("  posix  available (pread/pwrite, staged through host memory)\n");
+    printf("  posix  available (O_DIRECT through aligned host staging where the file system "
+           "takes it; %s)\n",
+           info.uring_built ? "io_uring, or threads where it is refused" : "a pool of threads");
     printf("  gds    %s\n", info.cufile_present
                                 ? "libcufile found; kvferry does not use it yet (POSIX path)"
                                 : "libcufile not found (POSIX path)");
