@@ -52,6 +52,12 @@ class FileIO(IntEnum):
     GDS = 2
 
 
+class FileEngine(IntEnum):
+    AUTO = 0  # io_uring where built and allowed, else threads
+    URING = 1
+    THREADS = 2
+
+
 class Fsync(IntEnum):
     NONE = 0
     BATCH = 1

@@ -53,6 +53,8 @@ class EngineConfig_t(ctypes.Structure):
         ("remote_url", ctypes.c_char_p),
         ("remote_ttl_s", ctypes.c_uint32),
         ("remote_timeout_ms", ctypes.c_uint32),
+        ("file_engine", c_enum),
+        ("file_queue_depth", ctypes.c_uint32),
     ]
 
 
