@@ -28,9 +28,16 @@ build: configure
 check: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
+# demo: what this machine offers, a verified bench, then a short replay of a
+# generated mixed workload (system prompts, multi-turn chats, few-shot
+# templates) through the cache's host and disk tiers, every block got back
+# verified (docs/replay.md)
 demo: build
 	$(BUILD)/kvferry info
 	$(BUILD)/kvferry bench
+	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && set -x && \
+	  $(BUILD)/kvferry replay --gen mixed --requests 150 --heads 4 --gpu-blocks 128 \
+	    --host-blocks 256 --disk "$$dir" --disk-blocks 2048
 
 # ASan + UBSan over every test (CUDA off: the sanitizers' runtime and the
 # CUDA driver do not mix, and CI has no GPU anyway).

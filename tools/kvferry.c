@@ -1,5 +1,6 @@
 /* kvferry: the command-line tool. `kvferry info` tells what this machine
- * offers; `kvferry bench` moves blocks and checks every byte. */
+ * offers; `kvferry bench` moves blocks and checks every byte; `kvferry
+ * replay` runs a request trace through the cache. */
 #include "cli.h"
 #include "internal.h"
 #include "remote.h"
@@ -17,6 +18,9 @@ static int usage(FILE *f)
                "                     (kvferry bench --help for its options)\n"
                "  fsck DIR [-v]      check every stored block's header and checksum under DIR\n"
                "                     (exits 1 on a corrupt, torn or foreign block)\n"
+               "  replay [TRACE]     replay requests through the cache, every block got\n"
+               "                     verified (kvferry replay --help: traces, tiers, --gen)\n"
+               "  stats DIR          metrics of the cache a restart finds in DIR/NAMESPACE\n"
                "  version            the library's version\n");
     return f == stderr ? 2 : 0;
 }
@@ -79,6 +83,10 @@ int main(int argc, char **argv)
         return kvf_cli_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "fsck") == 0)
         return kvf_cli_fsck(argc - 1, argv + 1);
+    if (strcmp(cmd, "replay") == 0)
+        return kvf_cli_replay(argc - 1, argv + 1);
+    if (strcmp(cmd, "stats") == 0)
+        return kvf_cli_stats(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kvferry %s\n", kvf_version());
         return 0;

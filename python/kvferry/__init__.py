@@ -7,13 +7,19 @@ and files. A ctypes binding of libkvferry (include/kvferry.h).
         pool.slot_view(0)[:] = np.random.randint(1, 256, pool.block_bytes, dtype=np.uint8)
         e.offload(kvf.Tier.HOST, (0, 5)).wait(check=True)     # primary 0 -> secondary 5
         statuses = e.onboard(kvf.Tier.HOST, [(5, 1)]).wait()   # secondary 5 -> primary 1
+        with kvf.Cache(e, host_blocks=16, disk_blocks=256) as cache:  # content-addressed, on top
+            keys = kvf.key_chain_all(tokens, tokens_per_block=16)
+            cache.put(keys[:1], [0]).wait(check=True)            # primary 0 holds keys[0]
+            hits, tiers = cache.lookup(keys)
 """
 
 from . import _lib
 from ._buffers import Buffer, as_buffer
 from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Ticket, block_bytes,
                     dtype_bits, info, move_dtype, region, version)
-from ._enums import Backend, CudaCopy, Dtype, FileIO, Fsync, Level, Memory, Order, Status, Tier
+from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, tier_name
+from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind, FileEngine, FileIO, Fsync, Level,
+                     Memory, Order, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
                       InvalidState, IOFailure, KvferryError, Lost, Mismatch, NoDevice, NoSpace, NotFound,
                       OutOfMemory, OutOfRange, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
@@ -37,7 +43,8 @@ _check_version()
 __all__ = [
     "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Ticket", "Buffer",
     "as_buffer", "block_bytes", "dtype_bits", "info", "move_dtype", "region", "version", "library_path",
-    "Backend", "CudaCopy", "Dtype", "FileIO", "Fsync", "Level", "Memory", "Order", "Status", "Tier",
+    "Cache", "CacheEvent", "CacheStats", "CacheRemote", "CacheTier", "EventKind", "key_chain", "key_chain_all", "key_salt",
+    "tier_name", "Backend", "CudaCopy", "Dtype", "FileEngine", "FileIO", "Fsync", "Level", "Memory", "Order", "Status", "Tier",
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",

@@ -3,12 +3,14 @@
 import ctypes
 import numbers
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, List, NamedTuple, Optional
 
 from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
-from ._enums import Backend, CudaCopy, Dtype, FileIO, Fsync, Level, Memory, Order, Status, Tier, status
+from ._enums import (Backend, CudaCopy, Dtype, FileEngine, FileIO, Fsync, Level, Memory, Order, Status, Tier,
+                     status)
 from ._errors import check, make_error
 
 L = _lib.lib
@@ -116,6 +118,7 @@ class Info:
     uring_built: bool
     device_name: str
     cuda_error: str
+    remote_built: bool = False
 
 
 def info() -> Info:
@@ -125,7 +128,7 @@ def info() -> Info:
     check(L.kvf_info_get(ctypes.byref(i)))
     return Info(bool(i.cuda_built), i.cuda_devices, i.cuda_runtime, bool(i.cufile_present),
                 bool(i.uring_built), i.device_name.decode(errors="replace"),
-                i.cuda_error.decode(errors="replace"))
+                i.cuda_error.decode(errors="replace"), bool(i.remote_built))
 
 
 # ---- moves ---------------------------------------------------------------------
@@ -339,10 +342,110 @@ class _ViewOwner:
         self.__array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
 
 
+# ---- handles and what issues tickets ---------------------------------------------
+
+
+class _Handle:
+    """A C handle closed by close() (idempotent), a context manager, and
+    closed when collected. Subclasses set _what ("engine", "cache")."""
+
+    _what = "handle"
+    _handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def _h(self):
+        if self._handle is None:
+            raise make_error(Status.ERR_STATE, f"{self._what} is closed")
+        return self._handle
+
+
+class _Issuer(_Handle):
+    """Tickets of an Engine (kvf_wait / kvf_poll) or a Cache (kvf_cache_wait /
+    kvf_cache_poll): set _wait_fn and _poll_fn, _h() and _pending / _lock."""
+
+    _wait_fn = _poll_fn = None
+
+    def _result(self, ticket_id, count, block):
+        per = (_lib.c_status * max(count, 1))(*([_SENTINEL] * max(count, 1)))
+        fn = self._wait_fn if block else self._poll_fn
+        ret = fn(self._h(), ticket_id, per if count else None)
+        if ret == Status.INPROGRESS:
+            return None
+        if ret < 0 and (count == 0 or per[0] == _SENTINEL):
+            raise make_error(ret)  # the call itself failed (unknown ticket, ...)
+        with self._lock:
+            self._pending.pop(ticket_id, None)
+        return [status(per[i]) for i in range(count)]
+
+    def _issue(self, ticket_id: int, count: int) -> Ticket:
+        with self._lock:
+            self._pending[ticket_id] = count
+        return Ticket(self, ticket_id, count)
+
+    def _ticket(self, ticket) -> Ticket:
+        if isinstance(ticket, Ticket):
+            return ticket
+        tid = int(ticket)
+        with self._lock:
+            n = self._pending.get(tid, 0)
+        return Ticket(self, tid, n)
+
+    def poll(self, ticket) -> Optional[List[Status]]:
+        """As Ticket.poll, for a Ticket or a ticket number. A number never
+        issued here, or one already retired, raises UnknownTicket."""
+        return self._ticket(ticket).poll()
+
+    def wait(self, ticket, check: bool = False) -> List[Status]:
+        """As Ticket.wait, for a Ticket or a ticket number."""
+        return self._ticket(ticket).wait(check)
+
+
+def _uint_array(values, what, bits=64, item="value"):
+    """(pointer, count, keepalive) of an array of unsigned `bits`-bit ints
+    (64 or 32) from one int, a list of ints or an integer NumPy array."""
+    ctype, limit = (ctypes.c_uint64, 2**64) if bits == 64 else (ctypes.c_uint32, 2**32)
+    if _is_int(values):
+        values = [values]
+    if type(values).__module__ == "numpy" and hasattr(values, "dtype"):
+        import numpy as np
+
+        a = values.reshape(-1)
+        if not np.issubdtype(a.dtype, np.integer):
+            raise make_error(Status.ERR_INVALID, f"{what}: an integer array is needed, not {a.dtype}")
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= limit):
+            raise make_error(Status.ERR_INVALID, f"{what}: each {item} is in 0..2^{bits}-1")
+        a = np.ascontiguousarray(a, dtype=np.uint64 if bits == 64 else np.uint32)
+        return a.ctypes.data, a.shape[0], a
+    seq = list(values)
+    arr = (ctype * max(len(seq), 1))()
+    for i, v in enumerate(seq):
+        if not _is_int(v) or not 0 <= v < limit:
+            raise make_error(Status.ERR_INVALID, f"{what}: entry {i} = {v!r} is not a {item} (0..2^{bits}-1)")
+        arr[i] = int(v)
+    return ctypes.addressof(arr), len(seq), arr
+
+
 # ---- engine --------------------------------------------------------------------
 
 _DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
-                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0)
+                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0,
+                       remote_url=None, remote_ttl_s=0, remote_timeout_ms=0, file_engine=FileEngine.AUTO,
+                       file_queue_depth=0)
 
 
 def _stream_handle(stream):
@@ -360,13 +463,17 @@ def _stream_handle(stream):
                     f"not {type(stream).__name__}")
 
 
-class Engine:
+class Engine(_Issuer):
     """A kvferry engine (kvf_engine). Keyword arguments are the fields of
     kvf_engine_config: backend, device, threads, file_dir, file_namespace,
     file_io, fsync, cuda_copy, cuda_copy_sms. Use it as a context manager,
     or call close(); slot views and registered buffers are valid until then.
 
     Calls may come from several threads; close() must be the last one."""
+
+    _what = "engine"
+    _wait_fn = L.kvf_wait
+    _poll_fn = L.kvf_poll
 
     def __init__(self, **config):
         unknown = set(config) - set(_DEFAULT_CONFIG)
@@ -379,14 +486,19 @@ class Engine:
         self._pools = []
         self._pending = {}  # ticket id -> move count
         self._lock = threading.Lock()
+        self._caches = weakref.WeakSet()  # closed before the engine
         c = _lib.EngineConfig_t()
         c.struct_size = ctypes.sizeof(_lib.EngineConfig_t)
         c.backend = int(Backend(cfg["backend"]))
         c.device = int(cfg["device"])
         c.threads = int(cfg["threads"])
-        fd, ns = cfg["file_dir"], cfg["file_namespace"]
-        self._cstrs = (None if fd is None else str(fd).encode(), None if ns is None else str(ns).encode())
-        c.file_dir, c.file_namespace = self._cstrs
+        fd, ns, url = cfg["file_dir"], cfg["file_namespace"], cfg["remote_url"]
+        self._cstrs = tuple(None if v is None else str(v).encode() for v in (fd, ns, url))
+        c.file_dir, c.file_namespace, c.remote_url = self._cstrs
+        c.remote_ttl_s = int(cfg["remote_ttl_s"])
+        c.remote_timeout_ms = int(cfg["remote_timeout_ms"])
+        c.file_engine = int(FileEngine(cfg["file_engine"]))
+        c.file_queue_depth = int(cfg["file_queue_depth"])
         c.file_io = int(FileIO(cfg["file_io"]))
         c.fsync = int(Fsync(cfg["fsync"]))
         c.cuda_copy = int(CudaCopy(cfg["cuda_copy"]))
@@ -401,6 +513,8 @@ class Engine:
     def close(self) -> None:
         """Waits for every batch in flight, frees the engine, then releases
         the registered caller memory. Idempotent."""
+        for cache in list(getattr(self, "_caches", ())):
+            cache.close()  # a cache must not outlive its engine
         h, self._handle = self._handle, None
         if h:
             L.kvf_engine_destroy(h)
@@ -411,30 +525,9 @@ class Engine:
         self._owners.clear()
         self._pending.clear()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
     def __repr__(self):
         state = self.backend.name.lower() if self._handle else "closed"
         return f"<kvferry.Engine {state}, {len(self._pools)} pools>"
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def _h(self):
-        if self._handle is None:
-            raise make_error(Status.ERR_STATE, "engine is closed")
-        return self._handle
 
     # -- pools --
     @property
@@ -560,9 +653,7 @@ class Engine:
         del keep  # copied by the library
         if detach:
             return None
-        with self._lock:
-            self._pending[t.value] = n
-        return Ticket(self, t.value, n)
+        return self._issue(t.value, n)
 
     def offload(self, to: Tier, moves, *, detach: bool = False) -> Optional[Ticket]:
         """Queues offloads (primary slot -> secondary slot, or -> file key).
@@ -579,34 +670,33 @@ class Engine:
         """Queues primary -> primary copies; as offload."""
         return self._submit(L.kvf_copy, (), moves, detach)
 
-    def _result(self, ticket_id, count, block):
-        per = (_lib.c_status * max(count, 1))(*([_SENTINEL] * max(count, 1)))
-        fn = L.kvf_wait if block else L.kvf_poll
-        ret = fn(self._h(), ticket_id, per if count else None)
-        if ret == Status.INPROGRESS:
-            return None
-        if ret < 0 and (count == 0 or per[0] == _SENTINEL):
-            raise make_error(ret)  # the call itself failed (unknown ticket, ...)
-        with self._lock:
-            self._pending.pop(ticket_id, None)
-        return [status(per[i]) for i in range(count)]
+    def demote(self, moves, *, detach: bool = False) -> Optional[Ticket]:
+        """Queues secondary slot -> file moves (src = secondary slot, dst =
+        block key), leaving the primary slots alone; as offload."""
+        return self._submit(L.kvf_demote, (), moves, detach)
 
-    def _ticket(self, ticket) -> Ticket:
-        if isinstance(ticket, Ticket):
-            return ticket
-        tid = int(ticket)
-        with self._lock:
-            n = self._pending.get(tid, 0)
-        return Ticket(self, tid, n)
+    def promote(self, moves, *, detach: bool = False) -> Optional[Ticket]:
+        """Queues file -> secondary slot moves (src = block key, dst =
+        secondary slot); as offload."""
+        return self._submit(L.kvf_promote, (), moves, detach)
 
-    def poll(self, ticket) -> Optional[List[Status]]:
-        """As Ticket.poll, for a Ticket or a ticket number. A number this
-        engine never issued, or one already retired, raises UnknownTicket."""
-        return self._ticket(ticket).poll()
+    def _remove(self, fn, what, keys, detach):
+        ptr, n, keep = _uint_array(keys, what, 64, "block key")
+        t = _lib.c_ticket()
+        check(fn(self._h(), ptr, n, None if detach else ctypes.byref(t)))
+        del keep
+        return None if detach else self._issue(t.value, n)
 
-    def wait(self, ticket, check: bool = False) -> List[Status]:
-        """As Ticket.wait, for a Ticket or a ticket number."""
-        return self._ticket(ticket).wait(check)
+    def file_remove(self, keys, *, detach: bool = False) -> Optional[Ticket]:
+        """Removes stored blocks from the file tier, in order with the moves
+        queued before on the same keys; a key with no file is not an error.
+        keys: one int, a list of ints or an integer NumPy array."""
+        return self._remove(L.kvf_file_remove, "file_remove", keys, detach)
+
+    def remote_remove(self, keys, *, detach: bool = False) -> Optional[Ticket]:
+        """Removes blocks from the remote tier (for every engine sharing the
+        namespace); as file_remove."""
+        return self._remove(L.kvf_remote_remove, "remote_remove", keys, detach)
 
     def sync_stream(self, stream=None) -> None:
         """Orders work queued on `stream` after every batch queued so far.

@@ -52,6 +52,12 @@ class FileIO(IntEnum):
     GDS = 2
 
 
+class FileEngine(IntEnum):
+    AUTO = 0  # io_uring where built and allowed, else threads
+    URING = 1
+    THREADS = 2
+
+
 class Fsync(IntEnum):
     NONE = 0
     BATCH = 1
@@ -78,6 +84,7 @@ class Level(IntEnum):
 class Tier(IntEnum):
     HOST = 0
     FILE = 1
+    REMOTE = 2  # a Redis server or cluster (Engine(remote_url=...))
 
 
 def status(value: int):
@@ -86,3 +93,27 @@ def status(value: int):
         return Status(value)
     except ValueError:
         return value
+
+
+class CacheTier(IntEnum):
+    """The cache's tiers. Blocks fall through them GPU (when the cache owns
+    GPU blocks), host, disk, remote."""
+
+    HOST = 0  # the engine's secondary slots
+    DISK = 1  # the engine's block files
+    REMOTE = 2  # the engine's remote tier (Redis), shared between caches
+    GPU = 3  # primary slots the cache allocates (Cache(gpu_blocks=...))
+
+
+class CacheRemote(IntEnum):
+    """How a Cache uses its engine's remote tier."""
+
+    OFF = 0
+    WRITE_THROUGH = 1  # puts are stored remotely too; lookups and gets fall back to it
+    READ = 2  # lookups and gets fall back to it; puts leave it alone
+
+
+class EventKind(IntEnum):
+    STORED = 0  # a block entered the cache (tier: where)
+    UPDATED = 1  # a block moved down a tier (from_tier -> tier)
+    REMOVED = 2  # a block left the cache (tier: the one it left)

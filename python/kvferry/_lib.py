@@ -50,6 +50,11 @@ class EngineConfig_t(ctypes.Structure):
         ("fsync", c_enum),
         ("cuda_copy", c_enum),
         ("cuda_copy_sms", ctypes.c_uint32),
+        ("remote_url", ctypes.c_char_p),
+        ("remote_ttl_s", ctypes.c_uint32),
+        ("remote_timeout_ms", ctypes.c_uint32),
+        ("file_engine", c_enum),
+        ("file_queue_depth", ctypes.c_uint32),
     ]
 
 
@@ -76,10 +81,71 @@ class Info_t(ctypes.Structure):
         ("uring_built", ctypes.c_int),
         ("device_name", ctypes.c_char * 128),
         ("cuda_error", ctypes.c_char * 128),
+        ("remote_built", ctypes.c_int),
+    ]
+
+
+class CacheEvent_t(ctypes.Structure):
+    _fields_ = [
+        ("seq", ctypes.c_uint64),
+        ("kind", c_enum),
+        ("key", ctypes.c_uint64),
+        ("tier", c_enum),
+        ("from_", c_enum),
+        ("priority", ctypes.c_uint32),
+    ]
+
+
+CacheEventFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(CacheEvent_t))
+
+
+class CacheConfig_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("host_blocks", ctypes.c_uint64),
+        ("disk_blocks", ctypes.c_uint64),
+        ("offload_min_priority", ctypes.c_uint32),
+        ("disk_admit_uses", ctypes.c_uint32),
+        ("event_queue", ctypes.c_uint32),
+        ("on_event", CacheEventFn),
+        ("on_event_arg", ctypes.c_void_p),
+        ("remote", c_enum),
+        ("gpu_blocks", ctypes.c_uint64),
+    ]
+
+
+CACHE_TIERS = 4  # host, disk, remote, gpu
+CACHE_LATENCY_BUCKETS = 20
+_T2 = ctypes.c_uint64 * CACHE_TIERS
+
+
+class CacheStats_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("blocks", _T2),
+        ("capacity", _T2),
+        ("lookups", ctypes.c_uint64),
+        ("hits", _T2),
+        ("misses", ctypes.c_uint64),
+        ("lookup_blocks", ctypes.c_uint64),
+        ("puts", ctypes.c_uint64),
+        ("put_duplicates", ctypes.c_uint64),
+        ("gets", ctypes.c_uint64),
+        ("bytes_in", _T2),
+        ("bytes_out", _T2),
+        ("evictions", _T2),
+        ("dropped", ctypes.c_uint64),
+        ("failures", ctypes.c_uint64),
+        ("events_dropped", ctypes.c_uint64),
+        ("latency_us", ctypes.c_uint64 * CACHE_LATENCY_BUCKETS),
+        ("latency_count", ctypes.c_uint64),
+        ("latency_sum_us", ctypes.c_uint64),
+        ("remote_errors", ctypes.c_uint64),
     ]
 
 
 assert ctypes.sizeof(Move_t) == 24
+assert ctypes.sizeof(CacheEvent_t) == 40
 
 
 def _candidates():
@@ -148,6 +214,48 @@ _protos = {
     "kvf_wait": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
     "kvf_sync_stream": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
     "kvf_info_get": (c_status, [_P(Info_t)]),
+    "kvf_demote": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_promote": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_file_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_remote_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    # block keys
+    "kvf_key_chain": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]),
+    "kvf_key_chain_all": (
+        ctypes.c_size_t,
+        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t],
+    ),
+    "kvf_key_salt": (ctypes.c_uint64, [ctypes.c_char_p]),
+    # cache
+    "kvf_cache_tier_name": (ctypes.c_char_p, [c_enum]),
+    "kvf_cache_create": (c_status, [ctypes.c_void_p, _P(CacheConfig_t), _P(ctypes.c_void_p)]),
+    "kvf_cache_destroy": (None, [ctypes.c_void_p]),
+    "kvf_cache_lookup": (
+        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t), ctypes.c_void_p]),
+    "kvf_cache_put": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, _P(c_ticket)],
+    ),
+    "kvf_cache_get": (
+        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_cache_wait": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+    "kvf_cache_poll": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+    "kvf_cache_pin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
+    "kvf_cache_unpin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
+    "kvf_cache_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
+    "kvf_cache_alloc": (c_status, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _P(c_ticket)]),
+    "kvf_cache_commit": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_void_p],
+    ),
+    "kvf_cache_free": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
+    "kvf_cache_acquire": (
+        c_status,
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _P(ctypes.c_size_t), _P(c_ticket)],
+    ),
+    "kvf_cache_events": (ctypes.c_size_t, [ctypes.c_void_p, _P(CacheEvent_t), ctypes.c_size_t]),
+    "kvf_cache_stats_get": (c_status, [ctypes.c_void_p, _P(CacheStats_t)]),
+    "kvf_cache_stats_prometheus": (
+        c_status, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
 }
 for _name, (_res, _args) in _protos.items():
     try:

@@ -36,3 +36,16 @@ def engine(tmp_path):
     with kvferry.Engine(backend=kvferry.Backend.HOST, threads=2, file_dir=str(tmp_path / "kv"),
                         file_namespace="pytest") as e:
         yield e
+
+
+def torch_cuda():
+    """torch, when it has CUDA and libkvferry a usable CUDA backend; else
+    skips the calling test module."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device", allow_module_level=True)
+    info = kvferry.info()
+    if not info.cuda_built or info.cuda_devices == 0:
+        pytest.skip(f"libkvferry has no usable CUDA backend ({info.cuda_error or 'built without CUDA'})",
+                    allow_module_level=True)
+    return torch

@@ -6,14 +6,9 @@ importable and libkvferry was built with CUDA and sees a GPU."""
 import pytest
 
 import kvferry as kvf
+from conftest import torch_cuda
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("torch sees no CUDA device", allow_module_level=True)
-_info = kvf.info()
-if not _info.cuda_built or _info.cuda_devices == 0:
-    pytest.skip(f"libkvferry has no usable CUDA backend ({_info.cuda_error or 'built without CUDA'})",
-                allow_module_level=True)
+torch = torch_cuda()
 
 LAYERS, BLOCKS, TOKENS, HEADS, HEAD = 4, 32, 16, 8, 64
 

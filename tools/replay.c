@@ -1,0 +1,1090 @@
+/*
+ * kvferry replay: runs a request trace through a kvf_cache the way a
+ * serving engine would, and checks every block the cache hands back.
+ *
+ * The model. The engine's primary slots (--gpu-blocks) are the serving
+ * engine's KV pool; the cache's tiers are its secondary slots
+ * (--host-blocks) and its file tier (--disk DIR --disk-blocks N). For each
+ * request, in arrival order: its block keys (kvf_key_chain_all of its
+ * tokens, or given), the longest cached prefix (kvf_cache_lookup, then
+ * pinned for the request's life), the hits copied into free primary slots
+ * (kvf_cache_get), the misses "prefilled" (each block written with bytes
+ * derived from its key), every hit compared byte for byte with the bytes of
+ * its key, and all of the request's blocks handed back (kvf_cache_put) as
+ * the engine does when it frees them. A request longer than the primary
+ * pool is run in parts of --gpu-blocks blocks. Puts are not waited for
+ * until their slots are needed again, so gets and puts overlap as they do
+ * in an engine. With --clients N, N threads run requests at once, each with
+ * its share of the primary slots.
+ */
+#include "cli.h"
+#include "trace.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef KVF_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+typedef struct replay_opts {
+    const char *trace_path; /* NULL: generated */
+    kvf_trace_gen gen;
+    bool gen_set;
+    uint32_t requests;
+    uint64_t seed;
+    const char *write_trace;
+    kvf_backend backend;
+    kvf_geometry g;
+    uint32_t pools, gpu_blocks, threads, clients;
+    uint64_t host_blocks, disk_blocks;
+    bool disk_blocks_set, remote_set;
+    const char *disk, *ns, *json, *remote_url;
+    kvf_cache_remote remote;
+    kvf_fsync fsync;
+    uint32_t offload_min_priority, disk_admit_uses;
+    bool prometheus, gpu_tier;
+} replay_opts;
+
+/* A put in flight over primary slots [first, first + n). */
+typedef struct pending {
+    kvf_ticket ticket;
+    uint32_t first, n;
+    size_t req; /* index of the request, for messages */
+} pending;
+
+/* What the replay counts itself, per client and in all. */
+typedef struct counts {
+    uint64_t blocks, tokens, hits[KVF_CACHE_TIERS], got_blocks, verified, prefilled;
+    uint64_t bad_blocks, errors, no_space;
+    uint64_t raced; /* hits evicted between lookup and pin (several clients) */
+    double get_s;
+} counts;
+
+typedef struct replay {
+    const replay_opts *o;
+    const kvf_trace *trace;
+    kvf_engine *e;
+    kvf_cache *c;
+    bool gpu;
+    size_t block_bytes; /* one pool's */
+    atomic_size_t next; /* the next request to run */
+    pthread_mutex_t ev_mu;
+    kvf_cache_event *events;
+    uint64_t events_seen[3], event_gaps, last_seq;
+    counts n; /* summed over the clients */
+    double wall_s;
+} replay;
+
+/* One client: a thread running requests with primary slots of its own,
+ * [base, base + nslots). */
+typedef struct client {
+    replay *rp;
+    const replay_opts *o; /* the replay's, copied for brevity */
+    const kvf_trace *trace;
+    kvf_engine *e;
+    kvf_cache *c;
+    bool gpu;
+    size_t block_bytes;
+    uint32_t base, nslots;
+    uint8_t *want, *got;
+    uint32_t *slots;
+    kvf_key *keys;
+    kvf_cache_tier *tiers;
+    kvf_status *per;
+    size_t keys_cap;
+    kvf_key *akeys, *ukeys; /* --gpu-tier: blocks to compute, blocks to unpin */
+    pending *pend;
+    size_t pend_head, pend_n; /* a FIFO in slot order */
+    uint32_t cursor;
+    counts n;
+    int rc;
+    pthread_t thread;
+} client;
+
+#define EVENT_QUEUE 65536
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The bytes a block holds in one pool: a stream seeded by its key, never a
+ * zero byte (so a copy that did nothing, or zeroed memory, cannot pass). */
+static void key_bytes(kvf_key key, uint32_t pool, uint8_t *p, size_t n)
+{
+    uint64_t s = key ^ (0x9e3779b97f4a7c15ull * (pool + 1));
+    size_t i = 0;
+    for (;;) {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z = (z ^ (z >> 31)) | 0x0101010101010101ull;
+        if (i + 8 > n) {
+            memcpy(p + i, &z, n - i);
+            return;
+        }
+        memcpy(p + i, &z, 8);
+        i += 8;
+    }
+}
+
+/* Reads or writes one pool's primary slot as an engine would: plain memory
+ * on the host backend, cudaMemcpy on a GPU. */
+static int slot_io(client *r, uint32_t pool, uint32_t slot, void *host, bool write)
+{
+    void *p;
+    if (kvf_engine_slot_ptr(r->e, pool, KVF_LEVEL_PRIMARY, slot, &p) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s\n", kvf_last_error());
+        return -1;
+    }
+#ifdef KVF_HAVE_CUDA
+    if (r->gpu) {
+        cudaError_t ce = write ? cudaMemcpy(p, host, r->block_bytes, cudaMemcpyHostToDevice)
+                               : cudaMemcpy(host, p, r->block_bytes, cudaMemcpyDeviceToHost);
+        if (ce != cudaSuccess) {
+            fprintf(stderr, "kvferry replay: pool %u slot %u: cudaMemcpy: %s\n", pool, slot,
+                    cudaGetErrorString(ce));
+            return -1;
+        }
+        return 0;
+    }
+#endif
+    if (write)
+        memcpy(p, host, r->block_bytes);
+    else
+        memcpy(host, p, r->block_bytes);
+    return 0;
+}
+
+static const char *req_name(const kvf_trace_req *q, char *buf, size_t cap)
+{
+    if (q->line)
+        snprintf(buf, cap, "request %s (line %zu)", q->id, q->line);
+    else
+        snprintf(buf, cap, "request %s", q->id);
+    return buf;
+}
+
+/* Prefill: the block's bytes, computed as a model would, into its slot. */
+static int prefill(client *r, kvf_key key, uint32_t slot)
+{
+    for (uint32_t p = 0; p < r->o->pools; p++) {
+        key_bytes(key, p, r->want, r->block_bytes);
+        if (slot_io(r, p, slot, r->want, true))
+            return -1;
+    }
+    r->n.prefilled++;
+    return 0;
+}
+
+/* The end-to-end check: a block got from the cache holds its key's bytes. */
+static int verify(client *r, const kvf_trace_req *q, size_t index, kvf_key key, uint32_t slot,
+                  kvf_cache_tier tier)
+{
+    for (uint32_t p = 0; p < r->o->pools; p++) {
+        key_bytes(key, p, r->want, r->block_bytes);
+        if (slot_io(r, p, slot, r->got, false))
+            return -1;
+        if (memcmp(r->want, r->got, r->block_bytes) != 0) {
+            size_t off = 0;
+            while (r->want[off] == r->got[off])
+                off++;
+            char nm[160];
+            fprintf(stderr,
+                    "kvferry replay: WRONG DATA: %s block %zu key 0x%016llx (from %s): pool %u "
+                    "byte %zu is 0x%02x, expected 0x%02x\n",
+                    req_name(q, nm, sizeof nm), index, (unsigned long long)key,
+                    kvf_cache_tier_name(tier), p, off, r->got[off], r->want[off]);
+            r->n.bad_blocks++;
+            return 0;
+        }
+    }
+    r->n.verified++;
+    return 0;
+}
+
+static int wait_put(client *r)
+{
+    pending *pd = &r->pend[r->pend_head];
+    kvf_status st = kvf_cache_wait(r->c, pd->ticket, r->per);
+    const kvf_trace_req *q = &r->trace->reqs[pd->req];
+    char nm[160];
+    if (st != KVF_OK) {
+        for (uint32_t i = 0; i < pd->n; i++) {
+            if (r->per[i] == KVF_OK)
+                continue;
+            if (r->per[i] == KVF_ERR_NO_SPACE) { /* every victim pinned: not an error */
+                r->n.no_space++;
+                continue;
+            }
+            fprintf(stderr, "kvferry replay: %s: put of slot %u failed: %s\n",
+                    req_name(q, nm, sizeof nm), r->base + pd->first + i, kvf_status_str(r->per[i]));
+            r->n.errors++;
+        }
+        if (st == KVF_ERR_UNKNOWN_TICKET || st == KVF_ERR_INVALID) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_wait: %s\n", req_name(q, nm, sizeof nm),
+                    kvf_last_error());
+            r->n.errors++;
+        }
+    }
+    r->pend_head = (r->pend_head + 1) % r->nslots;
+    r->pend_n--;
+    return 0;
+}
+
+/* n free primary slots in a row, waiting for the puts still reading them. */
+static uint32_t take_slots(client *r, uint32_t n)
+{
+    if (r->cursor + n > r->nslots)
+        r->cursor = 0;
+    uint32_t first = r->cursor;
+    for (;;) {
+        bool busy = false;
+        for (size_t k = 0; k < r->pend_n && !busy; k++) {
+            const pending *pd = &r->pend[(r->pend_head + k) % r->nslots];
+            busy = pd->first < first + n && first < pd->first + pd->n;
+        }
+        if (!busy)
+            break;
+        wait_put(r);
+    }
+    r->cursor = first + n;
+    for (uint32_t i = 0; i < n; i++)
+        r->slots[i] = r->base + first + i;
+    return r->base + first;
+}
+
+/* Drains the cache's event queue, checking that sequence numbers follow
+ * each other. One client at a time, so that they are seen in order. */
+static void drain_events(replay *r)
+{
+    size_t n;
+    pthread_mutex_lock(&r->ev_mu);
+    while ((n = kvf_cache_events(r->c, r->events, EVENT_QUEUE)) > 0)
+        for (size_t i = 0; i < n; i++) {
+            const kvf_cache_event *ev = &r->events[i];
+            if ((unsigned)ev->kind < 3)
+                r->events_seen[ev->kind]++;
+            if (ev->seq != r->last_seq + 1)
+                r->event_gaps += ev->seq > r->last_seq ? ev->seq - r->last_seq - 1 : 1;
+            r->last_seq = ev->seq;
+        }
+    pthread_mutex_unlock(&r->ev_mu);
+}
+
+/* A hit this cache holds (and the request pins), not the remote store's. */
+static bool held_here(kvf_cache_tier tier)
+{
+    return tier == KVF_CACHE_HOST || tier == KVF_CACHE_DISK;
+}
+
+/* Undoes the request's pin of n keys. */
+static void unpin_keys(client *r, const kvf_trace_req *q, const kvf_key *keys, size_t n)
+{
+    char nm[160];
+    if (kvf_cache_unpin(r->c, keys, n) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s: kvf_cache_unpin: %s\n", req_name(q, nm, sizeof nm),
+                kvf_last_error());
+        r->n.errors++;
+    }
+}
+
+/* One part of a request: blocks [s, s + m), of which the first `gets` are
+ * cache hits. */
+static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
+{
+    const kvf_trace_req *q = &r->trace->reqs[qi];
+    char nm[160];
+    uint32_t first = take_slots(r, m);
+    kvf_key *keys = r->keys + s;
+    if (gets) {
+        kvf_ticket t;
+        double t0 = now_s();
+        kvf_status st = kvf_cache_get(r->c, keys, r->slots, gets, &t);
+        if (st != KVF_OK) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_get of %u blocks: %s\n",
+                    req_name(q, nm, sizeof nm), gets, kvf_last_error());
+            r->n.errors++;
+            gets = 0; /* recompute them all */
+        } else {
+            st = kvf_cache_wait(r->c, t, r->per);
+            r->n.get_s += now_s() - t0;
+        }
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        int rc;
+        if (i < gets && r->per[i] == KVF_OK) {
+            r->n.got_blocks++;
+            rc = verify(r, q, s + i, keys[i], first + i, r->tiers[s + i]);
+        } else {
+            if (i < gets) {
+                fprintf(stderr,
+                        "kvferry replay: %s: block %zu key 0x%016llx (from %s): get "
+                        "failed: %s; recomputed\n",
+                        req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
+                        kvf_cache_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i]));
+                r->n.errors++;
+                /* the cache drops a block it could not read back once it is
+                 * unpinned: let go of it now, so that the put below stores
+                 * the recomputed block again */
+                if (held_here(r->tiers[s + i]))
+                    unpin_keys(r, q, r->keys + s + i, 1);
+                r->tiers[s + i] = KVF_CACHE_TIERS; /* held no more */
+            }
+            rc = prefill(r, keys[i], first + i);
+        }
+        if (rc)
+            return -1;
+    }
+    pending *pd = &r->pend[(r->pend_head + r->pend_n) % r->nslots];
+    kvf_status st = kvf_cache_put(r->c, keys, r->slots, m, q->priority, &pd->ticket);
+    if (st != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s: kvf_cache_put of %u blocks: %s\n",
+                req_name(q, nm, sizeof nm), m, kvf_last_error());
+        r->n.errors++;
+        return 0;
+    }
+    pd->first = first - r->base;
+    pd->n = m;
+    pd->req = qi;
+    r->pend_n++;
+    return 0;
+}
+
+static int grow_keys(client *r, size_t n)
+{
+    size_t cap = r->keys_cap; /* both arrays grow alike */
+    if (kvf_trace_grow((void **)&r->keys, &cap, n, sizeof *r->keys, 1024) ||
+        kvf_trace_grow((void **)&r->tiers, &r->keys_cap, n, sizeof *r->tiers, 1024)) {
+        fprintf(stderr, "kvferry replay: out of memory for %zu block keys\n", n);
+        return -1;
+    }
+    return 0;
+}
+
+/* One part of a request when the cache owns the GPU slots (--gpu-tier):
+ * its cached prefix acquired into GPU slots (pinned), slots allocated for
+ * the rest, prefilled and committed, then all of it unpinned. */
+static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t m)
+{
+    const kvf_trace_req *q = &r->trace->reqs[qi];
+    char nm[160];
+    kvf_key *keys = r->keys + s;
+    size_t hits = 0, held = 0, todo = 0;
+    kvf_ticket t;
+    double t0 = now_s();
+    if (kvf_cache_acquire(r->c, keys, m, r->slots, &hits, &t) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s: kvf_cache_acquire of %u blocks: %s\n",
+                req_name(q, nm, sizeof nm), m, kvf_last_error());
+        r->n.errors++;
+        hits = 0;
+    } else {
+        for (size_t i = 0; i < hits; i++)
+            r->per[i] = KVF_ERR_LOST;
+        kvf_cache_wait(r->c, t, r->per);
+        r->n.get_s += now_s() - t0;
+    }
+    for (size_t i = 0; i < hits; i++) {
+        if (r->per[i] == KVF_OK) {
+            r->n.got_blocks++;
+            if (verify(r, q, s + i, keys[i], r->slots[i], r->tiers[s + i]))
+                return -1;
+            r->ukeys[held++] = keys[i];
+            continue;
+        }
+        fprintf(stderr,
+                "kvferry replay: %s: block %zu key 0x%016llx: acquire failed: %s; recomputed\n",
+                req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
+                kvf_status_str(r->per[i]));
+        r->n.errors++;
+        unpin_keys(r, q, keys + i, 1); /* removed at this unpin */
+        r->akeys[todo++] = keys[i];
+    }
+    for (size_t i = hits; i < m; i++)
+        r->akeys[todo++] = keys[i];
+    if (todo) {
+        kvf_status st = kvf_cache_alloc(r->c, todo, r->slots, &t);
+        if (st == KVF_OK)
+            st = kvf_cache_wait(r->c, t, NULL);
+        if (st == KVF_ERR_NO_SPACE) {
+            r->n.no_space += todo; /* not computed into the cache this time */
+            todo = 0;
+        } else if (st != KVF_OK) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_alloc of %zu slots: %s\n",
+                    req_name(q, nm, sizeof nm), todo, kvf_last_error());
+            r->n.errors++;
+            todo = 0;
+        }
+    }
+    for (size_t i = 0; i < todo; i++)
+        if (prefill(r, r->akeys[i], r->slots[i]))
+            return -1;
+    if (todo) {
+        kvf_status st = kvf_cache_commit(r->c, r->akeys, r->slots, todo, q->priority, r->per);
+        if (st == KVF_ERR_INVALID) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_commit: %s\n",
+                    req_name(q, nm, sizeof nm), kvf_last_error());
+            r->n.errors++;
+        }
+        size_t nfree = 0;
+        for (size_t i = 0; i < todo; i++) {
+            if (st != KVF_ERR_INVALID && r->per[i] == KVF_OK) {
+                r->ukeys[held++] = r->akeys[i];
+                continue;
+            }
+            if (st != KVF_ERR_INVALID && r->per[i] == KVF_ERR_STATE)
+                r->n.no_space++; /* another request holds the key's copy */
+            else if (st != KVF_ERR_INVALID)
+                r->n.errors++;
+            r->slots[nfree++] = r->slots[i];
+        }
+        if (nfree && kvf_cache_free(r->c, r->slots, nfree) != KVF_OK) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_free: %s\n", req_name(q, nm, sizeof nm),
+                    kvf_last_error());
+            r->n.errors++;
+        }
+    }
+    if (held)
+        unpin_keys(r, q, r->ukeys, held);
+    return 0;
+}
+
+static int run_request(client *r, size_t qi)
+{
+    const kvf_trace_req *q = &r->trace->reqs[qi];
+    uint32_t tpb = r->o->g.tokens_per_block;
+    char nm[160];
+    size_t n = q->has_keys ? q->n_keys : q->n_tokens / tpb;
+    if (grow_keys(r, n ? n : 1))
+        return -1;
+    if (q->has_keys)
+        memcpy(r->keys, q->keys, n * sizeof *r->keys);
+    else
+        kvf_key_chain_all(q->tokens, q->n_tokens, tpb, q->salt, r->keys, n);
+    r->n.blocks += n;
+    r->n.tokens += q->has_keys ? n * tpb : q->n_tokens;
+    if (n == 0)
+        return 0;
+    size_t hits = 0;
+    if (kvf_cache_lookup(r->c, r->keys, n, &hits, r->tiers) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s: kvf_cache_lookup: %s\n", req_name(q, nm, sizeof nm),
+                kvf_last_error());
+        r->n.errors++;
+        hits = 0;
+    }
+    for (size_t i = 0; i < hits; i++)
+        if ((unsigned)r->tiers[i] < KVF_CACHE_TIERS)
+            r->n.hits[r->tiers[i]]++;
+    if (r->o->gpu_tier) {
+        int rc = 0;
+        for (size_t s = 0; s < n && rc == 0; s += r->nslots)
+            rc = run_part_gpu(r, qi, s, (uint32_t)(n - s < r->nslots ? n - s : r->nslots));
+        drain_events(r->rp);
+        return rc;
+    }
+    /* the request's hits stay cached while its parts run: pinned one by one,
+     * for a hit may have been evicted since the lookup (by another client's
+     * put): the prefix then ends there. Remote hits are the store's. */
+    for (size_t i = 0; i < hits; i++) {
+        if (!held_here(r->tiers[i]))
+            continue;
+        size_t pinned = 0;
+        if (kvf_cache_pin(r->c, r->keys + i, 1, &pinned) != KVF_OK) {
+            fprintf(stderr, "kvferry replay: %s: kvf_cache_pin: %s\n", req_name(q, nm, sizeof nm),
+                    kvf_last_error());
+            r->n.errors++;
+        }
+        if (pinned != 1) {
+            r->n.raced += hits - i;
+            hits = i;
+        }
+    }
+    int rc = 0;
+    for (size_t s = 0; s < n && rc == 0; s += r->nslots) {
+        uint32_t m = (uint32_t)(n - s < r->nslots ? n - s : r->nslots);
+        uint32_t gets = hits > s ? (uint32_t)(hits - s < m ? hits - s : m) : 0;
+        rc = run_part(r, qi, s, m, gets);
+    }
+    for (size_t i = 0, j; i < hits; i = j + 1) { /* the runs still held */
+        for (j = i; j < hits && held_here(r->tiers[j]); j++)
+            ;
+        if (j > i)
+            unpin_keys(r, q, r->keys + i, j - i);
+    }
+    drain_events(r->rp);
+    return rc;
+}
+
+/* ---- clients --------------------------------------------------------------- */
+
+static int client_init(client *cl, replay *r, uint32_t base, uint32_t nslots)
+{
+    memset(cl, 0, sizeof *cl);
+    cl->rp = r;
+    cl->o = r->o;
+    cl->trace = r->trace;
+    cl->e = r->e;
+    cl->c = r->c;
+    cl->gpu = r->gpu;
+    cl->block_bytes = r->block_bytes;
+    cl->base = base;
+    cl->nslots = nslots;
+    cl->want = malloc(r->block_bytes);
+    cl->got = malloc(r->block_bytes);
+    cl->slots = malloc(nslots * sizeof *cl->slots);
+    cl->per = malloc(nslots * sizeof *cl->per);
+    cl->pend = malloc(nslots * sizeof *cl->pend);
+    cl->akeys = malloc(nslots * sizeof *cl->akeys);
+    cl->ukeys = malloc(nslots * sizeof *cl->ukeys);
+    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend || !cl->akeys || !cl->ukeys) {
+        fprintf(stderr, "kvferry replay: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void client_free(client *cl)
+{
+    free(cl->want);
+    free(cl->got);
+    free(cl->slots);
+    free(cl->per);
+    free(cl->pend);
+    free(cl->akeys);
+    free(cl->ukeys);
+    free(cl->keys);
+    free(cl->tiers);
+}
+
+/* Runs requests, the next one not yet taken each time, then waits for its
+ * puts. */
+static void *client_main(void *arg)
+{
+    client *cl = arg;
+    size_t i;
+    while ((i = atomic_fetch_add(&cl->rp->next, 1)) < cl->trace->n)
+        if (run_request(cl, i)) {
+            cl->rc = -1;
+            break;
+        }
+    while (cl->pend_n)
+        wait_put(cl);
+    return NULL;
+}
+
+static void counts_add(counts *sum, const counts *c)
+{
+    sum->blocks += c->blocks;
+    sum->tokens += c->tokens;
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        sum->hits[t] += c->hits[t];
+    sum->got_blocks += c->got_blocks;
+    sum->verified += c->verified;
+    sum->prefilled += c->prefilled;
+    sum->bad_blocks += c->bad_blocks;
+    sum->errors += c->errors;
+    sum->no_space += c->no_space;
+    sum->raced += c->raced;
+    sum->get_s += c->get_s;
+}
+
+/* ---- setup and report ----------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvferry replay [TRACE.jsonl | --gen KIND] [options]\n"
+            "Replays requests through a kvferry cache, checking every block it hands back.\n"
+            "  TRACE.jsonl             one request per line (docs/replay.md); - for stdin\n"
+            "  --gen system-prompt|multi-turn|few-shot|mixed\n"
+            "                          a generated shared-prefix workload (default: mixed)\n"
+            "  --requests N --seed S   of the generated trace (default 200, 1)\n"
+            "  --write-trace FILE      save the trace replayed, as JSONL\n"
+            "  --backend host|cuda|auto  default host\n"
+            "  --gpu-blocks N          primary slots: the serving engine's KV pool (256)\n"
+            "  --gpu-tier              the cache owns the primary slots as its GPU tier\n"
+            "                          (kvf_cache_acquire / alloc / commit / unpin), as the\n"
+            "                          reference engine's block manager does\n"
+            "  --host-blocks N         host tier capacity, in blocks (512; 0: off)\n"
+            "  --disk DIR              disk tier in DIR/NAMESPACE\n"
+            "  --disk-blocks N         disk tier capacity, in blocks (4096 with --disk)\n"
+            "  --ns NAMESPACE          file (and remote) namespace (default replay)\n"
+            "  --remote URL            the engine's remote tier: redis://host:port[/db] or\n"
+            "                          redis-cluster://h1:p1,h2:p2\n"
+            "  --remote-mode write-through|read|off   how the cache uses it (write-through)\n"
+            "  --pools N               pools (tensors) per block (1)\n"
+            "%s"
+            "  --offload-min-priority N  --disk-admit-uses N   cache policy (default 0, 0)\n"
+            "  --clients N             requests run by N threads at once, each with its share\n"
+            "                          of the primary slots (1: in arrival order, a report\n"
+            "                          the same on every run)\n"
+            "  --threads N             engine worker threads (0: default)\n"
+            "  --fsync none|batch|block  disk durability (default none)\n"
+            "  --json FILE             also write the report as JSON\n"
+            "  --prometheus            print the cache's Prometheus metrics at the end\n"
+            "Exits 1 if any block got from the cache differs from what was put, or on any\n"
+            "cache error; 2 on bad options or a bad trace line.\n",
+            kvf_cli_geometry_usage);
+}
+
+static int parse_args(int argc, char **argv, replay_opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int g = kvf_cli_geometry_arg("replay", argc, argv, &i, &o->g);
+        if (g < 0)
+            return -1;
+        if (g > 0)
+            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(a, "--prometheus")) {
+            o->prometheus = true;
+            continue;
+        }
+        if (!strcmp(a, "--gpu-tier")) {
+            o->gpu_tier = true;
+            continue;
+        }
+        if (a[0] != '-' || !strcmp(a, "-")) {
+            if (o->trace_path) {
+                fprintf(stderr, "kvferry replay: one trace file only ('%s')\n", a);
+                return -1;
+            }
+            o->trace_path = a;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+            fprintf(stderr, "kvferry replay: unknown option or missing value: '%s'\n", a);
+            return -1;
+        }
+        const char *name = a + 2, *v = argv[++i];
+        int rc = 0, choice = (int)o->backend;
+        if (!strcmp(name, "gen")) {
+            rc = kvf_trace_gen_parse(v, &o->gen);
+            o->gen_set = true;
+            if (rc)
+                fprintf(stderr, "kvferry replay: --gen: unknown workload '%s'\n", v);
+        } else if (!strcmp(name, "requests")) {
+            rc = kvf_cli_u32("replay", name, v, &o->requests);
+        } else if (!strcmp(name, "seed")) {
+            rc = kvf_cli_u64("replay", name, v, &o->seed);
+        } else if (!strcmp(name, "write-trace")) {
+            o->write_trace = v;
+        } else if (!strcmp(name, "backend")) {
+            static const char *const names[] = {"auto", "host", "cuda", NULL};
+            rc = kvf_cli_choice("replay", name, v, names, &choice);
+            o->backend = (kvf_backend)choice;
+        } else if (!strcmp(name, "gpu-blocks")) {
+            rc = kvf_cli_u32("replay", name, v, &o->gpu_blocks);
+        } else if (!strcmp(name, "host-blocks")) {
+            rc = kvf_cli_u64("replay", name, v, &o->host_blocks);
+        } else if (!strcmp(name, "disk-blocks")) {
+            rc = kvf_cli_u64("replay", name, v, &o->disk_blocks);
+            o->disk_blocks_set = true;
+        } else if (!strcmp(name, "disk")) {
+            o->disk = v;
+        } else if (!strcmp(name, "ns")) {
+            o->ns = v;
+        } else if (!strcmp(name, "pools")) {
+            rc = kvf_cli_u32("replay", name, v, &o->pools);
+        } else if (!strcmp(name, "remote")) {
+            o->remote_url = v;
+        } else if (!strcmp(name, "remote-mode")) {
+            static const char *const names[] = {"off", "write-through", "read", NULL};
+            choice = (int)o->remote;
+            rc = kvf_cli_choice("replay", name, v, names, &choice);
+            o->remote = (kvf_cache_remote)choice;
+            o->remote_set = true;
+        } else if (!strcmp(name, "clients")) {
+            rc = kvf_cli_u32("replay", name, v, &o->clients);
+        } else if (!strcmp(name, "threads")) {
+            rc = kvf_cli_u32("replay", name, v, &o->threads);
+        } else if (!strcmp(name, "offload-min-priority")) {
+            rc = kvf_cli_u32("replay", name, v, &o->offload_min_priority);
+        } else if (!strcmp(name, "disk-admit-uses")) {
+            rc = kvf_cli_u32("replay", name, v, &o->disk_admit_uses);
+        } else if (!strcmp(name, "json")) {
+            o->json = v;
+        } else if (!strcmp(name, "fsync")) {
+            static const char *const names[] = {"none", "batch", "block", NULL};
+            choice = (int)o->fsync;
+            rc = kvf_cli_choice("replay", name, v, names, &choice);
+            o->fsync = (kvf_fsync)choice;
+        } else {
+            fprintf(stderr, "kvferry replay: unknown option '%s'\n", a);
+            rc = -1;
+        }
+        if (rc)
+            return -1;
+    }
+    if (o->trace_path && o->gen_set) {
+        fprintf(stderr, "kvferry replay: a trace file or --gen, not both\n");
+        return -1;
+    }
+    if (!o->pools || !o->gpu_blocks || !o->clients) {
+        fprintf(stderr, "kvferry replay: --pools, --gpu-blocks and --clients must be at least 1\n");
+        return -1;
+    }
+    if (o->gpu_blocks < o->clients) {
+        fprintf(stderr, "kvferry replay: %u clients need at least as many --gpu-blocks\n",
+                o->clients);
+        return -1;
+    }
+    if (o->disk_blocks_set && !o->disk && o->disk_blocks) {
+        fprintf(stderr, "kvferry replay: --disk-blocks needs --disk DIR\n");
+        return -1;
+    }
+    if (!o->disk)
+        o->disk_blocks = 0;
+    else if (!o->disk_blocks_set)
+        o->disk_blocks = 4096;
+    if (o->remote_url && !o->remote_set)
+        o->remote = KVF_CACHE_REMOTE_WRITE_THROUGH;
+    if (o->remote != KVF_CACHE_REMOTE_OFF && !o->remote_url) {
+        fprintf(stderr, "kvferry replay: --remote-mode needs --remote URL\n");
+        return -1;
+    }
+    if (!o->host_blocks && !o->disk_blocks) {
+        fprintf(stderr, "kvferry replay: every tier is off: give --host-blocks or --disk\n");
+        return -1;
+    }
+    if (o->host_blocks > UINT32_MAX) {
+        fprintf(stderr, "kvferry replay: --host-blocks above 2^32 slots\n");
+        return -1;
+    }
+    return 0;
+}
+
+static uint64_t total_hits(const replay *r)
+{
+    uint64_t n = 0;
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        n += r->n.hits[t];
+    return n;
+}
+
+static double pct(uint64_t a, uint64_t b)
+{
+    return b ? 100.0 * (double)a / (double)b : 0;
+}
+
+static void print_report(const replay *r, const kvf_cache_stats *s, const char *source)
+{
+    const replay_opts *o = r->o;
+    uint64_t hit = total_hits(r), miss = r->n.blocks - hit;
+    uint32_t tpb = o->g.tokens_per_block;
+    printf("kvferry replay: %zu requests (%s), %llu blocks of %u tokens, %s backend", r->trace->n,
+           source, (unsigned long long)r->n.blocks, tpb,
+           kvf_backend_name(kvf_engine_backend(r->e)));
+    if (o->clients > 1)
+        printf(", %u clients", o->clients);
+    printf("\n");
+    printf("  block: %u pool(s) x %zu bytes (%s, %ux%ux%ux%ux%u %s)\n", o->pools, r->block_bytes,
+           kvf_dtype_name(o->g.dtype), o->g.layers, o->g.kv_factor, o->g.kv_heads,
+           o->g.tokens_per_block, o->g.head_size,
+           o->g.order == KVF_ORDER_HEAD_MAJOR ? "head-major" : "token-major");
+    printf("  tiers: primary %u slots, host %llu blocks, disk %llu blocks%s%s%s%s\n", o->gpu_blocks,
+           (unsigned long long)o->host_blocks, (unsigned long long)o->disk_blocks,
+           o->disk ? " in " : "", o->disk ? o->disk : "", o->disk ? "/" : "", o->disk ? o->ns : "");
+    if (o->remote != KVF_CACHE_REMOTE_OFF)
+        printf("  remote: %s (%s)\n", o->remote_url,
+               o->remote == KVF_CACHE_REMOTE_READ ? "read only" : "write-through");
+    printf("  hits:");
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        printf(" %s %llu (%.2f%%),", kvf_cache_tier_name((kvf_cache_tier)t),
+               (unsigned long long)r->n.hits[t], pct(r->n.hits[t], r->n.blocks));
+    printf(" misses %llu (%.2f%%)\n", (unsigned long long)miss, pct(miss, r->n.blocks));
+    printf("  prefill saved: %llu of %llu tokens (%.2f%%)\n", (unsigned long long)hit * tpb,
+           (unsigned long long)r->n.tokens, pct(hit * tpb, r->n.tokens));
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        printf("  %s tier: %llu blocks now, %llu bytes in, %llu bytes out, %llu evictions\n",
+               kvf_cache_tier_name((kvf_cache_tier)t), (unsigned long long)s->blocks[t],
+               (unsigned long long)s->bytes_in[t], (unsigned long long)s->bytes_out[t],
+               (unsigned long long)s->evictions[t]);
+    printf("  dropped %llu, failures %llu, puts refused for space %llu, hits evicted before "
+           "their pin %llu, remote errors %llu, errors %llu\n",
+           (unsigned long long)s->dropped, (unsigned long long)s->failures,
+           (unsigned long long)r->n.no_space, (unsigned long long)r->n.raced,
+           (unsigned long long)s->remote_errors, (unsigned long long)r->n.errors);
+    printf("  events: %llu stored, %llu updated, %llu removed, %llu dropped\n",
+           (unsigned long long)r->events_seen[KVF_EVENT_STORED],
+           (unsigned long long)r->events_seen[KVF_EVENT_UPDATED],
+           (unsigned long long)r->events_seen[KVF_EVENT_REMOVED],
+           (unsigned long long)s->events_dropped);
+    printf("  verified: %llu blocks got from the cache, %s\n", (unsigned long long)r->n.verified,
+           r->n.bad_blocks ? "SOME WRONG" : "every byte right");
+    double got_bytes = (double)r->n.got_blocks * r->block_bytes * o->pools;
+    printf("  time: %.3f s wall; gets %.1f MiB in %.3f s (%.2f GB/s)\n", r->wall_s,
+           got_bytes / 1048576, r->n.get_s, r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
+}
+
+static void write_json(const replay *r, const kvf_cache_stats *s, const char *source, FILE *f)
+{
+    const replay_opts *o = r->o;
+    uint64_t hit = total_hits(r);
+    double got_bytes = (double)r->n.got_blocks * r->block_bytes * o->pools;
+    fputs("{\"source\": ", f);
+    kvf_trace_json_string(f, source);
+    fprintf(f,
+            ", \"backend\": \"%s\", \"requests\": %zu, \"blocks\": %llu, \"tokens\": %llu, "
+            "\"tokens_per_block\": %u, \"pools\": %u, \"block_bytes\": %zu,\n"
+            " \"gpu_blocks\": %u, \"clients\": %u, \"host_blocks\": %llu, \"disk_blocks\": %llu,\n",
+            kvf_backend_name(kvf_engine_backend(r->e)), r->trace->n,
+            (unsigned long long)r->n.blocks, (unsigned long long)r->n.tokens, o->g.tokens_per_block,
+            o->pools, r->block_bytes, o->gpu_blocks, o->clients, (unsigned long long)o->host_blocks,
+            (unsigned long long)o->disk_blocks);
+    for (int pass = 0; pass < 2; pass++) {
+        fprintf(f, " \"%s\": {", pass ? "hit_rate" : "hits");
+        for (int t = 0; t < KVF_CACHE_TIERS; t++) {
+            fprintf(f, "%s\"%s\": ", t ? ", " : "", kvf_cache_tier_name((kvf_cache_tier)t));
+            if (pass)
+                fprintf(f, "%.6f", pct(r->n.hits[t], r->n.blocks) / 100);
+            else
+                fprintf(f, "%llu", (unsigned long long)r->n.hits[t]);
+        }
+        fprintf(f, "},");
+    }
+    fprintf(f,
+            " \"misses\": %llu, \"miss_rate\": %.6f,\n"
+            " \"prefill_tokens_saved\": %llu, \"prefill_saved_share\": %.6f,\n",
+            (unsigned long long)(r->n.blocks - hit), pct(r->n.blocks - hit, r->n.blocks) / 100,
+            (unsigned long long)hit * o->g.tokens_per_block,
+            pct(hit * o->g.tokens_per_block, r->n.tokens) / 100);
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        fprintf(f,
+                " \"%s\": {\"blocks\": %llu, \"bytes_in\": %llu, \"bytes_out\": %llu, "
+                "\"evictions\": %llu},\n",
+                kvf_cache_tier_name((kvf_cache_tier)t), (unsigned long long)s->blocks[t],
+                (unsigned long long)s->bytes_in[t], (unsigned long long)s->bytes_out[t],
+                (unsigned long long)s->evictions[t]);
+    fprintf(f,
+            " \"dropped\": %llu, \"failures\": %llu, \"no_space\": %llu, \"raced\": %llu, "
+            "\"remote_errors\": %llu, \"errors\": %llu,\n"
+            " \"events\": {\"stored\": %llu, \"updated\": %llu, \"removed\": %llu, "
+            "\"dropped\": %llu},\n"
+            " \"verified_blocks\": %llu, \"wrong_blocks\": %llu, \"verified\": %s,\n"
+            " \"wall_s\": %.6f, \"get_s\": %.6f, \"get_bytes\": %.0f, \"get_gbs\": %.4f}\n",
+            (unsigned long long)s->dropped, (unsigned long long)s->failures,
+            (unsigned long long)r->n.no_space, (unsigned long long)r->n.raced,
+            (unsigned long long)s->remote_errors, (unsigned long long)r->n.errors,
+            (unsigned long long)r->events_seen[0], (unsigned long long)r->events_seen[1],
+            (unsigned long long)r->events_seen[2], (unsigned long long)s->events_dropped,
+            (unsigned long long)r->n.verified, (unsigned long long)r->n.bad_blocks,
+            r->n.bad_blocks ? "false" : "true", r->wall_s, r->n.get_s, got_bytes,
+            r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
+}
+
+static int load_trace(replay_opts *o, kvf_trace *t, char *source, size_t cap)
+{
+    if (!o->trace_path) {
+        if (kvf_trace_generate(o->gen, o->requests, o->seed, t)) {
+            fprintf(stderr, "kvferry replay: out of memory generating the trace\n");
+            return -1;
+        }
+        snprintf(source, cap, "%s, seed %llu", kvf_trace_gen_name(o->gen),
+                 (unsigned long long)o->seed);
+    } else {
+        bool stdin_ = !strcmp(o->trace_path, "-");
+        FILE *f = stdin_ ? stdin : fopen(o->trace_path, "r");
+        if (!f) {
+            fprintf(stderr, "kvferry replay: %s: %s\n", o->trace_path, strerror(errno));
+            return -1;
+        }
+        int rc = kvf_trace_read(f, stdin_ ? "stdin" : o->trace_path, t);
+        if (!stdin_)
+            fclose(f);
+        if (rc)
+            return -1;
+        kvf_trace_sort(t);
+        snprintf(source, cap, "%s", o->trace_path);
+    }
+    if (o->write_trace) {
+        FILE *f = fopen(o->write_trace, "w");
+        int rc = f ? kvf_trace_write(t, f) : -1;
+        if (f && fclose(f))
+            rc = -1;
+        if (rc) {
+            fprintf(stderr, "kvferry replay: --write-trace %s: %s\n", o->write_trace,
+                    strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The engine and cache of a replay (or of `kvferry stats`): one pool per
+ * --pools of the geometry, secondary slots for the host tier. */
+static int open_replay(replay *r)
+{
+    const replay_opts *o = r->o;
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = o->backend;
+    cfg.threads = o->threads;
+    cfg.file_dir = o->disk;
+    cfg.file_namespace = o->ns;
+    cfg.fsync = o->fsync;
+    cfg.remote_url = o->remote_url;
+    if (kvf_engine_create(&cfg, &r->e) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: engine: %s\n", kvf_last_error());
+        return -1;
+    }
+    r->gpu = kvf_engine_backend(r->e) == KVF_BACKEND_CUDA;
+    for (uint32_t p = 0; p < o->pools; p++) {
+        kvf_pool_desc prim = {r->gpu ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST, NULL, 0, o->gpu_blocks};
+        kvf_pool_desc sec = {r->gpu ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST, NULL, 0,
+                             (uint32_t)o->host_blocks};
+        if (kvf_engine_add_pool(r->e, &o->g, &prim, o->host_blocks ? &sec : NULL, NULL) != KVF_OK) {
+            fprintf(stderr, "kvferry replay: pool %u: %s\n", p, kvf_last_error());
+            return -1;
+        }
+    }
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = o->host_blocks;
+    cc.disk_blocks = o->disk_blocks;
+    cc.offload_min_priority = o->offload_min_priority;
+    cc.disk_admit_uses = o->disk_admit_uses;
+    cc.event_queue = EVENT_QUEUE;
+    cc.remote = o->remote;
+    cc.gpu_blocks = o->gpu_tier ? o->gpu_blocks : 0;
+    if (kvf_cache_create(r->e, &cc, &r->c) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: cache: %s\n", kvf_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+int kvf_cli_replay(int argc, char **argv)
+{
+    replay_opts o = {
+        .gen = KVF_GEN_MIXED,
+        .requests = 200,
+        .seed = 1,
+        .backend = KVF_BACKEND_HOST,
+        .g = {4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
+        .pools = 1,
+        .gpu_blocks = 256,
+        .clients = 1,
+        .host_blocks = 512,
+        .ns = "replay",
+        .fsync = KVF_FSYNC_NONE,
+    };
+    if (parse_args(argc, argv, &o)) {
+        fprintf(stderr, "kvferry replay --help lists the options\n");
+        return 2;
+    }
+    replay r;
+    memset(&r, 0, sizeof r);
+    r.o = &o;
+    kvf_trace trace = {0};
+    client *clients = NULL;
+    uint32_t started;
+    bool mutex = false;
+    char source[4200];
+    int rc = 1;
+    if (kvf_geometry_block_bytes(&o.g, &r.block_bytes) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: geometry: %s\n", kvf_last_error());
+        return 2;
+    }
+    if (load_trace(&o, &trace, source, sizeof source))
+        return 2;
+    r.trace = &trace;
+    r.events = malloc(EVENT_QUEUE * sizeof *r.events);
+    clients = calloc(o.clients, sizeof *clients);
+    if (!r.events || !clients) {
+        fprintf(stderr, "kvferry replay: out of memory\n");
+        goto out;
+    }
+    pthread_mutex_init(&r.ev_mu, NULL);
+    mutex = true;
+    if (open_replay(&r))
+        goto out;
+    double t0 = now_s();
+    uint32_t per_client = o.gpu_blocks / o.clients;
+    for (uint32_t k = 0; k < o.clients; k++)
+        if (client_init(&clients[k], &r, k * per_client,
+                        k + 1 < o.clients ? per_client : o.gpu_blocks - k * per_client))
+            goto out;
+    started = 0;
+    if (o.clients == 1) {
+        client_main(&clients[0]);
+    } else {
+        for (; started < o.clients; started++)
+            if (pthread_create(&clients[started].thread, NULL, client_main, &clients[started])) {
+                fprintf(stderr, "kvferry replay: cannot start client thread %u\n", started);
+                r.n.errors++;
+                break;
+            }
+        for (uint32_t k = 0; k < started; k++)
+            pthread_join(clients[k].thread, NULL);
+    }
+    for (uint32_t k = 0; k < o.clients; k++) {
+        if (clients[k].rc)
+            goto out;
+        counts_add(&r.n, &clients[k].n);
+    }
+    /* the cache's own moves down a tier, queued behind the last puts */
+    if (kvf_sync_stream(r.e, NULL) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: kvf_sync_stream: %s\n", kvf_last_error());
+        r.n.errors++;
+    }
+    r.wall_s = now_s() - t0;
+    drain_events(&r);
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    if (kvf_cache_stats_get(r.c, &s) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: stats: %s\n", kvf_last_error());
+        goto out;
+    }
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        if (s.hits[t] != r.n.hits[t]) {
+            fprintf(stderr,
+                    "kvferry replay: the cache's stats count %llu %s hits, its lookups "
+                    "returned %llu\n",
+                    (unsigned long long)s.hits[t], kvf_cache_tier_name((kvf_cache_tier)t),
+                    (unsigned long long)r.n.hits[t]);
+            r.n.errors++;
+        }
+    if (r.event_gaps > s.events_dropped) {
+        fprintf(stderr, "kvferry replay: %llu event sequence numbers missing, %llu dropped\n",
+                (unsigned long long)r.event_gaps, (unsigned long long)s.events_dropped);
+        r.n.errors++;
+    }
+    print_report(&r, &s, source);
+    if (o.json) {
+        FILE *f = fopen(o.json, "w");
+        if (!f) {
+            fprintf(stderr, "kvferry replay: %s: %s\n", o.json, strerror(errno));
+            r.n.errors++;
+        } else {
+            write_json(&r, &s, source, f);
+            if (fclose(f)) {
+                fprintf(stderr, "kvferry replay: %s: %s\n", o.json, strerror(errno));
+                r.n.errors++;
+            }
+        }
+    }
+    if (o.prometheus && kvf_cli_print_prometheus(r.c))
+        r.n.errors++;
+    rc = r.n.bad_blocks || r.n.errors ? 1 : 0;
+out:
+    for (uint32_t k = 0; clients && k < o.clients; k++)
+        client_free(&clients[k]);
+    free(clients);
+    kvf_cache_destroy(r.c);
+    kvf_engine_destroy(r.e);
+    if (mutex)
+        pthread_mutex_destroy(&r.ev_mu);
+    kvf_trace_free(&trace);
+    free(r.events);
+    return rc;
+}
