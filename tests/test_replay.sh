@@ -102,13 +102,18 @@ grep -q '"clients": 4' "$tmp/clients.json"
 if "$kvf" replay --clients 9 --gpu-blocks 8 2>/dev/null; then exit 1; fi
 
 # ---- the cache owns the GPU blocks (--gpu-tier: acquire, alloc, commit,
-# unpin); one client (several meet a cache bug: /tmp/cache-issues.md, 0)
+# unpin); one client, then three sharing prefixes at once (which found a
+# cache bug: an acquire in place not waiting for another's copy up)
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --gpu-tier --host-blocks 64 \
     --disk "$tmp/d5" --disk-blocks 512 --json "$tmp/gpu.json" >/dev/null
 positive "gpu hits" "$(field gpu "$tmp/gpu.json" hits)"
 positive "disk hits under a gpu tier" "$(field disk "$tmp/gpu.json" hits)"
 zero "gpu tier errors" "$(field errors "$tmp/gpu.json")"
 grep -q '"verified": true' "$tmp/gpu.json"
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 96 --gpu-tier --host-blocks 128 \
+    --disk "$tmp/d6" --disk-blocks 1024 --clients 3 --json "$tmp/gpu3.json" >/dev/null
+zero "gpu tier errors, 3 clients" "$(field errors "$tmp/gpu3.json")"
+grep -q '"verified": true' "$tmp/gpu3.json"
 
 # ---- disk only
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 0 --disk "$tmp/d2" \

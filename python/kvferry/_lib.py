@@ -115,8 +115,9 @@ class CacheConfig_t(ctypes.Structure):
 
 
 CACHE_TIERS = 4  # host, disk, remote, gpu
+CACHE_TIER_SLOTS = 8  # per-tier counters have room for tiers to come (KVF_CACHE_TIER_SLOTS)
 CACHE_LATENCY_BUCKETS = 20
-_T2 = ctypes.c_uint64 * CACHE_TIERS
+_T2 = ctypes.c_uint64 * CACHE_TIER_SLOTS
 
 
 class CacheStats_t(ctypes.Structure):

@@ -44,7 +44,7 @@ def test_struct_sizes():
     assert ctypes.sizeof(_lib.EngineConfig_t) == 80
     assert ctypes.sizeof(_lib.Info_t) == 288
     assert ctypes.sizeof(_lib.CacheConfig_t) == 72
-    assert ctypes.sizeof(_lib.CacheStats_t) == 456
+    assert ctypes.sizeof(_lib.CacheStats_t) == 648
     assert ctypes.sizeof(_lib.CacheEvent_t) == 40
     assert kvf.move_dtype().itemsize == 24
 
