@@ -18,6 +18,8 @@ if [ -d .deps/root ]; then
     export PKG_CONFIG_PATH=$D/root/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=$D/root
     export LD_LIBRARY_PATH=$D/root/usr/lib/x86_64-linux-gnu:$D/redis/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export PATH=$D/redis/bin:$PATH
+    # the code includes <hiredis/hiredis.h> and <liburing.h>; hiredis.pc names .../include/hiredis
+    export CPATH=$D/root/usr/include LIBRARY_PATH=$D/root/usr/lib/x86_64-linux-gnu
 fi
 B=build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&

@@ -81,12 +81,14 @@ static int tb_add_random(gen_state *g, tokbuf *b, size_t n)
 /* A request's tokens: `prefix` then `tail` fresh random tokens. */
 static int make_req(gen_state *g, const tokbuf *prefix, uint32_t tail, kvf_trace_req *q)
 {
+    if (prefix->n > (SIZE_MAX / sizeof *q->tokens) - 1 - tail)
+        return -1;
     q->n_tokens = prefix->n + tail;
     q->tokens = malloc((q->n_tokens ? q->n_tokens : 1) * sizeof *q->tokens);
     if (!q->tokens)
         return -1;
-    for (size_t i = 0; i < prefix->n; i++)
-        q->tokens[i] = prefix->t[i];
+    if (prefix->n)
+        memcpy(q->tokens, prefix->t, prefix->n * sizeof *q->tokens);
     for (size_t i = prefix->n; i < q->n_tokens; i++)
         q->tokens[i] = (uint32_t)(next_u64(&g->rng) % VOCAB);
     return 0;
