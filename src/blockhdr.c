@@ -38,28 +38,6 @@ static void put_le32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 uint64_t kvf__ns_hash(const char *ns)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -90,12 +68,12 @@ void kvf__block_header_pack(const kvf__block_header *h, uint8_t *out)
     memcpy(out, magic, 8);
     put_le32(out + 8, FORMAT_VERSION);
     put_le32(out + 12, HDR);
-    put_le64(out + 16, h->fingerprint);
-    put_le64(out + 24, h->ns_hash);
-    put_le64(out + 32, h->key);
+    kvf__put_le64(out + 16, h->fingerprint);
+    kvf__put_le64(out + 24, h->ns_hash);
+    kvf__put_le64(out + 32, h->key);
     put_le32(out + 40, h->tokens);
     put_le32(out + 44, h->pools);
-    put_le64(out + 48, h->payload_bytes);
+    kvf__put_le64(out + 48, h->payload_bytes);
     put_le32(out + 56, h->payload_crc);
     put_le32(out + 60, kvf__crc32c(0, out, 60));
 }
@@ -104,26 +82,26 @@ kvf_status kvf__block_header_parse(const uint8_t *in, const char *what, kvf__blo
 {
     if (memcmp(in, magic, 8) != 0)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: not a stored block (bad magic)", what);
-    uint32_t version = get_le32(in + 8);
+    uint32_t version = kvf__get_le32(in + 8);
     if (version != FORMAT_VERSION)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: format version %u, expected %u", what, version,
                          FORMAT_VERSION);
-    uint32_t hdr_bytes = get_le32(in + 12);
+    uint32_t hdr_bytes = kvf__get_le32(in + 12);
     if (hdr_bytes != HDR)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: header of %u bytes, expected %u", what, hdr_bytes,
                          HDR);
-    uint32_t crc = get_le32(in + 60), crc_now = kvf__crc32c(0, in, 60);
+    uint32_t crc = kvf__get_le32(in + 60), crc_now = kvf__crc32c(0, in, 60);
     if (crc != crc_now)
         return kvf__fail(KVF_ERR_CORRUPT,
                          "%s: header checksum mismatch (stored 0x%08x, computed 0x%08x)", what, crc,
                          crc_now);
-    h->fingerprint = get_le64(in + 16);
-    h->ns_hash = get_le64(in + 24);
-    h->key = get_le64(in + 32);
-    h->tokens = get_le32(in + 40);
-    h->pools = get_le32(in + 44);
-    h->payload_bytes = get_le64(in + 48);
-    h->payload_crc = get_le32(in + 56);
+    h->fingerprint = kvf__get_le64(in + 16);
+    h->ns_hash = kvf__get_le64(in + 24);
+    h->key = kvf__get_le64(in + 32);
+    h->tokens = kvf__get_le32(in + 40);
+    h->pools = kvf__get_le32(in + 44);
+    h->payload_bytes = kvf__get_le64(in + 48);
+    h->payload_crc = kvf__get_le32(in + 56);
     return KVF_OK;
 }
 

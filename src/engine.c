@@ -1473,34 +1473,28 @@ refuse:
     return st;
 }
 
+/* A batch to or from one of the tiers below the primary slots: the kind
+ * for each tier in kvf_tier's order. */
+static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, const op_kind kinds[3],
+                              const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+{
+    if ((unsigned)tier > KVF_TIER_REMOTE)
+        return kvf__fail(KVF_ERR_INVALID, "%s: tier %d unknown", fn, (int)tier);
+    return submit(e, kinds[tier], moves, n, ticket_p);
+}
+
 kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    switch (to) {
-    case KVF_TIER_HOST:
-        return submit(e, OP_OFFLOAD_HOST, moves, n, ticket_p);
-    case KVF_TIER_FILE:
-        return submit(e, OP_OFFLOAD_FILE, moves, n, ticket_p);
-    case KVF_TIER_REMOTE:
-        return submit(e, OP_OFFLOAD_REMOTE, moves, n, ticket_p);
-    default:
-        return kvf__fail(KVF_ERR_INVALID, "kvf_offload: tier %d unknown", (int)to);
-    }
+    static const op_kind kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    return submit_tier(e, "kvf_offload", to, kinds, moves, n, ticket_p);
 }
 
 kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    switch (from) {
-    case KVF_TIER_HOST:
-        return submit(e, OP_ONBOARD_HOST, moves, n, ticket_p);
-    case KVF_TIER_FILE:
-        return submit(e, OP_ONBOARD_FILE, moves, n, ticket_p);
-    case KVF_TIER_REMOTE:
-        return submit(e, OP_ONBOARD_REMOTE, moves, n, ticket_p);
-    default:
-        return kvf__fail(KVF_ERR_INVALID, "kvf_onboard: tier %d unknown", (int)from);
-    }
+    static const op_kind kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
+    return submit_tier(e, "kvf_onboard", from, kinds, moves, n, ticket_p);
 }
 
 kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)

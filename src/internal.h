@@ -54,6 +54,24 @@ static inline bool kvf__add_overflows(size_t a, size_t b, size_t *out)
     return __builtin_add_overflow(a, b, out);
 }
 
+/* Little-endian integers in byte buffers (the stored header, hashes). */
+static inline void kvf__put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint64_t kvf__get_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static inline uint32_t kvf__get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* ---- layout (layout.c) ------------------------------------------------- */
 
 /* Bytes of the region for `tokens` tokens (rows * row_bytes). */

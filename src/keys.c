@@ -19,19 +19,6 @@ static uint64_t rotl(uint64_t x, int r)
     return (x << r) | (x >> (64 - r));
 }
 
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static uint64_t round64(uint64_t acc, uint64_t input)
 {
     acc += input * P2;
@@ -65,7 +52,7 @@ static void xxh64_init(xxh64 *s)
 static void stripe(xxh64 *s, const uint8_t *p)
 {
     for (int i = 0; i < 4; i++)
-        s->v[i] = round64(s->v[i], le64(p + 8 * i));
+        s->v[i] = round64(s->v[i], kvf__get_le64(p + 8 * i));
 }
 
 static void xxh64_update(xxh64 *s, const void *data, size_t n)
@@ -105,11 +92,11 @@ static uint64_t xxh64_digest(const xxh64 *s)
     const uint8_t *p = s->mem;
     size_t n = s->memsize;
     for (; n >= 8; p += 8, n -= 8) {
-        h ^= round64(0, le64(p));
+        h ^= round64(0, kvf__get_le64(p));
         h = rotl(h, 27) * P1 + P4;
     }
     if (n >= 4) {
-        h ^= (uint64_t)le32(p) * P1;
+        h ^= (uint64_t)kvf__get_le32(p) * P1;
         h = rotl(h, 23) * P2 + P3;
         p += 4;
         n -= 4;
@@ -134,19 +121,13 @@ uint64_t kvf__xxh64(const void *data, size_t n)
     return xxh64_digest(&s);
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, uint64_t salt)
 {
     xxh64 s;
     xxh64_init(&s);
     uint8_t head[16];
-    put64(head, parent);
-    put64(head + 8, salt);
+    kvf__put_le64(head, parent);
+    kvf__put_le64(head + 8, salt);
     xxh64_update(&s, head, sizeof head);
     uint8_t buf[256];
     size_t fill = 0;
