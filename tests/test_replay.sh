@@ -173,6 +173,7 @@ if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
     zero "remote errors" "$(field remote_errors "$tmp/rd.json")"
     grep -q '"verified": true' "$tmp/rd.json"
     kill $rpid
+    wait $rpid 2>/dev/null || true # gone for certain before the next replay starts
     rpid=
     # the store gone: lookups miss, gets are never wrong
     KVF_LOG=error "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 \
