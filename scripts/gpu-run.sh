@@ -28,6 +28,9 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&
 unset PKG_CONFIG_SYSROOT_DIR
 (cd $B && ctest --output-on-failure 2>&1 | tail -40)
 $B/kvferry info
+# the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
+KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
+    python/tests/test_gpu.py python/tests/test_gpu_cache.py 2>&1 | tail -n 25
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
     for t in "memcheck test_cuda_engine" "memcheck test_cuda_cache" "racecheck test_cuda_backend" \
         "synccheck test_cuda_backend"; do
@@ -39,6 +42,7 @@ fi
 [ -x $B/bench/cuda_paths ] && [ -z "${SKIP_PATHS:-}" ] &&
     timeout 240 $B/bench/cuda_paths >"$OUT/cuda_paths.txt" 2>&1
 # COMPARE_MODES: the KVF_CUDA_COPY values to run --compare under (auto first)
+[ -n "${SKIP_COMPARE:-}" ] && COMPARE_MODES=" "
 for m in ${COMPARE_MODES:-auto}; do
     sfx=$([ "$m" = auto ] && echo "" || echo "-$m")
     KVF_CUDA_COPY=$m timeout 400 $B/kvferry bench --backend cuda --compare \
