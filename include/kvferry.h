@@ -268,13 +268,14 @@ typedef struct kvf_engine_config {
      *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
      * Blocks are stored under kvf:<file_namespace>:<key>, in the file tier's
      * format (header and checksum), so engines on other machines with the
-     * same namespace and layout share them. The server is reached when the
-     * pools are fixed (the first transfer); when it cannot be, remote moves
-     * fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and a new connection is
-     * tried at most once a second. Needs a build with hiredis. */
+     * same namespace and layout share them. The server is reached on the
+     * tier's first use (a remote move, or a cache's remote lookup); when it
+     * cannot be, remote moves fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and
+     * a new connection is tried at most once a second. Needs a build with
+     * hiredis. */
     const char *remote_url;
     uint32_t remote_ttl_s;      /* expiry of stored blocks; 0: none */
-    uint32_t remote_timeout_ms; /* connect and reply timeout; 0: 2000 */
+    uint32_t remote_timeout_ms; /* connect and reply timeout; 0: 1000 to connect, 2000 for replies */
     /* File tier, POSIX path. Files are written and read with O_DIRECT
      * where the file system takes it (buffered, with one log line, where
      * it does not, e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */
@@ -591,9 +592,11 @@ typedef void (*kvf_cache_event_fn)(void *arg, const kvf_cache_event *event);
 /** How a cache uses its engine's remote tier (kvf_engine_config.remote_url). */
 typedef enum kvf_cache_remote {
     KVF_CACHE_REMOTE_OFF = 0,
-    /* every block put is also stored remotely (whatever happens to it
-     * locally); lookups and gets fall back to the remote tier for blocks
-     * not cached here; kvf_cache_remove removes there too */
+    /* every block this cache stores (put, or committed to its GPU tier)
+     * is also stored remotely, in the same call; not a duplicate put, nor
+     * a block it had no room for. Lookups and gets fall back to the
+     * remote tier for blocks not cached here; kvf_cache_remove removes
+     * there too */
     KVF_CACHE_REMOTE_WRITE_THROUGH = 1,
     /* lookups and gets fall back to the remote tier; puts leave it alone
      * (other instances fill it) */
@@ -697,8 +700,9 @@ KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const ui
  * With a remote tier, keys not cached here are fetched from it instead
  * (not pinned: the store owns them), and one found missing there fails its
  * block with KVF_ERR_NOT_FOUND.
- * The blocks are pinned until the ticket completes, and count as used (for
- * LRU and disk admission). A block that cannot be read back whole and
+ * The blocks are pinned until the ticket is waited for or polled to
+ * completion (wait for every get), and count as used (for LRU and disk
+ * admission). A GPU-tier slot is a destination only while handed out. A block that cannot be read back whole and
  * checked (an I/O error, a corrupt file) fails its status, is removed from
  * the cache, and its slot holds no data to use: recompute it.
  * @param ticket_p  required: the primary slots are valid once it completes.
@@ -780,7 +784,8 @@ KVF_API kvf_status kvf_cache_free(kvf_cache *cache, const uint32_t *slots, size_
  * blocks in the GPU tier are pinned where they are; blocks in the host or
  * disk tier are copied into GPU slots (allocated as kvf_cache_alloc does)
  * and move to the GPU tier, pinned. slots[i] receives block i's slot for
- * i < *hits_p. Each acquired block needs one kvf_cache_unpin. The remote
+ * i < *hits_p; keys[] names each block once (KVF_ERR_INVALID otherwise).
+ * Each acquired block needs one kvf_cache_unpin. The remote
  * tier is not consulted here (use kvf_cache_get into allocated slots).
  * @param ticket_p  receives a ticket; the slots hold the blocks once it
  *        completes. A block that could not be read back fails its status

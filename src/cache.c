@@ -38,7 +38,8 @@ struct entry {
     uint64_t gen;       /* changes with every placement */
     uint64_t round;     /* the put round that placed it (see flush) */
     uint32_t slot;      /* host tier: the secondary slot */
-    uint32_t pins;      /* kvf_cache_pin, and gets in flight */
+    uint32_t pins;      /* kvf_cache_pin, acquires, and gets in flight */
+    uint32_t reads;     /* of those, gets in flight (not the caller's to unpin) */
     uint32_t uses;      /* gets, for disk admission */
     uint8_t tier;
     uint8_t priority;
@@ -109,6 +110,9 @@ struct kvf_cache {
     uint8_t *gpu_state;
     uint64_t next_gen;
     uint64_t round; /* see flush */
+    bool deferring; /* a call is assembling batches: see doom */
+    entry **doomed;
+    size_t ndoomed, doomed_cap;
     size_t block_bytes;
     uint32_t primary_slots;
 
@@ -217,9 +221,11 @@ static void lru_append(kvf_cache *c, entry *e)
  * Pinned entries are on no list, so are never returned. */
 static entry *victim_of(kvf_cache *c, kvf_cache_tier t)
 {
+    /* an entry already going (a refused batch's, see doom) is no victim */
     for (uint32_t p = 0; p < PRIORITIES; p++)
-        if (c->lists[t][p].head)
-            return c->lists[t][p].head;
+        for (entry *e = c->lists[t][p].head; e; e = e->next)
+            if (!e->removing)
+                return e;
     return NULL;
 }
 
@@ -254,6 +260,7 @@ typedef struct pending {
     uint64_t *gens;
     size_t *index;
     size_t n, cap;
+    bool checked; /* reads GPU-tier slots: heed a failed write into them */
 } pending;
 
 /* Adds a move to a batch reserved with pending_reserve. */
@@ -461,12 +468,17 @@ static op *op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p
     case OPK_PUT:
     case OPK_REMOTE_PUT:
     case OPK_EVICT:
-        st = kvf_offload(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
+        /* GPU-tier slots are read checked: a copy into one that failed must
+         * not pass its bytes on */
+        st = p->checked || kind == OPK_EVICT
+                 ? kvf__engine_move_checked(eng, engine_tier[tier], false, p->moves, p->n,
+                                            &o->ticket)
+                 : kvf_offload(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
         break;
     case OPK_GET:
     case OPK_ACQUIRE:
         st = tier == KVF_CACHE_GPU
-                 ? kvf_copy(eng, p->moves, p->n, &o->ticket)
+                 ? kvf__engine_move_checked(eng, KVF_TIER_HOST, true, p->moves, p->n, &o->ticket)
                  : kvf_onboard(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
         break;
     case OPK_DEMOTE:
@@ -525,13 +537,42 @@ static void discard(kvf_cache *c, entry *e)
     pending_free(&pb.remove);
 }
 
+/* While a call assembles its batches, an entry a refused batch was about
+ * is marked going but kept (the call's loop may still hold it) and freed
+ * when the call ends (release_doomed). */
+static void doom(kvf_cache *c, entry *e)
+{
+    if (c->ndoomed == c->doomed_cap) {
+        size_t cap = c->doomed_cap ? 2 * c->doomed_cap : 16;
+        entry **v = realloc(c->doomed, cap * sizeof *v);
+        if (!v)
+            return; /* stays marked going: no victim, no hit; freed never (out of memory) */
+        c->doomed = v;
+        c->doomed_cap = cap;
+    }
+    lru_unlink(c, e);
+    e->pins++;
+    c->doomed[c->ndoomed++] = e;
+}
+
+static void unpin_one(kvf_cache *c, entry *e);
+
+/* Frees the entries doomed during the call now ending. Lock held. */
+static void release_doomed(kvf_cache *c)
+{
+    c->deferring = false;
+    while (c->ndoomed)
+        unpin_one(c, c->doomed[--c->ndoomed]);
+}
+
 /* Applies a completed op to the map. Lock held. */
 static void op_apply(kvf_cache *c, op *o, call *k)
 {
     for (size_t i = 0; i < o->n; i++) {
         kvf_status st = o->status[i];
-        if (k && (o->kind == OPK_PUT || o->kind == OPK_GET || o->kind == OPK_ACQUIRE ||
-                  o->kind == OPK_FENCE))
+        if (k && o->index[i] < k->n &&
+            (o->kind == OPK_PUT || o->kind == OPK_GET || o->kind == OPK_ACQUIRE ||
+             o->kind == OPK_FENCE))
             k->status[o->index[i]] = st;
         if (o->tier == KVF_CACHE_REMOTE) {
             /* the store's blocks are not in the map: only counted */
@@ -551,15 +592,17 @@ static void op_apply(kvf_cache *c, op *o, call *k)
             continue;
         }
         entry *e = find(c, o->keys[i]);
-        if (!e || e->gen != o->gens[i])
-            continue; /* removed or placed again since: not this op's business */
-        if (o->kind == OPK_GET || o->kind == OPK_ACQUIRE) {
-            if (st == KVF_OK)
-                c->stats.bytes_out[o->tier] += c->block_bytes;
-            /* an acquired block stays pinned: the caller unpins it */
-            if (o->kind == OPK_GET && --e->pins == 0)
+        if (e && o->kind == OPK_GET && o->tier != KVF_CACHE_REMOTE) {
+            /* the get's pin kept this very entry alive, whatever moved it
+             * since (an acquire to the GPU tier): release it by key */
+            e->reads--;
+            if (--e->pins == 0)
                 lru_append(c, e);
         }
+        if (!e || e->gen != o->gens[i])
+            continue; /* removed or placed again since: not this op's business */
+        if ((o->kind == OPK_GET || o->kind == OPK_ACQUIRE) && st == KVF_OK)
+            c->stats.bytes_out[o->tier] += c->block_bytes;
         /* a get the engine refused read nothing and its block is fine; an
          * acquire refused left its GPU slot without the block */
         bool refused_read = o->kind == OPK_GET && o->ticket == 0;
@@ -572,8 +615,12 @@ static void op_apply(kvf_cache *c, op *o, call *k)
                     (unsigned long long)e->key, kvf_cache_tier_name((kvf_cache_tier)e->tier),
                     kvf_status_str(st));
         }
-        if (e->removing && e->pins == 0)
-            discard(c, e);
+        if (e->removing && e->pins == 0) {
+            if (c->deferring)
+                doom(c, e);
+            else
+                discard(c, e);
+        }
     }
 }
 
@@ -595,6 +642,8 @@ static void submit_into(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending
                        .gens = p->gens,
                        .index = p->index,
                        .status = st};
+        bool was = c->deferring;
+        c->deferring = true;
         for (size_t off = 0; off < p->n; off += 64) {
             stack_op.n = p->n - off < 64 ? p->n - off : 64;
             for (size_t i = 0; i < stack_op.n; i++)
@@ -604,11 +653,15 @@ static void submit_into(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending
             stack_op.gens += 64;
             stack_op.index += 64;
         }
+        c->deferring = was;
         p->n = 0;
         return;
     }
     if (o->ticket == 0) {
+        bool was = c->deferring;
+        c->deferring = true; /* the caller may be holding an entry this frees */
         op_apply(c, o, k);
+        c->deferring = was;
         op_free(o);
     } else if (k) {
         /* in submission order, so completion applies them in that order */
@@ -1018,11 +1071,18 @@ void kvf_cache_destroy(kvf_cache *c)
     free(c->gpu_free);
     free(c->gpu_state);
     free(c->events);
+    free(c->doomed);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
 /* ---- lookup, put, get ------------------------------------------------------- */
+
+static int cmp_key(const void *a, const void *b)
+{
+    kvf_key x = *(const kvf_key *)a, y = *(const kvf_key *)b;
+    return x < y ? -1 : x > y;
+}
 
 static kvf_status check_keys(const char *fn, const kvf_key *keys, size_t n)
 {
@@ -1031,6 +1091,23 @@ static kvf_status check_keys(const char *fn, const kvf_key *keys, size_t n)
             return kvf__fail(KVF_ERR_INVALID, "%s: key %zu is 0 (KVF_KEY_ROOT names no block)", fn,
                              i);
     return KVF_OK;
+}
+
+/* A request names each block once. */
+static kvf_status check_unique(const char *fn, const kvf_key *keys, size_t n)
+{
+    kvf_key *v = malloc(n * sizeof *v);
+    if (!v)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+    memcpy(v, keys, n * sizeof *v);
+    qsort(v, n, sizeof *v, cmp_key);
+    kvf_status st = KVF_OK;
+    for (size_t i = 1; i < n && st == KVF_OK; i++)
+        if (v[i] == v[i - 1])
+            st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice", fn,
+                           (unsigned long long)v[i]);
+    free(v);
+    return st;
 }
 
 static kvf_status check_slots(const kvf_cache *c, const char *fn, const uint32_t *slots, size_t n)
@@ -1177,6 +1254,7 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     pthread_mutex_lock(&c->mu);
     call *k = NULL;
     if (ticket_p && !(k = call_new(c, n))) {
+        release_doomed(c);
         pthread_mutex_unlock(&c->mu);
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
@@ -1244,6 +1322,7 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         c->calls = k;
         *ticket_p = k->id;
     }
+    release_doomed(c);
     pthread_mutex_unlock(&c->mu);
 out:
     pending_free(&pb.remove);
@@ -1276,11 +1355,6 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     kvf_status st = check_keys(fn, keys, n);
     if (st == KVF_OK)
         st = check_slots(c, fn, slots, n);
-    for (size_t i = 0; i < n && st == KVF_OK && c->gpu_state; i++)
-        if (slots[i] < c->capacity[KVF_CACHE_GPU] && c->gpu_state[slots[i]] == GPU_CACHED)
-            st = kvf__fail(KVF_ERR_INVALID,
-                           "%s: block %zu: primary slot %u holds a cached GPU block", fn, i,
-                           slots[i]);
     if (st != KVF_OK)
         return st;
     /* refused here rather than by the engine, which could refuse one
@@ -1308,10 +1382,22 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     }
     pthread_mutex_lock(&c->mu);
     reap(c);
+    /* a GPU-tier slot is a destination only while handed out to the caller */
+    for (size_t i = 0; i < n && c->gpu_state; i++)
+        if (slots[i] < c->capacity[KVF_CACHE_GPU] && c->gpu_state[slots[i]] != GPU_HANDED_OUT) {
+            release_doomed(c);
+            pthread_mutex_unlock(&c->mu);
+            st = kvf__fail(KVF_ERR_INVALID, "%s: block %zu: primary slot %u is the GPU tier's (%s)",
+                           fn, i, slots[i],
+                           c->gpu_state[slots[i]] == GPU_CACHED ? "a cached block"
+                                                                : "not handed out");
+            goto out;
+        }
     bool remote = c->cfg.remote != KVF_CACHE_REMOTE_OFF;
     for (size_t i = 0; i < n && !remote; i++) {
         const entry *e = find(c, keys[i]);
         if (!e || e->removing) {
+            release_doomed(c);
             pthread_mutex_unlock(&c->mu);
             st = kvf__fail(KVF_ERR_NOT_FOUND, "%s: block 0x%016llx (block %zu) is not cached", fn,
                            (unsigned long long)keys[i], i);
@@ -1320,6 +1406,7 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     }
     call *k = call_new(c, n);
     if (!k) {
+        release_doomed(c);
         pthread_mutex_unlock(&c->mu);
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
@@ -1335,6 +1422,7 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         }
         if (e->pins++ == 0)
             lru_unlink(c, e);
+        e->reads++;
         e->uses++;
         kvf_move mv = e->tier == KVF_CACHE_DISK ? (kvf_move){e->key, slots[i], 0}
                                                 : (kvf_move){e->slot, slots[i], 0};
@@ -1347,6 +1435,7 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     k->next = c->calls;
     c->calls = k;
     *ticket_p = k->id;
+    release_doomed(c);
     pthread_mutex_unlock(&c->mu);
 out:
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
@@ -1470,8 +1559,23 @@ kvf_status kvf_cache_alloc(kvf_cache *c, size_t n, uint32_t *slots, kvf_ticket *
             gpu_slot(c, &pb, &slots[i]); /* cannot fail: counted above */
             c->gpu_state[slots[i]] = GPU_HANDED_OUT;
         }
+        /* every copy still reading or writing one (an evicted block's, a
+         * write-through of it) must end before the caller writes it: the
+         * fence waits for them. (A failed copy into one is forgotten at
+         * commit, once the caller has written it whole.) */
+        pending fence = {0};
+        if (pending_reserve(&fence, n)) {
+            for (size_t i = 0; i < n; i++)
+                pending_add(&fence, (kvf_move){slots[i], slots[i], 0}, KVF_KEY_ROOT, 0, 0);
+            flush(c, &pb); /* the evictions first: the fence waits for their reads */
+            submit_into(c, OPK_FENCE, KVF_CACHE_GPU, &fence, k);
+        } else {
+            st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+        }
+        pending_free(&fence);
         call_start(c, k, &pb, ticket_p);
     }
+    release_doomed(c);
     pthread_mutex_unlock(&c->mu);
     put_batches_free(&pb);
     return st;
@@ -1523,7 +1627,11 @@ kvf_status kvf_cache_commit(kvf_cache *c, const kvf_key *keys, const uint32_t *s
                                (unsigned long long)keys[i]);
     kvf_status first = KVF_OK;
     if (st == KVF_OK) {
+        /* the caller wrote these whole: failed copies into them are history
+         * (the alloc's ticket, waited for, ended every read of them) */
+        kvf__engine_clear_poison(c->engine, slots, n);
         c->round++;
+        pb.to_remote.checked = true; /* from GPU-tier slots */
         for (size_t i = 0; i < n; i++) {
             kvf_status bst = KVF_OK;
             entry *old = find(c, keys[i]);
@@ -1559,6 +1667,7 @@ kvf_status kvf_cache_commit(kvf_cache *c, const kvf_key *keys, const uint32_t *s
         flush(c, &pb); /* the write-through, in the background */
         st = first;
     }
+    release_doomed(c);
     pthread_mutex_unlock(&c->mu);
     put_batches_free(&pb);
     return st;
@@ -1593,6 +1702,8 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
     kvf_status st = need_gpu_tier(c, fn);
     if (st == KVF_OK)
         st = check_keys(fn, keys, n);
+    if (st == KVF_OK)
+        st = check_unique(fn, keys, n);
     if (st != KVF_OK)
         return st;
     put_batches pb = {0};
@@ -1610,6 +1721,7 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
     reap(c);
     call *k = call_new(c, n);
     if (!k) {
+        release_doomed(c);
         pthread_mutex_unlock(&c->mu);
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
@@ -1673,6 +1785,7 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
     c->calls = k;
     *ticket_p = k->id;
     *hits_p = h;
+    release_doomed(c);
     pthread_mutex_unlock(&c->mu);
 out:
     free(freed);
@@ -1729,7 +1842,7 @@ kvf_status kvf_cache_unpin(kvf_cache *c, const kvf_key *keys, size_t n)
         uint32_t need = 0;
         for (size_t j = 0; j <= i; j++)
             need += keys[j] == keys[i];
-        if (!e || e->pins < need)
+        if (!e || e->pins - e->reads < need)
             st = kvf__fail(KVF_ERR_STATE, "kvf_cache_unpin: block 0x%016llx (key %zu) is %s",
                            (unsigned long long)keys[i], i, e ? "not pinned" : "not cached");
     }
@@ -1773,6 +1886,7 @@ kvf_status kvf_cache_remove(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
                 pending_add(&remote, (kvf_move){uniq[i], uniq[i], 0}, uniq[i], 0, 0);
         submit_into(c, OPK_REMOTE_REMOVE, KVF_CACHE_REMOTE, &remote, NULL);
     }
+    release_doomed(c);
     pthread_mutex_unlock(&c->mu);
     free(uniq);
     pending_free(&remote);

@@ -114,6 +114,7 @@ struct batch {
     size_t order_cap;
     size_t parts_left;       /* a group: parts not yet complete */
     bool ticketed;           /* the caller holds a ticket for it */
+    bool checked;            /* reads of primary slots heed their poison (the cache's slots) */
     bool retired;            /* its ticket was waited for */
     uint32_t async_left;     /* chunks on the GPU, plus one while issuing */
     kvf_status async_status; /* the first failure of an async batch */
@@ -1222,7 +1223,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
             b->src_dep[i] = r->writer->id;
             if (add_dependency(b, r->writer) != KVF_OK)
                 return KVF_ERR_NOMEM;
-        } else if (rs != SP_PRIMARY || b->kind == OP_FENCE) {
+        } else if (rs != SP_PRIMARY || b->kind == OP_FENCE || b->checked) {
             /* (a fence asks whether the slot's last write landed, too) */
             /* kvferry owns secondary slots and files: a failed write
              * there is known bad until rewritten */
@@ -1331,8 +1332,17 @@ static bool sort_by_secondary(kvf_engine *e, batch *b)
     return true;
 }
 
+static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const kvf_move *moves,
+                               size_t n, kvf_ticket *ticket_p);
+
 static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
                          kvf_ticket *ticket_p)
+{
+    return submit_batch(e, kind, false, moves, n, ticket_p);
+}
+
+static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const kvf_move *moves,
+                               size_t n, kvf_ticket *ticket_p)
 {
     kvf__clear_error();
     if (!e)
@@ -1352,6 +1362,7 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
     b->kind = kind;
     b->queue = kind_queue(kind);
     b->ticketed = ticket_p != NULL;
+    b->checked = checked;
     b->engine = e;
 
     pthread_mutex_lock(&e->submit_mu);
@@ -1455,6 +1466,7 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
             c->queue = b->queue;
             c->engine = e;
             c->group = b;
+            c->checked = b->checked;
             c->group_off = off;
             if (enqueue(e, c) != KVF_OK && !b->ticketed)
                 ret = KVF_ERR_NOMEM;
@@ -1538,6 +1550,24 @@ kvf_status kvf_remote_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_
 }
 
 /* ---- for the cache ----------------------------------------------------------- */
+
+kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const kvf_move *moves,
+                                    size_t n, kvf_ticket *ticket_p)
+{
+    static const op_kind kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    if (!copy && (unsigned)to > KVF_TIER_REMOTE)
+        return kvf__fail(KVF_ERR_INVALID, "offload: tier %d unknown", (int)to);
+    return submit_batch(e, copy ? OP_COPY : kinds[to], true, moves, n, ticket_p);
+}
+
+void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n)
+{
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < n && e->hz_primary; i++)
+        if (slots[i] < e->primary_slots)
+            e->hz_primary[slots[i]].poison = 0;
+    pthread_mutex_unlock(&e->mu);
+}
 
 kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n, kvf_ticket *ticket_p)
 {

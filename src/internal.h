@@ -391,6 +391,16 @@ KVF_INTERNAL kvf_status kvf__engine_freeze(kvf_engine *e);
  * queue itself. */
 KVF_INTERNAL kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n,
                                           kvf_ticket *ticket_p);
+/* kvf_offload to `to` (or kvf_copy when `copy`) whose reads of primary
+ * slots heed a failed earlier write into them (KVF_ERR_LOST), as reads of
+ * secondary slots and files always do: for slots the cache owns, which no
+ * caller writes behind the engine's back. */
+KVF_INTERNAL kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy,
+                                                 const kvf_move *moves, size_t n,
+                                                 kvf_ticket *ticket_p);
+/* Forgets failed writes into primary slots: the cache hands them to a
+ * caller who writes them whole. */
+KVF_INTERNAL void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n);
 /* Slots valid in every pool at `level` (0 before freezing, or without
  * secondary slots in every pool). */
 KVF_INTERNAL uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level);

@@ -725,6 +725,18 @@ static int test_restart(void)
 
 /* ---- faults -------------------------------------------------------------------- */
 
+/* Damages a stored block behind the cache's back. */
+static void flip_byte(const char *path, long off)
+{
+    FILE *fp = fopen(path, "r+b");
+    REQUIRE(fp);
+    fseek(fp, off, SEEK_SET);
+    int ch = fgetc(fp);
+    fseek(fp, off, SEEK_SET);
+    fputc(ch ^ 0x40, fp);
+    fclose(fp);
+}
+
 static int block_path(fixture *f, kvf_key key, char *out, size_t cap)
 {
     return snprintf(out, cap, "%s/cache/%016llx.kvf", f->dir, (unsigned long long)key) < (int)cap
@@ -748,13 +760,7 @@ static int test_faults(void)
     }
     char path[600];
     REQUIRE(block_path(&f, 3, path, sizeof path) == 0);
-    FILE *fp = fopen(path, "r+b");
-    REQUIRE(fp);
-    fseek(fp, 200, SEEK_SET);
-    int ch = fgetc(fp);
-    fseek(fp, 200, SEEK_SET);
-    fputc(ch ^ 0x40, fp);
-    fclose(fp);
+    flip_byte(path, 200);
     kvf_key keys[3] = {2, 3, 4};
     uint32_t slots[3] = {5, 6, 7};
     kvf_ticket t;
@@ -1243,6 +1249,172 @@ static int test_gpu_tier_random(void)
     return 0;
 }
 
+/* Found in review. A get of a GPU-tier block whose acquire copy failed
+ * (the engine done, the cache not yet told): fails, never OK with bytes
+ * that are not the block's. */
+static int test_gpu_get_after_failed_acquire(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.gpu_blocks = 4;
+    cc.disk_blocks = 16;
+    if (fx_init(&f, 16, 0, true, &cc))
+        return 1;
+    kvf_key K = 0x77;
+    fill(&f, 8, K);
+    CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
+    CHECK_EQ_INT(tier_of(&f, K), KVF_CACHE_DISK);
+    char path[600];
+    block_path(&f, K, path, sizeof path);
+    flip_byte(path, 200);
+    uint32_t s;
+    size_t hits;
+    kvf_ticket ta, tg;
+    CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &ta), KVF_OK);
+    CHECK_EQ_INT(hits, 1);
+    usleep(200000); /* the engine completes the failed read */
+    poison(&f, 9);
+    uint32_t d = 9;
+    CHECK_STATUS(kvf_cache_get(f.c, &K, &d, 1, &tg), KVF_OK);
+    kvf_status gs = kvf_cache_wait(f.c, tg, NULL);
+    CHECK(gs == KVF_ERR_LOST || (gs == KVF_OK && expect(&f, 9, K) == 0));
+    CHECK(gs != KVF_OK); /* the copy into the GPU slot failed: so does the get */
+    CHECK_STATUS(kvf_cache_wait(f.c, ta, NULL), KVF_ERR_CORRUPT);
+    kvf_cache_unpin(f.c, &K, 1);
+    fx_done(&f);
+    return 0;
+}
+
+/* A get in flight, then an acquire moving the same key: the get's pin is released all the same. */
+static int test_get_pin_released_after_acquire(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.gpu_blocks = 4;
+    cc.host_blocks = 4;
+    if (fx_init(&f, 16, 4, false, &cc))
+        return 1;
+    kvf_key K = 0x88;
+    fill(&f, 8, K);
+    CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
+    uint32_t d = 9, s;
+    size_t hits;
+    kvf_ticket tg, ta;
+    CHECK_STATUS(kvf_cache_get(f.c, &K, &d, 1, &tg), KVF_OK);
+    CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &ta), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, tg, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, ta, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK);
+    /* K should now be unpinned: a second unpin must fail */
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_ERR_STATE);
+    CHECK_STATUS(kvf_cache_pin(f.c, &K, 1, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK);
+    uint32_t sl[4];
+    kvf_ticket t;
+    CHECK_STATUS(kvf_cache_alloc(f.c, 4, sl, &t), KVF_OK); /* K evictable again */
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    fx_done(&f);
+    return 0;
+}
+
+/* Unpinned before its acquire is waited, a block whose copy failed is not copied down as good. */
+static int test_gpu_failed_acquire_not_passed_down(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.gpu_blocks = 1;
+    cc.host_blocks = 1;
+    cc.disk_blocks = 16;
+    if (fx_init(&f, 16, 1, true, &cc))
+        return 1;
+    kvf_key K = 0x99, K2 = 0x9a;
+    fill(&f, 8, K);
+    CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
+    fill(&f, 8, K2);
+    CHECK_STATUS(put1(&f, K2, 8, 50), KVF_OK);
+    CHECK_EQ_INT(tier_of(&f, K), KVF_CACHE_DISK);
+    char path[600];
+    block_path(&f, K, path, sizeof path);
+    flip_byte(path, 200);
+    uint32_t s;
+    size_t hits;
+    kvf_ticket ta, t;
+    poison(&f, 0);
+    CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &ta), KVF_OK);
+    usleep(200000);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK); /* request cancelled */
+    uint32_t s2;
+    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s2, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, ta, NULL), KVF_ERR_CORRUPT);
+    poison(&f, 9);
+    kvf_status gs = get1(&f, K, 9);
+    CHECK(gs != KVF_OK || expect(&f, 9, K) == 0); /* never another block's bytes */
+    kvf_cache_free(f.c, &s2, 1);
+    fx_done(&f);
+    return 0;
+}
+
+/* A failed copy long gone does not fail a good block later committed into the same slot. */
+static int test_gpu_stale_failure_forgotten(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.gpu_blocks = 1;
+    cc.disk_blocks = 16;
+    if (fx_init(&f, 16, 0, true, &cc))
+        return 1;
+    kvf_key K = 0x55, K2 = 0x56;
+    fill(&f, 8, K);
+    CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
+    char path[600];
+    block_path(&f, K, path, sizeof path);
+    flip_byte(path, 200);
+    uint32_t s;
+    size_t hits;
+    kvf_ticket t;
+    CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_ERR_CORRUPT);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK);
+    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    fill(&f, s, K2);
+    CHECK_STATUS(kvf_cache_commit(f.c, &K2, &s, 1, 50, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K2, 1), KVF_OK);
+    CHECK_STATUS(kvf_cache_acquire(f.c, &K2, 1, &s, &hits, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K2, 1), KVF_OK);
+    CHECK_EQ_INT(tier_of(&f, K2), KVF_CACHE_GPU);
+    fx_done(&f);
+    return 0;
+}
+
+static int test_gpu_acquire_duplicate_keys(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.gpu_blocks = 2;
+    cc.host_blocks = 2;
+    if (fx_init(&f, 16, 2, false, &cc))
+        return 1;
+    kvf_key K = 0x33;
+    uint32_t s;
+    kvf_ticket t;
+    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    fill(&f, s, K);
+    CHECK_STATUS(kvf_cache_commit(f.c, &K, &s, 1, 50, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK);
+    kvf_key kk[2] = {K, K};
+    uint32_t ss[2];
+    size_t hits;
+    /* refused up front: a request names each block once */
+    CHECK_STATUS(kvf_cache_acquire(f.c, kk, 2, ss, &hits, &t), KVF_ERR_INVALID);
+    CHECK_EQ_INT(tier_of(&f, K), KVF_CACHE_GPU);
+    fx_done(&f);
+    return 0;
+}
+
 /* ---- threads ------------------------------------------------------------------- */
 
 typedef struct worker_arg {
@@ -1333,6 +1505,11 @@ int main(void)
     RUN(test_gpu_tier);
     RUN(test_gpu_tier_random);
     RUN(test_gpu_tier_acquire_race);
+    RUN(test_gpu_get_after_failed_acquire);
+    RUN(test_get_pin_released_after_acquire);
+    RUN(test_gpu_failed_acquire_not_passed_down);
+    RUN(test_gpu_stale_failure_forgotten);
+    RUN(test_gpu_acquire_duplicate_keys);
     RUN(test_threads);
     return TEST_RESULT();
 }

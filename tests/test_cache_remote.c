@@ -392,6 +392,64 @@ static int test_stalled_server(void)
     return 0;
 }
 
+/* Found in review: a block committed to the GPU tier and written through,
+ * then evicted and its slot handed out again while the write-through was
+ * still reading it (a slow network, here a slow copy): the store must get
+ * the block's bytes, not the next block's. */
+static uint8_t *g_prim0, *g_sec_lo, *g_sec_hi;
+static int g_delay;
+static kvf_status delay_hook(const kvf__copy *c)
+{
+    const uint8_t *d = c->dst;
+    if (__atomic_load_n(&g_delay, __ATOMIC_ACQUIRE) && c->src == g_prim0 &&
+        !(d >= g_sec_lo && d < g_sec_hi))
+        usleep(300000); /* the remote write-through's gather from the GPU slot: slow network */
+    return KVF_OK;
+}
+
+static int test_gpu_write_through_slot_reuse(void)
+{
+    fixture f;
+    open_engine(&f, url, "rv", 0);
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host_blocks = 4;
+    cc.gpu_blocks = 1;
+    cc.remote = KVF_CACHE_REMOTE_WRITE_THROUGH;
+    CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
+    g_prim0 = slot(&f, 0);
+    void *p;
+    kvf_engine_slot_ptr(f.e, 0, KVF_LEVEL_SECONDARY, 0, &p);
+    g_sec_lo = p;
+    g_sec_hi = g_sec_lo + 4 * block_bytes;
+    uint32_t s;
+    kvf_ticket t;
+    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    CHECK_EQ_INT(s, 0);
+    kvf_key A = 0xA1, B = 0xB2;
+    fill(&f, s, A);
+    kvf__set_copy_hook(delay_hook);
+    __atomic_store_n(&g_delay, 1, __ATOMIC_RELEASE);
+    CHECK_STATUS(kvf_cache_commit(f.c, &A, &s, 1, 50, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_unpin(f.c, &A, 1), KVF_OK);
+    uint32_t s2;
+    /* evicts A to host; its ticket must also wait for A's write-through,
+     * still reading the slot */
+    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s2, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    CHECK_EQ_INT(s2, 0);
+    fill(&f, s2, B); /* the slot is ours now: prefill */
+    usleep(700000);
+    __atomic_store_n(&g_delay, 0, __ATOMIC_RELEASE);
+    kvf__set_copy_hook(NULL);
+    memset(slot(&f, 20), POISON, block_bytes);
+    CHECK_STATUS(move1(&f, false, A, 20, 0), KVF_OK);
+    CHECK(expect(&f, 20, A, 16) == 0); /* the store holds A's bytes, not B's */
+    kvf_cache_free(f.c, &s2, 1);
+    fx_done(&f);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     self_path = argv[0];
@@ -404,6 +462,7 @@ int main(int argc, char **argv)
     RUN(test_cache_write_through);
     RUN(test_wrong_password);
     RUN(test_stalled_server);
+    RUN(test_gpu_write_through_slot_reuse);
     RUN(test_server_down_and_back);
     redis_server_stop(&server);
     return TEST_RESULT();
