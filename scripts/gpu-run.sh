@@ -64,5 +64,12 @@ if [ -z "${SKIP_REPLAY:-}" ] && $B/kvferry replay --help >/dev/null 2>&1; then
         --disk /tmp/kvf-replay-gpu --disk-blocks 4096 >"$OUT/replay-cuda.txt" 2>&1
     echo "kvferry replay --backend cuda: rc=$?"
     tail -n 30 "$OUT/replay-cuda.txt"
+    # the cache owning the GPU blocks, three clients sharing prefixes at once
+    rm -rf /tmp/kvf-replay-gpu2
+    timeout 120 $B/kvferry replay --backend cuda --gen mixed --requests 300 --gpu-tier \
+        --gpu-blocks 256 --host-blocks 512 --clients 3 --disk /tmp/kvf-replay-gpu2 \
+        --disk-blocks 4096 >"$OUT/replay-cuda-gpu-tier.txt" 2>&1
+    echo "kvferry replay --backend cuda --gpu-tier --clients 3: rc=$?"
+    tail -n 14 "$OUT/replay-cuda-gpu-tier.txt"
 fi
 date -u
