@@ -274,8 +274,9 @@ typedef struct kvf_engine_config {
      * a new connection is tried at most once a second. Needs a build with
      * hiredis. */
     const char *remote_url;
-    uint32_t remote_ttl_s;      /* expiry of stored blocks; 0: none */
-    uint32_t remote_timeout_ms; /* connect and reply timeout; 0: 1000 to connect, 2000 for replies */
+    uint32_t remote_ttl_s; /* expiry of stored blocks; 0: none */
+    uint32_t
+        remote_timeout_ms; /* connect and reply timeout; 0: 1000 to connect, 2000 for replies */
     /* File tier, POSIX path. Files are written and read with O_DIRECT
      * where the file system takes it (buffered, with one log line, where
      * it does not, e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */
@@ -702,9 +703,9 @@ KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const ui
  * block with KVF_ERR_NOT_FOUND.
  * The blocks are pinned until the ticket is waited for or polled to
  * completion (wait for every get), and count as used (for LRU and disk
- * admission). A GPU-tier slot is a destination only while handed out. A block that cannot be read back whole and
- * checked (an I/O error, a corrupt file) fails its status, is removed from
- * the cache, and its slot holds no data to use: recompute it.
+ * admission). A GPU-tier slot is a destination only while handed out. A block that cannot be read
+ * back whole and checked (an I/O error, a corrupt file) fails its status, is removed from the
+ * cache, and its slot holds no data to use: recompute it.
  * @param ticket_p  required: the primary slots are valid once it completes.
  */
 KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,

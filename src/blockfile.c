@@ -1124,45 +1124,55 @@ kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *b
     return st;
 }
 
+/* Opens the namespace directory for a walk, on a description of its own:
+ * readdir moves the offset, and dir_fd is shared with every other user of
+ * the directory. */
+static kvf_status walk_open(kvf__blockfile_dir *dir, DIR **d_p)
+{
+    char eb[128];
+    int fd = openat(dir->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return kvf__fail(kvf__errno_status(err), "%s: opendir: %s", dir->root,
+                         errstr(err, eb, sizeof eb));
+    }
+    *d_p = d;
+    return KVF_OK;
+}
+
+/* The next name of a walk; *name_p is NULL at the end. */
+static kvf_status walk_next(const kvf__blockfile_dir *dir, DIR *d, const char **name_p)
+{
+    char eb[128];
+    errno = 0;
+    struct dirent *e = readdir(d);
+    *name_p = e ? e->d_name : NULL;
+    if (!e && errno) {
+        int err = errno;
+        return kvf__fail(kvf__errno_status(err), "%s: readdir: %s", dir->root,
+                         errstr(err, eb, sizeof eb));
+    }
+    return KVF_OK;
+}
+
 kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
                                void (*visit)(void *arg, uint64_t key, kvf_status st,
                                              const char *detail),
                                void *arg)
 {
-    char eb[128];
     if (!dir || !dir->root || !visit)
         return kvf__fail(KVF_ERR_INVALID, "block file scan: NULL argument or directory not open");
-    /* a description of its own: readdir moves the offset, and dir_fd is
-     * shared with every other user of the directory */
-    int fd = openat(dir->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        int err = errno;
-        return kvf__fail(kvf__errno_status(err), "%s: open: %s", dir->root,
-                         errstr(err, eb, sizeof eb));
-    }
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int err = errno;
-        close(fd);
-        return kvf__fail(kvf__errno_status(err), "%s: opendir: %s", dir->root,
-                         errstr(err, eb, sizeof eb));
-    }
-
+    DIR *d;
+    kvf_status ret = walk_open(dir, &d);
+    if (ret != KVF_OK)
+        return ret;
     uint8_t *buf = NULL;
     size_t cap = 0;
-    kvf_status ret = KVF_OK;
-    for (;;) {
-        errno = 0;
-        struct dirent *e = readdir(d);
-        if (!e) {
-            if (errno) {
-                int err = errno;
-                ret = kvf__fail(kvf__errno_status(err), "%s: readdir: %s", dir->root,
-                                errstr(err, eb, sizeof eb));
-            }
-            break;
-        }
-        const char *n = e->d_name;
+    const char *n;
+    while ((ret = walk_next(dir, d, &n)) == KVF_OK && n) {
         uint64_t key;
         if (strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)) {
             kvf__blockfile_meta meta;
@@ -1219,31 +1229,14 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
                                              int64_t mtime_ns),
                                void *arg)
 {
-    char eb[128];
     if (!dir || !dir->root || !visit)
         return kvf__fail(KVF_ERR_INVALID, "block file list: NULL argument or directory not open");
-    int fd = openat(dir->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int err = errno;
-        if (fd >= 0)
-            close(fd);
-        return kvf__fail(kvf__errno_status(err), "%s: opendir: %s", dir->root,
-                         errstr(err, eb, sizeof eb));
-    }
-    kvf_status ret = KVF_OK;
-    for (;;) {
-        errno = 0;
-        struct dirent *ent = readdir(d);
-        if (!ent) {
-            if (errno) {
-                int err = errno;
-                ret = kvf__fail(kvf__errno_status(err), "%s: readdir: %s", dir->root,
-                                errstr(err, eb, sizeof eb));
-            }
-            break;
-        }
-        const char *n = ent->d_name;
+    DIR *d;
+    kvf_status ret = walk_open(dir, &d);
+    if (ret != KVF_OK)
+        return ret;
+    const char *n;
+    while ((ret = walk_next(dir, d, &n)) == KVF_OK && n) {
         uint64_t key;
         if (!(strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)))
             continue;

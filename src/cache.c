@@ -537,6 +537,13 @@ static void discard(kvf_cache *c, entry *e)
     pending_free(&pb.remove);
 }
 
+/* A pinned entry is on no LRU list, so it is never a victim. */
+static void pin_one(kvf_cache *c, entry *e)
+{
+    if (e->pins++ == 0)
+        lru_unlink(c, e);
+}
+
 /* While a call assembles its batches, an entry a refused batch was about
  * is marked going but kept (the call's loop may still hold it) and freed
  * when the call ends (release_doomed). */
@@ -550,8 +557,7 @@ static void doom(kvf_cache *c, entry *e)
         c->doomed = v;
         c->doomed_cap = cap;
     }
-    lru_unlink(c, e);
-    e->pins++;
+    pin_one(c, e); /* (its pins were 0: see op_apply) */
     c->doomed[c->ndoomed++] = e;
 }
 
@@ -1078,9 +1084,10 @@ void kvf_cache_destroy(kvf_cache *c)
 
 /* ---- lookup, put, get ------------------------------------------------------- */
 
-static int cmp_key(const void *a, const void *b)
+/* Orders keys (and any uint64_t). */
+static int cmp_u64(const void *a, const void *b)
 {
-    kvf_key x = *(const kvf_key *)a, y = *(const kvf_key *)b;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
@@ -1100,7 +1107,7 @@ static kvf_status check_unique(const char *fn, const kvf_key *keys, size_t n)
     if (!v)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
     memcpy(v, keys, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_key);
+    qsort(v, n, sizeof *v, cmp_u64);
     kvf_status st = KVF_OK;
     for (size_t i = 1; i < n && st == KVF_OK; i++)
         if (v[i] == v[i - 1])
@@ -1205,8 +1212,7 @@ static void set_priority(kvf_cache *c, entry *e, uint32_t priority)
 static void promote(kvf_cache *c, put_batches *pb, entry *e, uint32_t src_slot, size_t index)
 {
     /* pinned while room is made: a demotion it causes must not take it */
-    lru_unlink(c, e);
-    e->pins++;
+    pin_one(c, e);
     uint32_t hs;
     bool room = host_slot(c, pb, &hs);
     e->pins--;
@@ -1333,12 +1339,6 @@ out:
     return st;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int cmp_u32(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -1420,8 +1420,7 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
                         i);
             continue;
         }
-        if (e->pins++ == 0)
-            lru_unlink(c, e);
+        pin_one(c, e);
         e->reads++;
         e->uses++;
         kvf_move mv = e->tier == KVF_CACHE_DISK ? (kvf_move){e->key, slots[i], 0}
@@ -1734,8 +1733,7 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
         if (!e || e->removing)
             break;
         /* pinned first: the evictions below must not take it */
-        if (e->pins++ == 0)
-            lru_unlink(c, e);
+        pin_one(c, e);
         c->stats.gets++;
         e->uses++;
         if (e->tier == KVF_CACHE_GPU) {
@@ -1810,8 +1808,7 @@ kvf_status kvf_cache_pin(kvf_cache *c, const kvf_key *keys, size_t n, size_t *pi
         entry *e = find(c, keys[i]);
         if (!e || e->removing)
             continue;
-        if (e->pins++ == 0)
-            lru_unlink(c, e);
+        pin_one(c, e);
         pinned++;
     }
     pthread_mutex_unlock(&c->mu);

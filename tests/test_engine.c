@@ -818,6 +818,24 @@ static int test_bad_input(void)
     kvf_move m6 = {0, 1, 6};
     CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m6, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+
+    /* tiers this engine lacks, and an unknown one: refused, named */
+    uint64_t key = 0x42;
+    kvf_move to_key = {0, 0x42, 0};
+    t = 0;
+    CHECK_STATUS(kvf_offload(e, (kvf_tier)7, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "tier 7 unknown") != NULL);
+    CHECK_STATUS(kvf_onboard(e, (kvf_tier)-1, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "no remote tier") != NULL);
+    CHECK_STATUS(kvf_remote_remove(e, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_file_remove(e, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "no file tier") != NULL);
+    CHECK_STATUS(kvf_file_remove(e, NULL, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_file_remove(e, &key, 0, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_demote(e, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_promote(NULL, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(t == 0); /* no ticket for a refused batch */
     kvf_engine_destroy(e);
     return 0;
 }
