@@ -20,7 +20,7 @@
  *
  * Contract of copy_async beyond internal.h: copies within one batch must not
  * overlap each other (they may run in any order); on KVF_OK `done` is called
- * exactly once, on a driver thread; on an error nothing of the batch is left
+ * exactly once, on the backend's completion thread; on an error nothing of the batch is left
  * in flight and `done` is not called.
  */
 #include "internal.h"
@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 /* ---- error translation ------------------------------------------------- */
@@ -114,11 +115,18 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
 
 typedef struct cuda_backend cuda_backend;
 
+/* A record's life: FREE -> BUILT (reserved, work being queued) -> ARMED
+ * (its event recorded after the work; the watcher polls it) -> FREE (the
+ * watcher saw the event complete, or the work was never queued). */
+enum { REC_FREE = 0, REC_BUILT = 1, REC_ARMED = 2 };
+
 typedef struct batch_record {
     kvf__copy_done_fn done;
     void *arg;
-    uint64_t desc_end; /* ring position after this batch's descriptors */
-    atomic_int busy;   /* set at submit, cleared by the host callback */
+    uint64_t desc_end;    /* ring position after this batch's descriptors */
+    _Atomic uint64_t pos; /* its place in the queue's sequence of records */
+    cudaEvent_t ev;       /* recorded after the batch's last step */
+    atomic_int state;     /* REC_* */
 } batch_record;
 
 typedef struct cuda_queue {
@@ -130,9 +138,12 @@ typedef struct cuda_queue {
     kvf__cuda_desc *ring_dev;
     uint64_t ring_head; /* next free position */
     uint64_t ring_tail; /* oldest position still possibly in use */
-    /* batch records, FIFO: callbacks of one stream run in order */
+    /* batch records, FIFO; rec_pub is rec_next for the watcher thread,
+     * watch_pos the next record it has to see end */
     batch_record records[BATCH_RECORDS];
     uint64_t rec_next, rec_oldest;
+    _Atomic uint64_t rec_pub;
+    uint64_t watch_pos;
     /* dma scratch, grown on demand and kept */
     void **dsts;
     const void **srcs;
@@ -186,6 +197,13 @@ struct cuda_backend {
      * staged path stays inside one of them */
     host_range *pinned;
     size_t npinned, pinned_cap;
+
+    /* the completion watcher (see "completion watcher" below) */
+    pthread_t watcher;
+    bool watcher_started;
+    pthread_mutex_t watch_mu;
+    pthread_cond_t watch_cv;
+    atomic_bool watch_idle, watch_stop;
 };
 
 /* Makes b's device current on the calling thread and restores the
@@ -578,21 +596,11 @@ out_leave:
 
 /* ---- copy_async -------------------------------------------------------- */
 
-static void CUDART_CB batch_finished(void *p)
-{
-    batch_record *r = p;
-    kvf__copy_done_fn done = r->done;
-    void *arg = r->arg;
-    atomic_store_explicit(&r->busy, 0, memory_order_release);
-    if (done)
-        done(arg, KVF_OK);
-}
-
 static void retire(cuda_queue *q)
 {
     while (q->rec_oldest != q->rec_next) {
         batch_record *r = &q->records[q->rec_oldest % BATCH_RECORDS];
-        if (atomic_load_explicit(&r->busy, memory_order_acquire))
+        if (atomic_load_explicit(&r->state, memory_order_acquire) != REC_FREE)
             break;
         q->ring_tail = r->desc_end;
         q->rec_oldest++;
@@ -630,8 +638,10 @@ static batch_record *reserve(cuda_queue *q, uint32_t ndesc, uint32_t *index_p)
             r->desc_end = q->ring_head;
             r->done = NULL;
             r->arg = NULL;
-            atomic_store_explicit(&r->busy, 1, memory_order_relaxed);
+            atomic_store_explicit(&r->pos, q->rec_next, memory_order_relaxed);
+            atomic_store_explicit(&r->state, REC_BUILT, memory_order_relaxed);
             q->rec_next++;
+            atomic_store(&q->rec_pub, q->rec_next);
             *index_p = (uint32_t)(pos % RING_DESCS);
             return r;
         }
@@ -642,16 +652,132 @@ static batch_record *reserve(cuda_queue *q, uint32_t ndesc, uint32_t *index_p)
 /* A reserved record whose work never got queued: retire it in place. */
 static void unreserve(batch_record *r)
 {
-    atomic_store_explicit(&r->busy, 0, memory_order_release);
+    atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
 }
 
-/* Queues the record's host callback; on failure the caller unwinds. */
-static kvf_status finish_record(cuda_queue *q, batch_record *r, kvf__copy_done_fn done, void *arg)
+static void watcher_wake(cuda_backend *b);
+
+/* Ends the record after the work queued so far on `s`: its event, then
+ * the watcher's eye on it. On failure the caller unwinds. */
+static kvf_status finish_record_on(cuda_backend *b, cudaStream_t s, batch_record *r,
+                                   kvf__copy_done_fn done, void *arg)
 {
     r->done = done;
     r->arg = arg;
-    CUDA_RET(cudaLaunchHostFunc(q->stream, batch_finished, r));
+    CUDA_RET(cudaEventRecord(r->ev, s));
+    atomic_store(&r->state, REC_ARMED);
+    watcher_wake(b);
     return KVF_OK;
+}
+
+static kvf_status finish_record(cuda_backend *b, cuda_queue *q, batch_record *r,
+                                kvf__copy_done_fn done, void *arg)
+{
+    return finish_record_on(b, q->stream, r, done, arg);
+}
+
+/* ---- completion watcher --------------------------------------------------
+ *
+ * A batch ends with an event recorded after its last step. One thread per
+ * backend watches the oldest unfinished record of each queue and, once its
+ * event has completed, frees the record and calls its `done`. (A CUDA host
+ * function did this before: on the H200 it took 190-330 us from the last
+ * copy to a waiting caller, where polling every few microseconds takes
+ * about ten, and it held up the next work of its stream while it ran:
+ * bench/latency.c.) While records are in flight the thread polls with
+ * short sleeps; with none it sleeps until a submit wakes it.
+ */
+
+#define WATCH_POLL_NS 4000
+
+static void watcher_wake(cuda_backend *b)
+{
+    if (atomic_load(&b->watch_idle)) {
+        pthread_mutex_lock(&b->watch_mu);
+        pthread_cond_signal(&b->watch_cv);
+        pthread_mutex_unlock(&b->watch_mu);
+    }
+}
+
+/* Ends what has ended on q, oldest first. Returns whether records of q are
+ * still unfinished. */
+static bool watch_queue(cuda_queue *q)
+{
+    uint64_t pub = atomic_load(&q->rec_pub);
+    while (q->watch_pos < pub) {
+        batch_record *r = &q->records[q->watch_pos % BATCH_RECORDS];
+        int state = atomic_load(&r->state);
+        if (state == REC_FREE ||
+            atomic_load_explicit(&r->pos, memory_order_relaxed) != q->watch_pos) {
+            /* never queued (unreserved), or already gone and its slot reused */
+            q->watch_pos++;
+            continue;
+        }
+        if (state != REC_ARMED)
+            return true; /* its work is still being queued */
+        cudaError_t e = cudaEventQuery(r->ev);
+        if (e == cudaErrorNotReady)
+            return true;
+        kvf_status st = KVF_OK;
+        if (e != cudaSuccess)
+            st = cuda_fail(e, "cudaEventQuery(batch end)", __FILE__, __LINE__);
+        kvf__copy_done_fn done = r->done;
+        void *arg = r->arg;
+        q->watch_pos++;
+        atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
+        if (done)
+            done(arg, st);
+    }
+    return false;
+}
+
+static void *watcher_main(void *arg)
+{
+    cuda_backend *b = arg;
+    /* short sleeps must be short: the default 50 us timer slack would
+     * make every poll a 50 us one */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    if (cudaSetDevice(b->device) != cudaSuccess)
+        (void)cudaGetLastError();
+    for (;;) {
+        bool pending = false;
+        for (int i = 0; i < KVF_QUEUE_COUNT; i++)
+            pending |= watch_queue(&b->q[i]);
+        if (pending) {
+            struct timespec ts = {0, WATCH_POLL_NS};
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        pthread_mutex_lock(&b->watch_mu);
+        atomic_store(&b->watch_idle, true);
+        /* a record published after the scan above is seen here, or its
+         * submitter sees watch_idle and signals */
+        bool more = false;
+        for (int i = 0; i < KVF_QUEUE_COUNT; i++)
+            more |= b->q[i].watch_pos < atomic_load(&b->q[i].rec_pub);
+        if (!more && atomic_load(&b->watch_stop)) {
+            pthread_mutex_unlock(&b->watch_mu);
+            break;
+        }
+        if (!more)
+            pthread_cond_wait(&b->watch_cv, &b->watch_mu);
+        atomic_store(&b->watch_idle, false);
+        pthread_mutex_unlock(&b->watch_mu);
+    }
+    return NULL;
+}
+
+/* Ends the watcher once every record has ended (the streams drained). */
+static void watcher_stop(cuda_backend *b)
+{
+    if (!b->watcher_started)
+        return;
+    pthread_mutex_lock(&b->watch_mu);
+    atomic_store(&b->watch_stop, true);
+    pthread_cond_signal(&b->watch_cv);
+    pthread_mutex_unlock(&b->watch_mu);
+    pthread_join(b->watcher, NULL);
+    b->watcher_started = false;
 }
 
 /* Kernel path: copies[0..n) (no empty ones among them after filtering). */
@@ -714,7 +840,7 @@ static kvf_status submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy 
             CUDA_GOTO(kvf__cuda_copy_launch(q->ring_dev + idx, nd, tiles, b->grid, q->stream), st,
                       fail);
         }
-        if ((st = finish_record(q, r, i == n ? done : NULL, arg)) != KVF_OK)
+        if ((st = finish_record(b, q, r, i == n ? done : NULL, arg)) != KVF_OK)
             goto fail;
         continue;
     fail:
@@ -867,7 +993,7 @@ static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *co
         CUDA_GOTO(cudaMemcpy3DBatchAsync(n2d, q->ops3d, 0, q->stream), st, fail);
     }
 #endif
-    if ((st = finish_record(q, r, done, arg)) != KVF_OK)
+    if ((st = finish_record(b, q, r, done, arg)) != KVF_OK)
         goto fail;
     return KVF_OK;
 fail:
@@ -1076,15 +1202,11 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
          * step: offload's last DMA (which waited for every gather), or
          * onboard's last scatter on aux, where the next DMAs need not wait
          * for it */
-        if (to_host) {
-            if ((st = finish_record(q, r, k == nchunks ? done : NULL, arg)) != KVF_OK)
-                goto fail;
-        } else {
-            r->done = k == nchunks ? done : NULL;
-            r->arg = arg;
-            CUDA_GOTO(cudaLaunchHostFunc(q->aux, batch_finished, r), st, fail);
+        if ((st = finish_record_on(b, to_host ? q->stream : q->aux, r, k == nchunks ? done : NULL,
+                                   arg)) != KVF_OK)
+            goto fail;
+        if (!to_host)
             q->aux_open = true;
-        }
         continue;
     fail:
         CUDA_IGNORE(cudaStreamSynchronize(q->aux));
@@ -1246,12 +1368,20 @@ static kvf_status cuda_sync_stream(kvf__backend *base, void *stream)
 
 /* ---- create / destroy -------------------------------------------------- */
 
-static void queue_destroy(cuda_queue *q)
+static void queue_drain(cuda_queue *q)
 {
     if (q->aux)
         CUDA_IGNORE(cudaStreamSynchronize(q->aux));
     if (q->stream)
         CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+}
+
+static void queue_destroy(cuda_queue *q)
+{
+    queue_drain(q);
+    for (size_t i = 0; i < BATCH_RECORDS; i++)
+        if (q->records[i].ev)
+            CUDA_IGNORE(cudaEventDestroy(q->records[i].ev));
     cudaEvent_t *evs[] = {&q->ev_start, &q->ev_ready, &q->ev_done, &q->sync_event_aux};
     for (size_t i = 0; i < 4; i++)
         if (*evs[i])
@@ -1295,6 +1425,8 @@ static kvf_status queue_init(cuda_queue *q, int priority)
     CUDA_RET(cudaEventCreateWithFlags(&q->ev_done, cudaEventDisableTiming));
     for (size_t i = 0; i < STAGE_SLOTS; i++)
         CUDA_RET(cudaEventCreateWithFlags(&q->ev_free[i], cudaEventDisableTiming));
+    for (size_t i = 0; i < BATCH_RECORDS; i++)
+        CUDA_RET(cudaEventCreateWithFlags(&q->records[i].ev, cudaEventDisableTiming));
     CUDA_RET(cudaHostAlloc((void **)&q->ring_host, RING_DESCS * sizeof(kvf__cuda_desc),
                            cudaHostAllocPortable));
     CUDA_RET(cudaMalloc((void **)&q->ring_dev, RING_DESCS * sizeof(kvf__cuda_desc)));
@@ -1310,6 +1442,10 @@ static void cuda_destroy(kvf__backend *base)
     if (!b)
         return;
     bool entered = dev_enter(b, &g) == KVF_OK;
+    /* the watcher calls the last `done`s once the streams have drained */
+    for (int i = 0; i < KVF_QUEUE_COUNT; i++)
+        queue_drain(&b->q[i]);
+    watcher_stop(b);
     for (int i = 0; i < KVF_QUEUE_COUNT; i++)
         queue_destroy(&b->q[i]);
     for (int i = 0; i < b->sync_free; i++)
@@ -1318,6 +1454,8 @@ static void cuda_destroy(kvf__backend *base)
         dev_leave(&g);
     pthread_mutex_destroy(&b->sync_lock);
     pthread_mutex_destroy(&b->range_lock);
+    pthread_mutex_destroy(&b->watch_mu);
+    pthread_cond_destroy(&b->watch_cv);
     free(b->ranges);
     free(b->pinned);
     free(b);
@@ -1395,6 +1533,8 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
         b->grid = cfg->cuda_copy_sms > 1024 ? 1024 : cfg->cuda_copy_sms;
     pthread_mutex_init(&b->sync_lock, NULL);
     pthread_mutex_init(&b->range_lock, NULL);
+    pthread_mutex_init(&b->watch_mu, NULL);
+    pthread_cond_init(&b->watch_cv, NULL);
 
     kvf_status st;
     int prev = -1;
@@ -1423,6 +1563,13 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
         goto out_free;
     if ((st = queue_init(&b->q[KVF_QUEUE_ONBOARD], greatest)) != KVF_OK)
         goto out_free;
+    int perr = pthread_create(&b->watcher, NULL, watcher_main, b);
+    if (perr != 0) {
+        st = kvf__fail(kvf__errno_status(perr), "cuda: cannot start the completion thread: %s",
+                       strerror(perr));
+        goto out_free;
+    }
+    b->watcher_started = true;
     /* leave the creating thread on the device it was on */
     if (prev >= 0 && prev != device)
         CUDA_IGNORE(cudaSetDevice(prev));

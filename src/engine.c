@@ -1764,11 +1764,19 @@ static void async_finish(kvf_engine *e, batch *b, kvf_status status)
     async_release(e, b);
 }
 
-/* The backend's callback: hands the chunk to the completion thread. */
+/* The backend's callback: completes the chunk here when the engine lock
+ * is free, else hands it to the completion thread (a submitter can hold
+ * the lock for hundreds of microseconds, and the backend's thread has
+ * other batches to end). */
 static void async_done(void *arg, kvf_status status)
 {
     batch *b = arg;
     kvf_engine *e = b->engine;
+    if (pthread_mutex_trylock(&e->mu) == 0) {
+        async_finish(e, b, status);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
     pthread_mutex_lock(&e->cb_mu);
     if (e->cb_n == e->cb_cap) {
         size_t cap = e->cb_cap ? 2 * e->cb_cap : 64;

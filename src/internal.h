@@ -115,8 +115,9 @@ typedef enum kvf__queue {
 
 typedef struct kvf__backend kvf__backend;
 
-/* Called once when an asynchronous copy batch has finished. May run on a
- * driver thread: it must not call back into the backend. */
+/* Called once when an asynchronous copy batch has finished, on a thread of
+ * the backend's (CUDA: its completion watcher), which it should not hold
+ * up for long; it must not call back into the backend. */
 typedef void (*kvf__copy_done_fn)(void *arg, kvf_status status);
 
 typedef struct kvf__backend_ops {
