@@ -170,6 +170,8 @@ typedef struct cuda_queue {
     size_t bits_cap;
     uint32_t *kidx;
     size_t kidx_cap;
+    uint32_t *kinv; /* the copy of each host block */
+    size_t kinv_cap;
 } cuda_queue;
 
 typedef struct host_range {
@@ -1076,7 +1078,8 @@ static bool staged_fits(cuda_backend *b, cuda_queue *q, const kvf__copy *copies,
         return false;
     if (grow_scratch((void **)&q->bits, &q->bits_cap, (count + 63) / 64, sizeof *q->bits) !=
             KVF_OK ||
-        grow_scratch((void **)&q->kidx, &q->kidx_cap, n, sizeof *q->kidx) != KVF_OK)
+        grow_scratch((void **)&q->kidx, &q->kidx_cap, n, sizeof *q->kidx) != KVF_OK ||
+        grow_scratch((void **)&q->kinv, &q->kinv_cap, count, sizeof *q->kinv) != KVF_OK)
         return false;
     memset(q->bits, 0, (count + 63) / 64 * sizeof *q->bits);
     /* block index by a reciprocal (a 64-bit division per copy costs more
@@ -1092,6 +1095,7 @@ static bool staged_fits(cuda_backend *b, cuda_queue *q, const kvf__copy *copies,
             return false;
         q->bits[k / 64] |= (uint64_t)1 << (k % 64);
         q->kidx[i] = (uint32_t)k;
+        q->kinv[k] = (uint32_t)i;
     }
     /* count distinct blocks in [0, count): all of them; the DMAs stay
      * inside one pinned allocation */
@@ -1141,7 +1145,10 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
         q->main_dirty = false;
     }
     for (size_t k = 0; k < nchunks;) {
-        size_t k1 = k + cpg < nchunks ? k + cpg : nchunks;
+        /* groups of 1, 1, 2, 4... chunks: the GPU starts on the first
+         * chunk while the descriptors of the rest are written */
+        size_t grp = k == 0 ? 1 : k < cpg ? k : cpg;
+        size_t k1 = k + grp < nchunks ? k + grp : nchunks;
         size_t b0 = k * bpc, b1 = k1 * bpc < pl->count ? k1 * bpc : pl->count;
         uint32_t nd = (uint32_t)(b1 - b0), idx;
         batch_record *r = reserve(q, nd, &idx);
@@ -1149,13 +1156,8 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
          * each block's tiles after those of the blocks before it */
         kvf__cuda_desc *ring = q->ring_host + idx;
         uint64_t slot0 = q->stage_next;
-        for (size_t i = 0; i < n; i++) {
-            const kvf__copy *c = &copies[i];
-            if (!c->width || !c->rows)
-                continue;
-            size_t kb = q->kidx[i];
-            if (kb < b0 || kb >= b1)
-                continue;
+        for (size_t kb = b0; kb < b1; kb++) {
+            const kvf__copy *c = &copies[q->kinv[kb]];
             size_t ck = kb / bpc, in = kb - ck * bpc;
             uint64_t sp =
                 (uint64_t)(uintptr_t)(q->stage + ((slot0 + ck - k) % STAGE_SLOTS) * C + in * block);
@@ -1395,6 +1397,7 @@ static void queue_destroy(cuda_queue *q)
         CUDA_IGNORE(cudaFree(q->stage));
     free(q->bits);
     free(q->kidx);
+    free(q->kinv);
     if (q->sync_event)
         CUDA_IGNORE(cudaEventDestroy(q->sync_event));
     if (q->stream)
