@@ -31,16 +31,29 @@ $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
     python/tests/test_gpu.py python/tests/test_gpu_cache.py 2>&1 | tail -n 25
+# SANITIZE: the tool:test pairs to run (default: the four below)
+SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache racecheck:test_cuda_backend synccheck:test_cuda_backend"}
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
-    for t in "memcheck test_cuda_engine" "memcheck test_cuda_cache" "racecheck test_cuda_backend" \
-        "synccheck test_cuda_backend"; do
-        set -- $t
+    for t in $SANITIZE; do
+        set -- "${t%%:*}" "${t#*:}"
         timeout 150 compute-sanitizer --tool $1 --error-exitcode 9 $B/tests/$2 >"$OUT/$1-$2.log" 2>&1
         echo "compute-sanitizer $1 $2: rc=$? ($(tail -n 1 "$OUT/$1-$2.log"))"
     done
 fi
 [ -x $B/bench/cuda_paths ] && [ -z "${SKIP_PATHS:-}" ] &&
     timeout 240 $B/bench/cuda_paths >"$OUT/cuda_paths.txt" 2>&1
+# where a batch's host time goes (bench/latency.c)
+if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ]; then
+    timeout 120 $B/bench/latency 7 >"$OUT/latency.txt" 2>&1
+    echo "bench/latency: rc=$?"
+    cat "$OUT/latency.txt"
+fi
+# PyTorch's gather-then-copy path, the alternative users already have
+if [ -z "${SKIP_TORCH:-}" ]; then
+    timeout 120 python3 bench/torch_gather.py >"$OUT/torch_gather.txt" 2>&1
+    echo "bench/torch_gather.py: rc=$?"
+    cat "$OUT/torch_gather.txt"
+fi
 # COMPARE_MODES: the KVF_CUDA_COPY values to run --compare under (auto first)
 [ -n "${SKIP_COMPARE:-}" ] && COMPARE_MODES=" "
 for m in ${COMPARE_MODES:-auto}; do

@@ -1283,7 +1283,10 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
     e->undone_tail = b;
     e->undone_count++;
     if (b->deps_left == 0) {
-        if (e->backend->ops->copy_async && !kind_on_workers(b->kind)) {
+        /* a large batch's first part is issued here; the others go to the
+         * workers, which issue each while the submitter registers the next */
+        bool later_part = b->group && b->group_off > 0 && e->nworkers > 0;
+        if (e->backend->ops->copy_async && !kind_on_workers(b->kind) && !later_part) {
             b->state = B_RUNNING;
             b->async = true;
             issue_async(e, b); /* releases and retakes the lock */
@@ -1339,6 +1342,31 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
                          kvf_ticket *ticket_p)
 {
     return submit_batch(e, kind, false, moves, n, ticket_p);
+}
+
+/* Fills part c of group b with moves off..off+len-1 (in secondary-slot
+ * order when sorted). */
+static void make_part(kvf_engine *e, batch *b, batch *c, bool sorted, size_t off, size_t len)
+{
+    if (sorted) {
+        const uint32_t *ord = b->order + off;
+        for (size_t j = 0; j < len; j++) {
+            if (j + PREFETCH_AHEAD < len)
+                __builtin_prefetch(&b->moves[ord[j + PREFETCH_AHEAD]]);
+            c->moves[j] = b->moves[ord[j]];
+            c->status[j] = b->status[ord[j]];
+        }
+    } else {
+        memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
+        memcpy(c->status, b->status + off, len * sizeof *c->status);
+    }
+    c->n = len;
+    c->kind = b->kind;
+    c->queue = b->queue;
+    c->engine = e;
+    c->group = b;
+    c->checked = b->checked;
+    c->group_off = off;
 }
 
 static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const kvf_move *moves,
@@ -1438,7 +1466,15 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
         bool sorted = sort_by_secondary(e, b);
         for (size_t off = 0; off < n; off += PART_MOVES) {
             size_t len = n - off < PART_MOVES ? n - off : PART_MOVES;
+            /* a part is made without the lock, so that workers (issuing
+             * the parts before it) and completions get it meanwhile; the
+             * statuses read here are this part's, which nothing else
+             * writes before it is queued */
+            pthread_mutex_unlock(&e->mu);
             batch *c = batch_get(e, len);
+            if (c)
+                make_part(e, b, c, sorted, off, len);
+            pthread_mutex_lock(&e->mu);
             if (!c) {
                 /* the parts not made fail; those queued run on */
                 size_t missing = (n - off + PART_MOVES - 1) / PART_MOVES;
@@ -1449,25 +1485,6 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
                     ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
                 break;
             }
-            if (sorted) {
-                const uint32_t *ord = b->order + off;
-                for (size_t j = 0; j < len; j++) {
-                    if (j + PREFETCH_AHEAD < len)
-                        __builtin_prefetch(&b->moves[ord[j + PREFETCH_AHEAD]]);
-                    c->moves[j] = b->moves[ord[j]];
-                    c->status[j] = b->status[ord[j]];
-                }
-            } else {
-                memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
-                memcpy(c->status, b->status + off, len * sizeof *c->status);
-            }
-            c->n = len;
-            c->kind = kind;
-            c->queue = b->queue;
-            c->engine = e;
-            c->group = b;
-            c->checked = b->checked;
-            c->group_off = off;
             if (enqueue(e, c) != KVF_OK && !b->ticketed)
                 ret = KVF_ERR_NOMEM;
         }
