@@ -202,10 +202,14 @@ KVF_API const char *kvf_backend_name(kvf_backend backend);
 
 /** How the file tier reads and writes. */
 typedef enum kvf_file_io {
-    KVF_FILE_IO_AUTO = 0,  /* GDS where it works, POSIX otherwise */
+    KVF_FILE_IO_AUTO = 0,  /* GDS where cuFile has a P2P path (or gds_compat
+                              ON), POSIX otherwise, silently */
     KVF_FILE_IO_POSIX = 1, /* pread/pwrite through a host staging buffer:
                               the reference's forced-POSIX mode */
-    KVF_FILE_IO_GDS = 2    /* cuFile; falls back to POSIX with one warning */
+    KVF_FILE_IO_GDS = 2    /* cuFile (CUDA backend, device slots); where it
+                              cannot be loaded, its driver does not open or
+                              gds_compat OFF finds no P2P path, POSIX with one
+                              warning a process saying why */
 } kvf_file_io;
 
 /**

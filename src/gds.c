@@ -281,9 +281,9 @@ kvf_status kvf__gds_buf_create(int device, size_t slot_bytes, size_t slots, kvf_
     g->base =
         (uint8_t *)(((uintptr_t)g->alloc + KVF_FILE_ALIGN - 1) & ~(uintptr_t)(KVF_FILE_ALIGN - 1));
     pthread_mutex_lock(&gds_mu);
-    bool open = lib && refs;
+    bool driver_open = lib && refs;
     pthread_mutex_unlock(&gds_mu);
-    if (open) {
+    if (driver_open) {
         kvf__cufile_error e = api.buf_register(g->base, bytes, 0);
         g->registered = e.err == KVF_CUFILE_SUCCESS;
         if (!g->registered && !atomic_exchange(&unregistered_logged, true))
