@@ -13,7 +13,8 @@ mkdir -p "$OUT"
     df -hT /tmp .
 } >"$OUT/machine.txt" 2>&1
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >"$OUT/build.txt" 2>&1
-cmake --build $B -j16 >>"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+cmake --build $B -j16 -- -k >>"$OUT/build.txt" 2>&1 || grep -E -B2 -A6 'error' "$OUT/build.txt" | head -60
+grep -n 'KVF_HAVE_CUFILE_H' $B/CMakeCache.txt
 $B/kvferry info >"$OUT/info.txt" 2>&1; cat "$OUT/info.txt"
 (cd $B && timeout 200 ctest --output-on-failure -j6 -R 'gds|cuda|blockfile|engine') >"$OUT/ctest.txt" 2>&1
 echo "ctest rc=$?"; grep -E 'tests passed|Failed|\*\*\*' "$OUT/ctest.txt"

@@ -18,8 +18,9 @@
 
 #ifdef KVF_HAVE_CUDA
 #include "testutil_cuda.h"
-#if defined(__has_include)
-#if __has_include(<cufile.h>)
+#ifdef KVF_HAVE_CUFILE_H
+#include <stdbool.h>
+
 #include <cufile.h>
 #define HAVE_CUFILE_H 1
 _Static_assert(sizeof(kvf__cufile_error) == sizeof(CUfileError_t), "CUfileError_t");
@@ -37,7 +38,6 @@ _Static_assert(KVF_CUFILE_ALLOW_COMPAT_MODE_BIT == CU_FILE_ALLOW_COMPAT_MODE, "c
 _Static_assert(KVF_CUFILE_P2P_SUPPORTED_BIT == CU_FILE_P2P_SUPPORTED, "p2p bit");
 _Static_assert(KVF_CUFILE_PARAM_ALLOW_COMPAT_MODE == CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE,
                "allow compat parameter");
-#endif
 #endif
 #endif
 
@@ -474,6 +474,11 @@ static int test_fallback_cuda(void)
 
 int main(void)
 {
+#ifdef HAVE_CUFILE_H
+    printf("gds.h checked against cufile.h\n");
+#else
+    printf("no cufile.h here: gds.h not checked against it\n");
+#endif
     RUN(test_compat_setting);
     RUN(test_choice);
     RUN(test_missing_library);
