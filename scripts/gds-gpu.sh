@@ -16,9 +16,8 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >"$OUT/build.txt" 2>&1
 cmake --build $B -j16 -- -k >>"$OUT/build.txt" 2>&1 || grep -E -B2 -A6 'error' "$OUT/build.txt" | head -60
 grep -n 'KVF_HAVE_CUFILE_H' $B/CMakeCache.txt
 $B/kvferry info >"$OUT/info.txt" 2>&1; cat "$OUT/info.txt"
-(cd $B && timeout 200 ctest --output-on-failure -j6 -R 'gds|cuda|blockfile|engine') >"$OUT/ctest.txt" 2>&1
-echo "ctest rc=$?"; grep -E 'tests passed|Failed|\*\*\*' "$OUT/ctest.txt"
 KVF_LOG=info timeout 60 $B/tests/test_gds >"$OUT/test_gds.txt" 2>&1; echo "test_gds rc=$?"
+grep -E '^(ok|FAIL|skip)|cufile|gds.h|FAILED' "$OUT/test_gds.txt"
 G="--backend cuda --layers 32 --kv 2 --heads 8 --tokens-per-block 16 --head-size 128 --dtype fp16 --pools 2 --blocks 128 --iters 3"
 D=$(mktemp -d /tmp/gdsbench.XXXX)
 for run in "posix" "gds" "gds-compat-off" "gds-partial" "posix-partial"; do
@@ -30,9 +29,11 @@ for run in "posix" "gds" "gds-compat-off" "gds-partial" "posix-partial"; do
     posix-partial) a="--mode posix --tokens 8" ;;
     esac
     echo "== $run: $env kvferry bench $a"
-    env $env KVF_LOG=info timeout 100 $B/kvferry bench $G $a --dir $D 2>&1 | grep -v '^kvferry info: engine'
+    env $env KVF_LOG=info timeout 45 $B/kvferry bench $G $a --dir $D 2>&1 | grep -v '^kvferry info: engine'
     echo "rc=$?"
 done >"$OUT/bench.txt" 2>&1
-cat "$OUT/bench.txt" | grep -E '==|files:|raw disk|seed|kvferry|rc=|warn' | head -60
+grep -v '^  *[0-9]' "$OUT/bench.txt" | head -90
 cp cufile.log $B/cufile.log $B/tests/cufile.log "$OUT/" 2>/dev/null
 rm -rf "$D"
+(cd $B && timeout 120 ctest --output-on-failure -j6 -R 'cuda|blockfile|engine') >"$OUT/ctest.txt" 2>&1
+echo "ctest rc=$?"; grep -E 'tests passed|Failed|\*\*\*' "$OUT/ctest.txt"
