@@ -202,10 +202,14 @@ KVF_API const char *kvf_backend_name(kvf_backend backend);
 
 /** How the file tier reads and writes. */
 typedef enum kvf_file_io {
-    KVF_FILE_IO_AUTO = 0,  /* GDS where it works, POSIX otherwise */
+    KVF_FILE_IO_AUTO = 0,  /* GDS where cuFile has a P2P path (or gds_compat
+                              ON), POSIX otherwise, silently */
     KVF_FILE_IO_POSIX = 1, /* pread/pwrite through a host staging buffer:
                               the reference's forced-POSIX mode */
-    KVF_FILE_IO_GDS = 2    /* cuFile; falls back to POSIX with one warning */
+    KVF_FILE_IO_GDS = 2    /* cuFile (CUDA backend, device slots); where it
+                              cannot be loaded, its driver does not open or
+                              gds_compat OFF finds no P2P path, POSIX with one
+                              warning a process saying why */
 } kvf_file_io;
 
 /**
@@ -227,6 +231,21 @@ typedef enum kvf_fsync {
     KVF_FSYNC_BLOCK = 2  /* fsync each file, then its directory after the
                             rename, before the move completes */
 } kvf_fsync;
+
+/**
+ * Whether the GDS path may use cuFile's compatibility mode, in which cuFile
+ * moves file data through host bounce buffers itself (no nvidia-fs, or a
+ * file system without P2P support). Compat mode is correct but no faster
+ * than kvferry's POSIX path.
+ */
+typedef enum kvf_gds_compat {
+    KVF_GDS_COMPAT_AUTO = 0, /* file_io GDS: cuFile as its configuration says
+                                (compat allowed by default); file_io AUTO:
+                                cuFile only with a P2P path */
+    KVF_GDS_COMPAT_OFF = 1,  /* P2P only: cuFile is told not to fall back to
+                                compat mode, and is not used without P2P */
+    KVF_GDS_COMPAT_ON = 2    /* cuFile also in compat mode, file_io AUTO too */
+} kvf_gds_compat;
 
 /** What runs the file tier's reads and writes (POSIX path). */
 typedef enum kvf_file_engine {
@@ -284,12 +303,22 @@ typedef struct kvf_engine_config {
     uint32_t file_queue_depth;   /* file reads/writes in flight per engine; 0: 32.
                                     Each worker stages up to 64 MiB of the
                                     moves it has in hand (pinned with CUDA) */
+    /* File tier, GDS path (file_io AUTO or GDS, CUDA backend): moves
+     * between primary (device) slots and files go through cuFile, the
+     * block gathered into a registered device staging buffer and its
+     * checksum computed on the GPU; the file format is the POSIX path's.
+     * cuFile is loaded at run time; where it is missing or its driver
+     * does not open, file_io GDS falls back to the POSIX path with one
+     * warning saying why. Moves of secondary (host) slots always take the
+     * POSIX path. */
+    kvf_gds_compat gds_compat; /* env KVF_GDS_COMPAT=on|off|auto overrides AUTO */
 } kvf_engine_config;
 
 #define KVF_ENGINE_CONFIG_INIT                                                                     \
     {                                                                                              \
         sizeof(kvf_engine_config), KVF_BACKEND_AUTO, 0, 0, NULL, NULL, KVF_FILE_IO_AUTO,           \
-            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0, NULL, 0, 0, KVF_FILE_ENGINE_AUTO, 0            \
+            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0, NULL, 0, 0, KVF_FILE_ENGINE_AUTO, 0,           \
+            KVF_GDS_COMPAT_AUTO                                                                    \
     }
 
 /**
@@ -873,11 +902,18 @@ typedef struct kvf_info {
     char device_name[128];
     char cuda_error[128]; /* why no device is usable, when none is */
     int remote_built;     /* built with hiredis: the Redis remote tier works */
+    int gds_state;        /* cuFile: 0 not loaded, 1 loaded but its driver did
+                             not open, 2 compatibility mode (no P2P path),
+                             3 P2P (nvidia-fs or P2P DMA) */
+    char gds_detail[160]; /* what the probe found, or why not */
 } kvf_info;
 
 #define KVF_INFO_INIT                                                                              \
     {                                                                                              \
-        sizeof(kvf_info), 0, 0, 0, 0, 0, {0}, {0}, 0                                               \
+        sizeof(kvf_info), 0, 0, 0, 0, 0, {0}, {0}, 0, 0,                                           \
+        {                                                                                          \
+            0                                                                                      \
+        }                                                                                          \
     }
 
 /** Fills `info` (its struct_size set by KVF_INFO_INIT). */

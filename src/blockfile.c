@@ -637,20 +637,30 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
              (unsigned long long)atomic_fetch_add(&tmp_seq, 1));
     snprintf(io->tmp_path, sizeof io->tmp_path, "%s/%s", dir->root, io->tmp);
 
-    kvf__block_header h = {dir->fingerprint,
-                           dir->ns_hash,
-                           meta->key,
-                           meta->tokens,
-                           meta->pools,
-                           meta->payload_bytes,
-                           kvf__crc32c(0, io->buf + HDR, (size_t)meta->payload_bytes)};
-    kvf__block_header_pack(&h, io->buf);
-
+    kvf__block_header h = {dir->fingerprint, dir->ns_hash,        meta->key, meta->tokens,
+                           meta->pools,      meta->payload_bytes, 0};
     /* the aligned image when the buffer has room for it: see the top of
      * the file for the length rule */
-    size_t len = total;
-    if (round_up_align(total) <= io->cap) {
-        len = round_up_align(total);
+    size_t len = round_up_align(total) <= io->cap ? round_up_align(total) : total;
+    if (io->img) {
+        /* an image in device memory: checksummed and completed there;
+         * nothing is written yet, so the key's file stays as it was */
+        uint8_t hb[HDR];
+        kvf_status st =
+            io->img->crc(io->img_arg, io->buf + HDR, (size_t)meta->payload_bytes, &h.payload_crc);
+        if (st == KVF_OK) {
+            kvf__block_header_pack(&h, hb);
+            st = io->img->put(io->img_arg, io->buf, hb, HDR);
+        }
+        if (st == KVF_OK)
+            st = io->img->put(io->img_arg, io->buf + total, NULL, len - total);
+        if (st != KVF_OK) {
+            io_fail(io, st, "block 0x%llx: %s", key, kvf_last_error());
+            return false;
+        }
+    } else {
+        h.payload_crc = kvf__crc32c(0, io->buf + HDR, (size_t)meta->payload_bytes);
+        kvf__block_header_pack(&h, io->buf);
         memset(io->buf + total, 0, len - total);
     }
     bool direct = atomic_load_explicit(&dir->direct, memory_order_relaxed) &&
@@ -670,6 +680,8 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     io->io.off = 0;
     io->io.path = io->tmp_path;
     io->io.direct = direct;
+    io->io.xfer = io->img ? io->img->xfer : NULL;
+    io->io.xfer_arg = io->img_arg;
     return true;
 }
 
@@ -779,6 +791,7 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     io->meta = *meta;
     io->fill = NULL;
     io->on_done = NULL;
+    io->img = NULL;
     io->buf = buf;
     io->cap = meta->payload_bytes > SIZE_MAX - HDR ? SIZE_MAX : HDR + (size_t)meta->payload_bytes;
     kvf__blockfile_write_many(dir, dir->fio, io, 1);
@@ -1018,6 +1031,8 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     io->io.off = 0;
     io->io.path = io->path;
     io->io.direct = direct;
+    io->io.xfer = io->img ? io->img->xfer : NULL;
+    io->io.xfer_arg = io->img_arg;
     return true;
 }
 
@@ -1041,16 +1056,35 @@ static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
                 io->io.done, io->size);
         return;
     }
-    st = kvf__block_header_parse(io->buf, what, &bh);
+    /* an image in device memory: header and padding (under 4096 bytes)
+     * come to the host, the payload is checksummed where it is */
+    uint8_t hb[HDR], pad[KVF_FILE_ALIGN];
+    const uint8_t *hdr = io->buf;
+    if (io->img) {
+        st = io->img->get(io->img_arg, io->buf, hb, HDR);
+        hdr = hb;
+    }
+    if (st == KVF_OK)
+        st = kvf__block_header_parse(hdr, what, &bh);
     if (st == KVF_OK)
         st = kvf__block_header_expect(&bh, what, dir->fingerprint, dir->ns_hash, io->meta.key);
     if (st == KVF_OK)
         st = check_file_size(io->size, bh.payload_bytes, what);
-    if (st == KVF_OK)
+    size_t npad = st == KVF_OK ? io->size - HDR - (size_t)bh.payload_bytes : 0;
+    if (st == KVF_OK && !io->img) {
         st = kvf__block_payload_check(&bh, what, io->buf + HDR);
-    if (st == KVF_OK)
-        st = check_padding(io->buf + HDR + bh.payload_bytes, io->size - HDR - bh.payload_bytes,
-                           what);
+        if (st == KVF_OK)
+            st = check_padding(io->buf + HDR + bh.payload_bytes, npad, what);
+    } else if (st == KVF_OK) {
+        uint32_t crc = 0;
+        st = io->img->crc(io->img_arg, io->buf + HDR, (size_t)bh.payload_bytes, &crc);
+        if (st == KVF_OK)
+            st = kvf__block_payload_crc_check(&bh, what, crc);
+        if (st == KVF_OK && npad)
+            st = io->img->get(io->img_arg, io->buf + HDR + bh.payload_bytes, pad, npad);
+        if (st == KVF_OK)
+            st = check_padding(pad, npad, what);
+    }
     if (st != KVF_OK) {
         io_fail(io, st, "%s", kvf_last_error());
         return;
@@ -1083,10 +1117,17 @@ void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__bl
         if (ios[i].slow) {
             /* the careful reader, for files too short or too large */
             kvf__blockfile_io *io = &ios[i];
-            uint8_t *buf = io->buf;
+            /* an image in device memory is read on the host first */
+            uint8_t *buf = io->img ? malloc(io->cap) : io->buf;
             size_t cap = io->cap;
             kvf__blockfile_meta m;
-            kvf_status st = read_block(dir, io->meta.key, &buf, &cap, false, &m, false);
+            kvf_status st = buf ? read_block(dir, io->meta.key, &buf, &cap, false, &m, false)
+                                : kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory",
+                                            (unsigned long long)io->meta.key);
+            if (st == KVF_OK && io->img)
+                st = io->img->put(io->img_arg, io->buf, buf, HDR + (size_t)m.payload_bytes);
+            if (io->img)
+                free(buf);
             if (st == KVF_OK)
                 io->meta = m;
             else
@@ -1113,6 +1154,7 @@ kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *b
         return kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory", (unsigned long long)key);
     io->meta.key = key;
     io->on_done = NULL;
+    io->img = NULL;
     io->buf = buf;
     io->cap = cap;
     kvf__blockfile_read_many(dir, dir->fio, io, 1);

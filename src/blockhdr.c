@@ -126,7 +126,12 @@ kvf_status kvf__block_header_expect(const kvf__block_header *h, const char *what
 kvf_status kvf__block_payload_check(const kvf__block_header *h, const char *what,
                                     const uint8_t *payload)
 {
-    uint32_t crc_now = kvf__crc32c(0, payload, (size_t)h->payload_bytes);
+    return kvf__block_payload_crc_check(h, what, kvf__crc32c(0, payload, (size_t)h->payload_bytes));
+}
+
+kvf_status kvf__block_payload_crc_check(const kvf__block_header *h, const char *what,
+                                        uint32_t crc_now)
+{
     if (crc_now != h->payload_crc)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: checksum mismatch (stored 0x%08x, computed 0x%08x)",
                          what, h->payload_crc, crc_now);

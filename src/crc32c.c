@@ -199,6 +199,13 @@ uint32_t kvf__crc32c(uint32_t crc, const void *data, size_t n)
     return ~impl(~crc, data, n);
 }
 
+uint32_t kvf__crc32c_from_raw(uint32_t crc, uint64_t n, uint32_t raw)
+{
+    if (n == 0)
+        return crc;
+    return ~(mulmod(~crc, x_pow_8n(n)) ^ raw);
+}
+
 uint32_t kvf__crc32c_sw(uint32_t crc, const void *data, size_t n)
 {
     pthread_once(&init_once, crc_init);

@@ -116,3 +116,102 @@ extern "C" cudaError_t kvf__cuda_copy_launch(const kvf__cuda_desc *descs, uint32
     kvf_copy_kernel<<<grid, KVF_CUDA_COPY_THREADS, 0, stream>>>(descs, n, total_tiles);
     return cudaGetLastError();
 }
+
+/* ---- CRC-32C of device memory ------------------------------------------------
+ *
+ * Every thread runs the raw CRC register (state 0, no conditioning) over
+ * its own KVF_CUDA_CRC_CHUNK bytes with slicing-by-8 tables in shared
+ * memory, then advances it over the bytes after its chunk (multiplication
+ * by x^(8k) modulo the polynomial). The raw CRC is linear, so the CRC of
+ * the whole range is the XOR of these terms: warps fold theirs with
+ * shuffles and one lane per warp adds it to *out with atomicXor. The host
+ * applies the standard conditioning (kvf__crc32c_from_raw).
+ */
+
+#define CRC_POLY 0x82F63B78u
+#define CRC_THREADS 256u
+
+/* a * b modulo the polynomial, reflected (bit 31 is x^0). */
+__device__ __forceinline__ uint32_t crc_mulmod(uint32_t a, uint32_t b)
+{
+    uint32_t p = 0;
+    for (uint32_t m = 1u << 31; m; m >>= 1) {
+        if (a & m)
+            p ^= b;
+        b = (b & 1u) ? (b >> 1) ^ CRC_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(8n) modulo the polynomial. */
+__device__ uint32_t crc_x_pow_8n(uint64_t n)
+{
+    uint32_t result = 1u << 31, base = 1u << 23;
+    while (n) {
+        if (n & 1u)
+            result = crc_mulmod(result, base);
+        base = crc_mulmod(base, base);
+        n >>= 1;
+    }
+    return result;
+}
+
+__global__ void __launch_bounds__(CRC_THREADS)
+    kvf_crc32c_kernel(const unsigned char *p, uint64_t n, uint32_t *out)
+{
+    __shared__ uint32_t tab[8][256];
+    for (uint32_t i = threadIdx.x; i < 256u; i += blockDim.x) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1u) ? (c >> 1) ^ CRC_POLY : c >> 1;
+        tab[0][i] = c;
+    }
+    __syncthreads();
+    for (int k = 1; k < 8; k++) {
+        for (uint32_t i = threadIdx.x; i < 256u; i += blockDim.x) {
+            uint32_t prev = tab[k - 1][i];
+            tab[k][i] = (prev >> 8) ^ tab[0][prev & 0xffu];
+        }
+        __syncthreads();
+    }
+
+    const uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t begin = t * KVF_CUDA_CRC_CHUNK;
+    uint32_t term = 0;
+    if (begin < n) {
+        const uint64_t end = begin + KVF_CUDA_CRC_CHUNK < n ? begin + KVF_CUDA_CRC_CHUNK : n;
+        const unsigned char *q = p + begin, *qe = p + end;
+        uint32_t s = 0;
+        while (q < qe && ((uintptr_t)q & 7u))
+            s = tab[0][(s ^ *q++) & 0xffu] ^ (s >> 8);
+        for (; qe - q >= 8; q += 8) {
+            const uint2 w = *reinterpret_cast<const uint2 *>(q);
+            const uint32_t lo = w.x ^ s, hi = w.y;
+            s = tab[7][lo & 0xffu] ^ tab[6][(lo >> 8) & 0xffu] ^ tab[5][(lo >> 16) & 0xffu] ^
+                tab[4][lo >> 24] ^ tab[3][hi & 0xffu] ^ tab[2][(hi >> 8) & 0xffu] ^
+                tab[1][(hi >> 16) & 0xffu] ^ tab[0][hi >> 24];
+        }
+        while (q < qe)
+            s = tab[0][(s ^ *q++) & 0xffu] ^ (s >> 8);
+        term = end < n ? crc_mulmod(s, crc_x_pow_8n(n - end)) : s;
+    }
+    for (int off = 16; off > 0; off >>= 1)
+        term ^= __shfl_xor_sync(0xffffffffu, term, off);
+    if ((threadIdx.x & 31u) == 0 && term)
+        atomicXor(out, term);
+}
+
+extern "C" cudaError_t kvf__cuda_crc32c_launch(const void *data, uint64_t n, uint32_t *out,
+                                               cudaStream_t stream)
+{
+    cudaError_t err = cudaMemsetAsync(out, 0, sizeof *out, stream);
+    if (err != cudaSuccess || n == 0)
+        return err;
+    const uint64_t threads = (n + KVF_CUDA_CRC_CHUNK - 1) / KVF_CUDA_CRC_CHUNK;
+    const uint64_t grid = (threads + CRC_THREADS - 1) / CRC_THREADS;
+    if (grid > 0x7fffffffu)
+        return cudaErrorInvalidValue;
+    kvf_crc32c_kernel<<<(unsigned)grid, CRC_THREADS, 0, stream>>>(
+        static_cast<const unsigned char *>(data), n, out);
+    return cudaGetLastError();
+}

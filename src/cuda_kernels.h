@@ -39,6 +39,16 @@ __attribute__((visibility("hidden"))) cudaError_t
 kvf__cuda_copy_launch(const kvf__cuda_desc *descs, uint32_t n, uint64_t total_tiles, uint32_t grid,
                       cudaStream_t stream);
 
+/* Bytes of device memory one thread of the CRC-32C kernel checksums. */
+#define KVF_CUDA_CRC_CHUNK 1024u
+
+/* Queues on `stream` the raw CRC-32C register (start 0, no conditioning) of
+ * n bytes of device memory at `data` into *out (4 bytes of device memory);
+ * kvf__crc32c_from_raw turns it into the checksum. Returns the launch's
+ * error. */
+__attribute__((visibility("hidden"))) cudaError_t
+kvf__cuda_crc32c_launch(const void *data, uint64_t n, uint32_t *out, cudaStream_t stream);
+
 /* For the test and the benchmark (defined in cuda.c): the cudaStream_t of
  * a transfer queue (0 offload, 1 onboard), and the path the last
  * copy_async on that queue took (1 kernel, 2 dma; 0 none yet). */

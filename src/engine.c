@@ -22,6 +22,8 @@
 #include "remote.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -152,7 +154,8 @@ typedef struct worker {
      * every pool padded to the O_DIRECT alignment */
     uint8_t *staging;
     size_t staging_bytes;
-    uint8_t *rstaging; /* blocks of a remote batch, back to back */
+    kvf__gds_buf *gstaging; /* the GDS path's: device memory, registered with cuFile */
+    uint8_t *rstaging;      /* blocks of a remote batch, back to back */
     size_t rstaging_bytes;
     kvf__blockfile_io *ios;
     kvf__copy *copies;
@@ -195,6 +198,8 @@ struct kvf_engine {
     bool file_enabled;
     kvf__blockfile_dir dir;
     kvf__fileio *fio;
+    bool gds; /* moves between primary slots and files go through cuFile */
+    kvf__gds_probe gds_probe;
 
     /* The remote tier: connected on first use, and again (at most once a
      * second) after that failed. */
@@ -566,10 +571,39 @@ static kvf_file_engine file_engine_of(const kvf_engine_config *c)
     return KVF_FILE_ENGINE_AUTO;
 }
 
-static void warn_gds_fallback(void)
+/* Chooses the file tier's path (see kvf_gds_compat): e->gds set when
+ * cuFile is taken, its driver then held until the engine is destroyed.
+ * Never fails: where GDS was asked for and is not to be had, the POSIX
+ * path serves, with one warning a process naming why. */
+static void gds_setup(kvf_engine *e)
 {
-    KVF_LOG(KVF_LOG_WARN, "file tier: GPUDirect Storage is not implemented yet; "
-                          "using the POSIX path");
+    static atomic_bool warned;
+    kvf_file_io io = e->cfg.file_io;
+    if (io == KVF_FILE_IO_POSIX)
+        return;
+    kvf_gds_compat compat = kvf__gds_compat_of(e->cfg.gds_compat);
+    char why[sizeof e->gds_probe.detail + 96];
+    kvf_status st = KVF_ERR_UNSUPPORTED;
+    if (e->backend_kind != KVF_BACKEND_CUDA) {
+        e->gds_probe.found = KVF_GDS_ABSENT;
+        snprintf(e->gds_probe.detail, sizeof e->gds_probe.detail,
+                 "the host backend keeps no block in device memory");
+        snprintf(why, sizeof why, "%s", e->gds_probe.detail);
+    } else {
+        st = kvf__gds_acquire(compat, &e->gds_probe);
+        if (kvf__gds_choose(io, compat, &e->gds_probe, why, sizeof why)) {
+            e->gds = true;
+            KVF_LOG(KVF_LOG_INFO, "file tier: GPUDirect Storage, cuFile %s", e->gds_probe.detail);
+            return;
+        }
+    }
+    if (st == KVF_OK)
+        kvf__gds_release();
+    kvf__clear_error();
+    if (io == KVF_FILE_IO_GDS && !atomic_exchange(&warned, true))
+        KVF_LOG(KVF_LOG_WARN, "file tier: GPUDirect Storage not used (%s): POSIX path", why);
+    else
+        KVF_LOG(KVF_LOG_INFO, "file tier: POSIX path (%s)", why);
 }
 
 static char *dup_or_null(const char *s)
@@ -696,10 +730,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
             goto destroy_backend;
         kvf__blockfile_remove_stale(&e->dir);
         e->file_enabled = true;
-        if (c.file_io == KVF_FILE_IO_GDS) {
-            static pthread_once_t once = PTHREAD_ONCE_INIT;
-            pthread_once(&once, warn_gds_fallback);
-        }
+        gds_setup(e);
     }
 
     st = remote_setup(e, &c);
@@ -731,7 +762,9 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         nthreads = cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
     }
     if (e->file_enabled) {
-        st = kvf__fileio_create(file_engine_of(&c), c.file_queue_depth, nthreads, &e->fio);
+        /* cuFile's calls run on the thread engine's threads (not io_uring) */
+        st = kvf__fileio_create(e->gds ? KVF_FILE_ENGINE_THREADS : file_engine_of(&c),
+                                c.file_queue_depth, nthreads, &e->fio);
         if (st != KVF_OK)
             goto destroy_sync;
         e->dir.fio = e->fio;
@@ -773,6 +806,8 @@ destroy_sync:
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
 close_dir:
+    if (e->gds)
+        kvf__gds_release();
     free(e->remote_url);
     kvf__blockfile_close_dir(&e->dir);
 destroy_backend:
@@ -812,12 +847,15 @@ void kvf_engine_destroy(kvf_engine *e)
             e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].staging);
         if (e->workers[i].rstaging)
             e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].rstaging);
+        kvf__gds_buf_destroy(e->workers[i].gstaging);
         free(e->workers[i].ios);
         free(e->workers[i].copies);
         free(e->workers[i].io_moves);
     }
     free(e->workers);
     kvf__fileio_destroy(e->fio);
+    if (e->gds)
+        kvf__gds_release();
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {
             next = b->next_ticket;
@@ -1618,6 +1656,11 @@ size_t kvf__engine_block_bytes(const kvf_engine *e)
     return e->all_block_bytes;
 }
 
+bool kvf__engine_gds(const kvf_engine *e)
+{
+    return e->gds;
+}
+
 kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e)
 {
     return e->file_enabled ? &e->dir : NULL;
@@ -1937,12 +1980,14 @@ static size_t staging_slot_bytes(const kvf_engine *e)
     return (n + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
 }
 
-/* Room for `n` moves' file images, their I/O records and copies. */
-static kvf_status ensure_staging(worker *w, size_t n)
+/* Room for `n` moves' file images, their I/O records and copies; the
+ * images in device memory for the GDS path (`dev`), else on the host. */
+static kvf_status ensure_staging(worker *w, size_t n, bool dev)
 {
     kvf_engine *e = w->engine;
     size_t need = staging_slot_bytes(e) * n;
-    if (w->staging && w->staging_bytes >= need && w->nios >= n)
+    if (dev ? w->gstaging && kvf__gds_buf_slots(w->gstaging) >= n && w->nios >= n
+            : w->staging && w->staging_bytes >= need && w->nios >= n)
         return KVF_OK;
     kvf_memory kind =
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
@@ -1957,6 +2002,16 @@ static kvf_status ensure_staging(worker *w, size_t n)
         w->io_moves = io_moves;
     if (!ios || !copies || !io_moves)
         return kvf__fail(KVF_ERR_NOMEM, "file staging: out of memory for %zu moves", n);
+    if (dev) {
+        kvf__gds_buf *g;
+        kvf_status st = kvf__gds_buf_create(e->cfg.device, staging_slot_bytes(e), n, &g);
+        if (st != KVF_OK)
+            return st;
+        kvf__gds_buf_destroy(w->gstaging);
+        w->gstaging = g;
+        w->nios = n;
+        return KVF_OK;
+    }
     void *p;
     kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
     if (st != KVF_OK)
@@ -2082,7 +2137,9 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
         }
         return;
     }
-    kvf_status st = ensure_staging(w, last - first);
+    /* device slots take cuFile; secondary slots are host memory */
+    bool dev = e->gds && !kind_uses_secondary(b->kind);
+    kvf_status st = ensure_staging(w, last - first, dev);
     if (st != KVF_OK) {
         for (size_t i = first; i < last; i++)
             if (b->status[i] == KVF_INPROGRESS)
@@ -2097,8 +2154,10 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
             continue;
         const kvf_move *mv = &b->moves[i];
         kvf__blockfile_io *io = &w->ios[k];
-        io->buf = w->staging + k * slot_bytes;
+        io->buf = dev ? kvf__gds_buf_slot(w->gstaging, k) : w->staging + k * slot_bytes;
         io->cap = slot_bytes;
+        io->img = dev ? kvf__gds_image_ops() : NULL;
+        io->img_arg = w->gstaging;
         io->on_done = to_file ? NULL : onboard_done;
         io->fill = to_file ? offload_fill : NULL;
         io->arg = w;

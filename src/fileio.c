@@ -188,6 +188,10 @@ static void run_one_sync(kvf__fio_op *op)
     size_t len;
     while (next_piece(op, &len)) {
         ssize_t r;
+        if (op->xfer && op->kind != KVF_FIO_FSYNC) {
+            piece_done(op, op->xfer(op, len));
+            continue;
+        }
         if (op->kind == KVF_FIO_READ)
             r = pread(op->fd, op->buf + op->done, len, (off_t)(op->off + op->done));
         else if (op->kind == KVF_FIO_WRITE)
@@ -581,7 +585,9 @@ void kvf__fileio_run(kvf__fileio *io, kvf__fio_op *list)
     if (!n)
         return;
 #ifdef KVF_HAVE_URING
-    if (io && io->engine == KVF_FILE_ENGINE_URING) {
+    /* ops with their own calls (xfer) cannot go through the ring: the
+     * engine runs those on the thread engine; here they run one by one */
+    if (io && io->engine == KVF_FILE_ENGINE_URING && !list->xfer) {
         uring_run(io, list, n);
         return;
     }

@@ -23,6 +23,14 @@ kvf_status kvf_info_get(kvf_info *info)
         return kvf__fail(KVF_ERR_INVALID, "kvf_info_get: start from KVF_INFO_INIT");
     kvf_info full = KVF_INFO_INIT;
     kvf__cuda_info(&full);
+    /* what an engine's GDS path would find: cuFile loaded, its driver
+     * opened (and closed again unless an engine holds it) */
+    kvf__gds_probe p;
+    if (kvf__gds_acquire(KVF_GDS_COMPAT_AUTO, &p) == KVF_OK)
+        kvf__gds_release();
+    kvf__clear_error();
+    full.gds_state = (int)p.found;
+    strncpy(full.gds_detail, p.detail, sizeof full.gds_detail - 1);
     full.remote_built = kvf__remote_built();
 #ifdef KVF_HAVE_URING
     full.uring_built = 1;

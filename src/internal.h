@@ -87,6 +87,11 @@ KVF_INTERNAL uint64_t kvf__geometry_fingerprint(const kvf_geometry *g, size_t n)
 /* ---- checksums and hashing (crc32c.c) ----------------------------------- */
 
 KVF_INTERNAL uint32_t kvf__crc32c(uint32_t crc, const void *data, size_t n);
+/* kvf__crc32c(crc, data, n) from the raw register of the same n bytes run
+ * from state 0 without conditioning (what the GPU kernel computes): the
+ * CRC is linear in its state, so the start state is advanced over n zero
+ * bytes and added. */
+KVF_INTERNAL uint32_t kvf__crc32c_from_raw(uint32_t crc, uint64_t n, uint32_t raw);
 /* XXH64 with seed 0 (keys.c). */
 KVF_INTERNAL uint64_t kvf__xxh64(const void *data, size_t n);
 
@@ -208,6 +213,9 @@ KVF_INTERNAL kvf_status kvf__block_header_expect(const kvf__block_header *h, con
 /* The payload (h->payload_bytes of it) matches the header's CRC. */
 KVF_INTERNAL kvf_status kvf__block_payload_check(const kvf__block_header *h, const char *what,
                                                  const uint8_t *payload);
+/* The same, with the payload's CRC computed elsewhere (on the GPU). */
+KVF_INTERNAL kvf_status kvf__block_payload_crc_check(const kvf__block_header *h, const char *what,
+                                                     uint32_t crc_now);
 
 /* ---- file I/O engines (fileio.c) -----------------------------------------
  *
@@ -245,6 +253,12 @@ typedef struct kvf__fio_op {
     /* called once the op is finished, on whichever thread finished it,
      * while other ops may still be in flight; NULL: none */
     void (*on_done)(struct kvf__fio_op *op);
+    /* Optional, reads and writes: makes each call itself instead of
+     * pread/pwrite (cuFile on device memory): `len` bytes at buf + done,
+     * file offset off + done; returns the bytes moved or -errno. An op
+     * with it runs on the thread engine's threads (io_uring cannot). */
+    long long (*xfer)(struct kvf__fio_op *op, size_t len);
+    void *xfer_arg;
     /* the engine's */
     struct kvf__fio_op *next;
     size_t *left_p;
@@ -323,6 +337,19 @@ KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,
 KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf,
                                             size_t cap, kvf__blockfile_meta *meta);
 
+/* How the file layer reaches a block image that is not host memory
+ * (device staging for GPUDirect Storage): it never dereferences buf then. */
+typedef struct kvf__image_ops {
+    /* the fileio op's xfer (arg: xfer_arg) */
+    long long (*xfer)(kvf__fio_op *op, size_t len);
+    /* n bytes at img to host dst */
+    kvf_status (*get)(void *arg, const uint8_t *img, void *dst, size_t n);
+    /* n host bytes from src to img; src NULL: n zeros */
+    kvf_status (*put)(void *arg, uint8_t *img, const void *src, size_t n);
+    /* kvf__crc32c(0, img, n) */
+    kvf_status (*crc)(void *arg, const uint8_t *img, size_t n, uint32_t *crc_p);
+} kvf__image_ops;
+
 /* One block of a batch. The caller sets meta (for a read, meta.key only),
  * buf and cap; O_DIRECT needs buf aligned to KVF_FILE_ALIGN and, for a
  * write, cap >= round_up(64 + payload) (the padding is written too). */
@@ -342,6 +369,10 @@ typedef struct kvf__blockfile_io {
      * key's file as it was. */
     kvf_status (*fill)(struct kvf__blockfile_io *io);
     void *arg;
+    /* Optional: buf is not host memory; these reach it (img_arg their
+     * argument). NULL: buf is host memory. */
+    const kvf__image_ops *img;
+    void *img_arg;
     /* the file layer's */
     kvf__blockfile_dir *dir;
     int fd;
@@ -381,6 +412,55 @@ KVF_INTERNAL kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
 typedef int (*kvf__io_fault_fn)(const char *op, const char *path, size_t *len_p);
 KVF_INTERNAL void kvf__set_io_fault(kvf__io_fault_fn fn);
 
+/* ---- GPUDirect Storage (gds.c; gds_none.c in builds without CUDA) ---------
+ *
+ * libcufile is loaded with dlopen at the first use ($KVF_CUFILE_LIB, else
+ * libcufile.so.0, else libcufile.so) and its driver opened once per
+ * process while any engine uses it.
+ */
+
+/* What probing cuFile found, worst to best. */
+typedef enum kvf__gds_found {
+    KVF_GDS_ABSENT = 0,  /* no libcufile (or a build without CUDA) */
+    KVF_GDS_REFUSED = 1, /* loaded, but its driver would not open */
+    KVF_GDS_COMPAT = 2,  /* open, no P2P path: cuFile's compatibility mode
+                            (POSIX I/O through its own bounce buffers) */
+    KVF_GDS_P2P = 3      /* open, nvidia-fs loaded or P2P DMA offered */
+} kvf__gds_found;
+
+typedef struct kvf__gds_probe {
+    kvf__gds_found found;
+    char detail[160]; /* what was found, or why not */
+} kvf__gds_probe;
+
+/* The compat mode asked for: `c`, or env KVF_GDS_COMPAT=on|off|auto over AUTO. */
+KVF_INTERNAL kvf_gds_compat kvf__gds_compat_of(kvf_gds_compat c);
+/* Whether an engine whose probe found `probe` takes the GDS path for
+ * file_io `io` (see kvf_gds_compat). When it does not, *why says why, for
+ * the one warning file_io GDS gets (gds_mode.c). */
+KVF_INTERNAL bool kvf__gds_choose(kvf_file_io io, kvf_gds_compat compat,
+                                  const kvf__gds_probe *probe, char *why, size_t cap);
+/* Loads cuFile and opens its driver (once per process), telling it first
+ * whether its compatibility mode is allowed (OFF: no; ON: yes; AUTO: as
+ * its configuration says). KVF_OK with a reference held (found COMPAT or
+ * P2P) or an error (found ABSENT or REFUSED, detail saying why). */
+KVF_INTERNAL kvf_status kvf__gds_acquire(kvf_gds_compat compat, kvf__gds_probe *probe);
+/* Drops a reference; the last closes the driver. */
+KVF_INTERNAL void kvf__gds_release(void);
+
+/* Device staging for cuFile: `slots` images of slot_bytes (a multiple of
+ * KVF_FILE_ALIGN) on `device`, 4096-aligned and registered with
+ * cuFileBufRegister (used unregistered, said once, where that fails). */
+typedef struct kvf__gds_buf kvf__gds_buf;
+KVF_INTERNAL kvf_status kvf__gds_buf_create(int device, size_t slot_bytes, size_t slots,
+                                            kvf__gds_buf **buf_p);
+KVF_INTERNAL void kvf__gds_buf_destroy(kvf__gds_buf *buf);
+KVF_INTERNAL uint8_t *kvf__gds_buf_slot(kvf__gds_buf *buf, size_t i);
+KVF_INTERNAL size_t kvf__gds_buf_slots(const kvf__gds_buf *buf);
+/* The image ops for a buffer's slots (arg: the kvf__gds_buf); NULL in a
+ * build without CUDA. */
+KVF_INTERNAL const kvf__image_ops *kvf__gds_image_ops(void);
+
 /* ---- what the cache needs of the engine and the files -------------------- */
 
 /* Fixes the engine's pools (as its first transfer would) so that its slot
@@ -407,6 +487,9 @@ KVF_INTERNAL void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots,
 KVF_INTERNAL uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level);
 /* Bytes of one block of every pool. */
 KVF_INTERNAL size_t kvf__engine_block_bytes(const kvf_engine *e);
+/* Whether moves between the engine's primary slots and files go through
+ * cuFile (the GDS path). */
+KVF_INTERNAL bool kvf__engine_gds(const kvf_engine *e);
 /* The engine's block directory, or NULL without a file tier. */
 KVF_INTERNAL kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e);
 /* Whether the engine has a remote tier configured, and its connection

@@ -1032,7 +1032,10 @@ static int bench_one(bench_opts o, bench_result *res)
            o.g.order == KVF_ORDER_HEAD_MAJOR ? "head-major" : "token-major",
            o.tokens ? "partial" : "whole blocks", o.iters);
     if (o.mode != MODE_DRAM)
-        printf("  files: %s, fsync %s\n", file_engine_used,
+        printf("  files: %s path, %s, fsync %s\n",
+               kvf__engine_gds(e) ? "GDS (cuFile into device staging)"
+                                  : "POSIX (pinned host staging)",
+               file_engine_used,
                o.fsync == KVF_FSYNC_NONE    ? "none"
                : o.fsync == KVF_FSYNC_BATCH ? "per batch"
                                             : "per block");

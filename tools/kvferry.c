@@ -64,9 +64,12 @@ static int cmd_info(void)
     printf("  posix  available (O_DIRECT through aligned host staging where the file system "
            "takes it; %s)\n",
            info.uring_built ? "io_uring, or threads where it is refused" : "a pool of threads");
-    printf("  gds    %s\n", info.cufile_present
-                                ? "libcufile found; kvferry does not use it yet (POSIX path)"
-                                : "libcufile not found (POSIX path)");
+    static const char *const gds_states[] = {
+        "not available (POSIX path)", "libcufile loaded, driver refused (POSIX path)",
+        "cuFile in compatibility mode, no P2P (file_io AUTO: POSIX path; GDS: cuFile)",
+        "cuFile with P2P (file_io AUTO and GDS: cuFile)"};
+    int gs = info.gds_state >= 0 && info.gds_state <= 3 ? info.gds_state : 0;
+    printf("  gds    %s\n         %s\n", gds_states[gs], info.gds_detail);
     printf("default backend: %s\n", info.cuda_devices > 0 ? "cuda" : "host");
     print_remote_tier(info.remote_built);
     return 0;

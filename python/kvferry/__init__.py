@@ -18,7 +18,7 @@ from ._buffers import Buffer, as_buffer
 from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Ticket, block_bytes,
                     dtype_bits, info, move_dtype, region, version)
 from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, tier_name
-from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind, FileEngine, FileIO, Fsync, Level,
+from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind, FileEngine, FileIO, Fsync, GdsCompat, Level,
                      Memory, Order, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
                       InvalidState, IOFailure, KvferryError, Lost, Mismatch, NoDevice, NoSpace, NotFound,
@@ -44,7 +44,7 @@ __all__ = [
     "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Ticket", "Buffer",
     "as_buffer", "block_bytes", "dtype_bits", "info", "move_dtype", "region", "version", "library_path",
     "Cache", "CacheEvent", "CacheStats", "CacheRemote", "CacheTier", "EventKind", "key_chain", "key_chain_all", "key_salt",
-    "tier_name", "Backend", "CudaCopy", "Dtype", "FileEngine", "FileIO", "Fsync", "Level", "Memory", "Order", "Status", "Tier",
+    "tier_name", "Backend", "CudaCopy", "Dtype", "FileEngine", "FileIO", "Fsync", "GdsCompat", "Level", "Memory", "Order", "Status", "Tier",
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",

@@ -9,7 +9,7 @@ from typing import Any, List, NamedTuple, Optional
 
 from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
-from ._enums import (Backend, CudaCopy, Dtype, FileEngine, FileIO, Fsync, Level, Memory, Order, Status, Tier,
+from ._enums import (Backend, CudaCopy, Dtype, FileEngine, FileIO, Fsync, GdsCompat, Level, Memory, Order, Status, Tier,
                      status)
 from ._errors import check, make_error
 
@@ -445,7 +445,7 @@ def _uint_array(values, what, bits=64, item="value"):
 _DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
                        file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0,
                        remote_url=None, remote_ttl_s=0, remote_timeout_ms=0, file_engine=FileEngine.AUTO,
-                       file_queue_depth=0)
+                       file_queue_depth=0, gds_compat=GdsCompat.AUTO)
 
 
 def _stream_handle(stream):
@@ -499,6 +499,7 @@ class Engine(_Issuer):
         c.remote_timeout_ms = int(cfg["remote_timeout_ms"])
         c.file_engine = int(FileEngine(cfg["file_engine"]))
         c.file_queue_depth = int(cfg["file_queue_depth"])
+        c.gds_compat = int(GdsCompat(cfg["gds_compat"]))
         c.file_io = int(FileIO(cfg["file_io"]))
         c.fsync = int(Fsync(cfg["fsync"]))
         c.cuda_copy = int(CudaCopy(cfg["cuda_copy"]))

@@ -52,6 +52,12 @@ class FileIO(IntEnum):
     GDS = 2
 
 
+class GdsCompat(IntEnum):
+    AUTO = 0  # file_io GDS: as cuFile is configured; AUTO: cuFile only with P2P
+    OFF = 1  # P2P only
+    ON = 2  # cuFile's compatibility mode too
+
+
 class FileEngine(IntEnum):
     AUTO = 0  # io_uring where built and allowed, else threads
     URING = 1

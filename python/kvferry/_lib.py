@@ -55,6 +55,7 @@ class EngineConfig_t(ctypes.Structure):
         ("remote_timeout_ms", ctypes.c_uint32),
         ("file_engine", c_enum),
         ("file_queue_depth", ctypes.c_uint32),
+        ("gds_compat", c_enum),
     ]
 
 
@@ -82,6 +83,8 @@ class Info_t(ctypes.Structure):
         ("device_name", ctypes.c_char * 128),
         ("cuda_error", ctypes.c_char * 128),
         ("remote_built", ctypes.c_int),
+        ("gds_state", ctypes.c_int),
+        ("gds_detail", ctypes.c_char * 160),
     ]
 
 
