@@ -3,6 +3,7 @@
 #include "remote.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 const char *kvf_version(void)
@@ -30,7 +31,7 @@ kvf_status kvf_info_get(kvf_info *info)
         kvf__gds_release();
     kvf__clear_error();
     full.gds_state = (int)p.found;
-    strncpy(full.gds_detail, p.detail, sizeof full.gds_detail - 1);
+    snprintf(full.gds_detail, sizeof full.gds_detail, "%s", p.detail);
     full.remote_built = kvf__remote_built();
 #ifdef KVF_HAVE_URING
     full.uring_built = 1;
