@@ -1034,7 +1034,8 @@ static int bench_one(bench_opts o, bench_result *res)
     if (o.mode != MODE_DRAM)
         printf("  files: %s path, %s, fsync %s\n",
                kvf__engine_gds(e) ? "GDS (cuFile into device staging)"
-                                  : "POSIX (pinned host staging)",
+               : gpu              ? "POSIX (pinned host staging)"
+                                  : "POSIX (host staging)",
                file_engine_used,
                o.fsync == KVF_FSYNC_NONE    ? "none"
                : o.fsync == KVF_FSYNC_BATCH ? "per batch"
