@@ -22,6 +22,8 @@
  */
 #include "internal.h"
 
+#include "bench_cuda.h"
+
 #include "cuda_kernels.h"
 
 #include <cuda_runtime.h>
@@ -33,16 +35,6 @@
 
 #define RUN_BYTES ((size_t)256 << 20)
 #define POISON 0xA5
-
-#define CK(expr)                                                                                   \
-    do {                                                                                           \
-        cudaError_t ce_ = (expr);                                                                  \
-        if (ce_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                          \
-                    cudaGetErrorString(ce_));                                                      \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { DIR_H2D, DIR_D2H, DIR_D2D };
 enum { M_CEIL, M_PERBLK, M_BATCH, M_K8, M_K16, M_K32, M_K64, M_DMA, M_AUTO, M_COUNT };
@@ -71,13 +63,6 @@ static uint8_t g_poison[4096];
 static cudaStream_t g_s[2];
 static kvf__backend *g_b[M_COUNT];
 static atomic_int g_done;
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next_rand(void)
@@ -292,7 +277,7 @@ static result measure(int m, job *jobs, int njobs, int reps)
         CK(cudaEventRecord(ev0, st[0]));
         for (int k = 1; k < njobs; k++)
             CK(cudaStreamWaitEvent(st[k], ev0, 0));
-        double t0 = now_us();
+        double t0 = bench_now_us();
         for (int k = 0; k < njobs; k++) {
             if (!submit(m, &jobs[k], k, st[k])) {
                 res.ok = -2;
@@ -301,7 +286,7 @@ static result measure(int m, job *jobs, int njobs, int reps)
             if (m >= M_K8)
                 want_done++;
         }
-        double t1 = now_us();
+        double t1 = bench_now_us();
         for (int k = 1; k < njobs; k++) {
             CK(cudaEventRecord(evj, st[k]));
             CK(cudaStreamWaitEvent(st[0], evj, 0));

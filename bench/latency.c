@@ -20,6 +20,8 @@
  */
 #include "internal.h"
 
+#include "bench_cuda.h"
+
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,15 +31,6 @@
 
 #define RUN_BYTES ((size_t)256 << 20)
 
-#define CK(expr)                                                                                   \
-    do {                                                                                           \
-        cudaError_t ce_ = (expr);                                                                  \
-        if (ce_ != cudaSuccess) {                                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                          \
-                    cudaGetErrorString(ce_));                                                      \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 #define KV(expr)                                                                                   \
     do {                                                                                           \
         if ((expr) != KVF_OK) {                                                                    \
@@ -45,13 +38,6 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -209,7 +195,7 @@ int main(int argc, char **argv)
                 CK(cudaMemcpy(src, img, RUN_BYTES, cudaMemcpyDefault));
                 CK(cudaMemset(dst, 0xA5, RUN_BYTES));
                 for (int r = -1; r < reps; r++) {
-                    double t0 = now_us(), t1 = t0;
+                    double t0 = bench_now_us(), t1 = t0;
                     switch (m) {
                     case 0: /* ceiling: one contiguous copy, events */
                     case 1: /* gpu: the batch, events */
@@ -231,14 +217,14 @@ int main(int argc, char **argv)
                         CK(cudaMemcpyBatchAsync((void **)dsts, (const void **)srcs, lens, n, &attr,
                                                 &ai, 1, st));
                         CK(cudaStreamSynchronize(st));
-                        t1 = now_us();
+                        t1 = bench_now_us();
                         break;
                     case 3: /* hostfn */
                         CK(cudaMemcpyBatchAsync((void **)dsts, (const void **)srcs, lens, n, &attr,
                                                 &ai, 1, st));
                         CK(cudaLaunchHostFunc(st, hostfn, NULL));
                         wait_done();
-                        t1 = now_us();
+                        t1 = bench_now_us();
                         break;
                     case 4:   /* backend */
                     case 6: { /* backend, the gather kernel on 128 SMs */
@@ -246,9 +232,9 @@ int main(int argc, char **argv)
                         KV(bb->ops->copy_async(bb, dir == 0 ? KVF_QUEUE_OFFLOAD : KVF_QUEUE_ONBOARD,
                                                dir == 0 ? bd2h : bh2d, n, backend_done, NULL));
                         if (r >= 0 && m == 4)
-                            tsub[r] = now_us() - t0;
+                            tsub[r] = bench_now_us() - t0;
                         wait_done();
-                        t1 = now_us();
+                        t1 = bench_now_us();
                         break;
                     }
                     case 5: { /* engine */
@@ -257,9 +243,9 @@ int main(int argc, char **argv)
                             KV(kvf_offload(e, KVF_TIER_HOST, off, n, &tk));
                         else
                             KV(kvf_onboard(e, KVF_TIER_HOST, on, n, &tk));
-                        double ts = now_us();
+                        double ts = bench_now_us();
                         KV(kvf_wait(e, tk, NULL));
-                        t1 = now_us();
+                        t1 = bench_now_us();
                         if (r >= 0)
                             tsub[r] = ts - t0;
                         break;
