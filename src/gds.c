@@ -158,15 +158,17 @@ static bool open_driver(kvf_gds_compat compat, kvf__gds_probe *p)
     } u;
     memset(&u, 0, sizeof u);
     bool have_props = api.driver_get_properties(&u.props).err == KVF_CUFILE_SUCCESS;
-    bool nvfs = nvfs_loaded();
-    bool p2p_flag = have_props && (u.props.fflags >> KVF_CUFILE_P2P_SUPPORTED_BIT & 1u);
+    /* P2P needs the nvidia-fs kernel module (or a driver that reports its
+     * own nvfs version); cuFile 1.15's header (CUDA 13.0) has no feature
+     * bit for P2P, so none is read */
+    bool nvfs = nvfs_loaded() || (have_props && u.props.nvfs.major_version > 0);
     bool compat_allowed =
         have_props && (u.props.nvfs.dcontrolflags >> KVF_CUFILE_ALLOW_COMPAT_MODE_BIT & 1u);
-    p->found = nvfs || p2p_flag ? KVF_GDS_P2P : KVF_GDS_COMPAT;
+    p->found = nvfs ? KVF_GDS_P2P : KVF_GDS_COMPAT;
     snprintf(p->detail, sizeof p->detail,
-             "driver open, %s (nvidia-fs %s, nvfs %u.%u, p2p flag %d, compat mode %s)",
+             "driver open, %s (nvidia-fs %s, nvfs %u.%u, compat mode %s)",
              p->found == KVF_GDS_P2P ? "p2p" : "compatibility mode", nvfs ? "loaded" : "not loaded",
-             u.props.nvfs.major_version, u.props.nvfs.minor_version, p2p_flag,
+             u.props.nvfs.major_version, u.props.nvfs.minor_version,
              !have_props      ? "unknown"
              : compat_allowed ? "allowed"
                               : "not allowed");

@@ -51,8 +51,6 @@ typedef struct kvf__cufile_props {
 
 /* CUfileDriverControlFlags_t: bit numbers of nvfs.dcontrolflags */
 #define KVF_CUFILE_ALLOW_COMPAT_MODE_BIT 1
-/* CUfileFeatureFlags_t: bit numbers of fflags */
-#define KVF_CUFILE_P2P_SUPPORTED_BIT 4
 /* CUFileBoolConfigParameter_t (cuFileSetParameterBool, cuFile 1.9 on) */
 #define KVF_CUFILE_PARAM_ALLOW_COMPAT_MODE 1
 

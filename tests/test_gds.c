@@ -35,7 +35,6 @@ _Static_assert(offsetof(kvf__cufile_props, nvfs.dcontrolflags) ==
 _Static_assert(offsetof(kvf__cufile_props, fflags) == offsetof(CUfileDrvProps_t, fflags), "fflags");
 _Static_assert(KVF_CUFILE_HANDLE_TYPE_OPAQUE_FD == CU_FILE_HANDLE_TYPE_OPAQUE_FD, "fd type");
 _Static_assert(KVF_CUFILE_ALLOW_COMPAT_MODE_BIT == CU_FILE_ALLOW_COMPAT_MODE, "compat bit");
-_Static_assert(KVF_CUFILE_P2P_SUPPORTED_BIT == CU_FILE_P2P_SUPPORTED, "p2p bit");
 _Static_assert(KVF_CUFILE_PARAM_ALLOW_COMPAT_MODE == CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE,
                "allow compat parameter");
 #endif
