@@ -240,11 +240,16 @@ typedef enum kvf_fsync {
  */
 typedef enum kvf_gds_compat {
     KVF_GDS_COMPAT_AUTO = 0, /* file_io GDS: cuFile as its configuration says
-                                (compat allowed by default); file_io AUTO:
-                                cuFile only with a P2P path */
+                                (compat allowed by default) where it takes
+                                files of file_dir (probed at create; a file
+                                system it refuses gets the POSIX path, with
+                                the one warning); file_io AUTO: cuFile only
+                                with a P2P path */
     KVF_GDS_COMPAT_OFF = 1,  /* P2P only: cuFile is told not to fall back to
                                 compat mode, and is not used without P2P */
-    KVF_GDS_COMPAT_ON = 2    /* cuFile also in compat mode, file_io AUTO too */
+    KVF_GDS_COMPAT_ON = 2    /* cuFile also in compat mode, file_io AUTO too;
+                                a file cuFile refuses goes through a host
+                                buffer (slow: for tests and odd setups) */
 } kvf_gds_compat;
 
 /** What runs the file tier's reads and writes (POSIX path). */

@@ -591,7 +591,10 @@ static void gds_setup(kvf_engine *e)
         snprintf(why, sizeof why, "%s", e->gds_probe.detail);
     } else {
         st = kvf__gds_acquire(compat, &e->gds_probe);
-        if (kvf__gds_choose(io, compat, &e->gds_probe, why, sizeof why)) {
+        /* a file system cuFile refuses would send every block through host
+         * memory twice: the POSIX path instead, unless compat mode is on */
+        if (kvf__gds_choose(io, compat, &e->gds_probe, why, sizeof why) &&
+            (compat == KVF_GDS_COMPAT_ON || kvf__gds_dir_usable(e->dir.root, why, sizeof why))) {
             e->gds = true;
             KVF_LOG(KVF_LOG_INFO, "file tier: GPUDirect Storage, cuFile %s", e->gds_probe.detail);
             return;

@@ -42,6 +42,8 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,6 +198,34 @@ kvf_status kvf__gds_acquire(kvf_gds_compat compat, kvf__gds_probe *probe)
     if (st != KVF_OK)
         return kvf__fail(st, "cufile: %s", p.detail);
     return KVF_OK;
+}
+
+bool kvf__gds_dir_usable(const char *root, char *why, size_t cap)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/.gds-probe.%ld.tmp", root, (long)getpid());
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(why, cap, "cannot create %s: %s", path, strerror(errno));
+        return false;
+    }
+    kvf__cufile_descr d;
+    memset(&d, 0, sizeof d);
+    d.type = KVF_CUFILE_HANDLE_TYPE_OPAQUE_FD;
+    d.handle.fd = fd;
+    kvf__cufile_handle fh = NULL;
+    kvf__cufile_error e = api.handle_register(&fh, &d);
+    bool ok = e.err == KVF_CUFILE_SUCCESS;
+    if (ok)
+        api.handle_deregister(fh);
+    else
+        snprintf(why, cap, "cuFile does not take files on %s (cuFileHandleRegister: error %d)",
+                 root, e.err);
+    close(fd);
+    unlink(path);
+    return ok;
 }
 
 void kvf__gds_release(void)

@@ -15,6 +15,12 @@ kvf_status kvf__gds_acquire(kvf_gds_compat compat, kvf__gds_probe *probe)
 
 void kvf__gds_release(void) {}
 
+bool kvf__gds_dir_usable(const char *root, char *why, size_t cap)
+{
+    snprintf(why, cap, "%s: built without CUDA", root);
+    return false;
+}
+
 kvf_status kvf__gds_buf_create(int device, size_t slot_bytes, size_t slots, kvf__gds_buf **buf_p)
 {
     (void)device;

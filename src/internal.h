@@ -447,6 +447,11 @@ KVF_INTERNAL bool kvf__gds_choose(kvf_file_io io, kvf_gds_compat compat,
 KVF_INTERNAL kvf_status kvf__gds_acquire(kvf_gds_compat compat, kvf__gds_probe *probe);
 /* Drops a reference; the last closes the driver. */
 KVF_INTERNAL void kvf__gds_release(void);
+/* Whether cuFile takes a file of directory `root` (a scratch file is
+ * created, registered and removed): some file systems it refuses outright,
+ * where every file would go through host memory. *why says why not. A
+ * reference must be held. */
+KVF_INTERNAL bool kvf__gds_dir_usable(const char *root, char *why, size_t cap);
 
 /* Device staging for cuFile: `slots` images of slot_bytes (a multiple of
  * KVF_FILE_ALIGN) on `device`, 4096-aligned and registered with
