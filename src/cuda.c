@@ -188,6 +188,7 @@ struct cuda_backend {
 
     pthread_mutex_t sync_lock;
     cudaStream_t sync_streams[SYNC_STREAMS_MAX];
+    cudaEvent_t sync_events[SYNC_STREAMS_MAX]; /* one per stream, blocking sync */
     int sync_free;
 
     /* pageable ranges (HOST kind): the kernel path cannot touch them */
@@ -347,8 +348,9 @@ static enum cudaMemoryType pointer_type(const void *p)
 
 /* ---- memory ------------------------------------------------------------ */
 
-static kvf_status sync_stream_get(cuda_backend *b, cudaStream_t *s_p);
-static void sync_stream_put(cuda_backend *b, cudaStream_t s);
+static kvf_status sync_stream_get(cuda_backend *b, cudaStream_t *s_p, cudaEvent_t *ev_p);
+static void sync_stream_put(cuda_backend *b, cudaStream_t s, cudaEvent_t ev);
+static kvf_status sync_stream_wait(cudaStream_t s, cudaEvent_t ev);
 
 static kvf_status cuda_mem_alloc(kvf__backend *base, kvf_memory kind, size_t bytes, void **ptr_p)
 {
@@ -363,19 +365,21 @@ static kvf_status cuda_mem_alloc(kvf__backend *base, kvf_memory kind, size_t byt
         if ((st = dev_enter(b, &g)) != KVF_OK)
             return st;
         cudaStream_t s = NULL;
+        cudaEvent_t ev = NULL;
         CUDA_GOTO(cudaMalloc(&p, bytes), st, out_leave);
-        if ((st = sync_stream_get(b, &s)) != KVF_OK)
+        if ((st = sync_stream_get(b, &s, &ev)) != KVF_OK)
             goto out_free;
         /* on a stream of ours: the legacy stream would not order it
          * before our non-blocking transfer streams */
         CUDA_GOTO(cudaMemsetAsync(p, 0, bytes, s), st, out_put);
-        CUDA_GOTO(cudaStreamSynchronize(s), st, out_put);
-        sync_stream_put(b, s);
+        if ((st = sync_stream_wait(s, ev)) != KVF_OK)
+            goto out_put;
+        sync_stream_put(b, s, ev);
         dev_leave(&g);
         *ptr_p = p;
         return KVF_OK;
     out_put:
-        sync_stream_put(b, s);
+        sync_stream_put(b, s, ev);
     out_free:
         CUDA_IGNORE(cudaFree(p));
     out_leave:
@@ -524,29 +528,49 @@ static kvf_status check_copies(const kvf__copy *copies, size_t n)
 
 /* ---- copy_sync: pooled streams ----------------------------------------- */
 
-static kvf_status sync_stream_get(cuda_backend *b, cudaStream_t *s_p)
+static kvf_status sync_stream_get(cuda_backend *b, cudaStream_t *s_p, cudaEvent_t *ev_p)
 {
     pthread_mutex_lock(&b->sync_lock);
     if (b->sync_free > 0) {
-        *s_p = b->sync_streams[--b->sync_free];
+        b->sync_free--;
+        *s_p = b->sync_streams[b->sync_free];
+        *ev_p = b->sync_events[b->sync_free];
         pthread_mutex_unlock(&b->sync_lock);
         return KVF_OK;
     }
     pthread_mutex_unlock(&b->sync_lock);
     CUDA_RET(cudaStreamCreateWithFlags(s_p, cudaStreamNonBlocking));
+    cudaError_t e = cudaEventCreateWithFlags(ev_p, cudaEventBlockingSync | cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        CUDA_IGNORE(cudaStreamDestroy(*s_p));
+        return cuda_fail(e, "cudaEventCreateWithFlags(blocking)", __FILE__, __LINE__);
+    }
     return KVF_OK;
 }
 
-static void sync_stream_put(cuda_backend *b, cudaStream_t s)
+static void sync_stream_put(cuda_backend *b, cudaStream_t s, cudaEvent_t ev)
 {
     pthread_mutex_lock(&b->sync_lock);
     if (b->sync_free < SYNC_STREAMS_MAX) {
-        b->sync_streams[b->sync_free++] = s;
+        b->sync_streams[b->sync_free] = s;
+        b->sync_events[b->sync_free++] = ev;
         s = NULL;
     }
     pthread_mutex_unlock(&b->sync_lock);
-    if (s)
+    if (s) {
+        CUDA_IGNORE(cudaEventDestroy(ev));
         CUDA_IGNORE(cudaStreamDestroy(s));
+    }
+}
+
+/* Waits for s asleep, not spinning: the file tier's I/O threads call
+ * copy_sync by the dozen at once, and a spinning wait in each of them
+ * takes the cores that their reads and checksums need. */
+static kvf_status sync_stream_wait(cudaStream_t s, cudaEvent_t ev)
+{
+    CUDA_RET(cudaEventRecord(ev, s));
+    CUDA_RET(cudaEventSynchronize(ev));
+    return KVF_OK;
 }
 
 static kvf_status cuda_copy_sync(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
@@ -555,12 +579,13 @@ static kvf_status cuda_copy_sync(kvf__backend *base, kvf__queue queue, const kvf
     cuda_backend *b = (cuda_backend *)base;
     dev_guard g;
     cudaStream_t s = NULL;
+    cudaEvent_t ev = NULL;
     kvf_status st = check_copies(copies, n);
     if (st != KVF_OK || n == 0)
         return st;
     if ((st = dev_enter(b, &g)) != KVF_OK)
         return st;
-    if ((st = sync_stream_get(b, &s)) != KVF_OK)
+    if ((st = sync_stream_get(b, &s, &ev)) != KVF_OK)
         goto out_leave;
     for (size_t i = 0; i < n; i++) {
         const kvf__copy *c = &copies[i];
@@ -586,11 +611,10 @@ static kvf_status cuda_copy_sync(kvf__backend *base, kvf__queue queue, const kvf
 out_sync:
     /* also after a failed submit: nothing may stay in flight */
     if (st == KVF_OK)
-        CUDA_GOTO(cudaStreamSynchronize(s), st, out_put);
-    else
+        st = sync_stream_wait(s, ev);
+    if (st != KVF_OK)
         CUDA_IGNORE(cudaStreamSynchronize(s));
-out_put:
-    sync_stream_put(b, s);
+    sync_stream_put(b, s, ev);
 out_leave:
     dev_leave(&g);
     return st;
@@ -1451,8 +1475,10 @@ static void cuda_destroy(kvf__backend *base)
     watcher_stop(b);
     for (int i = 0; i < KVF_QUEUE_COUNT; i++)
         queue_destroy(&b->q[i]);
-    for (int i = 0; i < b->sync_free; i++)
+    for (int i = 0; i < b->sync_free; i++) {
+        CUDA_IGNORE(cudaEventDestroy(b->sync_events[i]));
         CUDA_IGNORE(cudaStreamDestroy(b->sync_streams[i]));
+    }
     if (entered)
         dev_leave(&g);
     pthread_mutex_destroy(&b->sync_lock);
