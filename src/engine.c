@@ -687,7 +687,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
     if ((unsigned)c.backend > KVF_BACKEND_CUDA || (unsigned)c.file_io > KVF_FILE_IO_GDS ||
         (unsigned)c.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda_copy > KVF_CUDA_COPY_DMA ||
-        (unsigned)c.file_engine > KVF_FILE_ENGINE_THREADS)
+        (unsigned)c.file_engine > KVF_FILE_ENGINE_THREADS ||
+        (unsigned)c.gds_compat > KVF_GDS_COMPAT_ON)
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: an enum field is out of range");
     if (c.threads > 256)
         return kvf__fail(KVF_ERR_RANGE, "kvf_engine_create: threads %u (at most 256)", c.threads);

@@ -721,6 +721,10 @@ static int test_bad_input(void)
     cfg.fsync = (kvf_fsync)9;
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
     cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
+    cfg.gds_compat = (kvf_gds_compat)3;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
+    CHECK(e == (kvf_engine *)0x1);
+    cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
     cfg.file_dir = "/proc/kvferry-cannot-be-here";
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_IO);
     CHECK(strstr(kvf_last_error(), "/proc/kvferry-cannot-be-here") != NULL);

@@ -66,7 +66,8 @@ static int cmd_info(void)
            info.uring_built ? "io_uring, or threads where it is refused" : "a pool of threads");
     static const char *const gds_states[] = {
         "not available (POSIX path)", "libcufile loaded, driver refused (POSIX path)",
-        "cuFile in compatibility mode, no P2P (file_io AUTO: POSIX path; GDS: cuFile)",
+        "cuFile in compatibility mode, no P2P (file_io AUTO: POSIX path; GDS: cuFile where "
+        "it takes file_dir's files)",
         "cuFile with P2P (file_io AUTO and GDS: cuFile)"};
     int gs = info.gds_state >= 0 && info.gds_state <= 3 ? info.gds_state : 0;
     printf("  gds    %s\n         %s\n", gds_states[gs], info.gds_detail);

@@ -53,7 +53,7 @@ class FileIO(IntEnum):
 
 
 class GdsCompat(IntEnum):
-    AUTO = 0  # file_io GDS: as cuFile is configured; AUTO: cuFile only with P2P
+    AUTO = 0  # file_io GDS: as cuFile is configured, where it takes file_dir's files; AUTO: only with P2P
     OFF = 1  # P2P only
     ON = 2  # cuFile's compatibility mode too
 
