@@ -24,6 +24,13 @@ static const kvf_geometry G_REF = {2, 2, 2, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HE
 static const kvf_geometry G_TOK = {1, 1, 4, 16, 8, KVF_DTYPE_BF16, KVF_ORDER_TOKEN_MAJOR};
 static const kvf_geometry G_I4 = {3, 2, 1, 16, 6, KVF_DTYPE_INT4, KVF_ORDER_HEAD_MAJOR};
 
+/* KVF_HOST_ASYNC=1: the host backend takes copy_async, the path of a GPU */
+static bool host_async(void)
+{
+    const char *v = getenv("KVF_HOST_ASYNC");
+    return v && strcmp(v, "1") == 0;
+}
+
 static int fx_open(fixture *f, const char *dir, const char *ns, uint32_t threads)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
@@ -599,8 +606,21 @@ static int test_large_batches(void)
     CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, off, N, &t1), KVF_OK);
     CHECK_STATUS(kvf_wait(e, t1, per), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
-    for (uint32_t i = 0; i < N; i++)
-        CHECK_STATUS(per[i], i == 9000 ? KVF_ERR_IO : KVF_OK);
+    if (!host_async()) {
+        for (uint32_t i = 0; i < N; i++)
+            CHECK_STATUS(per[i], i == 9000 ? KVF_ERR_IO : KVF_OK);
+    } else {
+        /* an async backend fails the chunk the copy was in (a GPU's copies
+         * of a chunk end together): that chunk only, at most one part */
+        uint32_t failed = 0;
+        for (uint32_t i = 0; i < N; i++)
+            if (per[i] != KVF_OK) {
+                CHECK_STATUS(per[i], KVF_ERR_IO);
+                failed++;
+            }
+        CHECK_STATUS(per[9000], KVF_ERR_IO);
+        CHECK(failed >= 1 && failed <= 4096);
+    }
     /* fire and forget of a large batch, then a sync */
     CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, on, N, NULL), KVF_OK);
     CHECK_STATUS(kvf_sync_stream(e, NULL), KVF_OK);
