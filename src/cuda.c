@@ -99,10 +99,13 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
 #define KVF_CUDA_3D_BATCH 0
 #endif
 
-/* Descriptors per queue ring (48 bytes each: 3 MiB pinned + 3 MiB device);
- * a larger batch is cut into launches of at most half of it. */
-#define RING_DESCS (1u << 16)
-#define CHUNK_DESCS (RING_DESCS / 2)
+/* Descriptors per queue ring (48 bytes each: 12 MiB pinned + 12 MiB
+ * device), and per launch at most. The ring holds 256 MiB of 1 KiB copies,
+ * so an engine batch of that many (its parts, one launch each) never waits
+ * for its own first parts to end: at 64 Ki descriptors it filled the ring
+ * exactly, and a reservation that had to wrap waited for the GPU to drain. */
+#define RING_DESCS (1u << 18)
+#define CHUNK_DESCS (1u << 15)
 /* Batches in flight per queue before a submitter waits. */
 #define BATCH_RECORDS 1024u
 /* Streams kept for copy_sync. */
@@ -154,6 +157,9 @@ typedef struct cuda_queue {
     size_t ops3d_cap;
 #endif
     atomic_int last_path;
+    /* reserve() found the queue full: times, and nanoseconds waited
+     * (reported at destroy with KVF_LOG=debug) */
+    uint64_t full_waits, full_wait_ns;
     /* staged path: the kernels run on `aux`, the DMAs on `stream` */
     cudaStream_t aux;
     cudaEvent_t ev_start, ev_ready, ev_done;
@@ -648,9 +654,17 @@ static void backoff(unsigned *spins)
 /* Reserves a batch record and, when ndesc > 0, ndesc contiguous ring
  * entries; waits (without CUDA calls) while the queue is full. Returns the
  * ring index of the first entry. Called with q->lock held. */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static batch_record *reserve(cuda_queue *q, uint32_t ndesc, uint32_t *index_p)
 {
     unsigned spins = 0;
+    uint64_t t0 = 0;
     for (;;) {
         retire(q);
         uint64_t pos = q->ring_head;
@@ -669,8 +683,14 @@ static batch_record *reserve(cuda_queue *q, uint32_t ndesc, uint32_t *index_p)
             q->rec_next++;
             atomic_store(&q->rec_pub, q->rec_next);
             *index_p = (uint32_t)(pos % RING_DESCS);
+            if (spins) {
+                q->full_waits++;
+                q->full_wait_ns += mono_ns() - t0;
+            }
             return r;
         }
+        if (!spins)
+            t0 = mono_ns();
         backoff(&spins);
     }
 }
@@ -1402,9 +1422,12 @@ static void queue_drain(cuda_queue *q)
         CUDA_IGNORE(cudaStreamSynchronize(q->stream));
 }
 
-static void queue_destroy(cuda_queue *q)
+static void queue_destroy(cuda_queue *q, const char *name)
 {
     queue_drain(q);
+    if (q->full_waits)
+        KVF_LOG(KVF_LOG_DEBUG, "cuda: %s queue: full %llu times, %.3f ms waited", name,
+                (unsigned long long)q->full_waits, (double)q->full_wait_ns / 1e6);
     for (size_t i = 0; i < BATCH_RECORDS; i++)
         if (q->records[i].ev)
             CUDA_IGNORE(cudaEventDestroy(q->records[i].ev));
@@ -1474,7 +1497,7 @@ static void cuda_destroy(kvf__backend *base)
         queue_drain(&b->q[i]);
     watcher_stop(b);
     for (int i = 0; i < KVF_QUEUE_COUNT; i++)
-        queue_destroy(&b->q[i]);
+        queue_destroy(&b->q[i], i == KVF_QUEUE_OFFLOAD ? "offload" : "onboard");
     for (int i = 0; i < b->sync_free; i++) {
         CUDA_IGNORE(cudaEventDestroy(b->sync_events[i]));
         CUDA_IGNORE(cudaStreamDestroy(b->sync_streams[i]));

@@ -223,7 +223,7 @@ struct kvf_engine {
     /* held across a whole submit, so the parts of a batch are registered
      * with nothing in between even while `mu` is dropped to issue one */
     pthread_mutex_t submit_mu;
-    batch *spare[8];
+    batch *spare[40]; /* room for a large batch's parts in both directions */
     uint32_t nspare;
 
     worker *workers;
@@ -403,7 +403,8 @@ static void key_table_free(key_table *t)
 
 /* The hazard of one slot or keyed object; keyed ones get an entry on
  * demand when `create` is set (NULL when out of memory or absent). */
-static hazard *hazard_of(kvf_engine *e, space sp, uint64_t idx, bool create)
+static inline __attribute__((always_inline)) hazard *hazard_of(kvf_engine *e, space sp,
+                                                                  uint64_t idx, bool create)
 {
     if (sp == SP_PRIMARY)
         return &e->hz_primary[idx];
@@ -1393,8 +1394,10 @@ static void make_part(kvf_engine *e, batch *b, batch *c, bool sorted, size_t off
     if (sorted) {
         const uint32_t *ord = b->order + off;
         for (size_t j = 0; j < len; j++) {
-            if (j + PREFETCH_AHEAD < len)
+            if (j + PREFETCH_AHEAD < len) {
                 __builtin_prefetch(&b->moves[ord[j + PREFETCH_AHEAD]]);
+                __builtin_prefetch(&b->status[ord[j + PREFETCH_AHEAD]]);
+            }
             c->moves[j] = b->moves[ord[j]];
             c->status[j] = b->status[ord[j]];
         }
