@@ -31,6 +31,8 @@ $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
     python/tests/test_gpu.py python/tests/test_gpu_cache.py 2>&1 | tail -n 25
+# BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
+# queues' full-ring waits at exit)
 # SANITIZE: the tool:test pairs to run (default: the four below)
 SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache racecheck:test_cuda_backend synccheck:test_cuda_backend"}
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
@@ -44,7 +46,7 @@ fi
     timeout 240 $B/bench/cuda_paths >"$OUT/cuda_paths.txt" 2>&1
 # where a batch's host time goes (bench/latency.c)
 if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ]; then
-    timeout 120 $B/bench/latency 7 >"$OUT/latency.txt" 2>&1
+    KVF_LOG=${BENCH_LOG:-warn} timeout 120 $B/bench/latency 7 >"$OUT/latency.txt" 2>&1
     echo "bench/latency: rc=$?"
     cat "$OUT/latency.txt"
 fi
@@ -58,7 +60,7 @@ fi
 [ -n "${SKIP_COMPARE:-}" ] && COMPARE_MODES=" "
 for m in ${COMPARE_MODES:-auto}; do
     sfx=$([ "$m" = auto ] && echo "" || echo "-$m")
-    KVF_CUDA_COPY=$m timeout 400 $B/kvferry bench --backend cuda --compare \
+    KVF_LOG=${BENCH_LOG:-warn} KVF_CUDA_COPY=$m timeout 400 $B/kvferry bench --backend cuda --compare \
         --json "$OUT/compare$sfx.jsonl" >"$OUT/compare$sfx.txt" 2>&1
     echo "kvferry bench --compare (KVF_CUDA_COPY=$m): rc=$?"
     sed -n '/--compare: GB/,$p' "$OUT/compare$sfx.txt"
