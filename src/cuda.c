@@ -99,13 +99,12 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
 #define KVF_CUDA_3D_BATCH 0
 #endif
 
-/* Descriptors per queue ring (48 bytes each: 12 MiB pinned + 12 MiB
- * device), and per launch at most. The ring holds 256 MiB of 1 KiB copies,
- * so an engine batch of that many (its parts, one launch each) never waits
- * for its own first parts to end: at 64 Ki descriptors it filled the ring
- * exactly, and a reservation that had to wrap waited for the GPU to drain. */
-#define RING_DESCS (1u << 18)
-#define CHUNK_DESCS (1u << 15)
+/* Descriptors per queue ring (48 bytes each: 3 MiB pinned + 3 MiB device);
+ * a larger batch is cut into launches of at most half of it. A ring of
+ * 256 Ki entries was tried on the H200: no queue was ever full with it
+ * (reserve() counts that) and nothing got faster. */
+#define RING_DESCS (1u << 16)
+#define CHUNK_DESCS (RING_DESCS / 2)
 /* Batches in flight per queue before a submitter waits. */
 #define BATCH_RECORDS 1024u
 /* Streams kept for copy_sync. */
