@@ -470,8 +470,7 @@ static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, u
                         int fd = open(path, O_RDONLY);
                         if (fd < 0)
                             continue;
-                        if (fdatasync(fd) != 0 ||
-                            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
+                        if (fdatasync(fd) != 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
                             perror("kvferry bench: seed POSIX: drop from page cache");
                         close(fd);
                     }
@@ -1113,7 +1112,8 @@ static int bench_one(bench_opts o, bench_result *res)
                     block_bytes, o.tokens, o.g.tokens_per_block, kvf_dtype_name(o.g.dtype), o.iters,
                     useful, off_gbs, on_gbs, both_gbs, base.batch[0], base.batch[1], base.batch[2],
                     ceiling_name, base.ceiling[0], base.ceiling[1], ref_name, base.reference[0],
-                    base.reference[1], base.reference_cold, submit_us, bad == 0 ? "true" : "false", bad);
+                    base.reference[1], base.reference_cold, submit_us, bad == 0 ? "true" : "false",
+                    bad);
             fclose(f);
         }
     }
