@@ -1299,8 +1299,14 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
  *    1.5-48 for cudaMemcpy3DBatchAsync at rows of 1-32 KiB; through the
  *    engine 34-41 at rows of 16-128 KiB, where staging them with 2-D DMAs
  *    moved 30-42 and dma 29-34); from rows of AUTO_ROWS_DMA_FROM, dma,
- *    which sends wide rows as flat copies in one cudaMemcpyBatchAsync
- *    (41-42 through the engine at rows of 512 KiB, the kernel 40-41).
+ *    which sends wide rows as flat copies in cudaMemcpyBatchAsync calls
+ *    (41-42 through the engine at rows of 512 KiB, the kernel 40-41). On
+ *    2026-12-03, with completion by events and the calls grouped, two
+ *    --compare runs had the kernel at rows of 128 KiB (1 MiB blocks, 8 of
+ *    32 tokens) moving 44-48 one way but 54-55 both ways, where the same
+ *    rows as flat batched copies moved 47 and 78-79: dma from 128 KiB
+ *    (then, three runs each through the engine: dma 48.4-50.2 one way and
+ *    65-69 both, the kernel 45.3-47.5 and 56-60).
  *  - device<->device: kernel (32 SMs: 320-975 GB/s from 4 KiB to 4 MiB
  *    blocks, against 0.9-790 for batched copies at 4-5 us of host time per
  *    copy), unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
@@ -1308,7 +1314,7 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
 #define AUTO_STAGED_BELOW ((size_t)1 << 20)
-#define AUTO_ROWS_DMA_FROM ((size_t)256 << 10)
+#define AUTO_ROWS_DMA_FROM ((size_t)128 << 10)
 #define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
 /* *stage_p: 1 when the batch moves device->host and 0 host->device, with
