@@ -31,6 +31,7 @@ typedef struct host_queue {
 
 typedef struct host_backend {
     kvf__backend base;
+    kvf__backend_ops ops; /* host_ops, with copy_async in async mode */
     host_queue q[KVF_QUEUE_COUNT];
 } host_backend;
 
@@ -183,18 +184,6 @@ static const kvf__backend_ops host_ops = {
     .sync_stream = NULL,
 };
 
-static const kvf__backend_ops host_async_ops = {
-    .name = "host",
-    .destroy = host_destroy,
-    .mem_alloc = host_mem_alloc,
-    .mem_free = host_mem_free,
-    .mem_register = host_mem_register,
-    .mem_unregister = host_mem_unregister,
-    .copy_sync = host_copy_sync,
-    .copy_async = host_copy_async,
-    .sync_stream = NULL,
-};
-
 kvf_status kvf__host_backend_create(kvf__backend **backend_p)
 {
     host_backend *b = calloc(1, sizeof *b);
@@ -203,7 +192,9 @@ kvf_status kvf__host_backend_create(kvf__backend **backend_p)
     b->base.ops = &host_ops;
     const char *env = getenv("KVF_HOST_ASYNC");
     if (env && strcmp(env, "1") == 0) {
-        b->base.ops = &host_async_ops;
+        b->ops = host_ops;
+        b->ops.copy_async = host_copy_async;
+        b->base.ops = &b->ops;
         for (int i = 0; i < KVF_QUEUE_COUNT; i++) {
             host_queue *q = &b->q[i];
             pthread_mutex_init(&q->mu, NULL);
