@@ -129,13 +129,6 @@ struct kvf_cache {
 
 /* ---- small helpers ---------------------------------------------------------- */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 const char *kvf_cache_tier_name(kvf_cache_tier tier)
 {
     switch (tier) {
@@ -734,7 +727,7 @@ static call *call_new(kvf_cache *c, size_t n)
         st[i] = KVF_INPROGRESS;
     k->n = n;
     k->status = st;
-    k->t0_ns = now_ns();
+    k->t0_ns = kvf__now_ns();
     k->id = ++c->next_call;
     return k;
 }
@@ -784,7 +777,7 @@ static kvf_status call_finish(kvf_cache *c, call **pp, kvf_status *per_block)
     if (per_block)
         memcpy(per_block, k->status, k->n * sizeof *per_block);
     if (k->ops)
-        record_latency(c, now_ns() - k->t0_ns);
+        record_latency(c, kvf__now_ns() - k->t0_ns);
     *pp = k->next;
     call_free(k);
     return ret;

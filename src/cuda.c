@@ -20,8 +20,8 @@
  *
  * Contract of copy_async beyond internal.h: copies within one batch must not
  * overlap each other (they may run in any order); on KVF_OK `done` is called
- * exactly once, on the backend's completion thread; on an error nothing of the batch is left
- * in flight and `done` is not called.
+ * exactly once, on the backend's completion thread; on an error nothing of
+ * the batch is left in flight and `done` is not called.
  */
 #include "internal.h"
 
@@ -653,13 +653,6 @@ static void backoff(unsigned *spins)
 /* Reserves a batch record and, when ndesc > 0, ndesc contiguous ring
  * entries; waits (without CUDA calls) while the queue is full. Returns the
  * ring index of the first entry. Called with q->lock held. */
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static batch_record *reserve(cuda_queue *q, uint32_t ndesc, uint32_t *index_p)
 {
     unsigned spins = 0;
@@ -684,12 +677,12 @@ static batch_record *reserve(cuda_queue *q, uint32_t ndesc, uint32_t *index_p)
             *index_p = (uint32_t)(pos % RING_DESCS);
             if (spins) {
                 q->full_waits++;
-                q->full_wait_ns += mono_ns() - t0;
+                q->full_wait_ns += kvf__now_ns() - t0;
             }
             return r;
         }
         if (!spins)
-            t0 = mono_ns();
+            t0 = kvf__now_ns();
         backoff(&spins);
     }
 }
@@ -967,7 +960,8 @@ static kvf_status dma_flat(cuda_queue *q, size_t k, size_t m)
 }
 
 /* Copy-engine path: merged contiguous copies (and the rows of wide 2-D
- * copies) in one batch call, other 2-D copies in another. */
+ * copies) in batched calls (see the groups below), other 2-D copies in one
+ * 3-D batch call. */
 #define DMA_FLAT_ROWS_FROM ((size_t)64 << 10)
 static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
                              kvf__copy_done_fn done, void *arg)
@@ -1565,16 +1559,11 @@ static int copy_mode(const kvf_engine_config *cfg)
     if (cfg && cfg->struct_size >= offsetof(kvf_engine_config, cuda_copy) + sizeof cfg->cuda_copy)
         mode = cfg->cuda_copy;
     if (mode == KVF_CUDA_COPY_AUTO) {
-        const char *env = getenv("KVF_CUDA_COPY");
-        if (env && strcmp(env, "kernel") == 0)
-            mode = KVF_CUDA_COPY_KERNEL;
-        else if (env && strcmp(env, "dma") == 0)
-            mode = KVF_CUDA_COPY_DMA;
-        else if (env && strcmp(env, "staged") == 0)
-            mode = MODE_STAGED;
-        else if (env && *env && strcmp(env, "auto") != 0)
-            KVF_LOG(KVF_LOG_WARN,
-                    "KVF_CUDA_COPY=%s: expected auto, kernel, dma or staged; using auto", env);
+        static const char *const names[] = {"kernel", "dma", "staged"};
+        static const int values[] = {KVF_CUDA_COPY_KERNEL, KVF_CUDA_COPY_DMA, MODE_STAGED};
+        int i = kvf__env_choice("KVF_CUDA_COPY", names, 3);
+        if (i >= 0)
+            mode = values[i];
     }
     return mode;
 }

@@ -230,11 +230,11 @@ struct kvf_engine {
     uint32_t nworkers;
     bool stop;
 
-    /* Completions of async copy batches. The backend's callback only
-     * queues them here: it runs as a CUDA host function, which holds up
-     * its stream's next copies while it runs, so it must not wait for `mu`
-     * (held for a while by a submit registering a large batch). A
-     * completion thread takes them in turn and completes the batches. */
+    /* Completions of async copy batches. The backend's callback runs on
+     * its completion thread, which watches every queue, so it must not
+     * wait for `mu` (held for a while by a submit registering a large
+     * batch): it completes a chunk itself when `mu` is free and otherwise
+     * queues it here, for the engine's completion thread to take. */
     pthread_mutex_t cb_mu;
     pthread_cond_t cb_cv;
     async_event *cb_events, *cb_spare;
@@ -567,15 +567,12 @@ static void completion_stop(kvf_engine *e);
 /* The file engine asked for: the config's, or env KVF_FILE_ENGINE over AUTO. */
 static kvf_file_engine file_engine_of(const kvf_engine_config *c)
 {
-    const char *env = getenv("KVF_FILE_ENGINE");
-    if (c->file_engine != KVF_FILE_ENGINE_AUTO || !env || !*env || strcmp(env, "auto") == 0)
+    static const char *const names[] = {"uring", "threads"};
+    static const kvf_file_engine values[] = {KVF_FILE_ENGINE_URING, KVF_FILE_ENGINE_THREADS};
+    if (c->file_engine != KVF_FILE_ENGINE_AUTO)
         return c->file_engine;
-    if (strcmp(env, "uring") == 0)
-        return KVF_FILE_ENGINE_URING;
-    if (strcmp(env, "threads") == 0)
-        return KVF_FILE_ENGINE_THREADS;
-    KVF_LOG(KVF_LOG_WARN, "KVF_FILE_ENGINE=%s: unknown engine, ignored", env);
-    return KVF_FILE_ENGINE_AUTO;
+    int i = kvf__env_choice("KVF_FILE_ENGINE", names, 2);
+    return i < 0 ? KVF_FILE_ENGINE_AUTO : values[i];
 }
 
 /* Chooses the file tier's path (see kvf_gds_compat): e->gds set when
@@ -623,17 +620,12 @@ static char *dup_or_null(const char *s)
 
 static bool env_backend(kvf_backend *b)
 {
-    const char *env = getenv("KVF_BACKEND");
-    if (!env || !*env || strcmp(env, "auto") == 0)
+    static const char *const names[] = {"host", "cuda"};
+    static const kvf_backend values[] = {KVF_BACKEND_HOST, KVF_BACKEND_CUDA};
+    int i = kvf__env_choice("KVF_BACKEND", names, 2);
+    if (i < 0)
         return false;
-    if (strcmp(env, "host") == 0)
-        *b = KVF_BACKEND_HOST;
-    else if (strcmp(env, "cuda") == 0)
-        *b = KVF_BACKEND_CUDA;
-    else {
-        KVF_LOG(KVF_LOG_WARN, "KVF_BACKEND=%s: unknown backend, ignored", env);
-        return false;
-    }
+    *b = values[i];
     return true;
 }
 
@@ -1998,33 +1990,38 @@ static size_t staging_slot_bytes(const kvf_engine *e)
 static kvf_status ensure_staging(worker *w, size_t n, bool dev)
 {
     kvf_engine *e = w->engine;
-    size_t need = staging_slot_bytes(e) * n;
-    if (dev ? w->gstaging && kvf__gds_buf_slots(w->gstaging) >= n && w->nios >= n
-            : w->staging && w->staging_bytes >= need && w->nios >= n)
-        return KVF_OK;
-    kvf_memory kind =
-        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
-    kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
-    if (ios)
-        w->ios = ios;
-    kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
-    if (copies)
-        w->copies = copies;
-    size_t *io_moves = realloc(w->io_moves, n * sizeof *io_moves);
-    if (io_moves)
-        w->io_moves = io_moves;
-    if (!ios || !copies || !io_moves)
-        return kvf__fail(KVF_ERR_NOMEM, "file staging: out of memory for %zu moves", n);
+    /* the per-move arrays only grow: w->nios is what all three hold, so a
+     * staging allocation that fails below leaves them usable */
+    if (w->nios < n) {
+        kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
+        if (ios)
+            w->ios = ios;
+        kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
+        if (copies)
+            w->copies = copies;
+        size_t *io_moves = realloc(w->io_moves, n * sizeof *io_moves);
+        if (io_moves)
+            w->io_moves = io_moves;
+        if (!ios || !copies || !io_moves)
+            return kvf__fail(KVF_ERR_NOMEM, "file staging: out of memory for %zu moves", n);
+        w->nios = n;
+    }
     if (dev) {
+        if (w->gstaging && kvf__gds_buf_slots(w->gstaging) >= n)
+            return KVF_OK;
         kvf__gds_buf *g;
         kvf_status st = kvf__gds_buf_create(e->cfg.device, staging_slot_bytes(e), n, &g);
         if (st != KVF_OK)
             return st;
         kvf__gds_buf_destroy(w->gstaging);
         w->gstaging = g;
-        w->nios = n;
         return KVF_OK;
     }
+    size_t need = staging_slot_bytes(e) * n;
+    if (w->staging && w->staging_bytes >= need)
+        return KVF_OK;
+    kvf_memory kind =
+        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
     void *p;
     kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
     if (st != KVF_OK)
@@ -2033,7 +2030,6 @@ static kvf_status ensure_staging(worker *w, size_t n, bool dev)
         e->backend->ops->mem_free(e->backend, kind, w->staging);
     w->staging = p;
     w->staging_bytes = need;
-    w->nios = n;
     return KVF_OK;
 }
 
@@ -2209,13 +2205,6 @@ static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
 #define REMOTE_CHUNK_BYTES ((size_t)8 << 20)
 #define REMOTE_CHUNK_MOVES 64u
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* The connected remote tier, connecting first when needed. The handle
  * lives as long as the engine once made. */
 static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
@@ -2225,7 +2214,7 @@ static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
     pthread_mutex_lock(&e->remote_mu);
     kvf_status st = KVF_OK;
     if (!e->remote) {
-        uint64_t now = now_ns();
+        uint64_t now = kvf__now_ns();
         if (now < e->remote_retry_ns) {
             st = kvf__fail(KVF_ERR_REMOTE,
                            "remote tier: not connected (the last attempt failed less than a "

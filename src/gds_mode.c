@@ -11,15 +11,12 @@
 
 kvf_gds_compat kvf__gds_compat_of(kvf_gds_compat c)
 {
-    const char *env = getenv("KVF_GDS_COMPAT");
-    if (c != KVF_GDS_COMPAT_AUTO || !env || !*env || strcmp(env, "auto") == 0)
+    static const char *const names[] = {"off", "on"};
+    static const kvf_gds_compat values[] = {KVF_GDS_COMPAT_OFF, KVF_GDS_COMPAT_ON};
+    if (c != KVF_GDS_COMPAT_AUTO)
         return c;
-    if (strcmp(env, "on") == 0)
-        return KVF_GDS_COMPAT_ON;
-    if (strcmp(env, "off") == 0)
-        return KVF_GDS_COMPAT_OFF;
-    KVF_LOG(KVF_LOG_WARN, "KVF_GDS_COMPAT=%s: unknown mode, ignored", env);
-    return KVF_GDS_COMPAT_AUTO;
+    int i = kvf__env_choice("KVF_GDS_COMPAT", names, 2);
+    return i < 0 ? KVF_GDS_COMPAT_AUTO : values[i];
 }
 
 bool kvf__gds_choose(kvf_file_io io, kvf_gds_compat compat, const kvf__gds_probe *probe, char *why,

@@ -6,7 +6,8 @@
  * queue in submission order, as a CUDA stream would: the engine then takes
  * the path it takes with a GPU (chunks handed over, completions from
  * another thread), so that path runs in CI and under the sanitizers, and
- * its host cost can be measured without a GPU (bench/engine_overhead). */
+ * its host cost can be measured without a GPU (`kvferry bench --backend
+ * host` with small blocks: docs/PERFORMANCE.md). */
 #include "internal.h"
 
 #include <pthread.h>
@@ -14,11 +15,11 @@
 #include <string.h>
 
 typedef struct host_job {
-    kvf__copy *copies;
-    size_t n;
+    struct host_job *next;
     kvf__copy_done_fn done;
     void *arg;
-    struct host_job *next;
+    size_t n;
+    kvf__copy copies[]; /* the caller's, copied: it reuses its array */
 } host_job;
 
 typedef struct host_queue {
@@ -150,11 +151,9 @@ static kvf_status host_copy_async(kvf__backend *base, kvf__queue queue, const kv
     host_backend *b = (host_backend *)base;
     if ((unsigned)queue >= KVF_QUEUE_COUNT)
         return kvf__fail(KVF_ERR_INVALID, "host backend: queue %d", (int)queue);
-    /* the caller reuses its array once this returns: the job keeps a copy */
     host_job *j = malloc(sizeof *j + n * sizeof *copies);
     if (!j)
         return kvf__fail(KVF_ERR_NOMEM, "host backend: out of memory for %zu copies", n);
-    j->copies = (kvf__copy *)(j + 1);
     memcpy(j->copies, copies, n * sizeof *copies);
     j->n = n;
     j->done = done;

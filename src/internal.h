@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define KVF_INTERNAL __attribute__((visibility("hidden")))
 
@@ -44,6 +45,11 @@ KVF_INTERNAL void kvf__log(kvf__log_level level, const char *fmt, ...)
             kvf__log(level, __VA_ARGS__);                                                          \
     } while (0)
 
+/* The setting environment variable `var` names: its index in
+ * names[0..n), or -1 when unset, empty or "auto" (and, with a warning
+ * naming what it expected, when it names none of them). */
+KVF_INTERNAL int kvf__env_choice(const char *var, const char *const *names, int n);
+
 /* Overflow-checked arithmetic on sizes. */
 static inline bool kvf__mul_overflows(size_t a, size_t b, size_t *out)
 {
@@ -52,6 +58,14 @@ static inline bool kvf__mul_overflows(size_t a, size_t b, size_t *out)
 static inline bool kvf__add_overflows(size_t a, size_t b, size_t *out)
 {
     return __builtin_add_overflow(a, b, out);
+}
+
+/* Monotonic clock, nanoseconds. */
+static inline uint64_t kvf__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Little-endian integers in byte buffers (the stored header, hashes). */

@@ -1,4 +1,5 @@
-/* Logging to stderr, with the level taken from KVF_LOG once. */
+/* Logging to stderr, with the level taken from KVF_LOG once; and the
+ * environment's overrides of AUTO settings. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -43,4 +44,22 @@ void kvf__log(kvf__log_level level, const char *fmt, ...)
         line[len + 1] = '\0';
     }
     fputs(line, stderr);
+}
+
+int kvf__env_choice(const char *var, const char *const *names, int n)
+{
+    const char *env = getenv(var);
+    if (!env || !*env || strcmp(env, "auto") == 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(env, names[i]) == 0)
+            return i;
+    char expected[128] = "auto";
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(expected);
+        snprintf(expected + len, sizeof expected - len, "%s%s", i == n - 1 ? " or " : ", ",
+                 names[i]);
+    }
+    KVF_LOG(KVF_LOG_WARN, "%s=%s: expected %s; ignored", var, env, expected);
+    return -1;
 }

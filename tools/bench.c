@@ -441,13 +441,10 @@ static void ceiling_close(file_ceiling *c, dram_base *out)
     memset(c, 0, sizeof *c);
 }
 
-/* The reference's POSIX algorithm: per block per pool a zero-filled
- * pageable buffer, one write() into block_<id>_pool_<p>.bin (or one
- * read()), as the seed does. */
 /* The seed's POSIX algorithm, block by block on one thread: a fresh
  * zero-filled pageable buffer per block per pool, a synchronous copy
  * between it and the primary slot (cudaMemcpy on the GPU, as the seed
- * does), one open + write or read + close. Its writes stay in the page
+ * does), one open + write or read + close of block_<id>_pool_<p>.bin. Its writes stay in the page
  * cache (no fsync) and its reads find the blocks it just wrote there, so
  * the read pass is also timed cold: the files written back and dropped
  * from the page cache first (untimed), as blocks offloaded long before
