@@ -65,15 +65,21 @@ typedef enum batch_state { B_WAITING, B_READY, B_RUNNING, B_DONE } batch_state;
 
 typedef struct batch batch;
 
-/* What is pending on one slot or file. Only batches not yet done appear. */
+/* What was queued on one slot or file, by batch id (see pending_batch).
+ * Slots' entries are left as they are when a batch completes, so that a
+ * completion touches none of them: the ids of batches since done are
+ * told apart when the entry is next registered on. Files' and remote
+ * blocks' entries are cleared at completion, and dropped once empty. */
 typedef struct hazard {
-    batch *writer;
-    /* readers since `writer` was queued: the first inline (the common case,
+    uint64_t writer; /* the last batch queued to write here, 0: none */
+    /* readers queued since `writer`: the first inline (the common case,
      * and one cache miss fewer per move), the others in `more` */
-    batch *reader0;
-    batch **more;
+    uint64_t reader0;
+    uint64_t *more;
     uint32_t nreaders, cap;
-    uint64_t poison; /* id of the batch whose write here failed, 0: none */
+    /* the last batch whose write here failed, 0: none. A slot's is only
+     * current while that batch is still `writer` (see slot_poison). */
+    uint64_t poison;
 } hazard;
 
 typedef struct file_hazard {
@@ -102,7 +108,8 @@ struct batch {
     uint64_t dep_mark; /* the last batch that counted this one as a dependency */
     batch **dependents;
     size_t ndependents, dependents_cap;
-    size_t next_move; /* first move no worker has claimed */
+    size_t nregistered; /* moves [0, nregistered) were registered as writers */
+    size_t next_move;   /* first move no worker has claimed */
     size_t moves_done;
     kvf_engine *engine;
     /* A large batch is queued as parts of at most PART_MOVES moves, so the
@@ -211,6 +218,10 @@ struct kvf_engine {
     uint64_t next_id;
     batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
     batch *undone_head, *undone_tail;
+    /* every batch not done, at live[id & (live_cap - 1)]: the ids between
+     * the oldest and the newest of them fit, so none share an entry */
+    batch **live;
+    size_t live_cap;
     size_t undone_count;
     batch *tickets[TICKET_BUCKETS];
 
@@ -447,9 +458,46 @@ move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, si
     }
 }
 
-static batch *hazard_reader(const hazard *h, uint32_t k)
+static uint64_t hazard_reader(const hazard *h, uint32_t k)
 {
     return k == 0 ? h->reader0 : h->more[k - 1];
+}
+
+static void hazard_set_reader(hazard *h, uint32_t k, uint64_t id)
+{
+    if (k == 0)
+        h->reader0 = id;
+    else
+        h->more[k - 1] = id;
+}
+
+/* The batch of id `id` while it is not done, else NULL. Ids older than the
+ * oldest batch not done are done; the others not done are in e->live. */
+static inline batch *pending_batch(const kvf_engine *e, uint64_t id)
+{
+    if (!id || !e->undone_head || id < e->undone_head->id)
+        return NULL;
+    batch *b = e->live[id & (e->live_cap - 1)];
+    return b && b->id == id ? b : NULL;
+}
+
+/* The failed write a slot's data comes from, 0 if it is good: a failure
+ * counts until a later write was queued there (and is pending or done). */
+static uint64_t slot_poison(const hazard *h)
+{
+    return h->poison == h->writer ? h->poison : 0;
+}
+
+/* Leaves in a slot's readers only those not done yet. */
+static void hazard_prune_readers(const kvf_engine *e, hazard *h)
+{
+    uint32_t kept = 0;
+    for (uint32_t k = 0; k < h->nreaders; k++) {
+        uint64_t id = hazard_reader(h, k);
+        if (pending_batch(e, id))
+            hazard_set_reader(h, kept++, id);
+    }
+    h->nreaders = kept;
 }
 
 /* Drops a keyed entry with nothing pending and nothing to remember. */
@@ -468,6 +516,20 @@ static void key_hazard_prune(key_table *t, uint64_t key)
         t->count--;
         return;
     }
+}
+
+static bool push_id(uint64_t **arr, uint32_t n, uint32_t *cap, uint64_t id)
+{
+    if (n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 4;
+        uint64_t *na = realloc(*arr, nc * sizeof *na);
+        if (!na)
+            return false;
+        *arr = na;
+        *cap = nc;
+    }
+    (*arr)[n] = id;
+    return true;
 }
 
 static bool push_ptr(batch ***arr, size_t *n, size_t *cap, batch *b)
@@ -882,6 +944,7 @@ void kvf_engine_destroy(kvf_engine *e)
             free(e->hz_secondary[i].more);
     free(e->hz_primary);
     free(e->hz_secondary);
+    free(e->live);
     free(e->sec_tokens);
     key_table_free(&e->files);
     key_table_free(&e->remotes);
@@ -1252,6 +1315,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
 {
     space rs = kind_reads(b->kind);
     space ws = kind_writes(b->kind);
+    bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
     for (size_t i = 0; i < b->n; i++) {
         kvf_move *mv = &b->moves[i];
         move_prefetch(e, rs, ws, b->moves, i, b->n);
@@ -1260,38 +1324,59 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
         if (!r || !w)
             return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
         /* read after write: remember whose data this move will read */
-        if (r->writer) {
-            b->src_dep[i] = r->writer->id;
-            if (add_dependency(b, r->writer) != KVF_OK)
+        batch *dep = pending_batch(e, r->writer);
+        if (dep) {
+            b->src_dep[i] = dep->id;
+            if (add_dependency(b, dep) != KVF_OK)
                 return KVF_ERR_NOMEM;
         } else if (rs != SP_PRIMARY || b->kind == OP_FENCE || b->checked) {
             /* (a fence asks whether the slot's last write landed, too) */
             /* kvferry owns secondary slots and files: a failed write
              * there is known bad until rewritten */
-            b->src_dep[i] = r->poison;
+            b->src_dep[i] = keyed_read ? r->poison : slot_poison(r);
         }
-        if (!(r->nreaders && hazard_reader(r, r->nreaders - 1) == b)) {
-            if (r->nreaders == 0) {
-                r->reader0 = b;
-            } else {
-                size_t nmore = r->nreaders - 1, cap = r->cap;
-                if (!push_ptr(&r->more, &nmore, &cap, b))
-                    return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
-                r->cap = (uint32_t)cap;
-            }
+        if (!(r->nreaders && hazard_reader(r, r->nreaders - 1) == b->id)) {
+            if (r->nreaders && !keyed_read)
+                hazard_prune_readers(e, r);
+            if (r->nreaders > 0 && !push_id(&r->more, r->nreaders - 1, &r->cap, b->id))
+                return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
+            if (r->nreaders == 0)
+                r->reader0 = b->id;
             r->nreaders++;
         }
         /* write after write, write after read */
-        if (w->writer && add_dependency(b, w->writer) != KVF_OK)
+        if ((dep = pending_batch(e, w->writer)) && add_dependency(b, dep) != KVF_OK)
             return KVF_ERR_NOMEM;
         for (uint32_t k = 0; k < w->nreaders; k++)
-            if (add_dependency(b, hazard_reader(w, k)) != KVF_OK)
+            if ((dep = pending_batch(e, hazard_reader(w, k))) && add_dependency(b, dep) != KVF_OK)
                 return KVF_ERR_NOMEM;
         w->nreaders = 0;
-        w->writer = b;
+        w->writer = b->id;
+        b->nregistered = i + 1;
         if (ws == SP_SECONDARY)
             e->sec_tokens[mv->dst] = eff_tokens(e, mv->tokens);
     }
+    return KVF_OK;
+}
+
+/* Room in e->live for batch b, the newest not done, next to the oldest. */
+static kvf_status live_add(kvf_engine *e, batch *b)
+{
+    uint64_t span = b->id - (e->undone_head ? e->undone_head->id : b->id) + 1;
+    if (span > e->live_cap) {
+        size_t cap = e->live_cap ? e->live_cap : 1024;
+        while (cap < 2 * span)
+            cap *= 2;
+        batch **t = calloc(cap, sizeof *t);
+        if (!t)
+            return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for the table of batches");
+        for (batch *u = e->undone_head; u; u = u->next_undone)
+            t[u->id & (cap - 1)] = u;
+        free(e->live);
+        e->live = t;
+        e->live_cap = cap;
+    }
+    e->live[b->id & (e->live_cap - 1)] = b;
     return KVF_OK;
 }
 
@@ -1309,13 +1394,8 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
 {
     if (!b->id)
         b->id = e->next_id++;
-    kvf_status st = register_batch(e, b);
-    if (st != KVF_OK) {
-        /* out of memory half way: fail the batch's moves but keep the
-         * hazards it did register consistent by running it as failed */
-        for (size_t i = 0; i < b->n; i++)
-            b->status[i] = KVF_ERR_NOMEM;
-    }
+    /* on the undone list (in id order) before registering: its hazard
+     * entries name it by id, which pending_batch finds there */
     b->prev_undone = e->undone_tail;
     if (e->undone_tail)
         e->undone_tail->next_undone = b;
@@ -1323,6 +1403,15 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
         e->undone_head = b;
     e->undone_tail = b;
     e->undone_count++;
+    kvf_status st = live_add(e, b);
+    if (st == KVF_OK)
+        st = register_batch(e, b);
+    if (st != KVF_OK) {
+        /* out of memory half way: fail the batch's moves but keep the
+         * hazards it did register consistent by running it as failed */
+        for (size_t i = 0; i < b->n; i++)
+            b->status[i] = KVF_ERR_NOMEM;
+    }
     if (b->deps_left == 0) {
         /* a large batch's first part is issued here; the others go to the
          * workers, which issue each while the submitter registers the next */
@@ -1459,17 +1548,21 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
                 goto refuse;
             }
     }
+    /* The per-move checks need only submit_mu: what they read and stamp
+     * (slot counts, the marks, sec_tokens) is fixed once frozen or
+     * written only by a submit. Completions take `mu` meanwhile. */
+    pthread_mutex_unlock(&e->mu);
     for (size_t i = 0; i < n; i++) {
         st = check_move(e, kind, i, &moves[i]);
         if (st != KVF_OK) {
             st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
-            goto refuse;
+            goto refuse_checked;
         }
     }
     st = check_collisions(e, kind, moves, n);
     if (st != KVF_OK) {
         st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
-        goto refuse;
+        goto refuse_checked;
     }
     /* Reading a secondary slot that holds fewer tokens than asked, or
      * nothing, fails that move: kvferry does not hand back bytes it never
@@ -1489,6 +1582,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
         }
     }
 
+    pthread_mutex_lock(&e->mu);
     if (b->ticketed) {
         b->id = e->next_id++;
         size_t bk = b->id % TICKET_BUCKETS;
@@ -1540,6 +1634,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
 
 refuse:
     pthread_mutex_unlock(&e->mu);
+refuse_checked:
     pthread_mutex_unlock(&e->submit_mu);
     batch_free(b);
     return st;
@@ -1685,59 +1780,73 @@ kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p)
 
 /* ---- completion ------------------------------------------------------------ */
 
-static void hazard_drop_reader(hazard *h, batch *b)
+static void hazard_drop_reader(hazard *h, uint64_t id)
 {
     for (uint32_t k = 0; k < h->nreaders; k++)
-        if (hazard_reader(h, k) == b) {
-            batch *last = hazard_reader(h, --h->nreaders);
-            if (k == 0)
-                h->reader0 = last;
-            else
-                h->more[k - 1] = last;
+        if (hazard_reader(h, k) == id) {
+            hazard_set_reader(h, k, hazard_reader(h, h->nreaders - 1));
+            h->nreaders--;
             return;
         }
 }
 
-/* A group whose parts have all completed. Lock held. */
+/* A group whose parts have all completed: its moves still in progress
+ * are those its parts completed without a failure. Lock held. */
 static void group_done(kvf_engine *e, batch *g)
 {
+    for (size_t i = 0; i < g->n; i++)
+        if (g->status[i] == KVF_INPROGRESS)
+            g->status[i] = KVF_OK;
     g->state = B_DONE;
     pthread_cond_broadcast(&e->done_cv);
     batch_release(g);
 }
 
-/* Marks a batch done: records poison for failed writes, leaves the hazard
- * tables, releases its dependents, wakes waiters. Lock held. */
+/* Marks a batch done: records poison for failed writes, leaves the keyed
+ * hazard tables (slots' entries name it by id, and need nothing: see
+ * hazard), releases its dependents, wakes waiters. Lock held. */
 static void complete_batch(kvf_engine *e, batch *b)
 {
     space rs = kind_reads(b->kind);
     space ws = kind_writes(b->kind);
+    bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
+    bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
     for (size_t i = 0; i < b->n; i++) {
         const kvf_move *mv = &b->moves[i];
-        move_prefetch(e, rs, ws, b->moves, i, b->n);
         if (b->status[i] == KVF_INPROGRESS)
             b->status[i] = KVF_OK;
-        hazard *r = hazard_of(e, rs, mv->src, false);
-        if (r)
-            hazard_drop_reader(r, b);
-        hazard *w = hazard_of(e, ws, mv->dst, false);
-        if (w) {
-            if (w->writer == b)
-                w->writer = NULL;
-            w->poison = b->status[i] == KVF_OK ? 0 : b->id;
+        bool failed = b->status[i] != KVF_OK;
+        if (keyed_read) {
+            hazard *r = hazard_of(e, rs, mv->src, false);
+            if (r)
+                hazard_drop_reader(r, b->id);
         }
-        if (b->status[i] != KVF_OK && !b->ticketed && !(b->group && b->group->ticketed))
+        if (i >= b->nregistered) {
+            /* never queued as a writer there: its write changes nothing */
+        } else if (keyed_write) {
+            hazard *w = hazard_of(e, ws, mv->dst, false);
+            if (w) {
+                if (w->writer == b->id)
+                    w->writer = 0;
+                w->poison = failed ? b->id : 0;
+            }
+        } else if (failed) {
+            hazard_of(e, ws, mv->dst, false)->poison = b->id;
+        }
+        if (failed && !b->ticketed && !(b->group && b->group->ticketed))
             KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu): %s", op_names[b->kind], i,
                     (unsigned long long)mv->src, (unsigned long long)mv->dst,
                     kvf_status_str(b->status[i]));
     }
     /* keyed entries go once nothing is pending on them */
-    for (size_t i = 0; i < b->n; i++) {
-        if (rs == SP_FILE || rs == SP_REMOTE)
+    for (size_t i = 0; i < b->n && (keyed_read || keyed_write); i++) {
+        if (keyed_read)
             key_hazard_prune(rs == SP_FILE ? &e->files : &e->remotes, b->moves[i].src);
-        if ((ws == SP_FILE || ws == SP_REMOTE) && !(ws == rs && b->moves[i].dst == b->moves[i].src))
+        if (keyed_write && !(ws == rs && b->moves[i].dst == b->moves[i].src))
             key_hazard_prune(ws == SP_FILE ? &e->files : &e->remotes, b->moves[i].dst);
     }
+    if (e->live_cap && e->live[b->id & (e->live_cap - 1)] == b)
+        e->live[b->id & (e->live_cap - 1)] = NULL;
     for (size_t k = 0; k < b->ndependents; k++) {
         batch *d = b->dependents[k];
         if (--d->deps_left == 0)
@@ -1757,9 +1866,12 @@ static void complete_batch(kvf_engine *e, batch *b)
     if (b->group) {
         batch *g = b->group;
         if (g->sorted) {
+            /* failures only (scattered stores, each a cache miss): the
+             * others become KVF_OK in group_done */
             const uint32_t *ord = g->order + b->group_off;
             for (size_t i = 0; i < b->n; i++)
-                g->status[ord[i]] = b->status[i];
+                if (b->status[i] != KVF_OK)
+                    g->status[ord[i]] = b->status[i];
         } else {
             memcpy(g->status + b->group_off, b->status, b->n * sizeof *b->status);
         }
