@@ -169,6 +169,11 @@ typedef struct worker {
     size_t *io_moves;
     size_t nios;
     const struct batch *file_batch; /* the batch run_file_moves works on */
+    /* file-tier time, logged at KVF_LOG=debug when the engine ends: where a
+     * chunk's wall time goes (its slot <-> staging copies run inside it,
+     * on the I/O engine's threads too, hence the atomic) */
+    uint64_t file_chunks, file_moves, file_ns;
+    _Atomic uint64_t copy_ns;
 } worker;
 
 #define TICKET_BUCKETS 1024u
@@ -908,6 +913,13 @@ void kvf_engine_destroy(kvf_engine *e)
     kvf_memory staging_kind =
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
     for (uint32_t i = 0; i < e->nworkers; i++) {
+        const worker *w = &e->workers[i];
+        if (w->file_chunks)
+            KVF_LOG(KVF_LOG_DEBUG,
+                    "engine: worker %u: %llu file chunks, %llu moves, %.1f ms in them, of "
+                    "which %.1f ms copying between slots and staging",
+                    i, (unsigned long long)w->file_chunks, (unsigned long long)w->file_moves,
+                    (double)w->file_ns / 1e6, (double)atomic_load(&w->copy_ns) / 1e6);
         if (e->workers[i].staging)
             e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].staging);
         if (e->workers[i].rstaging)
@@ -2175,11 +2187,15 @@ static size_t file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
 
 /* Copies between slots and staging: host memory on both sides for
  * secondary slots (no backend, no GPU stream), the backend's otherwise. */
-static kvf_status staging_copy(kvf_engine *e, const batch *b, const kvf__copy *cp)
+static kvf_status staging_copy(worker *w, const batch *b, const kvf__copy *cp)
 {
-    if (kind_uses_secondary(b->kind))
-        return kvf__host_copy(cp, e->npools);
-    return e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+    kvf_engine *e = w->engine;
+    uint64_t t0 = kvf__now_ns();
+    kvf_status st = kind_uses_secondary(b->kind)
+                        ? kvf__host_copy(cp, e->npools)
+                        : e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+    atomic_fetch_add_explicit(&w->copy_ns, kvf__now_ns() - t0, memory_order_relaxed);
+    return st;
 }
 
 static void file_move_failed(const batch *b, size_t i, kvf_status st, const char *msg)
@@ -2201,7 +2217,7 @@ static kvf_status offload_fill(kvf__blockfile_io *io)
     kvf__copy *cp = &w->copies[j * e->npools];
     size_t bytes =
         file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens, tokens, cp);
-    kvf_status st = staging_copy(e, b, cp);
+    kvf_status st = staging_copy(w, b, cp);
     if (st == KVF_OK)
         io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
     return st;
@@ -2237,7 +2253,7 @@ static void onboard_done(kvf__blockfile_io *io)
             KVF_ERR_MISMATCH, "block 0x%llx: %llu payload bytes stored, not what %u tokens take",
             (unsigned long long)mv->src, (unsigned long long)meta->payload_bytes, meta->tokens);
     else
-        st = staging_copy(e, b, cp);
+        st = staging_copy(w, b, cp);
     if (st != KVF_OK)
         file_move_failed(b, i, st, kvf_last_error());
 }
@@ -2525,8 +2541,13 @@ static void *worker_main(void *arg)
         /* each move's status is written by the one worker that claimed it */
         if (kind_is_remote(b->kind))
             run_remote_chunk(w, b, first, last);
-        else if (kind_is_file(b->kind))
+        else if (kind_is_file(b->kind)) {
+            uint64_t t0 = kvf__now_ns();
             run_file_moves(w, b, first, last);
+            w->file_ns += kvf__now_ns() - t0;
+            w->file_chunks++;
+            w->file_moves += last - first;
+        }
         for (size_t i = first; i < last && !kind_on_workers(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
