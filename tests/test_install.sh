@@ -17,10 +17,10 @@ test -f "$libdir/cmake/kvferry/kvferryConfig.cmake"
 PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --exists kvferry
 cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pc" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
-LD_LIBRARY_PATH="$libdir" "$tmp/a_pc" "$tmp/files1"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/a_pc" "$tmp/files1"
 cc -std=c11 "$src/examples/cache_prefix.c" -o "$tmp/c_pc" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
-LD_LIBRARY_PATH="$libdir" "$tmp/c_pc" "$tmp/files5" | grep -q "request 1: 6 blocks, 4 from the cache"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/c_pc" "$tmp/files5" | grep -q "request 1: 6 blocks, 4 from the cache"
 # pkg-config, static
 cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pcs" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags kvferry) \
@@ -32,6 +32,6 @@ cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pcs" \
 # CMake package config
 cmake -S "$src/examples/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/consumer" >/dev/null
-LD_LIBRARY_PATH="$libdir" "$tmp/consumer/offload_host" "$tmp/files3"
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/consumer/offload_host" "$tmp/files3"
 "$tmp/consumer/offload_host_static" "$tmp/files4"
 echo "install: header, libraries, pkg-config and CMake config all usable"
