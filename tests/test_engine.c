@@ -561,6 +561,54 @@ static int test_failure_propagates(void)
     return 0;
 }
 
+/* A failed write, a read queued behind it, then a good rewrite queued
+ * before that read ran, then a read of the rewrite: the first read is
+ * lost, the rewrite and the second read are not. */
+static atomic_int fail_once_left;
+static kvf_status fail_once(const kvf__copy *c)
+{
+    if (c->dst == fail_dst && atomic_fetch_sub(&fail_once_left, 1) > 0) {
+        usleep(20 * 1000); /* the others are queued behind it meanwhile */
+        return KVF_ERR_IO;
+    }
+    return KVF_OK;
+}
+
+static int test_failure_then_rewrite(void)
+{
+    fixture f;
+    if (fx_init(&f, false, 8))
+        return 1;
+    fill_block(&f, 0, 80);
+    fill_block(&f, 2, 81);
+    poison_block(&f, 1);
+    poison_block(&f, 4);
+    fail_dst = slot(&f, 0, KVF_LEVEL_SECONDARY, 3);
+    atomic_store(&fail_once_left, 1);
+    kvf__set_copy_hook(fail_once);
+    kvf_move w1 = {0, 3, 0}, r0 = {3, 1, 0}, w2 = {2, 3, 0}, r3 = {3, 4, 0};
+    kvf_ticket t[4];
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, &w1, 1, &t[0]), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &r0, 1, &t[1]), KVF_OK);
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, &w2, 1, &t[2]), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &r3, 1, &t[3]), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[3], NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[2], NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t[1], NULL), KVF_ERR_LOST);
+    CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_ERR_IO);
+    kvf__set_copy_hook(NULL);
+    CHECK(slot(&f, 0, KVF_LEVEL_PRIMARY, 1)[0] == POISON);
+    if (expect_block(&f, 4, 81, 0))
+        return 1;
+    /* the slot is good again for later reads */
+    poison_block(&f, 5);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_HOST, 3, 5, 0), KVF_OK);
+    if (expect_block(&f, 5, 81, 0))
+        return 1;
+    fx_done(&f);
+    return 0;
+}
+
 /* Batches larger than one part (4096 moves) are queued in parts: hazards
  * between two such batches, and each move's status at its own index. */
 static int test_large_batches(void)
@@ -924,6 +972,7 @@ int main(void)
     RUN(test_defect4_namespaces_and_restart);
     RUN(test_defect2_6_io_faults);
     RUN(test_failure_propagates);
+    RUN(test_failure_then_rewrite);
     RUN(test_defect7_hazards);
     RUN(test_long_pending_writer);
     RUN(test_sync_without_tickets);
