@@ -24,6 +24,13 @@ fi
 B=build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&
     cmake --build $B -j"$(nproc)" 2>&1 | grep -E "error|warning: " | head -40
+# BASE_DIR: the source of another revision (git archive REV | tar -x -C DIR,
+# carried along), whose CLI is built too and timed against this one below
+if [ -n "${BASE_DIR:-}" ]; then
+    cmake -S "$BASE_DIR" -B "$BASE_DIR/build" -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&
+        cmake --build "$BASE_DIR/build" -j"$(nproc)" --target kvferry_cli 2>&1 |
+        grep -E "error|warning: " | head -20
+fi
 # the sysroot was for hiredis.pc only: the install test's pkg-config must not prepend it
 unset PKG_CONFIG_SYSROOT_DIR
 (cd $B && ctest --output-on-failure 2>&1 | tail -40)
@@ -53,6 +60,22 @@ if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ]; then
     KVF_LOG=${BENCH_LOG:-warn} timeout 120 $B/bench/latency 7 >"$OUT/latency.txt" 2>&1
     echo "bench/latency: rc=$?"
     cat "$OUT/latency.txt"
+fi
+# A/B against BASE_DIR's build: 4 KiB and 16 KiB blocks (256 MiB a batch)
+# through the engine, alternating builds, AB_ROUNDS rounds (default 3);
+# lines: build, block size, d2h, h2d, both (GB/s)
+if [ -n "${BASE_DIR:-}" ] && [ -x "$BASE_DIR/build/kvferry" ]; then
+    for r in $(seq "${AB_ROUNDS:-3}"); do
+        for v in base this; do
+            K=$B/kvferry
+            [ $v = base ] && K=$BASE_DIR/build/kvferry
+            for hs in 64 256; do
+                timeout 60 "$K" bench --backend cuda --layers 1 --kv 1 --heads 1 \
+                    --tokens-per-block 32 --head-size $hs --blocks $((4194304 / hs)) --iters 7 2>&1 |
+                    awk -v v=$v -v kib=$((hs / 16)) '/^  kvferry  /{print v, kib "KiB", $2, $4, $6}'
+            done
+        done
+    done | tee "$OUT/ab.txt"
 fi
 # PyTorch's gather-then-copy path, the alternative users already have
 if [ -z "${SKIP_TORCH:-}" ]; then
