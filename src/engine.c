@@ -1371,10 +1371,11 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
     return KVF_OK;
 }
 
-/* Room in e->live for batch b, the newest not done, next to the oldest. */
+/* Room in e->live for batch b, the newest on the undone list, next to the
+ * oldest there. */
 static kvf_status live_add(kvf_engine *e, batch *b)
 {
-    uint64_t span = b->id - (e->undone_head ? e->undone_head->id : b->id) + 1;
+    uint64_t span = b->id - e->undone_head->id + 1;
     if (span > e->live_cap) {
         size_t cap = e->live_cap ? e->live_cap : 1024;
         while (cap < 2 * span)

@@ -9,6 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 test -f "$tmp/prefix/include/kvferry.h"
 libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n1 | xargs dirname)
+# the shared consumers find the install first, and what the caller needs after it
+run_path="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 test -f "$libdir/libkvferry.a"
 ls "$libdir"/libkvferry.so* >/dev/null
 test -f "$libdir/cmake/kvferry/kvferryConfig.cmake"
@@ -17,10 +19,10 @@ test -f "$libdir/cmake/kvferry/kvferryConfig.cmake"
 PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --exists kvferry
 cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pc" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
-LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/a_pc" "$tmp/files1"
+LD_LIBRARY_PATH="$run_path" "$tmp/a_pc" "$tmp/files1"
 cc -std=c11 "$src/examples/cache_prefix.c" -o "$tmp/c_pc" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
-LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/c_pc" "$tmp/files5" | grep -q "request 1: 6 blocks, 4 from the cache"
+LD_LIBRARY_PATH="$run_path" "$tmp/c_pc" "$tmp/files5" | grep -q "request 1: 6 blocks, 4 from the cache"
 # pkg-config, static
 cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pcs" \
     $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags kvferry) \
@@ -32,6 +34,6 @@ cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pcs" \
 # CMake package config
 cmake -S "$src/examples/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/consumer" >/dev/null
-LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/consumer/offload_host" "$tmp/files3"
+LD_LIBRARY_PATH="$run_path" "$tmp/consumer/offload_host" "$tmp/files3"
 "$tmp/consumer/offload_host_static" "$tmp/files4"
 echo "install: header, libraries, pkg-config and CMake config all usable"
