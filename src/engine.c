@@ -736,6 +736,7 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
 kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p)
 {
     kvf__clear_error();
+    kvf__timeline_setup();
     if (!engine_p)
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: engine_p is NULL");
     kvf_engine_config c = KVF_ENGINE_CONFIG_INIT;
@@ -974,6 +975,7 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->file_dir);
     free(e->file_namespace);
     free(e);
+    kvf__timeline_flush();
 }
 
 kvf_backend kvf_engine_backend(const kvf_engine *e)
@@ -1518,6 +1520,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
                                size_t n, kvf_ticket *ticket_p)
 {
     kvf__clear_error();
+    KVF_TIMELINE(KVF_TL_SUBMIT, 0, n);
     if (!e)
         return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", op_names[kind]);
     if (n == 0 || !moves)
@@ -1605,7 +1608,9 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
     }
     kvf_status ret = KVF_OK;
     if (n <= PART_MOVES) {
+        KVF_TIMELINE(KVF_TL_CHECKED, 0, n);
         st = enqueue(e, b);
+        KVF_TIMELINE(KVF_TL_PART, b->id, n);
         if (st != KVF_OK && !b->ticketed)
             ret = st; /* nobody would hear of it otherwise */
     } else {
@@ -1614,6 +1619,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
         b->state = B_WAITING;
         b->parts_left = (n + PART_MOVES - 1) / PART_MOVES;
         bool sorted = sort_by_secondary(e, b);
+        KVF_TIMELINE(KVF_TL_CHECKED, b->id, n);
         for (size_t off = 0; off < n; off += PART_MOVES) {
             size_t len = n - off < PART_MOVES ? n - off : PART_MOVES;
             /* a part is made without the lock, so that workers (issuing
@@ -1637,12 +1643,14 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
             }
             if (enqueue(e, c) != KVF_OK && !b->ticketed)
                 ret = KVF_ERR_NOMEM;
+            KVF_TIMELINE(KVF_TL_PART, c->id, len);
         }
         if (b->parts_left == 0)
             group_done(e, b);
     }
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&e->submit_mu);
+    KVF_TIMELINE(KVF_TL_SUBMITTED, 0, n);
     return ret;
 
 refuse:
@@ -1858,6 +1866,7 @@ static void complete_batch(kvf_engine *e, batch *b)
         if (keyed_write && !(ws == rs && b->moves[i].dst == b->moves[i].src))
             key_hazard_prune(ws == SP_FILE ? &e->files : &e->remotes, b->moves[i].dst);
     }
+    KVF_TIMELINE(KVF_TL_COMPLETE, b->id, b->n);
     if (e->live_cap && e->live[b->id & (e->live_cap - 1)] == b)
         e->live[b->id & (e->live_cap - 1)] = NULL;
     for (size_t k = 0; k < b->ndependents; k++) {
@@ -1962,6 +1971,7 @@ static void async_done(void *arg, kvf_status status)
 {
     batch *b = arg;
     kvf_engine *e = b->engine;
+    KVF_TIMELINE(KVF_TL_COPIED, b->id, 0);
     if (pthread_mutex_trylock(&e->mu) == 0) {
         async_finish(e, b, status);
         pthread_mutex_unlock(&e->mu);
@@ -2045,6 +2055,7 @@ static void completion_stop(kvf_engine *e)
  * be freed) before the last chunk is queued. */
 static void issue_async(kvf_engine *e, batch *b)
 {
+    KVF_TIMELINE(KVF_TL_ISSUE, b->id, b->n);
     for (size_t i = 0; i < b->n; i++)
         if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
             b->status[i] = KVF_ERR_LOST;
@@ -2092,6 +2103,7 @@ static void issue_async(kvf_engine *e, batch *b)
         }
     }
     pthread_mutex_lock(&e->mu);
+    KVF_TIMELINE(KVF_TL_ISSUED, b->id, b->async_left - 1);
     if (st != KVF_OK && b->async_status == KVF_OK)
         b->async_status = st;
     if (b->async_left > 1) {

@@ -50,6 +50,29 @@ KVF_INTERNAL void kvf__log(kvf__log_level level, const char *fmt, ...)
  * naming what it expected, when it names none of them). */
 KVF_INTERNAL int kvf__env_choice(const char *var, const char *const *names, int n);
 
+/* The event timeline (timeline.c): KVF_TIMELINE=FILE records when each step of a
+ * batch happened; an engine's destroy appends the events to FILE. */
+typedef enum kvf__tl_event {
+    KVF_TL_SUBMIT,    /* a submit began: n moves */
+    KVF_TL_CHECKED,   /* its moves were checked (and sorted) */
+    KVF_TL_PART,      /* batch or part `id` of n moves was registered */
+    KVF_TL_SUBMITTED, /* the submit returned */
+    KVF_TL_ISSUE,     /* batch `id` began to be handed to the backend */
+    KVF_TL_ISSUED,    /* ... and was, in n calls */
+    KVF_TL_COPIED,    /* the backend said a call of batch `id` ended */
+    KVF_TL_COMPLETE,  /* batch `id` completed */
+    KVF_TL_COUNT
+} kvf__tl_event;
+KVF_INTERNAL extern bool kvf__timeline_on;
+KVF_INTERNAL void kvf__timeline_setup(void);
+KVF_INTERNAL void kvf__timeline_record(kvf__tl_event ev, uint64_t id, uint64_t n);
+KVF_INTERNAL void kvf__timeline_flush(void);
+#define KVF_TIMELINE(ev, id, n)                                                                    \
+    do {                                                                                           \
+        if (kvf__timeline_on)                                                                      \
+            kvf__timeline_record(ev, id, n);                                                       \
+    } while (0)
+
 /* Overflow-checked arithmetic on sizes. */
 static inline bool kvf__mul_overflows(size_t a, size_t b, size_t *out)
 {

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Reads a timeline written with KVF_TIMELINE=FILE and prints, for each
+submit of more than --min-moves moves, when each of its batches (or parts)
+was registered, handed to the backend, reported copied and completed, in
+microseconds from the submit's start, with the gaps between successive
+copies' ends. Usage: timeline.py FILE [--min-moves N] [--limit K]"""
+import argparse
+import collections
+
+
+def load(path):
+    ev = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            t, thr, name, bid, n = line.split()
+            ev.append((int(t), int(thr), name, int(bid), int(n)))
+    ev.sort()
+    return ev
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("file")
+    ap.add_argument("--min-moves", type=int, default=4097)
+    ap.add_argument("--limit", type=int, default=4)
+    a = ap.parse_args()
+    ev = load(a.file)
+    # per batch id: the first time of each event after the submit that made it
+    shown = 0
+    for k, (t0, thr0, name, _, n) in enumerate(ev):
+        if name != "submit" or n < a.min_moves:
+            continue
+        parts, marks = [], {}
+        steps = collections.defaultdict(dict)
+        for t, thr, nm, bid, m in ev[k + 1:]:
+            if thr == thr0 and nm == "submit":
+                break
+            if thr == thr0 and nm in ("checked", "submitted") and nm not in marks:
+                marks[nm] = t
+            if nm == "part" and thr == thr0:
+                parts.append(bid)
+            if nm in ("part", "issue", "issued", "copied", "complete"):
+                steps[bid].setdefault(nm, (t, thr, m))
+        parts = [p for p in parts if "complete" in steps[p]]
+        if not parts:
+            continue
+        us = lambda t: (t - t0) / 1e3
+        print(f"submit of {n} moves on thread {thr0}: checked at {us(marks.get('checked', t0)):.0f} us,"
+              f" returned at {us(marks.get('submitted', t0)):.0f} us")
+        print("  batch   moves  registered  issue(thr)      issued  copied  complete  gap")
+        prev = None
+        for p in parts:
+            s = steps[p]
+            g = lambda nm: f"{us(s[nm][0]):8.0f}" if nm in s else "       -"
+            cp = s.get("copied")
+            gap = f"{(cp[0] - prev) / 1e3:5.0f}" if cp and prev else "    -"
+            if cp:
+                prev = cp[0]
+            thr = s["issue"][1] if "issue" in s else 0
+            print(f"  {p:6d} {s['part'][2]:6d}   {g('part')}  {g('issue')}({thr}) {g('issued')} {g('copied')} {g('complete')}  {gap}")
+        shown += 1
+        if shown >= a.limit:
+            break
+
+
+if __name__ == "__main__":
+    main()
