@@ -3,7 +3,10 @@
 submit of more than --min-moves moves, when each of its batches (or parts)
 was registered, handed to the backend, reported copied and completed, in
 microseconds from the submit's start, with the gaps between successive
-copies' ends. Usage: timeline.py FILE [--min-moves N] [--limit K]"""
+copies' ends; --summary prints instead the medians over all such submits
+of when the checks ended, the first batch was handed to the backend, the
+submit returned and the last batch completed.
+Usage: timeline.py FILE [--min-moves N] [--limit K] [--summary]"""
 import argparse
 import collections
 
@@ -25,10 +28,12 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--min-moves", type=int, default=4097)
     ap.add_argument("--limit", type=int, default=4)
+    ap.add_argument("--summary", action="store_true")
     a = ap.parse_args()
     ev = load(a.file)
     # per batch id: the first time of each event after the submit that made it
     shown = 0
+    summary = []
     for k, (t0, thr0, name, _, n) in enumerate(ev):
         if name != "submit" or n < a.min_moves:
             continue
@@ -47,6 +52,12 @@ def main():
         if not parts:
             continue
         us = lambda t: (t - t0) / 1e3
+        if a.summary:
+            summary.append((us(marks.get("checked", t0)),
+                            min(us(steps[p]["issue"][0]) for p in parts if "issue" in steps[p]),
+                            us(marks.get("submitted", t0)),
+                            max(us(steps[p]["complete"][0]) for p in parts)))
+            continue
         print(f"submit of {n} moves on thread {thr0}: checked at {us(marks.get('checked', t0)):.0f} us,"
               f" returned at {us(marks.get('submitted', t0)):.0f} us")
         print("  batch   moves  registered  issue(thr)      issued  copied  complete  gap")
@@ -63,6 +74,10 @@ def main():
         shown += 1
         if shown >= a.limit:
             break
+    if summary:
+        med = lambda k: sorted(x[k] for x in summary)[len(summary) // 2]
+        print(f"{len(summary)} submits, medians (us from the submit's start): checked {med(0):.0f},"
+              f" first issue {med(1):.0f}, returned {med(2):.0f}, last complete {med(3):.0f}")
 
 
 if __name__ == "__main__":

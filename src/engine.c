@@ -205,7 +205,7 @@ struct kvf_engine {
     hazard *hz_primary, *hz_secondary;
     uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
     key_table files, remotes;
-    uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see check_collisions */
+    uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see check_moves */
 
     bool file_enabled;
     kvf__blockfile_dir dir;
@@ -564,8 +564,9 @@ static void batch_destroy(batch *b)
     free(b);
 }
 
-/* A batch with room for n moves, reset, from the spares when one fits. */
-static batch *batch_get(kvf_engine *e, size_t n)
+/* A batch with room for n moves, reset, from the spares when one fits. A
+ * group's src_dep is not used (its parts have their own). */
+static batch *batch_get(kvf_engine *e, size_t n, bool group)
 {
     batch *b = NULL;
     pthread_mutex_lock(&e->spare_mu);
@@ -589,7 +590,8 @@ static batch *batch_get(kvf_engine *e, size_t n)
         b->copies_cap = keep.copies_cap;
         b->order = keep.order;
         b->order_cap = keep.order_cap;
-        memset(b->src_dep, 0, n * sizeof *b->src_dep);
+        if (!group)
+            memset(b->src_dep, 0, n * sizeof *b->src_dep);
         return b;
     }
     b = calloc(1, sizeof *b);
@@ -1200,59 +1202,25 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* A batch may not write one destination twice, nor (kvf_copy) read a slot
- * that it also writes: the order inside a batch is not defined. Slots are
- * stamped in the hazard tables (lock held, ranges checked); file keys,
- * which have no table entry yet, are sorted. */
-static kvf_status check_collisions(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n)
+ * that it also writes: the order inside a batch is not defined. File and
+ * remote keys are sorted here; slots are stamped in check_moves. */
+static kvf_status check_key_collisions(const kvf_move *moves, size_t n)
 {
-    if (kind_writes(kind) == SP_FILE || kind_writes(kind) == SP_REMOTE) {
-        uint64_t *v = malloc(n * sizeof *v);
-        if (!v)
-            return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
-        for (size_t i = 0; i < n; i++)
-            v[i] = moves[i].dst;
-        qsort(v, n, sizeof *v, cmp_u64);
-        kvf_status st = KVF_OK;
-        for (size_t i = 1; i < n && st == KVF_OK; i++)
-            if (v[i] == v[i - 1])
-                st = kvf__fail(KVF_ERR_INVALID,
-                               "batch: two moves write block 0x%llx; a batch writes each "
-                               "destination once",
-                               (unsigned long long)v[i]);
-        free(v);
-        return st;
-    }
-    /* one mark per slot in a compact array (the hazard entries are larger
-     * and scattered): the batch check's stamp, times two, plus one for a
-     * write */
-    uint64_t stamp = ++e->check_epoch;
-    space ws = kind_writes(kind);
-    uint64_t *wm = ws == SP_PRIMARY ? e->mark_primary : e->mark_secondary;
-    for (size_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n) {
-            __builtin_prefetch(&wm[moves[i + PREFETCH_AHEAD].dst]);
-            if (kind == OP_COPY)
-                __builtin_prefetch(&e->mark_primary[moves[i + PREFETCH_AHEAD].src]);
-        }
-        uint64_t *w = &wm[moves[i].dst];
-        if (*w >> 1 == stamp)
-            return kvf__fail(KVF_ERR_INVALID,
-                             "batch: move %zu writes %s slot %llu, which another move of the "
-                             "batch reads or writes",
-                             i, ws == SP_PRIMARY ? "primary" : "secondary",
-                             (unsigned long long)moves[i].dst);
-        *w = stamp << 1 | 1u;
-        if (kind == OP_COPY) {
-            uint64_t *r = &e->mark_primary[moves[i].src];
-            if (*r == (stamp << 1 | 1u))
-                return kvf__fail(KVF_ERR_INVALID,
-                                 "batch: move %zu reads primary slot %llu, which the batch "
-                                 "also writes",
-                                 i, (unsigned long long)moves[i].src);
-            *r = stamp << 1;
-        }
-    }
-    return KVF_OK;
+    uint64_t *v = malloc(n * sizeof *v);
+    if (!v)
+        return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
+    for (size_t i = 0; i < n; i++)
+        v[i] = moves[i].dst;
+    qsort(v, n, sizeof *v, cmp_u64);
+    kvf_status st = KVF_OK;
+    for (size_t i = 1; i < n && st == KVF_OK; i++)
+        if (v[i] == v[i - 1])
+            st = kvf__fail(KVF_ERR_INVALID,
+                           "batch: two moves write block 0x%llx; a batch writes each "
+                           "destination once",
+                           (unsigned long long)v[i]);
+    free(v);
+    return st;
 }
 
 static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_move *mv)
@@ -1285,6 +1253,92 @@ static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_mo
         }
     }
     return KVF_OK;
+}
+
+/* Every check of a batch's moves in one pass (the first part of a large
+ * batch waits for all of them): each move's slots and token count
+ * (check_move); collisions between its slots, by stamps in a compact
+ * array per space (the hazard entries are larger and scattered): the
+ * batch's stamp times two, plus one for a write; a read of a secondary
+ * slot holding fewer tokens than asked, or none, which fails that move
+ * (kvferry does not hand back bytes it never stored; files carry their
+ * token count in the header); and, with `cnt`, the moves per secondary
+ * slot for sort_parts. Sets status[i], and *failed_p to the number of
+ * moves failed that way. Needs submit_mu only: what it reads and stamps
+ * is fixed once frozen or written only by a submit. */
+static kvf_status check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
+                              kvf_status *status, uint32_t *cnt, size_t *failed_p)
+{
+    space ws = kind_writes(kind);
+    bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
+    bool reads_secondary = kind_reads(kind) == SP_SECONDARY;
+    bool off = kind == OP_OFFLOAD_HOST;
+    uint64_t stamp = ++e->check_epoch;
+    uint64_t *wm = ws == SP_PRIMARY ? e->mark_primary : e->mark_secondary;
+    size_t short_reads = 0;
+    uint64_t wslots = ws == SP_PRIMARY ? e->primary_slots : e->secondary_slots;
+    for (size_t i = 0; i < n; i++) {
+        const kvf_move *mv = &moves[i];
+        kvf_status st = check_move(e, kind, i, mv);
+        if (st != KVF_OK)
+            return st;
+        status[i] = KVF_INPROGRESS;
+        if (cnt)
+            cnt[(off ? mv->dst : mv->src) + 1]++;
+        if (reads_secondary) {
+            uint32_t have = e->sec_tokens[mv->src], want = eff_tokens(e, mv->tokens);
+            if (have < want) {
+                status[i] = have == 0 ? KVF_ERR_NOT_FOUND : KVF_ERR_RANGE;
+                short_reads++;
+            }
+        }
+        if (i + PREFETCH_AHEAD < n) {
+            /* the scattered entries of a move ahead (a slot past the end
+             * is refused before anything of it is read) */
+            const kvf_move *ah = &moves[i + PREFETCH_AHEAD];
+            uint64_t sec = off ? ah->dst : ah->src;
+            if (cnt)
+                __builtin_prefetch(&cnt[sec < e->secondary_slots ? sec : 0], 1);
+            if (reads_secondary)
+                __builtin_prefetch(&e->sec_tokens[ah->src < e->secondary_slots ? ah->src : 0]);
+            if (!keyed_write)
+                __builtin_prefetch(&wm[ah->dst < wslots ? ah->dst : 0], 1);
+        }
+        if (keyed_write)
+            continue;
+        uint64_t *w = &wm[mv->dst];
+        if (*w >> 1 == stamp)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "batch: move %zu writes %s slot %llu, which another move of the "
+                             "batch reads or writes",
+                             i, ws == SP_PRIMARY ? "primary" : "secondary",
+                             (unsigned long long)mv->dst);
+        *w = stamp << 1 | 1u;
+        if (kind == OP_COPY) {
+            uint64_t *r = &e->mark_primary[mv->src];
+            if (*r == (stamp << 1 | 1u))
+                return kvf__fail(KVF_ERR_INVALID,
+                                 "batch: move %zu reads primary slot %llu, which the batch "
+                                 "also writes",
+                                 i, (unsigned long long)mv->src);
+            *r = stamp << 1;
+        }
+    }
+    kvf_status st = keyed_write ? check_key_collisions(moves, n) : KVF_OK;
+    *failed_p = short_reads;
+    for (size_t i = 0; i < n && short_reads && st == KVF_OK; i++) {
+        if (status[i] == KVF_INPROGRESS)
+            continue;
+        short_reads--;
+        if (status[i] == KVF_ERR_NOT_FOUND)
+            KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds no block", op_names[kind],
+                    (unsigned long long)moves[i].src);
+        else
+            KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds %u tokens, %u asked",
+                    op_names[kind], (unsigned long long)moves[i].src, e->sec_tokens[moves[i].src],
+                    eff_tokens(e, moves[i].tokens));
+    }
+    return st;
 }
 
 static kvf_status add_dependency(batch *b, batch *dep)
@@ -1399,8 +1453,18 @@ static void complete_batch(kvf_engine *e, batch *b);
 static void group_done(kvf_engine *e, batch *g);
 
 /* Moves of a batch registered and queued in one piece; larger batches are
- * split into parts of this size (see batch.group). */
+ * split into parts (see batch.group) of at most this size. The first parts
+ * are smaller (FIRST_PART_MOVES, doubling): the GPU starts on the first
+ * while the next are registered. On the H200 a part of 4096 moves took
+ * about 300 us to register and hand to the GPU (bench/timeline.py). */
 #define PART_MOVES 4096u
+#define FIRST_PART_MOVES 512u
+
+/* The size of part k of a group. */
+static size_t part_moves(size_t k)
+{
+    return k >= 3 ? PART_MOVES : FIRST_PART_MOVES << k;
+}
 
 /* Registers a checked batch (or part), puts it on the undone list and
  * starts it if nothing holds it back. Lock held; an asynchronous start
@@ -1449,35 +1513,37 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
  * a run of them, which the CUDA backend moves as one pinned range (its
  * staged path) when the run is dense, and the secondary side's hazard
  * entries are touched in order. The moves of a batch have no order of
- * their own. False when the sort would not pay (or memory is short).
- * submit_mu held. */
-static bool sort_by_secondary(kvf_engine *e, batch *b)
+ * their own. sort_counts gives the zeroed counters that check_moves fills,
+ * or NULL when the sort would not pay (or memory is short); sort_parts
+ * then fills b->order. submit_mu held. */
+static uint32_t *sort_counts(kvf_engine *e, batch *b)
 {
-    if (b->kind != OP_OFFLOAD_HOST && b->kind != OP_ONBOARD_HOST)
-        return false;
+    if (b->n <= PART_MOVES || (b->kind != OP_OFFLOAD_HOST && b->kind != OP_ONBOARD_HOST))
+        return NULL;
     size_t slots = e->secondary_slots;
     if (slots / 8 > b->n || b->n > UINT32_MAX)
-        return false;
+        return NULL;
     if (!e->sort_count && !(e->sort_count = malloc((slots + 1) * sizeof *e->sort_count)))
-        return false;
+        return NULL;
     if (b->order_cap < b->n) {
         uint32_t *o = realloc(b->order, b->n * sizeof *o);
         if (!o)
-            return false;
+            return NULL;
         b->order = o;
         b->order_cap = b->n;
     }
+    memset(e->sort_count, 0, (slots + 1) * sizeof *e->sort_count);
+    return e->sort_count;
+}
+
+static void sort_parts(kvf_engine *e, batch *b, const kvf_move *moves, uint32_t *cnt)
+{
     bool off = b->kind == OP_OFFLOAD_HOST;
-    uint32_t *cnt = e->sort_count;
-    memset(cnt, 0, (slots + 1) * sizeof *cnt);
-    for (size_t i = 0; i < b->n; i++)
-        cnt[(off ? b->moves[i].dst : b->moves[i].src) + 1]++;
-    for (size_t k = 0; k < slots; k++)
+    for (size_t k = 0; k < e->secondary_slots; k++)
         cnt[k + 1] += cnt[k];
     for (size_t i = 0; i < b->n; i++)
-        b->order[cnt[off ? b->moves[i].dst : b->moves[i].src]++] = (uint32_t)i;
+        b->order[cnt[off ? moves[i].dst : moves[i].src]++] = (uint32_t)i;
     b->sorted = true;
-    return true;
 }
 
 static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const kvf_move *moves,
@@ -1489,22 +1555,25 @@ static kvf_status submit(kvf_engine *e, op_kind kind, const kvf_move *moves, siz
     return submit_batch(e, kind, false, moves, n, ticket_p);
 }
 
-/* Fills part c of group b with moves off..off+len-1 (in secondary-slot
- * order when sorted). */
-static void make_part(kvf_engine *e, batch *b, batch *c, bool sorted, size_t off, size_t len)
+/* Fills part c of group b with moves off..off+len-1 of the caller's
+ * array (in secondary-slot order when sorted). `fresh`: every status of
+ * the group is still KVF_INPROGRESS (none failed its checks). */
+static void make_part(kvf_engine *e, batch *b, const kvf_move *moves, batch *c, bool sorted,
+                      bool fresh, size_t off, size_t len)
 {
     if (sorted) {
         const uint32_t *ord = b->order + off;
         for (size_t j = 0; j < len; j++) {
             if (j + PREFETCH_AHEAD < len) {
-                __builtin_prefetch(&b->moves[ord[j + PREFETCH_AHEAD]]);
-                __builtin_prefetch(&b->status[ord[j + PREFETCH_AHEAD]]);
+                __builtin_prefetch(&moves[ord[j + PREFETCH_AHEAD]]);
+                if (!fresh)
+                    __builtin_prefetch(&b->status[ord[j + PREFETCH_AHEAD]]);
             }
-            c->moves[j] = b->moves[ord[j]];
-            c->status[j] = b->status[ord[j]];
+            c->moves[j] = moves[ord[j]];
+            c->status[j] = fresh ? KVF_INPROGRESS : b->status[ord[j]];
         }
     } else {
-        memcpy(c->moves, b->moves + off, len * sizeof *c->moves);
+        memcpy(c->moves, moves + off, len * sizeof *c->moves);
         memcpy(c->status, b->status + off, len * sizeof *c->status);
     }
     c->n = len;
@@ -1528,12 +1597,13 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
     if (n > (SIZE_MAX / 4) / sizeof(kvf__copy))
         return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", op_names[kind], n);
 
-    batch *b = batch_get(e, n);
+    /* a group's moves stay in the caller's array: its parts copy them */
+    bool group = n > PART_MOVES;
+    batch *b = batch_get(e, n, group);
     if (!b)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
-    memcpy(b->moves, moves, n * sizeof *moves);
-    for (size_t i = 0; i < n; i++)
-        b->status[i] = KVF_INPROGRESS;
+    if (!group)
+        memcpy(b->moves, moves, n * sizeof *moves);
     b->n = n;
     b->kind = kind;
     b->queue = kind_queue(kind);
@@ -1564,39 +1634,19 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
                 goto refuse;
             }
     }
-    /* The per-move checks need only submit_mu: what they read and stamp
-     * (slot counts, the marks, sec_tokens) is fixed once frozen or
-     * written only by a submit. Completions take `mu` meanwhile. */
+    /* The checks need only submit_mu (see check_moves); completions take
+     * `mu` meanwhile. */
     pthread_mutex_unlock(&e->mu);
-    for (size_t i = 0; i < n; i++) {
-        st = check_move(e, kind, i, &moves[i]);
-        if (st != KVF_OK) {
-            st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
-            goto refuse_checked;
-        }
-    }
-    st = check_collisions(e, kind, moves, n);
+    uint32_t *cnt = sort_counts(e, b);
+    size_t failed = 0;
+    st = check_moves(e, kind, moves, n, b->status, cnt, &failed);
     if (st != KVF_OK) {
         st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
         goto refuse_checked;
     }
-    /* Reading a secondary slot that holds fewer tokens than asked, or
-     * nothing, fails that move: kvferry does not hand back bytes it never
-     * stored. (Files carry their token count in the header.) */
-    if (kind_reads(kind) == SP_SECONDARY) {
-        for (size_t i = 0; i < n; i++) {
-            uint32_t have = e->sec_tokens[moves[i].src], want = eff_tokens(e, moves[i].tokens);
-            if (have == 0) {
-                b->status[i] = KVF_ERR_NOT_FOUND;
-                KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds no block", op_names[kind],
-                        (unsigned long long)moves[i].src);
-            } else if (have < want) {
-                b->status[i] = KVF_ERR_RANGE;
-                KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds %u tokens, %u asked",
-                        op_names[kind], (unsigned long long)moves[i].src, have, want);
-            }
-        }
-    }
+    if (cnt)
+        sort_parts(e, b, moves, cnt);
+    KVF_TIMELINE(KVF_TL_CHECKED, 0, n);
 
     pthread_mutex_lock(&e->mu);
     if (b->ticketed) {
@@ -1607,8 +1657,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
         *ticket_p = b->id;
     }
     kvf_status ret = KVF_OK;
-    if (n <= PART_MOVES) {
-        KVF_TIMELINE(KVF_TL_CHECKED, 0, n);
+    if (!group) {
         st = enqueue(e, b);
         KVF_TIMELINE(KVF_TL_PART, b->id, n);
         if (st != KVF_OK && !b->ticketed)
@@ -1617,26 +1666,28 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
         if (!b->id)
             b->id = e->next_id++;
         b->state = B_WAITING;
-        b->parts_left = (n + PART_MOVES - 1) / PART_MOVES;
-        bool sorted = sort_by_secondary(e, b);
-        KVF_TIMELINE(KVF_TL_CHECKED, b->id, n);
-        for (size_t off = 0; off < n; off += PART_MOVES) {
-            size_t len = n - off < PART_MOVES ? n - off : PART_MOVES;
+        size_t nparts = 0;
+        for (size_t off = 0; off < n; off += part_moves(nparts++))
+            ;
+        b->parts_left = nparts;
+        bool sorted = b->sorted;
+        size_t k = 0;
+        for (size_t off = 0; off < n; off += part_moves(k++)) {
+            size_t len = n - off < part_moves(k) ? n - off : part_moves(k);
             /* a part is made without the lock, so that workers (issuing
              * the parts before it) and completions get it meanwhile; the
              * statuses read here are this part's, which nothing else
              * writes before it is queued */
             pthread_mutex_unlock(&e->mu);
-            batch *c = batch_get(e, len);
+            batch *c = batch_get(e, len, false);
             if (c)
-                make_part(e, b, c, sorted, off, len);
+                make_part(e, b, moves, c, sorted, failed == 0, off, len);
             pthread_mutex_lock(&e->mu);
             if (!c) {
                 /* the parts not made fail; those queued run on */
-                size_t missing = (n - off + PART_MOVES - 1) / PART_MOVES;
                 for (size_t i = off; i < n; i++)
                     b->status[sorted ? b->order[i] : i] = KVF_ERR_NOMEM;
-                b->parts_left -= missing;
+                b->parts_left -= nparts - k;
                 if (!b->ticketed)
                     ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
                 break;

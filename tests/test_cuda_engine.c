@@ -504,7 +504,7 @@ static int staged_case(size_t head, uint32_t n)
 
 static int test_staged(void)
 {
-    staged_case(32, 20000); /* 4 KiB blocks, 5 parts */
+    staged_case(32, 20000); /* 4 KiB blocks, 8 parts */
     staged_case(4096, 40);  /* 512 KiB blocks, 2 chunks of 16 MiB */
     return 0;
 }

@@ -609,22 +609,38 @@ static int test_failure_then_rewrite(void)
     return 0;
 }
 
+/* An engine on the host backend with one pool of n primary and n
+ * secondary slots of 64 bytes; their bases in *prim, *sec. */
+static kvf_engine *slots64_engine(uint32_t n, uint32_t threads, uint8_t **prim, uint8_t **sec)
+{
+    kvf_geometry g = {1, 1, 1, 4, 4, KVF_DTYPE_FP32, KVF_ORDER_HEAD_MAJOR}; /* 64 bytes */
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.threads = threads;
+    kvf_engine *e;
+    if (kvf_engine_create(&cfg, &e) != KVF_OK)
+        return NULL;
+    kvf_pool_desc d = {KVF_MEMORY_HOST, NULL, 0, n};
+    if (kvf_engine_add_pool(e, &g, &d, &d, NULL) != KVF_OK ||
+        kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, 0, (void **)prim) != KVF_OK ||
+        kvf_engine_slot_ptr(e, 0, KVF_LEVEL_SECONDARY, 0, (void **)sec) != KVF_OK) {
+        fprintf(stderr, "64-byte slots engine: %s\n", kvf_last_error());
+        kvf_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
 /* Batches larger than one part (4096 moves) are queued in parts: hazards
  * between two such batches, and each move's status at its own index. */
 static int test_large_batches(void)
 {
     enum { N = 10000 };
-    kvf_geometry g = {1, 1, 1, 4, 4, KVF_DTYPE_FP32, KVF_ORDER_HEAD_MAJOR}; /* 64 bytes */
-    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
-    cfg.backend = KVF_BACKEND_HOST;
-    cfg.threads = 3;
-    kvf_engine *e;
-    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
-    kvf_pool_desc d = {KVF_MEMORY_HOST, NULL, 0, N};
-    CHECK_STATUS(kvf_engine_add_pool(e, &g, &d, &d, NULL), KVF_OK);
     uint8_t *prim, *sec;
-    CHECK_STATUS(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, 0, (void **)&prim), KVF_OK);
-    CHECK_STATUS(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_SECONDARY, 0, (void **)&sec), KVF_OK);
+    kvf_engine *e = slots64_engine(N, 3, &prim, &sec);
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
     uint8_t *orig = malloc((size_t)N * 64);
     test_fill_random(orig, (size_t)N * 64, 2024);
     memcpy(prim, orig, (size_t)N * 64);
@@ -647,7 +663,7 @@ static int test_large_batches(void)
         CHECK_STATUS(per[i], KVF_OK);
         CHECK(memcmp(prim + (size_t)((i + 1) % N) * 64, orig + (size_t)i * 64, 64) == 0);
     }
-    /* one failing move in the third part reports at its own index */
+    /* one failing move reports at its own index */
     fail_dst = sec + (size_t)perm[9000] * 64;
     kvf__set_copy_hook(fail_copy);
     for (uint32_t i = 0; i < N; i++)
@@ -678,6 +694,57 @@ static int test_large_batches(void)
     free(perm);
     free(off);
     free(on);
+    free(per);
+    return 0;
+}
+
+/* A large onboard (in parts, sorted by secondary slot) where some moves
+ * fail their checks (their secondary slots hold nothing): each reports at
+ * its own index, and the others land. */
+static int test_large_batch_short_reads(void)
+{
+    enum { N = 12000 };
+    uint8_t *prim, *sec;
+    kvf_engine *e = slots64_engine(N, 2, &prim, &sec);
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    uint8_t *orig = malloc((size_t)N * 64);
+    test_fill_random(orig, (size_t)N * 64, 77);
+    memcpy(prim, orig, (size_t)N * 64);
+    uint32_t *perm = malloc(N * sizeof *perm);
+    for (uint32_t i = 0; i < N; i++)
+        perm[i] = i;
+    test_shuffle_u32(perm, N, 78);
+    /* every 500th secondary slot is left empty */
+    kvf_move *mv = malloc(N * sizeof *mv);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < N; i++)
+        if (perm[i] % 500 != 0)
+            mv[n++] = (kvf_move){i, perm[i], 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, mv, n, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    memset(prim, 0xA5, (size_t)N * 64);
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){perm[i], (i + 7) % N, 0};
+    kvf_status *per = malloc(N * sizeof *per);
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, per), KVF_ERR_NOT_FOUND);
+    for (uint32_t i = 0; i < N; i++) {
+        const uint8_t *got = prim + (size_t)((i + 7) % N) * 64;
+        if (perm[i] % 500 == 0) {
+            CHECK_STATUS(per[i], KVF_ERR_NOT_FOUND);
+            CHECK(got[0] == 0xA5 && memcmp(got, got + 1, 63) == 0);
+        } else {
+            CHECK_STATUS(per[i], KVF_OK);
+            CHECK(memcmp(got, orig + (size_t)i * 64, 64) == 0);
+        }
+    }
+    kvf_engine_destroy(e);
+    free(orig);
+    free(perm);
+    free(mv);
     free(per);
     return 0;
 }
@@ -977,6 +1044,7 @@ int main(void)
     RUN(test_long_pending_writer);
     RUN(test_sync_without_tickets);
     RUN(test_large_batches);
+    RUN(test_large_batch_short_reads);
     RUN(test_bad_input);
     return TEST_RESULT();
 }
