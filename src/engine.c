@@ -2268,6 +2268,23 @@ static void file_move_failed(const batch *b, size_t i, kvf_status st, const char
     KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], msg);
 }
 
+/* One rule for every write to a file that fails, however it fails
+ * (before its I/O: a lost source, no staging; in it: the gather into
+ * staging, the write, its fsync; after it: the batch's fsync): the key's
+ * file is removed, so a later read finds no block rather than an old or
+ * unsynced version (kvf_offload's contract). The file layer already
+ * removes it where its own write or fsync fails; this covers the rest. */
+static void drop_failed_files(kvf_engine *e, const batch *b, size_t first, size_t last)
+{
+    for (size_t i = first; i < last; i++) {
+        if (b->status[i] == KVF_INPROGRESS || b->status[i] == KVF_OK)
+            continue;
+        if (kvf__blockfile_remove(&e->dir, b->moves[i].dst) != KVF_OK)
+            KVF_LOG(KVF_LOG_ERROR, "%s: after a failed write: %s", op_names[b->kind],
+                    kvf_last_error());
+    }
+}
+
 /* Gathers one offload's or demote's block into its staging image, just
  * before its write starts. */
 static kvf_status offload_fill(kvf__blockfile_io *io)
@@ -2340,15 +2357,17 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
     }
     /* device slots take cuFile; secondary slots are host memory */
     bool dev = e->gds && !kind_uses_secondary(b->kind);
+    bool to_file = kind_writes(b->kind) == SP_FILE;
     kvf_status st = ensure_staging(w, last - first, dev);
     if (st != KVF_OK) {
         for (size_t i = first; i < last; i++)
             if (b->status[i] == KVF_INPROGRESS)
                 file_move_failed(b, i, st, kvf_last_error());
+        if (to_file)
+            drop_failed_files(e, b, first, last);
         return;
     }
     size_t slot_bytes = staging_slot_bytes(e);
-    bool to_file = kind_writes(b->kind) == SP_FILE;
     size_t k = 0;
     for (size_t i = first; i < last; i++) {
         if (b->status[i] != KVF_INPROGRESS)
@@ -2371,6 +2390,7 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
         for (size_t j = 0; j < k; j++)
             if (w->ios[j].status != KVF_OK)
                 file_move_failed(b, w->io_moves[j], w->ios[j].status, w->ios[j].msg);
+        drop_failed_files(e, b, first, last);
     } else {
         kvf__blockfile_read_many(&e->dir, e->fio, w->ios, k);
     }
@@ -2627,11 +2647,15 @@ static void *worker_main(void *arg)
                 e->cfg.fsync == KVF_FSYNC_BATCH) {
                 pthread_mutex_unlock(&e->mu);
                 kvf_status st = kvf__blockfile_fsync_dir(&e->dir);
-                pthread_mutex_lock(&e->mu);
-                if (st != KVF_OK)
+                if (st != KVF_OK) {
+                    /* every move of the batch is done: their statuses are
+                     * this thread's to write */
                     for (size_t i = 0; i < b->n; i++)
                         if (b->status[i] == KVF_INPROGRESS)
                             b->status[i] = st;
+                    drop_failed_files(e, b, 0, b->n);
+                }
+                pthread_mutex_lock(&e->mu);
             }
             complete_batch(e, b);
         }

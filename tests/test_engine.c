@@ -609,6 +609,65 @@ static int test_failure_then_rewrite(void)
     return 0;
 }
 
+/* Every failed write to a file removes its key's file, however it failed:
+ * in the gather from the slots into staging, from a lost source before
+ * any I/O, or in the batch's closing fsync (after the file was renamed
+ * into place). A later read finds no block, never the old version nor an
+ * unsynced new one; other keys are untouched. */
+static const uint8_t *fail_src;
+static kvf_status fail_copy_from(const kvf__copy *c)
+{
+    return c->src == fail_src ? KVF_ERR_IO : KVF_OK;
+}
+
+static int test_failed_file_write_removes(void)
+{
+    fixture f;
+    if (fx_init(&f, true, 8))
+        return 1;
+    fill_block(&f, 0, 41);
+    fill_block(&f, 1, 42);
+    fill_block(&f, 2, 43);
+    for (uint64_t k = 0; k < 3; k++)
+        CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, k, 0xf0 + k, 0), KVF_OK);
+    /* the gather into staging fails: nothing of the new version was written */
+    fill_block(&f, 0, 51);
+    fail_src = slot(&f, 0, KVF_LEVEL_PRIMARY, 0);
+    kvf__set_copy_hook(fail_copy_from);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 0, 0xf0, 0), KVF_ERR_IO);
+    kvf__set_copy_hook(NULL);
+    poison_block(&f, 4);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf0, 4, 0), KVF_ERR_NOT_FOUND);
+    CHECK(slot(&f, 0, KVF_LEVEL_PRIMARY, 4)[0] == POISON);
+    /* a demote of a secondary slot whose write failed: lost before any I/O */
+    fail_dst = slot(&f, 0, KVF_LEVEL_SECONDARY, 5);
+    kvf__set_copy_hook(fail_copy);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_HOST, 1, 5, 0), KVF_ERR_IO);
+    kvf__set_copy_hook(NULL);
+    kvf_move dm = {5, 0xf1, 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_demote(f.e, &dm, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_LOST);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf1, 4, 0), KVF_ERR_NOT_FOUND);
+    /* the batch's fsync fails after its file was renamed into place */
+    kvf__set_io_fault(fault_hook);
+    fault_op = "fsync";
+    fault_errno = EIO;
+    fill_block(&f, 2, 53);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 2, 0xf2, 0), KVF_ERR_IO);
+    fault_op = NULL;
+    kvf__set_io_fault(NULL);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf2, 4, 0), KVF_ERR_NOT_FOUND);
+    /* a key no failure touched */
+    fill_block(&f, 3, 44);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 3, 0xf3, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf3, 4, 0), KVF_OK);
+    if (expect_block(&f, 4, 44, 0))
+        return 1;
+    fx_done(&f);
+    return 0;
+}
+
 /* An engine on the host backend with one pool of n primary and n
  * secondary slots of 64 bytes; their bases in *prim, *sec. */
 static kvf_engine *slots64_engine(uint32_t n, uint32_t threads, uint8_t **prim, uint8_t **sec)
@@ -1040,6 +1099,7 @@ int main(void)
     RUN(test_defect2_6_io_faults);
     RUN(test_failure_propagates);
     RUN(test_failure_then_rewrite);
+    RUN(test_failed_file_write_removes);
     RUN(test_defect7_hazards);
     RUN(test_long_pending_writer);
     RUN(test_sync_without_tickets);
