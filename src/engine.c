@@ -1277,14 +1277,20 @@ static kvf_status check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves
     uint64_t *wm = ws == SP_PRIMARY ? e->mark_primary : e->mark_secondary;
     size_t short_reads = 0;
     uint64_t wslots = ws == SP_PRIMARY ? e->primary_slots : e->secondary_slots;
+    /* an offload's counts are per destination: a second move writing one
+     * shows there, and its stamps are not needed */
+    bool stamps = !keyed_write && !(cnt && off);
     for (size_t i = 0; i < n; i++) {
         const kvf_move *mv = &moves[i];
         kvf_status st = check_move(e, kind, i, mv);
         if (st != KVF_OK)
             return st;
         status[i] = KVF_INPROGRESS;
-        if (cnt)
-            cnt[(off ? mv->dst : mv->src) + 1]++;
+        if (cnt && cnt[(off ? mv->dst : mv->src) + 1]++ && off)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "batch: move %zu writes secondary slot %llu, which another move of "
+                             "the batch reads or writes",
+                             i, (unsigned long long)mv->dst);
         if (reads_secondary) {
             uint32_t have = e->sec_tokens[mv->src], want = eff_tokens(e, mv->tokens);
             if (have < want) {
@@ -1301,10 +1307,10 @@ static kvf_status check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves
                 __builtin_prefetch(&cnt[sec < e->secondary_slots ? sec : 0], 1);
             if (reads_secondary)
                 __builtin_prefetch(&e->sec_tokens[ah->src < e->secondary_slots ? ah->src : 0]);
-            if (!keyed_write)
+            if (stamps)
                 __builtin_prefetch(&wm[ah->dst < wslots ? ah->dst : 0], 1);
         }
-        if (keyed_write)
+        if (!stamps)
             continue;
         uint64_t *w = &wm[mv->dst];
         if (*w >> 1 == stamp)

@@ -757,9 +757,11 @@ static int test_large_batches(void)
     return 0;
 }
 
-/* A large onboard (in parts, sorted by secondary slot) where some moves
- * fail their checks (their secondary slots hold nothing): each reports at
- * its own index, and the others land. */
+/* Large batches (in parts, sorted by secondary slot): one that writes a
+ * slot twice is refused whole, naming the move; an onboard where some
+ * moves fail their checks (their secondary slots hold nothing) reports
+ * each at its own index, leaves their destinations alone, and the others
+ * land. */
 static int test_large_batch_short_reads(void)
 {
     enum { N = 12000 };
@@ -781,13 +783,29 @@ static int test_large_batch_short_reads(void)
     for (uint32_t i = 0; i < N; i++)
         if (perm[i] % 500 != 0)
             mv[n++] = (kvf_move){i, perm[i], 0};
+    /* a large batch writing one slot twice is refused whole, naming the
+     * second move (sorted offloads find it by their counts) */
     kvf_ticket t;
+    kvf_move keep = mv[n - 1];
+    mv[n - 1].dst = mv[17].dst;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, mv, n, &t), KVF_ERR_INVALID);
+    char want[96];
+    snprintf(want, sizeof want, "move %u writes secondary slot %llu", n - 1,
+             (unsigned long long)mv[17].dst);
+    CHECK_STR_HAS(kvf_last_error(), want);
+    mv[n - 1] = keep;
     CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, mv, n, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
     memset(prim, 0xA5, (size_t)N * 64);
     for (uint32_t i = 0; i < N; i++)
         mv[i] = (kvf_move){perm[i], (i + 7) % N, 0};
     kvf_status *per = malloc(N * sizeof *per);
+    mv[N - 1].dst = mv[3].dst;
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, mv, N, &t), KVF_ERR_INVALID);
+    snprintf(want, sizeof want, "move %u writes primary slot %llu", N - 1,
+             (unsigned long long)mv[3].dst);
+    CHECK_STR_HAS(kvf_last_error(), want);
+    mv[N - 1].dst = (N - 1 + 7) % N;
     CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, per), KVF_ERR_NOT_FOUND);
     for (uint32_t i = 0; i < N; i++) {
