@@ -63,19 +63,26 @@ if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ]; then
 fi
 # A/B against BASE_DIR's build: 4 KiB and 16 KiB blocks (256 MiB a batch)
 # through the engine, alternating builds, AB_ROUNDS rounds (default 3);
-# lines: build, block size, d2h, h2d, both (GB/s)
+# lines: build, block size, d2h, h2d, both (GB/s). The first round records
+# each build's timeline (KVF_TIMELINE, where the revision has it): the
+# medians of when a large submit's checks ended, its first part was handed
+# to the GPU, it returned, and its last part completed.
 if [ -n "${BASE_DIR:-}" ] && [ -x "$BASE_DIR/build/kvferry" ]; then
     for r in $(seq "${AB_ROUNDS:-3}"); do
         for v in base this; do
             K=$B/kvferry
             [ $v = base ] && K=$BASE_DIR/build/kvferry
             for hs in 64 256; do
-                timeout 60 "$K" bench --backend cuda --layers 1 --kv 1 --heads 1 \
+                tl=$([ "$r" = 1 ] && echo "$OUT/timeline-$v-$((hs / 16))k.txt" || echo "")
+                KVF_TIMELINE=$tl timeout 60 "$K" bench --backend cuda --layers 1 --kv 1 --heads 1 \
                     --tokens-per-block 32 --head-size $hs --blocks $((4194304 / hs)) --iters 7 2>&1 |
                     awk -v v=$v -v kib=$((hs / 16)) '/^  kvferry  /{print v, kib "KiB", $2, $4, $6}'
             done
         done
     done | tee "$OUT/ab.txt"
+    for f in "$OUT"/timeline-*.txt; do
+        [ -s "$f" ] && echo "$(basename "$f" .txt): $(python3 bench/timeline.py "$f" --summary)"
+    done
 fi
 # PyTorch's gather-then-copy path, the alternative users already have
 if [ -z "${SKIP_TORCH:-}" ]; then
