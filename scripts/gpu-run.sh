@@ -33,7 +33,8 @@ if [ -n "${BASE_DIR:-}" ]; then
 fi
 # the sysroot was for hiredis.pc only: the install test's pkg-config must not prepend it
 unset PKG_CONFIG_SYSROOT_DIR
-(cd $B && ctest --output-on-failure 2>&1 | tail -40)
+# CTEST_REGEX: only the tests whose names match (ctest -R)
+(cd $B && ctest --output-on-failure ${CTEST_REGEX:+-R "$CTEST_REGEX"} 2>&1 | tail -40)
 $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
@@ -61,8 +62,9 @@ if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ]; then
     echo "bench/latency: rc=$?"
     cat "$OUT/latency.txt"
 fi
-# A/B against BASE_DIR's build: 4 KiB and 16 KiB blocks (256 MiB a batch)
-# through the engine, alternating builds, AB_ROUNDS rounds (default 3);
+# A/B against BASE_DIR's build: 4 KiB and 16 KiB blocks (256 MiB a batch;
+# AB_HEAD_SIZES: other head sizes, 64 per 4 KiB) through the engine,
+# alternating builds, AB_ROUNDS rounds (default 3);
 # lines: build, block size, d2h, h2d, both (GB/s). The first round records
 # each build's timeline (KVF_TIMELINE, where the revision has it): the
 # medians of when a large submit's checks ended, its first part was handed
@@ -72,7 +74,7 @@ if [ -n "${BASE_DIR:-}" ] && [ -x "$BASE_DIR/build/kvferry" ]; then
         for v in base this; do
             K=$B/kvferry
             [ $v = base ] && K=$BASE_DIR/build/kvferry
-            for hs in 64 256; do
+            for hs in ${AB_HEAD_SIZES:-64 256}; do
                 tl=$([ "$r" = 1 ] && echo "$OUT/timeline-$v-$((hs / 16))k.txt" || echo "")
                 KVF_TIMELINE=$tl timeout 60 "$K" bench --backend cuda --layers 1 --kv 1 --heads 1 \
                     --tokens-per-block 32 --head-size $hs --blocks $((4194304 / hs)) --iters 7 2>&1 |
