@@ -53,8 +53,8 @@ def main():
             continue
         us = lambda t: (t - t0) / 1e3
         if a.summary:
-            summary.append((us(marks.get("checked", t0)),
-                            min(us(steps[p]["issue"][0]) for p in parts if "issue" in steps[p]),
+            issued = [us(steps[p]["issue"][0]) for p in parts if "issue" in steps[p]]
+            summary.append((us(marks.get("checked", t0)), min(issued) if issued else float("nan"),
                             us(marks.get("submitted", t0)),
                             max(us(steps[p]["complete"][0]) for p in parts)))
             continue

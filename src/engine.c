@@ -2616,6 +2616,8 @@ static void *worker_main(void *arg)
         }
         size_t first = b->next_move;
         size_t last = first + chunk_of(e, b);
+        if (first == 0)
+            KVF_TIMELINE(KVF_TL_ISSUE, b->id, b->n);
         if (last >= b->n) {
             last = b->n;
             ready_pop(e, b->queue);

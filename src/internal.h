@@ -57,7 +57,7 @@ typedef enum kvf__tl_event {
     KVF_TL_CHECKED,   /* its moves were checked (and sorted) */
     KVF_TL_PART,      /* batch or part `id` of n moves was registered */
     KVF_TL_SUBMITTED, /* the submit returned */
-    KVF_TL_ISSUE,     /* batch `id` began to be handed to the backend */
+    KVF_TL_ISSUE,     /* batch `id` began to be handed to the backend (or a worker) */
     KVF_TL_ISSUED,    /* ... and was, in n calls */
     KVF_TL_COPIED,    /* the backend said a call of batch `id` ended */
     KVF_TL_COMPLETE,  /* batch `id` completed */
