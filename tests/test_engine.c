@@ -668,6 +668,40 @@ static int test_failed_file_write_removes(void)
     return 0;
 }
 
+/* A read from a file whose copy from staging into its slots fails: that
+ * move alone fails (on an asynchronous backend, in the backend's
+ * callback), the other moves of the batch land, the file stays. */
+static int test_onboard_copy_failure(void)
+{
+    fixture f;
+    if (fx_init(&f, true, 8))
+        return 1;
+    fill_block(&f, 0, 61);
+    fill_block(&f, 1, 62);
+    kvf_move off[2] = {{0, 0xc0, 0}, {1, 0xc1, 0}};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_FILE, off, 2, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    poison_block(&f, 4);
+    poison_block(&f, 5);
+    fail_dst = slot(&f, 0, KVF_LEVEL_PRIMARY, 4);
+    kvf__set_copy_hook(fail_copy);
+    kvf_move on[2] = {{0xc0, 4, 0}, {0xc1, 5, 0}};
+    kvf_status per[2];
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_FILE, on, 2, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, per), KVF_ERR_IO);
+    kvf__set_copy_hook(NULL);
+    CHECK_STATUS(per[0], KVF_ERR_IO);
+    CHECK_STATUS(per[1], KVF_OK);
+    if (expect_block(&f, 5, 62, 0))
+        return 1;
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xc0, 4, 0), KVF_OK);
+    if (expect_block(&f, 4, 61, 0))
+        return 1;
+    fx_done(&f);
+    return 0;
+}
+
 /* An engine on the host backend with one pool of n primary and n
  * secondary slots of 64 bytes; their bases in *prim, *sec. */
 static kvf_engine *slots64_engine(uint32_t n, uint32_t threads, uint8_t **prim, uint8_t **sec)
@@ -1118,6 +1152,7 @@ int main(void)
     RUN(test_failure_propagates);
     RUN(test_failure_then_rewrite);
     RUN(test_failed_file_write_removes);
+    RUN(test_onboard_copy_failure);
     RUN(test_defect7_hazards);
     RUN(test_long_pending_writer);
     RUN(test_sync_without_tickets);
