@@ -925,14 +925,25 @@ static int bench_one(bench_opts o, bench_result *res)
     const uint8_t poison = 0xA5;
     memset(poison_buf, poison, block_bytes);
     memset(poison_all, poison, block_bytes * o.blocks);
-    /* scattered order: block i goes to slot (or key) perm[i] */
+    /* scattered order: block i goes to slot (or key) perm[i]. The two
+     * halves of the blocks trade places, each shuffled within: blocks
+     * [0, half) go to slots [blocks - half, blocks), the others to [0,
+     * blocks - half). "Both at once" below moves the first half down and
+     * the second up, so each direction covers one dense set of slots in
+     * scattered order, as the baselines' halves do (a random half of the
+     * slots would leave every run of slots with holes, a different and
+     * harder pattern than the baselines'). */
+    uint32_t lo = o.blocks / 2;
     for (uint32_t i = 0; i < o.blocks; i++)
-        perm[i] = i;
-    for (uint32_t i = o.blocks - 1; i > 0; i--) {
-        uint32_t j = (uint32_t)((seed = seed * 6364136223846793005ull + 1) >> 33) % (i + 1);
-        uint32_t tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
+        perm[i] = i < lo ? o.blocks - lo + i : i - lo;
+    for (int h = 0; h < 2; h++) {
+        uint32_t first = h ? lo : 0, n = h ? o.blocks - lo : lo;
+        for (uint32_t i = n; i > 1; i--) {
+            uint32_t j = (uint32_t)((seed = seed * 6364136223846793005ull + 1) >> 33) % i;
+            uint32_t tmp = perm[first + i - 1];
+            perm[first + i - 1] = perm[first + j];
+            perm[first + j] = tmp;
+        }
     }
     uint64_t key_base = o.mode == MODE_DRAM ? 0 : 0x6b7666000000ull;
     for (uint32_t i = 0; i < o.blocks; i++) {
