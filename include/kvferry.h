@@ -457,7 +457,10 @@ typedef uint64_t kvf_ticket;
  *        a failed move wrote fails with KVF_ERR_LOST, a later read of that
  *        secondary slot fails with KVF_ERR_LOST until the slot is written
  *        again, and a later read of that file key finds no block
- *        (KVF_ERR_NOT_FOUND).
+ *        (KVF_ERR_NOT_FOUND). A failed write to the remote tier removes
+ *        nothing there (the store is shared between engines): the key
+ *        keeps its previous value, or the new one where only the reply
+ *        was lost, each whole and checksummed.
  */
 KVF_API kvf_status kvf_offload(kvf_engine *engine, kvf_tier to, const kvf_move *moves, size_t n,
                                kvf_ticket *ticket_p);
