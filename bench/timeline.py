@@ -5,8 +5,10 @@ was registered, handed to the backend, reported copied and completed, in
 microseconds from the submit's start, with the gaps between successive
 copies' ends; --summary prints instead the medians over all such submits
 of when the checks ended, the first batch was handed to the backend, the
-submit returned and the last batch completed.
-Usage: timeline.py FILE [--min-moves N] [--limit K] [--summary]"""
+submit returned and the last batch completed; --chunks prints, for each
+batch run by the workers (file and remote tiers, the host backend), when
+each worker thread finished its chunks of it: how evenly they shared it.
+Usage: timeline.py FILE [--min-moves N] [--limit K] [--summary | --chunks]"""
 import argparse
 import collections
 
@@ -29,6 +31,7 @@ def main():
     ap.add_argument("--min-moves", type=int, default=4097)
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--chunks", action="store_true")
     a = ap.parse_args()
     ev = load(a.file)
     # per batch id: the first time of each event after the submit that made it
@@ -39,6 +42,7 @@ def main():
             continue
         parts, marks = [], {}
         steps = collections.defaultdict(dict)
+        chunks = collections.defaultdict(list)
         for t, thr, nm, bid, m in ev[k + 1:]:
             if thr == thr0 and nm == "submit":
                 break
@@ -48,10 +52,27 @@ def main():
                 parts.append(bid)
             if nm in ("part", "issue", "issued", "copied", "complete"):
                 steps[bid].setdefault(nm, (t, thr, m))
+            if nm == "chunk":
+                chunks[bid].append((t, thr, m))
         parts = [p for p in parts if "complete" in steps[p]]
         if not parts:
             continue
         us = lambda t: (t - t0) / 1e3
+        if a.chunks:
+            for p in parts:
+                per = collections.defaultdict(list)
+                for t, thr, m in chunks[p]:
+                    per[thr].append((t, m))
+                if not per:
+                    continue
+                ends = "  ".join(f"thread {thr}: {len(v)} chunks, {sum(m for _, m in v)} moves, "
+                                 f"last at {us(v[-1][0]):.0f}" for thr, v in sorted(per.items()))
+                print(f"submit of {n} at +0: batch {p} complete at "
+                      f"{us(steps[p]['complete'][0]):.0f} us; {ends}")
+            shown += 1
+            if shown >= a.limit:
+                break
+            continue
         if a.summary:
             issued = [us(steps[p]["issue"][0]) for p in parts if "issue" in steps[p]]
             summary.append((us(marks.get("checked", t0)), min(issued) if issued else float("nan"),

@@ -2622,6 +2622,11 @@ static void *worker_main(void *arg)
             last = b->n;
             ready_pop(e, b->queue);
             b->state = B_RUNNING;
+        } else {
+            /* chunks remain: an idle worker takes the next meanwhile (a
+             * batch is shared by the workers, see chunk_of; only a batch
+             * becoming ready wakes one otherwise) */
+            pthread_cond_signal(&e->work_cv);
         }
         b->next_move = last;
         /* a removal reads nothing: a failed write before it is no loss */
@@ -2648,6 +2653,7 @@ static void *worker_main(void *arg)
                 b->status[i] = st;
         }
 
+        KVF_TIMELINE(KVF_TL_CHUNK, b->id, last - first);
         pthread_mutex_lock(&e->mu);
         b->moves_done += last - first;
         if (b->moves_done == b->n) {

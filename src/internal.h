@@ -61,6 +61,7 @@ typedef enum kvf__tl_event {
     KVF_TL_ISSUED,    /* ... and was, in n calls */
     KVF_TL_COPIED,    /* the backend said a call of batch `id` ended */
     KVF_TL_COMPLETE,  /* batch `id` completed */
+    KVF_TL_CHUNK,     /* a worker finished a chunk of n moves of batch `id` */
     KVF_TL_COUNT
 } kvf__tl_event;
 KVF_INTERNAL extern bool kvf__timeline_on;

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -791,6 +792,76 @@ static int test_large_batches(void)
     return 0;
 }
 
+/* A batch is shared by the workers: while one is held up in its chunk,
+ * another takes the next (a worker claiming a chunk wakes the next idle
+ * one; only a batch becoming ready used to). The copy of the first move
+ * waits, up to 2 s, for a copy on another thread: with one worker left to
+ * do the whole batch it waits in vain. */
+static const uint8_t *stall_src;
+static pthread_mutex_t copy_threads_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t copy_threads[2];
+static atomic_int copy_nthreads;
+static atomic_bool stall_timed_out;
+static kvf_status stall_copy(const kvf__copy *c)
+{
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&copy_threads_mu);
+    int n = atomic_load(&copy_nthreads);
+    bool known = false;
+    for (int k = 0; k < n; k++)
+        known |= pthread_equal(copy_threads[k], self);
+    if (!known && n < 2) {
+        copy_threads[n] = self;
+        atomic_store(&copy_nthreads, n + 1);
+    }
+    pthread_mutex_unlock(&copy_threads_mu);
+    if (c->src == stall_src) {
+        int waited_ms = 0;
+        while (atomic_load(&copy_nthreads) < 2 && waited_ms < 2000) {
+            usleep(1000);
+            waited_ms++;
+        }
+        if (atomic_load(&copy_nthreads) < 2)
+            atomic_store(&stall_timed_out, true);
+    }
+    return KVF_OK;
+}
+
+static int test_batch_shared_by_workers(void)
+{
+    if (host_async())
+        return 0; /* copies run on the backend's thread, not the workers */
+    enum { N = 2000 };
+    uint8_t *prim, *sec;
+    kvf_engine *e = slots64_engine(N, 2, &prim, &sec);
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    test_fill_random(prim, (size_t)N * 64, 91);
+    kvf_move *mv = malloc(N * sizeof *mv);
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){i, i, 0};
+    /* both workers asleep first (a worker not yet waiting would find the
+     * batch on its own) */
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, mv, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    usleep(50 * 1000);
+    stall_src = prim;
+    atomic_store(&copy_nthreads, 0);
+    atomic_store(&stall_timed_out, false);
+    kvf__set_copy_hook(stall_copy);
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    CHECK(atomic_load(&copy_nthreads) == 2);
+    CHECK(!atomic_load(&stall_timed_out));
+    CHECK(memcmp(prim, sec, (size_t)N * 64) == 0);
+    kvf_engine_destroy(e);
+    free(mv);
+    return 0;
+}
+
 /* Large batches (in parts, sorted by secondary slot): one that writes a
  * slot twice is refused whole, naming the move; an onboard where some
  * moves fail their checks (their secondary slots hold nothing) reports
@@ -1158,6 +1229,7 @@ int main(void)
     RUN(test_sync_without_tickets);
     RUN(test_large_batches);
     RUN(test_large_batch_short_reads);
+    RUN(test_batch_shared_by_workers);
     RUN(test_bad_input);
     return TEST_RESULT();
 }
