@@ -2280,15 +2280,17 @@ static void file_move_failed(const batch *b, size_t i, kvf_status st, const char
  * file is removed, so a later read finds no block rather than an old or
  * unsynced version (kvf_offload's contract). The file layer already
  * removes it where its own write or fsync fails; this covers the rest. */
+static void drop_failed_file(kvf_engine *e, const batch *b, size_t i)
+{
+    if (kvf__blockfile_remove(&e->dir, b->moves[i].dst) != KVF_OK)
+        KVF_LOG(KVF_LOG_ERROR, "%s: after a failed write: %s", op_names[b->kind], kvf_last_error());
+}
+
 static void drop_failed_files(kvf_engine *e, const batch *b, size_t first, size_t last)
 {
-    for (size_t i = first; i < last; i++) {
-        if (b->status[i] == KVF_INPROGRESS || b->status[i] == KVF_OK)
-            continue;
-        if (kvf__blockfile_remove(&e->dir, b->moves[i].dst) != KVF_OK)
-            KVF_LOG(KVF_LOG_ERROR, "%s: after a failed write: %s", op_names[b->kind],
-                    kvf_last_error());
-    }
+    for (size_t i = first; i < last; i++)
+        if (b->status[i] != KVF_INPROGRESS && b->status[i] != KVF_OK)
+            drop_failed_file(e, b, i);
 }
 
 /* Gathers one offload's or demote's block into its staging image, just
@@ -2663,11 +2665,13 @@ static void *worker_main(void *arg)
                 kvf_status st = kvf__blockfile_fsync_dir(&e->dir);
                 if (st != KVF_OK) {
                     /* every move of the batch is done: their statuses are
-                     * this thread's to write */
+                     * this thread's to write; the files of those failed
+                     * before are gone already */
                     for (size_t i = 0; i < b->n; i++)
-                        if (b->status[i] == KVF_INPROGRESS)
+                        if (b->status[i] == KVF_INPROGRESS) {
                             b->status[i] = st;
-                    drop_failed_files(e, b, 0, b->n);
+                            drop_failed_file(e, b, i);
+                        }
                 }
                 pthread_mutex_lock(&e->mu);
             }
