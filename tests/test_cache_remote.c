@@ -147,9 +147,7 @@ static int test_engine_round_trip(void)
     enum { N = 20 };
     kvf_move off[N], on[N];
     uint32_t perm[N];
-    for (uint32_t i = 0; i < N; i++)
-        perm[i] = i;
-    test_shuffle_u32(perm, N, 3);
+    test_permutation(perm, N, 3);
     for (uint32_t i = 0; i < N; i++) {
         fill(&f, i, 0x7000 + i);
         off[i] = (kvf_move){i, 0x7000 + i, i % 3 == 0 ? 6 : 0};

@@ -143,9 +143,7 @@ static int round_trip(kvf_tier tier, uint32_t tokens)
     enum { N = 40 };
     kvf_move off[N], on[N];
     uint32_t perm[N];
-    for (uint32_t i = 0; i < N; i++)
-        perm[i] = i;
-    test_shuffle_u32(perm, N, 77 + tokens);
+    test_permutation(perm, N, 77 + tokens);
     for (uint32_t i = 0; i < N; i++) {
         fill_block(&f, i, 1000 + i);
         off[i] =
@@ -232,9 +230,7 @@ static int test_demote_promote(void)
     enum { N = 24 };
     kvf_move off[N], dem[N], pro[N], on[N];
     uint32_t perm[N];
-    for (uint32_t i = 0; i < N; i++)
-        perm[i] = i;
-    test_shuffle_u32(perm, N, 4242);
+    test_permutation(perm, N, 4242);
     uint32_t tokens = 6; /* partial: the stored token count travels along */
     for (uint32_t i = 0; i < N; i++) {
         fill_block(&f, i, 500 + i);
@@ -739,9 +735,7 @@ static int test_large_batches(void)
     test_fill_random(orig, (size_t)N * 64, 2024);
     memcpy(prim, orig, (size_t)N * 64);
     uint32_t *perm = malloc(N * sizeof *perm);
-    for (uint32_t i = 0; i < N; i++)
-        perm[i] = i;
-    test_shuffle_u32(perm, N, 5);
+    test_permutation(perm, N, 5);
     kvf_move *off = malloc(N * sizeof *off), *on = malloc(N * sizeof *on);
     for (uint32_t i = 0; i < N; i++) {
         off[i] = (kvf_move){i, perm[i], 0};
@@ -879,9 +873,7 @@ static int test_large_batch_short_reads(void)
     test_fill_random(orig, (size_t)N * 64, 77);
     memcpy(prim, orig, (size_t)N * 64);
     uint32_t *perm = malloc(N * sizeof *perm);
-    for (uint32_t i = 0; i < N; i++)
-        perm[i] = i;
-    test_shuffle_u32(perm, N, 78);
+    test_permutation(perm, N, 78);
     /* every 500th secondary slot is left empty */
     kvf_move *mv = malloc(N * sizeof *mv);
     uint32_t n = 0;

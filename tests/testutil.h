@@ -203,6 +203,14 @@ static inline void test_shuffle_u32(uint32_t *a, size_t n, uint64_t seed)
     }
 }
 
+/* a[0..n) = a random permutation of 0..n-1, deterministic in seed. */
+static inline void test_permutation(uint32_t *a, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] = (uint32_t)i;
+    test_shuffle_u32(a, n, seed);
+}
+
 /* A fresh directory under $TMPDIR (or /tmp); its path in out. 0 or -1. */
 static inline int test_tmpdir(char *out, size_t cap)
 {
