@@ -12,13 +12,19 @@
  *   batch   one cudaMemcpyBatchAsync (cudaMemcpy3DBatchAsync) per run
  *   kN      the backend's copy kernel on N thread blocks (N SMs)
  *   dma     the backend's copy-engine path
+ *   staged  the backend's staged path (KVF_CUDA_COPY=staged: gather or
+ *           scatter on the GPU through a device staging ring, one DMA per
+ *           16 MiB chunk), where the host blocks tile one range (they do
+ *           here: a permutation of the run), as an engine's sorted parts;
+ *           timed on the host clock from submit to the done callback
  *   auto    the backend's choice (the path it took is printed after it)
  * GB/s of useful bytes, median of the timed runs (CUDA events, after a
  * warm-up), the ratio to ceil, and the host's submit time per block. Every
  * method's destination is poisoned first and checked byte for byte after
  * its timed runs (poison outside the copied rows included).
  *
- * Usage: cuda_paths [reps] (default 7).
+ * Usage: cuda_paths [reps [host]] (default 7 reps; `host`: whole blocks
+ * between host and device only).
  */
 #include "internal.h"
 
@@ -37,9 +43,9 @@
 #define POISON 0xA5
 
 enum { DIR_H2D, DIR_D2H, DIR_D2D };
-enum { M_CEIL, M_PERBLK, M_BATCH, M_K8, M_K16, M_K32, M_K64, M_DMA, M_AUTO, M_COUNT };
-static const char *method_names[M_COUNT] = {"ceil", "perblk", "batch", "k8",  "k16",
-                                            "k32",  "k64",    "dma",   "auto"};
+enum { M_CEIL, M_PERBLK, M_BATCH, M_K8, M_K16, M_K32, M_K64, M_DMA, M_STAGED, M_AUTO, M_COUNT };
+static const char *method_names[M_COUNT] = {"ceil", "perblk", "batch", "k8",     "k16",
+                                            "k32",  "k64",    "dma",   "staged", "auto"};
 static const uint32_t kernel_sms[4] = {8, 16, 32, 64};
 
 typedef struct job {
@@ -295,10 +301,13 @@ static result measure(int m, job *jobs, int njobs, int reps)
         CK(cudaEventSynchronize(ev1));
         while (atomic_load(&g_done) < want_done)
             ;
+        double t2 = bench_now_us();
         if (r >= 0) {
             float x;
             CK(cudaEventElapsedTime(&x, ev0, ev1));
-            ms[timed] = x;
+            /* the staged path's last scatter runs on a stream of its own,
+             * after ev1: its time is the host's, submit to callback */
+            ms[timed] = m == M_STAGED ? (float)((t2 - t0) / 1e3) : x;
             sub[timed] = (t1 - t0) / (double)blocks;
             timed++;
         }
@@ -351,7 +360,8 @@ static void row(const char *what, size_t bs, job *jobs, int njobs, int reps)
         else
             printf(" | %7.1f %.2f%s", r[m].gbs, r[m].gbs / ceil, r[m].ok == 0 ? "!" : " ");
     }
-    printf(" | auto=%s\n", r[M_AUTO].path == 1 ? "kernel" : r[M_AUTO].path == 2 ? "dma" : "?");
+    static const char *const paths[] = {"?", "kernel", "dma", "staged"};
+    printf(" | auto=%s staged=%s\n", paths[r[M_AUTO].path & 3], paths[r[M_STAGED].path & 3]);
     printf("%-8s %5s  submit us/block:", "", "");
     for (int m = M_PERBLK; m < M_COUNT; m++)
         if (r[m].ok != -2)
@@ -363,6 +373,8 @@ static void row(const char *what, size_t bs, job *jobs, int njobs, int reps)
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 7;
+    /* "host": whole blocks between host and device only */
+    bool host_only = argc > 2 && strcmp(argv[2], "host") == 0;
     if (reps < 1)
         reps = 1;
     unsetenv("KVF_CUDA_COPY");
@@ -380,18 +392,29 @@ int main(int argc, char **argv)
 
     for (int m = M_K8; m < M_COUNT; m++) {
         kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
-        cfg.cuda_copy = m == M_DMA    ? KVF_CUDA_COPY_DMA
-                        : m == M_AUTO ? KVF_CUDA_COPY_AUTO
-                                      : KVF_CUDA_COPY_KERNEL;
+        cfg.cuda_copy = m == M_DMA                     ? KVF_CUDA_COPY_DMA
+                        : m == M_AUTO || m == M_STAGED ? KVF_CUDA_COPY_AUTO
+                                                       : KVF_CUDA_COPY_KERNEL;
         cfg.cuda_copy_sms = m <= M_K64 ? kernel_sms[m - M_K8] : 0;
-        if (kvf__cuda_backend_create(&cfg, &g_b[m]) != KVF_OK) {
+        /* the staged mode is not in the API: its environment switch */
+        if (m == M_STAGED)
+            setenv("KVF_CUDA_COPY", "staged", 1);
+        kvf_status st = kvf__cuda_backend_create(&cfg, &g_b[m]);
+        unsetenv("KVF_CUDA_COPY");
+        if (st != KVF_OK) {
             fprintf(stderr, "backend: %s\n", kvf_last_error());
             return 1;
         }
     }
     CK(cudaStreamCreateWithFlags(&g_s[0], cudaStreamNonBlocking));
     CK(cudaStreamCreateWithFlags(&g_s[1], cudaStreamNonBlocking));
-    CK(cudaHostAlloc((void **)&g_h, 2 * RUN_BYTES, cudaHostAllocMapped | cudaHostAllocPortable));
+    /* pinned by the staged backend, which DMAs only inside pinned memory it
+     * knows of (mapped and portable: every backend's kernel reaches it) */
+    if (g_b[M_STAGED]->ops->mem_alloc(g_b[M_STAGED], KVF_MEMORY_HOST_PINNED, 2 * RUN_BYTES,
+                                      (void **)&g_h) != KVF_OK) {
+        fprintf(stderr, "pinned memory: %s\n", kvf_last_error());
+        return 1;
+    }
     CK(cudaMalloc((void **)&g_d, 2 * RUN_BYTES));
     CK(cudaMalloc((void **)&g_d2, RUN_BYTES));
     g_dimg = malloc(2 * RUN_BYTES);
@@ -409,8 +432,8 @@ int main(int argc, char **argv)
         printf(" | %-12s", method_names[m]);
     printf("\n");
     static const size_t sizes[] = {4096, 16384, 65536, 262144, 1 << 20, 4 << 20};
-    for (int part = 0; part < 2; part++) {
-        for (int dir = 0; dir < 4; dir++) {
+    for (int part = 0; part < (host_only ? 1 : 2); part++) {
+        for (int dir = 0; dir < (host_only ? 3 : 4); dir++) {
             for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
                 size_t bs = sizes[k];
                 if (part && bs < 8192)
@@ -439,9 +462,9 @@ int main(int argc, char **argv)
             }
         }
     }
+    g_b[M_STAGED]->ops->mem_free(g_b[M_STAGED], KVF_MEMORY_HOST_PINNED, g_h);
     for (int m = M_K8; m < M_COUNT; m++)
         g_b[m]->ops->destroy(g_b[m]);
-    CK(cudaFreeHost(g_h));
     CK(cudaFree(g_d));
     CK(cudaFree(g_d2));
     free(g_dimg);

@@ -8,7 +8,11 @@ of when the checks ended, the first batch was handed to the backend, the
 submit returned and the last batch completed; --chunks prints, for each
 batch run by the workers (file and remote tiers, the host backend), when
 each worker thread finished its chunks of it: how evenly they shared it.
-Usage: timeline.py FILE [--min-moves N] [--limit K] [--summary | --chunks]"""
+--gpu prints, for each such submit, when the CUDA backend queued each
+of its records (a record: one kernel launch group or DMA call; queue 0
+offload, 1 onboard) and when its watcher saw it end, and each wait of more
+than 20 us for the engine lock, with the line of engine.c that waited.
+Usage: timeline.py FILE [--min-moves N] [--limit K] [--summary | --chunks | --gpu]"""
 import argparse
 import collections
 
@@ -32,6 +36,7 @@ def main():
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--chunks", action="store_true")
+    ap.add_argument("--gpu", action="store_true")
     a = ap.parse_args()
     ev = load(a.file)
     # per batch id: the first time of each event after the submit that made it
@@ -43,13 +48,21 @@ def main():
         parts, marks = [], {}
         steps = collections.defaultdict(dict)
         chunks = collections.defaultdict(list)
+        # this submit's parts are registered before the thread's next
+        # submit; their later steps may come after it (both directions at
+        # once), so the scan goes on until each part has completed
+        mine = True
         for t, thr, nm, bid, m in ev[k + 1:]:
             if thr == thr0 and nm == "submit":
-                break
-            if thr == thr0 and nm in ("checked", "submitted") and nm not in marks:
+                if all("complete" in steps[p] for p in parts):
+                    break
+                mine = False
+            if mine and thr == thr0 and nm in ("checked", "submitted") and nm not in marks:
                 marks[nm] = t
-            if nm == "part" and thr == thr0:
+            if mine and nm == "part" and thr == thr0:
                 parts.append(bid)
+            elif nm == "part" and bid not in parts:
+                continue
             if nm in ("part", "issue", "issued", "copied", "complete"):
                 steps[bid].setdefault(nm, (t, thr, m))
             if nm == "chunk":
@@ -73,14 +86,41 @@ def main():
             if shown >= a.limit:
                 break
             continue
+        if a.gpu:
+            # the CUDA backend's records (queue 0 offload, 1 onboard) and
+            # the waits for the engine lock, from this submit's start to
+            # its last part's completion
+            t_end = max(steps[p]["complete"][0] for p in parts)
+            print(f"submit of {n} moves on thread {thr0}: last part complete at {us(t_end):.0f} us")
+            queued = {}
+            for t, thr, nm, bid, m in ev[k:]:
+                if t > t_end:
+                    break
+                if nm == "gpu_queued":
+                    queued[bid] = (t, m)
+                elif nm == "gpu_ended" and bid in queued:
+                    tq, m = queued.pop(bid)
+                    print(f"  queue {bid >> 56} record {bid & ((1 << 56) - 1):6d}: {m:5d} copies,"
+                          f" queued {us(tq):7.0f}, ended {us(t):7.0f}")
+                elif nm == "lockwait":
+                    print(f"  thread {thr} waited {m / 1e3:5.0f} us for the engine lock"
+                          f" (engine.c:{bid}), until {us(t):7.0f}")
+            shown += 1
+            if shown >= a.limit:
+                break
+            continue
         if a.summary:
             issued = [us(steps[p]["issue"][0]) for p in parts if "issue" in steps[p]]
             summary.append((us(marks.get("checked", t0)), min(issued) if issued else float("nan"),
                             us(marks.get("submitted", t0)),
                             max(us(steps[p]["complete"][0]) for p in parts)))
             continue
-        print(f"submit of {n} moves on thread {thr0}: checked at {us(marks.get('checked', t0)):.0f} us,"
-              f" returned at {us(marks.get('submitted', t0)):.0f} us")
+        prev_end = next((t for t, thr, nm, _, _ in reversed(ev[:k])
+                         if thr == thr0 and nm == "submitted"), None)
+        after = f", {(t0 - prev_end) / 1e3:.0f} us after the previous returned" if prev_end else ""
+        print(f"submit of {n} moves on thread {thr0}{after}: checked at"
+              f" {us(marks.get('checked', t0)):.0f} us, returned at"
+              f" {us(marks.get('submitted', t0)):.0f} us")
         print("  batch   moves  registered  issue(thr)      issued  copied  complete  gap")
         prev = None
         for p in parts:

@@ -133,6 +133,7 @@ typedef struct batch_record {
 
 typedef struct cuda_queue {
     pthread_mutex_t lock;
+    int index; /* KVF_QUEUE_*: names the queue in the timeline */
     cudaStream_t stream;
     cudaEvent_t sync_event;
     /* descriptor ring: monotonic positions, index = pos % RING_DESCS */
@@ -695,23 +696,31 @@ static void unreserve(batch_record *r)
 
 static void watcher_wake(cuda_backend *b);
 
-/* Ends the record after the work queued so far on `s`: its event, then
- * the watcher's eye on it. On failure the caller unwinds. */
-static kvf_status finish_record_on(cuda_backend *b, cudaStream_t s, batch_record *r,
-                                   kvf__copy_done_fn done, void *arg)
+/* A record's name in the timeline. */
+static uint64_t record_tl_id(const cuda_queue *q, const batch_record *r)
+{
+    return (uint64_t)q->index << 56 | atomic_load_explicit(&r->pos, memory_order_relaxed);
+}
+
+/* Ends record r of q, holding `ncopies` copies, after the work queued so
+ * far on `s`: its event, then the watcher's eye on it. On failure the
+ * caller unwinds. */
+static kvf_status finish_record_on(cuda_backend *b, cuda_queue *q, cudaStream_t s, batch_record *r,
+                                   size_t ncopies, kvf__copy_done_fn done, void *arg)
 {
     r->done = done;
     r->arg = arg;
     CUDA_RET(cudaEventRecord(r->ev, s));
+    KVF_TIMELINE(KVF_TL_GPU_QUEUED, record_tl_id(q, r), ncopies);
     atomic_store(&r->state, REC_ARMED);
     watcher_wake(b);
     return KVF_OK;
 }
 
-static kvf_status finish_record(cuda_backend *b, cuda_queue *q, batch_record *r,
+static kvf_status finish_record(cuda_backend *b, cuda_queue *q, batch_record *r, size_t ncopies,
                                 kvf__copy_done_fn done, void *arg)
 {
-    return finish_record_on(b, q->stream, r, done, arg);
+    return finish_record_on(b, q, q->stream, r, ncopies, done, arg);
 }
 
 /* ---- completion watcher --------------------------------------------------
@@ -761,6 +770,7 @@ static bool watch_queue(cuda_queue *q)
             st = cuda_fail(e, "cudaEventQuery(batch end)", __FILE__, __LINE__);
         kvf__copy_done_fn done = r->done;
         void *arg = r->arg;
+        KVF_TIMELINE(KVF_TL_GPU_ENDED, record_tl_id(q, r), 0);
         q->watch_pos++;
         atomic_store_explicit(&r->state, REC_FREE, memory_order_release);
         if (done)
@@ -878,7 +888,7 @@ static kvf_status submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy 
             CUDA_GOTO(kvf__cuda_copy_launch(q->ring_dev + idx, nd, tiles, b->grid, q->stream), st,
                       fail);
         }
-        if ((st = finish_record(b, q, r, i == n ? done : NULL, arg)) != KVF_OK)
+        if ((st = finish_record(b, q, r, nd, i == n ? done : NULL, arg)) != KVF_OK)
             goto fail;
         continue;
     fail:
@@ -1049,7 +1059,7 @@ static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *co
         CUDA_GOTO(cudaMemcpy3DBatchAsync(n2d, q->ops3d, 0, q->stream), st, fail);
     }
 #endif
-    if ((st = finish_record(b, q, r, done, arg)) != KVF_OK)
+    if ((st = finish_record(b, q, r, n, done, arg)) != KVF_OK)
         goto fail;
     return KVF_OK;
 fail:
@@ -1258,8 +1268,8 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
          * step: offload's last DMA (which waited for every gather), or
          * onboard's last scatter on aux, where the next DMAs need not wait
          * for it */
-        if ((st = finish_record_on(b, to_host ? q->stream : q->aux, r, k == nchunks ? done : NULL,
-                                   arg)) != KVF_OK)
+        if ((st = finish_record_on(b, q, to_host ? q->stream : q->aux, r, nd,
+                                   k == nchunks ? done : NULL, arg)) != KVF_OK)
             goto fail;
         if (!to_host)
             q->aux_open = true;
@@ -1478,9 +1488,10 @@ static void queue_destroy(cuda_queue *q, const char *name)
     pthread_mutex_destroy(&q->lock);
 }
 
-static kvf_status queue_init(cuda_queue *q, int priority)
+static kvf_status queue_init(cuda_queue *q, int index, int priority)
 {
     kvf_status st;
+    q->index = index;
     pthread_mutex_init(&q->lock, NULL);
     CUDA_RET(cudaStreamCreateWithPriority(&q->stream, cudaStreamNonBlocking, priority));
     CUDA_RET(cudaStreamCreateWithPriority(&q->aux, cudaStreamNonBlocking, priority));
@@ -1622,9 +1633,9 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     if (!b->kernel_ok && b->mode == KVF_CUDA_COPY_KERNEL)
         KVF_LOG(KVF_LOG_WARN, "cuda: device %d cannot use host pointers directly: dma copies",
                 device);
-    if ((st = queue_init(&b->q[KVF_QUEUE_OFFLOAD], least)) != KVF_OK)
+    if ((st = queue_init(&b->q[KVF_QUEUE_OFFLOAD], KVF_QUEUE_OFFLOAD, least)) != KVF_OK)
         goto out_free;
-    if ((st = queue_init(&b->q[KVF_QUEUE_ONBOARD], greatest)) != KVF_OK)
+    if ((st = queue_init(&b->q[KVF_QUEUE_ONBOARD], KVF_QUEUE_ONBOARD, greatest)) != KVF_OK)
         goto out_free;
     int perr = pthread_create(&b->watcher, NULL, watcher_main, b);
     if (perr != 0) {

@@ -629,6 +629,22 @@ static void batch_release(batch *b)
 
 /* ---- engine lifetime ----------------------------------------------------- */
 
+/* Takes the engine lock. With the timeline on, a wait of more than 20 us
+ * is recorded with the line that waited: who holds the lock up. */
+#define engine_lock(e) engine_lock_at((e), __LINE__)
+static inline void engine_lock_at(kvf_engine *e, int line)
+{
+    if (!kvf__timeline_on || pthread_mutex_trylock(&e->mu) != 0) {
+        uint64_t t0 = kvf__timeline_on ? kvf__now_ns() : 0;
+        pthread_mutex_lock(&e->mu);
+        if (t0) {
+            uint64_t waited = kvf__now_ns() - t0;
+            if (waited > 20000)
+                KVF_TIMELINE(KVF_TL_LOCKWAIT, (uint64_t)line, waited);
+        }
+    }
+}
+
 static void *worker_main(void *arg);
 static void *completion_main(void *arg);
 static void completion_stop(kvf_engine *e);
@@ -865,7 +881,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     return KVF_OK;
 
 stop_workers:
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     e->stop = true;
     pthread_cond_broadcast(&e->work_cv);
     pthread_mutex_unlock(&e->mu);
@@ -904,7 +920,7 @@ void kvf_engine_destroy(kvf_engine *e)
 {
     if (!e)
         return;
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     while (e->undone_count)
         pthread_cond_wait(&e->done_cv, &e->mu);
     e->stop = true;
@@ -1071,7 +1087,7 @@ kvf_status kvf_engine_add_pool(kvf_engine *e, const kvf_geometry *g, const kvf_p
     p.pitch = p.block_bytes / p.rows;
     p.token_bits = p.pitch * 8 / g->tokens_per_block;
 
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     uint32_t idx = e->npools;
     if (e->frozen) {
         st =
@@ -1618,7 +1634,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
     b->engine = e;
 
     pthread_mutex_lock(&e->submit_mu);
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     kvf_status st = freeze(e);
     if (st != KVF_OK)
         goto refuse;
@@ -1654,7 +1670,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
         sort_parts(e, b, moves, cnt);
     KVF_TIMELINE(KVF_TL_CHECKED, 0, n);
 
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     if (b->ticketed) {
         b->id = e->next_id++;
         size_t bk = b->id % TICKET_BUCKETS;
@@ -1688,7 +1704,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
             batch *c = batch_get(e, len, false);
             if (c)
                 make_part(e, b, moves, c, sorted, failed == 0, off, len);
-            pthread_mutex_lock(&e->mu);
+            engine_lock(e);
             if (!c) {
                 /* the parts not made fail; those queued run on */
                 for (size_t i = off; i < n; i++)
@@ -1795,7 +1811,7 @@ kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const
 
 void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n)
 {
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     for (size_t i = 0; i < n && e->hz_primary; i++)
         if (slots[i] < e->primary_slots)
             e->hz_primary[slots[i]].poison = 0;
@@ -1818,7 +1834,7 @@ kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n, kvf
 
 kvf_status kvf__engine_freeze(kvf_engine *e)
 {
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     kvf_status st = freeze(e);
     pthread_mutex_unlock(&e->mu);
     return st;
@@ -2041,7 +2057,7 @@ static void async_done(void *arg, kvf_status status)
         if (!ev) {
             /* no room: complete it here, waiting for the lock after all */
             pthread_mutex_unlock(&e->cb_mu);
-            pthread_mutex_lock(&e->mu);
+            engine_lock(e);
             async_finish(e, b, status);
             pthread_mutex_unlock(&e->mu);
             return;
@@ -2072,7 +2088,7 @@ static void *completion_main(void *arg)
         e->cb_spare = NULL;
         e->cb_spare_cap = 0;
         pthread_mutex_unlock(&e->cb_mu);
-        pthread_mutex_lock(&e->mu);
+        engine_lock(e);
         for (size_t i = 0; i < n; i++)
             async_finish(e, ev[i].b, ev[i].status);
         pthread_mutex_unlock(&e->mu);
@@ -2147,19 +2163,19 @@ static void issue_async(kvf_engine *e, batch *b)
         }
         if (ncopies == 0)
             break;
-        pthread_mutex_lock(&e->mu);
+        engine_lock(e);
         b->async_left++;
         pthread_mutex_unlock(&e->mu);
         st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
         if (st != KVF_OK) {
             KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_names[b->kind],
                     (unsigned long long)b->id, kvf_last_error());
-            pthread_mutex_lock(&e->mu);
+            engine_lock(e);
             b->async_left--; /* that chunk never reached the GPU */
             pthread_mutex_unlock(&e->mu);
         }
     }
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     KVF_TIMELINE(KVF_TL_ISSUED, b->id, b->async_left - 1);
     if (st != KVF_OK && b->async_status == KVF_OK)
         b->async_status = st;
@@ -2598,7 +2614,7 @@ static void *worker_main(void *arg)
 {
     worker *w = arg;
     kvf_engine *e = w->engine;
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     for (;;) {
         batch *b = e->ready_head[KVF_QUEUE_ONBOARD];
         if (!b)
@@ -2656,7 +2672,7 @@ static void *worker_main(void *arg)
         }
 
         KVF_TIMELINE(KVF_TL_CHUNK, b->id, last - first);
-        pthread_mutex_lock(&e->mu);
+        engine_lock(e);
         b->moves_done += last - first;
         if (b->moves_done == b->n) {
             if (kind_writes(b->kind) == SP_FILE && !kind_removes(b->kind) &&
@@ -2673,7 +2689,7 @@ static void *worker_main(void *arg)
                             drop_failed_file(e, b, i);
                         }
                 }
-                pthread_mutex_lock(&e->mu);
+                engine_lock(e);
             }
             complete_batch(e, b);
         }
@@ -2717,7 +2733,7 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
     kvf__clear_error();
     if (!e)
         return kvf__fail(KVF_ERR_INVALID, "ticket %llu: engine is NULL", (unsigned long long)t);
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     batch **pp = ticket_slot(e, t);
     if (!*pp) {
         pthread_mutex_unlock(&e->mu);
@@ -2764,7 +2780,7 @@ kvf_status kvf_sync_stream(kvf_engine *e, void *stream)
     if (!e)
         return kvf__fail(KVF_ERR_INVALID, "kvf_sync_stream: engine is NULL");
     bool gpu = stream && e->backend->ops->sync_stream;
-    pthread_mutex_lock(&e->mu);
+    engine_lock(e);
     uint64_t last = e->next_id - 1;
     /* batches still waiting for their dependencies, or going to files, are
      * not on a stream yet: wait for them on the host */
