@@ -1398,7 +1398,21 @@ static void ready_pop(kvf_engine *e, kvf__queue q)
 
 static void issue_async(kvf_engine *e, batch *b);
 
-/* Registers a checked batch in the hazard tables and queues it. Lock held.
+/* Moves registered per hold of the engine lock: the lock is dropped
+ * between slices, so that workers issuing earlier parts and completions
+ * are not held up for a whole part (about 30 ns a move on the H200). */
+#define REGISTER_SLICE 1024u
+
+static kvf__register_hook_fn register_hook;
+
+void kvf__set_register_hook(kvf__register_hook_fn fn)
+{
+    __atomic_store_n(&register_hook, fn, __ATOMIC_RELEASE);
+}
+
+/* Registers a checked batch in the hazard tables. Lock held; dropped
+ * between slices of moves (only the submitter, holding submit_mu,
+ * registers; the caller holds the batch back from starting meanwhile).
  * Only allocation can fail here, and then the tables are left as they were
  * except for entries the batch would have been added to (undone below). */
 static kvf_status register_batch(kvf_engine *e, batch *b)
@@ -1408,6 +1422,13 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
     bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
     for (size_t i = 0; i < b->n; i++) {
         kvf_move *mv = &b->moves[i];
+        if (i && i % REGISTER_SLICE == 0) {
+            pthread_mutex_unlock(&e->mu);
+            kvf__register_hook_fn hook = __atomic_load_n(&register_hook, __ATOMIC_ACQUIRE);
+            if (hook)
+                hook();
+            engine_lock(e);
+        }
         move_prefetch(e, rs, ws, b->moves, i, b->n);
         hazard *r = hazard_of(e, rs, mv->src, true);
         hazard *w = hazard_of(e, ws, mv->dst, true);
@@ -1504,9 +1525,14 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
         e->undone_head = b;
     e->undone_tail = b;
     e->undone_count++;
+    /* held back while registering: a batch it comes to depend on may
+     * complete while the lock is dropped between slices, and must not
+     * start it then */
+    b->deps_left++;
     kvf_status st = live_add(e, b);
     if (st == KVF_OK)
         st = register_batch(e, b);
+    b->deps_left--;
     if (st != KVF_OK) {
         /* out of memory half way: fail the batch's moves but keep the
          * hazards it did register consistent by running it as failed */
@@ -2147,7 +2173,15 @@ static void issue_async(kvf_engine *e, batch *b)
         complete_batch(e, b);
         return;
     }
-    b->async_left = 1;
+    /* a count for each chunk to be handed over, taken now so that the
+     * chunks go without the lock; those of chunks that never reached the
+     * backend are given back below */
+    size_t live = 0;
+    for (size_t i = 0; i < b->n; i++)
+        live += b->status[i] == KVF_INPROGRESS;
+    size_t per_chunk = (ASYNC_CHUNK_COPIES + e->npools - 1) / e->npools;
+    uint32_t planned = (uint32_t)((live + per_chunk - 1) / per_chunk), issued = 0;
+    b->async_left = 1 + planned;
     b->async_status = KVF_OK;
     pthread_mutex_unlock(&e->mu);
     /* statuses still KVF_INPROGRESS change only at completion, which the
@@ -2163,20 +2197,16 @@ static void issue_async(kvf_engine *e, batch *b)
         }
         if (ncopies == 0)
             break;
-        engine_lock(e);
-        b->async_left++;
-        pthread_mutex_unlock(&e->mu);
         st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
-        if (st != KVF_OK) {
+        if (st == KVF_OK)
+            issued++;
+        else
             KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_names[b->kind],
                     (unsigned long long)b->id, kvf_last_error());
-            engine_lock(e);
-            b->async_left--; /* that chunk never reached the GPU */
-            pthread_mutex_unlock(&e->mu);
-        }
     }
     engine_lock(e);
-    KVF_TIMELINE(KVF_TL_ISSUED, b->id, b->async_left - 1);
+    b->async_left -= planned - issued;
+    KVF_TIMELINE(KVF_TL_ISSUED, b->id, issued);
     if (st != KVF_OK && b->async_status == KVF_OK)
         b->async_status = st;
     if (b->async_left > 1) {

@@ -206,6 +206,10 @@ KVF_INTERNAL kvf_status kvf__host_backend_create(kvf__backend **backend_p);
  * other than KVF_OK fails that copy. It may also sleep, to widen races. */
 typedef kvf_status (*kvf__copy_hook_fn)(const kvf__copy *copy);
 KVF_INTERNAL void kvf__set_copy_hook(kvf__copy_hook_fn fn);
+/* For tests: called by a submitter between the slices of a batch it
+ * registers, with the engine lock dropped (see register_batch). */
+typedef void (*kvf__register_hook_fn)(void);
+KVF_INTERNAL void kvf__set_register_hook(kvf__register_hook_fn fn);
 /* The host backend's copy (memcpy, hook included): also used for copies
  * between host buffers on any backend, e.g. secondary slots to staging. */
 KVF_INTERNAL kvf_status kvf__host_copy(const kvf__copy *copies, size_t n);

@@ -786,6 +786,83 @@ static int test_large_batches(void)
     return 0;
 }
 
+/* A batch is registered in slices, the engine lock dropped between them.
+ * A batch it depends on (registered in the first slice) completes in the
+ * gap: that must not start the batch before its last slice is registered.
+ * The offload it depends on is held in its copy until the gap, then
+ * awaited there. */
+static const uint8_t *hold_src;
+static atomic_bool hold_released;
+static kvf_engine *gap_engine;
+static kvf_ticket gap_ticket;
+static atomic_int gap_calls;
+static kvf_status hold_copy(const kvf__copy *c)
+{
+    for (int ms = 0; c->src == hold_src && !atomic_load(&hold_released) && ms < 5000; ms++)
+        usleep(1000);
+    return KVF_OK;
+}
+static void gap_hook(void)
+{
+    if (atomic_fetch_add(&gap_calls, 1) != 0)
+        return;
+    atomic_store(&hold_released, true);
+    while (kvf_poll(gap_engine, gap_ticket, NULL) == KVF_INPROGRESS)
+        usleep(100);
+}
+
+static int test_dependency_done_while_registering(void)
+{
+    enum { N = 3000 }; /* three slices, one batch */
+    uint8_t *prim, *sec;
+    kvf_engine *e = slots64_engine(N, 3, &prim, &sec);
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    uint8_t *orig = malloc((size_t)N * 64), *fresh = malloc(64);
+    test_fill_random(orig, (size_t)N * 64, 31);
+    test_fill_random(fresh, 64, 32);
+    memcpy(prim, orig, (size_t)N * 64);
+    kvf_move *on = malloc(N * sizeof *on);
+    for (uint32_t i = 0; i < N; i++)
+        on[i] = (kvf_move){i, i, 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, on, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    memcpy(prim, fresh, 64);
+    /* the offload of primary slot 0 (fresh data) to secondary slot 0, held */
+    hold_src = prim;
+    atomic_store(&hold_released, false);
+    atomic_store(&gap_calls, 0);
+    kvf__set_copy_hook(hold_copy);
+    kvf_move a = {0, 0, 0};
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &a, 1, &gap_ticket), KVF_OK);
+    /* an onboard whose first move reads what the offload writes */
+    for (uint32_t i = 0; i < N; i++)
+        on[i] = (kvf_move){i, (i + 1) % N, 0};
+    gap_engine = e;
+    kvf__set_register_hook(gap_hook);
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, on, N, &t), KVF_OK);
+    kvf__set_register_hook(NULL);
+    kvf__set_copy_hook(NULL);
+    CHECK(atomic_load(&gap_calls) == 2);
+    kvf_status *per = malloc(N * sizeof *per);
+    CHECK_STATUS(kvf_wait(e, t, per), KVF_OK);
+    for (uint32_t i = 0; i < N; i++) {
+        CHECK_STATUS(per[i], KVF_OK);
+        /* slot 0's fresh data went down first, then came back up into slot 1 */
+        const uint8_t *want = i == 0 ? fresh : orig + (size_t)i * 64;
+        CHECK(memcmp(prim + (size_t)((i + 1) % N) * 64, want, 64) == 0);
+    }
+    CHECK_STATUS(kvf_sync_stream(e, NULL), KVF_OK);
+    kvf_engine_destroy(e);
+    free(orig);
+    free(fresh);
+    free(on);
+    free(per);
+    return 0;
+}
+
 /* A batch is shared by the workers: while one is held up in its chunk,
  * another takes the next (a worker claiming a chunk wakes the next idle
  * one; only a batch becoming ready used to). The copy of the first move
@@ -1221,6 +1298,7 @@ int main(void)
     RUN(test_sync_without_tickets);
     RUN(test_large_batches);
     RUN(test_large_batch_short_reads);
+    RUN(test_dependency_done_while_registering);
     RUN(test_batch_shared_by_workers);
     RUN(test_bad_input);
     return TEST_RESULT();
