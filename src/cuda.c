@@ -1292,7 +1292,13 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
  *    engine at 16/64/256 KiB it moved 37-43/46/50 GB/s one way against
  *    36/44-46/47-48 for the kernel and 16/37/45 for dma. From 1 MiB it
  *    moves what dma moves (50.6-51.1 against 50.9-51.5) and dma leaves the
- *    SMs free: dma.
+ *    SMs free: dma. On 2026-12-03 (fifth session) dma had caught up at
+ *    256 KiB too: alone (bench/cuda_paths) 54.8/55.1 one way and 86 both
+ *    ways against 54.5/54.9 and 84 staged; through the engine, three
+ *    rounds, 52.0-53.0 D2H and 52.6-53.2 H2D against 52.1-52.5 and
+ *    51.2-51.5, both ways 83-88 against 85-89: dma from 256 KiB. (Staged,
+ *    both directions at once stay near 80 GB/s however large the blocks,
+ *    where two large copies reach 96-101: see docs/PERFORMANCE.md.)
  *  - other host<->device batches, mean contiguous run below
  *    AUTO_KERNEL_BELOW: kernel. At 4/16/64 KiB it moved 43/47/48 H2D,
  *    42-45/48/50 D2H, 61-63/70/73 both ways; cudaMemcpyBatchAsync moved
@@ -1317,7 +1323,7 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
  *    nears the ~2000 GB/s of a single large copy.
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
-#define AUTO_STAGED_BELOW ((size_t)1 << 20)
+#define AUTO_STAGED_BELOW ((size_t)256 << 10)
 #define AUTO_ROWS_DMA_FROM ((size_t)128 << 10)
 #define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
