@@ -1293,8 +1293,8 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
  *    36/44-46/47-48 for the kernel and 16/37/45 for dma. From 1 MiB it
  *    moves what dma moves (50.6-51.1 against 50.9-51.5) and dma leaves the
  *    SMs free: dma. On 2026-12-03 (fifth session) dma had caught up at
- *    256 KiB too: alone (bench/cuda_paths) 54.8/55.1 one way and 86 both
- *    ways against 54.5/54.9 and 84 staged; through the engine, three
+ *    256 KiB too: alone (bench/cuda_paths) 54.5/54.5 one way and 85 both
+ *    ways against 52.8/53.9 and 80 staged; through the engine, three
  *    rounds, 52.0-53.0 D2H and 52.6-53.2 H2D against 52.1-52.5 and
  *    51.2-51.5, both ways 83-88 against 85-89: dma from 256 KiB. (Staged,
  *    both directions at once stay near 80 GB/s however large the blocks,
