@@ -2155,9 +2155,15 @@ static void completion_stop(kvf_engine *e)
 static void issue_async(kvf_engine *e, batch *b)
 {
     KVF_TIMELINE(KVF_TL_ISSUE, b->id, b->n);
-    for (size_t i = 0; i < b->n; i++)
-        if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
+    size_t live = 0; /* moves still to copy */
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->status[i] != KVF_INPROGRESS)
+            continue;
+        if (source_lost(e, b, i))
             b->status[i] = KVF_ERR_LOST;
+        else
+            live++;
+    }
     size_t need = b->n * e->npools < ASYNC_CHUNK_COPIES + e->npools
                       ? b->n * e->npools
                       : ASYNC_CHUNK_COPIES + e->npools;
@@ -2176,9 +2182,6 @@ static void issue_async(kvf_engine *e, batch *b)
     /* a count for each chunk to be handed over, taken now so that the
      * chunks go without the lock; those of chunks that never reached the
      * backend are given back below */
-    size_t live = 0;
-    for (size_t i = 0; i < b->n; i++)
-        live += b->status[i] == KVF_INPROGRESS;
     size_t per_chunk = (ASYNC_CHUNK_COPIES + e->npools - 1) / e->npools;
     uint32_t planned = (uint32_t)((live + per_chunk - 1) / per_chunk), issued = 0;
     b->async_left = 1 + planned;
