@@ -48,7 +48,7 @@ if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
         set -- "${t%%:*}" "${t#*:}"
         # cuFile's own driver open makes a failing cuMemFree (error 1, inside
         # libcufile) that memcheck reports: these runs leave cuFile out (the
-        # GDS path was checked with --report-api-errors no: docs/PERFORMANCE.md)
+        # GDS path is checked separately with --report-api-errors no)
         KVF_CUFILE_LIB=/nonexistent timeout 150 compute-sanitizer --tool $1 --error-exitcode 9 \
             $B/tests/$2 >"$OUT/$1-$2.log" 2>&1
         echo "compute-sanitizer $1 $2: rc=$? ($(tail -n 1 "$OUT/$1-$2.log"))"

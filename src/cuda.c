@@ -101,8 +101,8 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
 
 /* Descriptors per queue ring (48 bytes each: 3 MiB pinned + 3 MiB device);
  * a larger batch is cut into launches of at most half of it. A ring of
- * 256 Ki entries was tried on the H200: no queue was ever full with it
- * (reserve() counts that) and nothing got faster. */
+ * 256 Ki entries was tried: no queue was ever full with it (reserve()
+ * counts that) and nothing got faster. */
 #define RING_DESCS (1u << 16)
 #define CHUNK_DESCS (RING_DESCS / 2)
 /* Batches in flight per queue before a submitter waits. */
@@ -728,7 +728,7 @@ static kvf_status finish_record(cuda_backend *b, cuda_queue *q, batch_record *r,
  * A batch ends with an event recorded after its last step. One thread per
  * backend watches the oldest unfinished record of each queue and, once its
  * event has completed, frees the record and calls its `done`. (A CUDA host
- * function did this before: on the H200 it took 190-330 us from the last
+ * function did this before: it took 190-330 us from the last
  * copy to a waiting caller, where polling every few microseconds takes
  * about ten, and it held up the next work of its stream while it ran:
  * bench/latency.c.) While records are in flight the thread polls with
@@ -1037,9 +1037,8 @@ static kvf_status submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *co
     }
     /* in calls of 2, 2, 4, 8... copies: cudaMemcpyBatchAsync takes host
      * time per copy before the engines start, so the first copies go on
-     * their way while the rest are handed over (H200, three runs each: 4
-     * MiB blocks' first 8 of 32 tokens 44-49 -> 49-50 GB/s d2h, whole 1
-     * MiB blocks 51-52 -> 53 GB/s) */
+     * their way while the rest are handed over (worth 1-5 GB/s at 1-4 MiB
+     * blocks in `kvferry bench --compare`) */
     for (size_t k = 0, grp = 2; k < nflat;) {
         size_t m = nflat - k < grp ? nflat - k : grp;
         if ((st = dma_flat(q, k, m)) != KVF_OK)
@@ -1283,44 +1282,24 @@ static kvf_status submit_staged(cuda_backend *b, cuda_queue *q, const kvf__copy 
     return KVF_OK;
 }
 
-/* AUTO's rule, from measurements on an H200 (PCIe Gen5), 2026-12-02:
- * bench/cuda_paths.c (the paths alone, 256 MiB of shuffled blocks) and
- * `kvferry bench --compare` (through the engine: docs/PERFORMANCE.md),
- * against one large pinned copy at 55.2 GB/s each way, ~100 both ways.
- *  - whole blocks of under AUTO_STAGED_BELOW whose host blocks tile one
- *    pinned range (an engine part of secondary slots): staged. Through the
- *    engine at 16/64/256 KiB it moved 37-43/46/50 GB/s one way against
- *    36/44-46/47-48 for the kernel and 16/37/45 for dma. From 1 MiB it
- *    moves what dma moves (50.6-51.1 against 50.9-51.5) and dma leaves the
- *    SMs free: dma. On 2026-12-03 (fifth session) dma had caught up at
- *    256 KiB too: alone (bench/cuda_paths) 54.5/54.5 one way and 85 both
- *    ways against 52.8/53.9 and 80 staged; through the engine, three
- *    rounds, 52.0-53.0 D2H and 52.6-53.2 H2D against 52.1-52.5 and
- *    51.2-51.5, both ways 83-88 against 85-89: dma from 256 KiB. (Staged,
- *    both directions at once stay near 80 GB/s however large the blocks,
- *    where two large copies reach 96-101: see docs/PERFORMANCE.md.)
- *  - other host<->device batches, mean contiguous run below
- *    AUTO_KERNEL_BELOW: kernel. At 4/16/64 KiB it moved 43/47/48 H2D,
- *    42-45/48/50 D2H, 61-63/70/73 both ways; cudaMemcpyBatchAsync moved
- *    4.4/4-17/31-32 H2D, 9-10/16-26/40 D2H, 4-8/6/45-54 both ways (per-copy
- *    engine setup dominates, and costs 0.4-4 us of host time per copy).
- *    8 SMs already reach the one-way rate. Runs of 256 KiB and more: dma.
- *  - 2-D partial copies: kernel while rows are short (35-48 GB/s against
- *    1.5-48 for cudaMemcpy3DBatchAsync at rows of 1-32 KiB; through the
- *    engine 34-41 at rows of 16-128 KiB, where staging them with 2-D DMAs
- *    moved 30-42 and dma 29-34); from rows of AUTO_ROWS_DMA_FROM, dma,
- *    which sends wide rows as flat copies in cudaMemcpyBatchAsync calls
- *    (41-42 through the engine at rows of 512 KiB, the kernel 40-41). On
- *    2026-12-03, with completion by events and the calls grouped, two
- *    --compare runs had the kernel at rows of 128 KiB (1 MiB blocks, 8 of
- *    32 tokens) moving 44-48 one way but 54-55 both ways, where the same
- *    rows as flat batched copies moved 47 and 78-79: dma from 128 KiB
- *    (then, three runs each through the engine: dma 48.4-50.2 one way and
- *    65-69 both, the kernel 45.3-47.5 and 56-60).
- *  - device<->device: kernel (32 SMs: 320-975 GB/s from 4 KiB to 4 MiB
- *    blocks, against 0.9-790 for batched copies at 4-5 us of host time per
- *    copy), unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
- *    nears the ~2000 GB/s of a single large copy.
+/* AUTO's rule. Each threshold is where one path overtakes another in
+ * bench/cuda_paths.c (the paths alone) and `kvferry bench --compare`
+ * (through the engine); docs/performance.md has the figures.
+ *  - whole blocks below AUTO_STAGED_BELOW whose host blocks tile one
+ *    pinned range (an engine part of secondary slots): staged, because one
+ *    DMA per chunk beats both per-block DMA setup and the kernel's mapped
+ *    accesses there. From that size dma moves as much, both ways at once
+ *    too (staged stops short both ways), and leaves the SMs free.
+ *  - other host<->device batches whose mean contiguous run is below
+ *    AUTO_KERNEL_BELOW: kernel, because each batched DMA copy costs engine
+ *    setup and host time that small copies cannot hide; a few SMs already
+ *    reach the one-way rate.
+ *  - 2-D partial copies: kernel while rows are short, dma (wide rows sent
+ *    as flat batched copies) from AUTO_ROWS_DMA_FROM, where the copy
+ *    engines win, above all with both directions in flight.
+ *  - device<->device: kernel, which beats batched copies at every block
+ *    size, unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
+ *    nears the rate of a single large copy.
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
 #define AUTO_STAGED_BELOW ((size_t)256 << 10)

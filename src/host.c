@@ -7,7 +7,7 @@
  * the path it takes with a GPU (chunks handed over, completions from
  * another thread), so that path runs in CI and under the sanitizers, and
  * its host cost can be measured without a GPU (`kvferry bench --backend
- * host` with small blocks: docs/PERFORMANCE.md). */
+ * host` with small blocks: docs/performance.md). */
 #include "internal.h"
 
 #include <pthread.h>
