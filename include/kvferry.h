@@ -367,8 +367,14 @@ typedef struct kvf_engine_config {
      * hiredis. */
     const char *remote_url;
     uint32_t remote_ttl_s; /* expiry of stored blocks; 0: none */
-    uint32_t
-        remote_timeout_ms; /* connect and reply timeout; 0: 1000 to connect, 2000 for replies */
+    /* Connect timeout, and the time a remote batch (kvf_offload / kvf_onboard
+     * on KVF_TIER_REMOTE, kvf_remote_remove) has: it completes within this plus
+     * its bytes at 256 MiB/s (a floor far below a Redis node's pace) from
+     * when it starts to run, however many blocks it has and however slowly
+     * a node sends or takes bytes; moves not done by then fail with
+     * KVF_ERR_TIMEOUT (logged with their key and node), those not yet sent
+     * without contacting the node. 0: 1000 ms to connect, 2000 ms per batch. */
+    uint32_t remote_timeout_ms;
     /* File tier, POSIX path. Files are written and read with O_DIRECT
      * where the file system takes it (buffered, with one log line, where
      * it does not, e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */
