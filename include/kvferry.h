@@ -104,6 +104,67 @@ KVF_API const char *kvf_status_str(kvf_status status);
 KVF_API const char *kvf_last_error(void);
 
 /* ------------------------------------------------------------------------ */
+/* Logging                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * How much kvferry logs: a line of level L is written when L is not above
+ * the current level (KVF_LOG_OFF: nothing). The default comes from
+ * KVF_LOG=off|error|warn|info|debug|trace (any case; unset: warn; another
+ * value: warn, and one warning naming the valid ones).
+ */
+typedef enum kvf_log_level {
+    KVF_LOG_OFF = 0,
+    KVF_LOG_ERROR = 1,
+    KVF_LOG_WARN = 2,
+    KVF_LOG_INFO = 3,
+    KVF_LOG_DEBUG = 4,
+    KVF_LOG_TRACE = 5 /* every round trip; very verbose */
+} kvf_log_level;
+
+/**
+ * Receives each log line instead of stderr (or KVF_LOG_FILE).
+ * @param level the line's level, never KVF_LOG_OFF.
+ * @param line the message, without a level prefix or newline, e.g.
+ *        "redis 10.0.0.1:6379: reply: not complete in time"; valid only
+ *        during the call.
+ * Calls come from whichever thread logs, kvferry's worker threads
+ * included, but never two at once (they are serialized), so a handler
+ * needs no lock of its own. It should return quickly: the thread that
+ * logs waits for it. It may call kvferry (a line logged meanwhile on the
+ * same thread reaches it re-entrantly).
+ */
+typedef void (*kvf_log_fn)(void *user, kvf_log_level level, const char *line);
+
+/**
+ * Sends the log to `fn(user, ...)`; NULL restores the default sink
+ * (KVF_LOG_FILE=PATH, where %h in PATH becomes the host name and %p the
+ * process id, appended to; stderr when unset or when the file cannot be
+ * opened, with a warning). Thread-safe: once it returns, the previous
+ * handler is not called again.
+ */
+KVF_API void kvf_log_set_handler(kvf_log_fn fn, void *user);
+
+/** Sets the level for the whole process, overriding KVF_LOG. Thread-safe.
+ *  @return KVF_OK, or KVF_ERR_INVALID (level unchanged) for a value that is
+ *  not a kvf_log_level. */
+KVF_API kvf_status kvf_log_set_level(kvf_log_level level);
+
+/** The current level. Thread-safe. */
+KVF_API kvf_log_level kvf_log_get_level(void);
+
+/**
+ * Limits repeated errors and warnings: from each place in kvferry that
+ * logs them, the first `burst` lines are written, then at most one per
+ * `interval_ms`, carrying "(N similar suppressed)" for the lines dropped
+ * since the last one written. A place quiet for a whole interval gets a
+ * new burst. Defaults: 5 lines, then one per 10000 ms. burst == 0 turns
+ * the limit off (every line is written). Info, debug and trace lines are
+ * never limited. Thread-safe.
+ */
+KVF_API void kvf_log_set_rate_limit(uint32_t burst, uint32_t interval_ms);
+
+/* ------------------------------------------------------------------------ */
 /* Block geometry                                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -306,8 +367,14 @@ typedef struct kvf_engine_config {
      * hiredis. */
     const char *remote_url;
     uint32_t remote_ttl_s; /* expiry of stored blocks; 0: none */
-    uint32_t
-        remote_timeout_ms; /* connect and reply timeout; 0: 1000 to connect, 2000 for replies */
+    /* Connect timeout, and the time a remote batch (kvf_offload / kvf_onboard
+     * on KVF_TIER_REMOTE, kvf_remote_remove) has: it completes within this plus
+     * its bytes at 256 MiB/s (a floor far below a Redis node's pace) from
+     * when it starts to run, however many blocks it has and however slowly
+     * a node sends or takes bytes; moves not done by then fail with
+     * KVF_ERR_TIMEOUT (logged with their key and node), those not yet sent
+     * without contacting the node. 0: 1000 ms to connect, 2000 ms per batch. */
+    uint32_t remote_timeout_ms;
     /* File tier, POSIX path. Files are written and read with O_DIRECT
      * where the file system takes it (buffered, with one log line, where
      * it does not, e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */

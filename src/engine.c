@@ -134,6 +134,7 @@ struct batch {
     batch *next_ready;
     batch *prev_undone, *next_undone; /* every batch not done, in id order */
     batch *next_ticket;
+    uint64_t remote_deadline_ns; /* remote kinds: set when the first chunk is claimed */
 };
 
 typedef struct mem_array {
@@ -2473,6 +2474,30 @@ static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
 /* Blocks of one remote round trip: a worker's pipelined batch. */
 #define REMOTE_CHUNK_BYTES ((size_t)8 << 20)
 #define REMOTE_CHUNK_MOVES 64u
+/* A remote batch's deadline allows its bytes at this rate on top of the
+ * timeout: far below what a Redis node moves, so only a stalled or
+ * trickling node reaches it, yet a batch of many blocks is not failed
+ * for its size alone. */
+#define REMOTE_FLOOR_BYTES_PER_S ((uint64_t)256 << 20)
+#define REMOTE_DEFAULT_TIMEOUT_MS 2000u
+
+/* The deadline of remote batch b, fixed when its first chunk is claimed
+ * (the caller holds e->mu): every chunk, on whichever worker, ends by
+ * then, so the batch takes the timeout plus its bytes at the floor rate,
+ * however many chunks it has. A group's parts share the group's. */
+static uint64_t remote_deadline(const kvf_engine *e, batch *b)
+{
+    batch *root = b->group ? b->group : b;
+    if (!root->remote_deadline_ns) {
+        uint64_t timeout_ms =
+            e->cfg.remote_timeout_ms ? e->cfg.remote_timeout_ms : REMOTE_DEFAULT_TIMEOUT_MS;
+        uint64_t bytes = kind_removes(b->kind) ? 0 : (uint64_t)root->n * e->all_block_bytes;
+        root->remote_deadline_ns =
+            kvf__now_ns() + timeout_ms * 1000000u + bytes / REMOTE_FLOOR_BYTES_PER_S * 1000000000u +
+            bytes % REMOTE_FLOOR_BYTES_PER_S * 1000000000u / REMOTE_FLOOR_BYTES_PER_S;
+    }
+    return root->remote_deadline_ns;
+}
 
 /* The connected remote tier, connecting first when needed. The handle
  * lives as long as the engine once made. */
@@ -2528,10 +2553,19 @@ static kvf_status staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t
     return KVF_OK;
 }
 
+/* A remote call's failure (kvf_last_error names its first failed block's
+ * key and node) goes to the log: a waiter sees only the statuses. */
+static void remote_chunk_failed(const batch *b, size_t m, kvf_status st)
+{
+    if (st != KVF_OK)
+        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, kvf_last_error());
+}
+
 /* Runs moves [first, last) of a remote batch as one pipelined batch: the
  * blocks are gathered into staging and stored, or fetched into staging,
- * checked and scattered to their slots. Statuses go to b->status. */
-static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last)
+ * checked and scattered to their slots, all by `deadline_ns` (see
+ * remote_deadline). Statuses go to b->status. */
+static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
 {
     kvf_engine *e = w->engine;
     size_t bb = e->all_block_bytes, m = 0;
@@ -2560,7 +2594,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last)
         uint64_t keys[REMOTE_CHUNK_MOVES];
         for (size_t j = 0; j < m; j++)
             keys[j] = b->moves[idx[j]].src;
-        kvf__remote_delete_batch(r, keys, m, rs);
+        remote_chunk_failed(b, m, kvf__remote_delete_batch_until(r, keys, m, deadline_ns, rs));
     } else if (b->kind == OP_OFFLOAD_REMOTE) {
         kvf__remote_put puts[REMOTE_CHUNK_MOVES];
         for (size_t j = 0; j < m; j++) {
@@ -2572,7 +2606,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last)
         }
         st = e->backend->ops->copy_sync(e->backend, b->queue, cp, m * e->npools);
         if (st == KVF_OK)
-            kvf__remote_put_batch(r, puts, m, rs);
+            remote_chunk_failed(b, m, kvf__remote_put_batch_until(r, puts, m, deadline_ns, rs));
         else
             for (size_t j = 0; j < m; j++)
                 rs[j] = st;
@@ -2580,7 +2614,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last)
         kvf__remote_get gets[REMOTE_CHUNK_MOVES];
         for (size_t j = 0; j < m; j++)
             gets[j] = (kvf__remote_get){b->moves[idx[j]].src, w->rstaging + j * bb, bb, 0, 0, 0};
-        kvf__remote_get_batch(r, gets, m, rs);
+        remote_chunk_failed(b, m, kvf__remote_get_batch_until(r, gets, m, deadline_ns, rs));
         size_t ncp = 0;
         for (size_t j = 0; j < m; j++) {
             if (rs[j] != KVF_OK)
@@ -2684,11 +2718,12 @@ static void *worker_main(void *arg)
         for (size_t i = first; i < last && !kind_removes(b->kind); i++)
             if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
                 b->status[i] = KVF_ERR_LOST;
+        uint64_t deadline_ns = kind_is_remote(b->kind) ? remote_deadline(e, b) : 0;
         pthread_mutex_unlock(&e->mu);
 
         /* each move's status is written by the one worker that claimed it */
         if (kind_is_remote(b->kind))
-            run_remote_chunk(w, b, first, last);
+            run_remote_chunk(w, b, first, last, deadline_ns);
         else if (kind_is_file(b->kind)) {
             uint64_t t0 = kvf__now_ns();
             run_file_moves(w, b, first, last);

@@ -28,21 +28,24 @@ KVF_INTERNAL void kvf__clear_error(void);
  * NOMEM, ENOENT -> NOT_FOUND, anything else -> IO. */
 KVF_INTERNAL kvf_status kvf__errno_status(int err);
 
-typedef enum kvf__log_level {
-    KVF_LOG_ERROR = 0,
-    KVF_LOG_WARN = 1,
-    KVF_LOG_INFO = 2,
-    KVF_LOG_DEBUG = 3
-} kvf__log_level;
+/* Where a log line comes from: a KVF_LOG call site, whose repeated
+ * warnings are rate-limited together (kvf_log_set_rate_limit). */
+typedef struct kvf__log_site {
+    uint64_t last_ns;    /* when its last line was written */
+    uint32_t written;    /* lines written in its current burst */
+    uint64_t suppressed; /* lines dropped since the last one written */
+} kvf__log_site;
 
-/* Level from KVF_LOG (error, warn, info, debug; default warn), read once. */
-KVF_INTERNAL bool kvf__log_enabled(kvf__log_level level);
-KVF_INTERNAL void kvf__log(kvf__log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Level from KVF_LOG (kvferry.h), read once, or kvf_log_set_level's. */
+KVF_INTERNAL bool kvf__log_enabled(kvf_log_level level);
+/* Writes a line from `site` (NULL: not rate-limited). */
+KVF_INTERNAL void kvf__log(kvf__log_site *site, kvf_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 #define KVF_LOG(level, ...)                                                                        \
     do {                                                                                           \
+        static kvf__log_site kvf__log_site_;                                                       \
         if (kvf__log_enabled(level))                                                               \
-            kvf__log(level, __VA_ARGS__);                                                          \
+            kvf__log(&kvf__log_site_, level, __VA_ARGS__);                                         \
     } while (0)
 
 /* The setting environment variable `var` names: its index in

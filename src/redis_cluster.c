@@ -116,7 +116,7 @@ static kvf_status parse_slots(kvf__redis_topology *t, kvf__redis_node *asked,
 static kvf_status refresh_from(kvf__redis_topology *t, kvf__redis_node *node, uint16_t *map)
 {
     redisContext *c;
-    kvf_status st = kvf__redis_node_acquire(node, &c);
+    kvf_status st = kvf__redis_node_acquire(node, 0, &c);
     if (st != KVF_OK)
         return st;
     const char *argv[] = {"CLUSTER", "SLOTS"};
@@ -185,7 +185,7 @@ kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__remote_ur
         st = kvf__redis_topology_refresh(t, NULL);
     } else {
         redisContext *c;
-        st = kvf__redis_node_acquire(t->nodes[0], &c);
+        st = kvf__redis_node_acquire(t->nodes[0], 0, &c);
         if (st == KVF_OK)
             kvf__redis_node_release(t->nodes[0], c, false);
     }

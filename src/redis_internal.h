@@ -48,22 +48,30 @@ KVF_INTERNAL void kvf__redis_node_destroy(kvf__redis_node *node);
 /* An idle connection, or a new one (connected, authenticated, db
  * selected). KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming the node; KVF_ERR_
  * REMOTE at once while the node is down (opts->down_ms after a failed
- * connect). */
-KVF_INTERNAL kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p);
+ * connect). A new connection is made before `deadline_ns` (kvf__now_ns
+ * time; 0: none, the configured timeouts only), KVF_ERR_TIMEOUT at once
+ * when it passed. */
+KVF_INTERNAL kvf_status kvf__redis_node_acquire(kvf__redis_node *node, uint64_t deadline_ns,
+                                                redisContext **c_p);
 /* KVF_OK, or the failure acquire would give at once: the node is down. */
 KVF_INTERNAL kvf_status kvf__redis_node_check_down(kvf__redis_node *node);
 /* Gives a connection back; `broken` (an error or a timeout left it in an
  * unknown state) closes it. */
 KVF_INTERNAL void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken);
-/* Writes every byte of iov[0..n) to a socket (the array is consumed).
- * 0, or -1 with errno set (EAGAIN: its send timeout passed). */
-KVF_INTERNAL int kvf__redis_send_all(int fd, struct iovec *iov, size_t n);
+/* Writes every byte of iov[0..n) to a socket (the array is consumed),
+ * waiting for room no later than `deadline_ns` (kvf__now_ns time; 0: no
+ * limit). 0, or -1 with errno set (ETIMEDOUT: the deadline passed). */
+KVF_INTERNAL int kvf__redis_send_all(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns);
+/* The pipeline calls below end by `deadline_ns` (kvf__now_ns time; 0: the
+ * configured timeout from the call), however the node paces its bytes:
+ * KVF_ERR_TIMEOUT then, and the connection is out of step (release it
+ * broken). */
 /* kvf__redis_send_all on a connection, failures named after the node. */
 KVF_INTERNAL kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c,
-                                             struct iovec *iov, size_t n);
+                                             struct iovec *iov, size_t n, uint64_t deadline_ns);
 /* The next reply; the caller frees it with freeReplyObject. */
 KVF_INTERNAL kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c,
-                                             redisReply **reply_p);
+                                             uint64_t deadline_ns, redisReply **reply_p);
 /* Where a reply that is one bulk string goes instead of a copy of its own:
  * `take` sees the bytes in the reader's buffer, and its status is kept. */
 typedef struct kvf__redis_sink {
@@ -75,7 +83,8 @@ typedef struct kvf__redis_sink {
 /* kvf__redis_node_read, a bulk string reply handed to `sink` (then *reply_p
  * is a nil reply and sink->taken is set); other replies as usual. */
 KVF_INTERNAL kvf_status kvf__redis_node_read_into(kvf__redis_node *node, redisContext *c,
-                                                  kvf__redis_sink *sink, redisReply **reply_p);
+                                                  kvf__redis_sink *sink, uint64_t deadline_ns,
+                                                  redisReply **reply_p);
 /* One command, sent and answered, on a connection. */
 KVF_INTERNAL kvf_status kvf__redis_node_command(kvf__redis_node *node, redisContext *c, int argc,
                                                 const char **argv, const size_t *lens,

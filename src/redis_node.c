@@ -1,8 +1,11 @@
 /*
  * Connections to one Redis node: made with the connect timeout, then
- * authenticated and the db selected; commands run under the command
- * timeout (SO_RCVTIMEO / SO_SNDTIMEO, set by redisSetTimeout), so a node
- * that stops answering costs one timeout, never a hang.
+ * authenticated and the db selected. Single commands (AUTH, PING, CLUSTER
+ * SLOTS) run under the command timeout (SO_RCVTIMEO / SO_SNDTIMEO, set by
+ * redisSetTimeout). A batch's pipelines are written and read with poll()
+ * against the batch's deadline instead: a socket timeout bounds each recv,
+ * not the reply, so a node that sends a byte now and then would hold a
+ * batch for ever.
  *
  * Pipelines are written by kvf__redis_node_send straight from the
  * caller's buffers (sendmsg on the connection's socket: no copy into
@@ -14,6 +17,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,25 +107,33 @@ static kvf_status setup_command(kvf__redis_node *node, redisContext *c, int argc
     return st;
 }
 
+static uint32_t min_u32(uint32_t a, uint32_t b)
+{
+    return a < b ? a : b;
+}
+
 /* *reached_p says whether the TCP connection was made (then a failure is
- * AUTH's or SELECT's, or a timeout of theirs). */
-static kvf_status connect_node(kvf__redis_node *node, redisContext **c_p, bool *reached_p)
+ * AUTH's or SELECT's, or a timeout of theirs). Connecting and the setup
+ * commands wait no longer than `left_ms`. */
+static kvf_status connect_node(kvf__redis_node *node, uint32_t left_ms, redisContext **c_p,
+                               bool *reached_p)
 {
     const kvf__redis_opts *o = node->opts;
+    uint32_t connect_ms = min_u32(o->connect_timeout_ms, left_ms);
     errno = 0;
-    redisContext *c =
-        redisConnectWithTimeout(node->host, node->port, ms_timeval(o->connect_timeout_ms));
+    redisContext *c = redisConnectWithTimeout(node->host, node->port, ms_timeval(connect_ms));
     if (!c)
         return kvf__fail(KVF_ERR_NOMEM, "redis %s: no memory for a connection", node->name);
     kvf_status st = KVF_OK;
     if (c->err) {
-        st = context_failure(node, c, errno, "connect", o->connect_timeout_ms);
+        st = context_failure(node, c, errno, "connect", connect_ms);
         goto free_context;
     }
     *reached_p = true;
     use_sink_fns(c);
-    if (redisSetTimeout(c, ms_timeval(o->timeout_ms)) != REDIS_OK) {
-        st = context_failure(node, c, errno, "setting the timeout", o->timeout_ms);
+    uint32_t setup_ms = min_u32(o->timeout_ms, left_ms);
+    if (redisSetTimeout(c, ms_timeval(setup_ms)) != REDIS_OK) {
+        st = context_failure(node, c, errno, "setting the timeout", setup_ms);
         goto free_context;
     }
     if (o->pass[0]) {
@@ -143,6 +155,11 @@ static kvf_status connect_node(kvf__redis_node *node, redisContext **c_p, bool *
         const char *argv[] = {"SELECT", db};
         if ((st = setup_command(node, c, 2, argv, "SELECT")) != KVF_OK)
             goto free_context;
+    }
+    /* later single commands on this connection get the whole timeout */
+    if (setup_ms < o->timeout_ms && redisSetTimeout(c, ms_timeval(o->timeout_ms)) != REDIS_OK) {
+        st = context_failure(node, c, errno, "setting the timeout", o->timeout_ms);
+        goto free_context;
     }
     *c_p = c;
     return KVF_OK;
@@ -206,7 +223,20 @@ kvf_status kvf__redis_node_check_down(kvf__redis_node *node)
     return KVF_OK;
 }
 
-kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p)
+/* Milliseconds left before `deadline_ns` (rounded up), 0 once it passed;
+ * without a deadline (0), `fallback_ms`. */
+static uint32_t left_ms(uint64_t deadline_ns, uint32_t fallback_ms)
+{
+    if (!deadline_ns)
+        return fallback_ms;
+    uint64_t now = kvf__now_ns();
+    if (now >= deadline_ns)
+        return 0;
+    uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
+    return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
+kvf_status kvf__redis_node_acquire(kvf__redis_node *node, uint64_t deadline_ns, redisContext **c_p)
 {
     redisContext *c = NULL;
     pthread_mutex_lock(&node->lock);
@@ -222,8 +252,12 @@ kvf_status kvf__redis_node_acquire(kvf__redis_node *node, redisContext **c_p)
     kvf_status st = kvf__redis_node_check_down(node);
     if (st != KVF_OK)
         return st;
+    uint32_t left = left_ms(deadline_ns, UINT32_MAX);
+    if (left == 0)
+        return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: connect: the batch's deadline passed",
+                         node->name);
     bool reached = false;
-    st = connect_node(node, c_p, &reached);
+    st = connect_node(node, left, c_p, &reached);
     pthread_mutex_lock(&node->lock);
     if (st != KVF_OK && !reached && node->opts->down_ms) {
         /* the reason without the node's name, which the later message has */
@@ -254,14 +288,37 @@ void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken
         redisFree(c);
 }
 
-int kvf__redis_send_all(int fd, struct iovec *iov, size_t n)
+/* Waits until `fd` is ready for `events`: 1, 0 when `ms` passed first, -1
+ * with errno set. */
+static int wait_fd(int fd, short events, uint32_t ms)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+    for (;;) {
+        int timeout = ms > INT_MAX ? INT_MAX : (int)ms;
+        int ready = poll(&p, 1, timeout);
+        if (ready >= 0 || errno != EINTR)
+            return ready;
+    }
+}
+
+int kvf__redis_send_all(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns)
 {
     while (n > 0) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n < IOV_MAX ? n : IOV_MAX};
-        /* MSG_NOSIGNAL: a peer that closed the connection is an error, not SIGPIPE */
-        ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        /* MSG_NOSIGNAL: a peer that closed the connection is an error, not
+         * SIGPIPE; MSG_DONTWAIT: a full socket waits in poll, for the time
+         * left, not for a send timeout per call */
+        ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (sent < 0 && errno == EINTR)
             continue;
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int ready = wait_fd(fd, POLLOUT, left_ms(deadline_ns, UINT32_MAX));
+            if (ready == 0)
+                errno = ETIMEDOUT;
+            if (ready <= 0)
+                return -1;
+            continue;
+        }
         if (sent < 0)
             return -1;
         size_t left = (size_t)sent;
@@ -278,32 +335,55 @@ int kvf__redis_send_all(int fd, struct iovec *iov, size_t n)
     return 0;
 }
 
-kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c, struct iovec *iov, size_t n)
+/* A deadline of 0: the configured timeout from now. */
+static uint64_t deadline_or_timeout(const kvf__redis_node *node, uint64_t deadline_ns)
 {
-    if (kvf__redis_send_all(c->fd, iov, n) == 0)
+    return deadline_ns ? deadline_ns : kvf__now_ns() + node->opts->timeout_ms * 1000000ull;
+}
+
+kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c, struct iovec *iov, size_t n,
+                                uint64_t deadline_ns)
+{
+    if (kvf__redis_send_all(c->fd, iov, n, deadline_or_timeout(node, deadline_ns)) == 0)
         return KVF_OK;
-    if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: send: not accepting bytes for %u ms",
-                         node->name, node->opts->timeout_ms);
+    if (errno == ETIMEDOUT)
+        return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: send: not accepting bytes in time",
+                         node->name);
     return kvf__fail(KVF_ERR_REMOTE, "redis %s: send: %s", node->name, strerror(errno));
 }
 
-kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c, redisReply **reply_p)
+kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c, uint64_t deadline_ns,
+                                redisReply **reply_p)
 {
-    void *reply = NULL;
-    errno = 0;
-    if (redisGetReply(c, &reply) != REDIS_OK || !reply)
-        return context_failure(node, c, errno, "reply", node->opts->timeout_ms);
-    *reply_p = reply;
-    return KVF_OK;
+    deadline_ns = deadline_or_timeout(node, deadline_ns);
+    for (;;) {
+        void *reply = NULL;
+        errno = 0;
+        if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
+            return context_failure(node, c, errno, "reply", 0);
+        if (reply) {
+            *reply_p = reply;
+            return KVF_OK;
+        }
+        int ready = wait_fd(c->fd, POLLIN, left_ms(deadline_ns, UINT32_MAX));
+        if (ready == 0)
+            return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: reply: not complete in time",
+                             node->name);
+        if (ready < 0)
+            return kvf__fail(KVF_ERR_REMOTE, "redis %s: reply: poll: %s", node->name,
+                             strerror(errno));
+        errno = 0;
+        if (redisBufferRead(c) != REDIS_OK)
+            return context_failure(node, c, errno, "reply", 0);
+    }
 }
 
 kvf_status kvf__redis_node_read_into(kvf__redis_node *node, redisContext *c, kvf__redis_sink *sink,
-                                     redisReply **reply_p)
+                                     uint64_t deadline_ns, redisReply **reply_p)
 {
     sink->taken = false;
     c->reader->privdata = sink;
-    kvf_status st = kvf__redis_node_read(node, c, reply_p);
+    kvf_status st = kvf__redis_node_read(node, c, deadline_ns, reply_p);
     c->reader->privdata = NULL;
     return st;
 }

@@ -20,8 +20,8 @@
  * at open); MOVED replies are followed and refresh the slot map, ASK
  * replies are followed with ASKING. A node that is down or slow fails only
  * the blocks routed to it. Failed connections are retried (`retries`
- * times, backoff doubling from `retry_backoff_ms`); timeouts are not, so
- * a batch never waits much more than `timeout_ms` on a stalled node. A
+ * times, backoff doubling from `retry_backoff_ms`, within the call's
+ * deadline); timeouts are not. A
  * node that cannot be connected to is left alone for `down_ms` (its
  * blocks fail at once, "down"), then connected to again.
  *
@@ -43,7 +43,7 @@ typedef struct kvf__remote_config {
     uint64_t fingerprint; /* layout of the blocks; 0 accepts any layout on read */
     uint32_t ttl_s;       /* expiry of stored blocks (SET ... EX); 0: none */
     uint32_t connect_timeout_ms;
-    uint32_t timeout_ms; /* longest wait for a node to answer or accept bytes */
+    uint32_t timeout_ms; /* a single command's timeout, and a batch call's without a deadline */
     uint32_t pool_size;  /* idle connections kept per node */
     uint32_t retries;    /* extra attempts after a failed connection */
     uint32_t retry_backoff_ms;
@@ -114,24 +114,60 @@ typedef struct kvf__remote_get {
  * else the first failed block's status, kvf_last_error() naming its key
  * and node. KVF_ERR_INVALID (nothing done) for a NULL or n == 0.
  *
+ * A call returns by `deadline_ns` (kvf__now_ns() time; 0: timeout_ms
+ * from the call), however many blocks and however slowly a node sends or
+ * takes its bytes: the blocks not done by then are KVF_ERR_TIMEOUT, and
+ * those not yet sent are failed without contacting their node again. A
+ * connection that timed out mid-reply is closed (a later call connects
+ * anew).
+ *
  * put:    KVF_OK stored; KVF_ERR_REMOTE / KVF_ERR_TIMEOUT (the block may or
  *         may not be stored: a later get checks it either way).
- * get:    KVF_OK, payload copied and checked; KVF_ERR_NOT_FOUND; KVF_ERR_
- *         CORRUPT / KVF_ERR_MISMATCH (never any data); KVF_ERR_RANGE when
- *         cap is too small; KVF_ERR_REMOTE / KVF_ERR_TIMEOUT. dst's bytes
- *         are unspecified after a failure.
+ * get:    KVF_OK, payload copied and checked; KVF_ERR_NOT_FOUND (also for
+ *         an empty value); KVF_ERR_CORRUPT / KVF_ERR_MISMATCH (never any
+ *         data; a value larger than a header and `cap` payload bytes is
+ *         CORRUPT, and no more than that is read of it); KVF_ERR_RANGE when
+ *         cap is too small for the block its header describes; KVF_ERR_
+ *         REMOTE / KVF_ERR_TIMEOUT. dst's bytes are unspecified after a
+ *         failure.
  * exists: KVF_OK present, KVF_ERR_NOT_FOUND absent (the value is not
  *         read: a get may still find it corrupt).
  * delete: KVF_OK whether or not the block existed.
  */
-KVF_INTERNAL kvf_status kvf__remote_put_batch(kvf__remote *r, const kvf__remote_put *blocks,
-                                              size_t n, kvf_status *status);
-KVF_INTERNAL kvf_status kvf__remote_get_batch(kvf__remote *r, kvf__remote_get *blocks, size_t n,
-                                              kvf_status *status);
-KVF_INTERNAL kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                                 kvf_status *status);
-KVF_INTERNAL kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                                 kvf_status *status);
+KVF_INTERNAL kvf_status kvf__remote_put_batch_until(kvf__remote *r, const kvf__remote_put *blocks,
+                                                    size_t n, uint64_t deadline_ns,
+                                                    kvf_status *status);
+KVF_INTERNAL kvf_status kvf__remote_get_batch_until(kvf__remote *r, kvf__remote_get *blocks,
+                                                    size_t n, uint64_t deadline_ns,
+                                                    kvf_status *status);
+KVF_INTERNAL kvf_status kvf__remote_exists_batch_until(kvf__remote *r, const uint64_t *keys,
+                                                       size_t n, uint64_t deadline_ns,
+                                                       kvf_status *status);
+KVF_INTERNAL kvf_status kvf__remote_delete_batch_until(kvf__remote *r, const uint64_t *keys,
+                                                       size_t n, uint64_t deadline_ns,
+                                                       kvf_status *status);
+
+/* The batch calls with the configured timeout from the call as deadline. */
+static inline kvf_status kvf__remote_put_batch(kvf__remote *r, const kvf__remote_put *blocks,
+                                               size_t n, kvf_status *status)
+{
+    return kvf__remote_put_batch_until(r, blocks, n, 0, status);
+}
+static inline kvf_status kvf__remote_get_batch(kvf__remote *r, kvf__remote_get *blocks, size_t n,
+                                               kvf_status *status)
+{
+    return kvf__remote_get_batch_until(r, blocks, n, 0, status);
+}
+static inline kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t *keys, size_t n,
+                                                  kvf_status *status)
+{
+    return kvf__remote_exists_batch_until(r, keys, n, 0, status);
+}
+static inline kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
+                                                  kvf_status *status)
+{
+    return kvf__remote_delete_batch_until(r, keys, n, 0, status);
+}
 
 /* PINGs the server, or every cluster node that serves slots. KVF_OK when
  * all answer. */

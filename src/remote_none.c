@@ -18,26 +18,26 @@ kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_
 
 void kvf__remote_close(kvf__remote *r) {}
 
-kvf_status kvf__remote_put_batch(kvf__remote *r, const kvf__remote_put *blocks, size_t n,
-                                 kvf_status *status)
+kvf_status kvf__remote_put_batch_until(kvf__remote *r, const kvf__remote_put *blocks, size_t n,
+                                       uint64_t deadline_ns, kvf_status *status)
 {
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }
 
-kvf_status kvf__remote_get_batch(kvf__remote *r, kvf__remote_get *blocks, size_t n,
-                                 kvf_status *status)
+kvf_status kvf__remote_get_batch_until(kvf__remote *r, kvf__remote_get *blocks, size_t n,
+                                       uint64_t deadline_ns, kvf_status *status)
 {
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }
 
-kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                    kvf_status *status)
+kvf_status kvf__remote_exists_batch_until(kvf__remote *r, const uint64_t *keys, size_t n,
+                                          uint64_t deadline_ns, kvf_status *status)
 {
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }
 
-kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                    kvf_status *status)
+kvf_status kvf__remote_delete_batch_until(kvf__remote *r, const uint64_t *keys, size_t n,
+                                          uint64_t deadline_ns, kvf_status *status)
 {
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }

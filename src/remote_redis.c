@@ -1,6 +1,6 @@
 /*
  * The remote tier on Redis (remote.h): batches of blocks as pipelined
- * SET / GET / EXISTS / DEL, one pipeline per node and round.
+ * SET / GETRANGE / EXISTS / DEL, one pipeline per node and round.
  *
  * A batch runs in rounds. Each round groups the blocks still pending by
  * the node they are routed to, writes every node's pipeline first and
@@ -10,6 +10,13 @@
  * block. Commands are encoded here (RESP) so a SET is written from three
  * pieces without a copy: command and header, the caller's payload, the
  * tail (CRLF and the optional EX).
+ *
+ * Blocks are read with GETRANGE up to one byte past the largest value the
+ * caller's buffer can take, not GET: a value too large for any block is
+ * refused having read that much of it, never buffered whole.
+ *
+ * Every round, wait and backoff of a batch is bounded by its deadline;
+ * once it passes, the blocks left fail without another word to a node.
  */
 #include "redis_internal.h"
 
@@ -68,6 +75,8 @@ typedef struct batch {
     kvf__remote_get *gets;
     kvf_status *status;
     bool backoff;
+    uint64_t deadline_ns;          /* kvf__now_ns() time by which the call returns */
+    uint32_t budget_ms;            /* the time the call was given, for messages */
     kvf__redis_node *refresh_from; /* a MOVED was seen: reread the slot map */
     kvf_status first;
     char first_msg[512];
@@ -106,6 +115,16 @@ static void op_finish(batch *b, op *o, kvf_status st)
         snprintf(b->first_msg, sizeof b->first_msg, "block 0x%" PRIx64 " (key %s): %s", o->key,
                  o->key_text, kvf_last_error());
     }
+}
+
+/* A timeout's message says how long the call had. */
+static kvf_status with_budget(const batch *b, kvf_status st)
+{
+    if (st != KVF_ERR_TIMEOUT)
+        return st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", kvf_last_error());
+    return kvf__fail(st, "%s (the call had %u ms)", why, b->budget_ms);
 }
 
 /* A failed connection: retried when attempts are left, else final. */
@@ -178,6 +197,9 @@ static kvf_status take_value(batch *b, op *o, const char *str, size_t len)
     kvf__remote_get *g = &b->gets[o - b->ops];
     char what[320];
     snprintf(what, sizeof what, "redis %s", o->node->name);
+    /* GETRANGE answers an absent key with an empty string */
+    if (len == 0)
+        return KVF_ERR_NOT_FOUND;
     if (len < HDR)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
                          what, len);
@@ -188,7 +210,12 @@ static kvf_status take_value(batch *b, op *o, const char *str, size_t len)
         st = kvf__block_header_expect(&h, what, b->r->fingerprint, b->r->ns_hash, o->key);
     if (st != KVF_OK)
         return st;
-    if (h.payload_bytes != len - HDR)
+    if (h.payload_bytes <= g->cap && len - HDR > g->cap)
+        return kvf__fail(KVF_ERR_CORRUPT,
+                         "%s: value of more than %zu bytes, its header says %" PRIu64
+                         " payload bytes (not read further)",
+                         what, HDR + g->cap, h.payload_bytes);
+    if (h.payload_bytes != len - HDR && h.payload_bytes <= g->cap)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %" PRIu64,
                          what, len - HDR, h.payload_bytes);
     if (h.payload_bytes > g->cap)
@@ -232,14 +259,25 @@ static void op_reply(batch *b, op *o, const redisReply *reply)
 }
 
 /* RESP of "<verb> <key>" (and, for SET, the value's length line and the
- * header) into o->cmd. */
-static void op_encode(const kvf__remote *r, op *o, op_kind kind, const kvf__remote_put *put)
+ * header; for GETRANGE, the range) into o->cmd. */
+static void op_encode(const kvf__remote *r, op *o, op_kind kind, const kvf__remote_put *put,
+                      const kvf__remote_get *get)
 {
-    static const char *const verbs[] = {"SET", "GET", "EXISTS", "DEL"};
+    static const char *const verbs[] = {"SET", "GETRANGE", "EXISTS", "DEL"};
     const char *verb = verbs[kind];
-    int argc = kind == OP_SET ? r->set_argc : 2;
+    int argc = kind == OP_SET ? r->set_argc : kind == OP_GET ? 4 : 2;
     int len = snprintf(o->cmd, sizeof o->cmd, "*%d\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", argc,
                        strlen(verb), verb, o->key_len, o->key_text);
+    if (kind == OP_GET) {
+        /* the range is inclusive: one byte more than a block can hold
+         * tells a value too large from one that fits */
+        char end[24];
+        int n = get->cap > (size_t)INT64_MAX - HDR
+                    ? snprintf(end, sizeof end, "-1")
+                    : snprintf(end, sizeof end, "%zu", HDR + get->cap);
+        len +=
+            snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$1\r\n0\r\n$%d\r\n%s\r\n", n, end);
+    }
     if (kind == OP_SET) {
         len += snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$%zu\r\n",
                         HDR + put->payload_bytes);
@@ -271,9 +309,10 @@ static kvf_status take_value_sink(void *arg, const char *str, size_t len)
 static size_t op_iov(const batch *b, op *o, struct iovec *iov)
 {
     const kvf__remote_put *put = b->puts ? &b->puts[o - b->ops] : NULL;
+    const kvf__remote_get *get = b->gets ? &b->gets[o - b->ops] : NULL;
     /* encoded when first sent: a SET's header needs its payload's CRC */
     if (o->cmd_len == 0)
-        op_encode(b->r, o, b->kind, put);
+        op_encode(b->r, o, b->kind, put, get);
     size_t k = 0;
     if (o->asking)
         iov[k++] = (struct iovec){(void *)ASKING_CMD, sizeof ASKING_CMD - 1};
@@ -296,7 +335,7 @@ static void send_group(batch *b, group *g, size_t gi, struct iovec *iov)
                 op_finish(b, &b->ops[i], g->st);
         return;
     }
-    g->st = kvf__redis_node_acquire(g->node, &g->conn);
+    g->st = kvf__redis_node_acquire(g->node, b->deadline_ns, &g->conn);
     size_t k = 0, bytes = 0;
     for (size_t i = 0; i < b->n && g->st == KVF_OK; i++) {
         if (b->ops[i].done || b->ops[i].group != gi)
@@ -306,14 +345,15 @@ static void send_group(batch *b, group *g, size_t gi, struct iovec *iov)
             bytes += iov[j].iov_len;
         k += pieces;
         if (bytes >= SEND_CHUNK) {
-            g->st = kvf__redis_node_send(g->node, g->conn, iov, k);
+            g->st = kvf__redis_node_send(g->node, g->conn, iov, k, b->deadline_ns);
             k = bytes = 0;
         }
     }
     if (g->st == KVF_OK && k > 0)
-        g->st = kvf__redis_node_send(g->node, g->conn, iov, k);
+        g->st = kvf__redis_node_send(g->node, g->conn, iov, k, b->deadline_ns);
     if (g->st == KVF_OK)
         return;
+    g->st = with_budget(b, g->st);
     for (size_t i = 0; i < b->n; i++)
         if (!b->ops[i].done && b->ops[i].group == gi)
             op_failed_connection(b, &b->ops[i], g->st);
@@ -324,13 +364,14 @@ static void send_group(batch *b, group *g, size_t gi, struct iovec *iov)
 /* Reads group g's replies, in the order its commands were sent. */
 static void read_group(batch *b, group *g, size_t gi)
 {
+    bool lost = false;
     for (size_t i = 0; i < b->n; i++) {
         op *o = &b->ops[i];
         if (o->done || o->group != gi)
             continue;
         redisReply *reply = NULL;
         if (g->st == KVF_OK && o->asking) {
-            g->st = kvf__redis_node_read(g->node, g->conn, &reply);
+            g->st = kvf__redis_node_read(g->node, g->conn, b->deadline_ns, &reply);
             freeReplyObject(reply);
             o->asking = false;
         }
@@ -338,10 +379,14 @@ static void read_group(batch *b, group *g, size_t gi)
         value_target target = {b, o};
         kvf__redis_sink sink = {.take = take_value_sink, .arg = &target};
         if (g->st == KVF_OK)
-            g->st = b->kind == OP_GET ? kvf__redis_node_read_into(g->node, g->conn, &sink, &reply)
-                                      : kvf__redis_node_read(g->node, g->conn, &reply);
+            g->st = b->kind == OP_GET
+                        ? kvf__redis_node_read_into(g->node, g->conn, &sink, b->deadline_ns, &reply)
+                        : kvf__redis_node_read(g->node, g->conn, b->deadline_ns, &reply);
         if (g->st != KVF_OK) {
             /* the connection is lost: this block and the rest of the group */
+            if (!lost)
+                g->st = with_budget(b, g->st);
+            lost = true;
             op_failed_connection(b, o, g->st);
             continue;
         }
@@ -375,6 +420,19 @@ static void run_round(batch *b, group *groups, struct iovec *iov)
             read_group(b, &groups[gi], gi);
 }
 
+/* The deadline passed: the blocks still pending fail without their node
+ * being asked. */
+static void fail_unsent(batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        op *o = &b->ops[i];
+        if (!o->done)
+            op_finish(b, o,
+                      kvf__fail(KVF_ERR_TIMEOUT, "redis %s: not sent: the call's %u ms passed",
+                                o->node->name, b->budget_ms));
+    }
+}
+
 static kvf_status run_batch(batch *b)
 {
     kvf__remote *r = b->r;
@@ -393,13 +451,19 @@ static kvf_status run_batch(batch *b)
             pending = !b->ops[i].done;
         if (!pending)
             break;
+        uint64_t now = kvf__now_ns();
+        if (now >= b->deadline_ns) {
+            fail_unsent(b);
+            break;
+        }
         b->backoff = false;
         b->refresh_from = NULL;
         run_round(b, groups, iov);
         if (b->refresh_from && kvf__redis_topology_refresh(&r->topo, b->refresh_from) != KVF_OK)
             KVF_LOG(KVF_LOG_WARN, "%s", kvf_last_error());
         if (b->backoff) {
-            sleep_ms(backoff);
+            uint64_t left_ms = (b->deadline_ns - kvf__now_ns()) / 1000000u;
+            sleep_ms(left_ms < backoff ? (uint32_t)left_ms : backoff);
             backoff = backoff * 2 < BACKOFF_CAP_MS ? backoff * 2 : BACKOFF_CAP_MS;
         }
     }
@@ -413,8 +477,11 @@ static kvf_status run_batch(batch *b)
 
 static kvf_status batch_run(kvf__remote *r, op_kind kind, const uint64_t *keys, size_t stride,
                             size_t n, const kvf__remote_put *puts, kvf__remote_get *gets,
-                            kvf_status *status)
+                            uint64_t deadline_ns, kvf_status *status)
 {
+    uint64_t start = kvf__now_ns();
+    if (!deadline_ns)
+        deadline_ns = start + r->topo.opts.timeout_ms * 1000000ull;
     static const char *const names[] = {"put", "get", "exists", "delete"};
     if (!r || !keys || !status || n == 0)
         return kvf__fail(KVF_ERR_INVALID, "remote %s_batch: NULL argument or no blocks",
@@ -430,6 +497,8 @@ static kvf_status batch_run(kvf__remote *r, op_kind kind, const uint64_t *keys, 
                .puts = puts,
                .gets = gets,
                .status = status,
+               .deadline_ns = deadline_ns,
+               .budget_ms = deadline_ns > start ? (uint32_t)((deadline_ns - start) / 1000000u) : 0,
                .first = KVF_OK};
     for (size_t i = 0; i < n; i++) {
         op *o = &ops[i];
@@ -444,38 +513,38 @@ static kvf_status batch_run(kvf__remote *r, op_kind kind, const uint64_t *keys, 
     return st;
 }
 
-kvf_status kvf__remote_put_batch(kvf__remote *r, const kvf__remote_put *blocks, size_t n,
-                                 kvf_status *status)
+kvf_status kvf__remote_put_batch_until(kvf__remote *r, const kvf__remote_put *blocks, size_t n,
+                                       uint64_t deadline_ns, kvf_status *status)
 {
     for (size_t i = 0; blocks && i < n; i++)
         if (!blocks[i].payload && blocks[i].payload_bytes)
             return kvf__fail(KVF_ERR_INVALID, "remote put_batch: block 0x%" PRIx64 ": no payload",
                              blocks[i].key);
     return batch_run(r, OP_SET, blocks ? &blocks->key : NULL, sizeof *blocks, n, blocks, NULL,
-                     status);
+                     deadline_ns, status);
 }
 
-kvf_status kvf__remote_get_batch(kvf__remote *r, kvf__remote_get *blocks, size_t n,
-                                 kvf_status *status)
+kvf_status kvf__remote_get_batch_until(kvf__remote *r, kvf__remote_get *blocks, size_t n,
+                                       uint64_t deadline_ns, kvf_status *status)
 {
     for (size_t i = 0; blocks && i < n; i++)
         if (!blocks[i].dst && blocks[i].cap)
             return kvf__fail(KVF_ERR_INVALID, "remote get_batch: block 0x%" PRIx64 ": no buffer",
                              blocks[i].key);
     return batch_run(r, OP_GET, blocks ? &blocks->key : NULL, sizeof *blocks, n, NULL, blocks,
-                     status);
+                     deadline_ns, status);
 }
 
-kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                    kvf_status *status)
+kvf_status kvf__remote_exists_batch_until(kvf__remote *r, const uint64_t *keys, size_t n,
+                                          uint64_t deadline_ns, kvf_status *status)
 {
-    return batch_run(r, OP_EXISTS, keys, sizeof *keys, n, NULL, NULL, status);
+    return batch_run(r, OP_EXISTS, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);
 }
 
-kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                    kvf_status *status)
+kvf_status kvf__remote_delete_batch_until(kvf__remote *r, const uint64_t *keys, size_t n,
+                                          uint64_t deadline_ns, kvf_status *status)
 {
-    return batch_run(r, OP_DEL, keys, sizeof *keys, n, NULL, NULL, status);
+    return batch_run(r, OP_DEL, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);
 }
 
 /* Whether `node` owns a slot: a seed that is not (or no longer) part of
@@ -495,7 +564,7 @@ static bool serves_slots(kvf__redis_topology *t, size_t index)
 static kvf_status ping_node(kvf__redis_node *node)
 {
     redisContext *c;
-    kvf_status st = kvf__redis_node_acquire(node, &c);
+    kvf_status st = kvf__redis_node_acquire(node, 0, &c);
     if (st != KVF_OK)
         return st;
     const char *argv[] = {"PING"};

@@ -7,6 +7,8 @@
 #ifdef KVF_HAVE_HIREDIS
 #include "redis_server.h"
 
+#include <sys/resource.h>
+
 #include <pthread.h>
 #endif
 
@@ -300,6 +302,74 @@ static int test_corrupt_values(void)
     return 0;
 }
 
+/* A value far larger than any block under a block key (stored behind
+ * kvferry's back) is refused without being read whole: the peak memory
+ * of a fresh process (this program run with --oversize PORT) that gets
+ * it does not grow by its size; the value stays. */
+enum { BIG = 64 << 20 };
+
+static int oversize_child(int port)
+{
+    server.port = port;
+    kvf__remote *r = open_default("big", FP);
+    if (!r)
+        return 2;
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    kvf__remote_get g[1];
+    kvf_status st[1];
+    get_blocks(r, 0x60, 1, 4096, g, st);
+    getrusage(RUSAGE_SELF, &after);
+    CHECK_STATUS(st[0], KVF_ERR_CORRUPT);
+    CHECK_STR_HAS(kvf_last_error(), "kvf:big:0000000000000060");
+    char node[32];
+    snprintf(node, sizeof node, "127.0.0.1:%d", port);
+    CHECK_STR_HAS(kvf_last_error(), node);
+    long grew_kib = after.ru_maxrss - before.ru_maxrss;
+    fprintf(stderr, "  64 MiB value refused; peak RSS grew by %ld KiB\n", grew_kib);
+    CHECK(grew_kib < 8 * 1024);
+    free_gets(g, 1);
+    kvf__remote_close(r);
+    return TEST_RESULT();
+}
+
+static const char *self_path;
+
+static int test_oversize_value(void)
+{
+    kvf__remote *r = open_default("big", FP);
+    REQUIRE(r);
+    uint8_t *bufs[1];
+    REQUIRE(put_blocks(r, 0x60, 1, 4096, bufs) == 0);
+    /* SETRANGE pads the valid block with zeros up to 64 MiB, without the
+     * value passing through this process */
+    CHECK(redis_run(server.port, NULL, REDIS_REPLY_INTEGER, "SETRANGE kvf:big:%016x %d x", 0x60,
+                    BIG - 1) == 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", server.port);
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        execl(self_path, self_path, "--oversize", port, (char *)NULL);
+        _exit(127);
+    }
+    int ws;
+    REQUIRE(waitpid(pid, &ws, 0) == pid);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    CHECK(redis_run(server.port, NULL, REDIS_REPLY_INTEGER, "STRLEN kvf:big:%016x", 0x60) == 0);
+    /* an empty value is no block: a miss */
+    CHECK(redis_run(server.port, NULL, REDIS_REPLY_STATUS, "SET kvf:big:%016x %s", 0x61, "") == 0);
+    kvf__remote_get g[1];
+    kvf_status st[1];
+    get_blocks(r, 0x61, 1, 4096, g, st);
+    CHECK_STATUS(st[0], KVF_ERR_NOT_FOUND);
+    free_gets(g, 1);
+    free(bufs[0]);
+    kvf__remote_close(r);
+    return 0;
+}
+
 static int test_ttl_and_db(void)
 {
     char url[128];
@@ -522,8 +592,16 @@ static int test_open_errors(void)
 
 #endif /* KVF_HAVE_HIREDIS */
 
-int main(void)
+int main(int argc, char **argv)
 {
+#ifdef KVF_HAVE_HIREDIS
+    self_path = argv[0];
+    if (argc == 3 && strcmp(argv[1], "--oversize") == 0)
+        return oversize_child(atoi(argv[2]));
+#else
+    (void)argc;
+    (void)argv;
+#endif
     RUN(test_url_parse);
 #ifndef KVF_HAVE_HIREDIS
     kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
@@ -544,6 +622,7 @@ int main(void)
     RUN(test_namespace_and_layout);
     RUN(test_two_processes);
     RUN(test_corrupt_values);
+    RUN(test_oversize_value);
     RUN(test_ttl_and_db);
     RUN(test_threads);
     RUN(test_auth);

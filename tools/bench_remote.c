@@ -126,7 +126,7 @@ static int raw_put_socket(raw_client *rc, size_t n, const uint8_t *const *values
         iov[3 * i + 1] = (struct iovec){(void *)values[i], value_bytes};
         iov[3 * i + 2] = (struct iovec){(void *)"\r\n", 2};
     }
-    if (rc_ == 0 && kvf__redis_send_all(rc->c->fd, iov, 3 * n) != 0) {
+    if (rc_ == 0 && kvf__redis_send_all(rc->c->fd, iov, 3 * n, 0) != 0) {
         fprintf(stderr, "kvferry bench: %s: send: %s\n", rc->name, strerror(errno));
         rc_ = -1;
     }
