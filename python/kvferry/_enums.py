@@ -1,9 +1,30 @@
-"""The C enums, value for value (include/kvferry.h)."""
+"""The C enums, value for value (include/kvferry.h).
+
+Each takes its member, its value, or its name as a string in any case, with
+"-" for "_" (Backend("host"), CacheRemote("write-through")), so every
+argument of an enum type accepts all three; anything else raises
+InvalidArgument naming the valid names.
+"""
 
 from enum import IntEnum
+from typing import Any, Optional, Union
 
 
-class Status(IntEnum):
+class _Enum(IntEnum):
+    @classmethod
+    def _missing_(cls, value: Any) -> Optional["_Enum"]:
+        if isinstance(value, str):
+            member = cls.__members__.get(value.strip().upper().replace("-", "_"))
+            if member is not None:
+                return member
+        from ._errors import make_error  # _errors needs this module first
+
+        names = ", ".join(repr(n.lower()) for n in cls.__members__)
+        raise make_error(Status.ERR_INVALID, f"{value!r} is not a {cls.__name__}: valid are {names}, "
+                         f"or {cls.__name__}.<NAME>, or the value")
+
+
+class Status(_Enum):
     OK = 0
     INPROGRESS = 1
     ERR_INVALID = -1
@@ -24,7 +45,7 @@ class Status(IntEnum):
     ERR_LOST = -52
 
 
-class Dtype(IntEnum):
+class Dtype(_Enum):
     FP32 = 0
     FP16 = 1
     BF16 = 2
@@ -35,65 +56,65 @@ class Dtype(IntEnum):
     FP4 = 7
 
 
-class Order(IntEnum):
+class Order(_Enum):
     HEAD_MAJOR = 0  # [layers][kv][heads][tokens][head]
     TOKEN_MAJOR = 1  # [layers][kv][tokens][heads][head]
 
 
-class Backend(IntEnum):
+class Backend(_Enum):
     AUTO = 0
     HOST = 1
     CUDA = 2
 
 
-class FileIO(IntEnum):
+class FileIO(_Enum):
     AUTO = 0
     POSIX = 1
     GDS = 2
 
 
-class GdsCompat(IntEnum):
+class GdsCompat(_Enum):
     AUTO = 0  # file_io GDS: as cuFile is configured, where it takes file_dir's files; AUTO: only with P2P
     OFF = 1  # P2P only
     ON = 2  # cuFile's compatibility mode too
 
 
-class FileEngine(IntEnum):
+class FileEngine(_Enum):
     AUTO = 0  # io_uring where built and allowed, else threads
     URING = 1
     THREADS = 2
 
 
-class Fsync(IntEnum):
+class Fsync(_Enum):
     NONE = 0
     BATCH = 1
     BLOCK = 2
 
 
-class CudaCopy(IntEnum):
+class CudaCopy(_Enum):
     AUTO = 0
     KERNEL = 1
     DMA = 2
 
 
-class Memory(IntEnum):
+class Memory(_Enum):
     HOST = 0
     HOST_PINNED = 1
     DEVICE = 2
 
 
-class Level(IntEnum):
+class Level(_Enum):
     PRIMARY = 0
     SECONDARY = 1
 
 
-class Tier(IntEnum):
+class Tier(_Enum):
     HOST = 0
     FILE = 1
     REMOTE = 2  # a Redis server or cluster (Engine(remote_url=...))
 
 
-def status(value: int):
+def status(value: int) -> Union[int, "Status"]:
     """value as a Status, or the plain int when this module does not know it."""
     try:
         return Status(value)
@@ -101,7 +122,7 @@ def status(value: int):
         return value
 
 
-class CacheTier(IntEnum):
+class CacheTier(_Enum):
     """The cache's tiers. Blocks fall through them GPU (when the cache owns
     GPU blocks), host, disk, remote."""
 
@@ -111,7 +132,7 @@ class CacheTier(IntEnum):
     GPU = 3  # primary slots the cache allocates (Cache(gpu_blocks=...))
 
 
-class CacheRemote(IntEnum):
+class CacheRemote(_Enum):
     """How a Cache uses its engine's remote tier."""
 
     OFF = 0
@@ -119,7 +140,18 @@ class CacheRemote(IntEnum):
     READ = 2  # lookups and gets fall back to it; puts leave it alone
 
 
-class EventKind(IntEnum):
+class EventKind(_Enum):
     STORED = 0  # a block entered the cache (tier: where)
     UPDATED = 1  # a block moved down a tier (from_tier -> tier)
     REMOVED = 2  # a block left the cache (tier: the one it left)
+
+
+# What an argument of each enum type accepts: the member, its value or its name.
+DtypeLike = Union[Dtype, int, str]
+OrderLike = Union[Order, int, str]
+BackendLike = Union[Backend, int, str]
+MemoryLike = Union[Memory, int, str]
+LevelLike = Union[Level, int, str]
+TierLike = Union[Tier, int, str]
+CacheTierLike = Union[CacheTier, int, str]
+CacheRemoteLike = Union[CacheRemote, int, str]

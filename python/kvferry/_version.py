@@ -15,7 +15,7 @@ def header_version(header):
 
 def package_version():
     try:
-        from ._build_version import version  # written by setup.py
+        from ._build_version import version  # written by the wheel build (CMakeLists.txt)
 
         return version
     except ImportError:
