@@ -68,8 +68,15 @@ typedef enum kvf_status {
     KVF_ERR_STATE = -4,       /* not now: e.g. a pool added after transfers */
     KVF_ERR_UNKNOWN_TICKET = -5,
 
-    /* memory */
+    /* memory and the process's other resources */
     KVF_ERR_NOMEM = -10,
+    /* The process is out of a resource (file descriptors: EMFILE, ENFILE;
+     * threads or buffers: EAGAIN, ENOBUFS). Says nothing about the block:
+     * a stored block whose read failed so stays stored and cached, and a
+     * later read, once the resource is free again, can succeed. The file
+     * workers retry such a move once, after a short wait, then report it:
+     * recompute the block now (the stored copy stays for later). */
+    KVF_ERR_RESOURCE = -11,
 
     /* devices */
     KVF_ERR_NO_DEVICE = -20, /* no GPU, no driver, or a build without CUDA */
