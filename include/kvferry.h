@@ -707,7 +707,10 @@ typedef struct kvf_cache_config {
  * removed. The engine must outlive the cache.
  * @return KVF_OK; KVF_ERR_INVALID when every tier is off, a tier lacks
  *         what it needs, or a field is out of range; KVF_ERR_RANGE when
- *         host_blocks exceeds the secondary slots.
+ *         host_blocks exceeds the secondary slots; KVF_ERR_RESOURCE (or
+ *         another file status) when the stored blocks cannot all be
+ *         listed, out of file descriptors say: nothing is removed, and a
+ *         create once the descriptors are free finds them all.
  */
 KVF_API kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg,
                                     kvf_cache **cache_p);

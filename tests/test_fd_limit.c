@@ -178,8 +178,22 @@ static int test_cache_restart_at_low_limit(void)
     struct rlimit saved;
     REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
     REQUIRE(fx_open(&f, 256, &cc) == 0);
-    int lim = limit_leaving(3), idle = test_count_fds();
+    int lim = limit_leaving(3), idle = test_count_fds(), lim_listing = limit_leaving(1);
     fx_close(&f);
+
+    /* one descriptor to spare: the listing at create opens the directory
+     * and no block; the create fails rather than know none of them */
+    REQUIRE(lim_listing > 0 && (rlim_t)lim_listing < saved.rlim_cur);
+    REQUIRE(set_fd_limit((rlim_t)lim_listing) == 0);
+    if (fx_open(&f, 256, NULL) == 0) {
+        CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_ERR_RESOURCE);
+        CHECK_STR_HAS(kvf_last_error(), ".kvf: open");
+    }
+    REQUIRE(set_fd_limit(saved.rlim_cur) == 0);
+    fx_close(&f);
+    for (uint32_t i = 0; i < NBLOCKS; i++)
+        CHECK(file_exists(&f, KEY0 + i));
+
     REQUIRE(lim > 0);
     rlim_t low = (rlim_t)lim;
     fprintf(stderr, "idle engine and cache: %d descriptors open; limit set to %llu\n", idle,
