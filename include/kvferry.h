@@ -68,8 +68,15 @@ typedef enum kvf_status {
     KVF_ERR_STATE = -4,       /* not now: e.g. a pool added after transfers */
     KVF_ERR_UNKNOWN_TICKET = -5,
 
-    /* memory */
+    /* memory and the process's other resources */
     KVF_ERR_NOMEM = -10,
+    /* The process is out of a resource (file descriptors: EMFILE, ENFILE;
+     * threads or buffers: EAGAIN, ENOBUFS). Says nothing about the block:
+     * a stored block whose read failed so stays stored and cached, and a
+     * later read, once the resource is free again, can succeed. The file
+     * workers retry such a move once, after a short wait, then report it:
+     * recompute the block now (the stored copy stays for later). */
+    KVF_ERR_RESOURCE = -11,
 
     /* devices */
     KVF_ERR_NO_DEVICE = -20, /* no GPU, no driver, or a build without CUDA */
@@ -767,7 +774,10 @@ typedef struct kvf_cache_config {
  * removed. The engine must outlive the cache.
  * @return KVF_OK; KVF_ERR_INVALID when every tier is off, a tier lacks
  *         what it needs, or a field is out of range; KVF_ERR_RANGE when
- *         host_blocks exceeds the secondary slots.
+ *         host_blocks exceeds the secondary slots; KVF_ERR_RESOURCE (or
+ *         another file status) when the stored blocks cannot all be
+ *         listed, out of file descriptors say: nothing is removed, and a
+ *         create once the descriptors are free finds them all.
  */
 KVF_API kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg,
                                     kvf_cache **cache_p);
@@ -818,9 +828,12 @@ KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const ui
  * block with KVF_ERR_NOT_FOUND.
  * The blocks are pinned until the ticket is waited for or polled to
  * completion (wait for every get), and count as used (for LRU and disk
- * admission). A GPU-tier slot is a destination only while handed out. A block that cannot be read
- * back whole and checked (an I/O error, a corrupt file) fails its status, is removed from the
- * cache, and its slot holds no data to use: recompute it.
+ * admission). A GPU-tier slot is a destination only while handed out. A block that fails its
+ * status leaves its slot with no data to use: recompute it. Only evidence against the stored
+ * block itself (KVF_ERR_CORRUPT, KVF_ERR_MISMATCH, KVF_ERR_NOT_FOUND, KVF_ERR_LOST) removes it
+ * from the cache; one that failed for want of a resource (KVF_ERR_RESOURCE: out of file
+ * descriptors, say), of memory, or for an I/O error stays cached and stored, and a later get
+ * may read it.
  * @param ticket_p  required: the primary slots are valid once it completes.
  */
 KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
@@ -905,7 +918,11 @@ KVF_API kvf_status kvf_cache_free(kvf_cache *cache, const uint32_t *slots, size_
  * tier is not consulted here (use kvf_cache_get into allocated slots).
  * @param ticket_p  receives a ticket; the slots hold the blocks once it
  *        completes. A block that could not be read back fails its status
- *        there, and is removed when unpinned: recompute it.
+ *        there: recompute it. One read from disk that failed for want of
+ *        a resource, of memory, or for an I/O error (not a damaged or
+ *        missing file) goes back to the disk tier, its file kept; others
+ *        are removed when unpinned. A block's file is removed once the
+ *        acquire that brought it up is waited for.
  */
 KVF_API kvf_status kvf_cache_acquire(kvf_cache *cache, const kvf_key *keys, size_t n,
                                      uint32_t *slots, size_t *hits_p, kvf_ticket *ticket_p);

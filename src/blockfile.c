@@ -1283,8 +1283,17 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
         if (!(strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)))
             continue;
         int bfd = openat(dir->dir_fd, n, O_RDONLY | O_CLOEXEC);
-        if (bfd < 0)
+        if (bfd < 0 && errno == ENOENT)
             continue; /* removed since readdir */
+        if (bfd < 0) {
+            /* out of descriptors, say: skipping the block would drop it
+             * from the listing (a cache would not know it) for nothing */
+            int err = errno;
+            char eb[128];
+            ret = kvf__fail(kvf__errno_status(err), "%s/%s: open: %s", dir->root, n,
+                            errstr(err, eb, sizeof eb));
+            break;
+        }
         uint8_t h[HDR];
         struct stat sb;
         bool ok = fstat(bfd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(bfd, h, HDR, 0) == HDR;

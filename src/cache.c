@@ -564,9 +564,38 @@ static void release_doomed(kvf_cache *c)
         unpin_one(c, c->doomed[--c->ndoomed]);
 }
 
+/* An acquire that could not read a block's file for a reason that says
+ * nothing against the file (the process out of descriptors, an I/O error)
+ * puts the block back on disk, its file untouched; the GPU slot it was to
+ * fill is free again. The disk tier may so hold one block over its
+ * capacity until its next eviction. */
+static void back_to_disk(kvf_cache *c, entry *e, kvf_status st)
+{
+    if (e->pins == 0)
+        lru_unlink(c, e);
+    c->gpu_state[e->slot] = GPU_FREE;
+    c->gpu_free[c->ngpu_free++] = e->slot;
+    c->used[KVF_CACHE_GPU]--;
+    e->tier = KVF_CACHE_DISK;
+    e->slot = 0;
+    e->gen = ++c->next_gen;
+    c->used[KVF_CACHE_DISK]++;
+    if (e->pins == 0)
+        lru_append(c, e);
+    emit(c, KVF_EVENT_UPDATED, e, KVF_CACHE_GPU);
+    KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: not read into the GPU tier: %s; kept on disk",
+            (unsigned long long)e->key, kvf_status_str(st));
+}
+
 /* Applies a completed op to the map. Lock held. */
 static void op_apply(kvf_cache *c, op *o, call *k)
 {
+    /* an acquire from disk removes the files it read only now, once it
+     * knows each read's outcome; out of memory for the list, they stay
+     * (each holds its key's own bytes, and is checked again when read) */
+    pending stale = {0};
+    bool from_file =
+        o->kind == OPK_ACQUIRE && o->tier == KVF_CACHE_DISK && pending_reserve(&stale, o->n);
     for (size_t i = 0; i < o->n; i++) {
         kvf_status st = o->status[i];
         if (k && o->index[i] < k->n &&
@@ -598,16 +627,33 @@ static void op_apply(kvf_cache *c, op *o, call *k)
             if (--e->pins == 0)
                 lru_append(c, e);
         }
-        if (!e || e->gen != o->gens[i])
+        bool current = e && e->gen == o->gens[i];
+        /* a read that failed for want of a resource, or of a working disk
+         * or device, leaves its block whole where it is; a get the engine
+         * refused read nothing. An acquire from the host tier gave away
+         * the slot it read: its block goes whatever the failure. */
+        bool spared = st != KVF_OK &&
+                      (!kvf__status_condemns_block(st) || (o->kind == OPK_GET && o->ticket == 0));
+        bool kept = false;
+        if (from_file) {
+            if (current && spared) {
+                back_to_disk(c, e, st);
+                kept = true;
+            } else if (!(e && e->tier == KVF_CACHE_DISK)) { /* else the file is that entry's */
+                pending_add(&stale, (kvf_move){o->keys[i], o->keys[i], 0}, o->keys[i], 0, 0);
+            }
+        }
+        if (!current)
             continue; /* removed or placed again since: not this op's business */
         if ((o->kind == OPK_GET || o->kind == OPK_ACQUIRE) && st == KVF_OK)
             c->stats.bytes_out[o->tier] += c->block_bytes;
-        /* a get the engine refused read nothing and its block is fine; an
-         * acquire refused left its GPU slot without the block */
-        bool refused_read = o->kind == OPK_GET && o->ticket == 0;
-        if (st != KVF_OK && !refused_read) {
-            /* the block this move wrote or read is not there whole (a get
-             * the engine refused read nothing: its block is fine) */
+        if (o->kind == OPK_GET && spared) {
+            if (o->ticket != 0)
+                KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: read failed: %s; kept",
+                        (unsigned long long)e->key, kvf_cache_tier_name((kvf_cache_tier)e->tier),
+                        kvf_status_str(st));
+        } else if (st != KVF_OK && !kept) {
+            /* the block this move wrote or read is not there whole */
             c->stats.failures++;
             e->removing = true;
             KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: %s; removed",
@@ -621,6 +667,9 @@ static void op_apply(kvf_cache *c, op *o, call *k)
                 discard(c, e);
         }
     }
+    if (stale.n)
+        background_push(c, op_submit(c, OPK_REMOVE, KVF_CACHE_DISK, &stale));
+    pending_free(&stale);
 }
 
 /* Queues a batch of the cache's: it joins the call `k`, or the background
@@ -1700,12 +1749,11 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
         return st;
     put_batches pb = {0};
     pending up[2] = {{0}, {0}}; /* reads from the host tier, from files */
-    pending files = {0};        /* files of blocks that moved up, removed after the reads */
     pending fence = {0};        /* blocks already in the GPU tier */
     uint32_t *freed = malloc(n * sizeof *freed);
     size_t nfreed = 0;
     if (!freed || !put_batches_reserve(&pb, n) || !pending_reserve(&up[0], n) ||
-        !pending_reserve(&up[1], n) || !pending_reserve(&files, n) || !pending_reserve(&fence, n)) {
+        !pending_reserve(&up[1], n) || !pending_reserve(&fence, n)) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
     }
@@ -1757,19 +1805,18 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
             freed[nfreed++] = old_slot; /* reused only once the read is queued */
         } else {
             pending_add(&up[1], (kvf_move){e->key, s, 0}, e->key, e->gen, h);
-            pending_add(&files, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
         }
         emit(c, KVF_EVENT_UPDATED, e, from);
         slots[h] = s;
     }
     k->n = h;
     /* victims out of their GPU slots first, then the reads into them; the
-     * vacated host slots and files are reused only after those reads */
+     * vacated host slots are reused only after those reads, and the files
+     * read are removed once read (op_apply) */
     flush(c, &pb);
     submit_into(c, OPK_ACQUIRE, KVF_CACHE_HOST, &up[0], k);
     submit_into(c, OPK_ACQUIRE, KVF_CACHE_DISK, &up[1], k);
     submit_into(c, OPK_FENCE, KVF_CACHE_GPU, &fence, k);
-    submit_into(c, OPK_REMOVE, KVF_CACHE_DISK, &files, NULL);
     for (size_t i = 0; i < nfreed; i++)
         c->free_slots[c->nfree++] = freed[i];
     k->next = c->calls;
@@ -1783,7 +1830,6 @@ out:
     put_batches_free(&pb);
     pending_free(&up[0]);
     pending_free(&up[1]);
-    pending_free(&files);
     pending_free(&fence);
     return st;
 }

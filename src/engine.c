@@ -840,7 +840,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     if (e->backend->ops->copy_async) {
         int rc = pthread_create(&e->cb_thread, NULL, completion_main, e);
         if (rc != 0) {
-            st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_create: %s", strerror(rc));
+            st = kvf__fail(kvf__errno_status(rc), "kvf_engine_create: pthread_create: %s",
+                           strerror(rc));
             goto destroy_sync;
         }
         e->cb_started = true;
@@ -868,7 +869,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         e->workers[i].engine = e;
         int rc = pthread_create(&e->workers[i].thread, NULL, worker_main, &e->workers[i]);
         if (rc != 0) {
-            st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_create: %s", strerror(rc));
+            st = kvf__fail(kvf__errno_status(rc), "kvf_engine_create: pthread_create: %s",
+                           strerror(rc));
             goto stop_workers;
         }
         e->nworkers++;
@@ -2397,9 +2399,66 @@ static void onboard_done(kvf__blockfile_io *io)
         file_move_failed(b, i, st, kvf_last_error());
 }
 
-/* The file half of moves first..last-1 of a batch, all in flight at once
- * through the file I/O engine: gather into staging and write, or read and
+/* One pass of file I/O over the moves of first..last-1 still in progress,
+ * all in flight at once: gather into staging and write, or read and
  * scatter from staging. Each move gets its own status. */
+static void file_io_pass(worker *w, const batch *b, size_t first, size_t last, bool dev,
+                         bool to_file)
+{
+    kvf_engine *e = w->engine;
+    size_t slot_bytes = staging_slot_bytes(e);
+    size_t k = 0;
+    for (size_t i = first; i < last; i++) {
+        if (b->status[i] != KVF_INPROGRESS)
+            continue;
+        const kvf_move *mv = &b->moves[i];
+        kvf__blockfile_io *io = &w->ios[k];
+        io->buf = dev ? kvf__gds_buf_slot(w->gstaging, k) : w->staging + k * slot_bytes;
+        io->cap = slot_bytes;
+        io->img = dev ? kvf__gds_image_ops() : NULL;
+        io->img_arg = w->gstaging;
+        io->on_done = to_file ? NULL : onboard_done;
+        io->fill = to_file ? offload_fill : NULL;
+        io->arg = w;
+        io->meta.key = to_file ? mv->dst : mv->src;
+        w->io_moves[k++] = i;
+    }
+    w->file_batch = b;
+    if (to_file) {
+        kvf__blockfile_write_many(&e->dir, e->fio, w->ios, k);
+        for (size_t j = 0; j < k; j++)
+            if (w->ios[j].status != KVF_OK)
+                file_move_failed(b, w->io_moves[j], w->ios[j].status, w->ios[j].msg);
+    } else {
+        kvf__blockfile_read_many(&e->dir, e->fio, w->ios, k);
+    }
+}
+
+/* How long a worker waits before its one retry of the moves that found the
+ * process out of a resource: long enough for other threads' transfers to
+ * close their files, short against a recompute. */
+#define RESOURCE_RETRY_NS 5000000L
+
+/* Puts the moves of first..last-1 that failed for want of a resource back
+ * in progress, for one more pass; false when there are none. */
+static bool retry_resource_failures(const batch *b, size_t first, size_t last)
+{
+    size_t n = 0;
+    for (size_t i = first; i < last; i++)
+        if (b->status[i] == KVF_ERR_RESOURCE) {
+            b->status[i] = KVF_INPROGRESS;
+            n++;
+        }
+    if (n)
+        KVF_LOG(KVF_LOG_INFO, "%s: retrying %zu moves that found the process out of a resource",
+                op_names[b->kind], n);
+    return n > 0;
+}
+
+/* The file half of moves first..last-1 of a batch. A move that finds the
+ * process out of a resource (descriptors, above all, when many transfers
+ * run at once) is tried once more after a short wait, and then reported
+ * with KVF_ERR_RESOURCE: the block it read stays stored. */
 static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
 {
     kvf_engine *e = w->engine;
@@ -2425,33 +2484,14 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
             drop_failed_files(e, b, first, last);
         return;
     }
-    size_t slot_bytes = staging_slot_bytes(e);
-    size_t k = 0;
-    for (size_t i = first; i < last; i++) {
-        if (b->status[i] != KVF_INPROGRESS)
-            continue;
-        const kvf_move *mv = &b->moves[i];
-        kvf__blockfile_io *io = &w->ios[k];
-        io->buf = dev ? kvf__gds_buf_slot(w->gstaging, k) : w->staging + k * slot_bytes;
-        io->cap = slot_bytes;
-        io->img = dev ? kvf__gds_image_ops() : NULL;
-        io->img_arg = w->gstaging;
-        io->on_done = to_file ? NULL : onboard_done;
-        io->fill = to_file ? offload_fill : NULL;
-        io->arg = w;
-        io->meta.key = to_file ? mv->dst : mv->src;
-        w->io_moves[k++] = i;
+    file_io_pass(w, b, first, last, dev, to_file);
+    if (retry_resource_failures(b, first, last)) {
+        struct timespec pause = {0, RESOURCE_RETRY_NS};
+        nanosleep(&pause, NULL);
+        file_io_pass(w, b, first, last, dev, to_file);
     }
-    w->file_batch = b;
-    if (to_file) {
-        kvf__blockfile_write_many(&e->dir, e->fio, w->ios, k);
-        for (size_t j = 0; j < k; j++)
-            if (w->ios[j].status != KVF_OK)
-                file_move_failed(b, w->io_moves[j], w->ios[j].status, w->ios[j].msg);
+    if (to_file)
         drop_failed_files(e, b, first, last);
-    } else {
-        kvf__blockfile_read_many(&e->dir, e->fio, w->ios, k);
-    }
 }
 
 static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)

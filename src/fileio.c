@@ -297,7 +297,7 @@ static kvf_status pool_start(kvf__fileio *io)
         int rc = pthread_create(&io->threads[i], NULL, pool_main, io);
         if (rc != 0) {
             pool_stop(io);
-            return kvf__fail(KVF_ERR_NOMEM, "file i/o: pthread_create: %s", strerror(rc));
+            return kvf__fail(kvf__errno_status(rc), "file i/o: pthread_create: %s", strerror(rc));
         }
         io->nthreads++;
     }
@@ -485,7 +485,11 @@ static kvf_status rings_create(kvf__fileio *io, uint32_t lanes)
         int rc = atomic_load(&refuse_uring) ? -EPERM : io_uring_queue_init(entries, &ln->ring, 0);
         if (rc < 0) {
             rings_destroy(io);
-            return kvf__fail(rc == -ENOMEM ? KVF_ERR_NOMEM : KVF_ERR_UNSUPPORTED,
+            /* out of memory or descriptors says nothing of io_uring's
+             * support: the caller falls back either way, and reports it */
+            kvf_status why = kvf__errno_status(-rc);
+            return kvf__fail(why == KVF_ERR_NOMEM || why == KVF_ERR_RESOURCE ? why
+                                                                             : KVF_ERR_UNSUPPORTED,
                              "io_uring_queue_init: %s", strerror(-rc));
         }
         pthread_mutex_init(&ln->mu, NULL);

@@ -25,8 +25,14 @@ KVF_INTERNAL kvf_status kvf__fail(kvf_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 KVF_INTERNAL void kvf__clear_error(void);
 /* Maps an errno value to a status: ENOSPC/EDQUOT -> NO_SPACE, ENOMEM ->
- * NOMEM, ENOENT -> NOT_FOUND, anything else -> IO. */
+ * NOMEM, EMFILE/ENFILE/EAGAIN/ENOBUFS -> RESOURCE, ENOENT -> NOT_FOUND,
+ * anything else -> IO. */
 KVF_INTERNAL kvf_status kvf__errno_status(int err);
+/* Whether a failed read of a stored block is evidence against the block
+ * itself (its checksum, header or layout, or its file missing, or the write
+ * it depends on failed): only then may the block be dropped or its file
+ * removed. A resource, I/O or device failure leaves the block where it is. */
+KVF_INTERNAL bool kvf__status_condemns_block(kvf_status status);
 
 /* Where a log line comes from: a KVF_LOG call site, whose repeated
  * warnings are rate-limited together (kvf_log_set_rate_limit). */

@@ -71,6 +71,12 @@ static kvf_status context_failure(kvf__redis_node *node, redisContext *c, int er
     if (timed_out)
         return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: %s: no answer within %u ms", node->name,
                          during, timeout_ms);
+    /* a socket refused for want of descriptors or buffers is this
+     * process's shortage, not the store's failure */
+    if (c->err == REDIS_ERR_IO &&
+        (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM))
+        return kvf__fail(kvf__errno_status(err), "redis %s: %s: %s", node->name, during,
+                         strerror(err));
     if (c->err == REDIS_ERR_EOF)
         return kvf__fail(KVF_ERR_REMOTE, "redis %s: %s: connection closed by the server",
                          node->name, during);

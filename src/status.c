@@ -26,6 +26,9 @@ const char *kvf_status_str(kvf_status status)
         return "unknown or already retired ticket";
     case KVF_ERR_NOMEM:
         return "out of memory";
+    case KVF_ERR_RESOURCE:
+        return "the process is out of a resource (file descriptors, threads, ...); the block is "
+               "intact, retry";
     case KVF_ERR_NO_DEVICE:
         return "no usable GPU";
     case KVF_ERR_DEVICE:
@@ -82,9 +85,33 @@ kvf_status kvf__errno_status(int err)
         return KVF_ERR_NO_SPACE;
     case ENOMEM:
         return KVF_ERR_NOMEM;
+    case EMFILE:
+    case ENFILE:
+    case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+    case EWOULDBLOCK:
+#endif
+    case ENOBUFS:
+        return KVF_ERR_RESOURCE;
     case ENOENT:
         return KVF_ERR_NOT_FOUND;
     default:
         return KVF_ERR_IO;
+    }
+}
+
+bool kvf__status_condemns_block(kvf_status status)
+{
+    /* only what was found in the stored copy itself, or its absence:
+     * everything else (an exhausted process, an I/O error, a device) may
+     * pass, and the copy may still be whole */
+    switch (status) {
+    case KVF_ERR_CORRUPT:
+    case KVF_ERR_MISMATCH:
+    case KVF_ERR_NOT_FOUND:
+    case KVF_ERR_LOST:
+        return true;
+    default:
+        return false;
     }
 }

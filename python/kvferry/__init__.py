@@ -22,7 +22,7 @@ from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind
                      Memory, Order, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
                       InvalidState, IOFailure, KvferryError, Lost, Mismatch, NoDevice, NoSpace, NotFound,
-                      OutOfMemory, OutOfRange, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
+                      OutOfMemory, OutOfRange, OutOfResource, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
                       UsageError, error_class)
 from ._version import package_version as _package_version
 
@@ -46,7 +46,7 @@ __all__ = [
     "Cache", "CacheEvent", "CacheStats", "CacheRemote", "CacheTier", "EventKind", "key_chain", "key_chain_all", "key_salt",
     "tier_name", "Backend", "CudaCopy", "Dtype", "FileEngine", "FileIO", "Fsync", "GdsCompat", "Level", "Memory", "Order", "Status", "Tier",
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
-    "UnknownTicket", "OutOfMemory", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
+    "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",
     "Mismatch", "Lost", "error_class",
 ]

@@ -33,6 +33,7 @@ class Status(_Enum):
     ERR_STATE = -4
     ERR_UNKNOWN_TICKET = -5
     ERR_NOMEM = -10
+    ERR_RESOURCE = -11
     ERR_NO_DEVICE = -20
     ERR_DEVICE = -21
     ERR_IO = -30

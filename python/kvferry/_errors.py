@@ -3,6 +3,7 @@
     KvferryError
     +-- UsageError        InvalidArgument, OutOfRange, Unsupported, InvalidState, UnknownTicket
     +-- OutOfMemory       (also a MemoryError)
+    +-- OutOfResource     (file descriptors, threads: the block is intact, retry later)
     +-- DeviceError       NoDevice, DeviceFailure
     +-- FileError         IOFailure, NotFound, NoSpace
     +-- RemoteError       RemoteFailure, Timeout
@@ -58,6 +59,12 @@ class UnknownTicket(UsageError):
 
 class OutOfMemory(KvferryError, MemoryError):
     """KVF_ERR_NOMEM."""
+
+
+class OutOfResource(KvferryError):
+    """KVF_ERR_RESOURCE: the process is out of file descriptors, threads or
+    buffers. The stored block is intact and stays cached: recompute it now,
+    or retry once the resource is free."""
 
 
 class DeviceError(KvferryError):
@@ -123,6 +130,7 @@ _BY_STATUS = {
     Status.ERR_STATE: InvalidState,
     Status.ERR_UNKNOWN_TICKET: UnknownTicket,
     Status.ERR_NOMEM: OutOfMemory,
+    Status.ERR_RESOURCE: OutOfResource,
     Status.ERR_NO_DEVICE: NoDevice,
     Status.ERR_DEVICE: DeviceFailure,
     Status.ERR_IO: IOFailure,

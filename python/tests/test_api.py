@@ -85,6 +85,7 @@ def test_error_classes():
     assert kvf.error_class(-52) is kvf.Lost
     assert kvf.error_class(-20) is kvf.NoDevice and issubclass(kvf.NoDevice, kvf.DeviceError)
     assert kvf.error_class(-10) is kvf.OutOfMemory and issubclass(kvf.OutOfMemory, MemoryError)
+    assert kvf.error_class(-11) is kvf.OutOfResource and kvf.Status.ERR_RESOURCE == -11
     assert kvf.error_class(-59) is kvf.IntegrityError  # a future code keeps its group
     assert kvf.error_class(-7) is kvf.UsageError
     assert kvf.error_class(-1000) is kvf.KvferryError
