@@ -5,6 +5,8 @@ set -eu
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
 # redis-tools: the remote tier and the real servers its tests start.
 need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools"
+# clang-14 and libclang-rt-14-dev (libFuzzer): `make fuzz`; valgrind: `make valgrind`.
+need="$need clang-14 libclang-rt-14-dev valgrind"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
