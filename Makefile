@@ -111,3 +111,41 @@ wheel:
 # The wheel installed into a fresh environment and used without a compiler.
 wheel-check: wheel
 	sh tests/test_wheel.sh $(WHEEL_DIR) .
+
+# ---- fuzzing and memcheck (docs/testing.md)
+FUZZ_BUILD ?= build-fuzz
+VALGRIND_BUILD ?= build-valgrind
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= blockhdr remote_url trace
+FUZZ_CC ?= $(shell command -v clang-14 || command -v clang || echo clang)
+
+.PHONY: fuzz valgrind
+
+# fuzz: each libFuzzer target (tests/fuzz) for FUZZ_SECONDS from its
+# committed corpus, under ASan + UBSan; fails on the first crash or broken
+# property, the input left in $(FUZZ_BUILD)/fuzz-artifacts/. New inputs go to
+# $(FUZZ_BUILD)/fuzz-corpus/, never to the committed corpus.
+fuzz:
+	@$(MAKE) --no-print-directory deps
+	CC=$(FUZZ_CC) cmake -S . -B $(FUZZ_BUILD) -DKVF_CUDA=OFF -DKVF_FUZZ=ON $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	@set -e; mkdir -p $(FUZZ_BUILD)/fuzz-artifacts; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/fuzz-corpus/$$t; log=$(FUZZ_BUILD)/fuzz-$$t.log; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s (log: $$log)"; \
+	  if ! $(FUZZ_BUILD)/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=3 \
+	      -artifact_prefix=$(FUZZ_BUILD)/fuzz-artifacts/$$t- \
+	      $(FUZZ_BUILD)/fuzz-corpus/$$t tests/fuzz/corpus/$$t >$$log 2>&1; then \
+	    tail -n 80 $$log; \
+	    echo "fuzz: $$t failed; its input is in $(FUZZ_BUILD)/fuzz-artifacts/" >&2; exit 1; \
+	  fi; \
+	  grep -E '^Done [0-9]+ runs' $$log || true; \
+	done
+
+# valgrind: memcheck over the CLI's bench, replay and fsck (tests/valgrind.sh)
+# on a plain Debug build: no sanitizers, no CUDA.
+valgrind:
+	@$(MAKE) --no-print-directory deps
+	cmake -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=Debug -DKVF_CUDA=OFF -DKVF_SANITIZE= \
+	      -DKVF_BUILD_TESTS=OFF $(CMAKE_FLAGS)
+	cmake --build $(VALGRIND_BUILD) -j$(JOBS) --target kvferry_cli
+	sh tests/valgrind.sh $(VALGRIND_BUILD)/kvferry

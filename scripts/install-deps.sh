@@ -42,6 +42,8 @@ if [ -n "$venv" ]; then
     fi
 fi
 
+# clang-14 and libclang-rt-14-dev (libFuzzer): `make fuzz`; valgrind: `make valgrind`.
+need="$need clang-14 libclang-rt-14-dev valgrind"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

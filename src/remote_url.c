@@ -127,10 +127,12 @@ kvf_status kvf__remote_url_parse(const char *url, kvf__remote_url *out)
         p = url + 16;
         u.cluster = 1;
     } else {
+        /* the scheme only: what follows may be "user:password@" */
+        int scheme_len = (int)strcspn(url, ":/@");
         return kvf__fail(KVF_ERR_INVALID,
-                         "remote url '%.32s': expected redis://host[:port][/db] or "
+                         "remote url: scheme '%.*s' unknown: expected redis://host[:port][/db] or "
                          "redis-cluster://host:port,host:port",
-                         url);
+                         scheme_len < 32 ? scheme_len : 32, url);
     }
     const char *end = p + strlen(p);
     const char *slash = memchr(p, '/', (size_t)(end - p));

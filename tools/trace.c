@@ -709,6 +709,9 @@ static int cmp_order(const void *a, const void *b)
 
 void kvf_trace_sort(kvf_trace *t)
 {
+    /* an empty trace has no array to copy into (memcpy to NULL is undefined) */
+    if (t->n < 2)
+        return;
     order *o = malloc(t->n * sizeof *o);
     kvf_trace_req *sorted = malloc(t->n * sizeof *sorted);
     if (!o || !sorted) { /* leave the file order: still a valid replay */
