@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static int log_level = KVF_LOG_WARN;
@@ -49,10 +50,10 @@ void kvf__log(kvf__log_level level, const char *fmt, ...)
 int kvf__env_choice(const char *var, const char *const *names, int n)
 {
     const char *env = getenv(var);
-    if (!env || !*env || strcmp(env, "auto") == 0)
+    if (!env || !*env || strcasecmp(env, "auto") == 0)
         return -1;
     for (int i = 0; i < n; i++)
-        if (strcmp(env, names[i]) == 0)
+        if (strcasecmp(env, names[i]) == 0)
             return i;
     char expected[128] = "auto";
     for (int i = 0; i < n; i++) {
