@@ -1011,8 +1011,12 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     size_t nsettings;
     st = kvf__cache_config_resolve(&k, kvf__engine_config_file(engine),
                                    kvf__engine_block_bytes(engine), &k, &settings, &nsettings);
-    if (st != KVF_OK)
-        return kvf__fail(st, "kvf_cache_create: %s", kvf_last_error());
+    if (st != KVF_OK) {
+        /* a setting the operator got wrong: said where they will look */
+        kvf__fail(st, "kvf_cache_create: %s", kvf_last_error());
+        KVF_LOG(KVF_LOG_ERROR, "%s", kvf_last_error());
+        return st;
+    }
     st = cache_check(engine, &k);
     if (st != KVF_OK) {
         free(settings);

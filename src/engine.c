@@ -762,8 +762,12 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     kvf_setting *settings;
     size_t nsettings;
     kvf_status st = kvf__engine_config_resolve(&c, &c, &settings, &nsettings);
-    if (st != KVF_OK)
-        return kvf__fail(st, "kvf_engine_create: %s", kvf_last_error());
+    if (st != KVF_OK) {
+        /* a setting the operator got wrong: said where they will look */
+        kvf__fail(st, "kvf_engine_create: %s", kvf_last_error());
+        KVF_LOG(KVF_LOG_ERROR, "%s", kvf_last_error());
+        return st;
+    }
 
     kvf_engine *e = calloc(1, sizeof *e);
     if (!e) {
