@@ -293,7 +293,7 @@ typedef enum kvf_fsync {
     KVF_FSYNC_BATCH = 1, /* the files of a batch and their renames are made
                             durable together before the batch completes: by
                             one syncfs() of the file system after the renames
-                            (default; see docs/PERFORMANCE.md), or an fsync of
+                            (default; see docs/performance.md), or an fsync of
                             every file plus one of the directory with env
                             KVF_FSYNC_METHOD=fsync */
     KVF_FSYNC_BLOCK = 2  /* fsync each file, then its directory after the
@@ -398,14 +398,62 @@ typedef struct kvf_engine_config {
      * warning saying why. Moves of secondary (host) slots always take the
      * POSIX path. */
     kvf_gds_compat gds_compat; /* env KVF_GDS_COMPAT=on|off|auto overrides AUTO */
+    /* A YAML file of settings (docs/configuration.md); NULL: $KVF_CONFIG,
+     * or none. Needs a build with libyaml: otherwise naming a file fails
+     * create with KVF_ERR_UNSUPPORTED. A cache of this engine reads its
+     * cache_* settings from the same file. */
+    const char *config_file;
 } kvf_engine_config;
 
 #define KVF_ENGINE_CONFIG_INIT                                                                     \
     {                                                                                              \
         sizeof(kvf_engine_config), KVF_BACKEND_AUTO, 0, 0, NULL, NULL, KVF_FILE_IO_AUTO,           \
             KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0, NULL, 0, 0, KVF_FILE_ENGINE_AUTO, 0,           \
-            KVF_GDS_COMPAT_AUTO                                                                    \
+            KVF_GDS_COMPAT_AUTO, NULL                                                              \
     }
+
+/**
+ * Where settings come from. Every field of kvf_engine_config and
+ * kvf_cache_config also has an environment variable (KVF_ + its name in
+ * capitals, e.g. KVF_BACKEND, KVF_CACHE_HOST_BYTES) and a key of the
+ * config file (its name: backend, cache_host_bytes); docs/configuration.md
+ * lists them with their defaults. A field the caller left at its *_INIT
+ * value is taken from the environment, else the file, else the default; a
+ * field set to anything else is the caller's and wins. Enum values are
+ * case-insensitive; a value that is not one of them fails create with
+ * KVF_ERR_INVALID naming the variable (or file, line and key) and the
+ * valid values, as does an unknown key in the file.
+ */
+typedef enum kvf_setting_source {
+    KVF_SOURCE_DEFAULT = 0,
+    KVF_SOURCE_FILE = 1,
+    KVF_SOURCE_ENV = 2,
+    KVF_SOURCE_CALLER = 3
+} kvf_setting_source;
+
+/** "default", "file", "environment", "caller"; "?" for another value. */
+KVF_API const char *kvf_setting_source_name(kvf_setting_source source);
+
+/** One effective setting. The strings belong to whoever handed it out. */
+typedef struct kvf_setting {
+    const char *name;  /* the config file's key: "backend", "cache_host_bytes" */
+    const char *env;   /* its environment variable: "KVF_BACKEND" */
+    const char *value; /* as text: "cuda", "4", "68719476736"; "" for none */
+    kvf_setting_source source;
+} kvf_setting;
+
+/**
+ * Parses a size in bytes: a decimal number (a fraction is allowed with a
+ * unit: "1.5T") and an optional unit, case-insensitive, spaces allowed
+ * before it. Units as storage and LLM serving tools read them: K, M, G, T,
+ * P, KB, MB, GB, TB, PB are powers of 1000; KiB, MiB, GiB, TiB, PiB are
+ * powers of 1024; B or none is bytes. So "64GB" is 64e9 bytes, "64GiB"
+ * 64 * 2^30, "512M" 512e6, "4096" 4096. A fraction rounds down to a byte.
+ * @return KVF_OK; KVF_ERR_INVALID for NULL, an empty string, a sign, junk
+ *         or an unknown unit; KVF_ERR_RANGE above 2^64 - 1; both with
+ *         kvf_last_error() quoting the text. *bytes_p is set only on success.
+ */
+KVF_API kvf_status kvf_size_parse(const char *text, uint64_t *bytes_p);
 
 /**
  * Creates an engine and its worker threads. With the CUDA backend it also
@@ -414,10 +462,16 @@ typedef struct kvf_engine_config {
  * completion seen about ten microseconds after the GPU finished); with
  * none in flight it sleeps.
  * @param cfg  configuration; NULL means all defaults. Strings are copied.
+ *        Fields left at their KVF_ENGINE_CONFIG_INIT values are taken from
+ *        the environment or the config file (see kvf_setting_source).
  * @param engine_p  receives the engine on success.
  * @return KVF_OK; KVF_ERR_NO_DEVICE when CUDA was asked for and is not
  *         usable (AUTO then picks the host backend instead); KVF_ERR_IO
- *         when file_dir cannot be created.
+ *         when file_dir cannot be created; KVF_ERR_INVALID for a bad
+ *         value in the environment or the config file, or an unknown key
+ *         in the file; KVF_ERR_NOT_FOUND when the config file is missing;
+ *         KVF_ERR_UNSUPPORTED when a config file is named and the build
+ *         has no libyaml.
  */
 KVF_API kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p);
 
@@ -430,6 +484,14 @@ KVF_API void kvf_engine_destroy(kvf_engine *engine);
 
 /** The backend the engine runs on (never AUTO). */
 KVF_API kvf_backend kvf_engine_backend(const kvf_engine *engine);
+
+/**
+ * The engine's effective settings, each with where it came from (caller,
+ * environment, config file or default), as resolved at create. The array
+ * is the engine's, valid until it is destroyed; safe from any thread.
+ */
+KVF_API kvf_status kvf_engine_settings(const kvf_engine *engine, const kvf_setting **settings_p,
+                                       size_t *n_p);
 
 /** Where a pool's slots live. */
 typedef enum kvf_memory {
@@ -731,7 +793,8 @@ typedef struct kvf_cache_config {
     size_t struct_size; /* sizeof(kvf_cache_config), set by the macro */
     /* Capacity of each tier in blocks; 0 turns the tier off, and at least
      * one must be on. host_blocks <= the engine's secondary slots (the
-     * cache uses slots 0 .. host_blocks-1); disk_blocks needs a file tier. */
+     * cache uses slots 0 .. host_blocks-1); disk_blocks needs a file tier.
+     * host_bytes / disk_bytes below size a tier in bytes instead. */
     uint64_t host_blocks;
     uint64_t disk_blocks;
     /* Victims with a priority below this are dropped, not moved down a
@@ -758,11 +821,19 @@ typedef struct kvf_cache_config {
      * 0 .. gpu_blocks-1 are the cache's, handed out by kvf_cache_alloc and
      * kvf_cache_acquire. 0: the engine owns its primary slots (put / get). */
     uint64_t gpu_blocks;
+    /* Capacity of the host and disk tiers in bytes (kvf_size_parse reads
+     * "64GB"-style text), rounded down to whole blocks of the engine's
+     * layout: one block is a slot of every pool (the sum of the pools'
+     * block bytes; a block file's 64-byte header is not counted). A tier
+     * is sized by its blocks or its bytes, not both (KVF_ERR_INVALID); a
+     * size below one block is KVF_ERR_RANGE naming the tier. */
+    uint64_t host_bytes;
+    uint64_t disk_bytes;
 } kvf_cache_config;
 
 #define KVF_CACHE_CONFIG_INIT                                                                      \
     {                                                                                              \
-        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL, KVF_CACHE_REMOTE_OFF, 0               \
+        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL, KVF_CACHE_REMOTE_OFF, 0, 0, 0         \
     }
 
 /**
@@ -771,16 +842,43 @@ typedef struct kvf_cache_config {
  * finds the blocks stored before in the engine's file directory and
  * namespace (checking each header, not each payload: a damaged payload is
  * found when read), oldest first; beyond disk_blocks the oldest are
- * removed. The engine must outlive the cache.
+ * removed. The engine must outlive the cache. Fields left at their
+ * KVF_CACHE_CONFIG_INIT values are taken from the environment (KVF_CACHE_*)
+ * or the engine's config file, as kvf_setting_source says.
  * @return KVF_OK; KVF_ERR_INVALID when every tier is off, a tier lacks
- *         what it needs, or a field is out of range; KVF_ERR_RANGE when
- *         host_blocks exceeds the secondary slots; KVF_ERR_RESOURCE (or
+ *         what it needs, a field is out of range, a tier is given both in
+ *         blocks and in bytes, or a setting of the environment or file is
+ *         bad; KVF_ERR_RANGE when host_blocks exceeds the secondary slots
+ *         or a tier's bytes are less than one block; KVF_ERR_RESOURCE (or
  *         another file status) when the stored blocks cannot all be
  *         listed, out of file descriptors say: nothing is removed, and a
  *         create once the descriptors are free finds them all.
  */
 KVF_API kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg,
                                     kvf_cache **cache_p);
+
+/**
+ * The cache's effective settings (cache_* names), with their sources, as
+ * kvf_engine_settings; the tiers' blocks are those after rounding bytes.
+ * Valid until the cache is destroyed.
+ */
+KVF_API kvf_status kvf_cache_settings(const kvf_cache *cache, const kvf_setting **settings_p,
+                                      size_t *n_p);
+
+/**
+ * The settings of the engine and cache that `ecfg` and `ccfg` (either may be
+ * NULL: all *_INIT values) would get now from the environment and config
+ * file, without creating either: what `kvferry info --config` prints. The
+ * cache tiers' bytes are not rounded to blocks here (no layout yet).
+ * @param settings_p  receives an array of *n_p settings, one allocation:
+ *        free it with kvf_settings_free.
+ * @return KVF_OK, or the error create would give for a bad value or file.
+ */
+KVF_API kvf_status kvf_config_settings(const kvf_engine_config *ecfg, const kvf_cache_config *ccfg,
+                                       kvf_setting **settings_p, size_t *n_p);
+
+/** Frees what kvf_config_settings returned; NULL is fine. */
+KVF_API void kvf_settings_free(kvf_setting *settings);
 
 /** Waits for the cache's transfers in flight, then frees it. Blocks stay
  *  on disk for the next cache. Tickets not yet waited for are dropped. */

@@ -15,6 +15,7 @@
  * One mutex guards the cache. Engine calls are made with it held (the
  * engine never calls back into the cache), except blocking waits.
  */
+#include "config.h"
 #include "internal.h"
 #include "remote.h"
 
@@ -93,6 +94,8 @@ struct call {
 struct kvf_cache {
     kvf_engine *engine;
     kvf_cache_config cfg;
+    kvf_setting *settings; /* cfg as resolved, with sources */
+    size_t nsettings;
     pthread_mutex_t mu;
 
     entry **buckets;
@@ -993,6 +996,45 @@ static void free_entries(kvf_cache *c)
         }
 }
 
+/* The checks of a resolved config against the engine. */
+static kvf_status cache_check(kvf_engine *engine, const kvf_cache_config *k)
+{
+    if (k->host_blocks == 0 && k->disk_blocks == 0 && k->gpu_blocks == 0 &&
+        k->remote == KVF_CACHE_REMOTE_OFF)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_cache_create: every tier has capacity 0 (set host_blocks or "
+                         "disk_blocks)");
+    if (k->remote != KVF_CACHE_REMOTE_OFF && !kvf__engine_has_remote(engine))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_cache_create: a remote tier needs the engine's remote tier "
+                         "(remote_url or KVF_REMOTE_URL)");
+    if (k->offload_min_priority > MAX_PRIORITY + 1)
+        return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: offload_min_priority %u (0-101)",
+                         k->offload_min_priority);
+    if (k->event_queue > (1u << 24))
+        return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: event_queue %u (at most 2^24)",
+                         k->event_queue);
+    uint32_t sec = kvf__engine_slots(engine, KVF_LEVEL_SECONDARY);
+    if (k->host_blocks && sec == 0)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_cache_create: a host tier needs secondary slots in every pool");
+    if (k->host_blocks > sec)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "kvf_cache_create: host_blocks %llu, but the pools have %u secondary "
+                         "slots",
+                         (unsigned long long)k->host_blocks, sec);
+    uint32_t prim = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
+    if (k->gpu_blocks > prim)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "kvf_cache_create: gpu_blocks %llu, but the pools have %u primary slots",
+                         (unsigned long long)k->gpu_blocks, prim);
+    kvf__blockfile_dir *dir = kvf__engine_dir(engine);
+    if (k->disk_blocks && !dir)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_cache_create: a disk tier needs the engine's file tier (file_dir)");
+    return KVF_OK;
+}
+
 kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf_cache **cache_p)
 {
     kvf__clear_error();
@@ -1009,46 +1051,35 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     if ((unsigned)k.remote > KVF_CACHE_REMOTE_READ)
         return kvf__fail(KVF_ERR_INVALID, "kvf_cache_create: remote mode %d unknown",
                          (int)k.remote);
-    if (k.host_blocks == 0 && k.disk_blocks == 0 && k.gpu_blocks == 0 &&
-        k.remote == KVF_CACHE_REMOTE_OFF)
-        return kvf__fail(KVF_ERR_INVALID,
-                         "kvf_cache_create: every tier has capacity 0 (set host_blocks or "
-                         "disk_blocks)");
-    if (k.remote != KVF_CACHE_REMOTE_OFF && !kvf__engine_has_remote(engine))
-        return kvf__fail(KVF_ERR_INVALID,
-                         "kvf_cache_create: a remote tier needs the engine's remote tier "
-                         "(remote_url or KVF_REMOTE_URL)");
-    if (k.offload_min_priority > MAX_PRIORITY + 1)
-        return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: offload_min_priority %u (0-101)",
-                         k.offload_min_priority);
-    if (k.event_queue > (1u << 24))
-        return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: event_queue %u (at most 2^24)",
-                         k.event_queue);
+    /* the pools are fixed first: a tier in bytes becomes blocks of them */
     kvf_status st = kvf__engine_freeze(engine);
     if (st != KVF_OK)
         return kvf__fail(st, "kvf_cache_create: %s", kvf_last_error());
-    uint32_t sec = kvf__engine_slots(engine, KVF_LEVEL_SECONDARY);
-    if (k.host_blocks && sec == 0)
-        return kvf__fail(KVF_ERR_INVALID,
-                         "kvf_cache_create: a host tier needs secondary slots in every pool");
-    if (k.host_blocks > sec)
-        return kvf__fail(KVF_ERR_RANGE,
-                         "kvf_cache_create: host_blocks %llu, but the pools have %u secondary "
-                         "slots",
-                         (unsigned long long)k.host_blocks, sec);
-    uint32_t prim = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
-    if (k.gpu_blocks > prim)
-        return kvf__fail(KVF_ERR_RANGE,
-                         "kvf_cache_create: gpu_blocks %llu, but the pools have %u primary slots",
-                         (unsigned long long)k.gpu_blocks, prim);
+    /* fields left at their defaults: from the environment or config file */
+    kvf_setting *settings;
+    size_t nsettings;
+    st = kvf__cache_config_resolve(&k, kvf__engine_config_file(engine),
+                                   kvf__engine_block_bytes(engine), &k, &settings, &nsettings);
+    if (st != KVF_OK) {
+        /* a setting the operator got wrong: said where they will look */
+        kvf__fail(st, "kvf_cache_create: %s", kvf_last_error());
+        KVF_LOG(KVF_LOG_ERROR, "%s", kvf_last_error());
+        return st;
+    }
+    st = cache_check(engine, &k);
+    if (st != KVF_OK) {
+        free(settings);
+        return st;
+    }
     kvf__blockfile_dir *dir = kvf__engine_dir(engine);
-    if (k.disk_blocks && !dir)
-        return kvf__fail(KVF_ERR_INVALID,
-                         "kvf_cache_create: a disk tier needs the engine's file tier (file_dir)");
 
     kvf_cache *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        free(settings);
         return kvf__fail(KVF_ERR_NOMEM, "kvf_cache_create: out of memory");
+    }
+    c->settings = settings;
+    c->nsettings = nsettings;
     c->engine = engine;
     c->cfg = k;
     c->capacity[KVF_CACHE_HOST] = k.host_blocks;
@@ -1093,8 +1124,18 @@ fail:
     free(c->gpu_free);
     free(c->gpu_state);
     free(c->events);
+    free(c->settings);
     free(c);
     return st;
+}
+
+kvf_status kvf_cache_settings(const kvf_cache *cache, const kvf_setting **settings_p, size_t *n_p)
+{
+    if (!cache || !settings_p || !n_p)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_cache_settings: NULL argument");
+    *settings_p = cache->settings;
+    *n_p = cache->nsettings;
+    return KVF_OK;
 }
 
 void kvf_cache_destroy(kvf_cache *c)
@@ -1120,6 +1161,7 @@ void kvf_cache_destroy(kvf_cache *c)
     free(c->gpu_state);
     free(c->events);
     free(c->doomed);
+    free(c->settings);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }

@@ -3,9 +3,11 @@
  * block files.
  *
  * Two implementations that must agree bit for bit:
- *  - x86-64 with SSE4.2: the crc32 instruction. It has a latency of three
- *    cycles and a throughput of one per cycle, so large buffers are cut
- *    into three adjacent streams computed in one loop and combined
+ *  - x86-64 with SSE4.2 (checked at run time): the crc32 instruction; and
+ *    ARMv8 where the compiler targets its CRC extension (-march=armv8-a+crc
+ *    or later, __ARM_FEATURE_CRC32): crc32cx / crc32cb. Both have a latency
+ *    of a few cycles and a throughput of one per cycle, so large buffers
+ *    are cut into three adjacent streams computed in one loop and combined
  *    afterwards, which runs about three times faster than one stream.
  *  - everywhere else: slicing-by-8 tables.
  * The choice is made once, at the first call.
@@ -26,8 +28,10 @@
 #define LONG_BYTES 8192u
 #define SHORT_BYTES 256u
 
-/* For a test to check the table path on any CPU; not in internal.h. */
+/* For a test to check the table path on any CPU, and to name the path
+ * taken; not in internal.h. */
 KVF_INTERNAL uint32_t kvf__crc32c_sw(uint32_t crc, const void *data, size_t n);
+KVF_INTERNAL const char *kvf__crc32c_impl(void);
 
 static uint32_t table[8][256];
 /* shift_long[j][b]: the state (b << 8j) advanced over LONG_BYTES zero bytes;
@@ -35,6 +39,7 @@ static uint32_t table[8][256];
 static uint32_t shift_long[4][256];
 static uint32_t shift_short[4][256];
 static uint32_t (*impl)(uint32_t state, const unsigned char *p, size_t n);
+static const char *impl_name = "slicing-by-8 tables";
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 /* a * b modulo the polynomial, both in the reflected form where bit 31 is
@@ -107,9 +112,26 @@ static uint32_t crc_sw(uint32_t s, const unsigned char *p, size_t n)
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_HW 1
+#define HW_NAME "sse4.2"
+#define HW_TARGET __attribute__((target("sse4.2")))
+#define HW_U64(c, w) __builtin_ia32_crc32di(c, w)
+#define HW_U8(s, b) __builtin_ia32_crc32qi(s, b)
+#define HW_USABLE() __builtin_cpu_supports("sse4.2")
+#elif defined(__aarch64__) && defined(__ARM_FEATURE_CRC32)
+#include <arm_acle.h>
+#define HAVE_HW 1
+#define HW_NAME "armv8 crc"
+#define HW_TARGET
+#define HW_U64(c, w) __crc32cd((uint32_t)(c), w)
+#define HW_U8(s, b) __crc32cb(s, b)
+#define HW_USABLE() 1
+#else
+#define HAVE_HW 0
+#endif
 
-__attribute__((target("sse4.2"))) static inline void
-crc_hw_run3(uint64_t *s0, uint64_t *s1, uint64_t *s2, const unsigned char *p, size_t len)
+#if HAVE_HW
+HW_TARGET static inline void crc_hw_run3(uint64_t *s0, uint64_t *s1, uint64_t *s2,
+                                         const unsigned char *p, size_t len)
 {
     uint64_t c0 = *s0, c1 = *s1, c2 = *s2;
     for (size_t i = 0; i < len; i += 8) {
@@ -117,21 +139,20 @@ crc_hw_run3(uint64_t *s0, uint64_t *s1, uint64_t *s2, const unsigned char *p, si
         memcpy(&w0, p + i, 8);
         memcpy(&w1, p + len + i, 8);
         memcpy(&w2, p + 2 * len + i, 8);
-        c0 = __builtin_ia32_crc32di(c0, w0);
-        c1 = __builtin_ia32_crc32di(c1, w1);
-        c2 = __builtin_ia32_crc32di(c2, w2);
+        c0 = HW_U64(c0, w0);
+        c1 = HW_U64(c1, w1);
+        c2 = HW_U64(c2, w2);
     }
     *s0 = c0;
     *s1 = c1;
     *s2 = c2;
 }
 
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t state, const unsigned char *p,
-                                                         size_t n)
+HW_TARGET static uint32_t crc_hw(uint32_t state, const unsigned char *p, size_t n)
 {
     uint32_t s = state;
     while (n && ((uintptr_t)p & 7)) {
-        s = __builtin_ia32_crc32qi(s, *p++);
+        s = HW_U8(s, *p++);
         n--;
     }
     /* crc(s, A|B|C) = shift(shift(crc(s, A), |B|) ^ crc(0, B), |C|) ^ crc(0, C)
@@ -156,17 +177,15 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t state, const u
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        c = __builtin_ia32_crc32di(c, w);
+        c = HW_U64(c, w);
         p += 8;
         n -= 8;
     }
     s = (uint32_t)c;
     while (n--)
-        s = __builtin_ia32_crc32qi(s, *p++);
+        s = HW_U8(s, *p++);
     return s;
 }
-#else
-#define HAVE_HW 0
 #endif
 
 static void crc_init(void)
@@ -182,13 +201,20 @@ static void crc_init(void)
             table[k][b] = (table[k - 1][b] >> 8) ^ table[0][table[k - 1][b] & 0xff];
     impl = crc_sw;
 #if HAVE_HW
-    if (__builtin_cpu_supports("sse4.2")) {
+    if (HW_USABLE()) {
         build_shift(shift_long, x_pow_8n(LONG_BYTES));
         build_shift(shift_short, x_pow_8n(SHORT_BYTES));
         impl = crc_hw;
+        impl_name = HW_NAME;
     }
 #endif
-    KVF_LOG(KVF_LOG_DEBUG, "crc32c: %s", impl == crc_sw ? "slicing-by-8 tables" : "sse4.2");
+    KVF_LOG(KVF_LOG_DEBUG, "crc32c: %s", impl_name);
+}
+
+const char *kvf__crc32c_impl(void)
+{
+    pthread_once(&init_once, crc_init);
+    return impl_name;
 }
 
 uint32_t kvf__crc32c(uint32_t crc, const void *data, size_t n)

@@ -18,6 +18,7 @@
  * KVF_ERR_LOST instead of copying it. Secondary slots stay poisoned until
  * rewritten; a failed file write removes the file.
  */
+#include "config.h"
 #include "internal.h"
 #include "remote.h"
 
@@ -189,6 +190,8 @@ typedef struct async_event {
 
 struct kvf_engine {
     kvf_engine_config cfg;
+    kvf_setting *settings; /* cfg as resolved, with sources; cfg's strings point here */
+    size_t nsettings;
     char *file_dir, *file_namespace;
     kvf__backend *backend;
     kvf_backend backend_kind;
@@ -650,17 +653,6 @@ static void *worker_main(void *arg);
 static void *completion_main(void *arg);
 static void completion_stop(kvf_engine *e);
 
-/* The file engine asked for: the config's, or env KVF_FILE_ENGINE over AUTO. */
-static kvf_file_engine file_engine_of(const kvf_engine_config *c)
-{
-    static const char *const names[] = {"uring", "threads"};
-    static const kvf_file_engine values[] = {KVF_FILE_ENGINE_URING, KVF_FILE_ENGINE_THREADS};
-    if (c->file_engine != KVF_FILE_ENGINE_AUTO)
-        return c->file_engine;
-    int i = kvf__env_choice("KVF_FILE_ENGINE", names, 2);
-    return i < 0 ? KVF_FILE_ENGINE_AUTO : values[i];
-}
-
 /* Chooses the file tier's path (see kvf_gds_compat): e->gds set when
  * cuFile is taken, its driver then held until the engine is destroyed.
  * Never fails: where GDS was asked for and is not to be had, the POSIX
@@ -704,26 +696,15 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-static bool env_backend(kvf_backend *b)
-{
-    static const char *const names[] = {"host", "cuda"};
-    static const kvf_backend values[] = {KVF_BACKEND_HOST, KVF_BACKEND_CUDA};
-    int i = kvf__env_choice("KVF_BACKEND", names, 2);
-    if (i < 0)
-        return false;
-    *b = values[i];
-    return true;
-}
-
-/* Checks the remote tier's URL (from the config, else $KVF_REMOTE_URL) and
- * keeps it for the first use. An explicit URL this build cannot serve is
- * an error; one from the environment only a warning. */
+/* Checks the remote tier's URL (the resolved config's) and keeps it for
+ * the first use. A URL the caller or the file names that this build cannot
+ * serve is an error; one from the environment only a warning. */
 static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
 {
-    const char *url = c->remote_url ? c->remote_url : kvf__remote_url_from_env();
+    const char *url = c->remote_url;
     if (!url)
         return KVF_OK;
-    bool from_env = !c->remote_url;
+    bool from_env = kvf__setting_source(e->settings, e->nsettings, "remote_url") == KVF_SOURCE_ENV;
     if (!kvf__remote_built()) {
         if (from_env) {
             KVF_LOG(KVF_LOG_WARN,
@@ -778,13 +759,25 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: an enum field is out of range");
     if (c.threads > 256)
         return kvf__fail(KVF_ERR_RANGE, "kvf_engine_create: threads %u (at most 256)", c.threads);
-    if (c.backend == KVF_BACKEND_AUTO)
-        env_backend(&c.backend);
+    /* fields left at their defaults: from the environment or config file */
+    kvf_setting *settings;
+    size_t nsettings;
+    kvf_status st = kvf__engine_config_resolve(&c, &c, &settings, &nsettings);
+    if (st != KVF_OK) {
+        /* a setting the operator got wrong: said where they will look */
+        kvf__fail(st, "kvf_engine_create: %s", kvf_last_error());
+        KVF_LOG(KVF_LOG_ERROR, "%s", kvf_last_error());
+        return st;
+    }
 
-    kvf_status st = KVF_ERR_NOMEM;
     kvf_engine *e = calloc(1, sizeof *e);
-    if (!e)
+    if (!e) {
+        free(settings);
         return kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
+    }
+    st = KVF_ERR_NOMEM;
+    e->settings = settings;
+    e->nsettings = nsettings;
     e->cfg = c;
     e->next_id = 1;
     e->file_dir = dup_or_null(c.file_dir);
@@ -854,7 +847,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
     if (e->file_enabled) {
         /* cuFile's calls run on the thread engine's threads (not io_uring) */
-        st = kvf__fileio_create(e->gds ? KVF_FILE_ENGINE_THREADS : file_engine_of(&c),
+        st = kvf__fileio_create(e->gds ? KVF_FILE_ENGINE_THREADS : c.file_engine,
                                 c.file_queue_depth, nthreads, &e->fio);
         if (st != KVF_OK)
             goto destroy_sync;
@@ -907,6 +900,7 @@ destroy_backend:
 free_engine:
     free(e->file_dir);
     free(e->file_namespace);
+    free(e->settings);
     free(e);
     return st;
 }
@@ -995,6 +989,7 @@ void kvf_engine_destroy(kvf_engine *e)
     pthread_mutex_destroy(&e->mu);
     free(e->file_dir);
     free(e->file_namespace);
+    free(e->settings);
     free(e);
     kvf__timeline_flush();
 }
@@ -1877,6 +1872,21 @@ uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level)
 size_t kvf__engine_block_bytes(const kvf_engine *e)
 {
     return e->all_block_bytes;
+}
+
+const char *kvf__engine_config_file(const kvf_engine *e)
+{
+    return e->cfg.config_file;
+}
+
+kvf_status kvf_engine_settings(const kvf_engine *engine, const kvf_setting **settings_p,
+                               size_t *n_p)
+{
+    if (!engine || !settings_p || !n_p)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_settings: NULL argument");
+    *settings_p = engine->settings;
+    *n_p = engine->nsettings;
+    return KVF_OK;
 }
 
 bool kvf__engine_gds(const kvf_engine *e)

@@ -54,9 +54,11 @@ KVF_INTERNAL void kvf__log(kvf__log_site *site, kvf_log_level level, const char 
             kvf__log(&kvf__log_site_, level, __VA_ARGS__);                                         \
     } while (0)
 
-/* The setting environment variable `var` names: its index in
+/* The setting environment variable `var` names (any case): its index in
  * names[0..n), or -1 when unset, empty or "auto" (and, with a warning
- * naming what it expected, when it names none of them). */
+ * naming what it expected, when it names none of them). Engine settings
+ * are checked by kvf_engine_create first (config.c), where a bad value
+ * is an error. */
 KVF_INTERNAL int kvf__env_choice(const char *var, const char *const *names, int n);
 
 /* The event timeline (timeline.c): KVF_TIMELINE=FILE records when each step of a

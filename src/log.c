@@ -208,10 +208,10 @@ void kvf_log_set_rate_limit(uint32_t burst, uint32_t interval_ms)
 int kvf__env_choice(const char *var, const char *const *names, int n)
 {
     const char *env = getenv(var);
-    if (!env || !*env || strcmp(env, "auto") == 0)
+    if (!env || !*env || strcasecmp(env, "auto") == 0)
         return -1;
     for (int i = 0; i < n; i++)
-        if (strcmp(env, names[i]) == 0)
+        if (strcasecmp(env, names[i]) == 0)
             return i;
     char expected[128] = "auto";
     for (int i = 0; i < n; i++) {

@@ -7,6 +7,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$kvf" info | grep -q "host   available"
 "$kvf" version | grep -q kvferry
+# info --config: each setting's value and source, as text and JSON; a bad value fails
+KVF_BACKEND=Host "$kvf" info --config | grep -q "^backend  *host  *environment  *KVF_BACKEND\$"
+KVF_BACKEND=Host "$kvf" info --config --json | grep -q '"value": "host", "source": "environment"'
+if KVF_BACKEND=gpu "$kvf" info --config 2>"$tmp/err"; then exit 1; fi
+grep -q "KVF_BACKEND=\"gpu\"" "$tmp/err"
 for mode in dram posix gds; do
     "$kvf" bench --backend host --mode $mode --blocks 16 --iters 1 --tokens 5 \
         --json "$tmp/$mode.json" --dir "$tmp/files" >"$tmp/$mode.out"

@@ -10,6 +10,8 @@ int kvf_cli_bench_remote(int argc, char **argv);
 int kvf_cli_fsck(int argc, char **argv);
 int kvf_cli_replay(int argc, char **argv);
 int kvf_cli_stats(int argc, char **argv);
+/* `kvferry info --config [--json]` (info_config.c): argv[0] is "info". */
+int kvf_cli_info_config(int argc, char **argv);
 
 /* Options shared by replay and stats (cliopt.c). Each parser prints
  * "kvferry CMD: --NAME: why" and returns -1 on a bad value. */

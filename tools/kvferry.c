@@ -14,6 +14,7 @@ static int usage(FILE *f)
                "\n"
                "commands:\n"
                "  info               backends, devices and file I/O paths on this machine\n"
+               "  info --config [--json]  the effective settings and where each comes from\n"
                "  bench [options]    offload + onboard round trips, every byte verified\n"
                "                     (kvferry bench --help for its options)\n"
                "  fsck DIR [-v]      check every stored block's header and checksum under DIR\n"
@@ -82,7 +83,7 @@ int main(int argc, char **argv)
         return usage(stderr);
     const char *cmd = argv[1];
     if (strcmp(cmd, "info") == 0)
-        return cmd_info();
+        return argc > 2 ? kvf_cli_info_config(argc - 1, argv + 1) : cmd_info();
     if (strcmp(cmd, "bench") == 0)
         return kvf_cli_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "fsck") == 0)

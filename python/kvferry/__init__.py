@@ -17,7 +17,7 @@ from . import _lib
 from ._buffers import Buffer, as_buffer
 from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Ticket, block_bytes,
                     dtype_bits, info, move_dtype, region, version)
-from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, tier_name
+from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, size_parse, tier_name
 from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind, FileEngine, FileIO, Fsync, GdsCompat, Level,
                      Memory, Order, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
@@ -43,7 +43,7 @@ _check_version()
 __all__ = [
     "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Ticket", "Buffer",
     "as_buffer", "block_bytes", "dtype_bits", "info", "move_dtype", "region", "version", "library_path",
-    "Cache", "CacheEvent", "CacheStats", "CacheRemote", "CacheTier", "EventKind", "key_chain", "key_chain_all", "key_salt",
+    "Cache", "CacheEvent", "CacheStats", "CacheRemote", "CacheTier", "EventKind", "key_chain", "key_chain_all", "key_salt", "size_parse",
     "tier_name", "Backend", "CudaCopy", "Dtype", "FileEngine", "FileIO", "Fsync", "GdsCompat", "Level", "Memory", "Order", "Status", "Tier",
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",

@@ -11,7 +11,7 @@ import ctypes
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 from ._core import Engine, Ticket, _is_int, _Issuer, _uint_array
@@ -37,6 +37,20 @@ def _salt(salt) -> int:
     if not _is_int(salt) or not 0 <= salt < 2**64:
         raise make_error(Status.ERR_INVALID, f"salt: {salt!r} is neither a name nor an unsigned 64-bit integer")
     return int(salt)
+
+
+def size_parse(text) -> int:
+    """Bytes of a size: an int as it is, or text as kvf_size_parse reads it
+    ("64GB" = 64e9, "64GiB" = 64 * 2**30, "512M", "1.5T", "4096"; any case)."""
+    if _is_int(text):
+        if text < 0 or text >= 2**64:
+            raise make_error(Status.ERR_RANGE, f"size {text!r}: not 0 .. 2**64 - 1 bytes")
+        return int(text)
+    if not isinstance(text, str):
+        raise make_error(Status.ERR_INVALID, f"size {text!r}: expected an int or a string such as '64GB'")
+    out = ctypes.c_uint64()
+    check(L.kvf_size_parse(text.encode(), ctypes.byref(out)))
+    return out.value
 
 
 def key_salt(name) -> int:
@@ -157,7 +171,11 @@ class Cache(_Issuer):
 
     host_blocks / disk_blocks: capacity of each tier (0: off; the host tier
     uses the engine's secondary slots 0..host_blocks-1, the disk tier its
-    file tier). offload_min_priority, disk_admit_uses, event_queue: as in
+    file tier). host_bytes / disk_bytes: the same in bytes instead, an int
+    or text such as "64GB" or "64GiB" (size_parse), rounded down to whole
+    blocks of the engine's pools; give a tier blocks or bytes, not both.
+    Arguments left at 0 may come from KVF_CACHE_* variables or the config
+    file (docs/configuration.md). offload_min_priority, disk_admit_uses, event_queue: as in
     kvf_cache_config. remote: CacheRemote.WRITE_THROUGH or READ to use the
     engine's remote tier (Engine(remote_url=...)) below disk; its blocks are
     the store's (not counted, evicted or pinned here). gpu_blocks: the cache
@@ -176,7 +194,7 @@ class Cache(_Issuer):
     def __init__(self, engine: Engine, host_blocks: int = 0, disk_blocks: int = 0, offload_min_priority: int = 0,
                  disk_admit_uses: int = 0, event_queue: int = 0,
                  on_event: Optional[Callable[[CacheEvent], None]] = None, remote: CacheRemoteLike = CacheRemote.OFF,
-                 gpu_blocks: int = 0):
+                 gpu_blocks: int = 0, host_bytes: Union[int, str] = 0, disk_bytes: Union[int, str] = 0):
         self._handle = None
         self._pending = {}
         self._lock = threading.Lock()
@@ -191,6 +209,8 @@ class Cache(_Issuer):
                 raise make_error(Status.ERR_INVALID, f"Cache: {name} = {v!r} is not an unsigned {bits}-bit int")
             setattr(c, name, int(v))
         c.remote = int(CacheRemote(remote))
+        c.host_bytes = size_parse(host_bytes)
+        c.disk_bytes = size_parse(disk_bytes)
         self._callback = None
         if on_event is not None:
             if not callable(on_event):
@@ -206,7 +226,8 @@ class Cache(_Issuer):
             c.on_event = self._callback
         self.config = dict(host_blocks=host_blocks, disk_blocks=disk_blocks,
                            offload_min_priority=offload_min_priority, disk_admit_uses=disk_admit_uses,
-                           event_queue=event_queue, remote=CacheRemote(remote), gpu_blocks=gpu_blocks)
+                           event_queue=event_queue, remote=CacheRemote(remote), gpu_blocks=gpu_blocks,
+                           host_bytes=c.host_bytes, disk_bytes=c.disk_bytes)
         h = ctypes.c_void_p()
         check(L.kvf_cache_create(engine._h(), ctypes.byref(c), ctypes.byref(h)))
         self._handle = h.value

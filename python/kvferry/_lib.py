@@ -56,6 +56,7 @@ class EngineConfig_t(ctypes.Structure):
         ("file_engine", c_enum),
         ("file_queue_depth", ctypes.c_uint32),
         ("gds_compat", c_enum),
+        ("config_file", ctypes.c_char_p),
     ]
 
 
@@ -114,6 +115,8 @@ class CacheConfig_t(ctypes.Structure):
         ("on_event_arg", ctypes.c_void_p),
         ("remote", c_enum),
         ("gpu_blocks", ctypes.c_uint64),
+        ("host_bytes", ctypes.c_uint64),
+        ("disk_bytes", ctypes.c_uint64),
     ]
 
 
@@ -229,6 +232,7 @@ _protos = {
         [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t],
     ),
     "kvf_key_salt": (ctypes.c_uint64, [ctypes.c_char_p]),
+    "kvf_size_parse": (c_status, [ctypes.c_char_p, _P(ctypes.c_uint64)]),
     # cache
     "kvf_cache_tier_name": (ctypes.c_char_p, [c_enum]),
     "kvf_cache_create": (c_status, [ctypes.c_void_p, _P(CacheConfig_t), _P(ctypes.c_void_p)]),

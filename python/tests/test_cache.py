@@ -424,3 +424,27 @@ def test_gpu_tier_acquire_while_copy_up_in_flight(tmp_path, rng):
             cache.unpin(keys)
             cache.unpin(keys)
             assert wrong == []  # the second ticket must cover the copy it depends on
+
+
+def test_sizes_in_bytes(tmp_path, geometry, monkeypatch):
+    assert kvf.size_parse("64GB") == 64 * 10**9
+    assert kvf.size_parse("64gib") == 64 << 30
+    assert kvf.size_parse("1.5T") == 1_500_000_000_000
+    assert kvf.size_parse(4096) == 4096
+    with pytest.raises(kvf.InvalidArgument, match="lots"):
+        kvf.size_parse("lots")
+    with pytest.raises(kvf.OutOfRange):
+        kvf.size_parse("19000PB")
+    with make_engine(tmp_path) as e:
+        add_pools(e, geometry)
+        block = 2 * geometry.block_bytes  # a slot of both pools
+        with kvf.Cache(e, host_bytes=str(3 * block + block // 2), disk_bytes=10 * block) as cache:
+            assert cache.stats().capacity["host"] == 3
+            assert cache.stats().capacity["disk"] == 10
+        with pytest.raises(kvf.InvalidArgument, match="host tier"):
+            kvf.Cache(e, host_blocks=2, host_bytes="1MiB")
+        with pytest.raises(kvf.OutOfRange, match="disk tier"):
+            kvf.Cache(e, disk_bytes=block - 1)
+        monkeypatch.setenv("KVF_CACHE_HOST_BYTES", f"{2 * block}B")
+        with kvf.Cache(e) as cache:
+            assert cache.stats().capacity["host"] == 2
