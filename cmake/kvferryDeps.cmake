@@ -1,5 +1,5 @@
-# kvferry::hiredis and kvferry::uring: the libraries behind the remote and
-# file tiers, as imported targets found by name on the machine at hand. The
+# kvferry::hiredis, kvferry::yaml and kvferry::uring: the libraries behind the remote
+# tier, config files and the file tier, as imported targets found by name on the machine at hand. The
 # build links them (privately into the shared library, publicly through the
 # static one), and the installed package config includes this file to find
 # them again on the consumer's machine, so that no exported target carries
