@@ -315,7 +315,8 @@ static void remove_stale_tmp(int dir_fd, const char *root)
             break;
         }
         pid_t pid;
-        if (!parse_tmp_name(e->d_name, &pid))
+        /* a FIFO or directory under such a name is not a writer's: left */
+        if (!parse_tmp_name(e->d_name, &pid) || (e->d_type != DT_REG && e->d_type != DT_UNKNOWN))
             continue;
         if (kill(pid, 0) == 0 || errno != ESRCH)
             continue;
@@ -516,14 +517,45 @@ io_fail(kvf__blockfile_io *io, kvf_status st, const char *fmt, ...)
     kvf__fail(st, "%s", io->msg);
 }
 
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISLNK(mode))
+        return "a symbolic link";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    return "not a regular file";
+}
+
+/* Whether `name` exists and is something other than a regular file (its
+ * mode in *mode_p): a FIFO, directory, link... that kvferry never wrote. */
+static bool is_foreign(int dir_fd, const char *name, mode_t *mode_p)
+{
+    struct stat sb;
+    if (fstatat(dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(sb.st_mode))
+        return false;
+    *mode_p = sb.st_mode;
+    return true;
+}
+
 /* Opens `name`, with O_DIRECT when *direct_p. A file system that refuses
  * O_DIRECT (EINVAL: tmpfs, some FUSE) gets buffered I/O from then on,
- * said once. */
+ * said once; a FIFO or directory under the name refuses it too (EINVAL),
+ * which says nothing about the file system. */
 static int open_file(kvf__blockfile_dir *dir, const char *name, const char *path, int flags,
                      bool *direct_p)
 {
     if (*direct_p) {
         int fd;
+        mode_t mode;
         if (kvf__fileio_direct_refused()) {
             errno = EINVAL;
             fd = -1;
@@ -532,6 +564,10 @@ static int open_file(kvf__blockfile_dir *dir, const char *name, const char *path
         }
         if (fd >= 0 || errno != EINVAL)
             return fd;
+        if (is_foreign(dir->dir_fd, name, &mode)) {
+            errno = EINVAL;
+            return -1;
+        }
         char eb[128];
         const char *why = errstr(EINVAL, eb, sizeof eb);
         atomic_store(&dir->direct, false);
@@ -540,6 +576,41 @@ static int open_file(kvf__blockfile_dir *dir, const char *name, const char *path
         *direct_p = false;
     }
     return open_at(dir->dir_fd, name, path, flags, 0644);
+}
+
+/* Opens an existing block file for reading without ever blocking: a FIFO
+ * under a block's name would wait for a writer forever, a link would be
+ * followed to whatever it names. *mode_p is 0, or the mode of a file that
+ * is not a regular file (foreign: never read, never removed). -1 with
+ * errno set on failure; else the descriptor, a regular file, blocking
+ * again (io_uring answers EAGAIN on O_NONBLOCK files instead of waiting),
+ * *sb its fstat. */
+static int open_block(kvf__blockfile_dir *dir, const char *name, const char *path, bool *direct_p,
+                      struct stat *sb, mode_t *mode_p)
+{
+    *mode_p = 0;
+    int fd = open_file(dir, name, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, direct_p);
+    if (fd < 0) {
+        /* ELOOP (a link), ENXIO (a socket), EINVAL (O_DIRECT on a FIFO) */
+        int err = errno;
+        if (err != ENOENT && is_foreign(dir->dir_fd, name, mode_p))
+            return -1;
+        errno = err;
+        return -1;
+    }
+    int err = 0;
+    if (fstat(fd, sb) != 0)
+        err = errno;
+    else if (!S_ISREG(sb->st_mode))
+        *mode_p = sb->st_mode ? sb->st_mode : S_IFIFO;
+    else if (fcntl(fd, F_SETFL, *direct_p ? O_DIRECT : 0) != 0)
+        err = errno;
+    if (err || *mode_p) {
+        close(fd);
+        errno = err ? err : EINVAL;
+        return -1;
+    }
+    return fd;
 }
 
 /* Undoes a failed write: no temporary file, and no old version of the key
@@ -598,9 +669,13 @@ static int open_spare(kvf__blockfile_dir *dir, kvf__blockfile_io *io, size_t len
     while (dir->spares && spare_take(dir, name)) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir->root, name);
-        int fd = open_file(dir, name, path, O_WRONLY | O_CLOEXEC, direct_p);
+        /* not blocking: a rename exchange may have made anything that
+         * stood under a block's name a spare, a FIFO too */
+        int fd =
+            open_file(dir, name, path, O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, direct_p);
         struct stat sb;
-        if (fd >= 0 && fstat(fd, &sb) == 0 &&
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            fcntl(fd, F_SETFL, *direct_p ? O_DIRECT : 0) == 0 &&
             ((uint64_t)sb.st_size == len || ftruncate(fd, (off_t)len) == 0)) {
             snprintf(io->tmp, sizeof io->tmp, "%s", name);
             snprintf(io->tmp_path, sizeof io->tmp_path, "%s", path);
@@ -853,9 +928,16 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
     snprintf(name, sizeof name, "%016llx.kvf", key);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
 
-    int fd = open_at(dir->dir_fd, name, path, O_RDONLY | O_CLOEXEC, 0);
+    struct stat sb;
+    mode_t foreign;
+    bool direct = false;
+    int fd = open_block(dir, name, path, &direct, &sb, &foreign);
     if (fd < 0) {
         int err = errno;
+        if (foreign)
+            return kvf__fail(KVF_ERR_CORRUPT,
+                             "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key,
+                             path, file_kind(foreign));
         if (err == ENOENT)
             return kvf__fail(KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, path);
         return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, path,
@@ -863,17 +945,6 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
     }
 
     kvf_status st;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int err = errno;
-        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: fstat: %s", key, path,
-                       errstr(err, eb, sizeof eb));
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: not a regular file", key, path);
-        goto out;
-    }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < HDR) {
         st = kvf__fail(KVF_ERR_CORRUPT,
@@ -1001,19 +1072,23 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
     bool direct = atomic_load_explicit(&dir->direct, memory_order_relaxed) &&
                   buf_aligned(io->buf) && io->cap >= KVF_FILE_ALIGN;
-    io->fd = open_file(dir, io->name, io->path, O_RDONLY | O_CLOEXEC, &direct);
+    struct stat sb;
+    mode_t foreign;
+    io->fd = open_block(dir, io->name, io->path, &direct, &sb, &foreign);
     if (io->fd < 0) {
         int err = errno;
-        if (err == ENOENT)
+        if (foreign)
+            io_fail(io, KVF_ERR_CORRUPT,
+                    "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key, io->path,
+                    file_kind(foreign));
+        else if (err == ENOENT)
             io_fail(io, KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, io->path);
         else
             io_fail(io, kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, io->path,
                     errstr(err, eb, sizeof eb));
         return false;
     }
-    struct stat sb;
-    if (fstat(io->fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < (off_t)HDR ||
-        (uint64_t)sb.st_size > io->cap) {
+    if (sb.st_size < (off_t)HDR || (uint64_t)sb.st_size > io->cap) {
         /* the careful reader says what is wrong, header first */
         close(io->fd);
         io->fd = -1;
@@ -1278,20 +1353,30 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
     if (ret != KVF_OK)
         return ret;
     const char *n;
+    unsigned long foreign = 0;
     while ((ret = walk_next(dir, d, &n)) == KVF_OK && n) {
         uint64_t key;
         if (!(strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)))
             continue;
-        int bfd = openat(dir->dir_fd, n, O_RDONLY | O_CLOEXEC);
+        char path[PATH_MAX], what[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", dir->root, n);
+        snprintf(what, sizeof what, "block 0x%llx: %s", (unsigned long long)key, path);
+        struct stat sb;
+        mode_t mode;
+        bool direct = false;
+        int bfd = open_block(dir, n, path, &direct, &sb, &mode);
+        if (bfd < 0 && mode) {
+            foreign++;
+            KVF_LOG(KVF_LOG_WARN, "%s: %s, not a block file: foreign, skipped and left alone", what,
+                    file_kind(mode));
+            continue;
+        }
         if (bfd < 0)
             continue; /* removed since readdir */
         uint8_t h[HDR];
-        struct stat sb;
-        bool ok = fstat(bfd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(bfd, h, HDR, 0) == HDR;
+        bool ok = pread(bfd, h, HDR, 0) == HDR;
         close(bfd);
         kvf__block_header bh;
-        char what[PATH_MAX + 32];
-        snprintf(what, sizeof what, "block 0x%llx: %s/%s", (unsigned long long)key, dir->root, n);
         /* a file that fails here is skipped, and so never served: reading
          * it would fail the same checks */
         if (!ok || kvf__block_header_parse(h, what, &bh) != KVF_OK ||
@@ -1305,6 +1390,10 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
         visit(arg, &meta, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec);
     }
     closedir(d);
+    if (foreign)
+        KVF_LOG(KVF_LOG_WARN,
+                "%s: %lu foreign file%s under block names (not regular files), left alone",
+                dir->root, foreign, foreign == 1 ? "" : "s");
     if (ret == KVF_OK)
         kvf__clear_error();
     return ret;
