@@ -654,6 +654,10 @@ static kvf__fio_op *live_ops(kvf__blockfile_io *ios, size_t n, kvf__fio_kind kin
         ios[i].io.kind = kind;
         ios[i].io.on_start = on_start;
         ios[i].io.on_done = on_done;
+        /* set before the run, not in on_start: kvf__fileio_run picks the
+         * engine for the list by its xfer before any op starts */
+        ios[i].io.xfer = ios[i].img ? ios[i].img->xfer : NULL;
+        ios[i].io.xfer_arg = ios[i].img_arg;
         *tailp = &ios[i].io;
         tailp = &ios[i].io.next;
     }
@@ -867,6 +871,7 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     io->fill = NULL;
     io->on_done = NULL;
     io->img = NULL;
+    io->img_arg = NULL;
     io->buf = buf;
     io->cap = meta->payload_bytes > SIZE_MAX - HDR ? SIZE_MAX : HDR + (size_t)meta->payload_bytes;
     kvf__blockfile_write_many(dir, dir->fio, io, 1);
@@ -1230,6 +1235,7 @@ kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *b
     io->meta.key = key;
     io->on_done = NULL;
     io->img = NULL;
+    io->img_arg = NULL;
     io->buf = buf;
     io->cap = cap;
     kvf__blockfile_read_many(dir, dir->fio, io, 1);

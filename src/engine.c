@@ -2237,8 +2237,12 @@ static kvf_status ensure_staging(worker *w, size_t n, bool dev)
      * staging allocation that fails below leaves them usable */
     if (w->nios < n) {
         kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
-        if (ios)
+        if (ios) {
+            /* the records' fields run_file_moves does not set start zeroed
+             * (NULL hooks), never as realloc left them */
+            memset(ios + w->nios, 0, (n - w->nios) * sizeof *ios);
             w->ios = ios;
+        }
         kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
         if (copies)
             w->copies = copies;
