@@ -67,6 +67,10 @@
 #define NAME_MAX_BYTES 80
 /* Linux moves at most 0x7ffff000 bytes per call; stay below it. */
 #define IO_CHUNK ((size_t)1 << 30)
+/* The largest payload written or read: far above a KV block of any model
+ * (megabytes), far below what a reader can allocate on the word of one
+ * header it has not yet checked beyond its own checksum. */
+#define BLOCK_PAYLOAD_MAX ((uint64_t)1 << 30)
 
 static atomic_uint_fast64_t tmp_seq;
 static atomic_bool direct_refusal_logged;
@@ -700,13 +704,14 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     unsigned long long key = (unsigned long long)meta->key;
     snprintf(io->name, sizeof io->name, "%016llx.kvf", key);
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
-    if (meta->payload_bytes > SIZE_MAX - 2 * KVF_FILE_ALIGN ||
-        meta->payload_bytes > (uint64_t)INT64_MAX - 2 * KVF_FILE_ALIGN ||
-        HDR + meta->payload_bytes > io->cap) {
+    if (meta->payload_bytes > BLOCK_PAYLOAD_MAX || HDR + meta->payload_bytes > io->cap) {
         /* a failed write leaves no old version behind, whatever the cause */
         unlinkat(dir->dir_fd, io->name, 0);
-        io_fail(io, KVF_ERR_RANGE, "block 0x%llx: payload of %llu bytes too large", key,
-                (unsigned long long)meta->payload_bytes);
+        io_fail(io, KVF_ERR_RANGE,
+                "block 0x%llx: payload of %llu bytes too large (a block holds at most %llu, "
+                "the buffer %zu with the header)",
+                key, (unsigned long long)meta->payload_bytes, (unsigned long long)BLOCK_PAYLOAD_MAX,
+                io->cap);
         return false;
     }
     size_t total = HDR + (size_t)meta->payload_bytes;
@@ -880,9 +885,16 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     return st;
 }
 /* The length rule: a file holds the header and payload exactly, or padded
- * with zeros to the next multiple of KVF_FILE_ALIGN (the O_DIRECT image). */
+ * with zeros to the next multiple of KVF_FILE_ALIGN (the O_DIRECT image).
+ * A claim over BLOCK_PAYLOAD_MAX is refused whatever the file's size: a
+ * sparse file can match any claim, and a reader sizes its buffer by it. */
 static kvf_status check_file_size(uint64_t size, uint64_t payload, const char *what)
 {
+    if (payload > BLOCK_PAYLOAD_MAX)
+        return kvf__fail(KVF_ERR_CORRUPT,
+                         "%s: header claims %llu payload bytes, more than any block holds "
+                         "(%llu)",
+                         what, (unsigned long long)payload, (unsigned long long)BLOCK_PAYLOAD_MAX);
     uint64_t exact = HDR + payload;
     uint64_t padded = (exact + KVF_FILE_ALIGN - 1) & ~(uint64_t)(KVF_FILE_ALIGN - 1);
     if (size == exact || size == padded)
