@@ -8,6 +8,8 @@
  */
 #include "testutil.h"
 
+#include "file_fixture.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -20,105 +22,52 @@
 #define LINK_KEY 0x4ull
 #define DEADLINE_S 20
 
-static const kvf_geometry G = {2, 2, 2, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
-
-typedef struct fixture {
-    char dir[256], ns_dir[300];
-    kvf_engine *e;
-    size_t bytes;
-} fixture;
-
-static uint8_t *slot(fixture *f, kvf_level lv, uint32_t s)
-{
-    void *p = NULL;
-    CHECK_STATUS(kvf_engine_slot_ptr(f->e, 0, lv, s, &p), KVF_OK);
-    return p;
-}
-
-static int fx_open(fixture *f)
-{
-    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
-    cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = f->dir;
-    cfg.file_namespace = "ns";
-    REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
-    kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 8};
-    kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, 8};
-    uint32_t idx;
-    REQUIRE(kvf_engine_add_pool(f->e, &G, &prim, &sec, &idx) == KVF_OK);
-    REQUIRE(kvf_geometry_block_bytes(&G, &f->bytes) == KVF_OK);
-    return 0;
-}
-
-static kvf_status move1(kvf_engine *e, bool offload, uint64_t src, uint64_t dst)
-{
-    kvf_move m = {src, dst, 0};
-    kvf_ticket t;
-    kvf_status st = offload ? kvf_offload(e, KVF_TIER_FILE, &m, 1, &t)
-                            : kvf_onboard(e, KVF_TIER_FILE, &m, 1, &t);
-    return st == KVF_OK ? kvf_wait(e, t, NULL) : st;
-}
-
-static void key_path(const fixture *f, uint64_t key, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s/%016llx.kvf", f->ns_dir, (unsigned long long)key);
-}
-
 /* A good block under GOOD_KEY, and a FIFO, a directory and a link to the
  * good file under the other names. */
-static int fx_init(fixture *f)
+static int fx_init(file_fixture *f)
 {
-    memset(f, 0, sizeof *f);
-    REQUIRE(test_tmpdir(f->dir, sizeof f->dir) == 0);
-    snprintf(f->ns_dir, sizeof f->ns_dir, "%s/ns", f->dir);
-    fx_open(f);
-    test_fill_random(slot(f, KVF_LEVEL_PRIMARY, 0), f->bytes, 7);
-    CHECK_STATUS(move1(f->e, true, 0, GOOD_KEY), KVF_OK);
+    ff_init(f);
+    test_fill_random(ff_slot(f, KVF_LEVEL_PRIMARY, 0), f->bytes, 7);
+    CHECK_STATUS(ff_move1(f, true, 0, GOOD_KEY), KVF_OK);
     char p[400], good[400];
-    key_path(f, FIFO_KEY, p, sizeof p);
+    ff_key_path(f, FIFO_KEY, p, sizeof p);
     REQUIRE(mkfifo(p, 0644) == 0);
-    key_path(f, DIR_KEY, p, sizeof p);
+    ff_key_path(f, DIR_KEY, p, sizeof p);
     REQUIRE(mkdir(p, 0755) == 0);
-    key_path(f, GOOD_KEY, good, sizeof good);
-    key_path(f, LINK_KEY, p, sizeof p);
+    ff_key_path(f, GOOD_KEY, good, sizeof good);
+    ff_key_path(f, LINK_KEY, p, sizeof p);
     REQUIRE(symlink(good, p) == 0);
     return 0;
 }
 
-static void fx_done(fixture *f)
-{
-    kvf_engine_destroy(f->e);
-    test_rmtree(f->dir);
-}
-
 /* All three foreign files are still there, as they were. */
-static void check_left_alone(const fixture *f)
+static void check_left_alone(const file_fixture *f)
 {
     char p[400];
     struct stat sb;
-    key_path(f, FIFO_KEY, p, sizeof p);
+    ff_key_path(f, FIFO_KEY, p, sizeof p);
     CHECK(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode));
-    key_path(f, DIR_KEY, p, sizeof p);
+    ff_key_path(f, DIR_KEY, p, sizeof p);
     CHECK(lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode));
-    key_path(f, LINK_KEY, p, sizeof p);
+    ff_key_path(f, LINK_KEY, p, sizeof p);
     CHECK(lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode));
 }
 
 static int test_onboard_refuses_foreign(void)
 {
-    fixture f;
+    file_fixture f;
     alarm(DEADLINE_S);
     fx_init(&f);
     const uint64_t keys[] = {FIFO_KEY, DIR_KEY, LINK_KEY};
     const char *kinds[] = {"a FIFO", "a directory", "a symbolic link"};
     for (int i = 0; i < 3; i++) {
-        memset(slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
-        CHECK_STATUS(move1(f.e, false, keys[i], 1), KVF_ERR_CORRUPT);
-        CHECK(slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON);
+        memset(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
+        CHECK_STATUS(ff_move1(&f, false, keys[i], 1), KVF_ERR_CORRUPT);
+        CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON);
         /* the message names the file and what it is */
         uint8_t buf[8192];
         char p[400];
-        key_path(&f, keys[i], p, sizeof p);
+        ff_key_path(&f, keys[i], p, sizeof p);
         CHECK_STATUS(kvf__blockfile_read(kvf__engine_dir(f.e), keys[i], buf, sizeof buf, NULL),
                      KVF_ERR_CORRUPT);
         CHECK_STR_HAS(kvf_last_error(), p);
@@ -126,11 +75,11 @@ static int test_onboard_refuses_foreign(void)
         CHECK_STR_HAS(kvf_last_error(), "foreign");
     }
     /* the good block beside them */
-    memset(slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
-    CHECK_STATUS(move1(f.e, false, GOOD_KEY, 1), KVF_OK);
-    CHECK_MEM_EQ(slot(&f, KVF_LEVEL_PRIMARY, 1), slot(&f, KVF_LEVEL_PRIMARY, 0), f.bytes);
+    memset(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
+    CHECK_STATUS(ff_move1(&f, false, GOOD_KEY, 1), KVF_OK);
+    CHECK_MEM_EQ(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), ff_slot(&f, KVF_LEVEL_PRIMARY, 0), f.bytes);
     check_left_alone(&f);
-    fx_done(&f);
+    ff_done(&f);
     alarm(0);
     return 0;
 }
@@ -153,7 +102,7 @@ static void scan_visit(void *arg, uint64_t key, kvf_status st, const char *detai
 /* What `kvferry fsck` runs over each namespace. */
 static int test_scan_counts_foreign(void)
 {
-    fixture f;
+    file_fixture f;
     alarm(DEADLINE_S);
     fx_init(&f);
     scan_counts c = {0, 0, 0};
@@ -162,7 +111,7 @@ static int test_scan_counts_foreign(void)
     CHECK_EQ_INT(c.foreign, 3);
     CHECK_EQ_INT(c.other, 0);
     check_left_alone(&f);
-    fx_done(&f);
+    ff_done(&f);
     alarm(0);
     return 0;
 }
@@ -179,7 +128,7 @@ static void list_visit(void *arg, const kvf__blockfile_meta *meta, int64_t mtime
  * not removed, and the good block is found. */
 static int test_restore_skips_foreign(void)
 {
-    fixture f;
+    file_fixture f;
     alarm(DEADLINE_S);
     fx_init(&f);
     int n = 0;
@@ -196,7 +145,7 @@ static int test_restore_skips_foreign(void)
         kvf_cache_destroy(c);
     }
     check_left_alone(&f);
-    fx_done(&f);
+    ff_done(&f);
     alarm(0);
     return 0;
 }
