@@ -617,8 +617,101 @@ static int open_block(kvf__blockfile_dir *dir, const char *name, const char *pat
     return fd;
 }
 
+/* unlinkat, hooked as "unlink" on `path`; 0 (removed, or nothing there)
+ * or an errno. */
+static int unlink_block(kvf__blockfile_dir *dir, const char *name, const char *path)
+{
+    for (;;) {
+        int err = kvf__io_fault("unlink", path, NULL);
+        if (err == 0 && unlinkat(dir->dir_fd, name, 0) == 0)
+            return 0;
+        if (err == 0)
+            err = errno;
+        if (err == ENOENT)
+            return 0;
+        if (err != EINTR)
+            return err;
+    }
+}
+
+/* Cuts a block file that cannot be removed to 0 bytes, hooked as
+ * "truncate": a directory that refuses unlink (read-only, sticky, not
+ * ours) still lets the file's owner write the file itself, and an empty
+ * file is never read as a block, by this process or any later one.
+ * 0 or an errno; a name that is not a regular file is left alone (it is
+ * never read as a block either). */
+static int empty_block(kvf__blockfile_dir *dir, const char *name, const char *path)
+{
+    int err = kvf__io_fault("truncate", path, NULL);
+    if (err)
+        return err;
+    int fd = openat(dir->dir_fd, name, O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0) {
+        mode_t mode;
+        err = errno;
+        return err == ENOENT || is_foreign(dir->dir_fd, name, &mode) ? 0 : err;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        err = errno;
+    else if (S_ISREG(sb.st_mode) && ftruncate(fd, 0) != 0)
+        err = errno;
+    /* for a crash: without it the cut may not outlive one (best effort,
+     * the cut itself is what every reader sees from now on) */
+    if (err == 0)
+        fsync(fd);
+    close(fd);
+    return err;
+}
+
+/* Makes sure no version of a block is left readable after a failed write:
+ * removed; else, when the directory refuses (EACCES, EPERM, EROFS...),
+ * emptied in place (*emptied_p). KVF_OK when the file is gone; else the
+ * failure, its message saying whether the file remains empty or, where
+ * emptying failed too, with its old bytes. */
+static kvf_status discard_block(kvf__blockfile_dir *dir, uint64_t key, const char *name,
+                                const char *path, bool *emptied_p)
+{
+    char eb[128], eb2[128];
+    *emptied_p = false;
+    int err = unlink_block(dir, name, path);
+    if (err == 0)
+        return KVF_OK;
+    int err2 = empty_block(dir, name, path);
+    if (err2 == 0) {
+        *emptied_p = true;
+        return kvf__fail(write_errno_status(err),
+                         "block 0x%llx: %s: unlink: %s; emptied in place instead (the file "
+                         "remains, 0 bytes, never read as the block)",
+                         (unsigned long long)key, path, errstr(err, eb, sizeof eb));
+    }
+    return kvf__fail(write_errno_status(err),
+                     "block 0x%llx: %s: unlink: %s; emptying it in place: %s: THE FILE REMAINS "
+                     "with the block's previous bytes",
+                     (unsigned long long)key, path, errstr(err, eb, sizeof eb),
+                     errstr(err2, eb2, sizeof eb2));
+}
+
+kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key, bool *emptied_p)
+{
+    bool emptied = false;
+    if (emptied_p)
+        *emptied_p = false;
+    if (!dir || !dir->root)
+        return kvf__fail(KVF_ERR_INVALID, "block file discard: directory not open");
+    char name[NAME_MAX_BYTES], path[PATH_MAX];
+    snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
+    snprintf(path, sizeof path, "%s/%s", dir->root, name);
+    kvf_status st = discard_block(dir, key, name, path, &emptied);
+    if (emptied_p)
+        *emptied_p = emptied;
+    return st;
+}
+
 /* Undoes a failed write: no temporary file, and no old version of the key
- * (the engine has already told its caller the old bytes are gone). */
+ * (the engine has already told its caller the old bytes are gone); where
+ * the old file cannot be removed, the block's message says what became
+ * of it. */
 static void write_failed(kvf__blockfile_dir *dir, kvf__blockfile_io *io, const char *op, int err)
 {
     char eb[128];
@@ -626,9 +719,12 @@ static void write_failed(kvf__blockfile_dir *dir, kvf__blockfile_io *io, const c
         close(io->fd);
     io->fd = -1;
     unlinkat(dir->dir_fd, io->tmp, 0);
-    unlinkat(dir->dir_fd, io->name, 0);
-    io_fail(io, write_errno_status(err), "block 0x%llx: %s: %s: %s",
-            (unsigned long long)io->meta.key, io->path, op, errstr(err, eb, sizeof eb));
+    bool emptied;
+    char left[PATH_MAX + 160] = "";
+    if (discard_block(dir, io->meta.key, io->name, io->path, &emptied) != KVF_OK)
+        snprintf(left, sizeof left, "; %s", kvf_last_error());
+    io_fail(io, write_errno_status(err), "block 0x%llx: %s: %s: %s%s",
+            (unsigned long long)io->meta.key, io->path, op, errstr(err, eb, sizeof eb), left);
 }
 
 static kvf__blockfile_io *io_of(kvf__fio_op *op)
@@ -706,7 +802,8 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
     if (meta->payload_bytes > BLOCK_PAYLOAD_MAX || HDR + meta->payload_bytes > io->cap) {
         /* a failed write leaves no old version behind, whatever the cause */
-        unlinkat(dir->dir_fd, io->name, 0);
+        bool emptied;
+        discard_block(dir, meta->key, io->name, io->path, &emptied);
         io_fail(io, KVF_ERR_RANGE,
                 "block 0x%llx: payload of %llu bytes too large (a block holds at most %llu, "
                 "the buffer %zu with the header)",
@@ -1345,18 +1442,12 @@ kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key)
     char name[NAME_MAX_BYTES], path[PATH_MAX];
     snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
-    for (;;) {
-        int err = kvf__io_fault("unlink", path, NULL);
-        if (err == 0 && unlinkat(dir->dir_fd, name, 0) == 0)
-            return KVF_OK;
-        if (err == 0)
-            err = errno;
-        if (err == ENOENT)
-            return KVF_OK; /* nothing stored: what removal wants */
-        if (err != EINTR)
-            return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: unlink: %s",
-                             (unsigned long long)key, path, errstr(err, eb, sizeof eb));
-    }
+    /* nothing stored (ENOENT) is what removal wants: 0 */
+    int err = unlink_block(dir, name, path);
+    if (err == 0)
+        return KVF_OK;
+    return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: unlink: %s",
+                     (unsigned long long)key, path, errstr(err, eb, sizeof eb));
 }
 
 kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
