@@ -606,7 +606,7 @@ static int open_block(kvf__blockfile_dir *dir, const char *name, const char *pat
     if (fstat(fd, sb) != 0)
         err = errno;
     else if (!S_ISREG(sb->st_mode))
-        *mode_p = sb->st_mode ? sb->st_mode : S_IFIFO;
+        *mode_p = sb->st_mode;
     else if (fcntl(fd, F_SETFL, *direct_p ? O_DIRECT : 0) != 0)
         err = errno;
     if (err || *mode_p) {
