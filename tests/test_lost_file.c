@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define POISON 0xA5
@@ -176,10 +177,63 @@ static int test_blockfile_message(void)
     return 0;
 }
 
+/* The directory itself refuses, no hook: a read-only namespace directory
+ * as an unprivileged user (root ignores the mode: the test drops to
+ * nobody in a child). The offload fails (the temporary file cannot be
+ * created), unlink fails with EACCES, and the file, the user's own, is
+ * emptied in place. */
+static int readonly_directory_child(void)
+{
+    file_fixture f;
+    memset(&f, 0, sizeof f);
+    REQUIRE(test_tmpdir(f.dir, sizeof f.dir) == 0);
+    snprintf(f.ns_dir, sizeof f.ns_dir, "%s/ns", f.dir);
+    ff_open(&f);
+    test_fill_random(ff_slot(&f, KVF_LEVEL_PRIMARY, 0), f.bytes, 60);
+    CHECK_STATUS(ff_move1(&f, true, 0, KEY), KVF_OK);
+    REQUIRE(chmod(f.ns_dir, 0555) == 0);
+    test_fill_random(ff_slot(&f, KVF_LEVEL_PRIMARY, 0), f.bytes, 61);
+    CHECK(ff_move1(&f, true, 0, KEY) != KVF_OK);
+    memset(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
+    CHECK_STATUS(ff_move1(&f, false, KEY, 1), KVF_ERR_LOST);
+    CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON);
+    /* a restart: the emptied file is never served as the block */
+    kvf_engine_destroy(f.e);
+    ff_open(&f);
+    memset(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
+    CHECK(ff_move1(&f, false, KEY, 1) != KVF_OK);
+    CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON);
+    REQUIRE(chmod(f.ns_dir, 0755) == 0);
+    rewrite_serves(&f, 62);
+    ff_done(&f);
+    return test_failures ? 1 : 0;
+}
+
+static int test_readonly_directory(void)
+{
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(TEST_SKIP);
+        /* nobody's own temporary directory, where TMPDIR is not writable */
+        if (access(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", W_OK) != 0)
+            _exit(TEST_SKIP);
+        _exit(readonly_directory_child());
+    }
+    int status;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == TEST_SKIP)
+        return TEST_SKIP;
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_unlink_refused_file_emptied);
     RUN(test_unlink_and_emptying_refused);
     RUN(test_blockfile_message);
+    RUN(test_readonly_directory);
     return TEST_RESULT();
 }
