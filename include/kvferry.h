@@ -94,7 +94,8 @@ typedef enum kvf_status {
     /* data integrity: kvferry refuses to hand back these bytes */
     KVF_ERR_CORRUPT = -50,  /* a stored block fails its header or checksum */
     KVF_ERR_MISMATCH = -51, /* a stored block has another layout or namespace */
-    KVF_ERR_LOST = -52      /* the move this one depends on failed */
+    KVF_ERR_LOST = -52      /* the move this one depends on failed, or the
+                               file key's last write (see kvf_offload) */
 } kvf_status;
 
 /** A short, constant English description of a status; never NULL. */
@@ -600,7 +601,15 @@ typedef uint64_t kvf_ticket;
  *        a failed move wrote fails with KVF_ERR_LOST, a later read of that
  *        secondary slot fails with KVF_ERR_LOST until the slot is written
  *        again, and a later read of that file key finds no block
- *        (KVF_ERR_NOT_FOUND). A failed write to the remote tier removes
+ *        (KVF_ERR_NOT_FOUND). Where the file directory refuses to remove
+ *        the key's old file (read-only, not this process's), the file is
+ *        cut to 0 bytes in place, so that no engine, after a restart
+ *        either, reads it as the block (KVF_ERR_CORRUPT there), and this
+ *        engine refuses the key with KVF_ERR_LOST, naming key and file,
+ *        until it is written again or removed (kvf_file_remove); where
+ *        even that cut fails, the refusal lasts as long as this engine
+ *        and an error in the log says the old file remains (an engine
+ *        opened later would read it). A failed write to the remote tier removes
  *        nothing there (the store is shared between engines): the key
  *        keeps its previous value, or the new one where only the reply
  *        was lost, each whole and checksummed.

@@ -67,6 +67,10 @@
 #define NAME_MAX_BYTES 80
 /* Linux moves at most 0x7ffff000 bytes per call; stay below it. */
 #define IO_CHUNK ((size_t)1 << 30)
+/* The largest payload written or read: far above a KV block of any model
+ * (megabytes), far below what a reader can allocate on the word of one
+ * header it has not yet checked beyond its own checksum. */
+#define BLOCK_PAYLOAD_MAX ((uint64_t)1 << 30)
 
 static atomic_uint_fast64_t tmp_seq;
 static atomic_bool direct_refusal_logged;
@@ -315,7 +319,8 @@ static void remove_stale_tmp(int dir_fd, const char *root)
             break;
         }
         pid_t pid;
-        if (!parse_tmp_name(e->d_name, &pid))
+        /* a FIFO or directory under such a name is not a writer's: left */
+        if (!parse_tmp_name(e->d_name, &pid) || (e->d_type != DT_REG && e->d_type != DT_UNKNOWN))
             continue;
         if (kill(pid, 0) == 0 || errno != ESRCH)
             continue;
@@ -516,14 +521,45 @@ io_fail(kvf__blockfile_io *io, kvf_status st, const char *fmt, ...)
     kvf__fail(st, "%s", io->msg);
 }
 
+/* What a file that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISLNK(mode))
+        return "a symbolic link";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    return "not a regular file";
+}
+
+/* Whether `name` exists and is something other than a regular file (its
+ * mode in *mode_p): a FIFO, directory, link... that kvferry never wrote. */
+static bool is_foreign(int dir_fd, const char *name, mode_t *mode_p)
+{
+    struct stat sb;
+    if (fstatat(dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || S_ISREG(sb.st_mode))
+        return false;
+    *mode_p = sb.st_mode;
+    return true;
+}
+
 /* Opens `name`, with O_DIRECT when *direct_p. A file system that refuses
  * O_DIRECT (EINVAL: tmpfs, some FUSE) gets buffered I/O from then on,
- * said once. */
+ * said once; a FIFO or directory under the name refuses it too (EINVAL),
+ * which says nothing about the file system. */
 static int open_file(kvf__blockfile_dir *dir, const char *name, const char *path, int flags,
                      bool *direct_p)
 {
     if (*direct_p) {
         int fd;
+        mode_t mode;
         if (kvf__fileio_direct_refused()) {
             errno = EINVAL;
             fd = -1;
@@ -532,6 +568,10 @@ static int open_file(kvf__blockfile_dir *dir, const char *name, const char *path
         }
         if (fd >= 0 || errno != EINVAL)
             return fd;
+        if (is_foreign(dir->dir_fd, name, &mode)) {
+            errno = EINVAL;
+            return -1;
+        }
         char eb[128];
         const char *why = errstr(EINVAL, eb, sizeof eb);
         atomic_store(&dir->direct, false);
@@ -542,8 +582,136 @@ static int open_file(kvf__blockfile_dir *dir, const char *name, const char *path
     return open_at(dir->dir_fd, name, path, flags, 0644);
 }
 
+/* Opens an existing block file for reading without ever blocking: a FIFO
+ * under a block's name would wait for a writer forever, a link would be
+ * followed to whatever it names. *mode_p is 0, or the mode of a file that
+ * is not a regular file (foreign: never read, never removed). -1 with
+ * errno set on failure; else the descriptor, a regular file, blocking
+ * again (io_uring answers EAGAIN on O_NONBLOCK files instead of waiting),
+ * *sb its fstat. */
+static int open_block(kvf__blockfile_dir *dir, const char *name, const char *path, bool *direct_p,
+                      struct stat *sb, mode_t *mode_p)
+{
+    *mode_p = 0;
+    int fd = open_file(dir, name, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, direct_p);
+    if (fd < 0) {
+        /* ELOOP (a link), ENXIO (a socket), EINVAL (O_DIRECT on a FIFO) */
+        int err = errno;
+        if (err != ENOENT && is_foreign(dir->dir_fd, name, mode_p))
+            return -1;
+        errno = err;
+        return -1;
+    }
+    int err = 0;
+    if (fstat(fd, sb) != 0)
+        err = errno;
+    else if (!S_ISREG(sb->st_mode))
+        *mode_p = sb->st_mode;
+    else if (fcntl(fd, F_SETFL, *direct_p ? O_DIRECT : 0) != 0)
+        err = errno;
+    if (err || *mode_p) {
+        close(fd);
+        errno = err ? err : EINVAL;
+        return -1;
+    }
+    return fd;
+}
+
+/* unlinkat, hooked as "unlink" on `path`; 0 (removed, or nothing there)
+ * or an errno. */
+static int unlink_block(kvf__blockfile_dir *dir, const char *name, const char *path)
+{
+    for (;;) {
+        int err = kvf__io_fault("unlink", path, NULL);
+        if (err == 0 && unlinkat(dir->dir_fd, name, 0) == 0)
+            return 0;
+        if (err == 0)
+            err = errno;
+        if (err == ENOENT)
+            return 0;
+        if (err != EINTR)
+            return err;
+    }
+}
+
+/* Cuts a block file that cannot be removed to 0 bytes, hooked as
+ * "truncate": a directory that refuses unlink (read-only, sticky, not
+ * ours) still lets the file's owner write the file itself, and an empty
+ * file is never read as a block, by this process or any later one.
+ * 0 or an errno; a name that is not a regular file is left alone (it is
+ * never read as a block either). */
+static int empty_block(kvf__blockfile_dir *dir, const char *name, const char *path)
+{
+    int err = kvf__io_fault("truncate", path, NULL);
+    if (err)
+        return err;
+    int fd = openat(dir->dir_fd, name, O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    if (fd < 0) {
+        mode_t mode;
+        err = errno;
+        return err == ENOENT || is_foreign(dir->dir_fd, name, &mode) ? 0 : err;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        err = errno;
+    else if (S_ISREG(sb.st_mode) && ftruncate(fd, 0) != 0)
+        err = errno;
+    /* for a crash: without it the cut may not outlive one (best effort,
+     * the cut itself is what every reader sees from now on) */
+    if (err == 0)
+        fsync(fd);
+    close(fd);
+    return err;
+}
+
+/* Makes sure no version of a block is left readable after a failed write:
+ * removed; else, when the directory refuses (EACCES, EPERM, EROFS...),
+ * emptied in place (*emptied_p). KVF_OK when the file is gone; else the
+ * failure, its message saying whether the file remains empty or, where
+ * emptying failed too, with its old bytes. */
+static kvf_status discard_block(kvf__blockfile_dir *dir, uint64_t key, const char *name,
+                                const char *path, bool *emptied_p)
+{
+    char eb[128], eb2[128];
+    *emptied_p = false;
+    int err = unlink_block(dir, name, path);
+    if (err == 0)
+        return KVF_OK;
+    int err2 = empty_block(dir, name, path);
+    if (err2 == 0) {
+        *emptied_p = true;
+        return kvf__fail(write_errno_status(err),
+                         "block 0x%llx: %s: unlink: %s; emptied in place instead (the file "
+                         "remains, 0 bytes, never read as the block)",
+                         (unsigned long long)key, path, errstr(err, eb, sizeof eb));
+    }
+    return kvf__fail(write_errno_status(err),
+                     "block 0x%llx: %s: unlink: %s; emptying it in place: %s: THE FILE REMAINS "
+                     "with the block's previous bytes",
+                     (unsigned long long)key, path, errstr(err, eb, sizeof eb),
+                     errstr(err2, eb2, sizeof eb2));
+}
+
+kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key, bool *emptied_p)
+{
+    bool emptied = false;
+    if (emptied_p)
+        *emptied_p = false;
+    if (!dir || !dir->root)
+        return kvf__fail(KVF_ERR_INVALID, "block file discard: directory not open");
+    char name[NAME_MAX_BYTES], path[PATH_MAX];
+    snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
+    snprintf(path, sizeof path, "%s/%s", dir->root, name);
+    kvf_status st = discard_block(dir, key, name, path, &emptied);
+    if (emptied_p)
+        *emptied_p = emptied;
+    return st;
+}
+
 /* Undoes a failed write: no temporary file, and no old version of the key
- * (the engine has already told its caller the old bytes are gone). */
+ * (the engine has already told its caller the old bytes are gone); where
+ * the old file cannot be removed, the block's message says what became
+ * of it. */
 static void write_failed(kvf__blockfile_dir *dir, kvf__blockfile_io *io, const char *op, int err)
 {
     char eb[128];
@@ -551,9 +719,12 @@ static void write_failed(kvf__blockfile_dir *dir, kvf__blockfile_io *io, const c
         close(io->fd);
     io->fd = -1;
     unlinkat(dir->dir_fd, io->tmp, 0);
-    unlinkat(dir->dir_fd, io->name, 0);
-    io_fail(io, write_errno_status(err), "block 0x%llx: %s: %s: %s",
-            (unsigned long long)io->meta.key, io->path, op, errstr(err, eb, sizeof eb));
+    bool emptied;
+    char left[PATH_MAX + 160] = "";
+    if (discard_block(dir, io->meta.key, io->name, io->path, &emptied) != KVF_OK)
+        snprintf(left, sizeof left, "; %s", kvf_last_error());
+    io_fail(io, write_errno_status(err), "block 0x%llx: %s: %s: %s%s",
+            (unsigned long long)io->meta.key, io->path, op, errstr(err, eb, sizeof eb), left);
 }
 
 static kvf__blockfile_io *io_of(kvf__fio_op *op)
@@ -583,6 +754,10 @@ static kvf__fio_op *live_ops(kvf__blockfile_io *ios, size_t n, kvf__fio_kind kin
         ios[i].io.kind = kind;
         ios[i].io.on_start = on_start;
         ios[i].io.on_done = on_done;
+        /* set before the run, not in on_start: kvf__fileio_run picks the
+         * engine for the list by its xfer before any op starts */
+        ios[i].io.xfer = ios[i].img ? ios[i].img->xfer : NULL;
+        ios[i].io.xfer_arg = ios[i].img_arg;
         *tailp = &ios[i].io;
         tailp = &ios[i].io.next;
     }
@@ -598,9 +773,13 @@ static int open_spare(kvf__blockfile_dir *dir, kvf__blockfile_io *io, size_t len
     while (dir->spares && spare_take(dir, name)) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir->root, name);
-        int fd = open_file(dir, name, path, O_WRONLY | O_CLOEXEC, direct_p);
+        /* not blocking: a rename exchange may have made anything that
+         * stood under a block's name a spare, a FIFO too */
+        int fd =
+            open_file(dir, name, path, O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, direct_p);
         struct stat sb;
-        if (fd >= 0 && fstat(fd, &sb) == 0 &&
+        if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            fcntl(fd, F_SETFL, *direct_p ? O_DIRECT : 0) == 0 &&
             ((uint64_t)sb.st_size == len || ftruncate(fd, (off_t)len) == 0)) {
             snprintf(io->tmp, sizeof io->tmp, "%s", name);
             snprintf(io->tmp_path, sizeof io->tmp_path, "%s", path);
@@ -621,13 +800,15 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     unsigned long long key = (unsigned long long)meta->key;
     snprintf(io->name, sizeof io->name, "%016llx.kvf", key);
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
-    if (meta->payload_bytes > SIZE_MAX - 2 * KVF_FILE_ALIGN ||
-        meta->payload_bytes > (uint64_t)INT64_MAX - 2 * KVF_FILE_ALIGN ||
-        HDR + meta->payload_bytes > io->cap) {
+    if (meta->payload_bytes > BLOCK_PAYLOAD_MAX || HDR + meta->payload_bytes > io->cap) {
         /* a failed write leaves no old version behind, whatever the cause */
-        unlinkat(dir->dir_fd, io->name, 0);
-        io_fail(io, KVF_ERR_RANGE, "block 0x%llx: payload of %llu bytes too large", key,
-                (unsigned long long)meta->payload_bytes);
+        bool emptied;
+        discard_block(dir, meta->key, io->name, io->path, &emptied);
+        io_fail(io, KVF_ERR_RANGE,
+                "block 0x%llx: payload of %llu bytes too large (a block holds at most %llu, "
+                "the buffer %zu with the header)",
+                key, (unsigned long long)meta->payload_bytes, (unsigned long long)BLOCK_PAYLOAD_MAX,
+                io->cap);
         return false;
     }
     size_t total = HDR + (size_t)meta->payload_bytes;
@@ -792,6 +973,7 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     io->fill = NULL;
     io->on_done = NULL;
     io->img = NULL;
+    io->img_arg = NULL;
     io->buf = buf;
     io->cap = meta->payload_bytes > SIZE_MAX - HDR ? SIZE_MAX : HDR + (size_t)meta->payload_bytes;
     kvf__blockfile_write_many(dir, dir->fio, io, 1);
@@ -800,9 +982,16 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     return st;
 }
 /* The length rule: a file holds the header and payload exactly, or padded
- * with zeros to the next multiple of KVF_FILE_ALIGN (the O_DIRECT image). */
+ * with zeros to the next multiple of KVF_FILE_ALIGN (the O_DIRECT image).
+ * A claim over BLOCK_PAYLOAD_MAX is refused whatever the file's size: a
+ * sparse file can match any claim, and a reader sizes its buffer by it. */
 static kvf_status check_file_size(uint64_t size, uint64_t payload, const char *what)
 {
+    if (payload > BLOCK_PAYLOAD_MAX)
+        return kvf__fail(KVF_ERR_CORRUPT,
+                         "%s: header claims %llu payload bytes, more than any block holds "
+                         "(%llu)",
+                         what, (unsigned long long)payload, (unsigned long long)BLOCK_PAYLOAD_MAX);
     uint64_t exact = HDR + payload;
     uint64_t padded = (exact + KVF_FILE_ALIGN - 1) & ~(uint64_t)(KVF_FILE_ALIGN - 1);
     if (size == exact || size == padded)
@@ -853,9 +1042,16 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
     snprintf(name, sizeof name, "%016llx.kvf", key);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
 
-    int fd = open_at(dir->dir_fd, name, path, O_RDONLY | O_CLOEXEC, 0);
+    struct stat sb;
+    mode_t foreign;
+    bool direct = false;
+    int fd = open_block(dir, name, path, &direct, &sb, &foreign);
     if (fd < 0) {
         int err = errno;
+        if (foreign)
+            return kvf__fail(KVF_ERR_CORRUPT,
+                             "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key,
+                             path, file_kind(foreign));
         if (err == ENOENT)
             return kvf__fail(KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, path);
         return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, path,
@@ -863,17 +1059,6 @@ static kvf_status read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t *
     }
 
     kvf_status st;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int err = errno;
-        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: fstat: %s", key, path,
-                       errstr(err, eb, sizeof eb));
-        goto out;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        st = kvf__fail(KVF_ERR_CORRUPT, "block 0x%llx: %s: not a regular file", key, path);
-        goto out;
-    }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < HDR) {
         st = kvf__fail(KVF_ERR_CORRUPT,
@@ -1001,19 +1186,23 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
     bool direct = atomic_load_explicit(&dir->direct, memory_order_relaxed) &&
                   buf_aligned(io->buf) && io->cap >= KVF_FILE_ALIGN;
-    io->fd = open_file(dir, io->name, io->path, O_RDONLY | O_CLOEXEC, &direct);
+    struct stat sb;
+    mode_t foreign;
+    io->fd = open_block(dir, io->name, io->path, &direct, &sb, &foreign);
     if (io->fd < 0) {
         int err = errno;
-        if (err == ENOENT)
+        if (foreign)
+            io_fail(io, KVF_ERR_CORRUPT,
+                    "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key, io->path,
+                    file_kind(foreign));
+        else if (err == ENOENT)
             io_fail(io, KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, io->path);
         else
             io_fail(io, kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, io->path,
                     errstr(err, eb, sizeof eb));
         return false;
     }
-    struct stat sb;
-    if (fstat(io->fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < (off_t)HDR ||
-        (uint64_t)sb.st_size > io->cap) {
+    if (sb.st_size < (off_t)HDR || (uint64_t)sb.st_size > io->cap) {
         /* the careful reader says what is wrong, header first */
         close(io->fd);
         io->fd = -1;
@@ -1155,6 +1344,7 @@ kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *b
     io->meta.key = key;
     io->on_done = NULL;
     io->img = NULL;
+    io->img_arg = NULL;
     io->buf = buf;
     io->cap = cap;
     kvf__blockfile_read_many(dir, dir->fio, io, 1);
@@ -1252,18 +1442,12 @@ kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key)
     char name[NAME_MAX_BYTES], path[PATH_MAX];
     snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
-    for (;;) {
-        int err = kvf__io_fault("unlink", path, NULL);
-        if (err == 0 && unlinkat(dir->dir_fd, name, 0) == 0)
-            return KVF_OK;
-        if (err == 0)
-            err = errno;
-        if (err == ENOENT)
-            return KVF_OK; /* nothing stored: what removal wants */
-        if (err != EINTR)
-            return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: unlink: %s",
-                             (unsigned long long)key, path, errstr(err, eb, sizeof eb));
-    }
+    /* nothing stored (ENOENT) is what removal wants: 0 */
+    int err = unlink_block(dir, name, path);
+    if (err == 0)
+        return KVF_OK;
+    return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: unlink: %s",
+                     (unsigned long long)key, path, errstr(err, eb, sizeof eb));
 }
 
 kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
@@ -1278,11 +1462,24 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
     if (ret != KVF_OK)
         return ret;
     const char *n;
+    unsigned long foreign = 0;
     while ((ret = walk_next(dir, d, &n)) == KVF_OK && n) {
         uint64_t key;
         if (!(strlen(n) == 16 + 4 && ends_with(n, ".kvf") && parse_hex16(n, &key)))
             continue;
-        int bfd = openat(dir->dir_fd, n, O_RDONLY | O_CLOEXEC);
+        char path[PATH_MAX], what[PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/%s", dir->root, n);
+        snprintf(what, sizeof what, "block 0x%llx: %s", (unsigned long long)key, path);
+        struct stat sb;
+        mode_t mode;
+        bool direct = false;
+        int bfd = open_block(dir, n, path, &direct, &sb, &mode);
+        if (bfd < 0 && mode) {
+            foreign++;
+            KVF_LOG(KVF_LOG_WARN, "%s: %s, not a block file: foreign, skipped and left alone", what,
+                    file_kind(mode));
+            continue;
+        }
         if (bfd < 0 && errno == ENOENT)
             continue; /* removed since readdir */
         if (bfd < 0) {
@@ -1295,12 +1492,9 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
             break;
         }
         uint8_t h[HDR];
-        struct stat sb;
-        bool ok = fstat(bfd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(bfd, h, HDR, 0) == HDR;
+        bool ok = pread(bfd, h, HDR, 0) == HDR;
         close(bfd);
         kvf__block_header bh;
-        char what[PATH_MAX + 32];
-        snprintf(what, sizeof what, "block 0x%llx: %s/%s", (unsigned long long)key, dir->root, n);
         /* a file that fails here is skipped, and so never served: reading
          * it would fail the same checks */
         if (!ok || kvf__block_header_parse(h, what, &bh) != KVF_OK ||
@@ -1314,6 +1508,10 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
         visit(arg, &meta, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec);
     }
     closedir(d);
+    if (foreign)
+        KVF_LOG(KVF_LOG_WARN,
+                "%s: %lu foreign file%s under block names (not regular files), left alone",
+                dir->root, foreign, foreign == 1 ? "" : "s");
     if (ret == KVF_OK)
         kvf__clear_error();
     return ret;

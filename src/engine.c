@@ -224,6 +224,12 @@ struct kvf_engine {
     pthread_mutex_t remote_mu;
     uint64_t remote_retry_ns;
 
+    /* File keys whose last write failed and whose old file could not be
+     * removed (kvf__blockfile_discard): refused with KVF_ERR_LOST until
+     * written (or removed) again. Entries have no hazard; lost_mu guards. */
+    key_table lost_files;
+    pthread_mutex_t lost_mu;
+
     uint64_t next_id;
     batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
     batch *undone_head, *undone_tail;
@@ -822,7 +828,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
 
     if (pthread_mutex_init(&e->mu, NULL) != 0 || pthread_mutex_init(&e->spare_mu, NULL) != 0 ||
         pthread_mutex_init(&e->submit_mu, NULL) != 0 ||
-        pthread_mutex_init(&e->remote_mu, NULL) != 0) {
+        pthread_mutex_init(&e->remote_mu, NULL) != 0 ||
+        pthread_mutex_init(&e->lost_mu, NULL) != 0) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_mutex_init failed");
         goto close_dir;
     }
@@ -979,6 +986,8 @@ void kvf_engine_destroy(kvf_engine *e)
     kvf__remote_close(e->remote);
     free(e->remote_url);
     pthread_mutex_destroy(&e->remote_mu);
+    key_table_free(&e->lost_files);
+    pthread_mutex_destroy(&e->lost_mu);
     free(e->mark_primary);
     free(e->mark_secondary);
     free(e->sort_count);
@@ -2250,8 +2259,12 @@ static kvf_status ensure_staging(worker *w, size_t n, bool dev)
      * staging allocation that fails below leaves them usable */
     if (w->nios < n) {
         kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
-        if (ios)
+        if (ios) {
+            /* the records' fields run_file_moves does not set start zeroed
+             * (NULL hooks), never as realloc left them */
+            memset(ios + w->nios, 0, (n - w->nios) * sizeof *ios);
             w->ios = ios;
+        }
         kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
         if (copies)
             w->copies = copies;
@@ -2336,16 +2349,70 @@ static void file_move_failed(const batch *b, size_t i, kvf_status st, const char
     KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], msg);
 }
 
+/* Marks a file key lost (its old file could not be removed), or clears
+ * the mark once the key was written or removed. */
+static void lost_file_set(kvf_engine *e, uint64_t key, bool lost)
+{
+    pthread_mutex_lock(&e->lost_mu);
+    if (lost) {
+        if (!key_hazard(&e->lost_files, key, true))
+            KVF_LOG(KVF_LOG_ERROR,
+                    "block 0x%llx: out of memory to remember it lost: its old file may be served",
+                    (unsigned long long)key);
+    } else if (e->lost_files.count) {
+        key_hazard_prune(&e->lost_files, key);
+    }
+    pthread_mutex_unlock(&e->lost_mu);
+}
+
+/* Clears the lost marks of the keys of ios[0..n) written: stored again. */
+static void lost_files_written(kvf_engine *e, const kvf__blockfile_io *ios, size_t n)
+{
+    pthread_mutex_lock(&e->lost_mu);
+    for (size_t j = 0; j < n && e->lost_files.count; j++)
+        if (ios[j].status == KVF_OK)
+            key_hazard_prune(&e->lost_files, ios[j].meta.key);
+    pthread_mutex_unlock(&e->lost_mu);
+}
+
+/* Fails the reads of moves [first, last) whose key is marked lost. */
+static void refuse_lost_files(kvf_engine *e, const batch *b, size_t first, size_t last)
+{
+    pthread_mutex_lock(&e->lost_mu);
+    for (size_t i = first; i < last && e->lost_files.count; i++) {
+        uint64_t key = b->moves[i].src;
+        if (b->status[i] != KVF_INPROGRESS || !key_hazard(&e->lost_files, key, false))
+            continue;
+        file_move_failed(b, i,
+                         kvf__fail(KVF_ERR_LOST,
+                                   "block 0x%llx: %s/%016llx.kvf: its last write failed and the "
+                                   "old file could not be removed: refused until written again",
+                                   (unsigned long long)key, e->dir.root, (unsigned long long)key),
+                         kvf_last_error());
+    }
+    pthread_mutex_unlock(&e->lost_mu);
+}
+
 /* One rule for every write to a file that fails, however it fails
  * (before its I/O: a lost source, no staging; in it: the gather into
  * staging, the write, its fsync; after it: the batch's fsync): the key's
  * file is removed, so a later read finds no block rather than an old or
  * unsynced version (kvf_offload's contract). The file layer already
- * removes it where its own write or fsync fails; this covers the rest. */
+ * removes it where its own write or fsync fails; this covers the rest.
+ * Where the directory refuses the removal, the file is emptied in place
+ * (no reader takes it for the block, after a restart either) and the key
+ * is refused here until written again: the old bytes are never served. */
 static void drop_failed_file(kvf_engine *e, const batch *b, size_t i)
 {
-    if (kvf__blockfile_remove(&e->dir, b->moves[i].dst) != KVF_OK)
-        KVF_LOG(KVF_LOG_ERROR, "%s: after a failed write: %s", op_names[b->kind], kvf_last_error());
+    bool emptied;
+    uint64_t key = b->moves[i].dst;
+    if (kvf__blockfile_discard(&e->dir, key, &emptied) == KVF_OK)
+        return;
+    lost_file_set(e, key, true);
+    KVF_LOG(KVF_LOG_ERROR,
+            "%s: after a failed write: %s; the key is refused (KVF_ERR_LOST) until written again%s",
+            op_names[b->kind], kvf_last_error(),
+            emptied ? "" : "; an engine opened on this directory later would serve the old bytes");
 }
 
 static void drop_failed_files(kvf_engine *e, const batch *b, size_t first, size_t last)
@@ -2439,6 +2506,7 @@ static void file_io_pass(worker *w, const batch *b, size_t first, size_t last, b
         for (size_t j = 0; j < k; j++)
             if (w->ios[j].status != KVF_OK)
                 file_move_failed(b, w->io_moves[j], w->ios[j].status, w->ios[j].msg);
+        lost_files_written(e, w->ios, k);
     } else {
         kvf__blockfile_read_many(&e->dir, e->fio, w->ios, k);
     }
@@ -2479,12 +2547,16 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
             kvf_status rs = kvf__blockfile_remove(&e->dir, b->moves[i].src);
             if (rs != KVF_OK)
                 file_move_failed(b, i, rs, kvf_last_error());
+            else
+                lost_file_set(e, b->moves[i].src, false); /* absent now, as promised */
         }
         return;
     }
     /* device slots take cuFile; secondary slots are host memory */
     bool dev = e->gds && !kind_uses_secondary(b->kind);
     bool to_file = kind_writes(b->kind) == SP_FILE;
+    if (!to_file)
+        refuse_lost_files(e, b, first, last);
     kvf_status st = ensure_staging(w, last - first, dev);
     if (st != KVF_OK) {
         for (size_t i = first; i < last; i++)

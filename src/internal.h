@@ -563,6 +563,14 @@ KVF_INTERNAL kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **r
 /* Removes the block under `key`; a key with no file is KVF_OK. Hooked as
  * "unlink". */
 KVF_INTERNAL kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key);
+/* After a failed write of `key`: removes its file; where the directory
+ * refuses, cuts it to 0 bytes in place (*emptied_p true), so that no
+ * reader, now or after a restart, takes it for the block. KVF_OK when the
+ * file is gone (or was never there); else the unlink's failure, with a
+ * message naming key and file and saying whether it remains empty or,
+ * where emptying failed too, with its old bytes. */
+KVF_INTERNAL kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key,
+                                               bool *emptied_p);
 /* Visits every block of the namespace whose header checks (magic, CRC,
  * layout, namespace, key, length: not the payload) with its modification
  * time; others are skipped. */

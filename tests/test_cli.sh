@@ -33,6 +33,11 @@ printf '\377' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
 if "$kvf" fsck "$tmp/files" >"$tmp/fsck2"; then cat "$tmp/fsck2"; exit 1; fi
 grep -q "15 good, 1 corrupt, 1 torn" "$tmp/fsck2"
 if "$kvf" fsck "$tmp/nowhere" 2>/dev/null; then exit 1; fi
+# a FIFO under a block's name: reported as foreign, not waited on, left
+mkfifo "$tmp/files/bench/0000000000000001.kvf"
+if timeout 30 "$kvf" fsck "$tmp/files" >"$tmp/fsck3"; then cat "$tmp/fsck3"; exit 1; fi
+grep -q "1 foreign" "$tmp/fsck3"
+[ -p "$tmp/files/bench/0000000000000001.kvf" ]
 # the event timeline: every part of a large batch registered and completed
 KVF_TIMELINE="$tmp/timeline.txt" "$kvf" bench --backend host --layers 1 --kv 1 --heads 1 \
     --tokens-per-block 32 --head-size 1 --blocks 10000 --iters 1 >/dev/null

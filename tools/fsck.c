@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 typedef struct fsck_counts {
-    unsigned long good, corrupt, torn, mismatch;
+    unsigned long good, corrupt, torn, mismatch, foreign;
     bool verbose;
     const char *ns;
 } fsck_counts;
@@ -28,6 +28,8 @@ static void visit(void *arg, uint64_t key, kvf_status st, const char *detail)
         c->mismatch++;
     else if (detail && strstr(detail, "torn"))
         c->torn++;
+    else if (detail && strstr(detail, "foreign"))
+        c->foreign++; /* a FIFO, directory, link... under a block's name */
     else
         c->corrupt++;
     printf("  %s/%016llx: %s: %s\n", c->ns, (unsigned long long)key, kvf_status_str(st),
@@ -57,7 +59,7 @@ static int scan_namespace(const char *dir, const char *ns, fsck_counts *c)
 int kvf_cli_fsck(int argc, char **argv)
 {
     const char *dir = NULL, *ns = NULL;
-    fsck_counts c = {0, 0, 0, 0, false, NULL};
+    fsck_counts c = {0, 0, 0, 0, 0, false, NULL};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--namespace") && i + 1 < argc)
             ns = argv[++i];
@@ -102,7 +104,7 @@ int kvf_cli_fsck(int argc, char **argv)
             closedir(d);
     }
     printf("kvferry fsck %s: %u namespace(s), %lu good, %lu corrupt, %lu torn, %lu other "
-           "layout\n",
-           dir, namespaces, c.good, c.corrupt, c.torn, c.mismatch);
-    return rc || c.corrupt || c.torn || c.mismatch ? 1 : 0;
+           "layout, %lu foreign\n",
+           dir, namespaces, c.good, c.corrupt, c.torn, c.mismatch, c.foreign);
+    return rc || c.corrupt || c.torn || c.mismatch || c.foreign ? 1 : 0;
 }
