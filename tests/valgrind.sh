@@ -12,7 +12,6 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # memcheck's own exit code, apart from the CLI's (fsck exits 1 on purpose)
 VG_ERR=97
-supp=$(dirname "$0")/valgrind.supp
 vg() { # expected-exit-code command...
     want=$1
     shift
@@ -20,7 +19,7 @@ vg() { # expected-exit-code command...
     rc=0
     valgrind --quiet --error-exitcode=$VG_ERR --leak-check=full \
         --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-        --track-origins=yes --suppressions="$supp" "$kvf" "$@" >"$tmp/out" 2>&1 || rc=$?
+        --track-origins=yes "$kvf" "$@" >"$tmp/out" 2>&1 || rc=$?
     if [ "$rc" -ne "$want" ]; then
         cat "$tmp/out"
         [ "$rc" -eq $VG_ERR ] && echo "valgrind.sh: memcheck errors in: kvferry $*" >&2 ||
