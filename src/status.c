@@ -48,7 +48,7 @@ const char *kvf_status_str(kvf_status status)
     case KVF_ERR_MISMATCH:
         return "stored block has another layout or namespace";
     case KVF_ERR_LOST:
-        return "block lost: the move it depends on failed";
+        return "block lost: the move it depends on failed, or its last write failed";
     }
     return "unknown status";
 }
