@@ -433,7 +433,8 @@ typedef enum kvf_tier {
  *   onboard from HOST: src = secondary slot, dst = primary slot
  *   onboard from FILE: src = block key, dst = primary slot
  *   kvf_copy:          src = primary slot, dst = primary slot
- * tokens: 0 for the whole block, else the first `tokens` tokens. A partial
+ * tokens: 0 for the whole block, else the first `tokens` tokens, at most
+ * tokens_per_block (more refuses the batch with KVF_ERR_RANGE). A partial
  * offload stores only those tokens; onboarding more tokens than were stored
  * fails with KVF_ERR_RANGE rather than return bytes that were never stored.
  */
@@ -562,6 +563,9 @@ typedef uint64_t kvf_key;
  * @param tokens  the block's token ids (n of them; NULL only when n is 0).
  * @param salt    0, or what separates equal tokens that must not share KV
  *                data: a LoRA adapter, a model (kvf_key_salt of its name).
+ * @return the key; 0 (KVF_KEY_ROOT, which no block has) when tokens is NULL
+ *         with n > 0, with kvf_last_error() saying so (KVF_ERR_INVALID).
+ *         A valid call never returns 0 and leaves kvf_last_error() alone.
  */
 KVF_API kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, uint64_t salt);
 
@@ -569,7 +573,13 @@ KVF_API kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, 
  * The keys of every whole block of a token sequence, chained from
  * KVF_KEY_ROOT: n_tokens / tokens_per_block keys (a partial last block has
  * no key: only whole blocks are cached). Writes at most `cap` keys and
- * returns how many there are (which may be more than `cap`).
+ * returns how many there are (which may be more than `cap`; keys may be
+ * NULL with cap 0, to count).
+ * @return 0, nothing written, with kvf_last_error() saying why
+ *         (KVF_ERR_INVALID), when tokens_per_block is 0, tokens is NULL
+ *         with a whole block in n_tokens, or keys is NULL with cap > 0.
+ *         A valid call returning 0 (fewer tokens than a block) clears
+ *         kvf_last_error().
  */
 KVF_API size_t kvf_key_chain_all(const uint32_t *tokens, size_t n_tokens, uint32_t tokens_per_block,
                                  uint64_t salt, kvf_key *keys, size_t cap);

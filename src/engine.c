@@ -1256,9 +1256,17 @@ static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_mo
                              "pool)",
                              i, (unsigned long long)idx[k], e->secondary_slots);
     }
+    /* every pool has the same tokens_per_block (kvf_engine_add_pool): more
+     * than a block holds is a caller's mistake, not "the whole block" */
+    uint32_t tpb = e->pools[0].g.tokens_per_block;
+    if (mv->tokens > tpb)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "move %zu: %u tokens, more than pool 0's tokens_per_block (%u, shared "
+                         "by every pool)",
+                         i, mv->tokens, tpb);
     /* the geometry was checked when the pool was added: a token count can
      * only fail by cutting a 4-bit row inside a byte */
-    if (mv->tokens != 0 && mv->tokens < e->pools[0].g.tokens_per_block) {
+    if (mv->tokens != 0 && mv->tokens < tpb) {
         for (uint32_t p = 0; p < e->npools; p++) {
             const pool *pl = &e->pools[p];
             if (mv->tokens * pl->token_bits % 8 != 0)
@@ -1640,8 +1648,10 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
     KVF_TIMELINE(KVF_TL_SUBMIT, 0, n);
     if (!e)
         return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", op_names[kind]);
-    if (n == 0 || !moves)
-        return kvf__fail(KVF_ERR_INVALID, "%s: empty batch", op_names[kind]);
+    if (n == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: empty batch (n = 0)", op_names[kind]);
+    if (!moves)
+        return kvf__fail(KVF_ERR_INVALID, "%s: moves is NULL with n = %zu", op_names[kind], n);
     if (n > (SIZE_MAX / 4) / sizeof(kvf__copy))
         return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", op_names[kind], n);
 
@@ -1802,8 +1812,12 @@ kvf_status kvf_promote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticke
 static kvf_status submit_removal(kvf_engine *e, op_kind kind, const uint64_t *keys, size_t n,
                                  kvf_ticket *ticket_p)
 {
-    if (!keys || n == 0 || n > SIZE_MAX / sizeof(kvf_move))
-        return submit(e, kind, NULL, 0, ticket_p);
+    if (!e || n == 0)
+        return submit(e, kind, NULL, n, ticket_p);
+    if (!keys)
+        return kvf__fail(KVF_ERR_INVALID, "%s: keys is NULL with n = %zu", op_names[kind], n);
+    if (n > SIZE_MAX / sizeof(kvf_move))
+        return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu keys is too large", op_names[kind], n);
     kvf_move *moves = malloc(n * sizeof *moves);
     if (!moves)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
