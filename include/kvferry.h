@@ -748,6 +748,10 @@ KVF_API kvf_status kvf_cache_lookup(kvf_cache *cache, const kvf_key *keys, size_
  *        writes of those slots by kvf_sync_stream or an engine barrier.
  *        A block that fails to store (an I/O error, every victim pinned:
  *        KVF_ERR_NO_SPACE) is removed and reported by its status.
+ * @return KVF_OK; KVF_ERR_INVALID, nothing stored, for a key 0 or a key
+ *         given twice (kvf_last_error() names it and both indexes, as
+ *         kvf_cache_commit refuses it); KVF_ERR_RANGE for a slot out of
+ *         range.
  */
 KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
                                  size_t n, uint32_t priority, kvf_ticket *ticket_p);

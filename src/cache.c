@@ -1093,19 +1093,34 @@ static kvf_status check_keys(const char *fn, const kvf_key *keys, size_t n)
     return KVF_OK;
 }
 
-/* A request names each block once. */
+typedef struct key_at {
+    kvf_key key;
+    size_t index;
+} key_at;
+
+static int cmp_key_at(const void *a, const void *b)
+{
+    const key_at *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* A call names each block once: the order of two moves of one key inside
+ * a batch is not defined. The error names the key and both indexes. */
 static kvf_status check_unique(const char *fn, const kvf_key *keys, size_t n)
 {
-    kvf_key *v = malloc(n * sizeof *v);
+    key_at *v = malloc(n * sizeof *v);
     if (!v)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
-    memcpy(v, keys, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_u64);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (key_at){keys[i], i};
+    qsort(v, n, sizeof *v, cmp_key_at);
     kvf_status st = KVF_OK;
     for (size_t i = 1; i < n && st == KVF_OK; i++)
-        if (v[i] == v[i - 1])
-            st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice", fn,
-                           (unsigned long long)v[i]);
+        if (v[i].key == v[i - 1].key)
+            st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice, as keys %zu and %zu",
+                           fn, (unsigned long long)v[i].key, v[i - 1].index, v[i].index);
     free(v);
     return st;
 }
@@ -1238,6 +1253,8 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         return kvf__fail(KVF_ERR_RANGE, "%s: priority %u (0-100)", fn, priority);
     kvf_status st = check_keys(fn, keys, n);
     if (st == KVF_OK)
+        st = check_unique(fn, keys, n);
+    if (st == KVF_OK)
         st = check_slots(c, fn, slots, n);
     if (st != KVF_OK)
         return st;
@@ -1305,8 +1322,8 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
                 emit(c, KVF_EVENT_STORED, e, tier);
             }
         }
-        /* a block stored here goes to the store too (each key once a call:
-         * a second put of it in the call finds it cached) */
+        /* a block stored here goes to the store too (a call names each
+         * key once: check_unique) */
         if (fresh && e && c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
             pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0}, keys[i], 0, i);
         if (k)
