@@ -99,7 +99,8 @@ KVF_API const char *kvf_status_str(kvf_status status);
  * "block 0x2a: /data/kv/ns/000000000000002a.kvf: short read, 10 of 4160 bytes".
  * Never NULL; "" when nothing failed yet. Valid until the next kvferry call
  * on this thread. Per-move failures of a batch are reported by their status
- * and logged; their text is not kept here.
+ * and logged; kvf_wait_errors gives each one's text, and a failed kvf_wait
+ * leaves the first one's here.
  */
 KVF_API const char *kvf_last_error(void);
 
@@ -522,8 +523,54 @@ KVF_API kvf_status kvf_remote_remove(kvf_engine *engine, const uint64_t *keys, s
  */
 KVF_API kvf_status kvf_poll(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
 
-/** Blocks until a batch has completed; then as kvf_poll. */
+/** Blocks until a batch has completed; then as kvf_poll. A failed batch
+ *  leaves kvf_last_error() naming its first failed move and that move's
+ *  message (as kvf_move_error gives it). */
 KVF_API kvf_status kvf_wait(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
+
+/** Bytes of kvf_move_error.message, its NUL included. */
+#define KVF_MOVE_ERROR_MESSAGE 256
+
+/**
+ * Why one move of a batch failed: the detail that kvf_last_error() would
+ * give for a single call, captured where the move failed (on whichever
+ * thread ran it), e.g. "onboard from file: block 0x2a:
+ * /data/kv/ns/000000000000002a.kvf: checksum mismatch (...)".
+ */
+typedef struct kvf_move_error {
+    size_t index;      /* the move's position in the batch as submitted */
+    kvf_status status; /* equal to per_move[index] */
+    /* NUL-terminated, cut to fit: the operation and what it touched
+     * (block key and file path, slot, node), and the system's reason
+     * (errno text, checksum values, a store's reply) */
+    char message[KVF_MOVE_ERROR_MESSAGE];
+} kvf_move_error;
+
+/**
+ * As kvf_wait, and hands over each failed move's message.
+ *
+ * Cost and lifetime: a batch whose moves all succeed keeps nothing; each
+ * failed move of a batch with a ticket keeps one message of at most
+ * KVF_MOVE_ERROR_MESSAGE bytes, from its failure until the ticket retires
+ * (this call, or kvf_wait / kvf_poll, which drop them). A batch submitted
+ * without a ticket keeps none (its failures are logged).
+ *
+ * @param per_move  as kvf_wait: NULL, or the batch's move count.
+ * @param errors    receives the first min(cap, failures) failed moves in
+ *                  index order; may be NULL when cap is 0.
+ * @param n_errors_p  NULL, or receives how many moves failed (may be more
+ *                  than cap: the others' messages are dropped).
+ * Outputs are written when the batch has completed, whatever its result.
+ * @return as kvf_wait; KVF_ERR_INVALID (the ticket untouched) for errors
+ *         NULL with cap > 0.
+ */
+KVF_API kvf_status kvf_wait_errors(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move,
+                                   kvf_move_error *errors, size_t cap, size_t *n_errors_p);
+
+/** As kvf_wait_errors without blocking: KVF_INPROGRESS, nothing written,
+ *  while the batch runs (its ticket stays valid). */
+KVF_API kvf_status kvf_poll_errors(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move,
+                                   kvf_move_error *errors, size_t cap, size_t *n_errors_p);
 
 /**
  * The reference's syncTransfers: work the caller queues on `stream` (a
@@ -781,6 +828,24 @@ KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const ui
 KVF_API kvf_status kvf_cache_wait(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
 /** As kvf_cache_wait without blocking: KVF_INPROGRESS while it runs. */
 KVF_API kvf_status kvf_cache_poll(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
+
+/**
+ * As kvf_cache_wait, and hands over each failed block's message, as
+ * kvf_wait_errors does for an engine batch: index is the block's position
+ * in the put, get, acquire or alloc call; the message names the block's
+ * key and tier and quotes the engine's message for its move (file path,
+ * slot, node and reason), or says why the cache itself failed it (e.g.
+ * every victim pinned). Same cost and lifetime: nothing kept for blocks
+ * that succeed, one bounded message per failed block until the ticket
+ * retires. A failed kvf_cache_wait leaves the first one in
+ * kvf_last_error().
+ */
+KVF_API kvf_status kvf_cache_wait_errors(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block,
+                                         kvf_move_error *errors, size_t cap, size_t *n_errors_p);
+/** As kvf_cache_wait_errors without blocking: KVF_INPROGRESS, nothing
+ *  written, while it runs. */
+KVF_API kvf_status kvf_cache_poll_errors(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block,
+                                         kvf_move_error *errors, size_t cap, size_t *n_errors_p);
 
 /**
  * Pins cached blocks for a running request: a pinned block is never
