@@ -762,9 +762,9 @@ kvf__move_error *kvf__move_errors_sorted(kvf__move_error *list, const kvf_status
 
 /* A completed batch's messages (kvf__move_errors_sorted); NULL when
  * nothing failed. */
-static kvf__move_error *collect_errors(const batch *b, size_t failed)
+static kvf__move_error *collect_errors(batch *b, size_t failed)
 {
-    kvf__move_error *list = atomic_exchange((_Atomic(kvf__move_error *) *)&b->errors, NULL);
+    kvf__move_error *list = atomic_exchange(&b->errors, NULL);
     if (failed == 0) {
         kvf__move_errors_free(list);
         return NULL;
@@ -3025,7 +3025,6 @@ static kvf_status finish_ticket(kvf_engine *e, batch **pp, kvf_status *per_move,
     *pp = b->next_ticket;
     b->retired = true;
     batch_release(b);
-    (void)e;
     if (ret != KVF_OK) {
         if (errors)
             kvf__fail(ret, "ticket %llu: %zu of %zu moves failed; move %zu: %s",
