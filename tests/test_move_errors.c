@@ -47,12 +47,15 @@ static void fx_done(fixture *f)
     test_rmtree(f->dir);
 }
 
-/* Fails "write" (or "read") with EIO for files whose name holds `fault_name`. */
-static const char *fault_op, *fault_name;
+/* Fails `fault_op` ("write", "read", "unlink") with EIO for files whose
+ * name holds `fault_name`; atomic, as the cache's background removals may
+ * run while a test changes them. */
+static _Atomic(const char *) fault_op, fault_name;
 static int fault_hook(const char *op, const char *path, size_t *len_p)
 {
     (void)len_p;
-    if (fault_op && strcmp(op, fault_op) == 0 && strstr(path, fault_name))
+    const char *fop = fault_op, *fname = fault_name;
+    if (fop && fname && strcmp(op, fop) == 0 && strstr(path, fname))
         return EIO;
     return 0;
 }
