@@ -322,6 +322,10 @@ static int test_arguments(void)
     while ((st = kvf_poll_errors(f.e, t, NULL, NULL, 0, &n)) == KVF_INPROGRESS)
         ;
     CHECK_STATUS(st, KVF_OK);
+    /* a failed batch never waited for: its messages go with the engine */
+    kvf_move none = {0x999, 2, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_FILE, &none, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK);
     fx_done(&f);
     return 0;
 }
