@@ -107,7 +107,8 @@ KVF_API const char *kvf_status_str(kvf_status status);
  * "block 0x2a: /data/kv/ns/000000000000002a.kvf: short read, 10 of 4160 bytes".
  * Never NULL; "" when nothing failed yet. Valid until the next kvferry call
  * on this thread. Per-move failures of a batch are reported by their status
- * and logged; their text is not kept here.
+ * and logged; kvf_wait_errors gives each one's text, and a failed kvf_wait
+ * leaves the first one's here.
  */
 KVF_API const char *kvf_last_error(void);
 
@@ -570,7 +571,8 @@ typedef enum kvf_tier {
  *   onboard from HOST: src = secondary slot, dst = primary slot
  *   onboard from FILE: src = block key, dst = primary slot
  *   kvf_copy:          src = primary slot, dst = primary slot
- * tokens: 0 for the whole block, else the first `tokens` tokens. A partial
+ * tokens: 0 for the whole block, else the first `tokens` tokens, at most
+ * tokens_per_block (more refuses the batch with KVF_ERR_RANGE). A partial
  * offload stores only those tokens; onboarding more tokens than were stored
  * fails with KVF_ERR_RANGE rather than return bytes that were never stored.
  */
@@ -666,8 +668,54 @@ KVF_API kvf_status kvf_remote_remove(kvf_engine *engine, const uint64_t *keys, s
  */
 KVF_API kvf_status kvf_poll(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
 
-/** Blocks until a batch has completed; then as kvf_poll. */
+/** Blocks until a batch has completed; then as kvf_poll. A failed batch
+ *  leaves kvf_last_error() naming its first failed move and that move's
+ *  message (as kvf_move_error gives it). */
 KVF_API kvf_status kvf_wait(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
+
+/** Bytes of kvf_move_error.message, its NUL included. */
+#define KVF_MOVE_ERROR_MESSAGE 256
+
+/**
+ * Why one move of a batch failed: the detail that kvf_last_error() would
+ * give for a single call, captured where the move failed (on whichever
+ * thread ran it), e.g. "onboard from file: block 0x2a:
+ * /data/kv/ns/000000000000002a.kvf: checksum mismatch (...)".
+ */
+typedef struct kvf_move_error {
+    size_t index;      /* the move's position in the batch as submitted */
+    kvf_status status; /* equal to per_move[index] */
+    /* NUL-terminated, cut to fit: the operation and what it touched
+     * (block key and file path, slot, node), and the system's reason
+     * (errno text, checksum values, a store's reply) */
+    char message[KVF_MOVE_ERROR_MESSAGE];
+} kvf_move_error;
+
+/**
+ * As kvf_wait, and hands over each failed move's message.
+ *
+ * Cost and lifetime: a batch whose moves all succeed keeps nothing; each
+ * failed move of a batch with a ticket keeps one message of at most
+ * KVF_MOVE_ERROR_MESSAGE bytes, from its failure until the ticket retires
+ * (this call, or kvf_wait / kvf_poll, which drop them). A batch submitted
+ * without a ticket keeps none (its failures are logged).
+ *
+ * @param per_move  as kvf_wait: NULL, or the batch's move count.
+ * @param errors    receives the first min(cap, failures) failed moves in
+ *                  index order; may be NULL when cap is 0.
+ * @param n_errors_p  NULL, or receives how many moves failed (may be more
+ *                  than cap: the others' messages are dropped).
+ * Outputs are written when the batch has completed, whatever its result.
+ * @return as kvf_wait; KVF_ERR_INVALID (the ticket untouched) for errors
+ *         NULL with cap > 0.
+ */
+KVF_API kvf_status kvf_wait_errors(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move,
+                                   kvf_move_error *errors, size_t cap, size_t *n_errors_p);
+
+/** As kvf_wait_errors without blocking: KVF_INPROGRESS, nothing written,
+ *  while the batch runs (its ticket stays valid). */
+KVF_API kvf_status kvf_poll_errors(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move,
+                                   kvf_move_error *errors, size_t cap, size_t *n_errors_p);
 
 /**
  * The reference's syncTransfers: work the caller queues on `stream` (a
@@ -707,6 +755,9 @@ typedef uint64_t kvf_key;
  * @param tokens  the block's token ids (n of them; NULL only when n is 0).
  * @param salt    0, or what separates equal tokens that must not share KV
  *                data: a LoRA adapter, a model (kvf_key_salt of its name).
+ * @return the key; 0 (KVF_KEY_ROOT, which no block has) when tokens is NULL
+ *         with n > 0, with kvf_last_error() saying so (KVF_ERR_INVALID).
+ *         A valid call never returns 0 and leaves kvf_last_error() alone.
  */
 KVF_API kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, uint64_t salt);
 
@@ -714,7 +765,13 @@ KVF_API kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, 
  * The keys of every whole block of a token sequence, chained from
  * KVF_KEY_ROOT: n_tokens / tokens_per_block keys (a partial last block has
  * no key: only whole blocks are cached). Writes at most `cap` keys and
- * returns how many there are (which may be more than `cap`).
+ * returns how many there are (which may be more than `cap`; keys may be
+ * NULL with cap 0, to count).
+ * @return 0, nothing written, with kvf_last_error() saying why
+ *         (KVF_ERR_INVALID), when tokens_per_block is 0, tokens is NULL
+ *         with a whole block in n_tokens, or keys is NULL with cap > 0.
+ *         A valid call returning 0 (fewer tokens than a block) clears
+ *         kvf_last_error().
  */
 KVF_API size_t kvf_key_chain_all(const uint32_t *tokens, size_t n_tokens, uint32_t tokens_per_block,
                                  uint64_t salt, kvf_key *keys, size_t cap);
@@ -922,6 +979,10 @@ KVF_API kvf_status kvf_cache_lookup(kvf_cache *cache, const kvf_key *keys, size_
  *        writes of those slots by kvf_sync_stream or an engine barrier.
  *        A block that fails to store (an I/O error, every victim pinned:
  *        KVF_ERR_NO_SPACE) is removed and reported by its status.
+ * @return KVF_OK; KVF_ERR_INVALID, nothing stored, for a key 0 or a key
+ *         given twice (kvf_last_error() names it and both indexes, as
+ *         kvf_cache_commit refuses it); KVF_ERR_RANGE for a slot out of
+ *         range.
  */
 KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
                                  size_t n, uint32_t priority, kvf_ticket *ticket_p);
@@ -954,6 +1015,24 @@ KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const ui
 KVF_API kvf_status kvf_cache_wait(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
 /** As kvf_cache_wait without blocking: KVF_INPROGRESS while it runs. */
 KVF_API kvf_status kvf_cache_poll(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
+
+/**
+ * As kvf_cache_wait, and hands over each failed block's message, as
+ * kvf_wait_errors does for an engine batch: index is the block's position
+ * in the put, get, acquire or alloc call; the message names the block's
+ * key and tier and quotes the engine's message for its move (file path,
+ * slot, node and reason), or says why the cache itself failed it (e.g.
+ * every victim pinned). Same cost and lifetime: nothing kept for blocks
+ * that succeed, one bounded message per failed block until the ticket
+ * retires. A failed kvf_cache_wait leaves the first one in
+ * kvf_last_error().
+ */
+KVF_API kvf_status kvf_cache_wait_errors(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block,
+                                         kvf_move_error *errors, size_t cap, size_t *n_errors_p);
+/** As kvf_cache_wait_errors without blocking: KVF_INPROGRESS, nothing
+ *  written, while it runs. */
+KVF_API kvf_status kvf_cache_poll_errors(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block,
+                                         kvf_move_error *errors, size_t cap, size_t *n_errors_p);
 
 /**
  * Pins cached blocks for a running request: a pinned block is never

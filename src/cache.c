@@ -72,8 +72,9 @@ struct op {
     size_t n;
     kvf_key *keys;
     uint64_t *gens;
-    size_t *index;      /* put, get: the block's position in the caller's call */
-    kvf_status *status; /* per move, filled by the engine */
+    size_t *index;           /* put, get: the block's position in the caller's call */
+    kvf_status *status;      /* per move, filled by the engine */
+    kvf__move_error *errors; /* per failed move, by move index: the engine's messages */
     kvf_status submit_status;
     bool done;
     op *next;
@@ -84,7 +85,8 @@ typedef struct call call;
 struct call {
     kvf_ticket id;
     size_t n;
-    kvf_status *status; /* KVF_INPROGRESS where an op decides */
+    kvf_status *status;      /* KVF_INPROGRESS where an op decides */
+    kvf__move_error *errors; /* per failed block, by block index (kvf_cache_wait_errors) */
     op *ops;
     uint64_t t0_ns;
     bool waited; /* a thread waits for it: a second wait is refused */
@@ -430,7 +432,36 @@ static void op_free(op *o)
     free(o->gens);
     free(o->index);
     free(o->status);
+    kvf__move_errors_free(o->errors);
     free(o);
+}
+
+/* Keeps why move i of an op failed, for its call's kvf_cache_wait_errors. */
+static void op_note(op *o, size_t i, kvf_status st, const char *why)
+{
+    kvf__move_error *r = kvf__move_error_new(i, st, why);
+    if (r) {
+        r->next = o->errors;
+        o->errors = r;
+    }
+}
+
+/* Keeps why block i of a call failed; a record that finds no memory
+ * becomes the status's text (kvf__move_errors_sorted). */
+static void call_note(call *k, size_t i, kvf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void call_note(call *k, size_t i, kvf_status st, const char *fmt, ...)
+{
+    char msg[KVF_MOVE_ERROR_MESSAGE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kvf__move_error *r = kvf__move_error_new(i, st, msg);
+    if (r) {
+        r->next = k->errors;
+        k->errors = r;
+    }
 }
 
 /* Queues one assembled batch with the engine and empties it. NULL when out
@@ -501,8 +532,10 @@ static op *op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p
         KVF_LOG(KVF_LOG_WARN, "cache: a batch of %zu blocks was refused: %s", p->n,
                 kvf_last_error());
         o->ticket = 0;
-        for (size_t i = 0; i < o->n; i++)
+        for (size_t i = 0; i < o->n; i++) {
             o->status[i] = st;
+            op_note(o, i, st, kvf_last_error());
+        }
         o->done = true;
     }
     p->n = 0;
@@ -599,12 +632,24 @@ static void op_apply(kvf_cache *c, op *o, call *k)
     pending stale = {0};
     bool from_file =
         o->kind == OPK_ACQUIRE && o->tier == KVF_CACHE_DISK && pending_reserve(&stale, o->n);
+    /* the engine's messages come in move order (kvf__move_errors_sorted) */
+    if (o->errors)
+        o->errors = kvf__move_errors_sorted(o->errors, o->status, o->n, "cache: block");
+    const kvf__move_error *why = o->errors;
     for (size_t i = 0; i < o->n; i++) {
         kvf_status st = o->status[i];
+        while (why && why->index < i)
+            why = why->next;
         if (k && o->index[i] < k->n &&
             (o->kind == OPK_PUT || o->kind == OPK_GET || o->kind == OPK_ACQUIRE ||
-             o->kind == OPK_FENCE))
+             o->kind == OPK_FENCE)) {
             k->status[o->index[i]] = st;
+            if (st != KVF_OK)
+                call_note(k, o->index[i], st, "block 0x%016llx: %s tier: %s",
+                          (unsigned long long)o->keys[i],
+                          kvf_cache_tier_name((kvf_cache_tier)o->tier),
+                          why && why->index == i ? why->message : kvf_status_str(st));
+        }
         if (o->tier == KVF_CACHE_REMOTE) {
             /* the store's blocks are not in the map: only counted */
             bool read = o->kind == OPK_GET, write = o->kind == OPK_REMOTE_PUT;
@@ -791,6 +836,7 @@ static void call_free(call *k)
         op_free(o);
     }
     free(k->status);
+    kvf__move_errors_free(k->errors);
     free(k);
 }
 
@@ -813,8 +859,11 @@ static void record_latency(kvf_cache *c, uint64_t ns)
     c->stats.latency_sum_us += us;
 }
 
-/* Applies a completed call's ops, retires it and gives its result. Lock held. */
-static kvf_status call_finish(kvf_cache *c, call **pp, kvf_status *per_block)
+/* Applies a completed call's ops, retires it and gives its result, and
+ * its failed blocks' messages in *errors_p (or frees them with NULL).
+ * Lock held. */
+static kvf_status call_finish(kvf_cache *c, call **pp, kvf_status *per_block,
+                              kvf__move_error **errors_p)
 {
     call *k = *pp;
     for (op *o = k->ops; o; o = o->next)
@@ -830,64 +879,104 @@ static kvf_status call_finish(kvf_cache *c, call **pp, kvf_status *per_block)
         memcpy(per_block, k->status, k->n * sizeof *per_block);
     if (k->ops)
         record_latency(c, kvf__now_ns() - k->t0_ns);
+    kvf__move_error *errors = NULL;
+    if (ret != KVF_OK) {
+        errors = kvf__move_errors_sorted(k->errors, k->status, k->n, "cache: block");
+        k->errors = NULL;
+        if (errors)
+            kvf__fail(ret, "cache ticket %llu: block %zu: %s", (unsigned long long)k->id,
+                      errors->index, errors->message);
+    }
     *pp = k->next;
     call_free(k);
+    if (errors_p)
+        *errors_p = errors;
+    else
+        kvf__move_errors_free(errors);
     return ret;
 }
 
-kvf_status kvf_cache_wait(kvf_cache *c, kvf_ticket t, kvf_status *per_block)
+/* kvf_cache_wait (block) or kvf_cache_poll; *done_p (may be NULL): the
+ * call completed and was retired here. */
+static kvf_status call_result(kvf_cache *c, kvf_ticket t, bool block, kvf_status *per_block,
+                              kvf__move_error **errors_p, bool *done_p)
 {
+    const char *fn = block ? "kvf_cache_wait" : "kvf_cache_poll";
     kvf__clear_error();
     if (!c)
-        return kvf__fail(KVF_ERR_INVALID, "kvf_cache_wait: cache is NULL");
+        return kvf__fail(KVF_ERR_INVALID, "%s: cache is NULL", fn);
     pthread_mutex_lock(&c->mu);
     call *k = *call_slot(c, t);
     if (!k || k->waited) {
         pthread_mutex_unlock(&c->mu);
-        return kvf__fail(k ? KVF_ERR_STATE : KVF_ERR_UNKNOWN_TICKET,
-                         "kvf_cache_wait: ticket %llu %s", (unsigned long long)t,
+        return kvf__fail(k ? KVF_ERR_STATE : KVF_ERR_UNKNOWN_TICKET, "%s: ticket %llu %s", fn,
+                         (unsigned long long)t,
                          k ? "is waited for by another thread" : "unknown or already retired");
     }
-    k->waited = true;
-    pthread_mutex_unlock(&c->mu);
-    /* only the thread that set `waited` touches the call's ops now */
+    bool running = false;
+    if (block) {
+        k->waited = true;
+        pthread_mutex_unlock(&c->mu);
+    }
+    /* waiting, only the thread that set `waited` touches the call's ops;
+     * polling, the lock is held throughout */
     for (op *o = k->ops; o; o = o->next) {
-        if (!o->done)
-            kvf_wait(c->engine, o->ticket, o->status);
+        if (o->done)
+            continue;
+        kvf__move_error *why = NULL;
+        if (kvf__engine_ticket_errors(c->engine, o->ticket, block, o->status, &why) ==
+            KVF_INPROGRESS) {
+            running = true;
+            continue;
+        }
+        o->errors = why;
         o->done = true;
     }
-    pthread_mutex_lock(&c->mu);
-    kvf_status st = call_finish(c, call_slot(c, t), per_block);
+    if (block)
+        pthread_mutex_lock(&c->mu);
+    kvf_status st = running ? KVF_INPROGRESS : call_finish(c, call_slot(c, t), per_block, errors_p);
     pthread_mutex_unlock(&c->mu);
+    if (done_p)
+        *done_p = !running;
     return st;
+}
+
+kvf_status kvf_cache_wait(kvf_cache *c, kvf_ticket t, kvf_status *per_block)
+{
+    return call_result(c, t, true, per_block, NULL, NULL);
 }
 
 kvf_status kvf_cache_poll(kvf_cache *c, kvf_ticket t, kvf_status *per_block)
 {
-    kvf__clear_error();
-    if (!c)
-        return kvf__fail(KVF_ERR_INVALID, "kvf_cache_poll: cache is NULL");
-    pthread_mutex_lock(&c->mu);
-    call **pp = call_slot(c, t);
-    if (!*pp || (*pp)->waited) {
-        bool known = *pp != NULL;
-        pthread_mutex_unlock(&c->mu);
-        return kvf__fail(known ? KVF_ERR_STATE : KVF_ERR_UNKNOWN_TICKET,
-                         "kvf_cache_poll: ticket %llu %s", (unsigned long long)t,
-                         known ? "is waited for by another thread" : "unknown or already retired");
+    return call_result(c, t, false, per_block, NULL, NULL);
+}
+
+static kvf_status call_errors(kvf_cache *c, kvf_ticket t, bool block, kvf_status *per_block,
+                              kvf_move_error *errors, size_t cap, size_t *n_errors_p)
+{
+    if (!errors && cap) {
+        kvf__clear_error();
+        return kvf__fail(KVF_ERR_INVALID, "%s: errors is NULL with cap = %zu",
+                         block ? "kvf_cache_wait_errors" : "kvf_cache_poll_errors", cap);
     }
-    bool running = false;
-    for (op *o = (*pp)->ops; o; o = o->next) {
-        if (o->done)
-            continue;
-        if (kvf_poll(c->engine, o->ticket, o->status) == KVF_INPROGRESS)
-            running = true;
-        else
-            o->done = true;
-    }
-    kvf_status st = running ? KVF_INPROGRESS : call_finish(c, pp, per_block);
-    pthread_mutex_unlock(&c->mu);
+    kvf__move_error *list = NULL;
+    bool done = false;
+    kvf_status st = call_result(c, t, block, per_block, &list, &done);
+    if (done)
+        kvf__move_errors_deliver(list, errors, cap, n_errors_p);
     return st;
+}
+
+kvf_status kvf_cache_wait_errors(kvf_cache *c, kvf_ticket t, kvf_status *per_block,
+                                 kvf_move_error *errors, size_t cap, size_t *n_errors_p)
+{
+    return call_errors(c, t, true, per_block, errors, cap, n_errors_p);
+}
+
+kvf_status kvf_cache_poll_errors(kvf_cache *c, kvf_ticket t, kvf_status *per_block,
+                                 kvf_move_error *errors, size_t cap, size_t *n_errors_p)
+{
+    return call_errors(c, t, false, per_block, errors, cap, n_errors_p);
 }
 
 /* ---- create and destroy ------------------------------------------------------ */
@@ -1184,19 +1273,34 @@ static kvf_status check_keys(const char *fn, const kvf_key *keys, size_t n)
     return KVF_OK;
 }
 
-/* A request names each block once. */
+typedef struct key_at {
+    kvf_key key;
+    size_t index;
+} key_at;
+
+static int cmp_key_at(const void *a, const void *b)
+{
+    const key_at *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* A call names each block once: the order of two moves of one key inside
+ * a batch is not defined. The error names the key and both indexes. */
 static kvf_status check_unique(const char *fn, const kvf_key *keys, size_t n)
 {
-    kvf_key *v = malloc(n * sizeof *v);
+    key_at *v = malloc(n * sizeof *v);
     if (!v)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
-    memcpy(v, keys, n * sizeof *v);
-    qsort(v, n, sizeof *v, cmp_u64);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (key_at){keys[i], i};
+    qsort(v, n, sizeof *v, cmp_key_at);
     kvf_status st = KVF_OK;
     for (size_t i = 1; i < n && st == KVF_OK; i++)
-        if (v[i] == v[i - 1])
-            st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice", fn,
-                           (unsigned long long)v[i]);
+        if (v[i].key == v[i - 1].key)
+            st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice, as keys %zu and %zu",
+                           fn, (unsigned long long)v[i].key, v[i - 1].index, v[i].index);
     free(v);
     return st;
 }
@@ -1329,6 +1433,8 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         return kvf__fail(KVF_ERR_RANGE, "%s: priority %u (0-100)", fn, priority);
     kvf_status st = check_keys(fn, keys, n);
     if (st == KVF_OK)
+        st = check_unique(fn, keys, n);
+    if (st == KVF_OK)
         st = check_slots(c, fn, slots, n);
     if (st != KVF_OK)
         return st;
@@ -1396,13 +1502,18 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
                 emit(c, KVF_EVENT_STORED, e, tier);
             }
         }
-        /* a block stored here goes to the store too (each key once a call:
-         * a second put of it in the call finds it cached) */
+        /* a block stored here goes to the store too (a call names each
+         * key once: check_unique) */
         if (fresh && e && c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
             pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0}, keys[i], 0, i);
-        if (k)
+        if (k) {
             k->status[i] = bst;
-        else if (bst != KVF_INPROGRESS && bst != KVF_OK)
+            if (bst != KVF_INPROGRESS && bst != KVF_OK)
+                call_note(k, i, bst, "block 0x%016llx: not stored: %s", (unsigned long long)keys[i],
+                          bst == KVF_ERR_STATE      ? "being removed while a get still pins it"
+                          : bst == KVF_ERR_NO_SPACE ? "every block of every tier is pinned"
+                                                    : kvf_status_str(bst));
+        } else if (bst != KVF_INPROGRESS && bst != KVF_OK)
             KVF_LOG(KVF_LOG_WARN, "cache: put of block 0x%016llx: %s", (unsigned long long)keys[i],
                     kvf_status_str(bst));
     }

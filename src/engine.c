@@ -23,6 +23,7 @@
 #include "remote.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,7 @@ struct batch {
     bool retired;            /* its ticket was waited for */
     uint32_t async_left;     /* chunks on the GPU, plus one while issuing */
     kvf_status async_status; /* the first failure of an async batch */
+    char async_msg[160];     /* and its detail, for the moves it fails */
     bool async;              /* handed to the backend's copy_async */
     bool on_stream;          /* copy_async accepted it: the GPU orders it */
     kvf__copy *copies;       /* the copies of an async batch */
@@ -136,6 +138,9 @@ struct batch {
     batch *prev_undone, *next_undone; /* every batch not done, in id order */
     batch *next_ticket;
     uint64_t remote_deadline_ns; /* remote kinds: set when the first chunk is claimed */
+    /* the failed moves' messages, for the ticket's caller (move_failed):
+     * pushed by whichever thread fails a move, so a lock-free stack */
+    _Atomic(kvf__move_error *) errors;
 };
 
 typedef struct mem_array {
@@ -170,7 +175,7 @@ typedef struct worker {
     kvf__copy *copies;
     size_t *io_moves;
     size_t nios;
-    const struct batch *file_batch; /* the batch run_file_moves works on */
+    struct batch *file_batch; /* the batch run_file_moves works on */
     /* file-tier time, logged at KVF_LOG=debug when the engine ends: where a
      * chunk's wall time goes (its slot <-> staging copies run inside it,
      * on the I/O engine's threads too, hence the atomic) */
@@ -223,6 +228,7 @@ struct kvf_engine {
     kvf__remote *remote;
     pthread_mutex_t remote_mu;
     uint64_t remote_retry_ns;
+    char remote_why[192]; /* why the last connection failed, for the moves it fails */
 
     /* File keys whose last write failed and whose old file could not be
      * removed (kvf__blockfile_discard): refused with KVF_ERR_LOST until
@@ -565,6 +571,7 @@ static void batch_destroy(batch *b)
 {
     if (!b)
         return;
+    kvf__move_errors_free(atomic_load(&b->errors));
     free(b->moves);
     free(b->status);
     free(b->src_dep);
@@ -621,6 +628,7 @@ static batch *batch_get(kvf_engine *e, size_t n, bool group)
 static void batch_free(batch *b)
 {
     kvf_engine *e = b->engine;
+    kvf__move_errors_free(atomic_exchange(&b->errors, NULL));
     pthread_mutex_lock(&e->spare_mu);
     if (e->nspare < sizeof e->spare / sizeof e->spare[0]) {
         e->spare[e->nspare++] = b;
@@ -635,6 +643,145 @@ static void batch_release(batch *b)
 {
     if (b->state == B_DONE && (!b->ticketed || b->retired))
         batch_free(b);
+}
+
+/* ---- failed moves' messages ----------------------------------------------- */
+
+kvf__move_error *kvf__move_error_new(size_t index, kvf_status status, const char *message)
+{
+    size_t len = strnlen(message, KVF_MOVE_ERROR_MESSAGE - 1);
+    kvf__move_error *r = malloc(sizeof *r + len + 1);
+    if (!r)
+        return NULL;
+    r->next = NULL;
+    r->index = index;
+    r->status = status;
+    memcpy(r->message, message, len);
+    r->message[len] = '\0';
+    return r;
+}
+
+void kvf__move_errors_free(kvf__move_error *list)
+{
+    while (list) {
+        kvf__move_error *next = list->next;
+        free(list);
+        list = next;
+    }
+}
+
+void kvf__move_errors_deliver(kvf__move_error *list, kvf_move_error *out, size_t cap, size_t *n_p)
+{
+    size_t n = 0;
+    for (const kvf__move_error *r = list; r; r = r->next, n++) {
+        if (n >= cap)
+            continue;
+        out[n].index = r->index;
+        out[n].status = r->status;
+        memcpy(out[n].message, r->message, strlen(r->message) + 1);
+    }
+    if (n_p)
+        *n_p = n;
+    kvf__move_errors_free(list);
+}
+
+/* Whether anyone will read a failed move's message: a ticket's holder. */
+static bool keeps_errors(const batch *b)
+{
+    return b->ticketed || (b->group && b->group->ticketed);
+}
+
+static void push_error(batch *b, kvf__move_error *r)
+{
+    r->next = atomic_load(&b->errors);
+    while (!atomic_compare_exchange_weak(&b->errors, &r->next, r))
+        ;
+}
+
+/* Fails move i with `st` and, for a ticket's holder, keeps why (the
+ * specific detail: kvf_wait_errors). Called by whoever owns the move's
+ * status; a message that finds no memory is replaced by the status's
+ * text when the ticket retires. */
+static void move_failed(batch *b, size_t i, kvf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void move_failed(batch *b, size_t i, kvf_status st, const char *fmt, ...)
+{
+    b->status[i] = st;
+    if (!keeps_errors(b))
+        return;
+    char msg[KVF_MOVE_ERROR_MESSAGE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kvf__move_error *r = kvf__move_error_new(i, st, msg);
+    if (r)
+        push_error(b, r);
+}
+
+static int cmp_error_index(const void *a, const void *b)
+{
+    const kvf__move_error *x = *(kvf__move_error *const *)a, *y = *(kvf__move_error *const *)b;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+kvf__move_error *kvf__move_errors_sorted(kvf__move_error *list, const kvf_status *status, size_t n,
+                                         const char *what)
+{
+    size_t nrec = 0;
+    for (const kvf__move_error *r = list; r; r = r->next)
+        nrec++;
+    kvf__move_error **v = malloc((nrec ? nrec : 1) * sizeof *v);
+    if (!v) {
+        kvf__move_errors_free(list);
+        return NULL;
+    }
+    nrec = 0;
+    for (kvf__move_error *r = list; r; r = r->next)
+        v[nrec++] = r;
+    qsort(v, nrec, sizeof *v, cmp_error_index);
+    kvf__move_error *head = NULL, **tail = &head;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        kvf__move_error *r = NULL;
+        for (; k < nrec && v[k]->index <= i; k++) {
+            if (v[k]->index == i && !r && status[i] != KVF_OK)
+                r = v[k];
+            else
+                free(v[k]);
+        }
+        if (status[i] == KVF_OK)
+            continue;
+        if (!r) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "%s %zu: %s", what, i, kvf_status_str(status[i]));
+            r = kvf__move_error_new(i, status[i], msg);
+            if (!r)
+                continue;
+        }
+        r->status = status[i];
+        *tail = r;
+        tail = &r->next;
+    }
+    *tail = NULL;
+    for (; k < nrec; k++)
+        free(v[k]);
+    free(v);
+    return head;
+}
+
+/* A completed batch's messages (kvf__move_errors_sorted); NULL when
+ * nothing failed. */
+static kvf__move_error *collect_errors(batch *b, size_t failed)
+{
+    kvf__move_error *list = atomic_exchange(&b->errors, NULL);
+    if (failed == 0) {
+        kvf__move_errors_free(list);
+        return NULL;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%s: move", op_names[b->kind]);
+    return kvf__move_errors_sorted(list, b->status, b->n, what);
 }
 
 /* ---- engine lifetime ----------------------------------------------------- */
@@ -1263,9 +1410,17 @@ static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_mo
                              "pool)",
                              i, (unsigned long long)idx[k], e->secondary_slots);
     }
+    /* every pool has the same tokens_per_block (kvf_engine_add_pool): more
+     * than a block holds is a caller's mistake, not "the whole block" */
+    uint32_t tpb = e->pools[0].g.tokens_per_block;
+    if (mv->tokens > tpb)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "move %zu: %u tokens, more than pool 0's tokens_per_block (%u, shared "
+                         "by every pool)",
+                         i, mv->tokens, tpb);
     /* the geometry was checked when the pool was added: a token count can
      * only fail by cutting a 4-bit row inside a byte */
-    if (mv->tokens != 0 && mv->tokens < e->pools[0].g.tokens_per_block) {
+    if (mv->tokens != 0 && mv->tokens < tpb) {
         for (uint32_t p = 0; p < e->npools; p++) {
             const pool *pl = &e->pools[p];
             if (mv->tokens * pl->token_bits % 8 != 0)
@@ -1290,8 +1445,9 @@ static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_mo
  * moves failed that way. Needs submit_mu only: what it reads and stamps
  * is fixed once frozen or written only by a submit. */
 static kvf_status check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
-                              kvf_status *status, uint32_t *cnt, size_t *failed_p)
+                              batch *b, uint32_t *cnt, size_t *failed_p)
 {
+    kvf_status *status = b->status;
     space ws = kind_writes(kind);
     bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
     bool reads_secondary = kind_reads(kind) == SP_SECONDARY;
@@ -1359,13 +1515,16 @@ static kvf_status check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves
         if (status[i] == KVF_INPROGRESS)
             continue;
         short_reads--;
+        char msg[160];
         if (status[i] == KVF_ERR_NOT_FOUND)
-            KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds no block", op_names[kind],
-                    (unsigned long long)moves[i].src);
+            snprintf(msg, sizeof msg, "%s: secondary slot %llu holds no block", op_names[kind],
+                     (unsigned long long)moves[i].src);
         else
-            KVF_LOG(KVF_LOG_WARN, "%s: secondary slot %llu holds %u tokens, %u asked",
-                    op_names[kind], (unsigned long long)moves[i].src, e->sec_tokens[moves[i].src],
-                    eff_tokens(e, moves[i].tokens));
+            snprintf(msg, sizeof msg, "%s: secondary slot %llu holds %u tokens, %u asked",
+                     op_names[kind], (unsigned long long)moves[i].src, e->sec_tokens[moves[i].src],
+                     eff_tokens(e, moves[i].tokens));
+        KVF_LOG(KVF_LOG_WARN, "%s", msg);
+        move_failed(b, i, status[i], "%s", msg);
     }
     return st;
 }
@@ -1544,7 +1703,8 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
         /* out of memory half way: fail the batch's moves but keep the
          * hazards it did register consistent by running it as failed */
         for (size_t i = 0; i < b->n; i++)
-            b->status[i] = KVF_ERR_NOMEM;
+            move_failed(b, i, KVF_ERR_NOMEM, "%s: out of memory for the batch's hazards",
+                        op_names[b->kind]);
     }
     if (b->deps_left == 0) {
         /* a large batch's first part is issued here; the others go to the
@@ -1647,8 +1807,10 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
     KVF_TIMELINE(KVF_TL_SUBMIT, 0, n);
     if (!e)
         return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", op_names[kind]);
-    if (n == 0 || !moves)
-        return kvf__fail(KVF_ERR_INVALID, "%s: empty batch", op_names[kind]);
+    if (n == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: empty batch (n = 0)", op_names[kind]);
+    if (!moves)
+        return kvf__fail(KVF_ERR_INVALID, "%s: moves is NULL with n = %zu", op_names[kind], n);
     if (n > (SIZE_MAX / 4) / sizeof(kvf__copy))
         return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", op_names[kind], n);
 
@@ -1694,7 +1856,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
     pthread_mutex_unlock(&e->mu);
     uint32_t *cnt = sort_counts(e, b);
     size_t failed = 0;
-    st = check_moves(e, kind, moves, n, b->status, cnt, &failed);
+    st = check_moves(e, kind, moves, n, b, cnt, &failed);
     if (st != KVF_OK) {
         st = kvf__fail(st, "%s: %s", op_names[kind], kvf_last_error());
         goto refuse_checked;
@@ -1809,8 +1971,12 @@ kvf_status kvf_promote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticke
 static kvf_status submit_removal(kvf_engine *e, op_kind kind, const uint64_t *keys, size_t n,
                                  kvf_ticket *ticket_p)
 {
-    if (!keys || n == 0 || n > SIZE_MAX / sizeof(kvf_move))
-        return submit(e, kind, NULL, 0, ticket_p);
+    if (!e || n == 0)
+        return submit(e, kind, NULL, n, ticket_p);
+    if (!keys)
+        return kvf__fail(KVF_ERR_INVALID, "%s: keys is NULL with n = %zu", op_names[kind], n);
+    if (n > SIZE_MAX / sizeof(kvf_move))
+        return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu keys is too large", op_names[kind], n);
     kvf_move *moves = malloc(n * sizeof *moves);
     if (!moves)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
@@ -2008,6 +2174,12 @@ static void complete_batch(kvf_engine *e, batch *b)
     e->undone_count--;
     if (b->group) {
         batch *g = b->group;
+        /* the part's messages, renumbered into the caller's batch */
+        for (kvf__move_error *r = atomic_exchange(&b->errors, NULL), *next; r; r = next) {
+            next = r->next;
+            r->index = g->sorted ? g->order[b->group_off + r->index] : b->group_off + r->index;
+            push_error(g, r);
+        }
         if (g->sorted) {
             /* failures only (scattered stores, each a cache miss): the
              * others become KVF_OK in group_done */
@@ -2033,6 +2205,36 @@ static bool source_lost(kvf_engine *e, const batch *b, size_t i)
     space rs = kind_reads(b->kind);
     const hazard *h = hazard_of(e, rs, b->moves[i].src, false);
     return h && h->poison == b->src_dep[i];
+}
+
+/* What a move reads or writes, for its message: "block 0x2a",
+ * "primary slot 3". */
+static void name_place(char *out, size_t cap, space sp, uint64_t v)
+{
+    if (sp == SP_FILE || sp == SP_REMOTE)
+        snprintf(out, cap, "%sblock 0x%llx", sp == SP_REMOTE ? "remote " : "",
+                 (unsigned long long)v);
+    else
+        snprintf(out, cap, "%s slot %llu", sp == SP_PRIMARY ? "primary" : "secondary",
+                 (unsigned long long)v);
+}
+
+/* A move whose source a failed move was to write (source_lost). */
+static void fail_lost_source(batch *b, size_t i)
+{
+    char src[48];
+    name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src);
+    move_failed(b, i, KVF_ERR_LOST, "%s: %s: the move of batch %llu that wrote it failed",
+                op_names[b->kind], src, (unsigned long long)b->src_dep[i]);
+}
+
+/* A move whose copy between slots failed, as `why` says. */
+static void fail_copy(batch *b, size_t i, kvf_status st, const char *why)
+{
+    char src[48], dst[48];
+    name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src);
+    name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst);
+    move_failed(b, i, st, "%s: %s to %s: %s", op_names[b->kind], src, dst, why);
 }
 
 /* ---- execution -------------------------------------------------------------- */
@@ -2071,16 +2273,20 @@ static void async_release(kvf_engine *e, batch *b)
 {
     if (--b->async_left)
         return;
-    for (size_t i = 0; i < b->n; i++)
-        if (b->status[i] == KVF_INPROGRESS && b->async_status != KVF_OK)
-            b->status[i] = b->async_status;
+    for (size_t i = 0; i < b->n && b->async_status != KVF_OK; i++)
+        if (b->status[i] == KVF_INPROGRESS)
+            fail_copy(b, i, b->async_status, b->async_msg);
     complete_batch(e, b);
 }
 
-static void async_finish(kvf_engine *e, batch *b, kvf_status status)
+/* `why`: the backend's detail of a failure, or NULL for its status's text. */
+static void async_finish(kvf_engine *e, batch *b, kvf_status status, const char *why)
 {
-    if (status != KVF_OK && b->async_status == KVF_OK)
+    if (status != KVF_OK && b->async_status == KVF_OK) {
         b->async_status = status;
+        snprintf(b->async_msg, sizeof b->async_msg, "the device copy failed: %.130s",
+                 why && *why ? why : kvf_status_str(status));
+    }
     async_release(e, b);
 }
 
@@ -2093,8 +2299,19 @@ static void async_done(void *arg, kvf_status status)
     batch *b = arg;
     kvf_engine *e = b->engine;
     KVF_TIMELINE(KVF_TL_COPIED, b->id, 0);
+    if (status != KVF_OK) {
+        /* the backend set this thread's detail just before calling: kept
+         * for the moves' messages, so a failure (rare) waits for the lock
+         * rather than travel through the queue without it */
+        char why[sizeof b->async_msg];
+        snprintf(why, sizeof why, "%s", kvf_last_error());
+        engine_lock(e);
+        async_finish(e, b, status, why);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
     if (pthread_mutex_trylock(&e->mu) == 0) {
-        async_finish(e, b, status);
+        async_finish(e, b, status, NULL);
         pthread_mutex_unlock(&e->mu);
         return;
     }
@@ -2106,7 +2323,7 @@ static void async_done(void *arg, kvf_status status)
             /* no room: complete it here, waiting for the lock after all */
             pthread_mutex_unlock(&e->cb_mu);
             engine_lock(e);
-            async_finish(e, b, status);
+            async_finish(e, b, status, NULL);
             pthread_mutex_unlock(&e->mu);
             return;
         }
@@ -2138,7 +2355,7 @@ static void *completion_main(void *arg)
         pthread_mutex_unlock(&e->cb_mu);
         engine_lock(e);
         for (size_t i = 0; i < n; i++)
-            async_finish(e, ev[i].b, ev[i].status);
+            async_finish(e, ev[i].b, ev[i].status, NULL);
         pthread_mutex_unlock(&e->mu);
         pthread_mutex_lock(&e->cb_mu);
         if (!e->cb_spare) {
@@ -2182,7 +2399,7 @@ static void issue_async(kvf_engine *e, batch *b)
         if (b->status[i] != KVF_INPROGRESS)
             continue;
         if (source_lost(e, b, i))
-            b->status[i] = KVF_ERR_LOST;
+            fail_lost_source(b, i);
         else
             live++;
     }
@@ -2197,7 +2414,7 @@ static void issue_async(kvf_engine *e, batch *b)
     if (!b->copies) {
         for (size_t i = 0; i < b->n; i++)
             if (b->status[i] == KVF_INPROGRESS)
-                b->status[i] = KVF_ERR_NOMEM;
+                fail_copy(b, i, KVF_ERR_NOMEM, "out of memory for the batch's copies");
         complete_batch(e, b);
         return;
     }
@@ -2212,6 +2429,7 @@ static void issue_async(kvf_engine *e, batch *b)
     /* statuses still KVF_INPROGRESS change only at completion, which the
      * issuer's count holds off: reading them unlocked is safe */
     kvf_status st = KVF_OK;
+    char why[sizeof b->async_msg - 32] = "";
     for (size_t i = 0; i < b->n && st == KVF_OK;) {
         size_t ncopies = 0;
         for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES; i++) {
@@ -2223,17 +2441,21 @@ static void issue_async(kvf_engine *e, batch *b)
         if (ncopies == 0)
             break;
         st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
-        if (st == KVF_OK)
+        if (st == KVF_OK) {
             issued++;
-        else
+        } else {
+            snprintf(why, sizeof why, "%s", kvf_last_error());
             KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_names[b->kind],
-                    (unsigned long long)b->id, kvf_last_error());
+                    (unsigned long long)b->id, why);
+        }
     }
     engine_lock(e);
     b->async_left -= planned - issued;
     KVF_TIMELINE(KVF_TL_ISSUED, b->id, issued);
-    if (st != KVF_OK && b->async_status == KVF_OK)
+    if (st != KVF_OK && b->async_status == KVF_OK) {
         b->async_status = st;
+        snprintf(b->async_msg, sizeof b->async_msg, "not queued on the device: %s", why);
+    }
     if (b->async_left > 1) {
         b->on_stream = true;
         /* a sync_stream waiting for this batch to reach the GPU may go on */
@@ -2343,10 +2565,10 @@ static kvf_status staging_copy(worker *w, const batch *b, const kvf__copy *cp)
     return st;
 }
 
-static void file_move_failed(const batch *b, size_t i, kvf_status st, const char *msg)
+static void file_move_failed(batch *b, size_t i, kvf_status st, const char *msg)
 {
-    b->status[i] = st;
     KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], msg);
+    move_failed(b, i, st, "%s: %s", op_names[b->kind], msg);
 }
 
 /* Marks a file key lost (its old file could not be removed), or clears
@@ -2376,7 +2598,7 @@ static void lost_files_written(kvf_engine *e, const kvf__blockfile_io *ios, size
 }
 
 /* Fails the reads of moves [first, last) whose key is marked lost. */
-static void refuse_lost_files(kvf_engine *e, const batch *b, size_t first, size_t last)
+static void refuse_lost_files(kvf_engine *e, batch *b, size_t first, size_t last)
 {
     pthread_mutex_lock(&e->lost_mu);
     for (size_t i = first; i < last && e->lost_files.count; i++) {
@@ -2436,9 +2658,11 @@ static kvf_status offload_fill(kvf__blockfile_io *io)
     size_t bytes =
         file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens, tokens, cp);
     kvf_status st = staging_copy(w, b, cp);
-    if (st == KVF_OK)
-        io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
-    return st;
+    if (st != KVF_OK)
+        return kvf__fail(st, "block 0x%llx: gathering slot %llu: %s", (unsigned long long)mv->dst,
+                         (unsigned long long)mv->src, kvf_last_error());
+    io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
+    return KVF_OK;
 }
 
 /* One block read for an onboard or promote: checked against the engine's
@@ -2448,7 +2672,7 @@ static void onboard_done(kvf__blockfile_io *io)
 {
     worker *w = io->arg;
     kvf_engine *e = w->engine;
-    const batch *b = w->file_batch;
+    batch *b = w->file_batch;
     size_t j = (size_t)(io - w->ios), i = w->io_moves[j];
     const kvf_move *mv = &b->moves[i];
     if (io->status != KVF_OK) {
@@ -2470,8 +2694,9 @@ static void onboard_done(kvf__blockfile_io *io)
         st = kvf__fail(
             KVF_ERR_MISMATCH, "block 0x%llx: %llu payload bytes stored, not what %u tokens take",
             (unsigned long long)mv->src, (unsigned long long)meta->payload_bytes, meta->tokens);
-    else
-        st = staging_copy(w, b, cp);
+    else if ((st = staging_copy(w, b, cp)) != KVF_OK)
+        kvf__fail(st, "block 0x%llx: scattering into slot %llu: %s", (unsigned long long)mv->src,
+                  (unsigned long long)mv->dst, kvf_last_error());
     if (st != KVF_OK)
         file_move_failed(b, i, st, kvf_last_error());
 }
@@ -2479,7 +2704,7 @@ static void onboard_done(kvf__blockfile_io *io)
 /* One pass of file I/O over the moves of first..last-1 still in progress,
  * all in flight at once: gather into staging and write, or read and
  * scatter from staging. Each move gets its own status. */
-static void file_io_pass(worker *w, const batch *b, size_t first, size_t last, bool dev,
+static void file_io_pass(worker *w, batch *b, size_t first, size_t last, bool dev,
                          bool to_file)
 {
     kvf_engine *e = w->engine;
@@ -2537,7 +2762,7 @@ static bool retry_resource_failures(const batch *b, size_t first, size_t last)
  * process out of a resource (descriptors, above all, when many transfers
  * run at once) is tried once more after a short wait, and then reported
  * with KVF_ERR_RESOURCE: the block it read stays stored. */
-static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
+static void run_file_moves(worker *w, batch *b, size_t first, size_t last)
 {
     kvf_engine *e = w->engine;
     if (b->kind == OP_REMOVE) {
@@ -2559,9 +2784,15 @@ static void run_file_moves(worker *w, const batch *b, size_t first, size_t last)
         refuse_lost_files(e, b, first, last);
     kvf_status st = ensure_staging(w, last - first, dev);
     if (st != KVF_OK) {
-        for (size_t i = first; i < last; i++)
-            if (b->status[i] == KVF_INPROGRESS)
-                file_move_failed(b, i, st, kvf_last_error());
+        char why[KVF_MOVE_ERROR_MESSAGE];
+        snprintf(why, sizeof why, "%s", kvf_last_error());
+        for (size_t i = first; i < last; i++) {
+            if (b->status[i] != KVF_INPROGRESS)
+                continue;
+            uint64_t key = to_file ? b->moves[i].dst : b->moves[i].src;
+            kvf__fail(st, "block 0x%llx: %s", (unsigned long long)key, why);
+            file_move_failed(b, i, st, kvf_last_error());
+        }
         if (to_file)
             drop_failed_files(e, b, first, last);
         return;
@@ -2633,8 +2864,9 @@ static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
         uint64_t now = kvf__now_ns();
         if (now < e->remote_retry_ns) {
             st = kvf__fail(KVF_ERR_REMOTE,
-                           "remote tier: not connected (the last attempt failed less than a "
-                           "second ago)");
+                           "remote tier: not connected (the last attempt, less than a second "
+                           "ago: %s)",
+                           e->remote_why);
         } else {
             kvf__remote_config rc = KVF_REMOTE_CONFIG_INIT;
             rc.url = e->remote_url;
@@ -2647,6 +2879,7 @@ static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
             if (st != KVF_OK) {
                 e->remote = NULL;
                 e->remote_retry_ns = now + 1000000000u;
+                snprintf(e->remote_why, sizeof e->remote_why, "%s", kvf_last_error());
                 KVF_LOG(KVF_LOG_WARN, "remote tier: %s", kvf_last_error());
             }
         }
@@ -2675,12 +2908,10 @@ static kvf_status staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t
     return KVF_OK;
 }
 
-/* A remote call's failure (kvf_last_error names its first failed block's
- * key and node) goes to the log: a waiter sees only the statuses. */
-static void remote_chunk_failed(const batch *b, size_t m, kvf_status st)
+/* The remote key a move of a remote batch writes or reads. */
+static uint64_t remote_key(const batch *b, size_t i)
 {
-    if (st != KVF_OK)
-        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, kvf_last_error());
+    return kind_writes(b->kind) == SP_REMOTE ? b->moves[i].dst : b->moves[i].src;
 }
 
 /* Runs moves [first, last) of a remote batch as one pipelined batch: the
@@ -2705,18 +2936,25 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
     kvf_status rs[REMOTE_CHUNK_MOVES];
     if (st == KVF_OK && !cp)
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[b->kind]);
+    /* the detail of the round trip's first failed block (the store names
+     * no other): every failed block's message quotes it */
+    char first_why[KVF_MOVE_ERROR_MESSAGE] = "";
+    bool noted[REMOTE_CHUNK_MOVES] = {false};
     if (st != KVF_OK) {
         KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, kvf_last_error());
+        snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
         for (size_t j = 0; j < m; j++)
-            b->status[idx[j]] = st;
+            move_failed(b, idx[j], st, "%s: remote block 0x%llx: %s", op_names[b->kind],
+                        (unsigned long long)remote_key(b, idx[j]), first_why);
         free(cp);
         return;
     }
+    kvf_status ret = KVF_OK;
     if (b->kind == OP_REMOVE_REMOTE) {
         uint64_t keys[REMOTE_CHUNK_MOVES];
         for (size_t j = 0; j < m; j++)
             keys[j] = b->moves[idx[j]].src;
-        remote_chunk_failed(b, m, kvf__remote_delete_batch_until(r, keys, m, deadline_ns, rs));
+        ret = kvf__remote_delete_batch_until(r, keys, m, deadline_ns, rs);
     } else if (b->kind == OP_OFFLOAD_REMOTE) {
         kvf__remote_put puts[REMOTE_CHUNK_MOVES];
         for (size_t j = 0; j < m; j++) {
@@ -2727,16 +2965,20 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
             puts[j] = (kvf__remote_put){mv->dst, tokens, e->npools, payload, bytes};
         }
         st = e->backend->ops->copy_sync(e->backend, b->queue, cp, m * e->npools);
-        if (st == KVF_OK)
-            remote_chunk_failed(b, m, kvf__remote_put_batch_until(r, puts, m, deadline_ns, rs));
-        else
+        if (st == KVF_OK) {
+            ret = kvf__remote_put_batch_until(r, puts, m, deadline_ns, rs);
+        } else {
+            ret = kvf__fail(st, "gathering the blocks: %s", kvf_last_error());
             for (size_t j = 0; j < m; j++)
                 rs[j] = st;
+        }
     } else {
         kvf__remote_get gets[REMOTE_CHUNK_MOVES];
         for (size_t j = 0; j < m; j++)
             gets[j] = (kvf__remote_get){b->moves[idx[j]].src, w->rstaging + j * bb, bb, 0, 0, 0};
-        remote_chunk_failed(b, m, kvf__remote_get_batch_until(r, gets, m, deadline_ns, rs));
+        ret = kvf__remote_get_batch_until(r, gets, m, deadline_ns, rs);
+        if (ret != KVF_OK)
+            snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
         size_t ncp = 0;
         for (size_t j = 0; j < m; j++) {
             if (rs[j] != KVF_OK)
@@ -2762,18 +3004,30 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
                 else
                     ncp += e->npools;
             }
-            if (rs[j] != KVF_OK)
+            if (rs[j] != KVF_OK) {
                 KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], kvf_last_error());
+                move_failed(b, idx[j], rs[j], "%s: %s", op_names[b->kind], kvf_last_error());
+                noted[j] = true;
+            }
         }
         st = ncp ? e->backend->ops->copy_sync(e->backend, b->queue, cp, ncp) : KVF_OK;
-        if (st != KVF_OK)
+        if (st != KVF_OK) {
+            ret = kvf__fail(st, "scattering the blocks: %s", kvf_last_error());
+            snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
             for (size_t j = 0; j < m; j++)
                 if (rs[j] == KVF_OK)
                     rs[j] = st;
+        }
     }
+    if (ret != KVF_OK && !first_why[0])
+        snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
+    if (ret != KVF_OK) /* names the first failed block's key and node */
+        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, first_why);
     for (size_t j = 0; j < m; j++)
-        if (rs[j] != KVF_OK)
-            b->status[idx[j]] = rs[j];
+        if (rs[j] != KVF_OK && !noted[j])
+            move_failed(b, idx[j], rs[j], "%s: remote block 0x%llx: %s%s%s", op_names[b->kind],
+                        (unsigned long long)remote_key(b, idx[j]), kvf_status_str(rs[j]),
+                        first_why[0] ? "; the round trip's first failure: " : "", first_why);
     free(cp);
 }
 
@@ -2839,7 +3093,7 @@ static void *worker_main(void *arg)
         /* a removal reads nothing: a failed write before it is no loss */
         for (size_t i = first; i < last && !kind_removes(b->kind); i++)
             if (b->status[i] == KVF_INPROGRESS && source_lost(e, b, i))
-                b->status[i] = KVF_ERR_LOST;
+                fail_lost_source(b, i);
         uint64_t deadline_ns = kind_is_remote(b->kind) ? remote_deadline(e, b) : 0;
         pthread_mutex_unlock(&e->mu);
 
@@ -2858,7 +3112,7 @@ static void *worker_main(void *arg)
                 continue;
             kvf_status st = run_copy_move(e, b, i);
             if (st != KVF_OK)
-                b->status[i] = st;
+                fail_copy(b, i, st, kvf_last_error());
         }
 
         KVF_TIMELINE(KVF_TL_CHUNK, b->id, last - first);
@@ -2873,9 +3127,12 @@ static void *worker_main(void *arg)
                     /* every move of the batch is done: their statuses are
                      * this thread's to write; the files of those failed
                      * before are gone already */
+                    char why[KVF_MOVE_ERROR_MESSAGE];
+                    snprintf(why, sizeof why, "%s", kvf_last_error());
                     for (size_t i = 0; i < b->n; i++)
                         if (b->status[i] == KVF_INPROGRESS) {
-                            b->status[i] = st;
+                            move_failed(b, i, st, "%s: block 0x%llx: %s", op_names[b->kind],
+                                        (unsigned long long)b->moves[i].dst, why);
                             drop_failed_file(e, b, i);
                         }
                 }
@@ -2898,27 +3155,45 @@ static batch **ticket_slot(kvf_engine *e, kvf_ticket t)
     return pp;
 }
 
-static kvf_status finish_ticket(kvf_engine *e, batch **pp, kvf_status *per_move)
+/* Retires a completed ticket: its statuses into per_move, its failed
+ * moves' messages (collect_errors) into *errors_p, or freed with NULL.
+ * Lock held. */
+static kvf_status finish_ticket(kvf_engine *e, batch **pp, kvf_status *per_move,
+                                kvf__move_error **errors_p)
 {
     batch *b = *pp;
     kvf_status ret = KVF_OK;
+    size_t failed = 0;
     for (size_t i = 0; i < b->n; i++) {
         if (per_move)
             per_move[i] = b->status[i];
-        if (ret == KVF_OK && b->status[i] != KVF_OK)
+        if (b->status[i] != KVF_OK && failed++ == 0)
             ret = b->status[i];
     }
+    kvf__move_error *errors = collect_errors(b, failed);
     uint64_t id = b->id;
+    size_t n = b->n;
     *pp = b->next_ticket;
     b->retired = true;
     batch_release(b);
-    if (ret != KVF_OK)
-        kvf__fail(ret, "ticket %llu: a move failed (%s); see the per-move statuses",
-                  (unsigned long long)id, kvf_status_str(ret));
+    if (ret != KVF_OK) {
+        if (errors)
+            kvf__fail(ret, "ticket %llu: %zu of %zu moves failed; move %zu: %s",
+                      (unsigned long long)id, failed, n, errors->index, errors->message);
+        else
+            kvf__fail(ret, "ticket %llu: %zu moves failed (%s); see the per-move statuses",
+                      (unsigned long long)id, failed, kvf_status_str(ret));
+    }
+    if (errors_p)
+        *errors_p = errors;
+    else
+        kvf__move_errors_free(errors);
     return ret;
 }
 
-static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_move, bool block)
+/* *done_p (may be NULL): the ticket completed and was retired here. */
+static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_move, bool block,
+                                kvf__move_error **errors_p, bool *done_p)
 {
     kvf__clear_error();
     if (!e)
@@ -2939,19 +3214,56 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
         pthread_cond_wait(&e->done_cv, &e->mu);
     }
     pp = ticket_slot(e, t); /* the chain may have changed while waiting */
-    kvf_status st = finish_ticket(e, pp, per_move);
+    kvf_status st = finish_ticket(e, pp, per_move, errors_p);
     pthread_mutex_unlock(&e->mu);
+    if (done_p)
+        *done_p = true;
     return st;
 }
 
 kvf_status kvf_poll(kvf_engine *e, kvf_ticket t, kvf_status *per_move)
 {
-    return ticket_result(e, t, per_move, false);
+    return ticket_result(e, t, per_move, false, NULL, NULL);
 }
 
 kvf_status kvf_wait(kvf_engine *e, kvf_ticket t, kvf_status *per_move)
 {
-    return ticket_result(e, t, per_move, true);
+    return ticket_result(e, t, per_move, true, NULL, NULL);
+}
+
+kvf_status kvf__engine_ticket_errors(kvf_engine *e, kvf_ticket t, bool block, kvf_status *per_move,
+                                     kvf__move_error **errors_p)
+{
+    *errors_p = NULL;
+    return ticket_result(e, t, per_move, block, errors_p, NULL);
+}
+
+static kvf_status ticket_errors(kvf_engine *e, kvf_ticket t, bool block, kvf_status *per_move,
+                                kvf_move_error *errors, size_t cap, size_t *n_errors_p)
+{
+    if (!errors && cap) {
+        kvf__clear_error();
+        return kvf__fail(KVF_ERR_INVALID, "ticket %llu: errors is NULL with cap = %zu",
+                         (unsigned long long)t, cap);
+    }
+    kvf__move_error *list = NULL;
+    bool done = false;
+    kvf_status st = ticket_result(e, t, per_move, block, &list, &done);
+    if (done)
+        kvf__move_errors_deliver(list, errors, cap, n_errors_p);
+    return st;
+}
+
+kvf_status kvf_wait_errors(kvf_engine *e, kvf_ticket t, kvf_status *per_move,
+                           kvf_move_error *errors, size_t cap, size_t *n_errors_p)
+{
+    return ticket_errors(e, t, true, per_move, errors, cap, n_errors_p);
+}
+
+kvf_status kvf_poll_errors(kvf_engine *e, kvf_ticket t, kvf_status *per_move,
+                           kvf_move_error *errors, size_t cap, size_t *n_errors_p)
+{
+    return ticket_errors(e, t, false, per_move, errors, cap, n_errors_p);
 }
 
 /* Whether every batch up to `last_id` is done or, with an asynchronous

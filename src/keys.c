@@ -21,6 +21,13 @@ uint64_t kvf__xxh64(const void *data, size_t n)
 
 kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, uint64_t salt)
 {
+    /* a key is the only result: a hash of tokens that are not there would
+     * be a plausible key naming nothing, so the refusal is the one value
+     * no block has */
+    if (!tokens && n) {
+        kvf__fail(KVF_ERR_INVALID, "kvf_key_chain: tokens is NULL with n = %zu", n);
+        return 0;
+    }
     kvf_key k;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     /* one-shot over one buffer: the streaming state's copies cost as much
@@ -66,11 +73,19 @@ kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, uint64_t
 size_t kvf_key_chain_all(const uint32_t *tokens, size_t n_tokens, uint32_t tokens_per_block,
                          uint64_t salt, kvf_key *keys, size_t cap)
 {
-    if (!tokens || tokens_per_block == 0)
+    kvf__clear_error();
+    if (tokens_per_block == 0) {
+        kvf__fail(KVF_ERR_INVALID, "kvf_key_chain_all: tokens_per_block is 0");
         return 0;
+    }
     size_t blocks = n_tokens / tokens_per_block;
+    if ((!tokens && blocks) || (!keys && cap)) {
+        kvf__fail(KVF_ERR_INVALID, "kvf_key_chain_all: %s is NULL with %s = %zu",
+                  tokens ? "keys" : "tokens", tokens ? "cap" : "n_tokens", tokens ? cap : n_tokens);
+        return 0;
+    }
     kvf_key parent = KVF_KEY_ROOT;
-    for (size_t b = 0; b < blocks && b < cap && keys; b++) {
+    for (size_t b = 0; b < blocks && b < cap; b++) {
         parent = kvf_key_chain(parent, tokens + b * tokens_per_block, tokens_per_block, salt);
         keys[b] = parent;
     }

@@ -900,16 +900,26 @@ static int test_bad_input(void)
     uint32_t dup[2] = {3, 3};
     CHECK_STATUS(kvf_cache_get(f.c, same, dup, 2, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "primary slot 3");
-    /* duplicate puts: stored once, counted */
+    /* a key twice in one put: refused whole (as kvf_cache_commit), named
+     * with both its indexes */
     kvf_key again[3] = {5, 7, 7};
     uint32_t from[3] = {0, 1, 1};
     fill(&f, 1, 7);
     kvf_status per[3];
-    CHECK_STATUS(kvf_cache_put(f.c, again, from, 3, 50, &t), KVF_OK);
+    t = 0;
+    CHECK_STATUS(kvf_cache_put(f.c, again, from, 3, 50, &t), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "0x0000000000000007");
+    CHECK_STR_HAS(kvf_last_error(), "keys 1 and 2");
+    CHECK(t == 0);
+    size_t found = 9;
+    CHECK_STATUS(kvf_cache_lookup(f.c, again + 1, 1, &found, NULL), KVF_OK);
+    CHECK_EQ_INT(found, 0);
+    /* a key cached before: stored once, counted */
+    CHECK_STATUS(kvf_cache_put(f.c, again, from, 2, 50, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, per), KVF_OK);
     kvf_cache_stats st = KVF_CACHE_STATS_INIT;
     CHECK_STATUS(kvf_cache_stats_get(f.c, &st), KVF_OK);
-    CHECK_EQ_INT(st.put_duplicates, 2);
+    CHECK_EQ_INT(st.put_duplicates, 1);
     CHECK_EQ_INT(st.blocks[KVF_CACHE_HOST], 2);
     /* tickets */
     CHECK_STATUS(kvf_cache_wait(f.c, 12345, NULL), KVF_ERR_UNKNOWN_TICKET);

@@ -21,7 +21,7 @@ from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key
 from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind, FileEngine, FileIO, Fsync, GdsCompat, Level,
                      Memory, Order, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
-                      InvalidState, IOFailure, KvferryError, Lost, Mismatch, NoDevice, NoSpace, NotFound,
+                      InvalidState, IOFailure, KvferryError, Lost, Mismatch, MoveError, NoDevice, NoSpace, NotFound,
                       OutOfMemory, OutOfRange, OutOfResource, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
                       UsageError, error_class)
 from ._version import package_version as _package_version
@@ -48,5 +48,5 @@ __all__ = [
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",
-    "Mismatch", "Lost", "error_class",
+    "Mismatch", "Lost", "MoveError", "error_class",
 ]

@@ -188,8 +188,8 @@ class Cache(_Issuer):
     engine must stay open while the cache is (Engine.close() closes it)."""
 
     _what = "cache"
-    _wait_fn = L.kvf_cache_wait
-    _poll_fn = L.kvf_cache_poll
+    _wait_fn = L.kvf_cache_wait_errors
+    _poll_fn = L.kvf_cache_poll_errors
 
     def __init__(self, engine: Engine, host_blocks: int = 0, disk_blocks: int = 0, offload_min_priority: int = 0,
                  disk_admit_uses: int = 0, event_queue: int = 0,

@@ -11,7 +11,7 @@ from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
 from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileEngine, FileIO, Fsync, GdsCompat, Level, LevelLike, Memory,
                      Order, Status, Tier, TierLike, status)
-from ._errors import check, make_error
+from ._errors import MoveError, check, make_error
 
 if TYPE_CHECKING:
     import numpy as np
@@ -224,12 +224,14 @@ _SENTINEL = 0x7FFF_FFFF  # never a kvf_status: tells "nothing written" apart
 class Ticket:
     """A submitted batch. poll() / wait() return one Status per move once the
     batch is complete (and keep returning it); a failed move's status says
-    which block is lost. wait(check=True) raises the first failure instead."""
+    which block is lost, errors() why. wait(check=True) raises instead: the
+    first failed move's error, carrying every failure (.failures)."""
 
-    __slots__ = ("engine", "id", "count", "_statuses")
+    __slots__ = ("engine", "id", "count", "_statuses", "_errors", "_error_count")
 
     def __init__(self, engine, ticket_id: int, count: int):
         self.engine, self.id, self.count, self._statuses = engine, ticket_id, count, None
+        self._errors, self._error_count = (), 0
 
     def __int__(self):
         return self.id
@@ -242,17 +244,22 @@ class Ticket:
         state = "pending" if st is None else ("ok" if all(s == Status.OK for s in st) else "failed")
         return f"<kvferry.Ticket {self.id}: {self.count} moves, {state}>"
 
+    def _take(self, result) -> None:
+        if result is not None:
+            self._statuses, self._errors, self._error_count = result
+
     def poll(self) -> Optional[List[Status]]:
         """None while in flight, else the per-move statuses."""
         if self._statuses is None:
-            self._statuses = self.engine._result(self.id, self.count, block=False)
+            self._take(self.engine._result(self.id, self.count, block=False))
         return self._statuses
 
     def wait(self, check: bool = False) -> List[Status]:
-        """Blocks until complete; the per-move statuses (raises the first
-        failed move's error when check=True)."""
+        """Blocks until complete; the per-move statuses. check=True raises
+        when a move failed: the first failed move's error class (IOFailure,
+        Corrupt, ...), its .failures a MoveError for each failed move."""
         if self._statuses is None:
-            self._statuses = self.engine._result(self.id, self.count, block=True)
+            self._take(self.engine._result(self.id, self.count, block=True))
         if check:
             self.raise_for_status()
         return self._statuses
@@ -275,10 +282,35 @@ class Ticket:
         """Indices of the moves that failed (waits)."""
         return [i for i, s in enumerate(self.wait()) if s != Status.OK]
 
+    def errors(self) -> List[MoveError]:
+        """Why moves failed, without raising (waits): a MoveError (index,
+        status, message naming block, slot, file or node and the reason) per
+        failed move in index order; the first ERRORS_KEPT of them when more
+        failed (error_count says how many did)."""
+        self.wait()
+        return list(self._errors)
+
+    @property
+    def error_count(self) -> int:
+        """Moves that failed (waits); errors() holds at most ERRORS_KEPT."""
+        self.wait()
+        return self._error_count
+
     def raise_for_status(self) -> None:
-        for i, s in enumerate(self.wait()):
-            if s != Status.OK:
-                raise make_error(s, f"ticket {self.id}: move {i} of {self.count} failed: {_lib.status_str(s)}")
+        st = self.wait()
+        if self._error_count == 0:
+            return
+        first = self._errors[0] if self._errors else None
+        if first is None:  # cannot happen: a failure always has its message
+            i = next(i for i, s in enumerate(st) if s != Status.OK)
+            first = MoveError(i, st[i], _lib.status_str(st[i]))
+        err = make_error(first.status, f"ticket {self.id}: {self._error_count} of {self.count} moves failed; "
+                                       f"move {first.index}: {first.message}")
+        err.failures = tuple(self._errors)
+        raise err
+
+
+ERRORS_KEPT = 64  # failed moves' messages a Ticket keeps (their statuses are all kept)
 
 
 # ---- pools ---------------------------------------------------------------------
@@ -374,22 +406,29 @@ class _Handle:
 
 
 class _Issuer(_Handle):
-    """Tickets of an Engine (kvf_wait / kvf_poll) or a Cache (kvf_cache_wait /
-    kvf_cache_poll): set _wait_fn and _poll_fn, _h() and _pending / _lock."""
+    """Tickets of an Engine (kvf_wait_errors / kvf_poll_errors) or a Cache
+    (kvf_cache_wait_errors / kvf_cache_poll_errors): set _wait_fn and
+    _poll_fn, _h() and _pending / _lock."""
 
     _wait_fn = _poll_fn = None
 
     def _result(self, ticket_id, count, block):
+        """None while in flight, else (statuses, MoveErrors kept, failures)."""
         per = (_lib.c_status * max(count, 1))(*([_SENTINEL] * max(count, 1)))
+        cap = min(max(count, 1), ERRORS_KEPT)
+        errs = (_lib.MoveError_t * cap)()
+        n_err = ctypes.c_size_t(_SENTINEL)
         fn = self._wait_fn if block else self._poll_fn
-        ret = fn(self._h(), ticket_id, per if count else None)
+        ret = fn(self._h(), ticket_id, per if count else None, errs, cap, ctypes.byref(n_err))
         if ret == Status.INPROGRESS:
             return None
-        if ret < 0 and (count == 0 or per[0] == _SENTINEL):
+        if ret < 0 and n_err.value == _SENTINEL:
             raise make_error(ret)  # the call itself failed (unknown ticket, ...)
         with self._lock:
             self._pending.pop(ticket_id, None)
-        return [status(per[i]) for i in range(count)]
+        kept = tuple(MoveError(int(e.index), status(e.status), e.message.decode(errors="replace"))
+                     for e in errs[:min(n_err.value, cap)])
+        return [status(per[i]) for i in range(count)], kept, int(n_err.value)
 
     def _issue(self, ticket_id: int, count: int) -> Ticket:
         with self._lock:
@@ -471,8 +510,8 @@ class Engine(_Issuer):
     Calls may come from several threads; close() must be the last one."""
 
     _what = "engine"
-    _wait_fn = L.kvf_wait
-    _poll_fn = L.kvf_poll
+    _wait_fn = L.kvf_wait_errors
+    _poll_fn = L.kvf_poll_errors
 
     def __init__(self, **config):
         unknown = set(config) - set(_DEFAULT_CONFIG)

@@ -10,11 +10,25 @@
     +-- IntegrityError    Corrupt, Mismatch, Lost
 
 Each carries .status (the int code), .name (e.g. "ERR_NOT_FOUND") and
-.message (kvf_last_error(), naming the pool, slot, block or file).
+.message (kvf_last_error(), naming the pool, slot, block or file). One
+raised for a batch (Ticket.wait(check=True)) is the first failed move's
+class and also carries .failures: a MoveError per failed move.
 """
+
+from typing import NamedTuple, Tuple
 
 from . import _lib
 from ._enums import Status
+
+
+class MoveError(NamedTuple):
+    """Why one move of a batch (or block of a cache call) failed
+    (kvf_move_error): its index in the batch, its status, and the message
+    captured where it failed (block key, slot, file path or node, reason)."""
+
+    index: int
+    status: Status
+    message: str
 
 
 class KvferryError(Exception):
@@ -27,6 +41,7 @@ class KvferryError(Exception):
         except ValueError:
             self.name = f"status {self.status}"
         self.message = message or _lib.status_str(self.status)
+        self.failures: Tuple[MoveError, ...] = ()
         super().__init__(f"{self.message} [{self.name}]")
 
     def __reduce__(self):

@@ -73,6 +73,13 @@ class Move_t(ctypes.Structure):
     _fields_ = [("src", ctypes.c_uint64), ("dst", ctypes.c_uint64), ("tokens", ctypes.c_uint32)]
 
 
+MOVE_ERROR_MESSAGE = 256  # KVF_MOVE_ERROR_MESSAGE
+
+
+class MoveError_t(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_size_t), ("status", c_status), ("message", ctypes.c_char * MOVE_ERROR_MESSAGE)]
+
+
 class Info_t(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -219,6 +226,14 @@ _protos = {
     "kvf_copy": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
     "kvf_poll": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
     "kvf_wait": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+    "kvf_poll_errors": (
+        c_status,
+        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+    ),
+    "kvf_wait_errors": (
+        c_status,
+        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+    ),
     "kvf_sync_stream": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
     "kvf_info_get": (c_status, [_P(Info_t)]),
     "kvf_demote": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
@@ -247,6 +262,14 @@ _protos = {
         c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
     "kvf_cache_wait": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
     "kvf_cache_poll": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+    "kvf_cache_poll_errors": (
+        c_status,
+        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+    ),
+    "kvf_cache_wait_errors": (
+        c_status,
+        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+    ),
     "kvf_cache_pin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
     "kvf_cache_unpin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
     "kvf_cache_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
