@@ -3,8 +3,9 @@
 # missing ones: with everything present it does nothing and needs no root.
 set -eu
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
-# redis-tools: the remote tier and the real servers its tests start.
-need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools"
+# redis-tools: the remote tier and the real servers its tests start;
+# libcjson-dev: the kvferry CLI's JSON writers.
+need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libcjson-dev"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -206,6 +206,10 @@ grep -q "bad.jsonl:3: column" "$tmp/bad.err"
 printf '{"tokens": [1]}\n{"blocks": ["0x0"]}\n' >"$tmp/bad2.jsonl"
 if "$kvf" replay "$tmp/bad2.jsonl" 2>"$tmp/bad2.err"; then exit 1; fi
 grep -q "bad2.jsonl:2: .*key 0" "$tmp/bad2.err"
+# strict JSON: invalid UTF-8 in a string is refused with its line
+printf '{"tokens": [1]}\n{"id": "caf\351", "tokens": [1]}\n' >"$tmp/latin1.jsonl"
+if "$kvf" replay "$tmp/latin1.jsonl" 2>"$tmp/latin1.err"; then exit 1; fi
+grep -q "latin1.jsonl:2: column 12: invalid UTF-8 (byte 0xe9)" "$tmp/latin1.err"
 # bad options
 if "$kvf" replay --gen bogus 2>/dev/null; then exit 1; fi
 if "$kvf" replay --host-blocks 0 2>/dev/null; then exit 1; fi
