@@ -198,6 +198,21 @@ EOF
 [ "$(field host "$tmp/hand.json" hits)" = 3 ]
 [ "$(field requests "$tmp/hand.json")" = 5 ]
 
+# a request with no blocks, one naming a block twice (valid input), with
+# and without the GPU tier: replayed without errors, under UBSan too
+cat >"$tmp/odd.jsonl" <<'EOF'
+{"id": "none", "blocks": []}
+{"id": "twice", "blocks": ["0x21", "0x22", "0x21"]}
+{"id": "again", "blocks": ["0x21", "0x22", "0x21", "0x23", "0x23"]}
+{"id": "notokens", "tokens": []}
+EOF
+for tier in "" --gpu-tier; do
+    "$kvf" replay "$tmp/odd.jsonl" $geo --gpu-blocks 8 --host-blocks 16 $tier \
+        --json "$tmp/odd.json" >/dev/null
+    zero "errors, repeated keys $tier" "$(field errors "$tmp/odd.json")"
+    grep -q '"verified": true' "$tmp/odd.json"
+done
+
 # ---- malformed lines: exit 2, the file and line named
 printf '%s\n' '{"id": "ok", "tokens": [1, 2]}' '' '{"id": "bad", "tokens": [1, 2,]}' \
     >"$tmp/bad.jsonl"

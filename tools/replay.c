@@ -81,6 +81,12 @@ typedef struct replay {
     double wall_s;
 } replay;
 
+/* A key and its index in a request's part. */
+typedef struct key_at {
+    kvf_key key;
+    size_t at;
+} key_at;
+
 /* One client: a thread running requests with primary slots of its own,
  * [base, base + nslots). */
 typedef struct client {
@@ -99,6 +105,8 @@ typedef struct client {
     kvf_status *per;
     size_t keys_cap;
     kvf_key *akeys, *ukeys; /* --gpu-tier: blocks to compute, blocks to unpin */
+    kvf_key *dkeys;         /* --gpu-tier: a part's keys, each once */
+    key_at *dpos;           /* and where each first stands in the part */
     pending *pend;
     size_t pend_head, pend_n; /* a FIFO in slot order */
     uint32_t cursor;
@@ -370,14 +378,50 @@ static int grow_keys(client *r, size_t n)
     return 0;
 }
 
+static int cmp_key_at(const void *a, const void *b)
+{
+    const key_at *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static int cmp_at(const void *a, const void *b)
+{
+    const key_at *x = a, *y = b;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The part's keys with each repeat dropped, in the order of their first
+ * use: r->dkeys[0..n), r->dpos[i].at the index of r->dkeys[i] in the part.
+ * A request may name a block twice (a trace's "blocks" repeated, tokens
+ * that chain to the same key), while the cache's acquire and commit take a
+ * key once per call. */
+static uint32_t distinct_keys(client *r, const kvf_key *keys, uint32_t m)
+{
+    for (uint32_t i = 0; i < m; i++)
+        r->dpos[i] = (key_at){keys[i], i};
+    qsort(r->dpos, m, sizeof *r->dpos, cmp_key_at);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if (i == 0 || r->dpos[i].key != r->dpos[i - 1].key)
+            r->dpos[n++] = r->dpos[i];
+    qsort(r->dpos, n, sizeof *r->dpos, cmp_at);
+    for (uint32_t i = 0; i < n; i++)
+        r->dkeys[i] = r->dpos[i].key;
+    return n;
+}
+
 /* One part of a request when the cache owns the GPU slots (--gpu-tier):
  * its cached prefix acquired into GPU slots (pinned), slots allocated for
- * the rest, prefilled and committed, then all of it unpinned. */
-static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t m)
+ * the rest, prefilled and committed, then all of it unpinned. A block the
+ * part names twice is one block in one slot: moved and checked once. */
+static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t part)
 {
     const kvf_trace_req *q = &r->trace->reqs[qi];
     char nm[160];
-    kvf_key *keys = r->keys + s;
+    uint32_t m = distinct_keys(r, r->keys + s, part);
+    const kvf_key *keys = r->dkeys;
     size_t hits = 0, held = 0, todo = 0;
     kvf_ticket t;
     double t0 = now_s();
@@ -395,14 +439,15 @@ static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t m)
     for (size_t i = 0; i < hits; i++) {
         if (r->per[i] == KVF_OK) {
             r->n.got_blocks++;
-            if (verify(r, q, s + i, keys[i], r->slots[i], r->tiers[s + i]))
+            size_t at = s + r->dpos[i].at;
+            if (verify(r, q, at, keys[i], r->slots[i], r->tiers[at]))
                 return -1;
             r->ukeys[held++] = keys[i];
             continue;
         }
         fprintf(stderr,
                 "kvferry replay: %s: block %zu key 0x%016llx: acquire failed: %s; recomputed\n",
-                req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
+                req_name(q, nm, sizeof nm), s + r->dpos[i].at, (unsigned long long)keys[i],
                 kvf_status_str(r->per[i]));
         r->n.errors++;
         unpin_keys(r, q, keys + i, 1); /* removed at this unpin */
@@ -465,7 +510,7 @@ static int run_request(client *r, size_t qi)
     size_t n = q->has_keys ? q->n_keys : q->n_tokens / tpb;
     if (grow_keys(r, n ? n : 1))
         return -1;
-    if (q->has_keys)
+    if (q->has_keys && n) /* no blocks: q->keys is NULL, memcpy must not see it */
         memcpy(r->keys, q->keys, n * sizeof *r->keys);
     else
         kvf_key_chain_all(q->tokens, q->n_tokens, tpb, q->salt, r->keys, n);
@@ -544,7 +589,10 @@ static int client_init(client *cl, replay *r, uint32_t base, uint32_t nslots)
     cl->pend = malloc(nslots * sizeof *cl->pend);
     cl->akeys = malloc(nslots * sizeof *cl->akeys);
     cl->ukeys = malloc(nslots * sizeof *cl->ukeys);
-    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend || !cl->akeys || !cl->ukeys) {
+    cl->dkeys = malloc(nslots * sizeof *cl->dkeys);
+    cl->dpos = malloc(nslots * sizeof *cl->dpos);
+    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend || !cl->akeys || !cl->ukeys ||
+        !cl->dkeys || !cl->dpos) {
         fprintf(stderr, "kvferry replay: out of memory\n");
         return -1;
     }
@@ -560,6 +608,8 @@ static void client_free(client *cl)
     free(cl->pend);
     free(cl->akeys);
     free(cl->ukeys);
+    free(cl->dkeys);
+    free(cl->dpos);
     free(cl->keys);
     free(cl->tiers);
 }
