@@ -1106,11 +1106,12 @@ static int bench_one(bench_opts o, bench_result *res)
         ref_name = "seed POSIX (page cache)";
     }
 
-    printf("kvferry bench: %s backend, mode %s, %u pool(s) x %u blocks of %zu bytes "
+    char h1[32], h2[32];
+    printf("kvferry bench: %s backend, mode %s, %u pool(s) x %u blocks of %s "
            "(%s, %ux%ux%ux%ux%u %s), %s, median of %u\n",
            kvf_backend_name(kvf_engine_backend(e)), mode_name(o.mode), o.pools, o.blocks,
-           block_bytes, kvf_dtype_name(o.g.dtype), o.g.layers, o.g.kv_factor, o.g.kv_heads,
-           o.g.tokens_per_block, o.g.head_size,
+           kvf_cli_bytes(block_bytes, h1), kvf_dtype_name(o.g.dtype), o.g.layers, o.g.kv_factor,
+           o.g.kv_heads, o.g.tokens_per_block, o.g.head_size,
            o.g.order == KVF_ORDER_HEAD_MAJOR ? "head-major" : "token-major",
            o.tokens ? "partial" : "whole blocks", o.iters);
     if (o.mode != MODE_DRAM)
@@ -1123,8 +1124,8 @@ static int bench_one(bench_opts o, bench_result *res)
                : o.fsync == KVF_FSYNC_BATCH ? "per batch"
                                             : "per block");
     if (o.tokens)
-        printf("  first %u of %u tokens: %zu useful bytes per block per pool in %zu rows\n",
-               o.tokens, o.g.tokens_per_block, kvf__region_bytes(&region), region.rows);
+        printf("  first %u of %u tokens: %s useful per block per pool in %zu rows\n", o.tokens,
+               o.g.tokens_per_block, kvf_cli_bytes(kvf__region_bytes(&region), h2), region.rows);
     double mine[3] = {off_gbs, on_gbs, both_gbs};
     printf("  %-36s %12s %12s %12s\n", "GB/s", "offload", "onboard", "both at once");
     print_row(ceiling_name, base.ceiling, NULL);
@@ -1143,8 +1144,8 @@ static int bench_one(bench_opts o, bench_result *res)
         print_row("kvferry / cudaMemcpyBatchAsync", mine, base.batch);
     printf("  host time to submit: %.3f us per block (kvf_offload of %u blocks)\n", submit_us,
            o.blocks);
-    printf("  verified: %s (%zu bytes per direction per round trip)\n",
-           bad == 0 ? "every byte" : "FAILED", useful);
+    printf("  verified: %s (%s per direction per round trip)\n", bad == 0 ? "every byte" : "FAILED",
+           kvf_cli_bytes(useful, h2));
     if (res) {
         res->block_bytes = block_bytes;
         res->tokens = o.tokens;
