@@ -83,17 +83,20 @@ def main():
             ax = axes[i][j]
             sel = sorted((r for r in rows if r["part"] == part and r["dir"] == d),
                          key=lambda r: r["kib"])
-            x = [r["kib"] for r in sel]
-            ax.plot(x, [r["ceiling"] for r in sel], "k--", label="ceiling (one large copy)")
-            ax.plot(x, [r["kvferry"] for r in sel], "o-", lw=2, label="kvferry")
-            old = sorted((r for r in before if r["part"] == part and r["dir"] == d),
-                         key=lambda r: r["kib"])
-            if old:
-                ax.plot([r["kib"] for r in old], [r["kvferry"] for r in old], "o:", lw=1,
-                        color="gray", label="kvferry before")
-            if any(r["batch"] > 0 for r in sel):
-                ax.plot(x, [r["batch"] for r in sel], "s-", label="cudaMemcpyBatchAsync")
-            ax.plot(x, [r["ref"] for r in sel], "^-", label="reference (one call per block)")
+            def line(key, style, label, src=sel, **kw):
+                # a figure not measured (0: no ceiling for both at once, no
+                # batch copy without a GPU) is left out, not drawn at 0
+                pts = [(r["kib"], r[key]) for r in src if r[key] > 0]
+                if pts:
+                    ax.plot(*zip(*pts), style, label=label, **kw)
+
+            line("ceiling", "k--", "ceiling (one large copy)")
+            line("kvferry", "o-", "kvferry", lw=2)
+            old = [r for r in before if r["part"] == part and r["dir"] == d]
+            line("kvferry", "o:", "kvferry before", src=sorted(old, key=lambda r: r["kib"]),
+                 lw=1, color="gray")
+            line("batch", "s-", "cudaMemcpyBatchAsync")
+            line("ref", "^-", "reference (one call per block)")
             ax.set_xscale("log", base=2)
             what = "whole blocks" if part == "whole" else f"first {part} tokens"
             ax.set_title(f"{d}, {what}")

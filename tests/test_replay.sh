@@ -201,6 +201,20 @@ for tier in "" --gpu-tier; do
     [ "$(field verified "$tmp/odd.json")" = true ]
 done
 
+# ---- progress: a bar on standard error when it is a terminal, nothing
+# when it is not
+"$kvf" replay --gen mixed --requests 60 $geo --host-blocks 64 >/dev/null 2>"$tmp/quiet.err"
+if grep -q "requests \[" "$tmp/quiet.err"; then
+    echo "a progress bar on a standard error that is no terminal" >&2
+    exit 1
+fi
+if command -v script >/dev/null; then
+    TERM=xterm script -qc "'$kvf' replay --gen mixed --requests 60 $geo --host-blocks 64 \
+        >/dev/null" /dev/null >"$tmp/tty.out" 2>&1
+    grep -q "kvferry replay: requests \[#*" "$tmp/tty.out"
+    grep -q "60/60 (100%)" "$tmp/tty.out"
+fi
+
 # ---- malformed lines: exit 2, the file and line named
 printf '%s\n' '{"id": "ok", "tokens": [1, 2]}' '' '{"id": "bad", "tokens": [1, 2,]}' \
     >"$tmp/bad.jsonl"

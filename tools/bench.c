@@ -822,8 +822,11 @@ static int plot_compare(const bench_result *res, int n, const char *png)
             printf("kvferry bench: plot written to %s\n", png);
             rc = 0;
         } else {
-            fprintf(stderr, "kvferry bench: --plot: %s did not draw %s (above: why)\n", script,
-                    png);
+            fprintf(stderr,
+                    "kvferry bench: --plot: %s did not draw %s (above: why); the sweep's "
+                    "figures are kept in %s\n",
+                    script, png, data);
+            return -1;
         }
     }
     unlink(data);
