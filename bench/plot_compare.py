@@ -1,19 +1,44 @@
 #!/usr/bin/env python3
-"""Plots `kvferry bench --compare` output: GB/s against block size, one panel
+"""Plots `kvferry bench --compare` results: GB/s against block size, one panel
 per direction and whole/partial, the ceiling drawn; with --before FILE, an
-earlier run's kvferry line too. Usage:
-    plot_compare.py [--before earlier.txt] compare.txt out.png [title]"""
+earlier run's kvferry line too. Reads the bench's own JSON lines
+(`kvferry bench --compare --json FILE`) or, from older runs, its text table.
+`kvferry bench --compare --plot out.png` runs this itself. Usage:
+    plot_compare.py [--before earlier.jsonl|.txt] compare.jsonl|.txt out.png [title]"""
+import json
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+DIRS = {"d2h": "offload_gbs", "h2d": "onboard_gbs", "both": "both_gbs"}
 
 
-def parse(path):
+def json_docs(text):
+    """The JSON documents of a file: one a line, or (older runs) spread over lines."""
+    dec, at = json.JSONDecoder(), 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return
+        doc, at = dec.raw_decode(text, at)
+        yield doc
+
+
+def parse_json(text):
+    rows = []
+    for run in json_docs(text):
+        tokens = run.get("tokens", 0)
+        part = "whole" if not tokens else f"{tokens}/{run.get('tokens_per_block', 32)}"
+        for d, key in DIRS.items():
+            rows.append(dict(kib=run["block_bytes"] // 1024, part=part, dir=d,
+                             ceiling=run["ceiling"].get(key, 0),
+                             ref=run["reference"].get(key, 0),
+                             batch=run.get("batch", {}).get(key, 0), kvferry=run[key]))
+    return rows
+
+
+def parse_text(lines):
     rows, on = [], False
-    for line in open(path):
+    for line in lines:
         if line.startswith("kvferry bench --compare:"):
             on = True
             continue
@@ -25,32 +50,56 @@ def parse(path):
     return rows
 
 
+def parse(path):
+    text = open(path).read()
+    return parse_json(text) if text.lstrip().startswith("{") else parse_text(text.splitlines())
+
+
 def main():
     args = sys.argv[1:]
+    if len(args) < 2 or args[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if args and args[0] in ("-h", "--help") else 2
     before = []
-    if args and args[0] == "--before":
+    if args[0] == "--before":
         before = parse(args[1])
         args = args[2:]
     rows = parse(args[0])
+    try:
+        import matplotlib
+    except ImportError:
+        print("plot_compare.py: matplotlib is not installed here (python3 -m pip install "
+              "matplotlib, or apt-get install python3-matplotlib); the figures are in "
+              + args[0], file=sys.stderr)
+        return 3
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     title = args[2] if len(args) > 2 else "kvferry bench --compare"
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), sharex=True)
-    for i, part in enumerate(["whole", "8/32"]):
-        for j, d in enumerate(["d2h", "h2d", "both"]):
+    parts = sorted({r["part"] for r in rows}, key=lambda p: p != "whole")[:2] or ["whole"]
+    for i, part in enumerate(parts + ["8/32"] * (2 - len(parts))):
+        for j, d in enumerate(DIRS):
             ax = axes[i][j]
             sel = sorted((r for r in rows if r["part"] == part and r["dir"] == d),
                          key=lambda r: r["kib"])
-            x = [r["kib"] for r in sel]
-            ax.plot(x, [r["ceiling"] for r in sel], "k--", label="ceiling (one large copy)")
-            ax.plot(x, [r["kvferry"] for r in sel], "o-", lw=2, label="kvferry")
-            old = sorted((r for r in before if r["part"] == part and r["dir"] == d),
-                         key=lambda r: r["kib"])
-            if old:
-                ax.plot([r["kib"] for r in old], [r["kvferry"] for r in old], "o:", lw=1,
-                        color="gray", label="kvferry before")
-            ax.plot(x, [r["batch"] for r in sel], "s-", label="cudaMemcpyBatchAsync")
-            ax.plot(x, [r["ref"] for r in sel], "^-", label="reference (one call per block)")
+            def line(key, style, label, src=sel, **kw):
+                # a figure not measured (0: no ceiling for both at once, no
+                # batch copy without a GPU) is left out, not drawn at 0
+                pts = [(r["kib"], r[key]) for r in src if r[key] > 0]
+                if pts:
+                    ax.plot(*zip(*pts), style, label=label, **kw)
+
+            line("ceiling", "k--", "ceiling (one large copy)")
+            line("kvferry", "o-", "kvferry", lw=2)
+            old = [r for r in before if r["part"] == part and r["dir"] == d]
+            line("kvferry", "o:", "kvferry before", src=sorted(old, key=lambda r: r["kib"]),
+                 lw=1, color="gray")
+            line("batch", "s-", "cudaMemcpyBatchAsync")
+            line("ref", "^-", "reference (one call per block)")
             ax.set_xscale("log", base=2)
-            ax.set_title(f"{d}, {'whole blocks' if part == 'whole' else 'first 8 of 32 tokens'}")
+            what = "whole blocks" if part == "whole" else f"first {part} tokens"
+            ax.set_title(f"{d}, {what}")
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             if i == 1:
@@ -61,7 +110,8 @@ def main():
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(args[1], dpi=90)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,8 +23,9 @@ fi
 
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
 # redis-tools: the remote tier and the real servers its tests start;
-# libxxhash-dev: XXH64 of the block keys (header only); libyaml-dev: config files.
-need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev"
+# libxxhash-dev: XXH64 of the block keys (header only); libyaml-dev: config files;
+# libcjson-dev: the kvferry CLI's JSON writers.
+need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev"
 
 py=""
 py_is_debian=0

@@ -1,43 +1,214 @@
 #!/bin/sh
 # The kvferry CLI end to end: info, bench in each mode (verified, JSON),
-# fsck on what bench stored, then fsck after damage behind its back.
+# fsck on what bench stored, then fsck after damage behind its back; and
+# for every subcommand the same conventions: --help exits 0, an unknown
+# option exits 2 naming it, --json - writes parseable JSON alone on
+# standard output, an unwritable --json path fails, an out-of-range number
+# and a bad choice are refused with what is valid.
 set -eu
 kvf=$1
+. "$(dirname "$0")/redis_start.sh"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+rpid=
+trap 'if [ -n "$rpid" ]; then kill "$rpid" 2>/dev/null; fi; rm -rf "$tmp"' EXIT
+fail() {
+    echo "test_cli: $*" >&2
+    exit 1
+}
+# runs a command, expecting exit status $1: expect RC CMD...
+expect() {
+    want=$1
+    shift
+    set +e
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    set -e
+    [ "$rc" -eq "$want" ] || { cat "$tmp/err" >&2; fail "'$*' exited $rc, not $want"; }
+}
+# the error message of the last expect holds $1
+said() {
+    grep -q -- "$1" "$tmp/err" || { cat "$tmp/err" >&2; fail "no '$1' in the message"; }
+}
+# the JSON written by CMD --json - parses, and is all of standard output
+json_ok() {
+    expect 0 "$@" --json -
+    python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/out" ||
+        fail "'$* --json -' wrote no valid JSON on stdout"
+    cp "$tmp/out" "$tmp/last.json"
+}
+# --help, an unknown option and unwritable --json paths: conventions CMD...
+conventions() {
+    expect 0 "$@" --help
+    grep -q "usage: kvferry" "$tmp/out" || fail "'$* --help': no usage on stdout"
+    expect 2 "$@" --no-such-option
+    said "unknown option '--no-such-option'"
+    said "kvferry .* --help lists the options"
+    expect 2 "$@" -Z
+    said "unknown option '-Z'"
+}
+unwritable() {
+    if "$@" --json "$tmp/no/such/dir/x.json" >/dev/null 2>"$tmp/err"; then
+        fail "'$*' with an unwritable --json passed"
+    fi
+    said "no/such/dir/x.json"
+    if "$@" --json /dev/full >/dev/null 2>"$tmp/err"; then
+        fail "'$*' with --json /dev/full passed"
+    fi
+    said "/dev/full"
+}
+
 "$kvf" info | grep -q "host   available"
 "$kvf" version | grep -q kvferry
 # info --config: each setting's value and source, as text and JSON; a bad value fails
 KVF_BACKEND=Host "$kvf" info --config | grep -q "^backend  *host  *environment  *KVF_BACKEND\$"
-KVF_BACKEND=Host "$kvf" info --config --json | grep -q '"value": "host", "source": "environment"'
+KVF_BACKEND=Host "$kvf" info --config --json - | python3 -c 'import json, sys
+d = {s["name"]: s for s in json.load(sys.stdin)}
+assert d["backend"]["value"] == "host" and d["backend"]["source"] == "environment", d["backend"]'
 if KVF_BACKEND=gpu "$kvf" info --config 2>"$tmp/err"; then exit 1; fi
 grep -q "KVF_BACKEND=\"gpu\"" "$tmp/err"
 for mode in dram posix gds; do
     "$kvf" bench --backend host --mode $mode --blocks 16 --iters 1 --tokens 5 \
         --json "$tmp/$mode.json" --dir "$tmp/files" >"$tmp/$mode.out"
-    grep -q '"verified": true' "$tmp/$mode.json"
+    python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["verified"] is True' \
+        "$tmp/$mode.json"
     grep -q "verified: every byte" "$tmp/$mode.out"
 done
 "$kvf" bench --backend host --dtype int4 --order token --pools 3 --blocks 8 --iters 1 >/dev/null
-# bad options are refused with a usage hint, not a crash
-if "$kvf" bench --dtype fp5 2>/dev/null; then exit 1; fi
-if "$kvf" bench --blocks 0 2>/dev/null; then exit 1; fi
 if "$kvf" nonsense 2>/dev/null; then exit 1; fi
 # the blocks bench stored in posix and gds modes: all good
 "$kvf" fsck "$tmp/files" | tee "$tmp/fsck1" | tail -n 1
 grep -q " 16 good, 0 corrupt, 0 torn" "$tmp/fsck1"
-# flip one byte of one block, leave a torn temporary file: fsck fails
+
+# ---- the conventions, subcommand by subcommand
+expect 0 "$kvf" --help
+expect 2 "$kvf"
+for cmd in info version; do
+    conventions "$kvf" $cmd
+    json_ok "$kvf" $cmd
+    unwritable "$kvf" $cmd
+done
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["version"]' "$tmp/last.json"
+
+small="--backend host --blocks 4 --iters 1 --heads 1 --layers 1"
+conventions "$kvf" bench
+json_ok "$kvf" bench $small
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["verified"] is True
+assert d["ceiling"]["what"] and d["reference"]["what"]' "$tmp/last.json"
+unwritable "$kvf" bench $small
+expect 2 "$kvf" bench --blocks 0
+said "kvferry bench: --blocks: 0 is out of range (1..4294967295)"
+expect 2 "$kvf" bench --layers 4294967296
+said "\-\-layers: 4294967296 is out of range"
+expect 2 "$kvf" bench --iters -1
+said "\-\-iters: -1 is out of range"
+expect 2 "$kvf" bench --blocks 12x
+said "\-\-blocks: '12x' is not a number"
+expect 2 "$kvf" bench --dtype fp5
+said "\-\-dtype: 'fp5' is not one of: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8, int4, fp4"
+expect 2 "$kvf" bench --backend gpu
+said "\-\-backend: 'gpu' is not one of: auto, host, cuda"
+expect 2 "$kvf" bench --mode tape
+said "\-\-mode: 'tape' is not one of: dram, posix, gds, remote"
+expect 2 "$kvf" bench --blocks
+said "\-\-blocks needs a value"
+expect 2 "$kvf" bench --plot "$tmp/p.png"
+said "add --compare"
+
+conventions "$kvf" bench --mode remote
+expect 2 "$kvf" bench --mode remote --remote-url redis://127.0.0.1:1 --iters 0
+said "\-\-iters: 0 is out of range (1..1000000)"
+expect 2 "$kvf" bench --mode remote --remote-url redis://127.0.0.1:1 --sizes 4K,512M
+said "\-\-sizes: 512M is out of range (1..256M)"
+expect 2 "$kvf" bench --mode remote --remote-url redis://127.0.0.1:1 --sizes 4Q
+said "\-\-sizes: '4Q' is not a size"
+
+conventions "$kvf" fsck
+json_ok "$kvf" fsck "$tmp/files"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["good"] == 16
+assert d["clean"] is True' "$tmp/last.json"
+unwritable "$kvf" fsck "$tmp/files"
+expect 0 "$kvf" fsck "$tmp/files" --namespace bench -v
+grep -q ": ok" "$tmp/out"
+expect 2 "$kvf" fsck
+said "which directory"
+
+# ---- fsck after damage: flip one byte of one block, leave a torn
+# temporary file: fsck fails
 f=$(ls "$tmp"/files/bench/*.kvf | head -n 1)
 printf '\377' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
 : >"$tmp/files/bench/.000000000000abcd.999999999.1.tmp"
 if "$kvf" fsck "$tmp/files" >"$tmp/fsck2"; then cat "$tmp/fsck2"; exit 1; fi
 grep -q "15 good, 1 corrupt, 1 torn" "$tmp/fsck2"
+expect 1 "$kvf" fsck "$tmp/files" --json -
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["corrupt"] == 1
+assert d["clean"] is False' "$tmp/out"
 if "$kvf" fsck "$tmp/nowhere" 2>/dev/null; then exit 1; fi
 # a FIFO under a block's name: reported as foreign, not waited on, left
 mkfifo "$tmp/files/bench/0000000000000001.kvf"
 if timeout 30 "$kvf" fsck "$tmp/files" >"$tmp/fsck3"; then cat "$tmp/fsck3"; exit 1; fi
 grep -q "1 foreign" "$tmp/fsck3"
 [ -p "$tmp/files/bench/0000000000000001.kvf" ]
+
+geo="--layers 1 --kv 2 --heads 1 --tokens-per-block 16 --head-size 32"
+conventions "$kvf" replay
+json_ok "$kvf" replay --gen few-shot --requests 20 $geo --host-blocks 0 --disk "$tmp/rd" \
+    --disk-blocks 64
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["verified"] is True
+assert d["requests"] == 20 and d["cache"]["puts"] > 0' "$tmp/last.json"
+unwritable "$kvf" replay --gen few-shot --requests 5 $geo
+expect 2 "$kvf" replay --clients 5000
+said "\-\-clients: 5000 is out of range (1..1024)"
+expect 2 "$kvf" replay --offload-min-priority 101
+said "\-\-offload-min-priority: 101 is out of range (0..100)"
+expect 2 "$kvf" replay --gen bogus
+said "\-\-gen: 'bogus' is not one of: system-prompt, multi-turn, few-shot, mixed"
+expect 2 "$kvf" replay --remote-mode sometimes
+said "\-\-remote-mode: 'sometimes' is not one of: off, write-through, read"
+# the older spellings still work: --ns and --remote
+expect 0 "$kvf" replay --gen few-shot --requests 5 $geo --disk "$tmp/rd2" --ns old
+[ -d "$tmp/rd2/old" ] || fail "--ns did not name the namespace"
+expect 0 "$kvf" replay --gen few-shot --requests 5 $geo --disk "$tmp/rd2" --namespace new
+[ -d "$tmp/rd2/new" ] || fail "--namespace did not name the namespace"
+expect 2 "$kvf" replay --remote-mode read
+said "\-\-remote-mode needs --remote-url"
+
+conventions "$kvf" stats
+json_ok "$kvf" stats "$tmp/rd" --namespace replay $geo
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["stored_blocks"] > 0
+assert d["layout_blocks"] == d["stored_blocks"]' "$tmp/last.json"
+unwritable "$kvf" stats "$tmp/rd" $geo
+expect 2 "$kvf" stats "$tmp/rd" --pools 0
+said "\-\-pools: 0 is out of range (1..1024)"
+expect 2 "$kvf" stats "$tmp/rd" --order diagonal
+said "\-\-order: 'diagonal' is not one of: head, token"
+
+# ---- bench --compare --plot: without matplotlib a clear message and a
+# failure; the plot itself where matplotlib is installed
+if python3 -c 'import matplotlib' 2>/dev/null; then
+    :
+else
+    printf '{"block_bytes": 4096, "tokens": 0, "offload_gbs": 1, "onboard_gbs": 1, "both_gbs": 1, "ceiling": {"offload_gbs": 2}, "reference": {}}\n' >"$tmp/c.jsonl"
+    if python3 "$(dirname "$0")/../bench/plot_compare.py" "$tmp/c.jsonl" "$tmp/c.png" \
+        2>"$tmp/err"; then
+        fail "plot_compare.py passed without matplotlib"
+    fi
+    said "matplotlib is not installed"
+fi
+
+# ---- the remote bench's JSON, where redis-server is installed
+if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
+    "$kvf" info | grep -q "remote.*built"; then
+    start_redis 11
+    rb="bench --mode remote --remote-url redis://127.0.0.1:$port --sizes 4K --iters 2 --batch-bytes 16K"
+    json_ok "$kvf" $rb
+    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["verified"] is True
+assert len(d["rows"]) == 3' "$tmp/last.json"
+    unwritable "$kvf" $rb
+    kill $rpid
+    wait $rpid 2>/dev/null || true
+    rpid=
+fi
+
 # the event timeline: every part of a large batch registered and completed
 KVF_TIMELINE="$tmp/timeline.txt" "$kvf" bench --backend host --layers 1 --kv 1 --heads 1 \
     --tokens-per-block 32 --head-size 1 --blocks 10000 --iters 1 >/dev/null
@@ -45,4 +216,4 @@ grep -q " submit 0 10000\$" "$tmp/timeline.txt"
 parts=$(grep -c " part " "$tmp/timeline.txt")
 [ "$parts" -ge 5 ]
 [ "$(grep -c " complete " "$tmp/timeline.txt")" -ge "$parts" ]
-echo "cli: info, bench (3 modes), fsck, timeline: ok"
+echo "cli: info, version, bench (3 modes, remote), fsck, replay, stats: conventions, JSON, timeline: ok"

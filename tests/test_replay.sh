@@ -8,19 +8,20 @@
 # kvferry stats reports the blocks left on disk.
 set -eu
 kvf=$1
+. "$(dirname "$0")/redis_start.sh"
 tmp=$(mktemp -d)
 rpid=
 trap 'if [ -n "$rpid" ]; then kill "$rpid" 2>/dev/null; fi; rm -rf "$tmp"' EXIT
 # 8 KiB blocks: fast under the sanitizers on a 2-core box
 geo="--layers 2 --kv 2 --heads 2 --tokens-per-block 16 --head-size 32"
 
-# the value of a JSON field of a replay report: field FILE [section]
+# the value of a JSON field of a replay report: field NAME FILE [SECTION]
 field() {
-    if [ $# -eq 3 ]; then
-        sed -n "s/.*\"$3\": {[^}]*\"$1\": \([0-9.]*\).*/\1/p" "$2" | head -n 1
-    else
-        sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p" "$2" | head -n 1
-    fi
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[2]))
+d = d[sys.argv[3]] if len(sys.argv) > 3 else d
+v = d[sys.argv[1]]
+print(str(v).lower() if isinstance(v, bool) else v)' "$@"
 }
 positive() { # name value
     case "$2" in
@@ -53,7 +54,7 @@ zero "disk hits" "$(field disk "$tmp/host.json" hits)"
 positive "host evictions" "$(field evictions "$tmp/host.json" host)"
 positive "prefill saved" "$(field prefill_tokens_saved "$tmp/host.json")"
 zero "errors" "$(field errors "$tmp/host.json")"
-grep -q '"verified": true' "$tmp/host.json"
+[ "$(field verified "$tmp/host.json")" = true ]
 [ "$(wc -l <"$tmp/mixed.jsonl")" -eq 80 ]
 
 # the written trace replays to the same report
@@ -97,8 +98,8 @@ again=$(field disk "$tmp/again.json" hits)
     --disk-blocks 512 --clients 4 --json "$tmp/clients.json" >/dev/null
 positive "hits with 4 clients" "$(field disk "$tmp/clients.json" hits)"
 zero "errors with 4 clients" "$(field errors "$tmp/clients.json")"
-grep -q '"verified": true' "$tmp/clients.json"
-grep -q '"clients": 4' "$tmp/clients.json"
+[ "$(field verified "$tmp/clients.json")" = true ]
+[ "$(field clients "$tmp/clients.json")" = 4 ]
 if "$kvf" replay --clients 9 --gpu-blocks 8 2>/dev/null; then exit 1; fi
 
 # ---- the cache owns the GPU blocks (--gpu-tier: acquire, alloc, commit,
@@ -109,11 +110,11 @@ if "$kvf" replay --clients 9 --gpu-blocks 8 2>/dev/null; then exit 1; fi
 positive "gpu hits" "$(field gpu "$tmp/gpu.json" hits)"
 positive "disk hits under a gpu tier" "$(field disk "$tmp/gpu.json" hits)"
 zero "gpu tier errors" "$(field errors "$tmp/gpu.json")"
-grep -q '"verified": true' "$tmp/gpu.json"
+[ "$(field verified "$tmp/gpu.json")" = true ]
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 96 --gpu-tier --host-blocks 128 \
     --disk "$tmp/d6" --disk-blocks 1024 --clients 3 --json "$tmp/gpu3.json" >/dev/null
 zero "gpu tier errors, 3 clients" "$(field errors "$tmp/gpu3.json")"
-grep -q '"verified": true' "$tmp/gpu3.json"
+[ "$(field verified "$tmp/gpu3.json")" = true ]
 
 # ---- disk only
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 0 --disk "$tmp/d2" \
@@ -121,7 +122,7 @@ grep -q '"verified": true' "$tmp/gpu3.json"
 zero "host hits" "$(field host "$tmp/disk.json" hits)"
 positive "disk hits" "$(field disk "$tmp/disk.json" hits)"
 zero "errors" "$(field errors "$tmp/disk.json")"
-grep -q '"verified": true' "$tmp/disk.json"
+[ "$(field verified "$tmp/disk.json")" = true ]
 
 # damage every stored block behind the cache's back: each get of one is
 # refused (checksum), counted as a failure and recomputed, never served
@@ -135,12 +136,12 @@ if KVF_LOG=error "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-bl
 fi
 grep -q "get failed: stored block is corrupt; recomputed" "$tmp/corrupt.err"
 if grep -q "WRONG DATA" "$tmp/corrupt.err"; then exit 1; fi
-grep -q '"verified": true' "$tmp/corrupt.json"
+[ "$(field verified "$tmp/corrupt.json")" = true ]
 positive "failures" "$(field failures "$tmp/corrupt.json")"
 # the recomputed blocks were stored again: the next replay meets fewer
 KVF_LOG=error "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 0 \
     --disk "$tmp/d2" --disk-blocks 1024 --json "$tmp/healed.json" >/dev/null 2>&1 || true
-grep -q '"verified": true' "$tmp/healed.json"
+[ "$(field verified "$tmp/healed.json")" = true ]
 [ "$(field failures "$tmp/healed.json")" -lt "$(field failures "$tmp/corrupt.json")" ]
 
 # ---- the remote tier, where redis-server is installed: one replay writes
@@ -148,20 +149,7 @@ grep -q '"verified": true' "$tmp/healed.json"
 # finds the blocks there
 if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
     "$kvf" info | grep -q "remote.*built"; then
-    for try in 1 2 3 4 5; do
-        port=$((20000 + ($$ * 7 + try * 997) % 40000))
-        redis-server --port $port --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp" \
-            >"$tmp/redis.log" 2>&1 &
-        rpid=$!
-        for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
-            redis-cli -p $port ping >/dev/null 2>&1 && break
-            sleep 0.1
-        done
-        if redis-cli -p $port ping >/dev/null 2>&1; then break; fi
-        kill $rpid 2>/dev/null || true
-        rpid=
-    done
-    [ -n "$rpid" ] || { echo "no redis-server could start" >&2; exit 1; }
+    start_redis 7
     url=redis://127.0.0.1:$port
     "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/d4" \
         --disk-blocks 256 --remote $url --json "$tmp/wt.json" >/dev/null
@@ -171,14 +159,14 @@ if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
         --remote-mode read --clients 2 --json "$tmp/rd.json" >/dev/null
     positive "remote hits" "$(field remote "$tmp/rd.json" hits)"
     zero "remote errors" "$(field remote_errors "$tmp/rd.json")"
-    grep -q '"verified": true' "$tmp/rd.json"
+    [ "$(field verified "$tmp/rd.json")" = true ]
     kill $rpid
     wait $rpid 2>/dev/null || true # gone for certain before the next replay starts
     rpid=
     # the store gone: lookups miss, gets are never wrong
     KVF_LOG=error "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 \
         --remote $url --remote-mode read --json "$tmp/gone.json" >/dev/null 2>&1 || true
-    grep -q '"verified": true' "$tmp/gone.json"
+    [ "$(field verified "$tmp/gone.json")" = true ]
     positive "remote errors, store gone" "$(field remote_errors "$tmp/gone.json")"
 fi
 if "$kvf" replay --remote-mode read 2>/dev/null; then exit 1; fi
@@ -198,6 +186,35 @@ EOF
 [ "$(field host "$tmp/hand.json" hits)" = 3 ]
 [ "$(field requests "$tmp/hand.json")" = 5 ]
 
+# a request with no blocks, one naming a block twice (valid input), with
+# and without the GPU tier: replayed without errors, under UBSan too
+cat >"$tmp/odd.jsonl" <<'EOF'
+{"id": "none", "blocks": []}
+{"id": "twice", "blocks": ["0x21", "0x22", "0x21"]}
+{"id": "again", "blocks": ["0x21", "0x22", "0x21", "0x23", "0x23"]}
+{"id": "notokens", "tokens": []}
+EOF
+for tier in "" --gpu-tier; do
+    "$kvf" replay "$tmp/odd.jsonl" $geo --gpu-blocks 8 --host-blocks 16 $tier \
+        --json "$tmp/odd.json" >/dev/null
+    zero "errors, repeated keys $tier" "$(field errors "$tmp/odd.json")"
+    [ "$(field verified "$tmp/odd.json")" = true ]
+done
+
+# ---- progress: a bar on standard error when it is a terminal, nothing
+# when it is not
+"$kvf" replay --gen mixed --requests 60 $geo --host-blocks 64 >/dev/null 2>"$tmp/quiet.err"
+if grep -q "requests \[" "$tmp/quiet.err"; then
+    echo "a progress bar on a standard error that is no terminal" >&2
+    exit 1
+fi
+if command -v script >/dev/null; then
+    TERM=xterm script -qc "'$kvf' replay --gen mixed --requests 60 $geo --host-blocks 64 \
+        >/dev/null" /dev/null >"$tmp/tty.out" 2>&1
+    grep -q "kvferry replay: requests \[#*" "$tmp/tty.out"
+    grep -q "60/60 (100%)" "$tmp/tty.out"
+fi
+
 # ---- malformed lines: exit 2, the file and line named
 printf '%s\n' '{"id": "ok", "tokens": [1, 2]}' '' '{"id": "bad", "tokens": [1, 2,]}' \
     >"$tmp/bad.jsonl"
@@ -206,6 +223,10 @@ grep -q "bad.jsonl:3: column" "$tmp/bad.err"
 printf '{"tokens": [1]}\n{"blocks": ["0x0"]}\n' >"$tmp/bad2.jsonl"
 if "$kvf" replay "$tmp/bad2.jsonl" 2>"$tmp/bad2.err"; then exit 1; fi
 grep -q "bad2.jsonl:2: .*key 0" "$tmp/bad2.err"
+# strict JSON: invalid UTF-8 in a string is refused with its line
+printf '{"tokens": [1]}\n{"id": "caf\351", "tokens": [1]}\n' >"$tmp/latin1.jsonl"
+if "$kvf" replay "$tmp/latin1.jsonl" 2>"$tmp/latin1.err"; then exit 1; fi
+grep -q "latin1.jsonl:2: column 12: invalid UTF-8 (byte 0xe9)" "$tmp/latin1.err"
 # bad options
 if "$kvf" replay --gen bogus 2>/dev/null; then exit 1; fi
 if "$kvf" replay --host-blocks 0 2>/dev/null; then exit 1; fi

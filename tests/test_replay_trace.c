@@ -6,6 +6,9 @@
 #include "testutil.h"
 #include "trace.h"
 
+#include <cJSON.h>
+#include <time.h>
+
 static int parse(const char *s, kvf_trace_req *q, char *err, size_t cap)
 {
     /* an exact-size copy: a read past the end is a heap overflow */
@@ -106,6 +109,13 @@ static int test_malformed(void)
          "890123456789\"}",
          "id longer than"},
         {"{\"tokens\": [1], \"x\": 1}\n{\"tokens\": [2]}", "trailing characters"},
+        /* strict JSON is UTF-8: malformed sequences inside strings */
+        {"{\"tokens\": [1], \"id\": \"a\xff\"}", "invalid UTF-8 (byte 0xff)"},
+        {"{\"tokens\": [1], \"id\": \"\xc3\"}", "invalid UTF-8"},            /* truncated */
+        {"{\"tokens\": [1], \"id\": \"\xc0\xaf\"}", "invalid UTF-8"},        /* overlong */
+        {"{\"tokens\": [1], \"x\": \"\xed\xa0\x80\"}", "invalid UTF-8"},     /* surrogate */
+        {"{\"tokens\": [1], \"x\": \"\xf4\x90\x80\x80\"}", "invalid UTF-8"}, /* > U+10FFFF */
+        {"{\"tokens\": [1], \"\x80\": 1}", "invalid UTF-8"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kvf_trace_req q;
@@ -118,9 +128,18 @@ static int test_malformed(void)
                 kvf_trace_req_free(&q);
         }
     }
-    /* an embedded NUL is just a bad character */
     kvf_trace_req q;
     char err[256];
+    /* well-formed UTF-8 of each length is kept as it is */
+    REQUIRE(parse("{\"tokens\": [1], \"id\": \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}", &q, err,
+                  sizeof err) == 1);
+    CHECK(!strcmp(q.id, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+    kvf_trace_req_free(&q);
+    size_t bad_at = 0;
+    CHECK_EQ_INT(kvf_trace_utf8_check("ab\xc3\xa9\xe0\x80\x80", 7, &bad_at), -1);
+    CHECK_EQ_U64(bad_at, 4);
+    CHECK_EQ_INT(kvf_trace_utf8_check("", 0, NULL), 0);
+    /* an embedded NUL is just a bad character */
     CHECK_EQ_INT(kvf_trace_parse_line("{\"tokens\": [1]\0}", 16, &q, err, sizeof err), -1);
     /* a tiny error buffer is fine */
     CHECK_EQ_INT(kvf_trace_parse_line("{", 1, &q, err, 4), -1);
@@ -153,6 +172,25 @@ static int test_read_file(void)
     CHECK(!strcmp(t.reqs[0].id, "early") && !strcmp(t.reqs[1].id, "late") &&
           !strcmp(t.reqs[2].id, "inherits"));
     kvf_trace_free(&t);
+
+    /* an empty or whitespace-only trace reads and sorts to no requests
+     * (UBSan once caught the sort's memcpy into the NULL array) */
+    static const char *const empty[] = {"", " \n\t\r\n\n"};
+    for (int k = 0; k < 2; k++) {
+        char e[16];
+        size_t n = strlen(empty[k]);
+        memcpy(e, empty[k], n + 1);
+        f = fmemopen(e, n ? n : 1, "r");
+        REQUIRE(f);
+        if (!n)
+            fgetc(f); /* fmemopen wants a size: one byte read away, at its end */
+        CHECK_EQ_INT(kvf_trace_read(f, "empty.jsonl", &t), 0);
+        fclose(f);
+        CHECK_EQ_U64(t.n, 0);
+        kvf_trace_sort(&t);
+        CHECK_EQ_U64(t.n, 0);
+        kvf_trace_free(&t);
+    }
     return 0;
 }
 
@@ -268,8 +306,99 @@ static int test_fuzz(void)
     return 0;
 }
 
-int main(void)
+/* ---- `test_replay_trace --bench [REQUESTS]`: the trace reader against
+ * cJSON over one large generated trace, each line parsed into the same
+ * request (cJSON's tree walked for the fields, its numbers checked the same
+ * way, the UTF-8 check cJSON lacks included). tools/trace.c's header
+ * comment states what this measured. */
+
+static double bench_now(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One line through cJSON into *q; -1 when it is not a valid request. */
+static int cjson_parse_line(const char *line, size_t len, kvf_trace_req *q)
+{
+    memset(q, 0, sizeof *q);
+    if (kvf_trace_utf8_check(line, len, NULL) != 0)
+        return -1;
+    cJSON *o = cJSON_ParseWithLength(line, len);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return -1;
+    }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    const cJSON *arrival = cJSON_GetObjectItemCaseSensitive(o, "arrival");
+    const cJSON *priority = cJSON_GetObjectItemCaseSensitive(o, "priority");
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    if (cJSON_IsString(id))
+        snprintf(q->id, sizeof q->id, "%s", id->valuestring);
+    if (cJSON_IsNumber(arrival)) {
+        q->arrival = arrival->valuedouble;
+        q->has_arrival = true;
+    }
+    q->priority = cJSON_IsNumber(priority) ? (uint32_t)priority->valuedouble : 50;
+    int n = cJSON_GetArraySize(tokens), k = 0, rc = cJSON_IsArray(tokens) ? 0 : -1;
+    q->tokens = malloc((size_t)(n ? n : 1) * sizeof *q->tokens);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tokens)
+    {
+        double d = t->valuedouble;
+        if (!cJSON_IsNumber(t) || d < 0 || d > 4294967295.0 || d != (double)(uint32_t)d)
+            rc = -1;
+        else
+            q->tokens[k++] = (uint32_t)d;
+    }
+    q->n_tokens = (size_t)k;
+    cJSON_Delete(o);
+    if (rc)
+        kvf_trace_req_free(q);
+    return rc;
+}
+
+static int bench_parse(uint32_t requests)
+{
+    kvf_trace t = {0};
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&buf, &size);
+    REQUIRE(f && kvf_trace_generate(KVF_GEN_MIXED, requests, 1, &t) == 0);
+    REQUIRE(kvf_trace_write(&t, f) == 0 && fclose(f) == 0);
+    kvf_trace_free(&t);
+    double best[2] = {1e30, 1e30};
+    uint64_t sum[2] = {0, 0};
+    for (int rep = 0; rep < 5; rep++)
+        for (int way = 0; way < 2; way++) {
+            double t0 = bench_now();
+            for (char *p = buf, *e; p < buf + size; p = e + 1) {
+                e = memchr(p, '\n', (size_t)(buf + size - p));
+                kvf_trace_req q;
+                char err[128];
+                int rc = way ? cjson_parse_line(p, (size_t)(e - p), &q)
+                             : kvf_trace_parse_line(p, (size_t)(e - p), &q, err, sizeof err) - 1;
+                REQUIRE(rc == 0);
+                sum[way] += q.n_tokens;
+                kvf_trace_req_free(&q);
+            }
+            double s = bench_now() - t0;
+            best[way] = s < best[way] ? s : best[way];
+        }
+    CHECK(sum[0] == sum[1]);
+    printf("trace parse, %u requests, %.1f MiB, best of 5: trace.c %.3f s (%.0f MiB/s), "
+           "cJSON %.3f s (%.0f MiB/s): cJSON takes %.2fx the time\n",
+           requests, size / 1048576.0, best[0], size / 1048576.0 / best[0], best[1],
+           size / 1048576.0 / best[1], best[1] / best[0]);
+    free(buf);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--bench"))
+        return bench_parse(argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 0) : 20000);
     RUN(test_valid);
     RUN(test_malformed);
     RUN(test_read_file);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +30,7 @@ typedef struct bench_opts {
     kvf_geometry g;
     uint32_t pools, blocks, tokens, iters, threads;
     const char *dir;
-    const char *json;
+    const char *json, *plot;
     kvf_fsync fsync;
     kvf_file_engine file_engine;
     uint32_t queue_depth;
@@ -513,12 +514,11 @@ static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, u
 static void usage(void)
 {
     printf("usage: kvferry bench [options]\n"
-           "  --backend auto|host|cuda     default auto\n"
+           "  --backend auto|host|cuda     default auto (cuda where a GPU is usable)\n"
            "  --mode dram|posix|gds|remote dram: GPU<->host slots; posix/gds: files;\n"
            "                               remote: Redis (--mode remote --help)\n"
-           "  --layers N --kv N --heads N --tokens-per-block N --head-size N\n"
-           "  --dtype fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8|int4|fp4\n"
-           "  --order head|token           block-major [l][kv][h][t][d] or [l][kv][t][h][d]\n"
+           "%s"
+           "                          (default 8 2 8 32 128)\n"
            "  --pools N                    pools (tensors) per block, default 1\n"
            "  --blocks N                   blocks per round trip, default 128\n"
            "  --tokens N                   move only the first N tokens (0: whole blocks)\n"
@@ -528,173 +528,134 @@ static void usage(void)
            "  --fsync none|batch|block     file durability, default batch\n"
            "  --file-engine auto|uring|threads   what runs the file tier's calls\n"
            "  --queue-depth N              file calls in flight (0: the engine's default)\n"
-           "  --json FILE                  also write the results as JSON\n"
            "  --seed N                     random data seed\n"
            "  --compare                    sweep 4 KiB..4 MiB blocks, whole and first 8 of 32\n"
            "                               tokens, each against the ceiling, the reference\n"
            "                               and cudaMemcpyBatchAsync, then a summary table\n"
-           "Exits 1 if any byte read back differs from what was written.\n");
+           "                               (--json: one JSON line per run)\n"
+           "  --plot FILE.png              with --compare: GB/s against block size, the\n"
+           "                               ceiling drawn (bench/plot_compare.py, matplotlib)\n"
+           "%s"
+           "Exits 1 if any byte read back differs from what was written (or the JSON or\n"
+           "the plot cannot be written), 2 on bad options.\n",
+           kvf_cli_geometry_usage, kvf_cli_common_usage);
 }
 
-static int parse_u32(const char *s, uint32_t *out, const char *name)
+enum {
+    OPT_MODE = 'm',
+    OPT_POOLS = KVF_OPT_OWN,
+    OPT_BLOCKS,
+    OPT_TOKENS,
+    OPT_ITERS,
+    OPT_THREADS,
+    OPT_DIR,
+    OPT_FSYNC,
+    OPT_SEED,
+    OPT_COMPARE,
+    OPT_PLOT,
+    OPT_FILE_ENGINE,
+    OPT_QUEUE_DEPTH,
+};
+
+static const struct option bench_options[] = {
+    KVF_CLI_OPTS_COMMON,
+    KVF_CLI_OPTS_BACKEND,
+    KVF_CLI_OPTS_GEOMETRY,
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"pools", required_argument, NULL, OPT_POOLS},
+    {"blocks", required_argument, NULL, OPT_BLOCKS},
+    {"tokens", required_argument, NULL, OPT_TOKENS},
+    {"iters", required_argument, NULL, OPT_ITERS},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"dir", required_argument, NULL, OPT_DIR},
+    {"fsync", required_argument, NULL, OPT_FSYNC},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"compare", no_argument, NULL, OPT_COMPARE},
+    {"plot", required_argument, NULL, OPT_PLOT},
+    {"file-engine", required_argument, NULL, OPT_FILE_ENGINE},
+    {"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
+    KVF_CLI_OPTS_END,
+};
+
+/* One option's value into *o: 0, or -1 on a bad value (printed). */
+static int bench_option(int c, const char *v, bench_opts *o)
 {
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 0);
-    if (errno || *end || v > UINT32_MAX) {
-        fprintf(stderr, "kvferry bench: --%s: '%s' is not a number\n", name, s);
-        return -1;
+    static const char *const modes[] = {"dram", "posix", "gds", "remote", NULL};
+    static const char *const engines[] = {"auto", "uring", "threads", NULL}; /* kvf_file_engine's */
+    uint64_t u;
+    int choice, rc = 0;
+    switch (c) {
+    case KVF_OPT_JSON:
+        o->json = v;
+        break;
+    case KVF_OPT_BACKEND:
+        return kvf_cli_backend("bench", v, &o->backend);
+    case OPT_MODE: /* remote was routed to bench_remote.c before */
+        rc = kvf_cli_choice("bench", "mode", v, modes, &choice);
+        o->mode = rc ? o->mode : (bench_mode)choice;
+        break;
+    case OPT_POOLS:
+        rc = kvf_cli_number("bench", "pools", v, 1, 1024, &u);
+        o->pools = (uint32_t)u;
+        break;
+    case OPT_BLOCKS:
+        rc = kvf_cli_number("bench", "blocks", v, 1, UINT32_MAX, &u);
+        o->blocks = (uint32_t)u;
+        break;
+    case OPT_TOKENS:
+        return kvf_cli_u32("bench", "tokens", v, &o->tokens);
+    case OPT_ITERS:
+        rc = kvf_cli_number("bench", "iters", v, 1, 1000000, &u);
+        o->iters = (uint32_t)u;
+        break;
+    case OPT_THREADS:
+        return kvf_cli_u32("bench", "threads", v, &o->threads);
+    case OPT_DIR:
+        o->dir = v;
+        break;
+    case OPT_FSYNC:
+        rc = kvf_cli_choice("bench", "fsync", v, kvf_cli_fsync_names, &choice);
+        o->fsync = rc ? o->fsync : (kvf_fsync)choice;
+        break;
+    case OPT_SEED:
+        return kvf_cli_u64("bench", "seed", v, &o->seed);
+    case OPT_COMPARE:
+        o->compare = true;
+        break;
+    case OPT_PLOT:
+        o->plot = v;
+        break;
+    case OPT_FILE_ENGINE:
+        rc = kvf_cli_choice("bench", "file-engine", v, engines, &choice);
+        o->file_engine = rc ? o->file_engine : (kvf_file_engine)choice;
+        break;
+    case OPT_QUEUE_DEPTH:
+        return kvf_cli_u32("bench", "queue-depth", v, &o->queue_depth);
+    default:
+        return kvf_cli_geometry_opt("bench", c, v, &o->g) == 1 ? 0 : -1;
     }
-    *out = (uint32_t)v;
-    return 0;
+    return rc;
 }
 
+/* 0 parsed, 1 --help printed, -1 a usage error (printed). */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    static const struct option longopts[] = {{"backend", 1, 0, 'b'},
-                                             {"mode", 1, 0, 'm'},
-                                             {"layers", 1, 0, 'L'},
-                                             {"kv", 1, 0, 'K'},
-                                             {"heads", 1, 0, 'H'},
-                                             {"tokens-per-block", 1, 0, 'T'},
-                                             {"head-size", 1, 0, 'D'},
-                                             {"dtype", 1, 0, 'y'},
-                                             {"order", 1, 0, 'o'},
-                                             {"pools", 1, 0, 'p'},
-                                             {"blocks", 1, 0, 'n'},
-                                             {"tokens", 1, 0, 't'},
-                                             {"iters", 1, 0, 'i'},
-                                             {"threads", 1, 0, 'j'},
-                                             {"dir", 1, 0, 'd'},
-                                             {"fsync", 1, 0, 'f'},
-                                             {"json", 1, 0, 'J'},
-                                             {"seed", 1, 0, 's'},
-                                             {"compare", 0, 0, 'C'},
-                                             {"help", 0, 0, 'h'},
-                                             {"file-engine", 1, 0, 'E'},
-                                             {"queue-depth", 1, 0, 'Q'},
-                                             {0, 0, 0, 0}};
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        int rc = 0;
-        switch (c) {
-        case 'b':
-            if (!strcmp(optarg, "auto"))
-                o->backend = KVF_BACKEND_AUTO;
-            else if (!strcmp(optarg, "host"))
-                o->backend = KVF_BACKEND_HOST;
-            else if (!strcmp(optarg, "cuda"))
-                o->backend = KVF_BACKEND_CUDA;
-            else
-                rc = -1;
-            break;
-        case 'm':
-            if (!strcmp(optarg, "dram"))
-                o->mode = MODE_DRAM;
-            else if (!strcmp(optarg, "posix"))
-                o->mode = MODE_POSIX;
-            else if (!strcmp(optarg, "gds"))
-                o->mode = MODE_GDS;
-            else
-                rc = -1;
-            break;
-        case 'L':
-            rc = parse_u32(optarg, &o->g.layers, "layers");
-            break;
-        case 'K':
-            rc = parse_u32(optarg, &o->g.kv_factor, "kv");
-            break;
-        case 'H':
-            rc = parse_u32(optarg, &o->g.kv_heads, "heads");
-            break;
-        case 'T':
-            rc = parse_u32(optarg, &o->g.tokens_per_block, "tokens-per-block");
-            break;
-        case 'D':
-            rc = parse_u32(optarg, &o->g.head_size, "head-size");
-            break;
-        case 'y':
-            if (kvf_dtype_parse(optarg, &o->g.dtype) != KVF_OK)
-                rc = -1;
-            break;
-        case 'o':
-            if (!strcmp(optarg, "head"))
-                o->g.order = KVF_ORDER_HEAD_MAJOR;
-            else if (!strcmp(optarg, "token"))
-                o->g.order = KVF_ORDER_TOKEN_MAJOR;
-            else
-                rc = -1;
-            break;
-        case 'p':
-            rc = parse_u32(optarg, &o->pools, "pools");
-            break;
-        case 'n':
-            rc = parse_u32(optarg, &o->blocks, "blocks");
-            break;
-        case 't':
-            rc = parse_u32(optarg, &o->tokens, "tokens");
-            break;
-        case 'i':
-            rc = parse_u32(optarg, &o->iters, "iters");
-            break;
-        case 'j':
-            rc = parse_u32(optarg, &o->threads, "threads");
-            break;
-        case 'd':
-            o->dir = optarg;
-            break;
-        case 'J':
-            o->json = optarg;
-            break;
-        case 'f':
-            if (!strcmp(optarg, "none"))
-                o->fsync = KVF_FSYNC_NONE;
-            else if (!strcmp(optarg, "batch"))
-                o->fsync = KVF_FSYNC_BATCH;
-            else if (!strcmp(optarg, "block"))
-                o->fsync = KVF_FSYNC_BLOCK;
-            else
-                rc = -1;
-            break;
-        case 's':
-            o->seed = strtoull(optarg, NULL, 0);
-            break;
-        case 'E':
-            if (!strcmp(optarg, "auto"))
-                o->file_engine = KVF_FILE_ENGINE_AUTO;
-            else if (!strcmp(optarg, "uring"))
-                o->file_engine = KVF_FILE_ENGINE_URING;
-            else if (!strcmp(optarg, "threads"))
-                o->file_engine = KVF_FILE_ENGINE_THREADS;
-            else
-                rc = -1;
-            break;
-        case 'Q':
-            rc = parse_u32(optarg, &o->queue_depth, "queue-depth");
-            break;
-        case 'C':
-            o->compare = true;
-            break;
-        case 'h':
+    optind = 0;
+    while ((c = kvf_cli_getopt("bench", argc, argv, bench_options)) != -1) {
+        if (c == 'h') {
             usage();
-            exit(0);
-        default:
-            rc = -1;
+            return 1;
         }
-        if (rc) {
-            if (c != '?')
-                fprintf(stderr, "kvferry bench: bad value '%s' for an option\n", optarg);
-            fprintf(stderr, "kvferry bench --help lists the options\n");
+        if (c == '?' || bench_option(c, optarg, o))
             return -1;
-        }
     }
     if (optind < argc) {
         fprintf(stderr, "kvferry bench: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (!o->pools || !o->blocks || !o->iters) {
-        fprintf(stderr, "kvferry bench: --pools, --blocks and --iters must be at least 1\n");
+    if (o->plot && !o->compare) {
+        fprintf(stderr, "kvferry bench: --plot draws --compare's sweep: add --compare\n");
         return -1;
     }
     return 0;
@@ -780,6 +741,98 @@ static void remove_bench_dir(const char *dir, const char *ns)
 
 static int bench_one(bench_opts o, bench_result *res);
 
+/* bench/plot_compare.py, where the tool runs from a build directory of the
+ * source tree (or $KVF_PLOT_SCRIPT); 0 when found. */
+static int find_plot_script(char *out, size_t cap)
+{
+    const char *env = getenv("KVF_PLOT_SCRIPT");
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        return access(out, R_OK);
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    static const char *const tries[] = {"/../bench/plot_compare.py", "/../../bench/plot_compare.py",
+                                        "/../share/kvferry/plot_compare.py"};
+    for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
+        snprintf(out, cap, "%s%s", exe, tries[i]);
+        if (access(out, R_OK) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+/* --plot: the sweep's figures as JSON lines (the fields of --json's lines
+ * that the plot reads) in a temporary file, drawn by plot_compare.py. */
+static int plot_compare(const bench_result *res, int n, const char *png)
+{
+    char script[8192], data[] = "/tmp/kvferry-compare-XXXXXX";
+    if (find_plot_script(script, sizeof script)) {
+        fprintf(stderr, "kvferry bench: --plot: bench/plot_compare.py not found next to this "
+                        "kvferry (set KVF_PLOT_SCRIPT to its path)\n");
+        return -1;
+    }
+    int fd = mkstemp(data);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        fprintf(stderr, "kvferry bench: --plot: %s: %s\n", data, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    static const char *const dirs[] = {"offload_gbs", "onboard_gbs", "both_gbs"};
+    for (int k = 0; k < n; k++) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "block_bytes", (double)res[k].block_bytes);
+        cJSON_AddNumberToObject(j, "tokens", res[k].tokens);
+        cJSON_AddNumberToObject(j, "tokens_per_block", 32);
+        const double *rows[] = {res[k].mine, res[k].ceiling, res[k].reference, res[k].batch};
+        static const char *const names[] = {NULL, "ceiling", "reference", "batch"};
+        for (int r = 0; r < 4; r++) {
+            cJSON *o = names[r] ? cJSON_AddObjectToObject(j, names[r]) : j;
+            for (int d = 0; d < 3; d++)
+                cJSON_AddNumberToObject(o, dirs[d], rows[r][d]);
+        }
+        char *text = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (text)
+            fprintf(f, "%s\n", text);
+        free(text);
+    }
+    int bad = ferror(f) | fclose(f);
+    int rc = -1;
+    if (bad) {
+        fprintf(stderr, "kvferry bench: --plot: %s: a write failed\n", data);
+    } else {
+        pid_t pid = fork();
+        if (pid == 0) {
+            execlp("python3", "python3", script, data, png, (char *)NULL);
+            fprintf(stderr, "kvferry bench: --plot: python3: %s\n", strerror(errno));
+            _exit(127);
+        }
+        int status = 0;
+        if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+            WEXITSTATUS(status) == 0) {
+            printf("kvferry bench: plot written to %s\n", png);
+            rc = 0;
+        } else {
+            fprintf(stderr,
+                    "kvferry bench: --plot: %s did not draw %s (above: why); the sweep's "
+                    "figures are kept in %s\n",
+                    script, png, data);
+            return -1;
+        }
+    }
+    unlink(data);
+    return rc;
+}
+
 /* --compare: the same run over block sizes from 4 KiB to 4 MiB
  * ([1][2][1][32][head] fp16 blocks), whole and partial, ~256 MiB each. */
 static int bench_compare(bench_opts o)
@@ -788,11 +841,6 @@ static int bench_compare(bench_opts o)
     enum { N = sizeof heads / sizeof heads[0] };
     bench_result res[2 * N];
     memset(res, 0, sizeof res);
-    if (o.json) {
-        FILE *jf = fopen(o.json, "w"); /* runs append one JSON line each */
-        if (jf)
-            fclose(jf);
-    }
     int rc = 0;
     for (int partial = 0; partial < 2; partial++)
         for (int i = 0; i < N; i++) {
@@ -820,6 +868,8 @@ static int bench_compare(bench_opts o)
                    b->reference[d] > 0 ? b->mine[d] / b->reference[d] : 0,
                    b->batch[d] > 0 ? b->mine[d] / b->batch[d] : 0);
         }
+    if (o.plot && plot_compare(res, 2 * N, o.plot))
+        rc = 1;
     return rc;
 }
 
@@ -836,20 +886,27 @@ int kvf_cli_bench(int argc, char **argv)
         .fsync = KVF_FSYNC_BATCH,
         .seed = 0x9e3779b97f4a7c15ull,
     };
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--mode") && !strcmp(argv[i + 1], "remote"))
+    for (int i = 1; i < argc; i++)
+        if ((!strcmp(argv[i], "--mode") && i + 1 < argc && !strcmp(argv[i + 1], "remote")) ||
+            !strcmp(argv[i], "--mode=remote"))
             return kvf_cli_bench_remote(argc, argv);
-    if (parse_args(argc, argv, &o))
-        return 2;
-    if (o.compare)
-        return bench_compare(o);
-    return bench_one(o, NULL);
+    int parsed = parse_args(argc, argv, &o);
+    if (parsed)
+        return parsed > 0 ? 0 : kvf_cli_usage_error("bench");
+    if (kvf_cli_json_open("bench", o.json))
+        return KVF_CLI_FAILED;
+    int rc = o.compare ? bench_compare(o) : bench_one(o, NULL);
+    fflush(stdout);
+    if (kvf_cli_json_close("bench") && rc == 0)
+        rc = KVF_CLI_FAILED;
+    return rc;
 }
 
 /* One configuration: round trips, both directions at once, baselines,
  * verification; the table on stdout, `res` filled when given. */
 static int bench_one(bench_opts o, bench_result *res)
 {
+    bool json_failed = false;
     size_t block_bytes;
     kvf_region region;
     if (kvf_geometry_block_bytes(&o.g, &block_bytes) != KVF_OK ||
@@ -1052,11 +1109,12 @@ static int bench_one(bench_opts o, bench_result *res)
         ref_name = "seed POSIX (page cache)";
     }
 
-    printf("kvferry bench: %s backend, mode %s, %u pool(s) x %u blocks of %zu bytes "
+    char h1[32], h2[32];
+    printf("kvferry bench: %s backend, mode %s, %u pool(s) x %u blocks of %s "
            "(%s, %ux%ux%ux%ux%u %s), %s, median of %u\n",
            kvf_backend_name(kvf_engine_backend(e)), mode_name(o.mode), o.pools, o.blocks,
-           block_bytes, kvf_dtype_name(o.g.dtype), o.g.layers, o.g.kv_factor, o.g.kv_heads,
-           o.g.tokens_per_block, o.g.head_size,
+           kvf_cli_bytes(block_bytes, h1), kvf_dtype_name(o.g.dtype), o.g.layers, o.g.kv_factor,
+           o.g.kv_heads, o.g.tokens_per_block, o.g.head_size,
            o.g.order == KVF_ORDER_HEAD_MAJOR ? "head-major" : "token-major",
            o.tokens ? "partial" : "whole blocks", o.iters);
     if (o.mode != MODE_DRAM)
@@ -1069,8 +1127,8 @@ static int bench_one(bench_opts o, bench_result *res)
                : o.fsync == KVF_FSYNC_BATCH ? "per batch"
                                             : "per block");
     if (o.tokens)
-        printf("  first %u of %u tokens: %zu useful bytes per block per pool in %zu rows\n",
-               o.tokens, o.g.tokens_per_block, kvf__region_bytes(&region), region.rows);
+        printf("  first %u of %u tokens: %s useful per block per pool in %zu rows\n", o.tokens,
+               o.g.tokens_per_block, kvf_cli_bytes(kvf__region_bytes(&region), h2), region.rows);
     double mine[3] = {off_gbs, on_gbs, both_gbs};
     printf("  %-36s %12s %12s %12s\n", "GB/s", "offload", "onboard", "both at once");
     print_row(ceiling_name, base.ceiling, NULL);
@@ -1089,8 +1147,8 @@ static int bench_one(bench_opts o, bench_result *res)
         print_row("kvferry / cudaMemcpyBatchAsync", mine, base.batch);
     printf("  host time to submit: %.3f us per block (kvf_offload of %u blocks)\n", submit_us,
            o.blocks);
-    printf("  verified: %s (%zu bytes per direction per round trip)\n",
-           bad == 0 ? "every byte" : "FAILED", useful);
+    printf("  verified: %s (%s per direction per round trip)\n", bad == 0 ? "every byte" : "FAILED",
+           kvf_cli_bytes(useful, h2));
     if (res) {
         res->block_bytes = block_bytes;
         res->tokens = o.tokens;
@@ -1100,32 +1158,39 @@ static int bench_one(bench_opts o, bench_result *res)
         memcpy(res->batch, base.batch, sizeof base.batch);
     }
     if (o.json) {
-        FILE *f = fopen(o.json, o.compare ? "a" : "w");
-        if (!f) {
-            fprintf(stderr, "kvferry bench: %s: %s\n", o.json, strerror(errno));
-        } else {
-            fprintf(f,
-                    "{\"backend\": \"%s\", \"mode\": \"%s\", \"pools\": %u, \"blocks\": %u, "
-                    "\"block_bytes\": %zu, \"tokens\": %u, \"tokens_per_block\": %u, "
-                    "\"dtype\": \"%s\", \"iters\": %u, \"useful_bytes\": %zu,\n"
-                    " \"offload_gbs\": %.4f, \"onboard_gbs\": %.4f, \"both_gbs\": %.4f,\n"
-                    " \"batch\": {\"offload_gbs\": %.4f, \"onboard_gbs\": %.4f, \"both_gbs\": "
-                    "%.4f},\n"
-                    " \"ceiling\": {\"what\": \"%s\", \"offload_gbs\": %.4f, \"onboard_gbs\": "
-                    "%.4f},\n"
-                    " \"reference\": {\"what\": \"%s\", \"offload_gbs\": %.4f, "
-                    "\"onboard_gbs\": %.4f, \"onboard_cold_gbs\": %.4f},\n"
-                    " \"submit_us_per_block\": %.4f, \"verified\": %s, \"bad_bytes\": %ld}\n",
-                    kvf_backend_name(kvf_engine_backend(e)), mode_name(o.mode), o.pools, o.blocks,
-                    block_bytes, o.tokens, o.g.tokens_per_block, kvf_dtype_name(o.g.dtype), o.iters,
-                    useful, off_gbs, on_gbs, both_gbs, base.batch[0], base.batch[1], base.batch[2],
-                    ceiling_name, base.ceiling[0], base.ceiling[1], ref_name, base.reference[0],
-                    base.reference[1], base.reference_cold, submit_us, bad == 0 ? "true" : "false",
-                    bad);
-            fclose(f);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "backend", kvf_backend_name(kvf_engine_backend(e)));
+        cJSON_AddStringToObject(j, "mode", mode_name(o.mode));
+        cJSON_AddNumberToObject(j, "pools", o.pools);
+        cJSON_AddNumberToObject(j, "blocks", o.blocks);
+        cJSON_AddNumberToObject(j, "block_bytes", (double)block_bytes);
+        cJSON_AddNumberToObject(j, "tokens", o.tokens);
+        cJSON_AddNumberToObject(j, "tokens_per_block", o.g.tokens_per_block);
+        cJSON_AddStringToObject(j, "dtype", kvf_dtype_name(o.g.dtype));
+        cJSON_AddNumberToObject(j, "iters", o.iters);
+        cJSON_AddNumberToObject(j, "useful_bytes", (double)useful);
+        cJSON_AddNumberToObject(j, "offload_gbs", off_gbs);
+        cJSON_AddNumberToObject(j, "onboard_gbs", on_gbs);
+        cJSON_AddNumberToObject(j, "both_gbs", both_gbs);
+        static const char *const dirs[] = {"offload_gbs", "onboard_gbs", "both_gbs"};
+        const double *rows[] = {base.batch, base.ceiling, base.reference};
+        static const char *const row_names[] = {"batch", "ceiling", "reference"};
+        const char *whats[] = {"cudaMemcpyBatchAsync", ceiling_name, ref_name};
+        for (int k = 0; k < 3; k++) {
+            cJSON *row = cJSON_AddObjectToObject(j, row_names[k]);
+            cJSON_AddStringToObject(row, "what", whats[k]);
+            for (int d = 0; d < 3; d++)
+                cJSON_AddNumberToObject(row, dirs[d], rows[k][d]);
         }
+        cJSON_AddNumberToObject(cJSON_GetObjectItem(j, "reference"), "onboard_cold_gbs",
+                                base.reference_cold);
+        cJSON_AddNumberToObject(j, "submit_us_per_block", submit_us);
+        cJSON_AddBoolToObject(j, "verified", bad == 0);
+        cJSON_AddNumberToObject(j, "bad_bytes", (double)bad);
+        if (kvf_cli_json_emit("bench", j))
+            json_failed = true;
     }
-    rc = bad == 0 ? 0 : 1;
+    rc = bad == 0 ? (json_failed ? 1 : 0) : 1;
 out:
     ceiling_close(&fc, NULL);
     kvf_engine_destroy(e);

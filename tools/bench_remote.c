@@ -24,7 +24,7 @@
 #define MAX_SIZES 16
 
 typedef struct remote_opts {
-    const char *url;
+    const char *url, *json;
     size_t sizes[MAX_SIZES];
     size_t nsizes;
     size_t batch_bytes;
@@ -175,10 +175,27 @@ typedef struct row {
     timing put, get, raw_put, raw_get, sock_put;
 } row;
 
-static void print_line(const char *op, const row *w, const timing *mine, const timing *raw)
+/* A line of the table, and its row in `rows` (--json) when not NULL. */
+static void print_line(const char *op, const row *w, const timing *mine, const timing *raw,
+                       cJSON *rows)
 {
     double payload = (double)w->bytes * (double)w->blocks * mine->n;
     double gbs = payload / total(mine) / 1e9;
+    if (rows) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "block_bytes", (double)w->bytes);
+        cJSON_AddNumberToObject(j, "blocks", (double)w->blocks);
+        cJSON_AddStringToObject(j, "op", op);
+        cJSON_AddNumberToObject(j, "gbs", gbs);
+        cJSON_AddNumberToObject(j, "p50_ms", quantile(mine, 0.5) * 1e3);
+        cJSON_AddNumberToObject(j, "p99_ms", quantile(mine, 0.99) * 1e3);
+        if (raw) {
+            cJSON_AddNumberToObject(j, "hiredis_gbs", payload / total(raw) / 1e9);
+            cJSON_AddNumberToObject(j, "hiredis_p50_ms", quantile(raw, 0.5) * 1e3);
+            cJSON_AddNumberToObject(j, "hiredis_p99_ms", quantile(raw, 0.99) * 1e3);
+        }
+        cJSON_AddItemToArray(rows, j);
+    }
     printf("%8zu KiB %5zu  %-4s %8.2f %8.2f %8.2f", w->bytes / 1024, w->blocks, op, gbs,
            quantile(mine, 0.5) * 1e3, quantile(mine, 0.99) * 1e3);
     if (raw) {
@@ -268,76 +285,104 @@ static void usage(void)
 {
     printf("usage: kvferry bench --mode remote --remote-url URL [options]\n"
            "  --remote-url URL        redis://[user[:pass]@]host[:port][/db] or\n"
-           "                          redis-cluster://h1:p1,h2:p2 (default $KVF_REMOTE_URL)\n"
+           "                          redis-cluster://h1:p1,h2:p2 (default $KVF_REMOTE_URL;\n"
+           "                          --remote too)\n"
            "  --sizes LIST            block sizes, e.g. 16K,64K,256K,1M,4M (the default)\n"
            "  --batch-bytes N         bytes per batch (default 32M): blocks = N / size\n"
            "  --iters N               timed batches per size and operation (default 20)\n"
+           "%s"
            "Writes and deletes keys kvf:bench:* and kvfbench:raw:* on the server.\n"
-           "Exits 1 if any block read back differs from what was written.\n");
+           "Exits 1 if any block read back differs from what was written, 2 on bad options.\n",
+           kvf_cli_common_usage);
 }
 
-static int parse_size(const char *s, size_t *out)
+/* A size of 1 byte to 256 MiB, with an optional K or M; 0 or -1 (printed). */
+static int parse_size(const char *name, const char *s, size_t *out)
 {
     char *end;
+    errno = 0;
     unsigned long long v = strtoull(s, &end, 0);
-    if (end == s)
+    if (end == s || s[0] == '-') {
+        fprintf(stderr, "kvferry bench: --%s: '%s' is not a size (N, NK or NM)\n", name, s);
         return -1;
-    if (*end == 'K' || *end == 'k')
-        v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm')
-        v <<= 20, end++;
-    if ((*end && *end != ',') || v == 0 || v > (256ull << 20))
+    }
+    int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
+    end += shift != 0;
+    if (*end && *end != ',') {
+        fprintf(stderr, "kvferry bench: --%s: '%s' is not a size (N, NK or NM)\n", name, s);
         return -1;
-    *out = (size_t)v;
+    }
+    if (errno == ERANGE || v == 0 || v > (256ull << 20) >> shift) {
+        fprintf(stderr, "kvferry bench: --%s: %.*s is out of range (1..256M)\n", name,
+                (int)(end - s), s);
+        return -1;
+    }
+    *out = (size_t)(v << shift);
     return 0;
 }
 
+enum { OPT_MODE = 'm', OPT_SIZES = KVF_OPT_OWN, OPT_ITERS, OPT_BATCH_BYTES };
+
+static const struct option remote_options[] = {
+    KVF_CLI_OPTS_COMMON,
+    KVF_CLI_OPTS_REMOTE_URL,
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"sizes", required_argument, NULL, OPT_SIZES},
+    {"iters", required_argument, NULL, OPT_ITERS},
+    {"batch-bytes", required_argument, NULL, OPT_BATCH_BYTES},
+    KVF_CLI_OPTS_END};
+
+/* 0 parsed, 1 --help printed, -1 a usage error (printed). */
 static int parse_remote_args(int argc, char **argv, remote_opts *o)
 {
-    static const struct option longopts[] = {
-        {"mode", 1, 0, 'm'},  {"remote-url", 1, 0, 'u'},  {"sizes", 1, 0, 's'},
-        {"iters", 1, 0, 'i'}, {"batch-bytes", 1, 0, 'b'}, {"help", 0, 0, 'h'},
-        {0, 0, 0, 0}};
     int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    uint64_t v;
+    optind = 0;
+    while ((c = kvf_cli_getopt("bench", argc, argv, remote_options)) != -1) {
         switch (c) {
-        case 'm':
-            break;
-        case 'u':
-            o->url = optarg;
-            break;
-        case 's':
-            o->nsizes = 0;
-            for (const char *p = optarg; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-                if (o->nsizes == MAX_SIZES || parse_size(p, &o->sizes[o->nsizes++])) {
-                    fprintf(stderr, "kvferry bench: --sizes: bad list '%s'\n", optarg);
-                    return -1;
-                }
-            break;
-        case 'i':
-            o->iters = (uint32_t)strtoul(optarg, NULL, 0);
-            break;
-        case 'b':
-            if (parse_size(optarg, &o->batch_bytes)) {
-                fprintf(stderr, "kvferry bench: --batch-bytes: bad size '%s'\n", optarg);
-                return -1;
-            }
-            break;
         case 'h':
             usage();
-            exit(0);
+            return 1;
+        case OPT_MODE: /* remote: how this file was reached */
+            break;
+        case KVF_OPT_JSON:
+            o->json = optarg;
+            break;
+        case KVF_OPT_REMOTE_URL:
+            o->url = optarg;
+            break;
+        case OPT_SIZES:
+            o->nsizes = 0;
+            for (const char *p = optarg; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+                if (o->nsizes == MAX_SIZES) {
+                    fprintf(stderr, "kvferry bench: --sizes: more than %d sizes\n", MAX_SIZES);
+                    return -1;
+                }
+                if (parse_size("sizes", p, &o->sizes[o->nsizes++]))
+                    return -1;
+            }
+            break;
+        case OPT_ITERS:
+            if (kvf_cli_number("bench", "iters", optarg, 1, 1000000, &v))
+                return -1;
+            o->iters = (uint32_t)v;
+            break;
+        case OPT_BATCH_BYTES:
+            if (parse_size("batch-bytes", optarg, &o->batch_bytes))
+                return -1;
+            break;
         default:
-            usage();
             return -1;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "kvferry bench: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
     if (!o->url)
         o->url = kvf__remote_url_from_env();
-    if (!o->url || o->iters == 0) {
-        fprintf(stderr,
-                "kvferry bench: --mode remote needs --remote-url (or $%s) and --iters "
-                ">= 1\n",
+    if (!o->url) {
+        fprintf(stderr, "kvferry bench: --mode remote needs --remote-url (or $%s)\n",
                 KVF_REMOTE_URL_ENV);
         return -1;
     }
@@ -350,13 +395,16 @@ int kvf_cli_bench_remote(int argc, char **argv)
                      .nsizes = 5,
                      .batch_bytes = 32 << 20,
                      .iters = 20};
-    if (parse_remote_args(argc, argv, &o))
-        return 2;
+    int parsed = parse_remote_args(argc, argv, &o);
+    if (parsed)
+        return parsed > 0 ? 0 : kvf_cli_usage_error("bench");
     kvf__remote_url u;
     if (kvf__remote_url_parse(o.url, &u) != KVF_OK) {
         fprintf(stderr, "kvferry bench: %s\n", kvf_last_error());
         return 2;
     }
+    if (kvf_cli_json_open("bench", o.json))
+        return 1;
     kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
     cfg.url = o.url;
     cfg.ns = "bench";
@@ -379,6 +427,17 @@ int kvf_cli_bench_remote(int argc, char **argv)
     printf("%12s %5s  %-4s %8s %8s %8s   %8s %8s %8s   %6s\n", "block", "batch", "op", "kvferry",
            "p50 ms", "p99 ms", "hiredis", "p50 ms", "p99 ms", "ratio");
     int rc = 0;
+    cJSON *doc = NULL, *rows = NULL;
+    if (o.json) {
+        doc = cJSON_CreateObject();
+        cJSON_AddStringToObject(doc, "mode", "remote");
+        char server[300];
+        snprintf(server, sizeof server, "%s:%d", u.seed[0].host, u.seed[0].port);
+        cJSON_AddStringToObject(doc, "server", server);
+        cJSON_AddBoolToObject(doc, "cluster", u.cluster);
+        cJSON_AddNumberToObject(doc, "iters", o.iters);
+        rows = cJSON_AddArrayToObject(doc, "rows");
+    }
     for (size_t s = 0; s < o.nsizes && rc == 0; s++) {
         row w = {.bytes = o.sizes[s]};
         w.blocks = o.batch_bytes / w.bytes ? o.batch_bytes / w.bytes : 1;
@@ -387,10 +446,10 @@ int kvf_cli_bench_remote(int argc, char **argv)
             *all[i] = (timing){calloc(o.iters, sizeof(double)), o.iters};
         rc = bench_size(r, u.cluster ? NULL : &raw, &o, &w);
         if (rc == 0) {
-            print_line("put", &w, &w.put, u.cluster ? NULL : &w.raw_put);
-            print_line("get", &w, &w.get, u.cluster ? NULL : &w.raw_get);
+            print_line("put", &w, &w.put, u.cluster ? NULL : &w.raw_put, rows);
+            print_line("get", &w, &w.get, u.cluster ? NULL : &w.raw_get, rows);
             if (!u.cluster)
-                print_line("put*", &w, &w.put, &w.sock_put);
+                print_line("put*", &w, &w.put, &w.sock_put, rows);
         }
         for (int i = 0; i < 5; i++)
             free(all[i]->s);
@@ -399,6 +458,14 @@ int kvf_cli_bench_remote(int argc, char **argv)
     if (raw.c)
         redisFree(raw.c);
     kvf__remote_close(r);
+    if (doc) {
+        cJSON_AddBoolToObject(doc, "verified", rc == 0);
+        if (kvf_cli_json_emit("bench", doc) && rc == 0)
+            rc = 1;
+    }
+    fflush(stdout);
+    if (kvf_cli_json_close("bench") && rc == 0)
+        rc = 1;
     return rc;
 }
 
@@ -406,6 +473,11 @@ int kvf_cli_bench_remote(int argc, char **argv)
 
 int kvf_cli_bench_remote(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("kvferry bench --mode remote: built without hiredis (libhiredis-dev)\n");
+            return 0;
+        }
     fprintf(stderr, "kvferry bench: --mode remote: built without hiredis (libhiredis-dev)\n");
     return 2;
 }

@@ -1,40 +1,9 @@
-/* `kvferry info --config [--json]`: the settings an engine and a cache
- * created now would get, and where each comes from (caller defaults, the
- * KVF_* environment, the config file named by $KVF_CONFIG). */
+/* `kvferry info --config`: the settings an engine and a cache created now
+ * would get, and where each comes from (caller defaults, the KVF_*
+ * environment, the config file named by $KVF_CONFIG). */
 #include "cli.h"
 
 #include <stdio.h>
-#include <string.h>
-
-static void print_json_string(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
-static void print_json(const kvf_setting *s, size_t n)
-{
-    printf("[");
-    for (size_t i = 0; i < n; i++) {
-        printf("%s\n  {\"name\": ", i ? "," : "");
-        print_json_string(s[i].name);
-        printf(", \"env\": ");
-        print_json_string(s[i].env);
-        printf(", \"value\": ");
-        print_json_string(s[i].value);
-        printf(", \"source\": \"%s\"}", kvf_setting_source_name(s[i].source));
-    }
-    printf("\n]\n");
-}
 
 static void print_table(const kvf_setting *s, size_t n)
 {
@@ -44,33 +13,34 @@ static void print_table(const kvf_setting *s, size_t n)
                kvf_setting_source_name(s[i].source), s[i].env);
 }
 
-int kvf_cli_info_config(int argc, char **argv)
+static cJSON *settings_json(const kvf_setting *s, size_t n)
 {
-    int json = 0, config = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (strcmp(argv[i], "--config") == 0) {
-            config = 1;
-        } else {
-            fprintf(stderr, "kvferry info: unknown option '%s' (--config [--json])\n", argv[i]);
-            return 2;
-        }
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", s[i].name);
+        cJSON_AddStringToObject(o, "env", s[i].env);
+        cJSON_AddStringToObject(o, "value", s[i].value);
+        cJSON_AddStringToObject(o, "source", kvf_setting_source_name(s[i].source));
+        cJSON_AddItemToArray(arr, o);
     }
-    if (!config) {
-        fprintf(stderr, "kvferry info: --json goes with --config\n");
-        return 2;
-    }
+    return arr;
+}
+
+int kvf_cli_info_config(const char *json)
+{
+    if (kvf_cli_json_open("info", json))
+        return KVF_CLI_FAILED;
     kvf_setting *s;
     size_t n;
     if (kvf_config_settings(NULL, NULL, &s, &n) != KVF_OK) {
         fprintf(stderr, "kvferry info: %s\n", kvf_last_error());
-        return 1;
+        kvf_cli_json_close("info");
+        return KVF_CLI_FAILED;
     }
-    if (json)
-        print_json(s, n);
-    else
-        print_table(s, n);
+    print_table(s, n);
+    fflush(stdout);
+    int rc = json ? kvf_cli_json_emit("info", settings_json(s, n)) : 0;
     kvf_settings_free(s);
-    return 0;
+    return kvf_cli_json_close("info") || rc ? KVF_CLI_FAILED : 0;
 }

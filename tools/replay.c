@@ -81,6 +81,12 @@ typedef struct replay {
     double wall_s;
 } replay;
 
+/* A key and its index in a request's part. */
+typedef struct key_at {
+    kvf_key key;
+    size_t at;
+} key_at;
+
 /* One client: a thread running requests with primary slots of its own,
  * [base, base + nslots). */
 typedef struct client {
@@ -99,6 +105,8 @@ typedef struct client {
     kvf_status *per;
     size_t keys_cap;
     kvf_key *akeys, *ukeys; /* --gpu-tier: blocks to compute, blocks to unpin */
+    kvf_key *dkeys;         /* --gpu-tier: a part's keys, each once */
+    key_at *dpos;           /* and where each first stands in the part */
     pending *pend;
     size_t pend_head, pend_n; /* a FIFO in slot order */
     uint32_t cursor;
@@ -297,6 +305,40 @@ static void unpin_keys(client *r, const kvf_trace_req *q, const kvf_key *keys, s
     }
 }
 
+static int cmp_key_at(const void *a, const void *b)
+{
+    const key_at *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+static int cmp_at(const void *a, const void *b)
+{
+    const key_at *x = a, *y = b;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The part's keys with each repeat dropped, in the order of their first
+ * use: r->dkeys[0..n), r->dpos[i].at the index of r->dkeys[i] in the part.
+ * A request may name a block twice (a trace's "blocks" repeated, tokens
+ * that chain to the same key), while the cache's acquire and commit take a
+ * key once per call, as does its put. */
+static uint32_t distinct_keys(client *r, const kvf_key *keys, uint32_t m)
+{
+    for (uint32_t i = 0; i < m; i++)
+        r->dpos[i] = (key_at){keys[i], i};
+    qsort(r->dpos, m, sizeof *r->dpos, cmp_key_at);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m; i++)
+        if (i == 0 || r->dpos[i].key != r->dpos[i - 1].key)
+            r->dpos[n++] = r->dpos[i];
+    qsort(r->dpos, n, sizeof *r->dpos, cmp_at);
+    for (uint32_t i = 0; i < n; i++)
+        r->dkeys[i] = r->dpos[i].key;
+    return n;
+}
+
 /* One part of a request: blocks [s, s + m), of which the first `gets` are
  * cache hits. */
 static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
@@ -344,11 +386,16 @@ static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
         if (rc)
             return -1;
     }
+    /* a block the part names twice is handed back once, from its first slot
+     * (kvf_cache_put takes a key once per call) */
+    uint32_t d = distinct_keys(r, keys, m);
+    for (uint32_t i = 0; i < d; i++)
+        r->slots[i] = first + r->dpos[i].at;
     pending *pd = &r->pend[(r->pend_head + r->pend_n) % r->nslots];
-    kvf_status st = kvf_cache_put(r->c, keys, r->slots, m, q->priority, &pd->ticket);
+    kvf_status st = kvf_cache_put(r->c, r->dkeys, r->slots, d, q->priority, &pd->ticket);
     if (st != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: kvf_cache_put of %u blocks: %s\n",
-                req_name(q, nm, sizeof nm), m, kvf_last_error());
+                req_name(q, nm, sizeof nm), d, kvf_last_error());
         r->n.errors++;
         return 0;
     }
@@ -372,12 +419,14 @@ static int grow_keys(client *r, size_t n)
 
 /* One part of a request when the cache owns the GPU slots (--gpu-tier):
  * its cached prefix acquired into GPU slots (pinned), slots allocated for
- * the rest, prefilled and committed, then all of it unpinned. */
-static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t m)
+ * the rest, prefilled and committed, then all of it unpinned. A block the
+ * part names twice is one block in one slot: moved and checked once. */
+static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t part)
 {
     const kvf_trace_req *q = &r->trace->reqs[qi];
     char nm[160];
-    kvf_key *keys = r->keys + s;
+    uint32_t m = distinct_keys(r, r->keys + s, part);
+    const kvf_key *keys = r->dkeys;
     size_t hits = 0, held = 0, todo = 0;
     kvf_ticket t;
     double t0 = now_s();
@@ -395,14 +444,15 @@ static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t m)
     for (size_t i = 0; i < hits; i++) {
         if (r->per[i] == KVF_OK) {
             r->n.got_blocks++;
-            if (verify(r, q, s + i, keys[i], r->slots[i], r->tiers[s + i]))
+            size_t at = s + r->dpos[i].at;
+            if (verify(r, q, at, keys[i], r->slots[i], r->tiers[at]))
                 return -1;
             r->ukeys[held++] = keys[i];
             continue;
         }
         fprintf(stderr,
                 "kvferry replay: %s: block %zu key 0x%016llx: acquire failed: %s; recomputed\n",
-                req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
+                req_name(q, nm, sizeof nm), s + r->dpos[i].at, (unsigned long long)keys[i],
                 kvf_status_str(r->per[i]));
         r->n.errors++;
         unpin_keys(r, q, keys + i, 1); /* removed at this unpin */
@@ -465,7 +515,7 @@ static int run_request(client *r, size_t qi)
     size_t n = q->has_keys ? q->n_keys : q->n_tokens / tpb;
     if (grow_keys(r, n ? n : 1))
         return -1;
-    if (q->has_keys)
+    if (q->has_keys && n) /* no blocks: q->keys is NULL, memcpy must not see it */
         memcpy(r->keys, q->keys, n * sizeof *r->keys);
     else
         kvf_key_chain_all(q->tokens, q->n_tokens, tpb, q->salt, r->keys, n);
@@ -544,7 +594,10 @@ static int client_init(client *cl, replay *r, uint32_t base, uint32_t nslots)
     cl->pend = malloc(nslots * sizeof *cl->pend);
     cl->akeys = malloc(nslots * sizeof *cl->akeys);
     cl->ukeys = malloc(nslots * sizeof *cl->ukeys);
-    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend || !cl->akeys || !cl->ukeys) {
+    cl->dkeys = malloc(nslots * sizeof *cl->dkeys);
+    cl->dpos = malloc(nslots * sizeof *cl->dpos);
+    if (!cl->want || !cl->got || !cl->slots || !cl->per || !cl->pend || !cl->akeys || !cl->ukeys ||
+        !cl->dkeys || !cl->dpos) {
         fprintf(stderr, "kvferry replay: out of memory\n");
         return -1;
     }
@@ -560,6 +613,8 @@ static void client_free(client *cl)
     free(cl->pend);
     free(cl->akeys);
     free(cl->ukeys);
+    free(cl->dkeys);
+    free(cl->dpos);
     free(cl->keys);
     free(cl->tiers);
 }
@@ -570,11 +625,13 @@ static void *client_main(void *arg)
 {
     client *cl = arg;
     size_t i;
-    while ((i = atomic_fetch_add(&cl->rp->next, 1)) < cl->trace->n)
+    while ((i = atomic_fetch_add(&cl->rp->next, 1)) < cl->trace->n) {
         if (run_request(cl, i)) {
             cl->rc = -1;
             break;
         }
+        kvf_cli_progress("kvferry replay: requests", i + 1, cl->trace->n);
+    }
     while (cl->pend_n)
         wait_put(cl);
     return NULL;
@@ -608,7 +665,7 @@ static void usage(FILE *f)
             "                          a generated shared-prefix workload (default: mixed)\n"
             "  --requests N --seed S   of the generated trace (default 200, 1)\n"
             "  --write-trace FILE      save the trace replayed, as JSONL\n"
-            "  --backend host|cuda|auto  default host\n"
+            "  --backend auto|host|cuda  default auto (cuda where a GPU is usable)\n"
             "  --gpu-blocks N          primary slots: the serving engine's KV pool (256)\n"
             "  --gpu-tier              the cache owns the primary slots as its GPU tier\n"
             "                          (kvf_cache_acquire / alloc / commit / unpin), as the\n"
@@ -616,124 +673,163 @@ static void usage(FILE *f)
             "  --host-blocks N         host tier capacity, in blocks (512; 0: off)\n"
             "  --disk DIR              disk tier in DIR/NAMESPACE\n"
             "  --disk-blocks N         disk tier capacity, in blocks (4096 with --disk)\n"
-            "  --ns NAMESPACE          file (and remote) namespace (default replay)\n"
-            "  --remote URL            the engine's remote tier: redis://host:port[/db] or\n"
-            "                          redis-cluster://h1:p1,h2:p2\n"
-            "  --remote-mode write-through|read|off   how the cache uses it (write-through)\n"
+            "  --namespace NS          file (and remote) namespace (default replay; --ns too)\n"
+            "  --remote-url URL        the engine's remote tier: redis://host:port[/db] or\n"
+            "                          redis-cluster://h1:p1,h2:p2 (--remote too)\n"
+            "  --remote-mode off|write-through|read   how the cache uses it (write-through)\n"
             "  --pools N               pools (tensors) per block (1)\n"
             "%s"
+            "                          (default 4 2 8 16 128)\n"
             "  --offload-min-priority N  --disk-admit-uses N   cache policy (default 0, 0)\n"
             "  --clients N             requests run by N threads at once, each with its share\n"
             "                          of the primary slots (1: in arrival order, a report\n"
             "                          the same on every run)\n"
             "  --threads N             engine worker threads (0: default)\n"
             "  --fsync none|batch|block  disk durability (default none)\n"
-            "  --json FILE             also write the report as JSON\n"
             "  --prometheus            print the cache's Prometheus metrics at the end\n"
-            "Exits 1 if any block got from the cache differs from what was put, or on any\n"
-            "cache error; 2 on bad options or a bad trace line.\n",
-            kvf_cli_geometry_usage);
+            "%s"
+            "A progress bar runs on standard error when it is a terminal.\n"
+            "Exits 1 if any block got from the cache differs from what was put, on any\n"
+            "cache error, or when the JSON report cannot be written; 2 on bad options or a\n"
+            "bad trace line.\n",
+            kvf_cli_geometry_usage, kvf_cli_common_usage);
 }
 
-static int parse_args(int argc, char **argv, replay_opts *o)
+/* replay's own options; a new one is a row here and a case below. */
+enum {
+    OPT_GEN = KVF_OPT_OWN,
+    OPT_REQUESTS,
+    OPT_SEED,
+    OPT_WRITE_TRACE,
+    OPT_GPU_BLOCKS,
+    OPT_GPU_TIER,
+    OPT_HOST_BLOCKS,
+    OPT_DISK,
+    OPT_DISK_BLOCKS,
+    OPT_REMOTE_MODE,
+    OPT_POOLS,
+    OPT_OFFLOAD_MIN_PRIORITY,
+    OPT_DISK_ADMIT_USES,
+    OPT_CLIENTS,
+    OPT_THREADS,
+    OPT_FSYNC,
+    OPT_PROMETHEUS,
+};
+
+static const struct option replay_options[] = {
+    KVF_CLI_OPTS_COMMON,
+    KVF_CLI_OPTS_BACKEND,
+    KVF_CLI_OPTS_NAMESPACE,
+    KVF_CLI_OPTS_REMOTE_URL,
+    KVF_CLI_OPTS_GEOMETRY,
+    {"gen", required_argument, NULL, OPT_GEN},
+    {"requests", required_argument, NULL, OPT_REQUESTS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"write-trace", required_argument, NULL, OPT_WRITE_TRACE},
+    {"gpu-blocks", required_argument, NULL, OPT_GPU_BLOCKS},
+    {"gpu-tier", no_argument, NULL, OPT_GPU_TIER},
+    {"host-blocks", required_argument, NULL, OPT_HOST_BLOCKS},
+    {"disk", required_argument, NULL, OPT_DISK},
+    {"disk-blocks", required_argument, NULL, OPT_DISK_BLOCKS},
+    {"remote-mode", required_argument, NULL, OPT_REMOTE_MODE},
+    {"pools", required_argument, NULL, OPT_POOLS},
+    {"offload-min-priority", required_argument, NULL, OPT_OFFLOAD_MIN_PRIORITY},
+    {"disk-admit-uses", required_argument, NULL, OPT_DISK_ADMIT_USES},
+    {"clients", required_argument, NULL, OPT_CLIENTS},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"fsync", required_argument, NULL, OPT_FSYNC},
+    {"prometheus", no_argument, NULL, OPT_PROMETHEUS},
+    KVF_CLI_OPTS_END,
+};
+
+/* One option's value into *o: 0, or -1 on a bad value (printed). */
+static int replay_option(int c, const char *v, replay_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int g = kvf_cli_geometry_arg("replay", argc, argv, &i, &o->g);
-        if (g < 0)
-            return -1;
-        if (g > 0)
-            continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--prometheus")) {
-            o->prometheus = true;
-            continue;
-        }
-        if (!strcmp(a, "--gpu-tier")) {
-            o->gpu_tier = true;
-            continue;
-        }
-        if (a[0] != '-' || !strcmp(a, "-")) {
-            if (o->trace_path) {
-                fprintf(stderr, "kvferry replay: one trace file only ('%s')\n", a);
-                return -1;
-            }
-            o->trace_path = a;
-            continue;
-        }
-        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
-            fprintf(stderr, "kvferry replay: unknown option or missing value: '%s'\n", a);
-            return -1;
-        }
-        const char *name = a + 2, *v = argv[++i];
-        int rc = 0, choice = (int)o->backend;
-        if (!strcmp(name, "gen")) {
-            rc = kvf_trace_gen_parse(v, &o->gen);
-            o->gen_set = true;
-            if (rc)
-                fprintf(stderr, "kvferry replay: --gen: unknown workload '%s'\n", v);
-        } else if (!strcmp(name, "requests")) {
-            rc = kvf_cli_u32("replay", name, v, &o->requests);
-        } else if (!strcmp(name, "seed")) {
-            rc = kvf_cli_u64("replay", name, v, &o->seed);
-        } else if (!strcmp(name, "write-trace")) {
-            o->write_trace = v;
-        } else if (!strcmp(name, "backend")) {
-            static const char *const names[] = {"auto", "host", "cuda", NULL};
-            rc = kvf_cli_choice("replay", name, v, names, &choice);
-            o->backend = (kvf_backend)choice;
-        } else if (!strcmp(name, "gpu-blocks")) {
-            rc = kvf_cli_u32("replay", name, v, &o->gpu_blocks);
-        } else if (!strcmp(name, "host-blocks")) {
-            rc = kvf_cli_u64("replay", name, v, &o->host_blocks);
-        } else if (!strcmp(name, "disk-blocks")) {
-            rc = kvf_cli_u64("replay", name, v, &o->disk_blocks);
-            o->disk_blocks_set = true;
-        } else if (!strcmp(name, "disk")) {
-            o->disk = v;
-        } else if (!strcmp(name, "ns")) {
-            o->ns = v;
-        } else if (!strcmp(name, "pools")) {
-            rc = kvf_cli_u32("replay", name, v, &o->pools);
-        } else if (!strcmp(name, "remote")) {
-            o->remote_url = v;
-        } else if (!strcmp(name, "remote-mode")) {
-            static const char *const names[] = {"off", "write-through", "read", NULL};
-            choice = (int)o->remote;
-            rc = kvf_cli_choice("replay", name, v, names, &choice);
-            o->remote = (kvf_cache_remote)choice;
-            o->remote_set = true;
-        } else if (!strcmp(name, "clients")) {
-            rc = kvf_cli_u32("replay", name, v, &o->clients);
-        } else if (!strcmp(name, "threads")) {
-            rc = kvf_cli_u32("replay", name, v, &o->threads);
-        } else if (!strcmp(name, "offload-min-priority")) {
-            rc = kvf_cli_u32("replay", name, v, &o->offload_min_priority);
-        } else if (!strcmp(name, "disk-admit-uses")) {
-            rc = kvf_cli_u32("replay", name, v, &o->disk_admit_uses);
-        } else if (!strcmp(name, "json")) {
-            o->json = v;
-        } else if (!strcmp(name, "fsync")) {
-            static const char *const names[] = {"none", "batch", "block", NULL};
-            choice = (int)o->fsync;
-            rc = kvf_cli_choice("replay", name, v, names, &choice);
-            o->fsync = (kvf_fsync)choice;
-        } else {
-            fprintf(stderr, "kvferry replay: unknown option '%s'\n", a);
-            rc = -1;
-        }
-        if (rc)
-            return -1;
+    static const char *const gens[] = {"system-prompt", "multi-turn", "few-shot", "mixed",
+                                       NULL}; /* kvf_trace_gen's order */
+    static const char *const remote_modes[] = {"off", "write-through", "read", NULL};
+    uint64_t u;
+    int choice, rc = 0;
+    switch (c) {
+    case KVF_OPT_JSON:
+        o->json = v;
+        break;
+    case KVF_OPT_BACKEND:
+        return kvf_cli_backend("replay", v, &o->backend);
+    case KVF_OPT_NAMESPACE:
+        o->ns = v;
+        break;
+    case KVF_OPT_REMOTE_URL:
+        o->remote_url = v;
+        break;
+    case OPT_GEN:
+        rc = kvf_cli_choice("replay", "gen", v, gens, &choice);
+        o->gen = rc ? o->gen : (kvf_trace_gen)choice;
+        o->gen_set = true;
+        break;
+    case OPT_REQUESTS:
+        rc = kvf_cli_number("replay", "requests", v, 1, UINT32_MAX, &u);
+        o->requests = (uint32_t)u;
+        break;
+    case OPT_SEED:
+        return kvf_cli_u64("replay", "seed", v, &o->seed);
+    case OPT_WRITE_TRACE:
+        o->write_trace = v;
+        break;
+    case OPT_GPU_BLOCKS:
+        rc = kvf_cli_number("replay", "gpu-blocks", v, 1, UINT32_MAX, &u);
+        o->gpu_blocks = (uint32_t)u;
+        break;
+    case OPT_GPU_TIER:
+        o->gpu_tier = true;
+        break;
+    case OPT_HOST_BLOCKS: /* secondary slots of a pool: 32 bits */
+        return kvf_cli_number("replay", "host-blocks", v, 0, UINT32_MAX, &o->host_blocks);
+    case OPT_DISK:
+        o->disk = v;
+        break;
+    case OPT_DISK_BLOCKS:
+        o->disk_blocks_set = true;
+        return kvf_cli_u64("replay", "disk-blocks", v, &o->disk_blocks);
+    case OPT_REMOTE_MODE:
+        rc = kvf_cli_choice("replay", "remote-mode", v, remote_modes, &choice);
+        o->remote = rc ? o->remote : (kvf_cache_remote)choice;
+        o->remote_set = true;
+        break;
+    case OPT_POOLS:
+        rc = kvf_cli_number("replay", "pools", v, 1, UINT32_MAX, &u);
+        o->pools = (uint32_t)u;
+        break;
+    case OPT_OFFLOAD_MIN_PRIORITY:
+        rc = kvf_cli_number("replay", "offload-min-priority", v, 0, 100, &u);
+        o->offload_min_priority = (uint32_t)u;
+        break;
+    case OPT_DISK_ADMIT_USES:
+        return kvf_cli_u32("replay", "disk-admit-uses", v, &o->disk_admit_uses);
+    case OPT_CLIENTS:
+        rc = kvf_cli_number("replay", "clients", v, 1, 1024, &u);
+        o->clients = (uint32_t)u;
+        break;
+    case OPT_THREADS:
+        return kvf_cli_u32("replay", "threads", v, &o->threads);
+    case OPT_FSYNC:
+        rc = kvf_cli_choice("replay", "fsync", v, kvf_cli_fsync_names, &choice);
+        o->fsync = rc ? o->fsync : (kvf_fsync)choice;
+        break;
+    case OPT_PROMETHEUS:
+        o->prometheus = true;
+        break;
+    default:
+        return kvf_cli_geometry_opt("replay", c, v, &o->g) == 1 ? 0 : -1;
     }
+    return rc;
+}
+
+/* The options' values checked together. */
+static int check_options(replay_opts *o)
+{
     if (o->trace_path && o->gen_set) {
         fprintf(stderr, "kvferry replay: a trace file or --gen, not both\n");
-        return -1;
-    }
-    if (!o->pools || !o->gpu_blocks || !o->clients) {
-        fprintf(stderr, "kvferry replay: --pools, --gpu-blocks and --clients must be at least 1\n");
         return -1;
     }
     if (o->gpu_blocks < o->clients) {
@@ -752,18 +848,37 @@ static int parse_args(int argc, char **argv, replay_opts *o)
     if (o->remote_url && !o->remote_set)
         o->remote = KVF_CACHE_REMOTE_WRITE_THROUGH;
     if (o->remote != KVF_CACHE_REMOTE_OFF && !o->remote_url) {
-        fprintf(stderr, "kvferry replay: --remote-mode needs --remote URL\n");
+        fprintf(stderr, "kvferry replay: --remote-mode needs --remote-url URL\n");
         return -1;
     }
     if (!o->host_blocks && !o->disk_blocks) {
         fprintf(stderr, "kvferry replay: every tier is off: give --host-blocks or --disk\n");
         return -1;
     }
-    if (o->host_blocks > UINT32_MAX) {
-        fprintf(stderr, "kvferry replay: --host-blocks above 2^32 slots\n");
-        return -1;
-    }
     return 0;
+}
+
+/* 0 parsed, 1 --help printed, -1 a usage error (printed). */
+static int parse_args(int argc, char **argv, replay_opts *o)
+{
+    int c;
+    optind = 0;
+    while ((c = kvf_cli_getopt("replay", argc, argv, replay_options)) != -1) {
+        if (c == 'h') {
+            usage(stdout);
+            return 1;
+        }
+        if (c == '?' || replay_option(c, optarg, o))
+            return -1;
+    }
+    for (; optind < argc; optind++) {
+        if (o->trace_path) {
+            fprintf(stderr, "kvferry replay: one trace file only ('%s')\n", argv[optind]);
+            return -1;
+        }
+        o->trace_path = argv[optind];
+    }
+    return check_options(o);
 }
 
 static uint64_t total_hits(const replay *r)
@@ -790,9 +905,10 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
     if (o->clients > 1)
         printf(", %u clients", o->clients);
     printf("\n");
-    printf("  block: %u pool(s) x %zu bytes (%s, %ux%ux%ux%ux%u %s)\n", o->pools, r->block_bytes,
-           kvf_dtype_name(o->g.dtype), o->g.layers, o->g.kv_factor, o->g.kv_heads,
-           o->g.tokens_per_block, o->g.head_size,
+    char b1[32], b2[32];
+    printf("  block: %u pool(s) x %s (%s, %ux%ux%ux%ux%u %s)\n", o->pools,
+           kvf_cli_bytes(r->block_bytes, b1), kvf_dtype_name(o->g.dtype), o->g.layers,
+           o->g.kv_factor, o->g.kv_heads, o->g.tokens_per_block, o->g.head_size,
            o->g.order == KVF_ORDER_HEAD_MAJOR ? "head-major" : "token-major");
     printf("  tiers: primary %u slots, host %llu blocks, disk %llu blocks%s%s%s%s\n", o->gpu_blocks,
            (unsigned long long)o->host_blocks, (unsigned long long)o->disk_blocks,
@@ -808,9 +924,9 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
     printf("  prefill saved: %llu of %llu tokens (%.2f%%)\n", (unsigned long long)hit * tpb,
            (unsigned long long)r->n.tokens, pct(hit * tpb, r->n.tokens));
     for (int t = 0; t < KVF_CACHE_TIERS; t++)
-        printf("  %s tier: %llu blocks now, %llu bytes in, %llu bytes out, %llu evictions\n",
+        printf("  %s tier: %llu blocks now, %s in, %s out, %llu evictions\n",
                kvf_cache_tier_name((kvf_cache_tier)t), (unsigned long long)s->blocks[t],
-               (unsigned long long)s->bytes_in[t], (unsigned long long)s->bytes_out[t],
+               kvf_cli_bytes(s->bytes_in[t], b1), kvf_cli_bytes(s->bytes_out[t], b2),
                (unsigned long long)s->evictions[t]);
     printf("  dropped %llu, failures %llu, puts refused for space %llu, hits evicted before "
            "their pin %llu, remote errors %llu, errors %llu\n",
@@ -825,64 +941,75 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
     printf("  verified: %llu blocks got from the cache, %s\n", (unsigned long long)r->n.verified,
            r->n.bad_blocks ? "SOME WRONG" : "every byte right");
     double got_bytes = (double)r->n.got_blocks * r->block_bytes * o->pools;
-    printf("  time: %.3f s wall; gets %.1f MiB in %.3f s (%.2f GB/s)\n", r->wall_s,
-           got_bytes / 1048576, r->n.get_s, r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
+    printf("  time: %.3f s wall; gets of %s in %.3f s (%.2f GB/s)\n", r->wall_s,
+           kvf_cli_bytes((uint64_t)got_bytes, b1), r->n.get_s,
+           r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
 }
 
-static void write_json(const replay *r, const kvf_cache_stats *s, const char *source, FILE *f)
+static cJSON *tier_counts(const uint64_t *v, double scale)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+        cJSON_AddNumberToObject(o, kvf_cache_tier_name((kvf_cache_tier)t), (double)v[t] * scale);
+    return o;
+}
+
+/* The report as JSON: the replay's own counts, each tier's figures at the
+ * top level (as the report's readers expect them), the cache's whole stats
+ * under "cache". */
+static cJSON *report_json(const replay *r, const kvf_cache_stats *s, const char *source)
 {
     const replay_opts *o = r->o;
-    uint64_t hit = total_hits(r);
+    uint64_t hit = total_hits(r), tpb = o->g.tokens_per_block;
     double got_bytes = (double)r->n.got_blocks * r->block_bytes * o->pools;
-    fputs("{\"source\": ", f);
-    kvf_trace_json_string(f, source);
-    fprintf(f,
-            ", \"backend\": \"%s\", \"requests\": %zu, \"blocks\": %llu, \"tokens\": %llu, "
-            "\"tokens_per_block\": %u, \"pools\": %u, \"block_bytes\": %zu,\n"
-            " \"gpu_blocks\": %u, \"clients\": %u, \"host_blocks\": %llu, \"disk_blocks\": %llu,\n",
-            kvf_backend_name(kvf_engine_backend(r->e)), r->trace->n,
-            (unsigned long long)r->n.blocks, (unsigned long long)r->n.tokens, o->g.tokens_per_block,
-            o->pools, r->block_bytes, o->gpu_blocks, o->clients, (unsigned long long)o->host_blocks,
-            (unsigned long long)o->disk_blocks);
-    for (int pass = 0; pass < 2; pass++) {
-        fprintf(f, " \"%s\": {", pass ? "hit_rate" : "hits");
-        for (int t = 0; t < KVF_CACHE_TIERS; t++) {
-            fprintf(f, "%s\"%s\": ", t ? ", " : "", kvf_cache_tier_name((kvf_cache_tier)t));
-            if (pass)
-                fprintf(f, "%.6f", pct(r->n.hits[t], r->n.blocks) / 100);
-            else
-                fprintf(f, "%llu", (unsigned long long)r->n.hits[t]);
-        }
-        fprintf(f, "},");
+    double per_block = r->n.blocks ? 1.0 / (double)r->n.blocks : 0;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "source", source);
+    cJSON_AddStringToObject(j, "backend", kvf_backend_name(kvf_engine_backend(r->e)));
+    cJSON_AddNumberToObject(j, "requests", (double)r->trace->n);
+    cJSON_AddNumberToObject(j, "blocks", (double)r->n.blocks);
+    cJSON_AddNumberToObject(j, "tokens", (double)r->n.tokens);
+    cJSON_AddNumberToObject(j, "tokens_per_block", tpb);
+    cJSON_AddNumberToObject(j, "pools", o->pools);
+    cJSON_AddNumberToObject(j, "block_bytes", (double)r->block_bytes);
+    cJSON_AddNumberToObject(j, "gpu_blocks", o->gpu_blocks);
+    cJSON_AddBoolToObject(j, "gpu_tier", o->gpu_tier);
+    cJSON_AddNumberToObject(j, "clients", o->clients);
+    cJSON_AddNumberToObject(j, "host_blocks", (double)o->host_blocks);
+    cJSON_AddNumberToObject(j, "disk_blocks", (double)o->disk_blocks);
+    cJSON_AddItemToObject(j, "hits", tier_counts(r->n.hits, 1));
+    cJSON_AddItemToObject(j, "hit_rate", tier_counts(r->n.hits, per_block));
+    cJSON_AddNumberToObject(j, "misses", (double)(r->n.blocks - hit));
+    cJSON_AddNumberToObject(j, "miss_rate", (double)(r->n.blocks - hit) * per_block);
+    cJSON_AddNumberToObject(j, "prefill_tokens_saved", (double)(hit * tpb));
+    cJSON_AddNumberToObject(j, "prefill_saved_share", pct(hit * tpb, r->n.tokens) / 100);
+    for (int t = 0; t < KVF_CACHE_TIERS; t++) {
+        cJSON *tier = cJSON_AddObjectToObject(j, kvf_cache_tier_name((kvf_cache_tier)t));
+        cJSON_AddNumberToObject(tier, "blocks", (double)s->blocks[t]);
+        cJSON_AddNumberToObject(tier, "bytes_in", (double)s->bytes_in[t]);
+        cJSON_AddNumberToObject(tier, "bytes_out", (double)s->bytes_out[t]);
+        cJSON_AddNumberToObject(tier, "evictions", (double)s->evictions[t]);
     }
-    fprintf(f,
-            " \"misses\": %llu, \"miss_rate\": %.6f,\n"
-            " \"prefill_tokens_saved\": %llu, \"prefill_saved_share\": %.6f,\n",
-            (unsigned long long)(r->n.blocks - hit), pct(r->n.blocks - hit, r->n.blocks) / 100,
-            (unsigned long long)hit * o->g.tokens_per_block,
-            pct(hit * o->g.tokens_per_block, r->n.tokens) / 100);
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
-        fprintf(f,
-                " \"%s\": {\"blocks\": %llu, \"bytes_in\": %llu, \"bytes_out\": %llu, "
-                "\"evictions\": %llu},\n",
-                kvf_cache_tier_name((kvf_cache_tier)t), (unsigned long long)s->blocks[t],
-                (unsigned long long)s->bytes_in[t], (unsigned long long)s->bytes_out[t],
-                (unsigned long long)s->evictions[t]);
-    fprintf(f,
-            " \"dropped\": %llu, \"failures\": %llu, \"no_space\": %llu, \"raced\": %llu, "
-            "\"remote_errors\": %llu, \"errors\": %llu,\n"
-            " \"events\": {\"stored\": %llu, \"updated\": %llu, \"removed\": %llu, "
-            "\"dropped\": %llu},\n"
-            " \"verified_blocks\": %llu, \"wrong_blocks\": %llu, \"verified\": %s,\n"
-            " \"wall_s\": %.6f, \"get_s\": %.6f, \"get_bytes\": %.0f, \"get_gbs\": %.4f}\n",
-            (unsigned long long)s->dropped, (unsigned long long)s->failures,
-            (unsigned long long)r->n.no_space, (unsigned long long)r->n.raced,
-            (unsigned long long)s->remote_errors, (unsigned long long)r->n.errors,
-            (unsigned long long)r->events_seen[0], (unsigned long long)r->events_seen[1],
-            (unsigned long long)r->events_seen[2], (unsigned long long)s->events_dropped,
-            (unsigned long long)r->n.verified, (unsigned long long)r->n.bad_blocks,
-            r->n.bad_blocks ? "false" : "true", r->wall_s, r->n.get_s, got_bytes,
-            r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
+    cJSON_AddNumberToObject(j, "dropped", (double)s->dropped);
+    cJSON_AddNumberToObject(j, "failures", (double)s->failures);
+    cJSON_AddNumberToObject(j, "no_space", (double)r->n.no_space);
+    cJSON_AddNumberToObject(j, "raced", (double)r->n.raced);
+    cJSON_AddNumberToObject(j, "remote_errors", (double)s->remote_errors);
+    cJSON_AddNumberToObject(j, "errors", (double)r->n.errors);
+    cJSON *ev = cJSON_AddObjectToObject(j, "events");
+    cJSON_AddNumberToObject(ev, "stored", (double)r->events_seen[KVF_EVENT_STORED]);
+    cJSON_AddNumberToObject(ev, "updated", (double)r->events_seen[KVF_EVENT_UPDATED]);
+    cJSON_AddNumberToObject(ev, "removed", (double)r->events_seen[KVF_EVENT_REMOVED]);
+    cJSON_AddNumberToObject(ev, "dropped", (double)s->events_dropped);
+    cJSON_AddNumberToObject(j, "verified_blocks", (double)r->n.verified);
+    cJSON_AddNumberToObject(j, "wrong_blocks", (double)r->n.bad_blocks);
+    cJSON_AddBoolToObject(j, "verified", r->n.bad_blocks == 0);
+    cJSON_AddNumberToObject(j, "wall_s", r->wall_s);
+    cJSON_AddNumberToObject(j, "get_s", r->n.get_s);
+    cJSON_AddNumberToObject(j, "get_bytes", got_bytes);
+    cJSON_AddNumberToObject(j, "get_gbs", r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
+    cJSON_AddItemToObject(j, "cache", kvf_cli_cache_stats_json(s));
+    return j;
 }
 
 static int load_trace(replay_opts *o, kvf_trace *t, char *source, size_t cap)
@@ -970,7 +1097,7 @@ int kvf_cli_replay(int argc, char **argv)
         .gen = KVF_GEN_MIXED,
         .requests = 200,
         .seed = 1,
-        .backend = KVF_BACKEND_HOST,
+        .backend = KVF_CLI_BACKEND_DEFAULT,
         .g = {4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
         .pools = 1,
         .gpu_blocks = 256,
@@ -979,10 +1106,9 @@ int kvf_cli_replay(int argc, char **argv)
         .ns = "replay",
         .fsync = KVF_FSYNC_NONE,
     };
-    if (parse_args(argc, argv, &o)) {
-        fprintf(stderr, "kvferry replay --help lists the options\n");
-        return 2;
-    }
+    int parsed = parse_args(argc, argv, &o);
+    if (parsed)
+        return parsed > 0 ? 0 : kvf_cli_usage_error("replay");
     replay r;
     memset(&r, 0, sizeof r);
     r.o = &o;
@@ -996,8 +1122,12 @@ int kvf_cli_replay(int argc, char **argv)
         fprintf(stderr, "kvferry replay: geometry: %s\n", kvf_last_error());
         return 2;
     }
-    if (load_trace(&o, &trace, source, sizeof source))
-        return 2;
+    if (kvf_cli_json_open("replay", o.json))
+        return KVF_CLI_FAILED;
+    if (load_trace(&o, &trace, source, sizeof source)) {
+        kvf_cli_json_close("replay");
+        return KVF_CLI_USAGE;
+    }
     r.trace = &trace;
     r.events = malloc(EVENT_QUEUE * sizeof *r.events);
     clients = calloc(o.clients, sizeof *clients);
@@ -1039,6 +1169,7 @@ int kvf_cli_replay(int argc, char **argv)
         r.n.errors++;
     }
     r.wall_s = now_s() - t0;
+    kvf_cli_progress_end();
     drain_events(&r);
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     if (kvf_cache_stats_get(r.c, &s) != KVF_OK) {
@@ -1060,23 +1191,16 @@ int kvf_cli_replay(int argc, char **argv)
         r.n.errors++;
     }
     print_report(&r, &s, source);
-    if (o.json) {
-        FILE *f = fopen(o.json, "w");
-        if (!f) {
-            fprintf(stderr, "kvferry replay: %s: %s\n", o.json, strerror(errno));
-            r.n.errors++;
-        } else {
-            write_json(&r, &s, source, f);
-            if (fclose(f)) {
-                fprintf(stderr, "kvferry replay: %s: %s\n", o.json, strerror(errno));
-                r.n.errors++;
-            }
-        }
-    }
+    if (kvf_cli_json_emit("replay", report_json(&r, &s, source)))
+        r.n.errors++;
     if (o.prometheus && kvf_cli_print_prometheus(r.c))
+        r.n.errors++;
+    fflush(stdout);
+    if (kvf_cli_json_close("replay"))
         r.n.errors++;
     rc = r.n.bad_blocks || r.n.errors ? 1 : 0;
 out:
+    kvf_cli_json_close("replay"); /* after an early error: nothing more to write */
     for (uint32_t k = 0; clients && k < o.clients; k++)
         client_free(&clients[k]);
     free(clients);

@@ -63,48 +63,76 @@ static int count_blocks(const char *dir, const char *ns, uint64_t fingerprint, u
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kvferry stats DIR [--ns NAMESPACE] [--pools N] [geometry options]\n"
-            "Opens a cache on the blocks stored in DIR/NAMESPACE (default namespace replay)\n"
+            "usage: kvferry stats DIR [--namespace NS] [--pools N] [geometry options]\n"
+            "Opens a cache on the blocks stored in DIR/NS (default namespace replay)\n"
             "and prints its metrics in the Prometheus text format. Give the geometry the\n"
             "blocks were written with: blocks of another layout are not the cache's.\n"
-            "  --ns NAMESPACE  --pools N (default 1)\n"
+            "  --namespace NS          (--ns too)  --pools N (default 1)\n"
+            "%s"
+            "                          (default 4 2 8 16 128, as kvferry replay's)\n"
             "%s"
             "Live counters (hits, bytes moved, evictions) come from the library call\n"
             "kvf_cache_stats_prometheus in a running engine, or kvferry replay --prometheus.\n",
-            kvf_cli_geometry_usage);
+            kvf_cli_geometry_usage, kvf_cli_common_usage);
+}
+
+enum { OPT_POOLS = KVF_OPT_OWN };
+
+static const struct option stats_options[] = {KVF_CLI_OPTS_COMMON,
+                                              KVF_CLI_OPTS_NAMESPACE,
+                                              KVF_CLI_OPTS_GEOMETRY,
+                                              {"pools", required_argument, NULL, OPT_POOLS},
+                                              KVF_CLI_OPTS_END};
+
+typedef struct stats_opts {
+    const char *dir, *ns, *json;
+    uint32_t pools;
+    kvf_geometry g;
+} stats_opts;
+
+/* 0 parsed, 1 --help printed, -1 a usage error (printed). */
+static int parse_args(int argc, char **argv, stats_opts *o)
+{
+    int c;
+    uint64_t v;
+    optind = 0;
+    while ((c = kvf_cli_getopt("stats", argc, argv, stats_options)) != -1) {
+        if (c == 'h') {
+            usage(stdout);
+            return 1;
+        }
+        if (c == '?')
+            return -1;
+        if (c == KVF_OPT_JSON)
+            o->json = optarg;
+        else if (c == KVF_OPT_NAMESPACE)
+            o->ns = optarg;
+        else if (c == OPT_POOLS) {
+            if (kvf_cli_number("stats", "pools", optarg, 1, 1024, &v))
+                return -1;
+            o->pools = (uint32_t)v;
+        } else if (kvf_cli_geometry_opt("stats", c, optarg, &o->g) != 1)
+            return -1;
+    }
+    if (optind + 1 != argc) {
+        fprintf(stderr, "kvferry stats: %s\n",
+                optind < argc ? "one directory only" : "which directory? (kvferry stats DIR)");
+        return -1;
+    }
+    o->dir = argv[optind];
+    return 0;
 }
 
 int kvf_cli_stats(int argc, char **argv)
 {
-    const char *dir = NULL, *ns = "replay";
-    uint32_t pools = 1;
-    kvf_geometry g = {4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
-    for (int i = 1; i < argc; i++) {
-        int rc = kvf_cli_geometry_arg("stats", argc, argv, &i, &g);
-        if (rc < 0)
-            return 2;
-        if (rc > 0)
-            continue;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--ns") && i + 1 < argc) {
-            ns = argv[++i];
-        } else if (!strcmp(argv[i], "--pools") && i + 1 < argc) {
-            if (kvf_cli_u32("stats", "pools", argv[++i], &pools))
-                return 2;
-        } else if (argv[i][0] != '-' && !dir) {
-            dir = argv[i];
-        } else {
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!dir || !pools) {
-        usage(stderr);
-        return 2;
-    }
+    stats_opts o = {
+        .ns = "replay", .pools = 1, .g = {4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR}};
+    int parsed = parse_args(argc, argv, &o);
+    if (parsed)
+        return parsed > 0 ? 0 : kvf_cli_usage_error("stats");
+    const char *dir = o.dir, *ns = o.ns;
+    uint32_t pools = o.pools;
+    kvf_geometry g = o.g;
     char sub[4096];
     struct stat sb;
     snprintf(sub, sizeof sub, "%s/%s", dir, ns);
@@ -119,14 +147,20 @@ int kvf_cli_stats(int argc, char **argv)
     kvf_geometry *gs = calloc(pools, sizeof *gs);
     if (!gs)
         return 1;
+    if (kvf_cli_json_open("stats", o.json)) {
+        free(gs);
+        return KVF_CLI_FAILED;
+    }
     for (uint32_t p = 0; p < pools; p++)
         gs[p] = g;
     uint64_t all = 0, mine = 0;
     int rc = count_blocks(dir, ns, 0, &all) ||
              count_blocks(dir, ns, kvf__geometry_fingerprint(gs, pools), &mine);
     free(gs);
-    if (rc)
+    if (rc) {
+        kvf_cli_json_close("stats");
         return 1;
+    }
 
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
@@ -163,7 +197,25 @@ int kvf_cli_stats(int argc, char **argv)
                 "options they were written with\n",
                 (unsigned long long)(all - mine), sub);
     rc = kvf_cli_print_prometheus(c) ? 1 : 0;
+    kvf_cache_stats st = KVF_CACHE_STATS_INIT;
+    if (o.json && kvf_cache_stats_get(c, &st) != KVF_OK) {
+        fprintf(stderr, "kvferry stats: %s\n", kvf_last_error());
+        rc = 1;
+    } else if (o.json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "dir", dir);
+        cJSON_AddStringToObject(j, "namespace", ns);
+        cJSON_AddNumberToObject(j, "stored_blocks", (double)all);
+        cJSON_AddNumberToObject(j, "layout_blocks", (double)mine);
+        cJSON_AddNumberToObject(j, "pools", pools);
+        cJSON_AddItemToObject(j, "cache", kvf_cli_cache_stats_json(&st));
+        if (kvf_cli_json_emit("stats", j))
+            rc = 1;
+    }
 out:
+    fflush(stdout);
+    if (kvf_cli_json_close("stats"))
+        rc = 1;
     kvf_cache_destroy(c);
     kvf_engine_destroy(e);
     return rc;

@@ -44,6 +44,9 @@ typedef struct kvf_trace {
 int kvf_trace_parse_line(const char *line, size_t len, kvf_trace_req *req, char *err,
                          size_t errcap);
 void kvf_trace_req_free(kvf_trace_req *req);
+/* 0 when s[0..len) is well-formed UTF-8 (RFC 3629), else -1 with the offset
+ * of the first byte of the first bad sequence in *bad_p (when not NULL). */
+int kvf_trace_utf8_check(const char *s, size_t len, size_t *bad_p);
 
 /* Reads a whole JSONL trace; on an error prints "NAME:LINE: reason" to
  * stderr and returns -1 (the trace is left empty). */
