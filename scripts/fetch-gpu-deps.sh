@@ -1,7 +1,7 @@
 #!/bin/sh
 # Unpacks, into .deps (git-ignored), the Debian libraries and programs the GPU
 # machine's image lacks, so they can travel with a device call (carry .deps):
-# liburing, hiredis, libxxhash's header and libyaml for the build (.deps/root/usr), redis-server with the
+# liburing, hiredis, libxxhash's header, libyaml and cJSON for the build (.deps/root/usr), redis-server with the
 # libraries it links (.deps/redis/bin, .deps/redis/lib) for the remote tier's
 # tests. scripts/gpu-run.sh uses .deps when it is there. Needs no root.
 set -eu
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 dl=$(mktemp -d)
 trap 'rm -rf "$dl"' EXIT
 (cd "$dl" && apt-get download -q liburing2 liburing-dev libhiredis0.14 libhiredis-dev \
-    libxxhash-dev libyaml-0-2 libyaml-dev redis-server redis-tools libjemalloc2 liblzf1 >/dev/null)
+    libxxhash-dev libyaml-0-2 libyaml-dev libcjson1 libcjson-dev redis-server redis-tools libjemalloc2 liblzf1 >/dev/null)
 rm -rf .deps
 mkdir -p .deps/root .deps/redis/bin .deps/redis/lib
 for f in "$dl"/*.deb; do
