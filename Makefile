@@ -107,7 +107,7 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 format:
-	clang-format -i include/*.h src/*.c src/*.h src/*.cu tools/*.c tools/*.h tests/*.c tests/*.h bench/*.c
+	clang-format -i include/*.h $$(find src -name "*.[ch]" -o -name "*.cu") tools/*.c tools/*.h tests/*.c tests/*.h bench/*.c
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(GPU_BUILD)

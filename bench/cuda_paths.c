@@ -26,7 +26,7 @@
  * Usage: cuda_paths [reps [host]] (default 7 reps; `host`: whole blocks
  * between host and device only).
  */
-#include "internal.h"
+#include "backend.h"
 
 #include "bench_cuda.h"
 

@@ -18,7 +18,7 @@
  *
  * Usage: latency [reps] (default 9).
  */
-#include "internal.h"
+#include "backend.h"
 
 #include "bench_cuda.h"
 

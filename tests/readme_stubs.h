@@ -6,10 +6,10 @@
 #error "a README C block that uses kvferry must #include <kvferry.h> itself"
 #endif
 
-extern kvf_engine *e;               /* the engine, in the cache snippet */
-extern void *engine_kv_tensor;      /* the engine's GPU KV blocks */
-extern void *compute_stream;        /* its CUDA stream */
-extern const uint32_t *token_ids;   /* a request's tokens */
+extern kvf_engine *e;             /* the engine, in the cache snippet */
+extern void *engine_kv_tensor;    /* the engine's GPU KV blocks */
+extern void *compute_stream;      /* its CUDA stream */
+extern const uint32_t *token_ids; /* a request's tokens */
 extern size_t n_tokens;
 extern kvf_key lora_salt;
 extern uint32_t my_gpu_slots[64];

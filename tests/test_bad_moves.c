@@ -2,6 +2,7 @@
  * count above the block's (not "the whole block"), moves NULL with n > 0
  * (not "empty"), and keys chained from tokens that are not there. A
  * refused batch queues nothing: its destination keeps its poison. */
+#include "engine.h"
 #include "testutil.h"
 
 enum { SLOTS = 8, TPB = 8 };

@@ -3,6 +3,10 @@
  * way a write or read can go wrong (short calls, EINTR, EIO, ENOSPC, files
  * changed behind the library's back).
  */
+#include "blockfile.h"
+#include "blockhdr.h"
+#include "checksum.h"
+#include "fileio.h"
 #include "testutil.h"
 
 #include <fcntl.h>

@@ -1,6 +1,8 @@
 /* The tiered cache on the host backend: keys, round trips through each
  * tier, eviction order against a reference model on random workloads,
  * pins, events, restart with a disk tier, faults and bad input. */
+#include "backend.h"
+#include "checksum.h"
 #include "testutil.h"
 
 #include <pthread.h>

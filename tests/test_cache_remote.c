@@ -12,6 +12,7 @@ int main(void)
 }
 #else
 
+#include "backend.h"
 #include "redis_server.h"
 
 #include <signal.h>

@@ -12,6 +12,8 @@
  * Several rounds, each with its own layout and timing. KVF_CRASH_SEED and
  * KVF_CRASH_ROUNDS reproduce or extend a run.
  */
+#include "blockfile.h"
+#include "layout.h"
 #include "testutil.h"
 
 #include <fcntl.h>

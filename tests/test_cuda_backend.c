@@ -9,6 +9,7 @@
  * without a GPU. */
 #include "testutil_cuda.h"
 
+#include "backend.h"
 #include "cuda_kernels.h"
 
 #include <cuda_runtime.h>

@@ -1,6 +1,8 @@
 /* The engine on the host backend: round trips through secondary slots and
  * files, partial blocks, hazards, failures and their propagation, and each
  * defect of the reference (DESIGN.md section 2) as a scenario. */
+#include "backend.h"
+#include "fileio.h"
 #include "testutil.h"
 
 #include <dirent.h>

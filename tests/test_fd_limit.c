@@ -3,6 +3,8 @@
  * and their files stay on disk, and once descriptors are free again every
  * block reads back whole. Runs the cache at a low RLIMIT_NOFILE, and the
  * engine and the cache's GPU tier with EMFILE injected into opens. */
+#include "fileio.h"
+#include "status.h"
 #include "testutil.h"
 
 #include <stdatomic.h>

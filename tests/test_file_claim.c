@@ -6,6 +6,8 @@
  * nothing from it (the claim once sized a 4 GiB buffer and read the whole
  * file: 4.1 GiB of memory, 27 s).
  */
+#include "blockfile.h"
+#include "blockhdr.h"
 #include "testutil.h"
 
 #include <fcntl.h>

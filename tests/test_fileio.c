@@ -7,7 +7,9 @@
  * runs on every engine this machine offers; none needs io_uring or
  * O_DIRECT to pass (tmpfs and containers take the fallbacks).
  */
-#include "internal.h"
+#include "blockfile.h"
+#include "blockhdr.h"
+#include "fileio.h"
 #include "testutil.h"
 
 #include <dirent.h>

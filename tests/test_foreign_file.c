@@ -8,6 +8,8 @@
  */
 #include "testutil.h"
 
+#include "blockfile.h"
+#include "engine.h"
 #include "file_fixture.h"
 
 #include <fcntl.h>

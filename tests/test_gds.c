@@ -9,8 +9,11 @@
  * checked against cufile.h where that header is installed. */
 #include "testutil.h"
 
+#include "blockfile.h"
+#include "checksum.h"
+#include "cufile_api.h"
+#include "engine.h"
 #include "gds.h"
-#include "internal.h"
 
 #include <fcntl.h>
 #include <stddef.h>

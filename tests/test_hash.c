@@ -6,6 +6,7 @@
  * values were computed once by the hand-written XXH64 and by both CRC
  * paths and pinned here.
  */
+#include "checksum.h"
 #include "testutil.h"
 
 /* For a test to check the table path on any CPU; not in internal.h. */

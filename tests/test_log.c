@@ -3,7 +3,8 @@
  * handler, and the rate limit of a warning flood from several threads
  * (every dropped line counted on a later one). KVF_LOG is read once per
  * process, so the environment cases run in child processes. */
-#include "internal.h"
+#include "common.h"
+#include "log.h"
 #include "testutil.h"
 
 #include <sys/wait.h>

@@ -10,7 +10,11 @@
  */
 #include "testutil.h"
 
+#include "blockfile.h"
+#include "blockhdr.h"
+#include "engine.h"
 #include "file_fixture.h"
+#include "fileio.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

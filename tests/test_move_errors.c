@@ -3,6 +3,9 @@
  * failed copy and an unreachable store each give the move's index, its
  * status and a message naming what it touched (file path, slot, key) and
  * why; more failures than `cap` are counted, the first `cap` kept. */
+#include "backend.h"
+#include "blockhdr.h"
+#include "fileio.h"
 #include "testutil.h"
 
 #include <fcntl.h>

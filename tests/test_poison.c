@@ -8,6 +8,7 @@
  * failed write had already completed is not checked by the engine, unless
  * the batch is a checked one: the caller owns primary slots. The model
  * takes either outcome there, and then knows nothing of what was copied.) */
+#include "backend.h"
 #include "testutil.h"
 
 #include <stdatomic.h>

@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #ifdef KVF_HAVE_HIREDIS
+#include "blockhdr.h"
 #include "redis_server.h"
 
 #include <sys/resource.h>

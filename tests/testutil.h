@@ -13,7 +13,7 @@
 #define KVF_TESTUTIL_H
 
 /* tests reach the internal hooks (fault injection) as well as the API */
-#include "internal.h"
+#include "common.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -3,8 +3,11 @@
  * scattered slot order, timed next to the ceiling and the reference
  * algorithm measured in the same run, with every byte verified afterwards.
  */
+#include "blockhdr.h"
 #include "cli.h"
-#include "internal.h"
+#include "engine.h"
+#include "fileio.h"
+#include "layout.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #ifdef KVF_HAVE_HIREDIS
+#include "blockhdr.h"
 #include "redis_internal.h"
 
 #define HDR KVF_BLOCKFILE_HEADER_BYTES

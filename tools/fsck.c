@@ -1,8 +1,8 @@
 /* kvferry fsck DIR: checks every stored block's header and checksum in
  * every namespace under DIR (or one, with --namespace), and leftovers of
  * interrupted writes. Exits 1 on any problem. */
+#include "blockfile.h"
 #include "cli.h"
-#include "internal.h"
 
 #include <dirent.h>
 #include <stdio.h>

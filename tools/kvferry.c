@@ -2,7 +2,7 @@
  * offers; `kvferry bench` moves blocks and checks every byte; `kvferry
  * replay` runs a request trace through the cache. */
 #include "cli.h"
-#include "internal.h"
+#include "common.h"
 #include "remote.h"
 
 #include <stdio.h>

@@ -4,8 +4,9 @@
  * counted nothing yet: live counters come from the library call
  * (kvf_cache_stats_prometheus) in a running engine, or from
  * `kvferry replay --prometheus`. */
+#include "blockfile.h"
 #include "cli.h"
-#include "internal.h"
+#include "layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>

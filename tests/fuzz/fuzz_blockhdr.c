@@ -1,12 +1,16 @@
-/* Fuzz target: the stored form of a block (src/blockhdr.c) and the file
- * tier's whole read path (src/blockfile.c). The input is a block's bytes:
+/* Fuzz target: the stored form of a block (src/core/blockhdr.c) and the file
+ * tier's whole read path (src/store/file/blockfile.c). The input is a block's bytes:
  * checked as a Redis value would be (header, then the payload), then
  * written as a block file and read back through kvf__blockfile_read (both
  * its fast and careful readers), kvf__blockfile_scan (fsck) and
  * kvf__blockfile_list (the cache's restart). Properties: a block is served
  * exactly when the format says it is intact, and then byte for byte. */
 #include "fuzz.h"
-#include "internal.h"
+#include "common.h"
+#include "checksum.h"
+#include "blockhdr.h"
+#include "fileio.h"
+#include "blockfile.h"
 
 #include <fcntl.h>
 #include <string.h>

@@ -1,9 +1,9 @@
-/* Fuzz target: the remote tier's URL parser (src/remote_url.c), the one
+/* Fuzz target: the remote tier's URL parser (src/store/redis/remote_url.c), the one
  * parser that takes text from the environment ($KVF_REMOTE_URL) and the
  * command line. Properties: a URL taken describes servers that can be
  * connected to, and no message repeats the password. */
 #include "fuzz.h"
-#include "internal.h"
+#include "common.h"
 #include "remote.h"
 
 #include <string.h>

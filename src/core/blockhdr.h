@@ -1,0 +1,46 @@
+/*
+ * The stored form of a block (blockhdr.c): a 64-byte header (magic,
+ * version, layout fingerprint, namespace hash, key, tokens, pools, payload
+ * length and CRC-32C, header CRC-32C), then the payload. Written by the
+ * file tier and the remote tier alike.
+ */
+#ifndef KVF_CORE_BLOCKHDR_H
+#define KVF_CORE_BLOCKHDR_H
+
+#include "common.h"
+
+#define KVF_BLOCKFILE_HEADER_BYTES 64u
+
+typedef struct kvf__block_header {
+    uint64_t fingerprint; /* layout: kvf__geometry_fingerprint of the pools */
+    uint64_t ns_hash;     /* kvf__ns_hash of the namespace */
+    uint64_t key;
+    uint32_t tokens, pools;
+    uint64_t payload_bytes;
+    uint32_t payload_crc; /* CRC-32C of the payload */
+} kvf__block_header;
+
+/* FNV-1a 64 of a namespace string. */
+KVF_INTERNAL uint64_t kvf__ns_hash(const char *ns);
+/* [A-Za-z0-9._-]{1,64}, and not "." or "..". */
+KVF_INTERNAL bool kvf__ns_valid(const char *ns);
+/* Writes the 64 header bytes of `h` (the header CRC computed here). */
+KVF_INTERNAL void kvf__block_header_pack(const kvf__block_header *h, uint8_t *out);
+/* Checks magic, version, header size and header CRC of 64 bytes and fills
+ * *h. Failures are KVF_ERR_CORRUPT, the message starting with `what` (the
+ * object: "block 0x2a: /path/to/file"). */
+KVF_INTERNAL kvf_status kvf__block_header_parse(const uint8_t *in, const char *what,
+                                                kvf__block_header *h);
+/* The header is the one asked for: layout (unless fingerprint is 0),
+ * namespace (KVF_ERR_MISMATCH) and key (KVF_ERR_CORRUPT). */
+KVF_INTERNAL kvf_status kvf__block_header_expect(const kvf__block_header *h, const char *what,
+                                                 uint64_t fingerprint, uint64_t ns_hash,
+                                                 uint64_t key);
+/* The payload (h->payload_bytes of it) matches the header's CRC. */
+KVF_INTERNAL kvf_status kvf__block_payload_check(const kvf__block_header *h, const char *what,
+                                                 const uint8_t *payload);
+/* The same, with the payload's CRC computed elsewhere (on the GPU). */
+KVF_INTERNAL kvf_status kvf__block_payload_crc_check(const kvf__block_header *h, const char *what,
+                                                     uint32_t crc_now);
+
+#endif /* KVF_CORE_BLOCKHDR_H */

@@ -1,0 +1,45 @@
+/* What this build and this machine offer. */
+#include "backend.h"
+#include "gds.h"
+#include "remote.h"
+#include "status.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *kvf_version(void)
+{
+#ifdef KVF_HAVE_CUDA
+    return KVF_VERSION_STRING " (cuda)";
+#else
+    return KVF_VERSION_STRING " (host only)";
+#endif
+}
+
+kvf_status kvf_info_get(kvf_info *info)
+{
+    kvf__clear_error();
+    /* a caller built against an older header passes a shorter struct: it
+     * gets the fields it knows */
+    if (!info || info->struct_size < offsetof(kvf_info, remote_built))
+        return kvf__fail(KVF_ERR_INVALID, "kvf_info_get: start from KVF_INFO_INIT");
+    kvf_info full = KVF_INFO_INIT;
+    kvf__cuda_info(&full);
+    /* what an engine's GDS path would find: cuFile loaded, its driver
+     * opened (and closed again unless an engine holds it) */
+    kvf__gds_probe p;
+    if (kvf__gds_acquire(KVF_GDS_COMPAT_AUTO, &p) == KVF_OK)
+        kvf__gds_release();
+    kvf__clear_error();
+    full.gds_state = (int)p.found;
+    snprintf(full.gds_detail, sizeof full.gds_detail, "%s", p.detail);
+    full.remote_built = kvf__remote_built();
+#ifdef KVF_HAVE_URING
+    full.uring_built = 1;
+#endif
+    size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
+    memcpy((char *)info + sizeof info->struct_size, (char *)&full + sizeof full.struct_size,
+           n - sizeof full.struct_size);
+    return KVF_OK;
+}

@@ -1,0 +1,141 @@
+/*
+ * Block files (blockfile.c): one file per block key, holding the block's
+ * bytes for every pool of the engine: a fixed header, then each pool's
+ * region (the first `tokens` tokens, packed row after row). Written to a
+ * temporary name and renamed, so a file under the final name is always
+ * complete.
+ */
+#ifndef KVF_STORE_BLOCKFILE_H
+#define KVF_STORE_BLOCKFILE_H
+
+#include "blockhdr.h"
+#include "fileio.h"
+
+typedef struct kvf__blockfile_dir {
+    char *root; /* <file_dir>/<namespace> */
+    uint64_t ns_hash;
+    uint64_t fingerprint;
+    kvf_fsync fsync;
+    int dir_fd;
+    _Atomic bool direct;                  /* O_DIRECT; cleared once the file system refuses it */
+    _Atomic bool exchange;                /* RENAME_EXCHANGE works here */
+    bool use_syncfs;                      /* BATCH: one syncfs per batch, not an fsync per file */
+    struct kvf__blockfile_spares *spares; /* replaced files, to write over */
+    kvf__fileio *fio;                     /* what runs kvf__blockfile_write / _read; NULL: inline */
+} kvf__blockfile_dir;
+
+/* The header's view of a stored block. */
+typedef struct kvf__blockfile_meta {
+    uint64_t key;
+    uint32_t tokens; /* tokens stored, 1..tokens_per_block */
+    uint32_t pools;
+    uint64_t payload_bytes; /* bytes after the header */
+} kvf__blockfile_meta;
+
+KVF_INTERNAL kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns,
+                                                uint64_t fingerprint, kvf_fsync fsync,
+                                                kvf__blockfile_dir *dir);
+KVF_INTERNAL void kvf__blockfile_close_dir(kvf__blockfile_dir *dir);
+/* Removes the temporary files of writers whose process is gone (a crash
+ * mid-write); a live process's files stay. fsck does not call it: it
+ * reports them as torn instead. */
+KVF_INTERNAL void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir);
+
+/* Writes payload[0..meta->payload_bytes) under meta->key; `payload` is
+ * preceded by KVF_BLOCKFILE_HEADER_BYTES writable bytes that the function
+ * fills with the header, so the file is written in one call. On failure
+ * the key's file is removed: it holds no stale data. */
+KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,
+                                             const kvf__blockfile_meta *meta, uint8_t *buf);
+/* Reads the block under `key` into buf (header + payload, `cap` bytes at
+ * most), checks header, layout, namespace, length and checksum, and fills
+ * *meta. */
+KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf,
+                                            size_t cap, kvf__blockfile_meta *meta);
+
+/* How the file layer reaches a block image that is not host memory
+ * (device staging for GPUDirect Storage): it never dereferences buf then. */
+typedef struct kvf__image_ops {
+    /* the fileio op's xfer (arg: xfer_arg) */
+    long long (*xfer)(kvf__fio_op *op, size_t len);
+    /* n bytes at img to host dst */
+    kvf_status (*get)(void *arg, const uint8_t *img, void *dst, size_t n);
+    /* n host bytes from src to img; src NULL: n zeros */
+    kvf_status (*put)(void *arg, uint8_t *img, const void *src, size_t n);
+    /* kvf__crc32c(0, img, n) */
+    kvf_status (*crc)(void *arg, const uint8_t *img, size_t n, uint32_t *crc_p);
+} kvf__image_ops;
+
+/* One block of a batch. The caller sets meta (for a read, meta.key only),
+ * buf and cap; O_DIRECT needs buf aligned to KVF_FILE_ALIGN and, for a
+ * write, cap >= round_up(64 + payload) (the padding is written too). */
+typedef struct kvf__blockfile_io {
+    kvf__blockfile_meta meta;
+    uint8_t *buf;
+    size_t cap;
+    kvf_status status;        /* the result */
+    char msg[PATH_MAX + 160]; /* its detail when it failed */
+    /* Optional: called once with the block's final result, on whichever
+     * thread finished it, possibly while other blocks of the batch are
+     * still in flight (so a read's bytes can be used at once). */
+    void (*on_done)(struct kvf__blockfile_io *io);
+    /* Optional, writes: fills buf's payload and meta just before the
+     * block's write starts (so it overlaps the writes in flight), on the
+     * thread that starts it; a failure fails the block without touching
+     * the key's file (the engine then removes it, as for any failed
+     * write: drop_failed_files). */
+    kvf_status (*fill)(struct kvf__blockfile_io *io);
+    void *arg;
+    /* Optional: buf is not host memory; these reach it (img_arg their
+     * argument). NULL: buf is host memory. */
+    const kvf__image_ops *img;
+    void *img_arg;
+    /* the file layer's */
+    kvf__blockfile_dir *dir;
+    int fd;
+    bool slow, reported;
+    size_t size;
+    char name[80], tmp[80];
+    char path[PATH_MAX], tmp_path[PATH_MAX];
+    kvf__fio_op io;
+} kvf__blockfile_io;
+
+/* Writes / reads many blocks, their system calls in flight together
+ * through `fio` (NULL: one by one); as kvf__blockfile_write / _read for
+ * each, with each block's own status and message. */
+KVF_INTERNAL void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio *fio,
+                                            kvf__blockfile_io *ios, size_t n);
+KVF_INTERNAL void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio,
+                                           kvf__blockfile_io *ios, size_t n);
+/* Makes the writes since the last call durable, renames included: under
+ * BATCH one syncfs() of the file system (or, with KVF_FSYNC_METHOD=fsync,
+ * an fsync of the directory, the files having been fsynced as written);
+ * otherwise an fsync of the directory. */
+KVF_INTERNAL kvf_status kvf__blockfile_fsync_dir(kvf__blockfile_dir *dir);
+/* Visits every stored block of the namespace, fully checked (header and
+ * checksum; the layout only when dir->fingerprint is not 0), and every
+ * leftover temporary file of an interrupted write (reported as torn). */
+KVF_INTERNAL kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
+                                            void (*visit)(void *arg, uint64_t key, kvf_status st,
+                                                          const char *detail),
+                                            void *arg);
+
+/* Removes the block under `key`; a key with no file is KVF_OK. Hooked as
+ * "unlink". */
+KVF_INTERNAL kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key);
+/* After a failed write of `key`: removes its file; where the directory
+ * refuses, cuts it to 0 bytes in place (*emptied_p true), so that no
+ * reader, now or after a restart, takes it for the block. KVF_OK when the
+ * file is gone (or was never there); else the unlink's failure, with a
+ * message naming key and file and saying whether it remains empty or,
+ * where emptying failed too, with its old bytes. */
+KVF_INTERNAL kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key,
+                                               bool *emptied_p);
+/* Visits every block of the namespace whose header checks (magic, CRC,
+ * layout, namespace, key, length: not the payload) with its modification
+ * time; others are skipped. */
+KVF_INTERNAL kvf_status kvf__blockfile_list(
+    kvf__blockfile_dir *dir,
+    void (*visit)(void *arg, const kvf__blockfile_meta *meta, int64_t mtime_ns), void *arg);
+
+#endif /* KVF_STORE_BLOCKFILE_H */

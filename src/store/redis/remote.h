@@ -1,0 +1,185 @@
+/*
+ * The remote tier: blocks stored in Redis (one server or a Redis Cluster).
+ * Internal to kvferry; the cache calls it.
+ *
+ * A block is one Redis string under `kvf:<namespace>:<key as 16 hex>`,
+ * holding the stored form of a block (blockhdr.c: a 64-byte header, then
+ * the payload). Every value read back is checked (header, namespace,
+ * layout, key, length, CRC-32C) before a byte reaches the caller: a
+ * corrupt value is KVF_ERR_CORRUPT and a foreign one KVF_ERR_MISMATCH, for
+ * that block only.
+ *
+ * URLs:
+ *   redis://[user[:pass]@]host[:port][/db]       one server (port 6379)
+ *   redis-cluster://[user[:pass]@]h1:p1,h2:p2,... seed nodes of a cluster
+ * user and pass may be %-escaped; `[::1]:6379` for IPv6; db must be 0 in a
+ * cluster. AUTH is `AUTH user pass` with a user (Redis 6 ACL), `AUTH pass`
+ * without one. KVF_REMOTE_URL holds the URL the cache uses by default.
+ *
+ * In a cluster, keys go to the node owning their hash slot (CLUSTER SLOTS
+ * at open); MOVED replies are followed and refresh the slot map, ASK
+ * replies are followed with ASKING. A node that is down or slow fails only
+ * the blocks routed to it. Failed connections are retried (`retries`
+ * times, backoff doubling from `retry_backoff_ms`, within the call's
+ * deadline); timeouts are not. A
+ * node that cannot be connected to is left alone for `down_ms` (its
+ * blocks fail at once, "down"), then connected to again.
+ *
+ * Threads: every function may be called from several threads at once on
+ * one handle, except kvf__remote_close, which must be the last call.
+ * Buffers passed to a batch call may be reused when it returns.
+ */
+#ifndef KVF_REMOTE_H
+#define KVF_REMOTE_H
+
+#include "blockhdr.h"
+#include "common.h"
+#include "status.h"
+
+#define KVF_REMOTE_URL_ENV "KVF_REMOTE_URL"
+#define KVF_REMOTE_MAX_SEEDS 16
+
+typedef struct kvf__remote_config {
+    const char *url;      /* see above; required */
+    const char *ns;       /* namespace, kvf__ns_valid(); required */
+    uint64_t fingerprint; /* layout of the blocks; 0 accepts any layout on read */
+    uint32_t ttl_s;       /* expiry of stored blocks (SET ... EX); 0: none */
+    uint32_t connect_timeout_ms;
+    uint32_t timeout_ms; /* a single command's timeout, and a batch call's without a deadline */
+    uint32_t pool_size;  /* idle connections kept per node */
+    uint32_t retries;    /* extra attempts after a failed connection */
+    uint32_t retry_backoff_ms;
+    uint32_t down_ms; /* after a failed connect, no new attempt for this long; 0: always try */
+} kvf__remote_config;
+
+#define KVF_REMOTE_CONFIG_INIT                                                                     \
+    {                                                                                              \
+        NULL, NULL, 0, 0, 1000, 2000, 4, 2, 20, 1000                                               \
+    }
+
+/* A parsed URL. */
+typedef struct kvf__remote_url {
+    int cluster; /* redis-cluster:// */
+    char user[128];
+    char pass[256];
+    uint32_t db;
+    size_t seeds;
+    struct {
+        char host[256];
+        int port;
+    } seed[KVF_REMOTE_MAX_SEEDS];
+} kvf__remote_url;
+
+/* Parses `url` (KVF_ERR_INVALID naming what is wrong; the password is never
+ * repeated in the message). */
+KVF_INTERNAL kvf_status kvf__remote_url_parse(const char *url, kvf__remote_url *out);
+/* $KVF_REMOTE_URL, or NULL when unset or empty. */
+KVF_INTERNAL const char *kvf__remote_url_from_env(void);
+
+/* Whether this build has the Redis client (hiredis found at build time). */
+KVF_INTERNAL int kvf__remote_built(void);
+
+typedef struct kvf__remote kvf__remote;
+
+/* Connects to the server (or to the first seed that answers, then reads
+ * the slot map), authenticates and selects the db. KVF_ERR_UNSUPPORTED
+ * without hiredis; KVF_ERR_INVALID for a bad URL or namespace;
+ * KVF_ERR_REMOTE / KVF_ERR_TIMEOUT when no node can be reached or AUTH is
+ * refused (kvf_last_error names the node). */
+KVF_INTERNAL kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_p);
+/* Closes every connection; accepts NULL. */
+KVF_INTERNAL void kvf__remote_close(kvf__remote *r);
+
+/* One block to store: `payload_bytes` bytes, all pools of the block. */
+typedef struct kvf__remote_put {
+    uint64_t key;
+    uint32_t tokens, pools;
+    const void *payload;
+    size_t payload_bytes;
+} kvf__remote_put;
+
+/* One block to fetch into dst[0..cap). The last three fields are outputs,
+ * set when its status is KVF_OK. */
+typedef struct kvf__remote_get {
+    uint64_t key;
+    void *dst;
+    size_t cap;
+    uint32_t tokens, pools;
+    size_t payload_bytes;
+} kvf__remote_get;
+
+/*
+ * Batch calls: one pipelined round trip per node (more only to follow
+ * redirections or retry). status[i] receives block i's outcome. The
+ * return value is KVF_OK when every block succeeded (for get and exists, a
+ * block that is absent, KVF_ERR_NOT_FOUND, counts as success: a miss),
+ * else the first failed block's status, kvf_last_error() naming its key
+ * and node. KVF_ERR_INVALID (nothing done) for a NULL or n == 0.
+ *
+ * A call returns by `deadline_ns` (kvf__now_ns() time; 0: timeout_ms
+ * from the call), however many blocks and however slowly a node sends or
+ * takes its bytes: the blocks not done by then are KVF_ERR_TIMEOUT, and
+ * those not yet sent are failed without contacting their node again. A
+ * connection that timed out mid-reply is closed (a later call connects
+ * anew).
+ *
+ * put:    KVF_OK stored; KVF_ERR_REMOTE / KVF_ERR_TIMEOUT (the block may or
+ *         may not be stored: a later get checks it either way).
+ * get:    KVF_OK, payload copied and checked; KVF_ERR_NOT_FOUND (also for
+ *         an empty value); KVF_ERR_CORRUPT / KVF_ERR_MISMATCH (never any
+ *         data; a value larger than a header and `cap` payload bytes is
+ *         CORRUPT, and no more than that is read of it); KVF_ERR_RANGE when
+ *         cap is too small for the block its header describes; KVF_ERR_
+ *         REMOTE / KVF_ERR_TIMEOUT. dst's bytes are unspecified after a
+ *         failure.
+ * exists: KVF_OK present, KVF_ERR_NOT_FOUND absent (the value is not
+ *         read: a get may still find it corrupt).
+ * delete: KVF_OK whether or not the block existed.
+ */
+KVF_INTERNAL kvf_status kvf__remote_put_batch_until(kvf__remote *r, const kvf__remote_put *blocks,
+                                                    size_t n, uint64_t deadline_ns,
+                                                    kvf_status *status);
+KVF_INTERNAL kvf_status kvf__remote_get_batch_until(kvf__remote *r, kvf__remote_get *blocks,
+                                                    size_t n, uint64_t deadline_ns,
+                                                    kvf_status *status);
+KVF_INTERNAL kvf_status kvf__remote_exists_batch_until(kvf__remote *r, const uint64_t *keys,
+                                                       size_t n, uint64_t deadline_ns,
+                                                       kvf_status *status);
+KVF_INTERNAL kvf_status kvf__remote_delete_batch_until(kvf__remote *r, const uint64_t *keys,
+                                                       size_t n, uint64_t deadline_ns,
+                                                       kvf_status *status);
+
+/* The batch calls with the configured timeout from the call as deadline. */
+static inline kvf_status kvf__remote_put_batch(kvf__remote *r, const kvf__remote_put *blocks,
+                                               size_t n, kvf_status *status)
+{
+    return kvf__remote_put_batch_until(r, blocks, n, 0, status);
+}
+static inline kvf_status kvf__remote_get_batch(kvf__remote *r, kvf__remote_get *blocks, size_t n,
+                                               kvf_status *status)
+{
+    return kvf__remote_get_batch_until(r, blocks, n, 0, status);
+}
+static inline kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t *keys, size_t n,
+                                                  kvf_status *status)
+{
+    return kvf__remote_exists_batch_until(r, keys, n, 0, status);
+}
+static inline kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
+                                                  kvf_status *status)
+{
+    return kvf__remote_delete_batch_until(r, keys, n, 0, status);
+}
+
+/* PINGs the server, or every cluster node that serves slots. KVF_OK when
+ * all answer. */
+KVF_INTERNAL kvf_status kvf__remote_ping(kvf__remote *r);
+
+/* For `kvferry info`: opens `url` with `timeout_ms` timeouts, pings, closes.
+ * KVF_OK and a description ("redis 10.0.0.1:6379 db 0", "redis cluster, 3
+ * master(s) serving slots") in `detail`, or an error and why (kvf_last_error's
+ * text). */
+KVF_INTERNAL kvf_status kvf__remote_probe(const char *url, uint32_t timeout_ms, char *detail,
+                                          size_t cap);
+
+#endif /* KVF_REMOTE_H */
