@@ -3,6 +3,7 @@
  * interrupted writes. Exits 1 on any problem. */
 #include "blockfile.h"
 #include "cli.h"
+#include "status.h"
 
 #include <dirent.h>
 #include <stdio.h>
