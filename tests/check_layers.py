@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The source tree keeps its layers (docs/architecture.md).
+
+Checks what the compiler alone does not say clearly or at all:
+- every library file lives in a layer folder and is built by CMakeLists.txt;
+- a file includes headers of its own layer or of the layers below it;
+- no two headers share a base name (they are included by base name);
+- the CLI's files outside the named internal ones use the public header only;
+- comments carry no dates or machine names (figures live in docs/).
+Exit 0 when all hold, 1 with one line per breach.
+"""
+import os
+import re
+import sys
+
+ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")
+LAYERS = ["core", "backend", "store", "engine", "cache"]
+# CLI files that may reach below the public API (the benchmarks and what
+# they share); every other file of tools/ sees include/kvferry.h only.
+TOOLS_INTERNAL = {"bench.c", "bench_remote.c", "bench_util.c", "bench_baselines.c",
+                  "bench_ceiling.c", "bench.h", "fsck.c", "kvferry.c", "stats.c"}
+DATED = re.compile(r"\b20[0-9]{2}-[01][0-9]-[0-3][0-9]\b|\bH200\b|\bH100\b|\bGH200\b")
+
+breaches = []
+
+
+def files_under(top, exts):
+    for d, _, names in os.walk(os.path.join(ROOT, top)):
+        for n in sorted(names):
+            if n.endswith(exts):
+                yield os.path.relpath(os.path.join(d, n), ROOT)
+
+
+def layer_of(path):
+    parts = path.split(os.sep)
+    return parts[1] if len(parts) > 2 and parts[1] in LAYERS else None
+
+
+def comments(text):
+    return re.findall(r"/\*.*?\*/|//[^\n]*", text, flags=re.S)
+
+
+src = list(files_under("src", (".c", ".cu", ".h")))
+headers = {}
+for h in src + list(files_under("include", (".h",))):
+    if h.endswith(".h"):
+        headers.setdefault(os.path.basename(h), []).append(h)
+for name, paths in headers.items():
+    if len(paths) > 1:
+        breaches.append(f"headers share the base name {name}: {', '.join(paths)}")
+
+with open(os.path.join(ROOT, "CMakeLists.txt")) as f:
+    cmake = f.read()
+for path in src:
+    layer = layer_of(path)
+    if layer is None:
+        breaches.append(f"{path}: not in a layer folder (src/{{{','.join(LAYERS)}}}/)")
+        continue
+    if not path.endswith(".h") and path.replace(os.sep, "/") not in cmake:
+        breaches.append(f"{path}: not built (name it in its kvf_add_layer call)")
+    with open(os.path.join(ROOT, path)) as f:
+        text = f.read()
+    for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, flags=re.M):
+        base = os.path.basename(inc)
+        if base == "kvferry.h":
+            continue
+        if base not in headers:
+            continue  # a third-party header (hiredis, cuFile ...)
+        target = layer_of(headers[base][0])
+        if target is None:
+            continue
+        if LAYERS.index(target) > LAYERS.index(layer):
+            breaches.append(f"{path}: includes {headers[base][0]} of layer {target}, above {layer}")
+    for c in comments(text):
+        m = DATED.search(c)
+        if m:
+            breaches.append(f"{path}: a comment names a date or machine ({m.group(0)}): "
+                            "say why, and leave figures to docs/performance.md")
+
+for path in files_under("include", (".h",)):
+    with open(os.path.join(ROOT, path)) as f:
+        for c in comments(f.read()):
+            m = DATED.search(c)
+            if m:
+                breaches.append(f"{path}: a comment names a date or machine ({m.group(0)})")
+
+private = {n for n, paths in headers.items() if any(p.startswith("src") for p in paths)}
+for path in files_under("tools", (".c", ".h")):
+    if os.path.basename(path) in TOOLS_INTERNAL:
+        continue
+    with open(os.path.join(ROOT, path)) as f:
+        for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), flags=re.M):
+            if os.path.basename(inc) in private:
+                breaches.append(f"{path}: includes the library's private {inc}; "
+                                "use include/kvferry.h (or move the code into the bench library)")
+
+for b in breaches:
+    print(b)
+if breaches:
+    print(f"check_layers: {len(breaches)} breach(es)")
+    sys.exit(1)
+print(f"check_layers: {len(src)} library files in {len(LAYERS)} layers, all in place")
