@@ -1,0 +1,144 @@
+/*
+ * A completed op applied to the map: each move's status given to its
+ * block in the caller's call, and a block that a failed move left not
+ * whole removed (or, read for an acquire and spared, put back on disk).
+ */
+#include "cache_private.h"
+
+/* An acquire that could not read a block's file for a reason that says
+ * nothing against the file (the process out of descriptors, an I/O error)
+ * puts the block back on disk, its file untouched; the GPU slot it was to
+ * fill is free again. The disk tier may so hold one block over its
+ * capacity until its next eviction. */
+static void back_to_disk(kvf_cache *c, entry *e, kvf_status st)
+{
+    if (e->pins == 0)
+        kvf__cache_lru_unlink(c, e);
+    c->gpu_state[e->slot] = GPU_FREE;
+    c->gpu_free[c->ngpu_free++] = e->slot;
+    c->used[KVF_CACHE_GPU]--;
+    e->tier = KVF_CACHE_DISK;
+    e->slot = 0;
+    e->gen = ++c->next_gen;
+    c->used[KVF_CACHE_DISK]++;
+    if (e->pins == 0)
+        kvf__cache_lru_append(c, e);
+    kvf__cache_emit(c, KVF_EVENT_UPDATED, e, KVF_CACHE_GPU);
+    KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: not read into the GPU tier: %s; kept on disk",
+            (unsigned long long)e->key, kvf_status_str(st));
+}
+
+/* Gives move i's outcome to its block in the caller's call. */
+static void note_in_call(const op *o, call *k, size_t i, kvf_status st, const kvf__move_error *why)
+{
+    if (k && o->index[i] < k->n &&
+        (o->kind == OPK_PUT || o->kind == OPK_GET || o->kind == OPK_ACQUIRE ||
+         o->kind == OPK_FENCE)) {
+        k->status[o->index[i]] = st;
+        if (st != KVF_OK)
+            kvf__cache_call_note(k, o->index[i], st, "block 0x%016llx: %s tier: %s",
+                                 (unsigned long long)o->keys[i],
+                                 kvf_cache_tier_name((kvf_cache_tier)o->tier),
+                                 why && why->index == i ? why->message : kvf_status_str(st));
+    }
+}
+
+/* The store's blocks are not in the map: a remote move is only counted. */
+static void count_remote(kvf_cache *c, const op *o, kvf_status st)
+{
+    bool read = o->kind == OPK_GET, write = o->kind == OPK_REMOTE_PUT;
+    if (st == KVF_OK && read)
+        c->stats.bytes_out[KVF_CACHE_REMOTE] += c->block_bytes;
+    else if (st == KVF_OK && write)
+        c->stats.bytes_in[KVF_CACHE_REMOTE] += c->block_bytes;
+    else if (st != KVF_OK && !(read && st == KVF_ERR_NOT_FOUND))
+        c->stats.remote_errors++;
+}
+
+/* Applies move i of a completed op to the entry it was about. `stale`:
+ * an acquire from disk's list of files to remove, else NULL. */
+static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st, pending *stale)
+{
+    entry *e = kvf__cache_find(c, o->keys[i]);
+    if (e && o->kind == OPK_GET && o->tier != KVF_CACHE_REMOTE) {
+        /* the get's pin kept this very entry alive, whatever moved it
+         * since (an acquire to the GPU tier): release it by key */
+        e->reads--;
+        if (--e->pins == 0)
+            kvf__cache_lru_append(c, e);
+    }
+    bool current = e && e->gen == o->gens[i];
+    /* a read that failed for want of a resource, or of a working disk
+     * or device, leaves its block whole where it is; a get the engine
+     * refused read nothing. An acquire from the host tier gave away
+     * the slot it read: its block goes whatever the failure. */
+    bool spared =
+        st != KVF_OK && (!kvf__status_condemns_block(st) || (o->kind == OPK_GET && o->ticket == 0));
+    bool kept = false;
+    if (stale) {
+        if (current && spared) {
+            back_to_disk(c, e, st);
+            kept = true;
+        } else if (!(e && e->tier == KVF_CACHE_DISK)) { /* else the file is that entry's */
+            kvf__cache_pending_add(stale, (kvf_move){o->keys[i], o->keys[i], 0}, o->keys[i], 0, 0);
+        }
+    }
+    if (!current)
+        return; /* removed or placed again since: not this op's business */
+    if ((o->kind == OPK_GET || o->kind == OPK_ACQUIRE) && st == KVF_OK)
+        c->stats.bytes_out[o->tier] += c->block_bytes;
+    if (o->kind == OPK_GET && spared) {
+        if (o->ticket != 0)
+            KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: read failed: %s; kept",
+                    (unsigned long long)e->key, kvf_cache_tier_name((kvf_cache_tier)e->tier),
+                    kvf_status_str(st));
+    } else if (st != KVF_OK && !kept) {
+        /* the block this move wrote or read is not there whole */
+        c->stats.failures++;
+        e->removing = true;
+        KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: %s; removed",
+                (unsigned long long)e->key, kvf_cache_tier_name((kvf_cache_tier)e->tier),
+                kvf_status_str(st));
+    }
+    if (e->removing && e->pins == 0) {
+        if (c->deferring)
+            kvf__cache_doom(c, e);
+        else
+            kvf__cache_discard(c, e);
+    }
+}
+
+/* Applies a completed op to the map. Lock held. */
+void kvf__cache_op_apply(kvf_cache *c, op *o, call *k)
+{
+    /* an acquire from disk removes the files it read only now, once it
+     * knows each read's outcome; out of memory for the list, they stay
+     * (each holds its key's own bytes, and is checked again when read) */
+    pending stale = {0};
+    bool from_file = o->kind == OPK_ACQUIRE && o->tier == KVF_CACHE_DISK &&
+                     kvf__cache_pending_reserve(&stale, o->n);
+    /* the engine's messages come in move order (kvf__move_errors_sorted) */
+    if (o->errors)
+        o->errors = kvf__move_errors_sorted(o->errors, o->status, o->n, "cache: block");
+    const kvf__move_error *why = o->errors;
+    for (size_t i = 0; i < o->n; i++) {
+        kvf_status st = o->status[i];
+        while (why && why->index < i)
+            why = why->next;
+        note_in_call(o, k, i, st, why);
+        if (o->tier == KVF_CACHE_REMOTE) {
+            count_remote(c, o, st);
+            continue;
+        }
+        if (o->kind == OPK_REMOVE) {
+            if (st != KVF_OK)
+                KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: file not removed: %s",
+                        (unsigned long long)o->keys[i], kvf_last_error());
+            continue;
+        }
+        apply_move(c, o, i, st, from_file ? &stale : NULL);
+    }
+    if (stale.n)
+        kvf__cache_background_push(c, kvf__cache_op_submit(c, OPK_REMOVE, KVF_CACHE_DISK, &stale));
+    kvf__cache_pending_free(&stale);
+}

@@ -1,0 +1,157 @@
+/*
+ * LRU lists, one per (tier, priority), and eviction: victims chosen lowest
+ * priority first, then least recently used; host victims moved down to
+ * disk or dropped; entries doomed while a call assembles its batches.
+ */
+#include "cache_private.h"
+
+#include <stdlib.h>
+
+void kvf__cache_lru_unlink(kvf_cache *c, entry *e)
+{
+    lru *l = &c->lists[e->tier][e->priority];
+    c->listed[e->tier]--;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        l->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        l->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+/* Appends as the most recently used of its list. */
+void kvf__cache_lru_append(kvf_cache *c, entry *e)
+{
+    lru *l = &c->lists[e->tier][e->priority];
+    c->listed[e->tier]++;
+    e->next = NULL;
+    e->prev = l->tail;
+    if (l->tail)
+        l->tail->next = e;
+    else
+        l->head = e;
+    l->tail = e;
+}
+
+/* The next victim of a tier: lowest priority, then least recently used.
+ * Pinned entries are on no list, so are never returned. */
+entry *kvf__cache_victim_of(kvf_cache *c, kvf_cache_tier t)
+{
+    /* an entry already going (a refused batch's, see kvf__cache_doom) is no victim */
+    for (uint32_t p = 0; p < PRIORITIES; p++)
+        for (entry *e = c->lists[t][p].head; e; e = e->next)
+            if (!e->removing)
+                return e;
+    return NULL;
+}
+
+void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb)
+{
+    kvf__cache_unplace(c, e);
+    if (e->tier == KVF_CACHE_DISK && pb)
+        kvf__cache_pending_add(&pb->remove, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
+    kvf__cache_emit(c, KVF_EVENT_REMOVED, e, (kvf_cache_tier)e->tier);
+    free(e);
+}
+
+/* Makes room for one block on disk: drops the disk victim. */
+bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb)
+{
+    if (c->used[KVF_CACHE_DISK] < c->capacity[KVF_CACHE_DISK])
+        return true;
+    entry *v = kvf__cache_victim_of(c, KVF_CACHE_DISK);
+    if (!v)
+        return false;
+    if (v->round == c->round)
+        kvf__cache_flush(c, pb); /* its file's write must be queued before its removal */
+    c->stats.evictions[KVF_CACHE_DISK]++;
+    c->stats.dropped++;
+    kvf__cache_drop(c, v, pb);
+    return true;
+}
+
+/* A free host slot, evicting the host victim (down to disk, or dropped)
+ * when none is free. false: every host block is pinned. */
+bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
+{
+    if (c->nfree) {
+        *slot_p = c->free_slots[--c->nfree];
+        c->used[KVF_CACHE_HOST]++;
+        return true;
+    }
+    entry *v = kvf__cache_victim_of(c, KVF_CACHE_HOST);
+    if (!v)
+        return false;
+    if (v->round == c->round)
+        kvf__cache_flush(c, pb); /* its slot's write must be queued before it is read or reused */
+    c->stats.evictions[KVF_CACHE_HOST]++;
+    bool move_down = c->capacity[KVF_CACHE_DISK] > 0 &&
+                     v->priority >= c->cfg.offload_min_priority &&
+                     v->uses >= c->cfg.disk_admit_uses && kvf__cache_disk_room(c, pb);
+    if (!move_down) {
+        c->stats.dropped++;
+        uint32_t slot = v->slot;
+        kvf__cache_drop(c, v, pb);
+        c->nfree--; /* drop freed the slot: it is taken again at once */
+        c->used[KVF_CACHE_HOST]++;
+        *slot_p = slot;
+        return true;
+    }
+    uint32_t slot = v->slot;
+    kvf__cache_lru_unlink(c, v);
+    v->tier = KVF_CACHE_DISK;
+    v->gen = ++c->next_gen;
+    v->round = c->round;
+    c->used[KVF_CACHE_DISK]++;
+    kvf__cache_lru_append(c, v);
+    kvf__cache_pending_add(&pb->demote, (kvf_move){slot, v->key, 0}, v->key, v->gen, 0);
+    c->stats.bytes_in[KVF_CACHE_DISK] += c->block_bytes;
+    kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_CACHE_HOST);
+    *slot_p = slot; /* used[HOST] unchanged: the slot passes to the new block */
+    return true;
+}
+
+/* Drops an entry and queues the removal of its file, if it has one. */
+void kvf__cache_discard(kvf_cache *c, entry *e)
+{
+    put_batches pb = {0};
+    if (e->tier == KVF_CACHE_DISK && !kvf__cache_pending_reserve(&pb.remove, 1)) {
+        /* the file stays: it holds this key's own bytes, and is found
+         * (and checked) again only by a cache opened later */
+        kvf__cache_drop(c, e, NULL);
+        return;
+    }
+    kvf__cache_drop(c, e, &pb);
+    if (pb.remove.n)
+        kvf__cache_background_push(c,
+                                   kvf__cache_op_submit(c, OPK_REMOVE, KVF_CACHE_DISK, &pb.remove));
+    kvf__cache_pending_free(&pb.remove);
+}
+
+/* While a call assembles its batches, an entry a refused batch was about
+ * is marked going but kept (the call's loop may still hold it) and freed
+ * when the call ends (kvf__cache_release_doomed). */
+void kvf__cache_doom(kvf_cache *c, entry *e)
+{
+    if (c->ndoomed == c->doomed_cap) {
+        size_t cap = c->doomed_cap ? 2 * c->doomed_cap : 16;
+        entry **v = realloc(c->doomed, cap * sizeof *v);
+        if (!v)
+            return; /* stays marked going: no victim, no hit; freed never (out of memory) */
+        c->doomed = v;
+        c->doomed_cap = cap;
+    }
+    kvf__cache_pin_one(c, e); /* (its pins were 0: see op_apply) */
+    c->doomed[c->ndoomed++] = e;
+}
+
+/* Frees the entries doomed during the call now ending. Lock held. */
+void kvf__cache_release_doomed(kvf_cache *c)
+{
+    c->deferring = false;
+    while (c->ndoomed)
+        kvf__cache_unpin_one(c, c->doomed[--c->ndoomed]);
+}

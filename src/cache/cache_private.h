@@ -1,0 +1,265 @@
+/*
+ * The tiered cache's own header, shared by the files of src/cache/ only:
+ * content keys mapped to blocks in the engine's secondary slots (host
+ * tier), block files (disk tier) and primary slots (GPU tier), with
+ * eviction down the tiers, pins, events and counters.
+ *
+ * Every copy is an engine batch, so the engine's hazard tracking orders
+ * them: a get queued after a put reads what the put wrote, a victim's slot
+ * is rewritten only after its demote has read it, a file is removed only
+ * after the write before it. The cache therefore changes its map at once,
+ * when it queues a batch, and learns of failures later, when the batch
+ * completes: each queued batch is an `op` that remembers, per move, the key
+ * and the placement generation it made, so a failure removes the entry it
+ * was about and not a later placement of the same key.
+ *
+ * One mutex guards the cache. Engine calls are made with it held (the
+ * engine never calls back into the cache), except blocking waits. The
+ * functions below that take a kvf_cache expect its lock held unless they
+ * say otherwise.
+ *
+ * The files, one job each:
+ *   cache.c          create (config checks) and destroy
+ *   cache_map.c      the key map: find, place, unplace
+ *   cache_evict.c    LRU lists, victims, eviction down the tiers, doomed entries
+ *   cache_batch.c    batches being assembled (pending), ops queued with the
+ *                    engine, rounds (flush), background ops (reap)
+ *   cache_apply.c    a completed op applied to the map
+ *   cache_call.c     the caller's tickets: wait, poll, per-block errors
+ *   cache_ops.c      lookup, put, get
+ *   cache_gpu.c      the GPU tier's slots: alloc, commit, free
+ *   cache_acquire.c  acquire: hits moved into GPU-tier slots
+ *   cache_pin.c      pin, unpin, remove
+ *   cache_events.c   the event ring
+ *   cache_stats.c    counters, latency histogram, Prometheus text
+ *   cache_restore.c  the disk tier's blocks found at create
+ *   cache_remote.c   the remote tier's lookups
+ * Only cache_restore.c and cache_remote.c reach below the engine (its file
+ * directory, its remote connection).
+ */
+#ifndef KVF_CACHE_PRIVATE_H
+#define KVF_CACHE_PRIVATE_H
+
+#include "config.h"
+#include "engine.h"
+#include "log.h"
+#include "status.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PRIORITIES 101u
+#define MAX_PRIORITY 100u
+
+/* States of a GPU-tier slot. */
+enum { GPU_FREE = 0, GPU_HANDED_OUT = 1, GPU_CACHED = 2 };
+
+typedef struct entry entry;
+struct entry {
+    kvf_key key;
+    entry *hnext;       /* hash chain */
+    entry *prev, *next; /* its (tier, priority) LRU list, while unpinned */
+    uint64_t gen;       /* changes with every placement */
+    uint64_t round;     /* the put round that placed it (see kvf__cache_flush) */
+    uint32_t slot;      /* host tier: the secondary slot */
+    uint32_t pins;      /* kvf_cache_pin, acquires, and gets in flight */
+    uint32_t reads;     /* of those, gets in flight (not the caller's to unpin) */
+    uint32_t uses;      /* gets, for disk admission */
+    uint8_t tier;
+    uint8_t priority;
+    bool removing; /* kvf_cache_remove while pinned: removed at the last unpin */
+};
+
+typedef struct lru {
+    entry *head, *tail; /* head: least recently used */
+} lru;
+
+typedef enum op_kind {
+    OPK_PUT,
+    OPK_GET,
+    OPK_ACQUIRE, /* a get into the GPU tier: the block stays pinned for the caller */
+    OPK_EVICT,   /* a GPU victim copied down: part of a call, not of its statuses */
+    OPK_FENCE,   /* an acquire of a block in place: waits for the copy into its slot */
+    OPK_DEMOTE,
+    OPK_REMOVE,
+    OPK_REMOTE_PUT, /* write-through: part of the put's call, not of its statuses */
+    OPK_REMOTE_REMOVE
+} op_kind;
+
+/* One engine batch queued by the cache. */
+typedef struct op op;
+struct op {
+    op_kind kind;
+    kvf_cache_tier tier; /* the tier written (put, demote) or read (get) */
+    kvf_ticket ticket;   /* the engine's; 0 when the submit failed */
+    size_t n;
+    kvf_key *keys;
+    uint64_t *gens;
+    size_t *index;           /* put, get: the block's position in the caller's call */
+    kvf_status *status;      /* per move, filled by the engine */
+    kvf__move_error *errors; /* per failed move, by move index: the engine's messages */
+    kvf_status submit_status;
+    bool done;
+    op *next;
+};
+
+/* A caller's put or get: the ops it queued and the blocks' statuses. */
+typedef struct call call;
+struct call {
+    kvf_ticket id;
+    size_t n;
+    kvf_status *status;      /* KVF_INPROGRESS where an op decides */
+    kvf__move_error *errors; /* per failed block, by block index (kvf_cache_wait_errors) */
+    op *ops;
+    uint64_t t0_ns;
+    bool waited; /* a thread waits for it: a second wait is refused */
+    call *next;
+};
+
+struct kvf_cache {
+    kvf_engine *engine;
+    kvf_cache_config cfg;
+    kvf_setting *settings; /* cfg as resolved, with sources */
+    size_t nsettings;
+    pthread_mutex_t mu;
+
+    entry **buckets;
+    size_t nbuckets, count;
+    lru lists[KVF_CACHE_TIERS][PRIORITIES];
+    uint64_t listed[KVF_CACHE_TIERS]; /* entries on the lists: the unpinned ones */
+    uint64_t capacity[KVF_CACHE_TIERS];
+    uint64_t used[KVF_CACHE_TIERS];
+    uint32_t *free_slots; /* host tier: secondary slots not in use */
+    uint32_t nfree;
+    /* GPU tier: primary slots 0 .. gpu_blocks-1, each free, handed out
+     * (the caller's until commit or free) or holding a cached block */
+    uint32_t *gpu_free;
+    uint32_t ngpu_free;
+    uint8_t *gpu_state;
+    uint64_t next_gen;
+    uint64_t round; /* see kvf__cache_flush */
+    bool deferring; /* a call is assembling batches: see kvf__cache_doom */
+    entry **doomed;
+    size_t ndoomed, doomed_cap;
+    size_t block_bytes;
+    uint32_t primary_slots;
+
+    op *background; /* ops nobody waits for, reaped by later calls */
+    call *calls;
+    kvf_ticket next_call;
+
+    kvf_cache_event *events; /* ring of cfg.event_queue */
+    size_t ev_head, ev_count;
+    uint64_t ev_seq;
+
+    kvf_cache_stats stats;
+};
+
+/* Batches being assembled by one put (or by create's restore). */
+typedef struct pending {
+    kvf_move *moves;
+    kvf_key *keys;
+    uint64_t *gens;
+    size_t *index;
+    size_t n, cap;
+    bool checked; /* reads GPU-tier slots: heed a failed write into them */
+} pending;
+
+typedef struct put_batches {
+    pending remove; /* disk victims' files */
+    pending demote; /* host victims to disk */
+    pending to_file, to_host;
+    pending to_remote;              /* write-through */
+    pending evict_file, evict_host; /* GPU victims moving down */
+    struct call *k;                 /* the put's call, or NULL */
+} put_batches;
+
+/* ---- cache_map.c: the key map --------------------------------------------------- */
+
+KVF_INTERNAL entry *kvf__cache_find(const kvf_cache *c, kvf_key key);
+/* A new entry, on its LRU list; NULL when out of memory. The caller counts
+ * it in its tier's `used`. */
+KVF_INTERNAL entry *kvf__cache_place(kvf_cache *c, kvf_key key, kvf_cache_tier tier, uint32_t slot,
+                                     uint32_t priority);
+KVF_INTERNAL void kvf__cache_unplace(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_free_entries(kvf_cache *c);
+
+/* ---- cache_evict.c: LRU and eviction -------------------------------------------- */
+
+KVF_INTERNAL void kvf__cache_lru_unlink(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_lru_append(kvf_cache *c, entry *e);
+KVF_INTERNAL entry *kvf__cache_victim_of(kvf_cache *c, kvf_cache_tier t);
+KVF_INTERNAL void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb);
+KVF_INTERNAL bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb);
+KVF_INTERNAL bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
+KVF_INTERNAL void kvf__cache_discard(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_doom(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_release_doomed(kvf_cache *c);
+
+/* ---- cache_pin.c ------------------------------------------------------------------ */
+
+KVF_INTERNAL void kvf__cache_pin_one(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_unpin_one(kvf_cache *c, entry *e);
+
+/* ---- cache_batch.c: batches and ops ---------------------------------------------- */
+
+KVF_INTERNAL void kvf__cache_pending_add(pending *p, kvf_move mv, kvf_key key, uint64_t gen,
+                                         size_t index);
+KVF_INTERNAL bool kvf__cache_pending_reserve(pending *p, size_t n);
+KVF_INTERNAL void kvf__cache_pending_free(pending *p);
+KVF_INTERNAL void kvf__cache_put_batches_free(put_batches *pb);
+KVF_INTERNAL bool kvf__cache_put_batches_reserve(put_batches *pb, size_t n);
+KVF_INTERNAL void kvf__cache_op_free(op *o);
+KVF_INTERNAL op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p);
+KVF_INTERNAL void kvf__cache_background_push(kvf_cache *c, op *o);
+KVF_INTERNAL void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_cache_tier tier,
+                                         pending *p, call *k);
+KVF_INTERNAL void kvf__cache_flush(kvf_cache *c, put_batches *pb);
+KVF_INTERNAL void kvf__cache_reap(kvf_cache *c);
+
+/* ---- cache_apply.c ---------------------------------------------------------------- */
+
+KVF_INTERNAL void kvf__cache_op_apply(kvf_cache *c, op *o, call *k);
+
+/* ---- cache_call.c: the caller's tickets ------------------------------------------ */
+
+KVF_INTERNAL void kvf__cache_call_note(call *k, size_t i, kvf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+KVF_INTERNAL call *kvf__cache_call_new(kvf_cache *c, size_t n);
+KVF_INTERNAL void kvf__cache_call_free(call *k);
+
+/* ---- cache_ops.c: arguments' checks ----------------------------------------------- */
+
+KVF_INTERNAL kvf_status kvf__cache_check_keys(const char *fn, const kvf_key *keys, size_t n);
+KVF_INTERNAL kvf_status kvf__cache_check_unique(const char *fn, const kvf_key *keys, size_t n);
+/* No lock needed: reads only what create fixed. */
+KVF_INTERNAL kvf_status kvf__cache_check_slots(const kvf_cache *c, const char *fn,
+                                               const uint32_t *slots, size_t n);
+
+/* ---- cache_gpu.c ------------------------------------------------------------------ */
+
+KVF_INTERNAL bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
+/* No lock needed: reads only what create fixed. */
+KVF_INTERNAL kvf_status kvf__cache_need_gpu_tier(const kvf_cache *c, const char *fn);
+
+/* ---- cache_events.c, cache_stats.c ------------------------------------------------ */
+
+KVF_INTERNAL void kvf__cache_emit(kvf_cache *c, kvf_cache_event_kind kind, const entry *e,
+                                  kvf_cache_tier from);
+KVF_INTERNAL void kvf__cache_record_latency(kvf_cache *c, uint64_t ns);
+
+/* ---- cache_restore.c, cache_remote.c: below the engine ---------------------------- */
+
+/* Whether the engine has the file tier a disk tier needs (lock not needed). */
+KVF_INTERNAL bool kvf__cache_disk_usable(kvf_engine *engine);
+/* Enters the blocks the engine's file tier holds (lock not needed: the
+ * cache is not yet shared). */
+KVF_INTERNAL kvf_status kvf__cache_restore(kvf_cache *c);
+/* Whether the engine has the remote tier a remote cache tier needs. */
+KVF_INTERNAL bool kvf__cache_remote_usable(const kvf_engine *engine);
+/* Called WITHOUT the lock: it asks the remote tier first. */
+KVF_INTERNAL size_t kvf__cache_remote_prefix(kvf_cache *c, const kvf_key *keys, size_t n,
+                                             kvf_cache_tier *tiers);
+
+#endif /* KVF_CACHE_PRIVATE_H */
