@@ -2,7 +2,7 @@
 # an OBJECT library whose include path holds its own folders and those of
 # the layers below it, never one above, so an upward #include fails to
 # compile. Headers are included by base name ("engine.h"), which is why
-# two headers of the library may not share one (tests/check_layers.sh).
+# two headers of the library may not share one (tests/check_layers.py).
 #
 #   kvf_add_layer(<name> DIRS <folders under src/> SOURCES <files> BELOW <layers>)
 #
