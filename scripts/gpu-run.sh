@@ -41,8 +41,10 @@ KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
     python/tests/test_gpu.py python/tests/test_gpu_cache.py 2>&1 | tail -n 25
 # BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
 # queues' full-ring waits at exit)
-# SANITIZE: the tool:test pairs to run (default: the four below)
-SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache racecheck:test_cuda_backend synccheck:test_cuda_backend"}
+# SANITIZE: the tool:test pairs to run (default: memcheck over the engine and
+# cache, racecheck and synccheck over each test_cuda_backend_* program)
+CUDA_BACKEND_TESTS="test_cuda_backend_paths test_cuda_backend_staged test_cuda_backend_sync test_cuda_backend_memory"
+SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache $(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done)"}
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
     for t in $SANITIZE; do
         set -- "${t%%:*}" "${t#*:}"

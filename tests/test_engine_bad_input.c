@@ -1,0 +1,150 @@
+/*
+ * Bad input on every public function of the engine: refused with
+ * KVF_ERR_INVALID (or the status naming the problem) and a message, the
+ * outputs untouched, nothing aborted.
+ */
+#include "engine_fixture.h"
+
+/* ---- bad input on every public function --------------------------------- */
+
+static int test_bad_input(void)
+{
+    kvf_engine_destroy(NULL);
+    CHECK_STATUS(kvf_engine_create(NULL, NULL), KVF_ERR_INVALID);
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    kvf_engine *e = (kvf_engine *)0x1;
+    cfg.struct_size = 3;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
+    CHECK(e == (kvf_engine *)0x1); /* outputs are set only on success */
+    cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
+    cfg.fsync = (kvf_fsync)9;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
+    cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
+    cfg.gds_compat = (kvf_gds_compat)3;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
+    CHECK(e == (kvf_engine *)0x1);
+    cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
+    cfg.file_dir = "/proc/kvferry-cannot-be-here";
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_IO);
+    CHECK(strstr(kvf_last_error(), "/proc/kvferry-cannot-be-here") != NULL);
+    cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.threads = 2;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
+
+    kvf_move m = {0, 0, 0};
+    kvf_ticket t = 0;
+    /* no pools yet */
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m, 1, &t), KVF_ERR_STATE);
+    kvf_geometry g = G_REF;
+    kvf_pool_desc pd = {KVF_MEMORY_HOST, NULL, 0, 4}, sd = {KVF_MEMORY_HOST, NULL, 0, 2};
+    CHECK_STATUS(kvf_engine_add_pool(NULL, &g, &pd, &sd, NULL), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_add_pool(e, NULL, &pd, &sd, NULL), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, NULL, &sd, NULL), KVF_ERR_INVALID);
+    kvf_pool_desc dev = {KVF_MEMORY_DEVICE, NULL, 0, 4};
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &dev, &sd, NULL), KVF_ERR_UNSUPPORTED);
+    kvf_pool_desc zero = {KVF_MEMORY_HOST, NULL, 0, 0};
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &zero, &sd, NULL), KVF_ERR_INVALID);
+    kvf_pool_desc narrow = {KVF_MEMORY_HOST, NULL, 100, 4};
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &narrow, &sd, NULL), KVF_ERR_RANGE);
+    CHECK(strstr(kvf_last_error(), "pool 0") != NULL);
+    kvf_pool_desc huge = {KVF_MEMORY_HOST, NULL, SIZE_MAX / 2, 4};
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &huge, &sd, NULL), KVF_ERR_RANGE);
+    kvf_geometry bad = g;
+    bad.layers = 0;
+    CHECK_STATUS(kvf_engine_add_pool(e, &bad, &pd, &sd, NULL), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &pd, &sd, NULL), KVF_OK);
+    kvf_geometry other = g;
+    other.tokens_per_block = 8;
+    CHECK_STATUS(kvf_engine_add_pool(e, &other, &pd, &sd, NULL), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "tokens_per_block") != NULL);
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &pd, NULL, NULL), KVF_OK); /* no secondary */
+    CHECK(kvf_engine_pool_count(e) == 2);
+
+    void *p;
+    CHECK_STATUS(kvf_engine_slot_ptr(e, 2, KVF_LEVEL_PRIMARY, 0, &p), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, 4, &p), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_engine_slot_ptr(e, 1, KVF_LEVEL_SECONDARY, 0, &p), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_slot_ptr(e, 0, (kvf_level)5, 0, &p), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, 0, NULL), KVF_ERR_INVALID);
+
+    /* pool 1 has no secondary slots: the host tier is refused, naming it */
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "pool 1") != NULL);
+    /* no file tier configured */
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_FILE, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "file tier") != NULL);
+    CHECK_STATUS(kvf_offload(e, (kvf_tier)7, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_onboard(e, (kvf_tier)7, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_offload(NULL, KVF_TIER_HOST, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_copy(e, NULL, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_copy(e, &m, 0, &t), KVF_ERR_INVALID);
+    kvf_move far = {0, 9, 0};
+    CHECK_STATUS(kvf_copy(e, &far, 1, &t), KVF_ERR_RANGE);
+    CHECK(strstr(kvf_last_error(), "primary slot 9") != NULL);
+    kvf_move odd = {0, 1, 3};
+    kvf_geometry g4 = G_I4;
+    (void)g4;
+    CHECK_STATUS(kvf_copy(e, &odd, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    kvf_move dup[2] = {{0, 1, 0}, {2, 1, 0}};
+    CHECK_STATUS(kvf_copy(e, dup, 2, &t), KVF_ERR_INVALID);
+    /* pools are fixed once a transfer was queued */
+    CHECK_STATUS(kvf_engine_add_pool(e, &g, &pd, &sd, NULL), KVF_ERR_STATE);
+
+    CHECK_STATUS(kvf_poll(e, 12345, NULL), KVF_ERR_UNKNOWN_TICKET);
+    CHECK_STATUS(kvf_wait(e, 0, NULL), KVF_ERR_UNKNOWN_TICKET);
+    CHECK_STATUS(kvf_wait(NULL, 1, NULL), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_sync_stream(NULL, NULL), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_info_get(NULL), KVF_ERR_INVALID);
+    kvf_info info = KVF_INFO_INIT;
+    CHECK_STATUS(kvf_info_get(&info), KVF_OK);
+    CHECK(kvf_version() != NULL && strncmp(kvf_version(), KVF_VERSION_STRING, 5) == 0);
+    CHECK(strcmp(kvf_backend_name(kvf_engine_backend(e)), "host") == 0);
+    kvf_engine_destroy(e);
+
+    /* a 4-bit partial copy that cannot be byte-aligned is refused whole */
+    fixture f;
+    if (fx_init(&f, false, 4))
+        return 1;
+    kvf_move m3 = {0, 1, 3}; /* 3 tokens x 6 int4 = 9 bytes: fine; G_I4 rows... */
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, &m3, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    fx_done(&f);
+    kvf_geometry odd4 = {1, 1, 1, 16, 3, KVF_DTYPE_FP4, KVF_ORDER_HEAD_MAJOR};
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
+    kvf_pool_desc p4 = {KVF_MEMORY_HOST, NULL, 0, 2};
+    CHECK_STATUS(kvf_engine_add_pool(e, &odd4, &p4, &p4, NULL), KVF_OK);
+    kvf_move m5 = {0, 1, 5};
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m5, 1, &t), KVF_ERR_UNSUPPORTED);
+    CHECK(strstr(kvf_last_error(), "move 0: pool 0") != NULL);
+    kvf_move m6 = {0, 1, 6};
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m6, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+
+    /* tiers this engine lacks, and an unknown one: refused, named */
+    uint64_t key = 0x42;
+    kvf_move to_key = {0, 0x42, 0};
+    t = 0;
+    CHECK_STATUS(kvf_offload(e, (kvf_tier)7, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "tier 7 unknown") != NULL);
+    CHECK_STATUS(kvf_onboard(e, (kvf_tier)-1, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "no remote tier") != NULL);
+    CHECK_STATUS(kvf_remote_remove(e, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_file_remove(e, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "no file tier") != NULL);
+    CHECK_STATUS(kvf_file_remove(e, NULL, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_file_remove(e, &key, 0, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_demote(e, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_promote(NULL, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(t == 0); /* no ticket for a refused batch */
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+int main(void)
+{
+    RUN(test_bad_input);
+    return TEST_RESULT();
+}
