@@ -332,14 +332,16 @@ typedef enum kvf_file_engine {
 
 /** How the CUDA backend moves a batch of scattered blocks. */
 typedef enum kvf_cuda_copy {
-    KVF_CUDA_COPY_AUTO = 0,   /* the faster path for the batch, by measurement
-                                 on an H200: copy engines for whole blocks of
-                                 256 KiB and up, partial rows of 128 KiB and
-                                 up, and pageable memory; smaller whole blocks
-                                 whose host slots are dense (a large batch's
-                                 parts) gathered or scattered in GPU memory
-                                 around one DMA per 16 MiB; the rest, and
-                                 device to device, by the kernel below */
+    KVF_CUDA_COPY_AUTO = 0,   /* per batch, the path that moves it fastest
+                                 (the rule's measurements are in
+                                 docs/performance.md): copy engines for whole
+                                 blocks of 256 KiB and up, partial rows of
+                                 128 KiB and up, and pageable memory, which
+                                 the kernel cannot reach; smaller whole
+                                 blocks whose host slots are dense (a large
+                                 batch's parts) gathered or scattered in GPU
+                                 memory around one DMA per 16 MiB; the rest,
+                                 and device to device, by the kernel below */
     KVF_CUDA_COPY_KERNEL = 1, /* a gather/scatter kernel over mapped pinned
                                  memory: fastest for small blocks, takes SMs */
     KVF_CUDA_COPY_DMA = 2     /* copy engines only (batched memcpy): leaves

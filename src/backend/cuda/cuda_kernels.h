@@ -1,6 +1,6 @@
 /*
  * The CUDA backend's copy kernel and its launch wrapper (cuda_kernels.cu),
- * shared with cuda.c. Internal: nothing here is part of the API.
+ * shared with the backend's C files. Internal: nothing here is part of the API.
  */
 #ifndef KVF_CUDA_KERNELS_H
 #define KVF_CUDA_KERNELS_H
@@ -51,7 +51,7 @@ kvf__cuda_crc32c_launch(const void *data, uint64_t n, uint32_t *out, cudaStream_
 
 /* For the test and the benchmark (defined in cuda.c): the cudaStream_t of
  * a transfer queue (0 offload, 1 onboard), and the path the last
- * copy_async on that queue took (1 kernel, 2 dma; 0 none yet). */
+ * copy_async on that queue took (1 kernel, 2 dma, 3 staged; 0 none yet). */
 struct kvf__backend;
 __attribute__((visibility("hidden"))) void *kvf__cuda_queue_stream(struct kvf__backend *b,
                                                                    int queue);

@@ -1,0 +1,84 @@
+/* copy_async: a path per batch (cuda_auto.c), run with the queue's lock
+ * held, the queue's two streams kept in order; and sync_stream, which makes
+ * a caller's stream wait for both queues. */
+#include "cuda_private.h"
+
+kvf_status kvf__cuda_check_copies(const kvf__copy *copies, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (c->width == 0 || c->rows == 0)
+            continue;
+        if (!c->dst || !c->src)
+            return kvf__fail(KVF_ERR_INVALID, "cuda: copy %zu: NULL pointer", i);
+        if (c->rows > 1 && (c->dpitch < c->width || c->spitch < c->width))
+            return kvf__fail(KVF_ERR_INVALID, "cuda: copy %zu: pitch %zu/%zu below width %zu", i,
+                             c->dpitch, c->spitch, c->width);
+    }
+    return KVF_OK;
+}
+
+kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
+                                size_t n, kvf__copy_done_fn done, void *arg)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    if ((unsigned)queue >= KVF_QUEUE_COUNT)
+        return kvf__fail(KVF_ERR_INVALID, "cuda: queue %d", (int)queue);
+    if ((st = kvf__cuda_check_copies(copies, n)) != KVF_OK)
+        return st;
+    if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
+        return st;
+    cuda_queue *q = &b->q[queue];
+    int to_host;
+    int path = kvf__cuda_choose_path(b, copies, n, &to_host);
+    stage_plan pl;
+    pthread_mutex_lock(&q->lock);
+    if (to_host >= 0 && kvf__cuda_staged_fits(b, q, copies, n, to_host == 1, &pl))
+        path = PATH_STAGED;
+    if (path == PATH_STAGED) {
+        st = kvf__cuda_submit_staged(b, q, copies, n, to_host == 1, &pl, done, arg);
+    } else {
+        st = KVF_OK;
+        if (q->aux_open) {
+            /* after staged scatters: this batch's copies follow them */
+            cudaError_t e1 = cudaEventRecord(q->ev_done, q->aux);
+            cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(q->stream, q->ev_done, 0) : e1;
+            if (e2 != cudaSuccess)
+                st = kvf__cuda_fail(e2, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+            else
+                q->aux_open = false;
+        }
+        if (st == KVF_OK && path == PATH_KERNEL)
+            st = kvf__cuda_submit_kernel(b, q, copies, n, done, arg);
+        else if (st == KVF_OK)
+            st = kvf__cuda_submit_dma(b, q, copies, n, done, arg);
+        q->main_dirty = true;
+    }
+    atomic_store_explicit(&q->last_path, path, memory_order_relaxed);
+    pthread_mutex_unlock(&q->lock);
+    kvf__cuda_dev_leave(&g);
+    return st;
+}
+
+kvf_status kvf__cuda_sync_stream(kvf__backend *base, void *stream)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
+        return st;
+    for (int i = 0; i < KVF_QUEUE_COUNT && st == KVF_OK; i++) {
+        cuda_queue *q = &b->q[i];
+        pthread_mutex_lock(&q->lock);
+        CUDA_GOTO(cudaEventRecord(q->sync_event, q->stream), st, unlock);
+        CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, q->sync_event, 0), st, unlock);
+        CUDA_GOTO(cudaEventRecord(q->sync_event_aux, q->aux), st, unlock);
+        CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, q->sync_event_aux, 0), st, unlock);
+    unlock:
+        pthread_mutex_unlock(&q->lock);
+    }
+    kvf__cuda_dev_leave(&g);
+    return st;
+}

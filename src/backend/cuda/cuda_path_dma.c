@@ -1,0 +1,198 @@
+/* The copy-engine path: no SMs taken from the model. */
+#include "cuda_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kvf_status kvf__cuda_grow_flat(cuda_queue *q, size_t n)
+{
+    if (n <= q->flat_cap)
+        return KVF_OK;
+    size_t cap = q->flat_cap ? q->flat_cap : 256;
+    while (cap < n)
+        cap *= 2;
+    void **d = realloc(q->dsts, cap * sizeof *d);
+    if (d)
+        q->dsts = d;
+    const void **s = realloc(q->srcs, cap * sizeof *s);
+    if (s)
+        q->srcs = s;
+    size_t *z = realloc(q->sizes, cap * sizeof *z);
+    if (z)
+        q->sizes = z;
+    if (!d || !s || !z)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: cannot grow copy lists to %zu", cap);
+    q->flat_cap = cap;
+    return KVF_OK;
+}
+
+#if KVF_CUDA_3D_BATCH
+static kvf_status grow_3d(cuda_queue *q, size_t n)
+{
+    if (n <= q->ops3d_cap)
+        return KVF_OK;
+    size_t cap = q->ops3d_cap ? q->ops3d_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    struct cudaMemcpy3DBatchOp *o = realloc(q->ops3d, cap * sizeof *o);
+    if (!o)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: cannot grow 2-D copy list to %zu", cap);
+    q->ops3d = o;
+    q->ops3d_cap = cap;
+    return KVF_OK;
+}
+#endif
+
+/* Flat copies k..k+m-1 of q's lists, one call. */
+static kvf_status dma_flat(cuda_queue *q, size_t k, size_t m)
+{
+    if (m == 1) {
+        CUDA_RET(
+            cudaMemcpyAsync(q->dsts[k], q->srcs[k], q->sizes[k], cudaMemcpyDefault, q->stream));
+        return KVF_OK;
+    }
+#if CUDART_VERSION >= 12080
+    {
+        struct cudaMemcpyAttributes attr;
+        memset(&attr, 0, sizeof attr);
+        attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+        size_t attr_idx = 0;
+#if CUDART_VERSION >= 13000
+        CUDA_RET(cudaMemcpyBatchAsync(q->dsts + k, q->srcs + k, q->sizes + k, m, &attr, &attr_idx,
+                                      1, q->stream));
+#else
+        size_t fail_idx = 0;
+        CUDA_RET(cudaMemcpyBatchAsync(q->dsts + k, (void **)(q->srcs + k), q->sizes + k, m, &attr,
+                                      &attr_idx, 1, &fail_idx, q->stream));
+#endif
+    }
+#else
+    for (size_t i = k; i < k + m; i++)
+        CUDA_RET(
+            cudaMemcpyAsync(q->dsts[i], q->srcs[i], q->sizes[i], cudaMemcpyDefault, q->stream));
+#endif
+    return KVF_OK;
+}
+
+/* Copy-engine path: merged contiguous copies (and the rows of wide 2-D
+ * copies) in batched calls (see dma_send), other 2-D copies in one 3-D
+ * batch call. */
+#define DMA_FLAT_ROWS_FROM ((size_t)64 << 10)
+
+/* Appends copy c, contiguous or of wide rows, to q's flat lists (nflat
+ * entries so far), merged with the entry before where they continue each
+ * other on both sides. Returns the new count. */
+static size_t dma_add_flat(cuda_queue *q, const kvf__copy *c, size_t nflat)
+{
+    bool flat = copy_contiguous(c);
+    size_t nrows = flat ? 1 : c->rows, len = flat ? c->width * c->rows : c->width;
+    for (size_t row = 0; row < nrows; row++) {
+        char *d = (char *)c->dst + row * c->dpitch;
+        const char *sr = (const char *)c->src + row * c->spitch;
+        if (nflat > 0 && (char *)q->dsts[nflat - 1] + q->sizes[nflat - 1] == d &&
+            (const char *)q->srcs[nflat - 1] + q->sizes[nflat - 1] == sr) {
+            q->sizes[nflat - 1] += len;
+            continue;
+        }
+        q->dsts[nflat] = d;
+        q->srcs[nflat] = sr;
+        q->sizes[nflat] = len;
+        nflat++;
+    }
+    return nflat;
+}
+
+/* 2-D copy c as the n2d-th op of q's 3-D batch, or (before CUDA 13) queued
+ * at once. */
+static kvf_status dma_add_2d(cuda_queue *q, const kvf__copy *c, size_t n2d)
+{
+#if KVF_CUDA_3D_BATCH
+    struct cudaMemcpy3DBatchOp *o = &q->ops3d[n2d];
+    memset(o, 0, sizeof *o);
+    o->src.type = cudaMemcpyOperandTypePointer;
+    o->src.op.ptr.ptr = (void *)c->src;
+    o->src.op.ptr.rowLength = c->spitch;
+    o->src.op.ptr.layerHeight = 0;
+    o->dst.type = cudaMemcpyOperandTypePointer;
+    o->dst.op.ptr.ptr = c->dst;
+    o->dst.op.ptr.rowLength = c->dpitch;
+    o->dst.op.ptr.layerHeight = 0;
+    o->extent = make_cudaExtent(c->width, c->rows, 1);
+    o->srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+#else
+    CUDA_RET(cudaMemcpy2DAsync(c->dst, c->dpitch, c->src, c->spitch, c->width, c->rows,
+                               cudaMemcpyDefault, q->stream));
+#endif
+    return KVF_OK;
+}
+
+/* Queues the nflat flat copies and the n2d 2-D ops collected in q. */
+static kvf_status dma_send(cuda_queue *q, size_t nflat, size_t n2d)
+{
+    kvf_status st;
+    /* in calls of 2, 2, 4, 8... copies: cudaMemcpyBatchAsync takes host
+     * time per copy before the engines start, so the first copies go on
+     * their way while the rest are handed over (a gain at 1-4 MiB blocks
+     * in `kvferry bench --compare`) */
+    for (size_t k = 0, grp = 2; k < nflat;) {
+        size_t m = nflat - k < grp ? nflat - k : grp;
+        if ((st = dma_flat(q, k, m)) != KVF_OK)
+            return st;
+        k += m;
+        if (k > 2)
+            grp *= 2;
+    }
+#if KVF_CUDA_3D_BATCH
+    if (n2d == 1) {
+        const struct cudaMemcpy3DBatchOp *o = &q->ops3d[0];
+        CUDA_RET(cudaMemcpy2DAsync(o->dst.op.ptr.ptr, o->dst.op.ptr.rowLength, o->src.op.ptr.ptr,
+                                   o->src.op.ptr.rowLength, o->extent.width, o->extent.height,
+                                   cudaMemcpyDefault, q->stream));
+    } else if (n2d > 1) {
+        CUDA_RET(cudaMemcpy3DBatchAsync(n2d, q->ops3d, 0, q->stream));
+    }
+#endif
+    return KVF_OK;
+}
+
+kvf_status kvf__cuda_submit_dma(cuda_backend *b, cuda_queue *q, const kvf__copy *copies, size_t n,
+                                kvf__copy_done_fn done, void *arg)
+{
+    kvf_status st;
+    size_t nflat = 0, n2d = 0, flat_need = 0;
+    /* 2-D copies of wide rows go as one flat copy per row: the copy engines
+     * move a batch of flat copies faster than the same rows as 2-D ops */
+    for (size_t i = 0; i < n; i++)
+        flat_need += copy_contiguous(&copies[i]) || copies[i].width < DMA_FLAT_ROWS_FROM
+                         ? 1
+                         : copies[i].rows;
+    if ((st = kvf__cuda_grow_flat(q, flat_need)) != KVF_OK)
+        return st;
+#if KVF_CUDA_3D_BATCH
+    if ((st = grow_3d(q, n)) != KVF_OK)
+        return st;
+#endif
+    uint32_t idx;
+    batch_record *r = kvf__cuda_reserve(q, 0, &idx);
+    for (size_t i = 0; i < n; i++) {
+        const kvf__copy *c = &copies[i];
+        if (c->width == 0 || c->rows == 0)
+            continue;
+        if (copy_contiguous(c) || c->width >= DMA_FLAT_ROWS_FROM) {
+            nflat = dma_add_flat(q, c, nflat);
+            continue;
+        }
+        if ((st = dma_add_2d(q, c, n2d)) != KVF_OK)
+            goto fail;
+        n2d++;
+    }
+    if ((st = dma_send(q, nflat, n2d)) != KVF_OK)
+        goto fail;
+    if ((st = kvf__cuda_finish_record(b, q, r, n, done, arg)) != KVF_OK)
+        goto fail;
+    return KVF_OK;
+fail:
+    CUDA_IGNORE(cudaStreamSynchronize(q->stream));
+    kvf__cuda_unreserve(r);
+    return st;
+}
