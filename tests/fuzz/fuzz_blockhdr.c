@@ -3,14 +3,15 @@
  * checked as a Redis value would be (header, then the payload), then
  * written as a block file and read back through kvf__blockfile_read (both
  * its fast and careful readers), kvf__blockfile_scan, kvf_dir_check
- * (fsck) and kvf__blockfile_list (the cache's restart). Properties: a block is served
- * exactly when the format says it is intact, and then byte for byte. */
-#include "blockfile.h"
-#include "blockhdr.h"
-#include "checksum.h"
-#include "common.h"
-#include "fileio.h"
+ * (fsck) and kvf__blockfile_list (the cache's restart). Properties: a
+ * block is served exactly when the format says it is intact, and then
+ * byte for byte. */
 #include "fuzz.h"
+#include "common.h"
+#include "checksum.h"
+#include "blockhdr.h"
+#include "fileio.h"
+#include "blockfile.h"
 
 #include <fcntl.h>
 #include <string.h>
