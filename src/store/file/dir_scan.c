@@ -153,10 +153,10 @@ static bool check_block(check_walk *w, const char *name, uint64_t key, kvf_dir_e
         }
     }
     kvf__blockfile_meta meta;
-    kvf_status st =
-        w->cap >= room ? kvf__blockfile_read(w->d, key, w->buf, w->cap, &meta)
-                       : kvf__fail(KVF_ERR_NOMEM, "block 0x%016llx: %s/%s: no memory for %zu bytes",
-                                   (unsigned long long)key, w->d->root, name, room);
+    kvf_status st = w->cap >= room
+                        ? kvf__blockfile_read(w->d, key, w->buf, w->cap, &meta)
+                        : kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: %s/%s: no memory for %zu bytes",
+                                    (unsigned long long)key, w->d->root, name, room);
     if (st == KVF_ERR_NOT_FOUND)
         return false;
     e->status = st;
@@ -211,7 +211,7 @@ kvf_status kvf_dir_check(const char *dir, const char *ns, const kvf_geometry *ge
                 continue;
         } else if (torn_name(n, &e.key)) {
             snprintf(w.msg, sizeof w.msg,
-                     "block 0x%016llx: %s/%s: torn write (temporary file of a write that did "
+                     "block 0x%llx: %s/%s: torn write (temporary file of a write that did "
                      "not finish)",
                      (unsigned long long)e.key, d.root, n);
             e.kind = KVF_DIR_ENTRY_TORN;
