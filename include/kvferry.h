@@ -1206,6 +1206,144 @@ typedef struct kvf_info {
 /** Fills `info` (its struct_size set by KVF_INFO_INIT). */
 KVF_API kvf_status kvf_info_get(kvf_info *info);
 
+/* ------------------------------------------------------------------------ */
+/* Inspecting stored blocks: block directories and remote stores            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * These calls look at what engines stored, without an engine: a block
+ * directory (kvf_engine_config.file_dir: one folder per namespace, a file
+ * <key as 16 hex digits>.kvf per block) and a remote store's URL. They
+ * read only: nothing is created, removed or repaired, and no file is ever
+ * opened in a way that could block (a FIFO under a block's name is
+ * reported, never waited on). They may run while engines write to the
+ * same directory: a block removed meanwhile is skipped, one being written
+ * shows as its temporary file (KVF_DIR_ENTRY_TORN). Every call is safe
+ * from several threads at once; callbacks run on the calling thread,
+ * before the call returns, and may call any kvferry function.
+ */
+
+/** The URL's environment variable: the remote store an engine uses when
+ *  kvf_engine_config.remote_url is NULL, and kvf_remote_probe's default. */
+#define KVF_REMOTE_URL_ENV "KVF_REMOTE_URL"
+
+/** What kvf_dir_check found under one name of a namespace. */
+typedef enum kvf_dir_entry_kind {
+    KVF_DIR_ENTRY_GOOD = 0,      /* header, layout, namespace, length and checksum check */
+    KVF_DIR_ENTRY_CORRUPT = 1,   /* a block file whose bytes fail a check (KVF_ERR_CORRUPT) */
+    KVF_DIR_ENTRY_TORN = 2,      /* the temporary file of a write that did not finish */
+    KVF_DIR_ENTRY_MISMATCH = 3,  /* a sound block of another layout or namespace
+                                    (KVF_ERR_MISMATCH) */
+    KVF_DIR_ENTRY_FOREIGN = 4,   /* not a regular file under a block's name: a FIFO,
+                                    directory, link... kvferry never wrote it */
+    KVF_DIR_ENTRY_UNREADABLE = 5 /* the read failed for a reason that says nothing
+                                    about the file (out of descriptors or memory,
+                                    an I/O error): not checked */
+} kvf_dir_entry_kind;
+
+/** Name of a kind ("good", "corrupt", "torn", "mismatch", "foreign",
+ *  "unreadable"); "?" for another value. */
+KVF_API const char *kvf_dir_entry_kind_name(kvf_dir_entry_kind kind);
+
+/** One name of a namespace, as kvf_dir_check reports it. */
+typedef struct kvf_dir_entry {
+    uint64_t key;            /* the block's key (a torn file's: the block it was for) */
+    kvf_dir_entry_kind kind; /* the verdict; decide on this, never on `message` */
+    kvf_status status;       /* KVF_OK when GOOD; else the read's status */
+    /* "ok", or what is wrong, naming the key and file. Valid only during
+     * the callback. */
+    const char *message;
+    uint32_t tokens, pools; /* GOOD only: tokens stored, pools in the block */
+    uint64_t payload_bytes; /* GOOD only: bytes after the 64-byte header */
+} kvf_dir_entry;
+
+/** Entries of each kind, summed over one or more kvf_dir_check calls. */
+typedef struct kvf_dir_counts {
+    uint64_t good, corrupt, torn, mismatch, foreign, unreadable;
+} kvf_dir_counts;
+
+#define KVF_DIR_COUNTS_INIT                                                                        \
+    {                                                                                              \
+        0, 0, 0, 0, 0, 0                                                                           \
+    }
+
+typedef void (*kvf_dir_check_fn)(void *arg, const kvf_dir_entry *entry);
+
+/**
+ * Checks every block of <dir>/<ns> as a read would (header, namespace,
+ * key, length, checksum of the whole payload), and reports every block
+ * file and every temporary file of an interrupted write, in directory
+ * order. Other names are ignored. Reads each block in full: about as long
+ * as reading the namespace's bytes.
+ * @param geometries  the layout the blocks must have (the engine's pools, in
+ *        order), n_pools of them; NULL and 0: any layout is good.
+ * @param visit  called once per entry (NULL: counts only).
+ * @param counts_p  NULL, or counts to add this namespace's entries to
+ *        (start from KVF_DIR_COUNTS_INIT).
+ * @return KVF_OK when every name was looked at, whatever was found (the
+ *         verdicts are in the entries); KVF_ERR_INVALID for a NULL dir, an
+ *         invalid namespace or geometry; KVF_ERR_NOT_FOUND when <dir>/<ns>
+ *         is not a directory; a file status when it cannot be read (entries
+ *         reported before stay counted).
+ */
+KVF_API kvf_status kvf_dir_check(const char *dir, const char *ns, const kvf_geometry *geometries,
+                                 size_t n_pools, kvf_dir_check_fn visit, void *arg,
+                                 kvf_dir_counts *counts_p);
+
+/** A usable block, as kvf_dir_list reports it. */
+typedef struct kvf_dir_block {
+    uint64_t key;
+    uint32_t tokens, pools;
+    uint64_t payload_bytes; /* bytes after the 64-byte header */
+    int64_t mtime_ns;       /* when it was written: CLOCK_REALTIME, nanoseconds */
+} kvf_dir_block;
+
+typedef void (*kvf_dir_list_fn)(void *arg, const kvf_dir_block *block);
+
+/**
+ * Lists the blocks of <dir>/<ns> whose headers check (namespace, key,
+ * length, and the layout of `geometries` when given): what a cache opened
+ * on the directory would find. Only headers are read, so a damaged payload
+ * is not noticed here (kvf_dir_check finds it); anything else is skipped.
+ * @param geometries, n_pools  as for kvf_dir_check.
+ * @param visit  called once per block (NULL: count only).
+ * @param n_p  NULL, or receives the number of blocks listed.
+ * @return as kvf_dir_check.
+ */
+KVF_API kvf_status kvf_dir_list(const char *dir, const char *ns, const kvf_geometry *geometries,
+                                size_t n_pools, kvf_dir_list_fn visit, void *arg, uint64_t *n_p);
+
+/**
+ * Visits the namespaces of a block directory: its subdirectories whose
+ * names are valid namespaces ([A-Za-z0-9._-]{1,64}), in byte order. The
+ * name passed to visit is valid only during the callback.
+ * @param n_p  NULL, or receives the number of namespaces.
+ * @return KVF_OK; KVF_ERR_INVALID for a NULL argument; KVF_ERR_NOT_FOUND
+ *         when `dir` is not a directory; KVF_ERR_NOMEM; a file status when
+ *         it cannot be read (nothing visited then).
+ */
+KVF_API kvf_status kvf_dir_namespaces(const char *dir, void (*visit)(void *arg, const char *ns),
+                                      void *arg, size_t *n_p);
+
+/**
+ * Reaches a remote store and says what answers there: connects (one
+ * attempt per seed node, no retries), authenticates, pings the server or
+ * every cluster node serving slots, and disconnects. Takes about
+ * timeout_ms per unreachable node at most.
+ * @param url  as kvf_engine_config.remote_url; NULL: $KVF_REMOTE_URL.
+ * @param timeout_ms  connect and command timeout; 0: 1000.
+ * @param detail  cap bytes (0 and NULL are fine) that receive, NUL-ended
+ *        and cut to fit, what answered ("redis 10.0.0.1:6379 db 0",
+ *        "redis cluster, 3 master(s) serving slots") or why nothing did;
+ *        never the password.
+ * @return KVF_OK when every node answered; KVF_ERR_NOT_FOUND when url is
+ *         NULL and $KVF_REMOTE_URL is unset or empty; KVF_ERR_UNSUPPORTED
+ *         in a build without the Redis client; KVF_ERR_INVALID for a bad
+ *         URL; KVF_ERR_REMOTE or KVF_ERR_TIMEOUT when a node cannot be
+ *         reached or refuses (kvf_last_error names it).
+ */
+KVF_API kvf_status kvf_remote_probe(const char *url, uint32_t timeout_ms, char *detail, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,64 +1,39 @@
 /* kvferry fsck DIR: checks every stored block's header and checksum in
  * every namespace under DIR (or one, with --namespace), and leftovers of
  * interrupted writes. Exits 1 on any problem. */
-#include "blockfile.h"
 #include "cli.h"
-#include "status.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
-typedef struct fsck_counts {
-    /* unreadable: a read that failed for a reason that says nothing about
-     * the file (out of descriptors or memory, an I/O error): not checked */
-    unsigned long good, corrupt, torn, mismatch, foreign, unreadable;
+typedef struct fsck_walk {
+    kvf_dir_counts counts;
     bool verbose;
-    const char *ns;
-} fsck_counts;
+    const char *dir, *ns;
+    int rc; /* -1 once a namespace could not be walked */
+} fsck_walk;
 
-static void visit(void *arg, uint64_t key, kvf_status st, const char *detail)
+static void visit(void *arg, const kvf_dir_entry *e)
 {
-    fsck_counts *c = arg;
-    if (st == KVF_OK) {
-        c->good++;
-        if (c->verbose)
-            printf("  %s/%016llx: ok\n", c->ns, (unsigned long long)key);
+    fsck_walk *w = arg;
+    if (e->kind == KVF_DIR_ENTRY_GOOD) {
+        if (w->verbose)
+            printf("  %s/%016llx: ok\n", w->ns, (unsigned long long)e->key);
         return;
     }
-    if (st == KVF_ERR_MISMATCH)
-        c->mismatch++;
-    else if (detail && strstr(detail, "torn"))
-        c->torn++;
-    else if (detail && strstr(detail, "foreign"))
-        c->foreign++; /* a FIFO, directory, link... under a block's name */
-    else if (!kvf__status_condemns_block(st))
-        c->unreadable++;
-    else
-        c->corrupt++;
-    printf("  %s/%016llx: %s: %s\n", c->ns, (unsigned long long)key, kvf_status_str(st),
-           detail ? detail : "");
+    printf("  %s/%016llx: %s (%s): %s\n", w->ns, (unsigned long long)e->key,
+           kvf_dir_entry_kind_name(e->kind), kvf_status_str(e->status), e->message);
 }
 
-static int scan_namespace(const char *dir, const char *ns, fsck_counts *c)
+static void scan_namespace(void *arg, const char *ns)
 {
-    kvf__blockfile_dir d;
-    memset(&d, 0, sizeof d);
-    d.dir_fd = -1;
-    kvf_status st = kvf__blockfile_open_dir(dir, ns, 0, KVF_FSYNC_NONE, &d);
-    if (st != KVF_OK) {
+    fsck_walk *w = arg;
+    w->ns = ns;
+    if (kvf_dir_check(w->dir, ns, NULL, 0, visit, w, &w->counts) != KVF_OK) {
         fprintf(stderr, "kvferry fsck: %s\n", kvf_last_error());
-        return -1;
+        w->rc = -1;
     }
-    c->ns = ns;
-    st = kvf__blockfile_scan(&d, visit, c);
-    kvf__blockfile_close_dir(&d);
-    if (st != KVF_OK) {
-        fprintf(stderr, "kvferry fsck: %s: %s\n", ns, kvf_last_error());
-        return -1;
-    }
-    return 0;
 }
 
 static void usage(FILE *f)
@@ -115,13 +90,14 @@ static int parse_args(int argc, char **argv, fsck_opts *o)
 }
 
 /* The counts as JSON, on --json. */
-static int emit_json(const fsck_opts *o, unsigned namespaces, const fsck_counts *c, int rc)
+static int emit_json(const fsck_opts *o, size_t namespaces, const fsck_walk *w)
 {
+    const kvf_dir_counts *c = &w->counts;
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "dir", o->dir);
     if (o->ns)
         cJSON_AddStringToObject(j, "namespace", o->ns);
-    cJSON_AddNumberToObject(j, "namespaces", namespaces);
+    cJSON_AddNumberToObject(j, "namespaces", (double)namespaces);
     cJSON_AddNumberToObject(j, "good", (double)c->good);
     cJSON_AddNumberToObject(j, "corrupt", (double)c->corrupt);
     cJSON_AddNumberToObject(j, "torn", (double)c->torn);
@@ -129,7 +105,7 @@ static int emit_json(const fsck_opts *o, unsigned namespaces, const fsck_counts 
     cJSON_AddNumberToObject(j, "foreign", (double)c->foreign);
     cJSON_AddNumberToObject(j, "unreadable", (double)c->unreadable);
     cJSON_AddBoolToObject(j, "clean",
-                          !rc && !c->corrupt && !c->torn && !c->mismatch && !c->foreign &&
+                          !w->rc && !c->corrupt && !c->torn && !c->mismatch && !c->foreign &&
                               !c->unreadable);
     return kvf_cli_json_emit("fsck", j);
 }
@@ -140,42 +116,31 @@ int kvf_cli_fsck(int argc, char **argv)
     int parsed = parse_args(argc, argv, &o);
     if (parsed)
         return parsed > 0 ? 0 : kvf_cli_usage_error("fsck");
-    const char *dir = o.dir, *ns = o.ns;
-    fsck_counts c = {0, 0, 0, 0, 0, 0, o.verbose, NULL};
+    fsck_walk w = {KVF_DIR_COUNTS_INIT, o.verbose, o.dir, NULL, 0};
     struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "kvferry fsck: %s: not a directory\n", dir);
+    if (stat(o.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kvferry fsck: %s: not a directory\n", o.dir);
         return 2;
     }
     if (kvf_cli_json_open("fsck", o.json))
         return KVF_CLI_FAILED;
-    int rc = 0;
-    unsigned namespaces = 0;
-    if (ns) {
-        rc = scan_namespace(dir, ns, &c);
+    size_t namespaces = 0;
+    if (o.ns) {
+        scan_namespace(&w, o.ns);
         namespaces = 1;
-    } else {
-        DIR *d = opendir(dir);
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            if (de->d_name[0] == '.')
-                continue;
-            char sub[4096];
-            snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
-            if (stat(sub, &sb) != 0 || !S_ISDIR(sb.st_mode))
-                continue;
-            if (scan_namespace(dir, de->d_name, &c))
-                rc = -1;
-            namespaces++;
-        }
-        if (d)
-            closedir(d);
+    } else if (kvf_dir_namespaces(o.dir, scan_namespace, &w, &namespaces) != KVF_OK) {
+        fprintf(stderr, "kvferry fsck: %s\n", kvf_last_error());
+        w.rc = -1;
     }
-    printf("kvferry fsck %s: %u namespace(s), %lu good, %lu corrupt, %lu torn, %lu other "
-           "layout, %lu foreign, %lu unreadable\n",
-           dir, namespaces, c.good, c.corrupt, c.torn, c.mismatch, c.foreign, c.unreadable);
+    const kvf_dir_counts *c = &w.counts;
+    printf("kvferry fsck %s: %zu namespace(s), %llu good, %llu corrupt, %llu torn, %llu other "
+           "layout, %llu foreign, %llu unreadable\n",
+           o.dir, namespaces, (unsigned long long)c->good, (unsigned long long)c->corrupt,
+           (unsigned long long)c->torn, (unsigned long long)c->mismatch,
+           (unsigned long long)c->foreign, (unsigned long long)c->unreadable);
     fflush(stdout);
-    if ((o.json && emit_json(&o, namespaces, &c, rc)) | kvf_cli_json_close("fsck"))
+    int rc = w.rc;
+    if ((o.json && emit_json(&o, namespaces, &w)) | kvf_cli_json_close("fsck"))
         rc = -1;
-    return rc || c.corrupt || c.torn || c.mismatch || c.foreign || c.unreadable ? 1 : 0;
+    return rc || c->corrupt || c->torn || c->mismatch || c->foreign || c->unreadable ? 1 : 0;
 }

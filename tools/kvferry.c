@@ -2,8 +2,6 @@
  * offers; `kvferry bench` moves blocks and checks every byte; `kvferry
  * replay` runs a request trace through the cache. */
 #include "cli.h"
-#include "common.h"
-#include "remote.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -34,14 +32,12 @@ static int usage(FILE *f)
 /* The remote tier's line: built or not, and whether $KVF_REMOTE_URL answers. */
 static const char *remote_tier(int built, char *why, size_t cap)
 {
-    const char *url = kvf__remote_url_from_env();
     if (!built)
         return snprintf(why, cap, "no hiredis at build time"), "not built";
-    if (!url)
-        return snprintf(why, cap, "%s not set", KVF_REMOTE_URL_ENV), "built";
-    if (kvf__remote_probe(url, 1000, why, cap) == KVF_OK)
-        return "reachable";
-    return "unreachable";
+    kvf_status st = kvf_remote_probe(NULL, 1000, why, cap);
+    if (st == KVF_ERR_NOT_FOUND)
+        return "built";
+    return st == KVF_OK ? "reachable" : "unreachable";
 }
 
 static cJSON *info_json(const kvf_info *info, const char *remote, const char *remote_why)

@@ -4,9 +4,7 @@
  * counted nothing yet: live counters come from the library call
  * (kvf_cache_stats_prometheus) in a running engine, or from
  * `kvferry replay --prometheus`. */
-#include "blockfile.h"
 #include "cli.h"
-#include "layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,24 +35,12 @@ int kvf_cli_print_prometheus(kvf_cache *c)
     }
 }
 
-static void count_block(void *arg, const kvf__blockfile_meta *meta, int64_t mtime_ns)
+/* Blocks of the namespace whose headers check, of any layout (g NULL) or
+ * of `pools` pools of g; -1 (printed) when the directory cannot be read. */
+static int count_blocks(const char *dir, const char *ns, const kvf_geometry *g, uint32_t pools,
+                        uint64_t *n_p)
 {
-    (*(uint64_t *)arg)++;
-}
-
-/* Blocks of the namespace whose headers check, of any layout (fingerprint
- * 0) or of one; -1 when the directory cannot be read. */
-static int count_blocks(const char *dir, const char *ns, uint64_t fingerprint, uint64_t *n_p)
-{
-    kvf__blockfile_dir d;
-    memset(&d, 0, sizeof d);
-    d.dir_fd = -1;
-    *n_p = 0;
-    kvf_status st = kvf__blockfile_open_dir(dir, ns, fingerprint, KVF_FSYNC_NONE, &d);
-    if (st == KVF_OK)
-        st = kvf__blockfile_list(&d, count_block, n_p);
-    kvf__blockfile_close_dir(&d);
-    if (st != KVF_OK) {
+    if (kvf_dir_list(dir, ns, g, g ? pools : 0, NULL, NULL, n_p) != KVF_OK) {
         fprintf(stderr, "kvferry stats: %s\n", kvf_last_error());
         return -1;
     }
@@ -155,8 +141,7 @@ int kvf_cli_stats(int argc, char **argv)
     for (uint32_t p = 0; p < pools; p++)
         gs[p] = g;
     uint64_t all = 0, mine = 0;
-    int rc = count_blocks(dir, ns, 0, &all) ||
-             count_blocks(dir, ns, kvf__geometry_fingerprint(gs, pools), &mine);
+    int rc = count_blocks(dir, ns, NULL, pools, &all) || count_blocks(dir, ns, gs, pools, &mine);
     free(gs);
     if (rc) {
         kvf_cli_json_close("stats");

@@ -2,9 +2,10 @@
  * tier's whole read path (src/store/file/blockfile.c). The input is a block's bytes:
  * checked as a Redis value would be (header, then the payload), then
  * written as a block file and read back through kvf__blockfile_read (both
- * its fast and careful readers), kvf__blockfile_scan (fsck) and
- * kvf__blockfile_list (the cache's restart). Properties: a block is served
- * exactly when the format says it is intact, and then byte for byte. */
+ * its fast and careful readers), kvf__blockfile_scan, kvf_dir_check
+ * (fsck) and kvf__blockfile_list (the cache's restart). Properties: a
+ * block is served exactly when the format says it is intact, and then
+ * byte for byte. */
 #include "fuzz.h"
 #include "common.h"
 #include "checksum.h"
@@ -155,6 +156,11 @@ static void check_file(const uint8_t *data, size_t size)
     FUZZ_CHECK(scanned.visits == 1 && (scanned.st == KVF_OK) == intact);
     FUZZ_CHECK(kvf__blockfile_list(&dir, list_visit, &listed) == KVF_OK);
     FUZZ_CHECK(listed.visits <= 1 && (!intact || listed.visits == 1));
+    /* fsck's public call: one entry, good exactly when intact */
+    kvf_dir_counts c = KVF_DIR_COUNTS_INIT;
+    FUZZ_CHECK(kvf_dir_check(tmp_root, NS, NULL, 0, NULL, NULL, &c) == KVF_OK);
+    FUZZ_CHECK(c.good + c.corrupt + c.mismatch + c.torn + c.foreign + c.unreadable == 1);
+    FUZZ_CHECK((c.good == 1) == intact && c.unreadable == 0);
     unlinkat(dir.dir_fd, name, 0);
 }
 

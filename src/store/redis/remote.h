@@ -36,7 +36,7 @@
 #include "common.h"
 #include "status.h"
 
-#define KVF_REMOTE_URL_ENV "KVF_REMOTE_URL"
+/* KVF_REMOTE_URL_ENV: kvferry.h */
 #define KVF_REMOTE_MAX_SEEDS 16
 
 typedef struct kvf__remote_config {
