@@ -1,7 +1,7 @@
 /*
  * A block directory seen from outside an engine (kvf_dir_check,
  * kvf_dir_list, kvf_dir_namespaces): what fsck, stats and a user's own
- * tooling ask of it. Reads only, through blockfile.c's reader, so a block
+ * tooling ask of it. Reads only, through blockfile_read.c's reader, so a block
  * is judged here exactly as an engine's read would judge it; what this
  * file adds is naming each entry's kind from the file itself (its type,
  * its name), never from a message's text.

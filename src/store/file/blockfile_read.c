@@ -1,0 +1,431 @@
+/*
+ * Reading blocks. The fast reader (read_begin, read_end) reads a whole
+ * file in one call of a batch and checks it after; the careful reader
+ * (kvf__bf_read_block) reads the header first and sizes everything from
+ * it once checked: for files whose size is wrong for the buffer, and for
+ * fsck. Either checks header, layout, namespace, length, padding and
+ * checksum before a block is handed back.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "blockfile_private.h"
+#include "blockhdr.h"
+#include "status.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Linux moves at most 0x7ffff000 bytes per call; stay below it. */
+#define IO_CHUNK ((size_t)1 << 30)
+
+/* Reads n bytes at offset off into p. 0: all read; -1: a failed call,
+ * errno set; 1: end of file after *got bytes. */
+static int read_full(int fd, const char *path, uint8_t *p, size_t n, uint64_t off, size_t *got)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t len = n - done < IO_CHUNK ? n - done : IO_CHUNK;
+        int err = kvf__io_fault("read", path, &len);
+        ssize_t r;
+        if (err) {
+            errno = err;
+            r = -1;
+        } else {
+            r = pread(fd, p + done, len, (off_t)(off + done));
+        }
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            *got = done;
+            return -1;
+        }
+        if (r == 0) {
+            *got = done;
+            return 1;
+        }
+        done += (size_t)r;
+    }
+    *got = done;
+    return 0;
+}
+
+/* The padding after the payload is zeros: any byte of the file changed is
+ * caught, not only those the checksums cover. */
+static kvf_status check_padding(const uint8_t *pad, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pad[i] != 0)
+            return kvf__fail(KVF_ERR_CORRUPT, "%s: padding byte %zu is 0x%02x, not 0", what, i,
+                             pad[i]);
+    return KVF_OK;
+}
+
+/* Closes a descriptor, reporting a failure unless one is already being
+ * returned: a read-only descriptor has nothing to flush, but a failing
+ * close still says the file system is in trouble. */
+static kvf_status close_read_fd(int fd, kvf_status st, unsigned long long key, const char *path)
+{
+    char eb[128];
+    /* Linux releases the descriptor even when close fails (EINTR too):
+     * never retried */
+    if (close(fd) != 0 && st == KVF_OK && errno != EINTR) {
+        int err = errno;
+        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: close: %s", key, path,
+                       kvf__bf_errstr(err, eb, sizeof eb));
+    }
+    return st;
+}
+
+/* The careful reader's open: a missing file is KVF_ERR_NOT_FOUND, a
+ * foreign one KVF_ERR_CORRUPT (and left alone). */
+static kvf_status careful_open(kvf__blockfile_dir *dir, unsigned long long key, const char *name,
+                               const char *path, struct stat *sb, int *fd_p)
+{
+    char eb[128];
+    mode_t foreign;
+    bool direct = false;
+    int fd = kvf__bf_open_block(dir, name, path, &direct, sb, &foreign);
+    if (fd < 0) {
+        int err = errno;
+        if (foreign)
+            return kvf__fail(KVF_ERR_CORRUPT,
+                             "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key,
+                             path, kvf__bf_file_kind(foreign));
+        if (err == ENOENT)
+            return kvf__fail(KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, path);
+        return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, path,
+                         kvf__bf_errstr(err, eb, sizeof eb));
+    }
+    *fd_p = fd;
+    return KVF_OK;
+}
+
+/* Reads the header of a file of `size` bytes into h and checks it (layout
+ * too unless any_layout) and the file's length against it. */
+static kvf_status careful_header(kvf__blockfile_dir *dir, int fd, const char *path, uint64_t key_in,
+                                 uint64_t size, bool any_layout, const char *what, uint8_t *h,
+                                 kvf__block_header *bh)
+{
+    char eb[128];
+    unsigned long long key = (unsigned long long)key_in;
+    if (size < HDR)
+        return kvf__fail(KVF_ERR_CORRUPT,
+                         "block 0x%llx: %s: truncated: %llu bytes, less than the %u-byte header",
+                         key, path, (unsigned long long)size, HDR);
+    size_t got;
+    int r = read_full(fd, path, h, HDR, 0, &got);
+    if (r < 0) {
+        int err = errno;
+        return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: read: %s", key, path,
+                         kvf__bf_errstr(err, eb, sizeof eb));
+    }
+    if (r > 0)
+        return kvf__fail(KVF_ERR_CORRUPT,
+                         "block 0x%llx: %s: truncated: short read, %zu of %u bytes", key, path, got,
+                         HDR);
+    kvf_status st = kvf__block_header_parse(h, what, bh);
+    if (st == KVF_OK)
+        st = kvf__block_header_expect(bh, what, any_layout ? 0 : dir->fingerprint, dir->ns_hash,
+                                      key_in);
+    if (st == KVF_OK)
+        st = kvf__bf_check_file_size(size, bh->payload_bytes, what);
+    return st;
+}
+
+/* Makes *buf_p hold header and payload: with `grow`, reallocated when too
+ * small; without it, the block not fitting is KVF_ERR_RANGE. */
+static kvf_status careful_fit(unsigned long long key, const char *path, uint64_t payload,
+                              uint64_t size, bool grow, uint8_t **buf_p, size_t *cap_p)
+{
+    /* payload <= st_size - HDR: HDR + payload fits an off_t, hence a size_t
+     * on the 64-bit systems this runs on */
+    if (payload > SIZE_MAX - HDR)
+        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: %s: %llu bytes do not fit in memory", key,
+                         path, (unsigned long long)size);
+    size_t need = HDR + (size_t)payload;
+    if (need <= *cap_p)
+        return KVF_OK;
+    if (!grow)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "block 0x%llx: %s: block of %zu bytes does not fit a %zu-byte buffer", key,
+                         path, need, *cap_p);
+    uint8_t *nb = realloc(*buf_p, need);
+    if (!nb)
+        return kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: %s: out of memory for %zu bytes", key, path,
+                         need);
+    *buf_p = nb;
+    *cap_p = need;
+    return KVF_OK;
+}
+
+/* Reads the payload after the checked header into buf + HDR and checks it,
+ * then the padding after it, if any. */
+static kvf_status careful_payload(int fd, const char *path, unsigned long long key, uint64_t size,
+                                  const kvf__block_header *bh, const char *what, uint8_t *buf)
+{
+    char eb[128];
+    uint64_t payload = bh->payload_bytes;
+    size_t got;
+    int r = read_full(fd, path, buf + HDR, (size_t)payload, HDR, &got);
+    if (r < 0) {
+        int err = errno;
+        return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: read: %s", key, path,
+                         kvf__bf_errstr(err, eb, sizeof eb));
+    }
+    if (r > 0)
+        /* the file shrank after fstat: never hand back the bytes not read */
+        return kvf__fail(KVF_ERR_CORRUPT,
+                         "block 0x%llx: %s: truncated: short read, %llu of %llu bytes", key, path,
+                         (unsigned long long)(HDR + got), (unsigned long long)size);
+    kvf_status st = kvf__block_payload_check(bh, what, buf + HDR);
+    if (st != KVF_OK || size <= HDR + payload)
+        return st;
+    uint8_t pad[KVF_FILE_ALIGN];
+    size_t npad = (size_t)(size - HDR - payload);
+    r = read_full(fd, path, pad, npad, HDR + payload, &got);
+    if (r != 0) {
+        int err = errno;
+        return r < 0 ? kvf__fail(kvf__errno_status(err), "%s: read: %s", what,
+                                 kvf__bf_errstr(err, eb, sizeof eb))
+                     : kvf__fail(KVF_ERR_CORRUPT, "%s: truncated: short read in the padding", what);
+    }
+    return check_padding(pad, npad, what);
+}
+
+/* Reads and checks the block under key_in into *buf_p (*cap_p bytes). With
+ * `grow`, a buffer too small is reallocated to fit, once the header has been
+ * checked (so a damaged length never sizes an allocation); without it, the
+ * block not fitting is KVF_ERR_RANGE. any_layout: for fsck, which checks
+ * files without knowing their layout. */
+kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t **buf_p,
+                              size_t *cap_p, bool grow, kvf__blockfile_meta *meta, bool any_layout)
+{
+    unsigned long long key = (unsigned long long)key_in;
+    char name[NAME_MAX_BYTES], path[PATH_MAX];
+    snprintf(name, sizeof name, "%016llx.kvf", key);
+    snprintf(path, sizeof path, "%s/%s", dir->root, name);
+
+    struct stat sb;
+    int fd = -1;
+    kvf_status st = careful_open(dir, key, name, path, &sb, &fd);
+    if (st != KVF_OK)
+        return st;
+    uint64_t size = (uint64_t)sb.st_size;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "block 0x%llx: %s", key, path);
+
+    /* the header goes to the stack first: the caller's buffer is sized
+     * only once the header has been checked */
+    uint8_t h[HDR];
+    kvf__block_header bh;
+    st = careful_header(dir, fd, path, key_in, size, any_layout, what, h, &bh);
+    if (st == KVF_OK)
+        st = careful_fit(key, path, bh.payload_bytes, size, grow, buf_p, cap_p);
+    if (st == KVF_OK) {
+        memcpy(*buf_p, h, HDR);
+        st = careful_payload(fd, path, key, size, &bh, what, *buf_p);
+    }
+    if (st == KVF_OK && meta) {
+        meta->key = key_in;
+        meta->tokens = bh.tokens;
+        meta->pools = bh.pools;
+        meta->payload_bytes = bh.payload_bytes;
+    }
+    return close_read_fd(fd, st, key, path);
+}
+
+/* Opens one block's file and sets up the read of all of it. false when
+ * there is nothing to read: failed (io->status) or left to kvf__bf_read_block
+ * (io->slow). */
+static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
+{
+    char eb[128];
+    unsigned long long key = (unsigned long long)io->meta.key;
+    io->fd = -1;
+    io->status = KVF_OK;
+    io->reported = false;
+    io->slow = false;
+    io->msg[0] = '\0';
+    snprintf(io->name, sizeof io->name, "%016llx.kvf", key);
+    snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
+    bool direct = atomic_load_explicit(&dir->direct, memory_order_relaxed) &&
+                  buf_aligned(io->buf) && io->cap >= KVF_FILE_ALIGN;
+    struct stat sb;
+    mode_t foreign;
+    io->fd = kvf__bf_open_block(dir, io->name, io->path, &direct, &sb, &foreign);
+    if (io->fd < 0) {
+        int err = errno;
+        if (foreign)
+            kvf__bf_io_fail(io, KVF_ERR_CORRUPT,
+                            "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key,
+                            io->path, kvf__bf_file_kind(foreign));
+        else if (err == ENOENT)
+            kvf__bf_io_fail(io, KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, io->path);
+        else
+            kvf__bf_io_fail(io, kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, io->path,
+                            kvf__bf_errstr(err, eb, sizeof eb));
+        return false;
+    }
+    if (sb.st_size < (off_t)HDR || (uint64_t)sb.st_size > io->cap) {
+        /* the careful reader says what is wrong, header first */
+        close(io->fd);
+        io->fd = -1;
+        io->slow = true;
+        return false;
+    }
+    io->size = (size_t)sb.st_size;
+    size_t len = round_up_align(io->size);
+    if (!direct || len > io->cap)
+        len = io->size; /* unaligned: the engine drops O_DIRECT for it */
+    io->io.fd = io->fd;
+    io->io.buf = io->buf;
+    io->io.len = len;
+    io->io.need = io->size;
+    io->io.off = 0;
+    io->io.path = io->path;
+    io->io.direct = direct;
+    io->io.xfer = io->img ? io->img->xfer : NULL;
+    io->io.xfer_arg = io->img_arg;
+    return true;
+}
+
+/* Checks what read_begin's read brought in. */
+static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
+{
+    char eb[128];
+    unsigned long long key = (unsigned long long)io->meta.key;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "block 0x%llx: %s", key, io->path);
+    kvf__block_header bh;
+    kvf_status st = KVF_OK;
+    if (io->io.err) {
+        int err = io->io.err;
+        kvf__bf_io_fail(io, kvf__errno_status(err), "%s: read: %s", what,
+                        kvf__bf_errstr(err, eb, sizeof eb));
+        return;
+    }
+    if (io->io.done < io->size) {
+        /* the file shrank after fstat: never hand back the bytes not read */
+        kvf__bf_io_fail(io, KVF_ERR_CORRUPT, "%s: truncated: short read, %zu of %zu bytes", what,
+                        io->io.done, io->size);
+        return;
+    }
+    /* an image in device memory: header and padding (under 4096 bytes)
+     * come to the host, the payload is checksummed where it is */
+    uint8_t hb[HDR], pad[KVF_FILE_ALIGN];
+    const uint8_t *hdr = io->buf;
+    if (io->img) {
+        st = io->img->get(io->img_arg, io->buf, hb, HDR);
+        hdr = hb;
+    }
+    if (st == KVF_OK)
+        st = kvf__block_header_parse(hdr, what, &bh);
+    if (st == KVF_OK)
+        st = kvf__block_header_expect(&bh, what, dir->fingerprint, dir->ns_hash, io->meta.key);
+    if (st == KVF_OK)
+        st = kvf__bf_check_file_size(io->size, bh.payload_bytes, what);
+    size_t npad = st == KVF_OK ? io->size - HDR - (size_t)bh.payload_bytes : 0;
+    if (st == KVF_OK && !io->img) {
+        st = kvf__block_payload_check(&bh, what, io->buf + HDR);
+        if (st == KVF_OK)
+            st = check_padding(io->buf + HDR + bh.payload_bytes, npad, what);
+    } else if (st == KVF_OK) {
+        uint32_t crc = 0;
+        st = io->img->crc(io->img_arg, io->buf + HDR, (size_t)bh.payload_bytes, &crc);
+        if (st == KVF_OK)
+            st = kvf__block_payload_crc_check(&bh, what, crc);
+        if (st == KVF_OK && npad)
+            st = io->img->get(io->img_arg, io->buf + HDR + bh.payload_bytes, pad, npad);
+        if (st == KVF_OK)
+            st = check_padding(pad, npad, what);
+    }
+    if (st != KVF_OK) {
+        kvf__bf_io_fail(io, st, "%s", kvf_last_error());
+        return;
+    }
+    io->meta.tokens = bh.tokens;
+    io->meta.pools = bh.pools;
+    io->meta.payload_bytes = bh.payload_bytes;
+}
+
+/* A read finished: checked, closed and reported while the batch's other
+ * reads are still in flight. */
+static void read_op_done(kvf__fio_op *op)
+{
+    kvf__blockfile_io *io = kvf__bf_io_of(op);
+    read_end(io->dir, io);
+    kvf_status st = close_read_fd(io->fd, io->status, (unsigned long long)io->meta.key, io->path);
+    io->fd = -1;
+    if (st != io->status)
+        kvf__bf_io_fail(io, st, "%s", kvf_last_error());
+    kvf__bf_io_finished(io);
+}
+
+void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__blockfile_io *ios,
+                              size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        ios[i].dir = dir;
+        if (read_begin(dir, &ios[i]))
+            continue;
+        if (ios[i].slow) {
+            /* the careful reader, for files too short or too large */
+            kvf__blockfile_io *io = &ios[i];
+            /* an image in device memory is read on the host first */
+            uint8_t *buf = io->img ? malloc(io->cap) : io->buf;
+            size_t cap = io->cap;
+            kvf__blockfile_meta m;
+            kvf_status st =
+                buf ? kvf__bf_read_block(dir, io->meta.key, &buf, &cap, false, &m, false)
+                    : kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory",
+                                (unsigned long long)io->meta.key);
+            if (st == KVF_OK && io->img)
+                st = io->img->put(io->img_arg, io->buf, buf, HDR + (size_t)m.payload_bytes);
+            if (io->img)
+                free(buf);
+            if (st == KVF_OK)
+                io->meta = m;
+            else
+                kvf__bf_io_fail(io, st, "%s", kvf_last_error());
+        }
+        kvf__bf_io_finished(&ios[i]);
+        /* out of the list below */
+        if (ios[i].status == KVF_OK)
+            ios[i].status = KVF_INPROGRESS;
+    }
+    kvf__fileio_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_READ, NULL, read_op_done));
+    for (size_t i = 0; i < n; i++)
+        if (ios[i].status == KVF_INPROGRESS)
+            ios[i].status = KVF_OK;
+}
+
+kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf, size_t cap,
+                               kvf__blockfile_meta *meta)
+{
+    if (!dir || !dir->root || !buf)
+        return kvf__fail(KVF_ERR_INVALID, "block file read: NULL argument or directory not open");
+    kvf__blockfile_io *io = malloc(sizeof *io);
+    if (!io)
+        return kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory", (unsigned long long)key);
+    io->meta.key = key;
+    io->on_done = NULL;
+    io->img = NULL;
+    io->img_arg = NULL;
+    io->buf = buf;
+    io->cap = cap;
+    kvf__blockfile_read_many(dir, dir->fio, io, 1);
+    kvf_status st = io->status;
+    /* set only on success */
+    if (st == KVF_OK && meta)
+        *meta = io->meta;
+    free(io);
+    return st;
+}
