@@ -1,6 +1,6 @@
 /*
- * The block file tests' fixture: a temporary directory, the I/O engine of
- * $KVF_FILE_ENGINE (ctest runs each program once per engine), a fault hook
+ * The block file tests' fixture: a temporary directory, the I/O runner of
+ * $KVF_FILE_ENGINE (ctest runs each program once per runner), a fault hook
  * failing or shortening the calls of one op, blocks of random data written
  * and checked byte for byte into poisoned buffers, and bystander blocks that
  * no fault may touch. Shared by the test_blockfile_* programs; one program
@@ -28,9 +28,9 @@
 /* Blocks that no fault aimed at may touch. */
 #define NBYSTANDERS 3
 
-static char base[512];   /* the test's temporary directory */
-static kvf__fileio *fio; /* the I/O engine of env KVF_FILE_ENGINE, for every directory */
-static char files[600];  /* file_dir: base/a/b, created by open_dir */
+static char base[512];          /* the test's temporary directory */
+static kvf__fileio_runner *fio; /* the I/O runner of env KVF_FILE_ENGINE, for every directory */
+static char files[600];         /* file_dir: base/a/b, created by open_dir */
 
 static struct {
     const char *op; /* the op to act on; NULL: none */
@@ -204,7 +204,7 @@ static inline int open_ns(const char *ns, uint64_t fp, kvf_fsync mode, kvf__bloc
     return st != KVF_OK;
 }
 
-/* The program's temporary directory and the I/O engine of
+/* The program's temporary directory and the I/O runner of
  * $KVF_FILE_ENGINE (none: inline); returns the descriptors open before,
  * for bf_fini to compare. */
 static inline int bf_init(void)
@@ -213,23 +213,23 @@ static inline int bf_init(void)
     if (test_tmpdir(base, sizeof base) != 0)
         TEST_SKIP_ALL("no temporary directory");
     snprintf(files, sizeof files, "%s/a/b", base);
-    /* the same tests on each I/O engine: ctest runs this once per engine */
+    /* the same tests on each I/O runner: ctest runs this once per runner */
     const char *engine = getenv("KVF_FILE_ENGINE");
     if (engine && *engine) {
         kvf_file_engine want =
             strcmp(engine, "uring") == 0 ? KVF_FILE_ENGINE_URING : KVF_FILE_ENGINE_THREADS;
-        REQUIRE(kvf__fileio_create(want, 8, 2, &fio) == KVF_OK);
-        printf("file i/o engine: %s\n",
-               kvf__fileio_engine(fio) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads");
+        REQUIRE(kvf__fileio_runner_create(want, 8, 2, &fio) == KVF_OK);
+        printf("file i/o runner: %s\n",
+               kvf__fileio_runner_type(fio) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads");
     }
     return fds;
 }
 
-/* Closes the engine; no descriptor is left open, nothing on disk. */
+/* Closes the runner; no descriptor is left open, nothing on disk. */
 static inline void bf_fini(int fds)
 {
     kvf__set_io_fault(NULL);
-    kvf__fileio_destroy(fio);
+    kvf__fileio_runner_destroy(fio);
     if (fds >= 0)
         CHECK_EQ_INT(test_count_fds(), fds);
     test_rmtree(base);

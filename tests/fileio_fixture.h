@@ -1,8 +1,8 @@
 /*
- * The file I/O tests' fixture: a temporary directory, the engine under test
+ * The file I/O tests' fixture: a temporary directory, the runner under test
  * (each program runs its tests on inline, threads and io_uring where
  * offered), aligned buffers filled with poison, a fault hook for one op on
- * one path, and raw files for the engine's ops. Shared by the test_fileio_*
+ * one path, and raw files for the runner's ops. Shared by the test_fileio_*
  * programs; one program per translation unit (the helpers keep static
  * state).
  */
@@ -29,7 +29,7 @@
 
 static char base[512];
 static const char *engine_name = "inline";
-static kvf__fileio *fio; /* the engine under test; NULL: inline */
+static kvf__fileio_runner *fio; /* the runner under test; NULL: inline */
 
 static inline uint8_t *aligned_alloc_poisoned(size_t n)
 {
@@ -54,7 +54,7 @@ static inline int fault_hook(const char *op, const char *path, size_t *len_p)
         return 0;
     if (fault.path_has && !strstr(path, fault.path_has))
         return 0;
-    /* hooks run on the engines' threads: take one of `times` atomically */
+    /* hooks run on the runners' threads: take one of `times` atomically */
     int t = __atomic_load_n(&fault.times, __ATOMIC_RELAXED);
     while (t > 0 && !__atomic_compare_exchange_n(&fault.times, &t, t - 1, false, __ATOMIC_RELAXED,
                                                  __ATOMIC_RELAXED))
@@ -87,25 +87,25 @@ static inline int fio_init(void)
     return fds;
 }
 
-/* Runs `tests` (RUNs) once on every file I/O engine this machine offers. */
+/* Runs `tests` (RUNs) once on every file I/O runner this machine offers. */
 static inline void fio_each_engine(void (*tests)(void))
 {
-    /* every test on every engine: inline (NULL), threads, io_uring */
+    /* every test on every runner: inline (NULL), threads, io_uring */
     for (int k = 0; k < 3; k++) {
         fio = NULL;
         if (k > 0) {
             kvf_file_engine want = k == 1 ? KVF_FILE_ENGINE_THREADS : KVF_FILE_ENGINE_URING;
-            REQUIRE(kvf__fileio_create(want, 8, 2, &fio) == KVF_OK);
-            if (k == 2 && kvf__fileio_engine(fio) != KVF_FILE_ENGINE_URING) {
+            REQUIRE(kvf__fileio_runner_create(want, 8, 2, &fio) == KVF_OK);
+            if (k == 2 && kvf__fileio_runner_type(fio) != KVF_FILE_ENGINE_URING) {
                 printf("skip io_uring: not built or refused here\n");
-                kvf__fileio_destroy(fio);
+                kvf__fileio_runner_destroy(fio);
                 continue;
             }
         }
         engine_name = k == 0 ? "inline" : k == 1 ? "threads" : "io_uring";
         printf("-- %s\n", engine_name);
         tests();
-        kvf__fileio_destroy(fio);
+        kvf__fileio_runner_destroy(fio);
         fio = NULL;
     }
 }

@@ -1,5 +1,5 @@
 /*
- * Block files on the O_DIRECT path, on every file I/O engine: alignment
+ * Block files on the O_DIRECT path, on every file I/O runner: alignment
  * edge cases and the padded length rule, one block of a batch failing
  * alone, spare files reused and removed, and O_DIRECT refused (buffered,
  * the same bytes in the same padded files). None needs io_uring or
@@ -34,7 +34,7 @@ static void block_path(const kvf__blockfile_dir *d, uint64_t key, char *out, siz
     snprintf(out, cap, "%s/%016llx.kvf", d->root, (unsigned long long)key);
 }
 
-/* A namespace of its own for each engine: every engine starts afresh. */
+/* A namespace of its own for each runner: every runner starts afresh. */
 static int open_dir(const char *ns, kvf_fsync mode, kvf__blockfile_dir *d)
 {
     memset(d, 0, sizeof *d);
@@ -346,7 +346,7 @@ static int test_direct_refused(void)
     return rc;
 }
 
-/* the tests run once per file I/O engine */
+/* the tests run once per file I/O runner */
 static void each_engine(void)
 {
     RUN(test_direct_alignment);

@@ -1,13 +1,13 @@
 /*
- * The file I/O engines (io_uring, threads, inline): raw ops of many files
+ * The file I/O runners (io_uring, threads, inline): raw ops of many files
  * at once byte-exact on random data into poisoned buffers, faults
  * confined to the op they hit, io_uring refused (a pool of threads
- * instead), and an engine's file I/O engine forced by config. None needs
+ * instead), and an engine's file I/O runner forced by config. None needs
  * io_uring or O_DIRECT to pass (tmpfs and containers take the fallbacks).
  */
 #include "fileio_fixture.h"
 
-/* ---- raw ops through the engine ------------------------------------------ */
+/* ---- raw ops through the runner ------------------------------------------ */
 
 /* One file per op, with O_DIRECT where the file system takes it, and a
  * write op of `len` random bytes (seed + i) into it; dst poisoned. */
@@ -74,18 +74,18 @@ static int test_ops_round_trip(void)
         raw_files *r = malloc(sizeof *r);
         REQUIRE(r);
         raw_open(r, "raw", 40, len, 1000 * li);
-        kvf__fileio_run(fio, raw_list(r, KVF_FIO_WRITE));
+        kvf__fileio_runner_run(fio, raw_list(r, KVF_FIO_WRITE));
         for (int i = 0; i < r->n; i++) {
             CHECK_EQ_INT(r->ops[i].err, 0);
             CHECK_EQ_U64(r->ops[i].done, len);
         }
-        kvf__fileio_run(fio, raw_list(r, KVF_FIO_READ));
+        kvf__fileio_runner_run(fio, raw_list(r, KVF_FIO_READ));
         for (int i = 0; i < r->n; i++) {
             CHECK_EQ_INT(r->ops[i].err, 0);
             CHECK_EQ_U64(r->ops[i].done, len);
             CHECK_MEM_EQ(r->dst[i], r->src[i], len);
         }
-        kvf__fileio_run(fio, raw_list(r, KVF_FIO_FSYNC));
+        kvf__fileio_runner_run(fio, raw_list(r, KVF_FIO_FSYNC));
         for (int i = 0; i < r->n; i++) {
             CHECK_EQ_INT(r->ops[i].err, 0);
             CHECK(r->ops[i].synced);
@@ -106,13 +106,13 @@ static int test_ops_faults(void)
     raw_open(r, "fault", N, LEN, 77);
     kvf__set_io_fault(fault_hook);
     fault_set("write", "fault03", EIO, 0);
-    kvf__fileio_run(fio, raw_list(r, KVF_FIO_WRITE));
+    kvf__fileio_runner_run(fio, raw_list(r, KVF_FIO_WRITE));
     CHECK_EQ_INT(fault.hits, 1);
     for (int i = 0; i < N; i++)
         CHECK_EQ_INT(r->ops[i].err, i == 3 ? EIO : 0);
     /* short writes of an odd length: continued to the end */
     fault_set("write", "fault0", 0, 1000);
-    kvf__fileio_run(fio, raw_list(r, KVF_FIO_WRITE));
+    kvf__fileio_runner_run(fio, raw_list(r, KVF_FIO_WRITE));
     CHECK(fault.hits > 10 * 20);
     for (int i = 0; i < N; i++) {
         CHECK_EQ_INT(r->ops[i].err, 0);
@@ -130,7 +130,7 @@ static int test_ops_faults(void)
             fault.times = 5; /* an injected EINTR is retried */
         for (int i = 0; i < N; i++)
             memset(r->dst[i], POISON, LEN);
-        kvf__fileio_run(fio, raw_list(r, KVF_FIO_READ));
+        kvf__fileio_runner_run(fio, raw_list(r, KVF_FIO_READ));
         if (pass == 2)
             CHECK_EQ_INT(fault.hits, 5);
         for (int i = 0; i < N; i++) {
@@ -150,7 +150,7 @@ static int test_ops_faults(void)
     raw_list(r, KVF_FIO_READ);
     r->ops[0].next = NULL;
     memset(r->dst[0], POISON, LEN);
-    kvf__fileio_run(fio, &r->ops[0]);
+    kvf__fileio_runner_run(fio, &r->ops[0]);
     CHECK_EQ_INT(r->ops[0].err, 0);
     CHECK(r->ops[0].eof);
     CHECK_EQ_U64(r->ops[0].done, 100);
@@ -163,26 +163,26 @@ static int test_ops_faults(void)
 
 /* ---- fallbacks ------------------------------------------------------------ */
 
-/* io_uring refused (as in a container): the engine is a pool of threads,
+/* io_uring refused (as in a container): the runner is a pool of threads,
  * and works. */
 static int test_uring_refused(void)
 {
     kvf__fileio_test_refuse(true, false);
-    kvf__fileio *io = NULL;
-    CHECK_STATUS(kvf__fileio_create(KVF_FILE_ENGINE_URING, 4, 2, &io), KVF_OK);
+    kvf__fileio_runner *io = NULL;
+    CHECK_STATUS(kvf__fileio_runner_create(KVF_FILE_ENGINE_URING, 4, 2, &io), KVF_OK);
     kvf__fileio_test_refuse(false, false);
     REQUIRE(io);
-    CHECK(kvf__fileio_engine(io) == KVF_FILE_ENGINE_THREADS);
-    kvf__fileio *saved = fio;
+    CHECK(kvf__fileio_runner_type(io) == KVF_FILE_ENGINE_THREADS);
+    kvf__fileio_runner *saved = fio;
     fio = io;
     int rc = test_ops_round_trip();
     fio = saved;
-    kvf__fileio_destroy(io);
-    kvf__fileio_destroy(NULL);
+    kvf__fileio_runner_destroy(io);
+    kvf__fileio_runner_destroy(NULL);
     return rc;
 }
 
-/* An engine on each I/O engine, forced by config, moves blocks through
+/* An engine on each I/O runner, forced by config, moves blocks through
  * files byte-exact; a bad enum is refused. */
 static int test_engine_config(void)
 {
@@ -247,7 +247,7 @@ static int test_engine_config(void)
     return 0;
 }
 
-/* the tests run once per file I/O engine */
+/* the tests run once per file I/O runner */
 static void each_engine(void)
 {
     RUN(test_ops_round_trip);

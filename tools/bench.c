@@ -344,7 +344,7 @@ static char file_engine_used[64];
 
 /* The file ceiling: the bytes the tier moves (each block's image of header
  * and payload, padded to 4 KiB) as one file, written over in place and read
- * with O_DIRECT by the same I/O engine at the same queue depth in the same
+ * with O_DIRECT by the same I/O runner at the same queue depth in the same
  * scattered order (block i at image perm[i]), fsynced
  * once when the tier fsyncs: the disk with no per-file cost and no block
  * allocation (an untimed first pass allocates the file). Its passes are
@@ -358,7 +358,7 @@ typedef struct file_ceiling {
     const uint32_t *perm; /* block i lies at image perm[i], as the tier scatters */
     bool fsync_on, failed;
     kvf__fio_op *ops;
-    kvf__fileio *io;
+    kvf__fileio_runner *io;
     double *t[2];
 } file_ceiling;
 
@@ -388,7 +388,7 @@ static void ceiling_pass(file_ceiling *c, int d, bool timed)
                                   .path = c->path,
                                   .direct = direct,
                                   .next = b + 1 < c->blocks ? &c->ops[b + 1] : NULL};
-    kvf__fileio_run(c->io, c->ops);
+    kvf__fileio_runner_run(c->io, c->ops);
     for (uint32_t b = 0; b < c->blocks; b++)
         c->failed |= c->ops[b].err != 0 || c->ops[b].done < c->image;
     if (!d && c->fsync_on)
@@ -420,11 +420,11 @@ static int ceiling_open(file_ceiling *c, const char *dir, size_t stored, const u
     c->t[0] = calloc(o->iters, sizeof(double));
     c->t[1] = calloc(o->iters, sizeof(double));
     if (!c->ops || !c->t[0] || !c->t[1] ||
-        kvf__fileio_create(o->file_engine, o->queue_depth, 1, &c->io) != KVF_OK)
+        kvf__fileio_runner_create(o->file_engine, o->queue_depth, 1, &c->io) != KVF_OK)
         return -1;
     snprintf(file_engine_used, sizeof file_engine_used, "%s, queue depth %u",
-             kvf__fileio_engine(c->io) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads",
-             kvf__fileio_depth(c->io));
+             kvf__fileio_runner_type(c->io) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads",
+             kvf__fileio_runner_depth(c->io));
     ceiling_pass(c, 0, false);
     return c->failed ? -1 : 0;
 }
@@ -437,7 +437,7 @@ static void ceiling_close(file_ceiling *c, dram_base *out)
             out->ceiling[d] = c->total / median(c->t[d], c->n[d]) / 1e9;
     if (c->path[0])
         unlink(c->path);
-    kvf__fileio_destroy(c->io);
+    kvf__fileio_runner_destroy(c->io);
     free(c->ops);
     free(c->t[0]);
     free(c->t[1]);

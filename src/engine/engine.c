@@ -187,7 +187,7 @@ typedef struct worker {
     struct batch *file_batch; /* the batch run_file_moves works on */
     /* file-tier time, logged at KVF_LOG=debug when the engine ends: where a
      * chunk's wall time goes (its slot <-> staging copies run inside it,
-     * on the I/O engine's threads too, hence the atomic) */
+     * on the I/O runner's threads too, hence the atomic) */
     uint64_t file_chunks, file_moves, file_ns;
     _Atomic uint64_t copy_ns;
 } worker;
@@ -227,7 +227,7 @@ struct kvf_engine {
 
     bool file_enabled;
     kvf__blockfile_dir dir;
-    kvf__fileio *fio;
+    kvf__fileio_runner *fio;
     bool gds; /* moves between primary slots and files go through cuFile */
     kvf__gds_probe gds_probe;
 
@@ -1009,9 +1009,9 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         nthreads = cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
     }
     if (e->file_enabled) {
-        /* cuFile's calls run on the thread engine's threads (not io_uring) */
-        st = kvf__fileio_create(e->gds ? KVF_FILE_ENGINE_THREADS : c.file_engine,
-                                c.file_queue_depth, nthreads, &e->fio);
+        /* cuFile's calls run on the thread runner's threads (not io_uring) */
+        st = kvf__fileio_runner_create(e->gds ? KVF_FILE_ENGINE_THREADS : c.file_engine,
+                                       c.file_queue_depth, nthreads, &e->fio);
         if (st != KVF_OK)
             goto destroy_sync;
         e->dir.fio = e->fio;
@@ -1033,9 +1033,9 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
     KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
             e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
-            !e->fio                                               ? ""
-            : kvf__fileio_engine(e->fio) == KVF_FILE_ENGINE_URING ? " (io_uring)"
-                                                                  : " (threads)");
+            !e->fio                                                    ? ""
+            : kvf__fileio_runner_type(e->fio) == KVF_FILE_ENGINE_URING ? " (io_uring)"
+                                                                       : " (threads)");
     *engine_p = e;
     return KVF_OK;
 
@@ -1049,7 +1049,7 @@ stop_workers:
     free(e->workers);
 destroy_sync:
     completion_stop(e);
-    kvf__fileio_destroy(e->fio);
+    kvf__fileio_runner_destroy(e->fio);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
@@ -1109,7 +1109,7 @@ void kvf_engine_destroy(kvf_engine *e)
         free(e->workers[i].io_moves);
     }
     free(e->workers);
-    kvf__fileio_destroy(e->fio);
+    kvf__fileio_runner_destroy(e->fio);
     if (e->gds)
         kvf__gds_release();
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
@@ -3044,9 +3044,9 @@ static size_t chunk_of(const kvf_engine *e, const batch *b)
     size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
     if (kind_is_file(b->kind)) {
         /* a few times a worker's share of the queue depth, so that its
-         * queue stays full (the I/O engine submits as calls complete)
+         * queue stays full (the I/O runner submits as calls complete)
          * and drains only at the end of a chunk; within a staging budget */
-        size_t nw = e->nworkers, depth = kvf__fileio_depth(e->fio);
+        size_t nw = e->nworkers, depth = kvf__fileio_runner_depth(e->fio);
         size_t budget = FILE_STAGING_BUDGET / staging_slot_bytes(e);
         per = 4 * ((depth + nw - 1) / nw);
         if (per > budget)

@@ -32,8 +32,8 @@
  * the directory per batch.
  *
  * Batches. kvf__blockfile_write_many and _read_many take many blocks at
- * once and run their reads, writes and fsyncs through a file I/O engine
- * (fileio.c), so a batch is in flight at the engine's queue depth; the
+ * once and run their reads, writes and fsyncs through a file I/O runner
+ * (fileio.c), so a batch is in flight at the runner's queue depth; the
  * single-block calls are the same code with one block.
  *
  * The code, a job per file: this one opens, syncs and closes a namespace's

@@ -1,5 +1,5 @@
 /*
- * Block files (blockfile.c): one file per block key, holding the block's
+ * Block files (blockfile*.c): one file per block key, holding the block's
  * bytes for every pool of the engine: a fixed header, then each pool's
  * region (the first `tokens` tokens, packed row after row). Written to a
  * temporary name and renamed, so a file under the final name is always
@@ -21,7 +21,7 @@ typedef struct kvf__blockfile_dir {
     _Atomic bool exchange;                /* RENAME_EXCHANGE works here */
     bool use_syncfs;                      /* BATCH: one syncfs per batch, not an fsync per file */
     struct kvf__blockfile_spares *spares; /* replaced files, to write over */
-    kvf__fileio *fio;                     /* what runs kvf__blockfile_write / _read; NULL: inline */
+    kvf__fileio_runner *fio;              /* what runs kvf__blockfile_write / _read; NULL: inline */
 } kvf__blockfile_dir;
 
 /* The header's view of a stored block. */
@@ -103,9 +103,9 @@ typedef struct kvf__blockfile_io {
 /* Writes / reads many blocks, their system calls in flight together
  * through `fio` (NULL: one by one); as kvf__blockfile_write / _read for
  * each, with each block's own status and message. */
-KVF_INTERNAL void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio *fio,
+KVF_INTERNAL void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
                                             kvf__blockfile_io *ios, size_t n);
-KVF_INTERNAL void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio,
+KVF_INTERNAL void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
                                            kvf__blockfile_io *ios, size_t n);
 /* Makes the writes since the last call durable, renames included: under
  * BATCH one syncfs() of the file system (or, with KVF_FSYNC_METHOD=fsync,

@@ -1,7 +1,7 @@
 /*
  * What the blocks of a batch share: each block (kvf__blockfile_io) keeps
  * its own status and message, and its fileio op, linked with those of the
- * other blocks still going, runs through the file I/O engine.
+ * other blocks still going, runs through the file I/O runner.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -53,8 +53,8 @@ kvf__fio_op *kvf__bf_live_ops(kvf__blockfile_io *ios, size_t n, kvf__fio_kind ki
         ios[i].io.kind = kind;
         ios[i].io.on_start = on_start;
         ios[i].io.on_done = on_done;
-        /* set before the run, not in on_start: kvf__fileio_run picks the
-         * engine for the list by its xfer before any op starts */
+        /* set before the run, not in on_start: kvf__fileio_runner_run picks the
+         * runner for the list by its xfer before any op starts */
         ios[i].io.xfer = ios[i].img ? ios[i].img->xfer : NULL;
         ios[i].io.xfer_arg = ios[i].img_arg;
         *tailp = &ios[i].io;

@@ -284,7 +284,7 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     io->size = (size_t)sb.st_size;
     size_t len = round_up_align(io->size);
     if (!direct || len > io->cap)
-        len = io->size; /* unaligned: the engine drops O_DIRECT for it */
+        len = io->size; /* unaligned: the runner drops O_DIRECT for it */
     io->io.fd = io->fd;
     io->io.buf = io->buf;
     io->io.len = len;
@@ -369,8 +369,8 @@ static void read_op_done(kvf__fio_op *op)
     kvf__bf_io_finished(io);
 }
 
-void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__blockfile_io *ios,
-                              size_t n)
+void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
+                              kvf__blockfile_io *ios, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         ios[i].dir = dir;
@@ -401,7 +401,7 @@ void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__bl
         if (ios[i].status == KVF_OK)
             ios[i].status = KVF_INPROGRESS;
     }
-    kvf__fileio_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_READ, NULL, read_op_done));
+    kvf__fileio_runner_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_READ, NULL, read_op_done));
     for (size_t i = 0; i < n; i++)
         if (ios[i].status == KVF_INPROGRESS)
             ios[i].status = KVF_OK;

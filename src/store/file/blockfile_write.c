@@ -107,7 +107,7 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
         write_failed(dir, io, "open", errno);
         return false;
     }
-    /* field by field: the rest of the op is the I/O engine's while it runs */
+    /* field by field: the rest of the op is the I/O runner's while it runs */
     io->io.fd = io->fd;
     io->io.buf = io->buf;
     io->io.len = io->io.need = len;
@@ -167,8 +167,8 @@ static void write_op_done(kvf__fio_op *op)
     kvf__bf_io_finished(io);
 }
 
-void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__blockfile_io *ios,
-                               size_t n)
+void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
+                               kvf__blockfile_io *ios, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         ios[i].dir = dir;
@@ -184,15 +184,15 @@ void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio *fio, kvf__b
     bool fsync_files =
         dir->fsync == KVF_FSYNC_BLOCK || (dir->fsync == KVF_FSYNC_BATCH && !dir->use_syncfs);
     if (!fsync_files) {
-        kvf__fileio_run(fio,
-                        kvf__bf_live_ops(ios, n, KVF_FIO_WRITE, write_op_start, write_op_done));
+        kvf__fileio_runner_run(
+            fio, kvf__bf_live_ops(ios, n, KVF_FIO_WRITE, write_op_start, write_op_done));
         return;
     }
-    kvf__fileio_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_WRITE, write_op_start, NULL));
+    kvf__fileio_runner_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_WRITE, write_op_start, NULL));
     for (size_t i = 0; i < n; i++)
         if (ios[i].status == KVF_OK && ios[i].io.err)
             write_failed(dir, &ios[i], "write", ios[i].io.err);
-    kvf__fileio_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_FSYNC, NULL, NULL));
+    kvf__fileio_runner_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_FSYNC, NULL, NULL));
     size_t renamed = 0;
     for (size_t i = 0; i < n; i++) {
         kvf__blockfile_io *io = &ios[i];

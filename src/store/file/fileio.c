@@ -1,15 +1,15 @@
 /*
- * File I/O engines: run many reads, writes and fsyncs at once, each to
+ * File I/O runners: run many reads, writes and fsyncs at once, each to
  * completion.
  *
  * io_uring (through liburing, where the build has it and the kernel lets
  * this process set up a ring; containers often refuse with EPERM) keeps up
- * to `queue depth` calls in flight from one thread. The thread engine, used
+ * to `queue depth` calls in flight from one thread. The thread runner, used
  * where io_uring is not built or refused, hands the calls to a pool of
  * threads doing plain pread/pwrite/fsync. Both continue short transfers,
  * retry EINTR and EAGAIN, and call the block files' fault-injection hook
  * before every call, with the same op names, so a test injects the same
- * faults into either engine.
+ * faults into either runner.
  *
  * O_DIRECT: a call on a descriptor opened with O_DIRECT must be aligned
  * (buffer, offset, length). When a piece of a transfer is not (a short
@@ -219,7 +219,7 @@ static size_t reset_results(kvf__fio_op *list)
     return n;
 }
 
-/* ---- the engines ----------------------------------------------------------- */
+/* ---- the runners ----------------------------------------------------------- */
 
 #ifdef KVF_HAVE_URING
 typedef struct lane {
@@ -229,15 +229,15 @@ typedef struct lane {
 } lane;
 #endif
 
-struct kvf__fileio {
-    kvf_file_engine engine;
+struct kvf__fileio_runner {
+    kvf_file_engine type; /* URING or THREADS */
     uint32_t depth;
 #ifdef KVF_HAVE_URING
     lane *lanes;
     uint32_t nlanes;
     atomic_uint next_lane;
 #endif
-    /* the thread engine */
+    /* the thread runner */
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     kvf__fio_op *head, *tail;
@@ -248,7 +248,7 @@ struct kvf__fileio {
 
 /* Runs the op at the head of the pool's queue, if any; io->mu held (and
  * dropped while the op runs). false when the queue is empty. */
-static bool run_queued(kvf__fileio *io)
+static bool run_queued(kvf__fileio_runner *io)
 {
     kvf__fio_op *op = io->head;
     if (!op)
@@ -266,7 +266,7 @@ static bool run_queued(kvf__fileio *io)
 
 static void *pool_main(void *arg)
 {
-    kvf__fileio *io = arg;
+    kvf__fileio_runner *io = arg;
     pthread_mutex_lock(&io->mu);
     while (run_queued(io) || !io->stop)
         if (!io->head && !io->stop)
@@ -275,7 +275,7 @@ static void *pool_main(void *arg)
     return NULL;
 }
 
-static void pool_stop(kvf__fileio *io)
+static void pool_stop(kvf__fileio_runner *io)
 {
     pthread_mutex_lock(&io->mu);
     io->stop = true;
@@ -288,7 +288,7 @@ static void pool_stop(kvf__fileio *io)
     io->nthreads = 0;
 }
 
-static kvf_status pool_start(kvf__fileio *io)
+static kvf_status pool_start(kvf__fileio_runner *io)
 {
     /* the calling thread works too: depth - 1 helpers keep depth calls going */
     uint32_t n = io->depth > MAX_POOL_THREADS ? MAX_POOL_THREADS : io->depth - 1;
@@ -306,7 +306,7 @@ static kvf_status pool_start(kvf__fileio *io)
     return KVF_OK;
 }
 
-static void pool_run(kvf__fileio *io, kvf__fio_op *list, size_t n)
+static void pool_run(kvf__fileio_runner *io, kvf__fio_op *list, size_t n)
 {
     size_t left = n - 1;
     kvf__fio_op *first = list, *rest = list->next, *last = rest;
@@ -461,7 +461,7 @@ static void ring_run(lane *ln, kvf__fio_op *list, size_t n)
     }
 }
 
-static void rings_destroy(kvf__fileio *io)
+static void rings_destroy(kvf__fileio_runner *io)
 {
     for (uint32_t i = 0; i < io->nlanes; i++) {
         io_uring_queue_exit(&io->lanes[i].ring);
@@ -474,12 +474,12 @@ static void rings_destroy(kvf__fileio *io)
 
 /* One ring per lane (a worker thread), depth / lanes entries each: KVF_OK, or the
  * reason io_uring cannot be used. */
-static kvf_status rings_create(kvf__fileio *io, uint32_t lanes)
+static kvf_status rings_create(kvf__fileio_runner *io, uint32_t lanes)
 {
     io->lanes = calloc(lanes, sizeof *io->lanes);
     if (!io->lanes)
         return kvf__fail(KVF_ERR_NOMEM, "file i/o: out of memory");
-    /* the engine's depth shared by its lanes: a lane given more ops than
+    /* the runner's depth shared by its lanes: a lane given more ops than
      * its ring holds keeps the ring full, submitting as calls complete */
     unsigned entries = (io->depth + lanes - 1) / lanes;
     for (uint32_t i = 0; i < lanes; i++) {
@@ -501,7 +501,7 @@ static kvf_status rings_create(kvf__fileio *io, uint32_t lanes)
     return KVF_OK;
 }
 
-static void uring_run(kvf__fileio *io, kvf__fio_op *list, size_t n)
+static void uring_run(kvf__fileio_runner *io, kvf__fio_op *list, size_t n)
 {
     /* a free ring if there is one, else wait for one */
     uint32_t start = atomic_fetch_add(&io->next_lane, 1) % io->nlanes;
@@ -520,12 +520,12 @@ static void uring_run(kvf__fileio *io, kvf__fio_op *list, size_t n)
 }
 #endif
 
-kvf_status kvf__fileio_create(kvf_file_engine want, uint32_t depth, uint32_t lanes,
-                              kvf__fileio **io_p)
+kvf_status kvf__fileio_runner_create(kvf_file_engine want, uint32_t depth, uint32_t lanes,
+                                     kvf__fileio_runner **io_p)
 {
     if ((unsigned)want > KVF_FILE_ENGINE_THREADS || !io_p)
         return kvf__fail(KVF_ERR_INVALID, "file i/o: engine %d unknown", (int)want);
-    kvf__fileio *io = calloc(1, sizeof *io);
+    kvf__fileio_runner *io = calloc(1, sizeof *io);
     if (!io)
         return kvf__fail(KVF_ERR_NOMEM, "file i/o: out of memory");
     io->depth = depth ? depth : KVF_FILE_QUEUE_DEPTH_DEFAULT;
@@ -539,7 +539,7 @@ kvf_status kvf__fileio_create(kvf_file_engine want, uint32_t depth, uint32_t lan
 #ifdef KVF_HAVE_URING
         st = rings_create(io, lanes ? lanes : 1);
         if (st == KVF_OK) {
-            io->engine = KVF_FILE_ENGINE_URING;
+            io->type = KVF_FILE_ENGINE_URING;
             *io_p = io;
             return KVF_OK;
         }
@@ -551,17 +551,17 @@ kvf_status kvf__fileio_create(kvf_file_engine want, uint32_t depth, uint32_t lan
             KVF_LOG(KVF_LOG_WARN, "file tier: built without liburing: using a pool of threads");
 #endif
     }
-    io->engine = KVF_FILE_ENGINE_THREADS;
+    io->type = KVF_FILE_ENGINE_THREADS;
     st = pool_start(io);
     if (st != KVF_OK) {
-        kvf__fileio_destroy(io);
+        kvf__fileio_runner_destroy(io);
         return st;
     }
     *io_p = io;
     return KVF_OK;
 }
 
-void kvf__fileio_destroy(kvf__fileio *io)
+void kvf__fileio_runner_destroy(kvf__fileio_runner *io)
 {
     if (!io)
         return;
@@ -575,25 +575,25 @@ void kvf__fileio_destroy(kvf__fileio *io)
     free(io);
 }
 
-kvf_file_engine kvf__fileio_engine(const kvf__fileio *io)
+kvf_file_engine kvf__fileio_runner_type(const kvf__fileio_runner *io)
 {
-    return io ? io->engine : KVF_FILE_ENGINE_THREADS;
+    return io ? io->type : KVF_FILE_ENGINE_THREADS;
 }
 
-uint32_t kvf__fileio_depth(const kvf__fileio *io)
+uint32_t kvf__fileio_runner_depth(const kvf__fileio_runner *io)
 {
     return io ? io->depth : 1;
 }
 
-void kvf__fileio_run(kvf__fileio *io, kvf__fio_op *list)
+void kvf__fileio_runner_run(kvf__fileio_runner *io, kvf__fio_op *list)
 {
     size_t n = reset_results(list);
     if (!n)
         return;
 #ifdef KVF_HAVE_URING
     /* ops with their own calls (xfer) cannot go through the ring: the
-     * engine runs those on the thread engine; here they run one by one */
-    if (io && io->engine == KVF_FILE_ENGINE_URING && !list->xfer) {
+     * engine (engine.c) runs those on a thread runner; here they run one by one */
+    if (io && io->type == KVF_FILE_ENGINE_URING && !list->xfer) {
         uring_run(io, list, n);
         return;
     }
@@ -603,7 +603,7 @@ void kvf__fileio_run(kvf__fileio *io, kvf__fio_op *list)
         return;
     }
     /* next is read before the op runs: nothing here writes it, but the
-     * engines own it while an op runs */
+     * runners own it while an op runs */
     for (kvf__fio_op *op = list, *next; op; op = next) {
         next = op->next;
         run_one_sync(op);

@@ -25,7 +25,7 @@ typedef struct kvf__fio_op {
     uint64_t off;
     const char *path; /* for the fault hook */
     bool direct;      /* fd has O_DIRECT */
-    /* results, set by kvf__fileio_run */
+    /* results, set by kvf__fileio_runner_run */
     size_t done; /* bytes moved */
     int err;     /* 0, or the errno of the failed call */
     bool eof;    /* a read reached the end of the file */
@@ -41,30 +41,30 @@ typedef struct kvf__fio_op {
     /* Optional, reads and writes: makes each call itself instead of
      * pread/pwrite (cuFile on device memory): `len` bytes at buf + done,
      * file offset off + done; returns the bytes moved or -errno. An op
-     * with it runs on the thread engine's threads (io_uring cannot). */
+     * with it runs on the thread runner's threads (io_uring cannot). */
     long long (*xfer)(struct kvf__fio_op *op, size_t len);
     void *xfer_arg;
-    /* the engine's */
+    /* the runner's */
     struct kvf__fio_op *next;
     size_t *left_p;
 } kvf__fio_op;
 
-typedef struct kvf__fileio kvf__fileio;
+typedef struct kvf__fileio_runner kvf__fileio_runner;
 
-/* An engine of kind `want` (AUTO: io_uring, else threads, with one
+/* A runner of kind `want` (AUTO: io_uring, else threads, with one
  * warning), `depth` calls in flight (0: the default), `lanes` callers at
  * once without waiting for each other (one io_uring ring each). */
-KVF_INTERNAL kvf_status kvf__fileio_create(kvf_file_engine want, uint32_t depth, uint32_t lanes,
-                                           kvf__fileio **io_p);
-KVF_INTERNAL void kvf__fileio_destroy(kvf__fileio *io);
+KVF_INTERNAL kvf_status kvf__fileio_runner_create(kvf_file_engine want, uint32_t depth,
+                                                  uint32_t lanes, kvf__fileio_runner **io_p);
+KVF_INTERNAL void kvf__fileio_runner_destroy(kvf__fileio_runner *io);
 /* URING or THREADS: what runs the calls. */
-KVF_INTERNAL kvf_file_engine kvf__fileio_engine(const kvf__fileio *io);
-KVF_INTERNAL uint32_t kvf__fileio_depth(const kvf__fileio *io);
+KVF_INTERNAL kvf_file_engine kvf__fileio_runner_type(const kvf__fileio_runner *io);
+KVF_INTERNAL uint32_t kvf__fileio_runner_depth(const kvf__fileio_runner *io);
 /* Runs a list of ops (linked by `next`, NULL-terminated) to completion;
- * each gets its own result; `next` is the engine's until it returns, and
+ * each gets its own result; `next` is the runner's until it returns, and
  * undefined after. Safe from several threads. io == NULL runs them one by
  * one on the calling thread. */
-KVF_INTERNAL void kvf__fileio_run(kvf__fileio *io, kvf__fio_op *list);
+KVF_INTERNAL void kvf__fileio_runner_run(kvf__fileio_runner *io, kvf__fio_op *list);
 /* Fault injection for tests: when set, the file layer calls it before each
  * open, read, write, fsync and rename system call, with op "open", "read",
  * "write", "fsync" or "rename" and the file's path. A non-zero return is

@@ -269,7 +269,7 @@ static kvf_status cuda_status(cudaError_t err, const char *call, const char *wha
             return cuda_status(e_, #expr, what);                                                   \
     } while (0)
 
-/* The buffer's device made current on this thread (the I/O engine's
+/* The buffer's device made current on this thread (the I/O runner's
  * threads never chose one), the previous one restored by dev_leave. */
 static kvf_status dev_enter(int device, int *prev_p)
 {
