@@ -1,5 +1,5 @@
 /* Fuzz target: the stored form of a block (src/core/blockhdr.c) and the file
- * tier's whole read path (src/store/file/blockfile.c). The input is a block's bytes:
+ * tier's whole read path (src/store/file/blockfile_read.c). The input is a block's bytes:
  * checked as a Redis value would be (header, then the payload), then
  * written as a block file and read back through kvf__blockfile_read (both
  * its fast and careful readers), kvf__blockfile_scan, kvf_dir_check

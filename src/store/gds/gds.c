@@ -22,7 +22,7 @@
  * to 4096) is built in a device staging slot: slot regions gathered into it
  * by device-to-device copies, its CRC-32C computed by a kernel, the header
  * packed on the host and copied in front. cuFileWrite writes the image into
- * the temporary file that blockfile.c opened, so renames, spares and
+ * the temporary file that blockfile_write.c opened, so renames, spares and
  * durability are the POSIX path's. Reads are cuFileRead into a slot, the
  * header and padding fetched to the host and the payload's CRC computed on
  * the GPU, all checked before the engine scatters the payload.
