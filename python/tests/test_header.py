@@ -55,6 +55,12 @@ STRUCTS = {
     "kvf_info": _lib.Info_t,
 }
 
+# Types of calls the binding does not offer yet, each with the reason; the
+# day they are bound, their types move to ENUMS / STRUCTS.
+UNBOUND = dict.fromkeys(
+    ("kvf_dir_entry_kind", "kvf_dir_entry", "kvf_dir_counts", "kvf_dir_block"),
+    "kvf_dir_check / kvf_dir_list (the scans behind kvferry fsck and stats) have no Python binding")
+
 _P = ctypes.sizeof(ctypes.c_void_p)
 SCALARS = {"char": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int": ctypes.sizeof(ctypes.c_int),
            "unsigned": ctypes.sizeof(ctypes.c_uint), "int32_t": 4, "uint32_t": 4, "int64_t": 8, "uint64_t": 8,
@@ -166,10 +172,14 @@ def test_the_reader_reads():
 
 
 def test_every_enum_and_struct_is_mirrored():
-    assert sorted(set(C_ENUMS) - set(ENUMS)) == [], "enums of the header missing from kvferry (add them to ENUMS)"
+    assert sorted(set(C_ENUMS) - set(ENUMS) - set(UNBOUND)) == [], \
+        "enums of the header missing from kvferry (add them to ENUMS)"
     assert sorted(set(ENUMS) - set(C_ENUMS)) == [], "ENUMS names enums the header no longer has"
-    assert sorted(set(C_STRUCTS) - set(STRUCTS)) == [], "structs of the header missing from kvferry._lib"
+    assert sorted(set(C_STRUCTS) - set(STRUCTS) - set(UNBOUND)) == [], \
+        "structs of the header missing from kvferry._lib (add them to STRUCTS)"
     assert sorted(set(STRUCTS) - set(C_STRUCTS)) == [], "STRUCTS names structs the header no longer has"
+    assert sorted(set(UNBOUND) - set(C_ENUMS) - set(C_STRUCTS)) == [], "UNBOUND names types the header lacks"
+    assert sorted(set(UNBOUND) & (set(ENUMS) | set(STRUCTS))) == [], "bound types are not UNBOUND"
 
 
 @pytest.mark.parametrize("c_name", sorted(ENUMS))
