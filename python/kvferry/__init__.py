@@ -15,15 +15,16 @@ and files. A ctypes binding of libkvferry (include/kvferry.h).
 
 from . import _lib
 from ._buffers import Buffer, as_buffer
-from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Ticket, block_bytes,
+from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Setting, Ticket, block_bytes,
                     dtype_bits, info, move_dtype, region, version)
 from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, size_parse, tier_name
 from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind, FileEngine, FileIO, Fsync, GdsCompat, Level,
-                     Memory, Order, Status, Tier)
+                     LogLevel, Memory, Order, SettingSource, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
                       InvalidState, IOFailure, KvferryError, Lost, Mismatch, MoveError, NoDevice, NoSpace, NotFound,
                       OutOfMemory, OutOfRange, OutOfResource, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
                       UsageError, error_class)
+from ._log import get_log_level, install_log_handler, remove_log_handler, set_log_level
 from ._version import package_version as _package_version
 
 __version__ = _package_version() or version().split()[0]
@@ -41,10 +42,11 @@ def _check_version():
 _check_version()
 
 __all__ = [
-    "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Ticket", "Buffer",
+    "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Setting", "Ticket", "Buffer",
     "as_buffer", "block_bytes", "dtype_bits", "info", "move_dtype", "region", "version", "library_path",
     "Cache", "CacheEvent", "CacheStats", "CacheRemote", "CacheTier", "EventKind", "key_chain", "key_chain_all", "key_salt", "size_parse",
-    "tier_name", "Backend", "CudaCopy", "Dtype", "FileEngine", "FileIO", "Fsync", "GdsCompat", "Level", "Memory", "Order", "Status", "Tier",
+    "tier_name", "Backend", "CudaCopy", "Dtype", "FileEngine", "FileIO", "Fsync", "GdsCompat", "Level", "LogLevel", "Memory", "Order",
+    "SettingSource", "Status", "Tier", "install_log_handler", "remove_log_handler", "set_log_level", "get_log_level",
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
-from ._core import Engine, Ticket, _is_int, _Issuer, _uint_array
+from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _settings, _uint_array
 from ._enums import CacheRemote, CacheRemoteLike, CacheTier, CacheTierLike, EventKind, Status
 from ._errors import check, make_error
 
@@ -175,7 +175,9 @@ class Cache(_Issuer):
     or text such as "64GB" or "64GiB" (size_parse), rounded down to whole
     blocks of the engine's pools; give a tier blocks or bytes, not both.
     Arguments left at 0 may come from KVF_CACHE_* variables or the config
-    file (docs/configuration.md). offload_min_priority, disk_admit_uses, event_queue: as in
+    file (docs/configuration.md): the engine's (Engine(config_file=...) or
+    $KVF_CONFIG), so a Cache takes no config_file of its own; settings()
+    says where each came from. offload_min_priority, disk_admit_uses, event_queue: as in
     kvf_cache_config. remote: CacheRemote.WRITE_THROUGH or READ to use the
     engine's remote tier (Engine(remote_url=...)) below disk; its blocks are
     the store's (not counted, evicted or pinned here). gpu_blocks: the cache
@@ -241,6 +243,12 @@ class Cache(_Issuer):
         if h:
             L.kvf_cache_destroy(h)
         self._pending.clear()
+
+    def settings(self) -> Dict[str, Setting]:
+        """The cache's effective settings (cache_* names), {name:
+        Setting(value, source, env)}; a tier's blocks are those after
+        rounding its bytes."""
+        return _settings(L.kvf_cache_settings, self._h())
 
     def __repr__(self):
         if self._handle is None:

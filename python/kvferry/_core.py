@@ -2,15 +2,16 @@
 
 import ctypes
 import numbers
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, List, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
 
 from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
 from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileEngine, FileIO, Fsync, GdsCompat, Level, LevelLike, Memory,
-                     Order, Status, Tier, TierLike, status)
+                     Order, SettingSource, Status, Tier, TierLike, status)
 from ._errors import MoveError, check, make_error
 
 if TYPE_CHECKING:
@@ -483,7 +484,27 @@ def _uint_array(values, what, bits=64, item="value"):
 _DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
                        file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0,
                        remote_url=None, remote_ttl_s=0, remote_timeout_ms=0, file_engine=FileEngine.AUTO,
-                       file_queue_depth=0, gds_compat=GdsCompat.AUTO)
+                       file_queue_depth=0, gds_compat=GdsCompat.AUTO, config_file=None)
+
+
+class Setting(NamedTuple):
+    """One effective setting (kvf_setting): its value as text ("" for
+    none), where it came from, and its environment variable."""
+
+    value: str
+    source: SettingSource
+    env: str
+
+
+def _settings(fn, handle) -> Dict[str, Setting]:
+    """kvf_engine_settings / kvf_cache_settings as {name: Setting}, in the
+    library's order."""
+    arr = ctypes.POINTER(_lib.Setting_t)()
+    n = ctypes.c_size_t()
+    check(fn(handle, ctypes.byref(arr), ctypes.byref(n)))
+    dec = lambda b: (b or b"").decode("utf-8", "replace")  # noqa: E731
+    return {dec(arr[i].name): Setting(dec(arr[i].value), SettingSource(arr[i].source), dec(arr[i].env))
+            for i in range(n.value)}
 
 
 def _stream_handle(stream):
@@ -504,8 +525,18 @@ def _stream_handle(stream):
 class Engine(_Issuer):
     """A kvferry engine (kvf_engine). Keyword arguments are the fields of
     kvf_engine_config: backend, device, threads, file_dir, file_namespace,
-    file_io, fsync, cuda_copy, cuda_copy_sms. Use it as a context manager,
-    or call close(); slot views and registered buffers are valid until then.
+    file_io, fsync, cuda_copy, cuda_copy_sms, remote_url, remote_ttl_s,
+    remote_timeout_ms, file_engine, file_queue_depth, gds_compat and
+    config_file. Use it as a context manager, or call close(); slot views
+    and registered buffers are valid until then.
+
+    A keyword left at its default is taken from the environment (KVF_*),
+    else from the YAML config file, else the default
+    (docs/configuration.md); settings() says where each came from.
+    config_file (a str or path; default $KVF_CONFIG) names that file; a
+    Cache on this engine reads its cache_* keys from it too. A bad value
+    there raises InvalidArgument naming the file, line and key; a missing
+    file NotFound; a build without libyaml Unsupported.
 
     Calls may come from several threads; close() must be the last one."""
 
@@ -532,7 +563,8 @@ class Engine(_Issuer):
         c.threads = int(cfg["threads"])
         fd, ns, url = cfg["file_dir"], cfg["file_namespace"], cfg["remote_url"]
         self._cstrs = tuple(None if v is None else str(v).encode() for v in (fd, ns, url))
-        c.file_dir, c.file_namespace, c.remote_url = self._cstrs
+        self._cstrs += (None if cfg["config_file"] is None else os.fsencode(cfg["config_file"]),)
+        c.file_dir, c.file_namespace, c.remote_url, c.config_file = self._cstrs
         c.remote_ttl_s = int(cfg["remote_ttl_s"])
         c.remote_timeout_ms = int(cfg["remote_timeout_ms"])
         c.file_engine = int(FileEngine(cfg["file_engine"]))
@@ -563,6 +595,13 @@ class Engine(_Issuer):
                     lv.owner = None
         self._owners.clear()
         self._pending.clear()
+
+    def settings(self) -> Dict[str, Setting]:
+        """The engine's effective settings, {name: Setting(value, source,
+        env)}, as resolved at create: every kvf_engine_config field by its
+        config-file key ("backend", "file_dir", ...), config_file, and the
+        process-wide knobs (file_direct, fsync_method, ...)."""
+        return _settings(L.kvf_engine_settings, self._h())
 
     def __repr__(self):
         state = self.backend.name.lower() if self._handle else "closed"

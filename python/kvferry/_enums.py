@@ -46,6 +46,27 @@ class Status(_Enum):
     ERR_LOST = -52
 
 
+class LogLevel(_Enum):
+    """How much libkvferry logs (kvf_log_level): a line is produced when its
+    level is not above the current one."""
+
+    OFF = 0
+    ERROR = 1
+    WARN = 2
+    INFO = 3
+    DEBUG = 4
+    TRACE = 5  # every round trip; very verbose
+
+
+class SettingSource(_Enum):
+    """Where an effective setting came from (kvf_setting_source)."""
+
+    DEFAULT = 0
+    FILE = 1  # the config file (Engine(config_file=...) or $KVF_CONFIG)
+    ENV = 2  # its KVF_* environment variable
+    CALLER = 3  # the keyword argument
+
+
 class Dtype(_Enum):
     FP32 = 0
     FP16 = 1
@@ -156,3 +177,4 @@ LevelLike = Union[Level, int, str]
 TierLike = Union[Tier, int, str]
 CacheTierLike = Union[CacheTier, int, str]
 CacheRemoteLike = Union[CacheRemote, int, str]
+LogLevelLike = Union[LogLevel, int, str]

@@ -60,6 +60,18 @@ class EngineConfig_t(ctypes.Structure):
     ]
 
 
+class Setting_t(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("env", ctypes.c_char_p),
+        ("value", ctypes.c_char_p),
+        ("source", c_enum),
+    ]
+
+
+LogFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, c_enum, ctypes.c_char_p)
+
+
 class PoolDesc_t(ctypes.Structure):
     _fields_ = [
         ("memory", c_enum),
@@ -202,6 +214,9 @@ _protos = {
     "kvf_version": (ctypes.c_char_p, []),
     "kvf_status_str": (ctypes.c_char_p, [c_status]),
     "kvf_last_error": (ctypes.c_char_p, []),
+    "kvf_log_set_handler": (None, [LogFn, ctypes.c_void_p]),
+    "kvf_log_set_level": (c_status, [c_enum]),
+    "kvf_log_get_level": (c_enum, []),
     "kvf_dtype_bits": (ctypes.c_uint, [c_enum]),
     "kvf_dtype_name": (ctypes.c_char_p, [c_enum]),
     "kvf_dtype_parse": (c_status, [ctypes.c_char_p, _P(c_enum)]),
@@ -212,6 +227,8 @@ _protos = {
     "kvf_engine_create": (c_status, [_P(EngineConfig_t), _P(ctypes.c_void_p)]),
     "kvf_engine_destroy": (None, [ctypes.c_void_p]),
     "kvf_engine_backend": (c_enum, [ctypes.c_void_p]),
+    "kvf_engine_settings": (c_status, [ctypes.c_void_p, _P(_P(Setting_t)), _P(ctypes.c_size_t)]),
+    "kvf_cache_settings": (c_status, [ctypes.c_void_p, _P(_P(Setting_t)), _P(ctypes.c_size_t)]),
     "kvf_engine_add_pool": (
         c_status,
         [ctypes.c_void_p, _P(Geometry_t), _P(PoolDesc_t), _P(PoolDesc_t), _P(ctypes.c_uint32)],

@@ -9,6 +9,7 @@
  * its host cost can be measured without a GPU (`kvferry bench --backend
  * host` with small blocks: docs/performance.md). */
 #include "backend.h"
+#include "log.h"
 #include "status.h"
 
 #include <pthread.h>
@@ -190,8 +191,7 @@ kvf_status kvf__host_backend_create(kvf__backend **backend_p)
     if (!b)
         return kvf__fail(KVF_ERR_NOMEM, "host backend: out of memory");
     b->base.ops = &host_ops;
-    const char *env = getenv("KVF_HOST_ASYNC");
-    if (env && strcmp(env, "1") == 0) {
+    if (kvf__env_knob("KVF_HOST_ASYNC") == 1) {
         b->ops = host_ops;
         b->ops.copy_async = host_copy_async;
         b->base.ops = &b->ops;

@@ -96,7 +96,7 @@ kvf_status kvf_size_parse(const char *text, uint64_t *bytes_p)
 
 /* ---- the settings ----------------------------------------------------------- */
 
-typedef enum kind { K_ENUM, K_U32, K_U64, K_I32, K_SIZE, K_STR } kind;
+typedef enum kind { K_ENUM, K_BOOL, K_U32, K_U64, K_I32, K_SIZE, K_STR } kind;
 
 typedef struct def {
     const char *name; /* the file's key; env is KVF_ + name in capitals */
@@ -107,6 +107,8 @@ typedef struct def {
     unsigned nnames;
     uint64_t max;             /* K_U32, K_U64, K_I32 */
     const char *default_text; /* K_STR: what NULL means */
+    bool path;                /* K_STR: a path, so a blank value is refused */
+    unsigned dflt;            /* environment-only K_ENUM, K_BOOL: the default */
     const char *env_extra;    /* K_ENUM: one more value, environment only,
                                  that leaves the field AUTO for the backend
                                  to read (KVF_CUDA_COPY=staged) */
@@ -155,6 +157,25 @@ static const def engine_defs[] = {
  * environment only. */
 static const def config_file_def = {D("config_file", "KVF_CONFIG", K_STR, E(config_file))};
 
+/* Process-wide knobs with no field in either struct: read from the
+ * environment only, where they are used (kvf__env_knob), and checked and
+ * listed here with the rest so that a bad value fails create. */
+static const char *const bool_names[] = {"0", "1", "off", "on", "false", "true", "no", "yes"};
+static const char *const fsync_method_names[] = {"syncfs", "fsync"};
+
+static const def env_defs[] = {
+    {D("file_direct", "KVF_FILE_DIRECT", K_BOOL, 0), .names = bool_names, .nnames = N(bool_names),
+     .dflt = 1},
+    {D("fsync_method", "KVF_FSYNC_METHOD", K_ENUM, 0), .names = fsync_method_names,
+     .nnames = N(fsync_method_names)},
+    {D("host_async", "KVF_HOST_ASYNC", K_BOOL, 0), .names = bool_names, .nnames = N(bool_names)},
+    {D("cufile_lib", "KVF_CUFILE_LIB", K_STR, 0), .default_text = "libcufile.so.0", .path = true},
+    /* a file to append to, checked when the timeline starts (timeline.c):
+     * it is process-wide, so a bad one is logged rather than failing an
+     * engine */
+    {D("timeline", "KVF_TIMELINE", K_STR, 0)},
+};
+
 static const def cache_defs[] = {
     {D("cache_host_blocks", "KVF_CACHE_HOST_BLOCKS", K_U64, C(host_blocks)), .max = UINT32_MAX},
     {D("cache_host_bytes", "KVF_CACHE_HOST_BYTES", K_SIZE, C(host_bytes))},
@@ -171,7 +192,7 @@ static const def cache_defs[] = {
      .nnames = N(cache_remote_names)},
 };
 
-#define MAX_SETTINGS (N(engine_defs) + 1 + N(cache_defs))
+#define MAX_SETTINGS (N(engine_defs) + 1 + N(env_defs) + N(cache_defs))
 
 static const def *find_def(const char *name)
 {
@@ -235,10 +256,11 @@ static bool parse_value(const def *d, const char *text, bool from_env, uint64_t 
                         size_t cap)
 {
     switch (d->kind) {
-    case K_ENUM: {
+    case K_ENUM:
+    case K_BOOL: {
         for (unsigned i = 0; i < d->nnames; i++)
             if (strcasecmp(text, d->names[i]) == 0) {
-                *v_p = i;
+                *v_p = d->kind == K_BOOL ? i & 1 : i; /* names pair off: "0", "1", "off", "on" */
                 return true;
             }
         if (from_env && d->env_extra && strcasecmp(text, d->env_extra) == 0) {
@@ -263,8 +285,15 @@ static bool parse_value(const def *d, const char *text, bool from_env, uint64_t 
                  "expected a size such as 4096, 512M, 64GB or 64GiB (KB = 1000, "
                  "KiB = 1024)");
         return false;
-    case K_STR:
-        return true;
+    case K_STR: {
+        const char *p = text;
+        while (d->path && isspace((unsigned char)*p))
+            p++;
+        if (!d->path || *p)
+            return true;
+        snprintf(why, cap, "expected a path");
+        return false;
+    }
     default: {
         char *end;
         errno = 0;
@@ -339,9 +368,17 @@ static size_t distance(const char *a, const char *b)
 
 static kvf_status unknown_key(const char *path, unsigned line, const char *key)
 {
+    for (unsigned i = 0; i <= N(env_defs); i++) {
+        const def *d = i < N(env_defs) ? &env_defs[i] : &config_file_def;
+        if (strcmp(key, d->name) == 0)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "config file %s, line %u: %s is not read from a config file "
+                             "(set %s)",
+                             path, line, key, d->env);
+    }
     const char *best = NULL;
     size_t best_d = 4;
-    for (unsigned i = 0; i < MAX_SETTINGS - 1; i++) {
+    for (unsigned i = 0; i < N(engine_defs) + N(cache_defs); i++) {
         const def *d = i < N(engine_defs) ? &engine_defs[i] : &cache_defs[i - N(engine_defs)];
         size_t dist = distance(key, d->name);
         if (dist < best_d) {
@@ -544,6 +581,15 @@ static kvf_status resolve_field(const def *d, void *out, const void *dflt, const
     return KVF_OK;
 }
 
+static kvf_status add_text(builder *b, const def *d, const char *text, kvf_setting_source source)
+{
+    char *copy = strdup(text);
+    if (!copy)
+        return kvf__fail(KVF_ERR_NOMEM, "settings: out of memory");
+    b->v[b->n++] = (entry){d, source, copy};
+    return KVF_OK;
+}
+
 static kvf_status add_entry(builder *b, const def *d, const void *cfg, kvf_setting_source source)
 {
     char num[32];
@@ -564,11 +610,41 @@ static kvf_status add_entry(builder *b, const def *d, const void *cfg, kvf_setti
     } else {
         snprintf(num, sizeof num, "%llu", (unsigned long long)v);
     }
-    char *copy = strdup(text);
-    if (!copy)
-        return kvf__fail(KVF_ERR_NOMEM, "settings: out of memory");
-    b->v[b->n++] = (entry){d, source, copy};
-    return KVF_OK;
+    return add_text(b, d, text, source);
+}
+
+/* An environment-only knob: checked, then listed with its value. */
+static kvf_status add_env_knob(builder *b, const def *d)
+{
+    char why[160];
+    uint64_t v = d->dflt;
+    const char *env = getenv(d->env);
+    bool set = env && *env;
+    if (set && !parse_value(d, env, true, &v, why, sizeof why))
+        return kvf__fail(KVF_ERR_INVALID, "%s=\"%s\": %s", d->env, env, why);
+    const char *text = d->kind != K_STR  ? d->names[v]
+                       : set             ? env
+                       : d->default_text ? d->default_text
+                                         : "";
+    return add_text(b, d, text, set ? KVF_SOURCE_ENV : KVF_SOURCE_DEFAULT);
+}
+
+int kvf__env_knob(const char *var)
+{
+    for (unsigned i = 0; i < N(env_defs); i++) {
+        const def *d = &env_defs[i];
+        if (d->kind == K_STR || strcmp(d->env, var) != 0)
+            continue;
+        char why[160];
+        uint64_t v = d->dflt;
+        const char *env = getenv(var);
+        /* create refuses a bad value first; this is for the callers that
+         * run without an engine (fsck, stats) */
+        if (env && *env && !parse_value(d, env, true, &v, why, sizeof why))
+            KVF_LOG(KVF_LOG_ERROR, "%s=\"%s\": %s; using %s", var, env, why, d->names[d->dflt]);
+        return (int)v;
+    }
+    return -1;
 }
 
 /* One allocation: the settings, then their texts. */
@@ -627,6 +703,8 @@ static kvf_status engine_resolve(const kvf_engine_config *caller, kvf_engine_con
         st = add_entry(b, &engine_defs[i], out, src[i]);
     if (st == KVF_OK)
         st = add_entry(b, &config_file_def, out, file_src);
+    for (unsigned i = 0; i < N(env_defs) && st == KVF_OK; i++)
+        st = add_env_knob(b, &env_defs[i]);
     file_free(&f);
     return st;
 }

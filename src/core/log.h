@@ -1,6 +1,6 @@
 /*
  * Log lines with levels and rate limiting, and settings read from the
- * environment in any case (log.c).
+ * environment in any case (log.c; the process-wide knobs, config.c).
  */
 #ifndef KVF_CORE_LOG_H
 #define KVF_CORE_LOG_H
@@ -33,5 +33,13 @@ KVF_INTERNAL void kvf__log(kvf__log_site *site, kvf_log_level level, const char 
  * are checked by kvf_engine_create first (config.c), where a bad value
  * is an error. */
 KVF_INTERNAL int kvf__env_choice(const char *var, const char *const *names, int n);
+
+/* A process-wide knob with no config field (KVF_FILE_DIRECT,
+ * KVF_FSYNC_METHOD, KVF_HOST_ASYNC; config.c holds their table): the
+ * index of its value among its names (0 or 1 for a switch), any case; its
+ * default when unset or empty, and when invalid, with an error naming the
+ * valid values (kvf_engine_create refuses such a value first). -1 for a
+ * variable that is not such a knob. */
+KVF_INTERNAL int kvf__env_knob(const char *var);
 
 #endif /* KVF_CORE_LOG_H */

@@ -7,9 +7,11 @@
 #include "timeline.h"
 #include "log.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,6 +48,20 @@ static void tl_init(void)
     const char *p = getenv("KVF_TIMELINE");
     if (!p || !*p)
         return;
+    /* process-wide, so no engine's create fails for it: an error once,
+     * here, rather than an empty file found after the run */
+    const char *c = p;
+    while (*c == ' ' || *c == '\t')
+        c++;
+    FILE *f = *c ? fopen(p, "a") : NULL;
+    if (!f) {
+        KVF_LOG(KVF_LOG_ERROR,
+                "KVF_TIMELINE=\"%s\": %s; no timeline (expected the path of a file to "
+                "append it to)",
+                p, *c ? strerror(errno) : "blank");
+        return;
+    }
+    fclose(f);
     events = calloc(TL_EVENTS, sizeof *events);
     if (!events) {
         KVF_LOG(KVF_LOG_WARN, "KVF_TIMELINE=%s: no memory for the timeline; no timeline", p);

@@ -154,10 +154,8 @@ kvf_status kvf__blockfile_open_dir(const char *file_dir, const char *ns, uint64_
     dir->dir_fd = fd;
     kvf__bf_spares_create(dir);
     atomic_init(&dir->exchange, dir->spares != NULL);
-    const char *env = getenv("KVF_FILE_DIRECT");
-    atomic_init(&dir->direct, !(env && strcmp(env, "0") == 0));
-    env = getenv("KVF_FSYNC_METHOD");
-    dir->use_syncfs = !(env && strcmp(env, "fsync") == 0);
+    atomic_init(&dir->direct, kvf__env_knob("KVF_FILE_DIRECT") != 0);
+    dir->use_syncfs = kvf__env_knob("KVF_FSYNC_METHOD") == 0; /* syncfs, fsync */
     KVF_LOG(KVF_LOG_DEBUG, "%s: block files open (namespace hash 0x%016llx)", root,
             (unsigned long long)dir->ns_hash);
     return KVF_OK;
