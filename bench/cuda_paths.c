@@ -392,10 +392,10 @@ int main(int argc, char **argv)
 
     for (int m = M_K8; m < M_COUNT; m++) {
         kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
-        cfg.cuda_copy = m == M_DMA                     ? KVF_CUDA_COPY_DMA
+        cfg.cuda.copy = m == M_DMA                     ? KVF_CUDA_COPY_DMA
                         : m == M_AUTO || m == M_STAGED ? KVF_CUDA_COPY_AUTO
                                                        : KVF_CUDA_COPY_KERNEL;
-        cfg.cuda_copy_sms = m <= M_K64 ? kernel_sms[m - M_K8] : 0;
+        cfg.cuda.copy_sms = m <= M_K64 ? kernel_sms[m - M_K8] : 0;
         /* the staged mode is not in the API: its environment switch */
         if (m == M_STAGED)
             setenv("KVF_CUDA_COPY", "staged", 1);

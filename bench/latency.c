@@ -133,7 +133,7 @@ int main(int argc, char **argv)
         kvf__backend *be, *be128;
         KV(kvf__cuda_backend_create(&cfg, &be));
         kvf_engine_config cfg128 = cfg;
-        cfg128.cuda_copy_sms = 128;
+        cfg128.cuda.copy_sms = 128;
         KV(kvf__cuda_backend_create(&cfg128, &be128));
         void *bdev, *bhost;
         KV(be->ops->mem_alloc(be, KVF_MEMORY_DEVICE, RUN_BYTES, &bdev));

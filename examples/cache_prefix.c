@@ -33,8 +33,8 @@ int main(int argc, char **argv)
     const char *dir = argc > 1 ? argv[1] : "/tmp/kvferry-cache-example";
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = dir;
-    cfg.file_namespace = "example";
+    cfg.file.dir = dir;
+    cfg.file.namespace_ = "example";
     kvf_engine *e;
     TRY(kvf_engine_create(&cfg, &e));
     kvf_geometry g = {.layers = 4,
@@ -51,8 +51,8 @@ int main(int argc, char **argv)
     TRY(kvf_engine_add_pool(e, &g, &gpu, &host, NULL));
 
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 8;
-    cc.disk_blocks = 64;
+    cc.host.blocks = 8;
+    cc.disk.blocks = 64;
     kvf_cache *cache;
     TRY(kvf_cache_create(e, &cc, &cache));
 

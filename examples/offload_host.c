@@ -22,8 +22,8 @@ int main(int argc, char **argv)
     const char *dir = argc > 1 ? argv[1] : "/tmp/kvferry-example";
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = dir;
-    cfg.file_namespace = "example";
+    cfg.file.dir = dir;
+    cfg.file.namespace_ = "example";
     kvf_engine *e;
     TRY(kvf_engine_create(&cfg, &e));
 

@@ -272,7 +272,7 @@ KVF_API const char *kvf_backend_name(kvf_backend backend);
 
 /** How the file tier reads and writes. */
 typedef enum kvf_file_io {
-    KVF_FILE_IO_AUTO = 0,  /* GDS where cuFile has a P2P path (or gds_compat
+    KVF_FILE_IO_AUTO = 0,  /* GDS where cuFile has a P2P path (or file.gds_compat
                               ON), POSIX otherwise, silently */
     KVF_FILE_IO_POSIX = 1, /* pread/pwrite through a host staging buffer:
                               the reference's forced-POSIX mode */
@@ -291,13 +291,15 @@ typedef enum kvf_file_io {
  * whose checksum fails: KVF_ERR_CORRUPT, never wrong bytes).
  */
 typedef enum kvf_fsync {
-    KVF_FSYNC_NONE = 0,  /* leave it to the kernel: fastest, lost on a crash */
-    KVF_FSYNC_BATCH = 1, /* the files of a batch and their renames are made
+    /* The default is 0, as every other setting's, so that a config written
+     * with designated initialisers gets it without naming it. */
+    KVF_FSYNC_BATCH = 0, /* the files of a batch and their renames are made
                             durable together before the batch completes: by
                             one syncfs() of the file system after the renames
                             (default; see docs/performance.md), or an fsync of
                             every file plus one of the directory with env
                             KVF_FSYNC_METHOD=fsync */
+    KVF_FSYNC_NONE = 1,  /* leave it to the kernel: fastest, lost on a crash */
     KVF_FSYNC_BLOCK = 2  /* fsync each file, then its directory after the
                             rename, before the move completes */
 } kvf_fsync;
@@ -309,26 +311,26 @@ typedef enum kvf_fsync {
  * than kvferry's POSIX path.
  */
 typedef enum kvf_gds_compat {
-    KVF_GDS_COMPAT_AUTO = 0, /* file_io GDS: cuFile as its configuration says
+    KVF_GDS_COMPAT_AUTO = 0, /* file.io GDS: cuFile as its configuration says
                                 (compat allowed by default) where it takes
-                                files of file_dir (probed at create; a file
+                                files of file.dir (probed at create; a file
                                 system it refuses gets the POSIX path, with
-                                the one warning); file_io AUTO: cuFile only
+                                the one warning); file.io AUTO: cuFile only
                                 with a P2P path */
     KVF_GDS_COMPAT_OFF = 1,  /* P2P only: cuFile is told not to fall back to
                                 compat mode, and is not used without P2P */
-    KVF_GDS_COMPAT_ON = 2    /* cuFile also in compat mode, file_io AUTO too;
+    KVF_GDS_COMPAT_ON = 2    /* cuFile also in compat mode, file.io AUTO too;
                                 a file cuFile refuses goes through a host
                                 buffer (slow: for tests and odd setups) */
 } kvf_gds_compat;
 
 /** What runs the file tier's reads and writes (POSIX path). */
-typedef enum kvf_file_engine {
-    KVF_FILE_ENGINE_AUTO = 0,   /* io_uring where built and allowed, else threads */
-    KVF_FILE_ENGINE_URING = 1,  /* io_uring; falls back to threads with one warning
+typedef enum kvf_file_runner {
+    KVF_FILE_RUNNER_AUTO = 0,   /* io_uring where built and allowed, else threads */
+    KVF_FILE_RUNNER_URING = 1,  /* io_uring; falls back to threads with one warning
                                    where the kernel refuses it (containers) */
-    KVF_FILE_ENGINE_THREADS = 2 /* a pool of threads doing pread/pwrite */
-} kvf_file_engine;
+    KVF_FILE_RUNNER_THREADS = 2 /* a pool of threads doing pread/pwrite */
+} kvf_file_runner;
 
 /** How the CUDA backend moves a batch of scattered blocks. */
 typedef enum kvf_cuda_copy {
@@ -348,36 +350,51 @@ typedef enum kvf_cuda_copy {
                                  every SM to the model */
 } kvf_cuda_copy;
 
-/** Engine configuration. Start from KVF_ENGINE_CONFIG_INIT. */
-typedef struct kvf_engine_config {
-    size_t struct_size;  /* sizeof(kvf_engine_config), set by the macro */
-    kvf_backend backend; /* default AUTO; env KVF_BACKEND overrides AUTO */
-    int device;          /* CUDA device ordinal, default 0 */
-    uint32_t threads;    /* worker threads; 0: min(4, cores) */
-    /* File tier. NULL disables it. Blocks are stored as
-     * <file_dir>/<file_namespace>/<key as 16 hex digits>.kvf; engines with
-     * different namespaces (ranks, models) can share one directory, and an
-     * engine reopened with the same namespace finds the blocks stored
-     * before. The directories are created when missing. */
-    const char *file_dir;
-    const char *file_namespace; /* default "default"; [A-Za-z0-9._-]{1,64} */
-    kvf_file_io file_io;
+/**
+ * The engine's file tier (kvf_engine_config.file). Blocks are stored as
+ * <dir>/<namespace_>/<key as 16 hex digits>.kvf; engines with different
+ * namespaces (ranks, models) can share one directory, and an engine
+ * reopened with the same namespace finds the blocks stored before. The
+ * directories are created when missing.
+ */
+typedef struct kvf_engine_file_config {
+    const char *dir;        /* NULL disables the tier */
+    const char *namespace_; /* default "default"; [A-Za-z0-9._-]{1,64} (the
+                               underscore keeps the header C++-clean) */
+    kvf_file_io io;
     kvf_fsync fsync;
-    /* CUDA backend only. */
-    kvf_cuda_copy cuda_copy; /* env KVF_CUDA_COPY=auto|kernel|dma overrides AUTO */
-    uint32_t cuda_copy_sms;  /* thread blocks of the copy kernel; 0: 32 */
-    /* Remote tier (Redis). NULL: $KVF_REMOTE_URL, or none when unset.
-     *   redis://[user[:pass]@]host[:port][/db]      one server
-     *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
-     * Blocks are stored under kvf:<file_namespace>:<key>, in the file tier's
-     * format (header and checksum), so engines on other machines with the
-     * same namespace and layout share them. The server is reached on the
-     * tier's first use (a remote move, or a cache's remote lookup); when it
-     * cannot be, remote moves fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and
-     * a new connection is tried at most once a second. Needs a build with
-     * hiredis. */
-    const char *remote_url;
-    uint32_t remote_ttl_s; /* expiry of stored blocks; 0: none */
+    /* POSIX path. Files are written and read with O_DIRECT where the file
+     * system takes it (buffered, with one log line, where it does not,
+     * e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */
+    kvf_file_runner runner; /* env KVF_FILE_RUNNER=uring|threads overrides AUTO */
+    uint32_t queue_depth;   /* file reads/writes in flight per engine; 0: 32.
+                               Each worker stages up to 64 MiB of the moves
+                               it has in hand (pinned with CUDA) */
+    /* GDS path (io AUTO or GDS, CUDA backend): moves between primary
+     * (device) slots and files go through cuFile, the block gathered into
+     * a registered device staging buffer and its checksum computed on the
+     * GPU; the file format is the POSIX path's. cuFile is loaded at run
+     * time; where it is missing or its driver does not open, io GDS falls
+     * back to the POSIX path with one warning saying why. Moves of
+     * secondary (host) slots always take the POSIX path. */
+    kvf_gds_compat gds_compat; /* env KVF_GDS_COMPAT=on|off|auto overrides AUTO */
+} kvf_engine_file_config;
+
+/**
+ * The engine's remote tier (Redis; kvf_engine_config.remote). url NULL:
+ * $KVF_REMOTE_URL, or none when unset.
+ *   redis://[user[:pass]@]host[:port][/db]      one server
+ *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
+ * Blocks are stored under kvf:<file.namespace_>:<key>, in the file tier's
+ * format (header and checksum), so engines on other machines with the same
+ * namespace and layout share them. The server is reached on the tier's
+ * first use (a remote move, or a cache's remote lookup); when it cannot
+ * be, remote moves fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and a new
+ * connection is tried at most once a second. Needs a build with hiredis.
+ */
+typedef struct kvf_engine_remote_config {
+    const char *url;
+    uint32_t ttl_s; /* expiry of stored blocks; 0: none */
     /* Connect timeout, and the time a remote batch (kvf_offload / kvf_onboard
      * on KVF_TIER_REMOTE, kvf_remote_remove) has: it completes within this plus
      * its bytes at 256 MiB/s (a floor far below a Redis node's pace) from
@@ -385,23 +402,41 @@ typedef struct kvf_engine_config {
      * a node sends or takes bytes; moves not done by then fail with
      * KVF_ERR_TIMEOUT (logged with their key and node), those not yet sent
      * without contacting the node. 0: 1000 ms to connect, 2000 ms per batch. */
-    uint32_t remote_timeout_ms;
-    /* File tier, POSIX path. Files are written and read with O_DIRECT
-     * where the file system takes it (buffered, with one log line, where
-     * it does not, e.g. tmpfs; env KVF_FILE_DIRECT=0 turns it off). */
-    kvf_file_engine file_engine; /* env KVF_FILE_ENGINE=uring|threads overrides AUTO */
-    uint32_t file_queue_depth;   /* file reads/writes in flight per engine; 0: 32.
-                                    Each worker stages up to 64 MiB of the
-                                    moves it has in hand (pinned with CUDA) */
-    /* File tier, GDS path (file_io AUTO or GDS, CUDA backend): moves
-     * between primary (device) slots and files go through cuFile, the
-     * block gathered into a registered device staging buffer and its
-     * checksum computed on the GPU; the file format is the POSIX path's.
-     * cuFile is loaded at run time; where it is missing or its driver
-     * does not open, file_io GDS falls back to the POSIX path with one
-     * warning saying why. Moves of secondary (host) slots always take the
-     * POSIX path. */
-    kvf_gds_compat gds_compat; /* env KVF_GDS_COMPAT=on|off|auto overrides AUTO */
+    uint32_t timeout_ms;
+} kvf_engine_remote_config;
+
+/** The CUDA backend's copies (kvf_engine_config.cuda). */
+typedef struct kvf_engine_cuda_config {
+    kvf_cuda_copy copy; /* env KVF_CUDA_COPY=auto|kernel|dma overrides AUTO */
+    uint32_t copy_sms;  /* thread blocks of the copy kernel; 0: 32 */
+} kvf_engine_cuda_config;
+
+/**
+ * Engine configuration, grouped by tier. Start from KVF_ENGINE_CONFIG_INIT
+ * and set what differs, or write it with designated initialisers:
+ *
+ *   kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+ *   cfg.file.dir = "/mnt/nvme/kv";
+ *
+ *   kvf_engine_config cfg = {
+ *       .struct_size = sizeof(kvf_engine_config),
+ *       .file = {.dir = "/mnt/nvme/kv", .namespace_ = "rank0"},
+ *       .remote = {.url = "redis://cache:6379", .ttl_s = 3600},
+ *   };
+ *
+ * Every default is zero (AUTO, BATCH, 0, NULL), so the two are the same
+ * but for struct_size, which the second must set. A field that differs from
+ * its *_INIT value counts as the caller's and is not read from the
+ * environment or config file (kvf_setting_source).
+ */
+typedef struct kvf_engine_config {
+    size_t struct_size;  /* sizeof(kvf_engine_config), set by the macro */
+    kvf_backend backend; /* default AUTO; env KVF_BACKEND overrides AUTO */
+    int device;          /* CUDA device ordinal, default 0 */
+    uint32_t threads;    /* worker threads; 0: min(4, cores) */
+    kvf_engine_file_config file;
+    kvf_engine_remote_config remote;
+    kvf_engine_cuda_config cuda; /* CUDA backend only */
     /* A YAML file of settings (docs/configuration.md); NULL: $KVF_CONFIG,
      * or none. Needs a build with libyaml: otherwise naming a file fails
      * create with KVF_ERR_UNSUPPORTED. A cache of this engine reads its
@@ -409,19 +444,21 @@ typedef struct kvf_engine_config {
     const char *config_file;
 } kvf_engine_config;
 
+/* Every other field 0: AUTO, KVF_FSYNC_BATCH, NULL. */
 #define KVF_ENGINE_CONFIG_INIT                                                                     \
     {                                                                                              \
-        sizeof(kvf_engine_config), KVF_BACKEND_AUTO, 0, 0, NULL, NULL, KVF_FILE_IO_AUTO,           \
-            KVF_FSYNC_BATCH, KVF_CUDA_COPY_AUTO, 0, NULL, 0, 0, KVF_FILE_ENGINE_AUTO, 0,           \
-            KVF_GDS_COMPAT_AUTO, NULL                                                              \
+        .struct_size = sizeof(kvf_engine_config)                                                   \
     }
 
 /**
- * Where settings come from. Every field of kvf_engine_config and
- * kvf_cache_config also has an environment variable (KVF_ + its name in
- * capitals, e.g. KVF_BACKEND, KVF_CACHE_HOST_BYTES) and a key of the
- * config file (its name: backend, cache_host_bytes); docs/configuration.md
- * lists them with their defaults. A field the caller left at its *_INIT
+ * Where settings come from. Every setting of kvf_engine_config and
+ * kvf_cache_config (all but the cache's event callback) also has a key of
+ * the config file, its group and field joined by '_' (backend, file_dir,
+ * remote_ttl_s; cache_host_bytes for the cache's host.bytes), and an
+ * environment variable, KVF_ + the key in capitals (KVF_FILE_DIR,
+ * KVF_CACHE_HOST_BYTES); the few that read otherwise (fsync, gds_compat,
+ * file_namespace, cache_event_queue, KVF_CONFIG) and the defaults are
+ * listed in docs/configuration.md. A field the caller left at its *_INIT
  * value is taken from the environment, else the file, else the default; a
  * field set to anything else is the caller's and wins. Enum values are
  * case-insensitive; a value that is not one of them fails create with
@@ -471,7 +508,7 @@ KVF_API kvf_status kvf_size_parse(const char *text, uint64_t *bytes_p);
  * @param engine_p  receives the engine on success.
  * @return KVF_OK; KVF_ERR_NO_DEVICE when CUDA was asked for and is not
  *         usable (AUTO then picks the host backend instead); KVF_ERR_IO
- *         when file_dir cannot be created; KVF_ERR_INVALID for a bad
+ *         when file.dir cannot be created; KVF_ERR_INVALID for a bad
  *         value in the environment or the config file, or an unknown key
  *         in the file; KVF_ERR_NOT_FOUND when the config file is missing;
  *         KVF_ERR_UNSUPPORTED when a config file is named and the build
@@ -561,8 +598,8 @@ KVF_API kvf_status kvf_engine_slot_ptr(kvf_engine *engine, uint32_t pool, kvf_le
 typedef enum kvf_tier {
     KVF_TIER_HOST = 0,  /* the secondary slots: the reference's DRAM mode */
     KVF_TIER_FILE = 1,  /* block files: the reference's GDS and POSIX modes,
-                           chosen by kvf_engine_config.file_io */
-    KVF_TIER_REMOTE = 2 /* a Redis server or cluster (remote_url); dst / src
+                           chosen by kvf_engine_config.file.io */
+    KVF_TIER_REMOTE = 2 /* a Redis server or cluster (remote.url); dst / src
                            is the block key, as for files */
 } kvf_tier;
 
@@ -804,7 +841,7 @@ KVF_API uint64_t kvf_key_salt(const char *name);
  * Every function may be called from several threads at once, except
  * kvf_cache_destroy. The cache uses its engine's transfers: the engine may
  * still be used directly for slots and keys the cache does not use, but
- * its secondary slots [0, host_blocks) and the file keys of cached blocks
+ * its secondary slots [0, host.blocks) and the file keys of cached blocks
  * are the cache's.
  */
 typedef struct kvf_cache kvf_cache;
@@ -815,7 +852,7 @@ typedef enum kvf_cache_tier {
     KVF_CACHE_HOST = 0,   /* secondary slots */
     KVF_CACHE_DISK = 1,   /* block files */
     KVF_CACHE_REMOTE = 2, /* the engine's remote tier (Redis), shared between caches */
-    KVF_CACHE_GPU = 3,    /* primary slots the cache allocates (gpu_blocks) */
+    KVF_CACHE_GPU = 3,    /* primary slots the cache allocates (gpu.blocks) */
     KVF_CACHE_TIERS = 4
 } kvf_cache_tier;
 
@@ -842,7 +879,7 @@ typedef struct kvf_cache_event {
  *  not call into the cache, and should return quickly. */
 typedef void (*kvf_cache_event_fn)(void *arg, const kvf_cache_event *event);
 
-/** How a cache uses its engine's remote tier (kvf_engine_config.remote_url). */
+/** How a cache uses its engine's remote tier (kvf_engine_config.remote.url). */
 typedef enum kvf_cache_remote {
     KVF_CACHE_REMOTE_OFF = 0,
     /* every block this cache stores (put, or committed to its GPU tier)
@@ -856,67 +893,100 @@ typedef enum kvf_cache_remote {
     KVF_CACHE_REMOTE_READ = 2
 } kvf_cache_remote;
 
-/** Cache configuration. Start from KVF_CACHE_CONFIG_INIT. */
-typedef struct kvf_cache_config {
-    size_t struct_size; /* sizeof(kvf_cache_config), set by the macro */
-    /* Capacity of each tier in blocks; 0 turns the tier off, and at least
-     * one must be on. host_blocks <= the engine's secondary slots (the
-     * cache uses slots 0 .. host_blocks-1); disk_blocks needs a file tier.
-     * host_bytes / disk_bytes below size a tier in bytes instead. */
-    uint64_t host_blocks;
-    uint64_t disk_blocks;
-    /* Victims with a priority below this are dropped, not moved down a
-     * tier (the reference engine's rule); default 0: every victim moves. */
-    uint32_t offload_min_priority;
+/**
+ * The size of a cache's host tier (the engine's secondary slots 0 ..
+ * blocks-1) in blocks or in bytes, not both (KVF_ERR_INVALID). Bytes
+ * (kvf_size_parse reads "64GB"-style text) are rounded down to whole blocks
+ * of the engine's layout: one block is a slot of every pool (the sum of the
+ * pools' block bytes; a block file's 64-byte header is not counted); a size
+ * below one block is KVF_ERR_RANGE naming the tier. Both 0: no host tier.
+ * blocks <= the engine's secondary slots.
+ */
+typedef struct kvf_cache_host_config {
+    uint64_t blocks;
+    uint64_t bytes;
+} kvf_cache_host_config;
+
+/** The disk tier (the engine's file tier), sized as the host tier. */
+typedef struct kvf_cache_disk_config {
+    uint64_t blocks;
+    uint64_t bytes;
     /* A block enters the disk tier only once it has been got this many
      * times (sparing SSD writes for blocks never reused); default 0. */
-    uint32_t disk_admit_uses;
+    uint32_t admit_uses;
+} kvf_cache_disk_config;
+
+/**
+ * The GPU tier, for an engine that lets kvferry allocate its GPU blocks
+ * (as the reference engine's block manager does): primary slots
+ * 0 .. blocks-1 are the cache's, handed out by kvf_cache_alloc and
+ * kvf_cache_acquire. 0: the engine owns its primary slots (put / get).
+ */
+typedef struct kvf_cache_gpu_config {
+    uint64_t blocks;
+} kvf_cache_gpu_config;
+
+/** Where the cache's events go: a queue drained by kvf_cache_events, a
+ *  callback, both or neither. */
+typedef struct kvf_cache_events_config {
     /* Events kept for kvf_cache_events until drained; further events are
      * dropped and counted. 0: no queue. */
-    uint32_t event_queue;
-    kvf_cache_event_fn on_event; /* NULL: none */
-    void *on_event_arg;
+    uint32_t queue;
+    kvf_cache_event_fn fn; /* NULL: none */
+    void *arg;             /* fn's first argument */
+} kvf_cache_events_config;
+
+/**
+ * Cache configuration, grouped by tier. Start from KVF_CACHE_CONFIG_INIT,
+ * or write it with designated initialisers (every default is zero but
+ * struct_size's):
+ *
+ *   kvf_cache_config cfg = {
+ *       .struct_size = sizeof(kvf_cache_config),
+ *       .host = {.bytes = 64000000000},
+ *       .disk = {.blocks = 1 << 20, .admit_uses = 2},
+ *   };
+ *
+ * At least one tier must be on; disk needs the engine's file tier.
+ */
+typedef struct kvf_cache_config {
+    size_t struct_size; /* sizeof(kvf_cache_config), set by the macro */
+    kvf_cache_host_config host;
+    kvf_cache_disk_config disk;
+    kvf_cache_gpu_config gpu;
+    kvf_cache_events_config events;
     /* The remote tier below disk, shared with every cache whose engine uses
      * the same remote store, namespace and layout. Its content is the
      * store's: this cache neither counts nor evicts it (give the server a
-     * maxmemory policy, or the engine a remote_ttl_s), and its blocks raise
+     * maxmemory policy, or the engine a remote.ttl_s), and its blocks raise
      * no events. A block read from it is checked like a file (header,
      * layout, namespace, checksum): a damaged or foreign value is a failed
      * block plus a count in remote_errors, never data. */
     kvf_cache_remote remote;
-    /* The GPU tier, for an engine that lets kvferry allocate its GPU blocks
-     * (as the reference engine's block manager does): primary slots
-     * 0 .. gpu_blocks-1 are the cache's, handed out by kvf_cache_alloc and
-     * kvf_cache_acquire. 0: the engine owns its primary slots (put / get). */
-    uint64_t gpu_blocks;
-    /* Capacity of the host and disk tiers in bytes (kvf_size_parse reads
-     * "64GB"-style text), rounded down to whole blocks of the engine's
-     * layout: one block is a slot of every pool (the sum of the pools'
-     * block bytes; a block file's 64-byte header is not counted). A tier
-     * is sized by its blocks or its bytes, not both (KVF_ERR_INVALID); a
-     * size below one block is KVF_ERR_RANGE naming the tier. */
-    uint64_t host_bytes;
-    uint64_t disk_bytes;
+    /* Victims with a priority below this are dropped, not moved down a
+     * tier (the reference engine's rule); default 0: every victim moves. */
+    uint32_t offload_min_priority;
 } kvf_cache_config;
 
+/* Every other field 0, remote KVF_CACHE_REMOTE_OFF. */
 #define KVF_CACHE_CONFIG_INIT                                                                      \
     {                                                                                              \
-        sizeof(kvf_cache_config), 0, 0, 0, 0, 0, NULL, NULL, KVF_CACHE_REMOTE_OFF, 0, 0, 0         \
+        .struct_size = sizeof(kvf_cache_config)                                                    \
     }
 
 /**
  * Creates a cache over `engine`, whose pools must all be added and must all
- * have secondary slots when host_blocks > 0. With a disk tier the cache
+ * have secondary slots when host.blocks > 0. With a disk tier the cache
  * finds the blocks stored before in the engine's file directory and
  * namespace (checking each header, not each payload: a damaged payload is
- * found when read), oldest first; beyond disk_blocks the oldest are
+ * found when read), oldest first; beyond disk.blocks the oldest are
  * removed. The engine must outlive the cache. Fields left at their
  * KVF_CACHE_CONFIG_INIT values are taken from the environment (KVF_CACHE_*)
  * or the engine's config file, as kvf_setting_source says.
  * @return KVF_OK; KVF_ERR_INVALID when every tier is off, a tier lacks
  *         what it needs, a field is out of range, a tier is given both in
  *         blocks and in bytes, or a setting of the environment or file is
- *         bad; KVF_ERR_RANGE when host_blocks exceeds the secondary slots
+ *         bad; KVF_ERR_RANGE when host.blocks exceeds the secondary slots
  *         or a tier's bytes are less than one block; KVF_ERR_RESOURCE (or
  *         another file status) when the stored blocks cannot all be
  *         listed, out of file descriptors say: nothing is removed, and a
@@ -1054,7 +1124,7 @@ KVF_API kvf_status kvf_cache_remove(kvf_cache *cache, const kvf_key *keys, size_
                                     size_t *removed_p);
 
 /*
- * The GPU tier (gpu_blocks > 0). A request's life with it:
+ * The GPU tier (gpu.blocks > 0). A request's life with it:
  *   kvf_cache_acquire(keys)      its cached prefix, in GPU slots, pinned
  *   kvf_cache_alloc(n)           GPU slots for the blocks it computes
  *   ... prefill into them ...
@@ -1212,7 +1282,7 @@ KVF_API kvf_status kvf_info_get(kvf_info *info);
 
 /*
  * These calls look at what engines stored, without an engine: a block
- * directory (kvf_engine_config.file_dir: one folder per namespace, a file
+ * directory (kvf_engine_config.file.dir: one folder per namespace, a file
  * <key as 16 hex digits>.kvf per block) and a remote store's URL. They
  * read only: nothing is created, removed or repaired, and no file is ever
  * opened in a way that could block (a FIFO under a block's name is
@@ -1224,7 +1294,7 @@ KVF_API kvf_status kvf_info_get(kvf_info *info);
  */
 
 /** The URL's environment variable: the remote store an engine uses when
- *  kvf_engine_config.remote_url is NULL, and kvf_remote_probe's default. */
+ *  kvf_engine_config.remote.url is NULL, and kvf_remote_probe's default. */
 #define KVF_REMOTE_URL_ENV "KVF_REMOTE_URL"
 
 /** What kvf_dir_check found under one name of a namespace. */
@@ -1330,7 +1400,7 @@ KVF_API kvf_status kvf_dir_namespaces(const char *dir, void (*visit)(void *arg, 
  * attempt per seed node, no retries), authenticates, pings the server or
  * every cluster node serving slots, and disconnects. Takes about
  * timeout_ms per unreachable node at most.
- * @param url  as kvf_engine_config.remote_url; NULL: $KVF_REMOTE_URL.
+ * @param url  as kvf_engine_config.remote.url; NULL: $KVF_REMOTE_URL.
  * @param timeout_ms  connect and command timeout; 0: 1000.
  * @param detail  cap bytes (0 and NULL are fine) that receive, NUL-ended
  *        and cut to fit, what answered ("redis 10.0.0.1:6379 db 0",

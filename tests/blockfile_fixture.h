@@ -1,6 +1,6 @@
 /*
  * The block file tests' fixture: a temporary directory, the I/O runner of
- * $KVF_FILE_ENGINE (ctest runs each program once per runner), a fault hook
+ * $KVF_FILE_RUNNER (ctest runs each program once per runner), a fault hook
  * failing or shortening the calls of one op, blocks of random data written
  * and checked byte for byte into poisoned buffers, and bystander blocks that
  * no fault may touch. Shared by the test_blockfile_* programs; one program
@@ -29,7 +29,7 @@
 #define NBYSTANDERS 3
 
 static char base[512];          /* the test's temporary directory */
-static kvf__fileio_runner *fio; /* the I/O runner of env KVF_FILE_ENGINE, for every directory */
+static kvf__fileio_runner *fio; /* the I/O runner of env KVF_FILE_RUNNER, for every directory */
 static char files[600];         /* file_dir: base/a/b, created by open_dir */
 
 static struct {
@@ -205,7 +205,7 @@ static inline int open_ns(const char *ns, uint64_t fp, kvf_fsync mode, kvf__bloc
 }
 
 /* The program's temporary directory and the I/O runner of
- * $KVF_FILE_ENGINE (none: inline); returns the descriptors open before,
+ * $KVF_FILE_RUNNER (none: inline); returns the descriptors open before,
  * for bf_fini to compare. */
 static inline int bf_init(void)
 {
@@ -214,13 +214,13 @@ static inline int bf_init(void)
         TEST_SKIP_ALL("no temporary directory");
     snprintf(files, sizeof files, "%s/a/b", base);
     /* the same tests on each I/O runner: ctest runs this once per runner */
-    const char *engine = getenv("KVF_FILE_ENGINE");
+    const char *engine = getenv("KVF_FILE_RUNNER");
     if (engine && *engine) {
-        kvf_file_engine want =
-            strcmp(engine, "uring") == 0 ? KVF_FILE_ENGINE_URING : KVF_FILE_ENGINE_THREADS;
+        kvf_file_runner want =
+            strcmp(engine, "uring") == 0 ? KVF_FILE_RUNNER_URING : KVF_FILE_RUNNER_THREADS;
         REQUIRE(kvf__fileio_runner_create(want, 8, 2, &fio) == KVF_OK);
         printf("file i/o runner: %s\n",
-               kvf__fileio_runner_type(fio) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads");
+               kvf__fileio_runner_type(fio) == KVF_FILE_RUNNER_URING ? "io_uring" : "threads");
     }
     return fds;
 }

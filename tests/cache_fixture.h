@@ -35,9 +35,9 @@ static inline int fx_engine(fixture *f, bool files)
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = 2;
-    cfg.file_dir = files ? f->dir : NULL;
-    cfg.file_namespace = "cache";
-    cfg.fsync = KVF_FSYNC_NONE;
+    cfg.file.dir = files ? f->dir : NULL;
+    cfg.file.namespace_ = "cache";
+    cfg.file.fsync = KVF_FSYNC_NONE;
     REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
     const kvf_geometry *g[2] = {&G_A, &G_B};
     for (int p = 0; p < 2; p++) {

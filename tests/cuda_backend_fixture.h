@@ -66,7 +66,7 @@ static inline void waiter_fini(waiter *w)
 static inline kvf__backend *backend_new(kvf_cuda_copy mode)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
-    cfg.cuda_copy = mode;
+    cfg.cuda.copy = mode;
     kvf__backend *b = NULL;
     kvf_status st = kvf__cuda_backend_create(&cfg, &b);
     if (st == KVF_ERR_NO_DEVICE)

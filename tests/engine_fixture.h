@@ -39,8 +39,8 @@ static inline int fx_open(fixture *f, const char *dir, const char *ns, uint32_t 
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = threads;
-    cfg.file_dir = dir;
-    cfg.file_namespace = ns;
+    cfg.file.dir = dir;
+    cfg.file.namespace_ = ns;
     CHECK_STATUS(kvf_engine_create(&cfg, &f->e), KVF_OK);
     CHECK(kvf_engine_backend(f->e) == KVF_BACKEND_HOST);
     for (uint32_t p = 0; p < f->pools; p++) {

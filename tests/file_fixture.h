@@ -22,8 +22,8 @@ static inline void ff_open(file_fixture *f)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = f->dir;
-    cfg.file_namespace = "ns";
+    cfg.file.dir = f->dir;
+    cfg.file.namespace_ = "ns";
     REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
     kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, FF_SLOTS};
     kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, FF_SLOTS};

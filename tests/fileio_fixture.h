@@ -94,9 +94,9 @@ static inline void fio_each_engine(void (*tests)(void))
     for (int k = 0; k < 3; k++) {
         fio = NULL;
         if (k > 0) {
-            kvf_file_engine want = k == 1 ? KVF_FILE_ENGINE_THREADS : KVF_FILE_ENGINE_URING;
+            kvf_file_runner want = k == 1 ? KVF_FILE_RUNNER_THREADS : KVF_FILE_RUNNER_URING;
             REQUIRE(kvf__fileio_runner_create(want, 8, 2, &fio) == KVF_OK);
-            if (k == 2 && kvf__fileio_runner_type(fio) != KVF_FILE_ENGINE_URING) {
+            if (k == 2 && kvf__fileio_runner_type(fio) != KVF_FILE_RUNNER_URING) {
                 printf("skip io_uring: not built or refused here\n");
                 kvf__fileio_runner_destroy(fio);
                 continue;

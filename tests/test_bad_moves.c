@@ -26,9 +26,9 @@ static int fx_init(fixture *f)
     f->remote = info.remote_built;
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = f->dir;
+    cfg.file.dir = f->dir;
     /* never reached: the batches below are refused before any connection */
-    cfg.remote_url = f->remote ? "redis://127.0.0.1:1" : NULL;
+    cfg.remote.url = f->remote ? "redis://127.0.0.1:1" : NULL;
     REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
     for (int p = 0; p < 2; p++) {
         kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, SLOTS};

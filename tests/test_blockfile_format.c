@@ -261,17 +261,21 @@ static int test_round_trip(void)
 
     /* every fsync mode writes the same file; count the syncs */
     kvf__set_io_fault(fault_hook);
-    for (int mode = 0; mode < 3; mode++) {
+    /* NONE 0, BATCH 0 (the batch's syncfs does it all), BLOCK 2 (file, dir) */
+    static const struct {
+        kvf_fsync mode;
+        int syncs;
+    } modes[] = {{KVF_FSYNC_NONE, 0}, {KVF_FSYNC_BATCH, 0}, {KVF_FSYNC_BLOCK, 2}};
+    for (int i = 0; i < 3; i++) {
         kvf__blockfile_dir d2;
-        if (open_ns("rt", FP, (kvf_fsync)mode, &d2))
+        if (open_ns("rt", FP, modes[i].mode, &d2))
             continue;
         fault_clear();
-        CHECK_STATUS(put(&d2, 0x77, 5 + mode, 1000), KVF_OK);
-        /* NONE 0, BATCH 0 (the batch's syncfs does it all), BLOCK 2 (file, dir) */
-        CHECK_EQ_INT(fault.calls[3], mode == KVF_FSYNC_BATCH ? 0 : mode);
-        CHECK_EQ_INT(expect(&d, 0x77, 5 + mode, 1000), 0);
+        CHECK_STATUS(put(&d2, 0x77, 5 + i, 1000), KVF_OK);
+        CHECK_EQ_INT(fault.calls[3], modes[i].syncs);
+        CHECK_EQ_INT(expect(&d, 0x77, 5 + i, 1000), 0);
         CHECK_STATUS(kvf__blockfile_fsync_dir(&d2), KVF_OK);
-        CHECK_EQ_INT(fault.calls[3], mode == KVF_FSYNC_BATCH ? 1 : mode + 1);
+        CHECK_EQ_INT(fault.calls[3], modes[i].syncs + 1);
         kvf__blockfile_close_dir(&d2);
     }
     /* BATCH with an fsync per file instead of a syncfs per batch */

@@ -23,10 +23,10 @@ static int test_events(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 5;
-    cc.disk_blocks = 7;
-    cc.event_queue = 4096;
-    cc.on_event = on_event;
+    cc.host.blocks = 5;
+    cc.disk.blocks = 7;
+    cc.events.queue = 4096;
+    cc.events.fn = on_event;
     cb_count = 0;
     cb_last_seq = 0;
     if (fx_init(&f, 8, 5, true, &cc))
@@ -80,8 +80,8 @@ static int test_events(void)
 
     /* a small queue drops and counts; seq still counts every event */
     kvf_cache_config small = cc;
-    small.event_queue = 3;
-    small.on_event = NULL;
+    small.events.queue = 3;
+    small.events.fn = NULL;
     fx_engine(&f, true);
     CHECK_STATUS(kvf_cache_create(f.e, &small, &f.c), KVF_OK);
     size_t n = kvf_cache_events(f.c, evs, 64); /* the blocks found on disk */
@@ -100,7 +100,7 @@ static int test_prometheus(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 2;
+    cc.host.blocks = 2;
     if (fx_init(&f, 8, 2, false, &cc))
         return 1;
     for (kvf_key k = 1; k <= 3; k++) {

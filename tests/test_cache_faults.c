@@ -12,7 +12,7 @@ static int test_faults(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.disk_blocks = 16;
+    cc.disk.blocks = 16;
     if (fx_init(&f, 8, 0, true, &cc))
         return 1;
     for (kvf_key k = 1; k <= 6; k++) {
@@ -72,7 +72,7 @@ static int test_failed_put(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 2;
+    cc.host.blocks = 2;
     if (fx_init(&f, 8, 2, false, &cc))
         return 1;
     fill(&f, 0, 41);
@@ -122,14 +122,14 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_INVALID); /* capacity 0 */
     CHECK_STR_HAS(kvf_last_error(), "capacity 0");
     CHECK(c == (kvf_cache *)&f);
-    cc.host_blocks = 5;
+    cc.host.blocks = 5;
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_RANGE);
     CHECK_STR_HAS(kvf_last_error(), "4 secondary slots");
-    cc.host_blocks = 4;
-    cc.disk_blocks = 10;
+    cc.host.blocks = 4;
+    cc.disk.blocks = 10;
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "file tier");
-    cc.disk_blocks = 0;
+    cc.disk.blocks = 0;
     cc.offload_min_priority = 500;
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_ERR_RANGE);
     cc.offload_min_priority = 0;

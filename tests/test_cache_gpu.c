@@ -21,10 +21,10 @@ static int test_gpu_tier(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 6;
-    cc.host_blocks = 4;
-    cc.disk_blocks = 16;
-    cc.event_queue = 256;
+    cc.gpu.blocks = 6;
+    cc.host.blocks = 4;
+    cc.disk.blocks = 16;
+    cc.events.queue = 256;
     /* primary slots 0..5 are the cache's; 6..15 the engine's own */
     if (fx_init(&f, 16, 4, true, &cc))
         return 1;
@@ -113,13 +113,13 @@ static int test_gpu_tier(void)
     /* no GPU tier: refused */
     fx_close(&f);
     kvf_cache_config plain = KVF_CACHE_CONFIG_INIT;
-    plain.host_blocks = 4;
+    plain.host.blocks = 4;
     fx_engine(&f, false);
     CHECK_STATUS(kvf_cache_create(f.e, &plain, &f.c), KVF_OK);
     CHECK_STATUS(kvf_cache_alloc(f.c, 1, slots, &t), KVF_ERR_INVALID);
-    CHECK_STR_HAS(kvf_last_error(), "gpu_blocks");
+    CHECK_STR_HAS(kvf_last_error(), "gpu.blocks");
     fx_close(&f);
-    plain.gpu_blocks = 17;
+    plain.gpu.blocks = 17;
     fx_engine(&f, false);
     CHECK_STATUS(kvf_cache_create(f.e, &plain, &f.c), KVF_ERR_RANGE);
     kvf_engine_destroy(f.e);
@@ -144,8 +144,8 @@ static int test_gpu_tier_acquire_race(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 4;
-    cc.host_blocks = 8; /* room for both sets: acquiring one evicts nothing */
+    cc.gpu.blocks = 4;
+    cc.host.blocks = 8; /* room for both sets: acquiring one evicts nothing */
     if (fx_init(&f, 8, 8, false, &cc))
         return 1;
     kvf_key a[4] = {0xa1, 0xa2, 0xa3, 0xa4}, b[4] = {0xb1, 0xb2, 0xb3, 0xb4};
@@ -194,9 +194,9 @@ static int test_gpu_tier_random(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 10;
-    cc.host_blocks = 6;
-    cc.disk_blocks = 12;
+    cc.gpu.blocks = 10;
+    cc.host.blocks = 6;
+    cc.disk.blocks = 12;
     cc.offload_min_priority = 20;
     if (fx_init(&f, 16, 6, true, &cc))
         return 1;
@@ -290,8 +290,8 @@ static int test_gpu_get_after_failed_acquire(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 4;
-    cc.disk_blocks = 16;
+    cc.gpu.blocks = 4;
+    cc.disk.blocks = 16;
     if (fx_init(&f, 16, 0, true, &cc))
         return 1;
     kvf_key K = 0x77;
@@ -324,8 +324,8 @@ static int test_get_pin_released_after_acquire(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 4;
-    cc.host_blocks = 4;
+    cc.gpu.blocks = 4;
+    cc.host.blocks = 4;
     if (fx_init(&f, 16, 4, false, &cc))
         return 1;
     kvf_key K = 0x88;
@@ -356,9 +356,9 @@ static int test_gpu_failed_acquire_not_passed_down(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 1;
-    cc.host_blocks = 1;
-    cc.disk_blocks = 16;
+    cc.gpu.blocks = 1;
+    cc.host.blocks = 1;
+    cc.disk.blocks = 16;
     if (fx_init(&f, 16, 1, true, &cc))
         return 1;
     kvf_key K = 0x99, K2 = 0x9a;
@@ -394,8 +394,8 @@ static int test_gpu_stale_failure_forgotten(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 1;
-    cc.disk_blocks = 16;
+    cc.gpu.blocks = 1;
+    cc.disk.blocks = 16;
     if (fx_init(&f, 16, 0, true, &cc))
         return 1;
     kvf_key K = 0x55, K2 = 0x56;
@@ -427,8 +427,8 @@ static int test_gpu_acquire_duplicate_keys(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 2;
-    cc.host_blocks = 2;
+    cc.gpu.blocks = 2;
+    cc.host.blocks = 2;
     if (fx_init(&f, 16, 2, false, &cc))
         return 1;
     kvf_key K = 0x33;

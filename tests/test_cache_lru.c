@@ -130,10 +130,10 @@ static int eviction_vs_model(uint32_t host, uint32_t disk, uint32_t min_prio, ui
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = host;
-    cc.disk_blocks = disk;
+    cc.host.blocks = host;
+    cc.disk.blocks = disk;
     cc.offload_min_priority = min_prio;
-    cc.disk_admit_uses = admit;
+    cc.disk.admit_uses = admit;
     if (fx_init(&f, 16, host ? host : 0, disk > 0, &cc))
         return 1;
     model m = {0};
@@ -225,7 +225,7 @@ static int test_pins(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 4;
+    cc.host.blocks = 4;
     if (fx_init(&f, 8, 4, false, &cc))
         return 1;
     kvf_key keys[4] = {11, 12, 13, 14};

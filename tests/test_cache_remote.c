@@ -34,9 +34,9 @@ static int open_engine(fixture *f, const char *url, const char *ns, uint32_t tim
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = 2;
-    cfg.file_namespace = ns;
-    cfg.remote_url = url;
-    cfg.remote_timeout_ms = timeout_ms;
+    cfg.file.namespace_ = ns;
+    cfg.remote.url = url;
+    cfg.remote.timeout_ms = timeout_ms;
     REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
     kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 32};
     kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, 4};
@@ -50,7 +50,7 @@ static int open_cache(fixture *f, const char *url, const char *ns, kvf_cache_rem
 {
     open_engine(f, url, ns, timeout_ms);
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 4;
+    cc.host.blocks = 4;
     cc.remote = mode;
     CHECK_STATUS(kvf_cache_create(f->e, &cc, &f->c), KVF_OK);
     return f->c ? 0 : 1;
@@ -181,8 +181,8 @@ static int test_engine_round_trip(void)
     /* another layout sees them as foreign */
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_namespace = "eng";
-    cfg.remote_url = url;
+    cfg.file.namespace_ = "eng";
+    cfg.remote.url = url;
     REQUIRE(kvf_engine_create(&cfg, &f.e) == KVF_OK);
     kvf_geometry g2 = G;
     g2.dtype = KVF_DTYPE_FP16;
@@ -285,7 +285,7 @@ static int test_cache_write_through(void)
     CHECK_STATUS(kvf_cache_remove(f.c, &k, 1, NULL), KVF_OK);
     kvf_cache_destroy(f.c); /* waits for the removal */
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 4;
+    cc.host.blocks = 4;
     cc.remote = KVF_CACHE_REMOTE_READ;
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
     CHECK_STATUS(kvf_cache_lookup(f.c, &k, 1, &hits, NULL), KVF_OK);
@@ -411,8 +411,8 @@ static int test_gpu_write_through_slot_reuse(void)
     fixture f;
     open_engine(&f, url, "rv", 0);
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 4;
-    cc.gpu_blocks = 1;
+    cc.host.blocks = 4;
+    cc.gpu.blocks = 1;
     cc.remote = KVF_CACHE_REMOTE_WRITE_THROUGH;
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
     g_prim0 = slot(&f, 0);

@@ -12,8 +12,8 @@ static int test_restart(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 4;
-    cc.disk_blocks = 32;
+    cc.host.blocks = 4;
+    cc.disk.blocks = 32;
     if (fx_init(&f, 8, 4, true, &cc))
         return 1;
     enum { N = 20 };
@@ -40,7 +40,7 @@ static int test_restart(void)
 
     /* a smaller disk tier keeps the newest and removes the oldest files */
     kvf_cache_config smaller = cc;
-    smaller.disk_blocks = 10;
+    smaller.disk.blocks = 10;
     fx_engine(&f, true);
     CHECK_STATUS(kvf_cache_create(f.e, &smaller, &f.c), KVF_OK);
     for (uint32_t i = 0; i < N - 4; i++)
@@ -56,8 +56,8 @@ static int test_restart(void)
     /* another layout does not see them */
     kvf_engine_config ec = KVF_ENGINE_CONFIG_INIT;
     ec.backend = KVF_BACKEND_HOST;
-    ec.file_dir = f.dir;
-    ec.file_namespace = "cache";
+    ec.file.dir = f.dir;
+    ec.file.namespace_ = "cache";
     REQUIRE(kvf_engine_create(&ec, &f.e) == KVF_OK);
     kvf_pool_desc p = {KVF_MEMORY_HOST, NULL, 0, 8};
     REQUIRE(kvf_engine_add_pool(f.e, &G_A, &p, &p, NULL) == KVF_OK);

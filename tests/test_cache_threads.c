@@ -47,9 +47,9 @@ static int test_threads(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 8;
-    cc.disk_blocks = 24;
-    cc.event_queue = 64;
+    cc.host.blocks = 8;
+    cc.disk.blocks = 24;
+    cc.events.queue = 64;
     if (fx_init(&f, 8, 8, true, &cc))
         return 1;
     enum { T = 4 };

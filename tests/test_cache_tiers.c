@@ -11,8 +11,8 @@ static int round_trip(uint32_t host, uint32_t disk)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = host;
-    cc.disk_blocks = disk;
+    cc.host.blocks = host;
+    cc.disk.blocks = disk;
     if (fx_init(&f, 64, host ? 32 : 0, disk > 0, &cc))
         return 1;
     enum { N = 24 };
@@ -81,8 +81,8 @@ static int test_promotion(void)
 {
     fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 2;
-    cc.disk_blocks = 8;
+    cc.host.blocks = 2;
+    cc.disk.blocks = 8;
     if (fx_init(&f, 8, 2, true, &cc))
         return 1;
     for (kvf_key k = 1; k <= 3; k++) {

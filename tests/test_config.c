@@ -11,7 +11,8 @@ static char yaml_path[300];
 /* Every variable a test sets, so each test starts from a clean slate. */
 static const char *const vars[] = {
     "KVF_BACKEND",          "KVF_FSYNC",
-    "KVF_THREADS",          "KVF_FILE_ENGINE",
+    "KVF_THREADS",          "KVF_FILE_RUNNER",
+    "KVF_FILE_ENGINE",      "KVF_CACHE_DISK_ADMIT_USES",
     "KVF_CONFIG",           "KVF_FILE_NAMESPACE",
     "KVF_CACHE_HOST_BYTES", "KVF_CACHE_HOST_BLOCKS",
     "KVF_CACHE_REMOTE",     "KVF_CACHE_EVENT_QUEUE",
@@ -97,7 +98,7 @@ static int test_env_case_insensitive(void)
     setenv("KVF_BACKEND", "HOST", 1);
     setenv("KVF_FSYNC", "Block", 1);
     setenv("KVF_THREADS", "3", 1);
-    setenv("KVF_FILE_ENGINE", "Threads", 1);
+    setenv("KVF_FILE_RUNNER", "Threads", 1);
     kvf_engine *e = NULL;
     REQUIRE(kvf_engine_create(NULL, &e) == KVF_OK);
     CHECK_EQ_INT(kvf_engine_backend(e), KVF_BACKEND_HOST);
@@ -107,7 +108,7 @@ static int test_env_case_insensitive(void)
     CHECK_SETTING(s, n, "backend", "host", KVF_SOURCE_ENV);
     CHECK_SETTING(s, n, "fsync", "block", KVF_SOURCE_ENV);
     CHECK_SETTING(s, n, "threads", "3", KVF_SOURCE_ENV);
-    CHECK_SETTING(s, n, "file_engine", "threads", KVF_SOURCE_ENV);
+    CHECK_SETTING(s, n, "file_runner", "threads", KVF_SOURCE_ENV);
     CHECK_SETTING(s, n, "file_namespace", "default", KVF_SOURCE_DEFAULT);
     CHECK_SETTING(s, n, "config_file", "", KVF_SOURCE_DEFAULT);
     CHECK_STR_HAS(find(s, n, "fsync")->env, "KVF_FSYNC");
@@ -121,9 +122,9 @@ static int test_env_bad_value(void)
     clear_env();
     kvf_engine *e = NULL;
     /* a bad value used to be logged and ignored: now create fails */
-    setenv("KVF_FILE_ENGINE", "io_uring", 1);
+    setenv("KVF_FILE_RUNNER", "io_uring", 1);
     CHECK_STATUS(kvf_engine_create(NULL, &e), KVF_ERR_INVALID);
-    CHECK_STR_HAS(kvf_last_error(), "KVF_FILE_ENGINE=\"io_uring\"");
+    CHECK_STR_HAS(kvf_last_error(), "KVF_FILE_RUNNER=\"io_uring\"");
     CHECK_STR_HAS(kvf_last_error(), "auto, uring or threads");
     CHECK(e == NULL);
     clear_env();
@@ -138,6 +139,116 @@ static int test_env_bad_value(void)
     setenv("KVF_THREADS", "257", 1);
     CHECK_STATUS(kvf_engine_create(NULL, &e), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "0 to 256");
+    clear_env();
+    return 0;
+}
+
+/* A setting under its old name is refused with the new one, whatever its
+ * value, so that nobody's setting is silently ignored. */
+static int test_renamed(void)
+{
+    clear_env();
+    kvf_engine *e = NULL;
+    setenv("KVF_FILE_ENGINE", "threads", 1);
+    CHECK_STATUS(kvf_engine_create(NULL, &e), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "KVF_FILE_ENGINE=\"threads\"");
+    CHECK_STR_HAS(kvf_last_error(), "KVF_FILE_RUNNER");
+    CHECK(e == NULL);
+    kvf_setting *all = NULL;
+    size_t n;
+    CHECK_STATUS(kvf_config_settings(NULL, NULL, &all, &n), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "KVF_FILE_RUNNER");
+    /* a caller's runner does not make the old variable acceptable */
+    kvf_engine_config cfg = {.struct_size = sizeof cfg,
+                             .file = {.runner = KVF_FILE_RUNNER_THREADS}};
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
+    clear_env();
+#ifdef KVF_HAVE_YAML
+    write_file("file_engine: uring\n");
+    setenv("KVF_CONFIG", yaml_path, 1);
+    CHECK_STATUS(kvf_engine_create(NULL, &e), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "line 1: file_engine is now called file_runner");
+    clear_env();
+#endif
+    return 0;
+}
+
+/* Every field of both structs, set by designated initialisers, lands on its
+ * own setting as the caller's: the table's offsets into the nested structs
+ * are the fields' own. */
+static int test_nested_fields(void)
+{
+    clear_env();
+    kvf_engine_config ec = {
+        .struct_size = sizeof ec,
+        .backend = KVF_BACKEND_HOST,
+        .device = 3,
+        .threads = 5,
+        .file = {.dir = "/srv/kv",
+                 .namespace_ = "rank7",
+                 .io = KVF_FILE_IO_POSIX,
+                 .fsync = KVF_FSYNC_BLOCK,
+                 .runner = KVF_FILE_RUNNER_URING,
+                 .queue_depth = 9,
+                 .gds_compat = KVF_GDS_COMPAT_ON},
+        .remote = {.url = "redis://h:1", .ttl_s = 11, .timeout_ms = 13},
+        .cuda = {.copy = KVF_CUDA_COPY_DMA, .copy_sms = 17},
+    };
+    kvf_cache_config cc = {
+        .struct_size = sizeof cc,
+        .host = {.bytes = 19},
+        .disk = {.blocks = 23, .admit_uses = 29},
+        .gpu = {.blocks = 31},
+        .remote = KVF_CACHE_REMOTE_READ,
+        .events = {.queue = 37},
+        .offload_min_priority = 41,
+    };
+    static const struct {
+        const char *name, *value;
+    } want[] = {
+        {"backend", "host"},
+        {"device", "3"},
+        {"threads", "5"},
+        {"file_dir", "/srv/kv"},
+        {"file_namespace", "rank7"},
+        {"file_io", "posix"},
+        {"fsync", "block"},
+        {"file_runner", "uring"},
+        {"file_queue_depth", "9"},
+        {"gds_compat", "on"},
+        {"remote_url", "redis://h:1"},
+        {"remote_ttl_s", "11"},
+        {"remote_timeout_ms", "13"},
+        {"cuda_copy", "dma"},
+        {"cuda_copy_sms", "17"},
+        {"cache_host_bytes", "19"},
+        {"cache_disk_blocks", "23"},
+        {"cache_disk_admit_uses", "29"},
+        {"cache_gpu_blocks", "31"},
+        {"cache_remote", "read"},
+        {"cache_event_queue", "37"},
+        {"cache_offload_min_priority", "41"},
+    };
+    kvf_setting *all = NULL;
+    size_t n;
+    REQUIRE(kvf_config_settings(&ec, &cc, &all, &n) == KVF_OK);
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        CHECK_SETTING(all, n, want[i].name, want[i].value, KVF_SOURCE_CALLER);
+    kvf_settings_free(all);
+
+    /* left out, a field is unset: the environment's, or the default (fsync
+     * BATCH is 0 like every other default, so a designated initialiser
+     * that does not name it keeps it) */
+    setenv("KVF_CACHE_DISK_ADMIT_USES", "2", 1);
+    kvf_engine_config e2 = {.struct_size = sizeof e2, .file = {.dir = "/srv/kv"}};
+    kvf_cache_config c2 = {.struct_size = sizeof c2, .disk = {.blocks = 4}};
+    REQUIRE(kvf_config_settings(&e2, &c2, &all, &n) == KVF_OK);
+    CHECK_SETTING(all, n, "fsync", "batch", KVF_SOURCE_DEFAULT);
+    CHECK_SETTING(all, n, "file_runner", "auto", KVF_SOURCE_DEFAULT);
+    CHECK_SETTING(all, n, "file_dir", "/srv/kv", KVF_SOURCE_CALLER);
+    CHECK_SETTING(all, n, "cache_disk_blocks", "4", KVF_SOURCE_CALLER);
+    CHECK_SETTING(all, n, "cache_disk_admit_uses", "2", KVF_SOURCE_ENV);
+    kvf_settings_free(all);
     clear_env();
     return 0;
 }
@@ -174,7 +285,7 @@ static int test_file_and_precedence(void)
     kvf_engine_destroy(e);
 
     cfg.threads = 4;
-    cfg.file_namespace = "mine";
+    cfg.file.namespace_ = "mine";
     REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
     REQUIRE(kvf_engine_settings(e, &s, &n) == KVF_OK);
     CHECK_SETTING(s, n, "threads", "4", KVF_SOURCE_CALLER);
@@ -261,7 +372,7 @@ static int test_cache_bytes(void)
     size_t n;
     kvf_cache_config cfg = KVF_CACHE_CONFIG_INIT;
 
-    cfg.host_bytes = 3 * 3072 + 3071; /* rounded down to 3 blocks */
+    cfg.host.bytes = 3 * 3072 + 3071; /* rounded down to 3 blocks */
     REQUIRE(kvf_cache_create(e, &cfg, &c) == KVF_OK);
     CHECK_EQ_U64(host_capacity(c), 3);
     REQUIRE(kvf_cache_settings(c, &s, &n) == KVF_OK);
@@ -269,13 +380,13 @@ static int test_cache_bytes(void)
     CHECK_SETTING(s, n, "cache_host_bytes", "12287", KVF_SOURCE_CALLER);
     kvf_cache_destroy(c);
 
-    cfg.host_bytes = 3071;
+    cfg.host.bytes = 3071;
     CHECK_STATUS(kvf_cache_create(e, &cfg, &c), KVF_ERR_RANGE);
     CHECK_STR_HAS(kvf_last_error(), "host tier");
     CHECK_STR_HAS(kvf_last_error(), "3072 bytes");
 
-    cfg.host_bytes = 4 * 3072;
-    cfg.host_blocks = 2;
+    cfg.host.bytes = 4 * 3072;
+    cfg.host.blocks = 2;
     CHECK_STATUS(kvf_cache_create(e, &cfg, &c), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "host tier");
     CHECK_STR_HAS(kvf_last_error(), "both");
@@ -290,7 +401,7 @@ static int test_cache_bytes(void)
     CHECK_SETTING(s, n, "cache_host_bytes", "6144", KVF_SOURCE_ENV);
     CHECK_SETTING(s, n, "cache_remote", "off", KVF_SOURCE_ENV);
     kvf_cache_destroy(c);
-    cfg.host_blocks = 5;
+    cfg.host.blocks = 5;
     REQUIRE(kvf_cache_create(e, &cfg, &c) == KVF_OK);
     CHECK_EQ_U64(host_capacity(c), 5);
     REQUIRE(kvf_cache_settings(c, &s, &n) == KVF_OK);
@@ -299,7 +410,7 @@ static int test_cache_bytes(void)
     kvf_cache_destroy(c);
 
     /* both from the environment contradict each other */
-    cfg.host_blocks = 0;
+    cfg.host.blocks = 0;
     setenv("KVF_CACHE_HOST_BLOCKS", "2", 1);
     CHECK_STATUS(kvf_cache_create(e, &cfg, &c), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "environment");
@@ -369,6 +480,8 @@ int main(void)
     RUN(test_size_parse);
     RUN(test_env_case_insensitive);
     RUN(test_env_bad_value);
+    RUN(test_renamed);
+    RUN(test_nested_fields);
 #ifdef KVF_HAVE_YAML
     RUN(test_file_and_precedence);
     RUN(test_file_errors);

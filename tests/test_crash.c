@@ -82,9 +82,9 @@ static kvf_status open_engine(const layout *l, const char *ns, kvf_engine **e_p)
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = 2;
-    cfg.file_dir = base;
-    cfg.file_namespace = ns;
-    cfg.fsync = KVF_FSYNC_BATCH;
+    cfg.file.dir = base;
+    cfg.file.namespace_ = ns;
+    cfg.file.fsync = KVF_FSYNC_BATCH;
     kvf_engine *e;
     kvf_status st = kvf_engine_create(&cfg, &e);
     if (st != KVF_OK)

@@ -66,9 +66,9 @@ static int setup(void)
     REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_CUDA;
-    cfg.file_dir = dir;
-    cfg.file_namespace = "cuda-cache";
-    cfg.fsync = KVF_FSYNC_NONE;
+    cfg.file.dir = dir;
+    cfg.file.namespace_ = "cuda-cache";
+    cfg.file.fsync = KVF_FSYNC_NONE;
     kvf_status st = kvf_engine_create(&cfg, &engine);
     if (st == KVF_ERR_NO_DEVICE) {
         test_rmtree(dir);
@@ -86,8 +86,8 @@ static int setup(void)
         dev[p] = ptr;
     }
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 16;
-    cc.disk_blocks = 256;
+    cc.host.blocks = 16;
+    cc.disk.blocks = 256;
     REQUIRE(kvf_cache_create(engine, &cc, &cache) == KVF_OK);
     return 0;
 }
@@ -164,8 +164,8 @@ static int test_remote(void)
     redis_url(url, sizeof url, &srv, NULL);
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_CUDA;
-    cfg.file_namespace = "cuda-remote";
-    cfg.remote_url = url;
+    cfg.file.namespace_ = "cuda-remote";
+    cfg.remote.url = url;
     kvf_engine *e;
     REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
     const kvf_geometry *g[2] = {&G_A, &G_B};
@@ -196,7 +196,7 @@ static int test_remote(void)
 
     /* a cache writing through: 4 host slots, 16 blocks; all come back */
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = 4;
+    cc.host.blocks = 4;
     cc.remote = KVF_CACHE_REMOTE_WRITE_THROUGH;
     kvf_cache *rc;
     REQUIRE(kvf_cache_create(e, &cc, &rc) == KVF_OK);

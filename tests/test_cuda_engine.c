@@ -51,9 +51,9 @@ static int fx_open(fixture *f, kvf_cuda_copy mode, bool files)
         REQUIRE(test_tmpdir(f->dir, sizeof f->dir) == 0);
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_CUDA;
-    cfg.cuda_copy = mode;
-    cfg.file_dir = files ? f->dir : NULL;
-    cfg.file_namespace = "cuda-test";
+    cfg.cuda.copy = mode;
+    cfg.file.dir = files ? f->dir : NULL;
+    cfg.file.namespace_ = "cuda-test";
     kvf_status st = kvf_engine_create(&cfg, &f->e);
     if (st == KVF_ERR_NO_DEVICE) {
         if (files)

@@ -17,14 +17,14 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
     CHECK(e == (kvf_engine *)0x1); /* outputs are set only on success */
     cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
-    cfg.fsync = (kvf_fsync)9;
+    cfg.file.fsync = (kvf_fsync)9;
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
     cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
-    cfg.gds_compat = (kvf_gds_compat)3;
+    cfg.file.gds_compat = (kvf_gds_compat)3;
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
     CHECK(e == (kvf_engine *)0x1);
     cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;
-    cfg.file_dir = "/proc/kvferry-cannot-be-here";
+    cfg.file.dir = "/proc/kvferry-cannot-be-here";
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_IO);
     CHECK(strstr(kvf_last_error(), "/proc/kvferry-cannot-be-here") != NULL);
     cfg = (kvf_engine_config)KVF_ENGINE_CONFIG_INIT;

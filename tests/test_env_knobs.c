@@ -28,7 +28,7 @@ static kvf_status create_with_files(kvf_engine **e)
 {
     kvf_engine_config c = KVF_ENGINE_CONFIG_INIT;
     c.backend = KVF_BACKEND_HOST;
-    c.file_dir = dir;
+    c.file.dir = dir;
     return kvf_engine_create(&c, e);
 }
 

@@ -30,9 +30,9 @@ static int fx_open(fixture *f, uint32_t primary, const kvf_cache_config *cc)
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = 2;
-    cfg.file_dir = f->dir;
-    cfg.file_namespace = "fdlimit";
-    cfg.fsync = KVF_FSYNC_NONE;
+    cfg.file.dir = f->dir;
+    cfg.file.namespace_ = "fdlimit";
+    cfg.file.fsync = KVF_FSYNC_NONE;
     kvf_status st = kvf_engine_create(&cfg, &f->e);
     if (st != KVF_OK) {
         fprintf(stderr, "kvf_engine_create: %s\n", kvf_last_error());
@@ -163,7 +163,7 @@ static int test_cache_restart_at_low_limit(void)
     fixture f = {0};
     REQUIRE(test_tmpdir(f.dir, sizeof f.dir) == 0);
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.disk_blocks = 256;
+    cc.disk.blocks = 256;
     REQUIRE(fx_open(&f, 256, &cc) == 0);
     for (uint32_t i = 0; i < NBLOCKS; i++) {
         kvf_key key = KEY0 + i;
@@ -334,8 +334,8 @@ static int test_acquire_emfile(void)
     fixture f = {0};
     REQUIRE(test_tmpdir(f.dir, sizeof f.dir) == 0);
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.gpu_blocks = 2;
-    cc.disk_blocks = 8;
+    cc.gpu.blocks = 2;
+    cc.disk.blocks = 8;
     REQUIRE(fx_open(&f, 4, &cc) == 0);
     /* two blocks through the GPU tier; a third pushes the first to disk */
     kvf_key keys[3] = {0xA1, 0xA2, 0xA3};

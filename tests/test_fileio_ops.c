@@ -169,10 +169,10 @@ static int test_uring_refused(void)
 {
     kvf__fileio_test_refuse(true, false);
     kvf__fileio_runner *io = NULL;
-    CHECK_STATUS(kvf__fileio_runner_create(KVF_FILE_ENGINE_URING, 4, 2, &io), KVF_OK);
+    CHECK_STATUS(kvf__fileio_runner_create(KVF_FILE_RUNNER_URING, 4, 2, &io), KVF_OK);
     kvf__fileio_test_refuse(false, false);
     REQUIRE(io);
-    CHECK(kvf__fileio_runner_type(io) == KVF_FILE_ENGINE_THREADS);
+    CHECK(kvf__fileio_runner_type(io) == KVF_FILE_RUNNER_THREADS);
     kvf__fileio_runner *saved = fio;
     fio = io;
     int rc = test_ops_round_trip();
@@ -188,16 +188,16 @@ static int test_engine_config(void)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = base;
-    cfg.file_namespace = "cfg";
-    cfg.file_engine = (kvf_file_engine)7;
+    cfg.file.dir = base;
+    cfg.file.namespace_ = "cfg";
+    cfg.file.runner = (kvf_file_runner)7;
     kvf_engine *e = NULL;
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
-    static const kvf_file_engine engines[] = {KVF_FILE_ENGINE_AUTO, KVF_FILE_ENGINE_URING,
-                                              KVF_FILE_ENGINE_THREADS};
+    static const kvf_file_runner engines[] = {KVF_FILE_RUNNER_AUTO, KVF_FILE_RUNNER_URING,
+                                              KVF_FILE_RUNNER_THREADS};
     for (int k = 0; k < 3; k++) {
-        cfg.file_engine = engines[k];
-        cfg.file_queue_depth = k == 2 ? 3 : 0;
+        cfg.file.runner = engines[k];
+        cfg.file.queue_depth = k == 2 ? 3 : 0;
         REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
         kvf_geometry g = {2, 2, 3, 16, 100, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
         kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 20};

@@ -137,7 +137,7 @@ static int test_restore_skips_foreign(void)
     CHECK_STATUS(kvf__blockfile_list(kvf__engine_dir(f.e), list_visit, &n), KVF_OK);
     CHECK_EQ_INT(n, 1);
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.disk_blocks = 16;
+    cc.disk.blocks = 16;
     kvf_cache *c = NULL;
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &c), KVF_OK);
     if (c) {

@@ -154,8 +154,8 @@ static int test_fallback_host(void)
     for (int round = 0; round < 2; round++) {
         kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
         cfg.backend = KVF_BACKEND_HOST;
-        cfg.file_dir = dir;
-        cfg.file_io = KVF_FILE_IO_GDS;
+        cfg.file.dir = dir;
+        cfg.file.io = KVF_FILE_IO_GDS;
         kvf_engine *e = NULL;
         CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
         CHECK(!kvf__engine_gds(e));
@@ -277,9 +277,9 @@ static int fx_open(fx *f, const char *dir, kvf_file_io io)
     memset(f, 0, sizeof *f);
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_CUDA;
-    cfg.file_dir = dir;
-    cfg.file_namespace = "gds";
-    cfg.file_io = io;
+    cfg.file.dir = dir;
+    cfg.file.namespace_ = "gds";
+    cfg.file.io = io;
     REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
     for (int p = 0; p < POOLS; p++) {
         kvf_pool_desc prim = {KVF_MEMORY_DEVICE, NULL, 0, SLOTS};
@@ -387,8 +387,8 @@ static bool engine_takes_gds(const char *dir)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_CUDA;
-    cfg.file_dir = dir;
-    cfg.file_io = KVF_FILE_IO_GDS;
+    cfg.file.dir = dir;
+    cfg.file.io = KVF_FILE_IO_GDS;
     kvf_engine *e = NULL;
     kvf_status st = kvf_engine_create(&cfg, &e);
     bool gds = st == KVF_OK && kvf__engine_gds(e);

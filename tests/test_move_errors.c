@@ -26,11 +26,11 @@ static int fx_init(fixture *f, const char *remote_url)
     REQUIRE(test_tmpdir(f->dir, sizeof f->dir) == 0);
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = f->dir;
-    cfg.file_namespace = "ns";
-    cfg.remote_url = remote_url;
-    cfg.remote_timeout_ms = 500;
-    cfg.fsync = KVF_FSYNC_NONE; /* durability is not what these tests check */
+    cfg.file.dir = f->dir;
+    cfg.file.namespace_ = "ns";
+    cfg.remote.url = remote_url;
+    cfg.remote.timeout_ms = 500;
+    cfg.file.fsync = KVF_FSYNC_NONE; /* durability is not what these tests check */
     REQUIRE(kvf_engine_create(&cfg, &f->e) == KVF_OK);
     kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, SLOTS};
     kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, SLOTS};
@@ -340,7 +340,7 @@ static int test_cache_calls(void)
     fixture f;
     fx_init(&f, NULL);
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.disk_blocks = 64;
+    cc.disk.blocks = 64;
     kvf_cache *c;
     REQUIRE(kvf_cache_create(f.e, &cc, &c) == KVF_OK);
     kvf_key keys[5] = {0x501, 0x502, 0x503, 0x504, 0x505};

@@ -1,4 +1,4 @@
-/* A remote batch ends by its deadline (remote_timeout_ms plus its bytes
+/* A remote batch ends by its deadline (remote.timeout_ms plus its bytes
  * at the floor rate), however many chunks it has and however slowly the
  * node sends: a redis-server stopped (SIGSTOP) under an onboard of 2048
  * blocks, and a fake server that sends one byte every 100 ms. An
@@ -58,9 +58,9 @@ static kvf_engine *open_engine(const char *url, const char *ns, uint32_t slots, 
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = 2;
-    cfg.file_namespace = ns;
-    cfg.remote_url = url;
-    cfg.remote_timeout_ms = timeout_ms;
+    cfg.file.namespace_ = ns;
+    cfg.remote.url = url;
+    cfg.remote.timeout_ms = timeout_ms;
     kvf_engine *e = NULL;
     if (kvf_engine_create(&cfg, &e) != KVF_OK)
         return NULL;

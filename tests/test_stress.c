@@ -166,8 +166,8 @@ int main(void)
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = 4;
-    cfg.file_dir = dir;
-    cfg.fsync = KVF_FSYNC_NONE;
+    cfg.file.dir = dir;
+    cfg.file.fsync = KVF_FSYNC_NONE;
     CHECK_STATUS(kvf_engine_create(&cfg, &engine), KVF_OK);
     for (uint32_t p = 0; p < 2; p++) {
         kvf_pool_desc d = {KVF_MEMORY_HOST, NULL, 0, SLOTS};

@@ -35,7 +35,7 @@ typedef struct bench_opts {
     const char *dir;
     const char *json, *plot;
     kvf_fsync fsync;
-    kvf_file_engine file_engine;
+    kvf_file_runner file_runner;
     uint32_t queue_depth;
     uint64_t seed;
     bool compare;
@@ -340,7 +340,7 @@ out:
 #endif
 
 /* What ran the file ceiling's calls, and so the tier's (same config). */
-static char file_engine_used[64];
+static char file_runner_used[64];
 
 /* The file ceiling: the bytes the tier moves (each block's image of header
  * and payload, padded to 4 KiB) as one file, written over in place and read
@@ -420,10 +420,10 @@ static int ceiling_open(file_ceiling *c, const char *dir, size_t stored, const u
     c->t[0] = calloc(o->iters, sizeof(double));
     c->t[1] = calloc(o->iters, sizeof(double));
     if (!c->ops || !c->t[0] || !c->t[1] ||
-        kvf__fileio_runner_create(o->file_engine, o->queue_depth, 1, &c->io) != KVF_OK)
+        kvf__fileio_runner_create(o->file_runner, o->queue_depth, 1, &c->io) != KVF_OK)
         return -1;
-    snprintf(file_engine_used, sizeof file_engine_used, "%s, queue depth %u",
-             kvf__fileio_runner_type(c->io) == KVF_FILE_ENGINE_URING ? "io_uring" : "threads",
+    snprintf(file_runner_used, sizeof file_runner_used, "%s, queue depth %u",
+             kvf__fileio_runner_type(c->io) == KVF_FILE_RUNNER_URING ? "io_uring" : "threads",
              kvf__fileio_runner_depth(c->io));
     ceiling_pass(c, 0, false);
     return c->failed ? -1 : 0;
@@ -529,7 +529,7 @@ static void usage(void)
            "  --threads N                  engine worker threads (0: default)\n"
            "  --dir DIR                    file-tier directory (default: a fresh temp dir)\n"
            "  --fsync none|batch|block     file durability, default batch\n"
-           "  --file-engine auto|uring|threads   what runs the file tier's calls\n"
+           "  --file-runner auto|uring|threads   what runs the file tier's calls\n"
            "  --queue-depth N              file calls in flight (0: the engine's default)\n"
            "  --seed N                     random data seed\n"
            "  --compare                    sweep 4 KiB..4 MiB blocks, whole and first 8 of 32\n"
@@ -556,7 +556,7 @@ enum {
     OPT_SEED,
     OPT_COMPARE,
     OPT_PLOT,
-    OPT_FILE_ENGINE,
+    OPT_FILE_RUNNER,
     OPT_QUEUE_DEPTH,
 };
 
@@ -575,7 +575,7 @@ static const struct option bench_options[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"compare", no_argument, NULL, OPT_COMPARE},
     {"plot", required_argument, NULL, OPT_PLOT},
-    {"file-engine", required_argument, NULL, OPT_FILE_ENGINE},
+    {"file-runner", required_argument, NULL, OPT_FILE_RUNNER},
     {"queue-depth", required_argument, NULL, OPT_QUEUE_DEPTH},
     KVF_CLI_OPTS_END,
 };
@@ -584,7 +584,7 @@ static const struct option bench_options[] = {
 static int bench_option(int c, const char *v, bench_opts *o)
 {
     static const char *const modes[] = {"dram", "posix", "gds", "remote", NULL};
-    static const char *const engines[] = {"auto", "uring", "threads", NULL}; /* kvf_file_engine's */
+    static const char *const runners[] = {"auto", "uring", "threads", NULL}; /* kvf_file_runner's */
     uint64_t u;
     int choice, rc = 0;
     switch (c) {
@@ -628,9 +628,9 @@ static int bench_option(int c, const char *v, bench_opts *o)
     case OPT_PLOT:
         o->plot = v;
         break;
-    case OPT_FILE_ENGINE:
-        rc = kvf_cli_choice("bench", "file-engine", v, engines, &choice);
-        o->file_engine = rc ? o->file_engine : (kvf_file_engine)choice;
+    case OPT_FILE_RUNNER:
+        rc = kvf_cli_choice("bench", "file-runner", v, runners, &choice);
+        o->file_runner = rc ? o->file_runner : (kvf_file_runner)choice;
         break;
     case OPT_QUEUE_DEPTH:
         return kvf_cli_u32("bench", "queue-depth", v, &o->queue_depth);
@@ -933,12 +933,14 @@ static int bench_one(bench_opts o, bench_result *res)
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = o.backend;
     cfg.threads = o.threads;
-    cfg.file_dir = o.mode == MODE_DRAM ? NULL : dir;
-    cfg.file_namespace = "bench";
-    cfg.file_io = o.mode == MODE_GDS ? KVF_FILE_IO_GDS : KVF_FILE_IO_POSIX;
-    cfg.fsync = o.fsync;
-    cfg.file_engine = o.file_engine;
-    cfg.file_queue_depth = o.queue_depth;
+    cfg.file = (kvf_engine_file_config){
+        .dir = o.mode == MODE_DRAM ? NULL : dir,
+        .namespace_ = "bench",
+        .io = o.mode == MODE_GDS ? KVF_FILE_IO_GDS : KVF_FILE_IO_POSIX,
+        .fsync = o.fsync,
+        .runner = o.file_runner,
+        .queue_depth = o.queue_depth,
+    };
     kvf_engine *e;
     if (kvf_engine_create(&cfg, &e) != KVF_OK) {
         fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
@@ -1125,7 +1127,7 @@ static int bench_one(bench_opts o, bench_result *res)
                kvf__engine_gds(e) ? "GDS (cuFile into device staging)"
                : gpu              ? "POSIX (pinned host staging)"
                                   : "POSIX (host staging)",
-               file_engine_used,
+               file_runner_used,
                o.fsync == KVF_FSYNC_NONE    ? "none"
                : o.fsync == KVF_FSYNC_BATCH ? "per batch"
                                             : "per block");

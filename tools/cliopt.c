@@ -105,7 +105,8 @@ int kvf_cli_choice(const char *cmd, const char *name, const char *v, const char 
     return -1;
 }
 
-const char *const kvf_cli_fsync_names[] = {"none", "batch", "block", NULL};
+/* by kvf_fsync value */
+const char *const kvf_cli_fsync_names[] = {"batch", "none", "block", NULL};
 
 int kvf_cli_backend(const char *cmd, const char *v, kvf_backend *backend_p)
 {

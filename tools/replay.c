@@ -1058,10 +1058,10 @@ static int open_replay(replay *r)
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = o->backend;
     cfg.threads = o->threads;
-    cfg.file_dir = o->disk;
-    cfg.file_namespace = o->ns;
-    cfg.fsync = o->fsync;
-    cfg.remote_url = o->remote_url;
+    cfg.file.dir = o->disk;
+    cfg.file.namespace_ = o->ns;
+    cfg.file.fsync = o->fsync;
+    cfg.remote.url = o->remote_url;
     if (kvf_engine_create(&cfg, &r->e) != KVF_OK) {
         fprintf(stderr, "kvferry replay: engine: %s\n", kvf_last_error());
         return -1;
@@ -1076,14 +1076,15 @@ static int open_replay(replay *r)
             return -1;
         }
     }
-    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.host_blocks = o->host_blocks;
-    cc.disk_blocks = o->disk_blocks;
-    cc.offload_min_priority = o->offload_min_priority;
-    cc.disk_admit_uses = o->disk_admit_uses;
-    cc.event_queue = EVENT_QUEUE;
-    cc.remote = o->remote;
-    cc.gpu_blocks = o->gpu_tier ? o->gpu_blocks : 0;
+    kvf_cache_config cc = {
+        .struct_size = sizeof cc,
+        .host = {.blocks = o->host_blocks},
+        .disk = {.blocks = o->disk_blocks, .admit_uses = o->disk_admit_uses},
+        .gpu = {.blocks = o->gpu_tier ? o->gpu_blocks : 0},
+        .remote = o->remote,
+        .events = {.queue = EVENT_QUEUE},
+        .offload_min_priority = o->offload_min_priority,
+    };
     if (kvf_cache_create(r->e, &cc, &r->c) != KVF_OK) {
         fprintf(stderr, "kvferry replay: cache: %s\n", kvf_last_error());
         return -1;

@@ -150,8 +150,8 @@ int kvf_cli_stats(int argc, char **argv)
 
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
-    cfg.file_dir = dir;
-    cfg.file_namespace = ns;
+    cfg.file.dir = dir;
+    cfg.file.namespace_ = ns;
     kvf_engine *e = NULL;
     kvf_cache *c = NULL;
     rc = 1;
@@ -168,7 +168,7 @@ int kvf_cli_stats(int argc, char **argv)
     }
     /* room for every block found, so that opening removes none */
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.disk_blocks = mine ? mine : 1;
+    cc.disk.blocks = mine ? mine : 1;
     if (kvf_cache_create(e, &cc, &c) != KVF_OK) {
         fprintf(stderr, "kvferry stats: cache: %s\n", kvf_last_error());
         goto out;

@@ -203,16 +203,19 @@ class Cache(_Issuer):
         self.engine = engine
         c = _lib.CacheConfig_t()
         c.struct_size = ctypes.sizeof(_lib.CacheConfig_t)
-        for name, v, bits in (("host_blocks", host_blocks, 64), ("disk_blocks", disk_blocks, 64),
-                              ("offload_min_priority", offload_min_priority, 32),
-                              ("disk_admit_uses", disk_admit_uses, 32), ("event_queue", event_queue, 32),
-                              ("gpu_blocks", gpu_blocks, 64)):
+        # the keywords are the settings' names; the struct groups them by tier
+        for name, v, bits, group, field in (("host_blocks", host_blocks, 64, c.host, "blocks"),
+                                            ("disk_blocks", disk_blocks, 64, c.disk, "blocks"),
+                                            ("offload_min_priority", offload_min_priority, 32, c, "offload_min_priority"),
+                                            ("disk_admit_uses", disk_admit_uses, 32, c.disk, "admit_uses"),
+                                            ("event_queue", event_queue, 32, c.events, "queue"),
+                                            ("gpu_blocks", gpu_blocks, 64, c.gpu, "blocks")):
             if not _is_int(v) or not 0 <= v < 2**bits:
                 raise make_error(Status.ERR_INVALID, f"Cache: {name} = {v!r} is not an unsigned {bits}-bit int")
-            setattr(c, name, int(v))
+            setattr(group, field, int(v))
         c.remote = int(CacheRemote(remote))
-        c.host_bytes = size_parse(host_bytes)
-        c.disk_bytes = size_parse(disk_bytes)
+        c.host.bytes = size_parse(host_bytes)
+        c.disk.bytes = size_parse(disk_bytes)
         self._callback = None
         if on_event is not None:
             if not callable(on_event):
@@ -225,11 +228,11 @@ class Cache(_Issuer):
                     print(f"kvferry: Cache on_event raised {exc!r}", file=sys.stderr)
 
             self._callback = _lib.CacheEventFn(trampoline)
-            c.on_event = self._callback
+            c.events.fn = self._callback
         self.config = dict(host_blocks=host_blocks, disk_blocks=disk_blocks,
                            offload_min_priority=offload_min_priority, disk_admit_uses=disk_admit_uses,
                            event_queue=event_queue, remote=CacheRemote(remote), gpu_blocks=gpu_blocks,
-                           host_bytes=c.host_bytes, disk_bytes=c.disk_bytes)
+                           host_bytes=c.host.bytes, disk_bytes=c.disk.bytes)
         h = ctypes.c_void_p()
         check(L.kvf_cache_create(engine._h(), ctypes.byref(c), ctypes.byref(h)))
         self._handle = h.value

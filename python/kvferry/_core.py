@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
 
 from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
-from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileEngine, FileIO, Fsync, GdsCompat, Level, LevelLike, Memory,
+from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileIO, FileRunner, Fsync, GdsCompat, Level, LevelLike, Memory,
                      Order, SettingSource, Status, Tier, TierLike, status)
 from ._errors import MoveError, check, make_error
 
@@ -481,10 +481,12 @@ def _uint_array(values, what, bits=64, item="value"):
 
 # ---- engine --------------------------------------------------------------------
 
+# The keywords are the settings' names (docs/configuration.md): flat, where
+# kvf_engine_config groups them by tier (file_dir is .file.dir).
 _DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
-                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0,
-                       remote_url=None, remote_ttl_s=0, remote_timeout_ms=0, file_engine=FileEngine.AUTO,
-                       file_queue_depth=0, gds_compat=GdsCompat.AUTO, config_file=None)
+                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, file_runner=FileRunner.AUTO, file_queue_depth=0,
+                       gds_compat=GdsCompat.AUTO, remote_url=None, remote_ttl_s=0, remote_timeout_ms=0,
+                       cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0, config_file=None)
 
 
 class Setting(NamedTuple):
@@ -523,12 +525,13 @@ def _stream_handle(stream):
 
 
 class Engine(_Issuer):
-    """A kvferry engine (kvf_engine). Keyword arguments are the fields of
-    kvf_engine_config: backend, device, threads, file_dir, file_namespace,
-    file_io, fsync, cuda_copy, cuda_copy_sms, remote_url, remote_ttl_s,
-    remote_timeout_ms, file_engine, file_queue_depth, gds_compat and
-    config_file. Use it as a context manager, or call close(); slot views
-    and registered buffers are valid until then.
+    """A kvferry engine (kvf_engine). Keyword arguments are the settings of
+    kvf_engine_config by their names in docs/configuration.md (the struct's
+    group and field joined by '_'): backend, device, threads, file_dir,
+    file_namespace, file_io, fsync, file_runner, file_queue_depth,
+    gds_compat, remote_url, remote_ttl_s, remote_timeout_ms, cuda_copy,
+    cuda_copy_sms and config_file. Use it as a context manager, or call
+    close(); slot views and registered buffers are valid until then.
 
     A keyword left at its default is taken from the environment (KVF_*),
     else from the YAML config file, else the default
@@ -564,16 +567,16 @@ class Engine(_Issuer):
         fd, ns, url = cfg["file_dir"], cfg["file_namespace"], cfg["remote_url"]
         self._cstrs = tuple(None if v is None else str(v).encode() for v in (fd, ns, url))
         self._cstrs += (None if cfg["config_file"] is None else os.fsencode(cfg["config_file"]),)
-        c.file_dir, c.file_namespace, c.remote_url, c.config_file = self._cstrs
-        c.remote_ttl_s = int(cfg["remote_ttl_s"])
-        c.remote_timeout_ms = int(cfg["remote_timeout_ms"])
-        c.file_engine = int(FileEngine(cfg["file_engine"]))
-        c.file_queue_depth = int(cfg["file_queue_depth"])
-        c.gds_compat = int(GdsCompat(cfg["gds_compat"]))
-        c.file_io = int(FileIO(cfg["file_io"]))
-        c.fsync = int(Fsync(cfg["fsync"]))
-        c.cuda_copy = int(CudaCopy(cfg["cuda_copy"]))
-        c.cuda_copy_sms = int(cfg["cuda_copy_sms"])
+        c.file.dir, c.file.namespace_, c.remote.url, c.config_file = self._cstrs
+        c.file.io = int(FileIO(cfg["file_io"]))
+        c.file.fsync = int(Fsync(cfg["fsync"]))
+        c.file.runner = int(FileRunner(cfg["file_runner"]))
+        c.file.queue_depth = int(cfg["file_queue_depth"])
+        c.file.gds_compat = int(GdsCompat(cfg["gds_compat"]))
+        c.remote.ttl_s = int(cfg["remote_ttl_s"])
+        c.remote.timeout_ms = int(cfg["remote_timeout_ms"])
+        c.cuda.copy = int(CudaCopy(cfg["cuda_copy"]))
+        c.cuda.copy_sms = int(cfg["cuda_copy_sms"])
         self.config = cfg
         h = ctypes.c_void_p()
         check(L.kvf_engine_create(ctypes.byref(c), ctypes.byref(h)))

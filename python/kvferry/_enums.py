@@ -96,20 +96,20 @@ class FileIO(_Enum):
 
 
 class GdsCompat(_Enum):
-    AUTO = 0  # file_io GDS: as cuFile is configured, where it takes file_dir's files; AUTO: only with P2P
+    AUTO = 0  # file.io GDS: as cuFile is configured, where it takes file.dir's files; AUTO: only with P2P
     OFF = 1  # P2P only
     ON = 2  # cuFile's compatibility mode too
 
 
-class FileEngine(_Enum):
+class FileRunner(_Enum):
     AUTO = 0  # io_uring where built and allowed, else threads
     URING = 1
     THREADS = 2
 
 
 class Fsync(_Enum):
-    NONE = 0
-    BATCH = 1
+    BATCH = 0  # the default, 0 as every default of the config structs
+    NONE = 1
     BLOCK = 2
 
 

@@ -38,24 +38,35 @@ class Region_t(ctypes.Structure):
     _fields_ = [("rows", ctypes.c_size_t), ("row_bytes", ctypes.c_size_t), ("pitch", ctypes.c_size_t)]
 
 
+class EngineFileConfig_t(ctypes.Structure):
+    _fields_ = [
+        ("dir", ctypes.c_char_p),
+        ("namespace_", ctypes.c_char_p),
+        ("io", c_enum),
+        ("fsync", c_enum),
+        ("runner", c_enum),
+        ("queue_depth", ctypes.c_uint32),
+        ("gds_compat", c_enum),
+    ]
+
+
+class EngineRemoteConfig_t(ctypes.Structure):
+    _fields_ = [("url", ctypes.c_char_p), ("ttl_s", ctypes.c_uint32), ("timeout_ms", ctypes.c_uint32)]
+
+
+class EngineCudaConfig_t(ctypes.Structure):
+    _fields_ = [("copy", c_enum), ("copy_sms", ctypes.c_uint32)]
+
+
 class EngineConfig_t(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("backend", c_enum),
         ("device", ctypes.c_int),
         ("threads", ctypes.c_uint32),
-        ("file_dir", ctypes.c_char_p),
-        ("file_namespace", ctypes.c_char_p),
-        ("file_io", c_enum),
-        ("fsync", c_enum),
-        ("cuda_copy", c_enum),
-        ("cuda_copy_sms", ctypes.c_uint32),
-        ("remote_url", ctypes.c_char_p),
-        ("remote_ttl_s", ctypes.c_uint32),
-        ("remote_timeout_ms", ctypes.c_uint32),
-        ("file_engine", c_enum),
-        ("file_queue_depth", ctypes.c_uint32),
-        ("gds_compat", c_enum),
+        ("file", EngineFileConfig_t),
+        ("remote", EngineRemoteConfig_t),
+        ("cuda", EngineCudaConfig_t),
         ("config_file", ctypes.c_char_p),
     ]
 
@@ -122,20 +133,31 @@ class CacheEvent_t(ctypes.Structure):
 CacheEventFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(CacheEvent_t))
 
 
+class CacheHostConfig_t(ctypes.Structure):
+    _fields_ = [("blocks", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
+class CacheDiskConfig_t(ctypes.Structure):
+    _fields_ = [("blocks", ctypes.c_uint64), ("bytes", ctypes.c_uint64), ("admit_uses", ctypes.c_uint32)]
+
+
+class CacheGpuConfig_t(ctypes.Structure):
+    _fields_ = [("blocks", ctypes.c_uint64)]
+
+
+class CacheEventsConfig_t(ctypes.Structure):
+    _fields_ = [("queue", ctypes.c_uint32), ("fn", CacheEventFn), ("arg", ctypes.c_void_p)]
+
+
 class CacheConfig_t(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
-        ("host_blocks", ctypes.c_uint64),
-        ("disk_blocks", ctypes.c_uint64),
-        ("offload_min_priority", ctypes.c_uint32),
-        ("disk_admit_uses", ctypes.c_uint32),
-        ("event_queue", ctypes.c_uint32),
-        ("on_event", CacheEventFn),
-        ("on_event_arg", ctypes.c_void_p),
+        ("host", CacheHostConfig_t),
+        ("disk", CacheDiskConfig_t),
+        ("gpu", CacheGpuConfig_t),
+        ("events", CacheEventsConfig_t),
         ("remote", c_enum),
-        ("gpu_blocks", ctypes.c_uint64),
-        ("host_bytes", ctypes.c_uint64),
-        ("disk_bytes", ctypes.c_uint64),
+        ("offload_min_priority", ctypes.c_uint32),
     ]
 
 

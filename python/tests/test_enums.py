@@ -8,8 +8,8 @@ import pytest
 import kvferry as kvf
 from conftest import random_bytes
 
-ENUMS = [kvf.Backend, kvf.CacheRemote, kvf.CacheTier, kvf.CudaCopy, kvf.Dtype, kvf.EventKind, kvf.FileEngine,
-         kvf.FileIO, kvf.Fsync, kvf.GdsCompat, kvf.Level, kvf.Memory, kvf.Order, kvf.Tier]
+ENUMS = [kvf.Backend, kvf.CacheRemote, kvf.CacheTier, kvf.CudaCopy, kvf.Dtype, kvf.EventKind, kvf.FileIO,
+         kvf.FileRunner, kvf.Fsync, kvf.GdsCompat, kvf.Level, kvf.Memory, kvf.Order, kvf.Tier]
 
 
 @pytest.mark.parametrize("enum", ENUMS, ids=lambda e: e.__name__)
@@ -31,7 +31,7 @@ def test_wrong_name_lists_the_valid_ones():
 
 def test_engine_config_strings(tmp_path):
     with kvf.Engine(backend="host", file_dir=str(tmp_path), file_io="posix", fsync="Batch",
-                    cuda_copy="auto", file_engine="threads", gds_compat="off") as e:
+                    cuda_copy="auto", file_runner="threads", gds_compat="off") as e:
         assert e.backend is kvf.Backend.HOST
 
 

@@ -1,7 +1,9 @@
 """The ctypes side checked against include/kvferry.h, field by field: every
 enum of the header (names and values) against kvferry's enums, and every
 struct with a body (field names, order, sizes and offsets) against the
-ctypes Structure that mirrors it. A new enum, value, struct or field in the
+ctypes Structure that mirrors it; a field whose type is another struct of
+the header (the config structs' groups: kvf_engine_config.file) must be
+that struct's mirror, checked in its own right. A new enum, value, struct or field in the
 header fails here until the Python side has it too (or is told below why
 it need not)."""
 
@@ -9,6 +11,7 @@ import ctypes
 import keyword
 import re
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import pytest
 
@@ -27,7 +30,7 @@ ENUMS = {
     "kvf_file_io": (kvf.FileIO, "KVF_FILE_IO_"),
     "kvf_fsync": (kvf.Fsync, "KVF_FSYNC_"),
     "kvf_gds_compat": (kvf.GdsCompat, "KVF_GDS_COMPAT_"),
-    "kvf_file_engine": (kvf.FileEngine, "KVF_FILE_ENGINE_"),
+    "kvf_file_runner": (kvf.FileRunner, "KVF_FILE_RUNNER_"),
     "kvf_cuda_copy": (kvf.CudaCopy, "KVF_CUDA_COPY_"),
     "kvf_setting_source": (kvf.SettingSource, "KVF_SOURCE_"),
     "kvf_memory": (kvf.Memory, "KVF_MEMORY_"),
@@ -44,12 +47,19 @@ COUNTS = {"KVF_DTYPE_COUNT": len(kvf.Dtype), "KVF_CACHE_TIERS": _lib.CACHE_TIERS
 STRUCTS = {
     "kvf_geometry": _lib.Geometry_t,
     "kvf_region": _lib.Region_t,
+    "kvf_engine_file_config": _lib.EngineFileConfig_t,
+    "kvf_engine_remote_config": _lib.EngineRemoteConfig_t,
+    "kvf_engine_cuda_config": _lib.EngineCudaConfig_t,
     "kvf_engine_config": _lib.EngineConfig_t,
     "kvf_setting": _lib.Setting_t,
     "kvf_pool_desc": _lib.PoolDesc_t,
     "kvf_move": _lib.Move_t,
     "kvf_move_error": _lib.MoveError_t,
     "kvf_cache_event": _lib.CacheEvent_t,
+    "kvf_cache_host_config": _lib.CacheHostConfig_t,
+    "kvf_cache_disk_config": _lib.CacheDiskConfig_t,
+    "kvf_cache_gpu_config": _lib.CacheGpuConfig_t,
+    "kvf_cache_events_config": _lib.CacheEventsConfig_t,
     "kvf_cache_config": _lib.CacheConfig_t,
     "kvf_cache_stats": _lib.CacheStats_t,
     "kvf_info": _lib.Info_t,
@@ -68,7 +78,17 @@ SCALARS = {"char": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "i
 
 
 # ---- a reader for the header's own style: typedefs of enums, structs,
-# scalars and function pointers; #define constants; no nested types --------
+# scalars and function pointers; #define constants; struct fields of a
+# struct type typedef'd earlier in the header (no anonymous nested types) ---
+
+
+class Field(NamedTuple):
+    name: str
+    size: int  # of one element
+    count: Optional[int]  # array length; None: not an array
+    pointer: bool
+    align: int
+    struct: Optional[str] = None  # the header's struct type of the field
 
 def _source():
     if not HEADER.exists():
@@ -116,17 +136,17 @@ def _typedefs(src, enums):
 
 
 def parse_structs(src, enums):
-    """{struct name: [(field, element size, count or None, is pointer)]}, for
-    the structs with a body."""
+    """{struct name: [Field]}, for the structs with a body, in the header's
+    order (a struct is known as a field's type once it has been read)."""
     sizes, pointer_types = _typedefs(src, enums)
     sizes, defines = dict(SCALARS, **sizes), _defines(src)
-    structs = {}
+    structs, layouts = {}, {}  # layouts: struct name -> (size, alignment)
     for m in re.finditer(r"typedef\s+struct\s+(\w+)?\s*\{(.*?)\}\s*(\w+)\s*;", src, re.S):
         fields = []
         for decl in filter(None, (" ".join(d.split()) for d in m[2].split(";"))):
             fp = re.match(r"[\w\s\*]+\(\s*\*\s*(\w+)\s*\)\s*\(.*\)$", decl)
             if fp:
-                fields.append((fp[1], _P, None, True))
+                fields.append(Field(fp[1], _P, None, True, _P))
                 continue
             t = re.match(r"((?:const\s+|unsigned\s+|signed\s+|struct\s+|enum\s+)*\w+)\s*(.*)$", decl)
             assert t, f"{m[3]}: cannot read {decl!r}"
@@ -135,22 +155,28 @@ def parse_structs(src, enums):
                 f = re.match(r"(\*?)\s*(\w+)\s*(?:\[\s*(\w+)\s*\])?$", d)
                 assert f, f"{m[3]}: cannot read {d!r} of {decl!r}"
                 pointer = bool(f[1]) or base in pointer_types
-                assert pointer or base in sizes, f"{m[3]}.{f[2]}: unknown type {base}"
+                assert pointer or base in sizes or base in layouts, f"{m[3]}.{f[2]}: unknown type {base}"
                 count = _int(f[3], defines) if f[3] else None
-                fields.append((f[2], _P if pointer else sizes[base], count, pointer))
+                if pointer:
+                    fields.append(Field(f[2], _P, count, True, _P))
+                elif base in layouts:
+                    fields.append(Field(f[2], *layouts[base][:1], count, False, layouts[base][1], base))
+                else:
+                    fields.append(Field(f[2], sizes[base], count, False, sizes[base]))
         structs[m[3]] = fields
+        layouts[m[3]] = _c_layout(fields)[1:]
     return structs
 
 
 def _c_layout(fields):
-    """(offsets, size) by the C rules for natural alignment."""
+    """(offsets, size, alignment) by the C rules for natural alignment."""
     offsets, off, align = [], 0, 1
-    for _, size, count, _ in fields:
-        off = (off + size - 1) // size * size
+    for f in fields:
+        off = (off + f.align - 1) // f.align * f.align
         offsets.append(off)
-        off += size * (count or 1)
-        align = max(align, size)
-    return offsets, (off + align - 1) // align * align
+        off += f.size * (f.count or 1)
+        align = max(align, f.align)
+    return offsets, (off + align - 1) // align * align, align
 
 
 # ---- the checks ----------------------------------------------------------
@@ -165,10 +191,15 @@ def test_the_reader_reads():
     found nothing would pass every check below)."""
     assert C_ENUMS["kvf_status"]["KVF_ERR_LOST"] == -52
     assert C_ENUMS["kvf_dtype"]["KVF_DTYPE_FP4"] == 7  # implicit values count on
-    names = [f[0] for f in C_STRUCTS["kvf_cache_stats"]]
+    names = [f.name for f in C_STRUCTS["kvf_cache_stats"]]
     assert names[names.index("puts") + 1] == "put_duplicates"  # two fields in one declaration
-    assert ("message", 1, 256, False) in C_STRUCTS["kvf_move_error"]
-    assert ("on_event", _P, None, True) in C_STRUCTS["kvf_cache_config"]
+    assert Field("message", 1, 256, False, 1) in C_STRUCTS["kvf_move_error"]
+    assert Field("fn", _P, None, True, _P) in C_STRUCTS["kvf_cache_events_config"]
+    # a group of a config struct: its struct's size and alignment, not a scalar's
+    file = next(f for f in C_STRUCTS["kvf_engine_config"] if f.name == "file")
+    assert (file.struct, file.size, file.align) == ("kvf_engine_file_config", 5 * 4 + 2 * _P + 4, _P)
+    disk = next(f for f in C_STRUCTS["kvf_cache_config"] if f.name == "disk")
+    assert (disk.struct, disk.size, disk.align) == ("kvf_cache_disk_config", 24, 8)
 
 
 def test_every_enum_and_struct_is_mirrored():
@@ -202,20 +233,22 @@ def _ctypes_fields(cls):
         elem = ctype._type_ if length is not None else ctype
         pointer = (ctype in (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_wchar_p)
                    or issubclass(ctype, (ctypes._Pointer, ctypes._CFuncPtr)))
-        yield name, ctypes.sizeof(elem), length, pointer, getattr(cls, name).offset
+        yield name, elem, ctypes.sizeof(elem), length, pointer, getattr(cls, name).offset
 
 
 @pytest.mark.parametrize("c_name", sorted(STRUCTS))
 def test_struct(c_name):
     cls, fields = STRUCTS[c_name], C_STRUCTS[c_name]
     py = list(_ctypes_fields(cls))
-    c_names = [n + "_" if keyword.iskeyword(n) else n for n, *_ in fields]
+    c_names = [f.name + "_" if keyword.iskeyword(f.name) else f.name for f in fields]
     assert [p[0] for p in py] == c_names, f"{cls.__name__}: fields differ from {c_name}'s"
-    offsets, size = _c_layout(fields)
-    for (name, size_c, count, pointer), off, (_, size_py, length, pointer_py, off_py) in zip(fields, offsets, py):
-        what = f"{c_name}.{name}"
-        assert (size_py, length) == (size_c, count), f"{what}: {size_c}-byte x {count} in C, " \
-                                                     f"{size_py}-byte x {length} in ctypes"
-        assert pointer_py == pointer, f"{what}: a pointer on one side only"
+    offsets, size, _ = _c_layout(fields)
+    for f, off, (_, elem, size_py, length, pointer_py, off_py) in zip(fields, offsets, py):
+        what = f"{c_name}.{f.name}"
+        if f.struct:  # a group: the mirror of its struct, whose fields test_struct checks
+            assert elem is STRUCTS[f.struct], f"{what}: {elem.__name__} in ctypes, not {f.struct}'s mirror"
+        assert (size_py, length) == (f.size, f.count), f"{what}: {f.size}-byte x {f.count} in C, " \
+                                                       f"{size_py}-byte x {length} in ctypes"
+        assert pointer_py == f.pointer, f"{what}: a pointer on one side only"
         assert off_py == off, f"{what}: offset {off} in C, {off_py} in ctypes"
     assert ctypes.sizeof(cls) == size, f"sizeof({c_name}) {size}, ctypes {ctypes.sizeof(cls)}"

@@ -80,7 +80,7 @@ KVF_INTERNAL void kvf__set_register_hook(kvf__register_hook_fn fn);
  * between host buffers on any backend, e.g. secondary slots to staging. */
 KVF_INTERNAL kvf_status kvf__host_copy(const kvf__copy *copies, size_t n);
 
-/* The CUDA backend on cfg->device, copying as cfg->cuda_copy says. KVF_ERR_NO_DEVICE when the build
+/* The CUDA backend on cfg->device, copying as cfg->cuda.copy says. KVF_ERR_NO_DEVICE when the build
  * has no CUDA, no driver is loaded or the device is absent (kvf_last_error says which). */
 KVF_INTERNAL kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg,
                                                  kvf__backend **backend_p);

@@ -27,38 +27,38 @@ const char *kvf_cache_tier_name(kvf_cache_tier tier)
 /* The checks of a resolved config against the engine. */
 static kvf_status cache_check(kvf_engine *engine, const kvf_cache_config *k)
 {
-    if (k->host_blocks == 0 && k->disk_blocks == 0 && k->gpu_blocks == 0 &&
+    if (k->host.blocks == 0 && k->disk.blocks == 0 && k->gpu.blocks == 0 &&
         k->remote == KVF_CACHE_REMOTE_OFF)
         return kvf__fail(KVF_ERR_INVALID,
-                         "kvf_cache_create: every tier has capacity 0 (set host_blocks or "
-                         "disk_blocks)");
+                         "kvf_cache_create: every tier has capacity 0 (set host.blocks or "
+                         "disk.blocks)");
     if (k->remote != KVF_CACHE_REMOTE_OFF && !kvf__cache_remote_usable(engine))
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_cache_create: a remote tier needs the engine's remote tier "
-                         "(remote_url or KVF_REMOTE_URL)");
+                         "(remote.url or KVF_REMOTE_URL)");
     if (k->offload_min_priority > MAX_PRIORITY + 1)
         return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: offload_min_priority %u (0-101)",
                          k->offload_min_priority);
-    if (k->event_queue > (1u << 24))
-        return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: event_queue %u (at most 2^24)",
-                         k->event_queue);
+    if (k->events.queue > (1u << 24))
+        return kvf__fail(KVF_ERR_RANGE, "kvf_cache_create: events.queue %u (at most 2^24)",
+                         k->events.queue);
     uint32_t sec = kvf__engine_slots(engine, KVF_LEVEL_SECONDARY);
-    if (k->host_blocks && sec == 0)
+    if (k->host.blocks && sec == 0)
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_cache_create: a host tier needs secondary slots in every pool");
-    if (k->host_blocks > sec)
+    if (k->host.blocks > sec)
         return kvf__fail(KVF_ERR_RANGE,
-                         "kvf_cache_create: host_blocks %llu, but the pools have %u secondary "
+                         "kvf_cache_create: host.blocks %llu, but the pools have %u secondary "
                          "slots",
-                         (unsigned long long)k->host_blocks, sec);
+                         (unsigned long long)k->host.blocks, sec);
     uint32_t prim = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
-    if (k->gpu_blocks > prim)
+    if (k->gpu.blocks > prim)
         return kvf__fail(KVF_ERR_RANGE,
-                         "kvf_cache_create: gpu_blocks %llu, but the pools have %u primary slots",
-                         (unsigned long long)k->gpu_blocks, prim);
-    if (k->disk_blocks && !kvf__cache_disk_usable(engine))
+                         "kvf_cache_create: gpu.blocks %llu, but the pools have %u primary slots",
+                         (unsigned long long)k->gpu.blocks, prim);
+    if (k->disk.blocks && !kvf__cache_disk_usable(engine))
         return kvf__fail(KVF_ERR_INVALID,
-                         "kvf_cache_create: a disk tier needs the engine's file tier (file_dir)");
+                         "kvf_cache_create: a disk tier needs the engine's file tier (file.dir)");
     return KVF_OK;
 }
 
@@ -67,7 +67,7 @@ static kvf_status cache_check(kvf_engine *engine, const kvf_cache_config *k)
 static kvf_status config_of(kvf_engine *engine, const kvf_cache_config *cfg, kvf_cache_config *k,
                             kvf_setting **settings_p, size_t *nsettings_p)
 {
-    if (cfg->struct_size < offsetof(kvf_cache_config, disk_blocks) + sizeof cfg->disk_blocks ||
+    if (cfg->struct_size < offsetof(kvf_cache_config, disk) + sizeof cfg->disk ||
         cfg->struct_size > 4096)
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_cache_create: struct_size %zu (start from KVF_CACHE_CONFIG_INIT)",
@@ -125,29 +125,29 @@ static kvf_status cache_new(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     c->nsettings = nsettings;
     c->engine = engine;
     c->cfg = k;
-    c->capacity[KVF_CACHE_HOST] = k.host_blocks;
-    c->capacity[KVF_CACHE_DISK] = k.disk_blocks;
-    c->capacity[KVF_CACHE_GPU] = k.gpu_blocks;
+    c->capacity[KVF_CACHE_HOST] = k.host.blocks;
+    c->capacity[KVF_CACHE_DISK] = k.disk.blocks;
+    c->capacity[KVF_CACHE_GPU] = k.gpu.blocks;
     c->block_bytes = kvf__engine_block_bytes(engine);
     c->primary_slots = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
     c->nbuckets = 1024;
     c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
-    c->free_slots = k.host_blocks ? malloc(k.host_blocks * sizeof *c->free_slots) : NULL;
-    c->events = k.event_queue ? malloc(k.event_queue * sizeof *c->events) : NULL;
-    c->gpu_free = k.gpu_blocks ? malloc(k.gpu_blocks * sizeof *c->gpu_free) : NULL;
-    c->gpu_state = k.gpu_blocks ? calloc(k.gpu_blocks, 1) : NULL;
-    if (!c->buckets || (k.host_blocks && !c->free_slots) || (k.event_queue && !c->events) ||
-        (k.gpu_blocks && (!c->gpu_free || !c->gpu_state))) {
+    c->free_slots = k.host.blocks ? malloc(k.host.blocks * sizeof *c->free_slots) : NULL;
+    c->events = k.events.queue ? malloc(k.events.queue * sizeof *c->events) : NULL;
+    c->gpu_free = k.gpu.blocks ? malloc(k.gpu.blocks * sizeof *c->gpu_free) : NULL;
+    c->gpu_state = k.gpu.blocks ? calloc(k.gpu.blocks, 1) : NULL;
+    if (!c->buckets || (k.host.blocks && !c->free_slots) || (k.events.queue && !c->events) ||
+        (k.gpu.blocks && (!c->gpu_free || !c->gpu_state))) {
         cache_free(c);
         return kvf__fail(KVF_ERR_NOMEM, "kvf_cache_create: out of memory");
     }
     /* taken from the end: slot 0 first */
-    for (uint64_t i = 0; i < k.host_blocks; i++)
-        c->free_slots[i] = (uint32_t)(k.host_blocks - 1 - i);
-    c->nfree = (uint32_t)k.host_blocks;
-    for (uint64_t i = 0; i < k.gpu_blocks; i++)
-        c->gpu_free[i] = (uint32_t)(k.gpu_blocks - 1 - i);
-    c->ngpu_free = (uint32_t)k.gpu_blocks;
+    for (uint64_t i = 0; i < k.host.blocks; i++)
+        c->free_slots[i] = (uint32_t)(k.host.blocks - 1 - i);
+    c->nfree = (uint32_t)k.host.blocks;
+    for (uint64_t i = 0; i < k.gpu.blocks; i++)
+        c->gpu_free[i] = (uint32_t)(k.gpu.blocks - 1 - i);
+    c->ngpu_free = (uint32_t)k.gpu.blocks;
     c->stats.struct_size = sizeof c->stats;
     *c_p = c;
     return KVF_OK;
@@ -169,7 +169,7 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     if (st != KVF_OK)
         return st;
     pthread_mutex_init(&c->mu, NULL);
-    if (k.disk_blocks) {
+    if (k.disk.blocks) {
         st = kvf__cache_restore(c);
         if (st != KVF_OK) {
             pthread_mutex_destroy(&c->mu);

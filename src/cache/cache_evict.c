@@ -90,7 +90,7 @@ bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
     c->stats.evictions[KVF_CACHE_HOST]++;
     bool move_down = c->capacity[KVF_CACHE_DISK] > 0 &&
                      v->priority >= c->cfg.offload_min_priority &&
-                     v->uses >= c->cfg.disk_admit_uses && kvf__cache_disk_room(c, pb);
+                     v->uses >= c->cfg.disk.admit_uses && kvf__cache_disk_room(c, pb);
     if (!move_down) {
         c->stats.dropped++;
         uint32_t slot = v->slot;

@@ -1,5 +1,5 @@
 /*
- * The GPU tier's slot allocator: primary slots 0 .. gpu_blocks-1, each
+ * The GPU tier's slot allocator: primary slots 0 .. gpu.blocks-1, each
  * free, handed out to the caller (alloc) until commit or free, or holding
  * a cached block; a victim is copied down to make room.
  */
@@ -56,7 +56,7 @@ bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
 kvf_status kvf__cache_need_gpu_tier(const kvf_cache *c, const char *fn)
 {
     if (!c->capacity[KVF_CACHE_GPU])
-        return kvf__fail(KVF_ERR_INVALID, "%s: the cache has no GPU tier (set gpu_blocks)", fn);
+        return kvf__fail(KVF_ERR_INVALID, "%s: the cache has no GPU tier (set gpu.blocks)", fn);
     return KVF_OK;
 }
 

@@ -132,7 +132,7 @@ struct kvf_cache {
     uint64_t used[KVF_CACHE_TIERS];
     uint32_t *free_slots; /* host tier: secondary slots not in use */
     uint32_t nfree;
-    /* GPU tier: primary slots 0 .. gpu_blocks-1, each free, handed out
+    /* GPU tier: primary slots 0 .. gpu.blocks-1, each free, handed out
      * (the caller's until commit or free) or holding a cached block */
     uint32_t *gpu_free;
     uint32_t ngpu_free;
@@ -149,7 +149,7 @@ struct kvf_cache {
     call *calls;
     kvf_ticket next_call;
 
-    kvf_cache_event *events; /* ring of cfg.event_queue */
+    kvf_cache_event *events; /* ring of cfg.events.queue */
     size_t ev_head, ev_count;
     uint64_t ev_seq;
 

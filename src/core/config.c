@@ -116,9 +116,9 @@ typedef struct def {
 
 static const char *const backend_names[] = {"auto", "host", "cuda"};
 static const char *const file_io_names[] = {"auto", "posix", "gds"};
-static const char *const fsync_names[] = {"none", "batch", "block"};
+static const char *const fsync_names[] = {"batch", "none", "block"};
 static const char *const cuda_copy_names[] = {"auto", "kernel", "dma"};
-static const char *const file_engine_names[] = {"auto", "uring", "threads"};
+static const char *const file_runner_names[] = {"auto", "uring", "threads"};
 static const char *const gds_compat_names[] = {"auto", "off", "on"};
 static const char *const cache_remote_names[] = {"off", "write_through", "read"};
 
@@ -133,23 +133,24 @@ static const def engine_defs[] = {
      .nnames = N(backend_names)},
     {D("device", "KVF_DEVICE", K_I32, E(device)), .max = 1023},
     {D("threads", "KVF_THREADS", K_U32, E(threads)), .max = 256},
-    {D("file_dir", "KVF_FILE_DIR", K_STR, E(file_dir))},
-    {D("file_namespace", "KVF_FILE_NAMESPACE", K_STR, E(file_namespace)),
+    {D("file_dir", "KVF_FILE_DIR", K_STR, E(file.dir))},
+    {D("file_namespace", "KVF_FILE_NAMESPACE", K_STR, E(file.namespace_)),
      .default_text = "default"},
-    {D("file_io", "KVF_FILE_IO", K_ENUM, E(file_io)), .names = file_io_names,
+    {D("file_io", "KVF_FILE_IO", K_ENUM, E(file.io)), .names = file_io_names,
      .nnames = N(file_io_names)},
-    {D("fsync", "KVF_FSYNC", K_ENUM, E(fsync)), .names = fsync_names, .nnames = N(fsync_names)},
-    {D("cuda_copy", "KVF_CUDA_COPY", K_ENUM, E(cuda_copy)), .env_extra = "staged",
+    {D("fsync", "KVF_FSYNC", K_ENUM, E(file.fsync)), .names = fsync_names,
+     .nnames = N(fsync_names)},
+    {D("cuda_copy", "KVF_CUDA_COPY", K_ENUM, E(cuda.copy)), .env_extra = "staged",
      .names = cuda_copy_names, .nnames = N(cuda_copy_names)},
-    {D("cuda_copy_sms", "KVF_CUDA_COPY_SMS", K_U32, E(cuda_copy_sms)), .max = 65535},
-    {D("remote_url", "KVF_REMOTE_URL", K_STR, E(remote_url))},
-    {D("remote_ttl_s", "KVF_REMOTE_TTL_S", K_U32, E(remote_ttl_s)), .max = UINT32_MAX},
-    {D("remote_timeout_ms", "KVF_REMOTE_TIMEOUT_MS", K_U32, E(remote_timeout_ms)),
+    {D("cuda_copy_sms", "KVF_CUDA_COPY_SMS", K_U32, E(cuda.copy_sms)), .max = 65535},
+    {D("remote_url", "KVF_REMOTE_URL", K_STR, E(remote.url))},
+    {D("remote_ttl_s", "KVF_REMOTE_TTL_S", K_U32, E(remote.ttl_s)), .max = UINT32_MAX},
+    {D("remote_timeout_ms", "KVF_REMOTE_TIMEOUT_MS", K_U32, E(remote.timeout_ms)),
      .max = UINT32_MAX},
-    {D("file_engine", "KVF_FILE_ENGINE", K_ENUM, E(file_engine)), .names = file_engine_names,
-     .nnames = N(file_engine_names)},
-    {D("file_queue_depth", "KVF_FILE_QUEUE_DEPTH", K_U32, E(file_queue_depth)), .max = 65536},
-    {D("gds_compat", "KVF_GDS_COMPAT", K_ENUM, E(gds_compat)), .names = gds_compat_names,
+    {D("file_runner", "KVF_FILE_RUNNER", K_ENUM, E(file.runner)), .names = file_runner_names,
+     .nnames = N(file_runner_names)},
+    {D("file_queue_depth", "KVF_FILE_QUEUE_DEPTH", K_U32, E(file.queue_depth)), .max = 65536},
+    {D("gds_compat", "KVF_GDS_COMPAT", K_ENUM, E(file.gds_compat)), .names = gds_compat_names,
      .nnames = N(gds_compat_names)},
 };
 
@@ -177,19 +178,28 @@ static const def env_defs[] = {
 };
 
 static const def cache_defs[] = {
-    {D("cache_host_blocks", "KVF_CACHE_HOST_BLOCKS", K_U64, C(host_blocks)), .max = UINT32_MAX},
-    {D("cache_host_bytes", "KVF_CACHE_HOST_BYTES", K_SIZE, C(host_bytes))},
-    {D("cache_disk_blocks", "KVF_CACHE_DISK_BLOCKS", K_U64, C(disk_blocks)), .max = UINT64_MAX},
-    {D("cache_disk_bytes", "KVF_CACHE_DISK_BYTES", K_SIZE, C(disk_bytes))},
-    {D("cache_gpu_blocks", "KVF_CACHE_GPU_BLOCKS", K_U64, C(gpu_blocks)), .max = UINT32_MAX},
+    {D("cache_host_blocks", "KVF_CACHE_HOST_BLOCKS", K_U64, C(host.blocks)), .max = UINT32_MAX},
+    {D("cache_host_bytes", "KVF_CACHE_HOST_BYTES", K_SIZE, C(host.bytes))},
+    {D("cache_disk_blocks", "KVF_CACHE_DISK_BLOCKS", K_U64, C(disk.blocks)), .max = UINT64_MAX},
+    {D("cache_disk_bytes", "KVF_CACHE_DISK_BYTES", K_SIZE, C(disk.bytes))},
+    {D("cache_gpu_blocks", "KVF_CACHE_GPU_BLOCKS", K_U64, C(gpu.blocks)), .max = UINT32_MAX},
     {D("cache_offload_min_priority", "KVF_CACHE_OFFLOAD_MIN_PRIORITY", K_U32,
        C(offload_min_priority)),
      .max = 101},
-    {D("cache_disk_admit_uses", "KVF_CACHE_DISK_ADMIT_USES", K_U32, C(disk_admit_uses)),
+    {D("cache_disk_admit_uses", "KVF_CACHE_DISK_ADMIT_USES", K_U32, C(disk.admit_uses)),
      .max = UINT32_MAX},
-    {D("cache_event_queue", "KVF_CACHE_EVENT_QUEUE", K_U32, C(event_queue)), .max = 1u << 24},
+    {D("cache_event_queue", "KVF_CACHE_EVENT_QUEUE", K_U32, C(events.queue)), .max = 1u << 24},
     {D("cache_remote", "KVF_CACHE_REMOTE", K_ENUM, C(remote)), .names = cache_remote_names,
      .nnames = N(cache_remote_names)},
+};
+
+/* Settings that were renamed: a value under the old name is refused with
+ * the new one, rather than silently ignored. */
+static const struct {
+    const char *name, *env, *now;
+} renamed[] = {
+    /* "engine" means kvf_engine only */
+    {"file_engine", "KVF_FILE_ENGINE", "file_runner"},
 };
 
 #define MAX_SETTINGS (N(engine_defs) + 1 + N(env_defs) + N(cache_defs))
@@ -368,6 +378,11 @@ static size_t distance(const char *a, const char *b)
 
 static kvf_status unknown_key(const char *path, unsigned line, const char *key)
 {
+    for (unsigned i = 0; i < N(renamed); i++)
+        if (strcmp(key, renamed[i].name) == 0)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "config file %s, line %u: %s is now called %s (same values)", path,
+                             line, key, renamed[i].now);
     for (unsigned i = 0; i <= N(env_defs); i++) {
         const def *d = i < N(env_defs) ? &env_defs[i] : &config_file_def;
         if (strcmp(key, d->name) == 0)
@@ -683,13 +698,28 @@ static void point_strings(const def *defs, unsigned ndefs, void *cfg, const kvf_
     }
 }
 
+static kvf_status refuse_renamed_env(void)
+{
+    for (unsigned i = 0; i < N(renamed); i++) {
+        const char *env = getenv(renamed[i].env);
+        const def *now = find_def(renamed[i].now);
+        if (env && *env)
+            return kvf__fail(KVF_ERR_INVALID, "%s=\"%s\": %s is now called %s (same values)",
+                             renamed[i].env, env, renamed[i].env, now->env);
+    }
+    return KVF_OK;
+}
+
 static kvf_status engine_resolve(const kvf_engine_config *caller, kvf_engine_config *out,
                                  builder *b)
 {
     static const kvf_engine_config dflt = KVF_ENGINE_CONFIG_INIT;
+    kvf_status st = refuse_renamed_env();
+    if (st != KVF_OK)
+        return st;
     *out = *caller;
     kvf_setting_source src[N(engine_defs)], file_src;
-    kvf_status st = resolve_field(&config_file_def, out, &dflt, NULL, &file_src);
+    st = resolve_field(&config_file_def, out, &dflt, NULL, &file_src);
     if (st != KVF_OK)
         return st;
     file_kv f;
@@ -847,8 +877,8 @@ kvf_status kvf_config_settings(const kvf_engine_config *ecfg, const kvf_cache_co
         st = whole_struct(ecfg, offsetof(kvf_engine_config, backend) + sizeof ecfg->backend, &e,
                           sizeof e, "engine");
     if (st == KVF_OK && ccfg)
-        st = whole_struct(ccfg, offsetof(kvf_cache_config, disk_blocks) + sizeof ccfg->disk_blocks,
-                          &c, sizeof c, "cache");
+        st = whole_struct(ccfg, offsetof(kvf_cache_config, disk) + sizeof ccfg->disk, &c, sizeof c,
+                          "cache");
     if (st != KVF_OK)
         return st;
     builder b = {.n = 0};

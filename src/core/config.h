@@ -20,8 +20,8 @@ KVF_INTERNAL kvf_status kvf__engine_config_resolve(const kvf_engine_config *call
 
 /*
  * As kvf__engine_config_resolve for a cache, with the config file the
- * engine resolved (NULL: none). block_bytes > 0 turns host_bytes and
- * disk_bytes into host_blocks and disk_blocks (rounded down; less than one
+ * engine resolved (NULL: none). block_bytes > 0 turns host.bytes and
+ * disk.bytes into host.blocks and disk.blocks (rounded down; less than one
  * block is KVF_ERR_RANGE); 0 leaves them as bytes.
  */
 KVF_INTERNAL kvf_status kvf__cache_config_resolve(const kvf_cache_config *caller,

@@ -822,10 +822,10 @@ static void completion_stop(kvf_engine *e);
 static void gds_setup(kvf_engine *e)
 {
     static atomic_bool warned;
-    kvf_file_io io = e->cfg.file_io;
+    kvf_file_io io = e->cfg.file.io;
     if (io == KVF_FILE_IO_POSIX)
         return;
-    kvf_gds_compat compat = kvf__gds_compat_of(e->cfg.gds_compat);
+    kvf_gds_compat compat = kvf__gds_compat_of(e->cfg.file.gds_compat);
     char why[sizeof e->gds_probe.detail + 96];
     kvf_status st = KVF_ERR_UNSUPPORTED;
     if (e->backend_kind != KVF_BACKEND_CUDA) {
@@ -863,7 +863,7 @@ static char *dup_or_null(const char *s)
  * serve is an error; one from the environment only a warning. */
 static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
 {
-    const char *url = c->remote_url;
+    const char *url = c->remote.url;
     if (!url)
         return KVF_OK;
     bool from_env = kvf__setting_source(e->settings, e->nsettings, "remote_url") == KVF_SOURCE_ENV;
@@ -876,7 +876,7 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
             return KVF_OK;
         }
         return kvf__fail(KVF_ERR_UNSUPPORTED,
-                         "kvf_engine_create: remote_url set, but this build has no Redis client "
+                         "kvf_engine_create: remote.url set, but this build has no Redis client "
                          "(hiredis)");
     }
     kvf__remote_url parsed;
@@ -914,10 +914,10 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         memcpy(&c, cfg, cfg->struct_size < sizeof c ? cfg->struct_size : sizeof c);
         c.struct_size = sizeof c;
     }
-    if ((unsigned)c.backend > KVF_BACKEND_CUDA || (unsigned)c.file_io > KVF_FILE_IO_GDS ||
-        (unsigned)c.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda_copy > KVF_CUDA_COPY_DMA ||
-        (unsigned)c.file_engine > KVF_FILE_ENGINE_THREADS ||
-        (unsigned)c.gds_compat > KVF_GDS_COMPAT_ON)
+    if ((unsigned)c.backend > KVF_BACKEND_CUDA || (unsigned)c.file.io > KVF_FILE_IO_GDS ||
+        (unsigned)c.file.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda.copy > KVF_CUDA_COPY_DMA ||
+        (unsigned)c.file.runner > KVF_FILE_RUNNER_THREADS ||
+        (unsigned)c.file.gds_compat > KVF_GDS_COMPAT_ON)
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: an enum field is out of range");
     if (c.threads > 256)
         return kvf__fail(KVF_ERR_RANGE, "kvf_engine_create: threads %u (at most 256)", c.threads);
@@ -942,14 +942,14 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->nsettings = nsettings;
     e->cfg = c;
     e->next_id = 1;
-    e->file_dir = dup_or_null(c.file_dir);
-    e->file_namespace = strdup(c.file_namespace ? c.file_namespace : "default");
-    if ((c.file_dir && !e->file_dir) || !e->file_namespace) {
+    e->file_dir = dup_or_null(c.file.dir);
+    e->file_namespace = strdup(c.file.namespace_ ? c.file.namespace_ : "default");
+    if ((c.file.dir && !e->file_dir) || !e->file_namespace) {
         kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
         goto free_engine;
     }
-    e->cfg.file_dir = e->file_dir;
-    e->cfg.file_namespace = e->file_namespace;
+    e->cfg.file.dir = e->file_dir;
+    e->cfg.file.namespace_ = e->file_namespace;
     e->dir.dir_fd = -1;
 
     if (c.backend == KVF_BACKEND_CUDA || c.backend == KVF_BACKEND_AUTO) {
@@ -970,7 +970,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
 
     if (e->file_dir) {
-        st = kvf__blockfile_open_dir(e->file_dir, e->file_namespace, 0, c.fsync, &e->dir);
+        st = kvf__blockfile_open_dir(e->file_dir, e->file_namespace, 0, c.file.fsync, &e->dir);
         if (st != KVF_OK)
             goto destroy_backend;
         kvf__blockfile_remove_stale(&e->dir);
@@ -1010,8 +1010,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
     if (e->file_enabled) {
         /* cuFile's calls run on the thread runner's threads (not io_uring) */
-        st = kvf__fileio_runner_create(e->gds ? KVF_FILE_ENGINE_THREADS : c.file_engine,
-                                       c.file_queue_depth, nthreads, &e->fio);
+        st = kvf__fileio_runner_create(e->gds ? KVF_FILE_RUNNER_THREADS : c.file.runner,
+                                       c.file.queue_depth, nthreads, &e->fio);
         if (st != KVF_OK)
             goto destroy_sync;
         e->dir.fio = e->fio;
@@ -1034,7 +1034,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
             e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
             !e->fio                                                    ? ""
-            : kvf__fileio_runner_type(e->fio) == KVF_FILE_ENGINE_URING ? " (io_uring)"
+            : kvf__fileio_runner_type(e->fio) == KVF_FILE_RUNNER_URING ? " (io_uring)"
                                                                        : " (threads)");
     *engine_p = e;
     return KVF_OK;
@@ -1843,12 +1843,12 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
     if (st != KVF_OK)
         goto refuse;
     if (kind_is_remote(kind) && !e->remote_url) {
-        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no remote tier (set remote_url or %s)",
+        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no remote tier (set remote.url or %s)",
                        op_names[kind], KVF_REMOTE_URL_ENV);
         goto refuse;
     }
     if (kind_is_file(kind) && !e->file_enabled) {
-        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no file tier (set file_dir)",
+        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no file tier (set file.dir)",
                        op_names[kind]);
         goto refuse;
     }
@@ -2851,7 +2851,7 @@ static uint64_t remote_deadline(const kvf_engine *e, batch *b)
     batch *root = b->group ? b->group : b;
     if (!root->remote_deadline_ns) {
         uint64_t timeout_ms =
-            e->cfg.remote_timeout_ms ? e->cfg.remote_timeout_ms : REMOTE_DEFAULT_TIMEOUT_MS;
+            e->cfg.remote.timeout_ms ? e->cfg.remote.timeout_ms : REMOTE_DEFAULT_TIMEOUT_MS;
         uint64_t bytes = kind_removes(b->kind) ? 0 : (uint64_t)root->n * e->all_block_bytes;
         root->remote_deadline_ns =
             kvf__now_ns() + timeout_ms * 1000000u + bytes / REMOTE_FLOOR_BYTES_PER_S * 1000000000u +
@@ -2880,9 +2880,9 @@ static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
             rc.url = e->remote_url;
             rc.ns = e->file_namespace;
             rc.fingerprint = e->dir.fingerprint;
-            rc.ttl_s = e->cfg.remote_ttl_s;
-            if (e->cfg.remote_timeout_ms)
-                rc.connect_timeout_ms = rc.timeout_ms = e->cfg.remote_timeout_ms;
+            rc.ttl_s = e->cfg.remote.ttl_s;
+            if (e->cfg.remote.timeout_ms)
+                rc.connect_timeout_ms = rc.timeout_ms = e->cfg.remote.timeout_ms;
             st = kvf__remote_open(&rc, &e->remote);
             if (st != KVF_OK) {
                 e->remote = NULL;
@@ -3128,7 +3128,7 @@ static void *worker_main(void *arg)
         b->moves_done += last - first;
         if (b->moves_done == b->n) {
             if (kind_writes(b->kind) == SP_FILE && !kind_removes(b->kind) &&
-                e->cfg.fsync == KVF_FSYNC_BATCH) {
+                e->cfg.file.fsync == KVF_FSYNC_BATCH) {
                 pthread_mutex_unlock(&e->mu);
                 kvf_status st = kvf__blockfile_fsync_dir(&e->dir);
                 if (st != KVF_OK) {

@@ -61,8 +61,8 @@ static const kvf__backend_ops cuda_ops = {
 static int copy_mode(const kvf_engine_config *cfg)
 {
     int mode = KVF_CUDA_COPY_AUTO;
-    if (cfg && cfg->struct_size >= offsetof(kvf_engine_config, cuda_copy) + sizeof cfg->cuda_copy)
-        mode = cfg->cuda_copy;
+    if (cfg && cfg->struct_size >= offsetof(kvf_engine_config, cuda.copy) + sizeof cfg->cuda.copy)
+        mode = cfg->cuda.copy;
     if (mode == KVF_CUDA_COPY_AUTO) {
         static const char *const names[] = {"kernel", "dma", "staged"};
         static const int values[] = {KVF_CUDA_COPY_KERNEL, KVF_CUDA_COPY_DMA, MODE_STAGED};
@@ -96,9 +96,9 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     b->grid = 32;
     if (cfg &&
         cfg->struct_size >=
-            offsetof(kvf_engine_config, cuda_copy_sms) + sizeof cfg->cuda_copy_sms &&
-        cfg->cuda_copy_sms)
-        b->grid = cfg->cuda_copy_sms > 1024 ? 1024 : cfg->cuda_copy_sms;
+            offsetof(kvf_engine_config, cuda.copy_sms) + sizeof cfg->cuda.copy_sms &&
+        cfg->cuda.copy_sms)
+        b->grid = cfg->cuda.copy_sms > 1024 ? 1024 : cfg->cuda.copy_sms;
     pthread_mutex_init(&b->sync_lock, NULL);
     pthread_mutex_init(&b->range_lock, NULL);
     pthread_mutex_init(&b->watch_mu, NULL);

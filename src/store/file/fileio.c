@@ -230,7 +230,7 @@ typedef struct lane {
 #endif
 
 struct kvf__fileio_runner {
-    kvf_file_engine type; /* URING or THREADS */
+    kvf_file_runner type; /* URING or THREADS */
     uint32_t depth;
 #ifdef KVF_HAVE_URING
     lane *lanes;
@@ -520,10 +520,10 @@ static void uring_run(kvf__fileio_runner *io, kvf__fio_op *list, size_t n)
 }
 #endif
 
-kvf_status kvf__fileio_runner_create(kvf_file_engine want, uint32_t depth, uint32_t lanes,
+kvf_status kvf__fileio_runner_create(kvf_file_runner want, uint32_t depth, uint32_t lanes,
                                      kvf__fileio_runner **io_p)
 {
-    if ((unsigned)want > KVF_FILE_ENGINE_THREADS || !io_p)
+    if ((unsigned)want > KVF_FILE_RUNNER_THREADS || !io_p)
         return kvf__fail(KVF_ERR_INVALID, "file i/o: engine %d unknown", (int)want);
     kvf__fileio_runner *io = calloc(1, sizeof *io);
     if (!io)
@@ -535,11 +535,11 @@ kvf_status kvf__fileio_runner_create(kvf_file_engine want, uint32_t depth, uint3
     pthread_cond_init(&io->work_cv, NULL);
     pthread_cond_init(&io->done_cv, NULL);
     kvf_status st;
-    if (want != KVF_FILE_ENGINE_THREADS) {
+    if (want != KVF_FILE_RUNNER_THREADS) {
 #ifdef KVF_HAVE_URING
         st = rings_create(io, lanes ? lanes : 1);
         if (st == KVF_OK) {
-            io->type = KVF_FILE_ENGINE_URING;
+            io->type = KVF_FILE_RUNNER_URING;
             *io_p = io;
             return KVF_OK;
         }
@@ -547,11 +547,11 @@ kvf_status kvf__fileio_runner_create(kvf_file_engine want, uint32_t depth, uint3
             KVF_LOG(KVF_LOG_WARN, "file tier: io_uring refused (%s): using a pool of threads",
                     kvf_last_error());
 #else
-        if (want == KVF_FILE_ENGINE_URING && !atomic_exchange(&fallback_logged, true))
+        if (want == KVF_FILE_RUNNER_URING && !atomic_exchange(&fallback_logged, true))
             KVF_LOG(KVF_LOG_WARN, "file tier: built without liburing: using a pool of threads");
 #endif
     }
-    io->type = KVF_FILE_ENGINE_THREADS;
+    io->type = KVF_FILE_RUNNER_THREADS;
     st = pool_start(io);
     if (st != KVF_OK) {
         kvf__fileio_runner_destroy(io);
@@ -575,9 +575,9 @@ void kvf__fileio_runner_destroy(kvf__fileio_runner *io)
     free(io);
 }
 
-kvf_file_engine kvf__fileio_runner_type(const kvf__fileio_runner *io)
+kvf_file_runner kvf__fileio_runner_type(const kvf__fileio_runner *io)
 {
-    return io ? io->type : KVF_FILE_ENGINE_THREADS;
+    return io ? io->type : KVF_FILE_RUNNER_THREADS;
 }
 
 uint32_t kvf__fileio_runner_depth(const kvf__fileio_runner *io)
@@ -593,7 +593,7 @@ void kvf__fileio_runner_run(kvf__fileio_runner *io, kvf__fio_op *list)
 #ifdef KVF_HAVE_URING
     /* ops with their own calls (xfer) cannot go through the ring: the
      * engine (engine.c) runs those on a thread runner; here they run one by one */
-    if (io && io->type == KVF_FILE_ENGINE_URING && !list->xfer) {
+    if (io && io->type == KVF_FILE_RUNNER_URING && !list->xfer) {
         uring_run(io, list, n);
         return;
     }

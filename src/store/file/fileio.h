@@ -54,11 +54,11 @@ typedef struct kvf__fileio_runner kvf__fileio_runner;
 /* A runner of kind `want` (AUTO: io_uring, else threads, with one
  * warning), `depth` calls in flight (0: the default), `lanes` callers at
  * once without waiting for each other (one io_uring ring each). */
-KVF_INTERNAL kvf_status kvf__fileio_runner_create(kvf_file_engine want, uint32_t depth,
+KVF_INTERNAL kvf_status kvf__fileio_runner_create(kvf_file_runner want, uint32_t depth,
                                                   uint32_t lanes, kvf__fileio_runner **io_p);
 KVF_INTERNAL void kvf__fileio_runner_destroy(kvf__fileio_runner *io);
 /* URING or THREADS: what runs the calls. */
-KVF_INTERNAL kvf_file_engine kvf__fileio_runner_type(const kvf__fileio_runner *io);
+KVF_INTERNAL kvf_file_runner kvf__fileio_runner_type(const kvf__fileio_runner *io);
 KVF_INTERNAL uint32_t kvf__fileio_runner_depth(const kvf__fileio_runner *io);
 /* Runs a list of ops (linked by `next`, NULL-terminated) to completion;
  * each gets its own result; `next` is the runner's until it returns, and

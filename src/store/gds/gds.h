@@ -26,8 +26,8 @@ typedef struct kvf__gds_probe {
 /* The compat mode asked for: `c`, or env KVF_GDS_COMPAT=on|off|auto over AUTO. */
 KVF_INTERNAL kvf_gds_compat kvf__gds_compat_of(kvf_gds_compat c);
 /* Whether an engine whose probe found `probe` takes the GDS path for
- * file_io `io` (see kvf_gds_compat). When it does not, *why says why, for
- * the one warning file_io GDS gets (gds_mode.c). */
+ * file.io `io` (see kvf_gds_compat). When it does not, *why says why, for
+ * the one warning file.io GDS gets (gds_mode.c). */
 KVF_INTERNAL bool kvf__gds_choose(kvf_file_io io, kvf_gds_compat compat,
                                   const kvf__gds_probe *probe, char *why, size_t cap);
 /* Loads cuFile and opens its driver (once per process), telling it first
