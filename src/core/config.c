@@ -128,6 +128,7 @@ static const char *const cache_remote_names[] = {"off", "write_through", "read"}
 
 #define D(nm, ev, k, off) .name = nm, .env = ev, .kind = k, .offset = off
 
+/* In the struct's order: its fields, then each group's. */
 static const def engine_defs[] = {
     {D("backend", "KVF_BACKEND", K_ENUM, E(backend)), .names = backend_names,
      .nnames = N(backend_names)},
@@ -140,18 +141,18 @@ static const def engine_defs[] = {
      .nnames = N(file_io_names)},
     {D("fsync", "KVF_FSYNC", K_ENUM, E(file.fsync)), .names = fsync_names,
      .nnames = N(fsync_names)},
-    {D("cuda_copy", "KVF_CUDA_COPY", K_ENUM, E(cuda.copy)), .env_extra = "staged",
-     .names = cuda_copy_names, .nnames = N(cuda_copy_names)},
-    {D("cuda_copy_sms", "KVF_CUDA_COPY_SMS", K_U32, E(cuda.copy_sms)), .max = 65535},
-    {D("remote_url", "KVF_REMOTE_URL", K_STR, E(remote.url))},
-    {D("remote_ttl_s", "KVF_REMOTE_TTL_S", K_U32, E(remote.ttl_s)), .max = UINT32_MAX},
-    {D("remote_timeout_ms", "KVF_REMOTE_TIMEOUT_MS", K_U32, E(remote.timeout_ms)),
-     .max = UINT32_MAX},
     {D("file_runner", "KVF_FILE_RUNNER", K_ENUM, E(file.runner)), .names = file_runner_names,
      .nnames = N(file_runner_names)},
     {D("file_queue_depth", "KVF_FILE_QUEUE_DEPTH", K_U32, E(file.queue_depth)), .max = 65536},
     {D("gds_compat", "KVF_GDS_COMPAT", K_ENUM, E(file.gds_compat)), .names = gds_compat_names,
      .nnames = N(gds_compat_names)},
+    {D("remote_url", "KVF_REMOTE_URL", K_STR, E(remote.url))},
+    {D("remote_ttl_s", "KVF_REMOTE_TTL_S", K_U32, E(remote.ttl_s)), .max = UINT32_MAX},
+    {D("remote_timeout_ms", "KVF_REMOTE_TIMEOUT_MS", K_U32, E(remote.timeout_ms)),
+     .max = UINT32_MAX},
+    {D("cuda_copy", "KVF_CUDA_COPY", K_ENUM, E(cuda.copy)), .env_extra = "staged",
+     .names = cuda_copy_names, .nnames = N(cuda_copy_names)},
+    {D("cuda_copy_sms", "KVF_CUDA_COPY_SMS", K_U32, E(cuda.copy_sms)), .max = 65535},
 };
 
 /* config_file names the file, so it comes from the caller or the
@@ -177,20 +178,21 @@ static const def env_defs[] = {
     {D("timeline", "KVF_TIMELINE", K_STR, 0)},
 };
 
+/* In the struct's order; resolve_tier takes the first four by index. */
 static const def cache_defs[] = {
     {D("cache_host_blocks", "KVF_CACHE_HOST_BLOCKS", K_U64, C(host.blocks)), .max = UINT32_MAX},
     {D("cache_host_bytes", "KVF_CACHE_HOST_BYTES", K_SIZE, C(host.bytes))},
     {D("cache_disk_blocks", "KVF_CACHE_DISK_BLOCKS", K_U64, C(disk.blocks)), .max = UINT64_MAX},
     {D("cache_disk_bytes", "KVF_CACHE_DISK_BYTES", K_SIZE, C(disk.bytes))},
-    {D("cache_gpu_blocks", "KVF_CACHE_GPU_BLOCKS", K_U64, C(gpu.blocks)), .max = UINT32_MAX},
-    {D("cache_offload_min_priority", "KVF_CACHE_OFFLOAD_MIN_PRIORITY", K_U32,
-       C(offload_min_priority)),
-     .max = 101},
     {D("cache_disk_admit_uses", "KVF_CACHE_DISK_ADMIT_USES", K_U32, C(disk.admit_uses)),
      .max = UINT32_MAX},
+    {D("cache_gpu_blocks", "KVF_CACHE_GPU_BLOCKS", K_U64, C(gpu.blocks)), .max = UINT32_MAX},
     {D("cache_event_queue", "KVF_CACHE_EVENT_QUEUE", K_U32, C(events.queue)), .max = 1u << 24},
     {D("cache_remote", "KVF_CACHE_REMOTE", K_ENUM, C(remote)), .names = cache_remote_names,
      .nnames = N(cache_remote_names)},
+    {D("cache_offload_min_priority", "KVF_CACHE_OFFLOAD_MIN_PRIORITY", K_U32,
+       C(offload_min_priority)),
+     .max = 101},
 };
 
 /* Settings that were renamed: a value under the old name is refused with
