@@ -29,6 +29,7 @@
 #include "log.h"
 #include "remote.h"
 #include "status.h"
+#include "store.h"
 #include "timeline.h"
 
 #include <errno.h>
@@ -228,13 +229,14 @@ struct kvf_engine {
     bool file_enabled;
     kvf__blockfile_dir dir;
     kvf__fileio *fio;
-    bool gds; /* moves between primary slots and files go through cuFile */
+    kvf__store *file_store; /* the file tier's store, over dir and fio */
+    bool gds;               /* moves between primary slots and files go through cuFile */
     kvf__gds_probe gds_probe;
 
     /* The remote tier: connected on first use, and again (at most once a
      * second) after that failed. */
     char *remote_url;
-    kvf__remote *remote;
+    kvf__store *remote;
     pthread_mutex_t remote_mu;
     uint64_t remote_retry_ns;
     char remote_why[192]; /* why the last connection failed, for the moves it fails */
@@ -867,7 +869,8 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
     if (!url)
         return KVF_OK;
     bool from_env = kvf__setting_source(e->settings, e->nsettings, "remote_url") == KVF_SOURCE_ENV;
-    if (!kvf__remote_built()) {
+    const kvf__store_kind *kind = kvf__store_kind_of(url);
+    if (kind && kind->built && !kind->built()) {
         if (from_env) {
             KVF_LOG(KVF_LOG_WARN,
                     "%s is set, but this build has no Redis client (hiredis): "
@@ -879,8 +882,11 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
                          "kvf_engine_create: remote_url set, but this build has no Redis client "
                          "(hiredis)");
     }
-    kvf__remote_url parsed;
-    kvf_status st = kvf__remote_url_parse(url, &parsed);
+    kvf_status st = kind && kind->remote ? kvf__store_check_url(url)
+                                         : kvf__fail(KVF_ERR_INVALID,
+                                                     "remote URL \"%s\": not a remote store's URL "
+                                                     "(redis://, redis-cluster://, mem://)",
+                                                     url);
     if (st != KVF_OK)
         return kvf__fail(st, "kvf_engine_create: %s%s", from_env ? KVF_REMOTE_URL_ENV ": " : "",
                          kvf_last_error());
@@ -1015,6 +1021,9 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         if (st != KVF_OK)
             goto destroy_sync;
         e->dir.fio = e->fio;
+        st = kvf__file_store_wrap(&e->dir, e->fio, e->gds, &e->file_store);
+        if (st != KVF_OK)
+            goto destroy_sync;
     }
     e->workers = calloc(nthreads, sizeof *e->workers);
     if (!e->workers) {
@@ -1049,6 +1058,7 @@ stop_workers:
     free(e->workers);
 destroy_sync:
     completion_stop(e);
+    kvf__store_close(e->file_store);
     kvf__fileio_destroy(e->fio);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
@@ -1109,6 +1119,7 @@ void kvf_engine_destroy(kvf_engine *e)
         free(e->workers[i].io_moves);
     }
     free(e->workers);
+    kvf__store_close(e->file_store);
     kvf__fileio_destroy(e->fio);
     if (e->gds)
         kvf__gds_release();
@@ -1139,7 +1150,7 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->sec_tokens);
     key_table_free(&e->files);
     key_table_free(&e->remotes);
-    kvf__remote_close(e->remote);
+    kvf__store_close(e->remote);
     free(e->remote_url);
     pthread_mutex_destroy(&e->remote_mu);
     key_table_free(&e->lost_files);
@@ -2083,16 +2094,33 @@ kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e)
     return e->file_enabled ? &e->dir : NULL;
 }
 
-static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p);
+static kvf_status remote_handle(kvf_engine *e, kvf__store **s_p);
 
 bool kvf__engine_has_remote(const kvf_engine *e)
 {
     return e->remote_url != NULL;
 }
 
+kvf__store *kvf__engine_store(kvf_engine *e, kvf_tier tier)
+{
+    kvf__store *s = NULL;
+    if (tier == KVF_TIER_FILE)
+        return e->file_store;
+    if (tier == KVF_TIER_REMOTE && e->remote_url && remote_handle(e, &s) != KVF_OK)
+        return NULL;
+    return s;
+}
+
 kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p)
 {
-    return remote_handle(e, remote_p);
+    kvf__store *s = NULL;
+    *remote_p = NULL;
+    kvf_status st = remote_handle(e, &s);
+    if (st != KVF_OK)
+        return st;
+    if (!(*remote_p = kvf__redis_store_remote(s)))
+        return kvf__fail(KVF_ERR_UNSUPPORTED, "remote tier %s: not a Redis store", s->where);
+    return KVF_OK;
 }
 
 /* ---- completion ------------------------------------------------------------ */
@@ -2860,9 +2888,9 @@ static uint64_t remote_deadline(const kvf_engine *e, batch *b)
     return root->remote_deadline_ns;
 }
 
-/* The connected remote tier, connecting first when needed. The handle
- * lives as long as the engine once made. */
-static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
+/* The remote tier's store, opened (connected) first when needed. The
+ * store lives as long as the engine once opened. */
+static kvf_status remote_handle(kvf_engine *e, kvf__store **s_p)
 {
     if (!e->remote_url)
         return kvf__fail(KVF_ERR_INVALID, "engine: no remote tier");
@@ -2876,14 +2904,9 @@ static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
                            "ago: %s)",
                            e->remote_why);
         } else {
-            kvf__remote_config rc = KVF_REMOTE_CONFIG_INIT;
-            rc.url = e->remote_url;
-            rc.ns = e->file_namespace;
-            rc.fingerprint = e->dir.fingerprint;
-            rc.ttl_s = e->cfg.remote_ttl_s;
-            if (e->cfg.remote_timeout_ms)
-                rc.connect_timeout_ms = rc.timeout_ms = e->cfg.remote_timeout_ms;
-            st = kvf__remote_open(&rc, &e->remote);
+            kvf__store_config sc = {e->remote_url, e->file_namespace, e->dir.fingerprint,
+                                    e->cfg.remote_ttl_s, e->cfg.remote_timeout_ms};
+            st = kvf__store_open(&sc, &e->remote);
             if (st != KVF_OK) {
                 e->remote = NULL;
                 e->remote_retry_ns = now + 1000000000u;
@@ -2892,7 +2915,7 @@ static kvf_status remote_handle(kvf_engine *e, kvf__remote **r_p)
             }
         }
     }
-    *r_p = e->remote;
+    *s_p = e->remote;
     pthread_mutex_unlock(&e->remote_mu);
     return st;
 }
@@ -2922,120 +2945,162 @@ static uint64_t remote_key(const batch *b, size_t i)
     return kind_writes(b->kind) == SP_REMOTE ? b->moves[i].dst : b->moves[i].src;
 }
 
-/* Runs moves [first, last) of a remote batch as one pipelined batch: the
- * blocks are gathered into staging and stored, or fetched into staging,
- * checked and scattered to their slots, all by `deadline_ns` (see
- * remote_deadline). Statuses go to b->status. */
+/* Checks one block fetched from a remote store against the engine (its
+ * pools, tokens and bytes) and appends its scatter copies at cp. */
+static kvf_status remote_fetched(kvf_engine *e, const batch *b, const kvf__store_block *blk,
+                                 const kvf_move *mv, kvf__copy *cp)
+{
+    uint32_t tokens = eff_tokens(e, mv->tokens);
+    unsigned long long key = (unsigned long long)mv->src;
+    if (blk->pools != e->npools)
+        return kvf__fail(KVF_ERR_MISMATCH,
+                         "block 0x%llx: stored remotely with %u pools, engine has %u", key,
+                         blk->pools, e->npools);
+    if (blk->tokens < tokens)
+        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked", key, blk->tokens,
+                         tokens);
+    size_t bytes = file_copies(e, b->kind, mv, blk->buf, tokens, blk->tokens, cp);
+    if (bytes != blk->payload_bytes)
+        return kvf__fail(KVF_ERR_MISMATCH,
+                         "block 0x%llx: %zu payload bytes stored remotely, %zu expected", key,
+                         blk->payload_bytes, bytes);
+    return KVF_OK;
+}
+
+/* Gathers the blocks of an offload into staging (blk[j].buf) and stores
+ * them. */
+static kvf_status remote_store_blocks(worker *w, batch *b, const size_t *idx, size_t m,
+                                      kvf__store *s, kvf__store_block *blk, kvf__copy *cp,
+                                      uint64_t deadline_ns)
+{
+    kvf_engine *e = w->engine;
+    for (size_t j = 0; j < m; j++) {
+        const kvf_move *mv = &b->moves[idx[j]];
+        uint32_t tokens = eff_tokens(e, mv->tokens);
+        uint8_t *payload = w->rstaging + j * e->all_block_bytes;
+        size_t bytes = file_copies(e, b->kind, mv, payload, tokens, tokens, cp + j * e->npools);
+        blk[j] = (kvf__store_block){.key = mv->dst,
+                                    .tokens = tokens,
+                                    .pools = e->npools,
+                                    .buf = payload,
+                                    .payload_bytes = bytes};
+    }
+    kvf_status st = e->backend->ops->copy_sync(e->backend, b->queue, cp, m * e->npools);
+    if (st == KVF_OK)
+        return s->ops->write(s, blk, m, deadline_ns);
+    kvf_status ret = kvf__fail(st, "gathering the blocks: %s", kvf_last_error());
+    for (size_t j = 0; j < m; j++)
+        blk[j].status = st;
+    return ret;
+}
+
+/* Fetches the blocks of an onboard into staging, checks them and scatters
+ * them into their slots. A block refused here is failed at once
+ * (noted[j]); *why_p keeps the first failure's detail. */
+static kvf_status remote_fetch_blocks(worker *w, batch *b, const size_t *idx, size_t m,
+                                      kvf__store *s, kvf__store_block *blk, kvf__copy *cp,
+                                      uint64_t deadline_ns, bool *noted, char *why, size_t why_cap)
+{
+    kvf_engine *e = w->engine;
+    for (size_t j = 0; j < m; j++)
+        blk[j] = (kvf__store_block){.key = b->moves[idx[j]].src,
+                                    .buf = w->rstaging + j * e->all_block_bytes,
+                                    .cap = e->all_block_bytes};
+    kvf_status ret = s->ops->read(s, blk, m, deadline_ns);
+    if (ret != KVF_OK)
+        snprintf(why, why_cap, "%s", kvf_last_error());
+    size_t ncp = 0;
+    for (size_t j = 0; j < m; j++) {
+        if (blk[j].status != KVF_OK)
+            continue;
+        kvf_status st = remote_fetched(e, b, &blk[j], &b->moves[idx[j]], cp + ncp);
+        if (st == KVF_OK) {
+            ncp += e->npools;
+            continue;
+        }
+        blk[j].status = st;
+        KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], kvf_last_error());
+        move_failed(b, idx[j], st, "%s: %s", op_names[b->kind], kvf_last_error());
+        noted[j] = true;
+    }
+    kvf_status st = ncp ? e->backend->ops->copy_sync(e->backend, b->queue, cp, ncp) : KVF_OK;
+    if (st != KVF_OK) {
+        ret = kvf__fail(st, "scattering the blocks: %s", kvf_last_error());
+        snprintf(why, why_cap, "%s", kvf_last_error());
+        for (size_t j = 0; j < m; j++)
+            if (blk[j].status == KVF_OK) {
+                blk[j].status = st;
+                blk[j].msg[0] = '\0';
+            }
+    }
+    return ret;
+}
+
+/* Fails every block of a chunk that could not start (no store, no
+ * staging). */
+static void remote_chunk_failed(batch *b, const size_t *idx, size_t m, kvf_status st)
+{
+    char why[KVF_MOVE_ERROR_MESSAGE];
+    KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, kvf_last_error());
+    snprintf(why, sizeof why, "%s", kvf_last_error());
+    for (size_t j = 0; j < m; j++)
+        move_failed(b, idx[j], st, "%s: remote block 0x%llx: %s", op_names[b->kind],
+                    (unsigned long long)remote_key(b, idx[j]), why);
+}
+
+/* Runs moves [first, last) of a remote batch as one batch call of the
+ * remote store: the blocks are gathered into staging and stored, or
+ * fetched into staging, checked and scattered to their slots, all by
+ * `deadline_ns` (see remote_deadline). Statuses go to b->status. */
 static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
 {
     kvf_engine *e = w->engine;
-    size_t bb = e->all_block_bytes, m = 0;
+    size_t m = 0;
     size_t idx[REMOTE_CHUNK_MOVES];
     for (size_t i = first; i < last; i++)
         if (b->status[i] == KVF_INPROGRESS)
             idx[m++] = i;
     if (m == 0)
         return;
-    kvf__remote *r = NULL;
-    kvf_status st = remote_handle(e, &r);
+    kvf__store *s = NULL;
+    kvf_status st = remote_handle(e, &s);
     if (st == KVF_OK && !kind_removes(b->kind))
-        st = staging_grow(e, &w->rstaging, &w->rstaging_bytes, m * bb);
+        st = staging_grow(e, &w->rstaging, &w->rstaging_bytes, m * e->all_block_bytes);
     kvf__copy *cp = st == KVF_OK ? malloc(m * e->npools * sizeof *cp) : NULL;
-    kvf_status rs[REMOTE_CHUNK_MOVES];
-    if (st == KVF_OK && !cp)
+    kvf__store_block *blk = cp ? malloc(m * sizeof *blk) : NULL;
+    if (st == KVF_OK && !blk)
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[b->kind]);
-    /* the detail of the round trip's first failed block (the store names
-     * no other): every failed block's message quotes it */
-    char first_why[KVF_MOVE_ERROR_MESSAGE] = "";
-    bool noted[REMOTE_CHUNK_MOVES] = {false};
     if (st != KVF_OK) {
-        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, kvf_last_error());
-        snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
-        for (size_t j = 0; j < m; j++)
-            move_failed(b, idx[j], st, "%s: remote block 0x%llx: %s", op_names[b->kind],
-                        (unsigned long long)remote_key(b, idx[j]), first_why);
+        remote_chunk_failed(b, idx, m, st);
         free(cp);
         return;
     }
-    kvf_status ret = KVF_OK;
+    /* the detail of the call's first failed block (a store may name no
+     * other): every failed block's message quotes it */
+    char first_why[KVF_MOVE_ERROR_MESSAGE] = "";
+    bool noted[REMOTE_CHUNK_MOVES] = {false};
+    kvf_status ret;
     if (b->kind == OP_REMOVE_REMOTE) {
-        uint64_t keys[REMOTE_CHUNK_MOVES];
         for (size_t j = 0; j < m; j++)
-            keys[j] = b->moves[idx[j]].src;
-        ret = kvf__remote_delete_batch_until(r, keys, m, deadline_ns, rs);
+            blk[j] = (kvf__store_block){.key = b->moves[idx[j]].src};
+        ret = s->ops->remove(s, blk, m, deadline_ns);
     } else if (b->kind == OP_OFFLOAD_REMOTE) {
-        kvf__remote_put puts[REMOTE_CHUNK_MOVES];
-        for (size_t j = 0; j < m; j++) {
-            const kvf_move *mv = &b->moves[idx[j]];
-            uint32_t tokens = eff_tokens(e, mv->tokens);
-            uint8_t *payload = w->rstaging + j * bb;
-            size_t bytes = file_copies(e, b->kind, mv, payload, tokens, tokens, cp + j * e->npools);
-            puts[j] = (kvf__remote_put){mv->dst, tokens, e->npools, payload, bytes};
-        }
-        st = e->backend->ops->copy_sync(e->backend, b->queue, cp, m * e->npools);
-        if (st == KVF_OK) {
-            ret = kvf__remote_put_batch_until(r, puts, m, deadline_ns, rs);
-        } else {
-            ret = kvf__fail(st, "gathering the blocks: %s", kvf_last_error());
-            for (size_t j = 0; j < m; j++)
-                rs[j] = st;
-        }
+        ret = remote_store_blocks(w, b, idx, m, s, blk, cp, deadline_ns);
     } else {
-        kvf__remote_get gets[REMOTE_CHUNK_MOVES];
-        for (size_t j = 0; j < m; j++)
-            gets[j] = (kvf__remote_get){b->moves[idx[j]].src, w->rstaging + j * bb, bb, 0, 0, 0};
-        ret = kvf__remote_get_batch_until(r, gets, m, deadline_ns, rs);
-        if (ret != KVF_OK)
-            snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
-        size_t ncp = 0;
-        for (size_t j = 0; j < m; j++) {
-            if (rs[j] != KVF_OK)
-                continue;
-            const kvf_move *mv = &b->moves[idx[j]];
-            uint32_t tokens = eff_tokens(e, mv->tokens);
-            unsigned long long key = (unsigned long long)mv->src;
-            if (gets[j].pools != e->npools) {
-                rs[j] = kvf__fail(KVF_ERR_MISMATCH,
-                                  "block 0x%llx: stored remotely with %u pools, engine has %u", key,
-                                  gets[j].pools, e->npools);
-            } else if (gets[j].tokens < tokens) {
-                rs[j] = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked", key,
-                                  gets[j].tokens, tokens);
-            } else {
-                size_t bytes =
-                    file_copies(e, b->kind, mv, gets[j].dst, tokens, gets[j].tokens, cp + ncp);
-                if (bytes != gets[j].payload_bytes)
-                    rs[j] = kvf__fail(KVF_ERR_MISMATCH,
-                                      "block 0x%llx: %zu payload bytes stored remotely, %zu "
-                                      "expected",
-                                      key, gets[j].payload_bytes, bytes);
-                else
-                    ncp += e->npools;
-            }
-            if (rs[j] != KVF_OK) {
-                KVF_LOG(KVF_LOG_WARN, "%s: %s", op_names[b->kind], kvf_last_error());
-                move_failed(b, idx[j], rs[j], "%s: %s", op_names[b->kind], kvf_last_error());
-                noted[j] = true;
-            }
-        }
-        st = ncp ? e->backend->ops->copy_sync(e->backend, b->queue, cp, ncp) : KVF_OK;
-        if (st != KVF_OK) {
-            ret = kvf__fail(st, "scattering the blocks: %s", kvf_last_error());
-            snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
-            for (size_t j = 0; j < m; j++)
-                if (rs[j] == KVF_OK)
-                    rs[j] = st;
-        }
+        ret = remote_fetch_blocks(w, b, idx, m, s, blk, cp, deadline_ns, noted, first_why,
+                                  sizeof first_why);
     }
     if (ret != KVF_OK && !first_why[0])
         snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
     if (ret != KVF_OK) /* names the first failed block's key and node */
         KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_names[b->kind], m, first_why);
+    /* a store names each failed block itself, or only the call's first
+     * failure: the others then quote it */
+    kvf__store_name_failures(s, blk, m, first_why);
     for (size_t j = 0; j < m; j++)
-        if (rs[j] != KVF_OK && !noted[j])
-            move_failed(b, idx[j], rs[j], "%s: remote block 0x%llx: %s%s%s", op_names[b->kind],
-                        (unsigned long long)remote_key(b, idx[j]), kvf_status_str(rs[j]),
-                        first_why[0] ? "; the round trip's first failure: " : "", first_why);
+        if (blk[j].status != KVF_OK && !noted[j])
+            move_failed(b, idx[j], blk[j].status, "%s: %s", op_names[b->kind], blk[j].msg);
+    free(blk);
     free(cp);
 }
 

@@ -7,6 +7,7 @@
 
 #include "blockfile.h"
 #include "status.h"
+#include "store.h"
 
 /* Fixes the engine's pools (as its first transfer would) so that its slot
  * counts are known; KVF_ERR_STATE without pools. */
@@ -73,6 +74,13 @@ KVF_INTERNAL kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e);
 struct kvf__remote;
 KVF_INTERNAL bool kvf__engine_has_remote(const kvf_engine *e);
 KVF_INTERNAL kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p);
+
+/* The store of a slow tier (KVF_TIER_FILE, KVF_TIER_REMOTE), for callers
+ * asking what a tier holds (kvf__store_list, kvf__store_exists,
+ * kvf__store_remove): NULL where the tier is not configured, or (the
+ * remote tier) cannot be connected to now, kvf_last_error() saying why.
+ * The engine keeps it while it lives; its moves go through the engine. */
+KVF_INTERNAL kvf__store *kvf__engine_store(kvf_engine *e, kvf_tier tier);
 
 /* The config file the engine read at create (NULL: none), for its caches. */
 KVF_INTERNAL const char *kvf__engine_config_file(const kvf_engine *e);
