@@ -101,12 +101,12 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
     return KVF_OK;
 }
 
-kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p)
+/* The caller's config (a shorter, older struct's missing fields at their
+ * defaults), checked, with the fields left at defaults resolved from the
+ * environment or config file. */
+static kvf_status config_take(const kvf_engine_config *cfg, kvf_engine_config *out,
+                              kvf_setting **settings_p, size_t *nsettings_p)
 {
-    kvf__clear_error();
-    kvf__timeline_setup();
-    if (!engine_p)
-        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: engine_p is NULL");
     kvf_engine_config c = KVF_ENGINE_CONFIG_INIT;
     if (cfg) {
         /* a caller built against an older, shorter struct gets defaults
@@ -127,16 +127,74 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: an enum field is out of range");
     if (c.threads > 256)
         return kvf__fail(KVF_ERR_RANGE, "kvf_engine_create: threads %u (at most 256)", c.threads);
-    /* fields left at their defaults: from the environment or config file */
-    kvf_setting *settings;
-    size_t nsettings;
-    kvf_status st = kvf__engine_config_resolve(&c, &c, &settings, &nsettings);
+    kvf_status st = kvf__engine_config_resolve(&c, out, settings_p, nsettings_p);
     if (st != KVF_OK) {
         /* a setting the operator got wrong: said where they will look */
         kvf__fail(st, "kvf_engine_create: %s", kvf_last_error());
         KVF_LOG(KVF_LOG_ERROR, "%s", kvf_last_error());
+    }
+    return st;
+}
+
+/* The CUDA backend where asked for (or, under AUTO, where a GPU is
+ * usable), else the host backend. */
+static kvf_status backend_setup(kvf_engine *e)
+{
+    kvf_backend want = e->cfg.backend;
+    if (want == KVF_BACKEND_CUDA || want == KVF_BACKEND_AUTO) {
+        kvf_status st = kvf__cuda_backend_create(&e->cfg, &e->backend);
+        if (st == KVF_OK) {
+            e->backend_kind = KVF_BACKEND_CUDA;
+            return KVF_OK;
+        }
+        if (want == KVF_BACKEND_CUDA)
+            return st;
+        KVF_LOG(KVF_LOG_INFO, "no usable GPU (%s): host backend", kvf_last_error());
+    }
+    e->backend_kind = KVF_BACKEND_HOST;
+    return kvf__host_backend_create(&e->backend);
+}
+
+/* Starts `n` worker threads; on failure, stops those started. */
+static kvf_status workers_start(kvf_engine *e, uint32_t n)
+{
+    e->workers = calloc(n, sizeof *e->workers);
+    if (!e->workers)
+        return kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        e->workers[i].engine = e;
+        int rc = pthread_create(&e->workers[i].thread, NULL, kvf__worker_main, &e->workers[i]);
+        if (rc == 0) {
+            e->nworkers++;
+            continue;
+        }
+        kvf_status st =
+            kvf__fail(kvf__errno_status(rc), "kvf_engine_create: pthread_create: %s", strerror(rc));
+        engine_lock(e);
+        e->stop = true;
+        pthread_cond_broadcast(&e->work_cv);
+        pthread_mutex_unlock(&e->mu);
+        for (uint32_t k = 0; k < e->nworkers; k++)
+            pthread_join(e->workers[k].thread, NULL);
+        free(e->workers);
+        e->workers = NULL;
         return st;
     }
+    return KVF_OK;
+}
+
+kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p)
+{
+    kvf__clear_error();
+    kvf__timeline_setup();
+    if (!engine_p)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_create: engine_p is NULL");
+    kvf_engine_config c;
+    kvf_setting *settings;
+    size_t nsettings;
+    kvf_status st = config_take(cfg, &c, &settings, &nsettings);
+    if (st != KVF_OK)
+        return st;
 
     kvf_engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -158,22 +216,9 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->cfg.file_namespace = e->file_namespace;
     e->dir.dir_fd = -1;
 
-    if (c.backend == KVF_BACKEND_CUDA || c.backend == KVF_BACKEND_AUTO) {
-        st = kvf__cuda_backend_create(&e->cfg, &e->backend);
-        if (st == KVF_OK) {
-            e->backend_kind = KVF_BACKEND_CUDA;
-        } else if (c.backend == KVF_BACKEND_CUDA) {
-            goto free_engine;
-        } else {
-            KVF_LOG(KVF_LOG_INFO, "no usable GPU (%s): host backend", kvf_last_error());
-        }
-    }
-    if (!e->backend) {
-        st = kvf__host_backend_create(&e->backend);
-        if (st != KVF_OK)
-            goto free_engine;
-        e->backend_kind = KVF_BACKEND_HOST;
-    }
+    st = backend_setup(e);
+    if (st != KVF_OK)
+        goto free_engine;
 
     if (e->file_dir) {
         st = kvf__blockfile_open_dir(e->file_dir, e->file_namespace, 0, c.fsync, &e->dir);
@@ -225,21 +270,9 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         if (st != KVF_OK)
             goto destroy_sync;
     }
-    e->workers = calloc(nthreads, sizeof *e->workers);
-    if (!e->workers) {
-        st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: out of memory");
+    st = workers_start(e, nthreads);
+    if (st != KVF_OK)
         goto destroy_sync;
-    }
-    for (uint32_t i = 0; i < nthreads; i++) {
-        e->workers[i].engine = e;
-        int rc = pthread_create(&e->workers[i].thread, NULL, kvf__worker_main, &e->workers[i]);
-        if (rc != 0) {
-            st = kvf__fail(kvf__errno_status(rc), "kvf_engine_create: pthread_create: %s",
-                           strerror(rc));
-            goto stop_workers;
-        }
-        e->nworkers++;
-    }
     KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
             e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
             !e->fio                                               ? ""
@@ -248,14 +281,6 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     *engine_p = e;
     return KVF_OK;
 
-stop_workers:
-    engine_lock(e);
-    e->stop = true;
-    pthread_cond_broadcast(&e->work_cv);
-    pthread_mutex_unlock(&e->mu);
-    for (uint32_t i = 0; i < e->nworkers; i++)
-        pthread_join(e->workers[i].thread, NULL);
-    free(e->workers);
 destroy_sync:
     kvf__completion_stop(e);
     kvf__store_close(e->file_store);

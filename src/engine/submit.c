@@ -39,7 +39,7 @@ void kvf__ready_pop(kvf_engine *e, kvf__queue q)
 
 /* Moves registered per hold of the engine lock: the lock is dropped
  * between slices, so that workers issuing earlier parts and completions
- * are not held up for a whole part (about 30 ns a move on the H200). */
+ * are not held up for a whole part (registering costs tens of ns a move). */
 #define REGISTER_SLICE 1024u
 
 static kvf__register_hook_fn register_hook;
@@ -134,8 +134,8 @@ static kvf_status live_add(kvf_engine *e, batch *b)
 /* Moves of a batch registered and queued in one piece; larger batches are
  * split into parts (see batch.group) of at most this size. The first parts
  * are smaller (FIRST_PART_MOVES, doubling): the GPU starts on the first
- * while the next are registered. On the H200 a part of 4096 moves took
- * about 300 us to register and hand to the GPU (bench/timeline.py). */
+ * while the next are registered (bench/timeline.py shows a part's
+ * registration beside its copies). */
 #define PART_MOVES 4096u
 #define FIRST_PART_MOVES 512u
 
@@ -267,6 +267,69 @@ static void make_part(kvf_engine *e, batch *b, const kvf_move *moves, batch *c, 
     c->group_off = off;
 }
 
+/* The tiers a kind moves between are configured (e->mu held). */
+static kvf_status tiers_ready(kvf_engine *e, op_kind kind)
+{
+    if (kind_is_remote(kind) && !e->remote_url)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "%s: the engine has no remote tier (set remote_url or %s)",
+                         kvf__op_names[kind], KVF_REMOTE_URL_ENV);
+    if (kind_is_file(kind) && !e->file_enabled)
+        return kvf__fail(KVF_ERR_INVALID, "%s: the engine has no file tier (set file_dir)",
+                         kvf__op_names[kind]);
+    if (kind_uses_secondary(kind))
+        for (uint32_t p = 0; p < e->npools; p++)
+            if (!e->pools[p].has_secondary)
+                return kvf__fail(KVF_ERR_INVALID, "%s: pool %u has no secondary slots",
+                                 kvf__op_names[kind], p);
+    return KVF_OK;
+}
+
+/* Queues group b (checked; e->mu held, dropped while each part is made)
+ * as its parts. What the caller is told: KVF_OK, or for a batch without a
+ * ticket, the failure nobody would hear of otherwise. */
+static kvf_status enqueue_group(kvf_engine *e, batch *b, const kvf_move *moves, bool all_good)
+{
+    size_t n = b->n;
+    kvf_status ret = KVF_OK;
+    if (!b->id)
+        b->id = e->next_id++;
+    b->state = B_WAITING;
+    size_t nparts = 0;
+    for (size_t off = 0; off < n; off += part_moves(nparts++))
+        ;
+    b->parts_left = nparts;
+    bool sorted = b->sorted;
+    size_t k = 0;
+    for (size_t off = 0; off < n; off += part_moves(k++)) {
+        size_t len = n - off < part_moves(k) ? n - off : part_moves(k);
+        /* a part is made without the lock, so that workers (issuing the
+         * parts before it) and completions get it meanwhile; the statuses
+         * read here are this part's, which nothing else writes before it
+         * is queued */
+        pthread_mutex_unlock(&e->mu);
+        batch *c = kvf__batch_get(e, len, false);
+        if (c)
+            make_part(e, b, moves, c, sorted, all_good, off, len);
+        engine_lock(e);
+        if (!c) {
+            /* the parts not made fail; those queued run on */
+            for (size_t i = off; i < n; i++)
+                b->status[sorted ? b->order[i] : i] = KVF_ERR_NOMEM;
+            b->parts_left -= nparts - k;
+            if (!b->ticketed)
+                ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[b->kind]);
+            break;
+        }
+        if (enqueue(e, c) != KVF_OK && !b->ticketed)
+            ret = KVF_ERR_NOMEM;
+        KVF_TIMELINE(KVF_TL_PART, c->id, len);
+    }
+    if (b->parts_left == 0)
+        kvf__group_done(e, b);
+    return ret;
+}
+
 kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked, const kvf_move *moves,
                              size_t n, kvf_ticket *ticket_p)
 {
@@ -301,24 +364,8 @@ kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked, const kv
     kvf_status st = kvf__freeze(e);
     if (st != KVF_OK)
         goto refuse;
-    if (kind_is_remote(kind) && !e->remote_url) {
-        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no remote tier (set remote_url or %s)",
-                       kvf__op_names[kind], KVF_REMOTE_URL_ENV);
+    if ((st = tiers_ready(e, kind)) != KVF_OK)
         goto refuse;
-    }
-    if (kind_is_file(kind) && !e->file_enabled) {
-        st = kvf__fail(KVF_ERR_INVALID, "%s: the engine has no file tier (set file_dir)",
-                       kvf__op_names[kind]);
-        goto refuse;
-    }
-    if (kind_uses_secondary(kind)) {
-        for (uint32_t p = 0; p < e->npools; p++)
-            if (!e->pools[p].has_secondary) {
-                st = kvf__fail(KVF_ERR_INVALID, "%s: pool %u has no secondary slots",
-                               kvf__op_names[kind], p);
-                goto refuse;
-            }
-    }
     /* The checks need only submit_mu (see kvf__check_moves); completions take
      * `mu` meanwhile. */
     pthread_mutex_unlock(&e->mu);
@@ -348,41 +395,7 @@ kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked, const kv
         if (st != KVF_OK && !b->ticketed)
             ret = st; /* nobody would hear of it otherwise */
     } else {
-        if (!b->id)
-            b->id = e->next_id++;
-        b->state = B_WAITING;
-        size_t nparts = 0;
-        for (size_t off = 0; off < n; off += part_moves(nparts++))
-            ;
-        b->parts_left = nparts;
-        bool sorted = b->sorted;
-        size_t k = 0;
-        for (size_t off = 0; off < n; off += part_moves(k++)) {
-            size_t len = n - off < part_moves(k) ? n - off : part_moves(k);
-            /* a part is made without the lock, so that workers (issuing
-             * the parts before it) and completions get it meanwhile; the
-             * statuses read here are this part's, which nothing else
-             * writes before it is queued */
-            pthread_mutex_unlock(&e->mu);
-            batch *c = kvf__batch_get(e, len, false);
-            if (c)
-                make_part(e, b, moves, c, sorted, failed == 0, off, len);
-            engine_lock(e);
-            if (!c) {
-                /* the parts not made fail; those queued run on */
-                for (size_t i = off; i < n; i++)
-                    b->status[sorted ? b->order[i] : i] = KVF_ERR_NOMEM;
-                b->parts_left -= nparts - k;
-                if (!b->ticketed)
-                    ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[kind]);
-                break;
-            }
-            if (enqueue(e, c) != KVF_OK && !b->ticketed)
-                ret = KVF_ERR_NOMEM;
-            KVF_TIMELINE(KVF_TL_PART, c->id, len);
-        }
-        if (b->parts_left == 0)
-            kvf__group_done(e, b);
+        ret = enqueue_group(e, b, moves, failed == 0);
     }
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&e->submit_mu);
