@@ -67,9 +67,9 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
     /* keyed entries go once nothing is pending on them */
     for (size_t i = 0; i < b->n && (keyed_read || keyed_write); i++) {
         if (keyed_read)
-            kvf__key_hazard_prune(rs == SP_FILE ? &e->files : &e->remotes, b->moves[i].src);
+            kvf__key_hazard_prune(&tier_of(e, rs)->hazards, b->moves[i].src);
         if (keyed_write && !(ws == rs && b->moves[i].dst == b->moves[i].src))
-            kvf__key_hazard_prune(ws == SP_FILE ? &e->files : &e->remotes, b->moves[i].dst);
+            kvf__key_hazard_prune(&tier_of(e, ws)->hazards, b->moves[i].dst);
     }
     KVF_TIMELINE(KVF_TL_COMPLETE, b->id, b->n);
     if (e->live_cap && e->live[b->id & (e->live_cap - 1)] == b)

@@ -215,6 +215,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->cfg.file_dir = e->file_dir;
     e->cfg.file_namespace = e->file_namespace;
     e->dir.dir_fd = -1;
+    e->tiers[0].ops = &kvf__file_tier_ops;
+    e->tiers[1].ops = &kvf__remote_tier_ops;
 
     st = backend_setup(e);
     if (st != KVF_OK)
@@ -373,8 +375,8 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->hz_secondary);
     free(e->live);
     free(e->sec_tokens);
-    kvf__key_table_free(&e->files);
-    kvf__key_table_free(&e->remotes);
+    for (size_t t = 0; t < 2; t++)
+        kvf__key_table_free(&e->tiers[t].hazards);
     kvf__store_close(e->remote);
     free(e->remote_url);
     pthread_mutex_destroy(&e->remote_mu);

@@ -179,13 +179,28 @@ typedef struct worker {
     kvf__copy *copies;
     size_t *io_moves;
     size_t nios;
-    struct batch *file_batch; /* the batch kvf__run_file_moves works on */
+    struct batch *file_batch; /* the batch run_file_moves works on */
     /* file-tier time, logged at KVF_LOG=debug when the engine ends: where a
      * chunk's wall time goes (its slot <-> staging copies run inside it,
      * on the I/O engine's threads too, hence the atomic) */
     uint64_t file_chunks, file_moves, file_ns;
     _Atomic uint64_t copy_ns;
 } worker;
+
+/* How the engine runs a slow tier's moves (execute_file.c,
+ * execute_store.c): a worker's chunk of a batch against the tier's store,
+ * how many moves make a chunk, and the time a batch's chunks have. */
+typedef struct tier_ops {
+    void (*run_chunk)(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns);
+    size_t (*chunk_moves)(const kvf_engine *e);
+    uint64_t (*deadline)(const kvf_engine *e, batch *b); /* NULL: none */
+} tier_ops;
+
+/* A slow tier: its ops and the hazards of its keys (one table per store). */
+typedef struct engine_tier {
+    const tier_ops *ops;
+    key_table hazards;
+} engine_tier;
 
 #define TICKET_BUCKETS 1024u
 /* Blocks of one remote round trip: a worker's pipelined batch. */
@@ -220,7 +235,7 @@ struct kvf_engine {
 
     hazard *hz_primary, *hz_secondary;
     uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
-    key_table files, remotes;
+    engine_tier tiers[2]; /* SP_FILE, SP_REMOTE: see tier_of */
     uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see kvf__check_moves */
 
     bool file_enabled;
@@ -349,14 +364,12 @@ KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, const kvf__
 
 /* execute_file.c */
 KVF_INTERNAL void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i);
-KVF_INTERNAL void kvf__run_file_moves(worker *w, batch *b, size_t first, size_t last);
+KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
 KVF_INTERNAL kvf_status kvf__run_copy_move(kvf_engine *e, const batch *b, size_t i);
 
 /* execute_store.c */
-KVF_INTERNAL uint64_t kvf__remote_deadline(const kvf_engine *e, batch *b);
 KVF_INTERNAL kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p);
-KVF_INTERNAL void kvf__run_remote_chunk(worker *w, batch *b, size_t first, size_t last,
-                                        uint64_t deadline_ns);
+KVF_INTERNAL extern const tier_ops kvf__remote_tier_ops;
 
 /* workers.c */
 KVF_INTERNAL void *kvf__worker_main(void *arg);
@@ -425,6 +438,12 @@ static inline kvf__queue kind_queue(op_kind k)
     }
 }
 
+/* The slow tier of a keyed space (SP_FILE, SP_REMOTE). */
+static inline engine_tier *tier_of(kvf_engine *e, space sp)
+{
+    return &e->tiers[sp == SP_REMOTE];
+}
+
 static inline bool kind_is_file(op_kind k)
 {
     return kind_reads(k) == SP_FILE || kind_writes(k) == SP_FILE;
@@ -433,6 +452,12 @@ static inline bool kind_is_file(op_kind k)
 static inline bool kind_is_remote(op_kind k)
 {
     return kind_reads(k) == SP_REMOTE || kind_writes(k) == SP_REMOTE;
+}
+
+/* The slow tier a kind moves to or from; NULL for moves between slots. */
+static inline engine_tier *kind_tier(kvf_engine *e, op_kind k)
+{
+    return kind_is_remote(k) ? &e->tiers[1] : kind_is_file(k) ? &e->tiers[0] : NULL;
 }
 
 /* Kinds whose moves run on the worker threads through a staging buffer,
@@ -464,7 +489,7 @@ static inline __attribute__((always_inline)) hazard *hazard_of(kvf_engine *e, sp
         return &e->hz_primary[idx];
     if (sp == SP_SECONDARY)
         return &e->hz_secondary[idx];
-    return kvf__key_hazard(sp == SP_FILE ? &e->files : &e->remotes, idx, create);
+    return kvf__key_hazard(&tier_of(e, sp)->hazards, idx, create);
 }
 
 /* Moves ahead that the hazard passes prefetch: their slots are scattered,

@@ -67,7 +67,7 @@ void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i)
 {
     bool emptied;
     uint64_t key = b->moves[i].dst;
-    if (kvf__blockfile_discard(&e->dir, key, &emptied) == KVF_OK)
+    if (e->file_store->ops->discard(e->file_store, key, &emptied) == KVF_OK)
         return;
     lost_file_set(e, key, true);
     KVF_LOG(KVF_LOG_ERROR,
@@ -196,23 +196,42 @@ static bool retry_resource_failures(const batch *b, size_t first, size_t last)
     return n > 0;
 }
 
+/* Removes the files of moves first..last-1 through the file store, a
+ * slice of blocks per call. */
+static void remove_files(kvf_engine *e, batch *b, size_t first, size_t last)
+{
+    enum { SLICE = 16 };
+    kvf__store *s = e->file_store;
+    kvf__store_block blk[SLICE];
+    size_t idx[SLICE];
+    for (size_t i = first; i < last;) {
+        size_t k = 0;
+        for (; i < last && k < SLICE; i++)
+            if (b->status[i] == KVF_INPROGRESS) {
+                blk[k] = (kvf__store_block){.key = b->moves[i].src};
+                idx[k++] = i;
+            }
+        if (k == 0)
+            break;
+        s->ops->remove(s, blk, k, 0);
+        for (size_t j = 0; j < k; j++) {
+            if (blk[j].status != KVF_OK)
+                file_move_failed(b, idx[j], blk[j].status, blk[j].msg);
+            else
+                lost_file_set(e, blk[j].key, false); /* absent now, as promised */
+        }
+    }
+}
+
 /* The file half of moves first..last-1 of a batch. A move that finds the
  * process out of a resource (descriptors, above all, when many transfers
  * run at once) is tried once more after a short wait, and then reported
  * with KVF_ERR_RESOURCE: the block it read stays stored. */
-void kvf__run_file_moves(worker *w, batch *b, size_t first, size_t last)
+static void run_file_moves(worker *w, batch *b, size_t first, size_t last)
 {
     kvf_engine *e = w->engine;
     if (b->kind == OP_REMOVE) {
-        for (size_t i = first; i < last; i++) {
-            if (b->status[i] != KVF_INPROGRESS)
-                continue;
-            kvf_status rs = kvf__blockfile_remove(&e->dir, b->moves[i].src);
-            if (rs != KVF_OK)
-                file_move_failed(b, i, rs, kvf_last_error());
-            else
-                lost_file_set(e, b->moves[i].src, false); /* absent now, as promised */
-        }
+        remove_files(e, b, first, last);
         return;
     }
     /* device slots take cuFile; secondary slots are host memory */
@@ -257,3 +276,27 @@ kvf_status kvf__run_copy_move(kvf_engine *e, const batch *b, size_t i)
     }
     return st;
 }
+
+/* A chunk of file moves, its time kept for the engine's debug log. */
+static void file_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
+{
+    (void)deadline_ns;
+    uint64_t t0 = kvf__now_ns();
+    run_file_moves(w, b, first, last);
+    w->file_ns += kvf__now_ns() - t0;
+    w->file_chunks++;
+    w->file_moves += last - first;
+}
+
+/* A few times a worker's share of the queue depth, so that its queue
+ * stays full (the I/O engine submits as calls complete) and drains only
+ * at the end of a chunk; within a staging budget. */
+static size_t file_chunk_moves(const kvf_engine *e)
+{
+    size_t nw = e->nworkers, depth = kvf__fileio_depth(e->fio);
+    size_t budget = FILE_STAGING_BUDGET / kvf__staging_slot_bytes(e);
+    size_t per = 4 * ((depth + nw - 1) / nw);
+    return per > budget ? budget : per;
+}
+
+const tier_ops kvf__file_tier_ops = {file_chunk, file_chunk_moves, NULL};

@@ -3,10 +3,6 @@
  */
 #include "engine_private.h"
 
-/* How many moves one worker takes from a batch at a time: about 4 MiB, and
- * no more than an even share, so a large batch spreads over all workers. */
-/* ---- the remote tier ---------------------------------------------------------- */
-
 /* A remote batch's deadline allows its bytes at this rate on top of the
  * timeout: far below what a Redis node moves, so only a stalled or
  * trickling node reaches it, yet a batch of many blocks is not failed
@@ -18,7 +14,7 @@
  * (the caller holds e->mu): every chunk, on whichever worker, ends by
  * then, so the batch takes the timeout plus its bytes at the floor rate,
  * however many chunks it has. A group's parts share the group's. */
-uint64_t kvf__remote_deadline(const kvf_engine *e, batch *b)
+static uint64_t remote_deadline(const kvf_engine *e, batch *b)
 {
     batch *root = b->group ? b->group : b;
     if (!root->remote_deadline_ns) {
@@ -197,7 +193,7 @@ static void remote_chunk_failed(batch *b, const size_t *idx, size_t m, kvf_statu
  * remote store: the blocks are gathered into staging and stored, or
  * fetched into staging, checked and scattered to their slots, all by
  * `deadline_ns` (see kvf__remote_deadline). Statuses go to b->status. */
-void kvf__run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
+static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
 {
     kvf_engine *e = w->engine;
     size_t m = 0;
@@ -249,3 +245,12 @@ void kvf__run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uint6
     free(blk);
     free(cp);
 }
+
+/* Blocks of one round trip: REMOTE_CHUNK_BYTES, at most REMOTE_CHUNK_MOVES. */
+static size_t remote_chunk_moves(const kvf_engine *e)
+{
+    size_t per = e->all_block_bytes ? REMOTE_CHUNK_BYTES / e->all_block_bytes : 1;
+    return per < 1 ? 1 : per > REMOTE_CHUNK_MOVES ? REMOTE_CHUNK_MOVES : per;
+}
+
+const tier_ops kvf__remote_tier_ops = {run_remote_chunk, remote_chunk_moves, remote_deadline};

@@ -3,23 +3,15 @@
  */
 #include "engine_private.h"
 
-static size_t chunk_of(const kvf_engine *e, const batch *b)
+/* How many moves one worker takes from a batch at a time: its slow
+ * tier's chunk, or about 4 MiB of copies; no more than an even share, so
+ * a large batch spreads over all workers. */
+static size_t chunk_of(kvf_engine *e, const batch *b)
 {
-    size_t per = e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
-    if (kind_is_file(b->kind)) {
-        /* a few times a worker's share of the queue depth, so that its
-         * queue stays full (the I/O engine submits as calls complete)
-         * and drains only at the end of a chunk; within a staging budget */
-        size_t nw = e->nworkers, depth = kvf__fileio_depth(e->fio);
-        size_t budget = FILE_STAGING_BUDGET / kvf__staging_slot_bytes(e);
-        per = 4 * ((depth + nw - 1) / nw);
-        if (per > budget)
-            per = budget;
-    }
-    if (kind_is_remote(b->kind)) {
-        per = e->all_block_bytes ? REMOTE_CHUNK_BYTES / e->all_block_bytes : 1;
-        per = per < 1 ? 1 : per > REMOTE_CHUNK_MOVES ? REMOTE_CHUNK_MOVES : per;
-    }
+    const engine_tier *t = kind_tier(e, b->kind);
+    size_t per = t                    ? t->ops->chunk_moves(e)
+                 : e->all_block_bytes ? (4u << 20) / e->all_block_bytes
+                                      : 1;
     size_t share = (b->n + e->nworkers - 1) / e->nworkers;
     size_t c = per < share ? per : share;
     return c ? c : 1;
@@ -66,19 +58,13 @@ void *kvf__worker_main(void *arg)
         for (size_t i = first; i < last && !kind_removes(b->kind); i++)
             if (b->status[i] == KVF_INPROGRESS && kvf__source_lost(e, b, i))
                 kvf__fail_lost_source(b, i);
-        uint64_t deadline_ns = kind_is_remote(b->kind) ? kvf__remote_deadline(e, b) : 0;
+        const engine_tier *t = kind_tier(e, b->kind);
+        uint64_t deadline_ns = t && t->ops->deadline ? t->ops->deadline(e, b) : 0;
         pthread_mutex_unlock(&e->mu);
 
         /* each move's status is written by the one worker that claimed it */
-        if (kind_is_remote(b->kind))
-            kvf__run_remote_chunk(w, b, first, last, deadline_ns);
-        else if (kind_is_file(b->kind)) {
-            uint64_t t0 = kvf__now_ns();
-            kvf__run_file_moves(w, b, first, last);
-            w->file_ns += kvf__now_ns() - t0;
-            w->file_chunks++;
-            w->file_moves += last - first;
-        }
+        if (t)
+            t->ops->run_chunk(w, b, first, last, deadline_ns);
         for (size_t i = first; i < last && !kind_on_workers(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
@@ -94,7 +80,7 @@ void *kvf__worker_main(void *arg)
             if (kind_writes(b->kind) == SP_FILE && !kind_removes(b->kind) &&
                 e->cfg.fsync == KVF_FSYNC_BATCH) {
                 pthread_mutex_unlock(&e->mu);
-                kvf_status st = kvf__blockfile_fsync_dir(&e->dir);
+                kvf_status st = e->file_store->ops->commit(e->file_store);
                 if (st != KVF_OK) {
                     /* every move of the batch is done: their statuses are
                      * this thread's to write; the files of those failed
