@@ -355,6 +355,7 @@ KVF_INTERNAL void kvf__completion_stop(kvf_engine *e);
 KVF_INTERNAL void kvf__issue_async(kvf_engine *e, batch *b);
 
 /* staging.c */
+KVF_INTERNAL kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need);
 KVF_INTERNAL size_t kvf__staging_slot_bytes(const kvf_engine *e);
 KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev);
 KVF_INTERNAL size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,

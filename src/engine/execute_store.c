@@ -60,25 +60,6 @@ kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
     return st;
 }
 
-/* Grows a worker's host staging buffer (pinned on the CUDA backend, so
- * its copies run at PCIe speed) to at least `need` bytes. */
-static kvf_status staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need)
-{
-    if (*buf && *cap >= need)
-        return KVF_OK;
-    kvf_memory kind =
-        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
-    void *p;
-    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
-    if (st != KVF_OK)
-        return st;
-    if (*buf)
-        e->backend->ops->mem_free(e->backend, kind, *buf);
-    *buf = p;
-    *cap = need;
-    return KVF_OK;
-}
-
 /* The remote key a move of a remote batch writes or reads. */
 static uint64_t remote_key(const batch *b, size_t i)
 {
@@ -206,7 +187,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
     kvf__store *s = NULL;
     kvf_status st = kvf__remote_handle(e, &s);
     if (st == KVF_OK && !kind_removes(b->kind))
-        st = staging_grow(e, &w->rstaging, &w->rstaging_bytes, m * e->all_block_bytes);
+        st = kvf__staging_grow(e, &w->rstaging, &w->rstaging_bytes, m * e->all_block_bytes);
     kvf__copy *cp = st == KVF_OK ? malloc(m * e->npools * sizeof *cp) : NULL;
     kvf__store_block *blk = cp ? malloc(m * sizeof *blk) : NULL;
     if (st == KVF_OK && !blk)

@@ -12,6 +12,25 @@ size_t kvf__staging_slot_bytes(const kvf_engine *e)
     return (n + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
 }
 
+/* Grows a worker's host staging buffer (pinned on the CUDA backend, so
+ * its copies run at PCIe speed) to at least `need` bytes. */
+kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need)
+{
+    if (*buf && *cap >= need)
+        return KVF_OK;
+    kvf_memory kind =
+        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
+    void *p;
+    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
+    if (st != KVF_OK)
+        return st;
+    if (*buf)
+        e->backend->ops->mem_free(e->backend, kind, *buf);
+    *buf = p;
+    *cap = need;
+    return KVF_OK;
+}
+
 /* Room for `n` moves' file images, their I/O records and copies; the
  * images in device memory for the GDS path (`dev`), else on the host. */
 kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev)
@@ -48,20 +67,7 @@ kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev)
         w->gstaging = g;
         return KVF_OK;
     }
-    size_t need = kvf__staging_slot_bytes(e) * n;
-    if (w->staging && w->staging_bytes >= need)
-        return KVF_OK;
-    kvf_memory kind =
-        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
-    void *p;
-    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
-    if (st != KVF_OK)
-        return st;
-    if (w->staging)
-        e->backend->ops->mem_free(e->backend, kind, w->staging);
-    w->staging = p;
-    w->staging_bytes = need;
-    return KVF_OK;
+    return kvf__staging_grow(e, &w->staging, &w->staging_bytes, kvf__staging_slot_bytes(e) * n);
 }
 
 /* Copies of a move between its slot (primary, or secondary for demote and

@@ -145,6 +145,11 @@ KVF_INTERNAL kvf_status kvf__store_list(kvf__store *s, kvf__store_visit_fn visit
  * For stores that learn only one message per call. */
 KVF_INTERNAL void kvf__store_name_failures(const kvf__store *s, kvf__store_block *blocks, size_t n,
                                            const char *why);
+/* What a batch call returns once every block has its status and msg:
+ * KVF_OK, or the first failed block's status, kvf_last_error() its msg
+ * (miss_ok: KVF_ERR_NOT_FOUND is no failure). */
+KVF_INTERNAL kvf_status kvf__store_first_failure(const kvf__store_block *blocks, size_t n,
+                                                 bool miss_ok);
 /* Records block b's failure: status and a message naming its key. */
 KVF_INTERNAL void kvf__store_block_fail(kvf__store_block *b, kvf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

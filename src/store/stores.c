@@ -124,6 +124,15 @@ kvf_status kvf__store_list(kvf__store *s, kvf__store_visit_fn visit, void *arg)
     return s->ops->list(s, visit, arg);
 }
 
+kvf_status kvf__store_first_failure(const kvf__store_block *blocks, size_t n, bool miss_ok)
+{
+    for (size_t i = 0; i < n; i++)
+        if (blocks[i].status != KVF_OK && !(miss_ok && blocks[i].status == KVF_ERR_NOT_FOUND))
+            return kvf__fail(blocks[i].status, "%s", blocks[i].msg);
+    kvf__clear_error();
+    return KVF_OK;
+}
+
 void kvf__store_block_fail(kvf__store_block *b, kvf_status st, const char *fmt, ...)
 {
     b->status = st;

@@ -30,15 +30,6 @@ static size_t aligned(size_t n)
     return (n + KVF_FILE_ALIGN - 1) / KVF_FILE_ALIGN * KVF_FILE_ALIGN;
 }
 
-static kvf_status first_failure(const kvf__store_block *blocks, size_t n, bool miss_ok)
-{
-    for (size_t i = 0; i < n; i++)
-        if (blocks[i].status != KVF_OK && !(miss_ok && blocks[i].status == KVF_ERR_NOT_FOUND))
-            return kvf__fail(blocks[i].status, "%s", blocks[i].msg);
-    kvf__clear_error();
-    return KVF_OK;
-}
-
 static kvf_status out_of_memory(file_store *s, kvf__store_block *blocks, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -109,7 +100,7 @@ static kvf_status file_write(kvf__store *base, kvf__store_block *blocks, size_t 
     for (size_t i = 0; i < n; i++)
         take_result(&blocks[i], &ios[i]);
     ios_free(blocks, ios, n);
-    return first_failure(blocks, n, false);
+    return kvf__store_first_failure(blocks, n, false);
 }
 
 static kvf_status file_read(kvf__store *base, kvf__store_block *blocks, size_t n,
@@ -140,7 +131,7 @@ static kvf_status file_read(kvf__store *base, kvf__store_block *blocks, size_t n
         b->payload_bytes = m->payload_bytes;
     }
     ios_free(blocks, ios, n);
-    return first_failure(blocks, n, true);
+    return kvf__store_first_failure(blocks, n, true);
 }
 
 static kvf_status file_remove(kvf__store *base, kvf__store_block *blocks, size_t n,
@@ -154,7 +145,7 @@ static kvf_status file_remove(kvf__store *base, kvf__store_block *blocks, size_t
         if (blocks[i].status != KVF_OK)
             snprintf(blocks[i].msg, sizeof blocks[i].msg, "%s", kvf_last_error());
     }
-    return first_failure(blocks, n, false);
+    return kvf__store_first_failure(blocks, n, false);
 }
 
 static kvf_status file_exists(kvf__store *base, kvf__store_block *blocks, size_t n,
@@ -176,7 +167,7 @@ static kvf_status file_exists(kvf__store *base, kvf__store_block *blocks, size_t
             kvf__store_block_fail(b, kvf__errno_status(errno), "block 0x%llx: %s/%s: stat: %s",
                                   (unsigned long long)b->key, s->dir->root, name, strerror(errno));
     }
-    return first_failure(blocks, n, true);
+    return kvf__store_first_failure(blocks, n, true);
 }
 
 typedef struct list_arg {

@@ -129,21 +129,6 @@ static int64_t realtime_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Blocks from `first` on fail KVF_ERR_TIMEOUT once the deadline is past. */
-static bool past(uint64_t deadline_ns)
-{
-    return deadline_ns && kvf__now_ns() > deadline_ns;
-}
-
-static kvf_status first_failure(kvf__store_block *blocks, size_t n, bool miss_ok)
-{
-    for (size_t i = 0; i < n; i++)
-        if (blocks[i].status != KVF_OK && !(miss_ok && blocks[i].status == KVF_ERR_NOT_FOUND))
-            return kvf__fail(blocks[i].status, "%s", blocks[i].msg);
-    kvf__clear_error();
-    return KVF_OK;
-}
-
 static kvf_status put_one(mem_store *s, kvf__store_block *b)
 {
     const char *url = s->base.where;
@@ -185,25 +170,6 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
                          (unsigned long long)b->key, url);
     }
     return KVF_OK;
-}
-
-static kvf_status mem_write(kvf__store *base, kvf__store_block *blocks, size_t n,
-                            uint64_t deadline_ns)
-{
-    mem_store *s = (mem_store *)base;
-    for (size_t i = 0; i < n; i++) {
-        kvf__store_block *b = &blocks[i];
-        b->msg[0] = '\0';
-        if (past(deadline_ns)) {
-            kvf__store_block_fail(b, KVF_ERR_TIMEOUT, "remote block 0x%llx: %s: deadline passed",
-                                  (unsigned long long)b->key, base->where);
-            continue;
-        }
-        b->status = put_one(s, b);
-        if (b->status != KVF_OK)
-            snprintf(b->msg, sizeof b->msg, "%s", kvf_last_error());
-    }
-    return first_failure(blocks, n, false);
 }
 
 /* A value, copied out under the map's lock, checked as Redis's are. */
@@ -256,66 +222,74 @@ static kvf_status get_one(mem_store *s, kvf__store_block *b)
     return st;
 }
 
-static kvf_status mem_read(kvf__store *base, kvf__store_block *blocks, size_t n,
-                           uint64_t deadline_ns)
+/* remove (drop) or exists of one block. */
+static kvf_status keyed_one(mem_store *s, kvf__store_block *b, bool drop)
 {
-    mem_store *s = (mem_store *)base;
+    mem_map *m = s->map;
+    pthread_mutex_lock(&m->mu);
+    mem_value **link = NULL;
+    mem_value *v = find(m, s->ns_hash, b->key, &link);
+    if (v && drop) {
+        *link = v->next;
+        m->count--;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (v && drop) {
+        free(v->bytes);
+        free(v);
+    }
+    return v || drop ? KVF_OK : KVF_ERR_NOT_FOUND;
+}
+
+static kvf_status drop_one(mem_store *s, kvf__store_block *b)
+{
+    return keyed_one(s, b, true);
+}
+
+static kvf_status exists_one(mem_store *s, kvf__store_block *b)
+{
+    return keyed_one(s, b, false);
+}
+
+/* A batch call: `one` on every block, until the deadline. */
+static kvf_status each(kvf__store *base, kvf__store_block *blocks, size_t n, uint64_t deadline_ns,
+                       kvf_status (*one)(mem_store *s, kvf__store_block *b), bool miss_ok)
+{
     for (size_t i = 0; i < n; i++) {
         kvf__store_block *b = &blocks[i];
         b->msg[0] = '\0';
-        if (past(deadline_ns)) {
+        if (deadline_ns && kvf__now_ns() > deadline_ns) {
             kvf__store_block_fail(b, KVF_ERR_TIMEOUT, "remote block 0x%llx: %s: deadline passed",
                                   (unsigned long long)b->key, base->where);
             continue;
         }
-        b->status = get_one(s, b);
+        b->status = one((mem_store *)base, b);
         if (b->status != KVF_OK && b->status != KVF_ERR_NOT_FOUND)
             snprintf(b->msg, sizeof b->msg, "%s", kvf_last_error());
     }
-    return first_failure(blocks, n, true);
+    return kvf__store_first_failure(blocks, n, miss_ok);
 }
 
-/* remove (drop) or exists on every block. */
-static kvf_status keyed(kvf__store *base, kvf__store_block *blocks, size_t n, uint64_t deadline_ns,
-                        bool drop)
+static kvf_status mem_write(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns)
 {
-    mem_store *s = (mem_store *)base;
-    mem_map *m = s->map;
-    for (size_t i = 0; i < n; i++) {
-        kvf__store_block *b = &blocks[i];
-        b->msg[0] = '\0';
-        if (past(deadline_ns)) {
-            kvf__store_block_fail(b, KVF_ERR_TIMEOUT, "remote block 0x%llx: %s: deadline passed",
-                                  (unsigned long long)b->key, base->where);
-            continue;
-        }
-        pthread_mutex_lock(&m->mu);
-        mem_value **link = NULL;
-        mem_value *v = find(m, s->ns_hash, b->key, &link);
-        if (v && drop) {
-            *link = v->next;
-            m->count--;
-        }
-        pthread_mutex_unlock(&m->mu);
-        b->status = v || drop ? KVF_OK : KVF_ERR_NOT_FOUND;
-        if (v && drop) {
-            free(v->bytes);
-            free(v);
-        }
-    }
-    return first_failure(blocks, n, true);
+    return each(s, blocks, n, deadline_ns, put_one, false);
+}
+
+static kvf_status mem_read(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns)
+{
+    return each(s, blocks, n, deadline_ns, get_one, true);
 }
 
 static kvf_status mem_remove(kvf__store *s, kvf__store_block *blocks, size_t n,
                              uint64_t deadline_ns)
 {
-    return keyed(s, blocks, n, deadline_ns, true);
+    return each(s, blocks, n, deadline_ns, drop_one, false);
 }
 
 static kvf_status mem_exists(kvf__store *s, kvf__store_block *blocks, size_t n,
                              uint64_t deadline_ns)
 {
-    return keyed(s, blocks, n, deadline_ns, false);
+    return each(s, blocks, n, deadline_ns, exists_one, true);
 }
 
 /* Visits the namespace's blocks whose header checks, from a snapshot taken
