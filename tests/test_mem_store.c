@@ -3,7 +3,8 @@
  * remove through the store, a corrupted value refused for its block only,
  * batches of many chunks in flight at once, blocks shared by two engines
  * and kept across an engine's restart, namespaces apart, and the store
- * ops called directly (list, short buffers, bad URLs). */
+ * ops called directly (list, short buffers, bad URLs), on mem:// and on a
+ * file store. */
 #include "engine.h"
 #include "mem_store.h"
 #include "testutil.h"
@@ -354,6 +355,61 @@ static int test_file_store(void)
     return 0;
 }
 
+/* A store opened from a file:// URL: every op on its own directory, the
+ * host images copied in and out by the store; no remote tier. */
+static int test_file_url_store(void)
+{
+    char dir[256], url[300];
+    REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
+    snprintf(url, sizeof url, "file://%s", dir);
+    kvf__store_config cfg = {url, "nsf", 0x99, 0, 0};
+    kvf__store *s = NULL;
+    REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
+    CHECK(!strcmp(s->kind, "file") && s->ops->commit && s->ops->discard);
+    uint8_t payload[2][5000], back[5000];
+    kvf__store_block blk[2];
+    for (int i = 0; i < 2; i++) {
+        test_fill_random(payload[i], sizeof payload[i], 80 + (uint64_t)i);
+        blk[i] = (kvf__store_block){.key = 0x70 + (uint64_t)i,
+                                    .tokens = 3,
+                                    .pools = 2,
+                                    .buf = payload[i],
+                                    .payload_bytes = sizeof payload[i]};
+    }
+    CHECK_STATUS(s->ops->write(s, blk, 2, 0), KVF_OK);
+    CHECK_STATUS(s->ops->commit(s), KVF_OK);
+    listed l = {0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, 2);
+    blk[0] = (kvf__store_block){.key = 0x71, .buf = back, .cap = sizeof back};
+    blk[1] = (kvf__store_block){.key = 0x72, .buf = back, .cap = sizeof back};
+    CHECK_STATUS(s->ops->read(s, blk, 2, 0), KVF_OK);
+    CHECK_STATUS(blk[0].status, KVF_OK);
+    CHECK_STATUS(blk[1].status, KVF_ERR_NOT_FOUND);
+    CHECK_MEM_EQ(back, payload[1], sizeof back);
+    CHECK(blk[0].tokens == 3 && blk[0].pools == 2 && blk[0].payload_bytes == sizeof back);
+    /* a buffer too small for the block */
+    blk[0] = (kvf__store_block){.key = 0x70, .buf = back, .cap = 100};
+    CHECK_STATUS(s->ops->read(s, blk, 1, 0), KVF_ERR_RANGE);
+    CHECK_STR_HAS(blk[0].msg, "0x70");
+    bool emptied = true;
+    CHECK_STATUS(s->ops->discard(s, 0x70, &emptied), KVF_OK);
+    uint64_t keys[2] = {0x70, 0x71};
+    kvf_status st[2];
+    CHECK_STATUS(kvf__store_exists(s, keys, 2, 0, st), KVF_OK);
+    CHECK(st[0] == KVF_ERR_NOT_FOUND && st[1] == KVF_OK);
+    kvf__store_close(s);
+
+    /* a file store is no remote tier */
+    kvf_engine_config ec = KVF_ENGINE_CONFIG_INIT;
+    ec.backend = KVF_BACKEND_HOST;
+    ec.remote_url = url;
+    kvf_engine *e = NULL;
+    CHECK_STATUS(kvf_engine_create(&ec, &e), KVF_ERR_INVALID);
+    test_rmtree(dir);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_round_trip);
@@ -361,5 +417,6 @@ int main(void)
     RUN(test_many_chunks_shared);
     RUN(test_store_ops);
     RUN(test_file_store);
+    RUN(test_file_url_store);
     return TEST_RESULT();
 }

@@ -3,8 +3,9 @@
  * process-wide map per NAME, so two engines, or a cache restarted in the
  * same process, see the same blocks; nothing survives the process. Values
  * are the stored form (header and CRC-32C), checked on read as Redis's
- * are. For tests of the remote tier without a server, and a sketch of
- * what a new store needs.
+ * are; stored blocks do not expire (ttl_s is not applied). For tests of
+ * the remote tier without a server, and a sketch of what a new store
+ * needs.
  */
 #ifndef KVF_STORE_MEM_STORE_H
 #define KVF_STORE_MEM_STORE_H
