@@ -1,7 +1,8 @@
 /*
- * The engine's private header, shared by the engine's files. The engine: pools and slots, batches
- * of moves, hazards between them, completion with a status per move, and sync with a caller's
- * stream.
+ * What the engine's files share (src/engine/). The engine: pools and
+ * slots, batches of moves, hazards between them, completion with a status
+ * per move, and sync with a caller's stream. A slow tier is a store
+ * (store.h) the engine runs chunks against (tier_ops).
  *
  * Scheduling. Every batch is checked and registered under the engine lock:
  * for each slot or file it reads it depends on the pending writer (read
@@ -366,7 +367,6 @@ KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, const kvf__
 /* execute_file.c */
 KVF_INTERNAL void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i);
 KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
-KVF_INTERNAL kvf_status kvf__run_copy_move(kvf_engine *e, const batch *b, size_t i);
 
 /* execute_store.c */
 KVF_INTERNAL kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p);

@@ -264,19 +264,6 @@ static void run_file_moves(worker *w, batch *b, size_t first, size_t last)
         drop_failed_files(e, b, first, last);
 }
 
-kvf_status kvf__run_copy_move(kvf_engine *e, const batch *b, size_t i)
-{
-    kvf__copy copies[64];
-    kvf_status st = KVF_OK;
-    for (uint32_t p = 0; p < e->npools && st == KVF_OK; p += 64) {
-        uint32_t k = 0;
-        for (; k < 64 && p + k < e->npools; k++)
-            copies[k] = kvf__move_copy(e, b->kind, p + k, &b->moves[i]);
-        st = e->backend->ops->copy_sync(e->backend, b->queue, copies, k);
-    }
-    return st;
-}
-
 /* A chunk of file moves, its time kept for the engine's debug log. */
 static void file_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
 {

@@ -3,6 +3,20 @@
  */
 #include "engine_private.h"
 
+/* A move between slots, run on a worker (the host backend). */
+static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
+{
+    kvf__copy copies[64];
+    kvf_status st = KVF_OK;
+    for (uint32_t p = 0; p < e->npools && st == KVF_OK; p += 64) {
+        uint32_t k = 0;
+        for (; k < 64 && p + k < e->npools; k++)
+            copies[k] = kvf__move_copy(e, b->kind, p + k, &b->moves[i]);
+        st = e->backend->ops->copy_sync(e->backend, b->queue, copies, k);
+    }
+    return st;
+}
+
 /* How many moves one worker takes from a batch at a time: its slow
  * tier's chunk, or about 4 MiB of copies; no more than an even share, so
  * a large batch spreads over all workers. */
@@ -68,7 +82,7 @@ void *kvf__worker_main(void *arg)
         for (size_t i = first; i < last && !kind_on_workers(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
-            kvf_status st = kvf__run_copy_move(e, b, i);
+            kvf_status st = run_copy_move(e, b, i);
             if (st != KVF_OK)
                 kvf__fail_copy(b, i, st, kvf_last_error());
         }
