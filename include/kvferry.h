@@ -381,16 +381,20 @@ typedef struct kvf_engine_file_config {
 } kvf_engine_file_config;
 
 /**
- * The engine's remote tier (Redis; kvf_engine_config.remote). url NULL:
- * $KVF_REMOTE_URL, or none when unset.
+ * The engine's remote tier (Redis, or memory; kvf_engine_config.remote).
+ * url NULL: $KVF_REMOTE_URL, or none when unset.
  *   redis://[user[:pass]@]host[:port][/db]      one server
  *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
+ *   mem://NAME   blocks in this process's memory, shared by its engines
+ *                that name NAME ([A-Za-z0-9._-]{1,64}), gone with the
+ *                process: for tests, and needs no hiredis
  * Blocks are stored under kvf:<file.namespace_>:<key>, in the file tier's
  * format (header and checksum), so engines on other machines with the same
  * namespace and layout share them. The server is reached on the tier's
  * first use (a remote move, or a cache's remote lookup); when it cannot
  * be, remote moves fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and a new
- * connection is tried at most once a second. Needs a build with hiredis.
+ * connection is tried at most once a second. redis:// and
+ * redis-cluster:// need a build with hiredis.
  */
 typedef struct kvf_engine_remote_config {
     const char *url;
@@ -599,8 +603,8 @@ typedef enum kvf_tier {
     KVF_TIER_HOST = 0,  /* the secondary slots: the reference's DRAM mode */
     KVF_TIER_FILE = 1,  /* block files: the reference's GDS and POSIX modes,
                            chosen by kvf_engine_config.file.io */
-    KVF_TIER_REMOTE = 2 /* a Redis server or cluster (remote.url); dst / src
-                           is the block key, as for files */
+    KVF_TIER_REMOTE = 2 /* a Redis server or cluster, or mem:// (remote.url);
+                           dst / src is the block key, as for files */
 } kvf_tier;
 
 /**
