@@ -829,7 +829,7 @@ static void gds_setup(kvf_engine *e)
     char why[sizeof e->gds_probe.detail + 96];
     kvf_status st = KVF_ERR_UNSUPPORTED;
     if (e->backend_kind != KVF_BACKEND_CUDA) {
-        e->gds_probe.found = KVF_GDS_ABSENT;
+        e->gds_probe.found = KVF_GDS_STATE_ABSENT;
         snprintf(e->gds_probe.detail, sizeof e->gds_probe.detail,
                  "the host backend keeps no block in device memory");
         snprintf(why, sizeof why, "%s", e->gds_probe.detail);
@@ -1162,6 +1162,23 @@ void kvf_engine_destroy(kvf_engine *e)
 kvf_backend kvf_engine_backend(const kvf_engine *e)
 {
     return e ? e->backend_kind : KVF_BACKEND_AUTO;
+}
+
+const char *kvf_tier_name(kvf_tier tier)
+{
+    switch (tier) {
+    case KVF_TIER_HOST:
+        return "host";
+    case KVF_TIER_DISK:
+        return "disk";
+    case KVF_TIER_REMOTE:
+        return "remote";
+    case KVF_TIER_GPU:
+        return "gpu";
+    case KVF_TIER_COUNT:
+        break;
+    }
+    return "?";
 }
 
 const char *kvf_backend_name(kvf_backend backend)
@@ -1880,7 +1897,7 @@ static kvf_status submit_batch(kvf_engine *e, op_kind kind, bool checked, const 
         size_t bk = b->id % TICKET_BUCKETS;
         b->next_ticket = e->tickets[bk];
         e->tickets[bk] = b;
-        *ticket_p = b->id;
+        *ticket_p = (kvf_ticket){b->id};
     }
     kvf_status ret = KVF_OK;
     if (!group) {
@@ -1938,27 +1955,47 @@ refuse_checked:
     return st;
 }
 
-/* A batch to or from one of the tiers below the primary slots: the kind
- * for each tier in kvf_tier's order. */
-static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, const op_kind kinds[3],
+/* The op kind of an engine call on `tier`: kinds[tier], one per tier below
+ * the primary slots in kvf_tier's order; a negative entry (-1: the tier
+ * cannot be taken, -2: not by this engine) or a tier outside them refuses
+ * the call, naming the tier. */
+static kvf_status tier_kind(const char *fn, kvf_tier tier, const int kinds[3], op_kind *kind_p)
+{
+    if ((unsigned)tier >= KVF_TIER_COUNT)
+        return kvf__fail(KVF_ERR_INVALID, "%s: tier %d unknown", fn, (int)tier);
+    int k = (unsigned)tier < 3 ? kinds[tier] : -1;
+    if (k == -2)
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "%s: tier %s: the %s tier moves primary slots only (offload to it, "
+                         "onboard from it)",
+                         fn, kvf_tier_name(tier), kvf_tier_name(tier));
+    if (k < 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: tier %s is not one this call takes", fn,
+                         kvf_tier_name(tier));
+    *kind_p = (op_kind)k;
+    return KVF_OK;
+}
+
+static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, const int kinds[3],
                               const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
-    if ((unsigned)tier > KVF_TIER_REMOTE)
-        return kvf__fail(KVF_ERR_INVALID, "%s: tier %d unknown", fn, (int)tier);
-    return submit(e, kinds[tier], moves, n, ticket_p);
+    kvf__clear_error();
+    op_kind kind;
+    kvf_status st = tier_kind(fn, tier, kinds, &kind);
+    return st != KVF_OK ? st : submit(e, kind, moves, n, ticket_p);
 }
 
 kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const op_kind kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
     return submit_tier(e, "kvf_offload", to, kinds, moves, n, ticket_p);
 }
 
 kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const op_kind kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
+    static const int kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
     return submit_tier(e, "kvf_onboard", from, kinds, moves, n, ticket_p);
 }
 
@@ -1967,19 +2004,29 @@ kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *
     return submit(e, OP_COPY, moves, n, ticket_p);
 }
 
-kvf_status kvf_demote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+kvf_status kvf_demote(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
+                      kvf_ticket *ticket_p)
 {
-    return submit(e, OP_DEMOTE, moves, n, ticket_p);
+    static const int kinds[3] = {-1, OP_DEMOTE, -2};
+    return submit_tier(e, "kvf_demote", to, kinds, moves, n, ticket_p);
 }
 
-kvf_status kvf_promote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+kvf_status kvf_promote(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
+                       kvf_ticket *ticket_p)
 {
-    return submit(e, OP_PROMOTE, moves, n, ticket_p);
+    static const int kinds[3] = {-1, OP_PROMOTE, -2};
+    return submit_tier(e, "kvf_promote", from, kinds, moves, n, ticket_p);
 }
 
-static kvf_status submit_removal(kvf_engine *e, op_kind kind, const uint64_t *keys, size_t n,
-                                 kvf_ticket *ticket_p)
+kvf_status kvf_remove(kvf_engine *e, kvf_tier tier, const uint64_t *keys, size_t n,
+                      kvf_ticket *ticket_p)
 {
+    static const int kinds[3] = {-1, OP_REMOVE, OP_REMOVE_REMOTE};
+    kvf__clear_error();
+    op_kind kind;
+    kvf_status st = tier_kind("kvf_remove", tier, kinds, &kind);
+    if (st != KVF_OK)
+        return st;
     if (!e || n == 0)
         return submit(e, kind, NULL, n, ticket_p);
     if (!keys)
@@ -1991,19 +2038,9 @@ static kvf_status submit_removal(kvf_engine *e, op_kind kind, const uint64_t *ke
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_names[kind]);
     for (size_t i = 0; i < n; i++)
         moves[i] = (kvf_move){keys[i], keys[i], 0};
-    kvf_status st = submit(e, kind, moves, n, ticket_p);
+    st = submit(e, kind, moves, n, ticket_p);
     free(moves);
     return st;
-}
-
-kvf_status kvf_file_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
-{
-    return submit_removal(e, OP_REMOVE, keys, n, ticket_p);
-}
-
-kvf_status kvf_remote_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
-{
-    return submit_removal(e, OP_REMOVE_REMOTE, keys, n, ticket_p);
 }
 
 /* ---- for the cache ----------------------------------------------------------- */
@@ -2011,10 +2048,14 @@ kvf_status kvf_remote_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_
 kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const kvf_move *moves,
                                     size_t n, kvf_ticket *ticket_p)
 {
-    static const op_kind kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
-    if (!copy && (unsigned)to > KVF_TIER_REMOTE)
-        return kvf__fail(KVF_ERR_INVALID, "offload: tier %d unknown", (int)to);
-    return submit_batch(e, copy ? OP_COPY : kinds[to], true, moves, n, ticket_p);
+    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    op_kind kind = OP_COPY;
+    if (!copy) {
+        kvf_status st = tier_kind("offload", to, kinds, &kind);
+        if (st != KVF_OK)
+            return st;
+    }
+    return submit_batch(e, kind, true, moves, n, ticket_p);
 }
 
 void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n)
@@ -3157,8 +3198,8 @@ static void *worker_main(void *arg)
 
 static batch **ticket_slot(kvf_engine *e, kvf_ticket t)
 {
-    batch **pp = &e->tickets[t % TICKET_BUCKETS];
-    while (*pp && (*pp)->id != t)
+    batch **pp = &e->tickets[t.id % TICKET_BUCKETS];
+    while (*pp && (*pp)->id != t.id)
         pp = &(*pp)->next_ticket;
     return pp;
 }
@@ -3205,13 +3246,13 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
 {
     kvf__clear_error();
     if (!e)
-        return kvf__fail(KVF_ERR_INVALID, "ticket %llu: engine is NULL", (unsigned long long)t);
+        return kvf__fail(KVF_ERR_INVALID, "ticket %llu: engine is NULL", (unsigned long long)t.id);
     engine_lock(e);
     batch **pp = ticket_slot(e, t);
     if (!*pp) {
         pthread_mutex_unlock(&e->mu);
         return kvf__fail(KVF_ERR_UNKNOWN_TICKET, "ticket %llu: unknown or already retired",
-                         (unsigned long long)t);
+                         (unsigned long long)t.id);
     }
     batch *b = *pp;
     while (b->state != B_DONE) {
@@ -3252,7 +3293,7 @@ static kvf_status ticket_errors(kvf_engine *e, kvf_ticket t, bool block, kvf_sta
     if (!errors && cap) {
         kvf__clear_error();
         return kvf__fail(KVF_ERR_INVALID, "ticket %llu: errors is NULL with cap = %zu",
-                         (unsigned long long)t, cap);
+                         (unsigned long long)t.id, cap);
     }
     kvf__move_error *list = NULL;
     bool done = false;
