@@ -366,20 +366,23 @@ typedef struct kvf_engine_config {
     /* CUDA backend only. */
     kvf_cuda_copy cuda_copy; /* env KVF_CUDA_COPY=auto|kernel|dma overrides AUTO */
     uint32_t cuda_copy_sms;  /* thread blocks of the copy kernel; 0: 32 */
-    /* Remote tier (Redis). NULL: $KVF_REMOTE_URL, or none when unset.
+    /* Remote tier (Redis, or memory). NULL: $KVF_REMOTE_URL, or none when unset.
      *   redis://[user[:pass]@]host[:port][/db]      one server
      *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
+     *   mem://NAME   blocks in this process's memory, shared by its engines
+     *                that name NAME ([A-Za-z0-9._-]{1,64}), gone with the
+     *                process: for tests, and needs no hiredis
      * Blocks are stored under kvf:<file_namespace>:<key>, in the file tier's
      * format (header and checksum), so engines on other machines with the
      * same namespace and layout share them. The server is reached on the
      * tier's first use (a remote move, or a cache's remote lookup); when it
      * cannot be, remote moves fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and
-     * a new connection is tried at most once a second. Needs a build with
-     * hiredis. */
+     * a new connection is tried at most once a second. redis:// and
+     * redis-cluster:// need a build with hiredis. */
     const char *remote_url;
     uint32_t remote_ttl_s; /* expiry of stored blocks; 0: none */
-    /* Connect timeout, and the time a remote batch (kvf_offload / kvf_onboard
-     * on KVF_TIER_REMOTE, kvf_remote_remove) has: it completes within this plus
+    /* Connect timeout, and the time a remote batch (kvf_offload, kvf_onboard
+     * or kvf_remove on KVF_TIER_REMOTE) has: it completes within this plus
      * its bytes at 256 MiB/s (a floor far below a Redis node's pace) from
      * when it starts to run, however many blocks it has and however slowly
      * a node sends or takes bytes; moves not done by then fail with
@@ -567,9 +570,9 @@ typedef enum kvf_tier {
     KVF_TIER_HOST = 0,   /* the secondary slots: the reference's DRAM mode */
     KVF_TIER_DISK = 1,   /* block files: the reference's GDS and POSIX modes,
                             chosen by kvf_engine_config.file_io */
-    KVF_TIER_REMOTE = 2, /* a Redis server or cluster (remote_url), shared
-                            between engines; dst / src is the block key, as
-                            for files */
+    KVF_TIER_REMOTE = 2, /* a Redis server or cluster, or mem:// (remote_url),
+                            shared between engines; dst / src is the block
+                            key, as for files */
     KVF_TIER_GPU = 3,    /* the primary slots themselves: the end of every
                             engine move, so no engine call takes it as its
                             tier; a cache's GPU tier (gpu_blocks) */

@@ -17,7 +17,7 @@ typedef enum kvf__tl_event {
     KVF_TL_COPIED,     /* the backend said a call of batch `id` ended */
     KVF_TL_COMPLETE,   /* batch `id` completed */
     KVF_TL_CHUNK,      /* a worker finished a chunk of n moves of batch `id` */
-    KVF_TL_LOCKWAIT,   /* a thread waited n ns for the engine lock, at line `id` of engine.c */
+    KVF_TL_LOCKWAIT,   /* a thread waited n ns for the engine lock, at line `id` of src/engine/ */
     KVF_TL_GPU_QUEUED, /* the CUDA backend queued record `id` (queue << 56 | position): n copies */
     KVF_TL_GPU_ENDED,  /* ... and its watcher saw it end */
     KVF_TL_COUNT

@@ -7,6 +7,7 @@
 
 #include "blockfile.h"
 #include "status.h"
+#include "store.h"
 
 /* Fixes the engine's pools (as its first transfer would) so that its slot
  * counts are known; KVF_ERR_STATE without pools. */
@@ -66,13 +67,23 @@ KVF_INTERNAL size_t kvf__engine_block_bytes(const kvf_engine *e);
 /* Whether moves between the engine's primary slots and files go through
  * cuFile (the GDS path). */
 KVF_INTERNAL bool kvf__engine_gds(const kvf_engine *e);
-/* The engine's block directory, or NULL without a file tier. */
+/* The engine's block directory, or NULL without a file tier. Callers
+ * move to kvf__engine_store(e, KVF_TIER_DISK). */
 KVF_INTERNAL kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e);
-/* Whether the engine has a remote tier configured, and its connection
- * (made on first use; an error while it cannot be made). */
+/* Whether the engine has a remote tier configured, and its Redis client
+ * (connected on first use; an error while it cannot be, and
+ * KVF_ERR_UNSUPPORTED for a store other than Redis, such as mem://).
+ * Callers move to kvf__engine_store(e, KVF_TIER_REMOTE). */
 struct kvf__remote;
 KVF_INTERNAL bool kvf__engine_has_remote(const kvf_engine *e);
 KVF_INTERNAL kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p);
+
+/* The store of a slow tier (KVF_TIER_DISK, KVF_TIER_REMOTE), for callers
+ * asking what a tier holds (kvf__store_list, kvf__store_exists,
+ * kvf__store_remove): NULL where the tier is not configured, or (the
+ * remote tier) cannot be connected to now, kvf_last_error() saying why.
+ * The engine keeps it while it lives; its moves go through the engine. */
+KVF_INTERNAL kvf__store *kvf__engine_store(kvf_engine *e, kvf_tier tier);
 
 /* The config file the engine read at create (NULL: none), for its caches. */
 KVF_INTERNAL const char *kvf__engine_config_file(const kvf_engine *e);

@@ -18,7 +18,7 @@
  * cuFile 1.14 on); otherwise compat. A file system cuFile cannot drive
  * directly (say, a virtio disk) still takes compat mode per file.
  *
- * Data path (with engine.c). A block image (header, payload, zero padding
+ * Data path (execute_file.c). A block image (header, payload, zero padding
  * to 4096) is built in a device staging slot: slot regions gathered into it
  * by device-to-device copies, its CRC-32C computed by a kernel, the header
  * packed on the host and copied in front. cuFileWrite writes the image into

@@ -1,0 +1,232 @@
+/*
+ * Copy batches handed whole to a backend with asynchronous copies
+ * (copy_async), and their completions.
+ */
+#include "engine_private.h"
+
+/* ---- execution -------------------------------------------------------------- */
+
+/* What kvf_geometry_region gives for a checked token count, without the
+ * checks (done at kvf__submit): this runs for every move of every pool. */
+kvf_region kvf__pool_region(const pool *pl, uint32_t tokens)
+{
+    if (tokens == 0 || tokens >= pl->g.tokens_per_block)
+        return (kvf_region){1, pl->block_bytes, pl->block_bytes};
+    size_t row_bytes = tokens * pl->token_bits / 8;
+    if (pl->rows == 1)
+        return (kvf_region){1, row_bytes, row_bytes};
+    return (kvf_region){pl->rows, row_bytes, pl->pitch};
+}
+
+/* The copy of pool p for one move in host or copy mode: the region of the
+ * first `tokens` tokens, at the same place in source and destination. */
+kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kvf_move *mv)
+{
+    const pool *pl = &e->pools[p];
+    const mem_array *src = kind == OP_ONBOARD_HOST ? &pl->secondary : &pl->primary;
+    const mem_array *dst = kind == OP_OFFLOAD_HOST ? &pl->secondary : &pl->primary;
+    kvf_region r = kvf__pool_region(pl, mv->tokens);
+    kvf__copy c = {
+        slot_addr(dst, mv->dst), slot_addr(src, mv->src), r.row_bytes, r.rows, r.pitch, r.pitch};
+    return c;
+}
+
+/* Copies handed to the backend per call: the GPU starts on the first
+ * chunk while the next is described, so submission overlaps the copy. */
+#define ASYNC_CHUNK_COPIES 4096u
+
+/* Ends an async batch once its last chunk and its issuer are done. Lock held. */
+static void async_release(kvf_engine *e, batch *b)
+{
+    if (--b->async_left)
+        return;
+    for (size_t i = 0; i < b->n && b->async_status != KVF_OK; i++)
+        if (b->status[i] == KVF_INPROGRESS)
+            kvf__fail_copy(b, i, b->async_status, b->async_msg);
+    kvf__complete_batch(e, b);
+}
+
+/* `why`: the backend's detail of a failure, or NULL for its status's text. */
+static void async_finish(kvf_engine *e, batch *b, kvf_status status, const char *why)
+{
+    if (status != KVF_OK && b->async_status == KVF_OK) {
+        b->async_status = status;
+        snprintf(b->async_msg, sizeof b->async_msg, "the device copy failed: %.130s",
+                 why && *why ? why : kvf_status_str(status));
+    }
+    async_release(e, b);
+}
+
+/* The backend's callback: completes the chunk here when the engine lock
+ * is free, else hands it to the completion thread (a submitter can hold
+ * the lock for hundreds of microseconds, and the backend's thread has
+ * other batches to end). */
+static void async_done(void *arg, kvf_status status)
+{
+    batch *b = arg;
+    kvf_engine *e = b->engine;
+    KVF_TIMELINE(KVF_TL_COPIED, b->id, 0);
+    if (status != KVF_OK) {
+        /* the backend set this thread's detail just before calling: kept
+         * for the moves' messages, so a failure (rare) waits for the lock
+         * rather than travel through the queue without it */
+        char why[sizeof b->async_msg];
+        snprintf(why, sizeof why, "%s", kvf_last_error());
+        engine_lock(e);
+        async_finish(e, b, status, why);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    if (pthread_mutex_trylock(&e->mu) == 0) {
+        async_finish(e, b, status, NULL);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    pthread_mutex_lock(&e->cb_mu);
+    if (e->cb_n == e->cb_cap) {
+        size_t cap = e->cb_cap ? 2 * e->cb_cap : 64;
+        async_event *ev = realloc(e->cb_events, cap * sizeof *ev);
+        if (!ev) {
+            /* no room: complete it here, waiting for the lock after all */
+            pthread_mutex_unlock(&e->cb_mu);
+            engine_lock(e);
+            async_finish(e, b, status, NULL);
+            pthread_mutex_unlock(&e->mu);
+            return;
+        }
+        e->cb_events = ev;
+        e->cb_cap = cap;
+    }
+    e->cb_events[e->cb_n++] = (async_event){b, status};
+    pthread_cond_signal(&e->cb_cv);
+    pthread_mutex_unlock(&e->cb_mu);
+}
+
+void *kvf__completion_main(void *arg)
+{
+    kvf_engine *e = arg;
+    pthread_mutex_lock(&e->cb_mu);
+    for (;;) {
+        while (e->cb_n == 0 && !e->cb_stop)
+            pthread_cond_wait(&e->cb_cv, &e->cb_mu);
+        if (e->cb_n == 0)
+            break;
+        /* take every queued event; the callback fills the spare array */
+        async_event *ev = e->cb_events;
+        size_t n = e->cb_n, cap = e->cb_cap;
+        e->cb_events = e->cb_spare;
+        e->cb_cap = e->cb_spare_cap;
+        e->cb_n = 0;
+        e->cb_spare = NULL;
+        e->cb_spare_cap = 0;
+        pthread_mutex_unlock(&e->cb_mu);
+        engine_lock(e);
+        for (size_t i = 0; i < n; i++)
+            async_finish(e, ev[i].b, ev[i].status, NULL);
+        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&e->cb_mu);
+        if (!e->cb_spare) {
+            e->cb_spare = ev;
+            e->cb_spare_cap = cap;
+        } else {
+            free(ev);
+        }
+    }
+    pthread_mutex_unlock(&e->cb_mu);
+    return NULL;
+}
+
+/* Ends the completion thread (every batch already complete). */
+void kvf__completion_stop(kvf_engine *e)
+{
+    if (e->cb_started) {
+        pthread_mutex_lock(&e->cb_mu);
+        e->cb_stop = true;
+        pthread_cond_signal(&e->cb_cv);
+        pthread_mutex_unlock(&e->cb_mu);
+        pthread_join(e->cb_thread, NULL);
+        e->cb_started = false;
+    }
+    free(e->cb_events);
+    free(e->cb_spare);
+    e->cb_events = e->cb_spare = NULL;
+    pthread_mutex_destroy(&e->cb_mu);
+    pthread_cond_destroy(&e->cb_cv);
+}
+
+/* Hands a ready copy batch to an asynchronous backend, in chunks. Called
+ * with the lock held; drops it while the backend queues the copies. The
+ * issuer holds one count of async_left, so the batch cannot complete (and
+ * be freed) before the last chunk is queued. */
+void kvf__issue_async(kvf_engine *e, batch *b)
+{
+    KVF_TIMELINE(KVF_TL_ISSUE, b->id, b->n);
+    size_t live = 0; /* moves still to copy */
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->status[i] != KVF_INPROGRESS)
+            continue;
+        if (kvf__source_lost(e, b, i))
+            kvf__fail_lost_source(b, i);
+        else
+            live++;
+    }
+    size_t need = b->n * e->npools < ASYNC_CHUNK_COPIES + e->npools
+                      ? b->n * e->npools
+                      : ASYNC_CHUNK_COPIES + e->npools;
+    if (b->copies_cap < need) {
+        free(b->copies);
+        b->copies = malloc(need * sizeof *b->copies);
+        b->copies_cap = b->copies ? need : 0;
+    }
+    if (!b->copies) {
+        for (size_t i = 0; i < b->n; i++)
+            if (b->status[i] == KVF_INPROGRESS)
+                kvf__fail_copy(b, i, KVF_ERR_NOMEM, "out of memory for the batch's copies");
+        kvf__complete_batch(e, b);
+        return;
+    }
+    /* a count for each chunk to be handed over, taken now so that the
+     * chunks go without the lock; those of chunks that never reached the
+     * backend are given back below */
+    size_t per_chunk = (ASYNC_CHUNK_COPIES + e->npools - 1) / e->npools;
+    uint32_t planned = (uint32_t)((live + per_chunk - 1) / per_chunk), issued = 0;
+    b->async_left = 1 + planned;
+    b->async_status = KVF_OK;
+    pthread_mutex_unlock(&e->mu);
+    /* statuses still KVF_INPROGRESS change only at completion, which the
+     * issuer's count holds off: reading them unlocked is safe */
+    kvf_status st = KVF_OK;
+    char why[sizeof b->async_msg - 32] = "";
+    for (size_t i = 0; i < b->n && st == KVF_OK;) {
+        size_t ncopies = 0;
+        for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES; i++) {
+            if (b->status[i] != KVF_INPROGRESS)
+                continue;
+            for (uint32_t p = 0; p < e->npools; p++)
+                b->copies[ncopies++] = kvf__move_copy(e, b->kind, p, &b->moves[i]);
+        }
+        if (ncopies == 0)
+            break;
+        st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
+        if (st == KVF_OK) {
+            issued++;
+        } else {
+            snprintf(why, sizeof why, "%s", kvf_last_error());
+            KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", kvf__op_names[b->kind],
+                    (unsigned long long)b->id, why);
+        }
+    }
+    engine_lock(e);
+    b->async_left -= planned - issued;
+    KVF_TIMELINE(KVF_TL_ISSUED, b->id, issued);
+    if (st != KVF_OK && b->async_status == KVF_OK) {
+        b->async_status = st;
+        snprintf(b->async_msg, sizeof b->async_msg, "not queued on the device: %s", why);
+    }
+    if (b->async_left > 1) {
+        b->on_stream = true;
+        /* a sync_stream waiting for this batch to reach the GPU may go on */
+        pthread_cond_broadcast(&e->done_cv);
+    }
+    async_release(e, b);
+}

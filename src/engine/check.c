@@ -1,0 +1,171 @@
+/*
+ * Checks of a batch's moves before it is queued: ranges, collisions,
+ * hazards.
+ */
+#include "engine_private.h"
+
+/* ---- submission ----------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A batch may not write one destination twice, nor (kvf_copy) read a slot
+ * that it also writes: the order inside a batch is not defined. File and
+ * remote keys are sorted here; slots are stamped in kvf__check_moves. */
+static kvf_status check_key_collisions(const kvf_move *moves, size_t n)
+{
+    uint64_t *v = malloc(n * sizeof *v);
+    if (!v)
+        return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
+    for (size_t i = 0; i < n; i++)
+        v[i] = moves[i].dst;
+    qsort(v, n, sizeof *v, cmp_u64);
+    kvf_status st = KVF_OK;
+    for (size_t i = 1; i < n && st == KVF_OK; i++)
+        if (v[i] == v[i - 1])
+            st = kvf__fail(KVF_ERR_INVALID,
+                           "batch: two moves write block 0x%llx; a batch writes each "
+                           "destination once",
+                           (unsigned long long)v[i]);
+    free(v);
+    return st;
+}
+
+static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_move *mv)
+{
+    space rs = kind_reads(kind);
+    space ws = kind_writes(kind);
+    const uint64_t idx[2] = {mv->src, mv->dst};
+    const space sp[2] = {rs, ws};
+    for (int k = 0; k < 2; k++) {
+        if (sp[k] == SP_PRIMARY && idx[k] >= e->primary_slots)
+            return kvf__fail(KVF_ERR_RANGE,
+                             "move %zu: primary slot %llu out of range (%u slots in every pool)", i,
+                             (unsigned long long)idx[k], e->primary_slots);
+        if (sp[k] == SP_SECONDARY && idx[k] >= e->secondary_slots)
+            return kvf__fail(KVF_ERR_RANGE,
+                             "move %zu: secondary slot %llu out of range (%u slots in every "
+                             "pool)",
+                             i, (unsigned long long)idx[k], e->secondary_slots);
+    }
+    /* every pool has the same tokens_per_block (kvf_engine_add_pool): more
+     * than a block holds is a caller's mistake, not "the whole block" */
+    uint32_t tpb = e->pools[0].g.tokens_per_block;
+    if (mv->tokens > tpb)
+        return kvf__fail(KVF_ERR_RANGE,
+                         "move %zu: %u tokens, more than pool 0's tokens_per_block (%u, shared "
+                         "by every pool)",
+                         i, mv->tokens, tpb);
+    /* the geometry was checked when the pool was added: a token count can
+     * only fail by cutting a 4-bit row inside a byte */
+    if (mv->tokens != 0 && mv->tokens < tpb) {
+        for (uint32_t p = 0; p < e->npools; p++) {
+            const pool *pl = &e->pools[p];
+            if (mv->tokens * pl->token_bits % 8 != 0)
+                return kvf__fail(KVF_ERR_UNSUPPORTED,
+                                 "move %zu: pool %u: the first %u tokens of a row are not whole "
+                                 "bytes of %s",
+                                 i, p, mv->tokens, kvf_dtype_name(pl->g.dtype));
+        }
+    }
+    return KVF_OK;
+}
+
+/* Every check of a batch's moves in one pass (the first part of a large
+ * batch waits for all of them): each move's slots and token count
+ * (check_move); collisions between its slots, by stamps in a compact
+ * array per space (the hazard entries are larger and scattered): the
+ * batch's stamp times two, plus one for a write; a read of a secondary
+ * slot holding fewer tokens than asked, or none, which fails that move
+ * (kvferry does not hand back bytes it never stored; files carry their
+ * token count in the header); and, with `cnt`, the moves per secondary
+ * slot for kvf__sort_parts. Sets status[i], and *failed_p to the number of
+ * moves failed that way. Needs submit_mu only: what it reads and stamps
+ * is fixed once frozen or written only by a kvf__submit. */
+kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n, batch *b,
+                            uint32_t *cnt, size_t *failed_p)
+{
+    kvf_status *status = b->status;
+    space ws = kind_writes(kind);
+    bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
+    bool reads_secondary = kind_reads(kind) == SP_SECONDARY;
+    bool off = kind == OP_OFFLOAD_HOST;
+    uint64_t stamp = ++e->check_epoch;
+    uint64_t *wm = ws == SP_PRIMARY ? e->mark_primary : e->mark_secondary;
+    size_t short_reads = 0;
+    uint64_t wslots = ws == SP_PRIMARY ? e->primary_slots : e->secondary_slots;
+    /* an offload's counts are per destination: a second move writing one
+     * shows there, and its stamps are not needed */
+    bool stamps = !keyed_write && !(cnt && off);
+    for (size_t i = 0; i < n; i++) {
+        const kvf_move *mv = &moves[i];
+        kvf_status st = check_move(e, kind, i, mv);
+        if (st != KVF_OK)
+            return st;
+        status[i] = KVF_INPROGRESS;
+        if (cnt && cnt[(off ? mv->dst : mv->src) + 1]++ && off)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "batch: move %zu writes secondary slot %llu, which another move of "
+                             "the batch reads or writes",
+                             i, (unsigned long long)mv->dst);
+        if (reads_secondary) {
+            uint32_t have = e->sec_tokens[mv->src], want = eff_tokens(e, mv->tokens);
+            if (have < want) {
+                status[i] = have == 0 ? KVF_ERR_NOT_FOUND : KVF_ERR_RANGE;
+                short_reads++;
+            }
+        }
+        if (i + PREFETCH_AHEAD < n) {
+            /* the scattered entries of a move ahead (a slot past the end
+             * is refused before anything of it is read) */
+            const kvf_move *ah = &moves[i + PREFETCH_AHEAD];
+            uint64_t sec = off ? ah->dst : ah->src;
+            if (cnt)
+                __builtin_prefetch(&cnt[sec < e->secondary_slots ? sec : 0], 1);
+            if (reads_secondary)
+                __builtin_prefetch(&e->sec_tokens[ah->src < e->secondary_slots ? ah->src : 0]);
+            if (stamps)
+                __builtin_prefetch(&wm[ah->dst < wslots ? ah->dst : 0], 1);
+        }
+        if (!stamps)
+            continue;
+        uint64_t *w = &wm[mv->dst];
+        if (*w >> 1 == stamp)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "batch: move %zu writes %s slot %llu, which another move of the "
+                             "batch reads or writes",
+                             i, ws == SP_PRIMARY ? "primary" : "secondary",
+                             (unsigned long long)mv->dst);
+        *w = stamp << 1 | 1u;
+        if (kind == OP_COPY) {
+            uint64_t *r = &e->mark_primary[mv->src];
+            if (*r == (stamp << 1 | 1u))
+                return kvf__fail(KVF_ERR_INVALID,
+                                 "batch: move %zu reads primary slot %llu, which the batch "
+                                 "also writes",
+                                 i, (unsigned long long)mv->src);
+            *r = stamp << 1;
+        }
+    }
+    kvf_status st = keyed_write ? check_key_collisions(moves, n) : KVF_OK;
+    *failed_p = short_reads;
+    for (size_t i = 0; i < n && short_reads && st == KVF_OK; i++) {
+        if (status[i] == KVF_INPROGRESS)
+            continue;
+        short_reads--;
+        char msg[160];
+        if (status[i] == KVF_ERR_NOT_FOUND)
+            snprintf(msg, sizeof msg, "%s: secondary slot %llu holds no block", kvf__op_names[kind],
+                     (unsigned long long)moves[i].src);
+        else
+            snprintf(msg, sizeof msg, "%s: secondary slot %llu holds %u tokens, %u asked",
+                     kvf__op_names[kind], (unsigned long long)moves[i].src,
+                     e->sec_tokens[moves[i].src], eff_tokens(e, moves[i].tokens));
+        KVF_LOG(KVF_LOG_WARN, "%s", msg);
+        kvf__move_failed(b, i, status[i], "%s", msg);
+    }
+    return st;
+}

@@ -1,0 +1,579 @@
+/*
+ * What the engine's files share (src/engine/). The engine: pools and
+ * slots, batches of moves, hazards between them, completion with a status
+ * per move, and sync with a caller's stream. A slow tier is a store
+ * (store.h) the engine runs chunks against (tier_ops).
+ *
+ * Scheduling. Every batch is checked and registered under the engine lock:
+ * for each slot or file it reads it depends on the pending writer (read
+ * after write); for each one it writes, on the pending writer and on every
+ * pending reader (write after write, write after read). A batch whose
+ * dependencies have all completed is ready. Ready batches wait in one FIFO
+ * per queue (onboards first); worker threads take chunks of a ready batch's
+ * moves, so one large batch is spread across all workers. A backend with
+ * asynchronous copies (CUDA) gets a ready copy batch in one call instead,
+ * and reports its completion from a driver callback.
+ *
+ * Lost data is never served. A move that fails marks what it wrote as
+ * poisoned with its batch id; a move that was queued to read that data
+ * (it recorded the writer's id at submit time) then fails with
+ * KVF_ERR_LOST instead of copying it. Secondary slots stay poisoned until
+ * rewritten; a failed file write removes the file.
+ */
+#ifndef KVF_ENGINE_PRIVATE_H
+#define KVF_ENGINE_PRIVATE_H
+
+#include "backend.h"
+#include "blockfile.h"
+#include "blockhdr.h"
+#include "config.h"
+#include "engine.h"
+#include "fileio.h"
+#include "gds.h"
+#include "layout.h"
+#include "log.h"
+#include "remote.h"
+#include "status.h"
+#include "store.h"
+#include "timeline.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef enum op_kind {
+    OP_OFFLOAD_HOST,
+    OP_OFFLOAD_FILE,
+    OP_ONBOARD_HOST,
+    OP_ONBOARD_FILE,
+    OP_COPY,
+    OP_DEMOTE,         /* secondary slot -> file */
+    OP_PROMOTE,        /* file -> secondary slot */
+    OP_REMOVE,         /* file removed: src = dst = key */
+    OP_OFFLOAD_REMOTE, /* primary slot -> remote key */
+    OP_ONBOARD_REMOTE, /* remote key -> primary slot */
+    OP_REMOVE_REMOTE,  /* remote key removed: src = dst = key */
+    OP_FENCE           /* nothing moved: completes once the primary slot src = dst
+                          is written by what was queued before */
+} op_kind;
+
+/* Each kind's name, for messages. */
+KVF_INTERNAL extern const char *const kvf__op_names[];
+
+/* The three spaces a move addresses: primary slots, secondary slots, files. */
+typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE, SP_REMOTE } space;
+
+typedef enum batch_state { B_WAITING, B_READY, B_RUNNING, B_DONE } batch_state;
+
+typedef struct batch batch;
+
+/* What was queued on one slot or file, by batch id (see pending_batch).
+ * Slots' entries are left as they are when a batch completes, so that a
+ * completion touches none of them: the ids of batches since done are
+ * told apart when the entry is next registered on. Files' and remote
+ * blocks' entries are cleared at completion, and dropped once empty. */
+typedef struct hazard {
+    uint64_t writer; /* the last batch queued to write here, 0: none */
+    /* readers queued since `writer`: the first inline (the common case,
+     * and one cache miss fewer per move), the others in `more` */
+    uint64_t reader0;
+    uint64_t *more;
+    uint32_t nreaders, cap;
+    /* the last batch whose write here failed, 0: none. A slot's is only
+     * current while that batch is still `writer` (see slot_poison). */
+    uint64_t poison;
+} hazard;
+
+typedef struct file_hazard {
+    uint64_t key;
+    hazard hz;
+    struct file_hazard *next;
+} file_hazard;
+
+/* The hazards of keyed objects (files, remote blocks): an entry exists
+ * only while something is pending on its key, or its last write failed. */
+typedef struct key_table {
+    file_hazard **buckets;
+    size_t nbuckets, count;
+} key_table;
+
+struct batch {
+    uint64_t id;
+    op_kind kind;
+    kvf__queue queue;
+    size_t n, cap; /* moves, and room for them in the arrays below */
+    kvf_move *moves;
+    kvf_status *status; /* KVF_INPROGRESS until the move is done */
+    uint64_t *src_dep;  /* per move: id of the write it reads, 0: none */
+    batch_state state;
+    uint32_t deps_left;
+    uint64_t dep_mark; /* the last batch that counted this one as a dependency */
+    batch **dependents;
+    size_t ndependents, dependents_cap;
+    size_t nregistered; /* moves [0, nregistered) were registered as writers */
+    size_t next_move;   /* first move no worker has claimed */
+    size_t moves_done;
+    kvf_engine *engine;
+    /* A large batch is queued as parts of at most PART_MOVES moves, so the
+     * first part is copying while the next is registered: the caller's
+     * batch is then a group, which has no hazards of its own and completes
+     * when its last part does. */
+    batch *group;     /* a part: the group it belongs to */
+    size_t group_off; /* a part: where its moves start in the group */
+    bool sorted;      /* a group: parts take its moves in `order` */
+    uint32_t *order;  /* a group: move indices in part order */
+    size_t order_cap;
+    size_t parts_left;       /* a group: parts not yet complete */
+    bool ticketed;           /* the caller holds a ticket for it */
+    bool checked;            /* reads of primary slots heed their poison (the cache's slots) */
+    bool retired;            /* its ticket was waited for */
+    uint32_t async_left;     /* chunks on the GPU, plus one while issuing */
+    kvf_status async_status; /* the first failure of an async batch */
+    char async_msg[160];     /* and its detail, for the moves it fails */
+    bool async;              /* handed to the backend's copy_async */
+    bool on_stream;          /* copy_async accepted it: the GPU orders it */
+    kvf__copy *copies;       /* the copies of an async batch */
+    size_t copies_cap;
+    batch *next_ready;
+    batch *prev_undone, *next_undone; /* every batch not done, in id order */
+    batch *next_ticket;
+    uint64_t remote_deadline_ns; /* remote kinds: set when the first chunk is claimed */
+    /* the failed moves' messages, for the ticket's caller (kvf__move_failed):
+     * pushed by whichever thread fails a move, so a lock-free stack */
+    _Atomic(kvf__move_error *) errors;
+};
+
+typedef struct mem_array {
+    kvf_memory kind;
+    uint8_t *base;
+    size_t stride;
+    uint32_t slots;
+    bool owned, registered;
+} mem_array;
+
+typedef struct pool {
+    kvf_geometry g;
+    size_t block_bytes;
+    /* the block as rows of tokens, so a move's region costs no checks:
+     * rows, their pitch, and bits per token in a row */
+    size_t rows, pitch, token_bits;
+    mem_array primary, secondary;
+    bool has_secondary;
+} pool;
+
+typedef struct worker {
+    kvf_engine *engine;
+    pthread_t thread;
+    /* file I/O: room for a chunk of moves, each a header + one block of
+     * every pool padded to the O_DIRECT alignment */
+    uint8_t *staging;
+    size_t staging_bytes;
+    kvf__gds_buf *gstaging; /* the GDS path's: device memory, registered with cuFile */
+    uint8_t *rstaging;      /* blocks of a remote batch, back to back */
+    size_t rstaging_bytes;
+    kvf__blockfile_io *ios;
+    kvf__copy *copies;
+    size_t *io_moves;
+    size_t nios;
+    struct batch *file_batch; /* the batch run_file_moves works on */
+    /* file-tier time, logged at KVF_LOG=debug when the engine ends: where a
+     * chunk's wall time goes (its slot <-> staging copies run inside it,
+     * on the I/O engine's threads too, hence the atomic) */
+    uint64_t file_chunks, file_moves, file_ns;
+    _Atomic uint64_t copy_ns;
+} worker;
+
+/* How the engine runs a slow tier's moves (execute_file.c,
+ * execute_store.c): a worker's chunk of a batch against the tier's store,
+ * how many moves make a chunk, and the time a batch's chunks have. */
+typedef struct tier_ops {
+    void (*run_chunk)(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns);
+    size_t (*chunk_moves)(const kvf_engine *e);
+    uint64_t (*deadline)(const kvf_engine *e, batch *b); /* NULL: none */
+} tier_ops;
+
+/* A slow tier: its ops and the hazards of its keys (one table per store). */
+typedef struct engine_tier {
+    const tier_ops *ops;
+    key_table hazards;
+} engine_tier;
+
+#define TICKET_BUCKETS 1024u
+/* Blocks of one remote round trip: a worker's pipelined batch. */
+#define REMOTE_CHUNK_BYTES ((size_t)8 << 20)
+#define REMOTE_CHUNK_MOVES 64u
+/* File staging of one worker, at most: bounds a chunk of file moves. */
+#define FILE_STAGING_BUDGET ((size_t)64 << 20)
+
+/* One finished chunk of an async copy batch, as the backend reported it. */
+typedef struct async_event {
+    batch *b;
+    kvf_status status;
+} async_event;
+
+struct kvf_engine {
+    kvf_engine_config cfg;
+    kvf_setting *settings; /* cfg as resolved, with sources; cfg's strings point here */
+    size_t nsettings;
+    char *file_dir, *file_namespace;
+    kvf__backend *backend;
+    kvf_backend backend_kind;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv; /* a batch became ready, or stop */
+    pthread_cond_t done_cv; /* a batch completed, or an async batch was issued */
+
+    pool *pools;
+    uint32_t npools, pools_cap;
+    bool frozen;                             /* pools fixed: the first transfer was queued */
+    uint32_t primary_slots, secondary_slots; /* slots valid in every pool */
+    size_t all_block_bytes;                  /* one block of every pool */
+
+    hazard *hz_primary, *hz_secondary;
+    uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
+    engine_tier tiers[2]; /* SP_FILE, SP_REMOTE: see tier_of */
+    uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see kvf__check_moves */
+
+    bool file_enabled;
+    kvf__blockfile_dir dir;
+    kvf__fileio_runner *fio;
+    kvf__store *file_store; /* the file tier's store, over dir and fio */
+    bool gds;               /* moves between primary slots and files go through cuFile */
+    kvf__gds_probe gds_probe;
+
+    /* The remote tier: connected on first use, and again (at most once a
+     * second) after that failed. */
+    char *remote_url;
+    kvf__store *remote;
+    pthread_mutex_t remote_mu;
+    uint64_t remote_retry_ns;
+    char remote_why[192]; /* why the last connection failed, for the moves it fails */
+
+    /* File keys whose last write failed and whose old file could not be
+     * removed (kvf__blockfile_discard): refused with KVF_ERR_LOST until
+     * written (or removed) again. Entries have no hazard; lost_mu guards. */
+    key_table lost_files;
+    pthread_mutex_t lost_mu;
+
+    uint64_t next_id;
+    batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
+    batch *undone_head, *undone_tail;
+    /* every batch not done, at live[id & (live_cap - 1)]: the ids between
+     * the oldest and the newest of them fit, so none share an entry */
+    batch **live;
+    size_t live_cap;
+    size_t undone_count;
+    batch *tickets[TICKET_BUCKETS];
+
+    uint64_t check_epoch; /* stamps hazard marks while a batch is checked */
+    uint32_t *sort_count; /* secondary_slots + 1 counters (submit_mu held) */
+
+    /* Batches are recycled: a batch of thousands of moves would otherwise
+     * cost fresh pages from the kernel on every kvf__submit. */
+    pthread_mutex_t spare_mu;
+    /* held across a whole kvf__submit, so the parts of a batch are registered
+     * with nothing in between even while `mu` is dropped to issue one */
+    pthread_mutex_t submit_mu;
+    batch *spare[40]; /* room for a large batch's parts in both directions */
+    uint32_t nspare;
+
+    worker *workers;
+    uint32_t nworkers;
+    bool stop;
+
+    /* Completions of async copy batches. The backend's callback runs on
+     * its completion thread, which watches every queue, so it must not
+     * wait for `mu` (held for a while by a kvf__submit registering a large
+     * batch): it completes a chunk itself when `mu` is free and otherwise
+     * queues it here, for the engine's completion thread to take. */
+    pthread_mutex_t cb_mu;
+    pthread_cond_t cb_cv;
+    async_event *cb_events, *cb_spare;
+    size_t cb_n, cb_cap, cb_spare_cap;
+    bool cb_stop, cb_started;
+    pthread_t cb_thread;
+};
+
+/* ---- shared between the engine's files ---------------------------------- */
+
+/* engine.c */
+KVF_INTERNAL void kvf__mem_array_release(kvf_engine *e, mem_array *m);
+
+/* engine_pools.c */
+KVF_INTERNAL kvf_status kvf__freeze(kvf_engine *e);
+
+/* hazards.c */
+KVF_INTERNAL hazard *kvf__key_hazard(key_table *t, uint64_t key, bool create);
+KVF_INTERNAL void kvf__key_table_free(key_table *t);
+KVF_INTERNAL void kvf__hazard_prune_readers(const kvf_engine *e, hazard *h);
+KVF_INTERNAL void kvf__key_hazard_prune(key_table *t, uint64_t key);
+KVF_INTERNAL bool kvf__push_id(uint64_t **arr, uint32_t n, uint32_t *cap, uint64_t id);
+KVF_INTERNAL bool kvf__push_ptr(batch ***arr, size_t *n, size_t *cap, batch *b);
+
+/* batch.c */
+KVF_INTERNAL void kvf__batch_destroy(batch *b);
+KVF_INTERNAL batch *kvf__batch_get(kvf_engine *e, size_t n, bool group);
+KVF_INTERNAL void kvf__batch_free(batch *b);
+KVF_INTERNAL void kvf__batch_release(batch *b);
+
+/* move_errors.c */
+KVF_INTERNAL void kvf__push_error(batch *b, kvf__move_error *r);
+KVF_INTERNAL void kvf__move_failed(batch *b, size_t i, kvf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+KVF_INTERNAL kvf__move_error *kvf__collect_errors(batch *b, size_t failed);
+
+/* check.c */
+KVF_INTERNAL kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves,
+                                         size_t n, batch *b, uint32_t *cnt, size_t *failed_p);
+
+/* submit.c */
+KVF_INTERNAL void kvf__ready_push(kvf_engine *e, batch *b);
+KVF_INTERNAL void kvf__ready_pop(kvf_engine *e, kvf__queue q);
+KVF_INTERNAL void kvf__sort_parts(kvf_engine *e, batch *b, const kvf_move *moves, uint32_t *cnt);
+KVF_INTERNAL kvf_status kvf__submit(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
+                                    kvf_ticket *ticket_p);
+KVF_INTERNAL kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked,
+                                          const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
+KVF_INTERNAL kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3],
+                                       op_kind *kind_p);
+
+/* complete.c */
+KVF_INTERNAL void kvf__group_done(kvf_engine *e, batch *g);
+KVF_INTERNAL void kvf__complete_batch(kvf_engine *e, batch *b);
+KVF_INTERNAL bool kvf__source_lost(kvf_engine *e, const batch *b, size_t i);
+KVF_INTERNAL void kvf__fail_lost_source(batch *b, size_t i);
+KVF_INTERNAL void kvf__fail_copy(batch *b, size_t i, kvf_status st, const char *why);
+
+/* async.c */
+KVF_INTERNAL kvf_region kvf__pool_region(const pool *pl, uint32_t tokens);
+KVF_INTERNAL kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p,
+                                      const kvf_move *mv);
+KVF_INTERNAL void *kvf__completion_main(void *arg);
+KVF_INTERNAL void kvf__completion_stop(kvf_engine *e);
+KVF_INTERNAL void kvf__issue_async(kvf_engine *e, batch *b);
+
+/* staging.c */
+KVF_INTERNAL kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need);
+KVF_INTERNAL size_t kvf__staging_slot_bytes(const kvf_engine *e);
+KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev);
+KVF_INTERNAL size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
+                                     uint8_t *payload, uint32_t tokens, uint32_t file_tokens,
+                                     kvf__copy *out);
+KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, const kvf__copy *cp);
+
+/* execute_file.c */
+KVF_INTERNAL void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i);
+KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
+
+/* execute_store.c */
+KVF_INTERNAL kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p);
+KVF_INTERNAL extern const tier_ops kvf__remote_tier_ops;
+
+/* workers.c */
+KVF_INTERNAL void *kvf__worker_main(void *arg);
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static inline uint32_t eff_tokens(const kvf_engine *e, uint32_t tokens)
+{
+    uint32_t tpb = e->pools[0].g.tokens_per_block;
+    return (tokens == 0 || tokens >= tpb) ? tpb : tokens;
+}
+
+static inline uint8_t *slot_addr(const mem_array *m, uint64_t slot)
+{
+    return m->base + (size_t)slot * m->stride;
+}
+
+static inline space kind_reads(op_kind k)
+{
+    switch (k) {
+    case OP_ONBOARD_HOST:
+    case OP_DEMOTE:
+        return SP_SECONDARY;
+    case OP_ONBOARD_FILE:
+    case OP_PROMOTE:
+    case OP_REMOVE:
+        return SP_FILE;
+    case OP_ONBOARD_REMOTE:
+    case OP_REMOVE_REMOTE:
+        return SP_REMOTE;
+    default:
+        return SP_PRIMARY;
+    }
+}
+
+static inline space kind_writes(op_kind k)
+{
+    switch (k) {
+    case OP_OFFLOAD_HOST:
+    case OP_PROMOTE:
+        return SP_SECONDARY;
+    case OP_OFFLOAD_FILE:
+    case OP_DEMOTE:
+    case OP_REMOVE:
+        return SP_FILE;
+    case OP_OFFLOAD_REMOTE:
+    case OP_REMOVE_REMOTE:
+        return SP_REMOTE;
+    default:
+        return SP_PRIMARY;
+    }
+}
+
+static inline kvf__queue kind_queue(op_kind k)
+{
+    switch (k) {
+    case OP_OFFLOAD_HOST:
+    case OP_OFFLOAD_FILE:
+    case OP_DEMOTE:
+    case OP_REMOVE:
+    case OP_OFFLOAD_REMOTE:
+    case OP_REMOVE_REMOTE:
+        return KVF_QUEUE_OFFLOAD;
+    default:
+        return KVF_QUEUE_ONBOARD;
+    }
+}
+
+/* The slow tier of a keyed space (SP_FILE, SP_REMOTE). */
+static inline engine_tier *tier_of(kvf_engine *e, space sp)
+{
+    return &e->tiers[sp == SP_REMOTE];
+}
+
+static inline bool kind_is_file(op_kind k)
+{
+    return kind_reads(k) == SP_FILE || kind_writes(k) == SP_FILE;
+}
+
+static inline bool kind_is_remote(op_kind k)
+{
+    return kind_reads(k) == SP_REMOTE || kind_writes(k) == SP_REMOTE;
+}
+
+/* The slow tier a kind moves to or from; NULL for moves between slots. */
+static inline engine_tier *kind_tier(kvf_engine *e, op_kind k)
+{
+    return kind_is_remote(k) ? &e->tiers[1] : kind_is_file(k) ? &e->tiers[0] : NULL;
+}
+
+/* Kinds whose moves run on the worker threads through a staging buffer,
+ * never as asynchronous backend copies. */
+static inline bool kind_on_workers(op_kind k)
+{
+    return kind_is_file(k) || kind_is_remote(k) || k == OP_FENCE;
+}
+
+/* Kinds that only remove a keyed object: they read nothing, so a failed
+ * write before them is no loss. */
+static inline bool kind_removes(op_kind k)
+{
+    return k == OP_REMOVE || k == OP_REMOVE_REMOTE;
+}
+
+/* Whether a kind touches secondary slots, which every pool must then have. */
+static inline bool kind_uses_secondary(op_kind k)
+{
+    return kind_reads(k) == SP_SECONDARY || kind_writes(k) == SP_SECONDARY;
+}
+
+/* The hazard of one slot or keyed object; keyed ones get an entry on
+ * demand when `create` is set (NULL when out of memory or absent). */
+static inline __attribute__((always_inline)) hazard *hazard_of(kvf_engine *e, space sp,
+                                                               uint64_t idx, bool create)
+{
+    if (sp == SP_PRIMARY)
+        return &e->hz_primary[idx];
+    if (sp == SP_SECONDARY)
+        return &e->hz_secondary[idx];
+    return kvf__key_hazard(&tier_of(e, sp)->hazards, idx, create);
+}
+
+/* Moves ahead that the hazard passes prefetch: their slots are scattered,
+ * and each entry is a cache miss that the loop would otherwise wait for. */
+#define PREFETCH_AHEAD 16u
+
+/* always inlined: GCC finds an out-of-line prefetch function free of side
+ * effects, and drops its calls */
+static inline __attribute__((always_inline)) void hazard_prefetch(const kvf_engine *e, space sp,
+                                                                  uint64_t idx)
+{
+    /* both ends: an entry is 40 bytes, and 3 in 8 of them cross a line
+     * whose miss the loop then waits for (kvferry bench, many small moves
+     * device to host: about a quarter faster with both prefetches) */
+    const hazard *h = sp == SP_PRIMARY     ? &e->hz_primary[idx]
+                      : sp == SP_SECONDARY ? &e->hz_secondary[idx]
+                                           : NULL;
+    if (h) {
+        __builtin_prefetch(h);
+        __builtin_prefetch((const char *)(h + 1) - 1);
+    }
+}
+
+/* Prefetches the entries of move i + PREFETCH_AHEAD of moves[0..n). */
+static inline __attribute__((always_inline)) void
+move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, size_t i, size_t n)
+{
+    if (i + PREFETCH_AHEAD < n) {
+        const kvf_move *m = &moves[i + PREFETCH_AHEAD];
+        hazard_prefetch(e, rs, m->src);
+        hazard_prefetch(e, ws, m->dst);
+        if (ws == SP_SECONDARY)
+            __builtin_prefetch(&e->sec_tokens[m->dst]);
+    }
+}
+
+static inline uint64_t hazard_reader(const hazard *h, uint32_t k)
+{
+    return k == 0 ? h->reader0 : h->more[k - 1];
+}
+
+static inline void hazard_set_reader(hazard *h, uint32_t k, uint64_t id)
+{
+    if (k == 0)
+        h->reader0 = id;
+    else
+        h->more[k - 1] = id;
+}
+
+/* The batch of id `id` while it is not done, else NULL. Ids older than the
+ * oldest batch not done are done; the others not done are in e->live. */
+static inline batch *pending_batch(const kvf_engine *e, uint64_t id)
+{
+    if (!id || !e->undone_head || id < e->undone_head->id)
+        return NULL;
+    batch *b = e->live[id & (e->live_cap - 1)];
+    return b && b->id == id ? b : NULL;
+}
+
+/* The failed write a slot's data comes from, 0 if it is good: a failure
+ * counts until a later write was queued there (and is pending or done). */
+static inline uint64_t slot_poison(const hazard *h)
+{
+    return h->poison == h->writer ? h->poison : 0;
+}
+/* ---- engine lifetime ----------------------------------------------------- */
+
+/* Takes the engine lock. With the timeline on, a wait of more than 20 us
+ * is recorded with the line that waited: who holds the lock up. */
+#define engine_lock(e) engine_lock_at((e), __LINE__)
+static inline void engine_lock_at(kvf_engine *e, int line)
+{
+    if (!kvf__timeline_on || pthread_mutex_trylock(&e->mu) != 0) {
+        uint64_t t0 = kvf__timeline_on ? kvf__now_ns() : 0;
+        pthread_mutex_lock(&e->mu);
+        if (t0) {
+            uint64_t waited = kvf__now_ns() - t0;
+            if (waited > 20000)
+                KVF_TIMELINE(KVF_TL_LOCKWAIT, (uint64_t)line, waited);
+        }
+    }
+}
+
+#endif /* KVF_ENGINE_PRIVATE_H */

@@ -1,0 +1,112 @@
+/*
+ * Workers' staging: host or device images of blocks between slots and a
+ * slow tier.
+ */
+#include "engine_private.h"
+
+/* Bytes of one move's file image in staging: header and payload, padded
+ * so that every image starts and ends on the O_DIRECT alignment. */
+size_t kvf__staging_slot_bytes(const kvf_engine *e)
+{
+    size_t n = KVF_BLOCKFILE_HEADER_BYTES + e->all_block_bytes;
+    return (n + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
+}
+
+/* Grows a worker's host staging buffer (pinned on the CUDA backend, so
+ * its copies run at PCIe speed) to at least `need` bytes. */
+kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need)
+{
+    if (*buf && *cap >= need)
+        return KVF_OK;
+    kvf_memory kind =
+        e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
+    void *p;
+    kvf_status st = e->backend->ops->mem_alloc(e->backend, kind, need, &p);
+    if (st != KVF_OK)
+        return st;
+    if (*buf)
+        e->backend->ops->mem_free(e->backend, kind, *buf);
+    *buf = p;
+    *cap = need;
+    return KVF_OK;
+}
+
+/* Room for `n` moves' file images, their I/O records and copies; the
+ * images in device memory for the GDS path (`dev`), else on the host. */
+kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev)
+{
+    kvf_engine *e = w->engine;
+    /* the per-move arrays only grow: w->nios is what all three hold, so a
+     * staging allocation that fails below leaves them usable */
+    if (w->nios < n) {
+        kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
+        if (ios) {
+            /* the records' fields kvf__run_file_moves does not set start zeroed
+             * (NULL hooks), never as realloc left them */
+            memset(ios + w->nios, 0, (n - w->nios) * sizeof *ios);
+            w->ios = ios;
+        }
+        kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
+        if (copies)
+            w->copies = copies;
+        size_t *io_moves = realloc(w->io_moves, n * sizeof *io_moves);
+        if (io_moves)
+            w->io_moves = io_moves;
+        if (!ios || !copies || !io_moves)
+            return kvf__fail(KVF_ERR_NOMEM, "file staging: out of memory for %zu moves", n);
+        w->nios = n;
+    }
+    if (dev) {
+        if (w->gstaging && kvf__gds_buf_slots(w->gstaging) >= n)
+            return KVF_OK;
+        kvf__gds_buf *g;
+        kvf_status st = kvf__gds_buf_create(e->cfg.device, kvf__staging_slot_bytes(e), n, &g);
+        if (st != KVF_OK)
+            return st;
+        kvf__gds_buf_destroy(w->gstaging);
+        w->gstaging = g;
+        return KVF_OK;
+    }
+    return kvf__staging_grow(e, &w->staging, &w->staging_bytes, kvf__staging_slot_bytes(e) * n);
+}
+
+/* Copies of a move between its slot (primary, or secondary for demote and
+ * promote) and a packed file image: each pool's rows of `file_tokens`
+ * tokens, back to back. `tokens` of them are moved (tokens <= file_tokens). */
+size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, uint8_t *payload,
+                        uint32_t tokens, uint32_t file_tokens, kvf__copy *out)
+{
+    bool to_file = kind_writes(kind) == SP_FILE || kind_writes(kind) == SP_REMOTE;
+    bool secondary = kind_uses_secondary(kind);
+    size_t off = 0;
+    for (uint32_t p = 0; p < e->npools; p++) {
+        const pool *pl = &e->pools[p];
+        kvf_region want = kvf__pool_region(pl, tokens), stored = kvf__pool_region(pl, file_tokens);
+        /* a whole stored block is rows of the full pitch, like the slot */
+        size_t rows = want.rows, width = want.row_bytes;
+        size_t file_pitch = stored.rows == 1 && want.rows > 1 ? want.pitch : stored.row_bytes;
+        if (want.rows == 1)
+            file_pitch = width;
+        uint8_t *slot =
+            slot_addr(secondary ? &pl->secondary : &pl->primary, to_file ? mv->src : mv->dst);
+        if (to_file)
+            out[p] = (kvf__copy){payload + off, slot, width, rows, file_pitch, want.pitch};
+        else
+            out[p] = (kvf__copy){slot, payload + off, width, rows, want.pitch, file_pitch};
+        off += kvf__region_bytes(&stored);
+    }
+    return off;
+}
+
+/* Copies between slots and staging: host memory on both sides for
+ * secondary slots (no backend, no GPU stream), the backend's otherwise. */
+kvf_status kvf__staging_copy(worker *w, const batch *b, const kvf__copy *cp)
+{
+    kvf_engine *e = w->engine;
+    uint64_t t0 = kvf__now_ns();
+    kvf_status st = kind_uses_secondary(b->kind)
+                        ? kvf__host_copy(cp, e->npools)
+                        : e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+    atomic_fetch_add_explicit(&w->copy_ns, kvf__now_ns() - t0, memory_order_relaxed);
+    return st;
+}

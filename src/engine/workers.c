@@ -1,0 +1,119 @@
+/*
+ * Worker threads: each takes a chunk of a ready batch and runs it.
+ */
+#include "engine_private.h"
+
+/* A move between slots, run on a worker (the host backend). */
+static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
+{
+    kvf__copy copies[64];
+    kvf_status st = KVF_OK;
+    for (uint32_t p = 0; p < e->npools && st == KVF_OK; p += 64) {
+        uint32_t k = 0;
+        for (; k < 64 && p + k < e->npools; k++)
+            copies[k] = kvf__move_copy(e, b->kind, p + k, &b->moves[i]);
+        st = e->backend->ops->copy_sync(e->backend, b->queue, copies, k);
+    }
+    return st;
+}
+
+/* How many moves one worker takes from a batch at a time: its slow
+ * tier's chunk, or about 4 MiB of copies; no more than an even share, so
+ * a large batch spreads over all workers. */
+static size_t chunk_of(kvf_engine *e, const batch *b)
+{
+    const engine_tier *t = kind_tier(e, b->kind);
+    size_t per = t                    ? t->ops->chunk_moves(e)
+                 : e->all_block_bytes ? (4u << 20) / e->all_block_bytes
+                                      : 1;
+    size_t share = (b->n + e->nworkers - 1) / e->nworkers;
+    size_t c = per < share ? per : share;
+    return c ? c : 1;
+}
+
+void *kvf__worker_main(void *arg)
+{
+    worker *w = arg;
+    kvf_engine *e = w->engine;
+    engine_lock(e);
+    for (;;) {
+        batch *b = e->ready_head[KVF_QUEUE_ONBOARD];
+        if (!b)
+            b = e->ready_head[KVF_QUEUE_OFFLOAD];
+        if (!b) {
+            if (e->stop)
+                break;
+            pthread_cond_wait(&e->work_cv, &e->mu);
+            continue;
+        }
+        if (e->backend->ops->copy_async && !kind_on_workers(b->kind)) {
+            kvf__ready_pop(e, b->queue);
+            b->state = B_RUNNING;
+            b->async = true;
+            kvf__issue_async(e, b);
+            continue;
+        }
+        size_t first = b->next_move;
+        size_t last = first + chunk_of(e, b);
+        if (first == 0)
+            KVF_TIMELINE(KVF_TL_ISSUE, b->id, b->n);
+        if (last >= b->n) {
+            last = b->n;
+            kvf__ready_pop(e, b->queue);
+            b->state = B_RUNNING;
+        } else {
+            /* chunks remain: an idle worker takes the next meanwhile (a
+             * batch is shared by the workers, see chunk_of; only a batch
+             * becoming ready wakes one otherwise) */
+            pthread_cond_signal(&e->work_cv);
+        }
+        b->next_move = last;
+        /* a removal reads nothing: a failed write before it is no loss */
+        for (size_t i = first; i < last && !kind_removes(b->kind); i++)
+            if (b->status[i] == KVF_INPROGRESS && kvf__source_lost(e, b, i))
+                kvf__fail_lost_source(b, i);
+        const engine_tier *t = kind_tier(e, b->kind);
+        uint64_t deadline_ns = t && t->ops->deadline ? t->ops->deadline(e, b) : 0;
+        pthread_mutex_unlock(&e->mu);
+
+        /* each move's status is written by the one worker that claimed it */
+        if (t)
+            t->ops->run_chunk(w, b, first, last, deadline_ns);
+        for (size_t i = first; i < last && !kind_on_workers(b->kind); i++) {
+            if (b->status[i] != KVF_INPROGRESS)
+                continue;
+            kvf_status st = run_copy_move(e, b, i);
+            if (st != KVF_OK)
+                kvf__fail_copy(b, i, st, kvf_last_error());
+        }
+
+        KVF_TIMELINE(KVF_TL_CHUNK, b->id, last - first);
+        engine_lock(e);
+        b->moves_done += last - first;
+        if (b->moves_done == b->n) {
+            if (kind_writes(b->kind) == SP_FILE && !kind_removes(b->kind) &&
+                e->cfg.fsync == KVF_FSYNC_BATCH) {
+                pthread_mutex_unlock(&e->mu);
+                kvf_status st = e->file_store->ops->commit(e->file_store);
+                if (st != KVF_OK) {
+                    /* every move of the batch is done: their statuses are
+                     * this thread's to write; the files of those failed
+                     * before are gone already */
+                    char why[KVF_MOVE_ERROR_MESSAGE];
+                    snprintf(why, sizeof why, "%s", kvf_last_error());
+                    for (size_t i = 0; i < b->n; i++)
+                        if (b->status[i] == KVF_INPROGRESS) {
+                            kvf__move_failed(b, i, st, "%s: block 0x%llx: %s",
+                                             kvf__op_names[b->kind],
+                                             (unsigned long long)b->moves[i].dst, why);
+                            kvf__drop_failed_file(e, b, i);
+                        }
+                }
+                engine_lock(e);
+            }
+            kvf__complete_batch(e, b);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}

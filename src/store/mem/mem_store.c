@@ -1,0 +1,398 @@
+/*
+ * The in-memory store: see mem_store.h.
+ */
+#include "mem_store.h"
+#include "blockhdr.h"
+#include "checksum.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define NAME_MAX_LEN 64
+
+typedef struct mem_value {
+    uint64_t ns_hash, key;
+    uint8_t *bytes; /* the stored form: header, then payload */
+    size_t len;
+    int64_t mtime_ns;
+    struct mem_value *next;
+} mem_value;
+
+/* One mem://NAME: its blocks of every namespace, chained by key. */
+typedef struct mem_map {
+    char name[NAME_MAX_LEN + 1];
+    pthread_mutex_t mu;
+    mem_value **buckets;
+    size_t nbuckets, count;
+    struct mem_map *next;
+} mem_map;
+
+static pthread_mutex_t maps_mu = PTHREAD_MUTEX_INITIALIZER;
+static mem_map *maps;
+
+typedef struct mem_store {
+    kvf__store base;
+    mem_map *map;
+    uint64_t ns_hash, fingerprint;
+} mem_store;
+
+static bool name_valid(const char *n)
+{
+    size_t len = strlen(n);
+    if (len == 0 || len > NAME_MAX_LEN)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!(n[i] == '.' || n[i] == '_' || n[i] == '-' || (n[i] >= '0' && n[i] <= '9') ||
+              (n[i] >= 'a' && n[i] <= 'z') || (n[i] >= 'A' && n[i] <= 'Z')))
+            return false;
+    return true;
+}
+
+kvf_status kvf__mem_store_check_url(const char *url)
+{
+    if (!url || strncmp(url, "mem://", 6) != 0 || !name_valid(url + 6))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "remote URL \"%s\": a mem:// URL is mem://NAME, NAME "
+                         "[A-Za-z0-9._-]{1,64}",
+                         url ? url : "(null)");
+    return KVF_OK;
+}
+
+/* The map named `name`, made when `create`; NULL when absent or out of
+ * memory. */
+static mem_map *map_of(const char *name, bool create)
+{
+    pthread_mutex_lock(&maps_mu);
+    mem_map *m = maps;
+    while (m && strcmp(m->name, name) != 0)
+        m = m->next;
+    if (!m && create && (m = calloc(1, sizeof *m)) != NULL) {
+        snprintf(m->name, sizeof m->name, "%s", name);
+        pthread_mutex_init(&m->mu, NULL);
+        m->next = maps;
+        maps = m;
+    }
+    pthread_mutex_unlock(&maps_mu);
+    return m;
+}
+
+static size_t bucket_of(const mem_map *m, uint64_t ns_hash, uint64_t key)
+{
+    uint64_t h = (key ^ ns_hash) * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 17) & (m->nbuckets - 1);
+}
+
+/* The value under (ns_hash, key), its link in the chain in *link_p; the
+ * map's lock held. */
+static mem_value *find(mem_map *m, uint64_t ns_hash, uint64_t key, mem_value ***link_p)
+{
+    if (!m->nbuckets)
+        return NULL;
+    mem_value **pp = &m->buckets[bucket_of(m, ns_hash, key)];
+    while (*pp && ((*pp)->key != key || (*pp)->ns_hash != ns_hash))
+        pp = &(*pp)->next;
+    if (link_p)
+        *link_p = pp;
+    return *pp;
+}
+
+static bool grow(mem_map *m)
+{
+    if (m->count < m->nbuckets)
+        return true;
+    size_t nb = m->nbuckets ? m->nbuckets * 2 : 64;
+    mem_value **nbk = calloc(nb, sizeof *nbk);
+    if (!nbk)
+        return false;
+    mem_value **old = m->buckets;
+    size_t ob = m->nbuckets;
+    m->buckets = nbk;
+    m->nbuckets = nb;
+    for (size_t i = 0; i < ob; i++)
+        for (mem_value *v = old[i], *next; v; v = next) {
+            next = v->next;
+            size_t k = bucket_of(m, v->ns_hash, v->key);
+            v->next = nbk[k];
+            nbk[k] = v;
+        }
+    free(old);
+    return true;
+}
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static kvf_status put_one(mem_store *s, kvf__store_block *b)
+{
+    const char *url = s->base.where;
+    size_t len = HDR + b->payload_bytes;
+    uint8_t *bytes = malloc(len ? len : 1);
+    if (!bytes)
+        return kvf__fail(KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
+                         (unsigned long long)b->key, url);
+    kvf__block_header h = {s->fingerprint,
+                           s->ns_hash,
+                           b->key,
+                           b->tokens,
+                           b->pools,
+                           b->payload_bytes,
+                           kvf__crc32c(0, b->buf, b->payload_bytes)};
+    kvf__block_header_pack(&h, bytes);
+    memcpy(bytes + HDR, b->buf, b->payload_bytes);
+    mem_map *m = s->map;
+    pthread_mutex_lock(&m->mu);
+    mem_value *v = find(m, s->ns_hash, b->key, NULL);
+    if (!v && grow(m) && (v = calloc(1, sizeof *v)) != NULL) {
+        v->ns_hash = s->ns_hash;
+        v->key = b->key;
+        size_t k = bucket_of(m, v->ns_hash, v->key);
+        v->next = m->buckets[k];
+        m->buckets[k] = v;
+        m->count++;
+    }
+    if (v) {
+        free(v->bytes);
+        v->bytes = bytes;
+        v->len = len;
+        v->mtime_ns = realtime_ns();
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (!v) {
+        free(bytes);
+        return kvf__fail(KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
+                         (unsigned long long)b->key, url);
+    }
+    return KVF_OK;
+}
+
+/* A value, copied out under the map's lock, checked as Redis's are. */
+static kvf_status take_value(mem_store *s, kvf__store_block *b, const uint8_t *value, size_t len)
+{
+    char what[160];
+    snprintf(what, sizeof what, "remote block 0x%llx: %s", (unsigned long long)b->key,
+             s->base.where);
+    if (len < HDR)
+        return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
+                         what, len);
+    kvf__block_header h;
+    kvf_status st = kvf__block_header_parse(value, what, &h);
+    if (st == KVF_OK)
+        st = kvf__block_header_expect(&h, what, s->fingerprint, s->ns_hash, b->key);
+    if (st != KVF_OK)
+        return st;
+    if (h.payload_bytes != len - HDR)
+        return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %llu",
+                         what, len - HDR, (unsigned long long)h.payload_bytes);
+    if (h.payload_bytes > b->cap)
+        return kvf__fail(KVF_ERR_RANGE, "%s: block of %llu bytes, buffer of %zu", what,
+                         (unsigned long long)h.payload_bytes, b->cap);
+    if ((st = kvf__block_payload_check(&h, what, value + HDR)) != KVF_OK)
+        return st;
+    memcpy(b->buf, value + HDR, h.payload_bytes);
+    b->tokens = h.tokens;
+    b->pools = h.pools;
+    b->payload_bytes = h.payload_bytes;
+    return KVF_OK;
+}
+
+static kvf_status get_one(mem_store *s, kvf__store_block *b)
+{
+    mem_map *m = s->map;
+    pthread_mutex_lock(&m->mu);
+    mem_value *v = find(m, s->ns_hash, b->key, NULL);
+    uint8_t *copy = NULL;
+    size_t len = v ? v->len : 0;
+    if (v && (copy = malloc(len ? len : 1)) != NULL)
+        memcpy(copy, v->bytes, len);
+    pthread_mutex_unlock(&m->mu);
+    if (!v)
+        return KVF_ERR_NOT_FOUND;
+    if (!copy)
+        return kvf__fail(KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
+                         (unsigned long long)b->key, s->base.where);
+    kvf_status st = take_value(s, b, copy, len);
+    free(copy);
+    return st;
+}
+
+/* remove (drop) or exists of one block. */
+static kvf_status keyed_one(mem_store *s, kvf__store_block *b, bool drop)
+{
+    mem_map *m = s->map;
+    pthread_mutex_lock(&m->mu);
+    mem_value **link = NULL;
+    mem_value *v = find(m, s->ns_hash, b->key, &link);
+    if (v && drop) {
+        *link = v->next;
+        m->count--;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (v && drop) {
+        free(v->bytes);
+        free(v);
+    }
+    return v || drop ? KVF_OK : KVF_ERR_NOT_FOUND;
+}
+
+static kvf_status drop_one(mem_store *s, kvf__store_block *b)
+{
+    return keyed_one(s, b, true);
+}
+
+static kvf_status exists_one(mem_store *s, kvf__store_block *b)
+{
+    return keyed_one(s, b, false);
+}
+
+/* A batch call: `one` on every block, until the deadline. */
+static kvf_status each(kvf__store *base, kvf__store_block *blocks, size_t n, uint64_t deadline_ns,
+                       kvf_status (*one)(mem_store *s, kvf__store_block *b), bool miss_ok)
+{
+    for (size_t i = 0; i < n; i++) {
+        kvf__store_block *b = &blocks[i];
+        b->msg[0] = '\0';
+        if (deadline_ns && kvf__now_ns() > deadline_ns) {
+            kvf__store_block_fail(b, KVF_ERR_TIMEOUT, "remote block 0x%llx: %s: deadline passed",
+                                  (unsigned long long)b->key, base->where);
+            continue;
+        }
+        b->status = one((mem_store *)base, b);
+        if (b->status != KVF_OK && b->status != KVF_ERR_NOT_FOUND)
+            snprintf(b->msg, sizeof b->msg, "%s", kvf_last_error());
+    }
+    return kvf__store_first_failure(blocks, n, miss_ok);
+}
+
+static kvf_status mem_write(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns)
+{
+    return each(s, blocks, n, deadline_ns, put_one, false);
+}
+
+static kvf_status mem_read(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns)
+{
+    return each(s, blocks, n, deadline_ns, get_one, true);
+}
+
+static kvf_status mem_remove(kvf__store *s, kvf__store_block *blocks, size_t n,
+                             uint64_t deadline_ns)
+{
+    return each(s, blocks, n, deadline_ns, drop_one, false);
+}
+
+static kvf_status mem_exists(kvf__store *s, kvf__store_block *blocks, size_t n,
+                             uint64_t deadline_ns)
+{
+    return each(s, blocks, n, deadline_ns, exists_one, true);
+}
+
+/* Visits the namespace's blocks whose header checks, from a snapshot taken
+ * under the lock (visit may call the store). */
+static kvf_status mem_list(kvf__store *base, kvf__store_visit_fn visit, void *arg)
+{
+    mem_store *s = (mem_store *)base;
+    mem_map *m = s->map;
+    pthread_mutex_lock(&m->mu);
+    kvf__store_entry *ents = calloc(m->count ? m->count : 1, sizeof *ents);
+    size_t k = 0;
+    for (size_t i = 0; ents && i < m->nbuckets; i++)
+        for (mem_value *v = m->buckets[i]; v; v = v->next) {
+            kvf__block_header h;
+            if (v->ns_hash != s->ns_hash || v->len < HDR ||
+                kvf__block_header_parse(v->bytes, "mem", &h) != KVF_OK ||
+                kvf__block_header_expect(&h, "mem", s->fingerprint, s->ns_hash, v->key) != KVF_OK ||
+                h.payload_bytes != v->len - HDR)
+                continue;
+            ents[k++] = (kvf__store_entry){v->key, h.tokens, h.pools, h.payload_bytes, v->mtime_ns};
+        }
+    pthread_mutex_unlock(&m->mu);
+    if (!ents)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: list: out of memory", base->where);
+    for (size_t i = 0; i < k; i++)
+        visit(arg, &ents[i]);
+    free(ents);
+    kvf__clear_error();
+    return KVF_OK;
+}
+
+static void mem_close(kvf__store *base)
+{
+    free(base->where);
+    free(base);
+}
+
+static const kvf__store_ops mem_ops = {
+    .write = mem_write,
+    .read = mem_read,
+    .remove = mem_remove,
+    .exists = mem_exists,
+    .list = mem_list,
+    .close = mem_close,
+};
+
+kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_p)
+{
+    kvf_status st = kvf__mem_store_check_url(cfg->url);
+    if (st != KVF_OK)
+        return st;
+    if (!cfg->ns || !kvf__ns_valid(cfg->ns))
+        return kvf__fail(KVF_ERR_INVALID, "%s: namespace \"%s\" is not [A-Za-z0-9._-]{1,64}",
+                         cfg->url, cfg->ns ? cfg->ns : "(null)");
+    mem_store *s = calloc(1, sizeof *s);
+    if (s)
+        s->base.where = strdup(cfg->url);
+    if (s && s->base.where)
+        s->map = map_of(cfg->url + 6, true);
+    if (!s || !s->base.where || !s->map) {
+        if (s)
+            free(s->base.where);
+        free(s);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", cfg->url);
+    }
+    s->base.ops = &mem_ops;
+    s->base.kind = "mem";
+    s->base.noun = "remote block";
+    s->ns_hash = kvf__ns_hash(cfg->ns);
+    s->fingerprint = cfg->fingerprint;
+    *store_p = &s->base;
+    return KVF_OK;
+}
+
+kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key, size_t offset,
+                               uint8_t mask)
+{
+    mem_map *m = map_of(name, false);
+    if (!m)
+        return KVF_ERR_NOT_FOUND;
+    pthread_mutex_lock(&m->mu);
+    mem_value *v = find(m, kvf__ns_hash(ns), key, NULL);
+    bool ok = v && offset < v->len;
+    if (ok)
+        v->bytes[offset] ^= mask;
+    pthread_mutex_unlock(&m->mu);
+    return ok ? KVF_OK : KVF_ERR_NOT_FOUND;
+}
+
+void kvf__mem_store_clear(const char *name)
+{
+    mem_map *m = map_of(name, false);
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < m->nbuckets; i++)
+        for (mem_value *v = m->buckets[i], *next; v; v = next) {
+            next = v->next;
+            free(v->bytes);
+            free(v);
+        }
+    free(m->buckets);
+    m->buckets = NULL;
+    m->nbuckets = m->count = 0;
+    pthread_mutex_unlock(&m->mu);
+}

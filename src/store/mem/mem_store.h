@@ -1,0 +1,23 @@
+/*
+ * The in-memory store (mem_store.c): URL mem://NAME. Blocks live in a
+ * process-wide map per NAME, so two engines, or a cache restarted in the
+ * same process, see the same blocks; nothing survives the process. Values
+ * are the stored form (header and CRC-32C), checked on read as Redis's
+ * are; stored blocks do not expire (ttl_s is not applied). For tests of
+ * the remote tier without a server, and a sketch of what a new store
+ * needs.
+ */
+#ifndef KVF_STORE_MEM_STORE_H
+#define KVF_STORE_MEM_STORE_H
+
+#include "store.h"
+
+/* For tests: XORs `mask` into byte `offset` of the value stored under
+ * (namespace, key) in mem://`name` (offset 0 is the header's first byte).
+ * KVF_ERR_NOT_FOUND when there is no such value or byte. */
+KVF_INTERNAL kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key,
+                                            size_t offset, uint8_t mask);
+/* For tests: forgets every block of mem://`name`. */
+KVF_INTERNAL void kvf__mem_store_clear(const char *name);
+
+#endif /* KVF_STORE_MEM_STORE_H */

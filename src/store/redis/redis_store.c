@@ -1,0 +1,188 @@
+/*
+ * The Redis store: the remote tier's client (remote.h) behind the store
+ * ops. One round trip per node for a whole batch; the client names only
+ * the first failed block, so every failed block's message quotes it.
+ */
+#include "remote.h"
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct redis_store {
+    kvf__store base;
+    kvf__remote *remote;
+} redis_store;
+
+bool kvf__redis_store_built(void)
+{
+    return kvf__remote_built() != 0;
+}
+
+kvf_status kvf__redis_store_check_url(const char *url)
+{
+    kvf__remote_url parsed;
+    return kvf__remote_url_parse(url, &parsed);
+}
+
+/* statuses as the client left them, messages for the failed ones */
+static kvf_status finish(redis_store *s, kvf__store_block *blocks, size_t n, const kvf_status *st,
+                         kvf_status ret)
+{
+    char why[KVF_MOVE_ERROR_MESSAGE] = "";
+    if (ret != KVF_OK)
+        snprintf(why, sizeof why, "%s", kvf_last_error());
+    for (size_t i = 0; i < n; i++) {
+        blocks[i].status = st[i];
+        blocks[i].msg[0] = '\0';
+    }
+    kvf__store_name_failures(&s->base, blocks, n, why);
+    if (ret != KVF_OK)
+        kvf__fail(ret, "%s", why);
+    return ret;
+}
+
+/* One call's arrays: statuses, and the client's view of the blocks. */
+static void *arrays(size_t n, size_t each, kvf_status **st_p)
+{
+    void *p = malloc(n * (each + sizeof(kvf_status)));
+    *st_p = p ? (kvf_status *)((char *)p + n * each) : NULL;
+    return p;
+}
+
+static kvf_status out_of_memory(redis_store *s, kvf__store_block *blocks, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM, "remote block 0x%llx: out of memory",
+                              (unsigned long long)blocks[i].key);
+    return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->base.where);
+}
+
+static kvf_status redis_write(kvf__store *base, kvf__store_block *blocks, size_t n,
+                              uint64_t deadline_ns)
+{
+    redis_store *s = (redis_store *)base;
+    kvf_status *st;
+    kvf__remote_put *puts = arrays(n, sizeof *puts, &st);
+    if (!puts)
+        return out_of_memory(s, blocks, n);
+    for (size_t i = 0; i < n; i++)
+        puts[i] = (kvf__remote_put){blocks[i].key, blocks[i].tokens, blocks[i].pools, blocks[i].buf,
+                                    blocks[i].payload_bytes};
+    kvf_status ret = kvf__remote_put_batch_until(s->remote, puts, n, deadline_ns, st);
+    ret = finish(s, blocks, n, st, ret);
+    free(puts);
+    return ret;
+}
+
+static kvf_status redis_read(kvf__store *base, kvf__store_block *blocks, size_t n,
+                             uint64_t deadline_ns)
+{
+    redis_store *s = (redis_store *)base;
+    kvf_status *st;
+    kvf__remote_get *gets = arrays(n, sizeof *gets, &st);
+    if (!gets)
+        return out_of_memory(s, blocks, n);
+    for (size_t i = 0; i < n; i++)
+        gets[i] = (kvf__remote_get){blocks[i].key, blocks[i].buf, blocks[i].cap, 0, 0, 0};
+    kvf_status ret = kvf__remote_get_batch_until(s->remote, gets, n, deadline_ns, st);
+    for (size_t i = 0; i < n; i++)
+        if (st[i] == KVF_OK) {
+            blocks[i].tokens = gets[i].tokens;
+            blocks[i].pools = gets[i].pools;
+            blocks[i].payload_bytes = gets[i].payload_bytes;
+        }
+    ret = finish(s, blocks, n, st, ret);
+    free(gets);
+    return ret;
+}
+
+static kvf_status keyed(kvf__store *base, kvf__store_block *blocks, size_t n, uint64_t deadline_ns,
+                        bool drop)
+{
+    redis_store *s = (redis_store *)base;
+    kvf_status *st;
+    uint64_t *keys = arrays(n, sizeof *keys, &st);
+    if (!keys)
+        return out_of_memory(s, blocks, n);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = blocks[i].key;
+    kvf_status ret = drop ? kvf__remote_delete_batch_until(s->remote, keys, n, deadline_ns, st)
+                          : kvf__remote_exists_batch_until(s->remote, keys, n, deadline_ns, st);
+    ret = finish(s, blocks, n, st, ret);
+    free(keys);
+    return ret;
+}
+
+static kvf_status redis_remove(kvf__store *s, kvf__store_block *blocks, size_t n,
+                               uint64_t deadline_ns)
+{
+    return keyed(s, blocks, n, deadline_ns, true);
+}
+
+static kvf_status redis_exists(kvf__store *s, kvf__store_block *blocks, size_t n,
+                               uint64_t deadline_ns)
+{
+    return keyed(s, blocks, n, deadline_ns, false);
+}
+
+static kvf_status redis_list(kvf__store *base, kvf__store_visit_fn visit, void *arg)
+{
+    (void)visit;
+    (void)arg;
+    /* a cache restores from files only: a shared Redis may hold millions
+     * of other processes' blocks, found by exists when asked for */
+    return kvf__fail(KVF_ERR_UNSUPPORTED, "%s: the Redis store is not listed", base->where);
+}
+
+static void redis_close(kvf__store *base)
+{
+    redis_store *s = (redis_store *)base;
+    kvf__remote_close(s->remote);
+    free(base->where);
+    free(s);
+}
+
+static const kvf__store_ops redis_ops = {
+    .write = redis_write,
+    .read = redis_read,
+    .remove = redis_remove,
+    .exists = redis_exists,
+    .list = redis_list,
+    .close = redis_close,
+};
+
+kvf_status kvf__redis_store_open(const kvf__store_config *cfg, kvf__store **store_p)
+{
+    kvf__remote_config rc = KVF_REMOTE_CONFIG_INIT;
+    rc.url = cfg->url;
+    rc.ns = cfg->ns;
+    rc.fingerprint = cfg->fingerprint;
+    rc.ttl_s = cfg->ttl_s;
+    if (cfg->timeout_ms)
+        rc.connect_timeout_ms = rc.timeout_ms = cfg->timeout_ms;
+    redis_store *s = calloc(1, sizeof *s);
+    if (s)
+        s->base.where = strdup(cfg->url);
+    if (!s || !s->base.where) {
+        free(s);
+        return kvf__fail(KVF_ERR_NOMEM, "remote tier: out of memory");
+    }
+    kvf_status st = kvf__remote_open(&rc, &s->remote);
+    if (st != KVF_OK) {
+        free(s->base.where);
+        free(s);
+        return st;
+    }
+    s->base.ops = &redis_ops;
+    s->base.kind = "redis";
+    s->base.noun = "remote block";
+    *store_p = &s->base;
+    return KVF_OK;
+}
+
+kvf__remote *kvf__redis_store_remote(kvf__store *store)
+{
+    return store && store->ops == &redis_ops ? ((redis_store *)store)->remote : NULL;
+}

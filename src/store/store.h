@@ -1,0 +1,166 @@
+/*
+ * The slow tiers behind one ops table, as the memory backends are behind
+ * kvf__backend_ops: block files (store/file), Redis (store/redis) and a
+ * process-wide in-memory store for tests (store/mem). The engine runs a
+ * chunk of moves against "a store"; the cache asks stores what they hold.
+ *
+ * Every store keeps blocks in the stored form of blockhdr.h (header and
+ * CRC-32C) and checks a block read back before a byte of it reaches the
+ * caller: a corrupt block is KVF_ERR_CORRUPT and a foreign one (another
+ * namespace or layout) KVF_ERR_MISMATCH, for that block only.
+ *
+ * Adding a store: a folder under src/store with its open function and one
+ * line in stores.c's table.
+ */
+#ifndef KVF_STORE_H
+#define KVF_STORE_H
+
+#include "common.h"
+#include "status.h"
+
+typedef struct kvf__store kvf__store;
+struct kvf__image_ops;
+
+/* One block of a batch call. The caller sets key and, for write, tokens,
+ * pools, buf and payload_bytes; for read, buf and cap. status and msg are
+ * the call's answer for this block; a read fills tokens, pools and
+ * payload_bytes when its status is KVF_OK. */
+typedef struct kvf__store_block {
+    uint64_t key;
+    uint32_t tokens, pools;
+    void *buf; /* write: the payload; read: where it goes */
+    size_t cap;
+    size_t payload_bytes;
+    /* Optional (stores whose device_staging says so): buf is device
+     * memory, reached only through these, and holds the block's whole
+     * stored image (header room, then the payload; cap its bytes) so that
+     * the store never copies it. NULL: host memory, buf the payload. */
+    const struct kvf__image_ops *img;
+    void *img_arg;
+    kvf_status status;
+    /* when status fails: what went wrong, naming the key and the object
+     * (file, URL) */
+    char msg[KVF_MOVE_ERROR_MESSAGE];
+} kvf__store_block;
+
+/* One stored block, as list (restore after a restart) sees it. */
+typedef struct kvf__store_entry {
+    uint64_t key;
+    uint32_t tokens, pools;
+    uint64_t payload_bytes;
+    int64_t mtime_ns; /* when it was stored (0: the store does not know) */
+} kvf__store_entry;
+
+typedef void (*kvf__store_visit_fn)(void *arg, const kvf__store_entry *entry);
+
+/*
+ * Batch calls take n >= 1 blocks and a deadline (kvf__now_ns() time; 0:
+ * the store's own timeout from the call); a block not done by then is
+ * KVF_ERR_TIMEOUT. They return KVF_OK when every block succeeded, a block
+ * absent (KVF_ERR_NOT_FOUND) counting as success for read and exists; else
+ * the first failed block's status, kvf_last_error() saying why.
+ *
+ * write:  KVF_OK stored. On any failure the store holds no stale data
+ *         under the key where it can help it (see discard).
+ * read:   KVF_OK, payload copied and checked; KVF_ERR_NOT_FOUND;
+ *         KVF_ERR_CORRUPT / KVF_ERR_MISMATCH; KVF_ERR_RANGE when cap is too
+ *         small. buf's bytes are unspecified after a failure.
+ * remove: KVF_OK whether or not the block was there.
+ * exists: KVF_OK present, KVF_ERR_NOT_FOUND absent (a read may still find
+ *         it corrupt).
+ */
+typedef struct kvf__store_ops {
+    kvf_status (*write)(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns);
+    kvf_status (*read)(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns);
+    kvf_status (*remove)(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns);
+    kvf_status (*exists)(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns);
+    /* Visits every block of the namespace whose header checks; others are
+     * skipped (a read would refuse them). */
+    kvf_status (*list)(kvf__store *s, kvf__store_visit_fn visit, void *arg);
+    /* Makes the writes since the last call durable. NULL: a write is as
+     * durable as the store makes it when it returns. */
+    kvf_status (*commit)(kvf__store *s);
+    /* After a failed write of `key`: removes what it left. KVF_OK when
+     * nothing of it is left; *emptied_p true where the block could only be
+     * emptied in place (no reader takes it for the block). NULL: remove. */
+    kvf_status (*discard)(kvf__store *s, uint64_t key, bool *emptied_p);
+    /* Whether blocks' buf may be device memory reached through img (the
+     * file store on the GPUDirect Storage path). NULL: never. */
+    bool (*device_staging)(const kvf__store *s);
+    /* Frees the store; its blocks stay stored. */
+    void (*close)(kvf__store *s);
+} kvf__store_ops;
+
+struct kvf__store {
+    const kvf__store_ops *ops;
+    const char *kind; /* the registry's name: "file", "redis", "mem" */
+    const char *noun; /* what messages call a block: "remote block", "block" */
+    char *where;      /* the object messages name: directory or URL */
+};
+
+/* What a store is opened with. */
+typedef struct kvf__store_config {
+    const char *url; /* a remote store's URL */
+    const char *ns;  /* namespace, kvf__ns_valid() */
+    uint64_t fingerprint;
+    uint32_t ttl_s;      /* expiry of stored blocks where the store has one; 0: none */
+    uint32_t timeout_ms; /* connect and call timeout; 0: the store's default */
+} kvf__store_config;
+
+/* One line of the registry (stores.c). */
+typedef struct kvf__store_kind {
+    const char *scheme; /* URL scheme: "redis" serves redis://... */
+    bool remote;        /* serves an engine's remote tier (remote_url) */
+    /* Whether this build can open it (NULL: always). */
+    bool (*built)(void);
+    /* Checks a URL of this scheme without connecting (KVF_ERR_INVALID
+     * naming what is wrong). */
+    kvf_status (*check_url)(const char *url);
+    kvf_status (*open)(const kvf__store_config *cfg, kvf__store **store_p);
+} kvf__store_kind;
+
+/* The registry's line for `url`'s scheme, or NULL. */
+KVF_INTERNAL const kvf__store_kind *kvf__store_kind_of(const char *url);
+/* Whether the store for `url` is built and the URL well formed: KVF_OK,
+ * KVF_ERR_UNSUPPORTED (the scheme's store is not built), KVF_ERR_INVALID
+ * (no store serves the scheme, or the URL is malformed). A store whose
+ * line is not `remote` opens, but is no remote tier (the engine's
+ * kvf__engine_create refuses it). */
+KVF_INTERNAL kvf_status kvf__store_check_url(const char *url);
+/* Opens the store cfg->url names. */
+KVF_INTERNAL kvf_status kvf__store_open(const kvf__store_config *cfg, kvf__store **store_p);
+/* Closes a store; accepts NULL. */
+KVF_INTERNAL void kvf__store_close(kvf__store *s);
+
+/* The calls a caller asking what a store holds makes (the cache), on
+ * arrays of keys: status[i] as the batch call's block i (see above). */
+KVF_INTERNAL kvf_status kvf__store_exists(kvf__store *s, const uint64_t *keys, size_t n,
+                                          uint64_t deadline_ns, kvf_status *status);
+KVF_INTERNAL kvf_status kvf__store_remove(kvf__store *s, const uint64_t *keys, size_t n,
+                                          uint64_t deadline_ns, kvf_status *status);
+KVF_INTERNAL kvf_status kvf__store_list(kvf__store *s, kvf__store_visit_fn visit, void *arg);
+
+/* Fills in every failed block's msg that its store left empty:
+ * "<noun> 0x<key>: <status>; the round trip's first failure: <why>".
+ * For stores that learn only one message per call. */
+KVF_INTERNAL void kvf__store_name_failures(const kvf__store *s, kvf__store_block *blocks, size_t n,
+                                           const char *why);
+/* What a batch call returns once every block has its status and msg:
+ * KVF_OK, or the first failed block's status, kvf_last_error() its msg
+ * (miss_ok: KVF_ERR_NOT_FOUND is no failure). */
+KVF_INTERNAL kvf_status kvf__store_first_failure(const kvf__store_block *blocks, size_t n,
+                                                 bool miss_ok);
+/* Records block b's failure: status and a message naming its key. */
+KVF_INTERNAL void kvf__store_block_fail(kvf__store_block *b, kvf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The stores of the file tier (store/file/file_store.c), over a directory
+ * the caller opened and keeps open while the store lives: `fio` runs its
+ * I/O (NULL: inline), `gds` says whether buffers may be device memory. */
+struct kvf__blockfile_dir;
+struct kvf__fileio_runner;
+KVF_INTERNAL kvf_status kvf__file_store_wrap(struct kvf__blockfile_dir *dir,
+                                             struct kvf__fileio_runner *fio, bool gds,
+                                             kvf__store **store_p);
+
+#endif /* KVF_STORE_H */

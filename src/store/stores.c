@@ -1,0 +1,156 @@
+/*
+ * The registry of stores: a line per URL scheme. A new store is a folder
+ * under src/store with its open function, and one line here.
+ */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The stores' own entry points (each in its folder). */
+KVF_INTERNAL bool kvf__redis_store_built(void);
+KVF_INTERNAL kvf_status kvf__redis_store_check_url(const char *url);
+KVF_INTERNAL kvf_status kvf__redis_store_open(const kvf__store_config *cfg, kvf__store **store_p);
+KVF_INTERNAL kvf_status kvf__file_store_check_url(const char *url);
+KVF_INTERNAL kvf_status kvf__file_store_open(const kvf__store_config *cfg, kvf__store **store_p);
+KVF_INTERNAL kvf_status kvf__mem_store_check_url(const char *url);
+KVF_INTERNAL kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_p);
+
+static const kvf__store_kind stores[] = {
+    {"file", false, NULL, kvf__file_store_check_url, kvf__file_store_open},
+    {"redis", true, kvf__redis_store_built, kvf__redis_store_check_url, kvf__redis_store_open},
+    {"redis-cluster", true, kvf__redis_store_built, kvf__redis_store_check_url,
+     kvf__redis_store_open},
+    {"mem", true, NULL, kvf__mem_store_check_url, kvf__mem_store_open},
+};
+
+const kvf__store_kind *kvf__store_kind_of(const char *url)
+{
+    const char *sep = url ? strstr(url, "://") : NULL;
+    if (!sep)
+        return NULL;
+    size_t len = (size_t)(sep - url);
+    for (size_t i = 0; i < sizeof stores / sizeof *stores; i++)
+        if (strlen(stores[i].scheme) == len && !strncmp(url, stores[i].scheme, len))
+            return &stores[i];
+    return NULL;
+}
+
+static kvf_status no_store(const char *url)
+{
+    const char *sep = url ? strstr(url, "://") : NULL;
+    return kvf__fail(KVF_ERR_INVALID, "remote URL \"%.*s...\": no store serves this scheme",
+                     sep ? (int)(sep - url) : 0, sep ? url : "");
+}
+
+kvf_status kvf__store_check_url(const char *url)
+{
+    const kvf__store_kind *k = kvf__store_kind_of(url);
+    if (!k)
+        return no_store(url);
+    if (k->built && !k->built())
+        return kvf__fail(KVF_ERR_UNSUPPORTED, "%s:// URLs: this build has no %s store", k->scheme,
+                         k->scheme);
+    return k->check_url(url);
+}
+
+kvf_status kvf__store_open(const kvf__store_config *cfg, kvf__store **store_p)
+{
+    if (!cfg || !store_p)
+        return kvf__fail(KVF_ERR_INVALID, "store open: NULL argument");
+    *store_p = NULL;
+    kvf_status st = kvf__store_check_url(cfg->url);
+    if (st != KVF_OK)
+        return st;
+    return kvf__store_kind_of(cfg->url)->open(cfg, store_p);
+}
+
+void kvf__store_close(kvf__store *s)
+{
+    if (s)
+        s->ops->close(s);
+}
+
+/* exists or remove over an array of keys, in slices of a bounded array */
+static kvf_status keyed(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+                        kvf_status *status, bool drop)
+{
+    if (!s || !keys || !status || n == 0)
+        return kvf__fail(KVF_ERR_INVALID, "store %s: NULL argument or no key",
+                         drop ? "remove" : "exists");
+    enum { SLICE = 64 };
+    kvf__store_block *blk = malloc(SLICE * sizeof *blk);
+    if (!blk)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->where);
+    kvf_status ret = KVF_OK;
+    char why[KVF_MOVE_ERROR_MESSAGE] = "";
+    for (size_t at = 0; at < n; at += SLICE) {
+        size_t k = n - at < SLICE ? n - at : SLICE;
+        for (size_t j = 0; j < k; j++)
+            blk[j] = (kvf__store_block){.key = keys[at + j]};
+        kvf_status st =
+            drop ? s->ops->remove(s, blk, k, deadline_ns) : s->ops->exists(s, blk, k, deadline_ns);
+        if (st != KVF_OK && ret == KVF_OK) {
+            ret = st;
+            snprintf(why, sizeof why, "%s", kvf_last_error());
+        }
+        for (size_t j = 0; j < k; j++)
+            status[at + j] = blk[j].status;
+    }
+    free(blk);
+    if (ret != KVF_OK)
+        return kvf__fail(ret, "%s", why);
+    kvf__clear_error();
+    return KVF_OK;
+}
+
+kvf_status kvf__store_exists(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+                             kvf_status *status)
+{
+    return keyed(s, keys, n, deadline_ns, status, false);
+}
+
+kvf_status kvf__store_remove(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+                             kvf_status *status)
+{
+    return keyed(s, keys, n, deadline_ns, status, true);
+}
+
+kvf_status kvf__store_list(kvf__store *s, kvf__store_visit_fn visit, void *arg)
+{
+    if (!s || !visit)
+        return kvf__fail(KVF_ERR_INVALID, "store list: NULL argument");
+    return s->ops->list(s, visit, arg);
+}
+
+kvf_status kvf__store_first_failure(const kvf__store_block *blocks, size_t n, bool miss_ok)
+{
+    for (size_t i = 0; i < n; i++)
+        if (blocks[i].status != KVF_OK && !(miss_ok && blocks[i].status == KVF_ERR_NOT_FOUND))
+            return kvf__fail(blocks[i].status, "%s", blocks[i].msg);
+    kvf__clear_error();
+    return KVF_OK;
+}
+
+void kvf__store_block_fail(kvf__store_block *b, kvf_status st, const char *fmt, ...)
+{
+    b->status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
+    va_end(ap);
+}
+
+void kvf__store_name_failures(const kvf__store *s, kvf__store_block *blocks, size_t n,
+                              const char *why)
+{
+    for (size_t i = 0; i < n; i++) {
+        kvf__store_block *b = &blocks[i];
+        if (b->status == KVF_OK || b->msg[0])
+            continue;
+        snprintf(b->msg, sizeof b->msg, "%s 0x%llx: %s%s%s", s->noun, (unsigned long long)b->key,
+                 kvf_status_str(b->status),
+                 why && why[0] ? "; the round trip's first failure: " : "", why ? why : "");
+    }
+}

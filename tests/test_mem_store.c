@@ -1,0 +1,422 @@
+/* The engine's remote tier on the in-memory store (mem://NAME), so the
+ * remote path runs without a Redis server: offload and onboard, exists and
+ * remove through the store, a corrupted value refused for its block only,
+ * batches of many chunks in flight at once, blocks shared by two engines
+ * and kept across an engine's restart, namespaces apart, and the store
+ * ops called directly (list, short buffers, bad URLs), on mem:// and on a
+ * file store. */
+#include "engine.h"
+#include "mem_store.h"
+#include "testutil.h"
+
+#define POISON 0xC3
+
+static const kvf_geometry G = {2, 2, 2, 16, 32, KVF_DTYPE_BF16, KVF_ORDER_HEAD_MAJOR};
+
+static kvf_engine *open_engine(const char *url, const char *ns, uint32_t slots)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.threads = 3;
+    cfg.file_namespace = ns;
+    cfg.remote_url = url;
+    kvf_engine *e = NULL;
+    if (kvf_engine_create(&cfg, &e) != KVF_OK)
+        return NULL;
+    kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, slots};
+    if (kvf_engine_add_pool(e, &G, &prim, NULL, NULL) != KVF_OK) {
+        kvf_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static uint8_t *slot(kvf_engine *e, uint32_t s)
+{
+    void *p = NULL;
+    kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, s, &p);
+    return p;
+}
+
+static size_t block_bytes(void)
+{
+    size_t bb = 0;
+    kvf_geometry_block_bytes(&G, &bb);
+    return bb;
+}
+
+/* Slots [0, n) filled from `seed` and offloaded to keys base + i. */
+static kvf_status offload_all(kvf_engine *e, uint32_t n, uint64_t base, uint64_t seed)
+{
+    size_t bb = block_bytes();
+    kvf_move *mv = calloc(n, sizeof *mv);
+    if (!mv)
+        return KVF_ERR_NOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        test_fill_random(slot(e, i), bb, seed + i);
+        mv[i] = (kvf_move){i, base + i, 0};
+    }
+    kvf_ticket t;
+    kvf_status st = kvf_offload(e, KVF_TIER_REMOTE, mv, n, &t);
+    if (st == KVF_OK)
+        st = kvf_wait(e, t, NULL);
+    free(mv);
+    return st;
+}
+
+/* Keys base + i onboarded into poisoned slots [0, n); per[] the statuses;
+ * the number of slots holding what offload_all(seed) stored. */
+static uint32_t onboard_all(kvf_engine *e, uint32_t n, uint64_t base, uint64_t seed,
+                            kvf_status *per)
+{
+    size_t bb = block_bytes();
+    kvf_move *mv = calloc(n, sizeof *mv);
+    uint8_t *want = malloc(bb);
+    REQUIRE(mv && want);
+    for (uint32_t i = 0; i < n; i++) {
+        memset(slot(e, i), POISON, bb);
+        mv[i] = (kvf_move){base + i, i, 0};
+    }
+    kvf_ticket t;
+    REQUIRE(kvf_onboard(e, KVF_TIER_REMOTE, mv, n, &t) == KVF_OK);
+    kvf_wait(e, t, per);
+    uint32_t same = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        test_fill_random(want, bb, seed + i);
+        same += memcmp(slot(e, i), want, bb) == 0;
+    }
+    free(want);
+    free(mv);
+    return same;
+}
+
+static int test_round_trip(void)
+{
+    enum { N = 8 };
+    kvf__mem_store_clear("rt");
+    kvf_engine *e = open_engine("mem://rt", "ns1", N);
+    REQUIRE(e);
+    CHECK_STATUS(offload_all(e, N, 0x100, 1), KVF_OK);
+    kvf_status per[N];
+    CHECK_EQ_INT(onboard_all(e, N, 0x100, 1, per), N);
+    for (int i = 0; i < N; i++)
+        CHECK_STATUS(per[i], KVF_OK);
+
+    /* exists and remove through the engine's store */
+    kvf__store *s = kvf__engine_store(e, KVF_TIER_REMOTE);
+    REQUIRE(s);
+    CHECK(kvf__engine_store(e, KVF_TIER_DISK) == NULL);
+    CHECK(kvf__engine_store(e, KVF_TIER_HOST) == NULL);
+    uint64_t keys[3] = {0x100, 0x107, 0x108};
+    kvf_status st[3];
+    CHECK_STATUS(kvf__store_exists(s, keys, 3, 0, st), KVF_OK);
+    CHECK_STATUS(st[0], KVF_OK);
+    CHECK_STATUS(st[1], KVF_OK);
+    CHECK_STATUS(st[2], KVF_ERR_NOT_FOUND);
+    kvf_ticket t;
+    REQUIRE(kvf_remove(e, KVF_TIER_REMOTE, keys, 1, &t) == KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf__store_remove(s, keys + 1, 2, 0, st), KVF_OK);
+    CHECK_STATUS(kvf__store_exists(s, keys, 3, 0, st), KVF_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_STATUS(st[i], KVF_ERR_NOT_FOUND);
+
+    /* a removed block is a miss on onboard, with its key named */
+    kvf_move mv = {0x100, 0, 0};
+    kvf_move_error err[2];
+    size_t nerr = 0;
+    REQUIRE(kvf_onboard(e, KVF_TIER_REMOTE, &mv, 1, &t) == KVF_OK);
+    CHECK_STATUS(kvf_wait_errors(e, t, per, err, 2, &nerr), KVF_ERR_NOT_FOUND);
+    CHECK_EQ_INT(nerr, 1);
+    CHECK_STR_HAS(err[0].message, "remote block 0x100");
+    kvf_engine_destroy(e);
+    kvf__mem_store_clear("rt");
+    return 0;
+}
+
+/* One value corrupted (payload, header, a foreign namespace's header):
+ * that block fails with the right status and a message naming it; the
+ * others of the same batch land. */
+static int test_corrupt_one(void)
+{
+    enum { N = 6 };
+    kvf__mem_store_clear("bad");
+    kvf_engine *e = open_engine("mem://bad", "ns1", N);
+    REQUIRE(e);
+    REQUIRE(offload_all(e, N, 0x200, 7) == KVF_OK);
+    REQUIRE(kvf__mem_store_poke("bad", "ns1", 0x202, KVF_BLOCKFILE_HEADER_BYTES + 5, 0x01) ==
+            KVF_OK);
+    REQUIRE(kvf__mem_store_poke("bad", "ns1", 0x204, 3, 0x40) == KVF_OK);
+    CHECK_STATUS(kvf__mem_store_poke("bad", "ns2", 0x204, 3, 0x40), KVF_ERR_NOT_FOUND);
+    kvf_status per[N];
+    kvf_move mv[N];
+    for (uint32_t i = 0; i < N; i++) {
+        memset(slot(e, i), POISON, block_bytes());
+        mv[i] = (kvf_move){0x200 + i, i, 0};
+    }
+    kvf_ticket t;
+    kvf_move_error err[N];
+    size_t nerr = 0;
+    REQUIRE(kvf_onboard(e, KVF_TIER_REMOTE, mv, N, &t) == KVF_OK);
+    CHECK_STATUS(kvf_wait_errors(e, t, per, err, N, &nerr), KVF_ERR_CORRUPT);
+    CHECK_EQ_INT(nerr, 2);
+    CHECK_STATUS(per[2], KVF_ERR_CORRUPT);
+    CHECK_STATUS(per[4], KVF_ERR_CORRUPT);
+    CHECK_EQ_INT(err[0].index, 2);
+    CHECK_STR_HAS(err[0].message, "0x202");
+    CHECK_STR_HAS(err[0].message, "mem://bad");
+    CHECK_STR_HAS(err[1].message, "0x204");
+    uint8_t *want = malloc(block_bytes());
+    REQUIRE(want);
+    for (uint32_t i = 0; i < N; i++) {
+        test_fill_random(want, block_bytes(), 7 + i);
+        bool ok = per[i] == KVF_OK;
+        CHECK(ok == (i != 2 && i != 4));
+        /* a refused block's slot is never written with its bytes */
+        if (ok)
+            CHECK_MEM_EQ(slot(e, i), want, block_bytes());
+        else
+            CHECK(memcmp(slot(e, i), want, block_bytes()) != 0);
+    }
+    free(want);
+    kvf_engine_destroy(e);
+    kvf__mem_store_clear("bad");
+    return 0;
+}
+
+/* Batches of many chunks (a remote chunk is at most 64 blocks) in flight
+ * together on three workers, then read back; a second engine on the same
+ * name and namespace sees the blocks, one restarted too, another
+ * namespace does not. */
+static int test_many_chunks_shared(void)
+{
+    enum { N = 700 };
+    kvf__mem_store_clear("shared");
+    kvf_engine *a = open_engine("mem://shared", "ns1", N);
+    REQUIRE(a);
+    size_t bb = block_bytes();
+    kvf_move *mv = calloc(N, sizeof *mv);
+    REQUIRE(mv);
+    kvf_ticket t[2];
+    for (uint32_t i = 0; i < N; i++) {
+        test_fill_random(slot(a, i), bb, 1000 + i);
+        mv[i] = (kvf_move){i, 0x5000 + i, 0};
+    }
+    /* two batches queued before either is waited for: both spread over
+     * the workers in chunks */
+    REQUIRE(kvf_offload(a, KVF_TIER_REMOTE, mv, N / 2, &t[0]) == KVF_OK);
+    REQUIRE(kvf_offload(a, KVF_TIER_REMOTE, mv + N / 2, N - N / 2, &t[1]) == KVF_OK);
+    CHECK_STATUS(kvf_wait(a, t[1], NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(a, t[0], NULL), KVF_OK);
+
+    kvf_engine *b = open_engine("mem://shared", "ns1", N);
+    REQUIRE(b);
+    kvf_status *per = calloc(N, sizeof *per);
+    REQUIRE(per);
+    CHECK_EQ_INT(onboard_all(b, N, 0x5000, 1000, per), N);
+    kvf_engine_destroy(b);
+    kvf_engine_destroy(a);
+    a = open_engine("mem://shared", "ns1", N);
+    REQUIRE(a);
+    CHECK_EQ_INT(onboard_all(a, N, 0x5000, 1000, per), N);
+    kvf_engine_destroy(a);
+
+    kvf_engine *other = open_engine("mem://shared", "ns2", 4);
+    REQUIRE(other);
+    CHECK_EQ_INT(onboard_all(other, 4, 0x5000, 1000, per), 0);
+    for (int i = 0; i < 4; i++)
+        CHECK_STATUS(per[i], KVF_ERR_NOT_FOUND);
+    kvf_engine_destroy(other);
+    free(per);
+    free(mv);
+    kvf__mem_store_clear("shared");
+    return 0;
+}
+
+typedef struct listed {
+    size_t n;
+    uint64_t keys_sum;
+    uint32_t tokens_bad;
+} listed;
+
+static void list_visit(void *arg, const kvf__store_entry *ent)
+{
+    listed *l = arg;
+    l->n++;
+    l->keys_sum += ent->key;
+    l->tokens_bad += ent->tokens != 5 || ent->pools != 1 || ent->mtime_ns <= 0;
+}
+
+/* The store ops on their own: list skips a corrupt header, a short buffer
+ * is KVF_ERR_RANGE, a bad URL is refused. */
+static int test_store_ops(void)
+{
+    kvf__mem_store_clear("ops");
+    kvf__store_config cfg = {"mem://ops", "nsx", 0x77, 0, 0};
+    kvf__store *s = NULL;
+    REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
+    CHECK(!strcmp(s->kind, "mem") && !strcmp(s->where, "mem://ops"));
+    uint8_t payload[3][40], back[40];
+    kvf__store_block blk[3];
+    for (int i = 0; i < 3; i++) {
+        test_fill_random(payload[i], sizeof payload[i], 50 + (uint64_t)i);
+        blk[i] = (kvf__store_block){.key = 10 + (uint64_t)i,
+                                    .tokens = 5,
+                                    .pools = 1,
+                                    .buf = payload[i],
+                                    .payload_bytes = sizeof payload[i]};
+    }
+    CHECK_STATUS(s->ops->write(s, blk, 3, 0), KVF_OK);
+    listed l = {0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, 3);
+    CHECK_EQ_U64(l.keys_sum, 33);
+    CHECK_EQ_INT(l.tokens_bad, 0);
+    REQUIRE(kvf__mem_store_poke("ops", "nsx", 11, 0, 0xff) == KVF_OK);
+    l = (listed){0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, 2);
+
+    blk[0] = (kvf__store_block){.key = 10, .buf = back, .cap = 39};
+    blk[1] = (kvf__store_block){.key = 11, .buf = back, .cap = sizeof back};
+    blk[2] = (kvf__store_block){.key = 12, .buf = back, .cap = sizeof back};
+    CHECK_STATUS(s->ops->read(s, blk, 3, 0), KVF_ERR_RANGE);
+    CHECK_STATUS(blk[0].status, KVF_ERR_RANGE);
+    CHECK_STATUS(blk[1].status, KVF_ERR_CORRUPT);
+    CHECK_STR_HAS(blk[1].msg, "remote block 0xb");
+    CHECK_STATUS(blk[2].status, KVF_OK);
+    CHECK_MEM_EQ(back, payload[2], sizeof back);
+    CHECK_EQ_INT(blk[2].tokens, 5);
+    kvf__store_close(s);
+
+    /* another layout's reader refuses the block as foreign */
+    cfg.fingerprint = 0x78;
+    REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
+    blk[0] = (kvf__store_block){.key = 12, .buf = back, .cap = sizeof back};
+    CHECK_STATUS(s->ops->read(s, blk, 1, 0), KVF_ERR_MISMATCH);
+    kvf__store_close(s);
+
+    const char *bad[] = {"mem://", "mem://a/b", "mem://a b", "nosuch://x", "mem:/x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cfg.url = bad[i];
+        CHECK_STATUS(kvf__store_open(&cfg, &s), KVF_ERR_INVALID);
+        CHECK_STATUS(kvf__store_check_url(bad[i]), KVF_ERR_INVALID);
+    }
+    kvf_engine_config ec = KVF_ENGINE_CONFIG_INIT;
+    ec.backend = KVF_BACKEND_HOST;
+    ec.remote_url = "mem://a/b";
+    kvf_engine *e = NULL;
+    CHECK_STATUS(kvf_engine_create(&ec, &e), KVF_ERR_INVALID);
+    kvf__mem_store_clear("ops");
+    return 0;
+}
+
+/* The file tier's store, as the cache will ask it: what the engine wrote
+ * is listed and found, and removed through it. */
+static int test_file_store(void)
+{
+    char dir[256];
+    REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.file_dir = dir;
+    kvf_engine *e = NULL;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 4};
+    REQUIRE(kvf_engine_add_pool(e, &G, &prim, NULL, NULL) == KVF_OK);
+    kvf_move mv[2] = {{0, 0x31, 0}, {1, 0x32, 8}};
+    kvf_ticket t;
+    REQUIRE(kvf_offload(e, KVF_TIER_DISK, mv, 2, &t) == KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    kvf__store *s = kvf__engine_store(e, KVF_TIER_DISK);
+    REQUIRE(s && !strcmp(s->kind, "file"));
+    CHECK(kvf__engine_store(e, KVF_TIER_REMOTE) == NULL);
+    uint64_t keys[3] = {0x31, 0x32, 0x33};
+    kvf_status st[3];
+    CHECK_STATUS(kvf__store_exists(s, keys, 3, 0, st), KVF_OK);
+    CHECK(st[0] == KVF_OK && st[1] == KVF_OK && st[2] == KVF_ERR_NOT_FOUND);
+    listed l = {0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, 2);
+    CHECK_EQ_U64(l.keys_sum, 0x63);
+    /* a block read back through the store: the slot's first 8 tokens */
+    size_t cap = block_bytes();
+    uint8_t *buf = malloc(cap);
+    REQUIRE(buf);
+    kvf__store_block blk = {.key = 0x32, .buf = buf, .cap = cap};
+    CHECK_STATUS(s->ops->read(s, &blk, 1, 0), KVF_OK);
+    CHECK_EQ_INT(blk.tokens, 8);
+    CHECK_STATUS(kvf__store_remove(s, keys, 2, 0, st), KVF_OK);
+    CHECK_STATUS(kvf__store_exists(s, keys, 2, 0, st), KVF_OK);
+    CHECK(st[0] == KVF_ERR_NOT_FOUND && st[1] == KVF_ERR_NOT_FOUND);
+    free(buf);
+    kvf_engine_destroy(e);
+    test_rmtree(dir);
+    return 0;
+}
+
+/* A store opened from a file:// URL: every op on its own directory, the
+ * host images copied in and out by the store; no remote tier. */
+static int test_file_url_store(void)
+{
+    char dir[256], url[300];
+    REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
+    snprintf(url, sizeof url, "file://%s", dir);
+    kvf__store_config cfg = {url, "nsf", 0x99, 0, 0};
+    kvf__store *s = NULL;
+    REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
+    CHECK(!strcmp(s->kind, "file") && s->ops->commit && s->ops->discard);
+    uint8_t payload[2][5000], back[5000];
+    kvf__store_block blk[2];
+    for (int i = 0; i < 2; i++) {
+        test_fill_random(payload[i], sizeof payload[i], 80 + (uint64_t)i);
+        blk[i] = (kvf__store_block){.key = 0x70 + (uint64_t)i,
+                                    .tokens = 3,
+                                    .pools = 2,
+                                    .buf = payload[i],
+                                    .payload_bytes = sizeof payload[i]};
+    }
+    CHECK_STATUS(s->ops->write(s, blk, 2, 0), KVF_OK);
+    CHECK_STATUS(s->ops->commit(s), KVF_OK);
+    listed l = {0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, 2);
+    blk[0] = (kvf__store_block){.key = 0x71, .buf = back, .cap = sizeof back};
+    blk[1] = (kvf__store_block){.key = 0x72, .buf = back, .cap = sizeof back};
+    CHECK_STATUS(s->ops->read(s, blk, 2, 0), KVF_OK);
+    CHECK_STATUS(blk[0].status, KVF_OK);
+    CHECK_STATUS(blk[1].status, KVF_ERR_NOT_FOUND);
+    CHECK_MEM_EQ(back, payload[1], sizeof back);
+    CHECK(blk[0].tokens == 3 && blk[0].pools == 2 && blk[0].payload_bytes == sizeof back);
+    /* a buffer too small for the block */
+    blk[0] = (kvf__store_block){.key = 0x70, .buf = back, .cap = 100};
+    CHECK_STATUS(s->ops->read(s, blk, 1, 0), KVF_ERR_RANGE);
+    CHECK_STR_HAS(blk[0].msg, "0x70");
+    bool emptied = true;
+    CHECK_STATUS(s->ops->discard(s, 0x70, &emptied), KVF_OK);
+    uint64_t keys[2] = {0x70, 0x71};
+    kvf_status st[2];
+    CHECK_STATUS(kvf__store_exists(s, keys, 2, 0, st), KVF_OK);
+    CHECK(st[0] == KVF_ERR_NOT_FOUND && st[1] == KVF_OK);
+    kvf__store_close(s);
+
+    /* a file store is no remote tier */
+    kvf_engine_config ec = KVF_ENGINE_CONFIG_INIT;
+    ec.backend = KVF_BACKEND_HOST;
+    ec.remote_url = url;
+    kvf_engine *e = NULL;
+    CHECK_STATUS(kvf_engine_create(&ec, &e), KVF_ERR_INVALID);
+    test_rmtree(dir);
+    return 0;
+}
+
+int main(void)
+{
+    RUN(test_round_trip);
+    RUN(test_corrupt_one);
+    RUN(test_many_chunks_shared);
+    RUN(test_store_ops);
+    RUN(test_file_store);
+    RUN(test_file_url_store);
+    return TEST_RESULT();
+}
