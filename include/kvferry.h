@@ -663,9 +663,9 @@ KVF_API kvf_status kvf_copy(kvf_engine *engine, const kvf_move *moves, size_t n,
  * Needs secondary slots in every pool and the tier; otherwise as
  * kvf_offload. Demotes run on the offload queue, promotes on the onboard
  * queue.
- * @param to, from  KVF_TIER_DISK. KVF_TIER_REMOTE is KVF_ERR_UNSUPPORTED
- *        (the remote tier moves primary slots only: offload to and onboard
- *        from it instead); HOST and GPU are KVF_ERR_INVALID.
+ * @param to, from  KVF_TIER_DISK or KVF_TIER_REMOTE (a block demoted there
+ *        onboards as one offloaded, and the other way round); HOST and GPU
+ *        are KVF_ERR_INVALID.
  */
 KVF_API kvf_status kvf_demote(kvf_engine *engine, kvf_tier to, const kvf_move *moves, size_t n,
                               kvf_ticket *ticket_p);

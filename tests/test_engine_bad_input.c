@@ -151,9 +151,9 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_demote(e, KVF_TIER_HOST, &to_key, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "kvf_demote: tier host") != NULL);
     CHECK_STATUS(kvf_promote(e, KVF_TIER_GPU, &to_key, 1, &t), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf_demote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_UNSUPPORTED);
-    CHECK(strstr(kvf_last_error(), "kvf_demote: tier remote") != NULL);
-    CHECK_STATUS(kvf_promote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_UNSUPPORTED);
+    CHECK_STATUS(kvf_demote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "demote to remote: the engine has no remote tier") != NULL);
+    CHECK_STATUS(kvf_promote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
     CHECK(t.id == 0); /* no ticket for a refused batch */
     CHECK(strcmp(kvf_tier_name(KVF_TIER_HOST), "host") == 0);
     CHECK(strcmp(kvf_tier_name(KVF_TIER_DISK), "disk") == 0);

@@ -754,8 +754,8 @@ class Engine(_Issuer):
 
     def demote(self, moves, *, to: TierLike = Tier.DISK, detach: bool = False) -> Optional[Ticket]:
         """Queues secondary slot -> `to` moves (src = secondary slot, dst =
-        block key), leaving the primary slots alone; as offload. Tier.DISK
-        only: Tier.REMOTE raises Unsupported."""
+        block key), leaving the primary slots alone; as offload. `to` is
+        Tier.DISK or Tier.REMOTE."""
         return self._submit(L.kvf_demote, (int(Tier(to)),), moves, detach)
 
     def promote(self, moves, *, frm: TierLike = Tier.DISK, detach: bool = False) -> Optional[Ticket]:

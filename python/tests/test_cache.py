@@ -280,7 +280,7 @@ def test_engine_demote_promote_file_remove(engine, geometry, rng):
         engine.remove(kvf.Tier.HOST, [1])
     with pytest.raises(kvf.InvalidArgument, match="tier gpu"):
         engine.offload(kvf.Tier.GPU, (0, 1))
-    with pytest.raises(kvf.Unsupported, match="tier remote"):
+    with pytest.raises(kvf.InvalidArgument, match="demote to remote: the engine has no remote tier"):
         engine.demote([(1, 0xAB)], to=kvf.Tier.REMOTE)
 
 

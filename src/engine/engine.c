@@ -15,6 +15,8 @@ const char *const kvf__op_names[] = {"offload to host",
                                      "offload to remote",
                                      "onboard from remote",
                                      "remove remote",
+                                     "demote to remote",
+                                     "promote from remote",
                                      "fence"};
 
 /* Chooses the file tier's path (see kvf_gds_compat): e->gds set when

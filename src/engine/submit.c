@@ -411,19 +411,13 @@ refuse_checked:
 }
 
 /* The op kind of an engine call on `tier`: kinds[tier], one per tier below
- * the primary slots in kvf_tier's order; a negative entry (-1: the tier
- * cannot be taken, -2: not by this engine) or a tier outside them refuses
- * the call, naming the tier. */
+ * the primary slots in kvf_tier's order; a negative entry or a tier
+ * outside them refuses the call, naming the tier. */
 kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3], op_kind *kind_p)
 {
     if ((unsigned)tier >= KVF_TIER_COUNT)
         return kvf__fail(KVF_ERR_INVALID, "%s: tier %d unknown", fn, (int)tier);
     int k = (unsigned)tier < 3 ? kinds[tier] : -1;
-    if (k == -2)
-        return kvf__fail(KVF_ERR_UNSUPPORTED,
-                         "%s: tier %s: the %s tier moves primary slots only (offload to it, "
-                         "onboard from it)",
-                         fn, kvf_tier_name(tier), kvf_tier_name(tier));
     if (k < 0)
         return kvf__fail(KVF_ERR_INVALID, "%s: tier %s is not one this call takes", fn,
                          kvf_tier_name(tier));
@@ -435,7 +429,7 @@ static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, cons
                               const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
     kvf__clear_error();
-    op_kind kind;
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
     kvf_status st = kvf__tier_kind(fn, tier, kinds, &kind);
     return st != KVF_OK ? st : kvf__submit(e, kind, moves, n, ticket_p);
 }
@@ -462,14 +456,14 @@ kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *
 kvf_status kvf_demote(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
                       kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {-1, OP_DEMOTE, -2};
+    static const int kinds[3] = {-1, OP_DEMOTE, OP_DEMOTE_REMOTE};
     return submit_tier(e, "kvf_demote", to, kinds, moves, n, ticket_p);
 }
 
 kvf_status kvf_promote(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {-1, OP_PROMOTE, -2};
+    static const int kinds[3] = {-1, OP_PROMOTE, OP_PROMOTE_REMOTE};
     return submit_tier(e, "kvf_promote", from, kinds, moves, n, ticket_p);
 }
 
@@ -478,7 +472,7 @@ kvf_status kvf_remove(kvf_engine *e, kvf_tier tier, const uint64_t *keys, size_t
 {
     static const int kinds[3] = {-1, OP_REMOVE, OP_REMOVE_REMOTE};
     kvf__clear_error();
-    op_kind kind;
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
     kvf_status st = kvf__tier_kind("kvf_remove", tier, kinds, &kind);
     if (st != KVF_OK)
         return st;
