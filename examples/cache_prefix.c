@@ -71,7 +71,7 @@ int main(int argc, char **argv)
         for (size_t b = 0; b < n; b++)
             slots[b] = (uint32_t)(r * MAX_BLOCKS + b); /* the blocks the engine gave it */
         if (hits) {
-            kvf_ticket t;
+            kvf_cache_ticket t;
             TRY(kvf_cache_get(cache, keys, slots, hits, &t));
             if (kvf_cache_wait(cache, t, NULL) != KVF_OK)
                 hits = 0; /* a block could not be read back whole: recompute all */
@@ -94,7 +94,7 @@ int main(int argc, char **argv)
         printf("request %d: %zu blocks, %zu from the cache, %zu tokens not recomputed\n", r, n,
                hits, hits * TPB);
         /* the request is done: its blocks go to the cache */
-        kvf_ticket t;
+        kvf_cache_ticket t;
         TRY(kvf_cache_put(cache, keys, slots, n, 50, &t));
         TRY(kvf_cache_wait(cache, t, NULL));
     }

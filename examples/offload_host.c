@@ -50,7 +50,7 @@ int main(int argc, char **argv)
     kvf_move to_host = {.src = 0, .dst = 5}, to_file = {.src = 0, .dst = 0x42};
     kvf_ticket t1, t2;
     TRY(kvf_offload(e, KVF_TIER_HOST, &to_host, 1, &t1));
-    TRY(kvf_offload(e, KVF_TIER_FILE, &to_file, 1, &t2));
+    TRY(kvf_offload(e, KVF_TIER_DISK, &to_file, 1, &t2));
     TRY(kvf_wait(e, t1, NULL));
     TRY(kvf_wait(e, t2, NULL));
 
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     memset(slot1, 0, bytes);
     kvf_move from_file = {.src = 0x42, .dst = 1, .tokens = 8};
     kvf_status per_move[1];
-    TRY(kvf_onboard(e, KVF_TIER_FILE, &from_file, 1, &t1));
+    TRY(kvf_onboard(e, KVF_TIER_DISK, &from_file, 1, &t1));
     TRY(kvf_wait(e, t1, per_move));
 
     kvf_region r;

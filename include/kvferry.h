@@ -400,7 +400,7 @@ typedef struct kvf_engine_remote_config {
     const char *url;
     uint32_t ttl_s; /* expiry of stored blocks; 0: none */
     /* Connect timeout, and the time a remote batch (kvf_offload / kvf_onboard
-     * on KVF_TIER_REMOTE, kvf_remote_remove) has: it completes within this plus
+     * on KVF_TIER_REMOTE, kvf_remove) has: it completes within this plus
      * its bytes at 256 MiB/s (a floor far below a Redis node's pace) from
      * when it starts to run, however many blocks it has and however slowly
      * a node sends or takes bytes; moves not done by then fail with
@@ -598,21 +598,34 @@ KVF_API kvf_status kvf_engine_slot_ptr(kvf_engine *engine, uint32_t pool, kvf_le
 /* Moves                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/** The tier below the primary slots that a batch moves to or from. */
+/**
+ * Where a block is kept. An engine batch moves blocks between the primary
+ * slots and HOST, DISK or REMOTE; a cache keeps blocks in all four, falling
+ * through them GPU (when it owns GPU blocks), host, disk, remote. An engine
+ * call given a tier it cannot take fails with KVF_ERR_INVALID naming it.
+ */
 typedef enum kvf_tier {
-    KVF_TIER_HOST = 0,  /* the secondary slots: the reference's DRAM mode */
-    KVF_TIER_FILE = 1,  /* block files: the reference's GDS and POSIX modes,
-                           chosen by kvf_engine_config.file.io */
-    KVF_TIER_REMOTE = 2 /* a Redis server or cluster, or mem:// (remote.url);
-                           dst / src is the block key, as for files */
+    KVF_TIER_HOST = 0,   /* the secondary slots: the reference's DRAM mode */
+    KVF_TIER_DISK = 1,   /* block files: the reference's GDS and POSIX modes,
+                            chosen by kvf_engine_config.file.io */
+    KVF_TIER_REMOTE = 2, /* a Redis server or cluster, or mem:// (remote.url),
+                            shared between engines; dst / src is the block
+                            key, as for files */
+    KVF_TIER_GPU = 3,    /* the primary slots themselves: the end of every
+                            engine move, so no engine call takes it as its
+                            tier; a cache's GPU tier (gpu.blocks) */
+    KVF_TIER_COUNT = 4
 } kvf_tier;
+
+/** Name of a tier ("host", "disk", "remote", "gpu"); "?" for another value. */
+KVF_API const char *kvf_tier_name(kvf_tier tier);
 
 /**
  * One block to move: the same slot of every pool.
  *   offload to HOST:   src = primary slot, dst = secondary slot
- *   offload to FILE:   src = primary slot, dst = block key
+ *   offload to DISK:   src = primary slot, dst = block key (REMOTE alike)
  *   onboard from HOST: src = secondary slot, dst = primary slot
- *   onboard from FILE: src = block key, dst = primary slot
+ *   onboard from DISK: src = block key, dst = primary slot (REMOTE alike)
  *   kvf_copy:          src = primary slot, dst = primary slot
  * tokens: 0 for the whole block, else the first `tokens` tokens, at most
  * tokens_per_block (more refuses the batch with KVF_ERR_RANGE). A partial
@@ -625,8 +638,15 @@ typedef struct kvf_move {
     uint32_t tokens;
 } kvf_move;
 
-/** Names a submitted batch. 0 is never a valid ticket. */
-typedef uint64_t kvf_ticket;
+/**
+ * Names a submitted engine batch. A struct, not a number, so that a cache's
+ * ticket (kvf_cache_ticket) cannot be passed where an engine's is expected,
+ * or the other way round: the compiler refuses it. id 0 is never a valid
+ * ticket.
+ */
+typedef struct kvf_ticket {
+    uint64_t id;
+} kvf_ticket;
 
 /**
  * Queues a batch of offloads. `moves` is copied: the array may be reused on
@@ -651,7 +671,7 @@ typedef uint64_t kvf_ticket;
  *        cut to 0 bytes in place, so that no engine, after a restart
  *        either, reads it as the block (KVF_ERR_CORRUPT there), and this
  *        engine refuses the key with KVF_ERR_LOST, naming key and file,
- *        until it is written again or removed (kvf_file_remove); where
+ *        until it is written again or removed (kvf_remove); where
  *        even that cut fails, the refusal lasts as long as this engine
  *        and an error in the log says the old file remains (an engine
  *        opened later would read it). A failed write to the remote tier removes
@@ -673,33 +693,35 @@ KVF_API kvf_status kvf_copy(kvf_engine *engine, const kvf_move *moves, size_t n,
                             kvf_ticket *ticket_p);
 
 /**
- * Moves blocks between the two tiers below the primary slots, leaving the
- * primary slots alone: kvf_demote writes secondary slots to block files
- * (src = secondary slot, dst = block key), kvf_promote reads block files
- * into secondary slots (src = block key, dst = secondary slot). A cache
- * uses them to push a host-tier victim down to disk and to warm the host
- * tier. Needs secondary slots in every pool and a file tier; otherwise as
+ * Moves blocks between the host tier and a tier below it, leaving the
+ * primary slots alone: kvf_demote writes secondary slots to `to` (src =
+ * secondary slot, dst = block key), kvf_promote reads blocks of `from` into
+ * secondary slots (src = block key, dst = secondary slot). A cache uses
+ * them to push a host-tier victim down to disk and to warm the host tier.
+ * Needs secondary slots in every pool and the tier; otherwise as
  * kvf_offload. Demotes run on the offload queue, promotes on the onboard
  * queue.
+ * @param to, from  KVF_TIER_DISK or KVF_TIER_REMOTE (a block demoted there
+ *        onboards as one offloaded, and the other way round); HOST and GPU
+ *        are KVF_ERR_INVALID.
  */
-KVF_API kvf_status kvf_demote(kvf_engine *engine, const kvf_move *moves, size_t n,
+KVF_API kvf_status kvf_demote(kvf_engine *engine, kvf_tier to, const kvf_move *moves, size_t n,
                               kvf_ticket *ticket_p);
-KVF_API kvf_status kvf_promote(kvf_engine *engine, const kvf_move *moves, size_t n,
+KVF_API kvf_status kvf_promote(kvf_engine *engine, kvf_tier from, const kvf_move *moves, size_t n,
                                kvf_ticket *ticket_p);
 
 /**
- * Removes stored blocks from the file tier, in order with the moves queued
- * before on the same keys (a removal queued after a write removes what was
- * written). A key with no file is not an error. Removed keys read as
- * KVF_ERR_NOT_FOUND. Runs on the offload queue; otherwise as kvf_offload.
+ * Removes stored blocks from a tier, in order with the moves queued before
+ * on the same keys (a removal queued after a write removes what was
+ * written). A key with no block there is not an error. Removed keys read
+ * as KVF_ERR_NOT_FOUND. Runs on the offload queue; otherwise as
+ * kvf_offload.
+ * @param tier  KVF_TIER_DISK (block files) or KVF_TIER_REMOTE (other
+ *        engines sharing the namespace lose the blocks too); HOST and GPU
+ *        hold slots, not keys: KVF_ERR_INVALID.
  */
-KVF_API kvf_status kvf_file_remove(kvf_engine *engine, const uint64_t *keys, size_t n,
-                                   kvf_ticket *ticket_p);
-
-/** Removes blocks from the remote tier; as kvf_file_remove. Other engines
- *  sharing the namespace lose them too. */
-KVF_API kvf_status kvf_remote_remove(kvf_engine *engine, const uint64_t *keys, size_t n,
-                                     kvf_ticket *ticket_p);
+KVF_API kvf_status kvf_remove(kvf_engine *engine, kvf_tier tier, const uint64_t *keys, size_t n,
+                              kvf_ticket *ticket_p);
 
 /**
  * Asks whether a batch has completed, without blocking.
@@ -850,18 +872,14 @@ KVF_API uint64_t kvf_key_salt(const char *name);
  */
 typedef struct kvf_cache kvf_cache;
 
-/** The cache's tiers. Blocks fall through them GPU (when the cache owns
- *  GPU blocks), host, disk, remote. */
-typedef enum kvf_cache_tier {
-    KVF_CACHE_HOST = 0,   /* secondary slots */
-    KVF_CACHE_DISK = 1,   /* block files */
-    KVF_CACHE_REMOTE = 2, /* the engine's remote tier (Redis), shared between caches */
-    KVF_CACHE_GPU = 3,    /* primary slots the cache allocates (gpu.blocks) */
-    KVF_CACHE_TIERS = 4
-} kvf_cache_tier;
-
-/** Name of a tier ("host", "disk", "remote", "gpu"); "?" for another value. */
-KVF_API const char *kvf_cache_tier_name(kvf_cache_tier tier);
+/**
+ * Names a cache call with a ticket (put, get, acquire, alloc), for
+ * kvf_cache_wait and its kin: a type of its own, so that an engine's
+ * kvf_ticket cannot be passed for it. id 0 is never a valid ticket.
+ */
+typedef struct kvf_cache_ticket {
+    uint64_t id;
+} kvf_cache_ticket;
 
 typedef enum kvf_cache_event_kind {
     KVF_EVENT_STORED = 0,  /* a block entered the cache (tier: where) */
@@ -874,8 +892,8 @@ typedef struct kvf_cache_event {
     uint64_t seq; /* 1, 2, 3, ... over all events, dropped ones included */
     kvf_cache_event_kind kind;
     kvf_key key;
-    kvf_cache_tier tier;
-    kvf_cache_tier from; /* UPDATED only; else equal to tier */
+    kvf_tier tier;
+    kvf_tier from; /* UPDATED only; else equal to tier */
     uint32_t priority;
 } kvf_cache_event;
 
@@ -1037,7 +1055,7 @@ KVF_API void kvf_cache_destroy(kvf_cache *cache);
  * @param tiers  NULL, or n entries: the tier of each hit (first *hits_p).
  */
 KVF_API kvf_status kvf_cache_lookup(kvf_cache *cache, const kvf_key *keys, size_t n, size_t *hits_p,
-                                    kvf_cache_tier *tiers);
+                                    kvf_tier *tiers);
 
 /**
  * Stores whole blocks the engine has filled: keys[i] from primary slot
@@ -1061,7 +1079,7 @@ KVF_API kvf_status kvf_cache_lookup(kvf_cache *cache, const kvf_key *keys, size_
  *         range.
  */
 KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
-                                 size_t n, uint32_t priority, kvf_ticket *ticket_p);
+                                 size_t n, uint32_t priority, kvf_cache_ticket *ticket_p);
 
 /**
  * Copies cached blocks into primary slots: keys[i] into slots[i], in one
@@ -1081,16 +1099,16 @@ KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const ui
  * @param ticket_p  required: the primary slots are valid once it completes.
  */
 KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
-                                 size_t n, kvf_ticket *ticket_p);
+                                 size_t n, kvf_cache_ticket *ticket_p);
 
 /**
  * Blocks until a put or get completes; then as kvf_wait: per_block (NULL or
  * the call's block count) gets each block's status, the return is KVF_OK
  * or the first failure, and the ticket is retired.
  */
-KVF_API kvf_status kvf_cache_wait(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
+KVF_API kvf_status kvf_cache_wait(kvf_cache *cache, kvf_cache_ticket ticket, kvf_status *per_block);
 /** As kvf_cache_wait without blocking: KVF_INPROGRESS while it runs. */
-KVF_API kvf_status kvf_cache_poll(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block);
+KVF_API kvf_status kvf_cache_poll(kvf_cache *cache, kvf_cache_ticket ticket, kvf_status *per_block);
 
 /**
  * As kvf_cache_wait, and hands over each failed block's message, as
@@ -1103,12 +1121,14 @@ KVF_API kvf_status kvf_cache_poll(kvf_cache *cache, kvf_ticket ticket, kvf_statu
  * retires. A failed kvf_cache_wait leaves the first one in
  * kvf_last_error().
  */
-KVF_API kvf_status kvf_cache_wait_errors(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block,
-                                         kvf_move_error *errors, size_t cap, size_t *n_errors_p);
+KVF_API kvf_status kvf_cache_wait_errors(kvf_cache *cache, kvf_cache_ticket ticket,
+                                         kvf_status *per_block, kvf_move_error *errors, size_t cap,
+                                         size_t *n_errors_p);
 /** As kvf_cache_wait_errors without blocking: KVF_INPROGRESS, nothing
  *  written, while it runs. */
-KVF_API kvf_status kvf_cache_poll_errors(kvf_cache *cache, kvf_ticket ticket, kvf_status *per_block,
-                                         kvf_move_error *errors, size_t cap, size_t *n_errors_p);
+KVF_API kvf_status kvf_cache_poll_errors(kvf_cache *cache, kvf_cache_ticket ticket,
+                                         kvf_status *per_block, kvf_move_error *errors, size_t cap,
+                                         size_t *n_errors_p);
 
 /**
  * Pins cached blocks for a running request: a pinned block is never
@@ -1139,7 +1159,7 @@ KVF_API kvf_status kvf_cache_remove(kvf_cache *cache, const kvf_key *keys, size_
  */
 
 /**
- * Hands out `n` GPU slots for the caller to fill, evicting unpinned GPU
+ * Hands out `n` GPU slots, into slots[0..n), for the caller to fill, evicting unpinned GPU
  * blocks down the tiers when none are free. The slots are the caller's
  * until kvf_cache_commit or kvf_cache_free.
  * @param ticket_p  receives a ticket for kvf_cache_wait: the slots may be
@@ -1148,8 +1168,8 @@ KVF_API kvf_status kvf_cache_remove(kvf_cache *cache, const kvf_key *keys, size_
  * @return KVF_ERR_NO_SPACE, nothing allocated, when fewer than n slots can
  *         be found (every other GPU block pinned or handed out).
  */
-KVF_API kvf_status kvf_cache_alloc(kvf_cache *cache, size_t n, uint32_t *slots,
-                                   kvf_ticket *ticket_p);
+KVF_API kvf_status kvf_cache_alloc(kvf_cache *cache, uint32_t *slots, size_t n,
+                                   kvf_cache_ticket *ticket_p);
 
 /**
  * The caller has filled allocated slots: block keys[i] in slots[i] enters
@@ -1187,7 +1207,7 @@ KVF_API kvf_status kvf_cache_free(kvf_cache *cache, const uint32_t *slots, size_
  *        acquire that brought it up is waited for.
  */
 KVF_API kvf_status kvf_cache_acquire(kvf_cache *cache, const kvf_key *keys, size_t n,
-                                     uint32_t *slots, size_t *hits_p, kvf_ticket *ticket_p);
+                                     uint32_t *slots, size_t *hits_p, kvf_cache_ticket *ticket_p);
 
 /**
  * Drains up to `cap` queued events, oldest first, into out[].
@@ -1199,9 +1219,9 @@ KVF_API size_t kvf_cache_events(kvf_cache *cache, kvf_cache_event *out, size_t c
  *  microseconds: 16, 32, 64, ..., 2^(4+i); the last bucket is unbounded. */
 #define KVF_CACHE_LATENCY_BUCKETS 20
 
-/** Per-tier counters are arrays of this many, indexed by kvf_cache_tier,
- *  so that a tier added later does not move the fields after them (entries
- *  from KVF_CACHE_TIERS on are 0). */
+/** Per-tier counters are arrays of this many, indexed by kvf_tier, so
+ *  that a tier added later does not move the fields after them (entries
+ *  from KVF_TIER_COUNT on are 0). */
 #define KVF_CACHE_TIER_SLOTS 8
 
 /** Counters since the cache was created, and its content now. */
@@ -1252,6 +1272,16 @@ KVF_API kvf_status kvf_cache_stats_prometheus(kvf_cache *cache, char *buf, size_
 /* Machine information                                                      */
 /* ------------------------------------------------------------------------ */
 
+/** What probing cuFile found, worst to best. */
+typedef enum kvf_gds_state {
+    KVF_GDS_STATE_ABSENT = 0,  /* no libcufile (or a build without CUDA) */
+    KVF_GDS_STATE_REFUSED = 1, /* loaded, but its driver would not open */
+    KVF_GDS_STATE_COMPAT = 2,  /* open, no P2P path: cuFile's compatibility
+                                  mode (POSIX I/O through its own bounce
+                                  buffers) */
+    KVF_GDS_STATE_P2P = 3      /* open, nvidia-fs loaded or P2P DMA offered */
+} kvf_gds_state;
+
 /** What this machine offers kvferry. */
 typedef struct kvf_info {
     size_t struct_size;
@@ -1261,17 +1291,15 @@ typedef struct kvf_info {
     int cufile_present; /* libcufile can be loaded */
     int uring_built;    /* built with liburing */
     char device_name[128];
-    char cuda_error[128]; /* why no device is usable, when none is */
-    int remote_built;     /* built with hiredis: the Redis remote tier works */
-    int gds_state;        /* cuFile: 0 not loaded, 1 loaded but its driver did
-                             not open, 2 compatibility mode (no P2P path),
-                             3 P2P (nvidia-fs or P2P DMA) */
-    char gds_detail[160]; /* what the probe found, or why not */
+    char cuda_error[128];    /* why no device is usable, when none is */
+    int remote_built;        /* built with hiredis: the Redis remote tier works */
+    kvf_gds_state gds_state; /* what probing cuFile found */
+    char gds_detail[160];    /* what the probe found, or why not */
 } kvf_info;
 
 #define KVF_INFO_INIT                                                                              \
     {                                                                                              \
-        sizeof(kvf_info), 0, 0, 0, 0, 0, {0}, {0}, 0, 0,                                           \
+        sizeof(kvf_info), 0, 0, 0, 0, 0, {0}, {0}, 0, KVF_GDS_STATE_ABSENT,                        \
         {                                                                                          \
             0                                                                                      \
         }                                                                                          \

@@ -117,14 +117,14 @@ static inline int expect(fixture *f, uint32_t slot, kvf_key key)
 
 static inline kvf_status put1(fixture *f, kvf_key key, uint32_t slot, uint32_t prio)
 {
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status st = kvf_cache_put(f->c, &key, &slot, 1, prio, &t);
     return st == KVF_OK ? kvf_cache_wait(f->c, t, NULL) : st;
 }
 
 static inline kvf_status get1(fixture *f, kvf_key key, uint32_t slot)
 {
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status st = kvf_cache_get(f->c, &key, &slot, 1, &t);
     return st == KVF_OK ? kvf_cache_wait(f->c, t, NULL) : st;
 }
@@ -133,7 +133,7 @@ static inline kvf_status get1(fixture *f, kvf_key key, uint32_t slot)
 static inline int tier_of(fixture *f, kvf_key key)
 {
     size_t hits = 0;
-    kvf_cache_tier t = KVF_CACHE_TIERS;
+    kvf_tier t = KVF_TIER_COUNT;
     REQUIRE(kvf_cache_lookup(f->c, &key, 1, &hits, &t) == KVF_OK);
     return hits ? (int)t : -1;
 }

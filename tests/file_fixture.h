@@ -60,8 +60,8 @@ static inline kvf_status ff_move1(file_fixture *f, bool offload, uint64_t src, u
 {
     kvf_move m = {src, dst, 0};
     kvf_ticket t;
-    kvf_status st = offload ? kvf_offload(f->e, KVF_TIER_FILE, &m, 1, &t)
-                            : kvf_onboard(f->e, KVF_TIER_FILE, &m, 1, &t);
+    kvf_status st = offload ? kvf_offload(f->e, KVF_TIER_DISK, &m, 1, &t)
+                            : kvf_onboard(f->e, KVF_TIER_DISK, &m, 1, &t);
     return st == KVF_OK ? kvf_wait(f->e, t, NULL) : st;
 }
 

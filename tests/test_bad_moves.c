@@ -70,21 +70,21 @@ static kvf_status submit(kvf_engine *e, path p, const kvf_move *mv, size_t n, kv
     case OFFLOAD_HOST:
         return kvf_offload(e, KVF_TIER_HOST, mv, n, t);
     case OFFLOAD_FILE:
-        return kvf_offload(e, KVF_TIER_FILE, mv, n, t);
+        return kvf_offload(e, KVF_TIER_DISK, mv, n, t);
     case OFFLOAD_REMOTE:
         return kvf_offload(e, KVF_TIER_REMOTE, mv, n, t);
     case ONBOARD_HOST:
         return kvf_onboard(e, KVF_TIER_HOST, mv, n, t);
     case ONBOARD_FILE:
-        return kvf_onboard(e, KVF_TIER_FILE, mv, n, t);
+        return kvf_onboard(e, KVF_TIER_DISK, mv, n, t);
     case ONBOARD_REMOTE:
         return kvf_onboard(e, KVF_TIER_REMOTE, mv, n, t);
     case COPY:
         return kvf_copy(e, mv, n, t);
     case DEMOTE:
-        return kvf_demote(e, mv, n, t);
+        return kvf_demote(e, KVF_TIER_DISK, mv, n, t);
     case PROMOTE:
-        return kvf_promote(e, mv, n, t);
+        return kvf_promote(e, KVF_TIER_DISK, mv, n, t);
     case CACHE_OFFLOAD:
         return kvf__engine_move_checked(e, KVF_TIER_HOST, false, mv, n, t);
     default:
@@ -139,7 +139,7 @@ static int test_tokens_above_block(void)
                 REQUIRE(kvf_engine_slot_ptr(f.e, 0, dst_level, s, (void **)&ptr) == KVF_OK);
                 memset(ptr, 0xa5, bytes);
             }
-            kvf_ticket t = 0;
+            kvf_ticket t = {0};
             kvf_status st = submit(f.e, p, mv, 2, &t);
             if (st != KVF_ERR_RANGE)
                 TEST_FAIL_AT(__FILE__, __LINE__, "%s, %u tokens: got %s (%s)", path_names[p],
@@ -147,7 +147,7 @@ static int test_tokens_above_block(void)
             CHECK_STR_HAS(kvf_last_error(), "move 1");
             CHECK_STR_HAS(kvf_last_error(), "pool 0");
             CHECK_STR_HAS(kvf_last_error(), "tokens_per_block");
-            CHECK(t == 0);
+            CHECK(t.id == 0);
             /* nothing queued: the good move did not run either */
             CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK);
             if (p != OFFLOAD_FILE && p != OFFLOAD_REMOTE && p != DEMOTE)
@@ -167,19 +167,19 @@ static int test_null_moves(void)
 {
     fixture f;
     fx_init(&f);
-    kvf_ticket t = 0;
+    kvf_ticket t = {0};
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, NULL, 1, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "moves is NULL with n = 1");
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, NULL, 3, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "moves is NULL with n = 3");
     CHECK_STATUS(kvf_copy(f.e, NULL, 1, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "moves is NULL");
-    CHECK_STATUS(kvf_file_remove(f.e, NULL, 2, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_remove(f.e, KVF_TIER_DISK, NULL, 2, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "keys is NULL with n = 2");
     kvf_move mv = {0, 1, 0};
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, &mv, 0, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "empty batch");
-    CHECK(t == 0);
+    CHECK(t.id == 0);
     fx_done(&f);
     return 0;
 }

@@ -86,9 +86,9 @@ static int test_events(void)
     CHECK_STATUS(kvf_cache_create(f.e, &small, &f.c), KVF_OK);
     size_t n = kvf_cache_events(f.c, evs, 64); /* the blocks found on disk */
     CHECK_EQ_INT(n, 3);
-    CHECK(evs[0].kind == KVF_EVENT_STORED && evs[0].tier == KVF_CACHE_DISK);
+    CHECK(evs[0].kind == KVF_EVENT_STORED && evs[0].tier == KVF_TIER_DISK);
     kvf_cache_stats_get(f.c, &s);
-    CHECK_EQ_INT(s.events_dropped, s.blocks[KVF_CACHE_DISK] - 3);
+    CHECK_EQ_INT(s.events_dropped, s.blocks[KVF_TIER_DISK] - 3);
     CHECK_EQ_INT(kvf_cache_events(f.c, evs, 64), 0);
     fx_done(&f);
     return 0;

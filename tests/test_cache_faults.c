@@ -24,7 +24,7 @@ static int test_faults(void)
     flip_byte(path, 200);
     kvf_key keys[3] = {2, 3, 4};
     uint32_t slots[3] = {5, 6, 7};
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status per[3];
     for (int i = 0; i < 3; i++)
         poison(&f, slots[i]);
@@ -39,7 +39,7 @@ static int test_faults(void)
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
     CHECK_EQ_INT(s.failures, 1);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 5);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_DISK], 5);
     /* the directory removed underneath */
     char ns[600];
     snprintf(ns, sizeof ns, "%s/cache", f.dir);
@@ -51,7 +51,7 @@ static int test_faults(void)
     CHECK_EQ_INT(tier_of(&f, 77), -1);
     kvf_cache_stats_get(f.c, &s);
     CHECK_EQ_INT(s.failures, 3);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 4);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_DISK], 4);
     fx_done(&f);
     return 0;
 }
@@ -86,7 +86,7 @@ static int test_failed_put(void)
     uint32_t s0 = 0;
     CHECK_STATUS(kvf_cache_put(f.c, &k43, &s0, 1, 50, NULL), KVF_OK);
     /* queued behind the failing put: fails with it, never reads 41's bytes */
-    kvf_ticket t;
+    kvf_cache_ticket t;
     uint32_t s4 = 4;
     CHECK_STATUS(kvf_cache_get(f.c, &k43, &s4, 1, &t), KVF_OK);
     kvf_status st = kvf_cache_wait(f.c, t, NULL);
@@ -95,7 +95,7 @@ static int test_failed_put(void)
     kvf__set_copy_hook(NULL);
     CHECK_EQ_INT(tier_of(&f, 43), -1);
     CHECK_EQ_INT(tier_of(&f, 41), -1);
-    CHECK_EQ_INT(tier_of(&f, 42), KVF_CACHE_HOST);
+    CHECK_EQ_INT(tier_of(&f, 42), KVF_TIER_HOST);
     poison(&f, 5);
     CHECK_STATUS(get1(&f, 42, 5), KVF_OK);
     CHECK(expect(&f, 5, 42) == 0);
@@ -142,13 +142,13 @@ static int test_bad_input(void)
 
     kvf_key k = 5, zero = 0;
     uint32_t s = 0, big = 8;
-    kvf_ticket t = 0;
+    kvf_cache_ticket t = {0};
     CHECK_STATUS(kvf_cache_put(f.c, &zero, &s, 1, 50, &t), KVF_ERR_INVALID);
     CHECK_STATUS(kvf_cache_put(f.c, &k, &big, 1, 50, &t), KVF_ERR_RANGE);
     CHECK_STR_HAS(kvf_last_error(), "primary slot 8");
     CHECK_STATUS(kvf_cache_put(f.c, &k, &s, 1, 101, &t), KVF_ERR_RANGE);
     CHECK_STATUS(kvf_cache_put(f.c, &k, &s, 0, 50, &t), KVF_ERR_INVALID);
-    CHECK(t == 0);
+    CHECK(t.id == 0);
     /* unknown keys: refused whole, named */
     kvf_key two[2] = {5, 6};
     uint32_t ss[2] = {1, 2};
@@ -167,11 +167,11 @@ static int test_bad_input(void)
     uint32_t from[3] = {0, 1, 1};
     fill(&f, 1, 7);
     kvf_status per[3];
-    t = 0;
+    t = (kvf_cache_ticket){0};
     CHECK_STATUS(kvf_cache_put(f.c, again, from, 3, 50, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "0x0000000000000007");
     CHECK_STR_HAS(kvf_last_error(), "keys 1 and 2");
-    CHECK(t == 0);
+    CHECK(t.id == 0);
     size_t found = 9;
     CHECK_STATUS(kvf_cache_lookup(f.c, again + 1, 1, &found, NULL), KVF_OK);
     CHECK_EQ_INT(found, 0);
@@ -181,23 +181,23 @@ static int test_bad_input(void)
     kvf_cache_stats st = KVF_CACHE_STATS_INIT;
     CHECK_STATUS(kvf_cache_stats_get(f.c, &st), KVF_OK);
     CHECK_EQ_INT(st.put_duplicates, 1);
-    CHECK_EQ_INT(st.blocks[KVF_CACHE_HOST], 2);
+    CHECK_EQ_INT(st.blocks[KVF_TIER_HOST], 2);
     /* tickets */
-    CHECK_STATUS(kvf_cache_wait(f.c, 12345, NULL), KVF_ERR_UNKNOWN_TICKET);
-    CHECK_STATUS(kvf_cache_poll(f.c, 0, NULL), KVF_ERR_UNKNOWN_TICKET);
+    CHECK_STATUS(kvf_cache_wait(f.c, (kvf_cache_ticket){12345}, NULL), KVF_ERR_UNKNOWN_TICKET);
+    CHECK_STATUS(kvf_cache_poll(f.c, (kvf_cache_ticket){0}, NULL), KVF_ERR_UNKNOWN_TICKET);
     /* a short stats struct gets its prefix */
     struct {
         size_t struct_size;
-        uint64_t blocks[KVF_CACHE_TIERS];
+        uint64_t blocks[KVF_TIER_COUNT];
     } old = {sizeof old, {0}};
     CHECK_STATUS(kvf_cache_stats_get(f.c, (kvf_cache_stats *)&old), KVF_OK);
-    CHECK_EQ_INT(old.blocks[KVF_CACHE_HOST], 2);
+    CHECK_EQ_INT(old.blocks[KVF_TIER_HOST], 2);
     size_t hits = 9;
     CHECK_STATUS(kvf_cache_lookup(f.c, NULL, 0, &hits, NULL), KVF_OK);
     CHECK_EQ_INT(hits, 0);
     CHECK_STATUS(kvf_cache_lookup(f.c, &k, 1, NULL, NULL), KVF_ERR_INVALID);
-    CHECK(strcmp(kvf_cache_tier_name(KVF_CACHE_DISK), "disk") == 0);
-    CHECK(strcmp(kvf_cache_tier_name((kvf_cache_tier)9), "?") == 0);
+    CHECK(strcmp(kvf_tier_name(KVF_TIER_DISK), "disk") == 0);
+    CHECK(strcmp(kvf_tier_name((kvf_tier)9), "?") == 0);
     fx_done(&f);
     return 0;
 }

@@ -8,7 +8,7 @@
 
 /* ---- the GPU tier ------------------------------------------------------------ */
 
-static kvf_status wait_ok(fixture *f, kvf_ticket t, kvf_status *per)
+static kvf_status wait_ok(fixture *f, kvf_cache_ticket t, kvf_status *per)
 {
     return kvf_cache_wait(f->c, t, per);
 }
@@ -28,12 +28,12 @@ static int test_gpu_tier(void)
     /* primary slots 0..5 are the cache's; 6..15 the engine's own */
     if (fx_init(&f, 16, 4, true, &cc))
         return 1;
-    kvf_ticket t;
+    kvf_cache_ticket t;
     uint32_t slots[6];
     kvf_key keys[6];
     for (int r = 0; r < 4; r++) {
         /* a request of 4 new blocks */
-        CHECK_STATUS(kvf_cache_alloc(f.c, 4, slots, &t), KVF_OK);
+        CHECK_STATUS(kvf_cache_alloc(f.c, slots, 4, &t), KVF_OK);
         CHECK_STATUS(wait_ok(&f, t, NULL), KVF_OK);
         for (int i = 0; i < 4; i++) {
             CHECK(slots[i] < 6);
@@ -41,19 +41,19 @@ static int test_gpu_tier(void)
             fill(&f, slots[i], keys[i]);
         }
         CHECK_STATUS(kvf_cache_commit(f.c, keys, slots, 4, 50, NULL), KVF_OK);
-        CHECK_EQ_INT(tier_of(&f, keys[0]), KVF_CACHE_GPU);
+        CHECK_EQ_INT(tier_of(&f, keys[0]), KVF_TIER_GPU);
         CHECK_STATUS(kvf_cache_unpin(f.c, keys, 4), KVF_OK);
     }
     /* 16 blocks: 6 fit the GPU tier, the rest went down to host and disk */
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_GPU] + s.blocks[KVF_CACHE_HOST] + s.blocks[KVF_CACHE_DISK], 16);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_GPU], 6); /* full: allocations evict only as needed */
-    CHECK(s.blocks[KVF_CACHE_DISK] > 0);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_GPU] + s.blocks[KVF_TIER_HOST] + s.blocks[KVF_TIER_DISK], 16);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_GPU], 6); /* full: allocations evict only as needed */
+    CHECK(s.blocks[KVF_TIER_DISK] > 0);
 
     /* acquire the oldest request's prefix: from disk, up into GPU slots */
     kvf_key first[4] = {0x600, 0x601, 0x602, 0x603};
-    CHECK(tier_of(&f, 0x600) == KVF_CACHE_DISK);
+    CHECK(tier_of(&f, 0x600) == KVF_TIER_DISK);
     size_t hits = 0;
     uint32_t got[4];
     kvf_status per[4];
@@ -62,17 +62,17 @@ static int test_gpu_tier(void)
     CHECK_STATUS(wait_ok(&f, t, per), KVF_OK);
     for (int i = 0; i < 4; i++) {
         CHECK(got[i] < 6);
-        CHECK_EQ_INT(tier_of(&f, first[i]), KVF_CACHE_GPU);
+        CHECK_EQ_INT(tier_of(&f, first[i]), KVF_TIER_GPU);
         if (expect(&f, got[i], first[i]))
             return 1;
     }
     /* pinned: an allocation of more than the free and unpinned slots fails
      * whole; a smaller one evicts the unpinned ones */
-    CHECK_STATUS(kvf_cache_alloc(f.c, 3, slots, &t), KVF_ERR_NO_SPACE);
-    CHECK_STATUS(kvf_cache_alloc(f.c, 2, slots, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_alloc(f.c, slots, 3, &t), KVF_ERR_NO_SPACE);
+    CHECK_STATUS(kvf_cache_alloc(f.c, slots, 2, &t), KVF_OK);
     CHECK_STATUS(wait_ok(&f, t, NULL), KVF_OK);
     for (int i = 0; i < 4; i++)
-        CHECK_EQ_INT(tier_of(&f, first[i]), KVF_CACHE_GPU);
+        CHECK_EQ_INT(tier_of(&f, first[i]), KVF_TIER_GPU);
     /* handed-out slots: commit or free them, nothing else */
     kvf_key k2[2] = {0x700, 0x701};
     uint32_t bogus = 7;
@@ -88,7 +88,7 @@ static int test_gpu_tier(void)
      * cached GPU slot is refused */
     poison(&f, 10);
     uint32_t s10 = 10;
-    kvf_ticket tg;
+    kvf_cache_ticket tg;
     CHECK_STATUS(kvf_cache_get(f.c, &first[1], &s10, 1, &tg), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, tg, NULL), KVF_OK);
     CHECK(expect(&f, 10, first[1]) == 0);
@@ -109,14 +109,14 @@ static int test_gpu_tier(void)
     CHECK_STATUS(kvf_cache_unpin(f.c, mixed, 1), KVF_OK);
     kvf_cache_stats_get(f.c, &s);
     CHECK_EQ_INT(s.failures, 0);
-    CHECK(s.evictions[KVF_CACHE_GPU] > 0);
+    CHECK(s.evictions[KVF_TIER_GPU] > 0);
     /* no GPU tier: refused */
     fx_close(&f);
     kvf_cache_config plain = KVF_CACHE_CONFIG_INIT;
     plain.host.blocks = 4;
     fx_engine(&f, false);
     CHECK_STATUS(kvf_cache_create(f.e, &plain, &f.c), KVF_OK);
-    CHECK_STATUS(kvf_cache_alloc(f.c, 1, slots, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_alloc(f.c, slots, 1, &t), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "gpu.blocks");
     fx_close(&f);
     plain.gpu.blocks = 17;
@@ -150,22 +150,22 @@ static int test_gpu_tier_acquire_race(void)
         return 1;
     kvf_key a[4] = {0xa1, 0xa2, 0xa3, 0xa4}, b[4] = {0xb1, 0xb2, 0xb3, 0xb4};
     uint32_t slots[4];
-    kvf_ticket t;
+    kvf_cache_ticket t;
     for (int round = 0; round < 2; round++) {
         kvf_key *keys = round ? b : a;
-        CHECK_STATUS(kvf_cache_alloc(f.c, 4, slots, &t), KVF_OK);
+        CHECK_STATUS(kvf_cache_alloc(f.c, slots, 4, &t), KVF_OK);
         CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
         for (int i = 0; i < 4; i++)
             fill(&f, slots[i], keys[i]);
         CHECK_STATUS(kvf_cache_commit(f.c, keys, slots, 4, 50, NULL), KVF_OK);
         CHECK_STATUS(kvf_cache_unpin(f.c, keys, 4), KVF_OK);
     }
-    CHECK_EQ_INT(tier_of(&f, a[0]), KVF_CACHE_HOST); /* pushed down by b */
+    CHECK_EQ_INT(tier_of(&f, a[0]), KVF_TIER_HOST); /* pushed down by b */
     kvf__set_copy_hook(slow_copy);
     __atomic_store_n(&slow_copies, 1, __ATOMIC_RELEASE);
     uint32_t s1[4], s2[4];
     size_t h1 = 0, h2 = 0;
-    kvf_ticket t1, t2;
+    kvf_cache_ticket t1, t2;
     kvf_status per[4];
     CHECK_STATUS(kvf_cache_acquire(f.c, a, 4, s1, &h1, &t1), KVF_OK);
     CHECK_STATUS(kvf_cache_acquire(f.c, a, 4, s2, &h2, &t2), KVF_OK);
@@ -211,7 +211,7 @@ static int test_gpu_tier_random(void)
             keys[i] = base + i;
         uint32_t slots[MAXREQ];
         size_t hits = 0;
-        kvf_ticket t;
+        kvf_cache_ticket t;
         kvf_status per[MAXREQ];
         CHECK_STATUS(kvf_cache_acquire(f.c, keys, len, slots, &hits, &t), KVF_OK);
         CHECK_STATUS(kvf_cache_wait(f.c, t, per), KVF_OK);
@@ -222,7 +222,7 @@ static int test_gpu_tier_random(void)
             }
         size_t rest = len - hits;
         if (rest) {
-            kvf_status st = kvf_cache_alloc(f.c, rest, slots + hits, &t);
+            kvf_status st = kvf_cache_alloc(f.c, slots + hits, rest, &t);
             if (st == KVF_ERR_NO_SPACE) {
                 CHECK_STATUS(kvf_cache_unpin(f.c, keys, hits), KVF_OK);
                 continue;
@@ -262,21 +262,21 @@ static int test_gpu_tier_random(void)
         }
         kvf_cache_stats s = KVF_CACHE_STATS_INIT;
         kvf_cache_stats_get(f.c, &s);
-        uint64_t found[KVF_CACHE_TIERS] = {0};
+        uint64_t found[KVF_TIER_COUNT] = {0};
         for (kvf_key b = 10000; b < 10500; b += 100)
             for (kvf_key i = 0; i < MAXREQ; i++) {
                 int tier = tier_of(&f, b + i);
                 if (tier >= 0)
                     found[tier]++;
             }
-        for (int tier = 0; tier < KVF_CACHE_TIERS; tier++)
+        for (int tier = 0; tier < KVF_TIER_COUNT; tier++)
             if (found[tier] != s.blocks[tier]) {
                 fprintf(stderr, "step %d: tier %d: %llu found, %llu counted\n", step, tier,
                         (unsigned long long)found[tier], (unsigned long long)s.blocks[tier]);
                 return 1;
             }
-        CHECK(s.blocks[KVF_CACHE_GPU] <= 10 && s.blocks[KVF_CACHE_HOST] <= 6 &&
-              s.blocks[KVF_CACHE_DISK] <= 12);
+        CHECK(s.blocks[KVF_TIER_GPU] <= 10 && s.blocks[KVF_TIER_HOST] <= 6 &&
+              s.blocks[KVF_TIER_DISK] <= 12);
         CHECK_EQ_INT(s.failures, 0);
     }
     fx_done(&f);
@@ -297,13 +297,13 @@ static int test_gpu_get_after_failed_acquire(void)
     kvf_key K = 0x77;
     fill(&f, 8, K);
     CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
-    CHECK_EQ_INT(tier_of(&f, K), KVF_CACHE_DISK);
+    CHECK_EQ_INT(tier_of(&f, K), KVF_TIER_DISK);
     char path[600];
     block_path(&f, K, path, sizeof path);
     flip_byte(path, 200);
     uint32_t s;
     size_t hits;
-    kvf_ticket ta, tg;
+    kvf_cache_ticket ta, tg;
     CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &ta), KVF_OK);
     CHECK_EQ_INT(hits, 1);
     usleep(200000); /* the engine completes the failed read */
@@ -333,7 +333,7 @@ static int test_get_pin_released_after_acquire(void)
     CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
     uint32_t d = 9, s;
     size_t hits;
-    kvf_ticket tg, ta;
+    kvf_cache_ticket tg, ta;
     CHECK_STATUS(kvf_cache_get(f.c, &K, &d, 1, &tg), KVF_OK);
     CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &ta), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, tg, NULL), KVF_OK);
@@ -344,8 +344,8 @@ static int test_get_pin_released_after_acquire(void)
     CHECK_STATUS(kvf_cache_pin(f.c, &K, 1, NULL), KVF_OK);
     CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK);
     uint32_t sl[4];
-    kvf_ticket t;
-    CHECK_STATUS(kvf_cache_alloc(f.c, 4, sl, &t), KVF_OK); /* K evictable again */
+    kvf_cache_ticket t;
+    CHECK_STATUS(kvf_cache_alloc(f.c, sl, 4, &t), KVF_OK); /* K evictable again */
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     fx_done(&f);
     return 0;
@@ -366,19 +366,19 @@ static int test_gpu_failed_acquire_not_passed_down(void)
     CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
     fill(&f, 8, K2);
     CHECK_STATUS(put1(&f, K2, 8, 50), KVF_OK);
-    CHECK_EQ_INT(tier_of(&f, K), KVF_CACHE_DISK);
+    CHECK_EQ_INT(tier_of(&f, K), KVF_TIER_DISK);
     char path[600];
     block_path(&f, K, path, sizeof path);
     flip_byte(path, 200);
     uint32_t s;
     size_t hits;
-    kvf_ticket ta, t;
+    kvf_cache_ticket ta, t;
     poison(&f, 0);
     CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &ta), KVF_OK);
     usleep(200000);
     CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK); /* request cancelled */
     uint32_t s2;
-    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s2, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_alloc(f.c, &s2, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, ta, NULL), KVF_ERR_CORRUPT);
     poison(&f, 9);
@@ -406,11 +406,11 @@ static int test_gpu_stale_failure_forgotten(void)
     flip_byte(path, 200);
     uint32_t s;
     size_t hits;
-    kvf_ticket t;
+    kvf_cache_ticket t;
     CHECK_STATUS(kvf_cache_acquire(f.c, &K, 1, &s, &hits, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_ERR_CORRUPT);
     CHECK_STATUS(kvf_cache_unpin(f.c, &K, 1), KVF_OK);
-    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_alloc(f.c, &s, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     fill(&f, s, K2);
     CHECK_STATUS(kvf_cache_commit(f.c, &K2, &s, 1, 50, NULL), KVF_OK);
@@ -418,7 +418,7 @@ static int test_gpu_stale_failure_forgotten(void)
     CHECK_STATUS(kvf_cache_acquire(f.c, &K2, 1, &s, &hits, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     CHECK_STATUS(kvf_cache_unpin(f.c, &K2, 1), KVF_OK);
-    CHECK_EQ_INT(tier_of(&f, K2), KVF_CACHE_GPU);
+    CHECK_EQ_INT(tier_of(&f, K2), KVF_TIER_GPU);
     fx_done(&f);
     return 0;
 }
@@ -433,8 +433,8 @@ static int test_gpu_acquire_duplicate_keys(void)
         return 1;
     kvf_key K = 0x33;
     uint32_t s;
-    kvf_ticket t;
-    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s, &t), KVF_OK);
+    kvf_cache_ticket t;
+    CHECK_STATUS(kvf_cache_alloc(f.c, &s, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     fill(&f, s, K);
     CHECK_STATUS(kvf_cache_commit(f.c, &K, &s, 1, 50, NULL), KVF_OK);
@@ -444,7 +444,7 @@ static int test_gpu_acquire_duplicate_keys(void)
     size_t hits;
     /* refused up front: a request names each block once */
     CHECK_STATUS(kvf_cache_acquire(f.c, kk, 2, ss, &hits, &t), KVF_ERR_INVALID);
-    CHECK_EQ_INT(tier_of(&f, K), KVF_CACHE_GPU);
+    CHECK_EQ_INT(tier_of(&f, K), KVF_TIER_GPU);
     fx_done(&f);
     return 0;
 }

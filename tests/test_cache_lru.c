@@ -44,9 +44,9 @@ static int model_victim(const model *m, int tier)
 
 static bool model_disk_room(model *m)
 {
-    if (model_count(m, KVF_CACHE_DISK) < m->cap[KVF_CACHE_DISK])
+    if (model_count(m, KVF_TIER_DISK) < m->cap[KVF_TIER_DISK])
         return true;
-    int v = model_victim(m, KVF_CACHE_DISK);
+    int v = model_victim(m, KVF_TIER_DISK);
     if (v < 0)
         return false;
     m->e[v].present = false;
@@ -55,15 +55,15 @@ static bool model_disk_room(model *m)
 
 static bool model_host_room(model *m)
 {
-    if (model_count(m, KVF_CACHE_HOST) < m->cap[KVF_CACHE_HOST])
+    if (model_count(m, KVF_TIER_HOST) < m->cap[KVF_TIER_HOST])
         return true;
-    int v = model_victim(m, KVF_CACHE_HOST);
+    int v = model_victim(m, KVF_TIER_HOST);
     if (v < 0)
         return false;
     model_entry *x = &m->e[v];
-    if (m->cap[KVF_CACHE_DISK] && x->prio >= m->min_prio && x->uses >= m->admit &&
+    if (m->cap[KVF_TIER_DISK] && x->prio >= m->min_prio && x->uses >= m->admit &&
         model_disk_room(m)) {
-        x->tier = KVF_CACHE_DISK;
+        x->tier = KVF_TIER_DISK;
         x->last = ++m->clock;
     } else {
         x->present = false;
@@ -79,22 +79,22 @@ static void model_put(model *m, int k, uint32_t prio)
         if (!x->pins)
             x->last = ++m->clock;
         /* a block on disk handed back by the engine returns to host */
-        if (x->tier == KVF_CACHE_DISK && m->cap[KVF_CACHE_HOST] && !x->pins) {
+        if (x->tier == KVF_TIER_DISK && m->cap[KVF_TIER_HOST] && !x->pins) {
             x->pins++;
             bool room = model_host_room(m);
             x->pins--;
             if (room) {
-                x->tier = KVF_CACHE_HOST;
+                x->tier = KVF_TIER_HOST;
                 x->last = ++m->clock;
             }
         }
         return;
     }
     int tier = -1;
-    if (m->cap[KVF_CACHE_HOST] && model_host_room(m))
-        tier = KVF_CACHE_HOST;
-    else if (m->cap[KVF_CACHE_DISK] && model_disk_room(m))
-        tier = KVF_CACHE_DISK;
+    if (m->cap[KVF_TIER_HOST] && model_host_room(m))
+        tier = KVF_TIER_HOST;
+    else if (m->cap[KVF_TIER_DISK] && model_disk_room(m))
+        tier = KVF_TIER_DISK;
     if (tier < 0)
         return;
     *x = (model_entry){true, tier, prio, 0, 0, ++m->clock};
@@ -240,13 +240,13 @@ static int test_pins(void)
     fill(&f, 1, 99);
     kvf_key k99 = 99;
     uint32_t s1 = 1;
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status per;
     CHECK_STATUS(kvf_cache_put(f.c, &k99, &s1, 1, 100, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, &per), KVF_ERR_NO_SPACE);
     CHECK_STATUS(per, KVF_ERR_NO_SPACE);
     for (int i = 0; i < 4; i++)
-        CHECK_EQ_INT(tier_of(&f, keys[i]), KVF_CACHE_HOST);
+        CHECK_EQ_INT(tier_of(&f, keys[i]), KVF_TIER_HOST);
     CHECK_EQ_INT(tier_of(&f, 99), -1);
     /* a removal of a pinned block waits for its unpin */
     size_t removed = 0;
@@ -263,12 +263,12 @@ static int test_pins(void)
     CHECK_STATUS(kvf_cache_unpin(f.c, keys, 4), KVF_OK);
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_HOST], 3); /* keys[0] went at its unpin */
+    CHECK_EQ_INT(s.blocks[KVF_TIER_HOST], 3); /* keys[0] went at its unpin */
     /* now the put evicts the LRU of the lowest priority */
     CHECK_STATUS(put1(&f, 99, 1, 100), KVF_OK);
     CHECK_STATUS(put1(&f, 98, 1, 100), KVF_OK);
     CHECK_EQ_INT(tier_of(&f, keys[1]), -1);
-    CHECK_EQ_INT(tier_of(&f, keys[2]), KVF_CACHE_HOST);
+    CHECK_EQ_INT(tier_of(&f, keys[2]), KVF_TIER_HOST);
     /* a get pins its blocks until it completes: a put racing it cannot
      * take their slots (checked by the bytes) */
     poison(&f, 3);
@@ -279,7 +279,7 @@ static int test_pins(void)
     uint32_t src[3] = {4, 5, 6};
     for (int i = 0; i < 3; i++)
         fill(&f, src[i], fresh[i]);
-    kvf_ticket t2;
+    kvf_cache_ticket t2;
     CHECK_STATUS(kvf_cache_put(f.c, fresh, src, 3, 100, &t2), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t2, NULL), KVF_OK);

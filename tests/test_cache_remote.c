@@ -172,7 +172,7 @@ static int test_engine_round_trip(void)
     /* removed: not found; unknown: not found */
     uint64_t gone = 0x7001;
     kvf_ticket t;
-    CHECK_STATUS(kvf_remote_remove(f.e, &gone, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_remove(f.e, KVF_TIER_REMOTE, &gone, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK_STATUS(move1(&f, false, 0x7001, 25, 0), KVF_ERR_NOT_FOUND);
     CHECK_STATUS(move1(&f, false, 0xdead, 25, 0), KVF_ERR_NOT_FOUND);
@@ -204,7 +204,7 @@ static int put_all(fixture *f, uint64_t base, uint32_t n)
         slots[i] = i;
         fill(f, i, keys[i]);
     }
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status per[16];
     CHECK_STATUS(kvf_cache_put(f->c, keys, slots, n, 50, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f->c, t, per), KVF_OK);
@@ -222,7 +222,7 @@ static size_t get_all(fixture *f, uint64_t base, uint32_t n, kvf_status *per)
         slots[i] = 16 + i;
         memset(slot(f, slots[i]), POISON, block_bytes);
     }
-    kvf_ticket t;
+    kvf_cache_ticket t;
     if (kvf_cache_get(f->c, keys, slots, n, &t) != KVF_OK)
         return 0;
     kvf_cache_wait(f->c, t, per);
@@ -240,7 +240,7 @@ static int test_cache_write_through(void)
     enum { N = 10 };
     put_all(&f, 0x100, N); /* 4 stay in the host tier, every one goes remote */
     kvf_key keys[N];
-    kvf_cache_tier tiers[N];
+    kvf_tier tiers[N];
     for (uint32_t i = 0; i < N; i++)
         keys[i] = 0x100 + i;
     size_t hits = 0;
@@ -248,15 +248,15 @@ static int test_cache_write_through(void)
     CHECK_EQ_INT(hits, N);
     int remote = 0;
     for (int i = 0; i < N; i++)
-        remote += tiers[i] == KVF_CACHE_REMOTE;
+        remote += tiers[i] == KVF_TIER_REMOTE;
     CHECK_EQ_INT(remote, N - 4);
     kvf_status per[N];
     CHECK_EQ_INT(get_all(&f, 0x100, N, per), N);
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
-    CHECK_EQ_U64(s.bytes_in[KVF_CACHE_REMOTE], N * block_bytes);
-    CHECK_EQ_U64(s.bytes_out[KVF_CACHE_REMOTE], (N - 4) * block_bytes);
-    CHECK_EQ_INT(s.hits[KVF_CACHE_REMOTE], N - 4);
+    CHECK_EQ_U64(s.bytes_in[KVF_TIER_REMOTE], N * block_bytes);
+    CHECK_EQ_U64(s.bytes_out[KVF_TIER_REMOTE], (N - 4) * block_bytes);
+    CHECK_EQ_INT(s.hits[KVF_TIER_REMOTE], N - 4);
     CHECK_EQ_INT(s.remote_errors, 0);
 
     /* a second process with the same namespace finds them all; another
@@ -421,8 +421,8 @@ static int test_gpu_write_through_slot_reuse(void)
     g_sec_lo = p;
     g_sec_hi = g_sec_lo + 4 * block_bytes;
     uint32_t s;
-    kvf_ticket t;
-    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s, &t), KVF_OK);
+    kvf_cache_ticket t;
+    CHECK_STATUS(kvf_cache_alloc(f.c, &s, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     CHECK_EQ_INT(s, 0);
     kvf_key A = 0xA1, B = 0xB2;
@@ -434,7 +434,7 @@ static int test_gpu_write_through_slot_reuse(void)
     uint32_t s2;
     /* evicts A to host; its ticket must also wait for A's write-through,
      * still reading the slot */
-    CHECK_STATUS(kvf_cache_alloc(f.c, 1, &s2, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_alloc(f.c, &s2, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     CHECK_EQ_INT(s2, 0);
     fill(&f, s2, B); /* the slot is ours now: prefill */

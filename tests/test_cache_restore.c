@@ -28,7 +28,7 @@ static int test_restart(void)
     fx_engine(&f, true);
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
     for (uint32_t i = 0; i < N; i++) {
-        int want = i < N - 4 ? KVF_CACHE_DISK : -1;
+        int want = i < N - 4 ? KVF_TIER_DISK : -1;
         CHECK_EQ_INT(tier_of(&f, 500 + i), want);
         if (want < 0)
             continue;
@@ -44,13 +44,13 @@ static int test_restart(void)
     fx_engine(&f, true);
     CHECK_STATUS(kvf_cache_create(f.e, &smaller, &f.c), KVF_OK);
     for (uint32_t i = 0; i < N - 4; i++)
-        CHECK_EQ_INT(tier_of(&f, 500 + i), i < N - 4 - 10 ? -1 : KVF_CACHE_DISK);
+        CHECK_EQ_INT(tier_of(&f, 500 + i), i < N - 4 - 10 ? -1 : KVF_TIER_DISK);
     fx_close(&f);
     fx_engine(&f, true);
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 10); /* the files are gone, not hidden */
+    CHECK_EQ_INT(s.blocks[KVF_TIER_DISK], 10); /* the files are gone, not hidden */
     fx_close(&f);
 
     /* another layout does not see them */
@@ -63,7 +63,7 @@ static int test_restart(void)
     REQUIRE(kvf_engine_add_pool(f.e, &G_A, &p, &p, NULL) == KVF_OK);
     CHECK_STATUS(kvf_cache_create(f.e, &cc, &f.c), KVF_OK);
     kvf_cache_stats_get(f.c, &s);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 0);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_DISK], 0);
     fx_done(&f);
     return 0;
 }

@@ -26,7 +26,7 @@ static void *worker(void *p)
         if (hits && test_xorshift64(&rng) % 2) {
             uint32_t slot = a->first_slot + 1;
             poison(f, slot);
-            kvf_ticket t;
+            kvf_cache_ticket t;
             /* it may be evicted between lookup and get: then not found */
             kvf_status st = kvf_cache_get(f->c, &key, &slot, 1, &t);
             if (st == KVF_OK && kvf_cache_wait(f->c, t, NULL) == KVF_OK && expect(f, slot, key))
@@ -65,11 +65,11 @@ static int test_threads(void)
     }
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
-    CHECK(s.blocks[KVF_CACHE_HOST] <= 8 && s.blocks[KVF_CACHE_DISK] <= 24);
+    CHECK(s.blocks[KVF_TIER_HOST] <= 8 && s.blocks[KVF_TIER_DISK] <= 24);
     uint64_t found = 0;
     for (kvf_key k = 1; k <= 64; k++)
         found += tier_of(&f, k) >= 0;
-    CHECK_EQ_U64(found, s.blocks[KVF_CACHE_HOST] + s.blocks[KVF_CACHE_DISK]);
+    CHECK_EQ_U64(found, s.blocks[KVF_TIER_HOST] + s.blocks[KVF_TIER_DISK]);
     fx_done(&f);
     return 0;
 }

@@ -24,7 +24,7 @@ static int round_trip(uint32_t host, uint32_t disk)
         dst[i] = 63 - i;
         fill(&f, i, keys[i]);
     }
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status per[N];
     CHECK_STATUS(kvf_cache_put(f.c, keys, src, N, 50, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, per), KVF_OK);
@@ -34,7 +34,7 @@ static int round_trip(uint32_t host, uint32_t disk)
         poison(&f, dst[i]);
     }
     size_t hits = 0;
-    kvf_cache_tier tiers[N];
+    kvf_tier tiers[N];
     CHECK_STATUS(kvf_cache_lookup(f.c, keys, N, &hits, tiers), KVF_OK);
     CHECK_EQ_INT(hits, N);
     CHECK_STATUS(kvf_cache_get(f.c, keys, dst, N, &t), KVF_OK);
@@ -47,11 +47,11 @@ static int round_trip(uint32_t host, uint32_t disk)
             return 1;
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     CHECK_STATUS(kvf_cache_stats_get(f.c, &s), KVF_OK);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_HOST] + s.blocks[KVF_CACHE_DISK], N);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_HOST] + s.blocks[KVF_TIER_DISK], N);
     CHECK_EQ_INT(s.gets, N);
     CHECK_EQ_INT(s.puts, N);
     uint64_t bb = f.bytes[0] + f.bytes[1];
-    CHECK_EQ_U64(s.bytes_out[KVF_CACHE_HOST] + s.bytes_out[KVF_CACHE_DISK], N * bb);
+    CHECK_EQ_U64(s.bytes_out[KVF_TIER_HOST] + s.bytes_out[KVF_TIER_DISK], N * bb);
     CHECK_EQ_INT(s.latency_count, 2);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_ERR_UNKNOWN_TICKET);
     fx_done(&f);
@@ -89,16 +89,16 @@ static int test_promotion(void)
         fill(&f, (uint32_t)k, k);
         CHECK_STATUS(put1(&f, k, (uint32_t)k, 50), KVF_OK);
     }
-    CHECK_EQ_INT(tier_of(&f, 1), KVF_CACHE_DISK);
+    CHECK_EQ_INT(tier_of(&f, 1), KVF_TIER_DISK);
     CHECK_STATUS(put1(&f, 1, 1, 50), KVF_OK);
-    CHECK_EQ_INT(tier_of(&f, 1), KVF_CACHE_HOST);
-    CHECK_EQ_INT(tier_of(&f, 2), KVF_CACHE_DISK); /* the host victim it displaced */
+    CHECK_EQ_INT(tier_of(&f, 1), KVF_TIER_HOST);
+    CHECK_EQ_INT(tier_of(&f, 2), KVF_TIER_DISK); /* the host victim it displaced */
     char path[600];
     snprintf(path, sizeof path, "%s/cache/%016llx.kvf", f.dir, 1ull);
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_HOST], 2);
-    CHECK_EQ_INT(s.blocks[KVF_CACHE_DISK], 1);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_HOST], 2);
+    CHECK_EQ_INT(s.blocks[KVF_TIER_DISK], 1);
     poison(&f, 6);
     CHECK_STATUS(get1(&f, 1, 6), KVF_OK);
     CHECK(expect(&f, 6, 1) == 0);

@@ -360,7 +360,7 @@ static uint64_t host_capacity(kvf_cache *c)
 {
     kvf_cache_stats st = KVF_CACHE_STATS_INIT;
     REQUIRE(kvf_cache_stats_get(c, &st) == KVF_OK);
-    return st.capacity[KVF_CACHE_HOST];
+    return st.capacity[KVF_TIER_HOST];
 }
 
 static int test_cache_bytes(void)

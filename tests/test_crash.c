@@ -150,7 +150,7 @@ static void child_main(int round, const layout *l, const char *ns, int wfd, uint
             mv[i] = (kvf_move){i, keys[i], 0};
         }
         kvf_ticket t;
-        if (kvf_offload(e, KVF_TIER_FILE, mv, n, &t) != KVF_OK)
+        if (kvf_offload(e, KVF_TIER_DISK, mv, n, &t) != KVF_OK)
             child_die(4, "offload");
         kvf_status per[SLOTS];
         kvf_status st = kvf_wait(e, t, per);
@@ -234,7 +234,7 @@ static int verify_keys(kvf_engine *e, const layout *l, const uint64_t *keys, siz
             mv[i] = (kvf_move){keys[first + i], i, 0};
         }
         kvf_ticket t;
-        CHECK_STATUS(kvf_onboard(e, KVF_TIER_FILE, mv, m, &t), KVF_OK);
+        CHECK_STATUS(kvf_onboard(e, KVF_TIER_DISK, mv, m, &t), KVF_OK);
         kvf_status per[SLOTS];
         kvf_wait(e, t, per);
         for (size_t i = 0; i < m; i++) {

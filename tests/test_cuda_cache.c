@@ -110,7 +110,7 @@ static int test_rounds(void)
             upload(i, keys[i]);
             all[nall++] = keys[i];
         }
-        kvf_ticket t;
+        kvf_cache_ticket t;
         kvf_status per[PER];
         CHECK_STATUS(kvf_cache_put(cache, keys, slots, PER, 50, &t), KVF_OK);
         CHECK_STATUS(kvf_cache_wait(cache, t, per), KVF_OK);
@@ -129,7 +129,7 @@ static int test_rounds(void)
                 poison(s[i]);
             }
             size_t hits = 0;
-            kvf_cache_tier tiers[32];
+            kvf_tier tiers[32];
             CHECK_STATUS(kvf_cache_lookup(cache, k, n, &hits, tiers), KVF_OK);
             CHECK_EQ_INT(hits, n);
             kvf_status gs[32];
@@ -142,9 +142,9 @@ static int test_rounds(void)
     }
     kvf_cache_stats st = KVF_CACHE_STATS_INIT;
     CHECK_STATUS(kvf_cache_stats_get(cache, &st), KVF_OK);
-    CHECK_EQ_INT(st.blocks[KVF_CACHE_HOST], 16);
-    CHECK_EQ_INT(st.blocks[KVF_CACHE_DISK], ROUNDS * PER - 16);
-    CHECK(st.bytes_out[KVF_CACHE_DISK] > 0 && st.bytes_out[KVF_CACHE_HOST] > 0);
+    CHECK_EQ_INT(st.blocks[KVF_TIER_HOST], 16);
+    CHECK_EQ_INT(st.blocks[KVF_TIER_DISK], ROUNDS * PER - 16);
+    CHECK(st.bytes_out[KVF_TIER_DISK] > 0 && st.bytes_out[KVF_TIER_HOST] > 0);
     CHECK_EQ_INT(st.failures, 0);
     return 0;
 }
@@ -210,18 +210,19 @@ static int test_remote(void)
         poison(dst[i]);
     }
     kvf_status per[N];
-    CHECK_STATUS(kvf_cache_put(rc, keys, src, N, 50, &t), KVF_OK);
-    CHECK_STATUS(kvf_cache_wait(rc, t, per), KVF_OK);
+    kvf_cache_ticket ct;
+    CHECK_STATUS(kvf_cache_put(rc, keys, src, N, 50, &ct), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(rc, ct, per), KVF_OK);
     size_t hits = 0;
     CHECK_STATUS(kvf_cache_lookup(rc, keys, N, &hits, NULL), KVF_OK);
     CHECK_EQ_INT(hits, N);
-    CHECK_STATUS(kvf_cache_get(rc, keys, dst, N, &t), KVF_OK);
-    CHECK_STATUS(kvf_cache_wait(rc, t, per), KVF_OK);
+    CHECK_STATUS(kvf_cache_get(rc, keys, dst, N, &ct), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(rc, ct, per), KVF_OK);
     for (uint32_t i = 0; i < N; i++)
         CHECK(expect(dst[i], keys[i]) == 0);
     kvf_cache_stats st = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(rc, &st);
-    CHECK(st.bytes_out[KVF_CACHE_REMOTE] > 0);
+    CHECK(st.bytes_out[KVF_TIER_REMOTE] > 0);
     CHECK_EQ_INT(st.remote_errors, 0);
     kvf_cache_destroy(rc);
     kvf_engine_destroy(e);

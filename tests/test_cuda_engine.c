@@ -143,16 +143,16 @@ static kvf_status submit(fixture *f, op o, const kvf_move *m, size_t n, kvf_tick
     case OP_COPY:
         return kvf_copy(f->e, m, n, t);
     case OP_OFFLOAD_FILE:
-        return kvf_offload(f->e, KVF_TIER_FILE, m, n, t);
+        return kvf_offload(f->e, KVF_TIER_DISK, m, n, t);
     case OP_ONBOARD_FILE:
-        return kvf_onboard(f->e, KVF_TIER_FILE, m, n, t);
+        return kvf_onboard(f->e, KVF_TIER_DISK, m, n, t);
     }
     return KVF_ERR_INVALID;
 }
 
 static void run_wait(fixture *f, op o, const kvf_move *m, size_t n)
 {
-    kvf_ticket t = 0;
+    kvf_ticket t = {0};
     CHECK_STATUS(submit(f, o, m, n, &t), KVF_OK);
     kvf_status *per = malloc(n * sizeof *per);
     CHECK_STATUS(kvf_wait(f->e, t, per), KVF_OK);
@@ -278,9 +278,9 @@ static int test_file_tier(void)
             bad.src = m[i].dst;
             break;
         }
-    kvf_ticket t = 0;
+    kvf_ticket t = {0};
     kvf_status per = KVF_OK;
-    kvf_status st = kvf_onboard(f.e, KVF_TIER_FILE, &bad, 1, &t);
+    kvf_status st = kvf_onboard(f.e, KVF_TIER_DISK, &bad, 1, &t);
     if (st == KVF_OK)
         CHECK_STATUS(kvf_wait(f.e, t, &per), KVF_ERR_RANGE);
     else
@@ -324,7 +324,7 @@ static int hazards(kvf_cuda_copy mode)
         back[i] = (kvf_move){m[i].dst, 64 + (uint32_t)i, 0};
         m[i].src = (m[i].src + 17) % 64;
     }
-    kvf_ticket t1 = 0, t2 = 0;
+    kvf_ticket t1 = {0}, t2 = {0};
     CHECK_STATUS(submit(&f, OP_ONBOARD, back, N, &t1), KVF_OK);
     CHECK_STATUS(submit(&f, OP_OFFLOAD, m, N, &t2), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t2, NULL), KVF_OK);
@@ -362,7 +362,7 @@ static int test_sync_stream(void)
         moves_make(m, 64, 0, 0, seed_counter++);
         for (int i = 0; i < 64; i++)
             back[i] = (kvf_move){m[i].dst, 64 + (uint32_t)(i * 7 + round) % 64, m[i].tokens};
-        kvf_ticket t1 = 0, t2 = 0;
+        kvf_ticket t1 = {0}, t2 = {0};
         CHECK_STATUS(submit(&f, OP_OFFLOAD, m, 64, &t1), KVF_OK);
         CHECK_STATUS(submit(&f, OP_ONBOARD, back, 64, &t2), KVF_OK);
         CHECK_STATUS(kvf_sync_stream(f.e, (void *)s), KVF_OK);

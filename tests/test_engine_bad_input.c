@@ -33,7 +33,7 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
 
     kvf_move m = {0, 0, 0};
-    kvf_ticket t = 0;
+    kvf_ticket t = {0};
     /* no pools yet */
     CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m, 1, &t), KVF_ERR_STATE);
     kvf_geometry g = G_REF;
@@ -72,7 +72,7 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "pool 1") != NULL);
     /* no file tier configured */
-    CHECK_STATUS(kvf_offload(e, KVF_TIER_FILE, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_DISK, &m, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "file tier") != NULL);
     CHECK_STATUS(kvf_offload(e, (kvf_tier)7, &m, 1, &t), KVF_ERR_INVALID);
     CHECK_STATUS(kvf_onboard(e, (kvf_tier)7, &m, 1, &t), KVF_ERR_INVALID);
@@ -92,13 +92,14 @@ static int test_bad_input(void)
     /* pools are fixed once a transfer was queued */
     CHECK_STATUS(kvf_engine_add_pool(e, &g, &pd, &sd, NULL), KVF_ERR_STATE);
 
-    CHECK_STATUS(kvf_poll(e, 12345, NULL), KVF_ERR_UNKNOWN_TICKET);
-    CHECK_STATUS(kvf_wait(e, 0, NULL), KVF_ERR_UNKNOWN_TICKET);
-    CHECK_STATUS(kvf_wait(NULL, 1, NULL), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_poll(e, (kvf_ticket){12345}, NULL), KVF_ERR_UNKNOWN_TICKET);
+    CHECK_STATUS(kvf_wait(e, (kvf_ticket){0}, NULL), KVF_ERR_UNKNOWN_TICKET);
+    CHECK_STATUS(kvf_wait(NULL, (kvf_ticket){1}, NULL), KVF_ERR_INVALID);
     CHECK_STATUS(kvf_sync_stream(NULL, NULL), KVF_ERR_INVALID);
     CHECK_STATUS(kvf_info_get(NULL), KVF_ERR_INVALID);
     kvf_info info = KVF_INFO_INIT;
     CHECK_STATUS(kvf_info_get(&info), KVF_OK);
+    CHECK(info.gds_state >= KVF_GDS_STATE_ABSENT && info.gds_state <= KVF_GDS_STATE_P2P);
     CHECK(kvf_version() != NULL && strncmp(kvf_version(), KVF_VERSION_STRING, 5) == 0);
     CHECK(strcmp(kvf_backend_name(kvf_engine_backend(e)), "host") == 0);
     kvf_engine_destroy(e);
@@ -125,20 +126,40 @@ static int test_bad_input(void)
     /* tiers this engine lacks, and an unknown one: refused, named */
     uint64_t key = 0x42;
     kvf_move to_key = {0, 0x42, 0};
-    t = 0;
+    t = (kvf_ticket){0};
     CHECK_STATUS(kvf_offload(e, (kvf_tier)7, &to_key, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "tier 7 unknown") != NULL);
     CHECK_STATUS(kvf_onboard(e, (kvf_tier)-1, &to_key, 1, &t), KVF_ERR_INVALID);
     CHECK_STATUS(kvf_offload(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "no remote tier") != NULL);
-    CHECK_STATUS(kvf_remote_remove(e, &key, 1, &t), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf_file_remove(e, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_remove(e, KVF_TIER_REMOTE, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_remove(e, KVF_TIER_DISK, &key, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "no file tier") != NULL);
-    CHECK_STATUS(kvf_file_remove(e, NULL, 1, &t), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf_file_remove(e, &key, 0, &t), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf_demote(e, &to_key, 1, &t), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf_promote(NULL, &to_key, 1, &t), KVF_ERR_INVALID);
-    CHECK(t == 0); /* no ticket for a refused batch */
+    CHECK_STATUS(kvf_remove(e, KVF_TIER_DISK, NULL, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_remove(e, KVF_TIER_DISK, &key, 0, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_demote(e, KVF_TIER_DISK, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_promote(NULL, KVF_TIER_DISK, &to_key, 1, &t), KVF_ERR_INVALID);
+    /* a tier the call cannot take: refused, the tier named */
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_GPU, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "kvf_offload: tier gpu") != NULL);
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_GPU, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_remove(e, KVF_TIER_HOST, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "kvf_remove: tier host") != NULL);
+    CHECK_STATUS(kvf_remove(e, KVF_TIER_GPU, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_remove(e, (kvf_tier)9, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "tier 9 unknown") != NULL);
+    CHECK_STATUS(kvf_demote(e, KVF_TIER_HOST, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "kvf_demote: tier host") != NULL);
+    CHECK_STATUS(kvf_promote(e, KVF_TIER_GPU, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_demote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "demote to remote: the engine has no remote tier") != NULL);
+    CHECK_STATUS(kvf_promote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK(t.id == 0); /* no ticket for a refused batch */
+    CHECK(strcmp(kvf_tier_name(KVF_TIER_HOST), "host") == 0);
+    CHECK(strcmp(kvf_tier_name(KVF_TIER_DISK), "disk") == 0);
+    CHECK(strcmp(kvf_tier_name(KVF_TIER_REMOTE), "remote") == 0);
+    CHECK(strcmp(kvf_tier_name(KVF_TIER_GPU), "gpu") == 0);
+    CHECK(strcmp(kvf_tier_name(KVF_TIER_COUNT), "?") == 0);
     kvf_engine_destroy(e);
     return 0;
 }

@@ -48,18 +48,18 @@ static int test_defect2_6_io_faults(void)
         return 1;
     fill_block(&f, 0, 1);
     fill_block(&f, 1, 2);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 0, 0xa, 0), KVF_OK);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 1, 0xb, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 0, 0xa, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 1, 0xb, 0), KVF_OK);
 
     /* short reads and writes are continued, not taken for the data */
     kvf__set_io_fault(fault_hook);
     fault_short = 1;
     fault_op = "write";
     fill_block(&f, 2, 3);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 2, 0xc, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 2, 0xc, 0), KVF_OK);
     fault_op = "read";
     poison_block(&f, 3);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xc, 3, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xc, 3, 0), KVF_OK);
     if (expect_block(&f, 3, 3, 0))
         return 1;
     fault_short = 0;
@@ -68,21 +68,21 @@ static int test_defect2_6_io_faults(void)
     fault_op = "write";
     fault_errno = EIO;
     fill_block(&f, 2, 4);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 2, 0xa, 0), KVF_ERR_IO);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 2, 0xa, 0), KVF_ERR_IO);
     CHECK(strstr(kvf_last_error(), "ticket") != NULL);
     fault_errno = ENOSPC;
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 2, 0xd, 0), KVF_ERR_NO_SPACE);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 2, 0xd, 0), KVF_ERR_NO_SPACE);
     fault_op = "read";
     fault_errno = EIO;
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xb, 4, 0), KVF_ERR_IO);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xb, 4, 0), KVF_ERR_IO);
     fault_op = NULL;
     kvf__set_io_fault(NULL);
     poison_block(&f, 4);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xa, 4, 0), KVF_ERR_NOT_FOUND);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xd, 4, 0), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xa, 4, 0), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xd, 4, 0), KVF_ERR_NOT_FOUND);
     CHECK(slot(&f, 0, KVF_LEVEL_PRIMARY, 4)[0] == POISON);
     /* block 0xb was not touched by the failed read */
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xb, 4, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xb, 4, 0), KVF_OK);
     if (expect_block(&f, 4, 2, 0))
         return 1;
 
@@ -92,7 +92,7 @@ static int test_defect2_6_io_faults(void)
     struct stat sb;
     CHECK(stat(path, &sb) == 0);
     CHECK(truncate(path, sb.st_size - 10) == 0);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xb, 4, 0), KVF_ERR_CORRUPT);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xb, 4, 0), KVF_ERR_CORRUPT);
     block_file(&f, 0xc, path, sizeof path);
     int fd = open(path, O_RDWR);
     CHECK(fd >= 0);
@@ -101,12 +101,12 @@ static int test_defect2_6_io_faults(void)
     byte ^= 0x10;
     CHECK(pwrite(fd, &byte, 1, 200) == 1);
     close(fd);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xc, 4, 0), KVF_ERR_CORRUPT);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xc, 4, 0), KVF_ERR_CORRUPT);
     /* a block never stored: not found, with its key and file in the log */
     kvf_move m = {0x5eed, 4, 0};
     kvf_ticket t;
     kvf_status per;
-    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_FILE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, &per), KVF_ERR_NOT_FOUND);
     CHECK_STATUS(per, KVF_ERR_NOT_FOUND);
     fx_done(&f);
@@ -210,15 +210,15 @@ static int test_failed_file_write_removes(void)
     fill_block(&f, 1, 42);
     fill_block(&f, 2, 43);
     for (uint64_t k = 0; k < 3; k++)
-        CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, k, 0xf0 + k, 0), KVF_OK);
+        CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, k, 0xf0 + k, 0), KVF_OK);
     /* the gather into staging fails: nothing of the new version was written */
     fill_block(&f, 0, 51);
     fail_src = slot(&f, 0, KVF_LEVEL_PRIMARY, 0);
     kvf__set_copy_hook(fail_copy_from);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 0, 0xf0, 0), KVF_ERR_IO);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 0, 0xf0, 0), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
     poison_block(&f, 4);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf0, 4, 0), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xf0, 4, 0), KVF_ERR_NOT_FOUND);
     CHECK(slot(&f, 0, KVF_LEVEL_PRIMARY, 4)[0] == POISON);
     /* a demote of a secondary slot whose write failed: lost before any I/O */
     fail_dst = slot(&f, 0, KVF_LEVEL_SECONDARY, 5);
@@ -227,22 +227,22 @@ static int test_failed_file_write_removes(void)
     kvf__set_copy_hook(NULL);
     kvf_move dm = {5, 0xf1, 0};
     kvf_ticket t;
-    CHECK_STATUS(kvf_demote(f.e, &dm, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &dm, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_LOST);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf1, 4, 0), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xf1, 4, 0), KVF_ERR_NOT_FOUND);
     /* the batch's fsync fails after its file was renamed into place */
     kvf__set_io_fault(fault_hook);
     fault_op = "fsync";
     fault_errno = EIO;
     fill_block(&f, 2, 53);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 2, 0xf2, 0), KVF_ERR_IO);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 2, 0xf2, 0), KVF_ERR_IO);
     fault_op = NULL;
     kvf__set_io_fault(NULL);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf2, 4, 0), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xf2, 4, 0), KVF_ERR_NOT_FOUND);
     /* a key no failure touched */
     fill_block(&f, 3, 44);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 3, 0xf3, 0), KVF_OK);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xf3, 4, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 3, 0xf3, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xf3, 4, 0), KVF_OK);
     if (expect_block(&f, 4, 44, 0))
         return 1;
     fx_done(&f);
@@ -261,7 +261,7 @@ static int test_onboard_copy_failure(void)
     fill_block(&f, 1, 62);
     kvf_move off[2] = {{0, 0xc0, 0}, {1, 0xc1, 0}};
     kvf_ticket t;
-    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_FILE, off, 2, &t), KVF_OK);
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, off, 2, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     poison_block(&f, 4);
     poison_block(&f, 5);
@@ -269,14 +269,14 @@ static int test_onboard_copy_failure(void)
     kvf__set_copy_hook(fail_copy);
     kvf_move on[2] = {{0xc0, 4, 0}, {0xc1, 5, 0}};
     kvf_status per[2];
-    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_FILE, on, 2, &t), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, on, 2, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, per), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
     CHECK_STATUS(per[0], KVF_ERR_IO);
     CHECK_STATUS(per[1], KVF_OK);
     if (expect_block(&f, 5, 62, 0))
         return 1;
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0xc0, 4, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xc0, 4, 0), KVF_OK);
     if (expect_block(&f, 4, 61, 0))
         return 1;
     fx_done(&f);

@@ -12,7 +12,7 @@
 static int round_trip(kvf_tier tier, uint32_t tokens)
 {
     fixture f;
-    if (fx_init(&f, tier == KVF_TIER_FILE, 64))
+    if (fx_init(&f, tier == KVF_TIER_DISK, 64))
         return 1;
     enum { N = 40 };
     kvf_move off[N], on[N];
@@ -21,7 +21,7 @@ static int round_trip(kvf_tier tier, uint32_t tokens)
     for (uint32_t i = 0; i < N; i++) {
         fill_block(&f, i, 1000 + i);
         off[i] =
-            (kvf_move){i, tier == KVF_TIER_FILE ? 0xabc00000ull + perm[i] : 63 - perm[i], tokens};
+            (kvf_move){i, tier == KVF_TIER_DISK ? 0xabc00000ull + perm[i] : 63 - perm[i], tokens};
         on[i] = (kvf_move){off[i].dst, (i + 7) % N, tokens};
     }
     kvf_ticket t;
@@ -55,11 +55,11 @@ static int test_host_partial(void)
 }
 static int test_file_whole(void)
 {
-    return round_trip(KVF_TIER_FILE, 0);
+    return round_trip(KVF_TIER_DISK, 0);
 }
 static int test_file_partial(void)
 {
-    return round_trip(KVF_TIER_FILE, 6) || round_trip(KVF_TIER_FILE, 1 * 2);
+    return round_trip(KVF_TIER_DISK, 6) || round_trip(KVF_TIER_DISK, 1 * 2);
 }
 
 /* A partial onboard of a block stored whole, and a refused one of more
@@ -68,7 +68,7 @@ static int test_partial_of_stored(void)
 {
     for (int tier = 0; tier < 2; tier++) {
         fixture f;
-        if (fx_init(&f, tier == KVF_TIER_FILE, 8))
+        if (fx_init(&f, tier == KVF_TIER_DISK, 8))
             return 1;
         fill_block(&f, 0, 5);
         fill_block(&f, 1, 6);
@@ -116,7 +116,7 @@ static int test_demote_promote(void)
     kvf_ticket t[4];
     kvf_status per[N];
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, off, N, &t[0]), KVF_OK);
-    CHECK_STATUS(kvf_demote(f.e, dem, N, &t[1]), KVF_OK);
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, dem, N, &t[1]), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_OK); /* the primaries are read */
     /* the demoted secondary slots may be overwritten at once: write after read */
     for (uint32_t i = 0; i < N; i++)
@@ -126,7 +126,7 @@ static int test_demote_promote(void)
         clobber[i] = (kvf_move){i, 63 - perm[i], 0};
     kvf_ticket tc;
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, clobber, N, &tc), KVF_OK);
-    CHECK_STATUS(kvf_promote(f.e, pro, N, &t[2]), KVF_OK);
+    CHECK_STATUS(kvf_promote(f.e, KVF_TIER_DISK, pro, N, &t[2]), KVF_OK);
     for (int k = 1; k < 3; k++) {
         CHECK_STATUS(kvf_wait(f.e, t[k], per), KVF_OK);
         for (int i = 0; i < N; i++)
@@ -148,12 +148,12 @@ static int test_demote_promote(void)
             return 1;
     /* an empty secondary slot has nothing to demote; a missing key nothing to promote */
     kvf_move empty = {30, 0x77, 0}, missing = {0x404, 30, 0};
-    CHECK_STATUS(kvf_demote(f.e, &empty, 1, &t[0]), KVF_OK);
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &empty, 1, &t[0]), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_ERR_NOT_FOUND);
-    CHECK_STATUS(kvf_promote(f.e, &missing, 1, &t[0]), KVF_OK);
+    CHECK_STATUS(kvf_promote(f.e, KVF_TIER_DISK, &missing, 1, &t[0]), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_ERR_NOT_FOUND);
     kvf_move bad = {64, 0x78, 0};
-    CHECK_STATUS(kvf_demote(f.e, &bad, 1, &t[0]), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &bad, 1, &t[0]), KVF_ERR_RANGE);
     CHECK(strstr(kvf_last_error(), "secondary slot 64") != NULL);
     fx_done(&f);
 
@@ -161,7 +161,7 @@ static int test_demote_promote(void)
     if (fx_init(&f, false, 8))
         return 1;
     kvf_move m = {0, 1, 0};
-    CHECK_STATUS(kvf_demote(f.e, &m, 1, &t[0]), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t[0]), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "no file tier") != NULL);
     fx_done(&f);
     return 0;
@@ -232,12 +232,12 @@ static int test_defect1_onboard_after_sync(void)
     if (fx_init(&f, true, 8))
         return 1;
     fill_block(&f, 0, 11);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_FILE, 0, 0x1111, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 0, 0x1111, 0), KVF_OK);
     CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK); /* the step ends */
     fill_block(&f, 0, 12);                            /* the slot is reused */
     CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK); /* another step */
     poison_block(&f, 1);
-    CHECK_STATUS(run1(f.e, false, KVF_TIER_FILE, 0x1111, 1, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0x1111, 1, 0), KVF_OK);
     if (expect_block(&f, 1, 11, 0))
         return 1;
     fx_done(&f);
@@ -260,12 +260,12 @@ static int test_defect4_namespaces_and_restart(void)
         return 1;
     fill_block(&a, 0, 100);
     fill_block(&b, 0, 200);
-    CHECK_STATUS(run1(a.e, true, KVF_TIER_FILE, 0, 7, 0), KVF_OK);
-    CHECK_STATUS(run1(b.e, true, KVF_TIER_FILE, 0, 7, 0), KVF_OK);
+    CHECK_STATUS(run1(a.e, true, KVF_TIER_DISK, 0, 7, 0), KVF_OK);
+    CHECK_STATUS(run1(b.e, true, KVF_TIER_DISK, 0, 7, 0), KVF_OK);
     poison_block(&a, 1);
     poison_block(&b, 1);
-    CHECK_STATUS(run1(a.e, false, KVF_TIER_FILE, 7, 1, 0), KVF_OK);
-    CHECK_STATUS(run1(b.e, false, KVF_TIER_FILE, 7, 1, 0), KVF_OK);
+    CHECK_STATUS(run1(a.e, false, KVF_TIER_DISK, 7, 1, 0), KVF_OK);
+    CHECK_STATUS(run1(b.e, false, KVF_TIER_DISK, 7, 1, 0), KVF_OK);
     if (expect_block(&a, 1, 100, 0) || expect_block(&b, 1, 200, 0))
         return 1;
     kvf_engine_destroy(b.e);
@@ -274,7 +274,7 @@ static int test_defect4_namespaces_and_restart(void)
     if (fx_open(&a, a.dir, "test", 0))
         return 1;
     poison_block(&a, 2);
-    CHECK_STATUS(run1(a.e, false, KVF_TIER_FILE, 7, 2, 0), KVF_OK);
+    CHECK_STATUS(run1(a.e, false, KVF_TIER_DISK, 7, 2, 0), KVF_OK);
     if (expect_block(&a, 2, 100, 0))
         return 1;
     /* a new engine with another layout on the same namespace is refused */
@@ -282,7 +282,7 @@ static int test_defect4_namespaces_and_restart(void)
     a.g[1].head_size = 16;
     if (fx_open(&a, a.dir, "test", 0))
         return 1;
-    CHECK_STATUS(run1(a.e, false, KVF_TIER_FILE, 7, 2, 0), KVF_ERR_MISMATCH);
+    CHECK_STATUS(run1(a.e, false, KVF_TIER_DISK, 7, 2, 0), KVF_ERR_MISMATCH);
     fx_done(&a);
     return 0;
 }

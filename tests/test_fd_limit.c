@@ -138,7 +138,7 @@ static void get_range(fixture *f, uint32_t first, uint32_t n, kvf_status *per)
         slots[i] = i;
         memset(prim(f, i), POISON, f->bytes);
     }
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status st = kvf_cache_get(f->c, keys, slots, n, &t);
     CHECK_STATUS(st, KVF_OK);
     if (st == KVF_OK)
@@ -169,7 +169,7 @@ static int test_cache_restart_at_low_limit(void)
         kvf_key key = KEY0 + i;
         uint32_t slot = i;
         fill(&f, slot, key);
-        kvf_ticket t;
+        kvf_cache_ticket t;
         CHECK_STATUS(kvf_cache_put(f.c, &key, &slot, 1, 50, &t), KVF_OK);
         CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     }
@@ -211,7 +211,7 @@ static int test_cache_restart_at_low_limit(void)
     }
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     CHECK_STATUS(kvf_cache_stats_get(f.c, &s), KVF_OK);
-    CHECK_EQ_U64(s.blocks[KVF_CACHE_DISK], NBLOCKS);
+    CHECK_EQ_U64(s.blocks[KVF_TIER_DISK], NBLOCKS);
     kvf_status per[NGET];
     get_range(&f, 0, NGET, per);
     for (uint32_t i = 0; i < NGET; i++) {
@@ -228,7 +228,7 @@ static int test_cache_restart_at_low_limit(void)
     /* still cached, on disk, and still a file each */
     REQUIRE(set_fd_limit(saved.rlim_cur) == 0);
     kvf_key *keys = malloc(NBLOCKS * sizeof *keys);
-    kvf_cache_tier *tiers = malloc(NBLOCKS * sizeof *tiers);
+    kvf_tier *tiers = malloc(NBLOCKS * sizeof *tiers);
     for (uint32_t i = 0; i < NBLOCKS; i++)
         keys[i] = KEY0 + i;
     size_t hits = 0;
@@ -236,7 +236,7 @@ static int test_cache_restart_at_low_limit(void)
     CHECK_EQ_U64(hits, NBLOCKS);
     for (uint32_t i = 0; i < NBLOCKS; i++) {
         if (i < hits)
-            CHECK_EQ_INT(tiers[i], KVF_CACHE_DISK);
+            CHECK_EQ_INT(tiers[i], KVF_TIER_DISK);
         CHECK(file_exists(&f, keys[i]));
     }
     CHECK_STATUS(kvf_cache_stats_get(f.c, &s), KVF_OK);
@@ -284,8 +284,8 @@ static kvf_status move1(kvf_engine *e, bool onboard, uint64_t src, uint64_t dst)
 {
     kvf_move mv = {src, dst, 0};
     kvf_ticket t;
-    kvf_status st = onboard ? kvf_onboard(e, KVF_TIER_FILE, &mv, 1, &t)
-                            : kvf_offload(e, KVF_TIER_FILE, &mv, 1, &t);
+    kvf_status st = onboard ? kvf_onboard(e, KVF_TIER_DISK, &mv, 1, &t)
+                            : kvf_offload(e, KVF_TIER_DISK, &mv, 1, &t);
     kvf_status per = KVF_INPROGRESS;
     if (st == KVF_OK)
         kvf_wait(e, t, &per);
@@ -341,23 +341,23 @@ static int test_acquire_emfile(void)
     kvf_key keys[3] = {0xA1, 0xA2, 0xA3};
     for (int i = 0; i < 3; i++) {
         uint32_t slot;
-        kvf_ticket t;
-        CHECK_STATUS(kvf_cache_alloc(f.c, 1, &slot, &t), KVF_OK);
+        kvf_cache_ticket t;
+        CHECK_STATUS(kvf_cache_alloc(f.c, &slot, 1, &t), KVF_OK);
         CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
         fill(&f, slot, keys[i]);
         CHECK_STATUS(kvf_cache_commit(f.c, &keys[i], &slot, 1, 50, NULL), KVF_OK);
         CHECK_STATUS(kvf_cache_unpin(f.c, &keys[i], 1), KVF_OK);
     }
-    kvf_cache_tier tier;
+    kvf_tier tier;
     size_t hits = 0;
     CHECK_STATUS(kvf_cache_lookup(f.c, &keys[0], 1, &hits, &tier), KVF_OK);
-    REQUIRE(hits == 1 && tier == KVF_CACHE_DISK);
+    REQUIRE(hits == 1 && tier == KVF_TIER_DISK);
     REQUIRE(file_exists(&f, keys[0]));
 
     kvf__set_io_fault(emfile_hook);
     atomic_store(&emfile_left, -1);
     uint32_t slot;
-    kvf_ticket t;
+    kvf_cache_ticket t;
     kvf_status per = KVF_INPROGRESS;
     CHECK_STATUS(kvf_cache_acquire(f.c, &keys[0], 1, &slot, &hits, &t), KVF_OK);
     CHECK_EQ_U64(hits, 1);
@@ -366,7 +366,7 @@ static int test_acquire_emfile(void)
     CHECK_STATUS(kvf_cache_unpin(f.c, &keys[0], 1), KVF_OK);
     kvf__set_io_fault(NULL);
     CHECK_STATUS(kvf_cache_lookup(f.c, &keys[0], 1, &hits, &tier), KVF_OK);
-    CHECK(hits == 1 && tier == KVF_CACHE_DISK);
+    CHECK(hits == 1 && tier == KVF_TIER_DISK);
     CHECK(file_exists(&f, keys[0]));
 
     /* now it comes up, whole; its file goes once read */

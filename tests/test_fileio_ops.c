@@ -212,7 +212,7 @@ static int test_engine_config(void)
             mv[i] = (kvf_move){i, 0x700 + i, i % 3 == 0 ? 5 : 0};
         }
         kvf_ticket t;
-        CHECK_STATUS(kvf_offload(e, KVF_TIER_FILE, mv, 10, &t), KVF_OK);
+        CHECK_STATUS(kvf_offload(e, KVF_TIER_DISK, mv, 10, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
         for (uint32_t i = 0; i < 10; i++) {
             void *s;
@@ -220,7 +220,7 @@ static int test_engine_config(void)
             memset(s, POISON, bytes);
             mv[i] = (kvf_move){0x700 + i, 10 + i, i % 3 == 0 ? 5 : 0};
         }
-        CHECK_STATUS(kvf_onboard(e, KVF_TIER_FILE, mv, 10, &t), KVF_OK);
+        CHECK_STATUS(kvf_onboard(e, KVF_TIER_DISK, mv, 10, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
         uint8_t *want = malloc(bytes);
         REQUIRE(want);

@@ -143,7 +143,7 @@ static int test_restore_skips_foreign(void)
     if (c) {
         kvf_cache_stats s = KVF_CACHE_STATS_INIT;
         CHECK_STATUS(kvf_cache_stats_get(c, &s), KVF_OK);
-        CHECK_EQ_U64(s.blocks[KVF_CACHE_DISK], 1);
+        CHECK_EQ_U64(s.blocks[KVF_TIER_DISK], 1);
         kvf_cache_destroy(c);
     }
     check_left_alone(&f);

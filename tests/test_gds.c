@@ -99,8 +99,9 @@ static int test_compat_setting(void)
 static int test_choice(void)
 {
     char why[400];
-    kvf__gds_probe p2p = {KVF_GDS_P2P, "p2p"}, compat = {KVF_GDS_COMPAT, "compat"},
-                   refused = {KVF_GDS_REFUSED, "driver said no"}, absent = {KVF_GDS_ABSENT, "gone"};
+    kvf__gds_probe p2p = {KVF_GDS_STATE_P2P, "p2p"}, compat = {KVF_GDS_STATE_COMPAT, "compat"},
+                   refused = {KVF_GDS_STATE_REFUSED, "driver said no"},
+                   absent = {KVF_GDS_STATE_ABSENT, "gone"};
     /* forced POSIX stays POSIX */
     CHECK(!kvf__gds_choose(KVF_FILE_IO_POSIX, KVF_GDS_COMPAT_ON, &p2p, why, sizeof why));
     /* P2P: taken by AUTO and GDS whatever the compat setting */
@@ -128,7 +129,7 @@ static int test_missing_library(void)
     setenv("KVF_CUFILE_LIB", "/nonexistent/libcufile.so.0", 1);
     kvf__gds_probe p;
     CHECK_STATUS(kvf__gds_acquire(KVF_GDS_COMPAT_AUTO, &p), KVF_ERR_UNSUPPORTED);
-    CHECK_EQ_INT(p.found, KVF_GDS_ABSENT);
+    CHECK_EQ_INT(p.found, KVF_GDS_STATE_ABSENT);
 #ifdef KVF_HAVE_CUDA
     CHECK_STR_HAS(p.detail, "libcufile not loaded");
     CHECK_STR_HAS(p.detail, "/nonexistent/libcufile.so.0");
@@ -171,10 +172,10 @@ static int test_fallback_host(void)
         memset(p1, POISON, bb);
         kvf_move m = {0, 77, 0};
         kvf_ticket t;
-        CHECK_STATUS(kvf_offload(e, KVF_TIER_FILE, &m, 1, &t), KVF_OK);
+        CHECK_STATUS(kvf_offload(e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
         m = (kvf_move){77, 1, 0};
-        CHECK_STATUS(kvf_onboard(e, KVF_TIER_FILE, &m, 1, &t), KVF_OK);
+        CHECK_STATUS(kvf_onboard(e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
         CHECK_MEM_EQ(p0, p1, bb);
         kvf_engine_destroy(e);
@@ -307,8 +308,8 @@ static void fx_fill(fx *f, uint64_t seed, uint8_t *img[POOLS])
 static int fx_run(fx *f, bool to_file, const kvf_move *m, size_t n, kvf_status *st)
 {
     kvf_ticket t;
-    kvf_status s = to_file ? kvf_offload(f->e, KVF_TIER_FILE, m, n, &t)
-                           : kvf_onboard(f->e, KVF_TIER_FILE, m, n, &t);
+    kvf_status s = to_file ? kvf_offload(f->e, KVF_TIER_DISK, m, n, &t)
+                           : kvf_onboard(f->e, KVF_TIER_DISK, m, n, &t);
     REQUIRE(s == KVF_OK);
     kvf_wait(f->e, t, st);
     return 0;

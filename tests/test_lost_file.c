@@ -97,7 +97,7 @@ static int test_unlink_refused_file_emptied(void)
     kvf_move m = {KEY, 1, 0};
     kvf_ticket t;
     kvf_status per = KVF_OK;
-    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_FILE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, &per), KVF_ERR_LOST);
     CHECK_STATUS(per, KVF_ERR_LOST);
     CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON &&
@@ -141,7 +141,7 @@ static int test_unlink_and_emptying_refused(void)
     /* removed once the directory allows it: absent, as promised */
     kvf_ticket t;
     uint64_t key = KEY;
-    CHECK_STATUS(kvf_file_remove(f.e, &key, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_remove(f.e, KVF_TIER_DISK, &key, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK_STATUS(ff_move1(&f, false, KEY, 1), KVF_ERR_NOT_FOUND);
     /* and a rewrite serves the new bytes */

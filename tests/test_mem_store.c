@@ -1,6 +1,7 @@
 /* The engine's remote tier on the in-memory store (mem://NAME), so the
  * remote path runs without a Redis server: offload and onboard, exists and
  * remove through the store, a corrupted value refused for its block only,
+ * demote and promote between secondary slots and the store,
  * batches of many chunks in flight at once, blocks shared by two engines
  * and kept across an engine's restart, namespaces apart, and the store
  * ops called directly (list, short buffers, bad URLs), on mem:// and on a
@@ -105,7 +106,7 @@ static int test_round_trip(void)
     /* exists and remove through the engine's store */
     kvf__store *s = kvf__engine_store(e, KVF_TIER_REMOTE);
     REQUIRE(s);
-    CHECK(kvf__engine_store(e, KVF_TIER_FILE) == NULL);
+    CHECK(kvf__engine_store(e, KVF_TIER_DISK) == NULL);
     CHECK(kvf__engine_store(e, KVF_TIER_HOST) == NULL);
     uint64_t keys[3] = {0x100, 0x107, 0x108};
     kvf_status st[3];
@@ -114,7 +115,7 @@ static int test_round_trip(void)
     CHECK_STATUS(st[1], KVF_OK);
     CHECK_STATUS(st[2], KVF_ERR_NOT_FOUND);
     kvf_ticket t;
-    REQUIRE(kvf_remote_remove(e, keys, 1, &t) == KVF_OK);
+    REQUIRE(kvf_remove(e, KVF_TIER_REMOTE, keys, 1, &t) == KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
     CHECK_STATUS(kvf__store_remove(s, keys + 1, 2, 0, st), KVF_OK);
     CHECK_STATUS(kvf__store_exists(s, keys, 3, 0, st), KVF_OK);
@@ -239,6 +240,85 @@ typedef struct listed {
     uint32_t tokens_bad;
 } listed;
 
+static uint8_t *level_slot(kvf_engine *e, kvf_level level, uint32_t s)
+{
+    void *p = NULL;
+    kvf_engine_slot_ptr(e, 0, level, s, &p);
+    return p;
+}
+
+static kvf_status run(kvf_engine *e, kvf_status st, kvf_ticket t, kvf_status *per)
+{
+    return st == KVF_OK ? kvf_wait(e, t, per) : st;
+}
+
+/* Secondary slots to the store and back (kvf_demote / kvf_promote on
+ * KVF_TIER_REMOTE), in the format an onboard reads; a missing key, an
+ * empty slot and a short block fail their own move only. */
+static int test_demote_promote(void)
+{
+    enum { N = 4 };
+    kvf__mem_store_clear("dp");
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.file.namespace_ = "dp";
+    cfg.remote.url = "mem://dp";
+    kvf_engine *e = NULL;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, N}, sec = {KVF_MEMORY_HOST, NULL, 0, N + 1};
+    REQUIRE(kvf_engine_add_pool(e, &G, &prim, &sec, NULL) == KVF_OK);
+    size_t bb = block_bytes();
+    kvf_move mv[N];
+    kvf_status per[N];
+    kvf_ticket t;
+    for (uint32_t i = 0; i < N; i++) {
+        test_fill_random(slot(e, i), bb, 40 + i);
+        mv[i] = (kvf_move){i, i, 0};
+    }
+    CHECK_STATUS(run(e, kvf_offload(e, KVF_TIER_HOST, mv, N, &t), t, NULL), KVF_OK);
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){i, 0x300 + i, 0};
+    CHECK_STATUS(run(e, kvf_demote(e, KVF_TIER_REMOTE, mv, N, &t), t, NULL), KVF_OK);
+
+    /* a demoted block onboards into a primary slot */
+    CHECK_EQ_INT(onboard_all(e, N, 0x300, 40, per), N);
+
+    /* promoted into emptied secondary slots, then onboarded from them */
+    for (uint32_t i = 0; i < N; i++) {
+        memset(level_slot(e, KVF_LEVEL_SECONDARY, i), POISON, bb);
+        memset(slot(e, i), POISON, bb);
+        mv[i] = (kvf_move){0x300 + i, i, 0};
+    }
+    CHECK_STATUS(run(e, kvf_promote(e, KVF_TIER_REMOTE, mv, N, &t), t, NULL), KVF_OK);
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){i, i, 0};
+    CHECK_STATUS(run(e, kvf_onboard(e, KVF_TIER_HOST, mv, N, &t), t, NULL), KVF_OK);
+    uint8_t *want = malloc(bb);
+    REQUIRE(want);
+    for (uint32_t i = 0; i < N; i++) {
+        test_fill_random(want, bb, 40 + i);
+        CHECK(memcmp(slot(e, i), want, bb) == 0);
+    }
+    free(want);
+
+    /* a missing key; a block stored with 8 tokens promoted whole; an
+     * empty slot demoted: each fails alone */
+    kvf_move half = {1, 0x400, 8};
+    CHECK_STATUS(run(e, kvf_demote(e, KVF_TIER_REMOTE, &half, 1, &t), t, NULL), KVF_OK);
+    kvf_move pro[3] = {{0x3FF, 0, 0}, {0x400, 1, 0}, {0x301, 2, 0}};
+    CHECK_STATUS(run(e, kvf_promote(e, KVF_TIER_REMOTE, pro, 3, &t), t, per), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(per[0], KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(per[1], KVF_ERR_RANGE);
+    CHECK_STATUS(per[2], KVF_OK);
+    kvf_move dem[2] = {{N, 0x500, 0}, {3, 0x501, 0}};
+    CHECK_STATUS(run(e, kvf_demote(e, KVF_TIER_REMOTE, dem, 2, &t), t, per), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(per[0], KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(per[1], KVF_OK);
+    kvf_engine_destroy(e);
+    kvf__mem_store_clear("dp");
+    return 0;
+}
+
 static void list_visit(void *arg, const kvf__store_entry *ent)
 {
     listed *l = arg;
@@ -326,9 +406,9 @@ static int test_file_store(void)
     REQUIRE(kvf_engine_add_pool(e, &G, &prim, NULL, NULL) == KVF_OK);
     kvf_move mv[2] = {{0, 0x31, 0}, {1, 0x32, 8}};
     kvf_ticket t;
-    REQUIRE(kvf_offload(e, KVF_TIER_FILE, mv, 2, &t) == KVF_OK);
+    REQUIRE(kvf_offload(e, KVF_TIER_DISK, mv, 2, &t) == KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
-    kvf__store *s = kvf__engine_store(e, KVF_TIER_FILE);
+    kvf__store *s = kvf__engine_store(e, KVF_TIER_DISK);
     REQUIRE(s && !strcmp(s->kind, "file"));
     CHECK(kvf__engine_store(e, KVF_TIER_REMOTE) == NULL);
     uint64_t keys[3] = {0x31, 0x32, 0x33};
@@ -415,6 +495,7 @@ int main(void)
     RUN(test_round_trip);
     RUN(test_corrupt_one);
     RUN(test_many_chunks_shared);
+    RUN(test_demote_promote);
     RUN(test_store_ops);
     RUN(test_file_store);
     RUN(test_file_url_store);

@@ -79,7 +79,7 @@ static int test_file_write_faults(void)
     fault_op = "write";
     fault_name = "0000000000000103.";
     kvf_ticket t;
-    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_FILE, mv, 6, &t), KVF_OK);
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, mv, 6, &t), KVF_OK);
     kvf_status per[6];
     kvf_move_error err[4];
     size_t n = 99;
@@ -109,7 +109,7 @@ static int test_file_read_faults_and_checksum(void)
     for (uint32_t i = 0; i < 4; i++)
         mv[i] = (kvf_move){i, 0x200 + i, 0};
     kvf_ticket t;
-    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_FILE, mv, 4, &t), KVF_OK);
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, mv, 4, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     /* damage block 0x201's payload; fail the read of 0x203 */
     char path[512];
@@ -127,7 +127,7 @@ static int test_file_read_faults_and_checksum(void)
     fault_name = "0000000000000203.kvf";
     for (uint32_t i = 0; i < 4; i++)
         mv[i] = (kvf_move){0x200 + i, 8 + i, 0};
-    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_FILE, mv, 4, &t), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, mv, 4, &t), KVF_OK);
     kvf_move_error err[4];
     size_t n = 0;
     CHECK_STATUS(kvf_wait_errors(f.e, t, NULL, err, 4, &n), KVF_ERR_CORRUPT);
@@ -227,7 +227,7 @@ static int test_more_failures_than_cap(void)
     fault_op = "unlink";
     fault_name = ".kvf";
     kvf_ticket t;
-    CHECK_STATUS(kvf_file_remove(f.e, keys, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_remove(f.e, KVF_TIER_DISK, keys, N, &t), KVF_OK);
     kvf_move_error err[5];
     size_t n = 0;
     CHECK_STATUS(kvf_wait_errors(f.e, t, per, err, 5, &n), KVF_ERR_IO);
@@ -263,7 +263,7 @@ static int test_group_indexes(void)
     fault_op = "write";
     fault_name = "0000000000041005."; /* move 4101, in the last part */
     kvf_ticket t;
-    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_FILE, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, mv, N, &t), KVF_OK);
     kvf_move_error err[4];
     size_t n = 0;
     CHECK_STATUS(kvf_wait_errors(f.e, t, NULL, err, 4, &n), KVF_ERR_IO);
@@ -327,7 +327,7 @@ static int test_arguments(void)
     CHECK_STATUS(st, KVF_OK);
     /* a failed batch never waited for: its messages go with the engine */
     kvf_move none = {0x999, 2, 0};
-    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_FILE, &none, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &none, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK);
     fx_done(&f);
     return 0;
@@ -348,7 +348,7 @@ static int test_cache_calls(void)
     kvf__set_io_fault(fault_hook);
     fault_op = "write";
     fault_name = "0000000000000502.";
-    kvf_ticket t;
+    kvf_cache_ticket t;
     CHECK_STATUS(kvf_cache_put(c, keys, slots, 5, 50, &t), KVF_OK);
     kvf_move_error err[2];
     kvf_status per[5];

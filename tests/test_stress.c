@@ -86,7 +86,7 @@ static void *run(void *arg)
         kvf_move mv[MAXN];
         int kind = (int)rnd(m, 5);
         kvf_status st;
-        kvf_ticket t = 0;
+        kvf_ticket t = {0};
         bool want_ticket = rnd(m, 2);
         if (kind == 4) { /* copy: sources and destinations disjoint */
             n = n > HALF / 2 ? HALF / 2 : n;
@@ -124,9 +124,9 @@ static void *run(void *arg)
             }
             if (n == 0)
                 continue;
-            st = off ? kvf_offload(engine, file ? KVF_TIER_FILE : KVF_TIER_HOST, mv, n,
+            st = off ? kvf_offload(engine, file ? KVF_TIER_DISK : KVF_TIER_HOST, mv, n,
                                    want_ticket ? &t : NULL)
-                     : kvf_onboard(engine, file ? KVF_TIER_FILE : KVF_TIER_HOST, mv, n,
+                     : kvf_onboard(engine, file ? KVF_TIER_DISK : KVF_TIER_HOST, mv, n,
                                    want_ticket ? &t : NULL);
         }
         if (st != KVF_OK) {
@@ -211,7 +211,7 @@ int main(void)
                 continue;
             kvf_move mv = {0x51000 + (uint64_t)t * (KEYS / 2) + k, 0, 0};
             kvf_ticket tk;
-            CHECK_STATUS(kvf_onboard(engine, KVF_TIER_FILE, &mv, 1, &tk), KVF_OK);
+            CHECK_STATUS(kvf_onboard(engine, KVF_TIER_DISK, &mv, 1, &tk), KVF_OK);
             CHECK_STATUS(kvf_wait(engine, tk, NULL), KVF_OK);
             if (!holds(KVF_LEVEL_PRIMARY, 0, m[t].file[k])) {
                 fprintf(stderr, "thread %d file %u: wrong bytes\n", t, k);

@@ -1012,7 +1012,7 @@ static int bench_one(bench_opts o, bench_result *res)
         off_moves[i] = (kvf_move){i, key_base + perm[i], o.tokens};
         on_moves[i] = (kvf_move){key_base + perm[i], i, o.tokens};
     }
-    kvf_tier tier = o.mode == MODE_DRAM ? KVF_TIER_HOST : KVF_TIER_FILE;
+    kvf_tier tier = o.mode == MODE_DRAM ? KVF_TIER_HOST : KVF_TIER_DISK;
     if (files && ceiling_open(&fc, dir, useful / o.blocks, perm, &o) != 0)
         fprintf(stderr, "kvferry bench: the disk ceiling could not be measured\n");
     bool tty = isatty(2);

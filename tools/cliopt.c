@@ -245,8 +245,8 @@ int kvf_cli_json_close(const char *cmd)
 static cJSON *tiers_json(const uint64_t *v)
 {
     cJSON *o = cJSON_CreateObject();
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
-        cJSON_AddNumberToObject(o, kvf_cache_tier_name((kvf_cache_tier)t), (double)v[t]);
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        cJSON_AddNumberToObject(o, kvf_tier_name((kvf_tier)t), (double)v[t]);
     return o;
 }
 

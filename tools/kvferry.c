@@ -81,11 +81,15 @@ static void print_info(const kvf_info *info, const char *remote, const char *rem
            "takes it; %s)\n",
            info->uring_built ? "io_uring, or threads where it is refused" : "a pool of threads");
     static const char *const gds_states[] = {
-        "not available (POSIX path)", "libcufile loaded, driver refused (POSIX path)",
-        "cuFile in compatibility mode, no P2P (file_io AUTO: POSIX path; GDS: cuFile where "
-        "it takes file_dir's files)",
-        "cuFile with P2P (file_io AUTO and GDS: cuFile)"};
-    int gs = info->gds_state >= 0 && info->gds_state <= 3 ? info->gds_state : 0;
+        [KVF_GDS_STATE_ABSENT] = "not available (POSIX path)",
+        [KVF_GDS_STATE_REFUSED] = "libcufile loaded, driver refused (POSIX path)",
+        [KVF_GDS_STATE_COMPAT] = "cuFile in compatibility mode, no P2P (file_io AUTO: POSIX path; "
+                                 "GDS: cuFile where it takes file_dir's files)",
+        [KVF_GDS_STATE_P2P] = "cuFile with P2P (file_io AUTO and GDS: cuFile)"};
+    kvf_gds_state gs =
+        info->gds_state >= KVF_GDS_STATE_ABSENT && info->gds_state <= KVF_GDS_STATE_P2P
+            ? info->gds_state
+            : KVF_GDS_STATE_ABSENT;
     printf("  gds    %s\n         %s\n", gds_states[gs], info->gds_detail);
     printf("default backend: %s\n", info->cuda_devices > 0 ? "cuda" : "host");
     if (!strcmp(remote, "not built"))

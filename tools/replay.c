@@ -53,14 +53,14 @@ typedef struct replay_opts {
 
 /* A put in flight over primary slots [first, first + n). */
 typedef struct pending {
-    kvf_ticket ticket;
+    kvf_cache_ticket ticket;
     uint32_t first, n;
     size_t req; /* index of the request, for messages */
 } pending;
 
 /* What the replay counts itself, per client and in all. */
 typedef struct counts {
-    uint64_t blocks, tokens, hits[KVF_CACHE_TIERS], got_blocks, verified, prefilled;
+    uint64_t blocks, tokens, hits[KVF_TIER_COUNT], got_blocks, verified, prefilled;
     uint64_t bad_blocks, errors, no_space;
     uint64_t raced; /* hits evicted between lookup and pin (several clients) */
     double get_s;
@@ -101,7 +101,7 @@ typedef struct client {
     uint8_t *want, *got;
     uint32_t *slots;
     kvf_key *keys;
-    kvf_cache_tier *tiers;
+    kvf_tier *tiers;
     kvf_status *per;
     size_t keys_cap;
     kvf_key *akeys, *ukeys; /* --gpu-tier: blocks to compute, blocks to unpin */
@@ -195,7 +195,7 @@ static int prefill(client *r, kvf_key key, uint32_t slot)
 
 /* The end-to-end check: a block got from the cache holds its key's bytes. */
 static int verify(client *r, const kvf_trace_req *q, size_t index, kvf_key key, uint32_t slot,
-                  kvf_cache_tier tier)
+                  kvf_tier tier)
 {
     for (uint32_t p = 0; p < r->o->pools; p++) {
         key_bytes(key, p, r->want, r->block_bytes);
@@ -209,8 +209,8 @@ static int verify(client *r, const kvf_trace_req *q, size_t index, kvf_key key, 
             fprintf(stderr,
                     "kvferry replay: WRONG DATA: %s block %zu key 0x%016llx (from %s): pool %u "
                     "byte %zu is 0x%02x, expected 0x%02x\n",
-                    req_name(q, nm, sizeof nm), index, (unsigned long long)key,
-                    kvf_cache_tier_name(tier), p, off, r->got[off], r->want[off]);
+                    req_name(q, nm, sizeof nm), index, (unsigned long long)key, kvf_tier_name(tier),
+                    p, off, r->got[off], r->want[off]);
             r->n.bad_blocks++;
             return 0;
         }
@@ -289,9 +289,9 @@ static void drain_events(replay *r)
 }
 
 /* A hit this cache holds (and the request pins), not the remote store's. */
-static bool held_here(kvf_cache_tier tier)
+static bool held_here(kvf_tier tier)
 {
-    return tier == KVF_CACHE_HOST || tier == KVF_CACHE_DISK;
+    return tier == KVF_TIER_HOST || tier == KVF_TIER_DISK;
 }
 
 /* Undoes the request's pin of n keys. */
@@ -348,7 +348,7 @@ static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
     uint32_t first = take_slots(r, m);
     kvf_key *keys = r->keys + s;
     if (gets) {
-        kvf_ticket t;
+        kvf_cache_ticket t;
         double t0 = now_s();
         kvf_status st = kvf_cache_get(r->c, keys, r->slots, gets, &t);
         if (st != KVF_OK) {
@@ -372,14 +372,14 @@ static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
                         "kvferry replay: %s: block %zu key 0x%016llx (from %s): get "
                         "failed: %s; recomputed\n",
                         req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
-                        kvf_cache_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i]));
+                        kvf_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i]));
                 r->n.errors++;
                 /* the cache drops a block it could not read back once it is
                  * unpinned: let go of it now, so that the put below stores
                  * the recomputed block again */
                 if (held_here(r->tiers[s + i]))
                     unpin_keys(r, q, r->keys + s + i, 1);
-                r->tiers[s + i] = KVF_CACHE_TIERS; /* held no more */
+                r->tiers[s + i] = KVF_TIER_COUNT; /* held no more */
             }
             rc = prefill(r, keys[i], first + i);
         }
@@ -428,7 +428,7 @@ static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t part)
     uint32_t m = distinct_keys(r, r->keys + s, part);
     const kvf_key *keys = r->dkeys;
     size_t hits = 0, held = 0, todo = 0;
-    kvf_ticket t;
+    kvf_cache_ticket t;
     double t0 = now_s();
     if (kvf_cache_acquire(r->c, keys, m, r->slots, &hits, &t) != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: kvf_cache_acquire of %u blocks: %s\n",
@@ -461,7 +461,7 @@ static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t part)
     for (size_t i = hits; i < m; i++)
         r->akeys[todo++] = keys[i];
     if (todo) {
-        kvf_status st = kvf_cache_alloc(r->c, todo, r->slots, &t);
+        kvf_status st = kvf_cache_alloc(r->c, r->slots, todo, &t);
         if (st == KVF_OK)
             st = kvf_cache_wait(r->c, t, NULL);
         if (st == KVF_ERR_NO_SPACE) {
@@ -531,7 +531,7 @@ static int run_request(client *r, size_t qi)
         hits = 0;
     }
     for (size_t i = 0; i < hits; i++)
-        if ((unsigned)r->tiers[i] < KVF_CACHE_TIERS)
+        if ((unsigned)r->tiers[i] < KVF_TIER_COUNT)
             r->n.hits[r->tiers[i]]++;
     if (r->o->gpu_tier) {
         int rc = 0;
@@ -641,7 +641,7 @@ static void counts_add(counts *sum, const counts *c)
 {
     sum->blocks += c->blocks;
     sum->tokens += c->tokens;
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
         sum->hits[t] += c->hits[t];
     sum->got_blocks += c->got_blocks;
     sum->verified += c->verified;
@@ -884,7 +884,7 @@ static int parse_args(int argc, char **argv, replay_opts *o)
 static uint64_t total_hits(const replay *r)
 {
     uint64_t n = 0;
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
         n += r->n.hits[t];
     return n;
 }
@@ -917,15 +917,15 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
         printf("  remote: %s (%s)\n", o->remote_url,
                o->remote == KVF_CACHE_REMOTE_READ ? "read only" : "write-through");
     printf("  hits:");
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
-        printf(" %s %llu (%.2f%%),", kvf_cache_tier_name((kvf_cache_tier)t),
-               (unsigned long long)r->n.hits[t], pct(r->n.hits[t], r->n.blocks));
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        printf(" %s %llu (%.2f%%),", kvf_tier_name((kvf_tier)t), (unsigned long long)r->n.hits[t],
+               pct(r->n.hits[t], r->n.blocks));
     printf(" misses %llu (%.2f%%)\n", (unsigned long long)miss, pct(miss, r->n.blocks));
     printf("  prefill saved: %llu of %llu tokens (%.2f%%)\n", (unsigned long long)hit * tpb,
            (unsigned long long)r->n.tokens, pct(hit * tpb, r->n.tokens));
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
         printf("  %s tier: %llu blocks now, %s in, %s out, %llu evictions\n",
-               kvf_cache_tier_name((kvf_cache_tier)t), (unsigned long long)s->blocks[t],
+               kvf_tier_name((kvf_tier)t), (unsigned long long)s->blocks[t],
                kvf_cli_bytes(s->bytes_in[t], b1), kvf_cli_bytes(s->bytes_out[t], b2),
                (unsigned long long)s->evictions[t]);
     printf("  dropped %llu, failures %llu, puts refused for space %llu, hits evicted before "
@@ -949,8 +949,8 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
 static cJSON *tier_counts(const uint64_t *v, double scale)
 {
     cJSON *o = cJSON_CreateObject();
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
-        cJSON_AddNumberToObject(o, kvf_cache_tier_name((kvf_cache_tier)t), (double)v[t] * scale);
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        cJSON_AddNumberToObject(o, kvf_tier_name((kvf_tier)t), (double)v[t] * scale);
     return o;
 }
 
@@ -983,8 +983,8 @@ static cJSON *report_json(const replay *r, const kvf_cache_stats *s, const char 
     cJSON_AddNumberToObject(j, "miss_rate", (double)(r->n.blocks - hit) * per_block);
     cJSON_AddNumberToObject(j, "prefill_tokens_saved", (double)(hit * tpb));
     cJSON_AddNumberToObject(j, "prefill_saved_share", pct(hit * tpb, r->n.tokens) / 100);
-    for (int t = 0; t < KVF_CACHE_TIERS; t++) {
-        cJSON *tier = cJSON_AddObjectToObject(j, kvf_cache_tier_name((kvf_cache_tier)t));
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        cJSON *tier = cJSON_AddObjectToObject(j, kvf_tier_name((kvf_tier)t));
         cJSON_AddNumberToObject(tier, "blocks", (double)s->blocks[t]);
         cJSON_AddNumberToObject(tier, "bytes_in", (double)s->bytes_in[t]);
         cJSON_AddNumberToObject(tier, "bytes_out", (double)s->bytes_out[t]);
@@ -1177,12 +1177,12 @@ int kvf_cli_replay(int argc, char **argv)
         fprintf(stderr, "kvferry replay: stats: %s\n", kvf_last_error());
         goto out;
     }
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
         if (s.hits[t] != r.n.hits[t]) {
             fprintf(stderr,
                     "kvferry replay: the cache's stats count %llu %s hits, its lookups "
                     "returned %llu\n",
-                    (unsigned long long)s.hits[t], kvf_cache_tier_name((kvf_cache_tier)t),
+                    (unsigned long long)s.hits[t], kvf_tier_name((kvf_tier)t),
                     (unsigned long long)r.n.hits[t]);
             r.n.errors++;
         }

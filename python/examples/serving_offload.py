@@ -56,7 +56,7 @@ class OffloadManager:
         if to_host:
             self.pending.append(self.kv.offload(kvf.Tier.HOST, to_host))
         if to_file:
-            self.pending.append(self.kv.offload(kvf.Tier.FILE, to_file))
+            self.pending.append(self.kv.offload(kvf.Tier.DISK, to_file))
         # The compute stream may now reuse the evicted GPU blocks: kvferry
         # orders it after the copies (on the host backend this waits for them).
         self.kv.sync_stream(stream)
@@ -78,7 +78,7 @@ class OffloadManager:
         from_host = [(self.host[h], b) for h, b in hits if h in self.host]
         from_file = [(h, b) for h, b in hits if h not in self.host and h in self.on_disk]
         good = []
-        for tier, moves in ((kvf.Tier.HOST, from_host), (kvf.Tier.FILE, from_file)):
+        for tier, moves in ((kvf.Tier.HOST, from_host), (kvf.Tier.DISK, from_file)):
             if not moves:
                 continue
             statuses = self.kv.onboard(tier, moves).wait()  # on a GPU: sync_stream(compute) instead of waiting

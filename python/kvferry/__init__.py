@@ -18,7 +18,7 @@ from ._buffers import Buffer, as_buffer
 from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Setting, Ticket, block_bytes,
                     dtype_bits, info, move_dtype, region, version)
 from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, size_parse, tier_name
-from ._enums import (Backend, CacheRemote, CacheTier, CudaCopy, Dtype, EventKind, FileIO, FileRunner, Fsync, GdsCompat, Level,
+from ._enums import (Backend, CacheRemote, CudaCopy, Dtype, EventKind, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level,
                      LogLevel, Memory, Order, SettingSource, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
                       InvalidState, IOFailure, KvferryError, Lost, Mismatch, MoveError, NoDevice, NoSpace, NotFound,
@@ -44,8 +44,8 @@ _check_version()
 __all__ = [
     "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Setting", "Ticket", "Buffer",
     "as_buffer", "block_bytes", "dtype_bits", "info", "move_dtype", "region", "version", "library_path",
-    "Cache", "CacheEvent", "CacheStats", "CacheRemote", "CacheTier", "EventKind", "key_chain", "key_chain_all", "key_salt", "size_parse",
-    "tier_name", "Backend", "CudaCopy", "Dtype", "FileIO", "FileRunner", "Fsync", "GdsCompat", "Level", "LogLevel", "Memory", "Order",
+    "Cache", "CacheEvent", "CacheStats", "CacheRemote", "EventKind", "key_chain", "key_chain_all", "key_salt", "size_parse",
+    "tier_name", "Backend", "CudaCopy", "Dtype", "FileIO", "FileRunner", "Fsync", "GdsCompat", "GdsState", "Level", "LogLevel", "Memory", "Order",
     "SettingSource", "Status", "Tier", "install_log_handler", "remove_log_handler", "set_log_level", "get_log_level",
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",

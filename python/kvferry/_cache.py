@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _settings, _uint_array
-from ._enums import CacheRemote, CacheRemoteLike, CacheTier, CacheTierLike, EventKind, Status
+from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
 
 L = _lib.lib
@@ -95,14 +95,14 @@ class CacheEvent:
     seq: int
     kind: EventKind
     key: int
-    tier: CacheTier
-    from_tier: CacheTier  # UPDATED: the tier it left; else equal to tier
+    tier: Tier
+    from_tier: Tier  # UPDATED: the tier it left; else equal to tier
     priority: int
 
     @classmethod
     def _from_c(cls, e):
-        return cls(int(e.seq), _enum(EventKind, e.kind), int(e.key), _enum(CacheTier, e.tier),
-                   _enum(CacheTier, e.from_), int(e.priority))
+        return cls(int(e.seq), _enum(EventKind, e.kind), int(e.key), _enum(Tier, e.tier),
+                   _enum(Tier, e.from_), int(e.priority))
 
 
 def _enum(cls, v):
@@ -113,7 +113,7 @@ def _enum(cls, v):
 
 
 def _tiers(arr) -> Dict[str, int]:
-    return {t.name.lower(): int(arr[t]) for t in CacheTier}
+    return {t.name.lower(): int(arr[t]) for t in Tier}
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,7 @@ class Cache(_Issuer):
     _what = "cache"
     _wait_fn = L.kvf_cache_wait_errors
     _poll_fn = L.kvf_cache_poll_errors
+    _ticket_t = _lib.CacheTicket_t  # not interchangeable with an Engine's
 
     def __init__(self, engine: Engine, host_blocks: int = 0, disk_blocks: int = 0, offload_min_priority: int = 0,
                  disk_admit_uses: int = 0, event_queue: int = 0,
@@ -259,7 +260,7 @@ class Cache(_Issuer):
         return f"<kvferry.Cache host {self.config['host_blocks']}, disk {self.config['disk_blocks']} blocks>"
 
     # -- content --
-    def lookup(self, keys) -> Tuple[int, List[CacheTier]]:
+    def lookup(self, keys) -> Tuple[int, List[Tier]]:
         """The longest cached prefix of keys: (hits, the tier of each hit).
         Changes nothing (no recency, no pin)."""
         ptr, n, keep = _keys(keys, "lookup")
@@ -267,7 +268,7 @@ class Cache(_Issuer):
         tiers = (_lib.c_enum * max(n, 1))()
         check(L.kvf_cache_lookup(self._h(), ptr, n, ctypes.byref(hits), tiers))
         del keep
-        return hits.value, [_enum(CacheTier, tiers[i]) for i in range(hits.value)]
+        return hits.value, [_enum(Tier, tiers[i]) for i in range(hits.value)]
 
     def _keys_slots(self, keys, slots, what):
         kp, n, kk = _keys(keys, what)
@@ -285,20 +286,20 @@ class Cache(_Issuer):
         if not _is_int(priority) or not 0 <= priority <= 100:
             raise make_error(Status.ERR_INVALID, f"put: priority {priority!r} is not in 0..100")
         kp, sp, n, keep = self._keys_slots(keys, slots, "put")
-        t = _lib.c_ticket()
+        t = _lib.CacheTicket_t()
         check(L.kvf_cache_put(self._h(), kp, sp, n, int(priority), None if detach else ctypes.byref(t)))
         del keep
-        return None if detach else self._issue(t.value, n)
+        return None if detach else self._issue(t.id, n)
 
     def get(self, keys, slots) -> Ticket:
         """Copies cached blocks into primary slots: keys[i] into slots[i].
         Every key must be cached (NotFound names the first that is not). A
         block whose status is not OK holds no data to use: recompute it."""
         kp, sp, n, keep = self._keys_slots(keys, slots, "get")
-        t = _lib.c_ticket()
+        t = _lib.CacheTicket_t()
         check(L.kvf_cache_get(self._h(), kp, sp, n, ctypes.byref(t)))
         del keep
-        return self._issue(t.value, n)
+        return self._issue(t.id, n)
 
     def pin(self, keys) -> int:
         """Pins cached blocks (never evicted until unpinned; pins nest).
@@ -329,9 +330,9 @@ class Cache(_Issuer):
         if not _is_int(n) or n <= 0:
             raise make_error(Status.ERR_INVALID, f"alloc: n = {n!r} is not a positive slot count")
         out = (ctypes.c_uint32 * n)()
-        t = _lib.c_ticket()
-        check(L.kvf_cache_alloc(self._h(), n, out, ctypes.byref(t)))
-        return [int(out[i]) for i in range(n)], self._issue(t.value, 0)  # no per-block statuses
+        t = _lib.CacheTicket_t()
+        check(L.kvf_cache_alloc(self._h(), out, n, ctypes.byref(t)))
+        return [int(out[i]) for i in range(n)], self._issue(t.id, 0)  # no per-block statuses
 
     def commit(self, keys, slots, priority: int = 50) -> List[Status]:
         """The caller filled allocated slots: keys[i] in slots[i] enters the
@@ -363,9 +364,9 @@ class Cache(_Issuer):
             return 0, [], None
         out = (ctypes.c_uint32 * n)()
         hits = ctypes.c_size_t()
-        t = _lib.c_ticket()
+        t = _lib.CacheTicket_t()
         check(L.kvf_cache_acquire(self._h(), kp, n, out, ctypes.byref(hits), ctypes.byref(t)))
-        return hits.value, [int(out[i]) for i in range(hits.value)], self._issue(t.value, hits.value)
+        return hits.value, [int(out[i]) for i in range(hits.value)], self._issue(t.id, hits.value)
 
     def events(self, max_events: Optional[int] = None) -> List[CacheEvent]:
         """Drains the queued events (up to max_events), oldest first; empty
@@ -402,5 +403,5 @@ def _slots(slots, what):
     return _uint_array(slots, what, 32, "slot")
 
 
-def tier_name(tier: CacheTierLike) -> str:
-    return L.kvf_cache_tier_name(int(CacheTier(tier))).decode()
+def tier_name(tier: TierLike) -> str:
+    return L.kvf_tier_name(int(Tier(tier))).decode()

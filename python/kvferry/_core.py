@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional
 
 from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
-from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileIO, FileRunner, Fsync, GdsCompat, Level, LevelLike, Memory,
+from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level, LevelLike, Memory,
                      Order, SettingSource, Status, Tier, TierLike, status)
 from ._errors import MoveError, check, make_error
 
@@ -119,6 +119,8 @@ class Info:
     device_name: str
     cuda_error: str
     remote_built: bool = False
+    gds_state: GdsState = GdsState.ABSENT  # what probing cuFile found
+    gds_detail: str = ""  # what the probe found, or why not
 
 
 def info() -> Info:
@@ -128,7 +130,8 @@ def info() -> Info:
     check(L.kvf_info_get(ctypes.byref(i)))
     return Info(bool(i.cuda_built), i.cuda_devices, i.cuda_runtime, bool(i.cufile_present),
                 bool(i.uring_built), i.device_name.decode(errors="replace"),
-                i.cuda_error.decode(errors="replace"), bool(i.remote_built))
+                i.cuda_error.decode(errors="replace"), bool(i.remote_built), GdsState(i.gds_state),
+                i.gds_detail.decode(errors="replace"))
 
 
 # ---- moves ---------------------------------------------------------------------
@@ -411,7 +414,7 @@ class _Issuer(_Handle):
     (kvf_cache_wait_errors / kvf_cache_poll_errors): set _wait_fn and
     _poll_fn, _h() and _pending / _lock."""
 
-    _wait_fn = _poll_fn = None
+    _wait_fn = _poll_fn = _ticket_t = None
 
     def _result(self, ticket_id, count, block):
         """None while in flight, else (statuses, MoveErrors kept, failures)."""
@@ -420,7 +423,7 @@ class _Issuer(_Handle):
         errs = (_lib.MoveError_t * cap)()
         n_err = ctypes.c_size_t(_SENTINEL)
         fn = self._wait_fn if block else self._poll_fn
-        ret = fn(self._h(), ticket_id, per if count else None, errs, cap, ctypes.byref(n_err))
+        ret = fn(self._h(), self._ticket_t(ticket_id), per if count else None, errs, cap, ctypes.byref(n_err))
         if ret == Status.INPROGRESS:
             return None
         if ret < 0 and n_err.value == _SENTINEL:
@@ -546,6 +549,7 @@ class Engine(_Issuer):
     _what = "engine"
     _wait_fn = L.kvf_wait_errors
     _poll_fn = L.kvf_poll_errors
+    _ticket_t = _lib.Ticket_t  # not interchangeable with a Cache's
 
     def __init__(self, **config):
         unknown = set(config) - set(_DEFAULT_CONFIG)
@@ -729,12 +733,12 @@ class Engine(_Issuer):
     # -- moves --
     def _submit(self, fn, args, moves, detach):
         ptr, n, keep = _as_moves(moves)
-        t = _lib.c_ticket()
+        t = _lib.Ticket_t()
         check(fn(self._h(), *args, ptr, n, None if detach else ctypes.byref(t)))
         del keep  # copied by the library
         if detach:
             return None
-        return self._issue(t.value, n)
+        return self._issue(t.id, n)
 
     def offload(self, to: TierLike, moves, *, detach: bool = False) -> Optional[Ticket]:
         """Queues offloads (primary slot -> secondary slot, or -> file key).
@@ -751,33 +755,36 @@ class Engine(_Issuer):
         """Queues primary -> primary copies; as offload."""
         return self._submit(L.kvf_copy, (), moves, detach)
 
-    def demote(self, moves, *, detach: bool = False) -> Optional[Ticket]:
-        """Queues secondary slot -> file moves (src = secondary slot, dst =
-        block key), leaving the primary slots alone; as offload."""
-        return self._submit(L.kvf_demote, (), moves, detach)
+    def demote(self, moves, *, to: TierLike = Tier.DISK, detach: bool = False) -> Optional[Ticket]:
+        """Queues secondary slot -> `to` moves (src = secondary slot, dst =
+        block key), leaving the primary slots alone; as offload. `to` is
+        Tier.DISK or Tier.REMOTE."""
+        return self._submit(L.kvf_demote, (int(Tier(to)),), moves, detach)
 
-    def promote(self, moves, *, detach: bool = False) -> Optional[Ticket]:
-        """Queues file -> secondary slot moves (src = block key, dst =
-        secondary slot); as offload."""
-        return self._submit(L.kvf_promote, (), moves, detach)
+    def promote(self, moves, *, frm: TierLike = Tier.DISK, detach: bool = False) -> Optional[Ticket]:
+        """Queues `frm` -> secondary slot moves (src = block key, dst =
+        secondary slot); as demote."""
+        return self._submit(L.kvf_promote, (int(Tier(frm)),), moves, detach)
 
-    def _remove(self, fn, what, keys, detach):
-        ptr, n, keep = _uint_array(keys, what, 64, "block key")
-        t = _lib.c_ticket()
-        check(fn(self._h(), ptr, n, None if detach else ctypes.byref(t)))
+    def remove(self, tier: TierLike, keys, *, detach: bool = False) -> Optional[Ticket]:
+        """Removes stored blocks from Tier.DISK or Tier.REMOTE (there for
+        every engine sharing the namespace), in order with the moves queued
+        before on the same keys; a key with no block there is not an error.
+        keys: one int, a list of ints or an integer NumPy array."""
+        tier = Tier(tier)
+        ptr, n, keep = _uint_array(keys, f"remove from {tier.name.lower()}", 64, "block key")
+        t = _lib.Ticket_t()
+        check(L.kvf_remove(self._h(), int(tier), ptr, n, None if detach else ctypes.byref(t)))
         del keep
-        return None if detach else self._issue(t.value, n)
+        return None if detach else self._issue(t.id, n)
 
     def file_remove(self, keys, *, detach: bool = False) -> Optional[Ticket]:
-        """Removes stored blocks from the file tier, in order with the moves
-        queued before on the same keys; a key with no file is not an error.
-        keys: one int, a list of ints or an integer NumPy array."""
-        return self._remove(L.kvf_file_remove, "file_remove", keys, detach)
+        """remove(Tier.DISK, keys)."""
+        return self.remove(Tier.DISK, keys, detach=detach)
 
     def remote_remove(self, keys, *, detach: bool = False) -> Optional[Ticket]:
-        """Removes blocks from the remote tier (for every engine sharing the
-        namespace); as file_remove."""
-        return self._remove(L.kvf_remote_remove, "remote_remove", keys, detach)
+        """remove(Tier.REMOTE, keys)."""
+        return self.remove(Tier.REMOTE, keys, detach=detach)
 
     def sync_stream(self, stream=None) -> None:
         """Orders work queued on `stream` after every batch queued so far.

@@ -131,9 +131,23 @@ class Level(_Enum):
 
 
 class Tier(_Enum):
-    HOST = 0
-    FILE = 1
-    REMOTE = 2  # a Redis server or cluster (Engine(remote_url=...))
+    """Where a block is kept (kvf_tier). Engine moves go between the primary
+    slots and HOST, DISK or REMOTE; a Cache keeps blocks in all four, falling
+    through them GPU (when it owns GPU blocks), host, disk, remote."""
+
+    HOST = 0  # the engine's secondary slots
+    DISK = 1  # the engine's block files (Engine(file_dir=...))
+    REMOTE = 2  # a Redis server or cluster (Engine(remote_url=...)), shared between engines
+    GPU = 3  # primary slots a Cache allocates (Cache(gpu_blocks=...)); no Engine move takes it
+
+
+class GdsState(_Enum):
+    """What probing cuFile found (kvf_gds_state), worst to best."""
+
+    ABSENT = 0  # no libcufile (or a build without CUDA)
+    REFUSED = 1  # loaded, but its driver would not open
+    COMPAT = 2  # open, no P2P path: cuFile's compatibility mode
+    P2P = 3  # open, nvidia-fs loaded or P2P DMA offered
 
 
 def status(value: int) -> Union[int, "Status"]:
@@ -142,16 +156,6 @@ def status(value: int) -> Union[int, "Status"]:
         return Status(value)
     except ValueError:
         return value
-
-
-class CacheTier(_Enum):
-    """The cache's tiers. Blocks fall through them GPU (when the cache owns
-    GPU blocks), host, disk, remote."""
-
-    HOST = 0  # the engine's secondary slots
-    DISK = 1  # the engine's block files
-    REMOTE = 2  # the engine's remote tier (Redis), shared between caches
-    GPU = 3  # primary slots the cache allocates (Cache(gpu_blocks=...))
 
 
 class CacheRemote(_Enum):
@@ -175,6 +179,5 @@ BackendLike = Union[Backend, int, str]
 MemoryLike = Union[Memory, int, str]
 LevelLike = Union[Level, int, str]
 TierLike = Union[Tier, int, str]
-CacheTierLike = Union[CacheTier, int, str]
 CacheRemoteLike = Union[CacheRemote, int, str]
 LogLevelLike = Union[LogLevel, int, str]

@@ -19,7 +19,18 @@ _REPO = _HERE.parent.parent  # python/kvferry -> repository root
 
 c_status = ctypes.c_int  # kvf_status: an int-sized enum with negative values
 c_enum = ctypes.c_int
-c_ticket = ctypes.c_uint64
+
+
+class Ticket_t(ctypes.Structure):
+    """kvf_ticket: an engine batch's ticket, passed by value."""
+
+    _fields_ = [("id", ctypes.c_uint64)]
+
+
+class CacheTicket_t(ctypes.Structure):
+    """kvf_cache_ticket: a cache call's ticket; not interchangeable with Ticket_t."""
+
+    _fields_ = [("id", ctypes.c_uint64)]
 
 
 class Geometry_t(ctypes.Structure):
@@ -114,7 +125,7 @@ class Info_t(ctypes.Structure):
         ("device_name", ctypes.c_char * 128),
         ("cuda_error", ctypes.c_char * 128),
         ("remote_built", ctypes.c_int),
-        ("gds_state", ctypes.c_int),
+        ("gds_state", c_enum),
         ("gds_detail", ctypes.c_char * 160),
     ]
 
@@ -161,7 +172,7 @@ class CacheConfig_t(ctypes.Structure):
     ]
 
 
-CACHE_TIERS = 4  # host, disk, remote, gpu
+TIER_COUNT = 4  # host, disk, remote, gpu (KVF_TIER_COUNT)
 CACHE_TIER_SLOTS = 8  # per-tier counters have room for tiers to come (KVF_CACHE_TIER_SLOTS)
 CACHE_LATENCY_BUCKETS = 20
 _T2 = ctypes.c_uint64 * CACHE_TIER_SLOTS
@@ -260,25 +271,25 @@ _protos = {
         c_status,
         [ctypes.c_void_p, ctypes.c_uint32, c_enum, ctypes.c_uint32, _P(ctypes.c_void_p)],
     ),
-    "kvf_offload": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
-    "kvf_onboard": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
-    "kvf_copy": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
-    "kvf_poll": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
-    "kvf_wait": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+    "kvf_offload": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_onboard": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_copy": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_poll": (c_status, [ctypes.c_void_p, Ticket_t, ctypes.c_void_p]),
+    "kvf_wait": (c_status, [ctypes.c_void_p, Ticket_t, ctypes.c_void_p]),
     "kvf_poll_errors": (
         c_status,
-        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+        [ctypes.c_void_p, Ticket_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
     ),
     "kvf_wait_errors": (
         c_status,
-        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+        [ctypes.c_void_p, Ticket_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
     ),
     "kvf_sync_stream": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
     "kvf_info_get": (c_status, [_P(Info_t)]),
-    "kvf_demote": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
-    "kvf_promote": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
-    "kvf_file_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
-    "kvf_remote_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
+    "kvf_demote": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_promote": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_remove": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_tier_name": (ctypes.c_char_p, [c_enum]),
     # block keys
     "kvf_key_chain": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]),
     "kvf_key_chain_all": (
@@ -288,31 +299,30 @@ _protos = {
     "kvf_key_salt": (ctypes.c_uint64, [ctypes.c_char_p]),
     "kvf_size_parse": (c_status, [ctypes.c_char_p, _P(ctypes.c_uint64)]),
     # cache
-    "kvf_cache_tier_name": (ctypes.c_char_p, [c_enum]),
     "kvf_cache_create": (c_status, [ctypes.c_void_p, _P(CacheConfig_t), _P(ctypes.c_void_p)]),
     "kvf_cache_destroy": (None, [ctypes.c_void_p]),
     "kvf_cache_lookup": (
         c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t), ctypes.c_void_p]),
     "kvf_cache_put": (
         c_status,
-        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, _P(c_ticket)],
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, _P(CacheTicket_t)],
     ),
     "kvf_cache_get": (
-        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(c_ticket)]),
-    "kvf_cache_wait": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
-    "kvf_cache_poll": (c_status, [ctypes.c_void_p, c_ticket, ctypes.c_void_p]),
+        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(CacheTicket_t)]),
+    "kvf_cache_wait": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p]),
+    "kvf_cache_poll": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p]),
     "kvf_cache_poll_errors": (
         c_status,
-        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+        [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
     ),
     "kvf_cache_wait_errors": (
         c_status,
-        [ctypes.c_void_p, c_ticket, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
+        [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)],
     ),
     "kvf_cache_pin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
     "kvf_cache_unpin": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
     "kvf_cache_remove": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
-    "kvf_cache_alloc": (c_status, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _P(c_ticket)]),
+    "kvf_cache_alloc": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(CacheTicket_t)]),
     "kvf_cache_commit": (
         c_status,
         [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_void_p],
@@ -320,7 +330,7 @@ _protos = {
     "kvf_cache_free": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
     "kvf_cache_acquire": (
         c_status,
-        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _P(ctypes.c_size_t), _P(c_ticket)],
+        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _P(ctypes.c_size_t), _P(CacheTicket_t)],
     ),
     "kvf_cache_events": (ctypes.c_size_t, [ctypes.c_void_p, _P(CacheEvent_t), ctypes.c_size_t]),
     "kvf_cache_stats_get": (c_status, [ctypes.c_void_p, _P(CacheStats_t)]),

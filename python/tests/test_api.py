@@ -32,7 +32,7 @@ def test_enums_mirror_the_library():
     for s in kvf.Status:
         assert _lib.status_str(s) != unknown, s
     assert (kvf.Memory.HOST, kvf.Memory.HOST_PINNED, kvf.Memory.DEVICE) == (0, 1, 2)
-    assert (kvf.Tier.HOST, kvf.Tier.FILE, kvf.Level.PRIMARY, kvf.Level.SECONDARY) == (0, 1, 0, 1)
+    assert (kvf.Tier.HOST, kvf.Tier.DISK, kvf.Level.PRIMARY, kvf.Level.SECONDARY) == (0, 1, 0, 1)
     assert (kvf.Order.HEAD_MAJOR, kvf.Order.TOKEN_MAJOR) == (0, 1)
     assert (kvf.Fsync.BATCH, kvf.Fsync.NONE, kvf.Fsync.BLOCK) == (0, 1, 2)
 

@@ -105,7 +105,7 @@ def test_round_trip_host_and_disk(tmp_path, geometry, rng):
             hits, tiers = cache.lookup(keys)
             assert hits == 8
             # 4 fit the host tier; the 4 least recent moved down to disk
-            assert tiers.count(kvf.CacheTier.HOST) == 4 and tiers.count(kvf.CacheTier.DISK) == 4
+            assert tiers.count(kvf.Tier.HOST) == 4 and tiers.count(kvf.Tier.DISK) == 4
             dst = list(range(8, 16))
             st = cache.get(np.array(keys, dtype=np.uint64), np.array(dst)).wait(check=True)
             assert st == [kvf.Status.OK] * 8
@@ -133,7 +133,7 @@ def test_lookup_prefix_and_misses(tmp_path, geometry, rng):
             for i in range(2):
                 fill(pools, i, rng)
             cache.put(keys[:2], [0, 1]).wait(check=True)
-            assert cache.lookup(keys) == (2, [kvf.CacheTier.HOST] * 2)
+            assert cache.lookup(keys) == (2, [kvf.Tier.HOST] * 2)
             assert cache.lookup(keys[2:]) == (0, [])
             assert cache.lookup([]) == (0, [])
             s = cache.stats()
@@ -161,7 +161,7 @@ def test_events_in_order(tmp_path, geometry, rng):
                 assert (kvf.EventKind.STORED, k) in kinds
             # 5 puts into 2 + 2 blocks: moves down and one drop, then the removal
             ups = [ev for ev in evs if ev.kind == kvf.EventKind.UPDATED]
-            assert ups and all(ev.from_tier == kvf.CacheTier.HOST and ev.tier == kvf.CacheTier.DISK for ev in ups)
+            assert ups and all(ev.from_tier == kvf.Tier.HOST and ev.tier == kvf.Tier.DISK for ev in ups)
             rem = [ev for ev in evs if ev.kind == kvf.EventKind.REMOVED]
             assert rem[-1].key == keys[4]
             assert any(ev.key == keys[0] for ev in rem)  # the oldest, lowest priority, dropped from disk
@@ -235,7 +235,7 @@ def test_disk_only_restart(tmp_path, geometry, rng):
         with kvf.Cache(e, disk_blocks=16) as cache:
             data = [fill(pools, i, rng) for i in range(6)]
             cache.put(keys, list(range(6))).wait(check=True)
-            assert cache.lookup(keys) == (6, [kvf.CacheTier.DISK] * 6)
+            assert cache.lookup(keys) == (6, [kvf.Tier.DISK] * 6)
     # a new engine and cache on the same directory and namespace find them
     with make_engine(tmp_path, ns="restart") as e:
         pools = add_pools(e, geometry, secondary=None)
@@ -268,11 +268,20 @@ def test_engine_demote_promote_file_remove(engine, geometry, rng):
         np.testing.assert_array_equal(p.slot_view(2, kvf.Level.SECONDARY), d)
     t = engine.file_remove([0xAB, 0xCD])  # a key without a file is fine
     assert t.wait(check=True) == [kvf.Status.OK] * 2
-    st = engine.onboard(kvf.Tier.FILE, (0xAB, 3)).wait()
+    st = engine.onboard(kvf.Tier.DISK, (0xAB, 3)).wait()
     assert st == [kvf.Status.ERR_NOT_FOUND]
     with pytest.raises(kvf.InvalidArgument):
         engine.file_remove([-3])
     assert engine.file_remove(np.array([0xAB], dtype=np.uint64), detach=True) is None
+    # one remove for every tier that holds keys; tiers a call cannot take are refused, named
+    engine.offload(kvf.Tier.DISK, (0, 0xEF)).wait(check=True)
+    assert engine.remove("disk", 0xEF).wait(check=True) == [kvf.Status.OK]
+    with pytest.raises(kvf.InvalidArgument, match="tier host"):
+        engine.remove(kvf.Tier.HOST, [1])
+    with pytest.raises(kvf.InvalidArgument, match="tier gpu"):
+        engine.offload(kvf.Tier.GPU, (0, 1))
+    with pytest.raises(kvf.InvalidArgument, match="demote to remote: the engine has no remote tier"):
+        engine.demote([(1, 0xAB)], to=kvf.Tier.REMOTE)
 
 
 def test_callback_errors_and_forms(tmp_path, geometry, rng, capfd):
@@ -286,7 +295,7 @@ def test_callback_errors_and_forms(tmp_path, geometry, rng, capfd):
             assert cache.put(np.array([[9]], dtype=np.int64), np.array([0], dtype=np.uint8)).wait() == [
                 kvf.Status.OK]
             assert cache.events() == []
-            assert cache.lookup(np.array([9], dtype=np.uint64)) == (1, [kvf.CacheTier.HOST])
+            assert cache.lookup(np.array([9], dtype=np.uint64)) == (1, [kvf.Tier.HOST])
             assert "host 4" in repr(cache)
         assert "closed" in repr(cache)
     assert "listener failed" in capfd.readouterr().err  # printed, never unwound into C
@@ -295,7 +304,7 @@ def test_callback_errors_and_forms(tmp_path, geometry, rng, capfd):
     # 2-D token arrays are read in C order
     toks = np.arange(4 * TPB, dtype=np.int32).reshape(4, TPB)
     assert kvf.key_chain_all(toks, TPB) == kvf.key_chain_all(list(range(4 * TPB)), TPB)
-    assert kvf.tier_name(kvf.CacheTier.DISK) == "disk"
+    assert kvf.tier_name(kvf.Tier.DISK) == "disk"
 
 
 @pytest.fixture
@@ -341,7 +350,7 @@ def test_remote_tier_shared(tmp_path, geometry, rng, redis_url):
     with kvf.Engine(backend=kvf.Backend.HOST, remote_url=redis_url, file_namespace="shared") as e:
         pools = add_pools(e, geometry)
         with kvf.Cache(e, host_blocks=8, remote=kvf.CacheRemote.READ) as cache:
-            assert cache.lookup(keys) == (4, [kvf.CacheTier.REMOTE] * 4)
+            assert cache.lookup(keys) == (4, [kvf.Tier.REMOTE] * 4)
             for i in range(4):
                 poison(pools, 8 + i)
             cache.get(keys, [8, 9, 10, 11]).wait(check=True)
@@ -371,13 +380,13 @@ def test_gpu_tier_request_life(tmp_path, geometry, rng):
                 data[k] = fill(pools, s, rng)
             assert cache.commit(keys[:3], got, priority=70) == [kvf.Status.OK] * 3
             cache.unpin(keys[:3])
-            assert cache.lookup(keys[:3]) == (3, [kvf.CacheTier.GPU] * 3)
+            assert cache.lookup(keys[:3]) == (3, [kvf.Tier.GPU] * 3)
             # a second request needs 4 slots: GPU victims move down to host
             other, t = cache.alloc(4)
             t.wait(check=True)
             cache.free(other)
             hits, tiers = cache.lookup(keys[:3])
-            assert hits == 3 and kvf.CacheTier.HOST in tiers
+            assert hits == 3 and kvf.Tier.HOST in tiers
             # acquire brings them back up into GPU slots, byte-exact
             hits, slots, t = cache.acquire(keys)
             assert hits == 3
@@ -386,7 +395,7 @@ def test_gpu_tier_request_life(tmp_path, geometry, rng):
                 assert_slot(pools, s, data[k])
             cache.unpin(keys[:3])
             assert cache.stats().blocks["gpu"] == 3
-            assert any(ev.kind == kvf.EventKind.UPDATED and ev.tier == kvf.CacheTier.GPU for ev in cache.events())
+            assert any(ev.kind == kvf.EventKind.UPDATED and ev.tier == kvf.Tier.GPU for ev in cache.events())
             with pytest.raises(kvf.InvalidArgument):
                 cache.alloc(0)
         with pytest.raises(kvf.KvferryError):

@@ -8,8 +8,8 @@ import pytest
 import kvferry as kvf
 from conftest import random_bytes
 
-ENUMS = [kvf.Backend, kvf.CacheRemote, kvf.CacheTier, kvf.CudaCopy, kvf.Dtype, kvf.EventKind, kvf.FileIO,
-         kvf.FileRunner, kvf.Fsync, kvf.GdsCompat, kvf.Level, kvf.Memory, kvf.Order, kvf.Tier]
+ENUMS = [kvf.Backend, kvf.CacheRemote, kvf.CudaCopy, kvf.Dtype, kvf.EventKind, kvf.FileIO,
+         kvf.FileRunner, kvf.Fsync, kvf.GdsCompat, kvf.GdsState, kvf.Level, kvf.Memory, kvf.Order, kvf.Tier]
 
 
 @pytest.mark.parametrize("enum", ENUMS, ids=lambda e: e.__name__)
@@ -45,14 +45,14 @@ def test_strings_through_a_round_trip(tmp_path, rng):
         data = random_bytes(rng, g.block_bytes)
         e.slot_view(0, 0, level="primary")[:] = data
         e.offload("host", [(0, 2)]).wait(check=True)
-        e.offload("file", [(0, 0x42)]).wait(check=True)
+        e.offload("disk", [(0, 0x42)]).wait(check=True)
         np.testing.assert_array_equal(e.slot_view(0, 2, "SECONDARY"), data)
         e.slot_view(0, 1)[:] = 0xA5  # poisoned
-        e.onboard("File", [(0x42, 1)]).wait(check=True)
+        e.onboard("Disk", [(0x42, 1)]).wait(check=True)
         np.testing.assert_array_equal(e.slot_view(0, 1), data)
         with kvf.Cache(e, host_blocks=2, remote="off") as cache:
             assert cache is not None
 
 
 def test_tier_name_takes_names():
-    assert kvf.tier_name("disk") == kvf.tier_name(kvf.CacheTier.DISK)
+    assert kvf.tier_name("disk") == kvf.tier_name(kvf.Tier.DISK)

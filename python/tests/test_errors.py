@@ -34,7 +34,7 @@ def test_no_secondary_and_no_file_tier(geometry):
             e.offload(kvf.Tier.HOST, (0, 0))
         assert ei.value.status < 0 and ei.value.message
         with pytest.raises(kvf.UsageError) as ei:
-            e.offload(kvf.Tier.FILE, (0, 1))
+            e.offload(kvf.Tier.DISK, (0, 1))
         assert "file" in ei.value.message.lower()
 
 
@@ -64,7 +64,7 @@ def test_cuda_without_gpu_is_no_device():
 
 def test_not_found(engine, geometry):
     engine.add_pool(geometry, primary=2, secondary=2)
-    t = engine.onboard(kvf.Tier.FILE, [(0x1234, 0)])
+    t = engine.onboard(kvf.Tier.DISK, [(0x1234, 0)])
     assert t.wait() == [kvf.Status.ERR_NOT_FOUND]
     assert t.failed() == [0] and not t.ok
     with pytest.raises(kvf.NotFound) as ei:
@@ -81,13 +81,13 @@ def _block_file(tmp_path, key):
 def test_corrupt_file(engine, geometry, rng, tmp_path):
     pool = engine.add_pool(geometry, primary=2)
     pool.slot_view(0)[:] = random_bytes(rng, pool.block_bytes)
-    engine.offload(kvf.Tier.FILE, (0, 0x77)).wait(check=True)
+    engine.offload(kvf.Tier.DISK, (0, 0x77)).wait(check=True)
     path = _block_file(tmp_path, 0x77)
     raw = bytearray(path.read_bytes())
     raw[-100] ^= 0xFF  # a data byte
     path.write_bytes(bytes(raw))
     pool.slot_view(1)[:] = 0x5A
-    t = engine.onboard(kvf.Tier.FILE, (0x77, 1))
+    t = engine.onboard(kvf.Tier.DISK, (0x77, 1))
     with pytest.raises(kvf.Corrupt) as ei:
         t.wait(check=True)
     assert ei.value.status == kvf.Status.ERR_CORRUPT
@@ -99,12 +99,12 @@ def test_mismatched_layout(tmp_path, geometry, rng):
     with kvf.Engine(**kw) as e:
         p = e.add_pool(geometry, primary=1)
         p.slot_view(0)[:] = random_bytes(rng, p.block_bytes)
-        e.offload(kvf.Tier.FILE, (0, 5)).wait(check=True)
+        e.offload(kvf.Tier.DISK, (0, 5)).wait(check=True)
     other = kvf.Geometry(geometry.layers, geometry.kv_factor, geometry.kv_heads, geometry.tokens_per_block,
                          geometry.head_size, kvf.Dtype.BF16)  # same size, another type
     with kvf.Engine(**kw) as e:
         e.add_pool(other, primary=1)
-        st = e.onboard(kvf.Tier.FILE, (5, 0)).wait()
+        st = e.onboard(kvf.Tier.DISK, (5, 0)).wait()
         assert st == [kvf.Status.ERR_MISMATCH]
         assert isinstance(kvf.error_class(st[0])(st[0]), kvf.Mismatch)
 
@@ -115,8 +115,8 @@ def test_lost_after_failed_move(tmp_path, geometry, rng):
                     fsync=kvf.Fsync.BLOCK) as e:
         pool = e.add_pool(geometry, primary=2, secondary=2)
         pool.slot_view(0)[:] = random_bytes(rng, pool.block_bytes)
-        slow = e.offload(kvf.Tier.FILE, [(0, k) for k in range(1000, 1064)])  # reads slot 0, fsyncs each file
-        bad = e.onboard(kvf.Tier.FILE, (0xDEAD, 0))  # writes slot 0 after those reads; fails
+        slow = e.offload(kvf.Tier.DISK, [(0, k) for k in range(1000, 1064)])  # reads slot 0, fsyncs each file
+        bad = e.onboard(kvf.Tier.DISK, (0xDEAD, 0))  # writes slot 0 after those reads; fails
         after = e.offload(kvf.Tier.HOST, (0, 1))  # reads slot 0 after the failed write
         assert slow.wait() == [kvf.Status.OK] * 64
         assert bad.wait() == [kvf.Status.ERR_NOT_FOUND]

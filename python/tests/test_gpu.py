@@ -33,7 +33,7 @@ def register(engine, kv_cache, host_slots):
     return pools
 
 
-@pytest.mark.parametrize("tier", [kvf.Tier.HOST, kvf.Tier.FILE])
+@pytest.mark.parametrize("tier", [kvf.Tier.HOST, kvf.Tier.DISK])
 def test_torch_kv_round_trip(tmp_path, kv_cache, tier):
     with kvf.Engine(backend=kvf.Backend.CUDA, file_dir=str(tmp_path), file_namespace="gpu") as e:
         register(e, kv_cache, host_slots=16)

@@ -36,7 +36,7 @@ def test_torch_kv_through_host_and_disk(tmp_path):
             cache.put(keys, src, priority=70).wait(check=True)
             hits, tiers = cache.lookup(keys)
             assert hits == 24
-            assert tiers.count(kvf.CacheTier.HOST) == 8 and tiers.count(kvf.CacheTier.DISK) == 16
+            assert tiers.count(kvf.Tier.HOST) == 8 and tiers.count(kvf.Tier.DISK) == 16
             dst = list(range(32, 56))
             for k, v in kv:  # what the engine left in the destination blocks
                 k[dst] = float("nan")

@@ -36,12 +36,12 @@ ENUMS = {
     "kvf_memory": (kvf.Memory, "KVF_MEMORY_"),
     "kvf_level": (kvf.Level, "KVF_LEVEL_"),
     "kvf_tier": (kvf.Tier, "KVF_TIER_"),
-    "kvf_cache_tier": (kvf.CacheTier, "KVF_CACHE_"),
+    "kvf_gds_state": (kvf.GdsState, "KVF_GDS_STATE_"),
     "kvf_cache_event_kind": (kvf.EventKind, "KVF_EVENT_"),
     "kvf_cache_remote": (kvf.CacheRemote, "KVF_CACHE_REMOTE_"),
 }
 # Counts that close an enum: not members, but checked where Python has them.
-COUNTS = {"KVF_DTYPE_COUNT": len(kvf.Dtype), "KVF_CACHE_TIERS": _lib.CACHE_TIERS}
+COUNTS = {"KVF_DTYPE_COUNT": len(kvf.Dtype), "KVF_TIER_COUNT": _lib.TIER_COUNT}
 
 # C struct -> the ctypes Structure that mirrors it
 STRUCTS = {
@@ -54,6 +54,8 @@ STRUCTS = {
     "kvf_setting": _lib.Setting_t,
     "kvf_pool_desc": _lib.PoolDesc_t,
     "kvf_move": _lib.Move_t,
+    "kvf_ticket": _lib.Ticket_t,
+    "kvf_cache_ticket": _lib.CacheTicket_t,
     "kvf_move_error": _lib.MoveError_t,
     "kvf_cache_event": _lib.CacheEvent_t,
     "kvf_cache_host_config": _lib.CacheHostConfig_t,

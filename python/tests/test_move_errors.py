@@ -22,11 +22,11 @@ def test_errors_name_file_and_reason(engine, geometry, rng, tmp_path):
     pool = engine.add_pool(geometry, primary=4, secondary=4)
     for s in range(3):
         pool.slot_view(s)[:] = random_bytes(rng, pool.block_bytes)
-    engine.offload(kvf.Tier.FILE, [(s, 0x700 + s) for s in range(3)]).wait(check=True)
+    engine.offload(kvf.Tier.DISK, [(s, 0x700 + s) for s in range(3)]).wait(check=True)
     path = tmp_path / "kv" / "pytest" / "0000000000000701.kvf"
     _damage(path, os.path.getsize(path) - pool.block_bytes + 5)  # in the payload
     # 0x701 damaged, 0x7ff never stored
-    t = engine.onboard(kvf.Tier.FILE, [(0x700, 0), (0x701, 1), (0x7FF, 2)])
+    t = engine.onboard(kvf.Tier.DISK, [(0x700, 0), (0x701, 1), (0x7FF, 2)])
     st = t.wait()  # the default: statuses, no raise
     assert st == [kvf.Status.OK, kvf.Status.ERR_CORRUPT, kvf.Status.ERR_NOT_FOUND]
     errs = t.errors()
@@ -60,7 +60,7 @@ def test_lost_secondary_slot_and_success(engine, geometry, rng):
 def test_more_failures_than_kept(engine, geometry):
     n = kvf._core.ERRORS_KEPT + 10
     engine.add_pool(geometry, primary=n, secondary=4)
-    t = engine.onboard(kvf.Tier.FILE, [(0x9000 + i, i) for i in range(n)])  # none stored
+    t = engine.onboard(kvf.Tier.DISK, [(0x9000 + i, i) for i in range(n)])  # none stored
     assert t.wait() == [kvf.Status.ERR_NOT_FOUND] * n
     assert t.error_count == n
     errs = t.errors()

@@ -30,11 +30,11 @@ def token_mask(g, tokens):
     return mask
 
 
-@pytest.mark.parametrize("tier", [kvf.Tier.HOST, kvf.Tier.FILE])
+@pytest.mark.parametrize("tier", [kvf.Tier.HOST, kvf.Tier.DISK])
 def test_whole_block_round_trip(engine, geometry, rng, tier):
     pool = engine.add_pool(geometry, primary=8, secondary=8)
     src = [fill(pool, s, rng) for s in range(4)]
-    dst = [0x100 + s for s in range(4)] if tier == kvf.Tier.FILE else [7, 6, 5, 4]
+    dst = [0x100 + s for s in range(4)] if tier == kvf.Tier.DISK else [7, 6, 5, 4]
     t = engine.offload(tier, [(s, d) for s, d in zip(range(4), dst)])
     assert t.wait() == [kvf.Status.OK] * 4
     for s in range(4):
@@ -46,12 +46,12 @@ def test_whole_block_round_trip(engine, geometry, rng, tier):
 
 
 @pytest.mark.parametrize("order", [kvf.Order.HEAD_MAJOR, kvf.Order.TOKEN_MAJOR])
-@pytest.mark.parametrize("tier", [kvf.Tier.HOST, kvf.Tier.FILE])
+@pytest.mark.parametrize("tier", [kvf.Tier.HOST, kvf.Tier.DISK])
 def test_partial_tokens(engine, rng, order, tier):
     g = kvf.Geometry(2, 2, 4, 16, 8, kvf.Dtype.BF16, order)
     pool = engine.add_pool(g, primary=4, secondary=4)
     data = fill(pool, 0, rng)
-    key = 0x2A if tier == kvf.Tier.FILE else 2
+    key = 0x2A if tier == kvf.Tier.DISK else 2
     engine.offload(tier, (0, key, 5)).wait(check=True)
     poison(pool, 1)
     engine.onboard(tier, (key, 1, 5)).wait(check=True)
@@ -75,12 +75,12 @@ def test_many_pools_one_block(engine, rng):
     pools = [engine.add_pool(g, primary=4, secondary=4) for g in geos]
     data = [fill(p, 1, rng) for p in pools]
     engine.offload(kvf.Tier.HOST, (1, 3)).wait(check=True)
-    engine.offload(kvf.Tier.FILE, (1, 77)).wait(check=True)
+    engine.offload(kvf.Tier.DISK, (1, 77)).wait(check=True)
     for p in pools:
         poison(p, 2)
         poison(p, 0)
     engine.onboard(kvf.Tier.HOST, (3, 2)).wait(check=True)
-    engine.onboard(kvf.Tier.FILE, (77, 0)).wait(check=True)
+    engine.onboard(kvf.Tier.DISK, (77, 0)).wait(check=True)
     for p, d in zip(pools, data):
         np.testing.assert_array_equal(p.slot_view(2), d)
         np.testing.assert_array_equal(p.slot_view(0), d)
@@ -104,9 +104,9 @@ def test_batch_forms(engine, geometry, rng):
     for s in range(4):
         np.testing.assert_array_equal(pool.slot_view(4 + s), data[s])
     # (n, 3) with tokens, and one move given as a 1-D array
-    engine.offload(kvf.Tier.FILE, np.array([[0, 9, 4], [1, 10, 0]], dtype=np.uint32)).wait(check=True)
+    engine.offload(kvf.Tier.DISK, np.array([[0, 9, 4], [1, 10, 0]], dtype=np.uint32)).wait(check=True)
     poison(pool, 4)
-    engine.onboard(kvf.Tier.FILE, np.array([10, 4])).wait(check=True)
+    engine.onboard(kvf.Tier.DISK, np.array([10, 4])).wait(check=True)
     np.testing.assert_array_equal(pool.slot_view(4), data[1])
     with pytest.raises(kvf.InvalidArgument):
         engine.offload(kvf.Tier.HOST, np.array([[0, -1]]))
@@ -142,9 +142,9 @@ def test_caller_registered_numpy_pools(engine, geometry, rng):
     engine.onboard(kvf.Tier.HOST, [(3, 1), (0, 2)]).wait(check=True)
     np.testing.assert_array_equal(primary[1], expected[0])
     np.testing.assert_array_equal(primary[2], expected[5])
-    engine.offload(kvf.Tier.FILE, (4, 0x44)).wait(check=True)
+    engine.offload(kvf.Tier.DISK, (4, 0x44)).wait(check=True)
     primary[4] = POISON
-    engine.onboard(kvf.Tier.FILE, (0x44, 4)).wait(check=True)
+    engine.onboard(kvf.Tier.DISK, (0x44, 4)).wait(check=True)
     np.testing.assert_array_equal(primary[4], expected[4])
 
 
@@ -222,15 +222,15 @@ def test_file_blocks_survive_reopen(tmp_path, geometry, rng):
     with kvf.Engine(**kw) as e:
         p = e.add_pool(geometry, primary=2)
         data = fill(p, 0, rng)
-        e.offload(kvf.Tier.FILE, (0, 0xBEEF)).wait(check=True)
+        e.offload(kvf.Tier.DISK, (0, 0xBEEF)).wait(check=True)
     with kvf.Engine(**kw) as e:
         p = e.add_pool(geometry, primary=2)
         poison(p, 1)
-        e.onboard(kvf.Tier.FILE, (0xBEEF, 1)).wait(check=True)
+        e.onboard(kvf.Tier.DISK, (0xBEEF, 1)).wait(check=True)
         np.testing.assert_array_equal(p.slot_view(1), data)
     with kvf.Engine(**dict(kw, file_namespace="other")) as e:
         e.add_pool(geometry, primary=2)
-        assert e.onboard(kvf.Tier.FILE, (0xBEEF, 1)).wait() == [kvf.Status.ERR_NOT_FOUND]
+        assert e.onboard(kvf.Tier.DISK, (0xBEEF, 1)).wait() == [kvf.Status.ERR_NOT_FOUND]
 
 
 def test_registered_memory_outlives_the_engine_object(geometry, rng):

@@ -21,7 +21,7 @@ def test_poll_until_done(engine, geometry, rng):
     pool = engine.add_pool(geometry, primary=4, secondary=4)
     for s in range(4):
         pool.slot_view(s)[:] = random_bytes(rng, pool.block_bytes)
-    t = engine.offload(kvf.Tier.FILE, [(s, 0x500 + s) for s in range(4)])
+    t = engine.offload(kvf.Tier.DISK, [(s, 0x500 + s) for s in range(4)])
     assert isinstance(t, kvf.Ticket) and t.id != 0 and t.count == 4
     deadline = time.monotonic() + 30
     while (st := t.poll()) is None:
@@ -36,8 +36,8 @@ def test_poll_until_done(engine, geometry, rng):
 def test_wait_by_number_and_mixed_statuses(engine, geometry, rng):
     pool = engine.add_pool(geometry, primary=4, secondary=4)
     pool.slot_view(0)[:] = random_bytes(rng, pool.block_bytes)
-    engine.offload(kvf.Tier.FILE, (0, 1)).wait(check=True)
-    t = engine.onboard(kvf.Tier.FILE, [(1, 1), (2, 2), (1, 3)])
+    engine.offload(kvf.Tier.DISK, (0, 1)).wait(check=True)
+    t = engine.onboard(kvf.Tier.DISK, [(1, 1), (2, 2), (1, 3)])
     st = engine.wait(t.id)  # by number: the engine remembers the batch's size
     assert st == [kvf.Status.OK, kvf.Status.ERR_NOT_FOUND, kvf.Status.OK]
     assert all(isinstance(s, kvf.Status) for s in st)

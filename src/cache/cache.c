@@ -8,22 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *kvf_cache_tier_name(kvf_cache_tier tier)
-{
-    switch (tier) {
-    case KVF_CACHE_HOST:
-        return "host";
-    case KVF_CACHE_DISK:
-        return "disk";
-    case KVF_CACHE_REMOTE:
-        return "remote";
-    case KVF_CACHE_GPU:
-        return "gpu";
-    default:
-        return "?";
-    }
-}
-
 /* The checks of a resolved config against the engine. */
 static kvf_status cache_check(kvf_engine *engine, const kvf_cache_config *k)
 {
@@ -125,9 +109,9 @@ static kvf_status cache_new(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     c->nsettings = nsettings;
     c->engine = engine;
     c->cfg = k;
-    c->capacity[KVF_CACHE_HOST] = k.host.blocks;
-    c->capacity[KVF_CACHE_DISK] = k.disk.blocks;
-    c->capacity[KVF_CACHE_GPU] = k.gpu.blocks;
+    c->capacity[KVF_TIER_HOST] = k.host.blocks;
+    c->capacity[KVF_TIER_DISK] = k.disk.blocks;
+    c->capacity[KVF_TIER_GPU] = k.gpu.blocks;
     c->block_bytes = kvf__engine_block_bytes(engine);
     c->primary_slots = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
     c->nbuckets = 1024;

@@ -41,7 +41,7 @@ static bool acquire_one(kvf_cache *c, acquire_batches *ab, entry *e, size_t h, u
     kvf__cache_pin_one(c, e);
     c->stats.gets++;
     e->uses++;
-    if (e->tier == KVF_CACHE_GPU) {
+    if (e->tier == KVF_TIER_GPU) {
         /* in place; but the copy that put it there (another request's
          * acquire, or an eviction's refill) may still be running: the
          * ticket waits for it, and fails the block if it failed */
@@ -55,16 +55,16 @@ static bool acquire_one(kvf_cache *c, acquire_batches *ab, entry *e, size_t h, u
             kvf__cache_lru_append(c, e);
         return false;
     }
-    kvf_cache_tier from = (kvf_cache_tier)e->tier;
+    kvf_tier from = (kvf_tier)e->tier;
     uint32_t old_slot = e->slot;
     c->used[from]--;
-    e->tier = KVF_CACHE_GPU;
+    e->tier = KVF_TIER_GPU;
     e->slot = s;
     e->gen = ++c->next_gen;
     e->round = c->round;
-    c->used[KVF_CACHE_GPU]++;
+    c->used[KVF_TIER_GPU]++;
     c->gpu_state[s] = GPU_CACHED;
-    if (from == KVF_CACHE_HOST) {
+    if (from == KVF_TIER_HOST) {
         kvf__cache_pending_add(&ab->up[0], (kvf_move){old_slot, s, 0}, e->key, e->gen, h);
         ab->freed[ab->nfreed++] = old_slot; /* reused only once the read is queued */
     } else {
@@ -76,7 +76,7 @@ static bool acquire_one(kvf_cache *c, acquire_batches *ab, entry *e, size_t h, u
 }
 
 kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32_t *slots,
-                             size_t *hits_p, kvf_ticket *ticket_p)
+                             size_t *hits_p, kvf_cache_ticket *ticket_p)
 {
     static const char fn[] = "kvf_cache_acquire";
     kvf__clear_error();
@@ -116,14 +116,14 @@ kvf_status kvf_cache_acquire(kvf_cache *c, const kvf_key *keys, size_t n, uint32
      * vacated host slots are reused only after those reads, and the files
      * read are removed once read (kvf__cache_op_apply) */
     kvf__cache_flush(c, &ab.pb);
-    kvf__cache_submit_into(c, OPK_ACQUIRE, KVF_CACHE_HOST, &ab.up[0], k);
-    kvf__cache_submit_into(c, OPK_ACQUIRE, KVF_CACHE_DISK, &ab.up[1], k);
-    kvf__cache_submit_into(c, OPK_FENCE, KVF_CACHE_GPU, &ab.fence, k);
+    kvf__cache_submit_into(c, OPK_ACQUIRE, KVF_TIER_HOST, &ab.up[0], k);
+    kvf__cache_submit_into(c, OPK_ACQUIRE, KVF_TIER_DISK, &ab.up[1], k);
+    kvf__cache_submit_into(c, OPK_FENCE, KVF_TIER_GPU, &ab.fence, k);
     for (size_t i = 0; i < ab.nfreed; i++)
         c->free_slots[c->nfree++] = ab.freed[i];
     k->next = c->calls;
     c->calls = k;
-    *ticket_p = k->id;
+    *ticket_p = (kvf_cache_ticket){k->id};
     *hits_p = h;
     kvf__cache_release_doomed(c);
     pthread_mutex_unlock(&c->mu);

@@ -16,14 +16,14 @@ static void back_to_disk(kvf_cache *c, entry *e, kvf_status st)
         kvf__cache_lru_unlink(c, e);
     c->gpu_state[e->slot] = GPU_FREE;
     c->gpu_free[c->ngpu_free++] = e->slot;
-    c->used[KVF_CACHE_GPU]--;
-    e->tier = KVF_CACHE_DISK;
+    c->used[KVF_TIER_GPU]--;
+    e->tier = KVF_TIER_DISK;
     e->slot = 0;
     e->gen = ++c->next_gen;
-    c->used[KVF_CACHE_DISK]++;
+    c->used[KVF_TIER_DISK]++;
     if (e->pins == 0)
         kvf__cache_lru_append(c, e);
-    kvf__cache_emit(c, KVF_EVENT_UPDATED, e, KVF_CACHE_GPU);
+    kvf__cache_emit(c, KVF_EVENT_UPDATED, e, KVF_TIER_GPU);
     KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: not read into the GPU tier: %s; kept on disk",
             (unsigned long long)e->key, kvf_status_str(st));
 }
@@ -37,8 +37,7 @@ static void note_in_call(const op *o, call *k, size_t i, kvf_status st, const kv
         k->status[o->index[i]] = st;
         if (st != KVF_OK)
             kvf__cache_call_note(k, o->index[i], st, "block 0x%016llx: %s tier: %s",
-                                 (unsigned long long)o->keys[i],
-                                 kvf_cache_tier_name((kvf_cache_tier)o->tier),
+                                 (unsigned long long)o->keys[i], kvf_tier_name((kvf_tier)o->tier),
                                  why && why->index == i ? why->message : kvf_status_str(st));
     }
 }
@@ -48,9 +47,9 @@ static void count_remote(kvf_cache *c, const op *o, kvf_status st)
 {
     bool read = o->kind == OPK_GET, write = o->kind == OPK_REMOTE_PUT;
     if (st == KVF_OK && read)
-        c->stats.bytes_out[KVF_CACHE_REMOTE] += c->block_bytes;
+        c->stats.bytes_out[KVF_TIER_REMOTE] += c->block_bytes;
     else if (st == KVF_OK && write)
-        c->stats.bytes_in[KVF_CACHE_REMOTE] += c->block_bytes;
+        c->stats.bytes_in[KVF_TIER_REMOTE] += c->block_bytes;
     else if (st != KVF_OK && !(read && st == KVF_ERR_NOT_FOUND))
         c->stats.remote_errors++;
 }
@@ -60,7 +59,7 @@ static void count_remote(kvf_cache *c, const op *o, kvf_status st)
 static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st, pending *stale)
 {
     entry *e = kvf__cache_find(c, o->keys[i]);
-    if (e && o->kind == OPK_GET && o->tier != KVF_CACHE_REMOTE) {
+    if (e && o->kind == OPK_GET && o->tier != KVF_TIER_REMOTE) {
         /* the get's pin kept this very entry alive, whatever moved it
          * since (an acquire to the GPU tier): release it by key */
         e->reads--;
@@ -72,14 +71,14 @@ static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st, pendi
      * or device, leaves its block whole where it is; a get the engine
      * refused read nothing. An acquire from the host tier gave away
      * the slot it read: its block goes whatever the failure. */
-    bool spared =
-        st != KVF_OK && (!kvf__status_condemns_block(st) || (o->kind == OPK_GET && o->ticket == 0));
+    bool spared = st != KVF_OK &&
+                  (!kvf__status_condemns_block(st) || (o->kind == OPK_GET && o->ticket.id == 0));
     bool kept = false;
     if (stale) {
         if (current && spared) {
             back_to_disk(c, e, st);
             kept = true;
-        } else if (!(e && e->tier == KVF_CACHE_DISK)) { /* else the file is that entry's */
+        } else if (!(e && e->tier == KVF_TIER_DISK)) { /* else the file is that entry's */
             kvf__cache_pending_add(stale, (kvf_move){o->keys[i], o->keys[i], 0}, o->keys[i], 0, 0);
         }
     }
@@ -88,17 +87,16 @@ static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st, pendi
     if ((o->kind == OPK_GET || o->kind == OPK_ACQUIRE) && st == KVF_OK)
         c->stats.bytes_out[o->tier] += c->block_bytes;
     if (o->kind == OPK_GET && spared) {
-        if (o->ticket != 0)
+        if (o->ticket.id != 0)
             KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: read failed: %s; kept",
-                    (unsigned long long)e->key, kvf_cache_tier_name((kvf_cache_tier)e->tier),
+                    (unsigned long long)e->key, kvf_tier_name((kvf_tier)e->tier),
                     kvf_status_str(st));
     } else if (st != KVF_OK && !kept) {
         /* the block this move wrote or read is not there whole */
         c->stats.failures++;
         e->removing = true;
         KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: %s; removed",
-                (unsigned long long)e->key, kvf_cache_tier_name((kvf_cache_tier)e->tier),
-                kvf_status_str(st));
+                (unsigned long long)e->key, kvf_tier_name((kvf_tier)e->tier), kvf_status_str(st));
     }
     if (e->removing && e->pins == 0) {
         if (c->deferring)
@@ -115,7 +113,7 @@ void kvf__cache_op_apply(kvf_cache *c, op *o, call *k)
      * knows each read's outcome; out of memory for the list, they stay
      * (each holds its key's own bytes, and is checked again when read) */
     pending stale = {0};
-    bool from_file = o->kind == OPK_ACQUIRE && o->tier == KVF_CACHE_DISK &&
+    bool from_file = o->kind == OPK_ACQUIRE && o->tier == KVF_TIER_DISK &&
                      kvf__cache_pending_reserve(&stale, o->n);
     /* the engine's messages come in move order (kvf__move_errors_sorted) */
     if (o->errors)
@@ -126,7 +124,7 @@ void kvf__cache_op_apply(kvf_cache *c, op *o, call *k)
         while (why && why->index < i)
             why = why->next;
         note_in_call(o, k, i, st, why);
-        if (o->tier == KVF_CACHE_REMOTE) {
+        if (o->tier == KVF_TIER_REMOTE) {
             count_remote(c, o, st);
             continue;
         }
@@ -139,6 +137,6 @@ void kvf__cache_op_apply(kvf_cache *c, op *o, call *k)
         apply_move(c, o, i, st, from_file ? &stale : NULL);
     }
     if (stale.n)
-        kvf__cache_background_push(c, kvf__cache_op_submit(c, OPK_REMOVE, KVF_CACHE_DISK, &stale));
+        kvf__cache_background_push(c, kvf__cache_op_submit(c, OPK_REMOVE, KVF_TIER_DISK, &stale));
     kvf__cache_pending_free(&stale);
 }

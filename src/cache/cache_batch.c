@@ -99,7 +99,7 @@ static void op_note(op *o, size_t i, kvf_status st, const char *why)
  * of memory for the op (the batch is left as it was);
  * an op the engine refused comes back with ticket 0 and every move failed
  * with the engine's status. */
-op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p)
+op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p)
 {
     op *o = calloc(1, sizeof *o);
     if (!o)
@@ -120,8 +120,8 @@ op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pendin
     memcpy(o->index, p->index, p->n * sizeof *o->index);
     kvf_engine *eng = c->engine;
     kvf_status st;
-    static const kvf_tier engine_tier[KVF_CACHE_TIERS] = {KVF_TIER_HOST, KVF_TIER_FILE,
-                                                          KVF_TIER_REMOTE, KVF_TIER_HOST};
+    /* an op on the GPU tier moves between primary slots (kvf_copy) */
+    kvf_tier to = tier == KVF_TIER_GPU ? KVF_TIER_HOST : tier;
     switch (kind) {
     case OPK_PUT:
     case OPK_REMOTE_PUT:
@@ -129,21 +129,20 @@ op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pendin
         /* GPU-tier slots are read checked: a copy into one that failed must
          * not pass its bytes on */
         st = p->checked || kind == OPK_EVICT
-                 ? kvf__engine_move_checked(eng, engine_tier[tier], false, p->moves, p->n,
-                                            &o->ticket)
-                 : kvf_offload(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
+                 ? kvf__engine_move_checked(eng, to, false, p->moves, p->n, &o->ticket)
+                 : kvf_offload(eng, to, p->moves, p->n, &o->ticket);
         break;
     case OPK_GET:
     case OPK_ACQUIRE:
-        st = tier == KVF_CACHE_GPU
+        st = tier == KVF_TIER_GPU
                  ? kvf__engine_move_checked(eng, KVF_TIER_HOST, true, p->moves, p->n, &o->ticket)
-                 : kvf_onboard(eng, engine_tier[tier], p->moves, p->n, &o->ticket);
+                 : kvf_onboard(eng, to, p->moves, p->n, &o->ticket);
         break;
     case OPK_DEMOTE:
-        st = kvf_demote(eng, p->moves, p->n, &o->ticket);
+        st = kvf_demote(eng, KVF_TIER_DISK, p->moves, p->n, &o->ticket);
         break;
     case OPK_REMOVE:
-        st = kvf_file_remove(eng, o->keys, p->n, &o->ticket);
+        st = kvf_remove(eng, KVF_TIER_DISK, o->keys, p->n, &o->ticket);
         break;
     case OPK_FENCE: {
         uint32_t *fs = malloc(p->n * sizeof *fs);
@@ -156,13 +155,13 @@ op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pendin
         break;
     }
     default:
-        st = kvf_remote_remove(eng, o->keys, p->n, &o->ticket);
+        st = kvf_remove(eng, KVF_TIER_REMOTE, o->keys, p->n, &o->ticket);
         break;
     }
     if (st != KVF_OK) {
         KVF_LOG(KVF_LOG_WARN, "cache: a batch of %zu blocks was refused: %s", p->n,
                 kvf_last_error());
-        o->ticket = 0;
+        o->ticket = (kvf_ticket){0};
         for (size_t i = 0; i < o->n; i++) {
             o->status[i] = st;
             op_note(o, i, st, kvf_last_error());
@@ -185,7 +184,7 @@ void kvf__cache_background_push(kvf_cache *c, op *o)
  * without one. A batch refused, or not queued for want of memory, has its
  * failures applied at once: a refused put must not leave entries naming
  * slots it never wrote. */
-void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p, call *k)
+void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p, call *k)
 {
     if (p->n == 0)
         return;
@@ -214,7 +213,7 @@ void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pen
         p->n = 0;
         return;
     }
-    if (o->ticket == 0) {
+    if (o->ticket.id == 0) {
         bool was = c->deferring;
         c->deferring = true; /* the caller may be holding an entry this frees */
         kvf__cache_op_apply(c, o, k);
@@ -238,13 +237,13 @@ void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pen
  * again, victims read before their slots are rewritten. */
 void kvf__cache_flush(kvf_cache *c, put_batches *pb)
 {
-    kvf__cache_submit_into(c, OPK_REMOVE, KVF_CACHE_DISK, &pb->remove, NULL);
-    kvf__cache_submit_into(c, OPK_DEMOTE, KVF_CACHE_DISK, &pb->demote, NULL);
-    kvf__cache_submit_into(c, OPK_EVICT, KVF_CACHE_DISK, &pb->evict_file, pb->k);
-    kvf__cache_submit_into(c, OPK_EVICT, KVF_CACHE_HOST, &pb->evict_host, pb->k);
-    kvf__cache_submit_into(c, OPK_PUT, KVF_CACHE_DISK, &pb->to_file, pb->k);
-    kvf__cache_submit_into(c, OPK_PUT, KVF_CACHE_HOST, &pb->to_host, pb->k);
-    kvf__cache_submit_into(c, OPK_REMOTE_PUT, KVF_CACHE_REMOTE, &pb->to_remote, pb->k);
+    kvf__cache_submit_into(c, OPK_REMOVE, KVF_TIER_DISK, &pb->remove, NULL);
+    kvf__cache_submit_into(c, OPK_DEMOTE, KVF_TIER_DISK, &pb->demote, NULL);
+    kvf__cache_submit_into(c, OPK_EVICT, KVF_TIER_DISK, &pb->evict_file, pb->k);
+    kvf__cache_submit_into(c, OPK_EVICT, KVF_TIER_HOST, &pb->evict_host, pb->k);
+    kvf__cache_submit_into(c, OPK_PUT, KVF_TIER_DISK, &pb->to_file, pb->k);
+    kvf__cache_submit_into(c, OPK_PUT, KVF_TIER_HOST, &pb->to_host, pb->k);
+    kvf__cache_submit_into(c, OPK_REMOTE_PUT, KVF_TIER_REMOTE, &pb->to_remote, pb->k);
     c->round++;
 }
 

@@ -55,10 +55,10 @@ void kvf__cache_call_free(call *k)
     free(k);
 }
 
-static call **call_slot(kvf_cache *c, kvf_ticket t)
+static call **call_slot(kvf_cache *c, kvf_cache_ticket t)
 {
     call **pp = &c->calls;
-    while (*pp && (*pp)->id != t)
+    while (*pp && (*pp)->id != t.id)
         pp = &(*pp)->next;
     return pp;
 }
@@ -102,7 +102,7 @@ static kvf_status call_finish(kvf_cache *c, call **pp, kvf_status *per_block,
 
 /* kvf_cache_wait (block) or kvf_cache_poll; *done_p (may be NULL): the
  * call completed and was retired here. */
-static kvf_status call_result(kvf_cache *c, kvf_ticket t, bool block, kvf_status *per_block,
+static kvf_status call_result(kvf_cache *c, kvf_cache_ticket t, bool block, kvf_status *per_block,
                               kvf__move_error **errors_p, bool *done_p)
 {
     const char *fn = block ? "kvf_cache_wait" : "kvf_cache_poll";
@@ -114,7 +114,7 @@ static kvf_status call_result(kvf_cache *c, kvf_ticket t, bool block, kvf_status
     if (!k || k->waited) {
         pthread_mutex_unlock(&c->mu);
         return kvf__fail(k ? KVF_ERR_STATE : KVF_ERR_UNKNOWN_TICKET, "%s: ticket %llu %s", fn,
-                         (unsigned long long)t,
+                         (unsigned long long)t.id,
                          k ? "is waited for by another thread" : "unknown or already retired");
     }
     bool running = false;
@@ -145,17 +145,17 @@ static kvf_status call_result(kvf_cache *c, kvf_ticket t, bool block, kvf_status
     return st;
 }
 
-kvf_status kvf_cache_wait(kvf_cache *c, kvf_ticket t, kvf_status *per_block)
+kvf_status kvf_cache_wait(kvf_cache *c, kvf_cache_ticket t, kvf_status *per_block)
 {
     return call_result(c, t, true, per_block, NULL, NULL);
 }
 
-kvf_status kvf_cache_poll(kvf_cache *c, kvf_ticket t, kvf_status *per_block)
+kvf_status kvf_cache_poll(kvf_cache *c, kvf_cache_ticket t, kvf_status *per_block)
 {
     return call_result(c, t, false, per_block, NULL, NULL);
 }
 
-static kvf_status call_errors(kvf_cache *c, kvf_ticket t, bool block, kvf_status *per_block,
+static kvf_status call_errors(kvf_cache *c, kvf_cache_ticket t, bool block, kvf_status *per_block,
                               kvf_move_error *errors, size_t cap, size_t *n_errors_p)
 {
     if (!errors && cap) {
@@ -171,13 +171,13 @@ static kvf_status call_errors(kvf_cache *c, kvf_ticket t, bool block, kvf_status
     return st;
 }
 
-kvf_status kvf_cache_wait_errors(kvf_cache *c, kvf_ticket t, kvf_status *per_block,
+kvf_status kvf_cache_wait_errors(kvf_cache *c, kvf_cache_ticket t, kvf_status *per_block,
                                  kvf_move_error *errors, size_t cap, size_t *n_errors_p)
 {
     return call_errors(c, t, true, per_block, errors, cap, n_errors_p);
 }
 
-kvf_status kvf_cache_poll_errors(kvf_cache *c, kvf_ticket t, kvf_status *per_block,
+kvf_status kvf_cache_poll_errors(kvf_cache *c, kvf_cache_ticket t, kvf_status *per_block,
                                  kvf_move_error *errors, size_t cap, size_t *n_errors_p)
 {
     return call_errors(c, t, false, per_block, errors, cap, n_errors_p);

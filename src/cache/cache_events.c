@@ -4,13 +4,13 @@
  */
 #include "cache_private.h"
 
-void kvf__cache_emit(kvf_cache *c, kvf_cache_event_kind kind, const entry *e, kvf_cache_tier from)
+void kvf__cache_emit(kvf_cache *c, kvf_cache_event_kind kind, const entry *e, kvf_tier from)
 {
     kvf_cache_event ev = {++c->ev_seq,
                           kind,
                           e->key,
-                          (kvf_cache_tier)e->tier,
-                          kind == KVF_EVENT_UPDATED ? from : (kvf_cache_tier)e->tier,
+                          (kvf_tier)e->tier,
+                          kind == KVF_EVENT_UPDATED ? from : (kvf_tier)e->tier,
                           e->priority};
     if (c->cfg.events.fn)
         c->cfg.events.fn(c->cfg.events.arg, &ev);

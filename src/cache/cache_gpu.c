@@ -11,42 +11,42 @@
 bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
 {
     if (!c->ngpu_free) {
-        entry *v = kvf__cache_victim_of(c, KVF_CACHE_GPU);
+        entry *v = kvf__cache_victim_of(c, KVF_TIER_GPU);
         if (!v)
             return false;
         if (v->round == c->round)
             kvf__cache_flush(c, pb);
-        c->stats.evictions[KVF_CACHE_GPU]++;
+        c->stats.evictions[KVF_TIER_GPU]++;
         bool keep = v->priority >= c->cfg.offload_min_priority;
         uint32_t hs = 0;
-        kvf_cache_tier to = KVF_CACHE_TIERS;
-        if (keep && c->capacity[KVF_CACHE_HOST] && kvf__cache_host_slot(c, pb, &hs))
-            to = KVF_CACHE_HOST;
-        else if (keep && c->capacity[KVF_CACHE_DISK] && kvf__cache_disk_room(c, pb))
-            to = KVF_CACHE_DISK;
-        if (to == KVF_CACHE_TIERS) {
+        kvf_tier to = KVF_TIER_COUNT;
+        if (keep && c->capacity[KVF_TIER_HOST] && kvf__cache_host_slot(c, pb, &hs))
+            to = KVF_TIER_HOST;
+        else if (keep && c->capacity[KVF_TIER_DISK] && kvf__cache_disk_room(c, pb))
+            to = KVF_TIER_DISK;
+        if (to == KVF_TIER_COUNT) {
             c->stats.dropped++;
             kvf__cache_drop(c, v, pb); /* frees its GPU slot */
         } else {
             uint32_t src = v->slot;
             kvf__cache_lru_unlink(c, v);
-            c->used[KVF_CACHE_GPU]--;
+            c->used[KVF_TIER_GPU]--;
             c->gpu_state[src] = GPU_FREE;
             c->gpu_free[c->ngpu_free++] = src;
             v->tier = (uint8_t)to;
             v->slot = hs;
             v->gen = ++c->next_gen;
             v->round = c->round;
-            if (to == KVF_CACHE_DISK)
-                c->used[KVF_CACHE_DISK]++; /* host_slot counted the host one */
+            if (to == KVF_TIER_DISK)
+                c->used[KVF_TIER_DISK]++; /* host_slot counted the host one */
             kvf__cache_lru_append(c, v);
-            if (to == KVF_CACHE_HOST)
+            if (to == KVF_TIER_HOST)
                 kvf__cache_pending_add(&pb->evict_host, (kvf_move){src, hs, 0}, v->key, v->gen, 0);
             else
                 kvf__cache_pending_add(&pb->evict_file, (kvf_move){src, v->key, 0}, v->key, v->gen,
                                        0);
             c->stats.bytes_in[to] += c->block_bytes;
-            kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_CACHE_GPU);
+            kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_TIER_GPU);
         }
     }
     *slot_p = c->gpu_free[--c->ngpu_free];
@@ -55,21 +55,21 @@ bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
 
 kvf_status kvf__cache_need_gpu_tier(const kvf_cache *c, const char *fn)
 {
-    if (!c->capacity[KVF_CACHE_GPU])
+    if (!c->capacity[KVF_TIER_GPU])
         return kvf__fail(KVF_ERR_INVALID, "%s: the cache has no GPU tier (set gpu.blocks)", fn);
     return KVF_OK;
 }
 
 /* Queues the call's batches and hands its ticket over. Lock held. */
-static void call_start(kvf_cache *c, call *k, put_batches *pb, kvf_ticket *ticket_p)
+static void call_start(kvf_cache *c, call *k, put_batches *pb, kvf_cache_ticket *ticket_p)
 {
     kvf__cache_flush(c, pb);
     k->next = c->calls;
     c->calls = k;
-    *ticket_p = k->id;
+    *ticket_p = (kvf_cache_ticket){k->id};
 }
 
-kvf_status kvf_cache_alloc(kvf_cache *c, size_t n, uint32_t *slots, kvf_ticket *ticket_p)
+kvf_status kvf_cache_alloc(kvf_cache *c, uint32_t *slots, size_t n, kvf_cache_ticket *ticket_p)
 {
     static const char fn[] = "kvf_cache_alloc";
     kvf__clear_error();
@@ -86,11 +86,11 @@ kvf_status kvf_cache_alloc(kvf_cache *c, size_t n, uint32_t *slots, kvf_ticket *
     pthread_mutex_lock(&c->mu);
     kvf__cache_reap(c);
     call *k = NULL;
-    if (c->ngpu_free + c->listed[KVF_CACHE_GPU] < n) {
+    if (c->ngpu_free + c->listed[KVF_TIER_GPU] < n) {
         st = kvf__fail(KVF_ERR_NO_SPACE,
                        "%s: %zu GPU slots asked, %llu free or evictable (the others are pinned "
                        "or handed out)",
-                       fn, n, (unsigned long long)(c->ngpu_free + c->listed[KVF_CACHE_GPU]));
+                       fn, n, (unsigned long long)(c->ngpu_free + c->listed[KVF_TIER_GPU]));
     } else if (!(k = kvf__cache_call_new(c, 0))) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
     } else {
@@ -110,7 +110,7 @@ kvf_status kvf_cache_alloc(kvf_cache *c, size_t n, uint32_t *slots, kvf_ticket *
                 kvf__cache_pending_add(&fence, (kvf_move){slots[i], slots[i], 0}, KVF_KEY_ROOT, 0,
                                        0);
             kvf__cache_flush(c, &pb); /* the evictions first: the fence waits for their reads */
-            kvf__cache_submit_into(c, OPK_FENCE, KVF_CACHE_GPU, &fence, k);
+            kvf__cache_submit_into(c, OPK_FENCE, KVF_TIER_GPU, &fence, k);
         } else {
             st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         }
@@ -128,7 +128,7 @@ static kvf_status check_handed_out(const kvf_cache *c, const char *fn, const uin
                                    size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (slots[i] >= c->capacity[KVF_CACHE_GPU] || c->gpu_state[slots[i]] != GPU_HANDED_OUT)
+        if (slots[i] >= c->capacity[KVF_TIER_GPU] || c->gpu_state[slots[i]] != GPU_HANDED_OUT)
             return kvf__fail(KVF_ERR_INVALID,
                              "%s: slot %u (block %zu) was not handed out by "
                              "kvf_cache_alloc",
@@ -182,21 +182,21 @@ kvf_status kvf_cache_commit(kvf_cache *c, const kvf_key *keys, const uint32_t *s
                 bst = kvf__fail(KVF_ERR_STATE,
                                 "%s: block 0x%016llx is in use in the %s tier: slot %u stays "
                                 "the caller's",
-                                fn, (unsigned long long)keys[i],
-                                kvf_cache_tier_name((kvf_cache_tier)old->tier), slots[i]);
+                                fn, (unsigned long long)keys[i], kvf_tier_name((kvf_tier)old->tier),
+                                slots[i]);
             } else {
                 if (old)
                     kvf__cache_discard(c, old); /* a block lives in one tier, in one slot */
-                entry *e = kvf__cache_place(c, keys[i], KVF_CACHE_GPU, slots[i], priority);
+                entry *e = kvf__cache_place(c, keys[i], KVF_TIER_GPU, slots[i], priority);
                 if (!e) {
                     bst = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
                 } else {
                     kvf__cache_lru_unlink(c, e);
                     e->pins = 1; /* the request that computed it */
-                    c->used[KVF_CACHE_GPU]++;
+                    c->used[KVF_TIER_GPU]++;
                     c->gpu_state[slots[i]] = GPU_CACHED;
-                    c->stats.bytes_in[KVF_CACHE_GPU] += c->block_bytes;
-                    kvf__cache_emit(c, KVF_EVENT_STORED, e, KVF_CACHE_GPU);
+                    c->stats.bytes_in[KVF_TIER_GPU] += c->block_bytes;
+                    kvf__cache_emit(c, KVF_EVENT_STORED, e, KVF_TIER_GPU);
                     if (c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
                         kvf__cache_pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0},
                                                keys[i], 0, i);

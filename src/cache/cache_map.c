@@ -41,8 +41,7 @@ static bool table_grow(kvf_cache *c)
     return true;
 }
 
-entry *kvf__cache_place(kvf_cache *c, kvf_key key, kvf_cache_tier tier, uint32_t slot,
-                        uint32_t priority)
+entry *kvf__cache_place(kvf_cache *c, kvf_key key, kvf_tier tier, uint32_t slot, uint32_t priority)
 {
     entry *e = calloc(1, sizeof *e);
     if (!e)
@@ -70,9 +69,9 @@ void kvf__cache_unplace(kvf_cache *c, entry *e)
     if (e->pins == 0)
         kvf__cache_lru_unlink(c, e);
     c->used[e->tier]--;
-    if (e->tier == KVF_CACHE_HOST)
+    if (e->tier == KVF_TIER_HOST)
         c->free_slots[c->nfree++] = e->slot;
-    if (e->tier == KVF_CACHE_GPU) {
+    if (e->tier == KVF_TIER_GPU) {
         c->gpu_state[e->slot] = GPU_FREE;
         c->gpu_free[c->ngpu_free++] = e->slot;
     }

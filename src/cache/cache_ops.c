@@ -59,7 +59,7 @@ kvf_status kvf__cache_check_slots(const kvf_cache *c, const char *fn, const uint
 }
 
 kvf_status kvf_cache_lookup(kvf_cache *c, const kvf_key *keys, size_t n, size_t *hits_p,
-                            kvf_cache_tier *tiers)
+                            kvf_tier *tiers)
 {
     kvf__clear_error();
     if (!c || !hits_p || (n && !keys))
@@ -73,7 +73,7 @@ kvf_status kvf_cache_lookup(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
         if (!e || e->removing)
             break;
         if (tiers)
-            tiers[i] = (kvf_cache_tier)e->tier;
+            tiers[i] = (kvf_tier)e->tier;
         c->stats.hits[e->tier]++;
     }
     pthread_mutex_unlock(&c->mu);
@@ -115,15 +115,15 @@ static void promote(kvf_cache *c, put_batches *pb, entry *e, uint32_t src_slot, 
     if (e->round == c->round)
         kvf__cache_flush(c, pb); /* its file's write is queued before the file's removal */
     kvf__cache_pending_add(&pb->remove, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
-    c->used[KVF_CACHE_DISK]--;
-    e->tier = KVF_CACHE_HOST;
+    c->used[KVF_TIER_DISK]--;
+    e->tier = KVF_TIER_HOST;
     e->slot = hs;
     e->gen = ++c->next_gen;
     e->round = c->round;
     kvf__cache_lru_append(c, e);
     kvf__cache_pending_add(&pb->to_host, (kvf_move){src_slot, hs, 0}, e->key, e->gen, index);
-    c->stats.bytes_in[KVF_CACHE_HOST] += c->block_bytes;
-    kvf__cache_emit(c, KVF_EVENT_UPDATED, e, KVF_CACHE_DISK);
+    c->stats.bytes_in[KVF_TIER_HOST] += c->block_bytes;
+    kvf__cache_emit(c, KVF_EVENT_UPDATED, e, KVF_TIER_DISK);
 }
 
 /* A put of a block cached already: its priority updated, promoted from
@@ -135,7 +135,7 @@ static kvf_status put_cached(kvf_cache *c, put_batches *pb, entry *e, uint32_t s
     if (e->removing)
         return KVF_ERR_STATE; /* still read by a get, and going: not stored again now */
     set_priority(c, e, priority);
-    if (e->tier == KVF_CACHE_DISK && c->capacity[KVF_CACHE_HOST] && e->pins == 0)
+    if (e->tier == KVF_TIER_DISK && c->capacity[KVF_TIER_HOST] && e->pins == 0)
         promote(c, pb, e, src_slot, i);
     return KVF_OK;
 }
@@ -147,31 +147,31 @@ static kvf_status put_new(kvf_cache *c, put_batches *pb, kvf_key key, uint32_t s
                           uint32_t priority, entry **e_p)
 {
     uint32_t slot = 0;
-    kvf_cache_tier tier = KVF_CACHE_TIERS;
+    kvf_tier tier = KVF_TIER_COUNT;
     entry *e = NULL;
     *e_p = NULL;
-    if (c->capacity[KVF_CACHE_HOST] && kvf__cache_host_slot(c, pb, &slot))
-        tier = KVF_CACHE_HOST;
-    else if (c->capacity[KVF_CACHE_DISK] && kvf__cache_disk_room(c, pb))
-        tier = KVF_CACHE_DISK;
-    if (tier == KVF_CACHE_TIERS) {
+    if (c->capacity[KVF_TIER_HOST] && kvf__cache_host_slot(c, pb, &slot))
+        tier = KVF_TIER_HOST;
+    else if (c->capacity[KVF_TIER_DISK] && kvf__cache_disk_room(c, pb))
+        tier = KVF_TIER_DISK;
+    if (tier == KVF_TIER_COUNT) {
         KVF_LOG(KVF_LOG_INFO, "cache: block 0x%016llx not stored: every block is pinned",
                 (unsigned long long)key);
         return KVF_ERR_NO_SPACE; /* every block of every tier is pinned */
     }
     if (!(e = kvf__cache_place(c, key, tier, slot, priority))) {
-        if (tier == KVF_CACHE_HOST) {
+        if (tier == KVF_TIER_HOST) {
             c->free_slots[c->nfree++] = slot;
-            c->used[KVF_CACHE_HOST]--;
+            c->used[KVF_TIER_HOST]--;
         }
         return KVF_ERR_NOMEM;
     }
-    if (tier == KVF_CACHE_HOST)
+    if (tier == KVF_TIER_HOST)
         kvf__cache_pending_add(&pb->to_host, (kvf_move){src_slot, slot, 0}, e->key, e->gen, i);
     else
         kvf__cache_pending_add(&pb->to_file, (kvf_move){src_slot, e->key, 0}, e->key, e->gen, i);
-    if (tier == KVF_CACHE_DISK)
-        c->used[KVF_CACHE_DISK]++;
+    if (tier == KVF_TIER_DISK)
+        c->used[KVF_TIER_DISK]++;
     c->stats.bytes_in[tier] += c->block_bytes;
     kvf__cache_emit(c, KVF_EVENT_STORED, e, tier);
     *e_p = e;
@@ -196,7 +196,7 @@ static void put_status(call *k, size_t i, kvf_key key, kvf_status bst)
 }
 
 kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slots, size_t n,
-                         uint32_t priority, kvf_ticket *ticket_p)
+                         uint32_t priority, kvf_cache_ticket *ticket_p)
 {
     static const char fn[] = "kvf_cache_put";
     kvf__clear_error();
@@ -248,7 +248,7 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     if (k) {
         k->next = c->calls;
         c->calls = k;
-        *ticket_p = k->id;
+        *ticket_p = (kvf_cache_ticket){k->id};
     }
     kvf__cache_release_doomed(c);
     pthread_mutex_unlock(&c->mu);
@@ -293,7 +293,7 @@ static kvf_status check_gettable(const kvf_cache *c, const char *fn, const kvf_k
 {
     /* a GPU-tier slot is a destination only while handed out to the caller */
     for (size_t i = 0; i < n && c->gpu_state; i++)
-        if (slots[i] < c->capacity[KVF_CACHE_GPU] && c->gpu_state[slots[i]] != GPU_HANDED_OUT)
+        if (slots[i] < c->capacity[KVF_TIER_GPU] && c->gpu_state[slots[i]] != GPU_HANDED_OUT)
             return kvf__fail(
                 KVF_ERR_INVALID, "%s: block %zu: primary slot %u is the GPU tier's (%s)", fn, i,
                 slots[i],
@@ -309,7 +309,7 @@ static kvf_status check_gettable(const kvf_cache *c, const char *fn, const kvf_k
 }
 
 kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slots, size_t n,
-                         kvf_ticket *ticket_p)
+                         kvf_cache_ticket *ticket_p)
 {
     static const char fn[] = "kvf_cache_get";
     kvf__clear_error();
@@ -323,9 +323,9 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
     if (st != KVF_OK)
         return st;
 
-    pending by_tier[KVF_CACHE_TIERS] = {{0}};
+    pending by_tier[KVF_TIER_COUNT] = {{0}};
     bool reserved = true;
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
         reserved = reserved && kvf__cache_pending_reserve(&by_tier[t], n);
     if (!reserved) {
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
@@ -351,28 +351,28 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         c->stats.gets++;
         if (!e || e->removing) {
             /* not cached here: the remote tier's, if it has it */
-            kvf__cache_pending_add(&by_tier[KVF_CACHE_REMOTE], (kvf_move){keys[i], slots[i], 0},
+            kvf__cache_pending_add(&by_tier[KVF_TIER_REMOTE], (kvf_move){keys[i], slots[i], 0},
                                    keys[i], 0, i);
             continue;
         }
         kvf__cache_pin_one(c, e);
         e->reads++;
         e->uses++;
-        kvf_move mv = e->tier == KVF_CACHE_DISK ? (kvf_move){e->key, slots[i], 0}
-                                                : (kvf_move){e->slot, slots[i], 0};
+        kvf_move mv = e->tier == KVF_TIER_DISK ? (kvf_move){e->key, slots[i], 0}
+                                               : (kvf_move){e->slot, slots[i], 0};
         kvf__cache_pending_add(&by_tier[e->tier], mv, e->key, e->gen, i);
     }
-    kvf__cache_submit_into(c, OPK_GET, KVF_CACHE_HOST, &by_tier[KVF_CACHE_HOST], k);
-    kvf__cache_submit_into(c, OPK_GET, KVF_CACHE_DISK, &by_tier[KVF_CACHE_DISK], k);
-    kvf__cache_submit_into(c, OPK_GET, KVF_CACHE_REMOTE, &by_tier[KVF_CACHE_REMOTE], k);
-    kvf__cache_submit_into(c, OPK_GET, KVF_CACHE_GPU, &by_tier[KVF_CACHE_GPU], k);
+    kvf__cache_submit_into(c, OPK_GET, KVF_TIER_HOST, &by_tier[KVF_TIER_HOST], k);
+    kvf__cache_submit_into(c, OPK_GET, KVF_TIER_DISK, &by_tier[KVF_TIER_DISK], k);
+    kvf__cache_submit_into(c, OPK_GET, KVF_TIER_REMOTE, &by_tier[KVF_TIER_REMOTE], k);
+    kvf__cache_submit_into(c, OPK_GET, KVF_TIER_GPU, &by_tier[KVF_TIER_GPU], k);
     k->next = c->calls;
     c->calls = k;
-    *ticket_p = k->id;
+    *ticket_p = (kvf_cache_ticket){k->id};
     kvf__cache_release_doomed(c);
     pthread_mutex_unlock(&c->mu);
 out:
-    for (int t = 0; t < KVF_CACHE_TIERS; t++)
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
         kvf__cache_pending_free(&by_tier[t]);
     return st;
 }

@@ -105,7 +105,7 @@ kvf_status kvf_cache_remove(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
         for (size_t i = 0; i < n; i++)
             if (i == 0 || uniq[i] != uniq[i - 1])
                 kvf__cache_pending_add(&remote, (kvf_move){uniq[i], uniq[i], 0}, uniq[i], 0, 0);
-        kvf__cache_submit_into(c, OPK_REMOTE_REMOVE, KVF_CACHE_REMOTE, &remote, NULL);
+        kvf__cache_submit_into(c, OPK_REMOTE_REMOVE, KVF_TIER_REMOTE, &remote, NULL);
     }
     kvf__cache_release_doomed(c);
     pthread_mutex_unlock(&c->mu);

@@ -91,8 +91,8 @@ typedef enum op_kind {
 typedef struct op op;
 struct op {
     op_kind kind;
-    kvf_cache_tier tier; /* the tier written (put, demote) or read (get) */
-    kvf_ticket ticket;   /* the engine's; 0 when the submit failed */
+    kvf_tier tier;     /* the tier written (put, demote) or read (get) */
+    kvf_ticket ticket; /* the engine's; id 0 when the submit failed */
     size_t n;
     kvf_key *keys;
     uint64_t *gens;
@@ -107,7 +107,7 @@ struct op {
 /* A caller's put or get: the ops it queued and the blocks' statuses. */
 typedef struct call call;
 struct call {
-    kvf_ticket id;
+    uint64_t id; /* the caller's kvf_cache_ticket */
     size_t n;
     kvf_status *status;      /* KVF_INPROGRESS where an op decides */
     kvf__move_error *errors; /* per failed block, by block index (kvf_cache_wait_errors) */
@@ -126,10 +126,10 @@ struct kvf_cache {
 
     entry **buckets;
     size_t nbuckets, count;
-    lru lists[KVF_CACHE_TIERS][PRIORITIES];
-    uint64_t listed[KVF_CACHE_TIERS]; /* entries on the lists: the unpinned ones */
-    uint64_t capacity[KVF_CACHE_TIERS];
-    uint64_t used[KVF_CACHE_TIERS];
+    lru lists[KVF_TIER_COUNT][PRIORITIES];
+    uint64_t listed[KVF_TIER_COUNT]; /* entries on the lists: the unpinned ones */
+    uint64_t capacity[KVF_TIER_COUNT];
+    uint64_t used[KVF_TIER_COUNT];
     uint32_t *free_slots; /* host tier: secondary slots not in use */
     uint32_t nfree;
     /* GPU tier: primary slots 0 .. gpu.blocks-1, each free, handed out
@@ -147,7 +147,7 @@ struct kvf_cache {
 
     op *background; /* ops nobody waits for, reaped by later calls */
     call *calls;
-    kvf_ticket next_call;
+    uint64_t next_call;
 
     kvf_cache_event *events; /* ring of cfg.events.queue */
     size_t ev_head, ev_count;
@@ -180,7 +180,7 @@ typedef struct put_batches {
 KVF_INTERNAL entry *kvf__cache_find(const kvf_cache *c, kvf_key key);
 /* A new entry, on its LRU list; NULL when out of memory. The caller counts
  * it in its tier's `used`. */
-KVF_INTERNAL entry *kvf__cache_place(kvf_cache *c, kvf_key key, kvf_cache_tier tier, uint32_t slot,
+KVF_INTERNAL entry *kvf__cache_place(kvf_cache *c, kvf_key key, kvf_tier tier, uint32_t slot,
                                      uint32_t priority);
 KVF_INTERNAL void kvf__cache_unplace(kvf_cache *c, entry *e);
 KVF_INTERNAL void kvf__cache_free_entries(kvf_cache *c);
@@ -189,7 +189,7 @@ KVF_INTERNAL void kvf__cache_free_entries(kvf_cache *c);
 
 KVF_INTERNAL void kvf__cache_lru_unlink(kvf_cache *c, entry *e);
 KVF_INTERNAL void kvf__cache_lru_append(kvf_cache *c, entry *e);
-KVF_INTERNAL entry *kvf__cache_victim_of(kvf_cache *c, kvf_cache_tier t);
+KVF_INTERNAL entry *kvf__cache_victim_of(kvf_cache *c, kvf_tier t);
 KVF_INTERNAL void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb);
 KVF_INTERNAL bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb);
 KVF_INTERNAL bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
@@ -211,10 +211,10 @@ KVF_INTERNAL void kvf__cache_pending_free(pending *p);
 KVF_INTERNAL void kvf__cache_put_batches_free(put_batches *pb);
 KVF_INTERNAL bool kvf__cache_put_batches_reserve(put_batches *pb, size_t n);
 KVF_INTERNAL void kvf__cache_op_free(op *o);
-KVF_INTERNAL op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_cache_tier tier, pending *p);
+KVF_INTERNAL op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p);
 KVF_INTERNAL void kvf__cache_background_push(kvf_cache *c, op *o);
-KVF_INTERNAL void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_cache_tier tier,
-                                         pending *p, call *k);
+KVF_INTERNAL void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p,
+                                         call *k);
 KVF_INTERNAL void kvf__cache_flush(kvf_cache *c, put_batches *pb);
 KVF_INTERNAL void kvf__cache_reap(kvf_cache *c);
 
@@ -246,7 +246,7 @@ KVF_INTERNAL kvf_status kvf__cache_need_gpu_tier(const kvf_cache *c, const char 
 /* ---- cache_events.c, cache_stats.c ------------------------------------------------ */
 
 KVF_INTERNAL void kvf__cache_emit(kvf_cache *c, kvf_cache_event_kind kind, const entry *e,
-                                  kvf_cache_tier from);
+                                  kvf_tier from);
 KVF_INTERNAL void kvf__cache_record_latency(kvf_cache *c, uint64_t ns);
 
 /* ---- cache_restore.c, cache_remote.c: below the engine ---------------------------- */
@@ -260,6 +260,6 @@ KVF_INTERNAL kvf_status kvf__cache_restore(kvf_cache *c);
 KVF_INTERNAL bool kvf__cache_remote_usable(const kvf_engine *engine);
 /* Called WITHOUT the lock: it asks the remote tier first. */
 KVF_INTERNAL size_t kvf__cache_remote_prefix(kvf_cache *c, const kvf_key *keys, size_t n,
-                                             kvf_cache_tier *tiers);
+                                             kvf_tier *tiers);
 
 #endif /* KVF_CACHE_PRIVATE_H */

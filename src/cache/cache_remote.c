@@ -31,7 +31,7 @@ static kvf_status remote_exists(kvf_cache *c, const kvf_key *keys, size_t n, kvf
  * then each key counts as a hit in its local tier if it is cached here
  * again, else in the remote one if the store has it. An unreachable store
  * is a miss. */
-size_t kvf__cache_remote_prefix(kvf_cache *c, const kvf_key *keys, size_t n, kvf_cache_tier *tiers)
+size_t kvf__cache_remote_prefix(kvf_cache *c, const kvf_key *keys, size_t n, kvf_tier *tiers)
 {
     kvf_status *st = malloc(n * sizeof *st);
     if (!st)
@@ -46,11 +46,11 @@ size_t kvf__cache_remote_prefix(kvf_cache *c, const kvf_key *keys, size_t n, kvf
         c->stats.remote_errors++;
     for (; hits < n; hits++) {
         const entry *e = kvf__cache_find(c, keys[hits]);
-        kvf_cache_tier t;
+        kvf_tier t;
         if (e && !e->removing)
-            t = (kvf_cache_tier)e->tier;
+            t = (kvf_tier)e->tier;
         else if (asked && st[hits] == KVF_OK)
-            t = KVF_CACHE_REMOTE;
+            t = KVF_TIER_REMOTE;
         else
             break;
         if (tiers)

@@ -83,7 +83,7 @@ static kvf_status remove_oldest(kvf_cache *c, const restore_list *l, size_t extr
         return kvf__fail(KVF_ERR_NOMEM, "cache: out of memory");
     for (size_t i = 0; i < extra; i++)
         keys[i] = l->v[i].key;
-    kvf_status st = kvf_file_remove(c->engine, keys, extra, &t);
+    kvf_status st = kvf_remove(c->engine, KVF_TIER_DISK, keys, extra, &t);
     if (st == KVF_OK)
         st = kvf_wait(c->engine, t, NULL);
     free(keys);
@@ -91,7 +91,7 @@ static kvf_status remove_oldest(kvf_cache *c, const restore_list *l, size_t extr
         return kvf__fail(st, "cache: removing %zu blocks beyond the disk tier's capacity: %s",
                          extra, kvf_last_error());
     KVF_LOG(KVF_LOG_INFO, "cache: %s: removed the %zu oldest blocks beyond %llu", disk_name(c),
-            extra, (unsigned long long)c->capacity[KVF_CACHE_DISK]);
+            extra, (unsigned long long)c->capacity[KVF_TIER_DISK]);
     return KVF_OK;
 }
 
@@ -107,7 +107,7 @@ kvf_status kvf__cache_restore(kvf_cache *c)
     }
     if (l.n)
         qsort(l.v, l.n, sizeof *l.v, cmp_restored);
-    size_t extra = l.n > c->capacity[KVF_CACHE_DISK] ? l.n - c->capacity[KVF_CACHE_DISK] : 0;
+    size_t extra = l.n > c->capacity[KVF_TIER_DISK] ? l.n - c->capacity[KVF_TIER_DISK] : 0;
     if (extra && (st = remove_oldest(c, &l, extra)) != KVF_OK) {
         free(l.v);
         return st;
@@ -115,13 +115,13 @@ kvf_status kvf__cache_restore(kvf_cache *c)
     for (size_t i = extra; i < l.n; i++) {
         if (kvf__cache_find(c, l.v[i].key))
             continue;
-        entry *e = kvf__cache_place(c, l.v[i].key, KVF_CACHE_DISK, 0, RESTORED_PRIORITY);
+        entry *e = kvf__cache_place(c, l.v[i].key, KVF_TIER_DISK, 0, RESTORED_PRIORITY);
         if (!e) {
             free(l.v);
             return kvf__fail(KVF_ERR_NOMEM, "cache: out of memory");
         }
-        c->used[KVF_CACHE_DISK]++;
-        kvf__cache_emit(c, KVF_EVENT_STORED, e, KVF_CACHE_DISK);
+        c->used[KVF_TIER_DISK]++;
+        kvf__cache_emit(c, KVF_EVENT_STORED, e, KVF_TIER_DISK);
     }
     KVF_LOG(KVF_LOG_INFO, "cache: %s: %zu blocks found", disk_name(c), l.n - extra);
     free(l.v);

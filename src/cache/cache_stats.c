@@ -22,11 +22,11 @@ static void stats_now(kvf_cache *c, kvf_cache_stats *s)
 {
     pthread_mutex_lock(&c->mu);
     *s = c->stats;
-    for (int t = 0; t < KVF_CACHE_TIERS; t++) {
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
         s->blocks[t] = c->used[t];
         s->capacity[t] = c->capacity[t];
     }
-    _Static_assert(KVF_CACHE_TIERS <= KVF_CACHE_TIER_SLOTS, "a tier without a stats slot");
+    _Static_assert(KVF_TIER_COUNT <= KVF_CACHE_TIER_SLOTS, "a tier without a stats slot");
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -73,9 +73,9 @@ static void per_tier(text *t, const char *name, const char *type, const char *he
                      const uint64_t *v)
 {
     metric_head(t, name, type, help);
-    for (int i = 0; i < KVF_CACHE_TIERS; i++)
-        put_text(t, "kvferry_cache_%s{tier=\"%s\"} %llu\n", name,
-                 kvf_cache_tier_name((kvf_cache_tier)i), (unsigned long long)v[i]);
+    for (int i = 0; i < KVF_TIER_COUNT; i++)
+        put_text(t, "kvferry_cache_%s{tier=\"%s\"} %llu\n", name, kvf_tier_name((kvf_tier)i),
+                 (unsigned long long)v[i]);
 }
 
 static void scalar(text *t, const char *name, const char *type, const char *help, uint64_t v)

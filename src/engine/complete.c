@@ -159,8 +159,8 @@ void kvf__fail_copy(batch *b, size_t i, kvf_status st, const char *why)
 
 static batch **ticket_slot(kvf_engine *e, kvf_ticket t)
 {
-    batch **pp = &e->tickets[t % TICKET_BUCKETS];
-    while (*pp && (*pp)->id != t)
+    batch **pp = &e->tickets[t.id % TICKET_BUCKETS];
+    while (*pp && (*pp)->id != t.id)
         pp = &(*pp)->next_ticket;
     return pp;
 }
@@ -207,13 +207,13 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
 {
     kvf__clear_error();
     if (!e)
-        return kvf__fail(KVF_ERR_INVALID, "ticket %llu: engine is NULL", (unsigned long long)t);
+        return kvf__fail(KVF_ERR_INVALID, "ticket %llu: engine is NULL", (unsigned long long)t.id);
     engine_lock(e);
     batch **pp = ticket_slot(e, t);
     if (!*pp) {
         pthread_mutex_unlock(&e->mu);
         return kvf__fail(KVF_ERR_UNKNOWN_TICKET, "ticket %llu: unknown or already retired",
-                         (unsigned long long)t);
+                         (unsigned long long)t.id);
     }
     batch *b = *pp;
     while (b->state != B_DONE) {
@@ -254,7 +254,7 @@ static kvf_status ticket_errors(kvf_engine *e, kvf_ticket t, bool block, kvf_sta
     if (!errors && cap) {
         kvf__clear_error();
         return kvf__fail(KVF_ERR_INVALID, "ticket %llu: errors is NULL with cap = %zu",
-                         (unsigned long long)t, cap);
+                         (unsigned long long)t.id, cap);
     }
     kvf__move_error *list = NULL;
     bool done = false;

@@ -15,6 +15,8 @@ const char *const kvf__op_names[] = {"offload to host",
                                      "offload to remote",
                                      "onboard from remote",
                                      "remove remote",
+                                     "demote to remote",
+                                     "promote from remote",
                                      "fence"};
 
 /* Chooses the file tier's path (see kvf_gds_compat): e->gds set when
@@ -31,7 +33,7 @@ static void gds_setup(kvf_engine *e)
     char why[sizeof e->gds_probe.detail + 96];
     kvf_status st = KVF_ERR_UNSUPPORTED;
     if (e->backend_kind != KVF_BACKEND_CUDA) {
-        e->gds_probe.found = KVF_GDS_ABSENT;
+        e->gds_probe.found = KVF_GDS_STATE_ABSENT;
         snprintf(e->gds_probe.detail, sizeof e->gds_probe.detail,
                  "the host backend keeps no block in device memory");
         snprintf(why, sizeof why, "%s", e->gds_probe.detail);
@@ -402,6 +404,23 @@ kvf_backend kvf_engine_backend(const kvf_engine *e)
     return e ? e->backend_kind : KVF_BACKEND_AUTO;
 }
 
+const char *kvf_tier_name(kvf_tier tier)
+{
+    switch (tier) {
+    case KVF_TIER_HOST:
+        return "host";
+    case KVF_TIER_DISK:
+        return "disk";
+    case KVF_TIER_REMOTE:
+        return "remote";
+    case KVF_TIER_GPU:
+        return "gpu";
+    case KVF_TIER_COUNT:
+        break;
+    }
+    return "?";
+}
+
 const char *kvf_backend_name(kvf_backend backend)
 {
     switch (backend) {
@@ -420,10 +439,14 @@ const char *kvf_backend_name(kvf_backend backend)
 kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const kvf_move *moves,
                                     size_t n, kvf_ticket *ticket_p)
 {
-    static const op_kind kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
-    if (!copy && (unsigned)to > KVF_TIER_REMOTE)
-        return kvf__fail(KVF_ERR_INVALID, "offload: tier %d unknown", (int)to);
-    return kvf__submit_batch(e, copy ? OP_COPY : kinds[to], true, moves, n, ticket_p);
+    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    op_kind kind = OP_COPY;
+    if (!copy) {
+        kvf_status st = kvf__tier_kind("offload", to, kinds, &kind);
+        if (st != KVF_OK)
+            return st;
+    }
+    return kvf__submit_batch(e, kind, true, moves, n, ticket_p);
 }
 
 void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n)
@@ -500,7 +523,7 @@ bool kvf__engine_has_remote(const kvf_engine *e)
 kvf__store *kvf__engine_store(kvf_engine *e, kvf_tier tier)
 {
     kvf__store *s = NULL;
-    if (tier == KVF_TIER_FILE)
+    if (tier == KVF_TIER_DISK)
         return e->file_store;
     if (tier == KVF_TIER_REMOTE && e->remote_url && kvf__remote_handle(e, &s) != KVF_OK)
         return NULL;

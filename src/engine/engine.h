@@ -68,7 +68,7 @@ KVF_INTERNAL size_t kvf__engine_block_bytes(const kvf_engine *e);
  * cuFile (the GDS path). */
 KVF_INTERNAL bool kvf__engine_gds(const kvf_engine *e);
 /* The engine's block directory, or NULL without a file tier. Callers
- * move to kvf__engine_store(e, KVF_TIER_FILE). */
+ * move to kvf__engine_store(e, KVF_TIER_DISK). */
 KVF_INTERNAL kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e);
 /* Whether the engine has a remote tier configured, and its Redis client
  * (connected on first use; an error while it cannot be, and
@@ -78,7 +78,7 @@ struct kvf__remote;
 KVF_INTERNAL bool kvf__engine_has_remote(const kvf_engine *e);
 KVF_INTERNAL kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p);
 
-/* The store of a slow tier (KVF_TIER_FILE, KVF_TIER_REMOTE), for callers
+/* The store of a slow tier (KVF_TIER_DISK, KVF_TIER_REMOTE), for callers
  * asking what a tier holds (kvf__store_list, kvf__store_exists,
  * kvf__store_remove): NULL where the tier is not configured, or (the
  * remote tier) cannot be connected to now, kvf_last_error() saying why.

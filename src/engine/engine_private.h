@@ -58,6 +58,8 @@ typedef enum op_kind {
     OP_OFFLOAD_REMOTE, /* primary slot -> remote key */
     OP_ONBOARD_REMOTE, /* remote key -> primary slot */
     OP_REMOVE_REMOTE,  /* remote key removed: src = dst = key */
+    OP_DEMOTE_REMOTE,  /* secondary slot -> remote key */
+    OP_PROMOTE_REMOTE, /* remote key -> secondary slot */
     OP_FENCE           /* nothing moved: completes once the primary slot src = dst
                           is written by what was queued before */
 } op_kind;
@@ -339,6 +341,8 @@ KVF_INTERNAL kvf_status kvf__submit(kvf_engine *e, op_kind kind, const kvf_move 
                                     kvf_ticket *ticket_p);
 KVF_INTERNAL kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked,
                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
+KVF_INTERNAL kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3],
+                                       op_kind *kind_p);
 
 /* complete.c */
 KVF_INTERNAL void kvf__group_done(kvf_engine *e, batch *g);
@@ -393,6 +397,7 @@ static inline space kind_reads(op_kind k)
     switch (k) {
     case OP_ONBOARD_HOST:
     case OP_DEMOTE:
+    case OP_DEMOTE_REMOTE:
         return SP_SECONDARY;
     case OP_ONBOARD_FILE:
     case OP_PROMOTE:
@@ -400,6 +405,7 @@ static inline space kind_reads(op_kind k)
         return SP_FILE;
     case OP_ONBOARD_REMOTE:
     case OP_REMOVE_REMOTE:
+    case OP_PROMOTE_REMOTE:
         return SP_REMOTE;
     default:
         return SP_PRIMARY;
@@ -411,6 +417,7 @@ static inline space kind_writes(op_kind k)
     switch (k) {
     case OP_OFFLOAD_HOST:
     case OP_PROMOTE:
+    case OP_PROMOTE_REMOTE:
         return SP_SECONDARY;
     case OP_OFFLOAD_FILE:
     case OP_DEMOTE:
@@ -418,6 +425,7 @@ static inline space kind_writes(op_kind k)
         return SP_FILE;
     case OP_OFFLOAD_REMOTE:
     case OP_REMOVE_REMOTE:
+    case OP_DEMOTE_REMOTE:
         return SP_REMOTE;
     default:
         return SP_PRIMARY;
@@ -433,6 +441,7 @@ static inline kvf__queue kind_queue(op_kind k)
     case OP_REMOVE:
     case OP_OFFLOAD_REMOTE:
     case OP_REMOVE_REMOTE:
+    case OP_DEMOTE_REMOTE:
         return KVF_QUEUE_OFFLOAD;
     default:
         return KVF_QUEUE_ONBOARD;

@@ -1,5 +1,6 @@
 /*
- * Chunks of moves between primary slots and the remote tier's store.
+ * Chunks of moves between slots (primary; secondary for demote and
+ * promote) and the remote tier's store.
  */
 #include "engine_private.h"
 
@@ -88,7 +89,15 @@ static kvf_status remote_fetched(kvf_engine *e, const batch *b, const kvf__store
     return KVF_OK;
 }
 
-/* Gathers the blocks of an offload into staging (blk[j].buf) and stores
+/* Copies between slots and a chunk's staging: host memory on both sides
+ * for secondary slots (demote, promote), the backend's otherwise. */
+static kvf_status remote_copy(const kvf_engine *e, const batch *b, const kvf__copy *cp, size_t n)
+{
+    return kind_uses_secondary(b->kind) ? kvf__host_copy(cp, n)
+                                        : e->backend->ops->copy_sync(e->backend, b->queue, cp, n);
+}
+
+/* Gathers the blocks of an offload or demote into staging (blk[j].buf) and stores
  * them. */
 static kvf_status remote_store_blocks(worker *w, batch *b, const size_t *idx, size_t m,
                                       kvf__store *s, kvf__store_block *blk, kvf__copy *cp,
@@ -107,7 +116,7 @@ static kvf_status remote_store_blocks(worker *w, batch *b, const size_t *idx, si
                                     .buf = payload,
                                     .payload_bytes = bytes};
     }
-    kvf_status st = e->backend->ops->copy_sync(e->backend, b->queue, cp, m * e->npools);
+    kvf_status st = remote_copy(e, b, cp, m * e->npools);
     if (st == KVF_OK)
         return s->ops->write(s, blk, m, deadline_ns);
     kvf_status ret = kvf__fail(st, "gathering the blocks: %s", kvf_last_error());
@@ -116,7 +125,7 @@ static kvf_status remote_store_blocks(worker *w, batch *b, const size_t *idx, si
     return ret;
 }
 
-/* Fetches the blocks of an onboard into staging, checks them and scatters
+/* Fetches the blocks of an onboard or promote into staging, checks them and scatters
  * them into their slots. A block refused here is failed at once
  * (noted[j]); *why_p keeps the first failure's detail. */
 static kvf_status remote_fetch_blocks(worker *w, batch *b, const size_t *idx, size_t m,
@@ -145,7 +154,7 @@ static kvf_status remote_fetch_blocks(worker *w, batch *b, const size_t *idx, si
         kvf__move_failed(b, idx[j], st, "%s: %s", kvf__op_names[b->kind], kvf_last_error());
         noted[j] = true;
     }
-    kvf_status st = ncp ? e->backend->ops->copy_sync(e->backend, b->queue, cp, ncp) : KVF_OK;
+    kvf_status st = ncp ? remote_copy(e, b, cp, ncp) : KVF_OK;
     if (st != KVF_OK) {
         ret = kvf__fail(st, "scattering the blocks: %s", kvf_last_error());
         snprintf(why, why_cap, "%s", kvf_last_error());
@@ -206,7 +215,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
         for (size_t j = 0; j < m; j++)
             blk[j] = (kvf__store_block){.key = b->moves[idx[j]].src};
         ret = s->ops->remove(s, blk, m, deadline_ns);
-    } else if (b->kind == OP_OFFLOAD_REMOTE) {
+    } else if (kind_writes(b->kind) == SP_REMOTE) {
         ret = remote_store_blocks(w, b, idx, m, s, blk, cp, deadline_ns);
     } else {
         ret = remote_fetch_blocks(w, b, idx, m, s, blk, cp, deadline_ns, noted, first_why,

@@ -32,7 +32,7 @@ kvf_status kvf_info_get(kvf_info *info)
     if (kvf__gds_acquire(KVF_GDS_COMPAT_AUTO, &p) == KVF_OK)
         kvf__gds_release();
     kvf__clear_error();
-    full.gds_state = (int)p.found;
+    full.gds_state = p.found;
     snprintf(full.gds_detail, sizeof full.gds_detail, "%s", p.detail);
     full.remote_built = kvf__remote_built();
 #ifdef KVF_HAVE_URING

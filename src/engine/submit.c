@@ -386,7 +386,7 @@ kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked, const kv
         size_t bk = b->id % TICKET_BUCKETS;
         b->next_ticket = e->tickets[bk];
         e->tickets[bk] = b;
-        *ticket_p = b->id;
+        *ticket_p = (kvf_ticket){b->id};
     }
     kvf_status ret = KVF_OK;
     if (!group) {
@@ -410,27 +410,41 @@ refuse_checked:
     return st;
 }
 
-/* A batch to or from one of the tiers below the primary slots: the kind
- * for each tier in kvf_tier's order. */
-static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, const op_kind kinds[3],
+/* The op kind of an engine call on `tier`: kinds[tier], one per tier below
+ * the primary slots in kvf_tier's order; a negative entry or a tier
+ * outside them refuses the call, naming the tier. */
+kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3], op_kind *kind_p)
+{
+    if ((unsigned)tier >= KVF_TIER_COUNT)
+        return kvf__fail(KVF_ERR_INVALID, "%s: tier %d unknown", fn, (int)tier);
+    int k = (unsigned)tier < 3 ? kinds[tier] : -1;
+    if (k < 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: tier %s is not one this call takes", fn,
+                         kvf_tier_name(tier));
+    *kind_p = (op_kind)k;
+    return KVF_OK;
+}
+
+static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, const int kinds[3],
                               const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
-    if ((unsigned)tier > KVF_TIER_REMOTE)
-        return kvf__fail(KVF_ERR_INVALID, "%s: tier %d unknown", fn, (int)tier);
-    return kvf__submit(e, kinds[tier], moves, n, ticket_p);
+    kvf__clear_error();
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind(fn, tier, kinds, &kind);
+    return st != KVF_OK ? st : kvf__submit(e, kind, moves, n, ticket_p);
 }
 
 kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const op_kind kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
     return submit_tier(e, "kvf_offload", to, kinds, moves, n, ticket_p);
 }
 
 kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const op_kind kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
+    static const int kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
     return submit_tier(e, "kvf_onboard", from, kinds, moves, n, ticket_p);
 }
 
@@ -439,19 +453,29 @@ kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *
     return kvf__submit(e, OP_COPY, moves, n, ticket_p);
 }
 
-kvf_status kvf_demote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+kvf_status kvf_demote(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
+                      kvf_ticket *ticket_p)
 {
-    return kvf__submit(e, OP_DEMOTE, moves, n, ticket_p);
+    static const int kinds[3] = {-1, OP_DEMOTE, OP_DEMOTE_REMOTE};
+    return submit_tier(e, "kvf_demote", to, kinds, moves, n, ticket_p);
 }
 
-kvf_status kvf_promote(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+kvf_status kvf_promote(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
+                       kvf_ticket *ticket_p)
 {
-    return kvf__submit(e, OP_PROMOTE, moves, n, ticket_p);
+    static const int kinds[3] = {-1, OP_PROMOTE, OP_PROMOTE_REMOTE};
+    return submit_tier(e, "kvf_promote", from, kinds, moves, n, ticket_p);
 }
 
-static kvf_status submit_removal(kvf_engine *e, op_kind kind, const uint64_t *keys, size_t n,
-                                 kvf_ticket *ticket_p)
+kvf_status kvf_remove(kvf_engine *e, kvf_tier tier, const uint64_t *keys, size_t n,
+                      kvf_ticket *ticket_p)
 {
+    static const int kinds[3] = {-1, OP_REMOVE, OP_REMOVE_REMOTE};
+    kvf__clear_error();
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind("kvf_remove", tier, kinds, &kind);
+    if (st != KVF_OK)
+        return st;
     if (!e || n == 0)
         return kvf__submit(e, kind, NULL, n, ticket_p);
     if (!keys)
@@ -464,17 +488,7 @@ static kvf_status submit_removal(kvf_engine *e, op_kind kind, const uint64_t *ke
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[kind]);
     for (size_t i = 0; i < n; i++)
         moves[i] = (kvf_move){keys[i], keys[i], 0};
-    kvf_status st = kvf__submit(e, kind, moves, n, ticket_p);
+    st = kvf__submit(e, kind, moves, n, ticket_p);
     free(moves);
     return st;
-}
-
-kvf_status kvf_file_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
-{
-    return submit_removal(e, OP_REMOVE, keys, n, ticket_p);
-}
-
-kvf_status kvf_remote_remove(kvf_engine *e, const uint64_t *keys, size_t n, kvf_ticket *ticket_p)
-{
-    return submit_removal(e, OP_REMOVE_REMOTE, keys, n, ticket_p);
 }

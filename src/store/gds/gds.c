@@ -155,7 +155,7 @@ static bool open_driver(kvf_gds_compat compat, kvf__gds_probe *p)
         snprintf(p->detail, sizeof p->detail,
                  "libcufile loaded, cuFileDriverOpen failed: error %d (cuda %d)%s", e.err, e.cu_err,
                  nvfs_loaded() ? "" : "; nvidia-fs not loaded");
-        p->found = KVF_GDS_REFUSED;
+        p->found = KVF_GDS_STATE_REFUSED;
         return false;
     }
     /* more room than the struct: a newer library may write more */
@@ -171,11 +171,11 @@ static bool open_driver(kvf_gds_compat compat, kvf__gds_probe *p)
     bool nvfs = nvfs_loaded() || (have_props && u.props.nvfs.major_version > 0);
     bool compat_allowed =
         have_props && (u.props.nvfs.dcontrolflags >> KVF_CUFILE_ALLOW_COMPAT_MODE_BIT & 1u);
-    p->found = nvfs ? KVF_GDS_P2P : KVF_GDS_COMPAT;
+    p->found = nvfs ? KVF_GDS_STATE_P2P : KVF_GDS_STATE_COMPAT;
     snprintf(p->detail, sizeof p->detail,
              "driver open, %s (nvidia-fs %s, nvfs %u.%u, compat mode %s)",
-             p->found == KVF_GDS_P2P ? "p2p" : "compatibility mode", nvfs ? "loaded" : "not loaded",
-             u.props.nvfs.major_version, u.props.nvfs.minor_version,
+             p->found == KVF_GDS_STATE_P2P ? "p2p" : "compatibility mode",
+             nvfs ? "loaded" : "not loaded", u.props.nvfs.major_version, u.props.nvfs.minor_version,
              !have_props      ? "unknown"
              : compat_allowed ? "allowed"
                               : "not allowed");
@@ -184,7 +184,7 @@ static bool open_driver(kvf_gds_compat compat, kvf__gds_probe *p)
 
 kvf_status kvf__gds_acquire(kvf_gds_compat compat, kvf__gds_probe *probe)
 {
-    kvf__gds_probe p = {KVF_GDS_ABSENT, ""};
+    kvf__gds_probe p = {KVF_GDS_STATE_ABSENT, ""};
     kvf_status st = KVF_OK;
     pthread_mutex_lock(&gds_mu);
     if (refs) {

@@ -9,18 +9,9 @@
 
 #include "blockfile.h"
 
-/* What probing cuFile found, worst to best. */
-typedef enum kvf__gds_found {
-    KVF_GDS_ABSENT = 0,  /* no libcufile (or a build without CUDA) */
-    KVF_GDS_REFUSED = 1, /* loaded, but its driver would not open */
-    KVF_GDS_COMPAT = 2,  /* open, no P2P path: cuFile's compatibility mode
-                            (POSIX I/O through its own bounce buffers) */
-    KVF_GDS_P2P = 3      /* open, nvidia-fs loaded or P2P DMA offered */
-} kvf__gds_found;
-
 typedef struct kvf__gds_probe {
-    kvf__gds_found found;
-    char detail[160]; /* what was found, or why not */
+    kvf_gds_state found; /* kvferry.h says what each means */
+    char detail[160];    /* what was found, or why not */
 } kvf__gds_probe;
 
 /* The compat mode asked for: `c`, or env KVF_GDS_COMPAT=on|off|auto over AUTO. */

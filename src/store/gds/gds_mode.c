@@ -28,9 +28,9 @@ bool kvf__gds_choose(kvf_file_io io, kvf_gds_compat compat, const kvf__gds_probe
     if (io == KVF_FILE_IO_POSIX)
         return false;
     switch (probe->found) {
-    case KVF_GDS_P2P:
+    case KVF_GDS_STATE_P2P:
         return true;
-    case KVF_GDS_COMPAT:
+    case KVF_GDS_STATE_COMPAT:
         if (compat == KVF_GDS_COMPAT_ON || (compat == KVF_GDS_COMPAT_AUTO && io == KVF_FILE_IO_GDS))
             return true;
         snprintf(why, cap, "cuFile has no P2P path here (%s)%s", probe->detail,

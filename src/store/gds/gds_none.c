@@ -10,7 +10,7 @@
 kvf_status kvf__gds_acquire(kvf_gds_compat compat, kvf__gds_probe *probe)
 {
     (void)compat;
-    probe->found = KVF_GDS_ABSENT;
+    probe->found = KVF_GDS_STATE_ABSENT;
     snprintf(probe->detail, sizeof probe->detail, "built without CUDA");
     return kvf__fail(KVF_ERR_UNSUPPORTED, "cufile: built without CUDA");
 }
