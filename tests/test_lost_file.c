@@ -104,7 +104,9 @@ static int test_unlink_refused_file_emptied(void)
           ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[f.bytes - 1] == POISON);
     /* the message is the worker's; the direct read says why the file is no block */
     uint8_t buf[16384];
-    CHECK(kvf__blockfile_read(kvf__engine_dir(f.e), KEY, buf, sizeof buf, NULL) != KVF_OK);
+    kvf__store_block b = {.key = KEY, .buf = buf, .cap = sizeof buf};
+    kvf__store *disk = kvf__engine_store(f.e, KVF_TIER_DISK);
+    CHECK(disk && disk->ops->read(disk, &b, 1, 0) != KVF_OK && b.status != KVF_OK);
     /* another key is untouched */
     CHECK_STATUS(ff_move1(&f, false, OTHER_KEY, 3), KVF_OK);
     CHECK_MEM_EQ(ff_slot(&f, KVF_LEVEL_PRIMARY, 3), ff_slot(&f, KVF_LEVEL_PRIMARY, 2), f.bytes);

@@ -5,7 +5,7 @@
  * batches of many chunks in flight at once, blocks shared by two engines
  * and kept across an engine's restart, namespaces apart, and the store
  * ops called directly (list, short buffers, bad URLs), on mem:// and on a
- * file store. */
+ * file store; a cache whose remote tier is mem://. */
 #include "engine.h"
 #include "mem_store.h"
 #include "testutil.h"
@@ -490,6 +490,105 @@ static int test_file_url_store(void)
     return 0;
 }
 
+/* A cache whose remote tier is mem://: write-through puts reach the store,
+ * lookups past the host tier find them there (the cache asks the store,
+ * whichever it is), gets bring them back byte for byte, a damaged value
+ * fails its block alone, and a second engine's cache on the same name
+ * finds every block. */
+static kvf_engine *open_cache_engine(const char *url, uint32_t host_slots)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.threads = 2;
+    cfg.file.namespace_ = "cache";
+    cfg.remote.url = url;
+    kvf_engine *e = NULL;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 16};
+    kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, host_slots};
+    REQUIRE(kvf_engine_add_pool(e, &G, &prim, &sec, NULL) == KVF_OK);
+    return e;
+}
+
+static kvf_cache *open_cache(kvf_engine *e, kvf_cache_remote mode)
+{
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host.blocks = 4;
+    cc.remote = mode;
+    kvf_cache *c = NULL;
+    REQUIRE(kvf_cache_create(e, &cc, &c) == KVF_OK);
+    return c;
+}
+
+static int test_cache_on_mem(void)
+{
+    enum { N = 10 };
+    size_t bb = block_bytes();
+    kvf__mem_store_clear("cachetier");
+    kvf_engine *e = open_cache_engine("mem://cachetier", 4);
+    kvf_cache *c = open_cache(e, KVF_CACHE_REMOTE_WRITE_THROUGH);
+    kvf_key keys[N];
+    uint32_t slots[N];
+    for (uint32_t i = 0; i < N; i++) {
+        keys[i] = 0x900 + i;
+        slots[i] = i;
+        test_fill_random(slot(e, i), bb, keys[i]);
+    }
+    kvf_cache_ticket ct;
+    REQUIRE(kvf_cache_put(c, keys, slots, N, 1, &ct) == KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(c, ct, NULL), KVF_OK);
+    size_t hits = 0;
+    kvf_tier tiers[N];
+    CHECK_STATUS(kvf_cache_lookup(c, keys, N, &hits, tiers), KVF_OK);
+    CHECK_EQ_INT(hits, N);
+    int remote = 0;
+    for (int i = 0; i < N; i++)
+        remote += tiers[i] == KVF_TIER_REMOTE;
+    CHECK_EQ_INT(remote, N - 4);
+    /* one remote-only block damaged in the store */
+    uint64_t bad = 0;
+    for (int i = 0; i < N && !bad; i++)
+        if (tiers[i] == KVF_TIER_REMOTE)
+            bad = keys[i];
+    REQUIRE(bad);
+    REQUIRE(kvf__mem_store_poke("cachetier", "cache", bad, KVF_BLOCKFILE_HEADER_BYTES + 9, 0x10) ==
+            KVF_OK);
+    kvf_status per[N];
+    for (uint32_t i = 0; i < N; i++)
+        memset(slot(e, i), POISON, bb);
+    REQUIRE(kvf_cache_get(c, keys, slots, N, &ct) == KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(c, ct, per), KVF_ERR_CORRUPT);
+    uint8_t *want = malloc(bb);
+    REQUIRE(want);
+    for (uint32_t i = 0; i < N; i++) {
+        test_fill_random(want, bb, keys[i]);
+        if (keys[i] == bad) {
+            CHECK_STATUS(per[i], KVF_ERR_CORRUPT);
+            CHECK(slot(e, i)[0] == POISON || memcmp(slot(e, i), want, bb) != 0);
+        } else {
+            CHECK_STATUS(per[i], KVF_OK);
+            CHECK_MEM_EQ(slot(e, i), want, bb);
+        }
+    }
+    kvf_cache_stats s = KVF_CACHE_STATS_INIT;
+    CHECK_STATUS(kvf_cache_stats_get(c, &s), KVF_OK);
+    CHECK_EQ_INT(s.remote_errors, 1);
+    /* another engine and cache on the same store find the stored blocks */
+    kvf_engine *e2 = open_cache_engine("mem://cachetier", 4);
+    kvf_cache *c2 = open_cache(e2, KVF_CACHE_REMOTE_READ);
+    CHECK_STATUS(kvf_cache_lookup(c2, keys, N, &hits, tiers), KVF_OK);
+    CHECK(hits >= 1);
+    for (size_t i = 0; i < hits; i++)
+        CHECK(tiers[i] == KVF_TIER_REMOTE);
+    kvf_cache_destroy(c2);
+    kvf_engine_destroy(e2);
+    free(want);
+    kvf_cache_destroy(c);
+    kvf_engine_destroy(e);
+    kvf__mem_store_clear("cachetier");
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_round_trip);
@@ -499,5 +598,6 @@ int main(void)
     RUN(test_store_ops);
     RUN(test_file_store);
     RUN(test_file_url_store);
+    RUN(test_cache_on_mem);
     return TEST_RESULT();
 }

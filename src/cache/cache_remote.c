@@ -1,10 +1,11 @@
 /*
- * The remote tier's lookups. With cache_restore.c, the only file that
- * reaches below the engine; the remote tier's reads, writes and removals
- * are engine batches (cache_batch.c).
+ * The remote tier's lookups, asked of the engine's remote store (Redis,
+ * mem://, whichever it is). With cache_restore.c, the only file that asks
+ * a store; the remote tier's reads, writes and removals are engine
+ * batches (cache_batch.c).
  */
 #include "cache_private.h"
-#include "remote.h"
+#include "store.h"
 
 #include <stdlib.h>
 
@@ -18,12 +19,12 @@ bool kvf__cache_remote_usable(const kvf_engine *engine)
 static kvf_status remote_exists(kvf_cache *c, const kvf_key *keys, size_t n, kvf_status *st,
                                 bool *asked_p)
 {
-    kvf__remote *r;
-    kvf_status rs = kvf__engine_remote(c->engine, &r);
-    *asked_p = rs == KVF_OK;
-    if (rs == KVF_OK)
-        rs = kvf__remote_exists_batch(r, keys, n, st);
-    return rs;
+    /* NULL while the store cannot be reached: kvf_last_error() says why */
+    kvf__store *s = kvf__engine_store(c->engine, KVF_TIER_REMOTE);
+    *asked_p = s != NULL;
+    if (!s)
+        return KVF_ERR_REMOTE;
+    return kvf__store_exists(s, keys, n, 0, st);
 }
 
 /* Extends a lookup's prefix past the first local miss: keys[0..n) are

@@ -1,10 +1,11 @@
 /*
  * The disk tier's blocks found at create: the file tier is listed, the
  * oldest blocks beyond the tier's capacity are removed, the others entered.
- * With cache_remote.c, the only file that reaches below the engine.
+ * With cache_remote.c, the only file that asks a store (never a file or
+ * directory: the disk tier is whatever store the engine keeps for it).
  */
-#include "blockfile.h"
 #include "cache_private.h"
+#include "store.h"
 
 #include <stdlib.h>
 
@@ -21,7 +22,7 @@ typedef struct restore_list {
     bool nomem;
 } restore_list;
 
-static void restore_visit(void *arg, const kvf__blockfile_meta *meta, int64_t mtime_ns)
+static void restore_visit(void *arg, const kvf__store_entry *meta)
 {
     restore_list *l = arg;
     /* the cache keeps whole blocks of this engine's pools only */
@@ -37,7 +38,7 @@ static void restore_visit(void *arg, const kvf__blockfile_meta *meta, int64_t mt
         l->v = v;
         l->cap = cap;
     }
-    l->v[l->n++] = (restored){meta->key, mtime_ns};
+    l->v[l->n++] = (restored){meta->key, meta->mtime_ns};
 }
 
 static int cmp_restored(const void *a, const void *b)
@@ -51,24 +52,21 @@ static int cmp_restored(const void *a, const void *b)
 /* Priority of blocks found on disk at create: their own is not stored. */
 #define RESTORED_PRIORITY 50u
 
-/* The calls below the engine, each in one place, for the file tier's
- * store to take over. */
-
 bool kvf__cache_disk_usable(kvf_engine *engine)
 {
-    return kvf__engine_dir(engine) != NULL;
+    return kvf__engine_store(engine, KVF_TIER_DISK) != NULL;
 }
 
-/* The directory's name, for messages. */
+/* Where the disk tier keeps its blocks, for messages. */
 static const char *disk_name(kvf_cache *c)
 {
-    return kvf__engine_dir(c->engine)->root;
+    return kvf__engine_store(c->engine, KVF_TIER_DISK)->where;
 }
 
-/* Every block of this engine's pools the file tier holds, into *l. */
+/* Every block of this engine's pools the disk tier's store holds, into *l. */
 static kvf_status disk_list(kvf_cache *c, restore_list *l)
 {
-    kvf_status st = kvf__blockfile_list(kvf__engine_dir(c->engine), restore_visit, l);
+    kvf_status st = kvf__store_list(kvf__engine_store(c->engine, KVF_TIER_DISK), restore_visit, l);
     if (st == KVF_OK && l->nomem)
         st = kvf__fail(KVF_ERR_NOMEM, "cache: out of memory listing %s", disk_name(c));
     return st;

@@ -529,15 +529,3 @@ kvf__store *kvf__engine_store(kvf_engine *e, kvf_tier tier)
         return NULL;
     return s;
 }
-
-kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p)
-{
-    kvf__store *s = NULL;
-    *remote_p = NULL;
-    kvf_status st = kvf__remote_handle(e, &s);
-    if (st != KVF_OK)
-        return st;
-    if (!(*remote_p = kvf__redis_store_remote(s)))
-        return kvf__fail(KVF_ERR_UNSUPPORTED, "remote tier %s: not a Redis store", s->where);
-    return KVF_OK;
-}

@@ -67,16 +67,13 @@ KVF_INTERNAL size_t kvf__engine_block_bytes(const kvf_engine *e);
 /* Whether moves between the engine's primary slots and files go through
  * cuFile (the GDS path). */
 KVF_INTERNAL bool kvf__engine_gds(const kvf_engine *e);
-/* The engine's block directory, or NULL without a file tier. Callers
- * move to kvf__engine_store(e, KVF_TIER_DISK). */
+/* The engine's block directory, or NULL without a file tier: for tests
+ * that look at the files under a store's interface. Everything else asks
+ * kvf__engine_store(e, KVF_TIER_DISK). */
 KVF_INTERNAL kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e);
-/* Whether the engine has a remote tier configured, and its Redis client
- * (connected on first use; an error while it cannot be, and
- * KVF_ERR_UNSUPPORTED for a store other than Redis, such as mem://).
- * Callers move to kvf__engine_store(e, KVF_TIER_REMOTE). */
-struct kvf__remote;
+/* Whether the engine has a remote tier configured (remote.url), reached or
+ * not. */
 KVF_INTERNAL bool kvf__engine_has_remote(const kvf_engine *e);
-KVF_INTERNAL kvf_status kvf__engine_remote(kvf_engine *e, struct kvf__remote **remote_p);
 
 /* The store of a slow tier (KVF_TIER_DISK, KVF_TIER_REMOTE), for callers
  * asking what a tier holds (kvf__store_list, kvf__store_exists,

@@ -181,8 +181,3 @@ kvf_status kvf__redis_store_open(const kvf__store_config *cfg, kvf__store **stor
     *store_p = &s->base;
     return KVF_OK;
 }
-
-kvf__remote *kvf__redis_store_remote(kvf__store *store)
-{
-    return store && store->ops == &redis_ops ? ((redis_store *)store)->remote : NULL;
-}

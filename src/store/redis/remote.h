@@ -182,9 +182,4 @@ KVF_INTERNAL kvf_status kvf__remote_ping(kvf__remote *r);
 KVF_INTERNAL kvf_status kvf__remote_probe(const char *url, uint32_t timeout_ms, char *detail,
                                           size_t cap);
 
-/* The client under a store of the Redis store (redis_store.c), or NULL
- * for another store: for callers not yet on the store ops. */
-struct kvf__store;
-KVF_INTERNAL kvf__remote *kvf__redis_store_remote(struct kvf__store *store);
-
 #endif /* KVF_REMOTE_H */
