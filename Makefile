@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kvferry: `make demo` runs the main job, `make check` runs every test.
 # Both install missing Debian packages first (scripts/install-deps.sh);
 # `make check` also makes $(PYENV), the Python tests' virtual environment

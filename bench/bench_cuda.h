@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers shared by the CUDA benchmark programs (cuda_paths.c, latency.c):
  * a check that ends the program on any CUDA error, and a microsecond clock.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuda_paths: how fast each way of moving scattered KV blocks runs on this
  * machine, against the ceiling of one large pinned copy measured in the same

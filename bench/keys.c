@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The key chain of a long prompt: how long kvf_key_chain_all takes for
  * 128k tokens in blocks of 16 (8192 keys), the work a scheduler does on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * latency: where the host time of a batch goes, from submit to the moment
  * the caller learns it is done. For scattered blocks of 4 KiB .. 4 MiB

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots `kvferry bench --compare` results: GB/s against block size, one panel
 per direction and whole/partial, the ceiling drawn; with --before FILE, an
 earlier run's kvferry line too. Reads the bench's own JSON lines

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs `kvferry bench` over block sizes from 4 KiB to 4 MiB and writes one
 # JSON line per run to $2 (default sweep.jsonl). $1: the kvferry binary.
 # Extra arguments after the first two go to every run (e.g. --mode posix).

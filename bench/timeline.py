@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Reads a timeline written with KVF_TIMELINE=FILE and prints, for each
 submit of more than --min-moves moves, when each of its batches (or parts)
 was registered, handed to the backend, reported copied and completed, in

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch's gather-then-copy path, the one PyTorch users already have, on
 the same block sizes as `kvferry bench --compare`: offload = index_select of
 scattered blocks on the GPU, then one copy_ into pinned host memory; onboard

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kvferry::hiredis, kvferry::yaml and kvferry::uring: the libraries behind the remote
 # tier, config files and the file tier, as imported targets found by name on the machine at hand. The
 # build links them (privately into the shared library, publicly through the

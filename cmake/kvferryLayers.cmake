@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The library is built layer by layer (docs/architecture.md): each layer is
 # an OBJECT library whose include path holds its own folders and those of
 # the layers below it, never one above, so an upward #include fails to

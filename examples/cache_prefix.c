@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Prefix reuse through the cache, as a serving engine wires it: a request
  * finishes and its blocks go to the cache (put); a later request with the
  * same system prompt finds them (lookup) and has them copied into its own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The smallest complete use of kvferry: one pool on the host backend,
  * a block offloaded to a secondary slot and to a file, and brought back.
  * Build against an installed kvferry:

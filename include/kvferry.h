@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvferry: moves the blocks of a paged LLM KV cache between GPU memory, host
  * memory and files.

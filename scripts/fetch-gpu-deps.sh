@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Unpacks, into .deps (git-ignored), the Debian libraries and programs the GPU
 # machine's image lacks, so they can travel with a device call (carry .deps):
 # liburing, hiredis, libxxhash's header, libyaml and cJSON for the build (.deps/root/usr), redis-server with the

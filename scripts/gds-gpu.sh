@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The GDS path on a GPU machine: what cuFile finds, the GDS and CUDA tests,
 # then the file tier's bench on the POSIX and GDS paths (same geometry, the
 # raw-disk ceiling of each run printed with it). Logs under $OUT.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # One whole build-test-benchmark cycle on a GPU machine, for the lent H200:
 # builds, runs every test (the GPU ones included), then the benchmarks.
 # Logs and JSON go to $OUT (default ./gpu-out).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs what kvferry's build and tests need, and only what is missing:
 # with everything present it does nothing and needs no root.
 #

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs `kvferry bench --mode remote` against a redis-server of its own: a
 # free loopback port, a temp dir, nothing saved to disk, stopped on exit
 # (even when the bench fails or is interrupted).

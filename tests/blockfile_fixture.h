@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The block file tests' fixture: a temporary directory, the I/O runner of
  * $KVF_FILE_RUNNER (ctest runs each program once per runner), a fault hook

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache tests' fixture: a cache over an engine on the host backend (two
  * pools, primary slots as the GPU's, a host tier and optionally a disk tier

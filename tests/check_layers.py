@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The source tree keeps its layers (docs/architecture.md).
 
 Checks what the compiler alone does not say clearly or at all:
@@ -6,7 +7,8 @@ Checks what the compiler alone does not say clearly or at all:
 - a file includes headers of its own layer or of the layers below it;
 - no two headers share a base name (they are included by base name);
 - the CLI's files outside the named internal ones use the public header only;
-- comments carry no dates or machine names (figures live in docs/).
+- comments carry no dates or machine names (figures live in docs/);
+- every source file names its licence (an SPDX line at its top).
 Exit 0 when all hold, 1 with one line per breach.
 """
 import os
@@ -92,6 +94,16 @@ for path in files_under("tools", (".c", ".h")):
             if os.path.basename(inc) in private:
                 breaches.append(f"{path}: includes the library's private {inc}; "
                                 "use include/kvferry.h (or move the code into the bench library)")
+
+SPDX_EXTS = (".c", ".h", ".cu", ".sh", ".py", ".cmake")
+for top in ("src", "include", "tools", "tests", "bench", "examples", "python", "scripts", "cmake"):
+    for path in files_under(top, SPDX_EXTS):
+        if "corpus" in path.split(os.sep):
+            continue
+        with open(os.path.join(ROOT, path), errors="replace") as f:
+            head = f.read(400)
+        if "SPDX-License-Identifier: Apache-2.0" not in head:
+            breaches.append(f"{path}: no SPDX-License-Identifier line at its top")
 
 for b in breaches:
     print(b)

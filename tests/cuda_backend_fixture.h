@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA backend tests' fixture: a backend of each copy mode, arenas of
  * pinned host and device memory with images on the host that every copy is

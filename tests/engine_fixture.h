@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine tests' fixture: an engine on the host backend with three pools
  * of different shapes (primary and secondary slots), optionally over a file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * An engine of one pool (primary and secondary slots, host memory) over a
  * file tier in a fresh temporary directory, namespace "ns": for the tests

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The file I/O tests' fixture: a temporary directory, the runner under test
  * (each program runs its tests on inline, threads and io_uring where

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the README's C snippets take from the engine around them: declared
  * here so that tests/test_readme_c.sh compiles each snippet as written. */
 #ifndef KVF_README_STUBS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Real redis-server processes for the remote tier's tests, header-only.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by the CLI's shell tests: start_redis SALT starts a redis-server
 # on a free loopback port (a few tries), its pid in $rpid and its port in
 # $port, files under $tmp; exits 1 when none starts. The caller's trap

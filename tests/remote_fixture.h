@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier tests' fixture: one real redis-server
  * (tests/redis_server.h) and the remote tier opened on it, blocks of random

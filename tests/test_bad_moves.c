@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Batches the engine must refuse whole, on every submit path: a token
  * count above the block's (not "the whole block"), moves NULL with n > 0
  * (not "empty"), and keys chained from tokens that are not there. A

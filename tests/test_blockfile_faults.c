@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Every way a block file's write or read can go wrong (short calls, EINTR,
  * EIO, ENOSPC, files damaged behind the library's back): the block fails

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The file tier's block files: CRC-32C (the published vectors, the
  * hardware path against the tables), namespaces and their directories,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A directory's block files scanned (as fsck does): good blocks, damaged
  * ones, torn temporary files and files that are no blocks each reported

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache's events (replayed, they rebuild exactly what the cache holds)
  * and its statistics as Prometheus text.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache's faults: a file damaged behind its back, a tier whose
  * directory vanished, a failed offload leaving no entry; and bad input on

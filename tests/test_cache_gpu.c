@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache owning the GPU blocks (the GPU tier, on the host backend
  * here): a request's life (alloc, prefill, commit, unpin, acquire),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache's block keys: XXH64 against the published vectors, the chain
  * over its documented bytes (parent, salt, tokens), salts, a request's keys

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache's eviction order against a model: LRU within priorities, the
  * minimum priority, the disk tier's admission, a single tier; and pins,

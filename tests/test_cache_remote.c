@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The engine's remote tier and the cache on top of it, against a real
  * redis-server on loopback: round trips, write-through, a second process
  * sharing the blocks, a value damaged behind kvferry's back, a server

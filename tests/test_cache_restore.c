@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A cache restarted on its disk tier: the blocks on disk are found again
  * (those of the host tier are lost with the process), a smaller disk tier

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache from several threads at once: puts and gets of random keys,
  * every block got checked byte for byte, the counts per tier agreeing

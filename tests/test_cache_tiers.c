@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache's tiers: round trips through the host tier alone, the disk
  * tier alone and both, and a block on disk handed back by the engine

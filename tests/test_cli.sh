@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The kvferry CLI end to end: info, bench in each mode (verified, JSON),
 # fsck on what bench stored, then fsck after damage behind its back; and
 # for every subcommand the same conventions: --help exits 0, an unknown

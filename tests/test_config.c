@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The configuration surface: sizes in bytes, settings from the
  * environment and from a YAML file, their precedence and recorded sources,

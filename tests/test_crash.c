@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Crash consistency of the file tier. A child process offloads blocks to
  * files (KVF_FSYNC_BATCH) in a loop and reports each key on a pipe once its

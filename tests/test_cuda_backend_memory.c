@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA backend's mem_register: the caller's device memory, pinned and
  * pageable host ranges, and what is refused. Exits 77 without a GPU.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA backend's copy paths (kernel, dma, auto) in every direction
  * (host->device, device->host, device->device) over whole blocks of 4 KiB

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA backend's staged path (dense host ranges, whole and 2-D,
  * batches in flight) and its refusals. Exits 77 without a GPU.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA backend's synchronisation: copy_sync from several threads at
  * once, and sync_stream ordering the caller's stream after the copies

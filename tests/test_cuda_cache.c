@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cache over a CUDA engine: device primary slots, pinned host tier,
  * disk tier, so puts from GPU memory, demotions from pinned slots to files
  * (host-only copies on a CUDA engine) and gets into GPU memory from each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public API on the CUDA backend: device primary pools (allocated by
  * kvferry and the caller's own cudaMalloc'd memory), pinned secondary pools
  * (kvferry's and caller malloc'd memory that kvferry pins), offload and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The public calls that look into a block directory (kvf_dir_check,
  * kvf_dir_list, kvf_dir_namespaces) and at a remote URL (kvf_remote_probe).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Bad input on every public function of the engine: refused with
  * KVF_ERR_INVALID (or the status naming the problem) and a message, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's large batches: batches of more than one part (4096 moves),
  * with hazards between them and each move's status at its own index; moves

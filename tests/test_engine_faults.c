@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's failures and their propagation: short I/O, missing and
  * damaged files (the reference's defects 2 and 6), failed copies failing

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's hazards (the reference's defect 7): read after write and
  * write after read, made deterministic by slowing one copy down; a write

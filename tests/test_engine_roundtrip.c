@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine on the host backend: round trips through secondary slots and
  * files (whole and partial blocks, random order), demote and promote,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The process-wide knobs that have no config field (KVF_FILE_DIRECT,
  * KVF_FSYNC_METHOD, KVF_HOST_ASYNC, KVF_CUFILE_LIB, KVF_TIMELINE): a bad

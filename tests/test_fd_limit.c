@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A process out of file descriptors (or another resource) never loses a
  * stored block: reads fail with KVF_ERR_RESOURCE, the blocks stay cached
  * and their files stay on disk, and once descriptors are free again every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A block file whose header claims more than any block holds: a sparse
  * file of 4 GiB whose intact header says 4 GiB of payload matches the

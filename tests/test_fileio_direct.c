@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Block files on the O_DIRECT path, on every file I/O runner: alignment
  * edge cases and the padded length rule, one block of a batch failing

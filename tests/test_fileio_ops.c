@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The file I/O runners (io_uring, threads, inline): raw ops of many files
  * at once byte-exact on random data into poisoned buffers, faults

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Files under a block's name that kvferry never wrote and cannot read: a
  * FIFO, a directory, a symbolic link. Opening a FIFO for reading waits for

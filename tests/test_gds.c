@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The GDS path of the file tier. Everywhere: the compat-mode setting, the
  * choice of path, cuFile missing (the probe says why, an engine asked for
  * GDS takes the POSIX path with one warning). With a GPU: the CRC-32C

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Golden values of the block keys and of CRC-32C. Stored blocks are
  * addressed by their keys and checked by their CRCs, so any change of

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs kvferry the README's two ways (make install PREFIX=..., cmake
 # --install --prefix ...) into prefixes other than the configured one, then
 # builds the examples against each install with the README's commands:

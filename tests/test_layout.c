@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Layout math against a brute-force reference: every element of a block is
  * placed by its indices, and the bytes of the first N tokens found that way
  * must be exactly the region kvf_geometry_region describes. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Logging: levels set by call and by KVF_LOG (any case; an unknown value
  * warned about), the KVF_LOG_FILE sink with %h and %p, the caller's
  * handler, and the rate limit of a warning flood from several threads

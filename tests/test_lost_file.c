@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A failed write of a key whose old file cannot be removed (a directory
  * that refuses unlink: read-only, or not ours). kvf_offload promises that

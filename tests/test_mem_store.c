@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The engine's remote tier on the in-memory store (mem://NAME), so the
  * remote path runs without a Redis server: offload and onboard, exists and
  * remove through the store, a corrupted value refused for its block only,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Each failed move's message reaches the ticket's holder (kvf_wait_errors,
  * kvf_poll_errors): injected file faults, a damaged file, a lost source, a
  * failed copy and an unreachable store each give the move's index, its

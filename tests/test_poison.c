@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Failures against a model: random offloads, onboards and copies over
  * primary and secondary slots, queued without waiting, while injected copy
  * failures hit about one copy in twelve. Every move's status is checked, in

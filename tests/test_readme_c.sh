@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Compiles every ```c block of README.md and docs/*.md as written: its
 # #include lines at the top of a file, the rest as the body of a function,
 # the names the program around it supplies declared by tests/readme_stubs.h

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier against one real redis-server: URLs parsed, errors on
  * open, round trips of every size, misses, exists and range deletes,

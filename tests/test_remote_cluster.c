@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The remote tier against a real three-master Redis Cluster on loopback:
  * routing by slot, ASK and MOVED during a slot migration, a node killed
  * while batches run, the node restarted. */

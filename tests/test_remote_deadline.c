@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A remote batch ends by its deadline (remote.timeout_ms plus its bytes
  * at the floor rate), however many chunks it has and however slowly the
  * node sends: a redis-server stopped (SIGSTOP) under an onboard of 2048

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier against one real redis-server when things go wrong:
  * values overwritten behind kvferry's back, a value too large to take,

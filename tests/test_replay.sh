@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # kvferry replay end to end over the cache: generated shared-prefix traces
 # replayed host only, host+disk and disk only (every block got back is
 # checked byte for byte by replay itself, which exits 1 on any mismatch);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The trace reader of `kvferry replay` (tools/trace.c): valid lines, each
  * kind of malformed line refused with a reason and a column, a write/read
  * round trip of a generated trace, and a small fuzz pass (every prefix and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Stress: random batches of offloads, onboards and copies over shared slots
  * and files, queued without waiting, from two threads at once. The engine
  * must give the result of running every batch in the order it was queued;

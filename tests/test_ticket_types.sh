@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Engine and cache tickets are distinct types: tests/compile/ticket_control.c
 # compiles against the public header, and each ticket_mixup*.c, which passes
 # one kind of ticket where the other is expected, is refused by the compiler

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs the wheel `make wheel` built into a fresh virtual environment and
 # uses it as a user would: no compiler, no cmake, no KVFERRY_LIBRARY, outside
 # the checkout. The library must come from inside the package, a round trip

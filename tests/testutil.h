@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Helpers shared by kvferry's test programs; header-only, one test program
  * per translation unit.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by the GPU tests (they build only with CUDA). */
 #ifndef KVF_TESTUTIL_CUDA_H
 #define KVF_TESTUTIL_CUDA_H

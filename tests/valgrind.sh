@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Memcheck over the CLI's paths that touch the most code: bench (host
 # backend, a few blocks, every mode), replay (a short generated trace
 # through the host and disk tiers) and fsck (a directory holding good,

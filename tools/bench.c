@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvferry bench: offload + onboard round trips over a chosen geometry, in
  * scattered slot order, timed next to the ceiling and the reference

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `kvferry bench --mode remote`: the remote tier's put and get through
  * kvf__remote_*, next to the ceiling measured in the same run: the same

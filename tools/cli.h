@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared by the kvferry command-line tool's source files: one way to parse
  * options (getopt_long), the same names for the same things in every
  * subcommand, one way to write --json, numbers and choices checked with

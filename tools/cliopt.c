@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What every kvferry subcommand parses and writes alike: options through
  * getopt_long, numbers and choices checked with messages naming the option,
  * the block geometry, --json output, byte counts in human units and the

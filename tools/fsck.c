@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kvferry fsck DIR: checks every stored block's header and checksum in
  * every namespace under DIR (or one, with --namespace), and leftovers of
  * interrupted writes. Exits 1 on any problem. */

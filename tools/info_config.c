@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* `kvferry info --config`: the settings an engine and a cache created now
  * would get, and where each comes from (caller defaults, the KVF_*
  * environment, the config file named by $KVF_CONFIG). */

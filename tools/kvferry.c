@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kvferry: the command-line tool. `kvferry info` tells what this machine
  * offers; `kvferry bench` moves blocks and checks every byte; `kvferry
  * replay` runs a request trace through the cache. */

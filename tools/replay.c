@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvferry replay: runs a request trace through a kvf_cache the way a
  * serving engine would, and checks every block the cache hands back.

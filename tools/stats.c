@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kvferry stats DIR: opens a cache on the blocks an engine left in
  * DIR/NAMESPACE (the restart path: the cache finds them, oldest first) and
  * prints its metrics in the Prometheus text format. A cache just opened has

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The JSONL trace format of `kvferry replay`, read with a small, strict
  * JSON reader for the one shape a line may have: an object whose known

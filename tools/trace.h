@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Request traces for `kvferry replay`: the JSONL format (trace.c) and the
  * built-in workload generator (tracegen.c). docs/replay.md describes both. */
 #ifndef KVF_TRACE_H

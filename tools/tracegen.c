@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Built-in shared-prefix workloads for `kvferry replay --gen`: the request
  * shapes that make a prefix cache pay off in serving, with lengths in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How a serving engine wires kvferry.Cache into its prefix cache.
 
 A paged-attention engine (vLLM, SGLang) keeps a prefix cache in its own GPU

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """How a serving engine wires kvferry into its KV-cache offload path.
 
 The engine owns a paged KV cache (here: per-layer K and V arrays of

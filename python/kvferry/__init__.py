@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvferry: move paged LLM KV-cache blocks between GPU memory, host memory
 and files. A ctypes binding of libkvferry (include/kvferry.h).
 

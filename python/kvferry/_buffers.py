@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Caller memory for a pool: NumPy arrays, __array_interface__,
 __cuda_array_interface__ and DLPack (__dlpack__) objects, without importing
 any of the libraries that make them.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Block keys and the content-addressed cache (kvf_key_*, kvf_cache_*).
 
     with kvf.Cache(engine, host_blocks=64, disk_blocks=1024, event_queue=4096) as cache:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Engine, pools, moves and tickets over the C API."""
 
 import ctypes

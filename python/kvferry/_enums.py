@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C enums, value for value (include/kvferry.h).
 
 Each takes its member, its value, or its name as a string in any case, with

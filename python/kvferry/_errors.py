@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """KvferryError and its subclasses, one per kvf_status, grouped as the header groups them.
 
     KvferryError

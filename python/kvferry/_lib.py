@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading libkvferry and declaring its C API with ctypes.
 
 The structs below mirror include/kvferry.h field for field; the enum

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """libkvferry's log lines into Python's logging module.
 
     import logging, kvferry

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package version: KVF_VERSION_STRING of include/kvferry.h, written into
 _build_version.py when the package is built, read from the header in a
 source checkout."""

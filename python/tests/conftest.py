@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Runs the tests against python/kvferry of this checkout (not an installed
 copy); the library is found as kvferry does: KVFERRY_LIBRARY first (CTest
 sets it to the build's libkvferry.so), then the repository's build/."""

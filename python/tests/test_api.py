@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Library loading, versions, enums, geometry helpers."""
 
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The cache and block keys from Python, on the host backend: round trips
 through the host and disk tiers byte for byte, eviction, pins, removal,
 events in order, stats, Prometheus text, errors, restart."""

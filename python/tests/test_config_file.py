@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Engine(config_file=...): the C API's YAML config file, its precedence
 under keyword arguments and the environment, the cache keys read from the
 same file, and settings() saying where each value came from."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every argument of an enum type takes the enum, its value, or its name as
 a string in any case; a wrong name raises InvalidArgument listing the valid
 ones."""

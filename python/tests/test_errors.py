@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Each failure raises the right KvferryError subclass with its status and a
 message naming the pool, slot, block or file; per-move failures come back
 as statuses (and raise with wait(check=True))."""

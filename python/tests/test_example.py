@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python/examples/serving_offload.py runs and checks itself."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """CUDA backend with torch: an engine's per-layer KV tensors (one pool per
 layer's K and per layer's V, TOKEN_MAJOR, layers=1, kv_factor=1) round-trip
 blocks through host memory and files. Skipped unless torch with CUDA is

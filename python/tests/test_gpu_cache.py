@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The cache on the CUDA backend with torch: an engine's per-layer KV
 tensors (vLLM-like [num_blocks, block_size, heads, head_size], K and V per
 layer, one pool each) round-trip blocks through the host and disk tiers of a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ctypes side checked against include/kvferry.h, field by field: every
 enum of the header (names and values) against kvferry's enums, and every
 struct with a body (field names, order, sizes and offsets) against the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvferry.install_log_handler(): libkvferry's log lines reach Python's
 logging module (logger "kvferry") at the matching level, from the library's
 threads too, until remove_log_handler()."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Each failed move's message reaches Python: Ticket.errors() without
 raising, wait(check=True) raising the first failure's class with every
 failure in .failures; the default wait() still returns the statuses."""

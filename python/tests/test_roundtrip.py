@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Byte-exact round trips on the host backend: random data (never zeros),
 poisoned destinations, whole blocks and first-N-token moves, host and file
 tiers, kvferry-allocated and caller-registered pools."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tickets: per-move statuses, poll until done, unknown and retired tickets."""
 
 import time

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Memory backends (host.c, cuda/): a backend says where bytes live and how
  * they are copied. The engine asks it for memory, for copies of strided

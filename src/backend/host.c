@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The host backend: block slots in plain host memory, copies by memcpy on
  * the engine's worker threads. It is the whole backend on a machine without
  * a GPU, for CPU inference engines and for CI.

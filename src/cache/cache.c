@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The cache's create and destroy: the config resolved and checked against
  * the engine, the tables allocated, the disk tier's blocks entered

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Acquire: the longest prefix of cached blocks brought into GPU-tier slots
  * (read from the host tier or from files, or fenced where they already

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A completed op applied to the map: each move's status given to its
  * block in the caller's call, and a block that a failed move left not

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Batches: the moves a call assembles (pending, put_batches), queued with
  * the engine as ops; a put's rounds (kvf__cache_flush); and the background

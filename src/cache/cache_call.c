@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The caller's tickets: a put, get, acquire or alloc is a call made of the
  * ops it queued; wait and poll apply them and give per-block statuses and

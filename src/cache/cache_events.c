@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Events: each change of a block's tier goes to the events.fn callback and
  * into a ring of cfg.events.queue that kvf_cache_events drains.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * LRU lists, one per (tier, priority), and eviction: victims chosen lowest
  * priority first, then least recently used; host victims moved down to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The GPU tier's slot allocator: primary slots 0 .. gpu.blocks-1, each
  * free, handed out to the caller (alloc) until commit or free, or holding

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The key map: a hash table of entries by content key, grown by doubling.
  */

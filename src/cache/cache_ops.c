@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lookup, put and get, and the checks of the keys and slots callers give.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Pins (a pinned block is on no LRU list, so it is never evicted) and
  * removal, which waits for a pinned block's last unpin.

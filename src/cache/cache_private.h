@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The tiered cache's own header, shared by the files of src/cache/ only:
  * content keys mapped to blocks in the engine's secondary slots (host

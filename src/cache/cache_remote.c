@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier's lookups, asked of the engine's remote store (Redis,
  * mem://, whichever it is). With cache_restore.c, the only file that asks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The disk tier's blocks found at create: the file tier is listed, the
  * oldest blocks beyond the tier's capacity are removed, the others entered.

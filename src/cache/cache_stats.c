@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Counters, the transfer latency histogram, and their Prometheus text.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The stored form of one block, shared by the file tier (one block per
  * file) and the remote tier (one block per value).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The stored form of a block (blockhdr.c): a 64-byte header (magic,
  * version, layout fingerprint, namespace hash, key, tokens, pools, payload

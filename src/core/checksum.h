@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * CRC-32C of stored blocks (crc32c.c) and XXH64 of block keys (keys.c).
  */

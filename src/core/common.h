@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What every file of the library shares: the public header, the mark of an
  * internal symbol (internal names carry a double underscore, kvf__), sized

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * One configuration surface: every field of kvf_engine_config and
  * kvf_cache_config from the caller's struct, the environment (KVF_<NAME>)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Settings of engines and caches from the caller's struct, the environment
  * and a YAML file (config.c), shared by engine.c and cache.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Content keys of blocks: XXH64 over (parent key, salt, token ids), all
  * little-endian, computed incrementally so no buffer is allocated for a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Block geometry: element sizes, a block's bytes, and where its first N
  * tokens lie. Everything here is pure arithmetic, checked for overflow. */
 #include "layout.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Logging: the level (KVF_LOG, or kvf_log_set_level), the sink (stderr,
  * KVF_LOG_FILE, or the caller's handler), repeated warnings rate-limited
  * per call site; and the environment's overrides of AUTO settings. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Log lines with levels and rate limiting, and settings read from the
  * environment in any case (log.c; the process-wide knobs, config.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Status codes, their text, and the per-thread detail of the last failure. */
 #include "status.h"
 #include "log.h"

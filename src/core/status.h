@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Failure detail for kvf_last_error() and the mapping of errno values to
  * statuses (status.c).

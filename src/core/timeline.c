@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The event timeline (KVF_TIMELINE=FILE): when each step of a batch happened,
  * on which thread, to see where time goes between a submit and the end
  * of its last copy (no profiler on the GPU machine tells that). Events go

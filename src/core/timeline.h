@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The event timeline: KVF_TIMELINE=FILE records when each step of a batch
  * happened; an engine's destroy appends the events to FILE (timeline.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Copy batches handed whole to a backend with asynchronous copies
  * (copy_async), and their completions.

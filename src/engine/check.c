@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Checks of a batch's moves before it is queued: ranges, collisions,
  * hazards.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Completion of batches, tickets (wait, poll) and sync with a caller's
  * stream.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's lifetime (create, destroy, the file and remote tiers'
  * set-up) and what the cache asks of it.

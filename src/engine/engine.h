@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the cache needs of the engine: its pools frozen, fences, checked
  * moves, failed moves' messages, and its tiers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Pools: their memory, slots, and freezing them at the first transfer.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the engine's files share (src/engine/). The engine: pools and
  * slots, batches of moves, hazards between them, completion with a status

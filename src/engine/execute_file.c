@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Chunks of moves between slots and block files: staging, the file I/O,
  * lost and failed files.

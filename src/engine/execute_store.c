@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Chunks of moves between slots (primary; secondary for demote and
  * promote) and the remote tier's store.

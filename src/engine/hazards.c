@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The hazard tables of keyed objects (one per store) and the readers of a
  * slot.

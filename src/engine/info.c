@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What this build and this machine offer. */
 #include "backend.h"
 #include "gds.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Failed moves' messages, kept for a ticket's holder (kvf_wait_errors).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Workers' staging: host or device images of blocks between slots and a
  * slow tier.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Submission: a batch registered on its hazards, queued in parts, and the
  * public calls that queue moves.

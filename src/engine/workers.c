@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Worker threads: each takes a chunk of a ready batch and runs it.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The slow tiers behind one ops table, as the memory backends are behind
  * kvf__backend_ops: block files (store/file), Redis (store/redis) and a

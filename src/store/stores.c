@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The registry of stores: a line per URL scheme. A new store is a folder
  * under src/store with its open function, and one line here.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Compiles: each ticket goes to the calls of its own kind. The control for
  * ticket_mixup*.c, so that their failure to compile is the mix-up's. */
 #include "kvferry.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Must not compile: a cache's ticket passed to kvf_wait. */
 #include "kvferry.h"
 

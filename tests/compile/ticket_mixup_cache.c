@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Must not compile: an engine's ticket passed to kvf_cache_wait. */
 #include "kvferry.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What every fuzz target shares: libFuzzer's entry point, which the
  * corpus replayer (replay_main.c) also calls in builds without libFuzzer,
  * and a check that stops the run where a property does not hold. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the stored form of a block (src/core/blockhdr.c) and the file
  * tier's whole read path (src/store/file/blockfile_read.c). The input is a block's bytes:
  * checked as a Redis value would be (header, then the payload), then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the remote tier's URL parser (src/store/redis/remote_url.c), the one
  * parser that takes text from the environment ($KVF_REMOTE_URL) and the
  * command line. Properties: a URL taken describes servers that can be

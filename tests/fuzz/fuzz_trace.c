@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the replay trace parser (tools/trace.c), one line and a
  * whole trace. Properties: whatever parses is written back in a form that
  * parses to the same requests (write, read, write gives the same text), and

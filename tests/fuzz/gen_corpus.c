@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/)
  * with the project's own writers, so every seed is an input the code
  * really produces: block files from kvf__blockfile_write, traces from

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Runs a fuzz target over files and directories of inputs (a committed
  * corpus), without libFuzzer: every build replays the corpora under ctest,
  * so inputs that once crashed a parser keep being tried with gcc and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CUDA memory backend: its operations, create and destroy. The
  * backend's parts and the files that hold them are listed in
  * cuda_private.h. */

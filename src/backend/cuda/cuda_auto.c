@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* AUTO: which copy path takes a batch. */
 #include "cuda_private.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* copy_async: a path per batch (cuda_auto.c), run with the queue's lock
  * held, the queue's two streams kept in order; and sync_stream, which makes
  * a caller's stream wait for both queues. */

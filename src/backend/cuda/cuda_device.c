@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The device guard: every entry point of the backend runs on its device
  * and leaves the calling thread on the device it was on. */
 #include "cuda_private.h"

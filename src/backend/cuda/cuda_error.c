@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* cudaError_t to kvf_status, once, at the call that failed (the CUDA_*
  * macros of cuda_private.h). */
 #include "cuda_private.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What kvf_info reports of CUDA on this machine. */
 #include "cuda_private.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The gather/scatter copy kernel of the CUDA backend. One launch copies a
  * batch of 2-D copies between any mix of device memory and mapped pinned

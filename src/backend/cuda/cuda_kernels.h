@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The CUDA backend's copy kernel and its launch wrapper (cuda_kernels.cu),
  * shared with the backend's C files. Internal: nothing here is part of the API.

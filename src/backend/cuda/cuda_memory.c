@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The backend's memory: device memory, mapped pinned host memory and
  * pageable host memory, allocated or registered, and recorded in the
  * registry where a copy path needs to know of it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CUDA backend of a build without the CUDA toolkit: never usable. */
 #include "backend.h"
 #include "status.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The copy-engine path: no SMs taken from the model. */
 #include "cuda_private.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The kernel path: a batch's copies as descriptors in the queue's ring, one
  * upload and one launch of the gather/scatter kernel per ring chunk. */
 #include "cuda_private.h"

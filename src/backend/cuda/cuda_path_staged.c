@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The staged path: PyTorch's shape (gather in HBM, one large DMA) for batches whose host
  * sides tile one pinned range: every copy has the same shape (`rows` rows

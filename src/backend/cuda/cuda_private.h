@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the files of the CUDA backend share; nothing here is part of the API.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A transfer queue: its streams, its descriptor ring and its FIFO of batch
  * records (FREE -> BUILT -> ARMED -> FREE, see cuda_private.h). */
 #include "cuda_private.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The host ranges the backend knows of: pageable ones (HOST kind), which
  * the kernel path cannot reach, and pinned ones, inside which one DMA of the
  * staged path stays; and what kind of memory a pointer is. */

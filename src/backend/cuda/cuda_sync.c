@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* copy_sync: copies on a stream from a pool, waited for on the calling
  * thread. */
 #include "cuda_private.h"

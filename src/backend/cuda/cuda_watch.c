@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The completion watcher. A batch ends with an event recorded after its
  * last step. One thread per backend watches the oldest unfinished record of

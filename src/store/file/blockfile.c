@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Block files: one file per block key under <file_dir>/<namespace>/.
  *

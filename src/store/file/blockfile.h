@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Block files (blockfile*.c): one file per block key, holding the block's
  * bytes for every pool of the engine: a fixed header, then each pool's

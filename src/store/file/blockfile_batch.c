@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the blocks of a batch share: each block (kvf__blockfile_io) keeps
  * its own status and message, and its fileio op, linked with those of the

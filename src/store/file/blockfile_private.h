@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the block-file sources (blockfile*.c) share and the layers above do
  * not see: the limits of the format, the hooked system calls, the names,

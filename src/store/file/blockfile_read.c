@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Reading blocks. The fast reader (read_begin, read_end) reads a whole
  * file in one call of a batch and checks it after; the careful reader

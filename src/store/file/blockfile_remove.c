@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Removing blocks: on request (kvf__blockfile_remove), and after a failed
  * write (kvf__blockfile_discard), where a file the directory will not let

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Walks over a namespace's directory: kvf__blockfile_scan checks every
  * block fully (fsck), kvf__blockfile_list reads only the headers (the

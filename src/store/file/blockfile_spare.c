@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Spare files: the inodes of replaced blocks, kept under temporary names
  * to be written over by later writes. Replacing a file by rename frees

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The system calls of the block files: each preceded by the fault hook
  * (kvf__io_fault, with the op names of fileio.h) and retried on EINTR,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Writing blocks: the image (header, payload, zero padding) written to a
  * temporary file, or over a spare, then renamed over the key's name, so a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A block directory seen from outside an engine (kvf_dir_check,
  * kvf_dir_list, kvf_dir_namespaces): what fsck, stats and a user's own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The file store: block files (blockfile.c) behind the store ops, their
  * system calls in flight together through the fileio runner; on the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * File I/O runners: run many reads, writes and fsyncs at once, each to
  * completion.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * File I/O runners (fileio.c): many reads, writes and fsyncs in flight at
  * once, each run to completion: io_uring where built and allowed, else a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The part of NVIDIA's cuFile API (GPUDirect Storage) that gds.c calls,
  * declared here because cufile.h is not installed where kvferry is built:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPUDirect Storage: cuFile, loaded at run time.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * GPUDirect Storage (gds.c; gds_none.c in builds without CUDA): libcufile
  * is loaded with dlopen at the first use ($KVF_CUFILE_LIB, else

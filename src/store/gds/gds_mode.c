@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Which file path an engine takes: the choice between cuFile and the POSIX
  * path, apart from cuFile itself so that it builds and is tested

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The in-memory store (mem_store.c): URL mem://NAME. Blocks live in a
  * process-wide map per NAME, so two engines, or a cache restarted in the

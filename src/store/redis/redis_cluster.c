@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Redis Cluster routing: hash slots (CRC16 of the key or its {hashtag},
  * 16384 slots), the slot map read with CLUSTER SLOTS, the node table.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared by the Redis client's files: redis_node.c (connections to one
  * node), redis_cluster.c (hash slots and the slot map) and remote_redis.c

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Connections to one Redis node: made with the connect timeout, then
  * authenticated and the db selected. Single commands (AUTH, PING, CLUSTER

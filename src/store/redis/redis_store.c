@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The Redis store: the remote tier's client (remote.h) behind the store
  * ops. One round trip per node for a whole batch; the client names only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier: blocks stored in Redis (one server or a Redis Cluster).
  * Internal to kvferry; the cache calls it.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The remote tier in a build without hiredis: every call says so. */
 #include "remote.h"
 #include "status.h"

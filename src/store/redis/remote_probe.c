@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvf_remote_probe: the public face of kvf__remote_probe, for tools and
  * users that ask whether a remote store answers before an engine uses it.

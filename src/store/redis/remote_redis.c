@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier on Redis (remote.h): batches of blocks as pipelined
  * SET / GETRANGE / EXISTS / DEL, one pipeline per node and round.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The remote tier's URLs (see remote.h): built with or without hiredis. */
 #include "remote.h"
 #include "status.h"
