@@ -45,9 +45,9 @@ with tempfile.TemporaryDirectory() as d, kvf.Engine(backend="host", file_dir=d, 
     kv = rng.integers(1, 256, (4, g.block_bytes), dtype=np.uint8)
     e.add_pool(g, primary=kv, secondary=4)
     want = kv[0].copy()
-    e.offload("file", [(0, 0x42)]).wait(check=True)
+    e.offload("disk", [(0, 0x42)]).wait(check=True)
     kv[1] = 0xA5  # poisoned
-    e.onboard("file", [(0x42, 1)]).wait(check=True)
+    e.onboard("disk", [(0x42, 1)]).wait(check=True)
     assert np.array_equal(kv[1], want)
 print("wheel: round trip through", kvf.library_path)
 PY
