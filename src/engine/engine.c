@@ -186,6 +186,36 @@ static kvf_status workers_start(kvf_engine *e, uint32_t n)
     return KVF_OK;
 }
 
+/* Worker threads: as configured, else one per core up to 4. */
+static uint32_t worker_count(const kvf_engine_config *c)
+{
+    if (c->threads)
+        return c->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
+}
+
+/* The file tier's I/O runner and the store over its directory. */
+static kvf_status file_runner_setup(kvf_engine *e, const kvf_engine_config *c, uint32_t nthreads)
+{
+    /* cuFile's calls run on the thread runner's threads (not io_uring) */
+    kvf_status st = kvf__fileio_runner_create(e->gds ? KVF_FILE_RUNNER_THREADS : c->file.runner,
+                                              c->file.queue_depth, nthreads, &e->fio);
+    if (st != KVF_OK)
+        return st;
+    e->dir.fio = e->fio;
+    return kvf__file_store_wrap(&e->dir, e->fio, e->gds, &e->file_store);
+}
+
+static void log_created(const kvf_engine *e)
+{
+    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
+            e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
+            !e->fio                                                    ? ""
+            : kvf__fileio_runner_type(e->fio) == KVF_FILE_RUNNER_URING ? " (io_uring)"
+                                                                       : " (threads)");
+}
+
 kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p)
 {
     kvf__clear_error();
@@ -259,30 +289,13 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         e->cb_started = true;
     }
 
-    uint32_t nthreads = c.threads;
-    if (nthreads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        nthreads = cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
-    }
-    if (e->file_enabled) {
-        /* cuFile's calls run on the thread runner's threads (not io_uring) */
-        st = kvf__fileio_runner_create(e->gds ? KVF_FILE_RUNNER_THREADS : c.file.runner,
-                                       c.file.queue_depth, nthreads, &e->fio);
-        if (st != KVF_OK)
-            goto destroy_sync;
-        e->dir.fio = e->fio;
-        st = kvf__file_store_wrap(&e->dir, e->fio, e->gds, &e->file_store);
-        if (st != KVF_OK)
-            goto destroy_sync;
-    }
+    uint32_t nthreads = worker_count(&c);
+    if (e->file_enabled && (st = file_runner_setup(e, &c, nthreads)) != KVF_OK)
+        goto destroy_sync;
     st = workers_start(e, nthreads);
     if (st != KVF_OK)
         goto destroy_sync;
-    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
-            e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
-            !e->fio                                                    ? ""
-            : kvf__fileio_runner_type(e->fio) == KVF_FILE_RUNNER_URING ? " (io_uring)"
-                                                                       : " (threads)");
+    log_created(e);
     *engine_p = e;
     return KVF_OK;
 
