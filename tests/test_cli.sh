@@ -109,11 +109,31 @@ said "\-\-dtype: 'fp5' is not one of: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int8
 expect 2 "$kvf" bench --backend gpu
 said "\-\-backend: 'gpu' is not one of: auto, host, cuda"
 expect 2 "$kvf" bench --mode tape
-said "\-\-mode: 'tape' is not one of: dram, posix, gds, remote"
+said "\-\-mode: 'tape' is not one of: dram, posix, gds, remote, contention"
 expect 2 "$kvf" bench --blocks
 said "\-\-blocks needs a value"
 expect 2 "$kvf" bench --plot "$tmp/p.png"
 said "add --compare"
+
+# the contention bench: onboard latency under offloads, every byte checked
+cb="bench --mode contention --backend host --sizes 4K,16K --reps 10 --load-blocks 16 --load-ms 50"
+conventions "$kvf" bench --mode contention
+json_ok "$kvf" $cb
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+assert d["mode"] == "contention" and d["backend"] == "host", d
+assert d["verified"] is True and d["bad_blocks"] == 0 and d["reps"] == 10, d
+assert [s["block_bytes"] for s in d["sizes"]] == [4096, 16384], d["sizes"]
+for s in d["sizes"]:
+    for p in (s["idle"], s["loaded"], s["raw"]["idle"], s["raw"]["loaded"]):
+        assert 0 < p["p50_ms"] <= p["p99_ms"], s
+    assert s["ratio_p50"] > 0 and s["raw"]["ratio_p50"] > 0 and s["allowed_ratio_p50"] >= 1.2, s
+    assert s["offload_alone_gbs"] > 0 and s["offload_loaded_gbs"] > 0 and s["offload_ratio"] > 0, s
+    assert s["raw"]["load_alone_gbs"] > 0 and s["bad_blocks"] == 0, s' "$tmp/last.json"
+unwritable "$kvf" $cb
+expect 2 "$kvf" bench --mode contention --sizes 4K,1000
+said "\-\-sizes: 1000 is not a multiple of 128 bytes"
+expect 2 "$kvf" bench --mode=contention --reps 0
+said "\-\-reps: 0 is out of range"
 
 conventions "$kvf" bench --mode remote
 expect 2 "$kvf" bench --mode remote --remote-url redis://127.0.0.1:1 --iters 0

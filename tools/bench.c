@@ -4,6 +4,7 @@
  * scattered slot order, timed next to the ceiling and the reference
  * algorithm measured in the same run, with every byte verified afterwards.
  */
+#include "bench.h"
 #include "blockhdr.h"
 #include "cli.h"
 #include "engine.h"
@@ -55,14 +56,14 @@ typedef struct result {
     double offload_gbs, onboard_gbs;
 } result;
 
-static double now_s(void)
+double kvf_bench_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void fill_random(uint8_t *p, size_t n, uint64_t *state)
+void kvf_bench_fill_random(uint8_t *p, size_t n, uint64_t *state)
 {
     uint64_t x = *state;
     size_t i = 0;
@@ -81,10 +82,42 @@ static void fill_random(uint8_t *p, size_t n, uint64_t *state)
     *state = x;
 }
 
+/* A size of 1 byte to 256 MiB, with an optional K or M; 0 or -1 (printed). */
+int kvf_bench_parse_size(const char *name, const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (end == s || s[0] == '-') {
+        fprintf(stderr, "kvferry bench: --%s: '%s' is not a size (N, NK or NM)\n", name, s);
+        return -1;
+    }
+    int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
+    end += shift != 0;
+    if (*end && *end != ',') {
+        fprintf(stderr, "kvferry bench: --%s: '%s' is not a size (N, NK or NM)\n", name, s);
+        return -1;
+    }
+    if (errno == ERANGE || v == 0 || v > (256ull << 20) >> shift) {
+        fprintf(stderr, "kvferry bench: --%s: %.*s is out of range (1..256M)\n", name,
+                (int)(end - s), s);
+        return -1;
+    }
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The q-quantile (0..1) of n samples, nearest rank; v is sorted in place. */
+double kvf_bench_quantile(double *v, size_t n, double q)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n ? v[(size_t)(q * (double)(n - 1) + 0.5)] : 0;
 }
 
 static double median(double *v, size_t n)
@@ -95,12 +128,12 @@ static double median(double *v, size_t n)
 
 /* ---- slot access: the CLI fills and checks slots like an engine would --- */
 
-static bool on_gpu(kvf_engine *e)
+bool kvf_bench_on_gpu(kvf_engine *e)
 {
     return kvf_engine_backend(e) == KVF_BACKEND_CUDA;
 }
 
-static int slot_io(kvf_engine *e, uint32_t pool, uint32_t slot, void *host, size_t n, bool write)
+int kvf_bench_slot_io(kvf_engine *e, uint32_t pool, uint32_t slot, void *host, size_t n, bool write)
 {
     void *p;
     if (kvf_engine_slot_ptr(e, pool, KVF_LEVEL_PRIMARY, slot, &p) != KVF_OK) {
@@ -108,7 +141,7 @@ static int slot_io(kvf_engine *e, uint32_t pool, uint32_t slot, void *host, size
         return -1;
     }
 #ifdef KVF_HAVE_CUDA
-    if (on_gpu(e)) {
+    if (kvf_bench_on_gpu(e)) {
         cudaError_t ce = write ? cudaMemcpy(p, host, n, cudaMemcpyHostToDevice)
                                : cudaMemcpy(host, p, n, cudaMemcpyDeviceToHost);
         if (ce != cudaSuccess) {
@@ -130,7 +163,7 @@ static int slot_io(kvf_engine *e, uint32_t pool, uint32_t slot, void *host, size
 static int pool_io(kvf_engine *e, uint32_t pool, uint32_t blocks, void *host, size_t block_bytes,
                    bool write)
 {
-    return slot_io(e, pool, 0, host, block_bytes * blocks, write);
+    return kvf_bench_slot_io(e, pool, 0, host, block_bytes * blocks, write);
 }
 
 /* ---- baselines ------------------------------------------------------------ */
@@ -166,26 +199,26 @@ static void host_dram_baselines(size_t block_bytes, const kvf_region *r, uint32_
         return;
     }
     uint64_t seed = 7;
-    fill_random(a, total, &seed);
+    kvf_bench_fill_random(a, total, &seed);
     memset(b, 0xA5, total);
     double *t = malloc(iters * sizeof *t);
     for (int dir = 0; dir < 2; dir++) {
         uint8_t *src = dir ? b : a, *dst = dir ? a : b;
         for (uint32_t it = 0; it < iters; it++) {
             touch(src, dst, total);
-            double t0 = now_s();
+            double t0 = kvf_bench_now_s();
             memcpy(dst, src, useful);
-            t[it] = now_s() - t0;
+            t[it] = kvf_bench_now_s() - t0;
         }
         out->ceiling[dir] = useful / median(t, iters) / 1e9;
         for (uint32_t it = 0; it < iters; it++) {
             touch(src, dst, total);
-            double t0 = now_s();
+            double t0 = kvf_bench_now_s();
             for (uint32_t i = 0; i < blocks; i++)
                 for (size_t row = 0; row < r->rows; row++)
                     memcpy(dst + (size_t)perm[i] * block_bytes + row * r->pitch,
                            src + (size_t)i * block_bytes + row * r->pitch, r->row_bytes);
-            t[it] = now_s() - t0;
+            t[it] = kvf_bench_now_s() - t0;
         }
         out->reference[dir] = useful / median(t, iters) / 1e9;
     }
@@ -367,7 +400,7 @@ static void ceiling_pass(file_ceiling *c, int d, bool timed)
 {
     if (c->failed)
         return;
-    double t0 = now_s();
+    double t0 = kvf_bench_now_s();
     int flags = d ? O_RDONLY : O_WRONLY | O_CREAT;
     bool direct = true;
     int fd = open(c->path, flags | O_DIRECT, 0644);
@@ -396,7 +429,7 @@ static void ceiling_pass(file_ceiling *c, int d, bool timed)
         c->failed |= fsync(fd) != 0;
     close(fd);
     if (timed && !c->failed)
-        c->t[d][c->n[d]++] = now_s() - t0;
+        c->t[d][c->n[d]++] = kvf_bench_now_s() - t0;
 }
 
 /* stored: the payload bytes of one block's file (every pool's region). */
@@ -416,7 +449,7 @@ static int ceiling_open(file_ceiling *c, const char *dir, size_t stored, const u
         return -1;
     c->buf = mem;
     uint64_t seed = 11;
-    fill_random(c->buf, c->image * c->blocks, &seed);
+    kvf_bench_fill_random(c->buf, c->image * c->blocks, &seed);
     c->ops = calloc(c->blocks, sizeof *c->ops);
     c->t[0] = calloc(o->iters, sizeof(double));
     c->t[1] = calloc(o->iters, sizeof(double));
@@ -476,7 +509,7 @@ static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, u
                             perror("kvferry bench: seed POSIX: drop from page cache");
                         close(fd);
                     }
-            double t0 = now_s();
+            double t0 = kvf_bench_now_s();
             for (uint32_t b = 0; b < blocks; b++)
                 for (uint32_t p = 0; p < pools; p++) {
                     snprintf(path, sizeof path, "%s/block_%u_pool_%u.bin", dir, b, p);
@@ -486,9 +519,9 @@ static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, u
                         if (d) {
                             if (read(fd, host, block_bytes) < 0)
                                 perror("kvferry bench: seed POSIX: read");
-                            slot_io(e, p, b, host, block_bytes, true);
+                            kvf_bench_slot_io(e, p, b, host, block_bytes, true);
                         } else {
-                            slot_io(e, p, b, host, block_bytes, false);
+                            kvf_bench_slot_io(e, p, b, host, block_bytes, false);
                             if (write(fd, host, block_bytes) < 0)
                                 perror("kvferry bench: seed POSIX: write");
                         }
@@ -497,7 +530,7 @@ static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, u
                         close(fd);
                     free(host);
                 }
-            t[it] = now_s() - t0;
+            t[it] = kvf_bench_now_s() - t0;
         }
         double gbs = total / median(t, iters) / 1e9;
         if (d < 2)
@@ -519,8 +552,11 @@ static void usage(void)
 {
     printf("usage: kvferry bench [options]\n"
            "  --backend auto|host|cuda     default auto (cuda where a GPU is usable)\n"
-           "  --mode dram|posix|gds|remote dram: GPU<->host slots; posix/gds: files;\n"
-           "                               remote: Redis (--mode remote --help)\n"
+           "  --mode dram|posix|gds|remote|contention\n"
+           "                               dram: GPU<->host slots; posix/gds: files;\n"
+           "                               remote: Redis (--mode remote --help);\n"
+           "                               contention: onboard latency under offloads\n"
+           "                               (--mode contention --help)\n"
            "%s"
            "                          (default 8 2 8 32 128)\n"
            "  --pools N                    pools (tensors) per block, default 1\n"
@@ -584,7 +620,7 @@ static const struct option bench_options[] = {
 /* One option's value into *o: 0, or -1 on a bad value (printed). */
 static int bench_option(int c, const char *v, bench_opts *o)
 {
-    static const char *const modes[] = {"dram", "posix", "gds", "remote", NULL};
+    static const char *const modes[] = {"dram", "posix", "gds", "remote", "contention", NULL};
     static const char *const runners[] = {"auto", "uring", "threads", NULL}; /* kvf_file_runner's */
     uint64_t u;
     int choice, rc = 0;
@@ -594,7 +630,7 @@ static int bench_option(int c, const char *v, bench_opts *o)
         break;
     case KVF_OPT_BACKEND:
         return kvf_cli_backend("bench", v, &o->backend);
-    case OPT_MODE: /* remote was routed to bench_remote.c before */
+    case OPT_MODE: /* remote and contention were routed to their files before */
         rc = kvf_cli_choice("bench", "mode", v, modes, &choice);
         o->mode = rc ? o->mode : (bench_mode)choice;
         break;
@@ -695,7 +731,7 @@ static long verify(kvf_engine *e, const bench_opts *o, const uint8_t *orig, size
     long bad = 0;
     for (uint32_t p = 0; p < o->pools; p++)
         for (uint32_t b = 0; b < o->blocks; b++) {
-            if (slot_io(e, p, b, scratch, block_bytes, false))
+            if (kvf_bench_slot_io(e, p, b, scratch, block_bytes, false))
                 return -1;
             const uint8_t *want = orig + ((size_t)p * o->blocks + b) * block_bytes;
             size_t row = 0;
@@ -890,10 +926,15 @@ int kvf_cli_bench(int argc, char **argv)
         .fsync = KVF_FSYNC_BATCH,
         .seed = 0x9e3779b97f4a7c15ull,
     };
-    for (int i = 1; i < argc; i++)
-        if ((!strcmp(argv[i], "--mode") && i + 1 < argc && !strcmp(argv[i + 1], "remote")) ||
-            !strcmp(argv[i], "--mode=remote"))
+    for (int i = 1; i < argc; i++) {
+        const char *m = !strcmp(argv[i], "--mode") && i + 1 < argc ? argv[i + 1]
+                        : !strncmp(argv[i], "--mode=", 7)          ? argv[i] + 7
+                                                                   : "";
+        if (!strcmp(m, "remote"))
             return kvf_cli_bench_remote(argc, argv);
+        if (!strcmp(m, "contention"))
+            return kvf_cli_bench_contend(argc, argv);
+    }
     int parsed = parse_args(argc, argv, &o);
     if (parsed)
         return parsed > 0 ? 0 : kvf_cli_usage_error("bench");
@@ -947,7 +988,7 @@ static int bench_one(bench_opts o, bench_result *res)
         fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
         return 1;
     }
-    bool gpu = on_gpu(e);
+    bool gpu = kvf_bench_on_gpu(e);
     int rc = 1;
     uint8_t *orig = NULL, *scratch = NULL, *poison_buf = NULL, *poison_all = NULL;
     uint32_t *perm = NULL;
@@ -984,7 +1025,7 @@ static int bench_one(bench_opts o, bench_result *res)
         goto out;
     }
     uint64_t seed = o.seed ? o.seed : 1;
-    fill_random(orig, total, &seed);
+    kvf_bench_fill_random(orig, total, &seed);
     const uint8_t poison = 0xA5;
     memset(poison_buf, poison, block_bytes);
     memset(poison_all, poison, block_bytes * o.blocks);
@@ -1025,14 +1066,14 @@ static int bench_one(bench_opts o, bench_result *res)
                         true))
                 goto out;
         kvf_ticket t;
-        double t0 = now_s();
+        double t0 = kvf_bench_now_s();
         kvf_status st = kvf_offload(e, tier, off_moves, o.blocks, &t);
-        double submitted = now_s() - t0;
+        double submitted = kvf_bench_now_s() - t0;
         if (submit_us == 0 || submitted * 1e6 / o.blocks < submit_us)
             submit_us = submitted * 1e6 / o.blocks;
         if (st == KVF_OK)
             st = kvf_wait(e, t, NULL);
-        t_off[it] = now_s() - t0;
+        t_off[it] = kvf_bench_now_s() - t0;
         if (files)
             ceiling_pass(&fc, 0, true);
         if (st != KVF_OK) {
@@ -1044,11 +1085,11 @@ static int bench_one(bench_opts o, bench_result *res)
         for (uint32_t p = 0; p < o.pools; p++)
             if (pool_io(e, p, o.blocks, poison_all, block_bytes, true))
                 goto out;
-        t0 = now_s();
+        t0 = kvf_bench_now_s();
         st = kvf_onboard(e, tier, on_moves, o.blocks, &t);
         if (st == KVF_OK)
             st = kvf_wait(e, t, NULL);
-        t_on[it] = now_s() - t0;
+        t_on[it] = kvf_bench_now_s() - t0;
         if (files)
             ceiling_pass(&fc, 1, true);
         if (st != KVF_OK) {
@@ -1063,17 +1104,18 @@ static int bench_one(bench_opts o, bench_result *res)
     if (half) {
         for (uint32_t it = 0; it < o.iters; it++) {
             for (uint32_t p = 0; p < o.pools; p++)
-                if (slot_io(e, p, half, poison_all, block_bytes * (o.blocks - half), true))
+                if (kvf_bench_slot_io(e, p, half, poison_all, block_bytes * (o.blocks - half),
+                                      true))
                     goto out;
             kvf_ticket t1, t2;
-            double t0 = now_s();
+            double t0 = kvf_bench_now_s();
             kvf_status st = kvf_offload(e, tier, off_moves, half, &t1);
             kvf_status st2 = kvf_onboard(e, tier, on_moves + half, o.blocks - half, &t2);
             if (st == KVF_OK)
                 st = kvf_wait(e, t1, NULL);
             if (st2 == KVF_OK)
                 st2 = kvf_wait(e, t2, NULL);
-            t_both[it] = now_s() - t0;
+            t_both[it] = kvf_bench_now_s() - t0;
             if (st != KVF_OK || st2 != KVF_OK) {
                 fprintf(stderr, "\nkvferry bench: both directions: %s\n", kvf_last_error());
                 goto out;

@@ -7,6 +7,7 @@
  * does. Every block read back through the tier is compared with what was
  * written.
  */
+#include "bench.h"
 #include "cli.h"
 #include "remote.h"
 
@@ -40,27 +41,12 @@ typedef struct timing {
     uint32_t n;
 } timing;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The q-quantile (0..1) of t's samples, nearest rank. */
 static double quantile(const timing *t, double q)
 {
     double *v = malloc(t->n * sizeof *v);
     memcpy(v, t->s, t->n * sizeof *v);
-    qsort(v, t->n, sizeof *v, cmp_double);
-    size_t i = (size_t)(q * (double)(t->n - 1) + 0.5);
-    double x = v[i];
+    double x = kvf_bench_quantile(v, t->n, q);
     free(v);
     return x;
 }
@@ -232,28 +218,28 @@ static int bench_size(kvf__remote *r, raw_client *raw, const remote_opts *o, row
     for (uint32_t it = 0; it < o->iters + 1 && rc == 0; it++) {
         /* the first round warms up the server (allocations) and is not counted */
         uint32_t k = it == 0 ? 0 : it - 1;
-        double t0 = now_s();
+        double t0 = kvf_bench_now_s();
         if (raw && raw_pipeline(raw, "SET", n, (const uint8_t *const *)value, HDR + bytes))
             rc = 1;
-        double t1 = now_s();
+        double t1 = kvf_bench_now_s();
         if (kvf__remote_put_batch(r, puts, n, st) != KVF_OK) {
             fprintf(stderr, "kvferry bench: put: %s\n", kvf_last_error());
             rc = 1;
         }
-        double t2 = now_s();
+        double t2 = kvf_bench_now_s();
         if (raw && raw_pipeline(raw, "GET", n, NULL, HDR + bytes))
             rc = 1;
-        double t3 = now_s();
+        double t3 = kvf_bench_now_s();
         for (size_t i = 0; i < n; i++)
             gets[i] = (kvf__remote_get){.key = puts[i].key, .dst = gets[i].dst, .cap = bytes};
         if (kvf__remote_get_batch(r, gets, n, st) != KVF_OK) {
             fprintf(stderr, "kvferry bench: get: %s\n", kvf_last_error());
             rc = 1;
         }
-        double t4 = now_s();
+        double t4 = kvf_bench_now_s();
         if (raw && raw_put_socket(raw, n, (const uint8_t *const *)value, HDR + bytes))
             rc = 1;
-        w->sock_put.s[k] = now_s() - t4;
+        w->sock_put.s[k] = kvf_bench_now_s() - t4;
         w->raw_put.s[k] = t1 - t0;
         w->put.s[k] = t2 - t1;
         w->raw_get.s[k] = t3 - t2;
@@ -298,31 +284,6 @@ static void usage(void)
            kvf_cli_common_usage);
 }
 
-/* A size of 1 byte to 256 MiB, with an optional K or M; 0 or -1 (printed). */
-static int parse_size(const char *name, const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (end == s || s[0] == '-') {
-        fprintf(stderr, "kvferry bench: --%s: '%s' is not a size (N, NK or NM)\n", name, s);
-        return -1;
-    }
-    int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
-    end += shift != 0;
-    if (*end && *end != ',') {
-        fprintf(stderr, "kvferry bench: --%s: '%s' is not a size (N, NK or NM)\n", name, s);
-        return -1;
-    }
-    if (errno == ERANGE || v == 0 || v > (256ull << 20) >> shift) {
-        fprintf(stderr, "kvferry bench: --%s: %.*s is out of range (1..256M)\n", name,
-                (int)(end - s), s);
-        return -1;
-    }
-    *out = (size_t)(v << shift);
-    return 0;
-}
-
 enum { OPT_MODE = 'm', OPT_SIZES = KVF_OPT_OWN, OPT_ITERS, OPT_BATCH_BYTES };
 
 static const struct option remote_options[] = {
@@ -360,7 +321,7 @@ static int parse_remote_args(int argc, char **argv, remote_opts *o)
                     fprintf(stderr, "kvferry bench: --sizes: more than %d sizes\n", MAX_SIZES);
                     return -1;
                 }
-                if (parse_size("sizes", p, &o->sizes[o->nsizes++]))
+                if (kvf_bench_parse_size("sizes", p, &o->sizes[o->nsizes++]))
                     return -1;
             }
             break;
@@ -370,7 +331,7 @@ static int parse_remote_args(int argc, char **argv, remote_opts *o)
             o->iters = (uint32_t)v;
             break;
         case OPT_BATCH_BYTES:
-            if (parse_size("batch-bytes", optarg, &o->batch_bytes))
+            if (kvf_bench_parse_size("batch-bytes", optarg, &o->batch_bytes))
                 return -1;
             break;
         default:

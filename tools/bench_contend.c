@@ -1,0 +1,803 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * `kvferry bench --mode contention`: does a small onboard wait behind
+ * offloads? The latency of a 16-block onboard (host secondary slots ->
+ * primary slots, kvf_onboard + kvf_wait) idle and while another thread
+ * keeps large offload batches in flight on disjoint slots of the same
+ * engine; the offloads' throughput alone and beside the onboards; and, in
+ * the same run, the same question asked of raw copies (cudaMemcpyAsync on
+ * two streams, or memcpy on two threads on the host backend). Every
+ * onboarded block is compared with its random source after the phase, each
+ * onboard having gone into destinations poisoned before it.
+ */
+#include "bench.h"
+#include "cli.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef KVF_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#define MAX_SIZES 8
+#define POISON 0xA5
+
+typedef struct contend_opts {
+    kvf_backend backend;
+    const char *json;
+    size_t sizes[MAX_SIZES];
+    size_t nsizes;
+    uint32_t blocks, load_blocks, reps;
+    double load_seconds;
+    uint64_t seed;
+} contend_opts;
+
+/* ---- the load: batches kept in flight by a thread --------------------- */
+
+/* A thread that moves batch_bytes per batch until told to stop, recording
+ * each batch's submission and completion times. */
+typedef struct load {
+    void *(*body)(void *);
+    void *ctx;
+    size_t batch_bytes;
+    pthread_t th;
+    atomic_bool stop;
+    atomic_uint done;
+    bool failed;
+    double *start, *end;
+    size_t n, cap;
+} load;
+
+static int load_record(load *l, double start, double end)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        double *s = realloc(l->start, cap * sizeof *s);
+        if (s)
+            l->start = s;
+        double *e = s ? realloc(l->end, cap * sizeof *e) : NULL;
+        if (!e)
+            return -1;
+        l->end = e;
+        l->cap = cap;
+    }
+    l->start[l->n] = start;
+    l->end[l->n++] = end;
+    atomic_fetch_add(&l->done, 1);
+    return 0;
+}
+
+static int load_start(load *l)
+{
+    l->n = 0;
+    l->failed = false;
+    atomic_store(&l->stop, false);
+    atomic_store(&l->done, 0);
+    if (pthread_create(&l->th, NULL, l->body, l) != 0) {
+        fprintf(stderr, "kvferry bench: cannot start the load thread\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits until the load completed its first batch (so it runs at full
+ * speed from here); -1 when it failed instead. */
+static int load_warm(load *l)
+{
+    while (atomic_load(&l->done) == 0 && !l->failed) {
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return l->failed ? -1 : 0;
+}
+
+static int load_stop(load *l)
+{
+    atomic_store(&l->stop, true);
+    pthread_join(l->th, NULL);
+    return l->failed ? -1 : 0;
+}
+
+/* GB/s during [a, b]: each batch's bytes counted in proportion to the
+ * part of its time (submission to completion) inside the window, so that a
+ * window shorter than a batch still measures; with two batches in flight
+ * each one's time is twice the link's, and the sum comes out the same. */
+static double load_gbs(const load *l, double a, double b)
+{
+    double bytes = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        double from = l->start[i] > a ? l->start[i] : a;
+        double to = l->end[i] < b ? l->end[i] : b;
+        if (to > from && l->end[i] > l->start[i])
+            bytes += (double)l->batch_bytes * (to - from) / (l->end[i] - l->start[i]);
+    }
+    return b > a ? bytes / (b - a) / 1e9 : 0;
+}
+
+static void load_free(load *l)
+{
+    free(l->start);
+    free(l->end);
+}
+
+/* ---- one phase: small moves timed one by one, with or without load ----- */
+
+/* One small move, the rep-th; 0, or -1 printed. */
+typedef int (*small_fn)(void *ctx, uint32_t rep);
+
+typedef struct phase {
+    double p50, p99; /* seconds */
+    double load_gbs; /* the load's throughput during the phase (0 idle) */
+} phase;
+
+static int run_phase(small_fn fn, void *ctx, uint32_t reps, load *l, double *t, phase *out)
+{
+    memset(out, 0, sizeof *out);
+    if (l && load_start(l))
+        return -1;
+    if (l && load_warm(l)) {
+        load_stop(l);
+        return -1;
+    }
+    double a = kvf_bench_now_s();
+    int rc = 0;
+    for (uint32_t r = 0; r < reps && rc == 0; r++) {
+        double t0 = kvf_bench_now_s();
+        rc = fn(ctx, r);
+        t[r] = kvf_bench_now_s() - t0;
+    }
+    double b = kvf_bench_now_s();
+    if (l) {
+        rc |= load_stop(l);
+        out->load_gbs = load_gbs(l, a, b);
+    }
+    out->p50 = kvf_bench_quantile(t, reps, 0.5);
+    out->p99 = kvf_bench_quantile(t, reps, 0.99);
+    return rc;
+}
+
+/* The load alone for `seconds` after its first batch: its GB/s. */
+static int load_alone(load *l, double seconds, double *gbs)
+{
+    if (load_start(l))
+        return -1;
+    if (load_warm(l)) {
+        load_stop(l);
+        return -1;
+    }
+    double a = kvf_bench_now_s();
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+    double b = kvf_bench_now_s();
+    if (load_stop(l))
+        return -1;
+    *gbs = load_gbs(l, a, b);
+    return 0;
+}
+
+/* ---- kvferry: the engine, its onboards and its offloads ---------------- */
+
+/* Slots of the one pool: onboards read secondary [0, blocks) into primary
+ * [blocks * rep, blocks * (rep + 1)), fresh poisoned slots for each rep;
+ * the load's two batches move primary [blocks * reps + k * load_blocks,
+ * ...) to secondary [blocks + k * load_blocks, ...), k = 0, 1. */
+typedef struct kvf_side {
+    kvf_engine *e;
+    const contend_opts *o;
+    size_t block_bytes;
+    kvf_move *on, *off[2];
+    uint8_t *orig, *scratch;
+} kvf_side;
+
+static int kvf_small(void *ctx, uint32_t rep)
+{
+    kvf_side *s = ctx;
+    for (uint32_t i = 0; i < s->o->blocks; i++)
+        s->on[i] = (kvf_move){i, (uint64_t)s->o->blocks * rep + i, 0};
+    kvf_ticket t;
+    kvf_status st = kvf_onboard(s->e, KVF_TIER_HOST, s->on, s->o->blocks, &t);
+    if (st == KVF_OK)
+        st = kvf_wait(s->e, t, NULL);
+    if (st != KVF_OK)
+        fprintf(stderr, "kvferry bench: onboard %u: %s\n", rep, kvf_last_error());
+    return st == KVF_OK ? 0 : -1;
+}
+
+/* Two offload batches in flight: while one runs, the other is queued. */
+static void *kvf_load_body(void *arg)
+{
+    load *l = arg;
+    kvf_side *s = l->ctx;
+    kvf_ticket t[2];
+    double start[2];
+    bool busy[2] = {false, false};
+    for (int k = 0;; k ^= 1) {
+        if (busy[k]) {
+            busy[k] = false;
+            if (kvf_wait(s->e, t[k], NULL) != KVF_OK ||
+                load_record(l, start[k], kvf_bench_now_s())) {
+                fprintf(stderr, "kvferry bench: offload: %s\n", kvf_last_error());
+                l->failed = true;
+                break;
+            }
+        }
+        if (atomic_load(&l->stop))
+            break;
+        start[k] = kvf_bench_now_s();
+        if (kvf_offload(s->e, KVF_TIER_HOST, s->off[k], s->o->load_blocks, &t[k]) != KVF_OK) {
+            fprintf(stderr, "kvferry bench: offload: %s\n", kvf_last_error());
+            l->failed = true;
+            break;
+        }
+        busy[k] = true;
+    }
+    for (int k = 0; k < 2; k++)
+        if (busy[k])
+            kvf_wait(s->e, t[k], NULL);
+    return NULL;
+}
+
+/* Poisons every rep's destinations (the poison buffer holds one rep's). */
+static int kvf_poison(kvf_side *s, uint8_t *poison)
+{
+    size_t n = s->block_bytes * s->o->blocks;
+    for (uint32_t r = 0; r < s->o->reps; r++)
+        if (kvf_bench_slot_io(s->e, 0, s->o->blocks * r, poison, n, true))
+            return -1;
+    return 0;
+}
+
+/* Every rep's destinations against the sources: the number of blocks that
+ * differ (named on stderr, the first few), -1 when they cannot be read. */
+static long kvf_verify(kvf_side *s)
+{
+    long bad = 0;
+    for (uint32_t r = 0; r < s->o->reps; r++)
+        for (uint32_t i = 0; i < s->o->blocks; i++) {
+            if (kvf_bench_slot_io(s->e, 0, s->o->blocks * r + i, s->scratch, s->block_bytes, false))
+                return -1;
+            if (memcmp(s->scratch, s->orig + i * s->block_bytes, s->block_bytes) != 0) {
+                if (bad++ < 5)
+                    fprintf(stderr,
+                            "kvferry bench: onboard %u: block %u (primary slot %u) differs from "
+                            "its source (secondary slot %u)\n",
+                            r, i, s->o->blocks * r + i, i);
+            }
+        }
+    return bad;
+}
+
+static void kvf_side_close(kvf_side *s)
+{
+    kvf_engine_destroy(s->e);
+    free(s->on);
+    free(s->off[0]);
+    free(s->off[1]);
+    free(s->orig);
+    free(s->scratch);
+    memset(s, 0, sizeof *s);
+}
+
+/* An engine with one pool whose block is block_bytes ([1][2][1][32][n]
+ * fp16), its onboards' sources filled with random data. */
+static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
+{
+    memset(s, 0, sizeof *s);
+    s->o = o;
+    s->block_bytes = block_bytes;
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = o->backend;
+    if (kvf_engine_create(&cfg, &s->e) != KVF_OK) {
+        fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
+        return -1;
+    }
+    bool gpu = kvf_bench_on_gpu(s->e);
+    kvf_geometry g = {
+        1, 2, 1, 32, (uint32_t)(block_bytes / 128), KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
+    uint32_t L = o->load_blocks, base = o->blocks * o->reps;
+    kvf_pool_desc prim = {gpu ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST, NULL, 0, base + 2 * L};
+    kvf_pool_desc sec = {gpu ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST, NULL, 0,
+                         o->blocks + 2 * L};
+    if (kvf_engine_add_pool(s->e, &g, &prim, &sec, NULL) != KVF_OK) {
+        fprintf(stderr, "kvferry bench: pool of %zu-byte blocks: %s\n", block_bytes,
+                kvf_last_error());
+        return -1;
+    }
+    s->on = malloc(o->blocks * sizeof *s->on);
+    s->off[0] = malloc(L * sizeof *s->off[0]);
+    s->off[1] = malloc(L * sizeof *s->off[1]);
+    s->orig = malloc(block_bytes * o->blocks);
+    s->scratch = malloc(block_bytes);
+    if (!s->on || !s->off[0] || !s->off[1] || !s->orig || !s->scratch) {
+        fprintf(stderr, "kvferry bench: out of memory\n");
+        return -1;
+    }
+    for (int k = 0; k < 2; k++)
+        for (uint32_t i = 0; i < L; i++)
+            s->off[k][i] = (kvf_move){base + k * L + i, o->blocks + k * L + i, 0};
+    uint64_t seed = o->seed ^ block_bytes;
+    kvf_bench_fill_random(s->orig, block_bytes * o->blocks, &seed);
+    /* the sources get there as an engine's blocks would: offloaded, from
+     * the first rep's destinations (poisoned before the rep) */
+    if (kvf_bench_slot_io(s->e, 0, 0, s->orig, block_bytes * o->blocks, true))
+        return -1;
+    for (uint32_t i = 0; i < o->blocks; i++)
+        s->on[i] = (kvf_move){i, i, 0};
+    kvf_ticket t;
+    kvf_status st = kvf_offload(s->e, KVF_TIER_HOST, s->on, o->blocks, &t);
+    if (st == KVF_OK)
+        st = kvf_wait(s->e, t, NULL);
+    if (st != KVF_OK) {
+        fprintf(stderr, "kvferry bench: offload of the onboards' sources: %s\n", kvf_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* What one block size measured. */
+typedef struct size_result {
+    size_t block_bytes;
+    phase idle, loaded;         /* kvferry's onboards */
+    double offload_alone_gbs;   /* the offloads without onboards */
+    phase raw_idle, raw_loaded; /* the raw copies' small moves */
+    double raw_alone_gbs;       /* the raw load without small moves */
+    long bad_blocks;
+} size_result;
+
+/* kvferry's idle and loaded onboards and the offloads alone; every
+ * onboard verified. 0, or -1 printed. */
+static int measure_kvferry(const contend_opts *o, size_t block_bytes, double *t, size_result *res,
+                           const char **backend)
+{
+    kvf_side s;
+    memset(&s, 0, sizeof s);
+    load l = {.body = kvf_load_body, .ctx = &s, .batch_bytes = block_bytes * o->load_blocks};
+    uint8_t *poison = malloc(block_bytes * o->blocks);
+    int rc = -1;
+    if (!poison || kvf_side_open(&s, o, block_bytes))
+        goto out;
+    *backend = kvf_backend_name(kvf_engine_backend(s.e));
+    memset(poison, POISON, block_bytes * o->blocks);
+    long bad[2] = {0, 0};
+    if (kvf_poison(&s, poison) || run_phase(kvf_small, &s, o->reps, NULL, t, &res->idle) ||
+        (bad[0] = kvf_verify(&s)) < 0 || kvf_poison(&s, poison) ||
+        load_alone(&l, o->load_seconds, &res->offload_alone_gbs) ||
+        run_phase(kvf_small, &s, o->reps, &l, t, &res->loaded) || (bad[1] = kvf_verify(&s)) < 0)
+        goto out;
+    res->bad_blocks = bad[0] + bad[1];
+    rc = 0;
+out:
+    load_free(&l);
+    kvf_side_close(&s);
+    free(poison);
+    return rc;
+}
+
+/* ---- the raw reference: the same small moves and load, no kvferry ------ */
+
+/* The small moves copy src into dst block by block; the load copies
+ * lsrc into ldst whole, again and again. On the GPU: host-to-device from
+ * pinned memory on stream s[0], the load device-to-host on s[1]; on the
+ * host: memcpy on two threads. */
+typedef struct raw_side {
+    bool gpu;
+    uint32_t blocks;
+    size_t block_bytes, load_bytes;
+    uint8_t *src, *dst, *lsrc, *ldst;
+#ifdef KVF_HAVE_CUDA
+    cudaStream_t s[2];
+#endif
+} raw_side;
+
+static int raw_small(void *ctx, uint32_t rep)
+{
+    raw_side *r = ctx;
+    (void)rep;
+#ifdef KVF_HAVE_CUDA
+    if (r->gpu) {
+        for (uint32_t i = 0; i < r->blocks; i++)
+            cudaMemcpyAsync(r->dst + i * r->block_bytes, r->src + i * r->block_bytes,
+                            r->block_bytes, cudaMemcpyHostToDevice, r->s[0]);
+        cudaError_t ce = cudaStreamSynchronize(r->s[0]);
+        if (ce != cudaSuccess)
+            fprintf(stderr, "kvferry bench: raw copies: %s\n", cudaGetErrorString(ce));
+        return ce == cudaSuccess ? 0 : -1;
+    }
+#endif
+    for (uint32_t i = 0; i < r->blocks; i++)
+        memcpy(r->dst + i * r->block_bytes, r->src + i * r->block_bytes, r->block_bytes);
+    return 0;
+}
+
+static void *raw_load_body(void *arg)
+{
+    load *l = arg;
+    raw_side *r = l->ctx;
+    while (!atomic_load(&l->stop)) {
+        double t0 = kvf_bench_now_s();
+#ifdef KVF_HAVE_CUDA
+        if (r->gpu) {
+            cudaMemcpyAsync(r->ldst, r->lsrc, r->load_bytes, cudaMemcpyDeviceToHost, r->s[1]);
+            cudaError_t ce = cudaStreamSynchronize(r->s[1]);
+            if (ce != cudaSuccess) {
+                fprintf(stderr, "kvferry bench: raw load: %s\n", cudaGetErrorString(ce));
+                l->failed = true;
+                break;
+            }
+        } else
+#endif
+            memcpy(r->ldst, r->lsrc, r->load_bytes);
+        if (load_record(l, t0, kvf_bench_now_s())) {
+            l->failed = true;
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void raw_close(raw_side *r)
+{
+#ifdef KVF_HAVE_CUDA
+    if (r->gpu) {
+        cudaFreeHost(r->src);
+        cudaFree(r->dst);
+        cudaFree(r->lsrc);
+        cudaFreeHost(r->ldst);
+        for (int i = 0; i < 2; i++)
+            if (r->s[i])
+                cudaStreamDestroy(r->s[i]);
+        cudaGetLastError();
+        return;
+    }
+#endif
+    free(r->src);
+    free(r->dst);
+    free(r->lsrc);
+    free(r->ldst);
+}
+
+/* Buffers of the kind the engine's pools are (pinned host and device on
+ * the GPU), touched before any timing; 0, or -1 printed. */
+static int raw_open(raw_side *r)
+{
+    size_t small = r->block_bytes * r->blocks;
+#ifdef KVF_HAVE_CUDA
+    if (r->gpu) {
+        if (cudaMallocHost((void **)&r->src, small) != cudaSuccess ||
+            cudaMalloc((void **)&r->dst, small) != cudaSuccess ||
+            cudaMalloc((void **)&r->lsrc, r->load_bytes) != cudaSuccess ||
+            cudaMallocHost((void **)&r->ldst, r->load_bytes) != cudaSuccess ||
+            cudaStreamCreateWithFlags(&r->s[0], cudaStreamNonBlocking) != cudaSuccess ||
+            cudaStreamCreateWithFlags(&r->s[1], cudaStreamNonBlocking) != cudaSuccess ||
+            cudaMemset(r->dst, POISON, small) != cudaSuccess ||
+            cudaMemset(r->lsrc, 0x5A, r->load_bytes) != cudaSuccess) {
+            fprintf(stderr, "kvferry bench: raw reference: %s\n",
+                    cudaGetErrorString(cudaGetLastError()));
+            return -1;
+        }
+        memset(r->src, 0x5A, small);
+        memset(r->ldst, POISON, r->load_bytes);
+        return 0;
+    }
+#endif
+    r->src = malloc(small);
+    r->dst = malloc(small);
+    r->lsrc = malloc(r->load_bytes);
+    r->ldst = malloc(r->load_bytes);
+    if (!r->src || !r->dst || !r->lsrc || !r->ldst) {
+        fprintf(stderr, "kvferry bench: raw reference: out of memory\n");
+        return -1;
+    }
+    memset(r->src, 0x5A, small);
+    memset(r->dst, POISON, small);
+    memset(r->lsrc, 0x5A, r->load_bytes);
+    memset(r->ldst, POISON, r->load_bytes);
+    return 0;
+}
+
+static int measure_raw(const contend_opts *o, size_t block_bytes, bool gpu, double *t,
+                       size_result *res)
+{
+    raw_side r = {.gpu = gpu,
+                  .blocks = o->blocks,
+                  .block_bytes = block_bytes,
+                  .load_bytes = block_bytes * o->load_blocks};
+    load l = {.body = raw_load_body, .ctx = &r, .batch_bytes = r.load_bytes};
+    int rc = -1;
+    if (raw_open(&r) == 0 && run_phase(raw_small, &r, o->reps, NULL, t, &res->raw_idle) == 0 &&
+        load_alone(&l, o->load_seconds, &res->raw_alone_gbs) == 0 &&
+        run_phase(raw_small, &r, o->reps, &l, t, &res->raw_loaded) == 0)
+        rc = 0;
+    load_free(&l);
+    raw_close(&r);
+    return rc;
+}
+
+/* ---- the report ---------------------------------------------------------- */
+
+static double ratio(double a, double b)
+{
+    return a > 0 && b > 0 ? a / b : 0;
+}
+
+/* kvferry's ratio may reach 1.2, or the raw copies' where that is higher. */
+static double allowed(double raw_ratio)
+{
+    return raw_ratio > 1.2 ? raw_ratio : 1.2;
+}
+
+static void print_phase(const char *name, const phase *p)
+{
+    printf("    %-44s %9.3f %9.3f\n", name, p->p50 * 1e3, p->p99 * 1e3);
+}
+
+static void print_size(const size_result *r, bool gpu, const contend_opts *o)
+{
+    char h1[32], h2[32], h3[32];
+    printf("  %s blocks: %u-block onboards (%s), offload batches of %u blocks (%s)\n",
+           kvf_cli_bytes(r->block_bytes, h1), o->blocks,
+           kvf_cli_bytes(r->block_bytes * o->blocks, h2), o->load_blocks,
+           kvf_cli_bytes(r->block_bytes * o->load_blocks, h3));
+    printf("    %-44s %9s %9s\n", "latency, ms", "p50", "p99");
+    print_phase("kvferry onboard, idle", &r->idle);
+    print_phase("kvferry onboard, under offloads", &r->loaded);
+    print_phase(gpu ? "raw: cudaMemcpyAsync H2D, idle" : "raw: memcpy, idle", &r->raw_idle);
+    print_phase(gpu ? "raw: the same beside D2H copies" : "raw: beside a memcpy thread",
+                &r->raw_loaded);
+    double k50 = ratio(r->loaded.p50, r->idle.p50), k99 = ratio(r->loaded.p99, r->idle.p99);
+    double w50 = ratio(r->raw_loaded.p50, r->raw_idle.p50);
+    double w99 = ratio(r->raw_loaded.p99, r->raw_idle.p99);
+    printf("    %-44s %8.2fx %8.2fx\n", "kvferry: under offloads / idle", k50, k99);
+    printf("    %-44s %8.2fx %8.2fx\n", "raw: loaded / idle", w50, w99);
+    printf("    target: kvferry's ratio <= max(1.2, raw ratio) = %.2fx / %.2fx: p50 %s, p99 %s\n",
+           allowed(w50), allowed(w99), k50 <= allowed(w50) ? "met" : "NOT met",
+           k99 <= allowed(w99) ? "met" : "NOT met");
+    double off = ratio(r->loaded.load_gbs, r->offload_alone_gbs);
+    printf("    offloads: %.2f GB/s alone, %.2f GB/s beside the onboards: %.2fx (target >= "
+           "0.90: %s)\n",
+           r->offload_alone_gbs, r->loaded.load_gbs, off, off >= 0.9 ? "met" : "NOT met");
+    printf("    raw load: %.2f GB/s alone, %.2f GB/s beside the small copies\n", r->raw_alone_gbs,
+           r->raw_loaded.load_gbs);
+}
+
+static cJSON *phase_json(cJSON *parent, const char *name, const phase *p)
+{
+    cJSON *j = cJSON_AddObjectToObject(parent, name);
+    cJSON_AddNumberToObject(j, "p50_ms", p->p50 * 1e3);
+    cJSON_AddNumberToObject(j, "p99_ms", p->p99 * 1e3);
+    return j;
+}
+
+static void size_json(cJSON *arr, const size_result *r, bool gpu)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "block_bytes", (double)r->block_bytes);
+    phase_json(j, "idle", &r->idle);
+    phase_json(j, "loaded", &r->loaded);
+    cJSON_AddNumberToObject(j, "ratio_p50", ratio(r->loaded.p50, r->idle.p50));
+    cJSON_AddNumberToObject(j, "ratio_p99", ratio(r->loaded.p99, r->idle.p99));
+    cJSON_AddNumberToObject(j, "offload_alone_gbs", r->offload_alone_gbs);
+    cJSON_AddNumberToObject(j, "offload_loaded_gbs", r->loaded.load_gbs);
+    cJSON_AddNumberToObject(j, "offload_ratio", ratio(r->loaded.load_gbs, r->offload_alone_gbs));
+    cJSON *raw = cJSON_AddObjectToObject(j, "raw");
+    cJSON_AddStringToObject(raw, "what",
+                            gpu ? "cudaMemcpyAsync host-to-device beside device-to-host copies"
+                                : "memcpy beside a memcpy thread");
+    phase_json(raw, "idle", &r->raw_idle);
+    phase_json(raw, "loaded", &r->raw_loaded);
+    double w50 = ratio(r->raw_loaded.p50, r->raw_idle.p50);
+    double w99 = ratio(r->raw_loaded.p99, r->raw_idle.p99);
+    cJSON_AddNumberToObject(raw, "ratio_p50", w50);
+    cJSON_AddNumberToObject(raw, "ratio_p99", w99);
+    cJSON_AddNumberToObject(raw, "load_alone_gbs", r->raw_alone_gbs);
+    cJSON_AddNumberToObject(raw, "load_loaded_gbs", r->raw_loaded.load_gbs);
+    cJSON_AddNumberToObject(j, "allowed_ratio_p50", allowed(w50));
+    cJSON_AddNumberToObject(j, "allowed_ratio_p99", allowed(w99));
+    cJSON_AddNumberToObject(j, "bad_blocks", (double)r->bad_blocks);
+    cJSON_AddItemToArray(arr, j);
+}
+
+/* ---- options and the run ------------------------------------------------- */
+
+static void usage(void)
+{
+    printf("usage: kvferry bench --mode contention [options]\n"
+           "Whether a small onboard waits behind offloads: its latency (p50, p99) idle\n"
+           "and while offload batches stay in flight on other slots of the same engine,\n"
+           "the offloads' GB/s alone and beside it, and the same for raw copies in the\n"
+           "same run (cuda: cudaMemcpyAsync host-to-device on one stream beside\n"
+           "device-to-host copies of a batch's bytes on another; host: memcpy on two\n"
+           "threads). Target: kvferry's ratio <= max(1.2, the raw ratio), offloads >= 0.90.\n"
+           "  --backend auto|host|cuda     default auto (cuda where a GPU is usable)\n"
+           "  --sizes LIST                 block sizes, default 256K,2M (multiples of 128)\n"
+           "  --blocks N                   blocks per onboard, default 16\n"
+           "  --reps N                     onboards per phase, default 200; each into\n"
+           "                               fresh slots: the pool holds blocks x reps\n"
+           "  --load-blocks N              blocks per offload batch (two in flight),\n"
+           "                               default 512\n"
+           "  --load-ms N                  how long the offloads run alone, default 1000\n"
+           "  --seed N                     random data seed\n"
+           "%s"
+           "Exits 1 if an onboarded byte differs from its source or a move fails, 2 on\n"
+           "bad options; a target missed is reported, not an error.\n",
+           kvf_cli_common_usage);
+}
+
+enum {
+    OPT_MODE = 'm',
+    OPT_SIZES = KVF_OPT_OWN,
+    OPT_BLOCKS,
+    OPT_REPS,
+    OPT_LOAD_BLOCKS,
+    OPT_LOAD_MS,
+    OPT_SEED,
+};
+
+static const struct option contend_options[] = {
+    KVF_CLI_OPTS_COMMON,
+    KVF_CLI_OPTS_BACKEND,
+    {"mode", required_argument, NULL, OPT_MODE},
+    {"sizes", required_argument, NULL, OPT_SIZES},
+    {"blocks", required_argument, NULL, OPT_BLOCKS},
+    {"reps", required_argument, NULL, OPT_REPS},
+    {"load-blocks", required_argument, NULL, OPT_LOAD_BLOCKS},
+    {"load-ms", required_argument, NULL, OPT_LOAD_MS},
+    {"seed", required_argument, NULL, OPT_SEED},
+    KVF_CLI_OPTS_END,
+};
+
+static int parse_sizes(const char *v, contend_opts *o)
+{
+    o->nsizes = 0;
+    for (const char *p = v; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        if (o->nsizes == MAX_SIZES) {
+            fprintf(stderr, "kvferry bench: --sizes: more than %d sizes\n", MAX_SIZES);
+            return -1;
+        }
+        size_t *z = &o->sizes[o->nsizes++];
+        if (kvf_bench_parse_size("sizes", p, z))
+            return -1;
+        if (*z % 128) {
+            fprintf(stderr, "kvferry bench: --sizes: %zu is not a multiple of 128 bytes\n", *z);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One option's value into *o: 0, or -1 on a bad value (printed). */
+static int contend_option(int c, const char *v, contend_opts *o)
+{
+    uint64_t u;
+    int rc = 0;
+    switch (c) {
+    case OPT_MODE: /* contention: how this file was reached */
+        break;
+    case KVF_OPT_JSON:
+        o->json = v;
+        break;
+    case KVF_OPT_BACKEND:
+        return kvf_cli_backend("bench", v, &o->backend);
+    case OPT_SIZES:
+        return parse_sizes(v, o);
+    case OPT_BLOCKS:
+        rc = kvf_cli_number("bench", "blocks", v, 1, 65536, &u);
+        o->blocks = (uint32_t)u;
+        break;
+    case OPT_REPS:
+        rc = kvf_cli_number("bench", "reps", v, 1, 100000, &u);
+        o->reps = (uint32_t)u;
+        break;
+    case OPT_LOAD_BLOCKS:
+        rc = kvf_cli_number("bench", "load-blocks", v, 1, 1u << 20, &u);
+        o->load_blocks = (uint32_t)u;
+        break;
+    case OPT_LOAD_MS:
+        rc = kvf_cli_number("bench", "load-ms", v, 1, 3600000, &u);
+        o->load_seconds = (double)u / 1000;
+        break;
+    case OPT_SEED:
+        return kvf_cli_u64("bench", "seed", v, &o->seed);
+    default:
+        return -1;
+    }
+    return rc;
+}
+
+/* 0 parsed, 1 --help printed, -1 a usage error (printed). */
+static int parse_args(int argc, char **argv, contend_opts *o)
+{
+    int c;
+    optind = 0;
+    while ((c = kvf_cli_getopt("bench", argc, argv, contend_options)) != -1) {
+        if (c == 'h') {
+            usage();
+            return 1;
+        }
+        if (c == '?' || contend_option(c, optarg, o))
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvferry bench: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every size: kvferry, then the raw reference; the report and the JSON. */
+static int contend_run(const contend_opts *o)
+{
+    size_result res[MAX_SIZES];
+    memset(res, 0, sizeof res);
+    double *t = malloc(o->reps * sizeof *t);
+    const char *backend = "?";
+    long bad = 0;
+    int rc = 0;
+    for (size_t i = 0; i < o->nsizes && rc == 0 && t; i++) {
+        res[i].block_bytes = o->sizes[i];
+        if (measure_kvferry(o, o->sizes[i], t, &res[i], &backend) ||
+            measure_raw(o, o->sizes[i], !strcmp(backend, "cuda"), t, &res[i]))
+            rc = KVF_CLI_FAILED;
+        bad += res[i].bad_blocks;
+    }
+    free(t);
+    if (!t) {
+        fprintf(stderr, "kvferry bench: out of memory\n");
+        return KVF_CLI_FAILED;
+    }
+    if (rc)
+        return rc;
+    bool gpu = !strcmp(backend, "cuda");
+    printf("kvferry bench: contention, %s backend, %u onboards per phase\n", backend, o->reps);
+    for (size_t i = 0; i < o->nsizes; i++)
+        print_size(&res[i], gpu, o);
+    printf("  verified: %s (%" PRIu64 " onboarded blocks)\n", bad == 0 ? "every byte" : "FAILED",
+           (uint64_t)o->nsizes * 2 * o->reps * o->blocks);
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "mode", "contention");
+        cJSON_AddStringToObject(j, "backend", backend);
+        cJSON_AddNumberToObject(j, "blocks", o->blocks);
+        cJSON_AddNumberToObject(j, "reps", o->reps);
+        cJSON_AddNumberToObject(j, "load_blocks", o->load_blocks);
+        cJSON *sizes = cJSON_AddArrayToObject(j, "sizes");
+        for (size_t i = 0; i < o->nsizes; i++)
+            size_json(sizes, &res[i], gpu);
+        cJSON_AddBoolToObject(j, "verified", bad == 0);
+        cJSON_AddNumberToObject(j, "bad_blocks", (double)bad);
+        if (kvf_cli_json_emit("bench", j))
+            rc = KVF_CLI_FAILED;
+    }
+    return bad ? KVF_CLI_FAILED : rc;
+}
+
+int kvf_cli_bench_contend(int argc, char **argv)
+{
+    contend_opts o = {
+        .backend = KVF_CLI_BACKEND_DEFAULT,
+        .sizes = {256 << 10, 2 << 20},
+        .nsizes = 2,
+        .blocks = 16,
+        .load_blocks = 512,
+        .reps = 200,
+        .load_seconds = 1,
+        .seed = 0x9e3779b97f4a7c15ull,
+    };
+    int parsed = parse_args(argc, argv, &o);
+    if (parsed)
+        return parsed > 0 ? 0 : kvf_cli_usage_error("bench");
+    if (kvf_cli_json_open("bench", o.json))
+        return KVF_CLI_FAILED;
+    int rc = contend_run(&o);
+    fflush(stdout);
+    if (kvf_cli_json_close("bench") && rc == 0)
+        rc = KVF_CLI_FAILED;
+    return rc;
+}
