@@ -113,6 +113,20 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+int kvf_bench_parse_sizes(const char *list, size_t *sizes, size_t max, size_t *n)
+{
+    *n = 0;
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        if (*n == max) {
+            fprintf(stderr, "kvferry bench: --sizes: more than %zu sizes\n", max);
+            return -1;
+        }
+        if (kvf_bench_parse_size("sizes", p, &sizes[(*n)++]))
+            return -1;
+    }
+    return 0;
+}
+
 /* The q-quantile (0..1) of n samples, nearest rank; v is sorted in place. */
 double kvf_bench_quantile(double *v, size_t n, double q)
 {

@@ -18,6 +18,9 @@ void kvf_bench_fill_random(uint8_t *p, size_t n, uint64_t *state);
 /* A size of 1 byte to 256 MiB, with an optional K or M, ending at NUL or
  * ','; 0, or -1 with "kvferry bench: --NAME: ..." printed. */
 int kvf_bench_parse_size(const char *name, const char *s, size_t *out);
+/* --sizes LIST: comma-separated sizes as above into sizes[0..*n), at most
+ * max; 0, or -1 printed. */
+int kvf_bench_parse_sizes(const char *list, size_t *sizes, size_t max, size_t *n);
 /* The q-quantile (0..1) of n samples (0 when none), nearest rank; sorts v
  * in place. */
 double kvf_bench_quantile(double *v, size_t n, double q);

@@ -653,22 +653,17 @@ static const struct option contend_options[] = {
     KVF_CLI_OPTS_END,
 };
 
+/* --sizes: multiples of 128 bytes, one block being [1][2][1][32][size / 128] fp16 */
 static int parse_sizes(const char *v, contend_opts *o)
 {
-    o->nsizes = 0;
-    for (const char *p = v; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-        if (o->nsizes == MAX_SIZES) {
-            fprintf(stderr, "kvferry bench: --sizes: more than %d sizes\n", MAX_SIZES);
+    if (kvf_bench_parse_sizes(v, o->sizes, MAX_SIZES, &o->nsizes))
+        return -1;
+    for (size_t i = 0; i < o->nsizes; i++)
+        if (o->sizes[i] % 128) {
+            fprintf(stderr, "kvferry bench: --sizes: %zu is not a multiple of 128 bytes\n",
+                    o->sizes[i]);
             return -1;
         }
-        size_t *z = &o->sizes[o->nsizes++];
-        if (kvf_bench_parse_size("sizes", p, z))
-            return -1;
-        if (*z % 128) {
-            fprintf(stderr, "kvferry bench: --sizes: %zu is not a multiple of 128 bytes\n", *z);
-            return -1;
-        }
-    }
     return 0;
 }
 

@@ -315,15 +315,8 @@ static int parse_remote_args(int argc, char **argv, remote_opts *o)
             o->url = optarg;
             break;
         case OPT_SIZES:
-            o->nsizes = 0;
-            for (const char *p = optarg; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
-                if (o->nsizes == MAX_SIZES) {
-                    fprintf(stderr, "kvferry bench: --sizes: more than %d sizes\n", MAX_SIZES);
-                    return -1;
-                }
-                if (kvf_bench_parse_size("sizes", p, &o->sizes[o->nsizes++]))
-                    return -1;
-            }
+            if (kvf_bench_parse_sizes(optarg, o->sizes, MAX_SIZES, &o->nsizes))
+                return -1;
             break;
         case OPT_ITERS:
             if (kvf_cli_number("bench", "iters", optarg, 1, 1000000, &v))
