@@ -683,6 +683,25 @@ typedef struct kvf_ticket {
 KVF_API kvf_status kvf_offload(kvf_engine *engine, kvf_tier to, const kvf_move *moves, size_t n,
                                kvf_ticket *ticket_p);
 
+/**
+ * Queues a batch of offloads ordered after a caller's CUDA stream: as
+ * kvf_offload, but no byte of the batch is read from its source slots
+ * before the work queued on `stream` before this call has finished (a
+ * kernel still writing the blocks, e.g. a layer's forward pass). The
+ * calling thread does not wait for it: copies to the HOST tier wait on
+ * the GPU (an event recorded on `stream` now, waited for by kvferry's
+ * offload stream, so offloads queued after this one wait too); for DISK
+ * and REMOTE a worker thread waits for the event before it reads the
+ * slots. The event is released when the batch completes. If that wait
+ * fails, the batch's moves fail with the device's status (KVF_ERR_DEVICE)
+ * and read nothing.
+ * @param stream a cudaStream_t of the engine's device, or NULL: then
+ *        exactly kvf_offload. The host backend has no stream to order
+ *        after: a non-NULL stream is KVF_ERR_UNSUPPORTED, nothing queued.
+ */
+KVF_API kvf_status kvf_offload_after(kvf_engine *engine, void *stream, kvf_tier to,
+                                     const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
+
 /** Queues a batch of onboards; as kvf_offload. Onboards run before queued
  *  offloads when both are ready (they are on a request's critical path). */
 KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move *moves, size_t n,

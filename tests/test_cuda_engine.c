@@ -4,10 +4,10 @@
  * (kvferry's and caller malloc'd memory that kvferry pins), offload and
  * onboard of scattered whole and partial blocks (fp16, int4, bf16), kvf_copy
  * on the device, the file tier staged through pinned buffers, hazards
- * between batches queued back to back, and kvf_sync_stream ordering work on
- * a caller's stream. Every check compares all bytes of every pool with a
- * host model that applies the moves in submission order. Exits 77 without a
- * GPU. */
+ * between batches queued back to back, kvf_sync_stream ordering work on
+ * a caller's stream, and kvf_offload_after ordering an offload after it. Every check compares all
+ * bytes of every pool with a host model that applies the moves in submission order. Exits 77
+ * without a GPU. */
 #include "testutil_cuda.h"
 
 #include <cuda_runtime.h>
@@ -388,6 +388,85 @@ static int test_sync_stream(void)
     return 0;
 }
 
+/* kvf_offload_after: a kernel on the caller's stream spins ~5 ms, then
+ * writes a new random pattern over every primary slot; the offload
+ * queued right after it (no sync) must read the late pattern, byte for
+ * byte, in every block, and must not have waited for the kernel. To the
+ * DISK tier the blocks come back through an onboard into other slots. */
+static int offload_after_case(bool files)
+{
+    fixture f;
+    fx_open(&f, KVF_CUDA_COPY_AUTO, files);
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    uint8_t *late_dev[POOLS];
+    for (int p = 0; p < POOLS; p++)
+        CUDA_OK(cudaMalloc((void **)&late_dev[p], SLOTS * f.bytes[p]));
+    kvf_move m[64], back[64];
+    kvf_status per[64];
+    for (uint32_t round = 0; round < 6; round++) {
+        for (int p = 0; p < POOLS; p++) {
+            test_fill_random(f.pimg[p], SLOTS * f.bytes[p], seed_counter++);
+            CUDA_OK(cudaMemcpy(late_dev[p], f.pimg[p], SLOTS * f.bytes[p], cudaMemcpyHostToDevice));
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        /* the first kernel spins; the others follow it on the stream */
+        for (int p = 0; p < POOLS; p++)
+            CUDA_OK(
+                test_late_copy(f.prim[p], late_dev[p], SLOTS * f.bytes[p], p == 0 ? 5.0 : 0.0, s));
+        uint32_t s0 = (round % 2) * 64;
+        moves_make(m, 64, s0, 0, seed_counter++);
+        op o = files ? OP_OFFLOAD_FILE : OP_OFFLOAD;
+        for (int i = 0; i < 64; i++) {
+            if (files)
+                m[i].dst += 1000;
+            model(&f, o, &m[i]);
+        }
+        kvf_ticket t = {0};
+        CHECK_STATUS(
+            kvf_offload_after(f.e, (void *)s, files ? KVF_TIER_DISK : KVF_TIER_HOST, m, 64, &t),
+            KVF_OK);
+        /* the call did not wait for the stream: the kernel still spins */
+        CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
+        CHECK_STATUS(kvf_wait(f.e, t, per), KVF_OK);
+        for (int i = 0; i < 64; i++)
+            CHECK_STATUS(per[i], KVF_OK);
+        if (files) {
+            /* into the other half of the primary slots, which the kernel
+             * wrote too (the model has its late pattern there) */
+            for (int i = 0; i < 64; i++)
+                back[i] =
+                    (kvf_move){m[i].dst, 64 - s0 + (uint32_t)(i * 5 + round) % 64, m[i].tokens};
+            run_wait(&f, OP_ONBOARD_FILE, back, 64);
+        }
+        CUDA_OK(cudaStreamSynchronize(s));
+        check_all(&f, files ? "offload_after to disk" : "offload_after to host");
+    }
+    /* a NULL stream: as kvf_offload */
+    moves_make(m, 64, 0, 64, seed_counter++);
+    for (int i = 0; i < 64; i++)
+        model(&f, OP_OFFLOAD, &m[i]);
+    kvf_ticket t = {0};
+    CHECK_STATUS(kvf_offload_after(f.e, NULL, KVF_TIER_HOST, m, 64, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    check_all(&f, "offload_after NULL stream");
+    for (int p = 0; p < POOLS; p++)
+        CUDA_OK(cudaFree(late_dev[p]));
+    CUDA_OK(cudaStreamDestroy(s));
+    fx_close(&f);
+    return 0;
+}
+
+static int test_offload_after_host(void)
+{
+    return offload_after_case(false);
+}
+
+static int test_offload_after_disk(void)
+{
+    return offload_after_case(true);
+}
+
 /* Pools the CUDA backend refuses. */
 static int test_bad_pools(void)
 {
@@ -520,6 +599,8 @@ int main(void)
     RUN(test_hazards_kernel);
     RUN(test_hazards_dma);
     RUN(test_sync_stream);
+    RUN(test_offload_after_host);
+    RUN(test_offload_after_disk);
     RUN(test_bad_pools);
     RUN(test_staged);
     return TEST_RESULT();

@@ -165,8 +165,64 @@ static int test_bad_input(void)
     return 0;
 }
 
+/* kvf_offload_after on the host backend: a NULL stream is kvf_offload;
+ * a stream is refused (there is none to order after) and queues nothing. */
+static int test_offload_after(void)
+{
+    fixture f;
+    fx_init(&f, true, 8);
+    for (uint32_t p = 0; p < f.pools; p++)
+        memset(slot(&f, p, KVF_LEVEL_SECONDARY, 0), POISON, f.bytes[p]);
+    fill_block(&f, 1, 7);
+    kvf_move m = {1, 0, 0};
+    kvf_ticket t = {0};
+    int fake_stream;
+    CHECK_STATUS(kvf_offload_after(f.e, &fake_stream, KVF_TIER_HOST, &m, 1, &t),
+                 KVF_ERR_UNSUPPORTED);
+    CHECK(strstr(kvf_last_error(), "kvf_offload_after") != NULL);
+    CHECK(t.id == 0);
+    kvf_move k = {1, 0x51, 0};
+    CHECK_STATUS(kvf_offload_after(f.e, &fake_stream, KVF_TIER_DISK, &k, 1, &t),
+                 KVF_ERR_UNSUPPORTED);
+    CHECK(t.id == 0);
+    /* nothing was queued: after every batch, the slot and the key are as
+     * they were */
+    CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK);
+    for (uint32_t p = 0; p < f.pools; p++) {
+        const uint8_t *sec = slot(&f, p, KVF_LEVEL_SECONDARY, 0);
+        for (size_t i = 0; i < f.bytes[p]; i++)
+            if (sec[i] != POISON) {
+                CHECK(!"a refused kvf_offload_after wrote the secondary slot");
+                break;
+            }
+    }
+    poison_block(&f, 2);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0x51, 2, 0), KVF_ERR_NOT_FOUND);
+
+    /* NULL stream: as kvf_offload, to the host tier and to disk */
+    CHECK_STATUS(kvf_offload_after(f.e, NULL, KVF_TIER_HOST, &m, 1, &t), KVF_OK);
+    CHECK(t.id != 0);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_offload_after(f.e, NULL, KVF_TIER_DISK, &k, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    poison_block(&f, 2);
+    poison_block(&f, 3);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_HOST, 0, 2, 0), KVF_OK);
+    CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0x51, 3, 0), KVF_OK);
+    CHECK(expect_block(&f, 2, 7, 0) == 0);
+    CHECK(expect_block(&f, 3, 7, 0) == 0);
+    /* and its checks, as kvf_offload's */
+    CHECK_STATUS(kvf_offload_after(NULL, NULL, KVF_TIER_HOST, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_offload_after(f.e, NULL, KVF_TIER_GPU, &m, 1, &t), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_offload_after(f.e, &fake_stream, KVF_TIER_HOST, &m, 0, &t),
+                 KVF_ERR_UNSUPPORTED);
+    fx_done(&f);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_bad_input);
+    RUN(test_offload_after);
     return TEST_RESULT();
 }

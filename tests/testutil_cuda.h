@@ -17,4 +17,12 @@
         }                                                                                          \
     } while (0)
 
+/* tests/late_write.cu: queues on `stream` a kernel that spins about
+ * spin_ms, then copies n bytes of device memory from src to dst. */
+#ifdef __cplusplus
+extern "C"
+#endif
+    cudaError_t
+    test_late_copy(void *dst, const void *src, size_t n, double spin_ms, cudaStream_t stream);
+
 #endif

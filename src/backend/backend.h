@@ -61,6 +61,19 @@ typedef struct kvf__backend_ops {
     /* Optional: makes `stream` wait for everything queued so far with
      * copy_async on every queue, without blocking the host. */
     kvf_status (*sync_stream)(kvf__backend *b, void *stream);
+
+    /* Optional, all four or none (kvf_offload_after): `mark` records in
+     * *mark_p a point of `stream` (a CUDA event), reached once the work
+     * queued on it so far has finished; it does not wait. `mark_gate`
+     * makes everything queued on `queue` from now on wait for the mark on
+     * the device, without blocking the host; `mark_wait` blocks the
+     * calling thread (a worker's, never the submitter's) until the mark is
+     * reached; `mark_free` releases it (work still waiting on it keeps
+     * waiting). */
+    kvf_status (*mark)(kvf__backend *b, void *stream, void **mark_p);
+    kvf_status (*mark_gate)(kvf__backend *b, kvf__queue queue, void *mark);
+    kvf_status (*mark_wait)(kvf__backend *b, void *mark);
+    void (*mark_free)(kvf__backend *b, void *mark);
 } kvf__backend_ops;
 
 struct kvf__backend {

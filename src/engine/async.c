@@ -198,6 +198,14 @@ void kvf__issue_async(kvf_engine *e, batch *b)
      * issuer's count holds off: reading them unlocked is safe */
     kvf_status st = KVF_OK;
     char why[sizeof b->async_msg - 32] = "";
+    /* kvf_offload_after: the copies queued next wait on the device for
+     * the caller's stream (later batches on the queue too: they come after) */
+    if (b->after && live &&
+        (st = e->backend->ops->mark_gate(e->backend, b->queue, b->after)) != KVF_OK) {
+        snprintf(why, sizeof why, "ordering after the caller's stream: %s", kvf_last_error());
+        KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", kvf__op_names[b->kind],
+                (unsigned long long)b->id, why);
+    }
     for (size_t i = 0; i < b->n && st == KVF_OK;) {
         size_t ncopies = 0;
         for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES; i++) {

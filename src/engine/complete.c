@@ -19,8 +19,17 @@ static void hazard_drop_reader(hazard *h, uint64_t id)
 
 /* A group whose parts have all completed: its moves still in progress
  * are those its parts completed without a failure. Lock held. */
+void kvf__release_after(kvf_engine *e, batch *b)
+{
+    if (b->after && !b->group) {
+        e->backend->ops->mark_free(e->backend, b->after);
+        b->after = NULL;
+    }
+}
+
 void kvf__group_done(kvf_engine *e, batch *g)
 {
+    kvf__release_after(e, g);
     for (size_t i = 0; i < g->n; i++)
         if (g->status[i] == KVF_INPROGRESS)
             g->status[i] = KVF_OK;
@@ -38,6 +47,7 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
     space ws = kind_writes(b->kind);
     bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
     bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
+    kvf__release_after(e, b);
     for (size_t i = 0; i < b->n; i++) {
         const kvf_move *mv = &b->moves[i];
         if (b->status[i] == KVF_INPROGRESS)

@@ -146,6 +146,10 @@ struct batch {
     batch *prev_undone, *next_undone; /* every batch not done, in id order */
     batch *next_ticket;
     uint64_t remote_deadline_ns; /* remote kinds: set when the first chunk is claimed */
+    /* kvf_offload_after: the backend's mark of the caller's stream, which
+     * the batch's reads wait for; a part shares its group's, which the
+     * group (or an unsplit batch) releases when it completes */
+    void *after;
     /* the failed moves' messages, for the ticket's caller (kvf__move_failed):
      * pushed by whichever thread fails a move, so a lock-free stack */
     _Atomic(kvf__move_error *) errors;
@@ -340,6 +344,10 @@ KVF_INTERNAL void kvf__ready_pop(kvf_engine *e, kvf__queue q);
 KVF_INTERNAL void kvf__sort_parts(kvf_engine *e, batch *b, const kvf_move *moves, uint32_t *cnt);
 KVF_INTERNAL kvf_status kvf__submit(kvf_engine *e, op_kind kind, const kvf_move *moves, size_t n,
                                     kvf_ticket *ticket_p);
+/* kvf__submit_batch whose reads wait for the work queued on `after` (a
+ * caller's stream; NULL: none) when the call is made. */
+KVF_INTERNAL kvf_status kvf__submit_after(kvf_engine *e, op_kind kind, bool checked, void *after,
+                                          const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
 KVF_INTERNAL kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked,
                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
 KVF_INTERNAL kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3],
@@ -359,6 +367,8 @@ KVF_INTERNAL kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_
 KVF_INTERNAL void *kvf__completion_main(void *arg);
 KVF_INTERNAL void kvf__completion_stop(kvf_engine *e);
 KVF_INTERNAL void kvf__issue_async(kvf_engine *e, batch *b);
+/* Releases an unsplit batch's or a group's mark (batch.after). Lock held. */
+KVF_INTERNAL void kvf__release_after(kvf_engine *e, batch *b);
 
 /* staging.c */
 KVF_INTERNAL kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need);

@@ -265,6 +265,7 @@ static void make_part(kvf_engine *e, batch *b, const kvf_move *moves, batch *c, 
     c->engine = e;
     c->group = b;
     c->checked = b->checked;
+    c->after = b->after;
     c->group_off = off;
 }
 
@@ -334,6 +335,12 @@ static kvf_status enqueue_group(kvf_engine *e, batch *b, const kvf_move *moves, 
 kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked, const kvf_move *moves,
                              size_t n, kvf_ticket *ticket_p)
 {
+    return kvf__submit_after(e, kind, checked, NULL, moves, n, ticket_p);
+}
+
+kvf_status kvf__submit_after(kvf_engine *e, op_kind kind, bool checked, void *after,
+                             const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+{
     kvf__clear_error();
     KVF_TIMELINE(KVF_TL_SUBMIT, 0, n);
     if (!e)
@@ -379,6 +386,13 @@ kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked, const kv
     }
     if (cnt)
         kvf__sort_parts(e, b, moves, cnt);
+    /* the mark last: once it exists the batch is accepted, and it releases
+     * it when it completes */
+    if (after && (st = e->backend->ops->mark(e->backend, after, &b->after)) != KVF_OK) {
+        st = kvf__fail(st, "%s: marking the caller's stream: %s", kvf__op_names[kind],
+                       kvf_last_error());
+        goto refuse_checked;
+    }
     KVF_TIMELINE(KVF_TL_CHECKED, 0, n);
 
     engine_lock(e);
@@ -440,6 +454,25 @@ kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t
 {
     static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
     return submit_tier(e, "kvf_offload", to, kinds, moves, n, ticket_p);
+}
+
+kvf_status kvf_offload_after(kvf_engine *e, void *stream, kvf_tier to, const kvf_move *moves,
+                             size_t n, kvf_ticket *ticket_p)
+{
+    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    if (!stream)
+        return submit_tier(e, "kvf_offload_after", to, kinds, moves, n, ticket_p);
+    kvf__clear_error();
+    if (!e)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_offload_after: engine is NULL");
+    if (!e->backend->ops->mark)
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "kvf_offload_after: the %s backend has no stream to order after "
+                         "(stream must be NULL)",
+                         e->backend->ops->name);
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind("kvf_offload_after", to, kinds, &kind);
+    return st != KVF_OK ? st : kvf__submit_after(e, kind, false, stream, moves, n, ticket_p);
 }
 
 kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,

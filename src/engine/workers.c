@@ -18,6 +18,21 @@ static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
     return st;
 }
 
+/* Waits for the mark of a batch from kvf_offload_after before its chunk
+ * [first, last) reads its sources; where that fails, the chunk's moves
+ * fail rather than read what the caller's stream may still be writing. */
+static void wait_after(kvf_engine *e, batch *b, size_t first, size_t last)
+{
+    kvf_status st = e->backend->ops->mark_wait(e->backend, b->after);
+    if (st == KVF_OK)
+        return;
+    char why[KVF_MOVE_ERROR_MESSAGE];
+    snprintf(why, sizeof why, "waiting for the caller's stream: %s", kvf_last_error());
+    for (size_t i = first; i < last; i++)
+        if (b->status[i] == KVF_INPROGRESS)
+            kvf__fail_copy(b, i, st, why);
+}
+
 /* How many moves one worker takes from a batch at a time: its slow
  * tier's chunk, or about 4 MiB of copies; no more than an even share, so
  * a large batch spreads over all workers. */
@@ -77,6 +92,10 @@ void *kvf__worker_main(void *arg)
         uint64_t deadline_ns = t && t->ops->deadline ? t->ops->deadline(e, b) : 0;
         pthread_mutex_unlock(&e->mu);
 
+        /* kvf_offload_after: this thread waits for the caller's stream,
+         * never the caller */
+        if (b->after)
+            wait_after(e, b, first, last);
         /* each move's status is written by the one worker that claimed it */
         if (t)
             t->ops->run_chunk(w, b, first, last, deadline_ns);

@@ -57,6 +57,10 @@ static const kvf__backend_ops cuda_ops = {
     .copy_sync = kvf__cuda_copy_sync,
     .copy_async = kvf__cuda_copy_async,
     .sync_stream = kvf__cuda_sync_stream,
+    .mark = kvf__cuda_mark,
+    .mark_gate = kvf__cuda_mark_gate,
+    .mark_wait = kvf__cuda_mark_wait,
+    .mark_free = kvf__cuda_mark_free,
 };
 
 static int copy_mode(const kvf_engine_config *cfg)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* copy_async: a path per batch (cuda_auto.c), run with the queue's lock
- * held, the queue's two streams kept in order; and sync_stream, which makes
- * a caller's stream wait for both queues. */
+ * held, the queue's two streams kept in order; sync_stream, which makes
+ * a caller's stream wait for both queues; and marks, which order a queue
+ * after a caller's stream. */
 #include "cuda_private.h"
 
 kvf_status kvf__cuda_check_copies(const kvf__copy *copies, size_t n)
@@ -82,4 +83,71 @@ kvf_status kvf__cuda_sync_stream(kvf__backend *base, void *stream)
     }
     kvf__cuda_dev_leave(&g);
     return st;
+}
+
+kvf_status kvf__cuda_mark(kvf__backend *base, void *stream, void **mark_p)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    cudaEvent_t ev = NULL;
+    if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
+        return st;
+    /* blocking sync: a worker waiting for it (mark_wait) sleeps rather
+     * than spin on a core its I/O needs */
+    CUDA_GOTO(cudaEventCreateWithFlags(&ev, cudaEventBlockingSync | cudaEventDisableTiming), st,
+              out);
+    CUDA_GOTO(cudaEventRecord(ev, (cudaStream_t)stream), st, out);
+    *mark_p = ev;
+    ev = NULL;
+out:
+    if (ev)
+        CUDA_IGNORE(cudaEventDestroy(ev));
+    kvf__cuda_dev_leave(&g);
+    return st;
+}
+
+kvf_status kvf__cuda_mark_gate(kvf__backend *base, kvf__queue queue, void *mark)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    if ((unsigned)queue >= KVF_QUEUE_COUNT)
+        return kvf__fail(KVF_ERR_INVALID, "cuda: queue %d", (int)queue);
+    if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
+        return st;
+    cuda_queue *q = &b->q[queue];
+    /* both streams: a batch's copies may start on either (the staged
+     * path gathers on `aux`) */
+    pthread_mutex_lock(&q->lock);
+    CUDA_GOTO(cudaStreamWaitEvent(q->stream, (cudaEvent_t)mark, 0), st, unlock);
+    if (q->aux)
+        CUDA_GOTO(cudaStreamWaitEvent(q->aux, (cudaEvent_t)mark, 0), st, unlock);
+unlock:
+    pthread_mutex_unlock(&q->lock);
+    kvf__cuda_dev_leave(&g);
+    return st;
+}
+
+kvf_status kvf__cuda_mark_wait(kvf__backend *base, void *mark)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
+        return st;
+    CUDA_GOTO(cudaEventSynchronize((cudaEvent_t)mark), st, out);
+out:
+    kvf__cuda_dev_leave(&g);
+    return st;
+}
+
+void kvf__cuda_mark_free(kvf__backend *base, void *mark)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    if (kvf__cuda_dev_enter(b, &g) != KVF_OK)
+        return;
+    CUDA_IGNORE(cudaEventDestroy((cudaEvent_t)mark));
+    kvf__cuda_dev_leave(&g);
 }

@@ -266,6 +266,10 @@ KVF_INTERNAL kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queu
                                              const kvf__copy *copies, size_t n,
                                              kvf__copy_done_fn done, void *arg);
 KVF_INTERNAL kvf_status kvf__cuda_sync_stream(kvf__backend *base, void *stream);
+KVF_INTERNAL kvf_status kvf__cuda_mark(kvf__backend *base, void *stream, void **mark_p);
+KVF_INTERNAL kvf_status kvf__cuda_mark_gate(kvf__backend *base, kvf__queue queue, void *mark);
+KVF_INTERNAL kvf_status kvf__cuda_mark_wait(kvf__backend *base, void *mark);
+KVF_INTERNAL void kvf__cuda_mark_free(kvf__backend *base, void *mark);
 
 /* ---- copies: common ---------------------------------------------------- */
 
