@@ -513,7 +513,7 @@ def _settings(fn, handle) -> Dict[str, Setting]:
             for i in range(n.value)}
 
 
-def _stream_handle(stream):
+def _stream_handle(stream, fn="sync_stream"):
     if stream is None:
         return None
     if _is_int(stream):
@@ -524,7 +524,7 @@ def _stream_handle(stream):
     handle = getattr(stream, "cuda_stream", None)
     if handle is not None:
         return int(handle) or None
-    raise TypeError(f"sync_stream: expected None, an int cudaStream_t or an object with .cuda_stream, "
+    raise TypeError(f"{fn}: expected None, an int cudaStream_t or an object with .cuda_stream, "
                     f"not {type(stream).__name__}")
 
 
@@ -741,12 +741,20 @@ class Engine(_Issuer):
             return None
         return self._issue(t.id, n)
 
-    def offload(self, to: TierLike, moves, *, detach: bool = False) -> Optional[Ticket]:
+    def offload(self, to: TierLike, moves, *, detach: bool = False, after=None) -> Optional[Ticket]:
         """Queues offloads (primary slot -> secondary slot, or -> file key).
         moves: one (src, dst[, tokens]) or a batch: a list of them, an int
         array of shape (n, 2|3) or a structured array with src/dst/tokens.
-        Returns a Ticket; detach=True: fire and forget (None)."""
-        return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach)
+        Returns a Ticket; detach=True: fire and forget (None).
+        after: a CUDA stream (torch.cuda.Stream, an object with .cuda_stream
+        or __cuda_stream__, or an int cudaStream_t): the batch reads no
+        byte before the work queued on it so far has finished, and this
+        thread does not wait for it (kvf_offload_after). None: not ordered.
+        The host backend refuses a stream (KvfError ERR_UNSUPPORTED)."""
+        if after is None:
+            return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach)
+        stream = _stream_handle(after, "offload")
+        return self._submit(L.kvf_offload_after, (stream, int(Tier(to))), moves, detach)
 
     def onboard(self, frm: TierLike, moves, *, detach: bool = False) -> Optional[Ticket]:
         """Queues onboards (secondary slot or file key -> primary slot); as offload."""

@@ -273,6 +273,8 @@ _protos = {
         [ctypes.c_void_p, ctypes.c_uint32, c_enum, ctypes.c_uint32, _P(ctypes.c_void_p)],
     ),
     "kvf_offload": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_offload_after": (c_status, [ctypes.c_void_p, ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t,
+                                     _P(Ticket_t)]),
     "kvf_onboard": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
     "kvf_copy": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
     "kvf_poll": (c_status, [ctypes.c_void_p, Ticket_t, ctypes.c_void_p]),

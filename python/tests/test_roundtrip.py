@@ -254,3 +254,31 @@ def test_registered_memory_outlives_the_engine_object(geometry, rng):
     assert e.closed
     with pytest.raises(kvf.InvalidState, match="closed"):
         e.slot_ptr(0, 0)
+
+
+class _FakeStream:
+    cuda_stream = 0x1234  # a handle the host backend must refuse, never touch
+
+
+@pytest.mark.parametrize("tier", [kvf.Tier.HOST, kvf.Tier.DISK])
+def test_offload_after(engine, geometry, rng, tier):
+    """offload(after=None) is offload; a stream (int or object) is refused on
+    the host backend, naming the call, and nothing is queued."""
+    pool = engine.add_pool(geometry, primary=4, secondary=4)
+    src = fill(pool, 0, rng)
+    dst = 0 if tier == kvf.Tier.HOST else 0x77
+    for after in (0x1234, _FakeStream()):
+        with pytest.raises(kvf.Unsupported, match="kvf_offload_after"):
+            engine.offload(tier, (0, dst), after=after)
+    engine.sync_stream(None)
+    if tier == kvf.Tier.HOST:
+        assert not np.any(pool.slot_view(dst, kvf.Level.SECONDARY))
+    else:
+        with pytest.raises(kvf.KvferryError):
+            engine.onboard(tier, (dst, 1)).wait(check=True)
+    with pytest.raises(TypeError, match="offload"):
+        engine.offload(tier, (0, dst), after="stream")
+    engine.offload(tier, (0, dst), after=None).wait(check=True)
+    poison(pool, 2)
+    engine.onboard(tier, (dst, 2)).wait(check=True)
+    np.testing.assert_array_equal(pool.slot_view(2), src)
