@@ -30,7 +30,9 @@ typedef struct kvf__backend kvf__backend;
 
 /* Called once when an asynchronous copy batch has finished, on a thread of
  * the backend's (CUDA: its completion watcher), which it should not hold
- * up for long; it must not call back into the backend. */
+ * up for long; it must not call back into the backend, but for mark_free
+ * (the batch it ends may hold a mark; mark_free takes no lock of the
+ * backend's). */
 typedef void (*kvf__copy_done_fn)(void *arg, kvf_status status);
 
 typedef struct kvf__backend_ops {
@@ -69,7 +71,7 @@ typedef struct kvf__backend_ops {
      * the device, without blocking the host; `mark_wait` blocks the
      * calling thread (a worker's, never the submitter's) until the mark is
      * reached; `mark_free` releases it (work still waiting on it keeps
-     * waiting). */
+     * waiting; callable from a copy_done_fn). */
     kvf_status (*mark)(kvf__backend *b, void *stream, void **mark_p);
     kvf_status (*mark_gate)(kvf__backend *b, kvf__queue queue, void *mark);
     kvf_status (*mark_wait)(kvf__backend *b, void *mark);
