@@ -384,10 +384,22 @@ static int test_stalled_server(void)
     kvf_status per[6];
     size_t good = get_all(&f, 0x400, 6, per);
     double took = redis_now_s() - t0;
+    /* a long prefix missing everywhere here is asked of the store in one
+     * round trip with one deadline, not one per slice of keys */
+    enum { LOOKUP = 640 };
+    kvf_key lk[LOOKUP];
+    for (uint32_t i = 0; i < LOOKUP; i++)
+        lk[i] = 0x5000 + i;
+    size_t hits = 1;
+    double t1 = redis_now_s();
+    CHECK_STATUS(kvf_cache_lookup(f.c, lk, LOOKUP, &hits, NULL), KVF_OK);
+    double took_lookup = redis_now_s() - t1;
     kill(server.pid, SIGCONT);
     CHECK_EQ_INT(good, 4); /* the host tier's four */
     CHECK(per[0] == KVF_ERR_TIMEOUT || per[0] == KVF_ERR_REMOTE);
     CHECK(took < 5.0);
+    CHECK_EQ_INT(hits, 0);
+    CHECK(took_lookup < 1.5);
     fx_done(&f);
     return 0;
 }

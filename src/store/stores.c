@@ -73,37 +73,30 @@ void kvf__store_close(kvf__store *s)
         s->ops->close(s);
 }
 
-/* exists or remove over an array of keys, in slices of a bounded array */
+/* exists or remove over an array of keys: one batch call, so a remote store
+ * answers them in one round trip under one deadline */
 static kvf_status keyed(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
                         kvf_status *status, bool drop)
 {
     if (!s || !keys || !status || n == 0)
         return kvf__fail(KVF_ERR_INVALID, "store %s: NULL argument or no key",
                          drop ? "remove" : "exists");
-    enum { SLICE = 64 };
-    kvf__store_block *blk = malloc(SLICE * sizeof *blk);
+    size_t bytes;
+    kvf__store_block *blk = NULL;
+    if (!kvf__mul_overflows(n, sizeof *blk, &bytes))
+        blk = malloc(bytes);
     if (!blk)
-        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->where);
-    kvf_status ret = KVF_OK;
-    char why[KVF_MOVE_ERROR_MESSAGE] = "";
-    for (size_t at = 0; at < n; at += SLICE) {
-        size_t k = n - at < SLICE ? n - at : SLICE;
-        for (size_t j = 0; j < k; j++)
-            blk[j] = (kvf__store_block){.key = keys[at + j]};
-        kvf_status st =
-            drop ? s->ops->remove(s, blk, k, deadline_ns) : s->ops->exists(s, blk, k, deadline_ns);
-        if (st != KVF_OK && ret == KVF_OK) {
-            ret = st;
-            snprintf(why, sizeof why, "%s", kvf_last_error());
-        }
-        for (size_t j = 0; j < k; j++)
-            status[at + j] = blk[j].status;
-    }
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for %zu keys", s->where, n);
+    for (size_t i = 0; i < n; i++)
+        blk[i] = (kvf__store_block){.key = keys[i]};
+    kvf_status st =
+        drop ? s->ops->remove(s, blk, n, deadline_ns) : s->ops->exists(s, blk, n, deadline_ns);
+    for (size_t i = 0; i < n; i++)
+        status[i] = blk[i].status;
     free(blk);
-    if (ret != KVF_OK)
-        return kvf__fail(ret, "%s", why);
-    kvf__clear_error();
-    return KVF_OK;
+    if (st == KVF_OK)
+        kvf__clear_error();
+    return st;
 }
 
 kvf_status kvf__store_exists(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
