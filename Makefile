@@ -108,7 +108,7 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 format:
-	clang-format -i include/*.h $$(find src -name "*.[ch]" -o -name "*.cu") tools/*.c tools/*.h tests/*.c tests/*.h bench/*.c
+	clang-format -i include/*.h $$(find src -name "*.[ch]" -o -name "*.cu") tools/*.c tools/*.h tests/*.c tests/*.h tests/fuzz/*.c tests/fuzz/*.h bench/*.c
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(GPU_BUILD)

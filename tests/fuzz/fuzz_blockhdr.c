@@ -7,12 +7,12 @@
  * (fsck) and kvf__blockfile_list (the cache's restart). Properties: a
  * block is served exactly when the format says it is intact, and then
  * byte for byte. */
-#include "fuzz.h"
-#include "common.h"
-#include "checksum.h"
-#include "blockhdr.h"
-#include "fileio.h"
 #include "blockfile.h"
+#include "blockhdr.h"
+#include "checksum.h"
+#include "common.h"
+#include "fileio.h"
+#include "fuzz.h"
 
 #include <fcntl.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * parser that takes text from the environment ($KVF_REMOTE_URL) and the
  * command line. Properties: a URL taken describes servers that can be
  * connected to, and no message repeats the password. */
-#include "fuzz.h"
 #include "common.h"
+#include "fuzz.h"
 #include "remote.h"
 
 #include <string.h>

@@ -4,9 +4,9 @@
  * really produces: block files from kvf__blockfile_write, traces from
  * kvf_trace_generate and kvf_trace_write. The URLs are the forms the
  * documentation gives. Run: fuzz_gen_corpus tests/fuzz/corpus */
+#include "blockfile.h"
 #include "blockhdr.h"
 #include "fileio.h"
-#include "blockfile.h"
 #include "trace.h"
 
 #include <errno.h>
