@@ -39,7 +39,18 @@ unset PKG_CONFIG_SYSROOT_DIR
 $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
-    python/tests/test_gpu.py python/tests/test_gpu_cache.py 2>&1 | tail -n 25
+    python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_transformers.py \
+    python/tests/test_transformers_gpu.py 2>&1 | tail -n 30
+# RUN_TTFT=1: time to first token with a cached prefix through the
+# transformers adapter (bench/ttft.py; TTFT_ARGS: more options, e.g.
+# "--quick" or "--lengths 2048,8192 --tiers host"); table in ttft.txt, JSON
+# in ttft.json
+if [ -n "${RUN_TTFT:-}" ]; then
+    KVFERRY_LIBRARY=$B/libkvferry.so timeout "${TTFT_TIMEOUT:-540}" python3 bench/ttft.py \
+        --json "$OUT/ttft.json" ${TTFT_ARGS:-} >"$OUT/ttft.txt" 2>&1
+    echo "bench/ttft.py: rc=$?"
+    cat "$OUT/ttft.txt"
+fi
 # BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
 # queues' full-ring waits at exit)
 # SANITIZE: the tool:test pairs to run (default: memcheck over the engine and

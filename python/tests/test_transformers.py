@@ -251,3 +251,18 @@ def test_bad_input_is_refused(tmp_path):
     sliding = LlamaConfig(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"])
     with pytest.raises(ValueError, match="sliding_attention"):
         KVFerryPrefixCache(sliding, dtype=torch.float32, host_blocks=8)
+
+
+def test_ttft_bench_runs_tiny(tmp_path):
+    """bench/ttft.py --tiny on this machine's device: every row byte-exact."""
+    import json
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "ttft.py"
+    out = tmp_path / "ttft.json"
+    r = subprocess.run([sys.executable, str(bench), "--tiny", "--lengths", "128", "--new", "16", "--runs", "1",
+                        "--warmup", "0", "--tokens-per-block", "32", "--disk-dir", str(tmp_path / "kv"),
+                        "--json", str(out)], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["tier"], row["length"]) for row in rows] == [("host", 128), ("disk", 128)]
+    assert all(row["byte_exact"] and row["byte_exact_runs"] == 2 for row in rows)
