@@ -1179,6 +1179,24 @@ KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const ui
                                  size_t n, kvf_cache_ticket *ticket_p);
 
 /**
+ * Layer-wise kvf_cache_get: as kvf_cache_get, moving only the listed pools
+ * (pools as for kvf_onboard_pools, in the order they should arrive; the
+ * list is checked before anything is queued). kvf_cache_wait_pool blocks
+ * until pool `pool` of every block has arrived; kvf_cache_stream_wait_pool
+ * makes `stream` (a cudaStream_t) wait for it on the GPU instead (the
+ * host waits only for batches not yet on the device). Neither retires the
+ * ticket: kvf_cache_wait still must, and tells which blocks failed. They
+ * return a block's failure already known, KVF_ERR_RANGE for a pool the
+ * get does not move, and work on a plain kvf_cache_get's ticket too.
+ */
+KVF_API kvf_status kvf_cache_get_pools(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
+                                       size_t n, const uint32_t *pools, size_t n_pools,
+                                       kvf_cache_ticket *ticket_p);
+KVF_API kvf_status kvf_cache_wait_pool(kvf_cache *cache, kvf_cache_ticket ticket, uint32_t pool);
+KVF_API kvf_status kvf_cache_stream_wait_pool(kvf_cache *cache, kvf_cache_ticket ticket,
+                                              uint32_t pool, void *stream);
+
+/**
  * Blocks until a put or get completes; then as kvf_wait: per_block (NULL or
  * the call's block count) gets each block's status, the return is KVF_OK
  * or the first failure, and the ticket is retired.
