@@ -45,7 +45,7 @@ except ImportError as exc:
     sys.exit(77)
 
 import kvferry as kvf  # noqa: E402
-from kvferry.integrations.transformers import LAYERWISE_API, KVFerryPrefixCache  # noqa: E402
+from kvferry.integrations.transformers import KVFerryPrefixCache  # noqa: E402
 
 TARGET = 1.15
 
@@ -268,17 +268,14 @@ def main():
         "gpu": torch.cuda.get_device_name(a.device) if b.cuda else platform.processor() or "cpu",
         "torch": torch.__version__, "transformers": transformers.__version__, "kvferry": kvf.version(),
         "tokens_per_block": a.tokens_per_block, "new_tokens": a.new, "runs": a.runs, "warmup": a.warmup,
-        "layerwise_api": LAYERWISE_API, "disk_dir_fs": fs_of(disk_root) if disk_root else None,
+        "disk_dir_fs": fs_of(disk_root) if disk_root else None,
         "model_init_s": round(b.init_s, 2), "target": f"layerwise <= {TARGET} x max(load, compute) and < whole",
     }
     print(f"ttft: {meta['model']} ({meta['layers']} layers, {meta['kv_heads']} kv heads x {meta['head_dim']}, "
           f"{meta['dtype']}) on {meta['gpu']}; torch {meta['torch']}, transformers {meta['transformers']}, "
           f"{meta['kvferry']}")
     print(f"ttft: {a.new} new tokens, {a.tokens_per_block} tokens a block, median of {a.runs} after {a.warmup} "
-          f"warm-up; per-pool waits: {'yes' if LAYERWISE_API else 'NO (layerwise waits for the whole get)'}"
-          + (f"; disk dir on {meta['disk_dir_fs']}" if disk_root else ""))
-    if not LAYERWISE_API:
-        print("ttft: warning: this kvferry has no per-pool waits; layerwise equals whole here")
+          f"warm-up" + (f"; disk dir on {meta['disk_dir_fs']}" if disk_root else ""))
     rows = []
     hdr = (f"{'prefix':>7} {'tier':>5} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9} {'compute':>9}"
            f" {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'exact':>5}   (ms)")

@@ -24,7 +24,6 @@ One request at a time per object, batch size 1, full-attention decoders
 (no sliding-window layers). docs/integrations/transformers.md has the rest.
 """
 
-import inspect
 import logging
 from typing import Optional
 
@@ -35,18 +34,13 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 import kvferry as kvf
 
-__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES", "LAYERWISE_API"]
+__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES"]
 
 log = logging.getLogger("kvferry.transformers")
 
 MODES = ("layerwise", "whole", "recompute")
 
 _DTYPES = {torch.float32: kvf.Dtype.FP32, torch.float16: kvf.Dtype.FP16, torch.bfloat16: kvf.Dtype.BF16}
-
-# The per-pool waits (Cache.get(pools=), Ticket.wait_pool / stream_wait_pool).
-# Without them "layerwise" still works, waiting for the whole get at layer 0.
-LAYERWISE_API = (hasattr(kvf.Ticket, "wait_pool") and hasattr(kvf.Ticket, "stream_wait_pool")
-                 and "pools" in inspect.signature(kvf.Cache.get).parameters)
 
 
 class PrefixLoadError(RuntimeError):
@@ -154,20 +148,19 @@ class KVFerryDynamicCache(DynamicCache):
         _HFCache.__init__(self, layers=[_PrefixLayer(self, i) for i in range(owner.num_layers)])
 
     def _wait_layer(self, layer: int) -> None:
+        if self._failed is not None:
+            raise PrefixLoadError(f"layer {layer}: the cached prefix failed to load: {self._failed}") \
+                from self._failed
         t = self._ticket
-        if t is None or self._failed is not None:
-            if self._failed is not None:
-                raise PrefixLoadError(str(self._failed)) from self._failed
+        if t is None:  # no prefix, or waited for whole
             return
         try:
-            if self.mode == "layerwise" and LAYERWISE_API:
-                for pool in (2 * layer, 2 * layer + 1):
-                    if self.owner.cuda:
-                        t.stream_wait_pool(pool, torch.cuda.current_stream(self.owner.device))
-                    else:
-                        t.wait_pool(pool)
-            elif layer == 0 or not t.done:
-                t.wait(check=True)
+            # this layer's K and V pools only; on CUDA the stream waits, not the host
+            for pool in (2 * layer, 2 * layer + 1):
+                if self.owner.cuda:
+                    t.stream_wait_pool(pool, torch.cuda.current_stream(self.owner.device))
+                else:
+                    t.wait_pool(pool)
         except kvf.KvferryError as exc:
             self._failed = exc
             raise PrefixLoadError(f"layer {layer}: the cached prefix ({self.cached_blocks} blocks) failed to "
@@ -434,7 +427,7 @@ class KVFerryPrefixCache:
                 hits = self.cache.lookup(keys[:usable])[0]
         if not hits:
             return KVFerryDynamicCache(self, 0, None, mode)
-        if mode == "layerwise" and LAYERWISE_API:
+        if mode == "layerwise":
             ticket = self.cache.get(keys[:hits], range(hits), pools=self.pool_order)
         else:
             ticket = self.cache.get(keys[:hits], range(hits))
