@@ -112,8 +112,13 @@ class Bench:
         dtype = torch.bfloat16 if self.cuda else torch.float32
         torch.manual_seed(0)
         t0 = time.perf_counter()
-        with torch.device(self.dev):
-            self.model = LlamaForCausalLM(cfg).to(dtype).eval()
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # built in bf16 on the GPU: no fp32 copy of 8B weights
+        try:
+            with torch.device(self.dev):
+                self.model = LlamaForCausalLM(cfg).eval()
+        finally:
+            torch.set_default_dtype(default)
         self.sync()
         self.init_s = time.perf_counter() - t0
         self.cfg = cfg

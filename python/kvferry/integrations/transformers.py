@@ -437,6 +437,8 @@ class KVFerryPrefixCache:
             except kvf.KvferryError as exc:
                 log.warning("kvferry: the cached prefix (%d blocks) failed to load, recomputing: %s", hits, exc)
                 return KVFerryDynamicCache(self, 0, None, mode)
+            if self.cuda:  # the model's stream reads the slots after the copies, whatever queue they ran on
+                self.engine.sync_stream(torch.cuda.current_stream(self.device))
             ticket = None
         past = KVFerryDynamicCache(self, hits * self.tokens_per_block, ticket, mode)
         self._get = past
