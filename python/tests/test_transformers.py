@@ -266,3 +266,11 @@ def test_ttft_bench_runs_tiny(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [(row["tier"], row["length"]) for row in rows] == [("host", 128), ("disk", 128)]
     assert all(row["byte_exact"] and row["byte_exact_runs"] == 2 for row in rows)
+
+
+def test_example_runs():
+    ex = Path(__file__).resolve().parents[1] / "examples" / "transformers_prefix.py"
+    r = subprocess.run([sys.executable, str(ex)], env=dict(os.environ, KVF_LOG="error"), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "served prefixes byte-exact" in r.stdout and " 592 served from kvferry" in r.stdout
