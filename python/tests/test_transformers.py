@@ -164,6 +164,27 @@ def test_across_processes_through_disk(tmp_path):
         assert kv.cache.stats().hits["disk"] == 7
 
 
+def test_another_instance_through_the_remote_tier():
+    """Write-through to a remote store, read by a second cache that has none
+    of the blocks locally (mem://: the in-process store; Redis is the same
+    path across processes)."""
+    model = tiny_model()
+    ids = prompt(10, 5 * TPB + 3)
+    opts = dict(tokens_per_block=TPB, host_blocks=16, remote_url="mem://test-transformers")
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, **opts) as writer, \
+            KVFerryPrefixCache.from_model(model, remote="read", **opts) as reader:
+        out = writer.forward(model, ids)
+        writer.sync()
+        assert sum(reader.cache.stats().blocks.values()) == 0
+        poison(reader)
+        past = reader.prepare(ids)
+        assert past.cached_tokens == 5 * TPB
+        model(ids[:, past.cached_tokens:], past_key_values=past)
+        past.finish()
+        assert_prefix_equal(past, out.past_key_values, 5 * TPB)
+        assert reader.cache.stats().hits["remote"] == 5
+
+
 def test_short_and_partial_blocks():
     model = tiny_model()
     with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, host_blocks=64) as kv:
@@ -242,6 +263,8 @@ def test_bad_input_is_refused(tmp_path):
             other(prompt(1, 40)[:, past.cached_tokens:], past_key_values=past)
     with pytest.raises(ValueError, match="no tier"):
         KVFerryPrefixCache.from_model(model)
+    with pytest.raises(ValueError, match="no tier"):
+        KVFerryPrefixCache.from_model(model, remote_url="mem://no-local-tier")
     with pytest.raises(ValueError, match="needs disk_blocks"):
         KVFerryPrefixCache.from_model(model, disk_dir=tmp_path)
     with pytest.raises(ValueError, match="tokens_per_block"):

@@ -207,8 +207,8 @@ class KVFerryPrefixCache:
     backend on cpu). tokens_per_block: tokens of one cached block; only
     whole blocks are cached. max_tokens: the longest prefix served or stored
     (pool slots = max_tokens // tokens_per_block). host_blocks / host_bytes,
-    disk_dir + disk_blocks / disk_bytes, remote_url + remote: the tiers (at
-    least one). namespace: the disk directory's subfolder (default from the
+    disk_dir + disk_blocks / disk_bytes: the local tiers (at least one);
+    remote_url + remote: a Redis server (redis://...) below them. namespace: the disk directory's subfolder (default from the
     geometry). salt: names the weights (an int or a name for kvf.key_salt);
     the default comes from the config's name and geometry, so give one for
     weights that share a name (fine-tunes, random initialisations). mode:
@@ -260,9 +260,9 @@ class KVFerryPrefixCache:
             raise ValueError(f"KVFerryPrefixCache: disk_dir {disk_dir!r} needs disk_blocks or disk_bytes")
         if (disk_blocks or disk_bytes) and disk_dir is None:
             raise ValueError("KVFerryPrefixCache: a disk tier needs disk_dir")
-        if not (host_blocks or disk_dir or remote_url):
-            raise ValueError("KVFerryPrefixCache: no tier to cache into: give host_blocks / host_bytes, "
-                             "disk_dir with disk_blocks / disk_bytes, or remote_url")
+        if not (host_blocks or disk_dir):  # the cache stores into a local tier; remote sits below one
+            raise ValueError("KVFerryPrefixCache: no tier to cache into: give host_blocks / host_bytes or "
+                             "disk_dir with disk_blocks / disk_bytes (remote_url adds a tier below them)")
         self.namespace = namespace or (f"hf-{self.num_layers}l{self.kv_heads}h{self.head_dim}d-"
                                        f"{str(self.dtype).split('.')[-1]}-t{tokens_per_block}")
         eopts = dict(engine_options or {})
