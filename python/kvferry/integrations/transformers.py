@@ -208,8 +208,9 @@ class KVFerryPrefixCache:
     whole blocks are cached. max_tokens: the longest prefix served or stored
     (pool slots = max_tokens // tokens_per_block). host_blocks / host_bytes,
     disk_dir + disk_blocks / disk_bytes: the local tiers (at least one);
-    remote_url + remote: a Redis server (redis://...) below them. namespace: the disk directory's subfolder (default from the
-    geometry). salt: names the weights (an int or a name for kvf.key_salt);
+    remote_url + remote: a Redis server (redis://...) below them.
+    namespace: the disk directory's subfolder (default from the geometry).
+    salt: names the weights (an int or a name for kvf.key_salt);
     the default comes from the config's name and geometry, so give one for
     weights that share a name (fine-tunes, random initialisations). mode:
     "layerwise", "whole" or "recompute" (no reuse, for baselines).
@@ -427,10 +428,11 @@ class KVFerryPrefixCache:
                 hits = self.cache.lookup(keys[:usable])[0]
         if not hits:
             return KVFerryDynamicCache(self, 0, None, mode)
-        if mode == "layerwise":
-            ticket = self.cache.get(keys[:hits], range(hits), pools=self.pool_order)
-        else:
-            ticket = self.cache.get(keys[:hits], range(hits))
+        try:
+            ticket = self.cache.get(keys[:hits], range(hits), pools=self.pool_order if mode == "layerwise" else None)
+        except kvf.NotFound as exc:  # gone since the lookup (a shared store evicted it): compute it all
+            log.warning("kvferry: the cached prefix (%d blocks) is gone, recomputing: %s", hits, exc)
+            return KVFerryDynamicCache(self, 0, None, mode)
         if mode == "whole":
             try:
                 ticket.wait(check=True)
