@@ -111,6 +111,20 @@ def test_layerwise_and_whole_agree(tmp_path):
                                    rtol=1e-4, atol=1e-4)
 
 
+def test_crop_before_the_forward_takes_the_prefix_first():
+    model = tiny_model()
+    ids = prompt(11, 4 * TPB + 1)
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, host_blocks=64) as kv:
+        out = kv.forward(model, ids)
+        poison(kv)
+        past = kv.prepare(ids)
+        assert past.cached_tokens == 4 * TPB
+        past.crop(-5)  # as assisted decoding does: the layers must hold the prefix to cut it
+        assert past.loaded and past.get_seq_length() == 4 * TPB - 5
+        past.finish()
+        assert_prefix_equal(past, out.past_key_values, 4 * TPB - 5)
+
+
 def test_generate_reuses_the_prompt():
     model = tiny_model()
     ids = prompt(4, 3 * TPB + 5)

@@ -111,26 +111,22 @@ class _PrefixLayer(DynamicLayer):
             return self.keys, self.values
         return super().update(key_states, value_states, *args, **kwargs)
 
-    # anything that rewrites the layer needs the prefix in it first
-    def crop(self, tokens_to_remove):
-        if self.pending:
-            self._materialize()
-        return super().crop(tokens_to_remove)
 
-    def batch_repeat_interleave(self, repeats):
-        if self.pending:
-            self._materialize()
-        return super().batch_repeat_interleave(repeats)
+def _prefix_first(name):
+    base = getattr(DynamicLayer, name)
 
-    def batch_select_indices(self, indices):
+    def method(self, *args, **kwargs):
         if self.pending:
             self._materialize()
-        return super().batch_select_indices(indices)
+        return base(self, *args, **kwargs)
 
-    def reorder_cache(self, beam_idx):
-        if self.pending:
-            self._materialize()
-        return super().reorder_cache(beam_idx)
+    method.__name__ = name
+    return method
+
+
+# what rewrites a layer (assisted decoding's crop, beam search) needs the prefix in it first
+for _name in ("crop", "batch_repeat_interleave", "batch_select_indices", "reorder_cache"):
+    setattr(_PrefixLayer, _name, _prefix_first(_name))
 
 
 class KVFerryDynamicCache(DynamicCache):
