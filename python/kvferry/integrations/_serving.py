@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 from .._buffers import CUDA, HOST, PINNED, Buffer
 from .._cache import Cache, key_salt
 from .._core import Engine, Geometry, PoolDesc, Ticket
-from .._enums import Backend, Dtype, Order, Status
+from .._enums import Backend, Dtype, Memory, Order, Status
 from .._errors import KvferryError, make_error
 
 log = logging.getLogger("kvferry.integrations")
@@ -113,14 +113,15 @@ def backend_for(tensors) -> Backend:
     return Backend.CUDA if kinds == {True} else Backend.HOST
 
 
-def add_pools(engine: Engine, pools: Sequence[TensorPool], secondary: int) -> List[int]:
+def add_pools(engine: Engine, pools: Sequence[TensorPool], secondary: int, memory: Optional[Memory] = None
+              ) -> List[int]:
     """Registers the pools (secondary: host slots kvferry allocates for
-    each, 0 for none); returns their indices."""
+    each, 0 for none; memory: as PoolDesc's); returns their indices."""
     out = []
     for p in pools:
         # the slot count of a registered buffer whose last slot is shorter
         # than the stride is given, not derived from its size
-        desc = PoolDesc(slots=p.slots, buffer=p.buffer, slot_stride=p.slot_stride)
+        desc = PoolDesc(slots=p.slots, memory=memory, buffer=p.buffer, slot_stride=p.slot_stride)
         out.append(engine.add_pool(p.geometry, primary=desc, secondary=secondary or None).index)
     return out
 
