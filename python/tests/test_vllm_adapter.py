@@ -51,11 +51,27 @@ def token_kv(layer, prefix):
     return torch.from_numpy(rows).view(torch.float16)
 
 
+def kv_tensor(layout):
+    """(the tensor an attention backend hands the connector, its view as
+    [K/V, block, token, head, dim]), poisoned."""
+    if layout == "flash_attn":  # [2, blocks, block_size, heads, dim]
+        raw = torch.empty(2, BLOCKS, BS, HEADS, HEAD, dtype=torch.float16)
+        given, view = raw, raw
+    elif layout == "flashinfer":  # [blocks, 2, block_size, heads, dim]
+        raw = torch.empty(BLOCKS, 2, BS, HEADS, HEAD, dtype=torch.float16)
+        given, view = raw, raw.transpose(0, 1)
+    else:  # "hnd": heads before tokens in memory, shown to vLLM as NHD
+        raw = torch.empty(2, BLOCKS, HEADS, BS, HEAD, dtype=torch.float16)
+        given = view = raw.permute(0, 1, 3, 2, 4)
+    raw.view(torch.int16).fill_(POISON)
+    return given, view
+
+
 class Harness:
     """One vLLM instance: the real Scheduler, a worker connector, KV tensors
     in vLLM's FlashAttention layout [2, blocks, block_size, heads, head]."""
 
-    def __init__(self, tmp_path, extra):
+    def __init__(self, tmp_path, extra, layout="flash_attn"):
         model_dir = tmp_path / "model"  # a key's salt holds the model: instances share it
         from transformers import LlamaConfig
 
@@ -81,9 +97,10 @@ class Harness:
                                structured_output_manager=StructuredOutputManager(self.config), block_size=BS)
         assert isinstance(self.sched.connector, kvf_vllm.KvferryConnector)
         self.worker = KVConnectorFactory.create_connector(self.config, KVConnectorRole.WORKER, self.kv_config)
-        self.kv = {name: torch.full((2, BLOCKS, BS, HEADS, HEAD), 0, dtype=torch.float16).view(torch.int16)
-                   .fill_(POISON).view(torch.float16) for name in LAYERS}
-        self.worker.register_kv_caches(self.kv)
+        registered, self.kv = {}, {}  # what vLLM registers; its [K/V, block, token, head, dim] view
+        for name in LAYERS:
+            registered[name], self.kv[name] = kv_tensor(layout)
+        self.worker.register_kv_caches(registered)
         self.loaded = []  # (req id, block ids, first block index) of each step's loads
         self.load_errors = set()
 
@@ -169,8 +186,8 @@ def prompt(seed, n):
 def harness(tmp_path):
     made = []
 
-    def make(extra):
-        h = Harness(tmp_path, extra)
+    def make(extra, layout="flash_attn"):
+        h = Harness(tmp_path, extra, layout)
         made.append(h)
         return h
 
@@ -200,8 +217,11 @@ def test_connector_is_vllms(harness, tmp_path):
         KVConnectorFactory.create_connector(cfg, KVConnectorRole.WORKER, h.kv_config)
 
 
-def test_save_then_full_and_partial_hits(harness, tmp_path):
-    h = harness({"host_blocks": 3, **disk_only(tmp_path)})  # 5 blocks: some stay in host slots, some go to disk
+@pytest.mark.parametrize("layout,pools", [("flash_attn", 2), ("flashinfer", 1), ("hnd", 2)])
+def test_save_then_full_and_partial_hits(harness, tmp_path, layout, pools):
+    # 5 blocks: some stay in host slots, some go to disk
+    h = harness({"host_blocks": 3, **disk_only(tmp_path)}, layout)
+    assert len(h.worker.engine.pools) == pools * len(LAYERS)
     a = prompt(1, 5 * BS + 3)
     h.add("a", a)
     h.run()
@@ -335,3 +355,16 @@ def test_model_is_in_the_key(harness, tmp_path):
 
     lora = h.sched.connector._keys(a, LoRARequest("adapter", 1, str(tmp_path)))
     assert set(lora).isdisjoint(mine) and len(lora) == len(mine) == 2
+
+
+def test_host_bytes_and_bad_tensors(harness, tmp_path):
+    per_block = 2 * len(LAYERS) * BS * HEADS * HEAD * 2  # K and V of every layer, fp16
+    h = harness({"host_bytes": per_block * 5 + 7})
+    assert h.worker.cache.config["host_blocks"] == 5
+    w = KVConnectorFactory.create_connector(h.config, KVConnectorRole.WORKER, h.kv_config)
+    with pytest.raises(kvferry.InvalidArgument, match="layer bad: .* no dimension of 64 blocks"):
+        w.register_kv_caches({"bad": torch.empty(3, 5)})
+    w = KVConnectorFactory.create_connector(h.config, KVConnectorRole.WORKER, h.kv_config)
+    gappy = torch.empty(2, BLOCKS, BS, HEADS, 2 * HEAD, dtype=torch.float16)[..., :HEAD]
+    with pytest.raises(kvferry.InvalidArgument, match="not one dense run"):
+        w.register_kv_caches({"gappy": gappy})

@@ -189,8 +189,6 @@ class KvferryConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
         num_blocks = int(self._kv_cache_config.num_blocks)
         tensors = list(kv_caches.values())
-        ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
-        self.engine = Engine(backend=backend_for(tensors), file_namespace=self._namespace, **ekw)
         ckw = {k: self._extra[k] for k in _CACHE_KEYS if k in self._extra}
         if "remote" in ckw:
             ckw["remote"] = CacheRemote[str(ckw["remote"]).upper()]
@@ -204,10 +202,17 @@ class KvferryConnector(KVConnectorBase_V1):
             per_block = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
             host = size_parse(ckw.pop("host_bytes")) // per_block
             ckw["host_blocks"] = host
-        added = {ident: add_pools(self.engine, pools, host) for ident, pools in cut.items()}
+        ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
+        engine = Engine(backend=backend_for(tensors), file_namespace=self._namespace, **ekw)
+        try:
+            added = {ident: add_pools(engine, pools, host) for ident, pools in cut.items()}
+            self.cache = Cache(engine, event_queue=1 << 16, **ckw)
+        except BaseException:
+            engine.close()
+            raise
+        self.engine = engine
         for name, t in kv_caches.items():
             self._layer_pools[name] = added[(t.data_ptr(), tuple(t.shape))]
-        self.cache = Cache(self.engine, event_queue=1 << 16, **ckw)
         self._events.extend((int(e.kind), e.key) for e in self.cache.events())  # blocks found on disk
 
     def start_load_kv(self, forward_context, **kwargs):
