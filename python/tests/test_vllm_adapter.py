@@ -368,3 +368,25 @@ def test_host_bytes_and_bad_tensors(harness, tmp_path):
     gappy = torch.empty(2, BLOCKS, BS, HEADS, 2 * HEAD, dtype=torch.float16)[..., :HEAD]
     with pytest.raises(kvferry.InvalidArgument, match="not one dense run"):
         w.register_kv_caches({"gappy": gappy})
+
+
+def test_loads_are_waited_layer_by_layer(harness, tmp_path, monkeypatch):
+    h = harness(disk_only(tmp_path))
+    a = prompt(12, 3 * BS + 1)
+    h.add("a", a)
+    h.run()
+    h.sched.reset_prefix_cache()
+    waited = []
+    real = kvferry.Ticket.wait_pool
+
+    def spy(ticket, pool):  # records, then really waits
+        waited.append(pool)
+        return real(ticket, pool)
+
+    monkeypatch.setattr(kvferry.Ticket, "wait_pool", spy)
+    h.add("b", list(a))
+    h.step()
+    # each layer waits for its own K and V pools, in layer order, before its attention
+    assert waited == [p for name in LAYERS for p in h.worker._layer_pools[name]] == [0, 1, 2, 3]
+    h.expect_blocks("b", a, 0, 3)
+    assert kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({})

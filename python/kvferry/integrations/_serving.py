@@ -18,10 +18,6 @@ from .._errors import KvferryError, make_error
 
 log = logging.getLogger("kvferry.integrations")
 
-# The layer-wise API (Cache.get(pools=...), Ticket.wait_pool) is newer than
-# the rest; without it a load is awaited whole.
-LAYERWISE = hasattr(Ticket, "wait_pool")
-
 _DTYPES = {"float32": Dtype.FP32, "float16": Dtype.FP16, "bfloat16": Dtype.BF16, "float8_e4m3fn": Dtype.FP8_E4M3,
            "float8_e5m2": Dtype.FP8_E5M2, "int8": Dtype.INT8, "uint8": Dtype.INT8}
 
@@ -143,7 +139,7 @@ def string_key(key: str) -> int:
     return key_salt(key) or 1
 
 
-def prefix_get(cache: Cache, keys: List[int], slots: List[int], pools: Optional[List[int]] = None
+def prefix_get(cache: Cache, keys: List[int], slots: List[int]
                ) -> Tuple[int, Optional[Ticket], Optional[KvferryError]]:
     """Starts copying the longest cached prefix of keys into slots:
     (hits, its ticket or None, the error that stopped the get). The blocks
@@ -152,8 +148,7 @@ def prefix_get(cache: Cache, keys: List[int], slots: List[int], pools: Optional[
     if hits == 0:
         return 0, None, None
     try:
-        kw = {"pools": pools} if pools is not None and LAYERWISE else {}
-        return hits, cache.get(keys[:hits], slots[:hits], **kw), None
+        return hits, cache.get(keys[:hits], slots[:hits]), None
     except KvferryError as exc:  # e.g. evicted since the lookup: nothing moved
         log.warning("kvferry: get of %d blocks refused: %s", hits, exc)
         return 0, None, exc

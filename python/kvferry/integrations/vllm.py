@@ -23,7 +23,7 @@ from .._cache import Cache, key_chain_all, key_salt, size_parse
 from .._core import Engine
 from .._enums import Backend, CacheRemote, EventKind, Status
 from .._errors import KvferryError, make_error
-from ._serving import LAYERWISE, add_pools, backend_for, failed_moves, namespace, tensor_pools
+from ._serving import add_pools, backend_for, failed_moves, namespace, tensor_pools
 
 log = logging.getLogger("kvferry.integrations.vllm")
 
@@ -101,6 +101,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.engine: Optional[Engine] = None
         self.cache: Optional[Cache] = None
         self._layer_pools: Dict[str, List[int]] = {}
+        self._pool_order: List[int] = []  # layer order: the order a layer-wise load lands in
         self._load_ticket = None
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
@@ -109,6 +110,10 @@ class KvferryConnector(KVConnectorBase_V1):
     @property
     def requires_kv_delivery(self) -> bool:
         return False  # a cache: a save that never happens is a later miss
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config) -> bool:
+        return True  # wait_for_layer_load must run between graph pieces, never be skipped in a replay
 
     # ---- keys ----------------------------------------------------------------------
     def _keys(self, tokens, lora_request) -> List[int]:
@@ -213,6 +218,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self.engine = engine
         for name, t in kv_caches.items():
             self._layer_pools[name] = added[(t.data_ptr(), tuple(t.shape))]
+        self._pool_order = [p for pools in added.values() for p in pools]
         self._events.extend((int(e.kind), e.key) for e in self.cache.events())  # blocks found on disk
 
     def start_load_kv(self, forward_context, **kwargs):
@@ -229,37 +235,30 @@ class KvferryConnector(KVConnectorBase_V1):
         if not keys:
             return
         try:
-            self._load_ticket = self.cache.get(keys, slots)
+            # pool by pool in layer order, each layer waited for alone
+            self._load_ticket = self.cache.get(keys, slots, pools=self._pool_order)
             self._load_slots = slots
         except KvferryError as exc:
             log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
             self._load_errors.update(slots)
             return
-        if not LAYERWISE:
-            self._order_load(None)
-
-    def _order_load(self, pools: Optional[List[int]]):
-        """Makes what runs next see the load (of `pools`, or all of it)."""
-        t = self._load_ticket
-        cuda = self.engine.backend == Backend.CUDA
-        try:
-            if pools is None:
-                if cuda:
-                    self.engine.sync_stream(torch.cuda.current_stream())
-                else:
-                    t.wait()
-            else:
-                for p in pools:
-                    if cuda:
-                        t.stream_wait_pool(p, None)
-                    else:
-                        t.wait_pool(p)
-        except KvferryError:
-            pass  # the failed blocks are reported after the forward
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        if self._load_ticket is not None and LAYERWISE:
-            self._order_load(self._layer_pools.get(layer_name, []))
+        """Makes the layer's attention see its blocks: on the GPU, torch's
+        current stream waits for the layer's pools (the host does not); on
+        the host backend this thread waits."""
+        t = self._load_ticket
+        if t is None:
+            return
+        cuda = self.engine.backend == Backend.CUDA
+        for p in self._layer_pools.get(layer_name, ()):
+            try:
+                if cuda:
+                    t.stream_wait_pool(p, None)
+                else:
+                    t.wait_pool(p)
+            except KvferryError:
+                pass  # the failed blocks are reported after the forward
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
         # a cached block holds every layer: saved whole in wait_for_save
