@@ -223,3 +223,21 @@ def test_bad_input_is_refused_by_name(tmp_path):
         assert b.batch_exists([]) == 0 and b.batch_get_v1([], idx[:0]) == []
     finally:
         b.close()
+
+
+def test_mla_non_writer_rank_stores_nothing(tmp_path):
+    pool = host_pool("page_first")
+    cfg = dict(backend_name="kvferry", module_path="kvferry.integrations.sglang", class_name="KvferryStorage",
+               interface_v1=1, **disk(tmp_path))
+    sc = HiCacheStorageConfig(tp_rank=1, tp_size=2, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                              is_mla_model=True, enable_storage_metrics=False, is_page_first_layout=True,
+                              model_name="m", extra_config=cfg)
+    b = StorageBackendFactory.create_backend("dynamic", sc, pool)
+    b.register_mem_pool_host(pool)
+    try:
+        keys = page_hashes(13, 2)
+        idx, _ = fill_pages(pool, 2, 14)
+        assert b.batch_set_v1(keys, idx) == [True, True]  # rank 0 writes the same pages
+        assert b.batch_exists(keys) == 0
+    finally:
+        b.close()

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """A vLLM KV connector (KVConnectorBase_V1) whose store is a kvferry Cache:
 prompt blocks are saved by content key into kvferry's host, disk and remote
-tiers and loaded back, layer by layer where the library has the layer-wise
-API, into the blocks vLLM allocates. Importing this module imports vLLM.
+tiers and loaded back, layer by layer, into the blocks vLLM allocates.
+Importing this module imports vLLM.
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvferryConnector",
         "kv_connector_module_path": "kvferry.integrations.vllm", "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"host_bytes": "32GiB", "disk_bytes": "512GiB",
                                       "file_dir": "/mnt/nvme/kv"}}'
 
