@@ -168,6 +168,15 @@ class Harness:
         state = {r: (q.status, q.num_computed_tokens, q.num_tokens) for r, q in self.sched.requests.items()}
         raise AssertionError(f"requests did not finish: {state}")
 
+    def stored(self, seed, n):
+        """A prompt of n tokens run to the end (its blocks saved), then
+        vLLM's own prefix cache emptied: (prompt, its block keys)."""
+        a = prompt(seed, n)
+        self.add(f"p{seed}", a)
+        self.run()
+        self.sched.reset_prefix_cache()
+        return a, self.sched.connector._keys(a, None)
+
     def expect_blocks(self, rid, tokens, first, count):
         """The blocks first..first+count-1 of rid hold exactly the KV of tokens."""
         table = self.block_table(rid)
@@ -253,9 +262,7 @@ def test_save_then_full_and_partial_hits(harness, tmp_path, layout, pools):
 
 def test_miss_loads_nothing(harness, tmp_path):
     h = harness(disk_only(tmp_path))
-    h.add("a", prompt(3, 3 * BS + 1))
-    h.run()
-    h.sched.reset_prefix_cache()
+    h.stored(3, 3 * BS + 1)
     h.add("d", prompt(4, 3 * BS + 1))
     so, out = h.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and h.loaded[-1] == []
@@ -264,10 +271,7 @@ def test_miss_loads_nothing(harness, tmp_path):
 
 def test_short_prompt_and_exact_blocks(harness, tmp_path):
     h = harness(disk_only(tmp_path))
-    a = prompt(5, 2 * BS)  # exactly two blocks: the last token's block is recomputed
-    h.add("a", a)
-    h.run()
-    h.sched.reset_prefix_cache()
+    a, _ = h.stored(5, 2 * BS)  # exactly two blocks: the last token's block is recomputed
     h.add("a2", list(a))
     so, _ = h.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == BS
@@ -280,11 +284,7 @@ def test_short_prompt_and_exact_blocks(harness, tmp_path):
 @pytest.mark.parametrize("damage", ["corrupt", "remove", "foreign"])
 def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage):
     h = harness(disk_only(tmp_path))
-    a = prompt(6, 4 * BS + 2)
-    h.add("a", a)
-    h.run()
-    keys = h.sched.connector._keys(a, None)
-    h.sched.reset_prefix_cache()
+    a, keys = h.stored(6, 4 * BS + 2)
     path = block_file(tmp_path, keys[2])
     assert path.exists()
     if damage == "corrupt":  # a flipped payload byte: the CRC refuses it
@@ -315,11 +315,7 @@ def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage
 
 def test_evicted_between_lookup_and_load(harness, tmp_path):
     h = harness(disk_only(tmp_path))
-    a = prompt(7, 3 * BS + 1)
-    h.add("a", a)
-    h.run()
-    keys = h.sched.connector._keys(a, None)
-    h.sched.reset_prefix_cache()
+    a, keys = h.stored(7, 3 * BS + 1)
     assert h.worker.cache.remove([keys[1]]) == 1  # gone after the scheduler's lookup saw it
     h.add("b", list(a))
     so, out = h.step()
@@ -372,10 +368,7 @@ def test_host_bytes_and_bad_tensors(harness, tmp_path):
 
 def test_loads_are_waited_layer_by_layer(harness, tmp_path, monkeypatch):
     h = harness(disk_only(tmp_path))
-    a = prompt(12, 3 * BS + 1)
-    h.add("a", a)
-    h.run()
-    h.sched.reset_prefix_cache()
+    a, _ = h.stored(12, 3 * BS + 1)
     waited = []
     real = kvferry.Ticket.wait_pool
 

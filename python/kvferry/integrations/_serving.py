@@ -7,7 +7,6 @@ that report per block what did not arrive. torch is imported by the caller
 import logging
 import re
 from dataclasses import dataclass
-from math import prod
 from typing import List, Optional, Sequence, Tuple
 
 from .._buffers import CUDA, HOST, PINNED, Buffer

@@ -14,11 +14,11 @@ docs/integrations/vllm.md has the settings and what was tested."""
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
-                                                              KVConnectorRole, KVConnectorWorkerMetadata)
+                                                              KVConnectorWorkerMetadata)
 
 from .._cache import Cache, key_chain_all, key_salt, size_parse
 from .._core import Engine
