@@ -235,6 +235,9 @@ class KvferryConnector(KVConnectorBase_V1):
             self._load_errors.update(ids[hits:])
         if not keys:
             return
+        if self.engine.backend == Backend.CUDA:
+            # vLLM may still be zeroing new blocks on its stream: land after it
+            torch.cuda.current_stream().synchronize()
         try:
             # pool by pool in layer order, each layer waited for alone
             self._load_ticket = self.cache.get(keys, slots, pools=self._pool_order)
