@@ -1,0 +1,310 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A vLLM KV connector (KVConnectorBase_V1) whose store is a kvferry Cache:
+prompt blocks are saved by content key into kvferry's host, disk and remote
+tiers and loaded back, layer by layer, into the blocks vLLM allocates.
+Importing this module imports vLLM.
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvferryConnector",
+        "kv_connector_module_path": "kvferry.integrations.vllm", "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"host_bytes": "32GiB", "disk_bytes": "512GiB",
+                                      "file_dir": "/mnt/nvme/kv"}}'
+
+docs/integrations/vllm.md has the settings and what was tested."""
+
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
+                                                              KVConnectorWorkerMetadata)
+
+from .._cache import Cache, key_chain_all, key_salt, size_parse
+from .._core import Engine
+from .._enums import Backend, CacheRemote, EventKind, Status
+from .._errors import KvferryError, make_error
+from ._serving import add_pools, backend_for, failed_moves, namespace, tensor_pools
+
+log = logging.getLogger("kvferry.integrations.vllm")
+
+# kv_connector_extra_config keys: the Engine's and the Cache's settings by
+# their kvferry names, and the connector's own.
+_ENGINE_KEYS = ("file_dir", "remote_url", "threads", "config_file", "file_io", "fsync")
+_CACHE_KEYS = ("host_blocks", "host_bytes", "disk_blocks", "disk_bytes", "remote", "offload_min_priority",
+               "disk_admit_uses")
+_OWN_KEYS = ("namespace", "salt", "priority")
+
+
+@dataclass
+class KvferryConnectorMetadata(KVConnectorMetadata):
+    """Scheduler -> worker, one step: blocks to load before the forward
+    (per request: content keys and vLLM block ids) and blocks to save after."""
+
+    loads: List[Tuple[str, List[int], List[int]]] = field(default_factory=list)
+    save_keys: List[int] = field(default_factory=list)
+    save_blocks: List[int] = field(default_factory=list)
+
+
+@dataclass
+class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
+    """Worker -> scheduler, one step: what entered and left the worker's
+    cache, [(EventKind, key)] in order, so the scheduler's lookups see it."""
+
+    events: List[Tuple[int, int]] = field(default_factory=list)
+
+    def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
+        if isinstance(other, KvferryWorkerMetadata):
+            return KvferryWorkerMetadata(self.events + other.events)
+        return self
+
+
+@dataclass
+class _Request:
+    keys: List[int]  # the prompt's whole blocks
+    block_ids: List[int]
+    saved: int = 0  # leading blocks already saved or found stored
+
+
+class KvferryConnector(KVConnectorBase_V1):
+    """vLLM's KV connector on kvferry. The scheduler side answers lookups
+    from the keys the workers report stored (their cache's events); the
+    worker side owns the Engine (vLLM's KV tensors as its primary pools) and
+    the Cache. Loads are synchronous in vLLM's sense (this step's forward
+    waits for them, per layer); a block that does not arrive is reported by
+    get_block_ids_with_load_errors and vLLM recomputes it."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
+        unknown = set(extra) - set(_ENGINE_KEYS + _CACHE_KEYS + _OWN_KEYS)
+        if unknown:
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: unknown kv_connector_extra_config key(s) "
+                             f"{', '.join(sorted(unknown))}; known: {', '.join(_ENGINE_KEYS + _CACHE_KEYS + _OWN_KEYS)}")
+        self._extra = extra
+        self._block_size = int(vllm_config.cache_config.block_size)
+        model = getattr(vllm_config.model_config, "model", None) if vllm_config.model_config else None
+        dtype = getattr(vllm_config.cache_config, "cache_dtype", None)
+        par = vllm_config.parallel_config
+        # a key names a block's content only within one model and KV dtype
+        self._salt_base = f"{model}|{dtype}|{extra.get('salt', '')}"
+        self._namespace = extra.get("namespace") or namespace(
+            "vllm", (model or "model").rsplit("/", 1)[-1], dtype,
+            f"tp{par.rank}of{par.tensor_parallel_size}" if par.tensor_parallel_size > 1 else None,
+            f"pp{par.pipeline_parallel_size}" if par.pipeline_parallel_size > 1 else None)
+        self._priority = int(extra.get("priority", 50))
+        # scheduler side
+        self._stored: Set[int] = set()
+        self._requests: Dict[str, _Request] = {}
+        self._matched: Dict[str, Tuple[int, List[int]]] = {}  # req -> (local tokens, keys)
+        self._loads: List[Tuple[str, List[int], List[int]]] = []
+        # worker side
+        self.engine: Optional[Engine] = None
+        self.cache: Optional[Cache] = None
+        self._layer_pools: Dict[str, List[int]] = {}
+        self._pool_order: List[int] = []  # layer order: the order a layer-wise load lands in
+        self._load_ticket = None
+        self._load_slots: List[int] = []
+        self._load_errors: Set[int] = set()
+        self._events: List[Tuple[int, int]] = []
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a cache: a save that never happens is a later miss
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config) -> bool:
+        return True  # wait_for_layer_load must run between graph pieces, never be skipped in a replay
+
+    # ---- keys ----------------------------------------------------------------------
+    def _keys(self, tokens, lora_request) -> List[int]:
+        if not tokens:
+            return []
+        lora = getattr(lora_request, "lora_name", "") if lora_request is not None else ""
+        return key_chain_all(list(tokens), self._block_size, key_salt(f"{self._salt_base}|{lora}"))
+
+    # ---- scheduler side --------------------------------------------------------------
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        tokens = request.prompt_token_ids or []
+        keys = self._keys(tokens, request.lora_request)
+        # the last prompt token is always computed, for its logits
+        limit = min(len(keys), (len(tokens) - 1) // self._block_size)
+        hits = 0
+        while hits < limit and keys[hits] in self._stored:
+            hits += 1
+        self._matched[request.request_id] = (num_computed_tokens, keys)
+        return max(0, hits * self._block_size - num_computed_tokens), False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
+        if num_external_tokens <= 0:
+            return
+        local, keys = self._matched.pop(request.request_id)
+        first, count = local // self._block_size, num_external_tokens // self._block_size
+        ids = list(blocks.get_block_ids()[0])
+        self._loads.append((request.request_id, keys[first:first + count], ids[first:first + count]))
+
+    def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
+        meta = KvferryConnectorMetadata(loads=self._loads)
+        self._loads = []
+        self._matched.clear()
+        queued: Set[int] = set()
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            req = _Request(self._keys(new.prompt_token_ids, new.lora_request), list(new.block_ids[0]))
+            self._requests[new.req_id] = req
+            self._queue_saves(req, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta, queued)
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            req = self._requests.get(rid)
+            if req is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if rid in cached.resumed_req_ids:  # preempted and back: all its blocks are new
+                req.block_ids = list(new_ids[0]) if new_ids else []
+            elif new_ids:
+                req.block_ids.extend(new_ids[0])
+            self._queue_saves(req, cached.num_computed_tokens[i] + scheduled.get(rid, 0), meta, queued)
+        return meta
+
+    def _queue_saves(self, req: _Request, computed: int, meta: KvferryConnectorMetadata, queued: Set[int]):
+        whole = min(computed // self._block_size, len(req.keys), len(req.block_ids))
+        for j in range(req.saved, whole):
+            key = req.keys[j]
+            if key not in self._stored and key not in queued:
+                queued.add(key)
+                meta.save_keys.append(key)
+                meta.save_blocks.append(req.block_ids[j])
+        req.saved = max(req.saved, whole)
+
+    def update_connector_output(self, connector_output):
+        meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        if not isinstance(meta, KvferryWorkerMetadata):
+            return
+        for kind, key in meta.events:
+            if kind == EventKind.REMOVED:
+                self._stored.discard(key)
+            else:
+                self._stored.add(key)
+
+    def request_finished(self, request, block_ids):
+        self._requests.pop(request.request_id, None)
+        self._matched.pop(request.request_id, None)
+        return False, None  # saves finish within the step that computed the blocks
+
+    # ---- worker side -------------------------------------------------------------------
+    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
+        num_blocks = int(self._kv_cache_config.num_blocks)
+        tensors = list(kv_caches.values())
+        ckw = {k: self._extra[k] for k in _CACHE_KEYS if k in self._extra}
+        if "remote" in ckw:
+            ckw["remote"] = CacheRemote[str(ckw["remote"]).upper()]
+        cut: Dict[Tuple[int, tuple], list] = {}  # layers sharing one KV tensor share its pools
+        for name, t in kv_caches.items():
+            ident = (t.data_ptr(), tuple(t.shape))
+            if ident not in cut:
+                cut[ident] = tensor_pools(t, _block_dim(t, num_blocks, name), self._block_size, f"layer {name}")
+        host = int(ckw.get("host_blocks", 0))
+        if "host_bytes" in ckw:  # each host slot holds one block of every pool
+            per_block = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
+            host = size_parse(ckw.pop("host_bytes")) // per_block
+            ckw["host_blocks"] = host
+        ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
+        engine = Engine(backend=backend_for(tensors), file_namespace=self._namespace, **ekw)
+        try:
+            added = {ident: add_pools(engine, pools, host) for ident, pools in cut.items()}
+            self.cache = Cache(engine, event_queue=1 << 16, **ckw)
+        except BaseException:
+            engine.close()
+            raise
+        self.engine = engine
+        for name, t in kv_caches.items():
+            self._layer_pools[name] = added[(t.data_ptr(), tuple(t.shape))]
+        self._pool_order = [p for pools in added.values() for p in pools]
+        self._events.extend((int(e.kind), e.key) for e in self.cache.events())  # blocks found on disk
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._get_connector_metadata()
+        if not isinstance(meta, KvferryConnectorMetadata) or not meta.loads or self.cache is None:
+            return
+        keys: List[int] = []
+        slots: List[int] = []
+        for _rid, k, ids in meta.loads:
+            hits, _ = self.cache.lookup(k)  # evicted since the scheduler looked: fail the rest
+            keys += k[:hits]
+            slots += ids[:hits]
+            self._load_errors.update(ids[hits:])
+        if not keys:
+            return
+        if self.engine.backend == Backend.CUDA:
+            # vLLM may still be zeroing new blocks on its stream: land after it
+            torch.cuda.current_stream().synchronize()
+        try:
+            # pool by pool in layer order, each layer waited for alone
+            self._load_ticket = self.cache.get(keys, slots, pools=self._pool_order)
+            self._load_slots = slots
+        except KvferryError as exc:
+            log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
+            self._load_errors.update(slots)
+            return
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Makes the layer's attention see its blocks: on the GPU, torch's
+        current stream waits for the layer's pools (the host does not); on
+        the host backend this thread waits."""
+        t = self._load_ticket
+        if t is None:
+            return
+        cuda = self.engine.backend == Backend.CUDA
+        for p in self._layer_pools.get(layer_name, ()):
+            try:
+                if cuda:
+                    t.stream_wait_pool(p, None)
+                else:
+                    t.wait_pool(p)
+            except KvferryError:
+                pass  # the failed blocks are reported after the forward
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
+        # a cached block holds every layer: saved whole in wait_for_save
+        return
+
+    def wait_for_save(self):
+        meta = self._connector_metadata
+        if not isinstance(meta, KvferryConnectorMetadata) or not meta.save_keys or self.cache is None:
+            return
+        if self.engine.backend == Backend.CUDA:
+            torch.cuda.current_stream().synchronize()  # the forward wrote the blocks
+        t = self.cache.put(meta.save_keys, meta.save_blocks, self._priority)
+        bad = failed_moves(t)  # vLLM may reuse the blocks once this returns
+        if bad:
+            log.warning("kvferry: %d of %d blocks not saved", len(bad), len(meta.save_keys))
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        if self._load_ticket is not None:
+            self._load_errors.update(self._load_slots[i] for i in failed_moves(self._load_ticket))
+            self._load_ticket, self._load_slots = None, []
+        out, self._load_errors = self._load_errors, set()
+        return out
+
+    def build_connector_worker_meta(self):
+        if self.cache is not None:
+            self._events.extend((int(e.kind), e.key) for e in self.cache.events())
+        if not self._events:
+            return None
+        out, self._events = KvferryWorkerMetadata(self._events), []
+        return out
+
+    def shutdown(self):
+        if self.engine is not None:
+            self.engine.close()  # closes the cache first
+        self.engine = self.cache = None
+
+
+def _block_dim(t, num_blocks: int, name: str) -> int:
+    """The dimension indexing blocks: of size num_blocks, the largest stride
+    of those (a K/V dimension of 2 comes first in some backends)."""
+    dims = [d for d in range(t.dim()) if t.shape[d] == num_blocks]
+    if not dims:
+        raise make_error(Status.ERR_INVALID, f"layer {name}: KV tensor of shape {tuple(t.shape)} has no "
+                         f"dimension of {num_blocks} blocks")
+    return max(dims, key=lambda d: t.stride(d))

@@ -1,0 +1,385 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Contract tests of kvferry.integrations.vllm against the installed vLLM:
+its real Scheduler (and KV cache manager) drives the scheduler-side
+connector, found through kv_connector_module_path by vLLM's own factory,
+and the worker-side connector runs inside vLLM's
+KVConnectorModelRunnerMixin step, as the GPU model runner calls it. Only
+the model's forward is ours: per layer it waits for the layer's load and
+writes each computed token's KV, a function of the token prefix, into the
+token's block slot. Every load is checked byte for byte against that
+function, into blocks poisoned first. KV tensors are CPU torch tensors on
+kvferry's host backend; disk blocks are real kvferry block files.
+
+Skipped unless vllm imports (see docs/integrations/vllm.md for the venv)."""
+
+import hashlib
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+vllm = pytest.importorskip("vllm")
+torch = pytest.importorskip("torch")
+
+from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.distributed.kv_transfer import kv_transfer_state  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+from vllm.forward_context import set_forward_context  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin  # noqa: E402
+
+import kvferry  # noqa: E402
+from kvferry.integrations import vllm as kvf_vllm  # noqa: E402
+
+BS, HEADS, HEAD, BLOCKS = 16, 2, 16, 64
+LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
+POISON = 0x7E7E  # an fp16 NaN pattern no token writes
+
+
+def token_kv(layer, prefix):
+    """The K and V rows of the last token of `prefix` in `layer`: random
+    int16 bit patterns seeded by the whole prefix, never POISON."""
+    h = hashlib.blake2b(np.asarray(prefix, dtype=np.int64).tobytes(), digest_size=8, key=bytes([layer + 1]))
+    rng = np.random.default_rng(int.from_bytes(h.digest(), "little"))
+    rows = rng.integers(0, 0x7C00, (2, HEADS, HEAD), dtype=np.int16)  # finite positive fp16s
+    return torch.from_numpy(rows).view(torch.float16)
+
+
+def kv_tensor(layout):
+    """(the tensor an attention backend hands the connector, its view as
+    [K/V, block, token, head, dim]), poisoned."""
+    if layout == "flash_attn":  # [2, blocks, block_size, heads, dim]
+        raw = torch.empty(2, BLOCKS, BS, HEADS, HEAD, dtype=torch.float16)
+        given, view = raw, raw
+    elif layout == "flashinfer":  # [blocks, 2, block_size, heads, dim]
+        raw = torch.empty(BLOCKS, 2, BS, HEADS, HEAD, dtype=torch.float16)
+        given, view = raw, raw.transpose(0, 1)
+    else:  # "hnd": heads before tokens in memory, shown to vLLM as NHD
+        raw = torch.empty(2, BLOCKS, HEADS, BS, HEAD, dtype=torch.float16)
+        given = view = raw.permute(0, 1, 3, 2, 4)
+    raw.view(torch.int16).fill_(POISON)
+    return given, view
+
+
+class Harness:
+    """One vLLM instance: the real Scheduler, a worker connector, KV tensors
+    in vLLM's FlashAttention layout [2, blocks, block_size, heads, head]."""
+
+    def __init__(self, tmp_path, extra, layout="flash_attn"):
+        model_dir = tmp_path / "model"  # a key's salt holds the model: instances share it
+        from transformers import LlamaConfig
+
+        LlamaConfig(vocab_size=5000, hidden_size=64, intermediate_size=128, num_hidden_layers=len(LAYERS),
+                    num_attention_heads=4, num_key_value_heads=HEADS,
+                    max_position_embeddings=4096).save_pretrained(str(model_dir))
+        self.config = VllmConfig(
+            model_config=ModelConfig(model=str(model_dir), skip_tokenizer_init=True, dtype="float16",
+                                     max_model_len=2048),
+            scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=256, max_model_len=2048,
+                                             enable_chunked_prefill=True, is_encoder_decoder=False),
+            cache_config=CacheConfig(block_size=BS, enable_prefix_caching=True),
+            kv_transfer_config=KVTransferConfig(kv_connector="KvferryConnector",
+                                                kv_connector_module_path="kvferry.integrations.vllm",
+                                                kv_role="kv_both", kv_connector_extra_config=extra,
+                                                kv_load_failure_policy="recompute"),
+            device_config=DeviceConfig("cpu"))
+        self.config.cache_config.num_gpu_blocks = BLOCKS
+        spec = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
+        self.kv_config = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[],
+                                       kv_cache_groups=[KVCacheGroupSpec(list(LAYERS), spec)])
+        self.sched = Scheduler(vllm_config=self.config, kv_cache_config=self.kv_config,
+                               structured_output_manager=StructuredOutputManager(self.config), block_size=BS)
+        assert isinstance(self.sched.connector, kvf_vllm.KvferryConnector)
+        self.worker = KVConnectorFactory.create_connector(self.config, KVConnectorRole.WORKER, self.kv_config)
+        registered, self.kv = {}, {}  # what vLLM registers; its [K/V, block, token, head, dim] view
+        for name in LAYERS:
+            registered[name], self.kv[name] = kv_tensor(layout)
+        self.worker.register_kv_caches(registered)
+        self.loaded = []  # (req id, block ids, first block index) of each step's loads
+        self.load_errors = set()
+
+    def close(self):
+        self.worker.shutdown()
+
+    def add(self, rid, prompt, max_tokens=2):
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        self.sched.add_request(Request(rid, list(prompt), sp, None))
+
+    def block_table(self, rid):
+        return list(self.sched.kv_cache_manager.get_block_ids(rid)[0])
+
+    @contextmanager
+    def _worker_agent(self):
+        kv_transfer_state._KV_CONNECTOR_AGENT = self.worker
+        try:
+            yield
+        finally:
+            kv_transfer_state._KV_CONNECTOR_AGENT = None
+
+    def step(self, poison_loads=True):
+        so = self.sched.schedule()
+        meta = so.kv_connector_metadata
+        if poison_loads:  # what a load must overwrite
+            for _rid, _keys, ids in meta.loads:
+                for t in self.kv.values():
+                    t.view(torch.int16)[:, ids] = POISON
+        self.loaded.append([(rid, ids) for rid, _k, ids in meta.loads])
+        with self._worker_agent(), set_forward_context(None, self.config):
+            with KVConnectorModelRunnerMixin.maybe_get_kv_connector_output(so) as out:
+                self._forward(so)
+        self.load_errors |= set(out.invalid_block_ids)
+        rids = list(so.num_scheduled_tokens)
+        sampled = []
+        for rid in rids:
+            req = self.sched.requests[rid]
+            # a token only once every token is computed (not mid chunk);
+            # schedule() has already counted this step's
+            sampled.append([4000 + req.num_tokens] if req.num_computed_tokens >= req.num_tokens else [])
+        mro = ModelRunnerOutput(req_ids=rids, req_id_to_index={r: i for i, r in enumerate(rids)},
+                                sampled_token_ids=sampled, kv_connector_output=out)
+        self.sched.update_from_output(so, mro)
+        return so, out
+
+    def _forward(self, so):
+        """Per layer: wait for its load (as attention does), then write the
+        KV of each scheduled token (as the attention kernel does)."""
+        for li, name in enumerate(LAYERS):
+            self.worker.wait_for_layer_load(name)
+            for rid, n in so.num_scheduled_tokens.items():
+                req = self.sched.requests[rid]
+                table = self.block_table(rid)
+                toks = list(req.all_token_ids)
+                # schedule() has already counted this step's tokens as computed
+                for pos in range(req.num_computed_tokens - n, req.num_computed_tokens):
+                    self.kv[name][:, table[pos // BS], pos % BS] = token_kv(li, toks[:pos + 1])
+            self.worker.save_kv_layer(name, self.kv[name], None)
+
+    def run(self, limit=64):
+        for _ in range(limit):
+            if not self.sched.has_unfinished_requests():
+                return
+            self.step()
+        state = {r: (q.status, q.num_computed_tokens, q.num_tokens) for r, q in self.sched.requests.items()}
+        raise AssertionError(f"requests did not finish: {state}")
+
+    def stored(self, seed, n):
+        """A prompt of n tokens run to the end (its blocks saved), then
+        vLLM's own prefix cache emptied: (prompt, its block keys)."""
+        a = prompt(seed, n)
+        self.add(f"p{seed}", a)
+        self.run()
+        self.sched.reset_prefix_cache()
+        return a, self.sched.connector._keys(a, None)
+
+    def expect_blocks(self, rid, tokens, first, count):
+        """The blocks first..first+count-1 of rid hold exactly the KV of tokens."""
+        table = self.block_table(rid)
+        for li, name in enumerate(LAYERS):
+            for b in range(first, first + count):
+                want = torch.stack([token_kv(li, tokens[:p + 1]) for p in range(b * BS, (b + 1) * BS)], dim=1)
+                got = self.kv[name][:, table[b]]
+                assert torch.equal(got.view(torch.int16), want.view(torch.int16)), f"{name} block {b}"
+
+
+def prompt(seed, n):
+    return [int(x) for x in np.random.default_rng(seed).integers(10, 3000, n)]
+
+
+@pytest.fixture
+def harness(tmp_path):
+    made = []
+
+    def make(extra, layout="flash_attn"):
+        h = Harness(tmp_path, extra, layout)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def disk_only(tmp_path):
+    return {"file_dir": str(tmp_path / "kv"), "disk_blocks": 256, "namespace": "vllm-test"}
+
+
+def block_file(tmp_path, key):
+    return tmp_path / "kv" / "vllm-test" / f"{key:016x}.kvf"
+
+
+def test_connector_is_vllms(harness, tmp_path):
+    h = harness({"host_blocks": 8, **disk_only(tmp_path)})
+    assert isinstance(h.worker, vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1)
+    assert len(h.worker.engine.pools) == 2 * len(LAYERS)  # K and V of each layer
+    bad = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
+                           kv_role="kv_both", kv_connector_extra_config={"host_blok": 1})
+    cfg = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
+                     scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
+                     kv_transfer_config=bad)
+    with pytest.raises(kvferry.InvalidArgument, match="host_blok"):
+        KVConnectorFactory.create_connector(cfg, KVConnectorRole.WORKER, h.kv_config)
+
+
+@pytest.mark.parametrize("layout,pools", [("flash_attn", 2), ("flashinfer", 1), ("hnd", 2)])
+def test_save_then_full_and_partial_hits(harness, tmp_path, layout, pools):
+    # 5 blocks: some stay in host slots, some go to disk
+    h = harness({"host_blocks": 3, **disk_only(tmp_path)}, layout)
+    assert len(h.worker.engine.pools) == pools * len(LAYERS)
+    a = prompt(1, 5 * BS + 3)
+    h.add("a", a)
+    h.run()
+    sched_side = h.sched.connector
+    keys = sched_side._keys(a, None)
+    assert len(keys) == 5 and all(k in sched_side._stored for k in keys)
+    stats = h.worker.cache.stats()
+    assert stats.blocks["host"] + stats.blocks["disk"] == 5 and stats.blocks["disk"] >= 2
+    h.sched.reset_prefix_cache()  # vLLM's own GPU prefix cache forgets: only kvferry can hit
+
+    b = a[:4 * BS] + prompt(2, 2 * BS + 5)  # shares 4 blocks with a
+    h.add("b", b)
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS
+    (rid, ids), = h.loaded[-1]
+    assert rid == "b" and ids == h.block_table("b")[:4]
+    assert not out.invalid_block_ids
+    h.expect_blocks("b", b, 0, 4)
+
+    c = list(a)  # the whole prompt: every whole block but the one holding the last token
+    h.add("c", c)
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 5 * BS
+    h.expect_blocks("c", c, 0, 5)
+    h.run()
+    s = h.worker.cache.stats()
+    assert s.failures == 0 and sum(s.hits.values()) >= 9
+
+
+def test_miss_loads_nothing(harness, tmp_path):
+    h = harness(disk_only(tmp_path))
+    h.stored(3, 3 * BS + 1)
+    h.add("d", prompt(4, 3 * BS + 1))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and h.loaded[-1] == []
+    assert not out.invalid_block_ids
+
+
+def test_short_prompt_and_exact_blocks(harness, tmp_path):
+    h = harness(disk_only(tmp_path))
+    a, _ = h.stored(5, 2 * BS)  # exactly two blocks: the last token's block is recomputed
+    h.add("a2", list(a))
+    so, _ = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == BS
+    h.expect_blocks("a2", a, 0, 1)
+    h.add("tiny", a[:BS - 1])  # no whole block: nothing to look up
+    so, _ = h.step()
+    assert h.loaded[-1] == []
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "remove", "foreign"])
+def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage):
+    h = harness(disk_only(tmp_path))
+    a, keys = h.stored(6, 4 * BS + 2)
+    path = block_file(tmp_path, keys[2])
+    assert path.exists()
+    if damage == "corrupt":  # a flipped payload byte: the CRC refuses it
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0x40  # in the payload
+        path.write_bytes(bytes(raw))
+    elif damage == "remove":
+        path.unlink()
+    else:  # another key's valid block in its place: the header refuses it
+        path.write_bytes(block_file(tmp_path, keys[0]).read_bytes())
+    b = list(a)
+    h.add("b", b)
+    so, out = h.step()
+    table = h.block_table("b")
+    assert out.invalid_block_ids == {table[2]}  # vLLM's way: the block ids that failed
+    # what did arrive is right; the failed block is never served
+    h.expect_blocks("b", b, 0, 2)
+    assert keys[2] not in h.sched.connector._stored  # the worker's REMOVED event reached the scheduler
+    h.run()  # vLLM recomputes from the failed block
+    s = h.worker.cache.stats()
+    assert s.failures >= 1
+    h.sched.reset_prefix_cache()
+    h.add("c", list(a))
+    so, out = h.step()
+    assert not out.invalid_block_ids
+    h.expect_blocks("c", a, 0, 4)  # the recomputed block was saved again
+
+
+def test_evicted_between_lookup_and_load(harness, tmp_path):
+    h = harness(disk_only(tmp_path))
+    a, keys = h.stored(7, 3 * BS + 1)
+    assert h.worker.cache.remove([keys[1]]) == 1  # gone after the scheduler's lookup saw it
+    h.add("b", list(a))
+    so, out = h.step()
+    table = h.block_table("b")
+    assert table[1] in out.invalid_block_ids and table[0] not in out.invalid_block_ids
+    h.expect_blocks("b", a, 0, 1)
+
+
+def test_restart_finds_disk_blocks(harness, tmp_path):
+    a = prompt(8, 3 * BS + 4)
+    h = harness(disk_only(tmp_path))
+    h.add("a", a)
+    h.run()
+    h.close()
+    h2 = harness(disk_only(tmp_path))  # a new instance: same directory, namespace and model
+    h2.add("x", prompt(9, BS + 1))
+    h2.step()  # the worker's first output carries the blocks its cache found on disk
+    assert all(k in h2.sched.connector._stored for k in h2.sched.connector._keys(a, None))
+    h2.add("c", list(a))
+    so, out = h2.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
+    h2.expect_blocks("c", a, 0, 3)
+
+
+def test_model_is_in_the_key(harness, tmp_path):
+    h = harness(disk_only(tmp_path))
+    a = prompt(10, 2 * BS + 1)
+    other = kvf_vllm.KvferryConnector.__new__(kvf_vllm.KvferryConnector)
+    other._block_size, other._salt_base = BS, "another/model|auto|"
+    mine = h.sched.connector._keys(a, None)
+    assert set(other._keys(a, None)).isdisjoint(mine)
+    from vllm.lora.request import LoRARequest
+
+    lora = h.sched.connector._keys(a, LoRARequest("adapter", 1, str(tmp_path)))
+    assert set(lora).isdisjoint(mine) and len(lora) == len(mine) == 2
+
+
+def test_host_bytes_and_bad_tensors(harness, tmp_path):
+    per_block = 2 * len(LAYERS) * BS * HEADS * HEAD * 2  # K and V of every layer, fp16
+    h = harness({"host_bytes": per_block * 5 + 7})
+    assert h.worker.cache.config["host_blocks"] == 5
+    w = KVConnectorFactory.create_connector(h.config, KVConnectorRole.WORKER, h.kv_config)
+    with pytest.raises(kvferry.InvalidArgument, match="layer bad: .* no dimension of 64 blocks"):
+        w.register_kv_caches({"bad": torch.empty(3, 5)})
+    w = KVConnectorFactory.create_connector(h.config, KVConnectorRole.WORKER, h.kv_config)
+    gappy = torch.empty(2, BLOCKS, BS, HEADS, 2 * HEAD, dtype=torch.float16)[..., :HEAD]
+    with pytest.raises(kvferry.InvalidArgument, match="not one dense run"):
+        w.register_kv_caches({"gappy": gappy})
+
+
+def test_loads_are_waited_layer_by_layer(harness, tmp_path, monkeypatch):
+    h = harness(disk_only(tmp_path))
+    a, _ = h.stored(12, 3 * BS + 1)
+    waited = []
+    real = kvferry.Ticket.wait_pool
+
+    def spy(ticket, pool):  # records, then really waits
+        waited.append(pool)
+        return real(ticket, pool)
+
+    monkeypatch.setattr(kvferry.Ticket, "wait_pool", spy)
+    h.add("b", list(a))
+    h.step()
+    # each layer waits for its own K and V pools, in layer order, before its attention
+    assert waited == [p for name in LAYERS for p in h.worker._layer_pools[name]] == [0, 1, 2, 3]
+    h.expect_blocks("b", a, 0, 3)
+    assert kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({})
