@@ -707,6 +707,63 @@ KVF_API kvf_status kvf_offload_after(kvf_engine *engine, void *stream, kvf_tier 
 KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move *moves, size_t n,
                                kvf_ticket *ticket_p);
 
+/**
+ * Layer-wise transfers. An engine whose pools are its layers (a pool per
+ * layer, or per layer and K/V) can move some pools only, and learn of each
+ * pool's arrival on its own, so that layer l computes while layer l+1
+ * still loads, or layer l offloads right after its kernels.
+ *
+ * kvf_onboard_pools: as kvf_onboard, moving only pools[0..n_pools) of
+ * each move, in that order: on the CUDA backend the batch is issued pool
+ * by pool, so pools[0] of every move arrives first. Onboards from DISK
+ * and REMOTE read and check whole stored blocks, and write the listed
+ * pools only.
+ *
+ * kvf_offload_pools: as kvf_offload_after (stream may be NULL), moving
+ * only the listed pools. A list of some of the pools goes to the HOST tier
+ * only (a stored block holds every pool: KVF_ERR_UNSUPPORTED otherwise):
+ * offload a layer at a time to host, then the whole block on.
+ *
+ * @param pools, n_pools  distinct pool indices (KVF_ERR_RANGE for an
+ *        index past the engine's pools, KVF_ERR_INVALID for one listed
+ *        twice or n_pools 0); NULL with n_pools 0: every pool, in order.
+ *
+ * Hazards stay per slot: batches over different pools of one slot still
+ * run one after the other where one writes what the other reads or
+ * writes. A batch that writes some pools of a slot whose last write failed
+ * fails with KVF_ERR_LOST (the other pools hold lost data); a secondary
+ * slot written in part holds the fewer of the tokens of its writes.
+ */
+KVF_API kvf_status kvf_onboard_pools(kvf_engine *engine, kvf_tier from, const uint32_t *pools,
+                                     size_t n_pools, const kvf_move *moves, size_t n,
+                                     kvf_ticket *ticket_p);
+KVF_API kvf_status kvf_offload_pools(kvf_engine *engine, void *stream, kvf_tier to,
+                                     const uint32_t *pools, size_t n_pools, const kvf_move *moves,
+                                     size_t n, kvf_ticket *ticket_p);
+
+/**
+ * Waits until pool `pool` of every move of a batch has arrived, without
+ * retiring the ticket (kvf_wait or kvf_poll still must). Works on any
+ * batch: where a pool's arrival is not marked on its own (the host
+ * backend, DISK and REMOTE batches, a batch of more than 4096 moves, a
+ * batch not naming its pools) the pool arrives with the whole batch.
+ * @return KVF_OK: the pool's bytes of every move are in place; the
+ *         status of a move of the batch that already failed (its other
+ *         moves may have arrived: kvf_wait tells which); KVF_ERR_RANGE
+ *         for a pool the batch does not move; KVF_ERR_UNKNOWN_TICKET.
+ */
+KVF_API kvf_status kvf_wait_pool(kvf_engine *engine, kvf_ticket ticket, uint32_t pool);
+
+/**
+ * As kvf_wait_pool, but work queued on `stream` (a cudaStream_t) after
+ * this call waits for the pool on the GPU: the host returns as soon as
+ * the batch is on the device (it waits on the host for a batch still
+ * held back by the batches it depends on, or run by worker threads). On
+ * the host backend, or with stream NULL, exactly kvf_wait_pool.
+ */
+KVF_API kvf_status kvf_stream_wait_pool(kvf_engine *engine, kvf_ticket ticket, uint32_t pool,
+                                        void *stream);
+
 /** Queues primary-to-primary copies (a request reusing part of a block);
  *  as kvf_offload, on the onboard queue. */
 KVF_API kvf_status kvf_copy(kvf_engine *engine, const kvf_move *moves, size_t n,
@@ -1120,6 +1177,24 @@ KVF_API kvf_status kvf_cache_put(kvf_cache *cache, const kvf_key *keys, const ui
  */
 KVF_API kvf_status kvf_cache_get(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
                                  size_t n, kvf_cache_ticket *ticket_p);
+
+/**
+ * Layer-wise kvf_cache_get: as kvf_cache_get, moving only the listed pools
+ * (pools as for kvf_onboard_pools, in the order they should arrive; the
+ * list is checked before anything is queued). kvf_cache_wait_pool blocks
+ * until pool `pool` of every block has arrived; kvf_cache_stream_wait_pool
+ * makes `stream` (a cudaStream_t) wait for it on the GPU instead (the
+ * host waits only for batches not yet on the device). Neither retires the
+ * ticket: kvf_cache_wait still must, and tells which blocks failed. They
+ * return a block's failure already known, KVF_ERR_RANGE for a pool the
+ * get does not move, and work on a plain kvf_cache_get's ticket too.
+ */
+KVF_API kvf_status kvf_cache_get_pools(kvf_cache *cache, const kvf_key *keys, const uint32_t *slots,
+                                       size_t n, const uint32_t *pools, size_t n_pools,
+                                       kvf_cache_ticket *ticket_p);
+KVF_API kvf_status kvf_cache_wait_pool(kvf_cache *cache, kvf_cache_ticket ticket, uint32_t pool);
+KVF_API kvf_status kvf_cache_stream_wait_pool(kvf_cache *cache, kvf_cache_ticket ticket,
+                                              uint32_t pool, void *stream);
 
 /**
  * Blocks until a put or get completes; then as kvf_wait: per_block (NULL or

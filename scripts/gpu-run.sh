@@ -45,7 +45,7 @@ KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
 # SANITIZE: the tool:test pairs to run (default: memcheck over the engine and
 # cache, racecheck and synccheck over each test_cuda_backend_* program)
 CUDA_BACKEND_TESTS="test_cuda_backend_paths test_cuda_backend_staged test_cuda_backend_sync test_cuda_backend_memory"
-SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache $(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done)"}
+SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache memcheck:test_cuda_layers racecheck:test_cuda_layers synccheck:test_cuda_layers $(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done)"}
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
     for t in $SANITIZE; do
         set -- "${t%%:*}" "${t#*:}"

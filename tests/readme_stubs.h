@@ -15,4 +15,7 @@ extern size_t n_tokens;
 extern kvf_key lora_salt;
 extern uint32_t my_gpu_slots[64];
 void recompute_block(uint32_t slot);
+extern const kvf_move *moves; /* a batch of moves, in the layer-wise snippet */
+extern size_t n;
+void launch_layer(uint32_t layer, void *stream);
 #endif

@@ -87,9 +87,9 @@ static kvf_status submit(kvf_engine *e, path p, const kvf_move *mv, size_t n, kv
     case PROMOTE:
         return kvf_promote(e, KVF_TIER_DISK, mv, n, t);
     case CACHE_OFFLOAD:
-        return kvf__engine_move_checked(e, KVF_TIER_HOST, false, mv, n, t);
+        return kvf__engine_move_checked(e, KVF_TIER_HOST, false, NULL, 0, mv, n, t);
     default:
-        return kvf__engine_move_checked(e, KVF_TIER_HOST, true, mv, n, t);
+        return kvf__engine_move_checked(e, KVF_TIER_HOST, true, NULL, 0, mv, n, t);
     }
 }
 

@@ -580,6 +580,52 @@ static int test_costs_observed(void)
     return 0;
 }
 
+/* The bytes a batch taught its tier, read back from how the costs moved:
+ * both factors move by the same a * (r - 1) times their shares, whose
+ * ratio is lat * bw / bytes. */
+static double taught_bytes(kvf_engine *e, double lat, double bw)
+{
+    kvf_costs c = KVF_COSTS_INIT;
+    REQUIRE(kvf_engine_costs(e, &c) == KVF_OK);
+    double dl = c.tier[KVF_TIER_HOST].latency_s / lat - 1;
+    double db = bw / c.tier[KVF_TIER_HOST].bytes_per_s - 1;
+    return dl != 0 ? lat * bw * db / dl : -1;
+}
+
+/* An onboard of every pool teaches a block's bytes of all of them; a
+ * layer-wise one (kvf_onboard_pools) only those of the pools it moves. */
+static int test_costs_bytes(void)
+{
+    fixture f;
+    if (fx_init(&f, false, 16))
+        return 1;
+    enum { N = 8 };
+    kvf_move mv[N];
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){i, i, 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    const double lat = 1e-4, bw = 1e9;
+    CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_HOST, lat, bw, 0), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    double all = (double)N * (double)(f.bytes[0] + f.bytes[1] + f.bytes[2]);
+    double got = taught_bytes(f.e, lat, bw);
+    if (!(fabs(got / all - 1) < 1e-6))
+        TEST_FAIL_AT(__FILE__, __LINE__, "a whole onboard taught %g bytes, moved %g", got, all);
+    uint32_t pool = 1;
+    CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_HOST, lat, bw, 0), KVF_OK);
+    CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, &pool, 1, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    double one = (double)N * (double)f.bytes[1];
+    got = taught_bytes(f.e, lat, bw);
+    if (!(fabs(got / one - 1) < 1e-6))
+        TEST_FAIL_AT(__FILE__, __LINE__, "a one-pool onboard taught %g bytes, moved %g", got, one);
+    fx_done(&f);
+    return 0;
+}
+
 /* Calibration times each tier the engine has, and leaves no scratch key. */
 static int test_calibrate(void)
 {
@@ -617,6 +663,7 @@ int main(void)
     RUN(test_costs_learn);
     RUN(test_drift);
     RUN(test_costs_observed);
+    RUN(test_costs_bytes);
     RUN(test_calibrate);
     return TEST_RESULT();
 }

@@ -27,6 +27,8 @@
 #endif
 
 #define MAX_SIZES 8
+/* offload batches the load keeps in flight, at most */
+#define LOAD_DEPTH_MAX 16
 #define POISON 0xA5
 
 typedef struct contend_opts {
@@ -34,7 +36,7 @@ typedef struct contend_opts {
     const char *json;
     size_t sizes[MAX_SIZES];
     size_t nsizes;
-    uint32_t blocks, load_blocks, reps;
+    uint32_t blocks, load_blocks, load_depth, reps;
     double load_seconds;
     uint64_t seed;
 } contend_opts;
@@ -107,7 +109,7 @@ static int load_stop(load *l)
 
 /* GB/s during [a, b]: each batch's bytes counted in proportion to the
  * part of its time (submission to completion) inside the window, so that a
- * window shorter than a batch still measures; with two batches in flight
+ * window shorter than a batch still measures; with batches in flight
  * each one's time is twice the link's, and the sum comes out the same. */
 static double load_gbs(const load *l, double a, double b)
 {
@@ -186,13 +188,13 @@ static int load_alone(load *l, double seconds, double *gbs)
 
 /* Slots of the one pool: onboards read secondary [0, blocks) into primary
  * [blocks * rep, blocks * (rep + 1)), fresh poisoned slots for each rep;
- * the load's two batches move primary [blocks * reps + k * load_blocks,
- * ...) to secondary [blocks + k * load_blocks, ...), k = 0, 1. */
+ * the load's batches move primary [blocks * reps + k * load_blocks,
+ * ...) to secondary [blocks + k * load_blocks, ...), k < load_depth. */
 typedef struct kvf_side {
     kvf_engine *e;
     const contend_opts *o;
     size_t block_bytes;
-    kvf_move *on, *off[2];
+    kvf_move *on, *off[LOAD_DEPTH_MAX];
     uint8_t *orig, *scratch;
 } kvf_side;
 
@@ -210,15 +212,17 @@ static int kvf_small(void *ctx, uint32_t rep)
     return st == KVF_OK ? 0 : -1;
 }
 
-/* Two offload batches in flight: while one runs, the other is queued. */
+/* load_depth offload batches in flight: while one runs, the others are
+ * queued behind it. */
 static void *kvf_load_body(void *arg)
 {
     load *l = arg;
     kvf_side *s = l->ctx;
-    kvf_ticket t[2];
-    double start[2];
-    bool busy[2] = {false, false};
-    for (int k = 0;; k ^= 1) {
+    uint32_t depth = s->o->load_depth;
+    kvf_ticket t[LOAD_DEPTH_MAX];
+    double start[LOAD_DEPTH_MAX];
+    bool busy[LOAD_DEPTH_MAX] = {false};
+    for (uint32_t k = 0;; k = (k + 1) % depth) {
         if (busy[k]) {
             busy[k] = false;
             if (kvf_wait(s->e, t[k], NULL) != KVF_OK ||
@@ -238,7 +242,7 @@ static void *kvf_load_body(void *arg)
         }
         busy[k] = true;
     }
-    for (int k = 0; k < 2; k++)
+    for (uint32_t k = 0; k < depth; k++)
         if (busy[k])
             kvf_wait(s->e, t[k], NULL);
     return NULL;
@@ -278,8 +282,8 @@ static void kvf_side_close(kvf_side *s)
 {
     kvf_engine_destroy(s->e);
     free(s->on);
-    free(s->off[0]);
-    free(s->off[1]);
+    for (uint32_t k = 0; k < s->o->load_depth; k++)
+        free(s->off[k]);
     free(s->orig);
     free(s->scratch);
     memset(s, 0, sizeof *s);
@@ -302,24 +306,26 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     kvf_geometry g = {
         1, 2, 1, 32, (uint32_t)(block_bytes / 128), KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
     uint32_t L = o->load_blocks, base = o->blocks * o->reps;
-    kvf_pool_desc prim = {gpu ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST, NULL, 0, base + 2 * L};
+    uint32_t D = o->load_depth;
+    kvf_pool_desc prim = {gpu ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST, NULL, 0, base + D * L};
     kvf_pool_desc sec = {gpu ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST, NULL, 0,
-                         o->blocks + 2 * L};
+                         o->blocks + D * L};
     if (kvf_engine_add_pool(s->e, &g, &prim, &sec, NULL) != KVF_OK) {
         fprintf(stderr, "kvferry bench: pool of %zu-byte blocks: %s\n", block_bytes,
                 kvf_last_error());
         return -1;
     }
     s->on = malloc(o->blocks * sizeof *s->on);
-    s->off[0] = malloc(L * sizeof *s->off[0]);
-    s->off[1] = malloc(L * sizeof *s->off[1]);
+    bool offs = true;
+    for (uint32_t k = 0; k < D; k++)
+        offs = (s->off[k] = malloc(L * sizeof *s->off[k])) != NULL && offs;
     s->orig = malloc(block_bytes * o->blocks);
     s->scratch = malloc(block_bytes);
-    if (!s->on || !s->off[0] || !s->off[1] || !s->orig || !s->scratch) {
+    if (!s->on || !offs || !s->orig || !s->scratch) {
         fprintf(stderr, "kvferry bench: out of memory\n");
         return -1;
     }
-    for (int k = 0; k < 2; k++)
+    for (uint32_t k = 0; k < D; k++)
         for (uint32_t i = 0; i < L; i++)
             s->off[k][i] = (kvf_move){base + k * L + i, o->blocks + k * L + i, 0};
     uint64_t seed = o->seed ^ block_bytes;
@@ -541,10 +547,11 @@ static void print_phase(const char *name, const phase *p)
 static void print_size(const size_result *r, bool gpu, const contend_opts *o)
 {
     char h1[32], h2[32], h3[32];
-    printf("  %s blocks: %u-block onboards (%s), offload batches of %u blocks (%s)\n",
+    printf("  %s blocks: %u-block onboards (%s), offload batches of %u blocks (%s), %u in "
+           "flight\n",
            kvf_cli_bytes(r->block_bytes, h1), o->blocks,
            kvf_cli_bytes(r->block_bytes * o->blocks, h2), o->load_blocks,
-           kvf_cli_bytes(r->block_bytes * o->load_blocks, h3));
+           kvf_cli_bytes(r->block_bytes * o->load_blocks, h3), o->load_depth);
     printf("    %-44s %9s %9s\n", "latency, ms", "p50", "p99");
     print_phase("kvferry onboard, idle", &r->idle);
     print_phase("kvferry onboard, under offloads", &r->loaded);
@@ -620,7 +627,8 @@ static void usage(void)
            "  --blocks N                   blocks per onboard, default 16\n"
            "  --reps N                     onboards per phase, default 200; each into\n"
            "                               fresh slots: the pool holds blocks x reps\n"
-           "  --load-blocks N              blocks per offload batch (two in flight),\n"
+           "  --load-blocks N              blocks per offload batch,\n"
+           "  --load-depth N               offload batches kept in flight (2; at most 16),\n"
            "                               default 512\n"
            "  --load-ms N                  how long the offloads run alone, default 1000\n"
            "  --seed N                     random data seed\n"
@@ -636,6 +644,7 @@ enum {
     OPT_BLOCKS,
     OPT_REPS,
     OPT_LOAD_BLOCKS,
+    OPT_LOAD_DEPTH,
     OPT_LOAD_MS,
     OPT_SEED,
 };
@@ -648,6 +657,7 @@ static const struct option contend_options[] = {
     {"blocks", required_argument, NULL, OPT_BLOCKS},
     {"reps", required_argument, NULL, OPT_REPS},
     {"load-blocks", required_argument, NULL, OPT_LOAD_BLOCKS},
+    {"load-depth", required_argument, NULL, OPT_LOAD_DEPTH},
     {"load-ms", required_argument, NULL, OPT_LOAD_MS},
     {"seed", required_argument, NULL, OPT_SEED},
     KVF_CLI_OPTS_END,
@@ -693,6 +703,10 @@ static int contend_option(int c, const char *v, contend_opts *o)
     case OPT_LOAD_BLOCKS:
         rc = kvf_cli_number("bench", "load-blocks", v, 1, 1u << 20, &u);
         o->load_blocks = (uint32_t)u;
+        return rc;
+    case OPT_LOAD_DEPTH:
+        rc = kvf_cli_number("bench", "load-depth", v, 1, LOAD_DEPTH_MAX, &u);
+        o->load_depth = (uint32_t)u;
         break;
     case OPT_LOAD_MS:
         rc = kvf_cli_number("bench", "load-ms", v, 1, 3600000, &u);
@@ -762,6 +776,7 @@ static int contend_run(const contend_opts *o)
         cJSON_AddNumberToObject(j, "blocks", o->blocks);
         cJSON_AddNumberToObject(j, "reps", o->reps);
         cJSON_AddNumberToObject(j, "load_blocks", o->load_blocks);
+        cJSON_AddNumberToObject(j, "load_depth", o->load_depth);
         cJSON *sizes = cJSON_AddArrayToObject(j, "sizes");
         for (size_t i = 0; i < o->nsizes; i++)
             size_json(sizes, &res[i], gpu);
@@ -781,6 +796,7 @@ int kvf_cli_bench_contend(int argc, char **argv)
         .nsizes = 2,
         .blocks = 16,
         .load_blocks = 512,
+        .load_depth = 2,
         .reps = 200,
         .load_seconds = 1,
         .seed = 0x9e3779b97f4a7c15ull,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
-from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _settings, _uint_array
+from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _pool_list, _settings, _uint_array
 from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
 from ._plan import Plan, Prefill, PrefillLike, TierCost, plan_from_c
@@ -194,6 +194,8 @@ class Cache(_Issuer):
     _what = "cache"
     _wait_fn = L.kvf_cache_wait_errors
     _poll_fn = L.kvf_cache_poll_errors
+    _wait_pool_fn = L.kvf_cache_wait_pool
+    _stream_wait_pool_fn = L.kvf_cache_stream_wait_pool
     _ticket_t = _lib.CacheTicket_t  # not interchangeable with an Engine's
 
     def __init__(self, engine: Engine, host_blocks: int = 0, disk_blocks: int = 0, offload_min_priority: int = 0,
@@ -294,13 +296,21 @@ class Cache(_Issuer):
         del keep
         return None if detach else self._issue(t.id, n)
 
-    def get(self, keys, slots) -> Ticket:
+    def get(self, keys, slots, *, pools=None) -> Ticket:
         """Copies cached blocks into primary slots: keys[i] into slots[i].
         Every key must be cached (NotFound names the first that is not). A
-        block whose status is not OK holds no data to use: recompute it."""
+        block whose status is not OK holds no data to use: recompute it.
+        pools: move only these pools, arriving in this order
+        (kvf_cache_get_pools): a layer-wise get, waited for a pool at a time
+        with Ticket.wait_pool / Ticket.stream_wait_pool."""
         kp, sp, n, keep = self._keys_slots(keys, slots, "get")
         t = _lib.CacheTicket_t()
-        check(L.kvf_cache_get(self._h(), kp, sp, n, ctypes.byref(t)))
+        if pools is None:
+            check(L.kvf_cache_get(self._h(), kp, sp, n, ctypes.byref(t)))
+        else:
+            pp, np_, pkeep = _pool_list(pools, "get")
+            check(L.kvf_cache_get_pools(self._h(), kp, sp, n, pp, np_, ctypes.byref(t)))
+            del pkeep
         del keep
         return self._issue(t.id, n)
 

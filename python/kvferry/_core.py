@@ -270,6 +270,31 @@ class Ticket:
             self.raise_for_status()
         return self._statuses
 
+    def wait_pool(self, pool: int) -> None:
+        """Blocks until pool `pool` of every move has arrived, without
+        retiring the ticket (wait() still gives the statuses); raises the
+        failure of a move already known, or ERR_RANGE for a pool the batch
+        does not move (kvf_wait_pool). A batch already waited for returns
+        at once, raising if a move failed."""
+        self.stream_wait_pool(pool, None, _host=True)
+
+    def stream_wait_pool(self, pool: int, stream=None, *, _host: bool = False) -> None:
+        """As wait_pool, but work queued on `stream` after this call waits
+        for the pool on the GPU, the host only until the batch is on the
+        device (kvf_stream_wait_pool). stream: a torch.cuda.Stream, an
+        object with .cuda_stream or __cuda_stream__, or an int
+        cudaStream_t; None: torch's current stream where torch has CUDA,
+        else a host wait."""
+        if self._statuses is not None:
+            self.raise_for_status()
+            return
+        handle = None
+        if not _host:
+            handle = _stream_handle(stream, "stream_wait_pool") if stream is not None else _torch_stream()
+        if not _is_int(pool) or not 0 <= pool < 2**32:
+            raise make_error(Status.ERR_INVALID, f"stream_wait_pool: pool {pool!r} is not a pool index")
+        self.engine._wait_pool(self.id, int(pool), handle)
+
     @property
     def done(self) -> bool:
         return self.poll() is not None
@@ -449,6 +474,15 @@ class _Issuer(_Handle):
             n = self._pending.get(tid, 0)
         return Ticket(self, tid, n)
 
+    _wait_pool_fn = _stream_wait_pool_fn = None
+
+    def _wait_pool(self, ticket_id: int, pool: int, stream) -> None:
+        t = self._ticket_t(ticket_id)
+        if stream is None:
+            check(self._wait_pool_fn(self._h(), t, pool))
+        else:
+            check(self._stream_wait_pool_fn(self._h(), t, pool, stream))
+
     def poll(self, ticket) -> Optional[List[Status]]:
         """As Ticket.poll, for a Ticket or a ticket number. A number never
         issued here, or one already retired, raises UnknownTicket."""
@@ -514,6 +548,23 @@ def _settings(fn, handle) -> Dict[str, Setting]:
             for i in range(n.value)}
 
 
+def _torch_stream():
+    """torch's current CUDA stream where torch is loaded and has CUDA, else None."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return int(torch.cuda.current_stream().cuda_stream) or None
+
+
+def _pool_list(pools, fn):
+    """(pointer, count, keepalive) of a pool list; (None, 0, None) for None."""
+    if pools is None:
+        return None, 0, None
+    return _uint_array(pools, f"{fn}: pools", bits=32, item="pool index")
+
+
 def _stream_handle(stream, fn="sync_stream"):
     if stream is None:
         return None
@@ -551,6 +602,8 @@ class Engine(_Issuer):
     _what = "engine"
     _wait_fn = L.kvf_wait_errors
     _poll_fn = L.kvf_poll_errors
+    _wait_pool_fn = L.kvf_wait_pool
+    _stream_wait_pool_fn = L.kvf_stream_wait_pool
     _ticket_t = _lib.Ticket_t  # not interchangeable with a Cache's
 
     def __init__(self, **config):
@@ -733,16 +786,16 @@ class Engine(_Issuer):
         return np.asarray(_ViewOwner(self, ptr, nbytes))
 
     # -- moves --
-    def _submit(self, fn, args, moves, detach):
+    def _submit(self, fn, args, moves, detach, args_keep=None):
         ptr, n, keep = _as_moves(moves)
         t = _lib.Ticket_t()
         check(fn(self._h(), *args, ptr, n, None if detach else ctypes.byref(t)))
-        del keep  # copied by the library
+        del keep, args_keep  # copied by the library
         if detach:
             return None
         return self._issue(t.id, n)
 
-    def offload(self, to: TierLike, moves, *, detach: bool = False, after=None) -> Optional[Ticket]:
+    def offload(self, to: TierLike, moves, *, detach: bool = False, after=None, pools=None) -> Optional[Ticket]:
         """Queues offloads (primary slot -> secondary slot, or -> file key).
         moves: one (src, dst[, tokens]) or a batch: a list of them, an int
         array of shape (n, 2|3) or a structured array with src/dst/tokens.
@@ -751,14 +804,26 @@ class Engine(_Issuer):
         or __cuda_stream__, or an int cudaStream_t): the batch reads no
         byte before the work queued on it so far has finished, and this
         thread does not wait for it (kvf_offload_after). None: not ordered.
-        The host backend refuses a stream (KvfError ERR_UNSUPPORTED)."""
+        The host backend refuses a stream (KvfError ERR_UNSUPPORTED).
+        pools: a list of pool indices to move only those (a layer at a
+        time; some pools only to Tier.HOST), in that order
+        (kvf_offload_pools); None: every pool."""
+        stream = None if after is None else _stream_handle(after, "offload")
+        if pools is not None:
+            pp, np_, keep = _pool_list(pools, "offload")
+            return self._submit(L.kvf_offload_pools, (stream, int(Tier(to)), pp, np_), moves, detach, keep)
         if after is None:
             return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach)
-        stream = _stream_handle(after, "offload")
         return self._submit(L.kvf_offload_after, (stream, int(Tier(to))), moves, detach)
 
-    def onboard(self, frm: TierLike, moves, *, detach: bool = False) -> Optional[Ticket]:
-        """Queues onboards (secondary slot or file key -> primary slot); as offload."""
+    def onboard(self, frm: TierLike, moves, *, detach: bool = False, pools=None) -> Optional[Ticket]:
+        """Queues onboards (secondary slot or file key -> primary slot); as
+        offload. pools: move only these pools, arriving in this order
+        (kvf_onboard_pools); wait for one with Ticket.wait_pool or
+        Ticket.stream_wait_pool."""
+        if pools is not None:
+            pp, np_, keep = _pool_list(pools, "onboard")
+            return self._submit(L.kvf_onboard_pools, (int(Tier(frm)), pp, np_), moves, detach, keep)
         return self._submit(L.kvf_onboard, (int(Tier(frm)),), moves, detach)
 
     def copy(self, moves, *, detach: bool = False) -> Optional[Ticket]:

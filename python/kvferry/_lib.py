@@ -339,6 +339,12 @@ _protos = {
     "kvf_offload_after": (c_status, [ctypes.c_void_p, ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t,
                                      _P(Ticket_t)]),
     "kvf_onboard": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_onboard_pools": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                     ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_offload_pools": (c_status, [ctypes.c_void_p, ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t,
+                                     ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
+    "kvf_wait_pool": (c_status, [ctypes.c_void_p, Ticket_t, ctypes.c_uint32]),
+    "kvf_stream_wait_pool": (c_status, [ctypes.c_void_p, Ticket_t, ctypes.c_uint32, ctypes.c_void_p]),
     "kvf_copy": (c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
     "kvf_poll": (c_status, [ctypes.c_void_p, Ticket_t, ctypes.c_void_p]),
     "kvf_wait": (c_status, [ctypes.c_void_p, Ticket_t, ctypes.c_void_p]),
@@ -375,6 +381,11 @@ _protos = {
     ),
     "kvf_cache_get": (
         c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, _P(CacheTicket_t)]),
+    "kvf_cache_get_pools": (
+        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                   ctypes.c_size_t, _P(CacheTicket_t)]),
+    "kvf_cache_wait_pool": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_uint32]),
+    "kvf_cache_stream_wait_pool": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_uint32, ctypes.c_void_p]),
     "kvf_cache_wait": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p]),
     "kvf_cache_poll": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p]),
     "kvf_cache_poll_errors": (

@@ -186,3 +186,40 @@ def test_cache_plan(engine, geometry, rng):
         with pytest.raises(kvf.InvalidState):
             cache.plan(keys, 28 * TPB)
         assert cache.costs()[kvf.Tier.DISK].held
+
+
+def test_follow_plan_layer_by_layer(tmp_path):
+    """A plan with layer-wise overlap, followed as an engine would: one pool
+    per layer, the planned hits got with pools=, each layer waited for."""
+    layers = 4
+    g = dict(layers=1, kv_factor=2, kv_heads=2, tokens_per_block=TPB, head_size=32, dtype=kvf.Dtype.FP16)
+    with kvf.Engine(backend=kvf.Backend.HOST, file_dir=str(tmp_path)) as e:
+        for _ in range(layers):
+            e.add_pool(primary=32, secondary=8, **g)
+        rng = np.random.default_rng(7)
+        keys = [0x5100 + i for i in range(12)]
+        data = {}
+        with kvf.Cache(e, host_blocks=8, disk_blocks=32) as cache:
+            for i in reversed(range(12)):
+                data[keys[i]] = []
+                for p in range(layers):
+                    v = e.slot_view(p, i)
+                    v[:] = rng.integers(1, 256, v.size, dtype=np.uint8)
+                    data[keys[i]].append(v.copy())
+                cache.put([keys[i]], [i]).wait(check=True)
+            e.set_tier_cost("host", 1e-5, 1e10, hold=True)
+            e.set_tier_cost("disk", 1e-3, 1e5, hold=True)  # far slower than computing
+            cache.set_prefill_cost(lambda nw, pre: 1e-3 * nw, layers=layers, overlap=True)
+            p = cache.plan(keys, 13 * TPB)
+            assert p.overlap  # the model overlaps; the host tier counts as arriving whole here
+            assert p.load_blocks == 8 and p.load["host"] == 8 and p.recompute_hits["disk"] == 4
+            dst = list(range(16, 16 + p.load_blocks))
+            for s in dst:
+                for q in range(layers):
+                    e.slot_view(q, s)[:] = 0xA5
+            t = cache.get(keys[:p.load_blocks], dst, pools=list(range(layers)))
+            for layer in range(layers):
+                t.wait_pool(layer)
+                for k, s in zip(keys, dst):
+                    assert np.array_equal(e.slot_view(layer, s), data[k][layer])
+            t.wait(check=True)

@@ -76,6 +76,13 @@ typedef struct kvf__backend_ops {
     kvf_status (*mark_gate)(kvf__backend *b, kvf__queue queue, void *mark);
     kvf_status (*mark_wait)(kvf__backend *b, void *mark);
     void (*mark_free)(kvf__backend *b, void *mark);
+    /* Optional, both or none (layer-wise batches): `queue_mark` records a
+     * mark reached once everything queued on `queue` so far with copy_async
+     * has finished; `mark_join` makes `stream` wait for a mark on the
+     * device, without blocking the host. Marks from either are released
+     * with mark_free and waited for with mark_wait. */
+    kvf_status (*queue_mark)(kvf__backend *b, kvf__queue queue, void **mark_p);
+    kvf_status (*mark_join)(kvf__backend *b, void *mark, void *stream);
 } kvf__backend_ops;
 
 struct kvf__backend {

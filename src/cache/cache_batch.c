@@ -130,14 +130,15 @@ op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p)
         /* GPU-tier slots are read checked: a copy into one that failed must
          * not pass its bytes on */
         st = p->checked || kind == OPK_EVICT
-                 ? kvf__engine_move_checked(eng, to, false, p->moves, p->n, &o->ticket)
+                 ? kvf__engine_move_checked(eng, to, false, NULL, 0, p->moves, p->n, &o->ticket)
                  : kvf_offload(eng, to, p->moves, p->n, &o->ticket);
         break;
     case OPK_GET:
     case OPK_ACQUIRE:
         st = tier == KVF_TIER_GPU
-                 ? kvf__engine_move_checked(eng, KVF_TIER_HOST, true, p->moves, p->n, &o->ticket)
-                 : kvf_onboard(eng, to, p->moves, p->n, &o->ticket);
+                 ? kvf__engine_move_checked(eng, KVF_TIER_HOST, true, p->pools, p->n_pools,
+                                            p->moves, p->n, &o->ticket)
+                 : kvf_onboard_pools(eng, to, p->pools, p->n_pools, p->moves, p->n, &o->ticket);
         break;
     case OPK_DEMOTE:
         st = kvf_demote(eng, KVF_TIER_DISK, p->moves, p->n, &o->ticket);

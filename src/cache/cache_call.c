@@ -52,6 +52,7 @@ void kvf__cache_call_free(call *k)
         kvf__cache_op_free(o);
     }
     free(k->status);
+    free(k->pools);
     kvf__move_errors_free(k->errors);
     free(k);
 }

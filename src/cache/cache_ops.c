@@ -309,10 +309,11 @@ static kvf_status check_gettable(const kvf_cache *c, const char *fn, const kvf_k
     return KVF_OK;
 }
 
-kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slots, size_t n,
-                         kvf_cache_ticket *ticket_p)
+/* kvf_cache_get of pools[0..n_pools) (NULL: every pool). */
+static kvf_status get_pools(kvf_cache *c, const char *fn, const kvf_key *keys,
+                            const uint32_t *slots, size_t n, const uint32_t *pools, size_t n_pools,
+                            kvf_cache_ticket *ticket_p)
 {
-    static const char fn[] = "kvf_cache_get";
     kvf__clear_error();
     if (!c || !keys || !slots || n == 0 || !ticket_p)
         return kvf__fail(KVF_ERR_INVALID, "%s: NULL argument or empty batch", fn);
@@ -341,11 +342,21 @@ kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         goto out;
     }
     call *k = kvf__cache_call_new(c, n);
-    if (!k) {
+    if (k && pools && (k->pools = malloc(n_pools * sizeof *k->pools)) != NULL) {
+        memcpy(k->pools, pools, n_pools * sizeof *pools);
+        k->n_pools = n_pools;
+    }
+    if (!k || (pools && !k->pools)) {
+        if (k)
+            kvf__cache_call_free(k);
         kvf__cache_release_doomed(c);
         pthread_mutex_unlock(&c->mu);
         st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
         goto out;
+    }
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        by_tier[t].pools = pools;
+        by_tier[t].n_pools = n_pools;
     }
     for (size_t i = 0; i < n; i++) {
         entry *e = kvf__cache_find(c, keys[i]);
@@ -376,4 +387,33 @@ out:
     for (int t = 0; t < KVF_TIER_COUNT; t++)
         kvf__cache_pending_free(&by_tier[t]);
     return st;
+}
+
+kvf_status kvf_cache_get(kvf_cache *c, const kvf_key *keys, const uint32_t *slots, size_t n,
+                         kvf_cache_ticket *ticket_p)
+{
+    return get_pools(c, "kvf_cache_get", keys, slots, n, NULL, 0, ticket_p);
+}
+
+kvf_status kvf_cache_get_pools(kvf_cache *c, const kvf_key *keys, const uint32_t *slots, size_t n,
+                               const uint32_t *pools, size_t n_pools, kvf_cache_ticket *ticket_p)
+{
+    static const char fn[] = "kvf_cache_get_pools";
+    kvf__clear_error();
+    if (!c)
+        return kvf__fail(KVF_ERR_INVALID, "%s: cache is NULL", fn);
+    if (!pools || n_pools == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: no pools listed (kvf_cache_get moves them all)", fn);
+    /* checked here, not by each tier's batch: a refused list queues nothing */
+    uint32_t np = kvf_engine_pool_count(c->engine);
+    for (size_t i = 0; i < n_pools; i++) {
+        if (pools[i] >= np)
+            return kvf__fail(KVF_ERR_RANGE, "%s: pools[%zu]: pool %u out of range (%u pools)", fn,
+                             i, pools[i], np);
+        for (size_t j = 0; j < i; j++)
+            if (pools[j] == pools[i])
+                return kvf__fail(KVF_ERR_INVALID, "%s: pools[%zu]: pool %u listed twice", fn, i,
+                                 pools[i]);
+    }
+    return get_pools(c, fn, keys, slots, n, pools, n_pools, ticket_p);
 }

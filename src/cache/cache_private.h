@@ -114,7 +114,9 @@ struct call {
     kvf__move_error *errors; /* per failed block, by block index (kvf_cache_wait_errors) */
     op *ops;
     uint64_t t0_ns;
-    bool waited; /* a thread waits for it: a second wait is refused */
+    bool waited;     /* a thread waits for it: a second wait is refused */
+    uint32_t *pools; /* kvf_cache_get_pools: the pools it moves; NULL: all */
+    size_t n_pools;
     call *next;
 };
 
@@ -172,6 +174,10 @@ typedef struct pending {
     size_t *index;
     size_t n, cap;
     bool checked; /* reads GPU-tier slots: heed a failed write into them */
+    /* a get of some pools (kvf_cache_get_pools): the caller's list, not
+     * owned; NULL: every pool */
+    const uint32_t *pools;
+    size_t n_pools;
 } pending;
 
 typedef struct put_batches {

@@ -168,12 +168,19 @@ void kvf__issue_async(kvf_engine *e, batch *b)
             continue;
         if (kvf__source_lost(e, b, i))
             kvf__fail_lost_source(b, i);
+        else if (kvf__dest_lost(e, b, i))
+            kvf__fail_lost_dest(b, i);
         else
             live++;
     }
-    size_t need = b->n * e->npools < ASYNC_CHUNK_COPIES + e->npools
-                      ? b->n * e->npools
-                      : ASYNC_CHUNK_COPIES + e->npools;
+    /* a batch naming its pools goes pool by pool, in the caller's order,
+     * each pool's arrival marked on the queue (kvf_wait_pool) */
+    const pool_sel *sel = b->sel;
+    uint32_t passes = sel ? sel->n : 1;
+    bool marking = sel && !b->group && e->backend->ops->queue_mark;
+    size_t per_copy = sel ? 1 : e->npools; /* copies per move and pass */
+    size_t need = b->n * per_copy < ASYNC_CHUNK_COPIES + per_copy ? b->n * per_copy
+                                                                  : ASYNC_CHUNK_COPIES + per_copy;
     if (b->copies_cap < need) {
         free(b->copies);
         b->copies = malloc(need * sizeof *b->copies);
@@ -189,8 +196,9 @@ void kvf__issue_async(kvf_engine *e, batch *b)
     /* a count for each chunk to be handed over, taken now so that the
      * chunks go without the lock; those of chunks that never reached the
      * backend are given back below */
-    size_t per_chunk = (ASYNC_CHUNK_COPIES + e->npools - 1) / e->npools;
-    uint32_t planned = (uint32_t)((live + per_chunk - 1) / per_chunk), issued = 0;
+    size_t per_chunk = (ASYNC_CHUNK_COPIES + per_copy - 1) / per_copy;
+    uint32_t planned = passes * (uint32_t)((live + per_chunk - 1) / per_chunk), issued = 0;
+    uint32_t marked = 0;
     b->async_left = 1 + planned;
     b->async_status = KVF_OK;
     pthread_mutex_unlock(&e->mu);
@@ -206,23 +214,42 @@ void kvf__issue_async(kvf_engine *e, batch *b)
         KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", kvf__op_names[b->kind],
                 (unsigned long long)b->id, why);
     }
-    for (size_t i = 0; i < b->n && st == KVF_OK;) {
-        size_t ncopies = 0;
-        for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES; i++) {
-            if (b->status[i] != KVF_INPROGRESS)
-                continue;
-            for (uint32_t p = 0; p < e->npools; p++)
-                b->copies[ncopies++] = kvf__move_copy(e, b->kind, p, &b->moves[i]);
+    for (uint32_t pass = 0; pass < passes && st == KVF_OK; pass++) {
+        for (size_t i = 0; i < b->n && st == KVF_OK;) {
+            size_t ncopies = 0;
+            for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES; i++) {
+                if (b->status[i] != KVF_INPROGRESS)
+                    continue;
+                if (sel)
+                    b->copies[ncopies++] =
+                        kvf__move_copy(e, b->kind, sel->order[pass], &b->moves[i]);
+                else
+                    for (uint32_t p = 0; p < e->npools; p++)
+                        b->copies[ncopies++] = kvf__move_copy(e, b->kind, p, &b->moves[i]);
+            }
+            if (ncopies == 0)
+                break;
+            st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done,
+                                             b);
+            if (st == KVF_OK) {
+                issued++;
+            } else {
+                snprintf(why, sizeof why, "%s", kvf_last_error());
+                KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", kvf__op_names[b->kind],
+                        (unsigned long long)b->id, why);
+            }
         }
-        if (ncopies == 0)
-            break;
-        st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done, b);
-        if (st == KVF_OK) {
-            issued++;
-        } else {
-            snprintf(why, sizeof why, "%s", kvf_last_error());
-            KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", kvf__op_names[b->kind],
-                    (unsigned long long)b->id, why);
+        /* unpublished until the lock is retaken: no waiter reads it yet */
+        if (marking && st == KVF_OK) {
+            if (e->backend->ops->queue_mark(e->backend, b->queue, &b->sel->marks[pass]) == KVF_OK) {
+                marked = pass + 1;
+            } else {
+                /* its waiters wait for the whole batch instead */
+                KVF_LOG(KVF_LOG_WARN, "%s: batch %llu: marking pool %u's arrival: %s",
+                        kvf__op_names[b->kind], (unsigned long long)b->id, sel->order[pass],
+                        kvf_last_error());
+                marking = false;
+            }
         }
     }
     engine_lock(e);
@@ -232,6 +259,8 @@ void kvf__issue_async(kvf_engine *e, batch *b)
         b->async_status = st;
         snprintf(b->async_msg, sizeof b->async_msg, "not queued on the device: %s", why);
     }
+    if (b->sel && !b->group)
+        b->sel->nmarks = marked;
     if (b->async_left > 1) {
         b->on_stream = true;
         /* a sync_stream waiting for this batch to reach the GPU may go on */

@@ -12,6 +12,7 @@ void kvf__batch_destroy(batch *b)
     free(b->moves);
     free(b->status);
     free(b->src_dep);
+    free(b->dst_dep);
     free(b->dependents);
     free(b->copies);
     free(b->order);
@@ -37,6 +38,7 @@ batch *kvf__batch_get(kvf_engine *e, size_t n, bool group)
         b->moves = keep.moves;
         b->status = keep.status;
         b->src_dep = keep.src_dep;
+        b->dst_dep = keep.dst_dep;
         b->cap = keep.cap;
         b->dependents = keep.dependents;
         b->dependents_cap = keep.dependents_cap;
@@ -54,8 +56,9 @@ batch *kvf__batch_get(kvf_engine *e, size_t n, bool group)
     b->moves = malloc(n * sizeof *b->moves);
     b->status = malloc(n * sizeof *b->status);
     b->src_dep = calloc(n, sizeof *b->src_dep);
+    b->dst_dep = malloc(n * sizeof *b->dst_dep);
     b->cap = n;
-    if (!b->moves || !b->status || !b->src_dep) {
+    if (!b->moves || !b->status || !b->src_dep || !b->dst_dep) {
         kvf__batch_destroy(b);
         return NULL;
     }
@@ -66,6 +69,9 @@ void kvf__batch_free(batch *b)
 {
     kvf_engine *e = b->engine;
     kvf__move_errors_free(atomic_exchange(&b->errors, NULL));
+    if (!b->group)
+        kvf__pool_sel_free(e, b->sel); /* a part shares its group's */
+    b->sel = NULL;
     pthread_mutex_lock(&e->spare_mu);
     if (e->nspare < sizeof e->spare / sizeof e->spare[0]) {
         e->spare[e->nspare++] = b;
@@ -78,6 +84,7 @@ void kvf__batch_free(batch *b)
 /* Frees a batch once nothing refers to it any more. Lock held. */
 void kvf__batch_release(batch *b)
 {
-    if (b->state == B_DONE && (!b->ticketed || b->retired))
+    /* a pool's waiter may hold it outside the lock (kvf_wait_pool) */
+    if (b->state == B_DONE && (!b->ticketed || b->retired) && !(b->sel && b->sel->busy))
         kvf__batch_free(b);
 }

@@ -85,6 +85,7 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
     }
     if (!b->group)
         kvf__costs_batch_done(e, b);
+    kvf__pool_sel_done(e, b);
     KVF_TIMELINE(KVF_TL_COMPLETE, b->id, b->n);
     if (e->live_cap && e->live[b->id & (e->live_cap - 1)] == b)
         e->live[b->id & (e->live_cap - 1)] = NULL;
@@ -139,6 +140,14 @@ bool kvf__source_lost(kvf_engine *e, const batch *b, size_t i)
     return h && h->poison == b->src_dep[i];
 }
 
+bool kvf__dest_lost(kvf_engine *e, const batch *b, size_t i)
+{
+    if (!b->sel || b->sel->whole || i >= b->nregistered || !b->dst_dep[i])
+        return false;
+    const hazard *h = hazard_of(e, kind_writes(b->kind), b->moves[i].dst, false);
+    return h && h->poison == b->dst_dep[i];
+}
+
 /* What a move reads or writes, for its message: "block 0x2a",
  * "primary slot 3". */
 static void name_place(char *out, size_t cap, space sp, uint64_t v)
@@ -158,6 +167,16 @@ void kvf__fail_lost_source(batch *b, size_t i)
     name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src);
     kvf__move_failed(b, i, KVF_ERR_LOST, "%s: %s: the move of batch %llu that wrote it failed",
                      kvf__op_names[b->kind], src, (unsigned long long)b->src_dep[i]);
+}
+
+void kvf__fail_lost_dest(batch *b, size_t i)
+{
+    char dst[48];
+    name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst);
+    kvf__move_failed(b, i, KVF_ERR_LOST,
+                     "%s: %s: the move of batch %llu that wrote it failed, and this one writes "
+                     "only %u of its pools",
+                     kvf__op_names[b->kind], dst, (unsigned long long)b->dst_dep[i], b->sel->n);
 }
 
 /* A move whose copy between slots failed, as `why` says. */

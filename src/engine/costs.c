@@ -104,15 +104,22 @@ void kvf__costs_batch_done(kvf_engine *e, const batch *b)
     for (size_t i = 0; i < b->n; i++)
         if (b->status[i] != KVF_OK)
             return; /* a failure's time says nothing about the tier's speed */
+    /* a block's bytes in the pools the batch moves (kvf_onboard_pools) */
+    double block = (double)e->all_block_bytes;
+    if (b->sel && !b->sel->whole) {
+        block = 0;
+        for (uint32_t k = 0; k < b->sel->n; k++)
+            block += (double)e->pools[b->sel->order[k]].block_bytes;
+    }
     double bytes = 0;
     if (b->group) {
-        bytes = (double)e->all_block_bytes * (double)b->n;
+        bytes = block * (double)b->n;
     } else {
         /* a group's moves live in its parts; an unsplit batch counts
          * partial moves by their tokens */
         uint32_t tpb = e->pools[0].g.tokens_per_block;
         for (size_t i = 0; i < b->n; i++)
-            bytes += (double)e->all_block_bytes * eff_tokens(e, b->moves[i].tokens) / tpb;
+            bytes += block * eff_tokens(e, b->moves[i].tokens) / tpb;
     }
     double seconds = (double)(kvf__now_ns() - b->submit_ns) * 1e-9;
     kvf__costs_observe(&e->costs, (kvf_tier)tier, bytes, seconds);

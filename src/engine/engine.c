@@ -453,8 +453,9 @@ const char *kvf_backend_name(kvf_backend backend)
 
 /* ---- for the cache ----------------------------------------------------------- */
 
-kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const kvf_move *moves,
-                                    size_t n, kvf_ticket *ticket_p)
+kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const uint32_t *pools,
+                                    size_t n_pools, const kvf_move *moves, size_t n,
+                                    kvf_ticket *ticket_p)
 {
     static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
     op_kind kind = OP_COPY;
@@ -463,7 +464,7 @@ kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const
         if (st != KVF_OK)
             return st;
     }
-    return kvf__submit_batch(e, kind, true, moves, n, ticket_p);
+    return kvf__submit_pools(e, kind, true, NULL, pools, n_pools, moves, n, ticket_p);
 }
 
 void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n)

@@ -22,8 +22,10 @@ KVF_INTERNAL kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, 
 /* kvf_offload to `to` (or kvf_copy when `copy`) whose reads of primary
  * slots heed a failed earlier write into them (KVF_ERR_LOST), as reads of
  * secondary slots and files always do: for slots the cache owns, which no
- * caller writes behind the engine's back. */
+ * caller writes behind the engine's back. pools, n_pools: as for
+ * kvf_offload_pools (NULL, 0: every pool). */
 KVF_INTERNAL kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy,
+                                                 const uint32_t *pools, size_t n_pools,
                                                  const kvf_move *moves, size_t n,
                                                  kvf_ticket *ticket_p);
 /* One failed move's message (kvf_move_error), kept until its ticket

@@ -76,6 +76,22 @@ typedef enum batch_state { B_WAITING, B_READY, B_RUNNING, B_DONE } batch_state;
 
 typedef struct batch batch;
 
+/* The pools a batch of kvf_onboard_pools / kvf_offload_pools moves (pools.c).
+ * Owned by an unsplit batch or a group, shared by the group's parts. */
+typedef struct pool_sel {
+    uint32_t n;      /* pools moved, in the order they arrive */
+    uint32_t *order; /* their indices */
+    uint8_t *in;     /* per engine pool: moved by the batch */
+    bool whole;      /* every pool is moved: its writes are whole blocks */
+    /* an unsplit batch on an asynchronous backend: marks[k] is reached
+     * once pool order[k] of every move has arrived. Published (nmarks)
+     * when the batch is on its stream; released at completion, or by the
+     * last of `busy` waiters holding one outside the lock */
+    void **marks;
+    uint32_t nmarks;
+    uint32_t busy;
+} pool_sel;
+
 /* What was queued on one slot or file, by batch id (see pending_batch).
  * Slots' entries are left as they are when a batch completes, so that a
  * completion touches none of them: the ids of batches since done are
@@ -114,6 +130,9 @@ struct batch {
     kvf_move *moves;
     kvf_status *status; /* KVF_INPROGRESS until the move is done */
     uint64_t *src_dep;  /* per move: id of the write it reads, 0: none */
+    /* per move of a batch writing some pools of a slot (sel, not whole):
+     * id of the write before it there, whose loss its other pools share */
+    uint64_t *dst_dep;
     batch_state state;
     uint32_t deps_left;
     uint64_t dep_mark; /* the last batch that counted this one as a dependency */
@@ -151,6 +170,7 @@ struct batch {
      * the batch's reads wait for; a part shares its group's, which the
      * group (or an unsplit batch) releases when it completes */
     void *after;
+    pool_sel *sel; /* NULL: every pool, in pool order */
     /* the failed moves' messages, for the ticket's caller (kvf__move_failed):
      * pushed by whichever thread fails a move, so a lock-free stack */
     _Atomic(kvf__move_error *) errors;
@@ -352,6 +372,10 @@ KVF_INTERNAL kvf_status kvf__submit(kvf_engine *e, op_kind kind, const kvf_move 
  * caller's stream; NULL: none) when the call is made. */
 KVF_INTERNAL kvf_status kvf__submit_after(kvf_engine *e, op_kind kind, bool checked, void *after,
                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
+/* The same, moving only the pools listed (NULL: all; see pool_sel). */
+KVF_INTERNAL kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *after,
+                                          const uint32_t *pools, size_t n_pools,
+                                          const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
 KVF_INTERNAL kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked,
                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
 KVF_INTERNAL kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3],
@@ -362,6 +386,10 @@ KVF_INTERNAL void kvf__group_done(kvf_engine *e, batch *g);
 KVF_INTERNAL void kvf__complete_batch(kvf_engine *e, batch *b);
 KVF_INTERNAL bool kvf__source_lost(kvf_engine *e, const batch *b, size_t i);
 KVF_INTERNAL void kvf__fail_lost_source(batch *b, size_t i);
+/* A move writing some pools of a slot whose earlier write failed: the
+ * slot's other pools stay lost, so this move fails too (dst_dep). */
+KVF_INTERNAL bool kvf__dest_lost(kvf_engine *e, const batch *b, size_t i);
+KVF_INTERNAL void kvf__fail_lost_dest(batch *b, size_t i);
 KVF_INTERNAL void kvf__fail_copy(batch *b, size_t i, kvf_status st, const char *why);
 
 /* async.c */
@@ -381,7 +409,7 @@ KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev);
 KVF_INTERNAL size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
                                      uint8_t *payload, uint32_t tokens, uint32_t file_tokens,
                                      kvf__copy *out);
-KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, const kvf__copy *cp);
+KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp);
 
 /* execute_file.c */
 KVF_INTERNAL void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i);
@@ -396,6 +424,24 @@ KVF_INTERNAL void kvf__costs_batch_done(kvf_engine *e, const batch *b);
 
 /* workers.c */
 KVF_INTERNAL void *kvf__worker_main(void *arg);
+
+/* pools.c */
+/* Whether move copies of pool p belong to batch b. */
+static inline bool sel_has(const batch *b, uint32_t p)
+{
+    return !b->sel || b->sel->in[p];
+}
+/* Checks a caller's pool list against the engine (e->mu held: pools are
+ * fixed) and builds the selection; NULL with KVF_OK for "every pool". */
+KVF_INTERNAL kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind,
+                                           const uint32_t *pools, size_t n_pools, pool_sel **sel_p);
+KVF_INTERNAL void kvf__pool_sel_free(kvf_engine *e, pool_sel *s);
+/* Keeps, of n copies made a block at a time (a copy per pool, in pool
+ * order), those of the pools batch b moves; returns how many. */
+KVF_INTERNAL size_t kvf__sel_compact(const kvf_engine *e, const batch *b, kvf__copy *cp, size_t n);
+/* Drops the marks of a completed batch's selection unless a waiter holds
+ * them (it drops them then). Lock held. */
+KVF_INTERNAL void kvf__pool_sel_done(kvf_engine *e, batch *b);
 
 /* ---- small helpers -------------------------------------------------------- */
 

@@ -92,8 +92,9 @@ static kvf_status remote_fetched(kvf_engine *e, const batch *b, const kvf__store
 
 /* Copies between slots and a chunk's staging: host memory on both sides
  * for secondary slots (demote, promote), the backend's otherwise. */
-static kvf_status remote_copy(const kvf_engine *e, const batch *b, const kvf__copy *cp, size_t n)
+static kvf_status remote_copy(const kvf_engine *e, const batch *b, kvf__copy *cp, size_t n)
 {
+    n = kvf__sel_compact(e, b, cp, n);
     return kind_uses_secondary(b->kind) ? kvf__host_copy(cp, n)
                                         : e->backend->ops->copy_sync(e->backend, b->queue, cp, n);
 }

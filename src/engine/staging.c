@@ -101,13 +101,14 @@ size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, u
 
 /* Copies between slots and staging: host memory on both sides for
  * secondary slots (no backend, no GPU stream), the backend's otherwise. */
-kvf_status kvf__staging_copy(worker *w, const batch *b, const kvf__copy *cp)
+kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp)
 {
     kvf_engine *e = w->engine;
     uint64_t t0 = kvf__now_ns();
+    size_t n = kvf__sel_compact(e, b, cp, e->npools);
     kvf_status st = kind_uses_secondary(b->kind)
-                        ? kvf__host_copy(cp, e->npools)
-                        : e->backend->ops->copy_sync(e->backend, b->queue, cp, e->npools);
+                        ? kvf__host_copy(cp, n)
+                        : e->backend->ops->copy_sync(e->backend, b->queue, cp, n);
     atomic_fetch_add_explicit(&w->copy_ns, kvf__now_ns() - t0, memory_order_relaxed);
     return st;
 }

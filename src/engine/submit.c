@@ -60,6 +60,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
     space rs = kind_reads(b->kind);
     space ws = kind_writes(b->kind);
     bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
+    bool partial = b->sel && !b->sel->whole;
     for (size_t i = 0; i < b->n; i++) {
         kvf_move *mv = &b->moves[i];
         if (i && i % REGISTER_SLICE == 0) {
@@ -101,11 +102,21 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
         for (uint32_t k = 0; k < w->nreaders; k++)
             if ((dep = pending_batch(e, hazard_reader(w, k))) && add_dependency(b, dep) != KVF_OK)
                 return KVF_ERR_NOMEM;
+        if (partial) {
+            /* some pools of the slot: the rest keep what the last write
+             * left, lost too if it failed */
+            dep = pending_batch(e, w->writer);
+            b->dst_dep[i] = dep ? dep->id : slot_poison(w);
+        }
         w->nreaders = 0;
         w->writer = b->id;
         b->nregistered = i + 1;
-        if (ws == SP_SECONDARY)
-            e->sec_tokens[mv->dst] = eff_tokens(e, mv->tokens);
+        if (ws == SP_SECONDARY) {
+            /* a partial write leaves the other pools' tokens as they were:
+             * the slot holds the fewer of the two */
+            uint32_t now = eff_tokens(e, mv->tokens), had = e->sec_tokens[mv->dst];
+            e->sec_tokens[mv->dst] = partial && had && had < now ? had : now;
+        }
     }
     return KVF_OK;
 }
@@ -266,6 +277,7 @@ static void make_part(kvf_engine *e, batch *b, const kvf_move *moves, batch *c, 
     c->group = b;
     c->checked = b->checked;
     c->after = b->after;
+    c->sel = b->sel;
     c->group_off = off;
 }
 
@@ -341,6 +353,13 @@ kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked, const kv
 kvf_status kvf__submit_after(kvf_engine *e, op_kind kind, bool checked, void *after,
                              const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
+    return kvf__submit_pools(e, kind, checked, after, NULL, 0, moves, n, ticket_p);
+}
+
+kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *after,
+                             const uint32_t *pools, size_t n_pools, const kvf_move *moves, size_t n,
+                             kvf_ticket *ticket_p)
+{
     kvf__clear_error();
     KVF_TIMELINE(KVF_TL_SUBMIT, 0, n);
     if (!e)
@@ -374,6 +393,8 @@ kvf_status kvf__submit_after(kvf_engine *e, op_kind kind, bool checked, void *af
     if (st != KVF_OK)
         goto refuse;
     if ((st = tiers_ready(e, kind)) != KVF_OK)
+        goto refuse;
+    if ((st = kvf__pool_sel_make(e, kvf__op_names[kind], kind, pools, n_pools, &b->sel)) != KVF_OK)
         goto refuse;
     /* The checks need only submit_mu (see kvf__check_moves); completions take
      * `mu` meanwhile. */

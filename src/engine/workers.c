@@ -9,11 +9,14 @@ static kvf_status run_copy_move(kvf_engine *e, const batch *b, size_t i)
 {
     kvf__copy copies[64];
     kvf_status st = KVF_OK;
-    for (uint32_t p = 0; p < e->npools && st == KVF_OK; p += 64) {
-        uint32_t k = 0;
-        for (; k < 64 && p + k < e->npools; k++)
-            copies[k] = kvf__move_copy(e, b->kind, p + k, &b->moves[i]);
-        st = e->backend->ops->copy_sync(e->backend, b->queue, copies, k);
+    uint32_t k = 0;
+    for (uint32_t p = 0; p < e->npools && st == KVF_OK; p++) {
+        if (sel_has(b, p))
+            copies[k++] = kvf__move_copy(e, b->kind, p, &b->moves[i]);
+        if (k == 64 || (k && p + 1 == e->npools)) {
+            st = e->backend->ops->copy_sync(e->backend, b->queue, copies, k);
+            k = 0;
+        }
     }
     return st;
 }
@@ -88,6 +91,8 @@ void *kvf__worker_main(void *arg)
         for (size_t i = first; i < last && !kind_removes(b->kind); i++)
             if (b->status[i] == KVF_INPROGRESS && kvf__source_lost(e, b, i))
                 kvf__fail_lost_source(b, i);
+            else if (b->status[i] == KVF_INPROGRESS && kvf__dest_lost(e, b, i))
+                kvf__fail_lost_dest(b, i);
         const engine_tier *t = kind_tier(e, b->kind);
         uint64_t deadline_ns = t && t->ops->deadline ? t->ops->deadline(e, b) : 0;
         pthread_mutex_unlock(&e->mu);

@@ -61,6 +61,8 @@ static const kvf__backend_ops cuda_ops = {
     .mark_gate = kvf__cuda_mark_gate,
     .mark_wait = kvf__cuda_mark_wait,
     .mark_free = kvf__cuda_mark_free,
+    .queue_mark = kvf__cuda_queue_mark,
+    .mark_join = kvf__cuda_mark_join,
 };
 
 static int copy_mode(const kvf_engine_config *cfg)

@@ -2,7 +2,8 @@
 /* copy_async: a path per batch (cuda_auto.c), run with the queue's lock
  * held, the queue's two streams kept in order; sync_stream, which makes
  * a caller's stream wait for both queues; and marks, which order a queue
- * after a caller's stream. */
+ * after a caller's stream, or a caller's stream after a queue (a pool's
+ * arrival in a layer-wise batch). */
 #include "cuda_private.h"
 
 kvf_status kvf__cuda_check_copies(const kvf__copy *copies, size_t n)
@@ -150,4 +151,58 @@ void kvf__cuda_mark_free(kvf__backend *base, void *mark)
         return;
     CUDA_IGNORE(cudaEventDestroy((cudaEvent_t)mark));
     kvf__cuda_dev_leave(&g);
+}
+
+kvf_status kvf__cuda_queue_mark(kvf__backend *base, kvf__queue queue, void **mark_p)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    cudaEvent_t ev = NULL;
+    if ((unsigned)queue >= KVF_QUEUE_COUNT)
+        return kvf__fail(KVF_ERR_INVALID, "cuda: queue %d", (int)queue);
+    if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
+        return st;
+    cuda_queue *q = &b->q[queue];
+    CUDA_GOTO(cudaEventCreateWithFlags(&ev, cudaEventBlockingSync | cudaEventDisableTiming), st,
+              out);
+    pthread_mutex_lock(&q->lock);
+    if (q->aux_open) {
+        /* the last batch ended on `aux` (staged scatters): join it first,
+         * as the next batch would, so the mark follows its copies */
+        cudaError_t e1 = cudaEventRecord(q->ev_done, q->aux);
+        cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(q->stream, q->ev_done, 0) : e1;
+        if (e2 != cudaSuccess)
+            st = kvf__cuda_fail(e2, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+        else
+            q->aux_open = false;
+    }
+    if (st == KVF_OK) {
+        cudaError_t e3 = cudaEventRecord(ev, q->stream);
+        if (e3 != cudaSuccess)
+            st = kvf__cuda_fail(e3, "cudaEventRecord(queue mark)", __FILE__, __LINE__);
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (st == KVF_OK) {
+        *mark_p = ev;
+        ev = NULL;
+    }
+out:
+    if (ev)
+        CUDA_IGNORE(cudaEventDestroy(ev));
+    kvf__cuda_dev_leave(&g);
+    return st;
+}
+
+kvf_status kvf__cuda_mark_join(kvf__backend *base, void *mark, void *stream)
+{
+    cuda_backend *b = (cuda_backend *)base;
+    dev_guard g;
+    kvf_status st;
+    if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
+        return st;
+    CUDA_GOTO(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)mark, 0), st, out);
+out:
+    kvf__cuda_dev_leave(&g);
+    return st;
 }

@@ -270,6 +270,8 @@ KVF_INTERNAL kvf_status kvf__cuda_mark(kvf__backend *base, void *stream, void **
 KVF_INTERNAL kvf_status kvf__cuda_mark_gate(kvf__backend *base, kvf__queue queue, void *mark);
 KVF_INTERNAL kvf_status kvf__cuda_mark_wait(kvf__backend *base, void *mark);
 KVF_INTERNAL void kvf__cuda_mark_free(kvf__backend *base, void *mark);
+KVF_INTERNAL kvf_status kvf__cuda_queue_mark(kvf__backend *base, kvf__queue queue, void **mark_p);
+KVF_INTERNAL kvf_status kvf__cuda_mark_join(kvf__backend *base, void *mark, void *stream);
 
 /* ---- copies: common ---------------------------------------------------- */
 

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A get's pools, one at a time (kvf_cache_wait_pool,
+ * kvf_cache_stream_wait_pool): the engine's per-pool waits over each tier's
+ * batch of the call.
+ */
+#include "cache_private.h"
+
+#include <stdlib.h>
+
+static kvf_status wait_pool(kvf_cache *c, const char *fn, kvf_cache_ticket t, uint32_t pool,
+                            void *stream)
+{
+    kvf__clear_error();
+    if (!c)
+        return kvf__fail(KVF_ERR_INVALID, "%s: cache is NULL", fn);
+    kvf_ticket tickets[KVF_TIER_COUNT]; /* a get queues a batch per tier at most */
+    size_t nt = 0;
+    kvf_status st = KVF_OK;
+    pthread_mutex_lock(&c->mu);
+    call *k = c->calls;
+    while (k && k->id != t.id)
+        k = k->next;
+    if (!k || k->waited) {
+        pthread_mutex_unlock(&c->mu);
+        return kvf__fail(k ? KVF_ERR_STATE : KVF_ERR_UNKNOWN_TICKET, "%s: ticket %llu %s", fn,
+                         (unsigned long long)t.id,
+                         k ? "is waited for by another thread" : "unknown or already retired");
+    }
+    bool moves_it = !k->pools;
+    for (size_t i = 0; i < k->n_pools; i++)
+        moves_it = moves_it || k->pools[i] == pool;
+    if (!moves_it || pool >= kvf_engine_pool_count(c->engine)) {
+        pthread_mutex_unlock(&c->mu);
+        return kvf__fail(KVF_ERR_RANGE, "%s: ticket %llu: pool %u is not one the get moves", fn,
+                         (unsigned long long)t.id, pool);
+    }
+    for (op *o = k->ops; o; o = o->next) {
+        if (o->kind != OPK_GET && o->kind != OPK_ACQUIRE)
+            continue;
+        if (!o->done && o->ticket.id && nt < sizeof tickets / sizeof tickets[0]) {
+            tickets[nt++] = o->ticket;
+            continue;
+        }
+        for (size_t i = 0; i < o->n && st == KVF_OK; i++)
+            if (o->status[i] != KVF_OK && o->status[i] != KVF_INPROGRESS)
+                st = kvf__fail(o->status[i], "%s: ticket %llu: block 0x%016llx failed (%s)", fn,
+                               (unsigned long long)t.id, (unsigned long long)o->keys[i],
+                               kvf_status_str(o->status[i]));
+    }
+    pthread_mutex_unlock(&c->mu);
+    /* the engine's tickets stay valid until this call is waited for or
+     * polled to completion; one retired meanwhile has arrived */
+    for (size_t i = 0; i < nt && st == KVF_OK; i++) {
+        kvf_status s = kvf_stream_wait_pool(c->engine, tickets[i], pool, stream);
+        if (s != KVF_OK && s != KVF_ERR_UNKNOWN_TICKET)
+            st =
+                kvf__fail(s, "%s: ticket %llu: %s", fn, (unsigned long long)t.id, kvf_last_error());
+    }
+    if (st == KVF_OK)
+        kvf__clear_error();
+    return st;
+}
+
+kvf_status kvf_cache_wait_pool(kvf_cache *c, kvf_cache_ticket t, uint32_t pool)
+{
+    return wait_pool(c, "kvf_cache_wait_pool", t, pool, NULL);
+}
+
+kvf_status kvf_cache_stream_wait_pool(kvf_cache *c, kvf_cache_ticket t, uint32_t pool, void *stream)
+{
+    return wait_pool(c, "kvf_cache_stream_wait_pool", t, pool, stream);
+}

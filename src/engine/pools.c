@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Layer-wise batches: a batch that moves some pools (an engine with a pool
+ * per layer moves a layer at a time), in the order the caller lists them,
+ * and the waits for one pool's arrival (kvf_wait_pool on the host,
+ * kvf_stream_wait_pool on a caller's stream).
+ *
+ * On an asynchronous backend an unsplit batch is issued pool by pool, and
+ * a backend mark (a CUDA event) after each pool's copies tells its
+ * arrival. Elsewhere (the host backend, file and remote tiers, a batch
+ * large enough to be cut into parts) a pool arrives with its whole batch:
+ * the same answers, later.
+ */
+#include "engine_private.h"
+
+kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const uint32_t *pools,
+                              size_t n_pools, pool_sel **sel_p)
+{
+    *sel_p = NULL;
+    if (!pools) {
+        if (n_pools)
+            return kvf__fail(KVF_ERR_INVALID, "%s: pools is NULL with n_pools = %zu", fn, n_pools);
+        return KVF_OK;
+    }
+    if (n_pools == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: n_pools is 0 (NULL pools moves every pool)", fn);
+    if (n_pools > e->npools)
+        return kvf__fail(KVF_ERR_RANGE, "%s: %zu pools listed, the engine has %u", fn, n_pools,
+                         e->npools);
+    pool_sel *s = calloc(1, sizeof *s);
+    if (s) {
+        s->order = malloc(n_pools * sizeof *s->order);
+        s->in = calloc(e->npools, 1);
+        s->marks = calloc(n_pools, sizeof *s->marks);
+    }
+    if (!s || !s->order || !s->in || !s->marks) {
+        kvf__pool_sel_free(e, s);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool list", fn);
+    }
+    for (size_t k = 0; k < n_pools; k++) {
+        uint32_t p = pools[k];
+        kvf_status st = KVF_OK;
+        if (p >= e->npools)
+            st = kvf__fail(KVF_ERR_RANGE, "%s: pools[%zu]: pool %u out of range (%u pools)", fn, k,
+                           p, e->npools);
+        else if (s->in[p])
+            st = kvf__fail(KVF_ERR_INVALID, "%s: pools[%zu]: pool %u listed twice", fn, k, p);
+        if (st != KVF_OK) {
+            kvf__pool_sel_free(e, s);
+            return st;
+        }
+        s->in[p] = 1;
+        s->order[k] = p;
+    }
+    s->n = (uint32_t)n_pools;
+    s->whole = n_pools == e->npools;
+    space ws = kind_writes(kind);
+    if (!s->whole && (ws == SP_FILE || ws == SP_REMOTE)) {
+        kvf__pool_sel_free(e, s);
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "%s: %zu of %u pools to the %s tier: a stored block holds every pool "
+                         "(offload the pools to the host tier, then the whole block)",
+                         fn, n_pools, e->npools, ws == SP_FILE ? "disk" : "remote");
+    }
+    *sel_p = s;
+    return KVF_OK;
+}
+
+size_t kvf__sel_compact(const kvf_engine *e, const batch *b, kvf__copy *cp, size_t n)
+{
+    if (!b->sel || b->sel->whole)
+        return n;
+    size_t kept = 0;
+    for (size_t k = 0; k < n; k++)
+        if (b->sel->in[k % e->npools])
+            cp[kept++] = cp[k];
+    return kept;
+}
+
+static void drop_marks(kvf_engine *e, pool_sel *s)
+{
+    for (uint32_t k = 0; k < s->n; k++)
+        if (s->marks[k]) {
+            e->backend->ops->mark_free(e->backend, s->marks[k]);
+            s->marks[k] = NULL;
+        }
+    s->nmarks = 0;
+}
+
+void kvf__pool_sel_free(kvf_engine *e, pool_sel *s)
+{
+    if (!s)
+        return;
+    if (s->marks)
+        drop_marks(e, s);
+    free(s->order);
+    free(s->in);
+    free(s->marks);
+    free(s);
+}
+
+void kvf__pool_sel_done(kvf_engine *e, batch *b)
+{
+    if (b->sel && !b->group && !b->sel->busy)
+        drop_marks(e, b->sel);
+}
+
+/* ---- submission ---------------------------------------------------------- */
+
+kvf_status kvf_onboard_pools(kvf_engine *e, kvf_tier from, const uint32_t *pools, size_t n_pools,
+                             const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+{
+    static const int kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
+    kvf__clear_error();
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind("kvf_onboard_pools", from, kinds, &kind);
+    return st != KVF_OK
+               ? st
+               : kvf__submit_pools(e, kind, false, NULL, pools, n_pools, moves, n, ticket_p);
+}
+
+kvf_status kvf_offload_pools(kvf_engine *e, void *stream, kvf_tier to, const uint32_t *pools,
+                             size_t n_pools, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
+{
+    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    kvf__clear_error();
+    if (stream && e && !e->backend->ops->mark)
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "kvf_offload_pools: the %s backend has no stream to order after "
+                         "(stream must be NULL)",
+                         e->backend->ops->name);
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind("kvf_offload_pools", to, kinds, &kind);
+    return st != KVF_OK
+               ? st
+               : kvf__submit_pools(e, kind, false, stream, pools, n_pools, moves, n, ticket_p);
+}
+
+/* ---- waiting for one pool--------------------------------------------- */
+
+/* The ticket's batch, moving pool `pi`. Lock held. */
+static kvf_status ticket_batch(kvf_engine *e, const char *fn, kvf_ticket t, uint32_t pi,
+                               batch **b_p)
+{
+    batch *b = e->tickets[t.id % TICKET_BUCKETS];
+    while (b && b->id != t.id)
+        b = b->next_ticket;
+    *b_p = NULL;
+    if (!b)
+        return kvf__fail(KVF_ERR_UNKNOWN_TICKET, "%s: ticket %llu: unknown or already retired", fn,
+                         (unsigned long long)t.id);
+    if (pi >= e->npools || !sel_has(b, pi))
+        return kvf__fail(KVF_ERR_RANGE,
+                         "%s: ticket %llu: pool %u is not one the batch moves (%u of %u pools)", fn,
+                         (unsigned long long)t.id, pi, b->sel ? b->sel->n : e->npools, e->npools);
+    *b_p = b;
+    return KVF_OK;
+}
+
+/* The first failure among the batch's moves so far, naming it. Lock held. */
+static kvf_status known_failure(const char *fn, const batch *b, uint32_t pi)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        kvf_status st = b->status[i];
+        if (st != KVF_OK && st != KVF_INPROGRESS)
+            return kvf__fail(st, "%s: ticket %llu: pool %u: move %zu failed (%s); see kvf_wait", fn,
+                             (unsigned long long)b->id, pi, i, kvf_status_str(st));
+    }
+    return KVF_OK;
+}
+
+/* The mark after pool `pi`'s copies, once the batch is on its stream;
+ * NULL while it is not (yet), or where it has none. Lock held. */
+static void *pool_mark(const batch *b, uint32_t pi)
+{
+    const pool_sel *s = b->sel;
+    if (!s || b->group || !b->on_stream)
+        return NULL;
+    for (uint32_t k = 0; k < s->nmarks; k++)
+        if (s->order[k] == pi)
+            return s->marks[k];
+    return NULL;
+}
+
+/* Waits for pool `pi` of ticket t: on `stream` when it is non-NULL and
+ * the backend can (the host returns once the batch is on the GPU), else
+ * on the calling thread. */
+static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_t pi, void *stream)
+{
+    kvf__clear_error();
+    if (!e)
+        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", fn);
+    engine_lock(e);
+    batch *b;
+    kvf_status st = ticket_batch(e, fn, t, pi, &b);
+    void *mark = NULL;
+    while (b && b->state != B_DONE && !(mark = pool_mark(b, pi)))
+        pthread_cond_wait(&e->done_cv, &e->mu);
+    if (b && b->state == B_DONE)
+        st = known_failure(fn, b, pi);
+    else if (mark && (st = known_failure(fn, b, pi)) == KVF_OK) {
+        if (stream && e->backend->ops->mark_join) {
+            /* under the lock: completion cannot release the mark meanwhile */
+            st = e->backend->ops->mark_join(e->backend, mark, stream);
+        } else {
+            b->sel->busy++;
+            pthread_mutex_unlock(&e->mu);
+            st = e->backend->ops->mark_wait(e->backend, mark);
+            engine_lock(e);
+            b->sel->busy--;
+            if (st == KVF_OK)
+                st = known_failure(fn, b, pi);
+            if (b->state == B_DONE) {
+                /* completion left the marks (and maybe the batch) to us */
+                kvf__pool_sel_done(e, b);
+                kvf__batch_release(b);
+            }
+        }
+        if (st != KVF_OK && kvf_last_error()[0] == '\0')
+            kvf__fail(st, "%s: ticket %llu: pool %u", fn, (unsigned long long)t.id, pi);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+kvf_status kvf_wait_pool(kvf_engine *e, kvf_ticket t, uint32_t pi)
+{
+    return wait_pool(e, "kvf_wait_pool", t, pi, NULL);
+}
+
+kvf_status kvf_stream_wait_pool(kvf_engine *e, kvf_ticket t, uint32_t pi, void *stream)
+{
+    return wait_pool(e, "kvf_stream_wait_pool", t, pi, stream);
+}

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * kvf_cache_get_pools: a get of some pools from the host and disk tiers
+ * writes those pools only; kvf_cache_wait_pool answers per pool before the
+ * ticket is waited for; bad pool lists queue nothing.
+ */
+#include "cache_fixture.h"
+
+static int pool_is(fixture *f, int p, uint32_t slot, kvf_key key, bool moved)
+{
+    uint8_t *want = malloc(f->bytes[p]);
+    if (moved)
+        test_fill_random(want, f->bytes[p], key * 2 + (uint64_t)p);
+    else
+        memset(want, POISON, f->bytes[p]);
+    size_t off = test_mem_diff(prim(f, p, slot), want, f->bytes[p]);
+    free(want);
+    if (off != (size_t)-1)
+        fprintf(stderr, "slot %u pool %d: %s differs at byte %zu\n", slot, p,
+                moved ? "the block" : "the poison", off);
+    return off != (size_t)-1;
+}
+
+static int test_get_one_pool(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host.blocks = 4;
+    cc.disk.blocks = 64;
+    CHECK(fx_init(&f, 32, 4, true, &cc) == 0);
+    /* 12 blocks: 4 stay on host, the others go down to disk */
+    kvf_key keys[12];
+    uint32_t slots[12];
+    for (uint32_t i = 0; i < 12; i++) {
+        keys[i] = 0x100 + i;
+        slots[i] = i;
+        fill(&f, i, keys[i]);
+    }
+    kvf_cache_ticket t;
+    CHECK_STATUS(kvf_cache_put(f.c, keys, slots, 12, 50, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    int on_disk = 0;
+    for (uint32_t i = 0; i < 12; i++)
+        on_disk += tier_of(&f, keys[i]) == KVF_TIER_DISK;
+    CHECK(on_disk >= 8);
+    for (uint32_t i = 0; i < 12; i++) {
+        poison(&f, 16 + i);
+        slots[i] = 16 + i;
+    }
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1}, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 1), KVF_OK);
+    CHECK_STATUS(kvf_cache_stream_wait_pool(f.c, t, 1, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 0), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 1), KVF_ERR_UNKNOWN_TICKET);
+    for (uint32_t i = 0; i < 12; i++) {
+        CHECK(pool_is(&f, 0, 16 + i, keys[i], false) == 0);
+        CHECK(pool_is(&f, 1, 16 + i, keys[i], true) == 0);
+    }
+    /* then pool 0: every block whole */
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){0}, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 0), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    for (uint32_t i = 0; i < 12; i++)
+        CHECK(expect(&f, 16 + i, keys[i]) == 0);
+    /* a plain get's ticket answers per pool too */
+    CHECK_STATUS(kvf_cache_get(f.c, keys, slots, 12, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 0), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 1), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 2), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
+    /* bad lists queue nothing */
+    t.id = 0;
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){2}, 1, &t), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1, 1}, 2, &t),
+                 KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, NULL, 0, &t), KVF_ERR_INVALID);
+    CHECK(t.id == 0);
+    fx_done(&f);
+    return 0;
+}
+
+int main(void)
+{
+    return test_get_one_pool() ? 1 : 0;
+}
