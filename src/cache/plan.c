@@ -26,17 +26,24 @@
 
 /* ---- the prefill cost ---------------------------------------------------- */
 
-static kvf_status take_prefill(const kvf_prefill_cost *in, kvf_prefill_cost *out)
+/* A caller's struct that starts with its size, into this library's
+ * (zeroed beyond what the caller's has): `what` and `init` name it. */
+static kvf_status take_sized(const void *in, void *out, size_t out_size, const char *what,
+                             const char *init)
 {
     if (!in)
-        return kvf__fail(KVF_ERR_INVALID, "prefill cost: NULL");
-    if (in->struct_size < sizeof(size_t) || in->struct_size > 65536)
-        return kvf__fail(KVF_ERR_INVALID,
-                         "prefill cost: struct_size %zu (start from KVF_PREFILL_COST_INIT)",
-                         in->struct_size);
-    *out = (kvf_prefill_cost){0};
-    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL", what);
+    size_t size = *(const size_t *)in;
+    if (size < sizeof(size_t) || size > 65536)
+        return kvf__fail(KVF_ERR_INVALID, "%s: struct_size %zu (start from %s)", what, size, init);
+    memset(out, 0, out_size);
+    memcpy(out, in, size < out_size ? size : out_size);
     return KVF_OK;
+}
+
+static kvf_status take_prefill(const kvf_prefill_cost *in, kvf_prefill_cost *out)
+{
+    return take_sized(in, out, sizeof *out, "prefill cost", "KVF_PREFILL_COST_INIT");
 }
 
 static kvf_status check_axis(const char *name, const uint64_t *axis, size_t n)
@@ -243,14 +250,10 @@ static double ttft(const kvf_plan_input *in, const uint64_t cnt[KVF_TIER_COUNT],
 
 static kvf_status take_input(const kvf_plan_input *in, kvf_plan_input *out)
 {
-    if (!in)
-        return kvf__fail(KVF_ERR_INVALID, "kvf_plan_compute: input is NULL");
-    if (in->struct_size < sizeof(size_t) || in->struct_size > 65536)
-        return kvf__fail(KVF_ERR_INVALID,
-                         "kvf_plan_compute: struct_size %zu (start from KVF_PLAN_INPUT_INIT)",
-                         in->struct_size);
-    *out = (kvf_plan_input){0};
-    memcpy(out, in, in->struct_size < sizeof *out ? in->struct_size : sizeof *out);
+    kvf_status st =
+        take_sized(in, out, sizeof *out, "kvf_plan_compute: input", "KVF_PLAN_INPUT_INIT");
+    if (st != KVF_OK)
+        return st;
     if (out->hits && !out->tiers)
         return kvf__fail(KVF_ERR_INVALID, "kvf_plan_compute: tiers is NULL with %zu hits",
                          out->hits);

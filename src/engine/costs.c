@@ -146,8 +146,12 @@ kvf_status kvf_engine_costs(kvf_engine *e, kvf_costs *costs)
     return KVF_OK;
 }
 
-static kvf_status check_tier(const char *fn, kvf_tier tier)
+/* The checks every call on one tier's cost starts with. */
+static kvf_status tier_call(const char *fn, const kvf_engine *e, kvf_tier tier)
 {
+    kvf__clear_error();
+    if (!e)
+        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", fn);
     if ((unsigned)tier >= KVF_TIER_COUNT)
         return kvf__fail(KVF_ERR_INVALID, "%s: tier %d is not one of host, disk, remote, gpu", fn,
                          (int)tier);
@@ -158,10 +162,7 @@ kvf_status kvf_engine_set_tier_cost(kvf_engine *e, kvf_tier tier, double latency
                                     double bytes_per_s, int hold)
 {
     static const char fn[] = "kvf_engine_set_tier_cost";
-    kvf__clear_error();
-    if (!e)
-        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", fn);
-    kvf_status st = check_tier(fn, tier);
+    kvf_status st = tier_call(fn, e, tier);
     if (st != KVF_OK)
         return st;
     if (!isfinite(latency_s) || latency_s < 0)
@@ -185,10 +186,7 @@ kvf_status kvf_engine_observe_tier_cost(kvf_engine *e, kvf_tier tier, uint64_t b
                                         double seconds)
 {
     static const char fn[] = "kvf_engine_observe_tier_cost";
-    kvf__clear_error();
-    if (!e)
-        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", fn);
-    kvf_status st = check_tier(fn, tier);
+    kvf_status st = tier_call(fn, e, tier);
     if (st != KVF_OK)
         return st;
     if (bytes == 0 || !isfinite(seconds) || !(seconds > 0))
