@@ -39,7 +39,7 @@ unset PKG_CONFIG_SYSROOT_DIR
 $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
-    python/tests/test_gpu.py python/tests/test_gpu_cache.py 2>&1 | tail -n 25
+    python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_gpu_plan.py 2>&1 | tail -n 25
 # BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
 # queues' full-ring waits at exit)
 # SANITIZE: the tool:test pairs to run (default: memcheck over the engine and
