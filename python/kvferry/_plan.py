@@ -8,6 +8,8 @@ kvf_plan_compute, kvf_cache_plan; docs/planner.md).
 """
 
 import ctypes
+import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -211,6 +213,48 @@ def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: 
     return plan_from_c(p, [Tier(t) for t in ts])
 
 
+class PrefillProfile:
+    """Full-prefill times measured from a model's own forward passes, as a
+    prefill cost table: record(tokens, seconds) for each forward pass over a
+    prompt with nothing cached (a pass after a cached prefix costs less and
+    belongs elsewhere); table() gives [(tokens, seconds)] for
+    Cache.set_prefill_cost: the median of each length's samples, made
+    non-decreasing (noise must not make more tokens cheaper).
+
+        prof = kvf.PrefillProfile()
+        t0 = time.perf_counter(); model(prompt); torch.cuda.synchronize()
+        prof.record(len(prompt), time.perf_counter() - t0)
+        cache.set_prefill_cost(prof.table(), layers=32, overlap=True)
+    """
+
+    def __init__(self, keep: int = 16):
+        self._samples: Dict[int, List[float]] = {}
+        self._keep = keep
+
+    def record(self, tokens: int, seconds: float) -> None:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+            raise make_error(Status.ERR_INVALID, f"PrefillProfile.record: tokens = {tokens!r} (must be > 0)")
+        if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+            raise make_error(Status.ERR_INVALID, f"PrefillProfile.record: {tokens} tokens took {seconds!r} s "
+                                                 f"(must be finite, >= 0)")
+        s = self._samples.setdefault(tokens, [])
+        s.append(float(seconds))
+        del s[:-self._keep]  # the latest samples: the model's speed now
+
+    def __len__(self):
+        return len(self._samples)
+
+    def table(self, min_points: int = 1) -> List[Tuple[int, float]]:
+        if len(self._samples) < max(min_points, 1):
+            raise make_error(Status.ERR_STATE, f"PrefillProfile: {len(self._samples)} prompt lengths measured, "
+                                               f"{max(min_points, 1)} needed")
+        out, floor = [], 0.0
+        for tokens in sorted(self._samples):
+            floor = max(floor, statistics.median(self._samples[tokens]))
+            out.append((tokens, floor))
+        return out
+
+
 def check_cost_args(latency_s, bytes_per_s):
     for name, v in (("latency_s", latency_s), ("bytes_per_s", bytes_per_s)):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -218,4 +262,4 @@ def check_cost_args(latency_s, bytes_per_s):
     return float(latency_s), float(bytes_per_s)
 
 
-__all__ = ["TierCost", "Plan", "Prefill", "plan_compute", "costs_from_c", "plan_from_c"]
+__all__ = ["TierCost", "Plan", "Prefill", "PrefillProfile", "plan_compute", "costs_from_c", "plan_from_c"]

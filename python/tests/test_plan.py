@@ -223,3 +223,22 @@ def test_follow_plan_layer_by_layer(tmp_path):
                 for k, s in zip(keys, dst):
                     assert np.array_equal(e.slot_view(layer, s), data[k][layer])
             t.wait(check=True)
+
+
+def test_prefill_profile():
+    prof = kvf.PrefillProfile(keep=3)
+    with pytest.raises(kvf.InvalidState):
+        prof.table()
+    for tokens, s in [(1024, 0.030), (1024, 0.034), (1024, 0.500), (4096, 0.120), (2048, 0.020), (1024, 0.031)]:
+        prof.record(tokens, s)
+    # 1024: the last 3 samples (0.034, 0.5, 0.031), median 0.034; 2048's 0.020
+    # raised to 1024's: more tokens never cost less
+    assert prof.table() == [(1024, 0.034), (2048, 0.034), (4096, 0.120)]
+    with pytest.raises(kvf.InvalidArgument, match="must be > 0"):
+        prof.record(0, 0.1)
+    with pytest.raises(kvf.InvalidArgument, match="finite"):
+        prof.record(16, float("nan"))
+    with pytest.raises(kvf.InvalidState, match="3 prompt lengths measured, 4 needed"):
+        prof.table(min_points=4)
+    p = kvf.plan_compute([kvf.Tier.HOST] * 8, 1 << 20, TPB, 1024, {"host": (1e-5, 1e10)}, prof.table())
+    assert p.ttft_recompute_s == pytest.approx(0.034)
