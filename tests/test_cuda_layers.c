@@ -53,9 +53,17 @@ static int fx_open(fixture *f)
         f->img[l] = malloc(SLOTS * f->bytes);
         REQUIRE(f->img[l]);
         test_fill_random(f->img[l], SLOTS * f->bytes, seed++);
-        memcpy(f->sec[l], f->img[l], SLOTS * f->bytes);
-        CUDA_OK(cudaMemset(f->prim[l], POISON, SLOTS * f->bytes));
+        CUDA_OK(cudaMemcpy(f->prim[l], f->img[l], SLOTS * f->bytes, cudaMemcpyHostToDevice));
     }
+    /* the secondary slots get their blocks as an engine's would: offloaded */
+    kvf_move m[SLOTS];
+    for (uint32_t i = 0; i < SLOTS; i++)
+        m[i] = (kvf_move){i, i, 0};
+    kvf_ticket t;
+    REQUIRE(kvf_offload(f->e, KVF_TIER_HOST, m, SLOTS, &t) == KVF_OK);
+    REQUIRE(kvf_wait(f->e, t, NULL) == KVF_OK);
+    for (uint32_t l = 0; l < LAYERS; l++)
+        CUDA_OK(cudaMemset(f->prim[l], POISON, SLOTS * f->bytes));
     CUDA_OK(cudaDeviceSynchronize());
     return 0;
 }

@@ -3,7 +3,9 @@
  * The engine's hazards (the reference's defect 7): read after write and
  * write after read, made deterministic by slowing one copy down; a write
  * still pending after thousands of later batches, which a later read still
- * waits for; fire and forget, then kvf_sync_stream(NULL) as a step's end.
+ * waits for; fire and forget, then kvf_sync_stream(NULL) as a step's end;
+ * onboards overtaking queued offloads while the hazards on the slots they
+ * share still hold.
  */
 #include "engine_fixture.h"
 
@@ -145,10 +147,81 @@ static int test_sync_without_tickets(void)
     return 0;
 }
 
+/* Offloads of primary slot 0 are held in their copy until released. */
+static uint8_t *held_src;
+static atomic_bool held_released;
+static kvf_status held_copy(const kvf__copy *c)
+{
+    while (c->src == held_src && !atomic_load(&held_released))
+        usleep(200);
+    return KVF_OK;
+}
+
+/* Three offloads are in the engine, the first stuck in its copy: an
+ * onboard into other slots completes meanwhile (onboards never wait for
+ * offloads they do not depend on), while an onboard into the slot the
+ * stuck offload reads waits for it (write after read), and the offload
+ * stores the slot's old bytes. */
+static int test_onboards_overtake_offloads(void)
+{
+    fixture f;
+    memset(&f, 0, sizeof f);
+    f.g[0] = G_REF;
+    f.g[1] = G_TOK;
+    f.g[2] = G_I4;
+    f.pools = 3;
+    f.slots = 16;
+    CHECK(fx_open(&f, NULL, "test", 2) == 0);
+    for (uint32_t s = 0; s < 8; s++)
+        fill_block(&f, s, 40 + s);
+    kvf_move m[2] = {{2, 2, 0}, {3, 3, 0}};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, m, 2, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    held_src = slot(&f, 0, KVF_LEVEL_PRIMARY, 0);
+    atomic_store(&held_released, false);
+    kvf__set_copy_hook(held_copy);
+    kvf_ticket off[3];
+    for (uint32_t k = 0; k < 3; k++) {
+        kvf_move o = {k == 0 ? 0 : 4 + k, 8 + k, 0};
+        CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, &o, 1, &off[k]), KVF_OK);
+    }
+    /* independent: secondary 2, 3 -> primary 10, 11 */
+    poison_block(&f, 10);
+    poison_block(&f, 11);
+    kvf_move in[2] = {{2, 10, 0}, {3, 11, 0}};
+    kvf_ticket fast, war;
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, in, 2, &fast), KVF_OK);
+    /* writes primary slot 0, which the stuck offload reads */
+    kvf_move over = {3, 0, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &over, 1, &war), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, fast, NULL), KVF_OK);
+    CHECK(expect_block(&f, 10, 42, 0) == 0);
+    CHECK(expect_block(&f, 11, 43, 0) == 0);
+    usleep(20 * 1000);
+    CHECK_STATUS(kvf_poll(f.e, war, NULL), KVF_INPROGRESS);
+    CHECK_STATUS(kvf_poll(f.e, off[0], NULL), KVF_INPROGRESS);
+    atomic_store(&held_released, true);
+    for (uint32_t k = 0; k < 3; k++)
+        CHECK_STATUS(kvf_wait(f.e, off[k], NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, war, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    /* the offload stored slot 0's old block; slot 0 now holds block 43 */
+    CHECK(expect_block(&f, 0, 43, 0) == 0);
+    poison_block(&f, 12);
+    kvf_move back = {8, 12, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &back, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK(expect_block(&f, 12, 40, 0) == 0);
+    fx_done(&f);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_defect7_hazards);
     RUN(test_long_pending_writer);
     RUN(test_sync_without_tickets);
+    RUN(test_onboards_overtake_offloads);
     return TEST_RESULT();
 }

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Time to first token of a request whose first P tokens are cached in
+kvferry and whose last N are new, with a randomly initialised decoder of
+Llama-3-8B's shape (32 layers, 32 heads, 8 KV heads, head 128, bf16, sdpa;
+no weights needed), through kvferry.integrations.transformers. Per prefix
+length and tier (host: the blocks in pinned host slots; disk: a cache whose
+host tier is off, so they are files read back with the engine's file I/O):
+
+  recompute   the whole request computed, no cache
+  whole       the prefix fetched whole, then the N new tokens computed
+  layerwise   layer l+1's K/V loading while layer l computes
+  load        the whole prefix's get alone
+  compute     the N new tokens' forward alone, the prefix already in memory
+  ceiling     one pinned host -> device copy of the prefix's bytes (torch)
+
+Each is the median of --runs after --warmup, bounded by synchronize(). The
+target: layerwise <= 1.15 x max(load, compute), and below whole. After every
+whole and layer-wise run the restored prefix K/V are compared, bit for bit,
+with the K/V the model computed when the blocks were stored (logits prove
+nothing: eager forward passes are not bit-deterministic). Exit 1 if any
+differs, 77 without torch or transformers, or without CUDA unless --tiny.
+
+  python3 bench/ttft.py --json out.json                  # on a GPU: 2k, 8k, 32k x host, disk
+  python3 bench/ttft.py --tiny                           # a small model on the CPU, host backend
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+try:
+    import torch
+    import transformers
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+except ImportError as exc:
+    print(f"ttft: {exc.name} is not installed; skipped")
+    sys.exit(77)
+
+import kvferry as kvf  # noqa: E402
+from kvferry.integrations.transformers import KVFerryPrefixCache  # noqa: E402
+
+TARGET = 1.15
+
+
+def llama3_8b_shape():
+    return LlamaConfig(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       intermediate_size=14336, vocab_size=128256, max_position_embeddings=131072,
+                       rope_theta=500000.0, attn_implementation="sdpa")
+
+
+def tiny_shape():
+    return LlamaConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                       intermediate_size=512, vocab_size=1024, max_position_embeddings=8192,
+                       attn_implementation="sdpa")
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lengths", default=None, help="cached prefix lengths in tokens, comma-separated "
+                    "(default 2048,8192,32768; --tiny 256,1024; --quick 2048)")
+    ap.add_argument("--new", type=int, default=None, help="new tokens after the prefix (default 512; --tiny 64)")
+    ap.add_argument("--tiers", default="host,disk", help="host, disk or both (default host,disk)")
+    ap.add_argument("--runs", type=int, default=None, help="timed runs per measurement (default 5; --quick 2)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 2; --quick 1)")
+    ap.add_argument("--tokens-per-block", type=int, default=64)
+    ap.add_argument("--disk-dir", default=None, help="where the disk tier's files go (default: a new "
+                    "folder under $TMPDIR; removed afterwards)")
+    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--quick", action="store_true", help="a small smoke run")
+    ap.add_argument("--tiny", action="store_true", help="a small model; runs on the CPU (host backend) "
+                    "when there is no GPU")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    a = ap.parse_args()
+    a.device = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if a.device.type == "cuda" and a.device.index is None:
+        a.device = torch.device("cuda", torch.cuda.current_device())
+    if a.device.type == "cpu" and not a.tiny:
+        print("ttft: no GPU (the full-size model runs on CUDA only; --tiny runs a small one on the CPU); skipped")
+        sys.exit(77)
+    default_lengths = "256,1024" if a.tiny else ("2048" if a.quick else "2048,8192,32768")
+    a.lengths = [int(x) for x in (a.lengths or default_lengths).split(",") if x]
+    a.new = a.new or (64 if a.tiny else 512)
+    a.runs = a.runs or (2 if a.quick else 5)
+    a.warmup = a.warmup if a.warmup is not None else (1 if a.quick else 2)
+    a.tiers = [t for t in a.tiers.split(",") if t]
+    for t in a.tiers:
+        if t not in ("host", "disk"):
+            ap.error(f"--tiers: {t!r} is neither host nor disk")
+    for n in a.lengths:
+        if n <= 0 or n % a.tokens_per_block:
+            ap.error(f"--lengths: {n} is not a positive multiple of --tokens-per-block {a.tokens_per_block}")
+    if a.new <= 0 or a.runs <= 0 or a.warmup < 0:
+        ap.error("--new and --runs must be positive, --warmup not negative")
+    return a
+
+
+class Bench:
+    def __init__(self, args):
+        self.a = args
+        self.dev = args.device
+        self.cuda = self.dev.type == "cuda"
+        cfg = tiny_shape() if args.tiny else llama3_8b_shape()
+        dtype = torch.bfloat16 if self.cuda else torch.float32
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # built in bf16 on the GPU: no fp32 copy of 8B weights
+        try:
+            with torch.device(self.dev):
+                self.model = LlamaForCausalLM(cfg).eval()
+        finally:
+            torch.set_default_dtype(default)
+        self.sync()
+        self.init_s = time.perf_counter() - t0
+        self.cfg = cfg
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.dev)
+
+    def timed(self, fn, before=None, after=None):
+        """Median seconds of fn() over the timed runs; before() and after()
+        run outside the clock (set-up, checks)."""
+        times = []
+        for i in range(self.a.warmup + self.a.runs):
+            state = before() if before else None
+            self.sync()
+            t0 = time.perf_counter()
+            out = fn(state)
+            self.sync()
+            dt = time.perf_counter() - t0
+            if after:
+                after(out, i >= self.a.warmup)
+            if i >= self.a.warmup:
+                times.append(dt)
+        return statistics.median(times), times
+
+    def forward(self, ids, past):
+        out = self.model(ids, past_key_values=past, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1].argmax()  # the first token
+
+    def case(self, length, tier, disk_root):
+        a, tpb = self.a, self.a.tokens_per_block
+        g = torch.Generator().manual_seed(length)
+        ids = torch.randint(0, self.cfg.vocab_size, (1, length + a.new), generator=g).to(self.dev)
+        blocks = length // tpb
+        opts = dict(host_blocks=blocks + 1) if tier == "host" else dict(
+            disk_dir=os.path.join(disk_root, f"p{length}"), disk_blocks=blocks + 1)
+        row = {"length": length, "new": a.new, "tier": tier, "blocks": blocks}
+        with torch.no_grad(), KVFerryPrefixCache.from_model(self.model, tokens_per_block=tpb,
+                                                            max_tokens=length + a.new, salt=f"ttft-{length}",
+                                                            **opts) as kv:
+            # the reference: the K/V of the prefix as the model computed it, stored once
+            past = kv.prepare(ids, mode="recompute")
+            self.forward(ids, past)
+            assert kv.store(ids[:, :length], past) == blocks
+            ref = [(layer.keys[..., :length, :].clone(), layer.values[..., :length, :].clone())
+                   for layer in past.layers]
+            del past
+            kv.sync()
+            if tier == "disk":
+                row["disk_settings"] = {k: str(v.value) for k, v in kv.engine.settings().items()
+                                        if k.startswith("file_")}
+            assert kv.lookup(ids) == length, f"{kv.lookup(ids)} of {length} tokens cached"
+            exact = []
+
+            bits = {2: torch.int16, 4: torch.int32}[ref[0][0].element_size()]
+
+            def check(past, timed):
+                past.finish()
+                assert past.cached_tokens == length and past.loaded
+                exact.append(all(torch.equal(layer.keys[..., :length, :].view(bits), rk.view(bits))
+                                 and torch.equal(layer.values[..., :length, :].view(bits), rv.view(bits))
+                                 for layer, (rk, rv) in zip(past.layers, ref)))
+
+            def poison():  # the pools still hold what store wrote: a get that did nothing must show
+                kv.sync()
+                for pool in kv.k_pools + kv.v_pools:
+                    pool.fill_(float("nan"))
+
+            def served(mode):
+                def run(_):
+                    past = kv.prepare(ids, mode=mode)
+                    self.forward(ids[:, past.cached_tokens:], past)
+                    past.finish()
+                    return past
+                return run
+
+            row["recompute_s"], row["recompute_runs"] = self.timed(
+                lambda _: self.forward(ids, kv.prepare(ids, mode="recompute")))
+            row["whole_s"], row["whole_runs"] = self.timed(served("whole"), before=poison, after=check)
+            row["layerwise_s"], row["layerwise_runs"] = self.timed(served("layerwise"), before=poison,
+                                                                   after=check)
+
+            def load(_):
+                past = kv.prepare(ids, mode="whole")
+                assert past.cached_tokens == length
+                return past
+            row["load_s"], row["load_runs"] = self.timed(load, before=poison)
+
+            def with_prefix():  # a DynamicCache already holding the prefix: compute alone
+                c = DynamicCache()
+                for i, (rk, rv) in enumerate(ref):
+                    c.update(rk, rv, i)
+                return c
+            row["compute_s"], row["compute_runs"] = self.timed(lambda c: self.forward(ids[:, length:], c),
+                                                               before=with_prefix)
+            row["byte_exact"] = all(exact)
+            row["byte_exact_runs"] = len(exact)
+            row["stats"] = {k: v for k, v in kv.cache.stats().as_dict().items()
+                            if k in ("hits", "failures", "bytes_out", "blocks")}
+        nbytes = sum(rk.numel() * rk.element_size() * 2 for rk, _ in ref)
+        row["prefix_bytes"] = nbytes
+        if self.cuda:
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            dev = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+            row["ceiling_s"], _ = self.timed(lambda _: dev.copy_(host, non_blocking=True))
+            del host, dev
+        else:
+            row["ceiling_s"] = None
+        ref.clear()  # free the reference K/V before the next case
+        ref_s = max(row["load_s"], row["compute_s"])
+        row["target_s"] = ref_s
+        row["layerwise_over_target"] = row["layerwise_s"] / ref_s
+        row["within_target"] = row["layerwise_over_target"] <= TARGET
+        row["below_whole"] = row["layerwise_s"] < row["whole_s"]
+        if self.cuda:
+            torch.cuda.empty_cache()
+        return row
+
+
+def fs_of(path):
+    """The file system type holding path (tmpfs makes 'disk' memory)."""
+    best, fstype = "", "?"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                mnt = parts[1]
+                if str(path).startswith(mnt) and len(mnt) > len(best):
+                    best, fstype = mnt, parts[2]
+    except OSError:
+        pass
+    return fstype
+
+
+def ms(x):
+    return f"{'-':>9}" if x is None else f"{x * 1e3:9.1f}"
+
+
+def main():
+    a = parse_args()
+    b = Bench(a)
+    tmp = None
+    disk_root = a.disk_dir
+    if disk_root is None and "disk" in a.tiers:
+        tmp = tempfile.TemporaryDirectory(prefix="kvf-ttft-")
+        disk_root = tmp.name
+    meta = {
+        "model": "tiny llama" if a.tiny else "Llama-3-8B shape, random init",
+        "layers": b.cfg.num_hidden_layers, "kv_heads": b.cfg.num_key_value_heads,
+        "head_dim": b.cfg.hidden_size // b.cfg.num_attention_heads, "dtype": str(b.model.dtype),
+        "attn": b.model.config._attn_implementation, "device": str(a.device),
+        "gpu": torch.cuda.get_device_name(a.device) if b.cuda else platform.processor() or "cpu",
+        "torch": torch.__version__, "transformers": transformers.__version__, "kvferry": kvf.version(),
+        "tokens_per_block": a.tokens_per_block, "new_tokens": a.new, "runs": a.runs, "warmup": a.warmup,
+        "disk_dir_fs": fs_of(disk_root) if disk_root else None,
+        "model_init_s": round(b.init_s, 2), "target": f"layerwise <= {TARGET} x max(load, compute) and < whole",
+    }
+    print(f"ttft: {meta['model']} ({meta['layers']} layers, {meta['kv_heads']} kv heads x {meta['head_dim']}, "
+          f"{meta['dtype']}) on {meta['gpu']}; torch {meta['torch']}, transformers {meta['transformers']}, "
+          f"{meta['kvferry']}")
+    print(f"ttft: {a.new} new tokens, {a.tokens_per_block} tokens a block, median of {a.runs} after {a.warmup} "
+          f"warm-up" + (f"; disk dir on {meta['disk_dir_fs']}" if disk_root else ""))
+    rows = []
+    hdr = (f"{'prefix':>7} {'tier':>5} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9} {'compute':>9}"
+           f" {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'exact':>5}   (ms)")
+    print(hdr)
+    try:
+        for tier in a.tiers:
+            for length in a.lengths:
+                r = b.case(length, tier, disk_root)
+                rows.append(r)
+                print(f"{length:>7} {tier:>5} {ms(r['recompute_s'])} {ms(r['whole_s'])} {ms(r['layerwise_s'])} "
+                      f"{ms(r['load_s'])} {ms(r['compute_s'])} {ms(r['ceiling_s'])} "
+                      f"{r['layerwise_over_target']:9.2f} {'yes' if r['below_whole'] else 'NO':>7} "
+                      f"{'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    ok = all(r["byte_exact"] for r in rows)
+    met = all(r["within_target"] and r["below_whole"] for r in rows)
+    print(f"ttft: K/V byte-exact after every round trip: {'yes' if ok else 'NO'}; target met at every row: "
+          f"{'yes' if met else 'no'}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows, "byte_exact": ok, "target_met": met}, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The transformers adapter on the CUDA backend: a tiny bf16 Llama on the
+GPU, its prefix served from the host and disk tiers into CUDA pools, bit
+for bit, layer-wise (each layer's attention waits on the GPU for its own
+pools) and whole. Skipped unless torch has CUDA, transformers is importable
+and libkvferry has a usable CUDA backend."""
+
+import pytest
+from conftest import torch_cuda
+
+torch = torch_cuda()
+pytest.importorskip("transformers")
+
+from kvferry.integrations.transformers import KVFerryPrefixCache  # noqa: E402
+from test_transformers import TPB, assert_prefix_equal, poison, prompt, tiny_model  # noqa: E402
+
+
+@pytest.mark.parametrize("tier", ["host", "disk"])
+def test_prefix_served_byte_exact_on_gpu(tmp_path, tier):
+    model = tiny_model(dtype=torch.bfloat16, device="cuda")
+    opts = dict(host_blocks=64) if tier == "host" else dict(disk_dir=tmp_path, disk_blocks=64)
+    first = prompt(1, 8 * TPB + 5).cuda()
+    second = torch.cat([first[:, :6 * TPB], prompt(2, 19).cuda()], dim=1)
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=1024,
+                                                        **opts) as kv:
+        assert kv.cuda and kv.engine.backend.name == "CUDA"
+        out1 = kv.forward(model, first)
+        runs = {}
+        for mode in ("layerwise", "whole"):
+            poison(kv)
+            past = kv.prepare(second, mode=mode)
+            assert past.cached_tokens == 6 * TPB
+            out = model(second[:, past.cached_tokens:], past_key_values=past)
+            past.finish()
+            torch.cuda.synchronize()
+            assert_prefix_equal(past, out1.past_key_values, 6 * TPB)
+            runs[mode] = (past, out)
+        assert_prefix_equal(runs["layerwise"][0], runs["whole"][0], second.shape[1])
+        full = model(second)
+        torch.testing.assert_close(runs["layerwise"][1].logits[0, -1].float(), full.logits[0, -1].float(),
+                                   rtol=0.05, atol=0.05)
+        assert kv.cache.stats().failures == 0
