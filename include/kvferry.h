@@ -1364,6 +1364,220 @@ KVF_API kvf_status kvf_cache_stats_prometheus(kvf_cache *cache, char *buf, size_
                                               size_t *len_p);
 
 /* ------------------------------------------------------------------------ */
+/* Costs and the load-or-recompute planner                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A cache hit is worth loading only when loading it is faster than
+ * computing it again. The engine keeps, per tier, what a batch read into
+ * primary slots costs (kvf_tier_cost: a latency per batch plus bytes over
+ * a throughput), learnt from its own completed onboards; the caller says
+ * what its model's prefill costs (kvf_prefill_cost); kvf_cache_plan (or the
+ * pure kvf_plan_compute) then chooses how many leading hits to load and
+ * from which token to recompute, to minimise the predicted time to the
+ * first token. docs/planner.md gives the model.
+ */
+
+/** One tier's read cost into primary slots: a batch of B bytes takes
+ *  latency_s + B / bytes_per_s seconds. */
+typedef struct kvf_tier_cost {
+    double latency_s;   /* per batch, >= 0 */
+    double bytes_per_s; /* > 0 */
+    uint64_t observed;  /* completed batches learnt from (0: the seed or a set value) */
+    int held;           /* 1: set with hold, observations do not change it */
+} kvf_tier_cost;
+
+/** Every tier's cost, indexed by kvf_tier (entries from KVF_TIER_COUNT on are 0). */
+typedef struct kvf_costs {
+    size_t struct_size;
+    kvf_tier_cost tier[KVF_CACHE_TIER_SLOTS];
+} kvf_costs;
+
+#define KVF_COSTS_INIT                                                                             \
+    {                                                                                              \
+        .struct_size = sizeof(kvf_costs)                                                           \
+    }
+
+/**
+ * The engine's current read costs. Each tier starts from a seed (listed in
+ * docs/planner.md) and learns from every onboard batch from it that
+ * completes with all moves OK: the batch's bytes and its time from submit
+ * to completion (queueing behind other batches included: a busy link
+ * reads as a slow one). Small batches teach the latency, large ones the
+ * throughput; one sample moves either by at most 20 %, so one outlier
+ * cannot swing a plan while a tier that stays slower is followed within a
+ * dozen batches. KVF_TIER_GPU is learnt from copies between primary slots.
+ * Safe from any thread.
+ */
+KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
+
+/**
+ * Sets a tier's cost, e.g. from a calibration or a measurement of the
+ * caller's own. hold = 0: a new starting point that observations keep
+ * updating; hold = 1: fixed until set again.
+ * @return KVF_ERR_INVALID (nothing changed, kvf_last_error() names the
+ *         field) for a tier outside HOST..GPU, a latency that is negative
+ *         or not finite, or a throughput that is not positive and finite.
+ */
+KVF_API kvf_status kvf_engine_set_tier_cost(kvf_engine *engine, kvf_tier tier, double latency_s,
+                                            double bytes_per_s, int hold);
+
+/**
+ * Feeds one observed read of `bytes` from `tier` that took `seconds`, as
+ * the engine does for its own batches (e.g. a transfer the caller timed
+ * itself). Ignored while the tier's cost is held. KVF_ERR_INVALID for
+ * bytes = 0 or seconds not positive and finite.
+ */
+KVF_API kvf_status kvf_engine_observe_tier_cost(kvf_engine *engine, kvf_tier tier, uint64_t bytes,
+                                                double seconds);
+
+/**
+ * Times reads of `n` blocks from each tier the engine has (HOST when its
+ * pools have secondary slots, DISK with a file directory, REMOTE with a
+ * store), writing scratch blocks first: batches of 1 and of n blocks,
+ * `rounds` times each, fed to the costs as observations, so that a tier
+ * with no history gets real figures before the first request.
+ * The primary slots slots[0..n) and secondary slots host_slots[0..n)
+ * (NULL: HOST is not timed) are the caller's scratch: their contents are
+ * overwritten. Scratch keys are `key_base` + 0..n-1 (then removed); they
+ * must not name stored blocks. Not while the same slots are in use.
+ */
+KVF_API kvf_status kvf_engine_calibrate(kvf_engine *engine, const uint32_t *slots,
+                                        const uint32_t *host_slots, size_t n, uint64_t key_base,
+                                        uint32_t rounds);
+
+/** A caller's prefill cost: *seconds_p for `new_tokens` tokens computed
+ *  after `prefix_tokens` already in the KV cache. Return KVF_OK, or an
+ *  error status that fails the plan (with the function's message). */
+typedef kvf_status (*kvf_prefill_fn)(void *user, uint64_t new_tokens, uint64_t prefix_tokens,
+                                     double *seconds_p);
+
+/**
+ * What the engine's forward pass costs, from a table or a function.
+ *
+ * Table: seconds[p * n_new + j] is the time to compute new_tokens[j]
+ * tokens after prefix_tokens[p] cached ones. Both axes strictly
+ * increasing; every entry finite and >= 0, and non-decreasing along both
+ * axes (more tokens, or a longer prefix, never cost less). Between points
+ * it is interpolated bilinearly; beyond the last point extrapolated from
+ * the last two (linear), below the first prefix row it takes that row,
+ * and 0 new tokens cost 0 s. With n_prefix = 0 (prefix_tokens NULL) the
+ * table is one row of full prefills from an empty cache, T(tokens), and
+ * new tokens after a prefix cost T(prefix + new) - T(prefix).
+ * Function: fn(user, ...) instead (table fields 0); its results are
+ * checked as the table's are (finite, >= 0) when a plan calls it.
+ *
+ * layers: the model's layers; overlap = 1: the engine loads layer by
+ * layer (kvf_cache_get_pools and its pool waits) and computes layer l as
+ * soon as layer l's blocks arrived, so loading and computing overlap.
+ */
+typedef struct kvf_prefill_cost {
+    size_t struct_size;
+    const uint64_t *new_tokens;
+    size_t n_new;
+    const uint64_t *prefix_tokens;
+    size_t n_prefix;
+    const double *seconds;
+    kvf_prefill_fn fn;
+    void *user;
+    uint32_t layers;
+    int overlap;
+} kvf_prefill_cost;
+
+#define KVF_PREFILL_COST_INIT                                                                      \
+    {                                                                                              \
+        .struct_size = sizeof(kvf_prefill_cost)                                                    \
+    }
+
+/**
+ * Checks a prefill cost as a plan would use it.
+ * @return KVF_OK, or KVF_ERR_INVALID with kvf_last_error() naming the
+ *         entry: an empty table, a NULL array, both a table and a
+ *         function, an axis not strictly increasing, a negative, NaN or
+ *         infinite time, a time lower than the one before it on an axis.
+ */
+KVF_API kvf_status kvf_prefill_cost_check(const kvf_prefill_cost *cost);
+
+/** The inputs of one plan (kvf_plan_compute). */
+typedef struct kvf_plan_input {
+    size_t struct_size;
+    const kvf_tier *tiers; /* the tier of each cached leading block, hits entries */
+    size_t hits;
+    uint64_t block_bytes;      /* one block of every pool */
+    uint32_t tokens_per_block; /* > 0 */
+    uint64_t request_tokens;   /* the request's prompt, > 0 */
+    kvf_costs costs;
+    const kvf_prefill_cost *prefill;
+    /* tiers (bit 1 << tier) whose blocks arrive layer by layer when loaded
+     * with the layer-wise calls; the others arrive whole (DISK, REMOTE, and
+     * every tier on the host backend) */
+    uint32_t layerwise_tiers;
+} kvf_plan_input;
+
+#define KVF_PLAN_INPUT_INIT                                                                        \
+    {                                                                                              \
+        .struct_size = sizeof(kvf_plan_input), .costs = KVF_COSTS_INIT                             \
+    }
+
+/** What to load and what to recompute, and what each choice would take. */
+typedef struct kvf_plan {
+    size_t struct_size;
+    size_t hits;                                   /* cached leading blocks */
+    size_t load_blocks;                            /* load keys[0 .. load_blocks) */
+    uint64_t load[KVF_CACHE_TIER_SLOTS];           /* of those, per tier */
+    uint64_t recompute_hits[KVF_CACHE_TIER_SLOTS]; /* hits the plan recomputes, per tier */
+    uint64_t recompute_from;                       /* first token to compute: load_blocks * tpb */
+    uint64_t compute_tokens;                       /* request_tokens - recompute_from */
+    double ttft_s;                                 /* predicted time to the first token */
+    double load_s;                                 /* of which: the loads alone */
+    double compute_s;                              /* and the forward pass alone */
+    double ttft_recompute_s;                       /* predicted with every hit recomputed */
+    double ttft_load_all_s;                        /* predicted with every usable hit loaded */
+    int overlap;                                   /* the prediction overlapped loads and layers */
+} kvf_plan;
+
+#define KVF_PLAN_INIT                                                                              \
+    {                                                                                              \
+        .struct_size = sizeof(kvf_plan)                                                            \
+    }
+
+/**
+ * Chooses K, the leading hits to load, minimising the predicted time to
+ * the first token; the rest of the request, tokens K * tpb .. N, is
+ * computed. At least one token is always computed (the first token's
+ * logits need a forward pass), so K * tpb < N. Ties go to the smaller K
+ * (less traffic). Pure: no engine, no cache.
+ * @return KVF_OK; KVF_ERR_INVALID (plan untouched, kvf_last_error() names
+ *         the input) for a NULL, a zero block size or token count, a
+ *         tier outside HOST..GPU, a tier cost that is negative, zero or
+ *         not finite, or a prefill cost kvf_prefill_cost_check refuses;
+ *         the prefill function's own status when it fails.
+ */
+KVF_API kvf_status kvf_plan_compute(const kvf_plan_input *in, kvf_plan *plan);
+
+/**
+ * Sets the cache's prefill cost, used by kvf_cache_plan. The table's
+ * arrays are copied; a function and its user pointer must stay valid
+ * until replaced or the cache is destroyed. NULL clears it.
+ * @return KVF_ERR_INVALID, nothing changed, where kvf_prefill_cost_check
+ *         refuses it.
+ */
+KVF_API kvf_status kvf_cache_set_prefill_cost(kvf_cache *cache, const kvf_prefill_cost *cost);
+
+/**
+ * Looks up keys[0..n) as kvf_cache_lookup does (counted as a lookup in the
+ * stats) and plans the request of `request_tokens` tokens over the hits,
+ * with the engine's current costs (kvf_engine_costs) and the cache's
+ * prefill cost. Layer-wise arrival is assumed for the host and GPU tiers
+ * on the CUDA backend, when the prefill cost says overlap.
+ * @param tiers  NULL, or n entries: the tier of each hit, as lookup's.
+ * @return KVF_ERR_STATE when no prefill cost was set; as kvf_plan_compute
+ *         otherwise.
+ */
+KVF_API kvf_status kvf_cache_plan(kvf_cache *cache, const kvf_key *keys, size_t n,
+                                  uint64_t request_tokens, kvf_tier *tiers, kvf_plan *plan);
+
+/* ------------------------------------------------------------------------ */
 /* Machine information                                                      */
 /* ------------------------------------------------------------------------ */
 

@@ -39,8 +39,9 @@ unset PKG_CONFIG_SYSROOT_DIR
 $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
-    python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_transformers.py \
-    python/tests/test_transformers_gpu.py python/tests/test_serving_gpu.py 2>&1 | tail -n 30
+    python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_gpu_plan.py \
+    python/tests/test_transformers.py python/tests/test_transformers_gpu.py \
+    python/tests/test_serving_gpu.py 2>&1 | tail -n 30
 # RUN_TTFT=1: time to first token with a cached prefix through the
 # transformers adapter (bench/ttft.py; TTFT_ARGS: more options, e.g.
 # "--quick" or "--lengths 2048,8192 --tiers host"); table in ttft.txt, JSON
@@ -50,6 +51,15 @@ if [ -n "${RUN_TTFT:-}" ]; then
         --json "$OUT/ttft.json" ${TTFT_ARGS:-} >"$OUT/ttft.txt" 2>&1
     echo "bench/ttft.py: rc=$?"
     cat "$OUT/ttft.txt"
+fi
+# RUN_PLAN=1: the planner's split measured against recompute and load-all on
+# a Llama-3-8B-shaped decoder (bench/plan_ttft.py; PLAN_ARGS: more options,
+# e.g. "--tokens 2048,8192 --tiers disk"); table in plan.txt, JSON in plan.json
+if [ -n "${RUN_PLAN:-}" ]; then
+    KVFERRY_LIBRARY=$B/libkvferry.so timeout "${PLAN_TIMEOUT:-540}" python3 bench/plan_ttft.py \
+        --disk "${PLAN_DISK:-/var/tmp/kvf-plan}" --json "$OUT/plan.json" ${PLAN_ARGS:-} >"$OUT/plan.txt" 2>&1
+    echo "bench/plan_ttft.py: rc=$?"
+    cat "$OUT/plan.txt"
 fi
 # BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
 # queues' full-ring waits at exit)

@@ -6,7 +6,10 @@
 # hits where prefixes are shared; a written trace replays to the same
 # report; a restart finds the disk tier again; damaged files are refused and
 # recomputed, never served; malformed lines fail with their line number;
-# kvferry stats reports the blocks left on disk.
+# kvferry stats reports the blocks left on disk; with --prefill-cost the
+# plan is followed: hits it loads are got and checked, the others
+# recomputed, each counted per tier, and its predicted time is never above
+# either pure policy's.
 set -eu
 kvf=$1
 . "$(dirname "$0")/redis_start.sh"
@@ -202,6 +205,49 @@ for tier in "" --gpu-tier; do
     [ "$(field verified "$tmp/odd.json")" = true ]
 done
 
+# ---- the planner: tier costs held, so the plans are the same on every run
+plan_check() { # report.json: loaded + recomputed = hits, gets = loaded, ttft plan <= both
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); p = d["plan"]
+tiers = ("host", "disk", "remote", "gpu")
+assert all(p["loaded"][t] + p["recomputed"][t] == d["hits"][t] for t in tiers), p
+assert d["verified_blocks"] == sum(p["loaded"].values()), (d["verified_blocks"], p)
+t = p["ttft_s"]
+assert t["plan"] <= min(t["recompute_all"], t["load_all"]) * (1 + 1e-9), t
+assert p["requests"] == d["requests"] and d["verified"] and d["errors"] == 0' "$1"
+}
+prefill="--prefill-cost 2048:0.06,8192:0.255,32768:1.4 --plan-layers 32"
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p1" \
+    $prefill --tier-cost host=1e-5:2e10 --tier-cost disk=2e-4:2e9 --json "$tmp/pfast.json" \
+    >"$tmp/pfast.out"
+grep "plan:" "$tmp/pfast.out"
+plan_check "$tmp/pfast.json"
+positive "disk blocks the plan loaded" "$(field disk "$tmp/pfast.json" hits)"
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["plan"]
+assert p["loaded"]["disk"] > 0 and p["costs"]["disk"]["held"], p' "$tmp/pfast.json"
+# a disk slower than computing its blocks: every disk hit recomputed
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p2" \
+    $prefill --tier-cost host=1e-5:2e10 --tier-cost disk=2e-4:2e6 --json "$tmp/pslow.json" \
+    >"$tmp/pslow.out"
+plan_check "$tmp/pslow.json"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); p = d["plan"]
+assert p["loaded"]["disk"] == 0 and p["recomputed"]["disk"] == d["hits"]["disk"] > 0, p' \
+    "$tmp/pslow.json"
+# the same options again: the same plans
+rm -rf "$tmp/p2"
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p2" \
+    $prefill --tier-cost host=1e-5:2e10 --tier-cost disk=2e-4:2e6 >"$tmp/pslow2.out"
+[ "$(grep -E 'plan:|predicted' "$tmp/pslow.out")" = "$(grep -E 'plan:|predicted' "$tmp/pslow2.out")" ]
+# costs learnt as the replay runs (nothing held): still consistent
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p3" \
+    $prefill --plan-overlap --json "$tmp/plearn.json" >/dev/null
+plan_check "$tmp/plearn.json"
+for bad in "--prefill-cost 16:-1" "--prefill-cost 32:1,16:2" "--prefill-cost x" \
+    "--tier-cost disk=1:2" "--prefill-cost 16:1 --tier-cost dsk=1:2" \
+    "--prefill-cost 16:1 --tier-cost disk=-1:2" "--prefill-cost 16:1 --gpu-tier"; do
+    if "$kvf" replay $bad 2>/dev/null; then echo "replay took $bad" >&2; exit 1; fi
+done
+
 # ---- progress: a bar on standard error when it is a terminal, nothing
 # when it is not
 "$kvf" replay --gen mixed --requests 60 $geo --host-blocks 64 >/dev/null 2>"$tmp/quiet.err"
@@ -234,4 +280,4 @@ if "$kvf" replay --host-blocks 0 2>/dev/null; then exit 1; fi
 if "$kvf" replay --disk-blocks 5 2>/dev/null; then exit 1; fi
 if "$kvf" replay "$tmp/missing.jsonl" 2>/dev/null; then exit 1; fi
 if "$kvf" replay --heads 0 2>/dev/null; then exit 1; fi
-echo "replay: 3 workloads, host / host+disk / disk, 4 clients, gpu tier, remote, trace round trip, restart, damaged files, stats: ok"
+echo "replay: 3 workloads, host / host+disk / disk, 4 clients, gpu tier, remote, trace round trip, restart, damaged files, stats, plans: ok"

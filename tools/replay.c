@@ -17,6 +17,12 @@
  * until their slots are needed again, so gets and puts overlap as they do
  * in an engine. With --clients N, N threads run requests at once, each with
  * its share of the primary slots.
+ *
+ * With --prefill-cost each request is planned (kvf_plan_compute over its
+ * lookup and the engine's costs) and the plan followed: the hits it loads
+ * are got, the others recomputed like misses; the report counts both per
+ * tier and sums the predicted time to the first token of the plan and of
+ * the two pure policies (docs/planner.md).
  */
 #include "cli.h"
 #include "trace.h"
@@ -32,6 +38,8 @@
 #ifdef KVF_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
+
+#define PREFILL_POINTS 64
 
 typedef struct replay_opts {
     const char *trace_path; /* NULL: generated */
@@ -50,6 +58,16 @@ typedef struct replay_opts {
     kvf_fsync fsync;
     uint32_t offload_min_priority, disk_admit_uses;
     bool prometheus, gpu_tier;
+    /* the planner: full-prefill times (--prefill-cost), the model's layers,
+     * overlap, and tier costs held fixed (--tier-cost) */
+    bool plan;
+    uint64_t prefill_tokens[PREFILL_POINTS];
+    double prefill_s[PREFILL_POINTS];
+    size_t prefill_n;
+    uint32_t plan_layers;
+    bool plan_overlap;
+    bool tier_cost_set[KVF_TIER_COUNT];
+    double tier_latency[KVF_TIER_COUNT], tier_bw[KVF_TIER_COUNT];
 } replay_opts;
 
 /* A put in flight over primary slots [first, first + n). */
@@ -65,6 +83,10 @@ typedef struct counts {
     uint64_t bad_blocks, errors, no_space;
     uint64_t raced; /* hits evicted between lookup and pin (several clients) */
     double get_s;
+    /* --prefill-cost: hits the plans loaded and recomputed per tier, and
+     * the sums of their predicted times to the first token */
+    uint64_t planned, plan_load[KVF_TIER_COUNT], plan_recompute[KVF_TIER_COUNT];
+    double ttft_plan_s, ttft_recompute_s, ttft_load_all_s;
 } counts;
 
 typedef struct replay {
@@ -508,6 +530,51 @@ static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t part)
     return 0;
 }
 
+/* Plans a request over its `hits` (kvf_plan_compute with the engine's
+ * costs now): *loads_p receives how many of them to get; the plan's
+ * predictions are summed. */
+static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *loads_p)
+{
+    const replay_opts *o = r->o;
+    char nm[160];
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.new_tokens = o->prefill_tokens;
+    pc.n_new = o->prefill_n;
+    pc.seconds = o->prefill_s;
+    pc.layers = o->plan_layers;
+    pc.overlap = o->plan_overlap;
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.tiers = r->tiers;
+    in.hits = hits;
+    in.block_bytes = (uint64_t)r->block_bytes * o->pools;
+    in.tokens_per_block = o->g.tokens_per_block;
+    in.request_tokens = q->has_keys ? q->n_keys * o->g.tokens_per_block : q->n_tokens;
+    in.prefill = &pc;
+    if (r->gpu)
+        in.layerwise_tiers = 1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU;
+    kvf_plan p = KVF_PLAN_INIT;
+    if (kvf_engine_costs(r->e, &in.costs) != KVF_OK || kvf_plan_compute(&in, &p) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: %s: plan: %s\n", req_name(q, nm, sizeof nm),
+                kvf_last_error());
+        return -1;
+    }
+    r->n.planned++;
+    r->n.ttft_plan_s += p.ttft_s;
+    r->n.ttft_recompute_s += p.ttft_recompute_s;
+    r->n.ttft_load_all_s += p.ttft_load_all_s;
+    *loads_p = p.load_blocks;
+    return 0;
+}
+
+/* What the plan did with the hits still held: got [0, loads), recomputed
+ * the rest. */
+static void plan_count(client *r, size_t hits, size_t loads)
+{
+    for (size_t i = 0; i < hits; i++)
+        if ((unsigned)r->tiers[i] < KVF_TIER_COUNT)
+            (i < loads ? r->n.plan_load : r->n.plan_recompute)[r->tiers[i]]++;
+}
+
 static int run_request(client *r, size_t qi)
 {
     const kvf_trace_req *q = &r->trace->reqs[qi];
@@ -534,6 +601,9 @@ static int run_request(client *r, size_t qi)
     for (size_t i = 0; i < hits; i++)
         if ((unsigned)r->tiers[i] < KVF_TIER_COUNT)
             r->n.hits[r->tiers[i]]++;
+    size_t loads = hits;
+    if (r->o->plan && plan_request(r, q, hits, &loads))
+        return -1;
     if (r->o->gpu_tier) {
         int rc = 0;
         for (size_t s = 0; s < n && rc == 0; s += r->nslots)
@@ -558,10 +628,14 @@ static int run_request(client *r, size_t qi)
             hits = i;
         }
     }
+    if (loads > hits)
+        loads = hits;
+    if (r->o->plan)
+        plan_count(r, hits, loads);
     int rc = 0;
     for (size_t s = 0; s < n && rc == 0; s += r->nslots) {
         uint32_t m = (uint32_t)(n - s < r->nslots ? n - s : r->nslots);
-        uint32_t gets = hits > s ? (uint32_t)(hits - s < m ? hits - s : m) : 0;
+        uint32_t gets = loads > s ? (uint32_t)(loads - s < m ? loads - s : m) : 0;
         rc = run_part(r, qi, s, m, gets);
     }
     for (size_t i = 0, j; i < hits; i = j + 1) { /* the runs still held */
@@ -652,6 +726,14 @@ static void counts_add(counts *sum, const counts *c)
     sum->no_space += c->no_space;
     sum->raced += c->raced;
     sum->get_s += c->get_s;
+    sum->planned += c->planned;
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        sum->plan_load[t] += c->plan_load[t];
+        sum->plan_recompute[t] += c->plan_recompute[t];
+    }
+    sum->ttft_plan_s += c->ttft_plan_s;
+    sum->ttft_recompute_s += c->ttft_recompute_s;
+    sum->ttft_load_all_s += c->ttft_load_all_s;
 }
 
 /* ---- setup and report ----------------------------------------------------- */
@@ -688,6 +770,12 @@ static void usage(FILE *f)
             "  --threads N             engine worker threads (0: default)\n"
             "  --fsync none|batch|block  disk durability (default none)\n"
             "  --prometheus            print the cache's Prometheus metrics at the end\n"
+            "  --prefill-cost T:S[,T:S...]  plan each request (docs/planner.md): a full\n"
+            "                          prefill of T tokens takes S seconds; the plan's hits\n"
+            "                          are got, the others recomputed\n"
+            "  --plan-layers N --plan-overlap  the model's layers; loads overlap them\n"
+            "  --tier-cost TIER=LATENCY_S:BYTES_PER_S  hold a tier's read cost (repeatable;\n"
+            "                          otherwise the engine's, learnt as the replay runs)\n"
             "%s"
             "A progress bar runs on standard error when it is a terminal.\n"
             "Exits 1 if any block got from the cache differs from what was put, on any\n"
@@ -715,6 +803,10 @@ enum {
     OPT_THREADS,
     OPT_FSYNC,
     OPT_PROMETHEUS,
+    OPT_PREFILL_COST,
+    OPT_PLAN_LAYERS,
+    OPT_PLAN_OVERLAP,
+    OPT_TIER_COST,
 };
 
 static const struct option replay_options[] = {
@@ -740,8 +832,83 @@ static const struct option replay_options[] = {
     {"threads", required_argument, NULL, OPT_THREADS},
     {"fsync", required_argument, NULL, OPT_FSYNC},
     {"prometheus", no_argument, NULL, OPT_PROMETHEUS},
+    {"prefill-cost", required_argument, NULL, OPT_PREFILL_COST},
+    {"plan-layers", required_argument, NULL, OPT_PLAN_LAYERS},
+    {"plan-overlap", no_argument, NULL, OPT_PLAN_OVERLAP},
+    {"tier-cost", required_argument, NULL, OPT_TIER_COST},
     KVF_CLI_OPTS_END,
 };
+
+/* --prefill-cost T:S[,T:S...]: points of a full prefill's time, checked as
+ * a plan would (kvf_prefill_cost_check). */
+static int prefill_option(const char *v, replay_opts *o)
+{
+    const char *s = v;
+    o->prefill_n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        unsigned long long t = strtoull(s, &end, 10);
+        if (end == s || *end != ':' || errno || *s == '-')
+            goto bad;
+        s = end + 1;
+        double sec = strtod(s, &end);
+        if (end == s || (*end && *end != ',') || o->prefill_n == PREFILL_POINTS)
+            goto bad;
+        o->prefill_tokens[o->prefill_n] = t;
+        o->prefill_s[o->prefill_n++] = sec;
+        s = *end ? end + 1 : end;
+    }
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.new_tokens = o->prefill_tokens;
+    pc.n_new = o->prefill_n;
+    pc.seconds = o->prefill_s;
+    if (kvf_prefill_cost_check(&pc) != KVF_OK) {
+        fprintf(stderr, "kvferry replay: --prefill-cost %s: %s\n", v, kvf_last_error());
+        return -1;
+    }
+    o->plan = true;
+    return 0;
+bad:
+    fprintf(stderr,
+            "kvferry replay: --prefill-cost %s: expected TOKENS:SECONDS[,TOKENS:SECONDS...] "
+            "(at most %d points)\n",
+            v, PREFILL_POINTS);
+    return -1;
+}
+
+/* --tier-cost TIER=LATENCY_S:BYTES_PER_S */
+static int tier_cost_option(const char *v, replay_opts *o)
+{
+    static const char *const names[] = {"host", "disk", "remote", "gpu", NULL};
+    const char *eq = strchr(v, '=');
+    int t = -1;
+    for (int i = 0; eq && names[i]; i++)
+        if ((size_t)(eq - v) == strlen(names[i]) && !strncmp(v, names[i], (size_t)(eq - v)))
+            t = i;
+    char *end = NULL;
+    double lat = eq ? strtod(eq + 1, &end) : 0, bw = 0;
+    if (t < 0 || end == eq + 1 || *end != ':') {
+        fprintf(stderr,
+                "kvferry replay: --tier-cost %s: expected host|disk|remote|gpu=LATENCY_S:"
+                "BYTES_PER_S\n",
+                v);
+        return -1;
+    }
+    const char *b = end + 1;
+    bw = strtod(b, &end);
+    if (end == b || *end || !(lat >= 0) || !(bw > 0) || lat > 1e9 || bw > 1e18) {
+        fprintf(stderr,
+                "kvferry replay: --tier-cost %s: latency must be >= 0 and throughput > 0 "
+                "(finite numbers)\n",
+                v);
+        return -1;
+    }
+    o->tier_cost_set[t] = true;
+    o->tier_latency[t] = lat;
+    o->tier_bw[t] = bw;
+    return 0;
+}
 
 /* One option's value into *o: 0, or -1 on a bad value (printed). */
 static int replay_option(int c, const char *v, replay_opts *o)
@@ -820,6 +987,15 @@ static int replay_option(int c, const char *v, replay_opts *o)
     case OPT_PROMETHEUS:
         o->prometheus = true;
         break;
+    case OPT_PREFILL_COST:
+        return prefill_option(v, o);
+    case OPT_PLAN_LAYERS:
+        return kvf_cli_u32("replay", "plan-layers", v, &o->plan_layers);
+    case OPT_PLAN_OVERLAP:
+        o->plan_overlap = true;
+        break;
+    case OPT_TIER_COST:
+        return tier_cost_option(v, o);
     default:
         return kvf_cli_geometry_opt("replay", c, v, &o->g) == 1 ? 0 : -1;
     }
@@ -854,6 +1030,19 @@ static int check_options(replay_opts *o)
     }
     if (!o->host_blocks && !o->disk_blocks) {
         fprintf(stderr, "kvferry replay: every tier is off: give --host-blocks or --disk\n");
+        return -1;
+    }
+    bool costs = false;
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        costs = costs || o->tier_cost_set[t];
+    if (o->plan && o->gpu_tier) {
+        /* kvf_cache_acquire brings every hit up: no plan to follow */
+        fprintf(stderr, "kvferry replay: --prefill-cost and --gpu-tier: one or the other\n");
+        return -1;
+    }
+    if (!o->plan && (costs || o->plan_layers || o->plan_overlap)) {
+        fprintf(stderr, "kvferry replay: --tier-cost, --plan-layers and --plan-overlap need "
+                        "--prefill-cost\n");
         return -1;
     }
     return 0;
@@ -939,6 +1128,35 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
            (unsigned long long)r->events_seen[KVF_EVENT_UPDATED],
            (unsigned long long)r->events_seen[KVF_EVENT_REMOVED],
            (unsigned long long)s->events_dropped);
+    if (o->plan) {
+        printf("  plan: loaded");
+        for (int t = 0; t < KVF_TIER_COUNT; t++)
+            printf(" %s %llu%s", kvf_tier_name((kvf_tier)t), (unsigned long long)r->n.plan_load[t],
+                   t + 1 < KVF_TIER_COUNT ? "," : ";");
+        printf(" recomputed");
+        uint64_t loaded = 0;
+        for (int t = 0; t < KVF_TIER_COUNT; t++) {
+            printf(" %s %llu,", kvf_tier_name((kvf_tier)t),
+                   (unsigned long long)r->n.plan_recompute[t]);
+            loaded += r->n.plan_load[t];
+        }
+        printf(" prefill saved %llu tokens\n", (unsigned long long)(loaded * tpb));
+        printf("  predicted ttft, sum of %llu requests: plan %.6f s, recompute all %.6f s, load "
+               "all %.6f s\n",
+               (unsigned long long)r->n.planned, r->n.ttft_plan_s, r->n.ttft_recompute_s,
+               r->n.ttft_load_all_s);
+        kvf_costs c = KVF_COSTS_INIT;
+        if (kvf_engine_costs(r->e, &c) == KVF_OK) {
+            printf("  costs:");
+            for (int t = 0; t < KVF_TIER_COUNT; t++)
+                printf(" %s %.3g s + B / %.3g B/s (%s)%s", kvf_tier_name((kvf_tier)t),
+                       c.tier[t].latency_s, c.tier[t].bytes_per_s,
+                       c.tier[t].held       ? "held"
+                       : c.tier[t].observed ? "observed"
+                                            : "seed",
+                       t + 1 < KVF_TIER_COUNT ? "," : "\n");
+        }
+    }
     printf("  verified: %llu blocks got from the cache, %s\n", (unsigned long long)r->n.verified,
            r->n.bad_blocks ? "SOME WRONG" : "every byte right");
     double got_bytes = (double)r->n.got_blocks * r->block_bytes * o->pools;
@@ -1009,6 +1227,31 @@ static cJSON *report_json(const replay *r, const kvf_cache_stats *s, const char 
     cJSON_AddNumberToObject(j, "get_s", r->n.get_s);
     cJSON_AddNumberToObject(j, "get_bytes", got_bytes);
     cJSON_AddNumberToObject(j, "get_gbs", r->n.get_s > 0 ? got_bytes / r->n.get_s / 1e9 : 0);
+    if (o->plan) {
+        cJSON *pl = cJSON_AddObjectToObject(j, "plan");
+        cJSON_AddNumberToObject(pl, "requests", (double)r->n.planned);
+        cJSON_AddItemToObject(pl, "loaded", tier_counts(r->n.plan_load, 1));
+        cJSON_AddItemToObject(pl, "recomputed", tier_counts(r->n.plan_recompute, 1));
+        uint64_t loaded = 0;
+        for (int t = 0; t < KVF_TIER_COUNT; t++)
+            loaded += r->n.plan_load[t];
+        cJSON_AddNumberToObject(pl, "prefill_tokens_saved", (double)(loaded * tpb));
+        cJSON *tt = cJSON_AddObjectToObject(pl, "ttft_s");
+        cJSON_AddNumberToObject(tt, "plan", r->n.ttft_plan_s);
+        cJSON_AddNumberToObject(tt, "recompute_all", r->n.ttft_recompute_s);
+        cJSON_AddNumberToObject(tt, "load_all", r->n.ttft_load_all_s);
+        kvf_costs c = KVF_COSTS_INIT;
+        if (kvf_engine_costs(r->e, &c) == KVF_OK) {
+            cJSON *cs = cJSON_AddObjectToObject(pl, "costs");
+            for (int t = 0; t < KVF_TIER_COUNT; t++) {
+                cJSON *ct = cJSON_AddObjectToObject(cs, kvf_tier_name((kvf_tier)t));
+                cJSON_AddNumberToObject(ct, "latency_s", c.tier[t].latency_s);
+                cJSON_AddNumberToObject(ct, "bytes_per_s", c.tier[t].bytes_per_s);
+                cJSON_AddNumberToObject(ct, "observed", (double)c.tier[t].observed);
+                cJSON_AddBoolToObject(ct, "held", c.tier[t].held);
+            }
+        }
+    }
     cJSON_AddItemToObject(j, "cache", kvf_cli_cache_stats_json(s));
     return j;
 }
@@ -1090,6 +1333,12 @@ static int open_replay(replay *r)
         fprintf(stderr, "kvferry replay: cache: %s\n", kvf_last_error());
         return -1;
     }
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        if (o->tier_cost_set[t] && kvf_engine_set_tier_cost(r->e, (kvf_tier)t, o->tier_latency[t],
+                                                            o->tier_bw[t], 1) != KVF_OK) {
+            fprintf(stderr, "kvferry replay: --tier-cost: %s\n", kvf_last_error());
+            return -1;
+        }
     return 0;
 }
 

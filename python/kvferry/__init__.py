@@ -25,6 +25,7 @@ from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityE
                       InvalidState, IOFailure, KvferryError, Lost, Mismatch, MoveError, NoDevice, NoSpace, NotFound,
                       OutOfMemory, OutOfRange, OutOfResource, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
                       UsageError, error_class)
+from ._plan import Plan, Prefill, PrefillProfile, TierCost, plan_compute
 from ._log import get_log_level, install_log_handler, remove_log_handler, set_log_level
 from ._version import package_version as _package_version
 
@@ -51,5 +52,5 @@ __all__ = [
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",
-    "Mismatch", "Lost", "MoveError", "error_class",
+    "Mismatch", "Lost", "MoveError", "error_class", "Plan", "Prefill", "PrefillProfile", "TierCost", "plan_compute",
 ]

@@ -18,6 +18,7 @@ from . import _lib
 from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _pool_list, _settings, _uint_array
 from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
+from ._plan import Plan, Prefill, PrefillLike, TierCost, plan_from_c
 
 L = _lib.lib
 
@@ -202,6 +203,7 @@ class Cache(_Issuer):
                  on_event: Optional[Callable[[CacheEvent], None]] = None, remote: CacheRemoteLike = CacheRemote.OFF,
                  gpu_blocks: int = 0, host_bytes: Union[int, str] = 0, disk_bytes: Union[int, str] = 0):
         self._handle = None
+        self._prefill = None
         self._pending = {}
         self._lock = threading.Lock()
         self.engine = engine
@@ -391,6 +393,48 @@ class Cache(_Issuer):
             if n < cap:
                 break
         return out
+
+    # -- the planner (docs/planner.md) --
+    def costs(self) -> Dict[Tier, TierCost]:
+        """The engine's read costs per tier (Engine.costs)."""
+        return self.engine.costs()
+
+    def set_prefill_cost(self, cost: Optional[PrefillLike], *, layers: int = 0, overlap: bool = False) -> None:
+        """What the model's prefill costs (kvf_cache_set_prefill_cost): a
+        function f(new_tokens, prefix_tokens) -> seconds, a list of
+        (tokens, seconds) full prefills, or a table {"new_tokens": [...],
+        "prefix_tokens": [...], "seconds": [[...]]} (see kvferry.Prefill).
+        layers: the model's layers; overlap=True: the engine loads layer by
+        layer (get(..., pools=...) and Ticket.wait_pool) and computes each
+        layer once it arrived. None clears it. A function is called from
+        plan(), on the planning thread, once per candidate split."""
+        if cost is None:
+            check(L.kvf_cache_set_prefill_cost(self._h(), None))
+            self._prefill = None
+            return
+        pf = cost if isinstance(cost, Prefill) else Prefill(cost, layers, overlap)
+        check(L.kvf_cache_set_prefill_cost(self._h(), ctypes.byref(pf.c)))
+        self._prefill = pf  # its callback must outlive the cache's use of it
+
+    def plan(self, keys, request_tokens: int) -> Plan:
+        """Looks up keys (a lookup in the stats) and plans the request of
+        request_tokens tokens: which leading hits to load, from which tiers,
+        and from which token to compute, for the least predicted time to the
+        first token (kvf_cache_plan). Needs set_prefill_cost first."""
+        if isinstance(request_tokens, bool) or not _is_int(request_tokens) or not 0 <= request_tokens < 2**64:
+            raise make_error(Status.ERR_INVALID, f"plan: request_tokens = {request_tokens!r}")
+        ptr, n, keep = _keys(keys, "plan")
+        tiers = (_lib.c_enum * max(n, 1))()
+        p = _lib.Plan_t()
+        p.struct_size = ctypes.sizeof(_lib.Plan_t)
+        pf = getattr(self, "_prefill", None)
+        st = L.kvf_cache_plan(self._h(), ptr if n else None, n, int(request_tokens), tiers, ctypes.byref(p))
+        del keep
+        if pf is not None:
+            pf.call(st)
+        else:
+            check(st)
+        return plan_from_c(p, [_enum(Tier, tiers[i]) for i in range(p.hits)])
 
     def stats(self) -> CacheStats:
         s = _lib.CacheStats_t()

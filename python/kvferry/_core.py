@@ -14,6 +14,7 @@ from ._buffers import CUDA, PINNED, as_buffer
 from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level, LevelLike, Memory,
                      Order, SettingSource, Status, Tier, TierLike, status)
 from ._errors import MoveError, check, make_error
+from ._plan import TierCost, check_cost_args, costs_from_c
 
 if TYPE_CHECKING:
     import numpy as np
@@ -866,3 +867,39 @@ class Engine(_Issuer):
         cudaStream_t, or an object with .cuda_stream (torch.cuda.Stream) or
         __cuda_stream__."""
         check(L.kvf_sync_stream(self._h(), _stream_handle(stream)))
+
+    # -- read costs (docs/planner.md) --
+    def costs(self) -> Dict[Tier, TierCost]:
+        """Each tier's read cost as the engine sees it now (kvf_engine_costs):
+        seeded, then learnt from every onboard batch that completed."""
+        c = _lib.Costs_t()
+        c.struct_size = ctypes.sizeof(_lib.Costs_t)
+        check(L.kvf_engine_costs(self._h(), ctypes.byref(c)))
+        return costs_from_c(c)
+
+    def set_tier_cost(self, tier: TierLike, latency_s: float, bytes_per_s: float, hold: bool = False) -> None:
+        """Sets a tier's cost: a new starting point observations keep
+        updating, or with hold=True fixed until set again."""
+        lat, bw = check_cost_args(latency_s, bytes_per_s)
+        check(L.kvf_engine_set_tier_cost(self._h(), int(Tier(tier)), lat, bw, 1 if hold else 0))
+
+    def observe_tier_cost(self, tier: TierLike, nbytes: int, seconds: float) -> None:
+        """Feeds one read of nbytes from `tier` that took `seconds`, as the
+        engine does for its own batches."""
+        if isinstance(nbytes, bool) or not _is_int(nbytes) or not 0 <= nbytes < 2**64:
+            raise make_error(Status.ERR_INVALID, f"observe_tier_cost: nbytes = {nbytes!r}")
+        check(L.kvf_engine_observe_tier_cost(self._h(), int(Tier(tier)), int(nbytes), float(seconds)))
+
+    def calibrate(self, slots, host_slots=None, key_base: int = 0x6B7666657272790, rounds: int = 3) -> Dict[Tier, TierCost]:
+        """Times reads of len(slots) scratch blocks from each tier the engine
+        has (kvf_engine_calibrate): the primary slots `slots` and secondary
+        slots `host_slots` (None: the host tier is not timed) are overwritten;
+        scratch keys key_base + i are written to disk / remote and removed.
+        Returns costs()."""
+        sp, n, keep = _uint_array(slots, "calibrate", 32, "slot")
+        hp, m, hkeep = (None, n, None) if host_slots is None else _uint_array(host_slots, "calibrate", 32, "slot")
+        if m != n:
+            raise make_error(Status.ERR_INVALID, f"calibrate: {n} slots but {m} host_slots")
+        check(L.kvf_engine_calibrate(self._h(), sp, hp, n, int(key_base), int(rounds)))
+        del keep, hkeep
+        return self.costs()

@@ -204,6 +204,69 @@ class CacheStats_t(ctypes.Structure):
     ]
 
 
+# ---- costs and the planner (kvf_costs, kvf_prefill_cost, kvf_plan) --------------
+
+
+class TierCost_t(ctypes.Structure):
+    _fields_ = [("latency_s", ctypes.c_double), ("bytes_per_s", ctypes.c_double), ("observed", ctypes.c_uint64),
+                ("held", ctypes.c_int)]
+
+
+class Costs_t(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("tier", TierCost_t * CACHE_TIER_SLOTS)]
+
+
+PrefillFn = ctypes.CFUNCTYPE(c_status, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.POINTER(ctypes.c_double))
+
+
+class PrefillCost_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("new_tokens", ctypes.POINTER(ctypes.c_uint64)),
+        ("n_new", ctypes.c_size_t),
+        ("prefix_tokens", ctypes.POINTER(ctypes.c_uint64)),
+        ("n_prefix", ctypes.c_size_t),
+        ("seconds", ctypes.POINTER(ctypes.c_double)),
+        ("fn", PrefillFn),
+        ("user", ctypes.c_void_p),
+        ("layers", ctypes.c_uint32),
+        ("overlap", ctypes.c_int),
+    ]
+
+
+class PlanInput_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("tiers", ctypes.POINTER(c_enum)),
+        ("hits", ctypes.c_size_t),
+        ("block_bytes", ctypes.c_uint64),
+        ("tokens_per_block", ctypes.c_uint32),
+        ("request_tokens", ctypes.c_uint64),
+        ("costs", Costs_t),
+        ("prefill", ctypes.POINTER(PrefillCost_t)),
+        ("layerwise_tiers", ctypes.c_uint32),
+    ]
+
+
+class Plan_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("hits", ctypes.c_size_t),
+        ("load_blocks", ctypes.c_size_t),
+        ("load", _T2),
+        ("recompute_hits", _T2),
+        ("recompute_from", ctypes.c_uint64),
+        ("compute_tokens", ctypes.c_uint64),
+        ("ttft_s", ctypes.c_double),
+        ("load_s", ctypes.c_double),
+        ("compute_s", ctypes.c_double),
+        ("ttft_recompute_s", ctypes.c_double),
+        ("ttft_load_all_s", ctypes.c_double),
+        ("overlap", ctypes.c_int),
+    ]
+
+
 assert ctypes.sizeof(Move_t) == 24
 assert ctypes.sizeof(CacheEvent_t) == 40
 
@@ -350,6 +413,18 @@ _protos = {
     "kvf_cache_stats_get": (c_status, [ctypes.c_void_p, _P(CacheStats_t)]),
     "kvf_cache_stats_prometheus": (
         c_status, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
+    # costs and the planner
+    "kvf_engine_costs": (c_status, [ctypes.c_void_p, _P(Costs_t)]),
+    "kvf_engine_set_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_double, ctypes.c_double, ctypes.c_int]),
+    "kvf_engine_observe_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_uint64, ctypes.c_double]),
+    "kvf_engine_calibrate": (
+        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64,
+                   ctypes.c_uint32]),
+    "kvf_prefill_cost_check": (c_status, [_P(PrefillCost_t)]),
+    "kvf_plan_compute": (c_status, [_P(PlanInput_t), _P(Plan_t)]),
+    "kvf_cache_set_prefill_cost": (c_status, [ctypes.c_void_p, _P(PrefillCost_t)]),
+    "kvf_cache_plan": (
+        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_void_p, _P(Plan_t)]),
 }
 for _name, (_res, _args) in _protos.items():
     try:

@@ -66,6 +66,11 @@ STRUCTS = {
     "kvf_cache_config": _lib.CacheConfig_t,
     "kvf_cache_stats": _lib.CacheStats_t,
     "kvf_info": _lib.Info_t,
+    "kvf_tier_cost": _lib.TierCost_t,
+    "kvf_costs": _lib.Costs_t,
+    "kvf_prefill_cost": _lib.PrefillCost_t,
+    "kvf_plan_input": _lib.PlanInput_t,
+    "kvf_plan": _lib.Plan_t,
 }
 
 # Types of calls the binding does not offer yet, each with the reason; the
@@ -77,7 +82,8 @@ UNBOUND = dict.fromkeys(
 _P = ctypes.sizeof(ctypes.c_void_p)
 SCALARS = {"char": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int": ctypes.sizeof(ctypes.c_int),
            "unsigned": ctypes.sizeof(ctypes.c_uint), "int32_t": 4, "uint32_t": 4, "int64_t": 8, "uint64_t": 8,
-           "size_t": ctypes.sizeof(ctypes.c_size_t), "ssize_t": ctypes.sizeof(ctypes.c_ssize_t)}
+           "size_t": ctypes.sizeof(ctypes.c_size_t), "ssize_t": ctypes.sizeof(ctypes.c_ssize_t),
+           "float": ctypes.sizeof(ctypes.c_float), "double": ctypes.sizeof(ctypes.c_double)}
 
 
 # ---- a reader for the header's own style: typedefs of enums, structs,

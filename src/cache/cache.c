@@ -154,10 +154,12 @@ kvf_status kvf_cache_create(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     if (st != KVF_OK)
         return st;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->prefill_mu, NULL);
     if (k.disk.blocks) {
         st = kvf__cache_restore(c);
         if (st != KVF_OK) {
             pthread_mutex_destroy(&c->mu);
+            pthread_mutex_destroy(&c->prefill_mu);
             cache_free(c);
             return st;
         }
@@ -192,5 +194,6 @@ void kvf_cache_destroy(kvf_cache *c)
         kvf__cache_call_free(k);
     }
     pthread_mutex_destroy(&c->mu);
+    kvf__cache_prefill_free(c);
     cache_free(c);
 }

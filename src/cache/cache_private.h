@@ -157,6 +157,13 @@ struct kvf_cache {
     uint64_t ev_seq;
 
     kvf_cache_stats stats;
+
+    /* kvf_cache_set_prefill_cost's, with the table copied into prefill_mem
+     * (one allocation); prefill_mu, not mu, guards them (cache_plan.c) */
+    pthread_mutex_t prefill_mu;
+    kvf_prefill_cost prefill;
+    bool has_prefill;
+    void *prefill_mem;
 };
 
 /* Batches being assembled by one put (or by create's restore). */
@@ -268,5 +275,15 @@ KVF_INTERNAL bool kvf__cache_remote_usable(const kvf_engine *engine);
 /* Called WITHOUT the lock: it asks the remote tier first. */
 KVF_INTERNAL size_t kvf__cache_remote_prefix(kvf_cache *c, const kvf_key *keys, size_t n,
                                              kvf_tier *tiers);
+
+/* ---- plan.c, cache_plan.c: the planner ------------------------------------------- */
+
+/* Checks `in` (kvf_prefill_cost_check) into *out, sized to this library. */
+KVF_INTERNAL kvf_status kvf__prefill_check(const kvf_prefill_cost *in, kvf_prefill_cost *out);
+/* The prefill cost of new_tokens after prefix (a checked cost). */
+KVF_INTERNAL kvf_status kvf__prefill_seconds(const kvf_prefill_cost *p, uint64_t new_tokens,
+                                             uint64_t prefix, double *seconds_p);
+/* Frees what kvf_cache_set_prefill_cost kept. */
+KVF_INTERNAL void kvf__cache_prefill_free(kvf_cache *c);
 
 #endif /* KVF_CACHE_PRIVATE_H */

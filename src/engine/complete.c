@@ -33,6 +33,7 @@ void kvf__group_done(kvf_engine *e, batch *g)
     for (size_t i = 0; i < g->n; i++)
         if (g->status[i] == KVF_INPROGRESS)
             g->status[i] = KVF_OK;
+    kvf__costs_batch_done(e, g);
     g->state = B_DONE;
     pthread_cond_broadcast(&e->done_cv);
     kvf__batch_release(g);
@@ -82,6 +83,8 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
         if (keyed_write && !(ws == rs && b->moves[i].dst == b->moves[i].src))
             kvf__key_hazard_prune(&tier_of(e, ws)->hazards, b->moves[i].dst);
     }
+    if (!b->group)
+        kvf__costs_batch_done(e, b);
     kvf__pool_sel_done(e, b);
     KVF_TIMELINE(KVF_TL_COMPLETE, b->id, b->n);
     if (e->live_cap && e->live[b->id & (e->live_cap - 1)] == b)

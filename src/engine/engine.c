@@ -254,6 +254,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     st = backend_setup(e);
     if (st != KVF_OK)
         goto free_engine;
+    kvf__costs_init(&e->costs, e->backend_kind == KVF_BACKEND_CUDA);
 
     if (e->file_dir) {
         st = kvf__blockfile_open_dir(e->file_dir, e->file_namespace, 0, c.file.fsync, &e->dir);
@@ -312,6 +313,7 @@ close_dir:
     free(e->remote_url);
     kvf__blockfile_close_dir(&e->dir);
 destroy_backend:
+    kvf__costs_destroy(&e->costs);
     e->backend->ops->destroy(e->backend);
 free_engine:
     free(e->file_dir);
@@ -375,6 +377,7 @@ void kvf_engine_destroy(kvf_engine *e)
         kvf__batch_destroy(e->spare[i]);
     pthread_mutex_destroy(&e->spare_mu);
     pthread_mutex_destroy(&e->submit_mu);
+    kvf__costs_destroy(&e->costs);
     for (uint32_t p = 0; p < e->npools; p++) {
         kvf__mem_array_release(e, &e->pools[p].primary);
         if (e->pools[p].has_secondary)
@@ -503,6 +506,11 @@ uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level)
 size_t kvf__engine_block_bytes(const kvf_engine *e)
 {
     return e->all_block_bytes;
+}
+
+uint32_t kvf__engine_tokens_per_block(const kvf_engine *e)
+{
+    return e->npools ? e->pools[0].g.tokens_per_block : 0;
 }
 
 const char *kvf__engine_config_file(const kvf_engine *e)

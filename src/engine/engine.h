@@ -67,6 +67,8 @@ KVF_INTERNAL void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots,
 KVF_INTERNAL uint32_t kvf__engine_slots(const kvf_engine *e, kvf_level level);
 /* Bytes of one block of every pool. */
 KVF_INTERNAL size_t kvf__engine_block_bytes(const kvf_engine *e);
+/* Tokens of a block (every pool's), 0 before the first pool. */
+KVF_INTERNAL uint32_t kvf__engine_tokens_per_block(const kvf_engine *e);
 /* Whether moves between the engine's primary slots and files go through
  * cuFile (the GDS path). */
 KVF_INTERNAL bool kvf__engine_gds(const kvf_engine *e);

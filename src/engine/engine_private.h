@@ -29,6 +29,7 @@
 #include "blockhdr.h"
 #include "config.h"
 #include "engine.h"
+#include "engine_costs.h"
 #include "fileio.h"
 #include "gds.h"
 #include "layout.h"
@@ -173,6 +174,7 @@ struct batch {
     /* the failed moves' messages, for the ticket's caller (kvf__move_failed):
      * pushed by whichever thread fails a move, so a lock-free stack */
     _Atomic(kvf__move_error *) errors;
+    uint64_t submit_ns; /* when the caller submitted it: the costs' clock (costs.c) */
 };
 
 typedef struct mem_array {
@@ -324,6 +326,8 @@ struct kvf_engine {
     size_t cb_n, cb_cap, cb_spare_cap;
     bool cb_stop, cb_started;
     pthread_t cb_thread;
+
+    kvf__costs costs; /* read costs per tier (costs.c) */
 };
 
 /* ---- shared between the engine's files ---------------------------------- */
@@ -414,6 +418,9 @@ KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
 /* execute_store.c */
 KVF_INTERNAL kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p);
 KVF_INTERNAL extern const tier_ops kvf__remote_tier_ops;
+
+/* costs.c: a batch (or group) completed; lock held */
+KVF_INTERNAL void kvf__costs_batch_done(kvf_engine *e, const batch *b);
 
 /* workers.c */
 KVF_INTERNAL void *kvf__worker_main(void *arg);

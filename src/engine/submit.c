@@ -385,6 +385,7 @@ kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *af
     b->ticketed = ticket_p != NULL;
     b->checked = checked;
     b->engine = e;
+    b->submit_ns = kvf__now_ns();
 
     pthread_mutex_lock(&e->submit_mu);
     engine_lock(e);

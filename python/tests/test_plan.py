@@ -1,0 +1,244 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The planner from Python: plan_compute against a brute-force search over
+every split, the three forms of a prefill cost, refusals naming the entry,
+the engine's costs (learnt, set, held, calibrated) and Cache.plan on a host
+and disk cache whose planned blocks come back byte for byte."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+import kvferry as kvf
+from conftest import random_bytes
+
+TPB = 16
+
+
+def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise):
+    """(best ttft, its k): every split, the pipeline simulated layer by layer."""
+    best = (math.inf, 0)
+    max_k = min(len(tiers), (n - 1) // tpb)
+    for k in range(max_k + 1):
+        compute = f(n - k * tpb, k * tpb)
+        by = {}
+        for t in tiers[:k]:
+            by[t] = by.get(t, 0) + block_bytes
+        if not (overlap and layers > 1):
+            load = max((costs[t][0] + b / costs[t][1] for t, b in by.items()), default=0.0)
+            ttft = load + compute
+        else:
+            done = 0.0
+            for layer in range(layers):
+                arrive = 0.0
+                for t, b in by.items():
+                    frac = (layer + 1) / layers if t in layerwise else 1.0
+                    arrive = max(arrive, costs[t][0] + frac * b / costs[t][1])
+                done = max(arrive, done) + compute / layers
+            ttft = done
+        if ttft < best[0] * (1 - 1e-12):
+            best = (ttft, k)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_brute_force(seed):
+    r = random.Random(seed)
+    tiers = []
+    for i in range(r.randrange(0, 40)):
+        tiers.append(tiers[-1] if tiers and r.random() < 0.7 else r.choice(list(kvf.Tier)))
+    n = r.randrange(1, (len(tiers) + 4) * TPB)
+    block_bytes = r.randrange(1, 4 << 20)
+    costs = {t: (r.choice([0.0, 10 ** r.uniform(-6, -3)]), 10 ** r.uniform(8, 11.5)) for t in kvf.Tier}
+    a, b = 10 ** r.uniform(-6, -4), r.choice([0.0, 10 ** r.uniform(-12, -9)])
+    f = lambda nw, pre: a * nw + b * nw * pre  # noqa: E731
+    layers, overlap = r.randrange(1, 64), r.random() < 0.6
+    layerwise = {t for t in kvf.Tier if r.random() < 0.5}
+    p = kvf.plan_compute(tiers, block_bytes, TPB, n, costs, f, layers=layers, overlap=overlap,
+                         layerwise_tiers=layerwise)
+    best, k = brute_force(tiers, block_bytes, TPB, n, costs, f, layers, overlap, layerwise)
+    assert p.ttft_s == pytest.approx(best, rel=1e-9)
+    assert p.ttft_s <= p.ttft_recompute_s * (1 + 1e-12) and p.ttft_s <= p.ttft_load_all_s * (1 + 1e-12)
+    assert sum(p.load.values()) == p.load_blocks
+    assert sum(p.load.values()) + sum(p.recompute_hits.values()) == len(tiers)
+    assert p.recompute_from == p.load_blocks * TPB and p.compute_tokens == n - p.recompute_from
+    assert p.tiers == tiers
+
+
+def test_prefill_forms_agree():
+    """A function, full-prefill pairs and a one-row mapping of the same
+    linear cost give the same plan."""
+    tiers = [kvf.Tier.HOST] * 10 + [kvf.Tier.DISK] * 10
+    costs = {"host": (1e-5, 2e10), "disk": (2e-4, 2e9)}
+    pts = [(1, 1e-4), (4096, 4096e-4)]
+    plans = [kvf.plan_compute(tiers, 2 << 20, TPB, 400, costs, c)
+             for c in (lambda nw, pre: 1e-4 * nw, pts, {"new_tokens": [1, 4096], "seconds": [1e-4, 0.4096]})]
+    for p in plans[1:]:
+        assert p.load_blocks == plans[0].load_blocks
+        assert p.ttft_s == pytest.approx(plans[0].ttft_s, rel=1e-12)
+    # a 2-D table: seconds[p][j]
+    table = {"new_tokens": [1, 4096], "prefix_tokens": [0, 4096], "seconds": [[1e-4, 0.4096], [2e-4, 0.8]]}
+    p = kvf.plan_compute(tiers, 2 << 20, TPB, 400, costs, table)
+    assert p.ttft_recompute_s == pytest.approx(1e-4 + (0.4096 - 1e-4) * 399 / 4095, rel=1e-12)
+
+
+@pytest.mark.parametrize("cost, needle", [
+    ([], "empty"),
+    ([(16, 0.1), (32, -1.0)], "seconds[1]"),
+    ([(16, 0.1), (32, float("nan"))], "seconds[1]"),
+    ([(16, 0.2), (32, 0.1)], "seconds[1]"),
+    ([(32, 0.1), (16, 0.2)], "new_tokens[1]"),
+    ({"new_tokens": [16, 32], "prefix_tokens": [0, 64], "seconds": [[0.1, 0.2], [0.05, 0.3]]}, "seconds[2]"),
+    ({"new_tokens": [16, 32], "prefix_tokens": [0, 64], "seconds": [[0.1, 0.2]]}, "rows"),
+    ([(-1, 0.1)], "new_tokens[0]"),
+])
+def test_bad_prefill(engine, geometry, cost, needle):
+    with pytest.raises(kvf.InvalidArgument, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        kvf.Prefill(cost)
+    engine.add_pool(geometry, primary=4, secondary=4)
+    with kvf.Cache(engine, host_blocks=4) as cache:
+        with pytest.raises(kvf.InvalidArgument):
+            cache.set_prefill_cost(cost)
+
+
+def test_bad_costs_and_function():
+    tiers = [kvf.Tier.DISK]
+    with pytest.raises(kvf.InvalidArgument, match="disk tier: latency -1"):
+        kvf.plan_compute(tiers, 1, TPB, 100, {"disk": (-1.0, 1e9)}, [(1, 1e-3)])
+    with pytest.raises(kvf.InvalidArgument, match="throughput nan"):
+        kvf.plan_compute(tiers, 1, TPB, 100, {"disk": (0.0, float("nan"))}, [(1, 1e-3)])
+    with pytest.raises(kvf.InvalidArgument, match="the function gave inf"):
+        kvf.plan_compute(tiers, 1, TPB, 100, {"disk": (0.0, 1e9)}, lambda nw, pre: math.inf)
+
+    def boom(nw, pre):
+        raise ZeroDivisionError("model not loaded")
+
+    with pytest.raises(ZeroDivisionError, match="model not loaded"):
+        kvf.plan_compute(tiers, 1, TPB, 100, {"disk": (0.0, 1e9)}, boom)
+
+
+def test_engine_costs(engine, geometry):
+    pool = engine.add_pool(geometry, primary=8, secondary=8)
+    seeds = engine.costs()
+    assert all(c.observed == 0 and c.bytes_per_s > 0 for c in seeds.values())
+    for _ in range(3):
+        engine.offload(kvf.Tier.HOST, [(i, i) for i in range(4)]).wait(check=True)
+        engine.onboard(kvf.Tier.HOST, [(i, i) for i in range(4)]).wait(check=True)
+    c = engine.costs()
+    assert c[kvf.Tier.HOST].observed == 3 and c[kvf.Tier.DISK].observed == 0
+    with pytest.raises(kvf.InvalidArgument, match="latency -1"):
+        engine.set_tier_cost("disk", -1, 1e9)
+    with pytest.raises(kvf.InvalidArgument):
+        engine.observe_tier_cost(kvf.Tier.DISK, 0, 1.0)
+    engine.set_tier_cost(kvf.Tier.DISK, 1e-4, 3e9, hold=True)
+    engine.observe_tier_cost(kvf.Tier.DISK, 1 << 20, 5.0)
+    assert engine.costs()[kvf.Tier.DISK] == kvf.TierCost(1e-4, 3e9, 0, True)
+    # calibration: host and disk timed, scratch keys gone
+    c = engine.calibrate([0, 1, 2], host_slots=[5, 6, 7], rounds=2)
+    assert c[kvf.Tier.HOST].observed == 3 + 4
+    assert c[kvf.Tier.DISK].held  # held: calibration leaves it
+    del pool
+
+
+def test_drift(engine):
+    """A disk that slows down: the plan loads fewer blocks."""
+    tiers = [kvf.Tier.DISK] * 500
+    table = [(2048, 0.060), (8192, 0.255), (32768, 1.40)]
+    engine.set_tier_cost("disk", 1e-4, 8e9)
+    fast = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, layers=32, overlap=True)
+    for _ in range(40):
+        engine.observe_tier_cost("disk", 64 * (2 << 20), 64 * (2 << 20) / 2e8)
+    slow = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, layers=32, overlap=True)
+    assert slow.load_blocks < fast.load_blocks
+    assert slow.recompute_hits["disk"] == 500 - slow.load_blocks
+
+
+def test_cache_plan(engine, geometry, rng):
+    pools = [engine.add_pool(geometry, primary=64, secondary=8) for _ in range(2)]
+    keys = [0xBEEF0000 + 131 * i for i in range(24)]
+    data = {}
+    with kvf.Cache(engine, host_blocks=8, disk_blocks=64) as cache:
+        with pytest.raises(kvf.InvalidState, match="no prefill cost"):
+            cache.plan(keys, 28 * TPB)
+        for i in reversed(range(24)):  # the leading blocks stay in the host tier
+            data[keys[i]] = [random_bytes(rng, p.block_bytes) for p in pools]
+            for p, d in zip(pools, data[keys[i]]):
+                p.slot_view(i)[:] = d
+            cache.put([keys[i]], [i]).wait(check=True)
+        bb = sum(p.block_bytes for p in pools)
+        cache.set_prefill_cost([(1, 1e-3), (1000, 1.0)])  # 1 ms a token
+        engine.set_tier_cost("host", 1e-5, 1e9, hold=True)
+        engine.set_tier_cost("disk", 1e-3, bb / 0.05, hold=True)  # 50 ms a block: slower than computing it
+        p = cache.plan(keys + [0xDEAD], 28 * TPB)
+        assert (p.hits, p.load_blocks, p.load["host"], p.recompute_hits["disk"]) == (24, 8, 8, 16)
+        assert p.tiers == [kvf.Tier.HOST] * 8 + [kvf.Tier.DISK] * 16
+        assert p.ttft_s < min(p.ttft_recompute_s, p.ttft_load_all_s)
+        dst = list(range(63, 63 - p.load_blocks, -1))
+        for s in dst:
+            for pl in pools:
+                pl.slot_view(s)[:] = 0xA5
+        cache.get(keys[:p.load_blocks], dst).wait(check=True)
+        for k, s in zip(keys, dst):
+            for pl, d in zip(pools, data[k]):
+                assert np.array_equal(pl.slot_view(s), d)
+        cache.set_prefill_cost(None)
+        with pytest.raises(kvf.InvalidState):
+            cache.plan(keys, 28 * TPB)
+        assert cache.costs()[kvf.Tier.DISK].held
+
+
+def test_follow_plan_layer_by_layer(tmp_path):
+    """A plan with layer-wise overlap, followed as an engine would: one pool
+    per layer, the planned hits got with pools=, each layer waited for."""
+    layers = 4
+    g = dict(layers=1, kv_factor=2, kv_heads=2, tokens_per_block=TPB, head_size=32, dtype=kvf.Dtype.FP16)
+    with kvf.Engine(backend=kvf.Backend.HOST, file_dir=str(tmp_path)) as e:
+        for _ in range(layers):
+            e.add_pool(primary=32, secondary=8, **g)
+        rng = np.random.default_rng(7)
+        keys = [0x5100 + i for i in range(12)]
+        data = {}
+        with kvf.Cache(e, host_blocks=8, disk_blocks=32) as cache:
+            for i in reversed(range(12)):
+                data[keys[i]] = []
+                for p in range(layers):
+                    v = e.slot_view(p, i)
+                    v[:] = rng.integers(1, 256, v.size, dtype=np.uint8)
+                    data[keys[i]].append(v.copy())
+                cache.put([keys[i]], [i]).wait(check=True)
+            e.set_tier_cost("host", 1e-5, 1e10, hold=True)
+            e.set_tier_cost("disk", 1e-3, 1e5, hold=True)  # far slower than computing
+            cache.set_prefill_cost(lambda nw, pre: 1e-3 * nw, layers=layers, overlap=True)
+            p = cache.plan(keys, 13 * TPB)
+            assert p.overlap  # the model overlaps; the host tier counts as arriving whole here
+            assert p.load_blocks == 8 and p.load["host"] == 8 and p.recompute_hits["disk"] == 4
+            dst = list(range(16, 16 + p.load_blocks))
+            for s in dst:
+                for q in range(layers):
+                    e.slot_view(q, s)[:] = 0xA5
+            t = cache.get(keys[:p.load_blocks], dst, pools=list(range(layers)))
+            for layer in range(layers):
+                t.wait_pool(layer)
+                for k, s in zip(keys, dst):
+                    assert np.array_equal(e.slot_view(layer, s), data[k][layer])
+            t.wait(check=True)
+
+
+def test_prefill_profile():
+    prof = kvf.PrefillProfile(keep=3)
+    with pytest.raises(kvf.InvalidState):
+        prof.table()
+    for tokens, s in [(1024, 0.030), (1024, 0.034), (1024, 0.500), (4096, 0.120), (2048, 0.020), (1024, 0.031)]:
+        prof.record(tokens, s)
+    # 1024: the last 3 samples (0.034, 0.5, 0.031), median 0.034; 2048's 0.020
+    # raised to 1024's: more tokens never cost less
+    assert prof.table() == [(1024, 0.034), (2048, 0.034), (4096, 0.120)]
+    with pytest.raises(kvf.InvalidArgument, match="must be > 0"):
+        prof.record(0, 0.1)
+    with pytest.raises(kvf.InvalidArgument, match="finite"):
+        prof.record(16, float("nan"))
+    with pytest.raises(kvf.InvalidState, match="3 prompt lengths measured, 4 needed"):
+        prof.table(min_points=4)
+    p = kvf.plan_compute([kvf.Tier.HOST] * 8, 1 << 20, TPB, 1024, {"host": (1e-5, 1e10)}, prof.table())
+    assert p.ttft_recompute_s == pytest.approx(0.034)

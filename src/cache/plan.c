@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The load-or-recompute planner (kvf_plan_compute) and the caller's
+ * prefill cost it uses (docs/planner.md).
+ *
+ * For K leading hits loaded, the request computes its tokens from K * tpb
+ * on. The engine submits one batch per tier and the tiers run side by
+ * side (kvf_cache_get), so tier t's blocks have all arrived at
+ * lat_t + X_t, X_t = bytes_t / throughput_t. Without overlap the forward
+ * pass, C seconds, starts once the last tier is in:
+ *     T = max_t (lat_t + X_t) + C.
+ * With layer-wise overlap over L layers, layer l is computed (C / L) once
+ * it arrived and layer l - 1 is done. A tier whose pools arrive layer by
+ * layer delivers layer l at lat_t + (l + 1) X_t / L; another delivers all
+ * at lat_t + X_t. Unrolling done_l = max(arrive_l, done_{l-1}) + C / L gives
+ * T = max over l, t of arrive_t,l + (L - l) C / L, and as arrive_t,l is
+ * linear in l the maximum is at l = 0 or l = L - 1:
+ *     layer by layer: lat_t + max(X_t / L + C, X_t + C / L)
+ *     whole:          lat_t + X_t + C
+ * (and C alone when nothing is loaded).
+ */
+#include "cache_private.h"
+
+#include <math.h> /* isfinite, NAN: macros, nothing to link */
+#include <string.h>
+
+/* ---- the prefill cost ---------------------------------------------------- */
+
+/* A caller's struct that starts with its size, into this library's
+ * (zeroed beyond what the caller's has): `what` and `init` name it. */
+static kvf_status take_sized(const void *in, void *out, size_t out_size, const char *what,
+                             const char *init)
+{
+    if (!in)
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL", what);
+    size_t size = *(const size_t *)in;
+    if (size < sizeof(size_t) || size > 65536)
+        return kvf__fail(KVF_ERR_INVALID, "%s: struct_size %zu (start from %s)", what, size, init);
+    memset(out, 0, out_size);
+    memcpy(out, in, size < out_size ? size : out_size);
+    return KVF_OK;
+}
+
+static kvf_status take_prefill(const kvf_prefill_cost *in, kvf_prefill_cost *out)
+{
+    return take_sized(in, out, sizeof *out, "prefill cost", "KVF_PREFILL_COST_INIT");
+}
+
+static kvf_status check_axis(const char *name, const uint64_t *axis, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        if (axis[i] <= axis[i - 1])
+            return kvf__fail(KVF_ERR_INVALID,
+                             "prefill cost: %s[%zu] = %llu after %llu (must increase strictly)",
+                             name, i, (unsigned long long)axis[i], (unsigned long long)axis[i - 1]);
+    return KVF_OK;
+}
+
+static kvf_status check_table(const kvf_prefill_cost *p)
+{
+    size_t rows = p->n_prefix ? p->n_prefix : 1;
+    if (!p->new_tokens || !p->seconds)
+        return kvf__fail(KVF_ERR_INVALID, "prefill cost: %s is NULL with n_new = %zu",
+                         !p->new_tokens ? "new_tokens" : "seconds", p->n_new);
+    if (p->n_prefix && !p->prefix_tokens)
+        return kvf__fail(KVF_ERR_INVALID, "prefill cost: prefix_tokens is NULL with n_prefix = %zu",
+                         p->n_prefix);
+    if (p->n_new == 1 && p->new_tokens[0] == 0)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "prefill cost: new_tokens holds only 0 (need a point with tokens > 0)");
+    kvf_status st = check_axis("new_tokens", p->new_tokens, p->n_new);
+    if (st == KVF_OK && p->n_prefix)
+        st = check_axis("prefix_tokens", p->prefix_tokens, p->n_prefix);
+    if (st != KVF_OK)
+        return st;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < p->n_new; j++) {
+            size_t i = r * p->n_new + j;
+            double s = p->seconds[i];
+            if (!isfinite(s) || s < 0)
+                return kvf__fail(KVF_ERR_INVALID,
+                                 "prefill cost: seconds[%zu] (new_tokens %llu, prefix %llu) is %g "
+                                 "(must be finite and >= 0)",
+                                 i, (unsigned long long)p->new_tokens[j],
+                                 (unsigned long long)(p->n_prefix ? p->prefix_tokens[r] : 0), s);
+            if (j > 0 && s < p->seconds[i - 1])
+                return kvf__fail(KVF_ERR_INVALID,
+                                 "prefill cost: seconds[%zu] = %g for %llu new tokens is less than "
+                                 "%g for %llu (more tokens never cost less)",
+                                 i, s, (unsigned long long)p->new_tokens[j], p->seconds[i - 1],
+                                 (unsigned long long)p->new_tokens[j - 1]);
+            if (r > 0 && s < p->seconds[i - p->n_new])
+                return kvf__fail(KVF_ERR_INVALID,
+                                 "prefill cost: seconds[%zu] = %g after a prefix of %llu is less "
+                                 "than %g after %llu (a longer prefix never costs less)",
+                                 i, s, (unsigned long long)p->prefix_tokens[r],
+                                 p->seconds[i - p->n_new],
+                                 (unsigned long long)p->prefix_tokens[r - 1]);
+        }
+    return KVF_OK;
+}
+
+kvf_status kvf__prefill_check(const kvf_prefill_cost *in, kvf_prefill_cost *out)
+{
+    kvf_status st = take_prefill(in, out);
+    if (st != KVF_OK)
+        return st;
+    bool table =
+        out->n_new || out->new_tokens || out->seconds || out->n_prefix || out->prefix_tokens;
+    if (table && out->fn)
+        return kvf__fail(KVF_ERR_INVALID, "prefill cost: both a table and a function (give one)");
+    if (!table && !out->fn)
+        return kvf__fail(KVF_ERR_INVALID, "prefill cost: empty (no table entries, no function)");
+    if (table && out->n_new == 0)
+        return kvf__fail(KVF_ERR_INVALID, "prefill cost: empty table (n_new = 0)");
+    return table ? check_table(out) : KVF_OK;
+}
+
+kvf_status kvf_prefill_cost_check(const kvf_prefill_cost *cost)
+{
+    kvf__clear_error();
+    kvf_prefill_cost p;
+    return kvf__prefill_check(cost, &p);
+}
+
+/* Row `r` of the table at x new tokens: piecewise linear through (0, 0)
+ * and the row's points, the last segment extended. */
+static double row_at(const kvf_prefill_cost *p, size_t r, double x)
+{
+    const uint64_t *xs = p->new_tokens;
+    const double *ys = p->seconds + r * p->n_new;
+    size_t n = p->n_new;
+    if (x <= 0)
+        return 0;
+    /* the segment [x0, x1] holding x, or the last one */
+    double x0 = 0, y0 = 0, x1 = (double)xs[0], y1 = ys[0];
+    size_t j = 0;
+    if (xs[0] == 0) {
+        x1 = (double)xs[1];
+        y1 = ys[1];
+        y0 = ys[0];
+        j = 1;
+    }
+    while (x > x1 && j + 1 < n) {
+        x0 = x1;
+        y0 = y1;
+        j++;
+        x1 = (double)xs[j];
+        y1 = ys[j];
+    }
+    double y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+    return y > 0 ? y : 0;
+}
+
+/* The table at (new, prefix): rows interpolated, the last two extended
+ * beyond the last prefix, the first below the first. */
+static double table_at(const kvf_prefill_cost *p, double x, double prefix)
+{
+    if (p->n_prefix <= 1)
+        return row_at(p, 0, x);
+    const uint64_t *ps = p->prefix_tokens;
+    if (prefix <= (double)ps[0])
+        return row_at(p, 0, x);
+    size_t r = 0;
+    while (r + 2 < p->n_prefix && prefix > (double)ps[r + 1])
+        r++;
+    double a = row_at(p, r, x), b = row_at(p, r + 1, x);
+    double y = a + (b - a) * (prefix - (double)ps[r]) / (double)(ps[r + 1] - ps[r]);
+    return y > 0 ? y : 0;
+}
+
+kvf_status kvf__prefill_seconds(const kvf_prefill_cost *p, uint64_t new_tokens, uint64_t prefix,
+                                double *seconds_p)
+{
+    if (new_tokens == 0) {
+        *seconds_p = 0;
+        return KVF_OK;
+    }
+    if (p->fn) {
+        double s = NAN;
+        kvf_status st = p->fn(p->user, new_tokens, prefix, &s);
+        if (st != KVF_OK)
+            return kvf__fail(st, "prefill cost: the function failed for %llu new tokens after %llu",
+                             (unsigned long long)new_tokens, (unsigned long long)prefix);
+        if (!isfinite(s) || s < 0)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "prefill cost: the function gave %g s for %llu new tokens after %llu "
+                             "(must be finite and >= 0)",
+                             s, (unsigned long long)new_tokens, (unsigned long long)prefix);
+        *seconds_p = s;
+        return KVF_OK;
+    }
+    if (p->n_prefix == 0) {
+        double d = row_at(p, 0, (double)prefix + (double)new_tokens) - row_at(p, 0, (double)prefix);
+        *seconds_p = d > 0 ? d : 0;
+    } else {
+        *seconds_p = table_at(p, (double)new_tokens, (double)prefix);
+    }
+    return KVF_OK;
+}
+
+/* ---- the plan -------------------------------------------------------------- */
+
+static kvf_status check_costs(const kvf_plan_input *in, const bool used[KVF_TIER_COUNT])
+{
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        const kvf_tier_cost *k = &in->costs.tier[t];
+        if (!used[t])
+            continue;
+        if (!isfinite(k->latency_s) || k->latency_s < 0)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "kvf_plan_compute: %s tier: latency %g s (must be finite, >= 0)",
+                             kvf_tier_name((kvf_tier)t), k->latency_s);
+        if (!isfinite(k->bytes_per_s) || !(k->bytes_per_s > 0))
+            return kvf__fail(KVF_ERR_INVALID,
+                             "kvf_plan_compute: %s tier: throughput %g B/s (must be finite, > 0)",
+                             kvf_tier_name((kvf_tier)t), k->bytes_per_s);
+    }
+    return KVF_OK;
+}
+
+/* The predicted time to the first token with cnt[t] blocks from each tier
+ * and a forward pass of `compute` seconds (the model above). */
+static double ttft(const kvf_plan_input *in, const uint64_t cnt[KVF_TIER_COUNT], double compute,
+                   uint32_t layers, bool overlap, double *load_p)
+{
+    double t_max = compute, load = 0;
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        if (!cnt[t])
+            continue;
+        const kvf_tier_cost *k = &in->costs.tier[t];
+        double x = (double)cnt[t] * (double)in->block_bytes / k->bytes_per_s;
+        double arrived = k->latency_s + x;
+        double done;
+        if (overlap && (in->layerwise_tiers >> t & 1u)) {
+            double a = x / layers + compute, b = x + compute / layers;
+            done = k->latency_s + (a > b ? a : b);
+        } else {
+            done = arrived + (overlap ? compute : 0);
+        }
+        if (arrived > load)
+            load = arrived;
+        if (done > t_max)
+            t_max = done;
+    }
+    *load_p = load;
+    /* without overlap the pass starts once every tier is in */
+    return overlap ? t_max : load + compute;
+}
+
+static kvf_status take_input(const kvf_plan_input *in, kvf_plan_input *out)
+{
+    kvf_status st =
+        take_sized(in, out, sizeof *out, "kvf_plan_compute: input", "KVF_PLAN_INPUT_INIT");
+    if (st != KVF_OK)
+        return st;
+    if (out->hits && !out->tiers)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_plan_compute: tiers is NULL with %zu hits",
+                         out->hits);
+    if (out->tokens_per_block == 0 || out->block_bytes == 0 || out->request_tokens == 0)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_plan_compute: tokens_per_block %u, block_bytes %llu, "
+                         "request_tokens %llu (each must be > 0)",
+                         out->tokens_per_block, (unsigned long long)out->block_bytes,
+                         (unsigned long long)out->request_tokens);
+    return KVF_OK;
+}
+
+kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
+{
+    kvf__clear_error();
+    kvf_plan_input in;
+    kvf_status st = take_input(input, &in);
+    if (st != KVF_OK)
+        return st;
+    if (!plan || plan->struct_size < sizeof(size_t) || plan->struct_size > 65536)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_plan_compute: plan is NULL or its struct_size is wrong (start from "
+                         "KVF_PLAN_INIT)");
+    kvf_prefill_cost pc;
+    if (!in.prefill)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_plan_compute: no prefill cost");
+    if ((st = kvf__prefill_check(in.prefill, &pc)) != KVF_OK)
+        return st;
+    bool used[KVF_TIER_COUNT] = {false};
+    for (size_t i = 0; i < in.hits; i++) {
+        if ((unsigned)in.tiers[i] >= KVF_TIER_COUNT)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "kvf_plan_compute: tiers[%zu] = %d is not one of host, disk, remote, "
+                             "gpu",
+                             i, (int)in.tiers[i]);
+        used[in.tiers[i]] = true;
+    }
+    if ((st = check_costs(&in, used)) != KVF_OK)
+        return st;
+
+    uint64_t tpb = in.tokens_per_block, n_tok = in.request_tokens;
+    /* at least one token is computed: K * tpb <= N - 1 */
+    size_t max_k = (size_t)((n_tok - 1) / tpb);
+    if (max_k > in.hits)
+        max_k = in.hits;
+    uint32_t layers = pc.layers ? pc.layers : 1;
+    bool overlap = pc.overlap && layers > 1;
+
+    kvf_plan best = KVF_PLAN_INIT;
+    uint64_t cnt[KVF_TIER_COUNT] = {0};
+    for (size_t k = 0; k <= max_k; k++) {
+        if (k > 0)
+            cnt[in.tiers[k - 1]]++;
+        double compute, load;
+        st = kvf__prefill_seconds(&pc, n_tok - k * tpb, k * tpb, &compute);
+        if (st != KVF_OK)
+            return st;
+        double t = ttft(&in, cnt, compute, layers, overlap, &load);
+        if (k == 0)
+            best.ttft_recompute_s = t;
+        if (k == max_k)
+            best.ttft_load_all_s = t;
+        if (k == 0 || t < best.ttft_s) {
+            best.ttft_s = t;
+            best.load_blocks = k;
+            best.load_s = load;
+            best.compute_s = compute;
+            memcpy(best.load, cnt, sizeof cnt);
+        }
+    }
+    best.hits = in.hits;
+    best.recompute_from = best.load_blocks * tpb;
+    best.compute_tokens = n_tok - best.recompute_from;
+    best.overlap = overlap;
+    for (size_t i = best.load_blocks; i < in.hits; i++)
+        best.recompute_hits[in.tiers[i]]++;
+    size_t size = plan->struct_size < sizeof best ? plan->struct_size : sizeof best;
+    best.struct_size = size;
+    memcpy(plan, &best, size);
+    return KVF_OK;
+}

@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The engine's read costs per tier: seeds, what completed onboards teach
+ * them, the caller's overrides, and a calibration that times scratch
+ * blocks (docs/planner.md).
+ *
+ * The model of one batch of B bytes is latency + B / throughput. A sample
+ * that took t against a prediction p moves both factors by the ratio
+ * r = t / p, each in proportion to its share of p: a batch of one small
+ * block is nearly all latency and corrects that, a large one corrects the
+ * throughput: a factor with share w is scaled by 1 + a * w * (r - 1).
+ * The first few samples replace the seed quickly (a = 1 / samples); after
+ * them r is clamped to [1/2, 2] and a = 0.2, so one outlier moves a factor
+ * by at most 20 % while a tier that stays slower is followed within a
+ * dozen batches. (Linear in r rather than in log r: no libm for users.)
+ */
+#include "engine_private.h"
+
+#include <math.h> /* isfinite, a macro: nothing to link */
+
+#define WARMUP_SAMPLES 4
+#define ALPHA 0.2
+#define CLAMP 2.0
+
+/* Seeds until something is observed: orders of magnitude, not promises
+ * (docs/planner.md lists them; kvf_engine_calibrate measures). */
+static const kvf_tier_cost SEED_CUDA[KVF_TIER_COUNT] = {
+    [KVF_TIER_HOST] = {20e-6, 25e9, 0, 0},
+    [KVF_TIER_DISK] = {200e-6, 2e9, 0, 0},
+    [KVF_TIER_REMOTE] = {500e-6, 1e9, 0, 0},
+    [KVF_TIER_GPU] = {10e-6, 500e9, 0, 0},
+};
+static const kvf_tier_cost SEED_HOST[KVF_TIER_COUNT] = {
+    [KVF_TIER_HOST] = {20e-6, 5e9, 0, 0},
+    [KVF_TIER_DISK] = {200e-6, 2e9, 0, 0},
+    [KVF_TIER_REMOTE] = {500e-6, 1e9, 0, 0},
+    [KVF_TIER_GPU] = {20e-6, 5e9, 0, 0},
+};
+
+void kvf__costs_init(kvf__costs *c, bool cuda)
+{
+    pthread_mutex_init(&c->mu, NULL);
+    memcpy(c->tier, cuda ? SEED_CUDA : SEED_HOST, sizeof c->tier);
+}
+
+void kvf__costs_destroy(kvf__costs *c)
+{
+    pthread_mutex_destroy(&c->mu);
+}
+
+void kvf__costs_observe(kvf__costs *c, kvf_tier tier, double bytes, double seconds)
+{
+    if ((unsigned)tier >= KVF_TIER_COUNT || !(bytes > 0) || !(seconds > 0) || !isfinite(seconds))
+        return;
+    pthread_mutex_lock(&c->mu);
+    kvf_tier_cost *k = &c->tier[tier];
+    if (!k->held) {
+        double lat = k->latency_s, xfer = bytes / k->bytes_per_s;
+        double p = lat + xfer;
+        double r = seconds / p;
+        double alpha = ALPHA;
+        if (c->samples[tier] < WARMUP_SAMPLES) {
+            alpha = 1.0 / (double)(c->samples[tier] + 1);
+        } else {
+            r = r < 1 / CLAMP ? 1 / CLAMP : r > CLAMP ? CLAMP : r;
+        }
+        /* a latency of 0 (a caller's) has no share to correct: give it
+         * one of a microsecond so that a slow small batch can raise it */
+        if (lat <= 0) {
+            lat = 1e-6;
+            p = lat + xfer;
+        }
+        /* each factor stays positive: r > 0 and alpha * share <= 1 */
+        k->latency_s = lat * (1 + alpha * (lat / p) * (r - 1));
+        k->bytes_per_s = k->bytes_per_s / (1 + alpha * (xfer / p) * (r - 1));
+        k->observed++;
+        c->samples[tier]++;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The tier an onboard kind reads, or -1 for kinds that teach nothing. */
+static int kind_read_tier(op_kind k)
+{
+    switch (k) {
+    case OP_ONBOARD_HOST:
+        return KVF_TIER_HOST;
+    case OP_ONBOARD_FILE:
+        return KVF_TIER_DISK;
+    case OP_ONBOARD_REMOTE:
+        return KVF_TIER_REMOTE;
+    case OP_COPY:
+        return KVF_TIER_GPU;
+    default:
+        return -1;
+    }
+}
+
+void kvf__costs_batch_done(kvf_engine *e, const batch *b)
+{
+    int tier = kind_read_tier(b->kind);
+    if (tier < 0 || !b->submit_ns || b->n == 0)
+        return;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->status[i] != KVF_OK)
+            return; /* a failure's time says nothing about the tier's speed */
+    /* a block's bytes in the pools the batch moves (kvf_onboard_pools) */
+    double block = (double)e->all_block_bytes;
+    if (b->sel && !b->sel->whole) {
+        block = 0;
+        for (uint32_t k = 0; k < b->sel->n; k++)
+            block += (double)e->pools[b->sel->order[k]].block_bytes;
+    }
+    double bytes = 0;
+    if (b->group) {
+        bytes = block * (double)b->n;
+    } else {
+        /* a group's moves live in its parts; an unsplit batch counts
+         * partial moves by their tokens */
+        uint32_t tpb = e->pools[0].g.tokens_per_block;
+        for (size_t i = 0; i < b->n; i++)
+            bytes += block * eff_tokens(e, b->moves[i].tokens) / tpb;
+    }
+    double seconds = (double)(kvf__now_ns() - b->submit_ns) * 1e-9;
+    kvf__costs_observe(&e->costs, (kvf_tier)tier, bytes, seconds);
+}
+
+/* ---- the API ----------------------------------------------------------- */
+
+kvf_status kvf_engine_costs(kvf_engine *e, kvf_costs *costs)
+{
+    kvf__clear_error();
+    if (!e || !costs)
+        return kvf__fail(KVF_ERR_INVALID, "kvf_engine_costs: NULL argument");
+    if (costs->struct_size < sizeof(size_t) || costs->struct_size > 65536)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "kvf_engine_costs: struct_size %zu (start from KVF_COSTS_INIT)",
+                         costs->struct_size);
+    kvf_costs out = KVF_COSTS_INIT;
+    pthread_mutex_lock(&e->costs.mu);
+    memcpy(out.tier, e->costs.tier, sizeof e->costs.tier);
+    pthread_mutex_unlock(&e->costs.mu);
+    size_t size = costs->struct_size < sizeof out ? costs->struct_size : sizeof out;
+    out.struct_size = size;
+    memcpy(costs, &out, size);
+    return KVF_OK;
+}
+
+/* The checks every call on one tier's cost starts with. */
+static kvf_status tier_call(const char *fn, const kvf_engine *e, kvf_tier tier)
+{
+    kvf__clear_error();
+    if (!e)
+        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", fn);
+    if ((unsigned)tier >= KVF_TIER_COUNT)
+        return kvf__fail(KVF_ERR_INVALID, "%s: tier %d is not one of host, disk, remote, gpu", fn,
+                         (int)tier);
+    return KVF_OK;
+}
+
+kvf_status kvf_engine_set_tier_cost(kvf_engine *e, kvf_tier tier, double latency_s,
+                                    double bytes_per_s, int hold)
+{
+    static const char fn[] = "kvf_engine_set_tier_cost";
+    kvf_status st = tier_call(fn, e, tier);
+    if (st != KVF_OK)
+        return st;
+    if (!isfinite(latency_s) || latency_s < 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: %s tier: latency %g s (must be finite, >= 0)", fn,
+                         kvf_tier_name(tier), latency_s);
+    if (!isfinite(bytes_per_s) || !(bytes_per_s > 0))
+        return kvf__fail(KVF_ERR_INVALID, "%s: %s tier: throughput %g B/s (must be finite, > 0)",
+                         fn, kvf_tier_name(tier), bytes_per_s);
+    pthread_mutex_lock(&e->costs.mu);
+    kvf_tier_cost *k = &e->costs.tier[tier];
+    k->latency_s = latency_s;
+    k->bytes_per_s = bytes_per_s;
+    k->held = hold != 0;
+    /* a set value is a measurement: the warm-up's fast replacement is over */
+    e->costs.samples[tier] = WARMUP_SAMPLES;
+    pthread_mutex_unlock(&e->costs.mu);
+    return KVF_OK;
+}
+
+kvf_status kvf_engine_observe_tier_cost(kvf_engine *e, kvf_tier tier, uint64_t bytes,
+                                        double seconds)
+{
+    static const char fn[] = "kvf_engine_observe_tier_cost";
+    kvf_status st = tier_call(fn, e, tier);
+    if (st != KVF_OK)
+        return st;
+    if (bytes == 0 || !isfinite(seconds) || !(seconds > 0))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "%s: %s tier: %llu bytes in %g s (need bytes > 0, seconds finite and > 0)",
+                         fn, kvf_tier_name(tier), (unsigned long long)bytes, seconds);
+    kvf__costs_observe(&e->costs, tier, (double)bytes, seconds);
+    return KVF_OK;
+}
+
+/* ---- calibration --------------------------------------------------------- */
+
+/* Writes the scratch blocks to `tier`, then reads one and all of them back
+ * `rounds` times: the onboards teach the costs as any would. */
+static kvf_status calibrate_tier(kvf_engine *e, kvf_tier tier, kvf_move *mv, size_t n,
+                                 uint32_t rounds)
+{
+    kvf_ticket t;
+    kvf_status st = kvf_offload(e, tier, mv, n, &t);
+    if (st == KVF_OK)
+        st = kvf_wait(e, t, NULL);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t s = mv[i].src;
+        mv[i].src = mv[i].dst;
+        mv[i].dst = s;
+    }
+    for (uint32_t r = 0; r < rounds && st == KVF_OK; r++) {
+        st = kvf_onboard(e, tier, mv, 1, &t);
+        if (st == KVF_OK)
+            st = kvf_wait(e, t, NULL);
+        if (st == KVF_OK)
+            st = kvf_onboard(e, tier, mv, n, &t);
+        if (st == KVF_OK)
+            st = kvf_wait(e, t, NULL);
+    }
+    if (tier != KVF_TIER_HOST) {
+        /* the scratch keys go, whatever happened */
+        uint64_t *keys = malloc(n * sizeof *keys);
+        for (size_t i = 0; keys && i < n; i++)
+            keys[i] = mv[i].src;
+        if (keys && kvf_remove(e, tier, keys, n, &t) == KVF_OK)
+            kvf_wait(e, t, NULL);
+        free(keys);
+    }
+    if (st != KVF_OK)
+        return kvf__fail(st, "kvf_engine_calibrate: %s tier: %s", kvf_tier_name(tier),
+                         kvf_last_error());
+    return KVF_OK;
+}
+
+kvf_status kvf_engine_calibrate(kvf_engine *e, const uint32_t *slots, const uint32_t *host_slots,
+                                size_t n, uint64_t key_base, uint32_t rounds)
+{
+    static const char fn[] = "kvf_engine_calibrate";
+    kvf__clear_error();
+    if (!e || !slots || n == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL engine or slots, or n = 0", fn);
+    if (key_base == 0 || key_base + n < key_base)
+        return kvf__fail(KVF_ERR_INVALID, "%s: key_base 0x%llx cannot name %zu scratch keys", fn,
+                         (unsigned long long)key_base, n);
+    if (rounds == 0)
+        rounds = 3;
+    kvf_move *mv = malloc(n * sizeof *mv);
+    if (!mv)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", fn);
+    kvf_status first = KVF_OK;
+    char why[256] = "";
+    for (int tier = KVF_TIER_HOST; tier <= KVF_TIER_REMOTE; tier++) {
+        if ((tier == KVF_TIER_HOST && !host_slots) || (tier == KVF_TIER_DISK && !e->file_enabled) ||
+            (tier == KVF_TIER_REMOTE && !kvf__engine_has_remote(e)))
+            continue;
+        for (size_t i = 0; i < n; i++)
+            mv[i] = (kvf_move){slots[i], tier == KVF_TIER_HOST ? host_slots[i] : key_base + i, 0};
+        kvf_status st = calibrate_tier(e, (kvf_tier)tier, mv, n, rounds);
+        if (st != KVF_OK && first == KVF_OK) {
+            first = st;
+            snprintf(why, sizeof why, "%s", kvf_last_error());
+        }
+    }
+    free(mv);
+    if (first != KVF_OK)
+        return kvf__fail(first, "%s", why);
+    return KVF_OK;
+}

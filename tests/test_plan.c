@@ -1,0 +1,669 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The load-or-recompute planner: kvf_plan_compute against a brute-force
+ * search over every split (the pipeline simulated layer by layer) on random
+ * cost tables, the prefill table's interpolation, refusals of bad input
+ * naming the entry, and an engine's costs: learnt from observations,
+ * robust to one outlier, followed when a tier slows down (the plan
+ * changes), and learnt from the engine's own onboards.
+ */
+#include "engine_fixture.h"
+
+#include <math.h>
+
+/* ---- a reference: every split, the pipeline simulated ---------------------- */
+
+typedef struct model {
+    double a, b, c, d; /* f(new, prefix) = a new + b new prefix + c new^2 + d prefix */
+} model;
+
+static double model_f(const model *m, double nw, double pre)
+{
+    return nw == 0 ? 0 : m->a * nw + m->b * nw * pre + m->c * nw * nw + m->d * pre;
+}
+
+static kvf_status model_fn(void *user, uint64_t nw, uint64_t pre, double *s)
+{
+    *s = model_f(user, (double)nw, (double)pre);
+    return KVF_OK;
+}
+
+/* The time to the first token when loading k hits: each tier's blocks
+ * arrive (whole, or layer by layer), each layer is computed once it has
+ * arrived and the layer before is done. */
+static double reference_ttft(const kvf_plan_input *in, const model *m, size_t k, uint32_t layers,
+                             bool overlap)
+{
+    uint64_t tpb = in->tokens_per_block;
+    double compute = model_f(m, (double)(in->request_tokens - k * tpb), (double)(k * tpb));
+    double bytes[KVF_TIER_COUNT] = {0};
+    for (size_t i = 0; i < k; i++)
+        bytes[in->tiers[i]] += (double)in->block_bytes;
+    if (!overlap) {
+        double load = 0;
+        for (int t = 0; t < KVF_TIER_COUNT; t++)
+            if (bytes[t] > 0) {
+                double at = in->costs.tier[t].latency_s + bytes[t] / in->costs.tier[t].bytes_per_s;
+                load = at > load ? at : load;
+            }
+        return load + compute;
+    }
+    double done = 0;
+    for (uint32_t l = 0; l < layers; l++) {
+        double arrive = 0;
+        for (int t = 0; t < KVF_TIER_COUNT; t++) {
+            if (bytes[t] == 0)
+                continue;
+            const kvf_tier_cost *c = &in->costs.tier[t];
+            double frac = (in->layerwise_tiers >> t & 1u) ? (double)(l + 1) / layers : 1.0;
+            double at = c->latency_s + frac * bytes[t] / c->bytes_per_s;
+            arrive = at > arrive ? at : arrive;
+        }
+        done = (arrive > done ? arrive : done) + compute / layers;
+    }
+    return done;
+}
+
+static double unit(uint64_t *s)
+{
+    return (double)(test_xorshift64(s) >> 11) / 9007199254740992.0;
+}
+
+/* One random case; the prefill given three ways: the function, a table
+ * that holds every point a plan asks for (exact for any function), and a
+ * one-row table of full prefills. */
+static int one_case(uint64_t seed, int form)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    enum { MAXH = 96 };
+    kvf_tier tiers[MAXH];
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.tokens_per_block = 1 + (uint32_t)(test_xorshift64(&s) % 32);
+    in.hits = test_xorshift64(&s) % MAXH;
+    in.request_tokens = 1 + test_xorshift64(&s) % ((MAXH + 8) * (uint64_t)in.tokens_per_block);
+    in.block_bytes = 1 + test_xorshift64(&s) % (4u << 20);
+    in.tiers = tiers;
+    /* runs of tiers, as a real prefix has them */
+    for (size_t i = 0; i < in.hits; i++)
+        tiers[i] = i && unit(&s) < 0.8 ? tiers[i - 1] : (kvf_tier)(test_xorshift64(&s) % 4);
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        in.costs.tier[t].latency_s = unit(&s) < 0.2 ? 0 : 1e-6 * pow(10, 4 * unit(&s));
+        in.costs.tier[t].bytes_per_s = 1e8 * pow(10, 3.5 * unit(&s));
+    }
+    in.layerwise_tiers = (uint32_t)(test_xorshift64(&s) % 16);
+    model m = {1e-6 * pow(10, 2 * unit(&s)), unit(&s) < 0.5 ? 0 : 1e-12 * pow(10, 3 * unit(&s)),
+               unit(&s) < 0.5 ? 0 : 1e-11 * pow(10, 2 * unit(&s)), 1e-9 * unit(&s)};
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.layers = 1 + (uint32_t)(test_xorshift64(&s) % 80);
+    pc.overlap = unit(&s) < 0.6;
+    uint64_t tpb = in.tokens_per_block, n_tok = in.request_tokens;
+    size_t max_k = (size_t)((n_tok - 1) / tpb) < in.hits ? (size_t)((n_tok - 1) / tpb) : in.hits;
+    uint64_t *nt = NULL, *pt = NULL;
+    double *sec = NULL;
+    if (form == 0) {
+        pc.fn = model_fn;
+        pc.user = &m;
+    } else if (form == 1) {
+        /* new tokens n - k tpb and prefixes k tpb, both in increasing order */
+        size_t n = max_k + 1;
+        nt = malloc(n * sizeof *nt);
+        pt = malloc(n * sizeof *pt);
+        sec = malloc(n * n * sizeof *sec);
+        REQUIRE(nt && pt && sec);
+        for (size_t i = 0; i < n; i++) {
+            nt[i] = n_tok - (max_k - i) * tpb;
+            pt[i] = i * tpb;
+        }
+        for (size_t r = 0; r < n; r++)
+            for (size_t j = 0; j < n; j++)
+                sec[r * n + j] = model_f(&m, (double)nt[j], (double)pt[r]);
+        pc.new_tokens = nt;
+        pc.n_new = n;
+        pc.prefix_tokens = pt;
+        pc.n_prefix = n;
+        pc.seconds = sec;
+    } else {
+        /* full prefills T(x) = f(x, 0) at every block boundary and at n:
+         * then f's own cost after a prefix is T(p + n) - T(p) */
+        m.b = m.d = 0;
+        m.c = 0; /* T(p + n) - T(p) = f(n, p) only where f is linear */
+        size_t n = max_k + 2;
+        nt = malloc(n * sizeof *nt);
+        sec = malloc(n * sizeof *sec);
+        REQUIRE(nt && sec);
+        size_t j = 0;
+        for (size_t i = 0; i <= max_k; i++)
+            nt[j++] = i * tpb + 1; /* +1: the axis starts above 0 */
+        nt[j++] = n_tok + 1;
+        if (nt[j - 1] <= nt[j - 2])
+            j--;
+        for (size_t i = 0; i < j; i++)
+            sec[i] = model_f(&m, (double)nt[i], 0);
+        pc.new_tokens = nt;
+        pc.n_new = j;
+        pc.seconds = sec;
+    }
+    in.prefill = &pc;
+    kvf_plan plan = KVF_PLAN_INIT;
+    REQUIRE(kvf_plan_compute(&in, &plan) == KVF_OK);
+    uint32_t layers = pc.layers;
+    bool overlap = pc.overlap && layers > 1;
+    double best = INFINITY;
+    size_t best_k = 0;
+    for (size_t k = 0; k <= max_k; k++) {
+        double t = reference_ttft(&in, &m, k, layers, overlap);
+        if (t < best * (1 - 1e-12)) {
+            best = t;
+            best_k = k;
+        }
+    }
+    double tol = 1e-9 * best + 1e-15;
+    int bad = 0;
+    if (fabs(plan.ttft_s - best) > tol) {
+        fprintf(stderr, "seed %llu form %d: plan %zu blocks, %.9g s; brute force %zu, %.9g s\n",
+                (unsigned long long)seed, form, plan.load_blocks, plan.ttft_s, best_k, best);
+        bad = 1;
+    }
+    /* the plan's own K predicts what it says */
+    double own = reference_ttft(&in, &m, plan.load_blocks, layers, overlap);
+    if (fabs(own - plan.ttft_s) > tol)
+        bad = 1;
+    double rec = reference_ttft(&in, &m, 0, layers, overlap);
+    double all = reference_ttft(&in, &m, max_k, layers, overlap);
+    if (fabs(plan.ttft_recompute_s - rec) > 1e-9 * rec + 1e-15 ||
+        fabs(plan.ttft_load_all_s - all) > 1e-9 * all + 1e-15)
+        bad = 1;
+    if (plan.ttft_s > rec + tol || plan.ttft_s > all + tol)
+        bad = 1;
+    uint64_t loaded = 0, left = 0;
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        uint64_t want = 0;
+        for (size_t i = 0; i < plan.load_blocks; i++)
+            want += tiers[i] == (kvf_tier)t;
+        if (plan.load[t] != want)
+            bad = 1;
+        loaded += plan.load[t];
+        left += plan.recompute_hits[t];
+    }
+    if (loaded != plan.load_blocks || loaded + left != in.hits || plan.hits != in.hits ||
+        plan.recompute_from != plan.load_blocks * tpb ||
+        plan.compute_tokens != n_tok - plan.recompute_from || plan.recompute_from >= n_tok)
+        bad = 1;
+    free(nt);
+    free(pt);
+    free(sec);
+    if (bad)
+        fprintf(stderr, "seed %llu form %d: plan inconsistent\n", (unsigned long long)seed, form);
+    return bad;
+}
+
+static int test_brute_force(void)
+{
+    int bad = 0;
+    for (uint64_t seed = 1; seed <= 3000 && bad < 5; seed++)
+        bad += one_case(seed, (int)(seed % 3));
+    return bad;
+}
+
+/* ---- the table's interpolation --------------------------------------------- */
+
+static int test_interpolation(void)
+{
+    /* f = 1e-3 new + 1e-6 new prefix: bilinear, so the table is exact
+     * between and beyond its points (the axis starts above 0 new tokens) */
+    static const uint64_t nt[] = {16, 64, 256};
+    static const uint64_t pt[] = {0, 100, 1000};
+    double sec[9];
+    for (int r = 0; r < 3; r++)
+        for (int j = 0; j < 3; j++)
+            sec[r * 3 + j] = 1e-3 * (double)nt[j] + 1e-6 * (double)nt[j] * (double)pt[r];
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.new_tokens = nt;
+    pc.n_new = 3;
+    pc.prefix_tokens = pt;
+    pc.n_prefix = 3;
+    pc.seconds = sec;
+    CHECK_STATUS(kvf_prefill_cost_check(&pc), KVF_OK);
+    /* one hit, 16 tokens a block: the plan computes 40 - 16 = 24 tokens
+     * after 16, or 40 after none */
+    kvf_tier tier = KVF_TIER_HOST;
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.tiers = &tier;
+    in.hits = 1;
+    in.block_bytes = 1;
+    in.tokens_per_block = 16;
+    in.request_tokens = 40;
+    in.costs.tier[KVF_TIER_HOST] = (kvf_tier_cost){0, 1e12, 0, 0};
+    in.prefill = &pc;
+    kvf_plan p = KVF_PLAN_INIT;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    CHECK(fabs(p.ttft_recompute_s - 40e-3) < 1e-12);
+    CHECK(fabs(p.compute_s - (24e-3 + 1e-6 * 24 * 16)) < 1e-12);
+    CHECK_EQ_INT(p.load_blocks, 1);
+    /* beyond the last points: 2000 tokens after a prefix of 5000 */
+    in.request_tokens = 2016;
+    tier = KVF_TIER_DISK;
+    in.costs.tier[KVF_TIER_DISK] = (kvf_tier_cost){1e9, 1, 0, 0}; /* never worth it */
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    CHECK_EQ_INT(p.load_blocks, 0);
+    CHECK_EQ_INT(p.recompute_hits[KVF_TIER_DISK], 1);
+    CHECK(fabs(p.ttft_s - 2016e-3) < 1e-12);
+    CHECK(p.ttft_load_all_s > 1e9);
+    /* a row of full prefills: 24 after 16 costs T(40) - T(16) */
+    static const uint64_t rt[] = {16, 64};
+    static const double rs[] = {0.016, 0.080};
+    kvf_prefill_cost row = KVF_PREFILL_COST_INIT;
+    row.new_tokens = rt;
+    row.n_new = 2;
+    row.seconds = rs;
+    in.prefill = &row;
+    in.request_tokens = 40;
+    tier = KVF_TIER_HOST;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    double t40 = 0.016 + (0.080 - 0.016) * 24 / 48;
+    CHECK(fabs(p.ttft_recompute_s - t40) < 1e-12);
+    CHECK(fabs(p.compute_s - (t40 - 0.016)) < 1e-12);
+    return 0;
+}
+
+/* ---- bad input --------------------------------------------------------------- */
+
+static kvf_status nan_fn(void *user, uint64_t nw, uint64_t pre, double *s)
+{
+    (void)user, (void)nw, (void)pre;
+    *s = NAN;
+    return KVF_OK;
+}
+
+static int refused(const kvf_prefill_cost *pc, const char *needle)
+{
+    CHECK_STATUS(kvf_prefill_cost_check(pc), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), needle);
+    return 0;
+}
+
+static int test_bad_prefill(void)
+{
+    uint64_t nt[] = {16, 32, 64};
+    uint64_t pt[] = {0, 128};
+    double sec[6] = {1, 2, 3, 2, 3, 4};
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    refused(&pc, "empty");
+    pc.new_tokens = nt;
+    pc.n_new = 0;
+    pc.seconds = sec;
+    refused(&pc, "empty table");
+    pc.n_new = 3;
+    pc.prefix_tokens = pt;
+    pc.n_prefix = 2;
+    CHECK_STATUS(kvf_prefill_cost_check(&pc), KVF_OK);
+    sec[4] = -1;
+    refused(&pc, "seconds[4]");
+    sec[4] = NAN;
+    refused(&pc, "seconds[4]");
+    sec[4] = INFINITY;
+    refused(&pc, "seconds[4]");
+    sec[4] = 2.5; /* below seconds[3] = 2? no: 2.5 > 2, but below row 0's 2 at 32? */
+    sec[4] = 1.5; /* less than 2 new tokens before it on its row */
+    refused(&pc, "seconds[4]");
+    sec[4] = 3;
+    sec[3] = 0.5; /* less than row 0's 1 for the same new tokens */
+    refused(&pc, "seconds[3]");
+    sec[3] = 2;
+    nt[2] = 32;
+    refused(&pc, "new_tokens[2]");
+    nt[2] = 64;
+    pt[1] = 0;
+    refused(&pc, "prefix_tokens[1]");
+    pt[1] = 128;
+    pc.prefix_tokens = NULL;
+    refused(&pc, "prefix_tokens is NULL");
+    pc.prefix_tokens = pt;
+    pc.fn = nan_fn;
+    refused(&pc, "both a table and a function");
+    kvf_prefill_cost f = KVF_PREFILL_COST_INIT;
+    f.fn = nan_fn;
+    CHECK_STATUS(kvf_prefill_cost_check(&f), KVF_OK);
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.block_bytes = 1;
+    in.tokens_per_block = 16;
+    in.request_tokens = 100;
+    in.prefill = &f;
+    kvf_plan p = KVF_PLAN_INIT;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "the function gave nan");
+    CHECK_STATUS(kvf_prefill_cost_check(NULL), KVF_ERR_INVALID);
+    kvf_prefill_cost zero = {0};
+    refused(&zero, "struct_size");
+    return 0;
+}
+
+static kvf_status lin_fn(void *user, uint64_t nw, uint64_t pre, double *s)
+{
+    (void)user, (void)pre;
+    *s = 1e-4 * (double)nw;
+    return KVF_OK;
+}
+
+static int test_bad_plan_input(void)
+{
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.fn = lin_fn;
+    kvf_tier tiers[3] = {KVF_TIER_HOST, KVF_TIER_DISK, (kvf_tier)7};
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.tiers = tiers;
+    in.hits = 2;
+    in.block_bytes = 4096;
+    in.tokens_per_block = 16;
+    in.request_tokens = 100;
+    in.prefill = &pc;
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        in.costs.tier[t] = (kvf_tier_cost){1e-5, 1e9, 0, 0};
+    kvf_plan p = KVF_PLAN_INIT;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    kvf_plan before = p;
+    in.costs.tier[KVF_TIER_DISK].latency_s = -1;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "disk tier: latency -1");
+    in.costs.tier[KVF_TIER_DISK].latency_s = NAN;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "disk tier: latency nan");
+    in.costs.tier[KVF_TIER_DISK].latency_s = 0;
+    in.costs.tier[KVF_TIER_DISK].bytes_per_s = 0;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "disk tier: throughput 0");
+    in.costs.tier[KVF_TIER_DISK].bytes_per_s = 1e9;
+    /* a tier no hit is in may be anything */
+    in.costs.tier[KVF_TIER_REMOTE].bytes_per_s = NAN;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    in.hits = 3;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "tiers[2] = 7");
+    in.hits = 2;
+    in.request_tokens = 0;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "request_tokens 0");
+    in.request_tokens = 100;
+    in.tiers = NULL;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    in.tiers = tiers;
+    in.prefill = NULL;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "no prefill cost");
+    CHECK(memcmp(&p, &before, sizeof p) == 0); /* a refusal leaves the plan alone */
+    CHECK_STATUS(kvf_plan_compute(NULL, &p), KVF_ERR_INVALID);
+    in.prefill = &pc;
+    CHECK_STATUS(kvf_plan_compute(&in, NULL), KVF_ERR_INVALID);
+    /* at most the hits that leave a token to compute: 32 tokens, 2 blocks */
+    in.request_tokens = 32;
+    in.costs.tier[KVF_TIER_HOST] = (kvf_tier_cost){0, 1e15, 0, 0};
+    in.costs.tier[KVF_TIER_DISK] = (kvf_tier_cost){0, 1e15, 0, 0};
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    CHECK_EQ_INT(p.load_blocks, 1);
+    CHECK_EQ_INT(p.compute_tokens, 16);
+    CHECK_EQ_INT(p.recompute_hits[KVF_TIER_DISK], 1);
+    return 0;
+}
+
+/* ---- the engine's costs ----------------------------------------------------- */
+
+static int test_costs_api(void)
+{
+    kvf_engine *e = NULL;
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    kvf_costs c = KVF_COSTS_INIT;
+    CHECK_STATUS(kvf_engine_costs(e, &c), KVF_OK);
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        CHECK(c.tier[t].latency_s >= 0 && c.tier[t].bytes_per_s > 0);
+        CHECK_EQ_INT(c.tier[t].observed, 0);
+    }
+    CHECK_STATUS(kvf_engine_set_tier_cost(e, KVF_TIER_DISK, -1, 1e9, 0), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "disk tier: latency -1");
+    CHECK_STATUS(kvf_engine_set_tier_cost(e, KVF_TIER_DISK, 0, NAN, 0), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "throughput nan");
+    CHECK_STATUS(kvf_engine_set_tier_cost(e, KVF_TIER_DISK, 0, 0, 0), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_set_tier_cost(e, (kvf_tier)9, 0, 1, 0), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "tier 9");
+    CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_DISK, 0, 1), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_DISK, 10, -1), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_DISK, 10, NAN), KVF_ERR_INVALID);
+    kvf_costs after = KVF_COSTS_INIT;
+    CHECK_STATUS(kvf_engine_costs(e, &after), KVF_OK);
+    CHECK(memcmp(&c, &after, sizeof c) == 0); /* refused: nothing changed */
+    /* held: observations leave it */
+    CHECK_STATUS(kvf_engine_set_tier_cost(e, KVF_TIER_DISK, 1e-4, 2e9, 1), KVF_OK);
+    CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_DISK, 1 << 20, 10.0), KVF_OK);
+    CHECK_STATUS(kvf_engine_costs(e, &c), KVF_OK);
+    CHECK(c.tier[KVF_TIER_DISK].latency_s == 1e-4 && c.tier[KVF_TIER_DISK].bytes_per_s == 2e9);
+    CHECK_EQ_INT(c.tier[KVF_TIER_DISK].held, 1);
+    CHECK_STATUS(kvf_engine_costs(NULL, &c), KVF_ERR_INVALID);
+    kvf_costs zero = {0};
+    CHECK_STATUS(kvf_engine_costs(e, &zero), KVF_ERR_INVALID);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* Observations of a tier that takes lat + bytes / bw converge on both. */
+static int test_costs_learn(void)
+{
+    kvf_engine *e = NULL;
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    const double lat = 3e-4, bw = 7e8;
+    uint64_t s = 42;
+    for (int i = 0; i < 400; i++) {
+        uint64_t bytes = (test_xorshift64(&s) & 1) ? 4096 : (64u << 20);
+        CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_REMOTE, bytes, lat + bytes / bw),
+                     KVF_OK);
+    }
+    kvf_costs c = KVF_COSTS_INIT;
+    CHECK_STATUS(kvf_engine_costs(e, &c), KVF_OK);
+    const kvf_tier_cost *r = &c.tier[KVF_TIER_REMOTE];
+    CHECK_EQ_INT(r->observed, 400);
+    if (fabs(r->latency_s / lat - 1) > 0.1 || fabs(r->bytes_per_s / bw - 1) > 0.1)
+        TEST_FAIL_AT(__FILE__, __LINE__, "learnt %g s + B / %g, want %g s + B / %g", r->latency_s,
+                     r->bytes_per_s, lat, bw);
+    /* one outlier moves it by at most the clamp's share */
+    CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_REMOTE, 64u << 20, 100.0), KVF_OK);
+    kvf_costs o = KVF_COSTS_INIT;
+    CHECK_STATUS(kvf_engine_costs(e, &o), KVF_OK);
+    CHECK(o.tier[KVF_TIER_REMOTE].bytes_per_s > 0.79 * r->bytes_per_s);
+    CHECK(o.tier[KVF_TIER_REMOTE].latency_s < 1.21 * r->latency_s);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* A disk tier that slows down mid-run: the plan loads fewer blocks, and one
+ * outlier alone does not change it. */
+static int test_drift(void)
+{
+    kvf_engine *e = NULL;
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    /* 2 MiB blocks of 16 tokens, 8k tokens, 2 GB/s disk: loading 500
+     * blocks takes 0.52 s against 0.25 s of compute per 8k tokens... */
+    enum { HITS = 500 };
+    const uint64_t bb = 2u << 20;
+    kvf_tier tiers[HITS];
+    for (int i = 0; i < HITS; i++)
+        tiers[i] = KVF_TIER_DISK;
+    /* a quadratic prefill: 8k tokens in 0.25 s, 32k in 1.4 s */
+    static const uint64_t nt[] = {2048, 8192, 32768};
+    static const double sec[] = {0.06, 0.255, 1.40};
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.new_tokens = nt;
+    pc.n_new = 3;
+    pc.seconds = sec;
+    pc.layers = 32;
+    pc.overlap = 1;
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.tiers = tiers;
+    in.hits = HITS;
+    in.block_bytes = bb;
+    in.tokens_per_block = 16;
+    in.request_tokens = 32768;
+    in.prefill = &pc;
+    /* a fast disk to start from, learnt as the engine would */
+    CHECK_STATUS(kvf_engine_set_tier_cost(e, KVF_TIER_DISK, 1e-4, 8e9, 0), KVF_OK);
+    for (int i = 0; i < 10; i++)
+        CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_DISK, 64 * bb, 1e-4 + 64 * bb / 8e9),
+                     KVF_OK);
+    kvf_plan fast = KVF_PLAN_INIT, p = KVF_PLAN_INIT;
+    CHECK_STATUS(kvf_engine_costs(e, &in.costs), KVF_OK);
+    CHECK_STATUS(kvf_plan_compute(&in, &fast), KVF_OK);
+    CHECK(fast.load_blocks > 0);
+    CHECK(fast.ttft_s < fast.ttft_recompute_s);
+    /* one slow batch: the plan holds */
+    CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_DISK, 64 * bb, 64 * bb / 2e8), KVF_OK);
+    CHECK_STATUS(kvf_engine_costs(e, &in.costs), KVF_OK);
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    CHECK(p.load_blocks * 10 >= fast.load_blocks * 8);
+    /* the disk stays at 0.2 GB/s: the plan follows it down */
+    for (int i = 0; i < 40; i++)
+        CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_DISK, 64 * bb, 64 * bb / 2e8),
+                     KVF_OK);
+    CHECK_STATUS(kvf_engine_costs(e, &in.costs), KVF_OK);
+    CHECK(in.costs.tier[KVF_TIER_DISK].bytes_per_s < 3e8);
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    CHECK(p.load_blocks < fast.load_blocks);
+    CHECK(p.ttft_s <= p.ttft_recompute_s && p.ttft_s <= p.ttft_load_all_s);
+    /* a hit that does not pay is recomputed, and says so */
+    CHECK_EQ_INT(p.recompute_hits[KVF_TIER_DISK], HITS - p.load_blocks);
+    fprintf(stderr, "drift: %zu blocks loaded at 8 GB/s, %zu at 0.2 GB/s\n", fast.load_blocks,
+            p.load_blocks);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* The engine learns from its own onboards from the host tier, and only
+ * from batches whose moves all succeeded. */
+static int test_costs_observed(void)
+{
+    fixture f;
+    if (fx_init(&f, true, 32))
+        return 1;
+    enum { N = 16 };
+    kvf_move mv[N];
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){i, i, 0};
+    kvf_ticket t;
+    for (int round = 0; round < 3; round++) {
+        CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+        CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+        CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+        CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    }
+    kvf_costs c = KVF_COSTS_INIT;
+    CHECK_STATUS(kvf_engine_costs(f.e, &c), KVF_OK);
+    CHECK_EQ_INT(c.tier[KVF_TIER_HOST].observed, 3);
+    CHECK_EQ_INT(c.tier[KVF_TIER_DISK].observed, 0);
+    CHECK(isfinite(c.tier[KVF_TIER_HOST].bytes_per_s) && c.tier[KVF_TIER_HOST].bytes_per_s > 0);
+    CHECK(isfinite(c.tier[KVF_TIER_HOST].latency_s) && c.tier[KVF_TIER_HOST].latency_s >= 0);
+    /* a failed read from disk (no such block) teaches nothing; a good one does */
+    kvf_move miss = {0x999, 0, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &miss, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(kvf_engine_costs(f.e, &c), KVF_OK);
+    CHECK_EQ_INT(c.tier[KVF_TIER_DISK].observed, 0);
+    kvf_move put = {1, 0x777, 0}, back = {0x777, 2, 0};
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, &put, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &back, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK_STATUS(kvf_engine_costs(f.e, &c), KVF_OK);
+    CHECK_EQ_INT(c.tier[KVF_TIER_DISK].observed, 1);
+    fx_done(&f);
+    return 0;
+}
+
+/* The bytes a batch taught its tier, read back from how the costs moved:
+ * both factors move by the same a * (r - 1) times their shares, whose
+ * ratio is lat * bw / bytes. */
+static double taught_bytes(kvf_engine *e, double lat, double bw)
+{
+    kvf_costs c = KVF_COSTS_INIT;
+    REQUIRE(kvf_engine_costs(e, &c) == KVF_OK);
+    double dl = c.tier[KVF_TIER_HOST].latency_s / lat - 1;
+    double db = bw / c.tier[KVF_TIER_HOST].bytes_per_s - 1;
+    return dl != 0 ? lat * bw * db / dl : -1;
+}
+
+/* An onboard of every pool teaches a block's bytes of all of them; a
+ * layer-wise one (kvf_onboard_pools) only those of the pools it moves. */
+static int test_costs_bytes(void)
+{
+    fixture f;
+    if (fx_init(&f, false, 16))
+        return 1;
+    enum { N = 8 };
+    kvf_move mv[N];
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){i, i, 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    const double lat = 1e-4, bw = 1e9;
+    CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_HOST, lat, bw, 0), KVF_OK);
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    double all = (double)N * (double)(f.bytes[0] + f.bytes[1] + f.bytes[2]);
+    double got = taught_bytes(f.e, lat, bw);
+    if (!(fabs(got / all - 1) < 1e-6))
+        TEST_FAIL_AT(__FILE__, __LINE__, "a whole onboard taught %g bytes, moved %g", got, all);
+    uint32_t pool = 1;
+    CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_HOST, lat, bw, 0), KVF_OK);
+    CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, &pool, 1, mv, N, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    double one = (double)N * (double)f.bytes[1];
+    got = taught_bytes(f.e, lat, bw);
+    if (!(fabs(got / one - 1) < 1e-6))
+        TEST_FAIL_AT(__FILE__, __LINE__, "a one-pool onboard taught %g bytes, moved %g", got, one);
+    fx_done(&f);
+    return 0;
+}
+
+/* Calibration times each tier the engine has, and leaves no scratch key. */
+static int test_calibrate(void)
+{
+    fixture f;
+    if (fx_init(&f, true, 16))
+        return 1;
+    uint32_t slots[4] = {0, 1, 2, 3}, host[4] = {8, 9, 10, 11};
+    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 0, 0x5000, 2), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 4, 0, 2), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 4, 0x5000, 2), KVF_OK);
+    kvf_costs c = KVF_COSTS_INIT;
+    CHECK_STATUS(kvf_engine_costs(f.e, &c), KVF_OK);
+    CHECK_EQ_INT(c.tier[KVF_TIER_HOST].observed, 4);
+    CHECK_EQ_INT(c.tier[KVF_TIER_DISK].observed, 4);
+    CHECK_EQ_INT(c.tier[KVF_TIER_REMOTE].observed, 0);
+    kvf_ticket t;
+    kvf_move gone = {0x5002, 5, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &gone, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    /* a slot out of range: refused, named */
+    uint32_t bad[1] = {999};
+    CHECK_STATUS(kvf_engine_calibrate(f.e, bad, NULL, 1, 0x6000, 1), KVF_ERR_RANGE);
+    CHECK_STR_HAS(kvf_last_error(), "disk tier");
+    fx_done(&f);
+    return 0;
+}
+
+int main(void)
+{
+    RUN(test_brute_force);
+    RUN(test_interpolation);
+    RUN(test_bad_prefill);
+    RUN(test_bad_plan_input);
+    RUN(test_costs_api);
+    RUN(test_costs_learn);
+    RUN(test_drift);
+    RUN(test_costs_observed);
+    RUN(test_costs_bytes);
+    RUN(test_calibrate);
+    return TEST_RESULT();
+}
