@@ -40,3 +40,22 @@ def test_prefix_served_byte_exact_on_gpu(tmp_path, tier):
         torch.testing.assert_close(runs["layerwise"][1].logits[0, -1].float(), full.logits[0, -1].float(),
                                    rtol=0.05, atol=0.05)
         assert kv.cache.stats().failures == 0
+
+
+def test_layerwise_on_a_stream_of_its_own():
+    """The model on a non-default stream: each layer's wait goes straight to
+    that stream (on the default stream it goes through the adapter's own)."""
+    model = tiny_model(dtype=torch.bfloat16, device="cuda")
+    first = prompt(3, 6 * TPB + 7).cuda()
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=1024,
+                                                        host_blocks=64) as kv:
+        out1 = kv.forward(model, first)
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            poison(kv)
+            past = kv.prepare(first, mode="layerwise")
+            assert past.cached_tokens == 6 * TPB
+            model(first[:, past.cached_tokens:], past_key_values=past)
+            past.finish()
+        stream.synchronize()
+        assert_prefix_equal(past, out1.past_key_values, 6 * TPB)

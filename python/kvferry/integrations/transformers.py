@@ -152,11 +152,11 @@ class KVFerryDynamicCache(DynamicCache):
             return
         try:
             # this layer's K and V pools only; on CUDA the stream waits, not the host
-            for pool in (2 * layer, 2 * layer + 1):
-                if self.owner.cuda:
-                    t.stream_wait_pool(pool, torch.cuda.current_stream(self.owner.device))
-                else:
-                    t.wait_pool(pool)
+            if self.owner.cuda:
+                self.owner._stream_wait(t, layer)
+            else:
+                t.wait_pool(2 * layer)
+                t.wait_pool(2 * layer + 1)
         except kvf.KvferryError as exc:
             self._failed = exc
             raise PrefixLoadError(f"layer {layer}: the cached prefix ({self.cached_blocks} blocks) failed to "
@@ -292,6 +292,13 @@ class KVFerryPrefixCache:
         self.pool_order = list(range(2 * self.num_layers))
         self._get: Optional[KVFerryDynamicCache] = None
         self._put = None
+        self._pools_read = False  # kernels queued since the last settle may still read the pools
+        self._slots = np.arange(self.max_blocks, dtype=np.uint32)
+        if self.cuda:
+            # kvferry takes stream 0 (torch's default, legacy stream) for "no stream" and would make the host
+            # wait; a layer then waits on a stream of ours and the model's stream waits for it through an event
+            self._side = torch.cuda.Stream(self.device)
+            self._events = [torch.cuda.Event() for _ in range(self.num_layers)]
 
     @classmethod
     def from_model(cls, model, **options) -> "KVFerryPrefixCache":
@@ -377,8 +384,9 @@ class KVFerryPrefixCache:
         return ids.astype(np.uint32)
 
     def keys(self, input_ids):
-        """The kvferry keys of the request's whole blocks (at most max_blocks)."""
-        return kvf.key_chain_all(self.tokens(input_ids), self.tokens_per_block, self.salt)[:self.max_blocks]
+        """The kvferry keys of the request's whole blocks (at most max_blocks), a uint64 NumPy array."""
+        keys = kvf.key_chain_all(self.tokens(input_ids), self.tokens_per_block, self.salt)[:self.max_blocks]
+        return np.array(keys, dtype=np.uint64)
 
     def lookup(self, input_ids) -> int:
         """How many of the request's leading tokens prepare would serve."""
@@ -386,6 +394,20 @@ class KVFerryPrefixCache:
         keys = self.keys(ids)
         usable = min(len(keys), max(len(ids) - 1, 0) // self.tokens_per_block)
         return self.cache.lookup(keys[:usable])[0] * self.tokens_per_block if usable else 0
+
+    def _stream_wait(self, ticket, layer: int) -> None:
+        """Work queued on the current stream from now on waits on the GPU for
+        layer `layer`'s two pools; the host does not wait."""
+        stream = torch.cuda.current_stream(self.device)
+        if stream.cuda_stream:
+            ticket.stream_wait_pool(2 * layer, stream)
+            ticket.stream_wait_pool(2 * layer + 1, stream)
+            return
+        ticket.stream_wait_pool(2 * layer, self._side)
+        ticket.stream_wait_pool(2 * layer + 1, self._side)
+        event = self._events[layer]
+        event.record(self._side)
+        stream.wait_event(event)
 
     # -- a request --
     def _settle(self) -> None:
@@ -402,8 +424,9 @@ class KVFerryPrefixCache:
             if failed:
                 log.warning("kvferry: %d of %d blocks were not stored; first: %s", put.error_count, put.count,
                             failed[0].message)
-        if self.cuda:
+        if self.cuda and self._pools_read:
             torch.cuda.current_stream(self.device).synchronize()  # no kernel still reads the pools
+        self._pools_read = False
 
     def prepare(self, input_ids, mode: Optional[str] = None) -> KVFerryDynamicCache:
         """Looks the request up and queues the get of its cached prefix into
@@ -425,7 +448,8 @@ class KVFerryPrefixCache:
         if not hits:
             return KVFerryDynamicCache(self, 0, None, mode)
         try:
-            ticket = self.cache.get(keys[:hits], range(hits), pools=self.pool_order if mode == "layerwise" else None)
+            ticket = self.cache.get(keys[:hits], self._slots[:hits],
+                                    pools=self.pool_order if mode == "layerwise" else None)
         except kvf.NotFound as exc:  # gone since the lookup (a shared store evicted it): compute it all
             log.warning("kvferry: the cached prefix (%d blocks) is gone, recomputing: %s", hits, exc)
             return KVFerryDynamicCache(self, 0, None, mode)
@@ -440,6 +464,7 @@ class KVFerryPrefixCache:
             ticket = None
         past = KVFerryDynamicCache(self, hits * self.tokens_per_block, ticket, mode)
         self._get = past
+        self._pools_read = True
         return past
 
     def store(self, input_ids, past, priority: Optional[int] = None) -> int:
@@ -480,7 +505,7 @@ class KVFerryPrefixCache:
                     states[0, :, start * tpb:n * tpb].transpose(0, 1))
         if self.cuda:
             torch.cuda.current_stream(self.device).synchronize()  # the put reads what the stream wrote
-        self._put = self.cache.put(keys[start:n], range(start, n),
+        self._put = self.cache.put(keys[start:n], self._slots[start:n],
                                    self.priority if priority is None else priority)
         return n - start
 
