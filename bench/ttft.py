@@ -14,6 +14,9 @@ host tier is off, so they are files read back with the engine's file I/O):
   compute     the N new tokens' forward alone, the prefix already in memory
   ceiling     one pinned host -> device copy of the prefix's bytes (torch)
 
+--copy auto,dma times whole, layerwise and load once per CUDA copy mode of
+the engine, each through its own cache, in the same run.
+
 Each is the median of --runs after --warmup, bounded by synchronize(). The
 target: layerwise <= 1.15 x max(load, compute), and below whole. After every
 whole and layer-wise run the restored prefix K/V are compared, bit for bit,
@@ -71,6 +74,9 @@ def parse_args():
     ap.add_argument("--tiers", default="host,disk", help="host, disk or both (default host,disk)")
     ap.add_argument("--runs", type=int, default=None, help="timed runs per measurement (default 5; --quick 2)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 2; --quick 1)")
+    ap.add_argument("--copy", default=None, help="the engine's CUDA copy modes to time, comma-separated, "
+                    "each through its own cache in this run: auto, dma, kernel (default $KVF_CUDA_COPY or "
+                    "auto; e.g. auto,dma)")
     ap.add_argument("--tokens-per-block", type=int, default=64)
     ap.add_argument("--disk-dir", default=None, help="where the disk tier's files go (default: a new "
                     "folder under $TMPDIR; removed afterwards)")
@@ -92,6 +98,13 @@ def parse_args():
     a.runs = a.runs or (2 if a.quick else 5)
     a.warmup = a.warmup if a.warmup is not None else (1 if a.quick else 2)
     a.tiers = [t for t in a.tiers.split(",") if t]
+    env_copy = os.environ.pop("KVF_CUDA_COPY", None)  # it would override every cache's "auto"
+    a.copy = [c for c in (a.copy or env_copy or "auto").split(",") if c]
+    for c in a.copy:
+        if c not in ("auto", "dma", "kernel"):
+            ap.error(f"--copy: {c!r} is not one of auto, dma, kernel")
+    if not a.copy or len(set(a.copy)) != len(a.copy):
+        ap.error("--copy: give each mode once")
     for t in a.tiers:
         if t not in ("host", "disk"):
             ap.error(f"--tiers: {t!r} is neither host nor disk")
@@ -149,27 +162,70 @@ class Bench:
         return out.logits[0, -1].argmax()  # the first token
 
     def case(self, length, tier, disk_root):
+        """One row per copy mode for a prefix of `length` tokens on `tier`;
+        recompute, compute and ceiling do not depend on the copy mode and are
+        measured once."""
         a, tpb = self.a, self.a.tokens_per_block
         g = torch.Generator().manual_seed(length)
         ids = torch.randint(0, self.cfg.vocab_size, (1, length + a.new), generator=g).to(self.dev)
         blocks = length // tpb
-        opts = dict(host_blocks=blocks + 1) if tier == "host" else dict(
-            disk_dir=os.path.join(disk_root, f"p{length}"), disk_blocks=blocks + 1)
-        row = {"length": length, "new": a.new, "tier": tier, "blocks": blocks}
-        with torch.no_grad(), KVFerryPrefixCache.from_model(self.model, tokens_per_block=tpb,
-                                                            max_tokens=length + a.new, salt=f"ttft-{length}",
-                                                            **opts) as kv:
-            # the reference: the K/V of the prefix as the model computed it, stored once
-            past = kv.prepare(ids, mode="recompute")
-            self.forward(ids, past)
-            assert kv.store(ids[:, :length], past) == blocks
+        with torch.no_grad():
+            # the reference: the K/V of the prefix as the model computed it, stored into every cache
+            full = DynamicCache()
+            self.forward(ids, full)
             ref = [(layer.keys[..., :length, :].clone(), layer.values[..., :length, :].clone())
-                   for layer in past.layers]
-            del past
+                   for layer in full.layers]
+            shared = {}
+            rows = [self.served(length, tier, disk_root, ids, full, ref, copy, shared) for copy in a.copy]
+            del full
+            shared["compute_s"], shared["compute_runs"] = self.timed(
+                lambda c: self.forward(ids[:, length:], c), before=lambda: self.with_prefix(ref))
+        nbytes = sum(rk.numel() * rk.element_size() * 2 for rk, _ in ref)
+        shared["prefix_bytes"] = nbytes
+        if self.cuda:
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            dev = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
+            shared["ceiling_s"], _ = self.timed(lambda _: dev.copy_(host, non_blocking=True))
+            del host, dev
+        else:
+            shared["ceiling_s"] = None
+        ref.clear()  # free the reference K/V before the next case
+        for row in rows:
+            row.update(shared)
+            ref_s = max(row["load_s"], row["compute_s"])
+            row["target_s"] = ref_s
+            row["layerwise_over_target"] = row["layerwise_s"] / ref_s
+            row["within_target"] = row["layerwise_over_target"] <= TARGET
+            row["below_whole"] = row["layerwise_s"] < row["whole_s"]
+        if self.cuda:
+            torch.cuda.empty_cache()
+        return rows
+
+    @staticmethod
+    def with_prefix(ref):
+        """A DynamicCache already holding the prefix: the new tokens' compute alone."""
+        c = DynamicCache()
+        for i, (rk, rv) in enumerate(ref):
+            c.update(rk, rv, i)
+        return c
+
+    def served(self, length, tier, disk_root, ids, full, ref, copy, shared):
+        """whole, layer-wise and load through a cache whose engine moves
+        blocks with `copy` (kvf.CudaCopy)."""
+        a, tpb = self.a, self.a.tokens_per_block
+        blocks = length // tpb
+        opts = dict(host_blocks=blocks + 1) if tier == "host" else dict(
+            disk_dir=os.path.join(disk_root, f"p{length}-{copy}"), disk_blocks=blocks + 1)
+        opts["engine_options"] = {"cuda_copy": kvf.CudaCopy[copy.upper()]}
+        row = {"length": length, "new": a.new, "tier": tier, "copy": copy, "blocks": blocks}
+        with KVFerryPrefixCache.from_model(self.model, tokens_per_block=tpb, max_tokens=length + a.new,
+                                           salt=f"ttft-{length}", **opts) as kv:
+            assert kv.store(ids[:, :length], full) == blocks
             kv.sync()
+            settings = kv.engine.settings()
+            row["cuda_copy"] = settings["cuda_copy"].value if "cuda_copy" in settings else None
             if tier == "disk":
-                row["disk_settings"] = {k: str(v.value) for k, v in kv.engine.settings().items()
-                                        if k.startswith("file_")}
+                row["disk_settings"] = {k: str(v.value) for k, v in settings.items() if k.startswith("file_")}
             assert kv.lookup(ids) == length, f"{kv.lookup(ids)} of {length} tokens cached"
             exact = []
 
@@ -195,8 +251,9 @@ class Bench:
                     return past
                 return run
 
-            row["recompute_s"], row["recompute_runs"] = self.timed(
-                lambda _: self.forward(ids, kv.prepare(ids, mode="recompute")))
+            if "recompute_s" not in shared:
+                shared["recompute_s"], shared["recompute_runs"] = self.timed(
+                    lambda _: self.forward(ids, kv.prepare(ids, mode="recompute")))
             row["whole_s"], row["whole_runs"] = self.timed(served("whole"), before=poison, after=check)
             row["layerwise_s"], row["layerwise_runs"] = self.timed(served("layerwise"), before=poison,
                                                                    after=check)
@@ -206,35 +263,10 @@ class Bench:
                 assert past.cached_tokens == length
                 return past
             row["load_s"], row["load_runs"] = self.timed(load, before=poison)
-
-            def with_prefix():  # a DynamicCache already holding the prefix: compute alone
-                c = DynamicCache()
-                for i, (rk, rv) in enumerate(ref):
-                    c.update(rk, rv, i)
-                return c
-            row["compute_s"], row["compute_runs"] = self.timed(lambda c: self.forward(ids[:, length:], c),
-                                                               before=with_prefix)
             row["byte_exact"] = all(exact)
             row["byte_exact_runs"] = len(exact)
             row["stats"] = {k: v for k, v in kv.cache.stats().as_dict().items()
                             if k in ("hits", "failures", "bytes_out", "blocks")}
-        nbytes = sum(rk.numel() * rk.element_size() * 2 for rk, _ in ref)
-        row["prefix_bytes"] = nbytes
-        if self.cuda:
-            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-            dev = torch.empty(nbytes, dtype=torch.uint8, device=self.dev)
-            row["ceiling_s"], _ = self.timed(lambda _: dev.copy_(host, non_blocking=True))
-            del host, dev
-        else:
-            row["ceiling_s"] = None
-        ref.clear()  # free the reference K/V before the next case
-        ref_s = max(row["load_s"], row["compute_s"])
-        row["target_s"] = ref_s
-        row["layerwise_over_target"] = row["layerwise_s"] / ref_s
-        row["within_target"] = row["layerwise_over_target"] <= TARGET
-        row["below_whole"] = row["layerwise_s"] < row["whole_s"]
-        if self.cuda:
-            torch.cuda.empty_cache()
         return row
 
 
@@ -282,18 +314,18 @@ def main():
     print(f"ttft: {a.new} new tokens, {a.tokens_per_block} tokens a block, median of {a.runs} after {a.warmup} "
           f"warm-up" + (f"; disk dir on {meta['disk_dir_fs']}" if disk_root else ""))
     rows = []
-    hdr = (f"{'prefix':>7} {'tier':>5} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9} {'compute':>9}"
+    hdr = (f"{'prefix':>7} {'tier':>5} {'copy':>6} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9} {'compute':>9}"
            f" {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'exact':>5}   (ms)")
     print(hdr)
     try:
         for tier in a.tiers:
             for length in a.lengths:
-                r = b.case(length, tier, disk_root)
-                rows.append(r)
-                print(f"{length:>7} {tier:>5} {ms(r['recompute_s'])} {ms(r['whole_s'])} {ms(r['layerwise_s'])} "
-                      f"{ms(r['load_s'])} {ms(r['compute_s'])} {ms(r['ceiling_s'])} "
-                      f"{r['layerwise_over_target']:9.2f} {'yes' if r['below_whole'] else 'NO':>7} "
-                      f"{'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
+                for r in b.case(length, tier, disk_root):
+                    rows.append(r)
+                    print(f"{length:>7} {tier:>5} {r['copy']:>6} {ms(r['recompute_s'])} {ms(r['whole_s'])} {ms(r['layerwise_s'])} "
+                          f"{ms(r['load_s'])} {ms(r['compute_s'])} {ms(r['ceiling_s'])} "
+                          f"{r['layerwise_over_target']:9.2f} {'yes' if r['below_whole'] else 'NO':>7} "
+                          f"{'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -298,10 +298,13 @@ def test_ttft_bench_runs_tiny(tmp_path):
     out = tmp_path / "ttft.json"
     r = subprocess.run([sys.executable, str(bench), "--tiny", "--lengths", "128", "--new", "16", "--runs", "1",
                         "--warmup", "0", "--tokens-per-block", "32", "--disk-dir", str(tmp_path / "kv"),
-                        "--json", str(out)], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+                        "--copy", "auto,dma", "--json", str(out)], env=dict(os.environ), capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert [(row["tier"], row["length"]) for row in rows] == [("host", 128), ("disk", 128)]
+    assert [(row["tier"], row["length"], row["copy"]) for row in rows] == [
+        ("host", 128, "auto"), ("host", 128, "dma"), ("disk", 128, "auto"), ("disk", 128, "dma")]
+    assert [row["cuda_copy"] for row in rows] == ["auto", "dma"] * 2
     assert all(row["byte_exact"] and row["byte_exact_runs"] == 2 for row in rows)
 
 
