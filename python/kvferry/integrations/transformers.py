@@ -24,7 +24,9 @@ One request at a time per object, batch size 1, full-attention decoders
 (no sliding-window layers). docs/integrations/transformers.md has the rest.
 """
 
+import inspect
 import logging
+import time
 from typing import Optional
 
 import numpy as np
@@ -34,11 +36,11 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 import kvferry as kvf
 
-__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES"]
+__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES", "measure_prefill"]
 
 log = logging.getLogger("kvferry.transformers")
 
-MODES = ("layerwise", "whole", "recompute")
+MODES = ("layerwise", "whole", "recompute", "plan")
 
 _DTYPES = {torch.float32: kvf.Dtype.FP32, torch.float16: kvf.Dtype.FP16, torch.bfloat16: kvf.Dtype.BF16}
 
@@ -95,13 +97,14 @@ class _PrefixLayer(DynamicLayer):
         return self.pending + super().get_seq_length()
 
     def _materialize(self, key_states=None, value_states=None):
-        k, v = self._request._prefix(self._index, key_states)
-        self.dtype, self.device = k.dtype, k.device
-        if key_states is None:
-            self.keys, self.values = k.contiguous(), v.contiguous()
-        else:  # one copy: the prefix (a view of the pools) and the new tokens
-            self.keys = torch.cat([k, key_states], dim=-2)
-            self.values = torch.cat([v, value_states], dim=-2)
+        ks, vs = self._request._prefix(self._index, key_states)
+        self.dtype, self.device = ks[0].dtype, ks[0].device
+        if key_states is not None:
+            ks.append(key_states)
+            vs.append(value_states)
+        # one copy: the prefix (views of the pools, after a computed front) and the new tokens
+        self.keys = torch.cat(ks, dim=-2) if len(ks) > 1 else ks[0].contiguous()
+        self.values = torch.cat(vs, dim=-2) if len(vs) > 1 else vs[0].contiguous()
         self.is_initialized = True
         self.pending = 0
 
@@ -136,9 +139,17 @@ class KVFerryDynamicCache(DynamicCache):
     that layer. get_seq_length() counts the prefix from the start, so the
     model's positions and masks are right for the new tokens."""
 
-    def __init__(self, owner: "KVFerryPrefixCache", cached_tokens: int, ticket, mode: str):
+    def __init__(self, owner: "KVFerryPrefixCache", cached_tokens: int, ticket, mode: str, *, plan=None,
+                 front=None, known_blocks: Optional[int] = None):
         self.owner, self.cached_tokens, self.mode = owner, cached_tokens, mode
         self.cached_blocks = cached_tokens // owner.tokens_per_block
+        # mode "plan": the plan followed; front: the K/V per layer of the first front_blocks blocks,
+        # computed by prepare while the blocks after them loaded into their slots
+        self.plan = plan
+        self._front = front
+        self.front_blocks = front[0][0].shape[-2] // owner.tokens_per_block if front else 0
+        # leading blocks the cache holds already (store skips them): the hits, loaded or not
+        self.known_blocks = self.cached_blocks if known_blocks is None else known_blocks
         self._ticket = ticket
         self._failed: Optional[BaseException] = None
         _HFCache.__init__(self, layers=[_PrefixLayer(self, i) for i in range(owner.num_layers)])
@@ -167,11 +178,15 @@ class KVFerryDynamicCache(DynamicCache):
         if key_states is not None:
             o._check_states(layer, key_states)
         self._wait_layer(layer)
-        n, t = self.cached_blocks, o.cached_shape
-        # [n, tokens, heads, dim] -> [1, heads, n * tokens, dim], a view
-        k = o.k_pools[layer][:n].view(1, n * t[0], t[1], t[2]).transpose(1, 2)
-        v = o.v_pools[layer][:n].view(1, n * t[0], t[1], t[2]).transpose(1, 2)
-        return k, v
+        f, n, t = self.front_blocks, self.cached_blocks, o.cached_shape
+        # [n - f, tokens, heads, dim] -> [1, heads, (n - f) * tokens, dim], a view
+        k = o.k_pools[layer][f:n].view(1, (n - f) * t[0], t[1], t[2]).transpose(1, 2)
+        v = o.v_pools[layer][f:n].view(1, (n - f) * t[0], t[1], t[2]).transpose(1, 2)
+        if not f:
+            return [k], [v]
+        fk, fv = self._front[layer]
+        self._front[layer] = None  # the layer's own copy replaces it
+        return [fk, k], [fv, v]
 
     def finish(self) -> None:
         """Waits for the prefix's get to complete: raises PrefixLoadError if a
@@ -193,6 +208,93 @@ class KVFerryDynamicCache(DynamicCache):
         return all(layer.pending == 0 for layer in self.layers)
 
 
+def _forward_keywords(model) -> dict:
+    """logits_to_keep=1 where the model takes it: a prefill's cost is its
+    last token's logits, not a vocabulary row per token."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
+def _ladder(tokens_per_block: int, max_tokens: int):
+    """tokens_per_block, x4, x16, ... below max_tokens, then max_tokens."""
+    out, n = [], tokens_per_block
+    while n < max_tokens:
+        out.append(n)
+        n *= 4
+    return out + [max_tokens]
+
+
+def measure_prefill(model, max_tokens: int, *, tokens_per_block: int = 64, runs: int = 1, warmup: int = 1,
+                    new_tokens=None, prefix_tokens=None) -> dict:
+    """The model's prefill cost as a table for Cache.set_prefill_cost:
+    {"new_tokens", "prefix_tokens", "seconds"}, seconds[p][j] the median
+    time of a forward over new_tokens[j] tokens after prefix_tokens[p]
+    cached ones (zeros: attention costs the same whatever the values),
+    bounded by synchronize() on CUDA (passes under 50 ms run twice more).
+    The default grid: new tokens from
+    tokens_per_block up by x4 to max_tokens, prefixes 0 and the same below
+    max_tokens; cells past max_tokens in all are not run but extended along
+    their row from the two before, and every row and column is made
+    non-decreasing (noise must not make more tokens cheaper)."""
+    geo = model_geometry(model.config)
+    cfg = _text_config(model.config)
+    nt = list(new_tokens or _ladder(tokens_per_block, max_tokens))
+    pt = list(prefix_tokens if prefix_tokens is not None else [0] + _ladder(tokens_per_block, max_tokens)[:-1])
+    if not nt or not pt or sorted(set(nt)) != nt or sorted(set(pt)) != pt or nt[0] <= 0 or pt[0] < 0:
+        raise ValueError(f"measure_prefill: new_tokens {nt} and prefix_tokens {pt} must be increasing, new "
+                         f"tokens > 0")
+    dev = model.device
+    cuda = torch.device(dev).type == "cuda"
+    kw = _forward_keywords(model)
+    g = torch.Generator().manual_seed(0)
+
+    def once(n, p):
+        past = DynamicCache()
+        if p:
+            shape = (1, geo["kv_heads"], p, geo["head_dim"])
+            for i in range(geo["layers"]):
+                past.update(torch.zeros(shape, dtype=model.dtype, device=dev),
+                            torch.zeros(shape, dtype=model.dtype, device=dev), i)
+        ids = torch.randint(0, int(cfg.vocab_size), (1, n), generator=g).to(dev)
+        if cuda:
+            torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        model(ids, past_key_values=past, use_cache=True, **kw)
+        if cuda:
+            torch.cuda.synchronize(dev)
+        return time.perf_counter() - t0
+
+    rows = []
+    with torch.no_grad():
+        for _ in range(2):  # the first passes pay for lazy set-up (kernels, allocator, threads)
+            once(nt[0], 0)
+        for p in pt:
+            row = []
+            for n in nt:
+                if p + n > max(max_tokens, nt[0] + p) and len(row) >= 1:
+                    row.append(None)
+                    continue
+                times = [once(n, p) for _ in range(warmup + runs)][warmup:]
+                if times[0] < 0.05:  # cheap: a median of more, since one slow pass would lift the whole table
+                    times += [once(n, p) for _ in range(2)]
+                row.append(sorted(times)[len(times) // 2])
+            rows.append(row)
+    for row in rows:  # extend the cells not run along the row
+        for j, x in enumerate(row):
+            if x is None:
+                a, b = (j - 2, j - 1) if j >= 2 else (None, j - 1)
+                slope = row[b] / nt[b] if a is None else max(row[b] - row[a], 0.0) / (nt[b] - nt[a])
+                row[j] = row[b] + slope * (nt[j] - nt[b])
+        for j in range(1, len(row)):
+            row[j] = max(row[j], row[j - 1])
+    for i in range(1, len(rows)):
+        rows[i] = [max(x, y) for x, y in zip(rows[i], rows[i - 1])]
+    return {"new_tokens": nt, "prefix_tokens": pt, "seconds": rows}
+
+
 class KVFerryPrefixCache:
     """A kvferry Engine and Cache shaped for one model: K and V pools per
     layer, the cache's tiers below them (host slots, a disk directory, a
@@ -209,14 +311,18 @@ class KVFerryPrefixCache:
     salt: names the weights (an int or a name for kvf.key_salt);
     the default comes from the config's name and geometry, so give one for
     weights that share a name (fine-tunes, random initialisations). mode:
-    "layerwise", "whole" or "recompute" (no reuse, for baselines).
-    engine_options / cache_options: more kvf.Engine / kvf.Cache keywords."""
+    "layerwise", "whole", "recompute" (no reuse, for baselines) or "plan"
+    (the cache's load-or-recompute plan, followed; needs the model).
+    prefill_cost: the model's prefill cost for "plan" (see
+    set_prefill_cost; measured from the model on first use when not
+    given). engine_options / cache_options: more kvf.Engine / kvf.Cache
+    keywords."""
 
     def __init__(self, config, *, dtype=None, device="cpu", tokens_per_block: int = 64, max_tokens: int = 8192,
                  host_blocks: int = 0, host_bytes=0, disk_dir=None, disk_blocks: int = 0, disk_bytes=0,
                  remote_url: Optional[str] = None, remote="write-through", namespace: Optional[str] = None,
                  salt=None, mode: str = "layerwise", priority: int = 50, engine_options: Optional[dict] = None,
-                 cache_options: Optional[dict] = None):
+                 cache_options: Optional[dict] = None, prefill_cost=None):
         geo = model_geometry(config)
         cfg = _text_config(config)
         self.num_layers, self.kv_heads, self.head_dim = geo["layers"], geo["kv_heads"], geo["head_dim"]
@@ -293,6 +399,13 @@ class KVFerryPrefixCache:
         self._get: Optional[KVFerryDynamicCache] = None
         self._put = None
         self._pools_read = False  # kernels queued since the last settle may still read the pools
+        self.prefill_cost = None
+        if prefill_cost is not None:
+            try:
+                self.set_prefill_cost(prefill_cost)
+            except BaseException:
+                self.close()
+                raise
         self._slots = np.arange(self.max_blocks, dtype=np.uint32)
         if self.cuda:
             # kvferry takes stream 0 (torch's default, legacy stream) for "no stream" and would make the host
@@ -389,10 +502,11 @@ class KVFerryPrefixCache:
         return np.array(keys, dtype=np.uint64)
 
     def lookup(self, input_ids) -> int:
-        """How many of the request's leading tokens prepare would serve."""
+        """How many of the request's leading tokens prepare would serve
+        (modes layerwise and whole)."""
         ids = self.tokens(input_ids)
         keys = self.keys(ids)
-        usable = min(len(keys), max(len(ids) - 1, 0) // self.tokens_per_block)
+        usable = self._usable(ids, keys)
         return self.cache.lookup(keys[:usable])[0] * self.tokens_per_block if usable else 0
 
     def _stream_wait(self, ticket, layer: int) -> None:
@@ -408,6 +522,44 @@ class KVFerryPrefixCache:
         event = self._events[layer]
         event.record(self._side)
         stream.wait_event(event)
+
+    # -- planning (mode "plan"; docs/planner.md) --
+    def set_prefill_cost(self, cost) -> None:
+        """The model's prefill cost for the cache's plans: a table from
+        measure_prefill (or any kvf.Cache.set_prefill_cost form), with this
+        model's layers and layer-wise overlap."""
+        self.cache.set_prefill_cost(cost, layers=self.num_layers, overlap=True)
+        self.prefill_cost = cost
+
+    def profile(self, model, **options) -> dict:
+        """Measures the model's prefill cost (measure_prefill up to
+        max_tokens; options go to it) and sets it; the table is kept, so a
+        plan measures once per object."""
+        self.check_model(model)
+        cost = measure_prefill(model, self.max_blocks * self.tokens_per_block,
+                               tokens_per_block=self.tokens_per_block, **options)
+        self.set_prefill_cost(cost)
+        return cost
+
+    def plan(self, input_ids, model=None):
+        """The cache's plan for the request (kvf.Cache.plan over its usable
+        blocks): which leading hits to load and from which token to compute.
+        Measures the prefill cost from `model` first if none is set."""
+        ids = self.tokens(input_ids)
+        keys = self.keys(ids)
+        return self._plan(ids, keys[:self._usable(ids, keys)], model)
+
+    def _usable(self, ids, keys) -> int:
+        """Blocks that may be served: at least one token is left to compute."""
+        return min(len(keys), max(len(ids) - 1, 0) // self.tokens_per_block)
+
+    def _plan(self, ids, keys, model):
+        if self.prefill_cost is None:
+            if model is None:
+                raise ValueError("KVFerryPrefixCache: mode 'plan' needs the model's prefill cost: pass "
+                                 "model= (measured once) or prefill_cost= / set_prefill_cost")
+            self.profile(model)
+        return self.cache.plan(keys, len(ids))
 
     # -- a request --
     def _settle(self) -> None:
@@ -428,31 +580,54 @@ class KVFerryPrefixCache:
             torch.cuda.current_stream(self.device).synchronize()  # no kernel still reads the pools
         self._pools_read = False
 
-    def prepare(self, input_ids, mode: Optional[str] = None) -> KVFerryDynamicCache:
+    def prepare(self, input_ids, mode: Optional[str] = None, *, model=None) -> KVFerryDynamicCache:
         """Looks the request up and queues the get of its cached prefix into
         the pools; returns the Cache to pass as past_key_values, with the
         model run on input_ids[:, cached_tokens:]. At least one token is
         left to compute. mode "whole" waits for the get here (and returns an
-        empty cache, with a warning, if a block failed)."""
+        empty cache, with a warning, if a block failed). mode "plan" follows
+        the cache's plan (past.plan): loads its leading hits layer-wise, or,
+        where it says so, computes the first load_first blocks here with
+        `model` while the hits after them load; model is needed for the
+        plan's prefill cost (measured once) and for that front."""
         mode = self._mode(mode or self.mode)
         self._settle()
         ids = self.tokens(input_ids)
         if not len(ids):
             raise ValueError("KVFerryPrefixCache: empty input_ids")
-        hits = 0
+        if model is not None:
+            self.check_model(model)
+        hits = first = 0
+        plan = known = None
         if mode != "recompute":
             keys = self.keys(ids)
-            usable = min(len(keys), (len(ids) - 1) // self.tokens_per_block)
-            if usable:
+            usable = self._usable(ids, keys)
+            if usable and mode == "plan":
+                plan = self._plan(ids, keys[:usable], model)
+                hits, known = plan.load_blocks, plan.hits
+                first = min(int(getattr(plan, "load_first", 0) or 0), hits)
+                if first == hits:  # nothing left to load: the plan computes it all
+                    hits = first = 0
+                elif first and model is None:
+                    raise ValueError(f"KVFerryPrefixCache: the plan computes the first {first} blocks while "
+                                     f"the rest load: prepare needs model=")
+            elif usable:
                 hits = self.cache.lookup(keys[:usable])[0]
         if not hits:
-            return KVFerryDynamicCache(self, 0, None, mode)
+            return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=known)
         try:
-            ticket = self.cache.get(keys[:hits], self._slots[:hits],
-                                    pools=self.pool_order if mode == "layerwise" else None)
+            ticket = self.cache.get(keys[first:hits], self._slots[first:hits],
+                                    pools=None if mode == "whole" else self.pool_order)
         except kvf.NotFound as exc:  # gone since the lookup (a shared store evicted it): compute it all
-            log.warning("kvferry: the cached prefix (%d blocks) is gone, recomputing: %s", hits, exc)
-            return KVFerryDynamicCache(self, 0, None, mode)
+            log.warning("kvferry: the cached prefix (%d blocks) is gone, recomputing: %s", hits - first, exc)
+            return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=0)
+        front = None
+        if first:  # the front computed while the blocks after it load
+            try:
+                front = self._front(model, input_ids, first * self.tokens_per_block)
+            except BaseException:
+                ticket.wait()
+                raise
         if mode == "whole":
             try:
                 ticket.wait(check=True)
@@ -462,24 +637,41 @@ class KVFerryPrefixCache:
             if self.cuda:  # the model's stream reads the slots after the copies, whatever queue they ran on
                 self.engine.sync_stream(torch.cuda.current_stream(self.device))
             ticket = None
-        past = KVFerryDynamicCache(self, hits * self.tokens_per_block, ticket, mode)
+        past = KVFerryDynamicCache(self, hits * self.tokens_per_block, ticket, mode, plan=plan, front=front,
+                                   known_blocks=known)
         self._get = past
         self._pools_read = True
         return past
 
+    def _front(self, model, input_ids, tokens: int):
+        """K/V per layer of the request's first `tokens` tokens, computed."""
+        if not torch.is_tensor(input_ids):
+            input_ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64))
+        ids = input_ids.reshape(1, -1)[:, :tokens].to(model.device)
+        past = DynamicCache()
+        with torch.no_grad():
+            model(ids, past_key_values=past, use_cache=True, **_forward_keywords(model))
+        if len(past.layers) != self.num_layers:
+            raise ValueError(f"KVFerryPrefixCache: the model filled {len(past.layers)} layers, this cache has "
+                             f"{self.num_layers}")
+        for i, layer in enumerate(past.layers):
+            self._check_states(i, layer.keys)
+        return [(layer.keys, layer.values) for layer in past.layers]
+
     def store(self, input_ids, past, priority: Optional[int] = None) -> int:
         """Puts the request's whole blocks that past holds (K/V of the first
         len(input_ids) tokens, as the model computed them) into the cache;
-        returns how many were queued. Blocks served from the cache are not
-        copied again. Returns at once: the copies run behind, and the next
-        request waits for them before it reuses the pools."""
+        returns how many were queued. Blocks the cache held (served, or in
+        mode "plan" recomputed) are not copied again. Returns at once: the
+        copies run behind, and the next request waits for them before it
+        reuses the pools."""
         if isinstance(past, KVFerryDynamicCache):
             if past.owner is not self:
                 raise ValueError("KVFerryPrefixCache.store: past belongs to another KVFerryPrefixCache")
             past.finish()
             if self._get is past:
                 self._get = None
-            start = past.cached_blocks
+            start = past.known_blocks
         elif isinstance(past, _HFCache):
             start = 0
         else:
@@ -520,7 +712,7 @@ class KVFerryPrefixCache:
         fails to load is recomputed (a warning says why)."""
         self.check_model(model)
         ids = self._ids_2d(input_ids, model)
-        past = self.prepare(ids, mode)
+        past = self.prepare(ids, mode, model=model)
         try:
             out = model(ids[:, past.cached_tokens:], past_key_values=past, use_cache=True, **kwargs)
             past.finish()
@@ -538,7 +730,7 @@ class KVFerryPrefixCache:
         what generate returns."""
         self.check_model(model)
         ids = self._ids_2d(input_ids, model)
-        past = self.prepare(ids, mode)
+        past = self.prepare(ids, mode, model=model)
         try:
             out = model.generate(ids, past_key_values=past, **kwargs)
             past.finish()

@@ -1,0 +1,141 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Mode "plan" of the transformers adapter on the CPU (host backend, a tiny
+random Llama): the cache's plan is followed, its loaded blocks are the K/V
+the model computed, bit for bit, and the logits match a recompute; a plan
+that recomputes loads nothing; both plan shapes (leading hits loaded, and
+the front computed while the hits after it load) are followed as given;
+the prefill cost is measured from the model once. Skipped without torch and
+transformers."""
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from test_transformers import TPB, assert_prefix_equal, bits, poison, prompt, tiny_model  # noqa: E402
+
+from kvferry.integrations.transformers import KVFerryPrefixCache, measure_prefill  # noqa: E402
+
+# compute dear, loads cheap: the planner loads every usable hit
+DEAR = {"new_tokens": [TPB, 1024], "prefix_tokens": [0, 1024], "seconds": [[0.05, 3.0], [0.06, 3.5]]}
+
+
+def served(kv, model, ids, **kw):
+    poison(kv)
+    past = kv.prepare(ids, "plan", model=model, **kw)
+    out = model(ids[:, past.cached_tokens:], past_key_values=past)
+    past.finish()
+    assert past.loaded and past.get_seq_length() == ids.shape[1]
+    return past, out
+
+
+def test_plan_loads_what_pays(tmp_path):
+    model = tiny_model()
+    ids = prompt(1, 7 * TPB + 5)
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=512,
+                                                        host_blocks=64, prefill_cost=DEAR) as kv:
+        ref = kv.forward(model, ids, mode="recompute")
+        past, out = served(kv, model, ids)
+        assert past.plan.load_blocks == past.plan.hits == 7 and past.cached_tokens == 7 * TPB
+        assert past.plan.ttft_s <= past.plan.ttft_recompute_s
+        assert_prefix_equal(past, ref.past_key_values, 7 * TPB)
+        torch.testing.assert_close(out.logits[0, -1], ref.logits[0, -1], rtol=1e-4, atol=1e-4)
+        assert kv.store(ids, past) == 0  # every whole block was a hit
+        assert kv.cache.stats().failures == 0
+        # forward and generate take the mode too
+        poison(kv)
+        out = kv.forward(model, ids, mode="plan")
+        torch.testing.assert_close(out.logits[0, -1], ref.logits[0, -1], rtol=1e-4, atol=1e-4)
+        gen = kv.generate(model, ids, mode="plan", max_new_tokens=4, do_sample=False)
+        assert torch.equal(gen, model.generate(ids, max_new_tokens=4, do_sample=False))
+
+
+def test_a_plan_of_recompute_recomputes():
+    model = tiny_model()
+    ids = prompt(2, 6 * TPB + 1)
+    cheap = {"new_tokens": [TPB, 1024], "seconds": [1e-6, 2e-6]}  # full prefills: computing is free
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=512,
+                                                        host_blocks=64, prefill_cost=cheap) as kv:
+        ref = kv.forward(model, ids, mode="recompute")
+        kv.engine.set_tier_cost("host", 1.0, 1e3, hold=True)  # a second and 1 kB/s: loading never pays
+        kv.sync()
+        before = kv.cache.stats().bytes_out
+        past, out = served(kv, model, ids)
+        assert past.plan.hits == 6 and past.plan.load_blocks == 0 and past.cached_tokens == 0
+        assert past.known_blocks == 6 and kv.store(ids, past) == 0  # recomputed hits are not stored again
+        assert kv.cache.stats().bytes_out == before  # nothing was read
+        torch.testing.assert_close(out.logits[0, -1], ref.logits[0, -1], rtol=1e-4, atol=1e-4)
+        assert all(torch.isnan(p).all() for p in kv.k_pools)  # no get wrote the pools
+
+
+class GivenPlan(KVFerryPrefixCache):
+    """The adapter following a plan it is given (the planner's own choice is
+    tested above and in the planner's tests): `load_first` blocks computed,
+    hits load_first .. load_blocks loaded."""
+
+    given = None
+
+    def _plan(self, ids, keys, model):
+        real = super()._plan(ids, keys, model)
+        first, load = self.given
+        return SimpleNamespace(hits=real.hits, load_blocks=load, load_first=first)
+
+
+@pytest.mark.parametrize("first,load", [(0, 8), (0, 5), (3, 8), (1, 6), (4, 4), (0, 0)])
+def test_both_plan_shapes_followed(tmp_path, first, load):
+    model = tiny_model()
+    ids = prompt(3, 9 * TPB + 2)
+    with torch.no_grad(), GivenPlan.from_model(model, tokens_per_block=TPB, max_tokens=512, disk_dir=tmp_path,
+                                               disk_blocks=64, prefill_cost=DEAR) as kv:
+        ref = kv.forward(model, ids, mode="recompute")
+        kv.sync()
+        kv.given = (first, load)
+        past, out = served(kv, model, ids)
+        loads = load if first < load else 0
+        assert past.cached_tokens == loads * TPB
+        assert past.front_blocks == (first if loads else 0)
+        for k in kv.k_pools + kv.v_pools:  # the front's slots were not read, the loaded ones were
+            assert torch.isnan(k[:past.front_blocks]).all()
+            assert not torch.isnan(k[past.front_blocks:loads]).any()
+        # the loaded blocks bit for bit; the front, computed again, and the rest close
+        lo, hi = past.front_blocks * TPB, loads * TPB
+        for i, (a, b) in enumerate(zip(past.layers, ref.past_key_values.layers)):
+            for x, y in ((a.keys, b.keys), (a.values, b.values)):
+                assert torch.equal(bits(x[..., lo:hi, :]), bits(y[..., lo:hi, :])), f"layer {i}"
+                torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(out.logits[0, -1], ref.logits[0, -1], rtol=1e-4, atol=1e-4)
+        assert kv.store(ids, past) == 0 and kv.cache.stats().failures == 0
+
+
+def test_load_first_needs_the_model():
+    model = tiny_model()
+    ids = prompt(4, 5 * TPB + 2)
+    with torch.no_grad(), GivenPlan.from_model(model, tokens_per_block=TPB, max_tokens=512, host_blocks=64,
+                                               prefill_cost=DEAR) as kv:
+        kv.forward(model, ids, mode="recompute")
+        kv.given = (2, 5)
+        with pytest.raises(ValueError, match="computes the first 2 blocks.*model="):
+            kv.prepare(ids, "plan")
+
+
+def test_prefill_cost_measured_once():
+    model = tiny_model()
+    table = measure_prefill(model, 256, tokens_per_block=TPB, runs=1, warmup=0)
+    assert table["new_tokens"] == [TPB, 4 * TPB, 256] and table["prefix_tokens"] == [0, TPB, 4 * TPB]
+    rows = table["seconds"]
+    assert all(x > 0 for r in rows for x in r)
+    assert all(r[j] <= r[j + 1] for r in rows for j in range(len(r) - 1))
+    assert all(a <= b for r0, r1 in zip(rows, rows[1:]) for a, b in zip(r0, r1))
+    ids = prompt(5, 4 * TPB + 3)
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=256,
+                                                        host_blocks=64) as kv:
+        with pytest.raises(ValueError, match="prefill cost: pass model="):
+            kv.prepare(ids, "plan")
+        kv.forward(model, ids)
+        past, _ = served(kv, model, ids)
+        cost = kv.prefill_cost
+        assert cost["new_tokens"] == [TPB, 4 * TPB, 256] and past.plan.hits == 4
+        served(kv, model, ids)
+        assert kv.prefill_cost is cost  # measured once per object
