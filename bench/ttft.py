@@ -10,11 +10,18 @@ host tier is off, so they are files read back with the engine's file I/O):
   recompute   the whole request computed, no cache
   whole       the prefix fetched whole, then the N new tokens computed
   layerwise   layer l+1's K/V loading while layer l computes
+  plan        the cache's load-or-recompute plan, followed (mode "plan"),
+              beside the TTFT it predicted and its shape: loaded blocks of
+              the hits, after the front blocks computed while they load
   load        the whole prefix's get alone
   compute     the N new tokens' forward alone, the prefix already in memory
   ceiling     one pinned host -> device copy of the prefix's bytes (torch)
 
---copy auto,dma times whole, layerwise and load once per CUDA copy mode of
+The plan's prefill cost is the model's own, measured once before the rows
+(measure_prefill: new tokens x prefix tokens); its tier costs are what the
+engine learnt from the gets before it.
+
+--copy auto,dma times whole, layerwise, load and plan once per CUDA copy mode of
 the engine, each through its own cache, in the same run.
 
 Each is the median of --runs after --warmup, bounded by synchronize(). The
@@ -48,7 +55,7 @@ except ImportError as exc:
     sys.exit(77)
 
 import kvferry as kvf  # noqa: E402
-from kvferry.integrations.transformers import KVFerryPrefixCache  # noqa: E402
+from kvferry.integrations.transformers import KVFerryPrefixCache, measure_prefill  # noqa: E402
 
 TARGET = 1.15
 
@@ -135,6 +142,10 @@ class Bench:
         self.sync()
         self.init_s = time.perf_counter() - t0
         self.cfg = cfg
+        t0 = time.perf_counter()
+        self.prefill = measure_prefill(self.model, max(args.lengths) + args.new,
+                                       tokens_per_block=args.tokens_per_block)
+        self.prefill_s = time.perf_counter() - t0
 
     def sync(self):
         if self.cuda:
@@ -219,7 +230,7 @@ class Bench:
         opts["engine_options"] = {"cuda_copy": kvf.CudaCopy[copy.upper()]}
         row = {"length": length, "new": a.new, "tier": tier, "copy": copy, "blocks": blocks}
         with KVFerryPrefixCache.from_model(self.model, tokens_per_block=tpb, max_tokens=length + a.new,
-                                           salt=f"ttft-{length}", **opts) as kv:
+                                           salt=f"ttft-{length}", prefill_cost=self.prefill, **opts) as kv:
             assert kv.store(ids[:, :length], full) == blocks
             kv.sync()
             settings = kv.engine.settings()
@@ -243,9 +254,20 @@ class Bench:
                 for pool in kv.k_pools + kv.v_pools:
                     pool.fill_(float("nan"))
 
+            def check_plan(past, timed):
+                past.finish()
+                lo, hi = past.front_blocks * tpb, past.cached_tokens  # the blocks it loaded
+                exact.append(all(torch.equal(layer.keys[..., lo:hi, :].view(bits), rk[..., lo:hi, :].view(bits))
+                                 and torch.equal(layer.values[..., lo:hi, :].view(bits),
+                                                 rv[..., lo:hi, :].view(bits))
+                                 for layer, (rk, rv) in zip(past.layers, ref)))
+                plans.append(past.plan)
+
+            plans = []
+
             def served(mode):
                 def run(_):
-                    past = kv.prepare(ids, mode=mode)
+                    past = kv.prepare(ids, mode=mode, model=self.model)
                     self.forward(ids[:, past.cached_tokens:], past)
                     past.finish()
                     return past
@@ -263,6 +285,14 @@ class Bench:
                 assert past.cached_tokens == length
                 return past
             row["load_s"], row["load_runs"] = self.timed(load, before=poison)
+            # after the gets above: the engine's tier costs are learnt ones
+            row["plan_s"], row["plan_runs"] = self.timed(served("plan"), before=poison, after=check_plan)
+            p = plans[-1]
+            row["plan"] = {"predicted_s": p.ttft_s, "hits": p.hits, "load_blocks": p.load_blocks,
+                           "load_first": int(getattr(p, "load_first", 0) or 0), "load_s": p.load_s,
+                           "compute_s": p.compute_s, "ttft_recompute_s": p.ttft_recompute_s,
+                           "ttft_load_all_s": p.ttft_load_all_s, "overlap": p.overlap,
+                           "same_every_run": all(q == p for q in plans)}
             row["byte_exact"] = all(exact)
             row["byte_exact_runs"] = len(exact)
             row["stats"] = {k: v for k, v in kv.cache.stats().as_dict().items()
@@ -285,11 +315,18 @@ def fs_of(path):
     return fstype
 
 
+def plan_blocks(p):
+    """loaded/hits, after the computed front where the plan has one: 3+29/32."""
+    f = p["load_first"]
+    return (f"{f}+{p['load_blocks'] - f}" if f else f"{p['load_blocks']}") + f"/{p['hits']}"
+
+
 def ms(x):
     return f"{'-':>9}" if x is None else f"{x * 1e3:9.1f}"
 
 
 def main():
+    t0 = time.perf_counter()
     a = parse_args()
     b = Bench(a)
     tmp = None
@@ -306,7 +343,7 @@ def main():
         "torch": torch.__version__, "transformers": transformers.__version__, "kvferry": kvf.version(),
         "tokens_per_block": a.tokens_per_block, "new_tokens": a.new, "runs": a.runs, "warmup": a.warmup,
         "disk_dir_fs": fs_of(disk_root) if disk_root else None,
-        "model_init_s": round(b.init_s, 2), "target": f"layerwise <= {TARGET} x max(load, compute) and < whole",
+        "model_init_s": round(b.init_s, 2), "prefill_table": b.prefill, "prefill_table_s": round(b.prefill_s, 2), "target": f"layerwise <= {TARGET} x max(load, compute) and < whole",
     }
     print(f"ttft: {meta['model']} ({meta['layers']} layers, {meta['kv_heads']} kv heads x {meta['head_dim']}, "
           f"{meta['dtype']}) on {meta['gpu']}; torch {meta['torch']}, transformers {meta['transformers']}, "
@@ -315,7 +352,8 @@ def main():
           f"warm-up" + (f"; disk dir on {meta['disk_dir_fs']}" if disk_root else ""))
     rows = []
     hdr = (f"{'prefix':>7} {'tier':>5} {'copy':>6} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9} {'compute':>9}"
-           f" {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'exact':>5}   (ms)")
+           f" {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'plan':>9} {'predicted':>9} {'plan blocks':>13}"
+           f" {'exact':>5}   (ms)")
     print(hdr)
     try:
         for tier in a.tiers:
@@ -325,6 +363,7 @@ def main():
                     print(f"{length:>7} {tier:>5} {r['copy']:>6} {ms(r['recompute_s'])} {ms(r['whole_s'])} {ms(r['layerwise_s'])} "
                           f"{ms(r['load_s'])} {ms(r['compute_s'])} {ms(r['ceiling_s'])} "
                           f"{r['layerwise_over_target']:9.2f} {'yes' if r['below_whole'] else 'NO':>7} "
+                          f"{ms(r['plan_s'])} {ms(r['plan']['predicted_s'])} {plan_blocks(r['plan']):>13} "
                           f"{'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
     finally:
         if tmp is not None:
@@ -332,7 +371,8 @@ def main():
     ok = all(r["byte_exact"] for r in rows)
     met = all(r["within_target"] and r["below_whole"] for r in rows)
     print(f"ttft: K/V byte-exact after every round trip: {'yes' if ok else 'NO'}; target met at every row: "
-          f"{'yes' if met else 'no'}")
+          f"{'yes' if met else 'no'}; {time.perf_counter() - t0:.0f} s in all, {b.prefill_s:.0f} s of it the "
+          f"prefill table")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": meta, "rows": rows, "byte_exact": ok, "target_met": met}, f, indent=1)

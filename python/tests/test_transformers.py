@@ -305,7 +305,11 @@ def test_ttft_bench_runs_tiny(tmp_path):
     assert [(row["tier"], row["length"], row["copy"]) for row in rows] == [
         ("host", 128, "auto"), ("host", 128, "dma"), ("disk", 128, "auto"), ("disk", 128, "dma")]
     assert [row["cuda_copy"] for row in rows] == ["auto", "dma"] * 2
-    assert all(row["byte_exact"] and row["byte_exact_runs"] == 2 for row in rows)
+    for row in rows:  # the plan column: the plan followed, its prediction beside it
+        p = row["plan"]
+        assert row["plan_s"] > 0 and p["predicted_s"] > 0 and p["hits"] == 128 // 32
+        assert 0 <= p["load_first"] <= p["load_blocks"] <= p["hits"]
+    assert all(row["byte_exact"] and row["byte_exact_runs"] == 3 for row in rows)  # whole, layerwise, plan
 
 
 def test_example_runs():
