@@ -176,10 +176,9 @@ class Bench:
         """One row per copy mode for a prefix of `length` tokens on `tier`;
         recompute, compute and ceiling do not depend on the copy mode and are
         measured once."""
-        a, tpb = self.a, self.a.tokens_per_block
+        a = self.a
         g = torch.Generator().manual_seed(length)
         ids = torch.randint(0, self.cfg.vocab_size, (1, length + a.new), generator=g).to(self.dev)
-        blocks = length // tpb
         with torch.no_grad():
             # the reference: the K/V of the prefix as the model computed it, stored into every cache
             full = DynamicCache()

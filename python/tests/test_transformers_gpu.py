@@ -59,3 +59,33 @@ def test_layerwise_on_a_stream_of_its_own():
             past.finish()
         stream.synchronize()
         assert_prefix_equal(past, out1.past_key_values, 6 * TPB)
+
+
+@pytest.mark.parametrize("tier", ["host", "disk"])
+@pytest.mark.parametrize("first,load", [(0, 6), (2, 6)])
+def test_plan_shapes_on_gpu(tmp_path, tier, first, load):
+    """Mode "plan" on CUDA pools, both shapes as given: the loaded blocks bit
+    for bit, the front's slots untouched, the logits a recompute's."""
+    from test_transformers_plan import DEAR, GivenPlan
+
+    model = tiny_model(dtype=torch.bfloat16, device="cuda")
+    opts = dict(host_blocks=64) if tier == "host" else dict(disk_dir=tmp_path, disk_blocks=64)
+    ids = prompt(4, 7 * TPB + 3).cuda()
+    with torch.no_grad(), GivenPlan.from_model(model, tokens_per_block=TPB, max_tokens=1024, prefill_cost=DEAR,
+                                               **opts) as kv:
+        ref = kv.forward(model, ids, mode="recompute")
+        kv.given = (first, load)
+        poison(kv)
+        past = kv.prepare(ids, "plan", model=model)
+        assert past.cached_tokens == load * TPB and past.front_blocks == first
+        out = model(ids[:, past.cached_tokens:], past_key_values=past)
+        past.finish()
+        torch.cuda.synchronize()
+        for k in kv.k_pools:
+            assert torch.isnan(k[:first]).all() and not torch.isnan(k[first:load]).any()
+        lo, hi = first * TPB, load * TPB
+        for a, b in zip(past.layers, ref.past_key_values.layers):
+            assert torch.equal(a.keys[..., lo:hi, :].view(torch.int16), b.keys[..., lo:hi, :].view(torch.int16))
+            assert torch.equal(a.values[..., lo:hi, :].view(torch.int16),
+                               b.values[..., lo:hi, :].view(torch.int16))
+        torch.testing.assert_close(out.logits[0, -1].float(), ref.logits[0, -1].float(), rtol=0.05, atol=0.05)
