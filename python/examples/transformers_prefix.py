@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# requires: torch transformers
 """Prefix reuse in a transformers program through kvferry.
 
 Requests that share a long prefix (a system prompt, a document, the turns of

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
+# manual: needs vLLM, a model and a GPU (docs/integrations/vllm.md)
 """vLLM with kvferry as its KV connector: a long prompt is run, vLLM's own
 GPU prefix cache is emptied, and the prompt is run again; the second run
 loads the prompt's blocks from kvferry (host slots, then block files) and

@@ -372,6 +372,10 @@ KVF_INTERNAL kvf_status kvf__submit(kvf_engine *e, op_kind kind, const kvf_move 
  * caller's stream; NULL: none) when the call is made. */
 KVF_INTERNAL kvf_status kvf__submit_after(kvf_engine *e, op_kind kind, bool checked, void *after,
                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
+/* kvf_offload_after and kvf_offload_pools, as `fn` names them. */
+KVF_INTERNAL kvf_status kvf__offload_after(kvf_engine *e, const char *fn, void *stream, kvf_tier to,
+                                           const uint32_t *pools, size_t n_pools,
+                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
 /* The same, moving only the pools listed (NULL: all; see pool_sel). */
 KVF_INTERNAL kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *after,
                                           const uint32_t *pools, size_t n_pools,

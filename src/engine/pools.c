@@ -122,18 +122,8 @@ kvf_status kvf_onboard_pools(kvf_engine *e, kvf_tier from, const uint32_t *pools
 kvf_status kvf_offload_pools(kvf_engine *e, void *stream, kvf_tier to, const uint32_t *pools,
                              size_t n_pools, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
-    kvf__clear_error();
-    if (stream && e && !e->backend->ops->mark)
-        return kvf__fail(KVF_ERR_UNSUPPORTED,
-                         "kvf_offload_pools: the %s backend has no stream to order after "
-                         "(stream must be NULL)",
-                         e->backend->ops->name);
-    op_kind kind = OP_FENCE; /* set when the tier is taken */
-    kvf_status st = kvf__tier_kind("kvf_offload_pools", to, kinds, &kind);
-    return st != KVF_OK
-               ? st
-               : kvf__submit_pools(e, kind, false, stream, pools, n_pools, moves, n, ticket_p);
+    return kvf__offload_after(e, "kvf_offload_pools", stream, to, pools, n_pools, moves, n,
+                              ticket_p);
 }
 
 /* ---- waiting for one pool--------------------------------------------- */

@@ -478,23 +478,29 @@ kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t
     return submit_tier(e, "kvf_offload", to, kinds, moves, n, ticket_p);
 }
 
+kvf_status kvf__offload_after(kvf_engine *e, const char *fn, void *stream, kvf_tier to,
+                              const uint32_t *pools, size_t n_pools, const kvf_move *moves,
+                              size_t n, kvf_ticket *ticket_p)
+{
+    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
+    kvf__clear_error();
+    if (stream && !e)
+        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", fn);
+    if (stream && !e->backend->ops->mark)
+        return kvf__fail(KVF_ERR_UNSUPPORTED,
+                         "%s: the %s backend has no stream to order after (stream must be NULL)",
+                         fn, e->backend->ops->name);
+    op_kind kind = OP_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind(fn, to, kinds, &kind);
+    return st != KVF_OK
+               ? st
+               : kvf__submit_pools(e, kind, false, stream, pools, n_pools, moves, n, ticket_p);
+}
+
 kvf_status kvf_offload_after(kvf_engine *e, void *stream, kvf_tier to, const kvf_move *moves,
                              size_t n, kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
-    if (!stream)
-        return submit_tier(e, "kvf_offload_after", to, kinds, moves, n, ticket_p);
-    kvf__clear_error();
-    if (!e)
-        return kvf__fail(KVF_ERR_INVALID, "kvf_offload_after: engine is NULL");
-    if (!e->backend->ops->mark)
-        return kvf__fail(KVF_ERR_UNSUPPORTED,
-                         "kvf_offload_after: the %s backend has no stream to order after "
-                         "(stream must be NULL)",
-                         e->backend->ops->name);
-    op_kind kind = OP_FENCE; /* set when the tier is taken */
-    kvf_status st = kvf__tier_kind("kvf_offload_after", to, kinds, &kind);
-    return st != KVF_OK ? st : kvf__submit_after(e, kind, false, stream, moves, n, ticket_p);
+    return kvf__offload_after(e, "kvf_offload_after", stream, to, NULL, 0, moves, n, ticket_p);
 }
 
 kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,

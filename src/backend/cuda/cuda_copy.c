@@ -21,6 +21,21 @@ kvf_status kvf__cuda_check_copies(const kvf__copy *copies, size_t n)
     return KVF_OK;
 }
 
+/* Makes q's main stream wait for what its aux stream holds that it has
+ * not waited for (staged scatters), so that what is queued next on the
+ * main stream follows them. q->lock held. */
+static kvf_status join_aux(cuda_queue *q)
+{
+    if (!q->aux_open)
+        return KVF_OK;
+    cudaError_t e1 = cudaEventRecord(q->ev_done, q->aux);
+    cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(q->stream, q->ev_done, 0) : e1;
+    if (e2 != cudaSuccess)
+        return kvf__cuda_fail(e2, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
+    q->aux_open = false;
+    return KVF_OK;
+}
+
 kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
                                 size_t n, kvf__copy_done_fn done, void *arg)
 {
@@ -43,16 +58,8 @@ kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf_
     if (path == PATH_STAGED) {
         st = kvf__cuda_submit_staged(b, q, copies, n, to_host == 1, &pl, done, arg);
     } else {
-        st = KVF_OK;
-        if (q->aux_open) {
-            /* after staged scatters: this batch's copies follow them */
-            cudaError_t e1 = cudaEventRecord(q->ev_done, q->aux);
-            cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(q->stream, q->ev_done, 0) : e1;
-            if (e2 != cudaSuccess)
-                st = kvf__cuda_fail(e2, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
-            else
-                q->aux_open = false;
-        }
+        /* after staged scatters: this batch's copies follow them */
+        st = join_aux(q);
         if (st == KVF_OK && path == PATH_KERNEL)
             st = kvf__cuda_submit_kernel(b, q, copies, n, done, arg);
         else if (st == KVF_OK)
@@ -167,16 +174,8 @@ kvf_status kvf__cuda_queue_mark(kvf__backend *base, kvf__queue queue, void **mar
     CUDA_GOTO(cudaEventCreateWithFlags(&ev, cudaEventBlockingSync | cudaEventDisableTiming), st,
               out);
     pthread_mutex_lock(&q->lock);
-    if (q->aux_open) {
-        /* the last batch ended on `aux` (staged scatters): join it first,
-         * as the next batch would, so the mark follows its copies */
-        cudaError_t e1 = cudaEventRecord(q->ev_done, q->aux);
-        cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(q->stream, q->ev_done, 0) : e1;
-        if (e2 != cudaSuccess)
-            st = kvf__cuda_fail(e2, "cudaStreamWaitEvent(join)", __FILE__, __LINE__);
-        else
-            q->aux_open = false;
-    }
+    /* the last batch may have ended on `aux`: the mark follows its copies */
+    st = join_aux(q);
     if (st == KVF_OK) {
         cudaError_t e3 = cudaEventRecord(ev, q->stream);
         if (e3 != cudaSuccess)
