@@ -263,10 +263,13 @@ class Bench:
                 plans.append(past.plan)
 
             plans = []
+            prepare = {}  # host seconds in prepare per mode: the adapter's own part of the critical path
 
             def served(mode):
                 def run(_):
+                    t0 = time.perf_counter()
                     past = kv.prepare(ids, mode=mode, model=self.model)
+                    prepare.setdefault(mode, []).append(time.perf_counter() - t0)
                     self.forward(ids[:, past.cached_tokens:], past)
                     past.finish()
                     return past
@@ -292,6 +295,7 @@ class Bench:
                            "compute_s": p.compute_s, "ttft_recompute_s": p.ttft_recompute_s,
                            "ttft_load_all_s": p.ttft_load_all_s, "overlap": p.overlap,
                            "same_every_run": all(q == p for q in plans)}
+            row["prepare_s"] = {m: statistics.median(t) for m, t in prepare.items()}
             row["byte_exact"] = all(exact)
             row["byte_exact_runs"] = len(exact)
             row["stats"] = {k: v for k, v in kv.cache.stats().as_dict().items()
