@@ -346,7 +346,8 @@ def main():
         "torch": torch.__version__, "transformers": transformers.__version__, "kvferry": kvf.version(),
         "tokens_per_block": a.tokens_per_block, "new_tokens": a.new, "runs": a.runs, "warmup": a.warmup,
         "disk_dir_fs": fs_of(disk_root) if disk_root else None,
-        "model_init_s": round(b.init_s, 2), "prefill_table": b.prefill, "prefill_table_s": round(b.prefill_s, 2), "target": f"layerwise <= {TARGET} x max(load, compute) and < whole",
+        "model_init_s": round(b.init_s, 2), "prefill_table": b.prefill, "prefill_table_s": round(b.prefill_s, 2),
+        "target": f"layerwise <= {TARGET} x max(load, compute) and < whole",
     }
     print(f"ttft: {meta['model']} ({meta['layers']} layers, {meta['kv_heads']} kv heads x {meta['head_dim']}, "
           f"{meta['dtype']}) on {meta['gpu']}; torch {meta['torch']}, transformers {meta['transformers']}, "
@@ -354,17 +355,17 @@ def main():
     print(f"ttft: {a.new} new tokens, {a.tokens_per_block} tokens a block, median of {a.runs} after {a.warmup} "
           f"warm-up" + (f"; disk dir on {meta['disk_dir_fs']}" if disk_root else ""))
     rows = []
-    hdr = (f"{'prefix':>7} {'tier':>5} {'copy':>6} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9} {'compute':>9}"
-           f" {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'plan':>9} {'predicted':>9} {'plan blocks':>13}"
-           f" {'exact':>5}   (ms)")
+    hdr = (f"{'prefix':>7} {'tier':>5} {'copy':>6} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9}"
+           f" {'compute':>9} {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'plan':>9} {'predicted':>9}"
+           f" {'plan blocks':>13} {'exact':>5}   (ms)")
     print(hdr)
     try:
         for tier in a.tiers:
             for length in a.lengths:
                 for r in b.case(length, tier, disk_root):
                     rows.append(r)
-                    print(f"{length:>7} {tier:>5} {r['copy']:>6} {ms(r['recompute_s'])} {ms(r['whole_s'])} {ms(r['layerwise_s'])} "
-                          f"{ms(r['load_s'])} {ms(r['compute_s'])} {ms(r['ceiling_s'])} "
+                    print(f"{length:>7} {tier:>5} {r['copy']:>6} {ms(r['recompute_s'])} {ms(r['whole_s'])} "
+                          f"{ms(r['layerwise_s'])} {ms(r['load_s'])} {ms(r['compute_s'])} {ms(r['ceiling_s'])} "
                           f"{r['layerwise_over_target']:9.2f} {'yes' if r['below_whole'] else 'NO':>7} "
                           f"{ms(r['plan_s'])} {ms(r['plan']['predicted_s'])} {plan_blocks(r['plan']):>13} "
                           f"{'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
