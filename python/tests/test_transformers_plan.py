@@ -139,3 +139,32 @@ def test_prefill_cost_measured_once():
         assert cost["new_tokens"] == [TPB, 4 * TPB, 256] and past.plan.hits == 4
         served(kv, model, ids)
         assert kv.prefill_cost is cost  # measured once per object
+
+
+def test_the_planner_s_own_choice_followed_from_disk(tmp_path):
+    """A disk tier that reads the 8 hits in as long as computing them: the
+    planner's best is to compute the first half while the second half
+    loads (Plan.load_first, where the planner has that shape; before it, a
+    plan of the leading shape). Whatever it chose is what was served."""
+    model = tiny_model()
+    ids = prompt(6, 8 * TPB + 2)
+    cost = [(TPB, 0.0125), (1024, 0.8)]  # full prefills: 0.78 ms a token
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=512,
+                                                        disk_dir=tmp_path, disk_blocks=64, prefill_cost=cost) as kv:
+        ref = kv.forward(model, ids, mode="recompute")
+        kv.sync()
+        block_bytes = 2 * kv.num_layers * TPB * kv.kv_heads * kv.head_dim * 4
+        kv.engine.set_tier_cost("disk", 1e-6, 8 * block_bytes / (8 * TPB * 0.8 / 1024), hold=True)
+        past, out = served(kv, model, ids)
+        plan = past.plan
+        first = getattr(plan, "load_first", 0)
+        if hasattr(plan, "load_first"):
+            assert 0 < first < plan.load_blocks <= 8, plan
+        loaded = plan.load_blocks if first < plan.load_blocks else 0
+        assert past.cached_tokens == loaded * TPB and past.front_blocks == (first if loaded else 0)
+        lo, hi = past.front_blocks * TPB, past.cached_tokens
+        for a, b in zip(past.layers, ref.past_key_values.layers):
+            assert torch.equal(bits(a.keys[..., lo:hi, :]), bits(b.keys[..., lo:hi, :]))
+            assert torch.equal(bits(a.values[..., lo:hi, :]), bits(b.values[..., lo:hi, :]))
+        torch.testing.assert_close(out.logits[0, -1], ref.logits[0, -1], rtol=1e-4, atol=1e-4)
+        assert kv.cache.stats().failures == 0
