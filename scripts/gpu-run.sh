@@ -40,7 +40,7 @@ $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
     python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_gpu_plan.py \
-    python/tests/test_transformers.py python/tests/test_transformers_gpu.py \
+    python/tests/test_transformers.py python/tests/test_transformers_plan.py python/tests/test_transformers_gpu.py \
     python/tests/test_serving_gpu.py 2>&1 | tail -n 30
 # RUN_TTFT=1: time to first token with a cached prefix through the
 # transformers adapter (bench/ttft.py; TTFT_ARGS: more options, e.g.
