@@ -18,7 +18,10 @@ shaped [max_blocks, tokens_per_block, kv_heads, head_dim] (Order.TOKEN_MAJOR).
 A request's cached prefix is fetched into slots 0..hits-1 of every pool,
 layer by layer (mode "layerwise": layer l's attention waits for its own two
 pools only, so layer l+1 loads while layer l computes), or all of it before
-the forward (mode "whole"). The model runs on the new tokens only.
+the forward (mode "whole"). The model runs on the new tokens only. Mode
+"plan" follows the cache's load-or-recompute plan (docs/planner.md): the
+hits worth loading are loaded layer-wise, or the first blocks are computed
+while the hits after them load, and the rest is computed.
 
 One request at a time per object, batch size 1, full-attention decoders
 (no sliding-window layers). docs/integrations/transformers.md has the rest.
@@ -136,7 +139,8 @@ class KVFerryDynamicCache(DynamicCache):
     """The transformers Cache of one request: a DynamicCache whose layers
     start with the request's cached prefix (cached_tokens tokens), each
     layer's part taken from the kvferry pools when the model first updates
-    that layer. get_seq_length() counts the prefix from the start, so the
+    that layer (after, in mode "plan", the front_blocks blocks prepare
+    computed). get_seq_length() counts the prefix from the start, so the
     model's positions and masks are right for the new tokens."""
 
     def __init__(self, owner: "KVFerryPrefixCache", cached_tokens: int, ticket, mode: str, *, plan=None,
