@@ -869,6 +869,11 @@ KVF_API kvf_status kvf_poll_errors(kvf_engine *engine, kvf_ticket ticket, kvf_st
  */
 KVF_API kvf_status kvf_sync_stream(kvf_engine *engine, void *stream);
 
+/* Every call taking a `void *stream` reads NULL as "no stream" (a wait on
+ * the host, or no ordering). CUDA's default stream is named explicitly by
+ * cudaStreamLegacy (or cudaStreamPerThread), as the Python binding does for
+ * a torch stream whose handle is 0. */
+
 /* ------------------------------------------------------------------------ */
 /* Block keys                                                               */
 /* ------------------------------------------------------------------------ */

@@ -96,3 +96,19 @@ def test_cache_get_pools(tmp_path):
             for p in range(LAYERS):
                 got = e.slot_view(p, 6 + s)
                 assert np.array_equal(got, blocks[s][p]) if p == 2 else (got == 0xA5).all()
+
+
+def test_default_stream_is_named():
+    """torch's default stream has handle 0, which the C API reads as "no
+    stream" (a host wait, or no ordering): the binding passes
+    cudaStreamLegacy for it instead."""
+    from kvferry._core import _stream_handle
+
+    class Stream:
+        def __init__(self, h):
+            self.cuda_stream = h
+
+    assert _stream_handle(Stream(0)) == 1
+    assert _stream_handle(Stream(0x7f00)) == 0x7f00
+    assert _stream_handle(None) is None
+    assert _stream_handle(0) is None

@@ -411,11 +411,6 @@ class KVFerryPrefixCache:
                 self.close()
                 raise
         self._slots = np.arange(self.max_blocks, dtype=np.uint32)
-        if self.cuda:
-            # kvferry takes stream 0 (torch's default, legacy stream) for "no stream" and would make the host
-            # wait; a layer then waits on a stream of ours and the model's stream waits for it through an event
-            self._side = torch.cuda.Stream(self.device)
-            self._events = [torch.cuda.Event() for _ in range(self.num_layers)]
 
     @classmethod
     def from_model(cls, model, **options) -> "KVFerryPrefixCache":
@@ -516,16 +511,10 @@ class KVFerryPrefixCache:
     def _stream_wait(self, ticket, layer: int) -> None:
         """Work queued on the current stream from now on waits on the GPU for
         layer `layer`'s two pools; the host does not wait."""
+        # torch's default stream (handle 0) goes to kvferry as cudaStreamLegacy
         stream = torch.cuda.current_stream(self.device)
-        if stream.cuda_stream:
-            ticket.stream_wait_pool(2 * layer, stream)
-            ticket.stream_wait_pool(2 * layer + 1, stream)
-            return
-        ticket.stream_wait_pool(2 * layer, self._side)
-        ticket.stream_wait_pool(2 * layer + 1, self._side)
-        event = self._events[layer]
-        event.record(self._side)
-        stream.wait_event(event)
+        ticket.stream_wait_pool(2 * layer, stream)
+        ticket.stream_wait_pool(2 * layer + 1, stream)
 
     # -- planning (mode "plan"; docs/planner.md) --
     def set_prefill_cost(self, cost) -> None:
