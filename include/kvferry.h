@@ -1465,7 +1465,9 @@ typedef kvf_status (*kvf_prefill_fn)(void *user, uint64_t new_tokens, uint64_t p
  * table is one row of full prefills from an empty cache, T(tokens), and
  * new tokens after a prefix cost T(prefix + new) - T(prefix).
  * Function: fn(user, ...) instead (table fields 0); its results are
- * checked as the table's are (finite, >= 0) when a plan calls it.
+ * checked as the table's are (finite, >= 0) when a plan calls it, and
+ * more new tokens after prefix 0 must not cost less than fewer (the
+ * front shape's search relies on it).
  *
  * layers: the model's layers; overlap = 1: the engine loads layer by
  * layer (kvf_cache_get_pools and its pool waits) and computes layer l as
