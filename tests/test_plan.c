@@ -539,6 +539,18 @@ static int test_costs_learn(void)
     return 0;
 }
 
+/* A row of full prefills of a 32-layer model loaded layer by layer. */
+static kvf_prefill_cost full_prefills(const uint64_t *tokens, const double *seconds, size_t n)
+{
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.new_tokens = tokens;
+    pc.n_new = n;
+    pc.seconds = seconds;
+    pc.layers = 32;
+    pc.overlap = 1;
+    return pc;
+}
+
 static size_t loaded(const kvf_plan *p)
 {
     return p->load_blocks - p->load_first;
@@ -563,12 +575,7 @@ static int test_drift(void)
     /* a quadratic prefill: 8k tokens in 0.25 s, 32k in 1.4 s */
     static const uint64_t nt[] = {2048, 8192, 32768};
     static const double sec[] = {0.06, 0.255, 1.40};
-    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
-    pc.new_tokens = nt;
-    pc.n_new = 3;
-    pc.seconds = sec;
-    pc.layers = 32;
-    pc.overlap = 1;
+    kvf_prefill_cost pc = full_prefills(nt, sec, 3);
     kvf_plan_input in = KVF_PLAN_INPUT_INIT;
     in.tiers = tiers;
     in.hits = HITS;
@@ -631,12 +638,7 @@ static int test_disk_front(void)
 {
     static const uint64_t nt[] = {256, 1024, 2048, 4096, 8192, 16384, 32768};
     static const double sec[] = {0.0132, 0.0279, 0.0545, 0.1109, 0.245, 0.5498, 1.3197};
-    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
-    pc.new_tokens = nt;
-    pc.n_new = 7;
-    pc.seconds = sec;
-    pc.layers = 32;
-    pc.overlap = 1;
+    kvf_prefill_cost pc = full_prefills(nt, sec, 7);
     static kvf_tier tiers[2048];
     for (size_t i = 0; i < 2048; i++)
         tiers[i] = KVF_TIER_DISK;
