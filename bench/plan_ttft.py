@@ -15,9 +15,10 @@ after a warm-up:
 - plan: kvf_cache_plan's choice, followed. Its shapes: recompute; the
   leading blocks loaded (as load all, fewer blocks); or the front shape:
   the get of blocks [F, L) submitted (from a second thread, so that a
-  submission that blocks its caller still overlaps) and the front, tokens
-  [0, F * 16), computed from scratch meanwhile, then tokens [L * 16, N)
-  over the full cache.
+  submission that blocks its caller still overlaps; --front-submit inline:
+  before the front, on the same thread) and the front, tokens [0, F * 16),
+  computed from scratch meanwhile, then tokens [L * 16, N) over the full
+  cache.
 
 Every policy's TTFT is printed beside the plan's prediction of it, from
 what the bench measured first on the same model and the same path:
@@ -262,11 +263,15 @@ class Bench:
             except BaseException as exc:  # raised below, on the bench's thread
                 box["err"] = exc
 
-        th = threading.Thread(target=submit)
-        th.start()
+        if self.a.front_submit == "thread":
+            th = threading.Thread(target=submit)
+            th.start()
+        else:
+            submit()
         front = []
         self.mo.prefill(x[:f * TPB], keep=front)
-        th.join()
+        if self.a.front_submit == "thread":
+            th.join()
         if "err" in box:
             raise box["err"]
         box["t"].wait(check=True)
@@ -364,6 +369,8 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                    help="load the host tier layer by layer (CUDA only); auto: where it measured faster")
+    p.add_argument("--front-submit", choices=["thread", "inline"], default="thread",
+                   help="the front shape's get: submitted from a second thread, or inline before the front")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2k and 8k tokens, 2 repeats")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)

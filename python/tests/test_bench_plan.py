@@ -25,7 +25,8 @@ TINY = ["--device", "cpu", "--layers", "2", "--hidden", "128", "--heads", "4", "
 
 @pytest.fixture
 def rig(tmp_path):
-    a = argparse.Namespace(layers=2, hidden=128, heads=4, kv_heads=2, head=32, mlp=256, repeat=1, new_tokens=32)
+    a = argparse.Namespace(layers=2, hidden=128, heads=4, kv_heads=2, head=32, mlp=256, repeat=1, new_tokens=32,
+                           front_submit="thread")
     dev = bench.Dev("cpu")
     kv = [tuple(torch.zeros(40, bench.TPB, 2, 32, dtype=torch.bfloat16) for _ in range(2)) for _ in range(2)]
     model = bench.Model(a, dev, kv)
@@ -72,7 +73,8 @@ def test_followed_paths_compute_the_prompt(rig):
         run(f"load all, layerwise {layerwise}", lambda: rig.load_then_compute(x, keys, dst, hits), 0, hits)
     rig.layerwise = False
     run("front [5, 11)", lambda: rig.front_then_rest(x, keys, dst, 5, 11), 5, 11)
-    run("front [1, 14)", lambda: rig.front_then_rest(x, keys, dst, 1, hits), 1, hits)
+    rig.a.front_submit = "inline"
+    run("front [1, 14), inline", lambda: rig.front_then_rest(x, keys, dst, 1, hits), 1, hits)
     # what the layers added to the last token's input: the residual stream
     # alone would hide a wrong attention
     want = (full - x[-1]).float()
