@@ -207,7 +207,6 @@ def prefill_table(a, model, lengths, new_tokens):
         for n in cols:
             x = model.embed(n, n)
             prof.record(n, median_time(model.dev, lambda: model.prefill(x, prefix=prefix), a.repeat), prefix=p)
-            del x
     return prof.table()
 
 
@@ -341,6 +340,17 @@ class Bench:
                     bytes_ok=bool(ok))
 
 
+def report_line(r):
+    def ms(what):
+        return f"{r[f'{what}_s'] * 1e3:8.1f} ms (predicted {r[f'predicted_{what}_s'] * 1e3:8.1f})"
+
+    return (f"{r['tier']:5} {r['tokens']:6} tokens ({r['hits']} of {r['blocks']} blocks cached): "
+            f"recompute {ms('recompute')}, load all {ms('load_all')}, plan {ms('plan')}: {r['plan_shape']}, "
+            f"blocks [{r['plan_load_first']}, {r['plan_load_blocks']}) loaded"
+            f"{', layer by layer' if r['plan_overlap'] else ''}; tier {r['tier_bytes_per_s'] / 1e9:.2f} GB/s + "
+            f"{r['tier_latency_s'] * 1e6:.0f} us; bytes {'checked' if r['bytes_ok'] else 'WRONG'}")
+
+
 def targets(r):
     best = min(r["recompute_s"], r["load_all_s"])
     within = lambda p, m: abs(p - m) <= 0.2 * m  # noqa: E731
@@ -422,15 +432,9 @@ def main(argv=None):
                         r = b.run(n, x, keys, can)
                     del x
                     rows.append(r)
-                    print(f"{r['tier']:5} {n:6} tokens ({r['hits']} of {r['blocks']} blocks cached): "
-                          f"recompute {r['recompute_s'] * 1e3:8.1f} ms (predicted {r['predicted_recompute_s'] * 1e3:8.1f}), "
-                          f"load all {r['load_all_s'] * 1e3:8.1f} ms (predicted {r['predicted_load_all_s'] * 1e3:8.1f}), "
-                          f"plan {r['plan_s'] * 1e3:8.1f} ms (predicted {r['predicted_plan_s'] * 1e3:8.1f}; "
-                          f"{r['plan_shape']}, blocks [{r['plan_load_first']}, {r['plan_load_blocks']}) loaded"
-                          f"{', layer by layer' if r['plan_overlap'] else ''}); tier "
-                          f"{r['tier_bytes_per_s'] / 1e9:.2f} GB/s + {r['tier_latency_s'] * 1e6:.0f} us; "
-                          f"bytes {'checked' if r['bytes_ok'] else 'WRONG'}", flush=True)
-        torch.cuda.empty_cache() if dev.cuda else None
+                    print(report_line(r), flush=True)
+        if dev.cuda:
+            torch.cuda.empty_cache()
     ok, bytes_ok = True, all(r["bytes_ok"] for r in rows)
     for r in rows:
         checks = targets(r)
