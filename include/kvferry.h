@@ -1470,7 +1470,9 @@ typedef kvf_status (*kvf_prefill_fn)(void *user, uint64_t new_tokens, uint64_t p
  * table is one row of full prefills from an empty cache, T(tokens), and
  * new tokens after a prefix cost T(prefix + new) - T(prefix).
  * Function: fn(user, ...) instead (table fields 0); its results are
- * checked as the table's are (finite, >= 0) when a plan calls it.
+ * checked as the table's are (finite, >= 0) when a plan calls it, and
+ * more new tokens after prefix 0 must not cost less than fewer (the
+ * front shape's search relies on it).
  *
  * layers: the model's layers; overlap = 1: the engine loads layer by
  * layer (kvf_cache_get_pools and its pool waits) and computes layer l as
@@ -1524,7 +1526,9 @@ typedef struct kvf_plan_input {
         .struct_size = sizeof(kvf_plan_input), .costs = KVF_COSTS_INIT                             \
     }
 
-/** What to load and what to recompute, and what each choice would take. */
+/** What to load and what to recompute, and what each choice would take.
+ *  Loads are keys[load_first .. load_blocks). compute_s is every forward
+ *  pass of the plan (the front's, when load_first > 0, and the rest's). */
 typedef struct kvf_plan {
     size_t struct_size;
     size_t hits;                                   /* cached leading blocks */
@@ -1539,6 +1543,10 @@ typedef struct kvf_plan {
     double ttft_recompute_s;                       /* predicted with every hit recomputed */
     double ttft_load_all_s;                        /* predicted with every usable hit loaded */
     int overlap;                                   /* the prediction overlapped loads and layers */
+    /* first hit loaded: 0, or F > 0 for the front shape, where tokens
+     * 0 .. F * tpb are computed from scratch while keys[F .. load_blocks)
+     * load, then recompute_from .. N over the full cache */
+    size_t load_first;
 } kvf_plan;
 
 #define KVF_PLAN_INIT                                                                              \
@@ -1547,16 +1555,24 @@ typedef struct kvf_plan {
     }
 
 /**
- * Chooses K, the leading hits to load, minimising the predicted time to
- * the first token; the rest of the request, tokens K * tpb .. N, is
- * computed. At least one token is always computed (the first token's
- * logits need a forward pass), so K * tpb < N. Ties go to the smaller K
- * (less traffic). Pure: no engine, no cache.
+ * Chooses the plan with the least predicted time to the first token among
+ * - recompute all (nothing loaded);
+ * - load the leading hits keys[0 .. K), then compute tokens K * tpb .. N
+ *   (overlapped layer by layer where the prefill cost says overlap and the
+ *   tier delivers pool by pool);
+ * - compute the front, load the back: tokens 0 .. F * tpb computed from
+ *   scratch while keys[F .. K) load (any tier, whole batches), then tokens
+ *   K * tpb .. N over the full cache (load_first = F > 0, overlap = 0).
+ * At least one token is always computed after the loads (the first
+ * token's logits need a forward pass), so K * tpb < N. Ties go to less
+ * traffic (fewer blocks loaded). Pure: no engine, no cache.
  * @return KVF_OK; KVF_ERR_INVALID (plan untouched, kvf_last_error() names
  *         the input) for a NULL, a zero block size or token count, a
  *         tier outside HOST..GPU, a tier cost that is negative, zero or
- *         not finite, or a prefill cost kvf_prefill_cost_check refuses;
- *         the prefill function's own status when it fails.
+ *         not finite, or a prefill cost kvf_prefill_cost_check refuses,
+ *         or a prefill function that charges more tokens after prefix 0
+ *         less than fewer; the prefill function's own status when it
+ *         fails; KVF_ERR_NOMEM.
  */
 KVF_API kvf_status kvf_plan_compute(const kvf_plan_input *in, kvf_plan *plan);
 

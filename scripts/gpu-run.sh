@@ -53,8 +53,10 @@ if [ -n "${RUN_TTFT:-}" ]; then
     cat "$OUT/ttft.txt"
 fi
 # RUN_PLAN=1: the planner's split measured against recompute and load-all on
-# a Llama-3-8B-shaped decoder (bench/plan_ttft.py; PLAN_ARGS: more options,
-# e.g. "--tokens 2048,8192 --tiers disk"); table in plan.txt, JSON in plan.json
+# a Llama-3-8B-shaped decoder, each beside its prediction (bench/plan_ttft.py,
+# about 3 minutes; PLAN_ARGS: more options, e.g. "--quick" for a smoke run
+# under a minute, or "--tokens 2048,8192 --tiers disk"); table in plan.txt,
+# JSON in plan.json
 if [ -n "${RUN_PLAN:-}" ]; then
     KVFERRY_LIBRARY=$B/libkvferry.so timeout "${PLAN_TIMEOUT:-540}" python3 bench/plan_ttft.py \
         --disk "${PLAN_DISK:-/var/tmp/kvf-plan}" --json "$OUT/plan.json" ${PLAN_ARGS:-} >"$OUT/plan.txt" 2>&1

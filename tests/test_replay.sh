@@ -225,19 +225,32 @@ plan_check "$tmp/pfast.json"
 positive "disk blocks the plan loaded" "$(field disk "$tmp/pfast.json" hits)"
 python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["plan"]
 assert p["loaded"]["disk"] > 0 and p["costs"]["disk"]["held"], p' "$tmp/pfast.json"
-# a disk slower than computing its blocks: every disk hit recomputed
+# a disk slower than computing its blocks: the leading disk hits are
+# recomputed, but the back of a prefix loads while its front is computed
+# (the front shape), and the blocks it got are checked
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p2" \
     $prefill --tier-cost host=1e-5:2e10 --tier-cost disk=2e-4:2e6 --json "$tmp/pslow.json" \
     >"$tmp/pslow.out"
+grep "plan shapes" "$tmp/pslow.out"
 plan_check "$tmp/pslow.json"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); p = d["plan"]
-assert p["loaded"]["disk"] == 0 and p["recomputed"]["disk"] == d["hits"]["disk"] > 0, p' \
-    "$tmp/pslow.json"
+assert p["shapes"]["front"]["disk"] > 0 and p["loaded"]["disk"] > 0, p
+assert p["recomputed"]["disk"] > p["loaded"]["disk"], p
+assert p["ttft_s"]["plan"] < p["ttft_s"]["recompute_all"], p' "$tmp/pslow.json"
+# a disk whose every read takes longer than the whole prefill: every disk hit recomputed
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p4" \
+    $prefill --tier-cost host=1e-5:2e10 --tier-cost disk=10:2e6 --json "$tmp/pnever.json" \
+    >/dev/null
+plan_check "$tmp/pnever.json"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); p = d["plan"]
+assert p["loaded"]["disk"] == 0 and p["recomputed"]["disk"] == d["hits"]["disk"] > 0, p
+assert p["shapes"]["front"]["disk"] == 0, p' "$tmp/pnever.json"
 # the same options again: the same plans
 rm -rf "$tmp/p2"
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p2" \
     $prefill --tier-cost host=1e-5:2e10 --tier-cost disk=2e-4:2e6 >"$tmp/pslow2.out"
-[ "$(grep -E 'plan:|predicted' "$tmp/pslow.out")" = "$(grep -E 'plan:|predicted' "$tmp/pslow2.out")" ]
+[ "$(grep -E 'plan:|plan shapes|predicted' "$tmp/pslow.out")" = \
+    "$(grep -E 'plan:|plan shapes|predicted' "$tmp/pslow2.out")" ]
 # costs learnt as the replay runs (nothing held): still consistent
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p3" \
     $prefill --plan-overlap --json "$tmp/plearn.json" >/dev/null

@@ -86,6 +86,10 @@ typedef struct counts {
     /* --prefill-cost: hits the plans loaded and recomputed per tier, and
      * the sums of their predicted times to the first token */
     uint64_t planned, plan_load[KVF_TIER_COUNT], plan_recompute[KVF_TIER_COUNT];
+    /* plans per shape and tier: [0] nothing loaded (by the tier of the
+     * first hit), [1] the leading hits loaded, [2] the front computed
+     * while the back loads (by each tier loaded from) */
+    uint64_t plan_shape[3][KVF_TIER_COUNT];
     double ttft_plan_s, ttft_recompute_s, ttft_load_all_s;
 } counts;
 
@@ -364,16 +368,19 @@ static uint32_t distinct_keys(client *r, const kvf_key *keys, uint32_t m)
 
 /* One part of a request: blocks [s, s + m), of which the first `gets` are
  * cache hits. */
-static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
+/* One part of a request: blocks s .. s + m, of which g0 .. g1 (relative
+ * to the part) are got, the others prefilled. */
+static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t g0, uint32_t g1)
 {
     const kvf_trace_req *q = &r->trace->reqs[qi];
     char nm[160];
     uint32_t first = take_slots(r, m);
     kvf_key *keys = r->keys + s;
+    uint32_t gets = g1 - g0;
     if (gets) {
         kvf_cache_ticket t;
         double t0 = now_s();
-        kvf_status st = kvf_cache_get(r->c, keys, r->slots, gets, &t);
+        kvf_status st = kvf_cache_get(r->c, keys + g0, r->slots + g0, gets, &t);
         if (st != KVF_OK) {
             fprintf(stderr, "kvferry replay: %s: kvf_cache_get of %u blocks: %s\n",
                     req_name(q, nm, sizeof nm), gets, kvf_last_error());
@@ -386,16 +393,17 @@ static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t gets)
     }
     for (uint32_t i = 0; i < m; i++) {
         int rc;
-        if (i < gets && r->per[i] == KVF_OK) {
+        bool got = i >= g0 && i < g0 + gets;
+        if (got && r->per[i - g0] == KVF_OK) {
             r->n.got_blocks++;
             rc = verify(r, q, s + i, keys[i], first + i, r->tiers[s + i]);
         } else {
-            if (i < gets) {
+            if (got) {
                 fprintf(stderr,
                         "kvferry replay: %s: block %zu key 0x%016llx (from %s): get "
                         "failed: %s; recomputed\n",
                         req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
-                        kvf_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i]));
+                        kvf_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i - g0]));
                 r->n.errors++;
                 /* the cache drops a block it could not read back once it is
                  * unpinned: let go of it now, so that the put below stores
@@ -531,9 +539,10 @@ static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t part)
 }
 
 /* Plans a request over its `hits` (kvf_plan_compute with the engine's
- * costs now): *loads_p receives how many of them to get; the plan's
- * predictions are summed. */
-static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *loads_p)
+ * costs now): it gets hits [*first_p, *loads_p); the plan's predictions
+ * are summed. */
+static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *first_p,
+                        size_t *loads_p)
 {
     const replay_opts *o = r->o;
     char nm[160];
@@ -562,17 +571,26 @@ static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *
     r->n.ttft_plan_s += p.ttft_s;
     r->n.ttft_recompute_s += p.ttft_recompute_s;
     r->n.ttft_load_all_s += p.ttft_load_all_s;
+    if (p.load_blocks == 0) {
+        if (hits && (unsigned)r->tiers[0] < KVF_TIER_COUNT)
+            r->n.plan_shape[0][r->tiers[0]]++;
+    } else {
+        for (int t = 0; t < KVF_TIER_COUNT; t++)
+            if (p.load[t])
+                r->n.plan_shape[p.load_first ? 2 : 1][t]++;
+    }
+    *first_p = p.load_first;
     *loads_p = p.load_blocks;
     return 0;
 }
 
-/* What the plan did with the hits still held: got [0, loads), recomputed
+/* What the plan did with the hits still held: got [lf, loads), recomputed
  * the rest. */
-static void plan_count(client *r, size_t hits, size_t loads)
+static void plan_count(client *r, size_t hits, size_t lf, size_t loads)
 {
     for (size_t i = 0; i < hits; i++)
         if ((unsigned)r->tiers[i] < KVF_TIER_COUNT)
-            (i < loads ? r->n.plan_load : r->n.plan_recompute)[r->tiers[i]]++;
+            (i >= lf && i < loads ? r->n.plan_load : r->n.plan_recompute)[r->tiers[i]]++;
 }
 
 static int run_request(client *r, size_t qi)
@@ -601,8 +619,8 @@ static int run_request(client *r, size_t qi)
     for (size_t i = 0; i < hits; i++)
         if ((unsigned)r->tiers[i] < KVF_TIER_COUNT)
             r->n.hits[r->tiers[i]]++;
-    size_t loads = hits;
-    if (r->o->plan && plan_request(r, q, hits, &loads))
+    size_t lf = 0, loads = hits;
+    if (r->o->plan && plan_request(r, q, hits, &lf, &loads))
         return -1;
     if (r->o->gpu_tier) {
         int rc = 0;
@@ -630,13 +648,17 @@ static int run_request(client *r, size_t qi)
     }
     if (loads > hits)
         loads = hits;
+    if (lf > loads)
+        lf = loads;
     if (r->o->plan)
-        plan_count(r, hits, loads);
+        plan_count(r, hits, lf, loads);
     int rc = 0;
     for (size_t s = 0; s < n && rc == 0; s += r->nslots) {
         uint32_t m = (uint32_t)(n - s < r->nslots ? n - s : r->nslots);
-        uint32_t gets = loads > s ? (uint32_t)(loads - s < m ? loads - s : m) : 0;
-        rc = run_part(r, qi, s, m, gets);
+        /* [lf, loads) within this part's [s, s + m) */
+        size_t a = lf > s ? lf : s, b = loads < s + m ? loads : s + m;
+        uint32_t g0 = a < b ? (uint32_t)(a - s) : 0, g1 = a < b ? (uint32_t)(b - s) : 0;
+        rc = run_part(r, qi, s, m, g0, g1);
     }
     for (size_t i = 0, j; i < hits; i = j + 1) { /* the runs still held */
         for (j = i; j < hits && held_here(r->tiers[j]); j++)
@@ -730,6 +752,8 @@ static void counts_add(counts *sum, const counts *c)
     for (int t = 0; t < KVF_TIER_COUNT; t++) {
         sum->plan_load[t] += c->plan_load[t];
         sum->plan_recompute[t] += c->plan_recompute[t];
+        for (int k = 0; k < 3; k++)
+            sum->plan_shape[k][t] += c->plan_shape[k][t];
     }
     sum->ttft_plan_s += c->ttft_plan_s;
     sum->ttft_recompute_s += c->ttft_recompute_s;
@@ -1141,6 +1165,14 @@ static void print_report(const replay *r, const kvf_cache_stats *s, const char *
             loaded += r->n.plan_load[t];
         }
         printf(" prefill saved %llu tokens\n", (unsigned long long)(loaded * tpb));
+        static const char *const shape[3] = {"recompute", "leading", "front"};
+        printf("  plan shapes, per tier:");
+        for (int t = 0; t < KVF_TIER_COUNT; t++)
+            printf(" %s %llu/%llu/%llu%s", kvf_tier_name((kvf_tier)t),
+                   (unsigned long long)r->n.plan_shape[0][t],
+                   (unsigned long long)r->n.plan_shape[1][t],
+                   (unsigned long long)r->n.plan_shape[2][t], t + 1 < KVF_TIER_COUNT ? "," : "");
+        printf(" (%s/%s/%s)\n", shape[0], shape[1], shape[2]);
         printf("  predicted ttft, sum of %llu requests: plan %.6f s, recompute all %.6f s, load "
                "all %.6f s\n",
                (unsigned long long)r->n.planned, r->n.ttft_plan_s, r->n.ttft_recompute_s,
@@ -1232,6 +1264,10 @@ static cJSON *report_json(const replay *r, const kvf_cache_stats *s, const char 
         cJSON_AddNumberToObject(pl, "requests", (double)r->n.planned);
         cJSON_AddItemToObject(pl, "loaded", tier_counts(r->n.plan_load, 1));
         cJSON_AddItemToObject(pl, "recomputed", tier_counts(r->n.plan_recompute, 1));
+        cJSON *sh = cJSON_AddObjectToObject(pl, "shapes");
+        cJSON_AddItemToObject(sh, "recompute", tier_counts(r->n.plan_shape[0], 1));
+        cJSON_AddItemToObject(sh, "leading", tier_counts(r->n.plan_shape[1], 1));
+        cJSON_AddItemToObject(sh, "front", tier_counts(r->n.plan_shape[2], 1));
         uint64_t loaded = 0;
         for (int t = 0; t < KVF_TIER_COUNT; t++)
             loaded += r->n.plan_load[t];

@@ -264,6 +264,7 @@ class Plan_t(ctypes.Structure):
         ("ttft_recompute_s", ctypes.c_double),
         ("ttft_load_all_s", ctypes.c_double),
         ("overlap", ctypes.c_int),
+        ("load_first", ctypes.c_size_t),
     ]
 
 

@@ -64,13 +64,16 @@ def costs_to_c(costs: Mapping) -> "_lib.Costs_t":
 
 @dataclass(frozen=True)
 class Plan:
-    """What to load and what to recompute (kvf_plan): load keys[:load_blocks]
-    (load[tier] of them from each tier), compute tokens recompute_from ..
-    request end (compute_tokens of them). recompute_hits[tier]: hits the plan
-    recomputes because loading them would not pay. ttft_s is the predicted
-    time to the first token, load_s and compute_s its parts, against
-    ttft_recompute_s (every hit recomputed) and ttft_load_all_s (every usable
-    hit loaded). Per-tier figures are dicts {"host": n, "disk": n, ...}."""
+    """What to load and what to recompute (kvf_plan): load
+    keys[load_first:load_blocks] (load[tier] of them from each tier), compute
+    tokens recompute_from .. request end (compute_tokens of them). With
+    load_first > 0 (the front shape) tokens 0 .. load_first * tokens_per_block
+    are computed from scratch while the loads run, before the rest.
+    recompute_hits[tier]: hits the plan recomputes because loading them would
+    not pay. ttft_s is the predicted time to the first token, load_s and
+    compute_s (every forward pass) its parts, against ttft_recompute_s (every
+    hit recomputed) and ttft_load_all_s (every usable hit loaded). Per-tier
+    figures are dicts {"host": n, "disk": n, ...}."""
 
     hits: int
     load_blocks: int
@@ -84,12 +87,21 @@ class Plan:
     ttft_recompute_s: float
     ttft_load_all_s: float
     overlap: bool
+    load_first: int = 0
     tiers: List[Tier] = field(default_factory=list)  # the tier of each hit
 
     @property
     def recomputes_hits(self) -> bool:
         """Whether the plan leaves cached blocks to recompute."""
-        return self.load_blocks < self.hits
+        return self.load_blocks - self.load_first < self.hits
+
+    @property
+    def shape(self) -> str:
+        """"recompute" (nothing loaded), "leading" (keys[:load_blocks]) or
+        "front" (the front computed while keys[load_first:load_blocks] load)."""
+        if self.load_blocks == self.load_first:
+            return "recompute"
+        return "front" if self.load_first else "leading"
 
 
 def _per_tier(arr) -> Dict[str, int]:
@@ -99,7 +111,8 @@ def _per_tier(arr) -> Dict[str, int]:
 def plan_from_c(p, tiers) -> Plan:
     return Plan(int(p.hits), int(p.load_blocks), _per_tier(p.load), _per_tier(p.recompute_hits),
                 int(p.recompute_from), int(p.compute_tokens), float(p.ttft_s), float(p.load_s), float(p.compute_s),
-                float(p.ttft_recompute_s), float(p.ttft_load_all_s), bool(p.overlap), list(tiers))
+                float(p.ttft_recompute_s), float(p.ttft_load_all_s), bool(p.overlap), int(p.load_first),
+                list(tiers))
 
 
 PrefillLike = Union[Callable[[int, int], float], Mapping, Sequence[Tuple[int, float]]]
@@ -214,12 +227,18 @@ def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: 
 
 
 class PrefillProfile:
-    """Full-prefill times measured from a model's own forward passes, as a
-    prefill cost table: record(tokens, seconds) for each forward pass over a
-    prompt with nothing cached (a pass after a cached prefix costs less and
-    belongs elsewhere); table() gives [(tokens, seconds)] for
-    Cache.set_prefill_cost: the median of each length's samples, made
-    non-decreasing (noise must not make more tokens cheaper).
+    """Prefill times measured from a model's own forward passes, as a prefill
+    cost table: record(tokens, seconds, prefix=0) for each forward pass of
+    `tokens` new tokens after `prefix` cached ones. table() gives each
+    point's median (the latest `keep` samples), made non-decreasing (noise
+    must not make more tokens, or a longer prefix, cheaper):
+
+    - with every sample at prefix 0, [(tokens, seconds)] full prefills;
+    - with samples at several prefixes, the 2-D mapping {"new_tokens",
+      "prefix_tokens", "seconds"}, which needs every (tokens, prefix) pair of
+      the grid measured. A 2-D table is what predicts a small compute after
+      a long prefix (the plan's last blocks) and the fixed cost of a forward
+      pass; full prefills alone underrate both.
 
         prof = kvf.PrefillProfile()
         t0 = time.perf_counter(); model(prompt); torch.cuda.synchronize()
@@ -228,31 +247,51 @@ class PrefillProfile:
     """
 
     def __init__(self, keep: int = 16):
-        self._samples: Dict[int, List[float]] = {}
+        self._samples: Dict[Tuple[int, int], List[float]] = {}
         self._keep = keep
 
-    def record(self, tokens: int, seconds: float) -> None:
+    def record(self, tokens: int, seconds: float, prefix: int = 0) -> None:
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
             raise make_error(Status.ERR_INVALID, f"PrefillProfile.record: tokens = {tokens!r} (must be > 0)")
+        if isinstance(prefix, bool) or not isinstance(prefix, int) or prefix < 0:
+            raise make_error(Status.ERR_INVALID, f"PrefillProfile.record: prefix = {prefix!r} (must be >= 0)")
         if not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
-            raise make_error(Status.ERR_INVALID, f"PrefillProfile.record: {tokens} tokens took {seconds!r} s "
-                                                 f"(must be finite, >= 0)")
-        s = self._samples.setdefault(tokens, [])
+            raise make_error(Status.ERR_INVALID, f"PrefillProfile.record: {tokens} tokens after {prefix} took "
+                                                 f"{seconds!r} s (must be finite, >= 0)")
+        s = self._samples.setdefault((tokens, prefix), [])
         s.append(float(seconds))
         del s[:-self._keep]  # the latest samples: the model's speed now
 
     def __len__(self):
         return len(self._samples)
 
-    def table(self, min_points: int = 1) -> List[Tuple[int, float]]:
+    def table(self, min_points: int = 1):
         if len(self._samples) < max(min_points, 1):
-            raise make_error(Status.ERR_STATE, f"PrefillProfile: {len(self._samples)} prompt lengths measured, "
+            raise make_error(Status.ERR_STATE, f"PrefillProfile: {len(self._samples)} points measured, "
                                                f"{max(min_points, 1)} needed")
-        out, floor = [], 0.0
-        for tokens in sorted(self._samples):
-            floor = max(floor, statistics.median(self._samples[tokens]))
-            out.append((tokens, floor))
-        return out
+        new = sorted({t for t, _ in self._samples})
+        pre = sorted({p for _, p in self._samples})
+        if pre == [0]:
+            out, floor = [], 0.0
+            for tokens in new:
+                floor = max(floor, statistics.median(self._samples[(tokens, 0)]))
+                out.append((tokens, floor))
+            return out
+        rows = []
+        for p in pre:
+            row = []
+            for j, t in enumerate(new):
+                if (t, p) not in self._samples:
+                    raise make_error(Status.ERR_STATE, f"PrefillProfile: {t} tokens after a prefix of {p} not "
+                                                       f"measured (a 2-D table needs every pair of the grid)")
+                v = statistics.median(self._samples[(t, p)])
+                if j:
+                    v = max(v, row[-1])
+                if rows:
+                    v = max(v, rows[-1][j])
+                row.append(v)
+            rows.append(row)
+        return {"new_tokens": new, "prefix_tokens": pre, "seconds": rows}
 
 
 def check_cost_args(latency_s, bytes_per_s):

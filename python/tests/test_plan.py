@@ -39,6 +39,17 @@ def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise
             ttft = done
         if ttft < best[0] * (1 - 1e-12):
             best = (ttft, k)
+    # the front shape: tokens [0, f tpb) computed while hits [f, l) load whole
+    for l in range(2, max_k + 1):
+        tail = f(n - l * tpb, l * tpb)
+        for fr in range(1, l):
+            by = {}
+            for t in tiers[fr:l]:
+                by[t] = by.get(t, 0) + block_bytes
+            load = max(costs[t][0] + b / costs[t][1] for t, b in by.items())
+            ttft = max(f(fr * tpb, 0), load) + tail
+            if ttft < best[0] * (1 - 1e-12):
+                best = (ttft, l)
     return best
 
 
@@ -60,8 +71,9 @@ def test_brute_force(seed):
     best, k = brute_force(tiers, block_bytes, TPB, n, costs, f, layers, overlap, layerwise)
     assert p.ttft_s == pytest.approx(best, rel=1e-9)
     assert p.ttft_s <= p.ttft_recompute_s * (1 + 1e-12) and p.ttft_s <= p.ttft_load_all_s * (1 + 1e-12)
-    assert sum(p.load.values()) == p.load_blocks
+    assert sum(p.load.values()) == p.load_blocks - p.load_first
     assert sum(p.load.values()) + sum(p.recompute_hits.values()) == len(tiers)
+    assert p.shape == ("recompute" if p.load_blocks == 0 else "front" if p.load_first else "leading")
     assert p.recompute_from == p.load_blocks * TPB and p.compute_tokens == n - p.recompute_from
     assert p.tiers == tiers
 
@@ -150,8 +162,11 @@ def test_drift(engine):
     for _ in range(40):
         engine.observe_tier_cost("disk", 64 * (2 << 20), 64 * (2 << 20) / 2e8)
     slow = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, layers=32, overlap=True)
-    assert slow.load_blocks < fast.load_blocks
-    assert slow.recompute_hits["disk"] == 500 - slow.load_blocks
+    loaded = lambda p: p.load_blocks - p.load_first  # noqa: E731
+    assert loaded(slow) < loaded(fast)
+    assert slow.recompute_hits["disk"] == 500 - loaded(slow)
+    # too slow for the leading shape; the back still loads while the front computes
+    assert slow.shape == "front" and slow.ttft_s < slow.ttft_recompute_s and not slow.overlap
 
 
 def test_cache_plan(engine, geometry, rng):
@@ -225,6 +240,57 @@ def test_follow_plan_layer_by_layer(tmp_path):
             t.wait(check=True)
 
 
+def test_front_shape_followed(tmp_path):
+    """A disk plan of the front shape, followed: the back's blocks got while
+    the front would compute, byte for byte into poisoned slots."""
+    g = dict(layers=1, kv_factor=2, kv_heads=2, tokens_per_block=TPB, head_size=32, dtype=kvf.Dtype.FP16)
+    with kvf.Engine(backend=kvf.Backend.HOST, file_dir=str(tmp_path)) as e:
+        e.add_pool(primary=64, **g)
+        rng = np.random.default_rng(11)
+        keys = [0x7100 + i for i in range(24)]
+        data = {}
+        with kvf.Cache(e, disk_blocks=32) as cache:
+            for i, k in enumerate(keys):
+                v = e.slot_view(0, i)
+                v[:] = rng.integers(1, 256, v.size, dtype=np.uint8)
+                data[k] = v.copy()
+                cache.put([k], [i]).wait(check=True)
+            bb = e.slot_view(0, 0).size
+            # a block loads in 1.5 ms, a token computes in 0.125 ms (2 ms a block)
+            e.set_tier_cost("disk", 0.0, bb / 1.5e-3, hold=True)
+            cache.set_prefill_cost(lambda nw, pre: 1.25e-4 * nw)
+            p = cache.plan(keys, 25 * TPB)
+            assert p.shape == "front" and 0 < p.load_first < p.load_blocks <= 24
+            assert p.load["disk"] == p.load_blocks - p.load_first
+            assert p.recompute_hits["disk"] == 24 - p.load["disk"]
+            assert p.ttft_s == pytest.approx(max(p.load_first * TPB * 1.25e-4, p.load["disk"] * 1.5e-3)
+                                             + (25 - p.load_blocks) * TPB * 1.25e-4, rel=1e-9)
+            assert p.ttft_s < min(p.ttft_recompute_s, p.ttft_load_all_s)
+            back = keys[p.load_first:p.load_blocks]
+            dst = list(range(32, 32 + len(back)))
+            for s in dst:
+                e.slot_view(0, s)[:] = 0xA5
+            cache.get(back, dst).wait(check=True)
+            for k, s in zip(back, dst):
+                assert np.array_equal(e.slot_view(0, s), data[k])
+
+
+def test_prefill_profile_2d():
+    prof = kvf.PrefillProfile()
+    for (t, pre, s) in [(16, 0, 0.004), (512, 0, 0.010), (16, 2048, 0.005), (512, 2048, 0.009),
+                        (512, 2048, 0.020), (512, 2048, 0.021)]:
+        prof.record(t, s, prefix=pre)
+    # (512, 2048): median 0.020; each cell at least its left and upper neighbours
+    assert prof.table() == {"new_tokens": [16, 512], "prefix_tokens": [0, 2048],
+                            "seconds": [[0.004, 0.010], [0.005, 0.020]]}
+    kvf.Prefill(prof.table())  # a table C takes
+    prof.record(64, 0.006, prefix=0)
+    with pytest.raises(kvf.InvalidState, match="64 tokens after a prefix of 2048 not measured"):
+        prof.table()
+    with pytest.raises(kvf.InvalidArgument, match="prefix = -1"):
+        prof.record(16, 0.1, prefix=-1)
+
+
 def test_prefill_profile():
     prof = kvf.PrefillProfile(keep=3)
     with pytest.raises(kvf.InvalidState):
@@ -238,7 +304,7 @@ def test_prefill_profile():
         prof.record(0, 0.1)
     with pytest.raises(kvf.InvalidArgument, match="finite"):
         prof.record(16, float("nan"))
-    with pytest.raises(kvf.InvalidState, match="3 prompt lengths measured, 4 needed"):
+    with pytest.raises(kvf.InvalidState, match="3 points measured, 4 needed"):
         prof.table(min_points=4)
     p = kvf.plan_compute([kvf.Tier.HOST] * 8, 1 << 20, TPB, 1024, {"host": (1e-5, 1e10)}, prof.table())
     assert p.ttft_recompute_s == pytest.approx(0.034)

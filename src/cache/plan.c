@@ -18,10 +18,16 @@
  *     layer by layer: lat_t + max(X_t / L + C, X_t + C / L)
  *     whole:          lat_t + X_t + C
  * (and C alone when nothing is loaded).
+ * The second shape needs no layer-wise arrival, so it overlaps any tier:
+ * hits [F, K) load (whole batches) while tokens [0, F tpb) are computed
+ * from scratch, which needs none of them; then tokens [K tpb, N) are
+ * computed over the full cache:
+ *     T = max(A_F, max_t (lat_t + X_t)) + C,  A_F the front's compute.
  */
 #include "cache_private.h"
 
 #include <math.h> /* isfinite, NAN: macros, nothing to link */
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the prefill cost ---------------------------------------------------- */
@@ -266,6 +272,110 @@ static kvf_status take_input(const kvf_plan_input *in, kvf_plan_input *out)
     return KVF_OK;
 }
 
+/* The front shape's scratch: per candidate k, the tail's compute C[k]
+ * (tokens k tpb .. N after k tpb cached), the front's A[k] (tokens
+ * 0 .. k tpb from scratch) and per tier the hits before k. */
+typedef struct front_scratch {
+    double *tail, *front;
+    uint64_t *before; /* before[k * KVF_TIER_COUNT + t] */
+} front_scratch;
+
+/* The load of hits [f, l): every tier's batch side by side, whole. */
+static double load_range(const kvf_plan_input *in, const front_scratch *fs, size_t f, size_t l)
+{
+    double load = 0;
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        uint64_t n = fs->before[l * KVF_TIER_COUNT + t] - fs->before[f * KVF_TIER_COUNT + t];
+        if (!n)
+            continue;
+        const kvf_tier_cost *k = &in->costs.tier[t];
+        double at = k->latency_s + (double)n * (double)in->block_bytes / k->bytes_per_s;
+        if (at > load)
+            load = at;
+    }
+    return load;
+}
+
+/* Ties go to less traffic: fewer blocks loaded. */
+static bool better(double t, size_t loads, const kvf_plan *best)
+{
+    size_t best_loads = best->load_blocks - best->load_first;
+    return t < best->ttft_s || (t == best->ttft_s && loads < best_loads);
+}
+
+/* The compute-front, load-back shape: hits [f, l) load (whole batches,
+ * any tier) while tokens [0, f tpb) are computed from scratch, then tokens
+ * [l tpb, N) over the full cache: T = max(A[f], load(f, l)) + C[l]. For a
+ * given l, A grows with f and the load shrinks, so the best f is where
+ * they cross: a binary search, O(max_k log max_k) in all. */
+static void front_search(const kvf_plan_input *in, const front_scratch *fs, size_t max_k,
+                         kvf_plan *best)
+{
+    for (size_t l = 2; l <= max_k; l++) {
+        /* the least f in [1, l) with A[f] >= load(f, l), or l when none */
+        size_t lo = 1, hi = l;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (fs->front[mid] >= load_range(in, fs, mid, l))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        size_t cand[2] = {lo - 1, lo};
+        if (lo < l) {
+            /* where A stays flat beyond the crossing, T stays A[lo]: take
+             * the largest such f (the fewest loads) */
+            size_t a = lo, b = l - 1;
+            while (a < b) {
+                size_t mid = a + (b - a + 1) / 2;
+                if (fs->front[mid] <= fs->front[lo])
+                    a = mid;
+                else
+                    b = mid - 1;
+            }
+            cand[1] = a;
+        }
+        for (int i = 0; i < 2; i++) {
+            size_t f = cand[i];
+            if (f < 1 || f >= l)
+                continue;
+            double load = load_range(in, fs, f, l);
+            double t = (fs->front[f] > load ? fs->front[f] : load) + fs->tail[l];
+            if (!better(t, l - f, best))
+                continue;
+            best->ttft_s = t;
+            best->load_first = f;
+            best->load_blocks = l;
+            best->load_s = load;
+            best->compute_s = fs->front[f] + fs->tail[l];
+            best->overlap = 0;
+            for (int k = 0; k < KVF_TIER_COUNT; k++)
+                best->load[k] =
+                    fs->before[l * KVF_TIER_COUNT + k] - fs->before[f * KVF_TIER_COUNT + k];
+        }
+    }
+}
+
+/* A[f] for f = 0 .. max_k - 1; more tokens from scratch never cost less
+ * (a table is so by its checks; a function is held to it here, since the
+ * search relies on it). */
+static kvf_status front_costs(const kvf_prefill_cost *pc, uint64_t tpb, size_t max_k, double *front)
+{
+    front[0] = 0;
+    for (size_t f = 1; f < max_k; f++) {
+        kvf_status st = kvf__prefill_seconds(pc, f * tpb, 0, &front[f]);
+        if (st != KVF_OK)
+            return st;
+        if (front[f] < front[f - 1])
+            return kvf__fail(KVF_ERR_INVALID,
+                             "prefill cost: the function gave %g s for %llu new tokens after 0, "
+                             "less than %g s for %llu (more tokens never cost less)",
+                             front[f], (unsigned long long)(f * tpb), front[f - 1],
+                             (unsigned long long)((f - 1) * tpb));
+    }
+    return KVF_OK;
+}
+
 kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
 {
     kvf__clear_error();
@@ -302,15 +412,27 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
     uint32_t layers = pc.layers ? pc.layers : 1;
     bool overlap = pc.overlap && layers > 1;
 
+    size_t n = max_k + 1;
+    front_scratch fs;
+    void *mem = malloc(n * (2 * sizeof(double) + KVF_TIER_COUNT * sizeof(uint64_t)));
+    if (!mem)
+        return kvf__fail(KVF_ERR_NOMEM, "kvf_plan_compute: out of memory for %zu hits", max_k);
+    fs.tail = mem;
+    fs.front = fs.tail + n;
+    fs.before = (uint64_t *)(fs.front + n);
+
+    /* the leading shape: K hits loaded (layer by layer where they can) */
     kvf_plan best = KVF_PLAN_INIT;
     uint64_t cnt[KVF_TIER_COUNT] = {0};
     for (size_t k = 0; k <= max_k; k++) {
         if (k > 0)
             cnt[in.tiers[k - 1]]++;
+        memcpy(&fs.before[k * KVF_TIER_COUNT], cnt, sizeof cnt);
         double compute, load;
         st = kvf__prefill_seconds(&pc, n_tok - k * tpb, k * tpb, &compute);
         if (st != KVF_OK)
-            return st;
+            goto out;
+        fs.tail[k] = compute;
         double t = ttft(&in, cnt, compute, layers, overlap, &load);
         if (k == 0)
             best.ttft_recompute_s = t;
@@ -321,17 +443,26 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
             best.load_blocks = k;
             best.load_s = load;
             best.compute_s = compute;
+            best.overlap = overlap;
             memcpy(best.load, cnt, sizeof cnt);
         }
+    }
+    /* the front shape: front computed while the back loads */
+    if (max_k >= 2) {
+        if ((st = front_costs(&pc, tpb, max_k, fs.front)) != KVF_OK)
+            goto out;
+        front_search(&in, &fs, max_k, &best);
     }
     best.hits = in.hits;
     best.recompute_from = best.load_blocks * tpb;
     best.compute_tokens = n_tok - best.recompute_from;
-    best.overlap = overlap;
-    for (size_t i = best.load_blocks; i < in.hits; i++)
-        best.recompute_hits[in.tiers[i]]++;
+    for (size_t i = 0; i < in.hits; i++)
+        if (i < best.load_first || i >= best.load_blocks)
+            best.recompute_hits[in.tiers[i]]++;
     size_t size = plan->struct_size < sizeof best ? plan->struct_size : sizeof best;
     best.struct_size = size;
     memcpy(plan, &best, size);
-    return KVF_OK;
+out:
+    free(mem);
+    return st;
 }
