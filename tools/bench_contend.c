@@ -137,7 +137,27 @@ typedef int (*small_fn)(void *ctx, uint32_t rep);
 typedef struct phase {
     double p50, p99; /* seconds */
     double load_gbs; /* the load's throughput during the phase (0 idle) */
+    /* the phase's length, and the mean time a load batch took from submit
+     * to completion: load_gbs spreads each batch's bytes over that time,
+     * which a phase of a few batch times does not average out */
+    double window_s, batch_span_s;
 } phase;
+
+/* Mean submit-to-completion time of the load's batches that overlap [a, b]. */
+static double load_span(const load *l, double a, double b)
+{
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->end[i] > a && l->start[i] < b) {
+            sum += l->end[i] - l->start[i];
+            n++;
+        }
+    return n ? sum / (double)n : 0;
+}
+
+/* Phases shorter than this many batch spans make load_gbs unreliable. */
+#define WINDOW_SPANS 5.0
 
 static int run_phase(small_fn fn, void *ctx, uint32_t reps, load *l, double *t, phase *out)
 {
@@ -159,6 +179,8 @@ static int run_phase(small_fn fn, void *ctx, uint32_t reps, load *l, double *t, 
     if (l) {
         rc |= load_stop(l);
         out->load_gbs = load_gbs(l, a, b);
+        out->window_s = b - a;
+        out->batch_span_s = load_span(l, a, b);
     }
     out->p50 = kvf_bench_quantile(t, reps, 0.5);
     out->p99 = kvf_bench_quantile(t, reps, 0.99);
@@ -572,12 +594,21 @@ static void print_size(const size_result *r, bool gpu, const contend_opts *o)
            r->offload_alone_gbs, r->loaded.load_gbs, off, off >= 0.9 ? "met" : "NOT met");
     printf("    raw load: %.2f GB/s alone, %.2f GB/s beside the small copies\n", r->raw_alone_gbs,
            r->raw_loaded.load_gbs);
+    if (r->loaded.window_s < WINDOW_SPANS * r->loaded.batch_span_s)
+        printf("    note: the onboards took %.1f ms, under %.0f offload batch times (%.1f ms each "
+               "from submit to completion): the offloads' GB/s beside them is unreliable; raise "
+               "--reps\n",
+               r->loaded.window_s * 1e3, WINDOW_SPANS, r->loaded.batch_span_s * 1e3);
 }
 
 static cJSON *phase_json(cJSON *parent, const char *name, const phase *p)
 {
     cJSON *j = cJSON_AddObjectToObject(parent, name);
     cJSON_AddNumberToObject(j, "p50_ms", p->p50 * 1e3);
+    if (p->batch_span_s > 0) {
+        cJSON_AddNumberToObject(j, "window_ms", p->window_s * 1e3);
+        cJSON_AddNumberToObject(j, "load_batch_span_ms", p->batch_span_s * 1e3);
+    }
     cJSON_AddNumberToObject(j, "p99_ms", p->p99 * 1e3);
     return j;
 }
