@@ -276,23 +276,24 @@ class Ticket:
         failure of a move already known, or ERR_RANGE for a pool the batch
         does not move (kvf_wait_pool). A batch already waited for returns
         at once, raising if a move failed."""
-        self.stream_wait_pool(pool, None, _host=True)
+        self._wait_pool(pool, None)
 
-    def stream_wait_pool(self, pool: int, stream=None, *, _host: bool = False) -> None:
+    def stream_wait_pool(self, pool: int, stream=None) -> None:
         """As wait_pool, but work queued on `stream` after this call waits
         for the pool on the GPU, the host only until the batch is on the
         device (kvf_stream_wait_pool). stream: a torch.cuda.Stream, an
         object with .cuda_stream or __cuda_stream__, or an int
         cudaStream_t; None: torch's current stream where torch has CUDA,
         else a host wait."""
+        self._wait_pool(pool, _stream_handle(stream, "stream_wait_pool") if stream is not None
+                        else _torch_stream())
+
+    def _wait_pool(self, pool, handle) -> None:
         if self._statuses is not None:
             self.raise_for_status()
             return
-        handle = None
-        if not _host:
-            handle = _stream_handle(stream, "stream_wait_pool") if stream is not None else _torch_stream()
         if not _is_int(pool) or not 0 <= pool < 2**32:
-            raise make_error(Status.ERR_INVALID, f"stream_wait_pool: pool {pool!r} is not a pool index")
+            raise make_error(Status.ERR_INVALID, f"wait_pool: pool {pool!r} is not a pool index")
         self.engine._wait_pool(self.id, int(pool), handle)
 
     @property

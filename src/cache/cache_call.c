@@ -57,7 +57,7 @@ void kvf__cache_call_free(call *k)
     free(k);
 }
 
-static call **call_slot(kvf_cache *c, kvf_cache_ticket t)
+call **kvf__cache_call_slot(kvf_cache *c, kvf_cache_ticket t)
 {
     call **pp = &c->calls;
     while (*pp && (*pp)->id != t.id)
@@ -112,7 +112,7 @@ static kvf_status call_result(kvf_cache *c, kvf_cache_ticket t, bool block, kvf_
     if (!c)
         return kvf__fail(KVF_ERR_INVALID, "%s: cache is NULL", fn);
     pthread_mutex_lock(&c->mu);
-    call *k = *call_slot(c, t);
+    call *k = *kvf__cache_call_slot(c, t);
     if (!k || k->waited) {
         pthread_mutex_unlock(&c->mu);
         return kvf__fail(k ? KVF_ERR_STATE : KVF_ERR_UNKNOWN_TICKET, "%s: ticket %llu %s", fn,
@@ -140,7 +140,8 @@ static kvf_status call_result(kvf_cache *c, kvf_cache_ticket t, bool block, kvf_
     }
     if (block)
         pthread_mutex_lock(&c->mu);
-    kvf_status st = running ? KVF_INPROGRESS : call_finish(c, call_slot(c, t), per_block, errors_p);
+    kvf_status st =
+        running ? KVF_INPROGRESS : call_finish(c, kvf__cache_call_slot(c, t), per_block, errors_p);
     pthread_mutex_unlock(&c->mu);
     if (done_p)
         *done_p = !running;

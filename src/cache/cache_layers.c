@@ -18,9 +18,7 @@ static kvf_status wait_pool(kvf_cache *c, const char *fn, kvf_cache_ticket t, ui
     size_t nt = 0;
     kvf_status st = KVF_OK;
     pthread_mutex_lock(&c->mu);
-    call *k = c->calls;
-    while (k && k->id != t.id)
-        k = k->next;
+    call *k = *kvf__cache_call_slot(c, t);
     if (!k || k->waited) {
         pthread_mutex_unlock(&c->mu);
         return kvf__fail(k ? KVF_ERR_STATE : KVF_ERR_UNKNOWN_TICKET, "%s: ticket %llu %s", fn,

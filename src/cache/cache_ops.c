@@ -405,15 +405,6 @@ kvf_status kvf_cache_get_pools(kvf_cache *c, const kvf_key *keys, const uint32_t
     if (!pools || n_pools == 0)
         return kvf__fail(KVF_ERR_INVALID, "%s: no pools listed (kvf_cache_get moves them all)", fn);
     /* checked here, not by each tier's batch: a refused list queues nothing */
-    uint32_t np = kvf_engine_pool_count(c->engine);
-    for (size_t i = 0; i < n_pools; i++) {
-        if (pools[i] >= np)
-            return kvf__fail(KVF_ERR_RANGE, "%s: pools[%zu]: pool %u out of range (%u pools)", fn,
-                             i, pools[i], np);
-        for (size_t j = 0; j < i; j++)
-            if (pools[j] == pools[i])
-                return kvf__fail(KVF_ERR_INVALID, "%s: pools[%zu]: pool %u listed twice", fn, i,
-                                 pools[i]);
-    }
-    return get_pools(c, fn, keys, slots, n, pools, n_pools, ticket_p);
+    kvf_status st = kvf__engine_pools_check(c->engine, fn, pools, n_pools);
+    return st != KVF_OK ? st : get_pools(c, fn, keys, slots, n, pools, n_pools, ticket_p);
 }

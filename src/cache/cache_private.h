@@ -242,6 +242,8 @@ KVF_INTERNAL void kvf__cache_call_note(call *k, size_t i, kvf_status st, const c
     __attribute__((format(printf, 4, 5)));
 KVF_INTERNAL call *kvf__cache_call_new(kvf_cache *c, size_t n);
 KVF_INTERNAL void kvf__cache_call_free(call *k);
+/* Where ticket t's call is linked in c->calls (*slot NULL: none). Lock held. */
+KVF_INTERNAL call **kvf__cache_call_slot(kvf_cache *c, kvf_cache_ticket t);
 
 /* ---- cache_ops.c: arguments' checks ----------------------------------------------- */
 

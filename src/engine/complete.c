@@ -190,7 +190,7 @@ void kvf__fail_copy(batch *b, size_t i, kvf_status st, const char *why)
 
 /* ---- tickets and sync ------------------------------------------------------ */
 
-static batch **ticket_slot(kvf_engine *e, kvf_ticket t)
+batch **kvf__ticket_slot(kvf_engine *e, kvf_ticket t)
 {
     batch **pp = &e->tickets[t.id % TICKET_BUCKETS];
     while (*pp && (*pp)->id != t.id)
@@ -242,7 +242,7 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
     if (!e)
         return kvf__fail(KVF_ERR_INVALID, "ticket %llu: engine is NULL", (unsigned long long)t.id);
     engine_lock(e);
-    batch **pp = ticket_slot(e, t);
+    batch **pp = kvf__ticket_slot(e, t);
     if (!*pp) {
         pthread_mutex_unlock(&e->mu);
         return kvf__fail(KVF_ERR_UNKNOWN_TICKET, "ticket %llu: unknown or already retired",
@@ -256,7 +256,7 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
         }
         pthread_cond_wait(&e->done_cv, &e->mu);
     }
-    pp = ticket_slot(e, t); /* the chain may have changed while waiting */
+    pp = kvf__ticket_slot(e, t); /* the chain may have changed while waiting */
     kvf_status st = finish_ticket(e, pp, per_move, errors_p);
     pthread_mutex_unlock(&e->mu);
     if (done_p)

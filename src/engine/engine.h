@@ -24,6 +24,11 @@ KVF_INTERNAL kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, 
  * secondary slots and files always do: for slots the cache owns, which no
  * caller writes behind the engine's back. pools, n_pools: as for
  * kvf_offload_pools (NULL, 0: every pool). */
+/* A caller's pool list (kvf_onboard_pools): each index below the engine's
+ * pool count and listed once, n_pools > 0; KVF_ERR_RANGE / KVF_ERR_INVALID
+ * naming the entry otherwise. Pools must all be added. */
+KVF_INTERNAL kvf_status kvf__engine_pools_check(const kvf_engine *e, const char *fn,
+                                                const uint32_t *pools, size_t n_pools);
 KVF_INTERNAL kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy,
                                                  const uint32_t *pools, size_t n_pools,
                                                  const kvf_move *moves, size_t n,

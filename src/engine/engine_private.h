@@ -395,6 +395,8 @@ KVF_INTERNAL void kvf__fail_lost_source(batch *b, size_t i);
 KVF_INTERNAL bool kvf__dest_lost(kvf_engine *e, const batch *b, size_t i);
 KVF_INTERNAL void kvf__fail_lost_dest(batch *b, size_t i);
 KVF_INTERNAL void kvf__fail_copy(batch *b, size_t i, kvf_status st, const char *why);
+/* Where ticket t's batch is linked in e->tickets (*slot NULL: none). Lock held. */
+KVF_INTERNAL batch **kvf__ticket_slot(kvf_engine *e, kvf_ticket t);
 
 /* async.c */
 KVF_INTERNAL kvf_region kvf__pool_region(const pool *pl, uint32_t tokens);

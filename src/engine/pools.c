@@ -13,6 +13,39 @@
  */
 #include "engine_private.h"
 
+/* pools[0..n_pools) against the engine's pools, marking each in `in`
+ * (e->npools flags, zeroed). */
+static kvf_status pools_mark(const kvf_engine *e, const char *fn, const uint32_t *pools,
+                             size_t n_pools, uint8_t *in)
+{
+    if (n_pools == 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: n_pools is 0 (NULL pools moves every pool)", fn);
+    if (n_pools > e->npools)
+        return kvf__fail(KVF_ERR_RANGE, "%s: %zu pools listed, the engine has %u", fn, n_pools,
+                         e->npools);
+    for (size_t k = 0; k < n_pools; k++) {
+        uint32_t p = pools[k];
+        if (p >= e->npools)
+            return kvf__fail(KVF_ERR_RANGE, "%s: pools[%zu]: pool %u out of range (%u pools)", fn,
+                             k, p, e->npools);
+        if (in[p])
+            return kvf__fail(KVF_ERR_INVALID, "%s: pools[%zu]: pool %u listed twice", fn, k, p);
+        in[p] = 1;
+    }
+    return KVF_OK;
+}
+
+kvf_status kvf__engine_pools_check(const kvf_engine *e, const char *fn, const uint32_t *pools,
+                                   size_t n_pools)
+{
+    uint8_t *in = calloc(e->npools ? e->npools : 1, 1);
+    if (!in)
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool list", fn);
+    kvf_status st = pools_mark(e, fn, pools, n_pools, in);
+    free(in);
+    return st;
+}
+
 kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const uint32_t *pools,
                               size_t n_pools, pool_sel **sel_p)
 {
@@ -22,36 +55,22 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
             return kvf__fail(KVF_ERR_INVALID, "%s: pools is NULL with n_pools = %zu", fn, n_pools);
         return KVF_OK;
     }
-    if (n_pools == 0)
-        return kvf__fail(KVF_ERR_INVALID, "%s: n_pools is 0 (NULL pools moves every pool)", fn);
-    if (n_pools > e->npools)
-        return kvf__fail(KVF_ERR_RANGE, "%s: %zu pools listed, the engine has %u", fn, n_pools,
-                         e->npools);
     pool_sel *s = calloc(1, sizeof *s);
     if (s) {
-        s->order = malloc(n_pools * sizeof *s->order);
-        s->in = calloc(e->npools, 1);
-        s->marks = calloc(n_pools, sizeof *s->marks);
+        s->in = calloc(e->npools ? e->npools : 1, 1);
+        s->order = n_pools ? malloc(n_pools * sizeof *s->order) : NULL;
+        s->marks = n_pools ? calloc(n_pools, sizeof *s->marks) : NULL;
     }
-    if (!s || !s->order || !s->in || !s->marks) {
+    if (!s || !s->in || (n_pools && (!s->order || !s->marks))) {
         kvf__pool_sel_free(e, s);
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool list", fn);
     }
-    for (size_t k = 0; k < n_pools; k++) {
-        uint32_t p = pools[k];
-        kvf_status st = KVF_OK;
-        if (p >= e->npools)
-            st = kvf__fail(KVF_ERR_RANGE, "%s: pools[%zu]: pool %u out of range (%u pools)", fn, k,
-                           p, e->npools);
-        else if (s->in[p])
-            st = kvf__fail(KVF_ERR_INVALID, "%s: pools[%zu]: pool %u listed twice", fn, k, p);
-        if (st != KVF_OK) {
-            kvf__pool_sel_free(e, s);
-            return st;
-        }
-        s->in[p] = 1;
-        s->order[k] = p;
+    kvf_status st = pools_mark(e, fn, pools, n_pools, s->in);
+    if (st != KVF_OK) {
+        kvf__pool_sel_free(e, s);
+        return st;
     }
+    memcpy(s->order, pools, n_pools * sizeof *pools);
     s->n = (uint32_t)n_pools;
     s->whole = n_pools == e->npools;
     space ws = kind_writes(kind);
@@ -126,15 +145,13 @@ kvf_status kvf_offload_pools(kvf_engine *e, void *stream, kvf_tier to, const uin
                               ticket_p);
 }
 
-/* ---- waiting for one pool--------------------------------------------- */
+/* ---- waiting for one pool ------------------------------------------------ */
 
 /* The ticket's batch, moving pool `pi`. Lock held. */
 static kvf_status ticket_batch(kvf_engine *e, const char *fn, kvf_ticket t, uint32_t pi,
                                batch **b_p)
 {
-    batch *b = e->tickets[t.id % TICKET_BUCKETS];
-    while (b && b->id != t.id)
-        b = b->next_ticket;
+    batch *b = *kvf__ticket_slot(e, t);
     *b_p = NULL;
     if (!b)
         return kvf__fail(KVF_ERR_UNKNOWN_TICKET, "%s: ticket %llu: unknown or already retired", fn,
