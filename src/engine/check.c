@@ -107,6 +107,7 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
         if (st != KVF_OK)
             return st;
         status[i] = KVF_INPROGRESS;
+        b->tokens_total += eff_tokens(e, mv->tokens);
         if (cnt && cnt[(off ? mv->dst : mv->src) + 1]++ && off)
             return kvf__fail(KVF_ERR_INVALID,
                              "batch: move %zu writes secondary slot %llu, which another move of "

@@ -111,16 +111,8 @@ void kvf__costs_batch_done(kvf_engine *e, const batch *b)
         for (uint32_t k = 0; k < b->sel->n; k++)
             block += (double)e->pools[b->sel->order[k]].block_bytes;
     }
-    double bytes = 0;
-    if (b->group) {
-        bytes = block * (double)b->n;
-    } else {
-        /* a group's moves live in its parts; an unsplit batch counts
-         * partial moves by their tokens */
-        uint32_t tpb = e->pools[0].g.tokens_per_block;
-        for (size_t i = 0; i < b->n; i++)
-            bytes += block * eff_tokens(e, b->moves[i].tokens) / tpb;
-    }
+    /* partial moves count by their tokens */
+    double bytes = block * (double)b->tokens_total / e->pools[0].g.tokens_per_block;
     double seconds = (double)(kvf__now_ns() - b->submit_ns) * 1e-9;
     kvf__costs_observe(&e->costs, (kvf_tier)tier, bytes, seconds);
 }

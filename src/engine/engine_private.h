@@ -175,6 +175,9 @@ struct batch {
      * pushed by whichever thread fails a move, so a lock-free stack */
     _Atomic(kvf__move_error *) errors;
     uint64_t submit_ns; /* when the caller submitted it: the costs' clock (costs.c) */
+    /* its moves' tokens, summed when checked: a group keeps no moves of its
+     * own (its parts copy them), so the costs read this instead */
+    uint64_t tokens_total;
 };
 
 typedef struct mem_array {
