@@ -13,6 +13,8 @@ host tier is off, so they are files read back with the engine's file I/O):
   plan        the cache's load-or-recompute plan, followed (mode "plan"),
               beside the TTFT it predicted and its shape: loaded blocks of
               the hits, after the front blocks computed while they load
+  lw again    layer-wise timed once more after the plan (a drift of the
+              machine between the two shows here)
   load        the whole prefix's get alone
   compute     the N new tokens' forward alone, the prefix already in memory
   ceiling     one pinned host -> device copy of the prefix's bytes (torch)
@@ -289,6 +291,10 @@ class Bench:
             row["load_s"], row["load_runs"] = self.timed(load, before=poison)
             # after the gets above: the engine's tier costs are learnt ones
             row["plan_s"], row["plan_runs"] = self.timed(served("plan"), before=poison, after=check_plan)
+            # layer-wise once more, after the plan: tells a cost of the plan's
+            # path from a drift of the machine between the two
+            row["layerwise_again_s"], row["layerwise_again_runs"] = self.timed(served("layerwise"), before=poison,
+                                                                               after=check)
             p = plans[-1]
             row["plan"] = {"predicted_s": p.ttft_s, "hits": p.hits, "load_blocks": p.load_blocks,
                            "load_first": int(getattr(p, "load_first", 0) or 0), "load_s": p.load_s,
@@ -357,7 +363,7 @@ def main():
     rows = []
     hdr = (f"{'prefix':>7} {'tier':>5} {'copy':>6} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9}"
            f" {'compute':>9} {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'plan':>9} {'predicted':>9}"
-           f" {'plan blocks':>13} {'exact':>5}   (ms)")
+           f" {'plan blocks':>13} {'lw again':>9} {'exact':>5}   (ms)")
     print(hdr)
     try:
         for tier in a.tiers:
@@ -368,6 +374,7 @@ def main():
                           f"{ms(r['layerwise_s'])} {ms(r['load_s'])} {ms(r['compute_s'])} {ms(r['ceiling_s'])} "
                           f"{r['layerwise_over_target']:9.2f} {'yes' if r['below_whole'] else 'NO':>7} "
                           f"{ms(r['plan_s'])} {ms(r['plan']['predicted_s'])} {plan_blocks(r['plan']):>13} "
+                          f"{ms(r['layerwise_again_s'])} "
                           f"{'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
     finally:
         if tmp is not None:

@@ -38,7 +38,8 @@ unset PKG_CONFIG_SYSROOT_DIR
 (cd $B && ctest --output-on-failure ${CTEST_REGEX:+-R "$CTEST_REGEX"} 2>&1 | tail -40)
 $B/kvferry info
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
-KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
+# (SKIP_PYTEST=1: not run)
+[ -z "${SKIP_PYTEST:-}" ] && KVFERRY_LIBRARY=$B/libkvferry.so python3 -m pytest -v -rs -p no:cacheprovider \
     python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_gpu_plan.py \
     python/tests/test_transformers.py python/tests/test_transformers_plan.py python/tests/test_transformers_gpu.py \
     python/tests/test_serving_gpu.py 2>&1 | tail -n 30
@@ -62,6 +63,15 @@ if [ -n "${RUN_PLAN:-}" ]; then
         --disk "${PLAN_DISK:-/var/tmp/kvf-plan}" --json "$OUT/plan.json" ${PLAN_ARGS:-} >"$OUT/plan.txt" 2>&1
     echo "bench/plan_ttft.py: rc=$?"
     cat "$OUT/plan.txt"
+    # the disk's ceiling in the same run: raw O_DIRECT reads of 2 MiB blocks
+    # (the bench's) at the engine's queue depth, beside the tier's own
+    D=${PLAN_DISK:-/var/tmp/kvf-plan}/ceiling
+    timeout 120 $B/kvferry bench --backend cuda --mode posix --dir "$D" --layers 32 --kv 2 --heads 8 \
+        --tokens-per-block 16 --head-size 128 --dtype bf16 --order token --blocks 480 --iters 3 \
+        --fsync none --json "$OUT/plan-disk-ceiling.json" >"$OUT/plan-disk-ceiling.txt" 2>&1
+    echo "kvferry bench --mode posix (2 MiB blocks, the plan's disk): rc=$?"
+    tail -n 12 "$OUT/plan-disk-ceiling.txt"
+    rm -rf "$D"
 fi
 # BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
 # queues' full-ring waits at exit)
