@@ -167,14 +167,15 @@ class Model:
         two pools); front: each layer's (K, V) of tokens before those; keep: a
         list that receives each layer's (K, V) of x; slots: where x's K, V go."""
         a = self.a
+        rows, at = self.rows(prefix), self.rows(slots)
         for l in range(a.layers):
             kp = vp = None
             if ticket is not None:
                 self.dev.wait_pool(ticket, 2 * l)
                 self.dev.wait_pool(ticket, 2 * l + 1)
             if len(prefix):
-                kp = self.kv[l][0][prefix].reshape(-1, a.kv_heads, a.head)
-                vp = self.kv[l][1][prefix].reshape(-1, a.kv_heads, a.head)
+                kp = self.kv[l][0][rows].reshape(-1, a.kv_heads, a.head)
+                vp = self.kv[l][1][rows].reshape(-1, a.kv_heads, a.head)
             if front is not None:
                 fk, fv = front[l]
                 kp = fk if kp is None else torch.cat([fk, kp])
@@ -183,9 +184,24 @@ class Model:
             if keep is not None:
                 keep.append((k, v))
             if slots is not None:
-                self.kv[l][0][slots] = k.view(len(slots), TPB, a.kv_heads, a.head)
-                self.kv[l][1][slots] = v.view(len(slots), TPB, a.kv_heads, a.head)
+                self.kv[l][0][at] = k.view(len(slots), TPB, a.kv_heads, a.head)
+                self.kv[l][1][at] = v.view(len(slots), TPB, a.kv_heads, a.head)
         return x
+
+    def rows(self, slots):
+        """An index of the slots for every layer: a slice where they run
+        contiguously (a view, as an engine's block table reads them), else
+        one device tensor. Indexing by a Python list would copy it to the
+        device per layer, a blocking copy that makes the host wait for the
+        GPU at every layer: the forward then costs its host time on top of
+        its GPU time."""
+        if slots is None or not len(slots):
+            return None
+        s = list(slots)
+        if s == list(range(s[0], s[0] + len(s))):
+            return slice(s[0], s[0] + len(s))
+        return torch.tensor(s, dtype=torch.long).pin_memory().to(self.dev.name, non_blocking=True) \
+            if self.dev.cuda else torch.tensor(s, dtype=torch.long)
 
 
 def prefill_table(a, model, lengths, new_tokens):
@@ -210,6 +226,14 @@ def prefill_table(a, model, lengths, new_tokens):
     return prof.table()
 
 
+def grid_point(table, new, prefix):
+    """The table's own measurement of new tokens after prefix, or None."""
+    try:
+        return table["seconds"][table["prefix_tokens"].index(prefix)][table["new_tokens"].index(new)]
+    except (KeyError, ValueError):
+        return None
+
+
 def fit_cost(samples):
     """(latency, bytes/s) through two or more (bytes, seconds) medians."""
     (b1, t1), (b2, t2) = samples[0], samples[-1]
@@ -222,6 +246,7 @@ class Bench:
         self.a, self.mo, self.e, self.c, self.tier, self.table = a, model, engine, cache, tier, table
         self.dev = model.dev
         self.layerwise = False  # the bench's loads go pool by pool
+        self.trace = {}  # the front shape's last run: when its parts ended
 
     def poison(self, slots):
         idx = torch.tensor(slots, dtype=torch.long, device=self.dev.name)
@@ -262,6 +287,10 @@ class Bench:
             except BaseException as exc:  # raised below, on the bench's thread
                 box["err"] = exc
 
+        t0 = time.perf_counter()
+        if self.dev.cuda:
+            start, front_done = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
         if self.a.front_submit == "thread":
             th = threading.Thread(target=submit)
             th.start()
@@ -269,11 +298,16 @@ class Bench:
             submit()
         front = []
         self.mo.prefill(x[:f * TPB], keep=front)
+        if self.dev.cuda:
+            front_done.record()
         if self.a.front_submit == "thread":
             th.join()
         if "err" in box:
             raise box["err"]
         box["t"].wait(check=True)
+        self.trace["load_s"] = time.perf_counter() - t0
+        if self.dev.cuda:
+            self.trace["front"] = (start, front_done)
         self.dev.after_gets(self.e)
         self.mo.prefill(x[l * TPB:], prefix=dst[f:l], front=front)
 
@@ -331,13 +365,27 @@ class Bench:
             follow = lambda: self.mo.prefill(x)  # noqa: E731
         t_plan = median_time(self.dev, follow, a.repeat, setup=lambda: self.poison(dst[f:l]))
         ok &= self.same(dst[f:l], src[f:l])
+        # the parts, each alone, beside what the plan predicted for them:
+        # the forward pass over a loaded prefix (in its slots now), and the
+        # front shape's front and load as its last run met them
+        tail = lambda k: median_time(self.dev, lambda: self.mo.prefill(x[k * TPB:], prefix=dst[:k]),  # noqa: E731
+                                     a.repeat)
+        parts = dict(compute_load_all_alone_s=tail(hits),
+                     table_load_all_s=grid_point(self.table, a.new_tokens, n - a.new_tokens))
+        if plan.shape == "leading" and l < hits:
+            parts["compute_plan_alone_s"] = tail(l)
+        elif plan.shape == "front" and "front" in self.trace:
+            parts["front_done_s"] = self.trace["front"][0].elapsed_time(self.trace["front"][1]) / 1e3
+            parts["front_load_done_s"] = self.trace["load_s"]
+            parts["predicted_load_s"] = plan.load_s
         c = self.e.costs()[self.tier]
         return dict(tier=self.tier.name.lower(), tokens=n, blocks=nb, hits=hits, recompute_s=t_rec,
                     load_all_s=t_all, plan_s=t_plan, plan_shape=plan.shape, plan_load_first=f, plan_load_blocks=l,
                     plan_overlap=plan.overlap, predicted_plan_s=plan.ttft_s,
                     predicted_recompute_s=plan.ttft_recompute_s, predicted_load_all_s=plan.ttft_load_all_s,
                     layerwise=self.layerwise, tier_latency_s=c.latency_s, tier_bytes_per_s=c.bytes_per_s,
-                    bytes_ok=bool(ok))
+                    predicted_split_s=plan.ttft_split_s, predicted_compute_s=plan.compute_s, bytes_ok=bool(ok),
+                    **parts)
 
 
 def report_line(r):
@@ -348,7 +396,25 @@ def report_line(r):
             f"recompute {ms('recompute')}, load all {ms('load_all')}, plan {ms('plan')}: {r['plan_shape']}, "
             f"blocks [{r['plan_load_first']}, {r['plan_load_blocks']}) loaded"
             f"{', layer by layer' if r['plan_overlap'] else ''}; tier {r['tier_bytes_per_s'] / 1e9:.2f} GB/s + "
-            f"{r['tier_latency_s'] * 1e6:.0f} us; bytes {'checked' if r['bytes_ok'] else 'WRONG'}")
+            f"{r['tier_latency_s'] * 1e6:.0f} us"
+            + f"; bytes {'checked' if r['bytes_ok'] else 'WRONG'}"
+            + parts_line(r))
+
+
+def parts_line(r):
+    """The parts each alone, against the prediction's figures for them."""
+    out = f"\n      load all's forward alone {r['compute_load_all_alone_s'] * 1e3:.1f} ms"
+    if r.get("table_load_all_s") is not None:
+        out += f" (the table: {r['table_load_all_s'] * 1e3:.1f})"
+    if "compute_plan_alone_s" in r:
+        out += (f"; the plan's forward alone {r['compute_plan_alone_s'] * 1e3:.1f} ms "
+                f"(predicted {r['predicted_compute_s'] * 1e3:.1f})")
+    if "front_done_s" in r:
+        out += (f"; front done at {r['front_done_s'] * 1e3:.1f} ms, loads at {r['front_load_done_s'] * 1e3:.1f} "
+                f"(predicted {r['predicted_load_s'] * 1e3:.1f})")
+    if r.get("predicted_split_s") and r["plan_shape"] != "front" and r["predicted_split_s"] < r["predicted_plan_s"]:
+        out += f"; best split predicted {r['predicted_split_s'] * 1e3:.1f} ms, within min_gain: not taken"
+    return out
 
 
 def targets(r):
