@@ -1477,6 +1477,13 @@ typedef kvf_status (*kvf_prefill_fn)(void *user, uint64_t new_tokens, uint64_t p
  * layers: the model's layers; overlap = 1: the engine loads layer by
  * layer (kvf_cache_get_pools and its pool waits) and computes layer l as
  * soon as layer l's blocks arrived, so loading and computing overlap.
+ *
+ * min_gain: a split (some hits loaded, others recomputed) is chosen only
+ * where it predicts at least this fraction less than the better of the
+ * pure policies (recompute all, load all); in [0, 1). A prediction is an
+ * estimate: a split whose predicted gain is within its error can measure
+ * slower than the pure policy it was meant to beat. KVF_PREFILL_COST_INIT
+ * sets KVF_PLAN_MIN_GAIN; 0 takes any split that predicts less.
  */
 typedef struct kvf_prefill_cost {
     size_t struct_size;
@@ -1489,11 +1496,16 @@ typedef struct kvf_prefill_cost {
     void *user;
     uint32_t layers;
     int overlap;
+    double min_gain;
 } kvf_prefill_cost;
+
+/** The default min_gain: a split must predict 5 % less than the better
+ *  pure policy. */
+#define KVF_PLAN_MIN_GAIN 0.05
 
 #define KVF_PREFILL_COST_INIT                                                                      \
     {                                                                                              \
-        .struct_size = sizeof(kvf_prefill_cost)                                                    \
+        .struct_size = sizeof(kvf_prefill_cost), .min_gain = KVF_PLAN_MIN_GAIN                     \
     }
 
 /**
@@ -1501,7 +1513,8 @@ typedef struct kvf_prefill_cost {
  * @return KVF_OK, or KVF_ERR_INVALID with kvf_last_error() naming the
  *         entry: an empty table, a NULL array, both a table and a
  *         function, an axis not strictly increasing, a negative, NaN or
- *         infinite time, a time lower than the one before it on an axis.
+ *         infinite time, a time lower than the one before it on an axis,
+ *         a min_gain outside [0, 1).
  */
 KVF_API kvf_status kvf_prefill_cost_check(const kvf_prefill_cost *cost);
 
@@ -1547,6 +1560,9 @@ typedef struct kvf_plan {
      * 0 .. F * tpb are computed from scratch while keys[F .. load_blocks)
      * load, then recompute_from .. N over the full cache */
     size_t load_first;
+    /* the best split's prediction, chosen or not (min_gain); 0: no split
+     * possible (fewer than 2 usable hits) */
+    double ttft_split_s;
 } kvf_plan;
 
 #define KVF_PLAN_INIT                                                                              \
@@ -1563,9 +1579,13 @@ typedef struct kvf_plan {
  * - compute the front, load the back: tokens 0 .. F * tpb computed from
  *   scratch while keys[F .. K) load (any tier, whole batches), then tokens
  *   K * tpb .. N over the full cache (load_first = F > 0, overlap = 0).
- * At least one token is always computed after the loads (the first
- * token's logits need a forward pass), so K * tpb < N. Ties go to less
- * traffic (fewer blocks loaded). Pure: no engine, no cache.
+ * A split (0 < K < all usable hits, or the front shape) is taken only
+ * where it predicts at least the prefill cost's min_gain less than the
+ * better pure policy; a tie between the two pure policies goes to
+ * recompute. At least one token is always computed after the loads (the
+ * first token's logits need a forward pass), so K * tpb < N. Among
+ * splits, ties go to less traffic (fewer blocks loaded). Pure: no
+ * engine, no cache.
  * @return KVF_OK; KVF_ERR_INVALID (plan untouched, kvf_last_error() names
  *         the input) for a NULL, a zero block size or token count, a
  *         tier outside HOST..GPU, a tier cost that is negative, zero or

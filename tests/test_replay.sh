@@ -257,7 +257,8 @@ rm -rf "$tmp/p2"
 plan_check "$tmp/plearn.json"
 for bad in "--prefill-cost 16:-1" "--prefill-cost 32:1,16:2" "--prefill-cost x" \
     "--tier-cost disk=1:2" "--prefill-cost 16:1 --tier-cost dsk=1:2" \
-    "--prefill-cost 16:1 --tier-cost disk=-1:2" "--prefill-cost 16:1 --gpu-tier"; do
+    "--prefill-cost 16:1 --tier-cost disk=-1:2" "--prefill-cost 16:1 --gpu-tier" \
+    "--prefill-cost 16:1 --plan-min-gain 1" "--prefill-cost 16:1 --plan-min-gain x" "--plan-min-gain 0.1"; do
     if "$kvf" replay $bad 2>/dev/null; then echo "replay took $bad" >&2; exit 1; fi
 done
 

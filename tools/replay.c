@@ -66,6 +66,8 @@ typedef struct replay_opts {
     size_t prefill_n;
     uint32_t plan_layers;
     bool plan_overlap;
+    double plan_min_gain; /* kvf_prefill_cost.min_gain */
+    bool plan_min_gain_set;
     bool tier_cost_set[KVF_TIER_COUNT];
     double tier_latency[KVF_TIER_COUNT], tier_bw[KVF_TIER_COUNT];
 } replay_opts;
@@ -552,6 +554,7 @@ static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *
     pc.seconds = o->prefill_s;
     pc.layers = o->plan_layers;
     pc.overlap = o->plan_overlap;
+    pc.min_gain = o->plan_min_gain;
     kvf_plan_input in = KVF_PLAN_INPUT_INIT;
     in.tiers = r->tiers;
     in.hits = hits;
@@ -798,6 +801,8 @@ static void usage(FILE *f)
             "                          prefill of T tokens takes S seconds; the plan's hits\n"
             "                          are got, the others recomputed\n"
             "  --plan-layers N --plan-overlap  the model's layers; loads overlap them\n"
+            "  --plan-min-gain F       a split must predict F less than the better pure\n"
+            "                          policy (default 0.05)\n"
             "  --tier-cost TIER=LATENCY_S:BYTES_PER_S  hold a tier's read cost (repeatable;\n"
             "                          otherwise the engine's, learnt as the replay runs)\n"
             "%s"
@@ -830,6 +835,7 @@ enum {
     OPT_PREFILL_COST,
     OPT_PLAN_LAYERS,
     OPT_PLAN_OVERLAP,
+    OPT_PLAN_MIN_GAIN,
     OPT_TIER_COST,
 };
 
@@ -859,6 +865,7 @@ static const struct option replay_options[] = {
     {"prefill-cost", required_argument, NULL, OPT_PREFILL_COST},
     {"plan-layers", required_argument, NULL, OPT_PLAN_LAYERS},
     {"plan-overlap", no_argument, NULL, OPT_PLAN_OVERLAP},
+    {"plan-min-gain", required_argument, NULL, OPT_PLAN_MIN_GAIN},
     {"tier-cost", required_argument, NULL, OPT_TIER_COST},
     KVF_CLI_OPTS_END,
 };
@@ -1018,6 +1025,16 @@ static int replay_option(int c, const char *v, replay_opts *o)
     case OPT_PLAN_OVERLAP:
         o->plan_overlap = true;
         break;
+    case OPT_PLAN_MIN_GAIN: {
+        char *end;
+        o->plan_min_gain = strtod(v, &end);
+        if (end == v || *end || !(o->plan_min_gain >= 0 && o->plan_min_gain < 1)) {
+            fprintf(stderr, "kvferry replay: --plan-min-gain %s: a fraction >= 0 and < 1\n", v);
+            return -1;
+        }
+        o->plan_min_gain_set = true;
+        break;
+    }
     case OPT_TIER_COST:
         return tier_cost_option(v, o);
     default:
@@ -1064,9 +1081,9 @@ static int check_options(replay_opts *o)
         fprintf(stderr, "kvferry replay: --prefill-cost and --gpu-tier: one or the other\n");
         return -1;
     }
-    if (!o->plan && (costs || o->plan_layers || o->plan_overlap)) {
-        fprintf(stderr, "kvferry replay: --tier-cost, --plan-layers and --plan-overlap need "
-                        "--prefill-cost\n");
+    if (!o->plan && (costs || o->plan_layers || o->plan_overlap || o->plan_min_gain_set)) {
+        fprintf(stderr, "kvferry replay: --tier-cost, --plan-layers, --plan-overlap and "
+                        "--plan-min-gain need --prefill-cost\n");
         return -1;
     }
     return 0;
@@ -1392,6 +1409,7 @@ int kvf_cli_replay(int argc, char **argv)
         .host_blocks = 512,
         .ns = "replay",
         .fsync = KVF_FSYNC_NONE,
+        .plan_min_gain = KVF_PLAN_MIN_GAIN,
     };
     int parsed = parse_args(argc, argv, &o);
     if (parsed)

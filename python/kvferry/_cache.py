@@ -18,7 +18,7 @@ from . import _lib
 from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _pool_list, _settings, _uint_array
 from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
-from ._plan import Plan, Prefill, PrefillLike, TierCost, plan_from_c
+from ._plan import MIN_GAIN, Plan, Prefill, PrefillLike, TierCost, plan_from_c
 
 L = _lib.lib
 
@@ -399,20 +399,23 @@ class Cache(_Issuer):
         """The engine's read costs per tier (Engine.costs)."""
         return self.engine.costs()
 
-    def set_prefill_cost(self, cost: Optional[PrefillLike], *, layers: int = 0, overlap: bool = False) -> None:
+    def set_prefill_cost(self, cost: Optional[PrefillLike], *, layers: int = 0, overlap: bool = False,
+                         min_gain: float = MIN_GAIN) -> None:
         """What the model's prefill costs (kvf_cache_set_prefill_cost): a
         function f(new_tokens, prefix_tokens) -> seconds, a list of
         (tokens, seconds) full prefills, or a table {"new_tokens": [...],
         "prefix_tokens": [...], "seconds": [[...]]} (see kvferry.Prefill).
         layers: the model's layers; overlap=True: the engine loads layer by
         layer (get(..., pools=...) and Ticket.wait_pool) and computes each
-        layer once it arrived. None clears it. A function is called from
+        layer once it arrived. min_gain: the fraction a split (some hits
+        loaded, others recomputed) must predict less than the better pure
+        policy to be taken. None clears it. A function is called from
         plan(), on the planning thread, once per candidate split."""
         if cost is None:
             check(L.kvf_cache_set_prefill_cost(self._h(), None))
             self._prefill = None
             return
-        pf = cost if isinstance(cost, Prefill) else Prefill(cost, layers, overlap)
+        pf = cost if isinstance(cost, Prefill) else Prefill(cost, layers, overlap, min_gain)
         check(L.kvf_cache_set_prefill_cost(self._h(), ctypes.byref(pf.c)))
         self._prefill = pf  # its callback must outlive the cache's use of it
 

@@ -232,6 +232,7 @@ class PrefillCost_t(ctypes.Structure):
         ("user", ctypes.c_void_p),
         ("layers", ctypes.c_uint32),
         ("overlap", ctypes.c_int),
+        ("min_gain", ctypes.c_double),
     ]
 
 
@@ -265,6 +266,7 @@ class Plan_t(ctypes.Structure):
         ("ttft_load_all_s", ctypes.c_double),
         ("overlap", ctypes.c_int),
         ("load_first", ctypes.c_size_t),
+        ("ttft_split_s", ctypes.c_double),
     ]
 
 

@@ -72,7 +72,9 @@ class Plan:
     recompute_hits[tier]: hits the plan recomputes because loading them would
     not pay. ttft_s is the predicted time to the first token, load_s and
     compute_s (every forward pass) its parts, against ttft_recompute_s (every
-    hit recomputed) and ttft_load_all_s (every usable hit loaded). Per-tier
+    hit recomputed) and ttft_load_all_s (every usable hit loaded);
+    ttft_split_s is the best split's prediction, taken or not (a split must
+    gain the prefill cost's min_gain), 0 where none was possible. Per-tier
     figures are dicts {"host": n, "disk": n, ...}."""
 
     hits: int
@@ -89,6 +91,7 @@ class Plan:
     overlap: bool
     load_first: int = 0
     tiers: List[Tier] = field(default_factory=list)  # the tier of each hit
+    ttft_split_s: float = 0.0
 
     @property
     def recomputes_hits(self) -> bool:
@@ -112,8 +115,11 @@ def plan_from_c(p, tiers) -> Plan:
     return Plan(int(p.hits), int(p.load_blocks), _per_tier(p.load), _per_tier(p.recompute_hits),
                 int(p.recompute_from), int(p.compute_tokens), float(p.ttft_s), float(p.load_s), float(p.compute_s),
                 float(p.ttft_recompute_s), float(p.ttft_load_all_s), bool(p.overlap), int(p.load_first),
-                list(tiers))
+                list(tiers), float(p.ttft_split_s))
 
+
+# kvf.h's KVF_PLAN_MIN_GAIN: the gain a split must predict by default
+MIN_GAIN = 0.05
 
 PrefillLike = Union[Callable[[int, int], float], Mapping, Sequence[Tuple[int, float]]]
 
@@ -130,15 +136,20 @@ class Prefill:
       may be left out: then one row, as the pairs).
 
     An exception the function raises fails the plan, and is raised again
-    from it."""
+    from it. min_gain: a split (some hits loaded, others recomputed) is
+    taken only where it predicts at least this fraction less than the
+    better of recompute all and load all (kvf_prefill_cost.min_gain)."""
 
-    def __init__(self, cost: PrefillLike, layers: int = 0, overlap: bool = False):
+    def __init__(self, cost: PrefillLike, layers: int = 0, overlap: bool = False, min_gain: float = MIN_GAIN):
         if not isinstance(layers, int) or not 0 <= layers < 2**32:
             raise make_error(Status.ERR_INVALID, f"prefill cost: layers = {layers!r}")
         c = _lib.PrefillCost_t()
         c.struct_size = ctypes.sizeof(_lib.PrefillCost_t)
         c.layers = layers
         c.overlap = 1 if overlap else 0
+        if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)):
+            raise make_error(Status.ERR_INVALID, f"prefill cost: min_gain = {min_gain!r}")
+        c.min_gain = float(min_gain)
         self.error = None
         self._keep = []
         if callable(cost):
@@ -196,13 +207,13 @@ class Prefill:
 
 def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: int, request_tokens: int,
                  costs: Mapping, prefill: PrefillLike, *, layers: int = 0, overlap: bool = False,
-                 layerwise_tiers: Sequence[TierLike] = ()) -> Plan:
+                 layerwise_tiers: Sequence[TierLike] = (), min_gain: float = MIN_GAIN) -> Plan:
     """kvf_plan_compute: the plan for a request of request_tokens whose
     leading cached blocks are in `tiers` (one per hit), from costs
     {tier: TierCost or (latency_s, bytes_per_s)} (Cache.costs() gives the
     engine's) and a prefill cost (see Prefill). layerwise_tiers: the tiers
     whose blocks arrive layer by layer (HOST and GPU on the CUDA backend)."""
-    pf = prefill if isinstance(prefill, Prefill) else Prefill(prefill, layers, overlap)
+    pf = prefill if isinstance(prefill, Prefill) else Prefill(prefill, layers, overlap, min_gain)
     ts = [int(_tier_key(t)) for t in tiers]
     arr = (_lib.c_enum * max(len(ts), 1))(*ts)
     i = _lib.PlanInput_t()

@@ -16,9 +16,12 @@ from conftest import random_bytes
 TPB = 16
 
 
-def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise):
-    """(best ttft, its k): every split, the pipeline simulated layer by layer."""
-    best = (math.inf, 0)
+def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise, min_gain):
+    """The least predicted ttft: every split, the pipeline simulated layer
+    by layer; a split only where it gains min_gain over the better pure
+    policy. Returns (ttft, the best split's ttft or 0)."""
+    pure = []
+    best = math.inf
     max_k = min(len(tiers), (n - 1) // tpb)
     for k in range(max_k + 1):
         compute = f(n - k * tpb, k * tpb)
@@ -37,8 +40,10 @@ def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise
                     arrive = max(arrive, costs[t][0] + frac * b / costs[t][1])
                 done = max(arrive, done) + compute / layers
             ttft = done
-        if ttft < best[0] * (1 - 1e-12):
-            best = (ttft, k)
+        if k in (0, max_k):
+            pure.append(ttft)
+        elif ttft < best:
+            best = ttft
     # the front shape: tokens [0, f tpb) computed while hits [f, l) load whole
     for l in range(2, max_k + 1):
         tail = f(n - l * tpb, l * tpb)
@@ -48,9 +53,9 @@ def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise
                 by[t] = by.get(t, 0) + block_bytes
             load = max(costs[t][0] + b / costs[t][1] for t, b in by.items())
             ttft = max(f(fr * tpb, 0), load) + tail
-            if ttft < best[0] * (1 - 1e-12):
-                best = (ttft, l)
-    return best
+            best = min(best, ttft)
+    split = best if best < math.inf else 0.0
+    return (best if best < (1 - min_gain) * min(pure) else min(pure)), split
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -66,10 +71,12 @@ def test_brute_force(seed):
     f = lambda nw, pre: a * nw + b * nw * pre  # noqa: E731
     layers, overlap = r.randrange(1, 64), r.random() < 0.6
     layerwise = {t for t in kvf.Tier if r.random() < 0.5}
+    gain = r.choice([0.0, 0.05, r.uniform(0, 0.3)])
     p = kvf.plan_compute(tiers, block_bytes, TPB, n, costs, f, layers=layers, overlap=overlap,
-                         layerwise_tiers=layerwise)
-    best, k = brute_force(tiers, block_bytes, TPB, n, costs, f, layers, overlap, layerwise)
+                         layerwise_tiers=layerwise, min_gain=gain)
+    best, split = brute_force(tiers, block_bytes, TPB, n, costs, f, layers, overlap, layerwise, gain)
     assert p.ttft_s == pytest.approx(best, rel=1e-9)
+    assert p.ttft_split_s == pytest.approx(split, rel=1e-9)
     assert p.ttft_s <= p.ttft_recompute_s * (1 + 1e-12) and p.ttft_s <= p.ttft_load_all_s * (1 + 1e-12)
     assert sum(p.load.values()) == p.load_blocks - p.load_first
     assert sum(p.load.values()) + sum(p.recompute_hits.values()) == len(tiers)
@@ -112,6 +119,23 @@ def test_bad_prefill(engine, geometry, cost, needle):
     with kvf.Cache(engine, host_blocks=4) as cache:
         with pytest.raises(kvf.InvalidArgument):
             cache.set_prefill_cost(cost)
+
+
+def test_min_gain():
+    """A split within the margin of load all is reported, not taken; without
+    a margin it is taken; a margin outside [0, 1) is refused."""
+    tiers = [kvf.Tier.HOST] * 2016
+    costs = {"host": (1e-3, 50e9)}
+    f = lambda nw, pre: 0.040 + 30e-6 * nw  # noqa: E731
+    kw = dict(layers=32, overlap=True, layerwise_tiers=[kvf.Tier.HOST])
+    p = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, costs, f, **kw)
+    assert p.load_blocks == 2016 and p.ttft_s == p.ttft_load_all_s
+    assert 0.95 * p.ttft_s < p.ttft_split_s < p.ttft_s
+    q = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, costs, f, min_gain=0, **kw)
+    assert q.shape == "leading" and 0 < q.load_blocks < 2016 and q.ttft_s == p.ttft_split_s
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(kvf.InvalidArgument, match="min_gain"):
+            kvf.Prefill(f, min_gain=bad)
 
 
 def test_bad_costs_and_function():
@@ -158,10 +182,12 @@ def test_drift(engine):
     tiers = [kvf.Tier.DISK] * 500
     table = [(2048, 0.060), (8192, 0.255), (32768, 1.40)]
     engine.set_tier_cost("disk", 1e-4, 8e9)
-    fast = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, layers=32, overlap=True)
+    # every gain counts: the costs' drift is tested, not the margin
+    kw = dict(layers=32, overlap=True, min_gain=0)
+    fast = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, **kw)
     for _ in range(40):
         engine.observe_tier_cost("disk", 64 * (2 << 20), 64 * (2 << 20) / 2e8)
-    slow = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, layers=32, overlap=True)
+    slow = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, **kw)
     loaded = lambda p: p.load_blocks - p.load_first  # noqa: E731
     assert loaded(slow) < loaded(fast)
     assert slow.recompute_hits["disk"] == 500 - loaded(slow)

@@ -119,6 +119,9 @@ kvf_status kvf__prefill_check(const kvf_prefill_cost *in, kvf_prefill_cost *out)
         return kvf__fail(KVF_ERR_INVALID, "prefill cost: empty (no table entries, no function)");
     if (table && out->n_new == 0)
         return kvf__fail(KVF_ERR_INVALID, "prefill cost: empty table (n_new = 0)");
+    if (!(out->min_gain >= 0 && out->min_gain < 1))
+        return kvf__fail(KVF_ERR_INVALID, "prefill cost: min_gain %g (must be >= 0 and < 1)",
+                         out->min_gain);
     return table ? check_table(out) : KVF_OK;
 }
 
@@ -376,6 +379,19 @@ static kvf_status front_costs(const kvf_prefill_cost *pc, uint64_t tpb, size_t m
     return KVF_OK;
 }
 
+/* p becomes the leading shape with k hits loaded (cnt[t] from tier t). */
+static void set_leading(kvf_plan *p, double t, size_t k, double load, double compute, bool overlap,
+                        const uint64_t cnt[KVF_TIER_COUNT])
+{
+    p->ttft_s = t;
+    p->load_first = 0;
+    p->load_blocks = k;
+    p->load_s = load;
+    p->compute_s = compute;
+    p->overlap = overlap;
+    memcpy(p->load, cnt, KVF_TIER_COUNT * sizeof *cnt);
+}
+
 kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
 {
     kvf__clear_error();
@@ -421,8 +437,10 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
     fs.front = fs.tail + n;
     fs.before = (uint64_t *)(fs.front + n);
 
-    /* the leading shape: K hits loaded (layer by layer where they can) */
-    kvf_plan best = KVF_PLAN_INIT;
+    /* the leading shape: K hits loaded (layer by layer where they can);
+     * K = 0 and K = max_k are the pure policies, the rest splits */
+    kvf_plan rec = KVF_PLAN_INIT, all = KVF_PLAN_INIT, split = KVF_PLAN_INIT;
+    split.ttft_s = INFINITY;
     uint64_t cnt[KVF_TIER_COUNT] = {0};
     for (size_t k = 0; k <= max_k; k++) {
         if (k > 0)
@@ -435,24 +453,28 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
         fs.tail[k] = compute;
         double t = ttft(&in, cnt, compute, layers, overlap, &load);
         if (k == 0)
-            best.ttft_recompute_s = t;
+            set_leading(&rec, t, k, load, compute, overlap, cnt);
         if (k == max_k)
-            best.ttft_load_all_s = t;
-        if (k == 0 || t < best.ttft_s) {
-            best.ttft_s = t;
-            best.load_blocks = k;
-            best.load_s = load;
-            best.compute_s = compute;
-            best.overlap = overlap;
-            memcpy(best.load, cnt, sizeof cnt);
-        }
+            set_leading(&all, t, k, load, compute, overlap, cnt);
+        if (k > 0 && k < max_k && t < split.ttft_s)
+            set_leading(&split, t, k, load, compute, overlap, cnt);
     }
     /* the front shape: front computed while the back loads */
     if (max_k >= 2) {
         if ((st = front_costs(&pc, tpb, max_k, fs.front)) != KVF_OK)
             goto out;
-        front_search(&in, &fs, max_k, &best);
+        front_search(&in, &fs, max_k, &split);
     }
+    /* the better pure policy (a tie to less traffic: recompute), unless a
+     * split predicts at least min_gain less: a prediction is an estimate,
+     * and a split whose gain is within its error may well lose */
+    kvf_plan best = all.ttft_s < rec.ttft_s ? all : rec;
+    bool has_split = isfinite(split.ttft_s);
+    if (has_split && split.ttft_s < (1 - pc.min_gain) * best.ttft_s)
+        best = split;
+    best.ttft_split_s = has_split ? split.ttft_s : 0;
+    best.ttft_recompute_s = rec.ttft_s;
+    best.ttft_load_all_s = all.ttft_s;
     best.hits = in.hits;
     best.recompute_from = best.load_blocks * tpb;
     best.compute_tokens = n_tok - best.recompute_from;
