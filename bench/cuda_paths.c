@@ -252,7 +252,7 @@ static bool submit(int m, const job *j, int idx, cudaStream_t s)
     default: {
         kvf__backend *b = g_b[m];
         (void)idx;
-        return b->ops->copy_async(b, queue_of(j), j->c, j->n, on_done, NULL) == KVF_OK;
+        return b->ops->copy_async(b, queue_of(j), j->c, j->n, 0, on_done, NULL) == KVF_OK;
     }
     }
 }

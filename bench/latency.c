@@ -231,7 +231,7 @@ int main(int argc, char **argv)
                     case 6: { /* backend, the gather kernel on 128 SMs */
                         kvf__backend *bb = m == 4 ? be : be128;
                         KV(bb->ops->copy_async(bb, dir == 0 ? KVF_QUEUE_OFFLOAD : KVF_QUEUE_ONBOARD,
-                                               dir == 0 ? bd2h : bh2d, n, backend_done, NULL));
+                                               dir == 0 ? bd2h : bh2d, n, 0, backend_done, NULL));
                         if (r >= 0 && m == 4)
                             tsub[r] = bench_now_us() - t0;
                         wait_done();

@@ -111,11 +111,12 @@ static inline void apply(uint8_t *dimg, const arena *d, const uint8_t *simg, con
 static uint64_t seed_counter = 1;
 
 /* Fills src with random bytes and dst with random poison, runs the copies
- * as batches of `per_batch` copies (all queued before any is waited for),
- * and compares all of dst with the host's image. */
-static inline int run_batches(kvf__backend *b, kvf__queue q, const arena *d, const arena *s,
-                              const kvf__copy *c, size_t n, size_t per_batch, const char *what,
-                              int want_path)
+ * as batches of `per_batch` copies (all queued before any is waited for,
+ * with copy_async's `flags`), and compares all of dst with the host's
+ * image; want_path > 0: the path the last batch took. */
+static inline int run_batches_flags(kvf__backend *b, kvf__queue q, const arena *d, const arena *s,
+                                    const kvf__copy *c, size_t n, size_t per_batch, unsigned flags,
+                                    const char *what, int want_path)
 {
     uint8_t *simg = malloc(s->bytes), *dimg = malloc(d->bytes), *got = malloc(d->bytes);
     REQUIRE(simg && dimg && got);
@@ -130,7 +131,7 @@ static inline int run_batches(kvf__backend *b, kvf__queue q, const arena *d, con
     int batches = 0;
     for (size_t i = 0; i < n || (n == 0 && batches == 0); i += per_batch) {
         size_t k = n - i < per_batch ? n - i : per_batch;
-        kvf_status st = b->ops->copy_async(b, q, c + i, k, on_done, &w);
+        kvf_status st = b->ops->copy_async(b, q, c + i, k, flags, on_done, &w);
         CHECK_STATUS(st, KVF_OK);
         if (st == KVF_OK)
             batches++;
@@ -156,6 +157,13 @@ static inline int run_batches(kvf__backend *b, kvf__queue q, const arena *d, con
     free(dimg);
     free(got);
     return rc;
+}
+
+static inline int run_batches(kvf__backend *b, kvf__queue q, const arena *d, const arena *s,
+                              const kvf__copy *c, size_t n, size_t per_batch, const char *what,
+                              int want_path)
+{
+    return run_batches_flags(b, q, d, s, c, n, per_batch, 0, what, want_path);
 }
 
 /* `count` whole blocks of `bytes`, from shuffled source slots to shuffled

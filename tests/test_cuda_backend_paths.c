@@ -3,8 +3,8 @@
  * The CUDA backend's copy paths (kernel, dma, auto) in every direction
  * (host->device, device->host, device->device) over whole blocks of 4 KiB
  * to 4 MiB, odd sizes at unaligned offsets, scattered order, contiguous
- * and 2-D partial copies, long batches and many batches in flight; and the
- * probe of a device. Exits 77 without a GPU.
+ * and 2-D partial copies, long batches and many batches in flight; AUTO's
+ * choice for batches beside a forward pass; and the probe of a device. Exits 77 without a GPU.
  */
 #include "cuda_backend_fixture.h"
 
@@ -129,7 +129,7 @@ static int path_cases(kvf_cuda_copy mode, arena *h, arena *d1, arena *d2)
                     d1->p + i * 8192, h->p + (size_t)r * 65536 + i * 256, 256, 1, 256, 256};
             if (r == rounds - 1)
                 apply(dimg, d1, simg, h, c, 256);
-            CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_ONBOARD, c, 256, on_done, &w), KVF_OK);
+            CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_ONBOARD, c, 256, 0, on_done, &w), KVF_OK);
         }
         waiter_wait(&w, rounds);
         waiter_fini(&w);
@@ -144,7 +144,7 @@ static int path_cases(kvf_cuda_copy mode, arena *h, arena *d1, arena *d2)
     {
         waiter w;
         waiter_init(&w);
-        CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_OFFLOAD, c, 0, on_done, &w), KVF_OK);
+        CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_OFFLOAD, c, 0, 0, on_done, &w), KVF_OK);
         waiter_wait(&w, 1);
         waiter_fini(&w);
     }
@@ -167,6 +167,30 @@ static int test_dma_path(void)
 static int test_auto_path(void)
 {
     return path_cases(KVF_CUDA_COPY_AUTO, &A_H, &A_D1, &A_D2);
+}
+
+/* AUTO with batches that run beside a forward pass (layer-wise): the copy
+ * engines at every size, both ways, leaving the SMs to the model; the
+ * same small blocks alone take a kernel-driven path. */
+static int test_auto_beside_compute(void)
+{
+    kvf__backend *b = backend_new(KVF_CUDA_COPY_AUTO);
+    kvf__copy *c = malloc(1024 * sizeof *c);
+    REQUIRE(c);
+    for (int dir = 0; dir < 2; dir++) {
+        const arena *d = dir == 0 ? &A_D1 : &A_H, *s = dir == 0 ? &A_H : &A_D1;
+        kvf__queue q = dir == 0 ? KVF_QUEUE_ONBOARD : KVF_QUEUE_OFFLOAD;
+        size_t n = scattered(d, s, 32768, 512, c);
+        char what[96];
+        snprintf(what, sizeof what, "auto %s 32 KiB blocks beside compute", dir_name[dir]);
+        run_batches_flags(b, q, d, s, c, n, n, KVF__COPY_BESIDE_COMPUTE, what, 2 /* dma */);
+        snprintf(what, sizeof what, "auto %s 32 KiB blocks alone", dir_name[dir]);
+        run_batches(b, q, d, s, c, n, n, what, 0);
+        CHECK(kvf__cuda_last_path(b, (int)q) != 2);
+    }
+    free(c);
+    b->ops->destroy(b);
+    return 0;
 }
 
 static int test_probe(void)
@@ -192,6 +216,7 @@ int main(void)
     RUN(test_kernel_path);
     RUN(test_dma_path);
     RUN(test_auto_path);
+    RUN(test_auto_beside_compute);
     arenas_fini();
     return TEST_RESULT();
 }

@@ -92,10 +92,10 @@ static int test_sync_stream(void)
         /* onboard from pinned memory, and device->device on the other queue */
         size_t n = scattered(&d2, &h, 32768, 256, c);
         apply(want, &A_D2, A_H.p, &A_H, c, n);
-        CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_ONBOARD, c, n, on_done, &w), KVF_OK);
+        CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_ONBOARD, c, n, 0, on_done, &w), KVF_OK);
         n = scattered(&d2hi, &d1, 65536, 128, c);
         apply(want, &A_D2, d1img, &A_D1, c, n);
-        CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_OFFLOAD, c, n, on_done, &w), KVF_OK);
+        CHECK_STATUS(b->ops->copy_async(b, KVF_QUEUE_OFFLOAD, c, n, 0, on_done, &w), KVF_OK);
         CHECK_STATUS(b->ops->sync_stream(b, (void *)s), KVF_OK);
         CUDA_OK(cudaMemcpyAsync(out, A_D2.p, ARENA_BYTES, cudaMemcpyDeviceToHost, s));
         CUDA_OK(cudaStreamSynchronize(s));

@@ -28,6 +28,14 @@ typedef enum kvf__queue {
 
 typedef struct kvf__backend kvf__backend;
 
+/* copy_async's flags: hints, never needed for correctness */
+enum {
+    /* the copies run beside the caller's compute (a layer-wise batch read
+     * while the forward pass runs): where a backend has a choice of path
+     * it leaves the compute units to the forward pass */
+    KVF__COPY_BESIDE_COMPUTE = 1u << 0,
+};
+
 /* Called once when an asynchronous copy batch has finished, on a thread of
  * the backend's (CUDA: its completion watcher), which it should not hold
  * up for long; it must not call back into the backend, but for mark_free
@@ -58,7 +66,7 @@ typedef struct kvf__backend_ops {
      * they have finished. A backend without it has the engine run
      * copy_sync on its worker threads, split across them. */
     kvf_status (*copy_async)(kvf__backend *b, kvf__queue queue, const kvf__copy *copies, size_t n,
-                             kvf__copy_done_fn done, void *arg);
+                             unsigned flags, kvf__copy_done_fn done, void *arg);
 
     /* Optional: makes `stream` wait for everything queued so far with
      * copy_async on every queue, without blocking the host. */

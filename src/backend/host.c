@@ -149,8 +149,9 @@ static void *host_queue_main(void *arg)
 }
 
 static kvf_status host_copy_async(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
-                                  size_t n, kvf__copy_done_fn done, void *arg)
+                                  size_t n, unsigned flags, kvf__copy_done_fn done, void *arg)
 {
+    (void)flags; /* one path: memcpy */
     host_backend *b = (host_backend *)base;
     if ((unsigned)queue >= KVF_QUEUE_COUNT)
         return kvf__fail(KVF_ERR_INVALID, "host backend: queue %d", (int)queue);

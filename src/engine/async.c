@@ -229,8 +229,8 @@ void kvf__issue_async(kvf_engine *e, batch *b)
             }
             if (ncopies == 0)
                 break;
-            st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies, async_done,
-                                             b);
+            st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies,
+                                             sel ? KVF__COPY_BESIDE_COMPUTE : 0u, async_done, b);
             if (st == KVF_OK) {
                 issued++;
             } else {

@@ -20,13 +20,20 @@
  *  - device<->device: kernel, which beats batched copies at every block
  *    size, unless the mean run reaches AUTO_D2D_DMA_FROM, where one copy
  *    nears the rate of a single large copy.
+ *  - host<->device batches that run beside the forward pass (layer-wise,
+ *    KVF__COPY_BESIDE_COMPUTE): dma at every size. Alone the kernel and
+ *    staged paths win on small runs, but beside a forward pass they share
+ *    its SMs and slow both; the copy engines take nothing from it
+ *    (bench/plan_ttft.py: 32k tokens loaded layer by layer in 85 ms by
+ *    dma against 114 ms by kernel).
  * Pageable memory always goes by dma: the kernel cannot reach it. */
 #define AUTO_KERNEL_BELOW (256u * 1024u)
 #define AUTO_STAGED_BELOW ((size_t)256 << 10)
 #define AUTO_ROWS_DMA_FROM ((size_t)128 << 10)
 #define AUTO_D2D_DMA_FROM ((size_t)64 << 20)
 
-int kvf__cuda_choose_path(cuda_backend *b, const kvf__copy *copies, size_t n, int *stage_p)
+int kvf__cuda_choose_path(cuda_backend *b, const kvf__copy *copies, size_t n, unsigned flags,
+                          int *stage_p)
 {
     *stage_p = -1;
     if (!b->kernel_ok || b->mode == KVF_CUDA_COPY_DMA)
@@ -68,6 +75,10 @@ int kvf__cuda_choose_path(cuda_backend *b, const kvf__copy *copies, size_t n, in
     }
     if (td == cudaMemoryTypeDevice && ts == cudaMemoryTypeDevice)
         return !strided && bytes / runs >= AUTO_D2D_DMA_FROM ? PATH_DMA : PATH_KERNEL;
+    if (flags & KVF__COPY_BESIDE_COMPUTE) {
+        *stage_p = -1;
+        return PATH_DMA;
+    }
     /* AUTO stages whole blocks below AUTO_STAGED_BELOW; the staged mode
      * (tests, benchmarks) whatever fits */
     if (b->mode != MODE_STAGED && (strided || bytes / runs >= AUTO_STAGED_BELOW))

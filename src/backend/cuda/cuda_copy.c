@@ -37,7 +37,7 @@ static kvf_status join_aux(cuda_queue *q)
 }
 
 kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
-                                size_t n, kvf__copy_done_fn done, void *arg)
+                                size_t n, unsigned flags, kvf__copy_done_fn done, void *arg)
 {
     cuda_backend *b = (cuda_backend *)base;
     dev_guard g;
@@ -50,7 +50,7 @@ kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf_
         return st;
     cuda_queue *q = &b->q[queue];
     int to_host;
-    int path = kvf__cuda_choose_path(b, copies, n, &to_host);
+    int path = kvf__cuda_choose_path(b, copies, n, flags, &to_host);
     stage_plan pl;
     pthread_mutex_lock(&q->lock);
     if (to_host >= 0 && kvf__cuda_staged_fits(b, q, copies, n, to_host == 1, &pl))

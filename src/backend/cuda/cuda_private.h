@@ -263,7 +263,7 @@ KVF_INTERNAL void kvf__cuda_mem_unregister(kvf__backend *base, kvf_memory kind, 
 KVF_INTERNAL kvf_status kvf__cuda_copy_sync(kvf__backend *base, kvf__queue queue,
                                             const kvf__copy *copies, size_t n);
 KVF_INTERNAL kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue,
-                                             const kvf__copy *copies, size_t n,
+                                             const kvf__copy *copies, size_t n, unsigned flags,
                                              kvf__copy_done_fn done, void *arg);
 KVF_INTERNAL kvf_status kvf__cuda_sync_stream(kvf__backend *base, void *stream);
 KVF_INTERNAL kvf_status kvf__cuda_mark(kvf__backend *base, void *stream, void **mark_p);
@@ -332,11 +332,11 @@ KVF_INTERNAL void kvf__cuda_watcher_stop(cuda_backend *b);
 
 /* ---- the copy paths (cuda_auto.c, cuda_path_*.c) ----------------------- */
 
-/* The path for a batch (PATH_KERNEL or PATH_DMA). *stage_p: 1 when the
- * batch moves device->host and 0 host->device, with pinned host memory,
- * where the staged path may take it; -1 otherwise. */
+/* The path for a batch (PATH_KERNEL or PATH_DMA); flags: copy_async's.
+ * *stage_p: 1 when the batch moves device->host and 0 host->device, with
+ * pinned host memory, where the staged path may take it; -1 otherwise. */
 KVF_INTERNAL int kvf__cuda_choose_path(cuda_backend *b, const kvf__copy *copies, size_t n,
-                                       int *stage_p);
+                                       unsigned flags, int *stage_p);
 
 /* Kernel path: copies[0..n) (no empty ones among them after filtering). */
 KVF_INTERNAL kvf_status kvf__cuda_submit_kernel(cuda_backend *b, cuda_queue *q,
