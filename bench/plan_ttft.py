@@ -20,12 +20,15 @@ after a warm-up:
   computed from scratch meanwhile, then tokens [L * 16, N) over the full
   cache.
 
+The three are timed in rounds, each policy once a round (the first round
+a warm-up), so that a drift of the machine falls on all of them alike.
 Every policy's TTFT is printed beside the plan's prediction of it, from
 what the bench measured first on the same model and the same path:
 
 - the prefill cost, a 2-D table: new tokens (16, 64, 128 ... up to the
   longest prompt) after prefixes of 0 and of each request's cached tokens,
-  the prefix read from KV slots as the followed path reads it;
+  the prefix read from KV slots as the followed path reads it, measured in
+  passes over the whole grid (each point once a pass);
 - each tier's read cost: the gets the followed path makes (the same call,
   waited for the same way) timed at two sizes, fitted to latency + bytes /
   throughput and held, so the load's fixed costs (submission, per-block
@@ -136,6 +139,33 @@ class Dev:
             engine.sync_stream(torch.cuda.current_stream())
 
 
+def once(dev, fn, setup=None):
+    """Seconds of one run of fn, the device idle before and after."""
+    if setup is not None:
+        setup()
+    dev.sync()
+    t0 = time.perf_counter()
+    fn()
+    dev.sync()
+    return time.perf_counter() - t0
+
+
+def median_times(dev, runs, repeat, warmup=1):
+    """Medians of runs {name: (fn, setup, after)}, timed in rounds that take
+    each in turn: a drift of the machine (its clocks, a shared disk) then
+    falls on every policy alike, not on the one timed while it lasted.
+    after(), untimed, follows each run (a check of its bytes)."""
+    out = {name: [] for name in runs}
+    for i in range(warmup + repeat):
+        for name, (fn, setup, after) in runs.items():
+            t = once(dev, fn, setup)
+            if after is not None:
+                after()
+            if i >= warmup:
+                out[name].append(t)
+    return {name: statistics.median(v) for name, v in out.items()}
+
+
 def median_time(dev, fn, repeat, setup=None, warmup=1):
     out = []
     for i in range(warmup + repeat):
@@ -217,12 +247,17 @@ def prefill_table(a, model, lengths, new_tokens):
         k[:pb].normal_(generator=g)
         v[:pb].normal_(generator=g)
     prof = kvf.PrefillProfile()
-    model.prefill(model.embed(cols[0], 1))  # warm-up: kernels, allocator
-    for p in rows:
-        prefix = list(range(p // TPB))
-        for n in cols:
-            x = model.embed(n, n)
-            prof.record(n, median_time(model.dev, lambda: model.prefill(x, prefix=prefix), a.repeat), prefix=p)
+    xs = {n: model.embed(n, n) for n in cols}
+    # in passes over the whole grid (the first a warm-up), each point once a
+    # pass: a slow phase of the machine spreads over every point instead of
+    # biasing the row measured while it lasted
+    for i in range(a.repeat + 1):
+        for p in rows:
+            prefix = list(range(p // TPB))
+            for n in cols:
+                t = once(model.dev, lambda: model.prefill(xs[n], prefix=prefix))
+                if i:
+                    prof.record(n, t, prefix=p)
     return prof.table()
 
 
@@ -353,18 +388,25 @@ class Bench:
         f, l = plan.load_first, plan.load_blocks
         ok = True
 
-        t_rec = median_time(self.dev, lambda: self.mo.prefill(x), a.repeat)
-        t_all = median_time(self.dev, lambda: self.load_then_compute(x, keys, dst, hits), a.repeat,
-                            setup=lambda: self.poison(dst[:hits]))
-        ok &= self.same(dst[:hits], src[:hits])
         if plan.shape == "front":
             follow = lambda: self.front_then_rest(x, keys, dst, f, l)  # noqa: E731
         elif plan.shape == "leading":
             follow = lambda: self.load_then_compute(x, keys, dst, l)  # noqa: E731
         else:
             follow = lambda: self.mo.prefill(x)  # noqa: E731
-        t_plan = median_time(self.dev, follow, a.repeat, setup=lambda: self.poison(dst[f:l]))
-        ok &= self.same(dst[f:l], src[f:l])
+        same = []  # every run's bytes, checked after it
+
+        def check(first, last):
+            return lambda: same.append(self.same(dst[first:last], src[first:last]))
+
+        t = median_times(self.dev, {
+            "recompute": (lambda: self.mo.prefill(x), None, None),
+            "load_all": (lambda: self.load_then_compute(x, keys, dst, hits), lambda: self.poison(dst[:hits]),
+                         check(0, hits)),
+            "plan": (follow, lambda: self.poison(dst[f:l]), check(f, l)),
+        }, a.repeat)
+        t_rec, t_all, t_plan = t["recompute"], t["load_all"], t["plan"]
+        ok &= all(same)
         # the parts, each alone, beside what the plan predicted for them:
         # the forward pass over a loaded prefix (in its slots now), and the
         # front shape's front and load as its last run met them
