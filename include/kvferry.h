@@ -1484,6 +1484,11 @@ typedef kvf_status (*kvf_prefill_fn)(void *user, uint64_t new_tokens, uint64_t p
  * estimate: a split whose predicted gain is within its error can measure
  * slower than the pure policy it was meant to beat. KVF_PREFILL_COST_INIT
  * sets KVF_PLAN_MIN_GAIN; 0 takes any split that predicts less.
+ *
+ * leading_only = 1: the engine computes a request's tokens only after its
+ * loaded blocks, which must be the leading ones (vLLM's connector: the
+ * tokens it reports matched are loaded, the rest computed after them), so
+ * the plan never computes a front while loading the back.
  */
 typedef struct kvf_prefill_cost {
     size_t struct_size;
@@ -1497,6 +1502,7 @@ typedef struct kvf_prefill_cost {
     uint32_t layers;
     int overlap;
     double min_gain;
+    int leading_only;
 } kvf_prefill_cost;
 
 /** The default min_gain: a split must predict 5 % less than the better

@@ -400,7 +400,7 @@ class Cache(_Issuer):
         return self.engine.costs()
 
     def set_prefill_cost(self, cost: Optional[PrefillLike], *, layers: int = 0, overlap: bool = False,
-                         min_gain: float = MIN_GAIN) -> None:
+                         min_gain: float = MIN_GAIN, leading_only: bool = False) -> None:
         """What the model's prefill costs (kvf_cache_set_prefill_cost): a
         function f(new_tokens, prefix_tokens) -> seconds, a list of
         (tokens, seconds) full prefills, or a table {"new_tokens": [...],
@@ -409,13 +409,15 @@ class Cache(_Issuer):
         layer (get(..., pools=...) and Ticket.wait_pool) and computes each
         layer once it arrived. min_gain: the fraction a split (some hits
         loaded, others recomputed) must predict less than the better pure
-        policy to be taken. None clears it. A function is called from
+        policy to be taken. leading_only=True: the engine computes only
+        after loading leading hits (no front computed while the back
+        loads). None clears it. A function is called from
         plan(), on the planning thread, once per candidate split."""
         if cost is None:
             check(L.kvf_cache_set_prefill_cost(self._h(), None))
             self._prefill = None
             return
-        pf = cost if isinstance(cost, Prefill) else Prefill(cost, layers, overlap, min_gain)
+        pf = cost if isinstance(cost, Prefill) else Prefill(cost, layers, overlap, min_gain, leading_only)
         check(L.kvf_cache_set_prefill_cost(self._h(), ctypes.byref(pf.c)))
         self._prefill = pf  # its callback must outlive the cache's use of it
 

@@ -233,6 +233,7 @@ class PrefillCost_t(ctypes.Structure):
         ("layers", ctypes.c_uint32),
         ("overlap", ctypes.c_int),
         ("min_gain", ctypes.c_double),
+        ("leading_only", ctypes.c_int),
     ]
 
 

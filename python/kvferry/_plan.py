@@ -138,9 +138,13 @@ class Prefill:
     An exception the function raises fails the plan, and is raised again
     from it. min_gain: a split (some hits loaded, others recomputed) is
     taken only where it predicts at least this fraction less than the
-    better of recompute all and load all (kvf_prefill_cost.min_gain)."""
+    better of recompute all and load all (kvf_prefill_cost.min_gain).
+    leading_only=True: the engine computes only after its loads, which are
+    the leading hits (vLLM's connector), so no plan computes a front while
+    the back loads."""
 
-    def __init__(self, cost: PrefillLike, layers: int = 0, overlap: bool = False, min_gain: float = MIN_GAIN):
+    def __init__(self, cost: PrefillLike, layers: int = 0, overlap: bool = False, min_gain: float = MIN_GAIN,
+                 leading_only: bool = False):
         if not isinstance(layers, int) or not 0 <= layers < 2**32:
             raise make_error(Status.ERR_INVALID, f"prefill cost: layers = {layers!r}")
         c = _lib.PrefillCost_t()
@@ -150,6 +154,7 @@ class Prefill:
         if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)):
             raise make_error(Status.ERR_INVALID, f"prefill cost: min_gain = {min_gain!r}")
         c.min_gain = float(min_gain)
+        c.leading_only = 1 if leading_only else 0
         self.error = None
         self._keep = []
         if callable(cost):
@@ -207,13 +212,14 @@ class Prefill:
 
 def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: int, request_tokens: int,
                  costs: Mapping, prefill: PrefillLike, *, layers: int = 0, overlap: bool = False,
-                 layerwise_tiers: Sequence[TierLike] = (), min_gain: float = MIN_GAIN) -> Plan:
+                 layerwise_tiers: Sequence[TierLike] = (), min_gain: float = MIN_GAIN,
+                 leading_only: bool = False) -> Plan:
     """kvf_plan_compute: the plan for a request of request_tokens whose
     leading cached blocks are in `tiers` (one per hit), from costs
     {tier: TierCost or (latency_s, bytes_per_s)} (Cache.costs() gives the
     engine's) and a prefill cost (see Prefill). layerwise_tiers: the tiers
     whose blocks arrive layer by layer (HOST and GPU on the CUDA backend)."""
-    pf = prefill if isinstance(prefill, Prefill) else Prefill(prefill, layers, overlap, min_gain)
+    pf = prefill if isinstance(prefill, Prefill) else Prefill(prefill, layers, overlap, min_gain, leading_only)
     ts = [int(_tier_key(t)) for t in tiers]
     arr = (_lib.c_enum * max(len(ts), 1))(*ts)
     i = _lib.PlanInput_t()

@@ -16,7 +16,7 @@ from conftest import random_bytes
 TPB = 16
 
 
-def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise, min_gain):
+def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise, min_gain, leading_only=False):
     """The least predicted ttft: every split, the pipeline simulated layer
     by layer; a split only where it gains min_gain over the better pure
     policy. Returns (ttft, the best split's ttft or 0)."""
@@ -45,7 +45,7 @@ def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise
         elif ttft < best:
             best = ttft
     # the front shape: tokens [0, f tpb) computed while hits [f, l) load whole
-    for l in range(2, max_k + 1):
+    for l in range(2, 0 if leading_only else max_k + 1):
         tail = f(n - l * tpb, l * tpb)
         for fr in range(1, l):
             by = {}
@@ -72,9 +72,11 @@ def test_brute_force(seed):
     layers, overlap = r.randrange(1, 64), r.random() < 0.6
     layerwise = {t for t in kvf.Tier if r.random() < 0.5}
     gain = r.choice([0.0, 0.05, r.uniform(0, 0.3)])
+    leading_only = r.random() < 0.25
     p = kvf.plan_compute(tiers, block_bytes, TPB, n, costs, f, layers=layers, overlap=overlap,
-                         layerwise_tiers=layerwise, min_gain=gain)
-    best, split = brute_force(tiers, block_bytes, TPB, n, costs, f, layers, overlap, layerwise, gain)
+                         layerwise_tiers=layerwise, min_gain=gain, leading_only=leading_only)
+    best, split = brute_force(tiers, block_bytes, TPB, n, costs, f, layers, overlap, layerwise, gain, leading_only)
+    assert not (leading_only and p.shape == "front")
     assert p.ttft_s == pytest.approx(best, rel=1e-9)
     assert p.ttft_split_s == pytest.approx(split, rel=1e-9)
     assert p.ttft_s <= p.ttft_recompute_s * (1 + 1e-12) and p.ttft_s <= p.ttft_load_all_s * (1 + 1e-12)
@@ -193,6 +195,11 @@ def test_drift(engine):
     assert slow.recompute_hits["disk"] == 500 - loaded(slow)
     # too slow for the leading shape; the back still loads while the front computes
     assert slow.shape == "front" and slow.ttft_s < slow.ttft_recompute_s and not slow.overlap
+    # an engine that computes only after its loads: the disk's leading hits
+    # do not pay at that speed, so all of them are recomputed
+    lead = kvf.plan_compute(tiers, 2 << 20, TPB, 32768, engine.costs(), table, leading_only=True, **kw)
+    assert lead.shape == "recompute" and lead.ttft_s == lead.ttft_recompute_s
+    assert lead.recompute_hits["disk"] == 500
 
 
 def test_cache_plan(engine, geometry, rng):

@@ -460,7 +460,7 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
             set_leading(&split, t, k, load, compute, overlap, cnt);
     }
     /* the front shape: front computed while the back loads */
-    if (max_k >= 2) {
+    if (max_k >= 2 && !pc.leading_only) {
         if ((st = front_costs(&pc, tpb, max_k, fs.front)) != KVF_OK)
             goto out;
         front_search(&in, &fs, max_k, &split);
