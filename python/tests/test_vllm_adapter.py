@@ -383,3 +383,84 @@ def test_loads_are_waited_layer_by_layer(harness, tmp_path, monkeypatch):
     assert waited == [p for name in LAYERS for p in h.worker._layer_pools[name]] == [0, 1, 2, 3]
     h.expect_blocks("b", a, 0, 3)
     assert kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({})
+
+
+# A prefill of about 1 us a token: cheap next to a disk of 1 MB/s, dear next
+# to a host tier of 1 TB/s.
+CHEAP_PREFILL = [[16, 16e-6], [4096, 4096e-6]]
+
+
+def planned(tmp_path, **more):
+    return {**disk_only(tmp_path), "prefill_cost": CHEAP_PREFILL, "plan_min_gain": 0, **more}
+
+
+def test_plan_recomputes_hits_of_a_slow_tier(harness, tmp_path):
+    """Disk hits that would take longer to read than to compute are not
+    reported matched: vLLM computes them, and they stay stored."""
+    h = harness(planned(tmp_path, tier_costs={"disk": [0.01, 1e6]}))
+    a, keys = h.stored(13, 4 * BS + 3)
+    side = h.sched.connector
+    assert side._link is not None and side._link[0] == 2 * len(LAYERS) * BS * HEADS * HEAD * 2
+    assert all(side._stored[k] == int(kvferry.Tier.DISK) for k in keys)
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and h.loaded[-1] == []
+    assert side.plan_counts == {"planned": 1, "loaded": 0, "recomputed": 4}
+    h.expect_blocks("b", a, 0, 4)  # computed by this step's forward, not loaded
+    h.run()
+    assert all(block_file(tmp_path, k).exists() for k in keys) and all(k in side._stored for k in keys)
+    assert h.worker.cache.stats().failures == 0
+
+
+def test_plan_loads_hits_that_pay(harness, tmp_path):
+    """The same hits from a fast tier (the worker's held cost) are loaded."""
+    h = harness(planned(tmp_path, tier_costs={"disk": [0.0, 1e12]}))
+    a, _ = h.stored(14, 4 * BS + 3)
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS
+    assert h.sched.connector.plan_counts == {"planned": 1, "loaded": 4, "recomputed": 0}
+    assert not out.invalid_block_ids
+    h.expect_blocks("b", a, 0, 4)
+
+
+def test_plan_loads_the_fast_tiers_leading_hits(harness, tmp_path):
+    """Hits in the host tier (fast) before hits on a slow disk: the plan
+    loads the leading run of host hits and recomputes from the first disk
+    hit on (a disk block in the loads would cost its 10 s latency)."""
+    h = harness(planned(tmp_path, host_blocks=3, tier_costs={"disk": [10.0, 1e6], "host": [0.0, 1e12]}))
+    side = h.sched.connector
+    first, _ = h.stored(15, 3 * BS + 1)  # 3 blocks, to disk when the next prompt needs the host slots
+    a = first[:3 * BS] + prompt(16, 2 * BS + 1)
+    h.add("a", a)
+    h.run()
+    h.sched.reset_prefix_cache()
+    keys = side._keys(a, None)
+    tiers = [side._stored[k] for k in keys]
+    assert int(kvferry.Tier.DISK) in tiers and int(kvferry.Tier.HOST) in tiers, tiers
+    lead = next((i for i, t in enumerate(tiers) if t != int(kvferry.Tier.HOST)), len(tiers))
+    before = dict(side.plan_counts)
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == lead * BS
+    assert side.plan_counts["loaded"] - before["loaded"] == lead
+    assert side.plan_counts["recomputed"] - before["recomputed"] == 5 - lead
+    assert [rid for rid, _ in h.loaded[-1]] == (["b"] if lead else [])
+    h.expect_blocks("b", a, 0, 5)  # loaded, then computed by the forward
+
+
+def test_plan_config_refused_by_name(harness, tmp_path):
+    h = harness(disk_only(tmp_path))
+    for extra, match in (({"prefill_cost": [[16, -1.0]]}, "seconds"),
+                         ({"plan_min_gain": 0.1}, "plan_min_gain without prefill_cost"),
+                         ({"prefill_cost": CHEAP_PREFILL, "plan_min_gain": 1.5}, "min_gain"),
+                         ({"tier_costs": {"tape": [0, 1e9]}}, "tier_costs 'tape'"),
+                         ({"tier_costs": {"disk": [0, -1]}}, "disk")):
+        cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
+                               kv_role="kv_both", kv_connector_extra_config={**disk_only(tmp_path), **extra})
+        vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
+                        scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
+                        kv_transfer_config=cfg)
+        with pytest.raises(kvferry.InvalidArgument, match=match):
+            w = KVConnectorFactory.create_connector(vc, KVConnectorRole.WORKER, h.kv_config)
+            w.register_kv_caches({n: kv_tensor("flash_attn")[0] for n in LAYERS})

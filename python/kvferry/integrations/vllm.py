@@ -22,8 +22,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
 
 from .._cache import Cache, key_chain_all, key_salt, size_parse
 from .._core import Engine
-from .._enums import Backend, CacheRemote, EventKind, Status
+from .._enums import Backend, CacheRemote, EventKind, Status, Tier
 from .._errors import KvferryError, make_error
+from .._plan import MIN_GAIN, Prefill, check_cost_args, plan_compute
 from ._serving import add_pools, backend_for, failed_moves, namespace, tensor_pools
 
 log = logging.getLogger("kvferry.integrations.vllm")
@@ -33,7 +34,11 @@ log = logging.getLogger("kvferry.integrations.vllm")
 _ENGINE_KEYS = ("file_dir", "remote_url", "threads", "config_file", "file_io", "fsync")
 _CACHE_KEYS = ("host_blocks", "host_bytes", "disk_blocks", "disk_bytes", "remote", "offload_min_priority",
                "disk_admit_uses")
-_OWN_KEYS = ("namespace", "salt", "priority")
+_OWN_KEYS = ("namespace", "salt", "priority", "prefill_cost", "plan_min_gain", "tier_costs")
+
+# What the worker tells the scheduler's planner: (bytes of one block of
+# every layer, {tier: (latency_s, bytes_per_s)}, tiers that load layer by layer)
+_Link = Tuple[int, Dict[int, Tuple[float, float]], Tuple[int, ...]]
 
 
 @dataclass
@@ -49,14 +54,58 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
 @dataclass
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     """Worker -> scheduler, one step: what entered and left the worker's
-    cache, [(EventKind, key)] in order, so the scheduler's lookups see it."""
+    cache, [(EventKind, key, tier)] in order, so the scheduler's lookups see
+    it; and, when they changed, the read costs its plans use (link)."""
 
-    events: List[Tuple[int, int]] = field(default_factory=list)
+    events: List[Tuple[int, int, int]] = field(default_factory=list)
+    link: Optional[_Link] = None
 
     def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
         if isinstance(other, KvferryWorkerMetadata):
-            return KvferryWorkerMetadata(self.events + other.events)
+            return KvferryWorkerMetadata(self.events + other.events, _slower(self.link, other.link))
         return self
+
+
+def _slower(a: Optional[_Link], b: Optional[_Link]) -> Optional[_Link]:
+    """Two ranks' links as one: a step waits for its slowest rank, so per
+    tier the larger latency and the lower throughput."""
+    if a is None or b is None:
+        return a if b is None else b
+    costs = {t: (max(a[1][t][0], b[1][t][0]), min(a[1][t][1], b[1][t][1])) if t in b[1] else a[1][t]
+             for t in a[1]}
+    return max(a[0], b[0]), {**b[1], **costs}, tuple(t for t in a[2] if t in b[2])
+
+
+def _prefill_cost(extra, layers: int) -> Optional[Prefill]:
+    """The planner's prefill cost from kv_connector_extra_config, checked:
+    prefill_cost is [[tokens, seconds], ...] full prefills or the mapping
+    {"new_tokens", "prefix_tokens", "seconds"} (kvferry.Prefill)."""
+    if "prefill_cost" not in extra:
+        if "plan_min_gain" in extra:
+            raise make_error(Status.ERR_INVALID, "KvferryConnector: plan_min_gain without prefill_cost")
+        return None
+    cost = extra["prefill_cost"]
+    if isinstance(cost, (list, tuple)):
+        cost = [tuple(p) for p in cost]
+    gain = extra.get("plan_min_gain", MIN_GAIN)
+    # the connector computes a request's tokens after its loaded blocks
+    # only, and loads them layer by layer: no front shape, overlap counted
+    # for the tiers the worker reports layer-wise
+    return Prefill(cost, layers=layers, overlap=True, min_gain=gain, leading_only=True)
+
+
+def _tier_costs(extra) -> Dict[Tier, Tuple[float, float]]:
+    """tier_costs {"disk": [latency_s, bytes_per_s], ...}: held costs."""
+    out = {}
+    for name, v in dict(extra.get("tier_costs") or {}).items():
+        try:
+            tier = Tier[str(name).upper()]
+            lat, bw = v
+        except (KeyError, TypeError, ValueError):
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: tier_costs {name!r}: {v!r} (want a tier "
+                             f"name: [latency_s, bytes_per_s])") from None
+        out[tier] = check_cost_args(lat, bw)
+    return out
 
 
 @dataclass
@@ -72,7 +121,9 @@ class KvferryConnector(KVConnectorBase_V1):
     worker side owns the Engine (vLLM's KV tensors as its primary pools) and
     the Cache. Loads are synchronous in vLLM's sense (this step's forward
     waits for them, per layer); a block that does not arrive is reported by
-    get_block_ids_with_load_errors and vLLM recomputes it."""
+    get_block_ids_with_load_errors and vLLM recomputes it. With a prefill
+    cost configured, the scheduler reports only the hits its load-or-
+    recompute plan loads (docs/planner.md)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
@@ -93,8 +144,13 @@ class KvferryConnector(KVConnectorBase_V1):
             f"tp{par.rank}of{par.tensor_parallel_size}" if par.tensor_parallel_size > 1 else None,
             f"pp{par.pipeline_parallel_size}" if par.pipeline_parallel_size > 1 else None)
         self._priority = int(extra.get("priority", 50))
+        self._prefill = _prefill_cost(extra, _model_layers(vllm_config))
+        self._held_costs = _tier_costs(extra)
         # scheduler side
-        self._stored: Set[int] = set()
+        self._stored: Dict[int, int] = {}  # key -> the tier the worker reported it in
+        self._link: Optional[_Link] = None
+        # hits the plans loaded and recomputed (blocks), requests planned
+        self.plan_counts = {"loaded": 0, "recomputed": 0, "planned": 0}
         self._requests: Dict[str, _Request] = {}
         self._matched: Dict[str, Tuple[int, List[int]]] = {}  # req -> (local tokens, keys)
         self._loads: List[Tuple[str, List[int], List[int]]] = []
@@ -106,7 +162,9 @@ class KvferryConnector(KVConnectorBase_V1):
         self._load_ticket = None
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
-        self._events: List[Tuple[int, int]] = []
+        self._events: List[Tuple[int, int, int]] = []
+        self._block_bytes = 0
+        self._sent_link: Optional[_Link] = None
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -132,8 +190,32 @@ class KvferryConnector(KVConnectorBase_V1):
         hits = 0
         while hits < limit and keys[hits] in self._stored:
             hits += 1
+        local = num_computed_tokens // self._block_size
+        if hits > local and self._prefill is not None and self._link is not None:
+            hits = self._planned(keys[:hits], len(tokens), local)
         self._matched[request.request_id] = (num_computed_tokens, keys)
         return max(0, hits * self._block_size - num_computed_tokens), False
+
+    def _planned(self, keys: List[int], request_tokens: int, local: int) -> int:
+        """The hits the plan loads (at least vLLM's own `local` ones, which
+        are in GPU memory already); every hit if planning fails."""
+        block_bytes, costs, layerwise = self._link
+        tiers = [Tier.GPU] * local + [Tier(self._stored[k]) for k in keys[local:]]
+        try:
+            p = plan_compute(tiers, block_bytes, self._block_size, request_tokens, costs, self._prefill,
+                             layerwise_tiers=layerwise)
+        except KvferryError as exc:
+            log.warning("kvferry: plan of %d hits failed, loading them all: %s", len(keys), exc)
+            return len(keys)
+        load = max(p.load_blocks, local)
+        self.plan_counts["planned"] += 1
+        self.plan_counts["loaded"] += load - local
+        self.plan_counts["recomputed"] += len(keys) - load
+        if load < len(keys):
+            log.debug("kvferry: loading %d of %d hits (predicted ttft %.1f ms; recompute all %.1f, load all "
+                      "%.1f)", load - local, len(keys) - local, p.ttft_s * 1e3, p.ttft_recompute_s * 1e3,
+                      p.ttft_load_all_s * 1e3)
+        return load
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
         if num_external_tokens <= 0:
@@ -180,11 +262,13 @@ class KvferryConnector(KVConnectorBase_V1):
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if not isinstance(meta, KvferryWorkerMetadata):
             return
-        for kind, key in meta.events:
+        for kind, key, tier in meta.events:
             if kind == EventKind.REMOVED:
-                self._stored.discard(key)
+                self._stored.pop(key, None)
             else:
-                self._stored.add(key)
+                self._stored[key] = tier
+        if meta.link is not None:
+            self._link = meta.link
 
     def request_finished(self, request, block_ids):
         self._requests.pop(request.request_id, None)
@@ -213,6 +297,8 @@ class KvferryConnector(KVConnectorBase_V1):
         try:
             added = {ident: add_pools(engine, pools, host) for ident, pools in cut.items()}
             self.cache = Cache(engine, event_queue=1 << 16, **ckw)
+            for tier, (lat, bw) in self._held_costs.items():
+                engine.set_tier_cost(tier, lat, bw, hold=True)
         except BaseException:
             engine.close()
             raise
@@ -220,7 +306,8 @@ class KvferryConnector(KVConnectorBase_V1):
         for name, t in kv_caches.items():
             self._layer_pools[name] = added[(t.data_ptr(), tuple(t.shape))]
         self._pool_order = [p for pools in added.values() for p in pools]
-        self._events.extend((int(e.kind), e.key) for e in self.cache.events())  # blocks found on disk
+        self._block_bytes = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
+        self._take_events()  # blocks found on disk
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
@@ -286,18 +373,45 @@ class KvferryConnector(KVConnectorBase_V1):
         out, self._load_errors = self._load_errors, set()
         return out
 
+    def _take_events(self):
+        self._events.extend((int(e.kind), e.key, int(e.tier)) for e in self.cache.events())
+
+    def _link_now(self) -> Optional[_Link]:
+        """What the scheduler's plans need from this worker (None without a
+        prefill cost): the costs move with every load, so they travel in
+        the steps that changed them."""
+        if self._prefill is None or self.engine is None:
+            return None
+        costs = {int(t): (c.latency_s, c.bytes_per_s) for t, c in self.engine.costs().items()}
+        # the layer-wise get's pools arrive one by one on the GPU only
+        layerwise = (int(Tier.HOST), int(Tier.GPU)) if self.engine.backend == Backend.CUDA else ()
+        return self._block_bytes, costs, layerwise
+
     def build_connector_worker_meta(self):
         if self.cache is not None:
-            self._events.extend((int(e.kind), e.key) for e in self.cache.events())
-        if not self._events:
+            self._take_events()
+        link = self._link_now()
+        fresh = link if link != self._sent_link else None
+        if not self._events and fresh is None:
             return None
-        out, self._events = KvferryWorkerMetadata(self._events), []
+        out, self._events, self._sent_link = KvferryWorkerMetadata(self._events, fresh), [], link
         return out
 
     def shutdown(self):
         if self.engine is not None:
             self.engine.close()  # closes the cache first
         self.engine = self.cache = None
+
+
+def _model_layers(vllm_config) -> int:
+    """The layers this instance's forward runs (its pipeline stage's)."""
+    mc = vllm_config.model_config
+    if mc is None:
+        return 0
+    try:
+        return int(mc.get_num_layers(vllm_config.parallel_config))
+    except (AttributeError, TypeError, ValueError):
+        return int(getattr(mc.hf_text_config, "num_hidden_layers", 0) or 0)
 
 
 def _block_dim(t, num_blocks: int, name: str) -> int:
