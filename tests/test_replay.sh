@@ -245,6 +245,15 @@ plan_check "$tmp/pnever.json"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); p = d["plan"]
 assert p["loaded"]["disk"] == 0 and p["recomputed"]["disk"] == d["hits"]["disk"] > 0, p
 assert p["shapes"]["front"]["disk"] == 0, p' "$tmp/pnever.json"
+# the slow disk again for an engine that computes only after its loads: no
+# front, and the disk hits that the front shape loaded are recomputed
+"$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p5" \
+    $prefill --tier-cost host=1e-5:2e10 --tier-cost disk=2e-4:2e6 --plan-leading-only \
+    --json "$tmp/plead.json" >/dev/null
+plan_check "$tmp/plead.json"
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["plan"]
+assert all(n == 0 for n in p["shapes"]["front"].values()), p
+assert p["loaded"]["disk"] == 0 and p["recomputed"]["disk"] > 0, p' "$tmp/plead.json"
 # the same options again: the same plans
 rm -rf "$tmp/p2"
 "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 64 --disk "$tmp/p2" \
@@ -258,7 +267,8 @@ plan_check "$tmp/plearn.json"
 for bad in "--prefill-cost 16:-1" "--prefill-cost 32:1,16:2" "--prefill-cost x" \
     "--tier-cost disk=1:2" "--prefill-cost 16:1 --tier-cost dsk=1:2" \
     "--prefill-cost 16:1 --tier-cost disk=-1:2" "--prefill-cost 16:1 --gpu-tier" \
-    "--prefill-cost 16:1 --plan-min-gain 1" "--prefill-cost 16:1 --plan-min-gain x" "--plan-min-gain 0.1"; do
+    "--prefill-cost 16:1 --plan-min-gain 1" "--prefill-cost 16:1 --plan-min-gain x" "--plan-min-gain 0.1" \
+    "--plan-leading-only"; do
     if "$kvf" replay $bad 2>/dev/null; then echo "replay took $bad" >&2; exit 1; fi
 done
 

@@ -66,7 +66,8 @@ typedef struct replay_opts {
     size_t prefill_n;
     uint32_t plan_layers;
     bool plan_overlap;
-    double plan_min_gain; /* kvf_prefill_cost.min_gain */
+    bool plan_leading_only; /* kvf_prefill_cost.leading_only */
+    double plan_min_gain;   /* kvf_prefill_cost.min_gain */
     bool plan_min_gain_set;
     bool tier_cost_set[KVF_TIER_COUNT];
     double tier_latency[KVF_TIER_COUNT], tier_bw[KVF_TIER_COUNT];
@@ -555,6 +556,7 @@ static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *
     pc.layers = o->plan_layers;
     pc.overlap = o->plan_overlap;
     pc.min_gain = o->plan_min_gain;
+    pc.leading_only = o->plan_leading_only;
     kvf_plan_input in = KVF_PLAN_INPUT_INIT;
     in.tiers = r->tiers;
     in.hits = hits;
@@ -803,6 +805,8 @@ static void usage(FILE *f)
             "  --plan-layers N --plan-overlap  the model's layers; loads overlap them\n"
             "  --plan-min-gain F       a split must predict F less than the better pure\n"
             "                          policy (default 0.05)\n"
+            "  --plan-leading-only     load leading hits only, never a front computed while\n"
+            "                          the back loads (an engine such as vLLM)\n"
             "  --tier-cost TIER=LATENCY_S:BYTES_PER_S  hold a tier's read cost (repeatable;\n"
             "                          otherwise the engine's, learnt as the replay runs)\n"
             "%s"
@@ -836,6 +840,7 @@ enum {
     OPT_PLAN_LAYERS,
     OPT_PLAN_OVERLAP,
     OPT_PLAN_MIN_GAIN,
+    OPT_PLAN_LEADING_ONLY,
     OPT_TIER_COST,
 };
 
@@ -866,6 +871,7 @@ static const struct option replay_options[] = {
     {"plan-layers", required_argument, NULL, OPT_PLAN_LAYERS},
     {"plan-overlap", no_argument, NULL, OPT_PLAN_OVERLAP},
     {"plan-min-gain", required_argument, NULL, OPT_PLAN_MIN_GAIN},
+    {"plan-leading-only", no_argument, NULL, OPT_PLAN_LEADING_ONLY},
     {"tier-cost", required_argument, NULL, OPT_TIER_COST},
     KVF_CLI_OPTS_END,
 };
@@ -1035,6 +1041,9 @@ static int replay_option(int c, const char *v, replay_opts *o)
         o->plan_min_gain_set = true;
         break;
     }
+    case OPT_PLAN_LEADING_ONLY:
+        o->plan_leading_only = true;
+        break;
     case OPT_TIER_COST:
         return tier_cost_option(v, o);
     default:
@@ -1081,9 +1090,10 @@ static int check_options(replay_opts *o)
         fprintf(stderr, "kvferry replay: --prefill-cost and --gpu-tier: one or the other\n");
         return -1;
     }
-    if (!o->plan && (costs || o->plan_layers || o->plan_overlap || o->plan_min_gain_set)) {
-        fprintf(stderr, "kvferry replay: --tier-cost, --plan-layers, --plan-overlap and "
-                        "--plan-min-gain need --prefill-cost\n");
+    if (!o->plan && (costs || o->plan_layers || o->plan_overlap || o->plan_min_gain_set ||
+                     o->plan_leading_only)) {
+        fprintf(stderr, "kvferry replay: --tier-cost, --plan-layers, --plan-overlap, "
+                        "--plan-min-gain and --plan-leading-only need --prefill-cost\n");
         return -1;
     }
     return 0;
