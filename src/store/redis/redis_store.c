@@ -44,10 +44,11 @@ static kvf_status finish(redis_store *s, kvf__store_block *blocks, size_t n, con
     return ret;
 }
 
-/* One call's arrays: statuses, and the client's view of the blocks. */
+/* One call's arrays: statuses, and the client's view of the blocks
+ * (zeroed: calloc also checks n * size for overflow). */
 static void *arrays(size_t n, size_t each, kvf_status **st_p)
 {
-    void *p = malloc(n * (each + sizeof(kvf_status)));
+    void *p = calloc(n, each + sizeof(kvf_status));
     *st_p = p ? (kvf_status *)((char *)p + n * each) : NULL;
     return p;
 }
