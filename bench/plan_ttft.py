@@ -3,10 +3,12 @@
 
 A randomly initialised decoder of a given shape (default Llama-3-8B's: 32
 layers, hidden 4096, 32 heads, 8 KV heads of 128, MLP 14336, bf16; no
-RoPE, which costs little next to the rest) prefills prompts of N tokens
-whose first N - NEW tokens (--new-tokens, default 512) are cached by
-kvferry in blocks of 16 tokens, one pool per layer for K and one for V
-(2 MiB a block). For each tier (host, disk) and prompt length it times,
+RoPE, which costs little next to the rest; its attention reads each KV
+head in place for the query heads of its group, as an engine's kernel
+does, where this torch can) prefills prompts of N tokens whose first
+N - NEW tokens (--new-tokens, default 512) are cached by kvferry in
+blocks of 16 tokens, one pool per layer for K and one for V (2 MiB a
+block). For each tier (host, disk) and prompt length it times,
 after a warm-up:
 
 - recompute: the whole prompt computed, nothing loaded;
@@ -82,6 +84,48 @@ class Decoder:
         self.a = a
         self.w = [dict(q=mk(h, h), k=mk(h, kvd), v=mk(h, kvd), o=mk(h, h), gate=mk(h, m), up=mk(h, m),
                        down=mk(m, h)) for _ in range(a.layers)]
+        self.gqa = a.attention == "gqa" or (a.attention == "auto" and self.gqa_works(dev))
+
+    def attend(self, q, kk, vv, gqa):
+        """Causal attention of q ([n, heads, head]) over kk, vv ([s, kv_heads,
+        head]), the last n of them q's own; [n, heads * head]. gqa: the
+        attention kernel reads each KV head for its group of query heads, as
+        an engine's does; else each KV head is first copied once per query
+        head of its group."""
+        a = self.a
+        n, s = q.shape[0], kk.shape[0]
+        qh = q.transpose(0, 1).unsqueeze(0)
+        if gqa:
+            kh, vh, extra = kk.transpose(0, 1).unsqueeze(0), vv.transpose(0, 1).unsqueeze(0), dict(enable_gqa=True)
+        else:
+            rep = a.heads // a.kv_heads
+            kh = kk.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
+            vh = vv.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
+            extra = {}
+        if s == n:
+            o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, **extra)
+        elif causal_lower_right is not None:
+            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=causal_lower_right(n, s), **extra)
+        else:
+            mask = torch.ones(n, s, dtype=torch.bool, device=q.device).tril(diagonal=s - n)
+            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask, **extra)
+        return o.squeeze(0).transpose(0, 1).reshape(n, -1)
+
+    def gqa_works(self, dev):
+        """Whether this torch's attention takes enable_gqa, and gives what the
+        copied heads give, with and without a prefix."""
+        a = self.a
+        g = torch.Generator(device=dev).manual_seed(2)
+        rnd = lambda *shape: torch.randn(*shape, device=dev, dtype=torch.bfloat16, generator=g)  # noqa: E731
+        try:
+            for n, s in ((32, 32), (16, 48)):
+                q, kk, vv = rnd(n, a.heads, a.head), rnd(s, a.kv_heads, a.head), rnd(s, a.kv_heads, a.head)
+                if not torch.allclose(self.attend(q, kk, vv, True).float(), self.attend(q, kk, vv, False).float(),
+                                      atol=2e-2, rtol=2e-2):
+                    return False
+        except (TypeError, RuntimeError):
+            return False
+        return True
 
     @staticmethod
     def norm(x):
@@ -98,19 +142,8 @@ class Decoder:
         v = (h @ w["v"]).view(n, a.kv_heads, a.head)
         kk = k if k_pre is None else torch.cat([k_pre, k])
         vv = v if v_pre is None else torch.cat([v_pre, v])
-        rep = a.heads // a.kv_heads
-        qh = q.transpose(0, 1).unsqueeze(0)
-        kh = kk.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
-        vh = vv.repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
-        s = kh.shape[2]
-        if s == n:
-            o = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
-        elif causal_lower_right is not None:
-            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=causal_lower_right(n, s))
-        else:
-            mask = torch.ones(n, s, dtype=torch.bool, device=x.device).tril(diagonal=s - n)
-            o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-        x = x + o.squeeze(0).transpose(0, 1).reshape(n, -1) @ w["o"]
+        o = self.attend(q, kk, vv, self.gqa)
+        x = x + o @ w["o"]
         h = self.norm(x)
         x = x + (F.silu(h @ w["gate"]) * (h @ w["up"])) @ w["down"]
         return x, k, v
@@ -487,6 +520,9 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
                    help="load the host tier layer by layer (CUDA only); auto: where it measured faster")
+    p.add_argument("--attention", choices=["auto", "gqa", "copy"], default="auto",
+                   help="gqa: each KV head read in place for its group of query heads (an engine's kernel); "
+                        "copy: the KV heads copied per query head first; auto: gqa where this torch has it")
     p.add_argument("--front-submit", choices=["thread", "inline"], default="thread",
                    help="the front shape's get: submitted from a second thread, or inline before the front")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2k and 8k tokens, 2 repeats")
@@ -504,6 +540,8 @@ def main(argv=None):
            torch.zeros(blocks, TPB, a.kv_heads, a.head, device=dev.name, dtype=torch.bfloat16))
           for _ in range(a.layers)]
     model = Model(a, dev, kv)
+    a.attention = "gqa" if model.m.gqa else "copy"
+    print(f"attention: {'KV heads read in place (enable_gqa)' if model.m.gqa else 'KV heads copied per query head'}")
     table = prefill_table(a, model, lengths, a.new_tokens)
     print("prefill table (ms; rows: prefix tokens, columns: new tokens):")
     print("  prefix " + "".join(f"{n:>9}" for n in table["new_tokens"]))

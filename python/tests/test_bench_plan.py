@@ -26,7 +26,7 @@ TINY = ["--device", "cpu", "--layers", "2", "--hidden", "128", "--heads", "4", "
 @pytest.fixture
 def rig(tmp_path):
     a = argparse.Namespace(layers=2, hidden=128, heads=4, kv_heads=2, head=32, mlp=256, repeat=1, new_tokens=32,
-                           front_submit="thread")
+                           front_submit="thread", attention="auto")
     dev = bench.Dev("cpu")
     kv = [tuple(torch.zeros(40, bench.TPB, 2, 32, dtype=torch.bfloat16) for _ in range(2)) for _ in range(2)]
     model = bench.Model(a, dev, kv)
@@ -81,6 +81,22 @@ def test_followed_paths_compute_the_prompt(rig):
     for name, out in outs.items():
         err = ((out - x[-1]).float() - want).norm() / want.norm()
         assert err < 0.05, (name, float(err))
+
+
+def test_attention_reads_kv_heads_in_place_as_copied(rig):
+    """The two attentions give one result, with a prefix and without; a
+    torch that has enable_gqa gets the in-place one."""
+    m = rig.mo.m
+    g = torch.Generator().manual_seed(5)
+    for n, s in ((48, 48), (16, 80)):
+        q = torch.randn(n, 4, 32, generator=g).to(torch.bfloat16)
+        kk, vv = (torch.randn(s, 2, 32, generator=g).to(torch.bfloat16) for _ in range(2))
+        want = m.attend(q, kk, vv, False).float()
+        if not m.gqa:
+            pytest.skip(f"torch {torch.__version__} has no enable_gqa: the bench copies KV heads")
+        got = m.attend(q, kk, vv, True).float()
+        assert got.shape == (n, 4 * 32)
+        assert torch.allclose(got, want, atol=2e-2, rtol=2e-2), (n, s, float((got - want).abs().max()))
 
 
 def test_bench_end_to_end(tmp_path):
