@@ -84,7 +84,9 @@ class Decoder:
         self.a = a
         self.w = [dict(q=mk(h, h), k=mk(h, kvd), v=mk(h, kvd), o=mk(h, h), gate=mk(h, m), up=mk(h, m),
                        down=mk(m, h)) for _ in range(a.layers)]
-        self.gqa = a.attention == "gqa" or (a.attention == "auto" and self.gqa_works(dev))
+        self.gqa = a.attention != "copy" and self.gqa_works(dev)
+        if a.attention == "gqa" and not self.gqa:
+            raise SystemExit(f"--attention gqa: torch {torch.__version__}'s attention has no working enable_gqa")
 
     def attend(self, q, kk, vv, gqa):
         """Causal attention of q ([n, heads, head]) over kk, vv ([s, kv_heads,
