@@ -1631,7 +1631,8 @@ KVF_API kvf_status kvf_cache_plan(kvf_cache *cache, const kvf_key *keys, size_t 
 /** What probing cuFile found, worst to best. */
 typedef enum kvf_gds_state {
     KVF_GDS_STATE_ABSENT = 0,  /* no libcufile (or a build without CUDA) */
-    KVF_GDS_STATE_REFUSED = 1, /* loaded, but its driver would not open */
+    KVF_GDS_STATE_REFUSED = 1, /* loaded, but its driver would not open,
+                                  * or no CUDA device to open it for */
     KVF_GDS_STATE_COMPAT = 2,  /* open, no P2P path: cuFile's compatibility
                                   mode (POSIX I/O through its own bounce
                                   buffers) */

@@ -188,19 +188,9 @@ static int test_fallback_host(void)
 
 #ifdef KVF_HAVE_CUDA
 
-static bool have_gpu(void)
-{
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    return n > 0;
-}
-
 static int test_crc_kernel(void)
 {
-    if (!have_gpu())
+    if (!test_have_gpu())
         return fprintf(stderr, "no CUDA device\n"), TEST_SKIP;
     enum { SLOT = 9u << 20 };
     kvf__gds_buf *g = NULL;
@@ -400,7 +390,7 @@ static bool engine_takes_gds(const char *dir)
 
 static int test_gds_engine(void)
 {
-    if (!have_gpu())
+    if (!test_have_gpu())
         return fprintf(stderr, "no CUDA device\n"), TEST_SKIP;
     char dir[512];
     REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
@@ -477,7 +467,7 @@ static int test_gds_engine(void)
 /* The CUDA backend with cuFile missing: POSIX path, blocks still move. */
 static int test_fallback_cuda(void)
 {
-    if (!have_gpu())
+    if (!test_have_gpu())
         return fprintf(stderr, "no CUDA device\n"), TEST_SKIP;
     char dir[512];
     REQUIRE(test_tmpdir(dir, sizeof dir) == 0);

@@ -17,6 +17,17 @@
         }                                                                                          \
     } while (0)
 
+/* Whether CUDA sees a device here. */
+static inline bool test_have_gpu(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
 /* tests/late_write.cu: queues on `stream` a kernel that spins about
  * spin_ms, then copies n bytes of device memory from src to dst. */
 #ifdef __cplusplus

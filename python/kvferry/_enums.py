@@ -146,7 +146,7 @@ class GdsState(_Enum):
     """What probing cuFile found (kvf_gds_state), worst to best."""
 
     ABSENT = 0  # no libcufile (or a build without CUDA)
-    REFUSED = 1  # loaded, but its driver would not open
+    REFUSED = 1  # loaded, but its driver would not open, or no CUDA device to open it for
     COMPAT = 2  # open, no P2P path: cuFile's compatibility mode
     P2P = 3  # open, nvidia-fs loaded or P2P DMA offered
 

@@ -136,9 +136,30 @@ static bool nvfs_loaded(void)
            access("/sys/module/nvidia_fs", F_OK) == 0;
 }
 
+/* Whether CUDA sees a device. cuFile drives none without one, and its
+ * driver open may then never return (seen with the libcufile that PyTorch's
+ * wheels ship, on a machine without a GPU), so it is not asked. */
+static bool have_device(kvf__gds_probe *p)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        if (e != cudaSuccess)
+            (void)cudaGetLastError();
+        snprintf(p->detail, sizeof p->detail,
+                 "libcufile loaded, driver not opened: no CUDA device (%s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        p->found = KVF_GDS_STATE_REFUSED;
+        return false;
+    }
+    return true;
+}
+
 /* Opens the driver and says what it offers; gds_mu held, lib loaded. */
 static bool open_driver(kvf_gds_compat compat, kvf__gds_probe *p)
 {
+    if (!have_device(p))
+        return false;
     if (compat != KVF_GDS_COMPAT_AUTO) {
         if (api.set_parameter_bool) {
             kvf__cufile_error e = api.set_parameter_bool(KVF_CUFILE_PARAM_ALLOW_COMPAT_MODE,
