@@ -57,7 +57,7 @@ except ImportError as exc:
     sys.exit(77)
 
 import kvferry as kvf  # noqa: E402
-from kvferry.integrations.transformers import KVFerryPrefixCache, measure_prefill  # noqa: E402
+from kvferry.integrations.transformers import KVFerryPrefixCache, cache_kwargs, measure_prefill  # noqa: E402
 
 TARGET = 1.15
 
@@ -171,7 +171,7 @@ class Bench:
         return statistics.median(times), times
 
     def forward(self, ids, past):
-        out = self.model(ids, past_key_values=past, use_cache=True, logits_to_keep=1)
+        out = self.model(ids, use_cache=True, **cache_kwargs(self.model, past), logits_to_keep=1)
         return out.logits[0, -1].argmax()  # the first token
 
     def case(self, length, tier, disk_root):

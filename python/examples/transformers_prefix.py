@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # a source checkout
-from kvferry.integrations.transformers import KVFerryPrefixCache  # noqa: E402
+from kvferry.integrations.transformers import KVFerryPrefixCache, cache_kwargs  # noqa: E402
 
 
 def load(args):
@@ -69,7 +69,7 @@ def main():
             ids = torch.cat([tokenize(system), tokenize(q)], dim=1).to(args.device)
             t0 = time.perf_counter()
             past = kv.prepare(ids)  # lookup, and the get queued: nothing waited for yet
-            out = model(ids[:, past.cached_tokens:], past_key_values=past, logits_to_keep=1)
+            out = model(ids[:, past.cached_tokens:], **cache_kwargs(model, past), logits_to_keep=1)
             past.finish()  # every block arrived whole (else PrefixLoadError: recompute)
             first = int(out.logits[0, -1].argmax())
             ms = (time.perf_counter() - t0) * 1e3

@@ -7,6 +7,7 @@ prefix through the disk directory; partial blocks are never cached; a failed
 block is recomputed; bad input is refused by name. Skipped without torch
 and transformers."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -20,10 +21,16 @@ pytest.importorskip("transformers")
 
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from kvferry.integrations.transformers import KVFerryPrefixCache, PrefixLoadError  # noqa: E402
+from kvferry.integrations.transformers import KVFerryPrefixCache, PrefixLoadError, cache_kwargs  # noqa: E402
 
 TPB = 16
 LAYERS = 3
+
+
+def forward(model, ids, past):
+    """model(ids) over the cache `past`, under the keyword this transformers
+    names it by."""
+    return model(ids, **cache_kwargs(model, past))
 
 
 def tiny_model(seed=0, kv_heads=2, dtype=torch.float32, device="cpu"):
@@ -83,7 +90,7 @@ def test_prefix_served_byte_exact(tmp_path, tier):
         poison(kv)
         past = kv.prepare(second)
         assert past.cached_tokens == 4 * TPB and past.get_seq_length() == 4 * TPB
-        out2 = model(second[:, past.cached_tokens:], past_key_values=past)
+        out2 = forward(model, second[:, past.cached_tokens:], past)
         past.finish()
         assert past.loaded and past.get_seq_length() == second.shape[1]
         assert_prefix_equal(past, out1.past_key_values, 4 * TPB)
@@ -102,7 +109,7 @@ def test_layerwise_and_whole_agree(tmp_path):
         for mode in ("layerwise", "whole", "recompute"):
             poison(kv)
             past = kv.prepare(ids, mode=mode)
-            out = model(ids[:, past.cached_tokens:], past_key_values=past)
+            out = forward(model, ids[:, past.cached_tokens:], past)
             past.finish()
             runs[mode] = (past, out, past.cached_tokens)
         assert runs["layerwise"][2] == runs["whole"][2] == 6 * TPB and runs["recompute"][2] == 0
@@ -169,7 +176,7 @@ def test_across_processes_through_disk(tmp_path):
         poison(kv)
         past = kv.prepare(ids)
         assert past.cached_tokens == 7 * TPB
-        out = model(ids[:, past.cached_tokens:], past_key_values=past)
+        out = forward(model, ids[:, past.cached_tokens:], past)
         past.finish()
         for i, (layer, (k, v)) in enumerate(zip(past.layers, ref)):
             assert torch.equal(bits(layer.keys[..., :7 * TPB, :]), bits(k)), f"layer {i} K"
@@ -193,7 +200,7 @@ def test_another_instance_through_the_remote_tier():
         poison(reader)
         past = reader.prepare(ids)
         assert past.cached_tokens == 5 * TPB
-        model(ids[:, past.cached_tokens:], past_key_values=past)
+        forward(model, ids[:, past.cached_tokens:], past)
         past.finish()
         assert_prefix_equal(past, out.past_key_values, 5 * TPB)
         assert reader.cache.stats().hits["remote"] == 5
@@ -250,7 +257,7 @@ def test_corrupt_block_is_recomputed(tmp_path, caplog):
         past = kv.prepare(ids)  # by hand: the error reaches the caller
         assert past.cached_tokens == 4 * TPB
         with pytest.raises(PrefixLoadError, match="failed to load"):
-            model(ids[:, past.cached_tokens:], past_key_values=past)
+            forward(model, ids[:, past.cached_tokens:], past)
         with pytest.raises(PrefixLoadError):
             past.finish()
         assert kv.lookup(ids) == 0  # the cache dropped the corrupt blocks
@@ -274,7 +281,7 @@ def test_bad_input_is_refused(tmp_path):
         kv.forward(model, prompt(1, 40))
         past = kv.prepare(prompt(1, 40))
         with torch.no_grad(), pytest.raises(ValueError, match=r"layer 0: the model's keys are \[1, 4, 8, 16\]"):
-            other(prompt(1, 40)[:, past.cached_tokens:], past_key_values=past)
+            forward(other, prompt(1, 40)[:, past.cached_tokens:], past)
     with pytest.raises(ValueError, match="no tier"):
         KVFerryPrefixCache.from_model(model)
     with pytest.raises(ValueError, match="no tier"):
@@ -319,3 +326,19 @@ def test_example_runs():
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "served prefixes byte-exact" in r.stdout and " 592 served from kvferry" in r.stdout
+
+
+def test_cache_keyword_follows_the_forward():
+    class Newer:
+        def forward(self, input_ids, cache=None, past_key_values=None):
+            pass
+
+    class Older:
+        def forward(self, input_ids, past_key_values=None):
+            pass
+
+    assert cache_kwargs(Newer(), "p") == {"cache": "p"}
+    assert cache_kwargs(Older(), "p") == {"past_key_values": "p"}
+    model = tiny_model()
+    (name,) = cache_kwargs(model, "p")
+    assert name in inspect.signature(model.forward).parameters

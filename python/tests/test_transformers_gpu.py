@@ -12,7 +12,7 @@ torch = torch_cuda()
 pytest.importorskip("transformers")
 
 from kvferry.integrations.transformers import KVFerryPrefixCache  # noqa: E402
-from test_transformers import TPB, assert_prefix_equal, poison, prompt, tiny_model  # noqa: E402
+from test_transformers import TPB, forward, assert_prefix_equal, poison, prompt, tiny_model  # noqa: E402
 
 
 @pytest.mark.parametrize("tier", ["host", "disk"])
@@ -30,7 +30,7 @@ def test_prefix_served_byte_exact_on_gpu(tmp_path, tier):
             poison(kv)
             past = kv.prepare(second, mode=mode)
             assert past.cached_tokens == 6 * TPB
-            out = model(second[:, past.cached_tokens:], past_key_values=past)
+            out = forward(model, second[:, past.cached_tokens:], past)
             past.finish()
             torch.cuda.synchronize()
             assert_prefix_equal(past, out1.past_key_values, 6 * TPB)
@@ -55,7 +55,7 @@ def test_layerwise_on_a_stream_of_its_own():
             poison(kv)
             past = kv.prepare(first, mode="layerwise")
             assert past.cached_tokens == 6 * TPB
-            model(first[:, past.cached_tokens:], past_key_values=past)
+            forward(model, first[:, past.cached_tokens:], past)
             past.finish()
         stream.synchronize()
         assert_prefix_equal(past, out1.past_key_values, 6 * TPB)
@@ -78,7 +78,7 @@ def test_plan_shapes_on_gpu(tmp_path, tier, first, load):
         poison(kv)
         past = kv.prepare(ids, "plan", model=model)
         assert past.cached_tokens == load * TPB and past.front_blocks == first
-        out = model(ids[:, past.cached_tokens:], past_key_values=past)
+        out = forward(model, ids[:, past.cached_tokens:], past)
         past.finish()
         torch.cuda.synchronize()
         for k in kv.k_pools:

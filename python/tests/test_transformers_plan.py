@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_transformers import TPB, assert_prefix_equal, bits, poison, prompt, tiny_model  # noqa: E402
+from test_transformers import TPB, forward, assert_prefix_equal, bits, poison, prompt, tiny_model  # noqa: E402
 
 from kvferry.integrations.transformers import KVFerryPrefixCache, measure_prefill  # noqa: E402
 
@@ -25,7 +25,7 @@ DEAR = {"new_tokens": [TPB, 1024], "prefix_tokens": [0, 1024], "seconds": [[0.05
 def served(kv, model, ids, **kw):
     poison(kv)
     past = kv.prepare(ids, "plan", model=model, **kw)
-    out = model(ids[:, past.cached_tokens:], past_key_values=past)
+    out = forward(model, ids[:, past.cached_tokens:], past)
     past.finish()
     assert past.loaded and past.get_seq_length() == ids.shape[1]
     return past, out

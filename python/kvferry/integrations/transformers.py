@@ -9,7 +9,7 @@
 or by hand, around a forward:
 
     past = kv.prepare(input_ids)                             # lookup + get queued, nothing waited for
-    out = model(input_ids[:, past.cached_tokens:], past_key_values=past)
+    out = model(input_ids[:, past.cached_tokens:], **cache_kwargs(model, past))
     past.finish()                                            # raises PrefixLoadError if a block failed
     kv.store(input_ids, past)
 
@@ -40,7 +40,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 import kvferry as kvf
 
-__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES", "measure_prefill"]
+__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES", "measure_prefill", "cache_kwargs"]
 
 log = logging.getLogger("kvferry.transformers")
 
@@ -223,6 +223,18 @@ def _forward_keywords(model) -> dict:
     return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
 
+def cache_kwargs(model, past) -> dict:
+    """The keyword argument that hands `past` to `model` (model(ids,
+    **cache_kwargs(model, past))): `cache` where its forward takes one
+    (transformers' newer name; `past_key_values` there is deprecated), else
+    `past_key_values`."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        params = {}
+    return {"cache" if "cache" in params else "past_key_values": past}
+
+
 def _ladder(tokens_per_block: int, max_tokens: int):
     """tokens_per_block, x4, x16, ... below max_tokens, then max_tokens."""
     out, n = [], tokens_per_block
@@ -267,7 +279,7 @@ def measure_prefill(model, max_tokens: int, *, tokens_per_block: int = 64, runs:
         if cuda:
             torch.cuda.synchronize(dev)
         t0 = time.perf_counter()
-        model(ids, past_key_values=past, use_cache=True, **kw)
+        model(ids, use_cache=True, **cache_kwargs(model, past), **kw)
         if cuda:
             torch.cuda.synchronize(dev)
         return time.perf_counter() - t0
@@ -650,7 +662,7 @@ class KVFerryPrefixCache:
         ids = input_ids.reshape(1, -1)[:, :tokens].to(model.device)
         past = DynamicCache()
         with torch.no_grad():
-            model(ids, past_key_values=past, use_cache=True, **_forward_keywords(model))
+            model(ids, use_cache=True, **cache_kwargs(model, past), **_forward_keywords(model))
         if len(past.layers) != self.num_layers:
             raise ValueError(f"KVFerryPrefixCache: the model filled {len(past.layers)} layers, this cache has "
                              f"{self.num_layers}")
@@ -714,12 +726,12 @@ class KVFerryPrefixCache:
         ids = self._ids_2d(input_ids, model)
         past = self.prepare(ids, mode, model=model)
         try:
-            out = model(ids[:, past.cached_tokens:], past_key_values=past, use_cache=True, **kwargs)
+            out = model(ids[:, past.cached_tokens:], use_cache=True, **cache_kwargs(model, past), **kwargs)
             past.finish()
         except PrefixLoadError as exc:
             log.warning("kvferry: %s", exc)
             past = self.prepare(ids, "recompute")
-            out = model(ids, past_key_values=past, use_cache=True, **kwargs)
+            out = model(ids, use_cache=True, **cache_kwargs(model, past), **kwargs)
         if store:
             self.store(ids, past)
         return out
@@ -732,12 +744,12 @@ class KVFerryPrefixCache:
         ids = self._ids_2d(input_ids, model)
         past = self.prepare(ids, mode, model=model)
         try:
-            out = model.generate(ids, past_key_values=past, **kwargs)
+            out = model.generate(ids, **cache_kwargs(model, past), **kwargs)
             past.finish()
         except PrefixLoadError as exc:
             log.warning("kvferry: %s", exc)
             past = self.prepare(ids, "recompute")
-            out = model.generate(ids, past_key_values=past, **kwargs)
+            out = model.generate(ids, **cache_kwargs(model, past), **kwargs)
         if store:
             self.store(out.sequences if hasattr(out, "sequences") else out, past)
         return out
