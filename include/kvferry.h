@@ -1505,9 +1505,11 @@ typedef struct kvf_prefill_cost {
     int leading_only;
 } kvf_prefill_cost;
 
-/** The default min_gain: a split must predict 5 % less than the better
- *  pure policy. */
-#define KVF_PLAN_MIN_GAIN 0.05
+/** The default min_gain: a split must predict 10 % less than the better
+ *  pure policy. Splits from a disk that loads beside the computation have
+ *  measured up to 15 % above their prediction, and (1 - 0.10) * 1.15 keeps
+ *  such a split within 1.05x of the pure policy it was chosen over. */
+#define KVF_PLAN_MIN_GAIN 0.10
 
 #define KVF_PREFILL_COST_INIT                                                                      \
     {                                                                                              \

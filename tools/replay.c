@@ -804,7 +804,7 @@ static void usage(FILE *f)
             "                          are got, the others recomputed\n"
             "  --plan-layers N --plan-overlap  the model's layers; loads overlap them\n"
             "  --plan-min-gain F       a split must predict F less than the better pure\n"
-            "                          policy (default 0.05)\n"
+            "                          policy (default 0.10)\n"
             "  --plan-leading-only     load leading hits only, never a front computed while\n"
             "                          the back loads (an engine such as vLLM)\n"
             "  --tier-cost TIER=LATENCY_S:BYTES_PER_S  hold a tier's read cost (repeatable;\n"

@@ -119,7 +119,7 @@ def plan_from_c(p, tiers) -> Plan:
 
 
 # kvf.h's KVF_PLAN_MIN_GAIN: the gain a split must predict by default
-MIN_GAIN = 0.05
+MIN_GAIN = 0.10
 
 PrefillLike = Union[Callable[[int, int], float], Mapping, Sequence[Tuple[int, float]]]
 
