@@ -261,3 +261,11 @@ def test_struct(c_name):
         assert pointer_py == f.pointer, f"{what}: a pointer on one side only"
         assert off_py == off, f"{what}: offset {off} in C, {off_py} in ctypes"
     assert ctypes.sizeof(cls) == size, f"sizeof({c_name}) {size}, ctypes {ctypes.sizeof(cls)}"
+
+
+def test_plan_min_gain_default():
+    """Python's default margin for a split is the header's."""
+    from kvferry._plan import MIN_GAIN
+
+    m = re.search(r"^#define KVF_PLAN_MIN_GAIN ([0-9.]+)\s*$", _source(), re.M)
+    assert m and float(m[1]) == MIN_GAIN
