@@ -1634,7 +1634,7 @@ KVF_API kvf_status kvf_cache_plan(kvf_cache *cache, const kvf_key *keys, size_t 
 typedef enum kvf_gds_state {
     KVF_GDS_STATE_ABSENT = 0,  /* no libcufile (or a build without CUDA) */
     KVF_GDS_STATE_REFUSED = 1, /* loaded, but its driver would not open,
-                                  * or no CUDA device to open it for */
+                                * or no CUDA device to open it for */
     KVF_GDS_STATE_COMPAT = 2,  /* open, no P2P path: cuFile's compatibility
                                   mode (POSIX I/O through its own bounce
                                   buffers) */

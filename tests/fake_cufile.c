@@ -8,11 +8,10 @@
 #include "cufile_api.h"
 
 #define FAKE_ERR 5001 /* CU_FILE_DRIVER_NOT_INITIALIZED */
-
-__attribute__((visibility("default"))) int fake_cufile_driver_opens;
-
 #define FAKE_FAIL ((kvf__cufile_error){FAKE_ERR, 0})
 #define FAKE_EXPORT __attribute__((visibility("default")))
+
+FAKE_EXPORT int fake_cufile_driver_opens;
 
 FAKE_EXPORT kvf__cufile_error cuFileDriverOpen(void)
 {

@@ -213,14 +213,18 @@ class KVFerryDynamicCache(DynamicCache):
         return all(layer.pending == 0 for layer in self.layers)
 
 
+def _forward_params(model):
+    """The names model.forward takes (none known where it has no signature)."""
+    try:
+        return inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
 def _forward_keywords(model) -> dict:
     """logits_to_keep=1 where the model takes it: a prefill's cost is its
     last token's logits, not a vocabulary row per token."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in _forward_params(model) else {}
 
 
 def cache_kwargs(model, past) -> dict:
@@ -228,11 +232,7 @@ def cache_kwargs(model, past) -> dict:
     **cache_kwargs(model, past))): `cache` where its forward takes one
     (transformers' newer name; `past_key_values` there is deprecated), else
     `past_key_values`."""
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        params = {}
-    return {"cache" if "cache" in params else "past_key_values": past}
+    return {"cache" if "cache" in _forward_params(model) else "past_key_values": past}
 
 
 def _ladder(tokens_per_block: int, max_tokens: int):
