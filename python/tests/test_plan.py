@@ -140,7 +140,7 @@ def test_min_gain():
             kvf.Prefill(f, min_gain=bad)
 
 
-# bench/results/h100-plan.json: the prefill table (seconds; rows: prefix
+# bench/results/h100-plan-mingain005.json: the prefill table (seconds; rows: prefix
 # tokens, columns: new tokens) and the disk tier's fitted costs of one run
 H100_TABLE = {
     "new_tokens": [16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
