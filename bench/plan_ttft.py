@@ -396,6 +396,20 @@ class Bench:
         lat, bw = fit_cost(samples)
         self.e.set_tier_cost(self.tier, lat, bw, hold=True)
 
+    def replan_at_rounds_speed(self, n, hits, read_s, c):
+        """The plan again, its tier refitted to the speed load all's reading
+        (its time less its forward pass) kept during the timed rounds: what
+        the split would predict had the fit before them caught that speed.
+        Tells a misprediction of the tier from the bound of the shape."""
+        bb = 2 * self.a.layers * TPB * self.a.kv_heads * self.a.head * 2
+        if read_s <= c.latency_s:
+            return {}
+        bps = hits * bb / (read_s - c.latency_s)
+        p = kvf.plan_compute([self.tier] * hits, bb, TPB, n, {self.tier: (c.latency_s, bps)}, self.table,
+                             layers=self.a.layers)
+        return dict(rounds_bytes_per_s=bps, replanned_s=p.ttft_s, replanned_shape=p.shape,
+                    replanned_recompute_s=p.ttft_recompute_s)
+
     def store(self, n):
         """The prompt of n tokens computed once, its cached part handed to
         the cache; returns (x, keys)."""
@@ -456,6 +470,8 @@ class Bench:
             parts["front_load_done_s"] = self.trace["load_s"]
             parts["predicted_load_s"] = plan.load_s
         c = self.e.costs()[self.tier]
+        if not self.layerwise:
+            parts.update(self.replan_at_rounds_speed(n, hits, t_all - parts["compute_load_all_alone_s"], c))
         return dict(tier=self.tier.name.lower(), tokens=n, blocks=nb, hits=hits, recompute_s=t_rec,
                     load_all_s=t_all, plan_s=t_plan, plan_shape=plan.shape, plan_load_first=f, plan_load_blocks=l,
                     plan_overlap=plan.overlap, predicted_plan_s=plan.ttft_s,
@@ -491,6 +507,10 @@ def parts_line(r):
                 f"(predicted {r['predicted_load_s'] * 1e3:.1f})")
     if r.get("predicted_split_s") and r["plan_shape"] != "front" and r["predicted_split_s"] < r["predicted_plan_s"]:
         out += f"; best split predicted {r['predicted_split_s'] * 1e3:.1f} ms, within min_gain: not taken"
+    if "replanned_s" in r:
+        out += (f"\n      at the {r['rounds_bytes_per_s'] / 1e9:.2f} GB/s load all read in the rounds, the plan "
+                f"predicts {r['replanned_s'] * 1e3:.1f} ms ({r['replanned_shape']}, "
+                f"{r['replanned_s'] / r['replanned_recompute_s']:.2f}x its recompute)")
     return out
 
 

@@ -116,3 +116,8 @@ def test_bench_end_to_end(tmp_path):
         assert r["plan_shape"] in ("recompute", "leading", "front")
         assert 0 <= r["plan_load_first"] <= r["plan_load_blocks"] <= r["hits"]
         assert set(r["targets"]) >= {"predicted plan within 20 %", "predicted load all within 20 %"}
+    # the plan again at the speed load all read in the rounds (whole batches here)
+    again = [r for r in d["rows"] if "replanned_s" in r]
+    assert again, "no row replanned at the rounds' speed"
+    for r in again:
+        assert r["rounds_bytes_per_s"] > 0 and 0 < r["replanned_s"] <= r["replanned_recompute_s"]
