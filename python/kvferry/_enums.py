@@ -159,6 +159,17 @@ def status(value: int) -> Union[int, "Status"]:
         return value
 
 
+class DirEntryKind(_Enum):
+    """What dir_check found under one name of a namespace (kvf_dir_entry_kind)."""
+
+    GOOD = 0  # header, layout, namespace, length and checksum check
+    CORRUPT = 1  # a block file whose bytes fail a check
+    TORN = 2  # the temporary file of a write that did not finish
+    MISMATCH = 3  # a sound block of another layout or namespace
+    FOREIGN = 4  # not a regular file under a block's name (a FIFO, a directory, a link)
+    UNREADABLE = 5  # the read failed for a reason that says nothing about the file: not checked
+
+
 class CacheRemote(_Enum):
     """How a Cache uses its engine's remote tier."""
 

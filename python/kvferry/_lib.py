@@ -271,6 +271,36 @@ class Plan_t(ctypes.Structure):
     ]
 
 
+class DirEntry_t(ctypes.Structure):
+    _fields_ = [
+        ("key", ctypes.c_uint64),
+        ("kind", c_enum),
+        ("status", c_status),
+        ("message", ctypes.c_char_p),
+        ("tokens", ctypes.c_uint32),
+        ("pools", ctypes.c_uint32),
+        ("payload_bytes", ctypes.c_uint64),
+    ]
+
+
+class DirCounts_t(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("good", "corrupt", "torn", "mismatch", "foreign", "unreadable")]
+
+
+class DirBlock_t(ctypes.Structure):
+    _fields_ = [
+        ("key", ctypes.c_uint64),
+        ("tokens", ctypes.c_uint32),
+        ("pools", ctypes.c_uint32),
+        ("payload_bytes", ctypes.c_uint64),
+        ("mtime_ns", ctypes.c_int64),
+    ]
+
+
+DirCheckFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(DirEntry_t))
+DirListFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(DirBlock_t))
+DirNamespaceFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
+
 assert ctypes.sizeof(Move_t) == 24
 assert ctypes.sizeof(CacheEvent_t) == 40
 
@@ -427,6 +457,15 @@ _protos = {
     "kvf_prefill_cost_check": (c_status, [_P(PrefillCost_t)]),
     "kvf_plan_compute": (c_status, [_P(PlanInput_t), _P(Plan_t)]),
     "kvf_cache_set_prefill_cost": (c_status, [ctypes.c_void_p, _P(PrefillCost_t)]),
+    # block directories and the remote store, without an engine
+    "kvf_dir_check": (
+        c_status, [ctypes.c_char_p, ctypes.c_char_p, _P(Geometry_t), ctypes.c_size_t, DirCheckFn, ctypes.c_void_p,
+                   _P(DirCounts_t)]),
+    "kvf_dir_list": (
+        c_status, [ctypes.c_char_p, ctypes.c_char_p, _P(Geometry_t), ctypes.c_size_t, DirListFn, ctypes.c_void_p,
+                   _P(ctypes.c_uint64)]),
+    "kvf_dir_namespaces": (c_status, [ctypes.c_char_p, DirNamespaceFn, ctypes.c_void_p, _P(ctypes.c_size_t)]),
+    "kvf_remote_probe": (c_status, [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]),
     "kvf_cache_plan": (
         c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_void_p, _P(Plan_t)]),
 }

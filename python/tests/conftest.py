@@ -50,3 +50,48 @@ def torch_cuda():
         pytest.skip(f"libkvferry has no usable CUDA backend ({info.cuda_error or 'built without CUDA'})",
                     allow_module_level=True)
     return torch
+
+
+def redis_server(tmp_path, *args):
+    """A context manager: a redis-server of the caller's own on a loopback
+    port, with extra command-line args; yields its port (skips the test
+    without redis-server or without the Redis client in libkvferry)."""
+    import contextlib
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    if not shutil.which("redis-server") or not kvferry.info().remote_built:
+        pytest.skip("no redis-server, or libkvferry built without hiredis")
+
+    @contextlib.contextmanager
+    def run():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                              "--appendonly", "no", "--dir", str(tmp_path), *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and p.poll() is None, "redis-server did not start"
+                    time.sleep(0.05)
+            yield port
+        finally:
+            p.kill()
+            p.wait()
+
+    return run()
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """redis://127.0.0.1:<port> of a redis-server of this test's own."""
+    with redis_server(tmp_path) as port:
+        yield f"redis://127.0.0.1:{port}"

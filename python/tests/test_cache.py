@@ -308,37 +308,6 @@ def test_callback_errors_and_forms(tmp_path, geometry, rng, capfd):
     assert kvf.tier_name(kvf.Tier.DISK) == "disk"
 
 
-@pytest.fixture
-def redis_url(tmp_path):
-    """A redis-server of this test's own on a loopback port (skipped without one)."""
-    import shutil
-    import socket
-    import subprocess
-    import time
-
-    if not shutil.which("redis-server") or not kvf.info().remote_built:
-        pytest.skip("no redis-server, or libkvferry built without hiredis")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                          "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and p.poll() is None, "redis-server did not start"
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}"
-    finally:
-        p.kill()
-        p.wait()
-
-
 def test_remote_tier_shared(tmp_path, geometry, rng, redis_url):
     keys = kvf.key_chain_all(rng.integers(0, 32000, 4 * TPB), TPB)
     with kvf.Engine(backend=kvf.Backend.HOST, remote_url=redis_url, file_namespace="shared") as e:

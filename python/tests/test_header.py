@@ -40,6 +40,7 @@ ENUMS = {
     "kvf_gds_state": (kvf.GdsState, "KVF_GDS_STATE_"),
     "kvf_cache_event_kind": (kvf.EventKind, "KVF_EVENT_"),
     "kvf_cache_remote": (kvf.CacheRemote, "KVF_CACHE_REMOTE_"),
+    "kvf_dir_entry_kind": (kvf.DirEntryKind, "KVF_DIR_ENTRY_"),
 }
 # Counts that close an enum: not members, but checked where Python has them.
 COUNTS = {"KVF_DTYPE_COUNT": len(kvf.Dtype), "KVF_TIER_COUNT": _lib.TIER_COUNT}
@@ -71,13 +72,14 @@ STRUCTS = {
     "kvf_prefill_cost": _lib.PrefillCost_t,
     "kvf_plan_input": _lib.PlanInput_t,
     "kvf_plan": _lib.Plan_t,
+    "kvf_dir_entry": _lib.DirEntry_t,
+    "kvf_dir_counts": _lib.DirCounts_t,
+    "kvf_dir_block": _lib.DirBlock_t,
 }
 
 # Types of calls the binding does not offer yet, each with the reason; the
 # day they are bound, their types move to ENUMS / STRUCTS.
-UNBOUND = dict.fromkeys(
-    ("kvf_dir_entry_kind", "kvf_dir_entry", "kvf_dir_counts", "kvf_dir_block"),
-    "kvf_dir_check / kvf_dir_list (the scans behind kvferry fsck and stats) have no Python binding")
+UNBOUND: dict = {}
 
 _P = ctypes.sizeof(ctypes.c_void_p)
 SCALARS = {"char": 1, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int": ctypes.sizeof(ctypes.c_int),
