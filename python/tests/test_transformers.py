@@ -320,6 +320,37 @@ def test_ttft_bench_runs_tiny(tmp_path):
     assert all(row["byte_exact"] and row["byte_exact_runs"] == 4 for row in rows)
 
 
+def test_ttft_bench_skips_a_length_out_of_memory(tmp_path, monkeypatch, capsys):
+    """A length the device has no memory for (transformers' eager attention
+    at 32k on an 80 GB card) is reported and skipped; the others run."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "ttft_bench", Path(__file__).resolve().parents[2] / "bench" / "ttft.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    real = bench.Bench.case
+
+    def case(self, length, tier, disk_root):
+        if length == 128:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB\nmore")
+        yield from real(self, length, tier, disk_root)
+
+    monkeypatch.setattr(bench.Bench, "case", case)
+    out = tmp_path / "ttft.json"
+    monkeypatch.setattr(sys, "argv", ["ttft.py", "--tiny", "--lengths", "64,128", "--new", "16", "--runs", "1",
+                                      "--warmup", "0", "--tokens-per-block", "32", "--tiers", "host",
+                                      "--disk-dir", str(tmp_path / "kv"), "--json", str(out)])
+    assert bench.main() == 0
+    d = json.loads(out.read_text())
+    assert [row["length"] for row in d["rows"]] == [64] and all(row["byte_exact"] for row in d["rows"])
+    assert d["skipped"] == [{"tier": "host", "length": 128,
+                             "reason": "CUDA out of memory. Tried to allocate 64.00 GiB"}]
+    text = capsys.readouterr().out
+    assert "128  host skipped, out of device memory" in text and "not measured (out of device memory): host 128" in text
+
+
 def test_example_runs():
     ex = Path(__file__).resolve().parents[1] / "examples" / "transformers_prefix.py"
     r = subprocess.run([sys.executable, str(ex)], env=dict(os.environ, KVF_LOG="error"), capture_output=True,
