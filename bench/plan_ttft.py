@@ -381,12 +381,17 @@ class Bench:
         self.dev.after_gets(self.e)
         self.mo.prefill(x[l * TPB:], prefix=dst[f:l], front=front)
 
+    @property
+    def block_bytes(self):
+        """One block of every pool: K and V of every layer, bf16."""
+        return 2 * self.a.layers * TPB * self.a.kv_heads * self.a.head * 2
+
     def fit_tier(self, keys, dst, hits):
         """Times the loads the bench makes at two sizes and holds the fit."""
         sizes = sorted({max(1, hits // 8), hits})
         if len(sizes) < 2:
             return
-        bb = 2 * self.a.layers * TPB * self.a.kv_heads * self.a.head * 2
+        bb = self.block_bytes
         samples = []
         for n in sizes:
             def load():
@@ -401,7 +406,7 @@ class Bench:
         (its time less its forward pass) kept during the timed rounds: what
         the split would predict had the fit before them caught that speed.
         Tells a misprediction of the tier from the bound of the shape."""
-        bb = 2 * self.a.layers * TPB * self.a.kv_heads * self.a.head * 2
+        bb = self.block_bytes
         if read_s <= c.latency_s:
             return {}
         bps = hits * bb / (read_s - c.latency_s)

@@ -369,6 +369,7 @@ def main():
     try:
         for tier in a.tiers:
             for length in a.lengths:
+                out_of_memory = False
                 try:
                     for r in b.case(length, tier, disk_root):
                         rows.append(r)
@@ -385,7 +386,8 @@ def main():
                     why = str(exc).splitlines()[0] if str(exc) else "out of memory"
                     skipped.append({"tier": tier, "length": length, "reason": why})
                     print(f"{length:>7} {tier:>5} skipped, out of device memory: {why[:160]}", flush=True)
-                    del exc
+                    out_of_memory = True
+                if out_of_memory:  # past the handler: its traceback no longer holds the case's frames
                     free_device_memory(b)
     finally:
         if tmp is not None:
