@@ -34,7 +34,11 @@ what the bench measured first on the same model and the same path:
 - each tier's read cost: the gets the followed path makes (the same call,
   waited for the same way) timed at two sizes, fitted to latency + bytes /
   throughput and held, so the load's fixed costs (submission, per-block
-  work, the wait) are in the prediction.
+  work, the wait) are in the prediction. With --costs learn the fit is
+  only the starting point: the engine's observations of every load after
+  it (load all's alone, the front's beside its computation) move it, and
+  each round plans the request anew from the costs at that moment, as a
+  serving engine plans each request when it arrives.
 
 Every block got is checked byte for byte against the blocks stored, in
 destination slots poisoned before each run.
@@ -381,13 +385,24 @@ class Bench:
         self.dev.after_gets(self.e)
         self.mo.prefill(x[l * TPB:], prefix=dst[f:l], front=front)
 
+    def follow(self, plan, x, keys, dst):
+        """Follows a plan: recompute, the leading blocks, or the front."""
+        if plan.shape == "front":
+            self.front_then_rest(x, keys, dst, plan.load_first, plan.load_blocks)
+        elif plan.shape == "leading":
+            self.load_then_compute(x, keys, dst, plan.load_blocks)
+        else:
+            self.mo.prefill(x)
+
     @property
     def block_bytes(self):
         """One block of every pool: K and V of every layer, bf16."""
         return 2 * self.a.layers * TPB * self.a.kv_heads * self.a.head * 2
 
     def fit_tier(self, keys, dst, hits):
-        """Times the loads the bench makes at two sizes and holds the fit."""
+        """Times the loads the bench makes at two sizes and sets the fit:
+        held (--costs hold), or as the starting point that the engine's own
+        observations of every later load keep moving (--costs learn)."""
         sizes = sorted({max(1, hits // 8), hits})
         if len(sizes) < 2:
             return
@@ -399,7 +414,7 @@ class Bench:
                 self.dev.after_gets(self.e)
             samples.append((n * bb, median_time(self.dev, load, self.a.repeat)))
         lat, bw = fit_cost(samples)
-        self.e.set_tier_cost(self.tier, lat, bw, hold=True)
+        self.e.set_tier_cost(self.tier, lat, bw, hold=self.a.costs == "hold")
 
     def replan_at_rounds_speed(self, n, hits, read_s, c):
         """The plan again, its tier refitted to the speed load all's reading
@@ -438,29 +453,46 @@ class Bench:
         src, dst = list(range(nb)), list(range(nb, 2 * nb))
         self.fit_tier(keys, dst, hits)
         self.c.set_prefill_cost(self.table, layers=a.layers, overlap=self.layerwise)
-        plan = self.c.plan(keys, n)
-        f, l = plan.load_first, plan.load_blocks
         ok = True
-
-        if plan.shape == "front":
-            follow = lambda: self.front_then_rest(x, keys, dst, f, l)  # noqa: E731
-        elif plan.shape == "leading":
-            follow = lambda: self.load_then_compute(x, keys, dst, l)  # noqa: E731
-        else:
-            follow = lambda: self.mo.prefill(x)  # noqa: E731
         same = []  # every run's bytes, checked after it
 
         def check(first, last):
             return lambda: same.append(self.same(dst[first:last], src[first:last]))
 
+        if a.costs == "hold":
+            # one plan, made before the rounds and followed in each
+            plan = self.c.plan(keys, n)
+            plan_run = (lambda: self.follow(plan, x, keys, dst),
+                        lambda: self.poison(dst[plan.load_first:plan.load_blocks]),
+                        check(plan.load_first, plan.load_blocks))
+        else:
+            # a plan made in each round (timed with it), from the costs the
+            # engine holds then, as a serving engine plans every request
+            planned = []
+
+            def plan_and_follow():
+                planned.append(self.c.plan(keys, n))
+                self.follow(planned[-1], x, keys, dst)
+
+            plan_run = (plan_and_follow, lambda: self.poison(dst[:hits]),
+                        lambda: check(planned[-1].load_first, planned[-1].load_blocks)())
         t = median_times(self.dev, {
             "recompute": (lambda: self.mo.prefill(x), None, None),
             "load_all": (lambda: self.load_then_compute(x, keys, dst, hits), lambda: self.poison(dst[:hits]),
                          check(0, hits)),
-            "plan": (follow, lambda: self.poison(dst[f:l]), check(f, l)),
+            "plan": plan_run,
         }, a.repeat)
         t_rec, t_all, t_plan = t["recompute"], t["load_all"], t["plan"]
         ok &= all(same)
+        rounds = []
+        if a.costs == "learn":
+            # the timed rounds' plans (the warm-up's left out), their median
+            # prediction against the median TTFT, and the last one's shape
+            timed = planned[len(planned) - a.repeat:]
+            rounds = [dict(shape=p.shape, load_first=p.load_first, load_blocks=p.load_blocks,
+                           predicted_s=p.ttft_s, predicted_load_all_s=p.ttft_load_all_s) for p in timed]
+            plan = timed[-1]
+        f, l = plan.load_first, plan.load_blocks
         # the parts, each alone, beside what the plan predicted for them:
         # the forward pass over a loaded prefix (in its slots now), and the
         # front shape's front and load as its last run met them
@@ -477,11 +509,13 @@ class Bench:
         c = self.e.costs()[self.tier]
         if not self.layerwise:
             parts.update(self.replan_at_rounds_speed(n, hits, t_all - parts["compute_load_all_alone_s"], c))
+        med = lambda what, last: statistics.median(r[what] for r in rounds) if rounds else last  # noqa: E731
         return dict(tier=self.tier.name.lower(), tokens=n, blocks=nb, hits=hits, recompute_s=t_rec,
                     load_all_s=t_all, plan_s=t_plan, plan_shape=plan.shape, plan_load_first=f, plan_load_blocks=l,
-                    plan_overlap=plan.overlap, predicted_plan_s=plan.ttft_s,
-                    predicted_recompute_s=plan.ttft_recompute_s, predicted_load_all_s=plan.ttft_load_all_s,
+                    plan_overlap=plan.overlap, predicted_plan_s=med("predicted_s", plan.ttft_s), costs=a.costs, rounds=rounds,
+                    predicted_recompute_s=plan.ttft_recompute_s, predicted_load_all_s=med("predicted_load_all_s", plan.ttft_load_all_s),
                     layerwise=self.layerwise, tier_latency_s=c.latency_s, tier_bytes_per_s=c.bytes_per_s,
+                    tier_observed=c.observed, tier_held=bool(c.held),
                     predicted_split_s=plan.ttft_split_s, predicted_compute_s=plan.compute_s, bytes_ok=bool(ok),
                     **parts)
 
@@ -512,6 +546,10 @@ def parts_line(r):
                 f"(predicted {r['predicted_load_s'] * 1e3:.1f})")
     if r.get("predicted_split_s") and r["plan_shape"] != "front" and r["predicted_split_s"] < r["predicted_plan_s"]:
         out += f"; best split predicted {r['predicted_split_s'] * 1e3:.1f} ms, within min_gain: not taken"
+    if r.get("rounds"):
+        out += "\n      each round's plan (costs learnt): " + ", ".join(
+            f"{p['shape']} [{p['load_first']}, {p['load_blocks']}) predicted {p['predicted_s'] * 1e3:.1f} ms"
+            for p in r["rounds"])
     if "replanned_s" in r:
         out += (f"\n      at the {r['rounds_bytes_per_s'] / 1e9:.2f} GB/s load all read in the rounds, the plan "
                 f"predicts {r['replanned_s'] * 1e3:.1f} ms ({r['replanned_shape']}, "
@@ -552,6 +590,10 @@ def main(argv=None):
                         "copy: the KV heads copied per query head first; auto: gqa where this torch has it")
     p.add_argument("--front-submit", choices=["thread", "inline"], default="thread",
                    help="the front shape's get: submitted from a second thread, or inline before the front")
+    p.add_argument("--costs", choices=["hold", "learn"], default="hold",
+                   help="hold: the tier's fitted cost held and one plan made before the rounds; learn: the fit "
+                        "a starting point that the engine's observations of every load move, and a plan made "
+                        "in each round from the costs then (as a serving engine plans each request)")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2k and 8k tokens, 2 repeats")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)

@@ -8,6 +8,7 @@ whole bench, end to end, on that shape. Skipped without torch."""
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -121,3 +122,31 @@ def test_bench_end_to_end(tmp_path):
     assert again, "no row replanned at the rounds' speed"
     for r in again:
         assert r["rounds_bytes_per_s"] > 0 and 0 < r["replanned_s"] <= r["replanned_recompute_s"]
+
+
+def test_bench_learns_costs_and_plans_each_round(tmp_path):
+    """--costs learn: the fit is a starting point the engine's own
+    observations move (not held), and every timed round makes its own plan,
+    each followed and its bytes checked."""
+    out = tmp_path / "plan.json"
+    rc = bench.main(TINY + ["--tokens", "256", "--new-tokens", "32", "--tiers", "disk", "--repeat", "2",
+                            "--costs", "learn", "--disk", str(tmp_path / "kv"), "--json", str(out)])
+    assert rc in (0, 1)
+    (r,) = json.loads(out.read_text())["rows"]
+    assert r["costs"] == "learn" and r["bytes_ok"]
+    assert not r["tier_held"] and r["tier_observed"] > 0
+    assert len(r["rounds"]) == 2
+    for p in r["rounds"]:
+        assert p["shape"] in ("recompute", "leading", "front") and p["predicted_s"] > 0
+        assert 0 <= p["load_first"] <= p["load_blocks"] <= r["hits"]
+    # the row's prediction is the rounds' median, its shape the last round's
+    assert r["predicted_plan_s"] == pytest.approx(statistics.median(p["predicted_s"] for p in r["rounds"]))
+    assert r["plan_shape"] == r["rounds"][-1]["shape"]
+
+
+def test_bench_holds_the_fit_by_default(tmp_path):
+    out = tmp_path / "plan.json"
+    bench.main(TINY + ["--tokens", "256", "--new-tokens", "32", "--tiers", "disk", "--disk", str(tmp_path / "kv"),
+                       "--json", str(out)])
+    (r,) = json.loads(out.read_text())["rows"]
+    assert r["costs"] == "hold" and r["tier_held"] and r["rounds"] == []
