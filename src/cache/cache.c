@@ -85,7 +85,6 @@ static kvf_status config_of(kvf_engine *engine, const kvf_cache_config *cfg, kvf
 static void cache_free(kvf_cache *c)
 {
     kvf__cache_free_entries(c);
-    free(c->buckets);
     free(c->free_slots);
     free(c->gpu_free);
     free(c->gpu_state);
@@ -115,13 +114,12 @@ static kvf_status cache_new(kvf_engine *engine, const kvf_cache_config *cfg, kvf
     c->capacity[KVF_TIER_GPU] = k.gpu.blocks;
     c->block_bytes = kvf__engine_block_bytes(engine);
     c->primary_slots = kvf__engine_slots(engine, KVF_LEVEL_PRIMARY);
-    c->nbuckets = 1024;
-    c->buckets = calloc(c->nbuckets, sizeof *c->buckets);
+    c->map = (kvf__keymap)KVF_KEYMAP_INIT(entry, key, hnext, 1024);
     c->free_slots = k.host.blocks ? malloc(k.host.blocks * sizeof *c->free_slots) : NULL;
     c->events = k.events.queue ? malloc(k.events.queue * sizeof *c->events) : NULL;
     c->gpu_free = k.gpu.blocks ? malloc(k.gpu.blocks * sizeof *c->gpu_free) : NULL;
     c->gpu_state = k.gpu.blocks ? calloc(k.gpu.blocks, 1) : NULL;
-    if (!c->buckets || (k.host.blocks && !c->free_slots) || (k.events.queue && !c->events) ||
+    if ((k.host.blocks && !c->free_slots) || (k.events.queue && !c->events) ||
         (k.gpu.blocks && (!c->gpu_free || !c->gpu_state))) {
         cache_free(c);
         return kvf__fail(KVF_ERR_NOMEM, "kvf_cache_create: out of memory");

@@ -43,6 +43,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "keymap.h"
 #include "log.h"
 #include "status.h"
 
@@ -59,7 +60,7 @@ enum { GPU_FREE = 0, GPU_HANDED_OUT = 1, GPU_CACHED = 2 };
 typedef struct entry entry;
 struct entry {
     kvf_key key;
-    entry *hnext;       /* hash chain */
+    entry *hnext;       /* the map's chain */
     entry *prev, *next; /* its (tier, priority) LRU list, while unpinned */
     uint64_t gen;       /* changes with every placement */
     uint64_t round;     /* the put round that placed it (see kvf__cache_flush) */
@@ -127,8 +128,7 @@ struct kvf_cache {
     size_t nsettings;
     pthread_mutex_t mu;
 
-    entry **buckets;
-    size_t nbuckets, count;
+    kvf__keymap map; /* entries by key */
     lru lists[KVF_TIER_COUNT][PRIORITIES];
     uint64_t listed[KVF_TIER_COUNT]; /* entries on the lists: the unpinned ones */
     uint64_t capacity[KVF_TIER_COUNT];

@@ -238,6 +238,9 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->settings = settings;
     e->nsettings = nsettings;
     e->cfg = c;
+    for (size_t t = 0; t < 2; t++)
+        kvf__key_table_init(&e->tiers[t].hazards);
+    kvf__key_table_init(&e->lost_files);
     e->next_id = 1;
     e->file_dir = dup_or_null(c.file.dir);
     e->file_namespace = strdup(c.file.namespace_ ? c.file.namespace_ : "default");

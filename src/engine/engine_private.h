@@ -32,6 +32,7 @@
 #include "engine_costs.h"
 #include "fileio.h"
 #include "gds.h"
+#include "keymap.h"
 #include "layout.h"
 #include "log.h"
 #include "remote.h"
@@ -112,15 +113,13 @@ typedef struct hazard {
 typedef struct file_hazard {
     uint64_t key;
     hazard hz;
-    struct file_hazard *next;
+    struct file_hazard *next; /* the key_table's chain */
 } file_hazard;
 
 /* The hazards of keyed objects (files, remote blocks): an entry exists
- * only while something is pending on its key, or its last write failed. */
-typedef struct key_table {
-    file_hazard **buckets;
-    size_t nbuckets, count;
-} key_table;
+ * only while something is pending on its key, or its last write failed.
+ * Zeroed, a table is not ready: kvf__key_table_init makes it so. */
+typedef kvf__keymap key_table;
 
 struct batch {
     uint64_t id;
@@ -342,6 +341,7 @@ KVF_INTERNAL void kvf__mem_array_release(kvf_engine *e, mem_array *m);
 KVF_INTERNAL kvf_status kvf__freeze(kvf_engine *e);
 
 /* hazards.c */
+KVF_INTERNAL void kvf__key_table_init(key_table *t);
 KVF_INTERNAL hazard *kvf__key_hazard(key_table *t, uint64_t key, bool create);
 KVF_INTERNAL void kvf__key_table_free(key_table *t);
 KVF_INTERNAL void kvf__hazard_prune_readers(const kvf_engine *e, hazard *h);

@@ -5,6 +5,7 @@
 #include "mem_store.h"
 #include "blockhdr.h"
 #include "checksum.h"
+#include "keymap.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -19,15 +20,14 @@ typedef struct mem_value {
     uint8_t *bytes; /* the stored form: header, then payload */
     size_t len;
     int64_t mtime_ns;
-    struct mem_value *next;
+    struct mem_value *next; /* the map's chain */
 } mem_value;
 
-/* One mem://NAME: its blocks of every namespace, chained by key. */
+/* One mem://NAME: its blocks of every namespace, by key. */
 typedef struct mem_map {
     char name[NAME_MAX_LEN + 1];
     pthread_mutex_t mu;
-    mem_value **buckets;
-    size_t nbuckets, count;
+    kvf__keymap values;
     struct mem_map *next;
 } mem_map;
 
@@ -73,6 +73,7 @@ static mem_map *map_of(const char *name, bool create)
     if (!m && create && (m = calloc(1, sizeof *m)) != NULL) {
         snprintf(m->name, sizeof m->name, "%s", name);
         pthread_mutex_init(&m->mu, NULL);
+        m->values = (kvf__keymap)KVF_KEYMAP_INIT(mem_value, key, next, 64);
         m->next = maps;
         maps = m;
     }
@@ -80,47 +81,13 @@ static mem_map *map_of(const char *name, bool create)
     return m;
 }
 
-static size_t bucket_of(const mem_map *m, uint64_t ns_hash, uint64_t key)
+/* The value under (ns_hash, key); the map's lock held. */
+static mem_value *find(mem_map *m, uint64_t ns_hash, uint64_t key)
 {
-    uint64_t h = (key ^ ns_hash) * 0x9e3779b97f4a7c15ull;
-    return (size_t)(h >> 17) & (m->nbuckets - 1);
-}
-
-/* The value under (ns_hash, key), its link in the chain in *link_p; the
- * map's lock held. */
-static mem_value *find(mem_map *m, uint64_t ns_hash, uint64_t key, mem_value ***link_p)
-{
-    if (!m->nbuckets)
-        return NULL;
-    mem_value **pp = &m->buckets[bucket_of(m, ns_hash, key)];
-    while (*pp && ((*pp)->key != key || (*pp)->ns_hash != ns_hash))
-        pp = &(*pp)->next;
-    if (link_p)
-        *link_p = pp;
-    return *pp;
-}
-
-static bool grow(mem_map *m)
-{
-    if (m->count < m->nbuckets)
-        return true;
-    size_t nb = m->nbuckets ? m->nbuckets * 2 : 64;
-    mem_value **nbk = calloc(nb, sizeof *nbk);
-    if (!nbk)
-        return false;
-    mem_value **old = m->buckets;
-    size_t ob = m->nbuckets;
-    m->buckets = nbk;
-    m->nbuckets = nb;
-    for (size_t i = 0; i < ob; i++)
-        for (mem_value *v = old[i], *next; v; v = next) {
-            next = v->next;
-            size_t k = bucket_of(m, v->ns_hash, v->key);
-            v->next = nbk[k];
-            nbk[k] = v;
-        }
-    free(old);
-    return true;
+    mem_value *v = kvf__keymap_find(&m->values, key, NULL);
+    while (v && v->ns_hash != ns_hash)
+        v = kvf__keymap_find(&m->values, key, v);
+    return v;
 }
 
 static int64_t realtime_ns(void)
@@ -149,14 +116,14 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
     memcpy(bytes + HDR, b->buf, b->payload_bytes);
     mem_map *m = s->map;
     pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, s->ns_hash, b->key, NULL);
-    if (!v && grow(m) && (v = calloc(1, sizeof *v)) != NULL) {
+    mem_value *v = find(m, s->ns_hash, b->key);
+    if (!v && (v = calloc(1, sizeof *v)) != NULL) {
         v->ns_hash = s->ns_hash;
         v->key = b->key;
-        size_t k = bucket_of(m, v->ns_hash, v->key);
-        v->next = m->buckets[k];
-        m->buckets[k] = v;
-        m->count++;
+        if (!kvf__keymap_insert(&m->values, v)) {
+            free(v);
+            v = NULL;
+        }
     }
     if (v) {
         free(v->bytes);
@@ -207,7 +174,7 @@ static kvf_status get_one(mem_store *s, kvf__store_block *b)
 {
     mem_map *m = s->map;
     pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, s->ns_hash, b->key, NULL);
+    mem_value *v = find(m, s->ns_hash, b->key);
     uint8_t *copy = NULL;
     size_t len = v ? v->len : 0;
     if (v && (copy = malloc(len ? len : 1)) != NULL)
@@ -224,21 +191,23 @@ static kvf_status get_one(mem_store *s, kvf__store_block *b)
 }
 
 /* remove (drop) or exists of one block. */
+static void value_drop(void *obj)
+{
+    mem_value *v = obj;
+    free(v->bytes);
+    free(v);
+}
+
 static kvf_status keyed_one(mem_store *s, kvf__store_block *b, bool drop)
 {
     mem_map *m = s->map;
     pthread_mutex_lock(&m->mu);
-    mem_value **link = NULL;
-    mem_value *v = find(m, s->ns_hash, b->key, &link);
-    if (v && drop) {
-        *link = v->next;
-        m->count--;
-    }
+    mem_value *v = find(m, s->ns_hash, b->key);
+    if (v && drop)
+        kvf__keymap_remove(&m->values, v);
     pthread_mutex_unlock(&m->mu);
-    if (v && drop) {
-        free(v->bytes);
-        free(v);
-    }
+    if (v && drop)
+        value_drop(v);
     return v || drop ? KVF_OK : KVF_ERR_NOT_FOUND;
 }
 
@@ -300,18 +269,18 @@ static kvf_status mem_list(kvf__store *base, kvf__store_visit_fn visit, void *ar
     mem_store *s = (mem_store *)base;
     mem_map *m = s->map;
     pthread_mutex_lock(&m->mu);
-    kvf__store_entry *ents = calloc(m->count ? m->count : 1, sizeof *ents);
-    size_t k = 0;
-    for (size_t i = 0; ents && i < m->nbuckets; i++)
-        for (mem_value *v = m->buckets[i]; v; v = v->next) {
-            kvf__block_header h;
-            if (v->ns_hash != s->ns_hash || v->len < HDR ||
-                kvf__block_header_parse(v->bytes, "mem", &h) != KVF_OK ||
-                kvf__block_header_expect(&h, "mem", s->fingerprint, s->ns_hash, v->key) != KVF_OK ||
-                h.payload_bytes != v->len - HDR)
-                continue;
-            ents[k++] = (kvf__store_entry){v->key, h.tokens, h.pools, h.payload_bytes, v->mtime_ns};
-        }
+    kvf__store_entry *ents = calloc(m->values.count ? m->values.count : 1, sizeof *ents);
+    size_t k = 0, pos = 0;
+    for (mem_value *v = ents ? kvf__keymap_next(&m->values, &pos, NULL) : NULL; v;
+         v = kvf__keymap_next(&m->values, &pos, v)) {
+        kvf__block_header h;
+        if (v->ns_hash != s->ns_hash || v->len < HDR ||
+            kvf__block_header_parse(v->bytes, "mem", &h) != KVF_OK ||
+            kvf__block_header_expect(&h, "mem", s->fingerprint, s->ns_hash, v->key) != KVF_OK ||
+            h.payload_bytes != v->len - HDR)
+            continue;
+        ents[k++] = (kvf__store_entry){v->key, h.tokens, h.pools, h.payload_bytes, v->mtime_ns};
+    }
     pthread_mutex_unlock(&m->mu);
     if (!ents)
         return kvf__fail(KVF_ERR_NOMEM, "%s: list: out of memory", base->where);
@@ -372,7 +341,7 @@ kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key, s
     if (!m)
         return KVF_ERR_NOT_FOUND;
     pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, kvf__ns_hash(ns), key, NULL);
+    mem_value *v = find(m, kvf__ns_hash(ns), key);
     bool ok = v && offset < v->len;
     if (ok)
         v->bytes[offset] ^= mask;
@@ -386,14 +355,6 @@ void kvf__mem_store_clear(const char *name)
     if (!m)
         return;
     pthread_mutex_lock(&m->mu);
-    for (size_t i = 0; i < m->nbuckets; i++)
-        for (mem_value *v = m->buckets[i], *next; v; v = next) {
-            next = v->next;
-            free(v->bytes);
-            free(v);
-        }
-    free(m->buckets);
-    m->buckets = NULL;
-    m->nbuckets = m->count = 0;
+    kvf__keymap_clear(&m->values, value_drop);
     pthread_mutex_unlock(&m->mu);
 }
