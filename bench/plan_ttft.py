@@ -509,11 +509,14 @@ class Bench:
         c = self.e.costs()[self.tier]
         if not self.layerwise:
             parts.update(self.replan_at_rounds_speed(n, hits, t_all - parts["compute_load_all_alone_s"], c))
-        med = lambda what, last: statistics.median(r[what] for r in rounds) if rounds else last  # noqa: E731
+        predicted_plan, predicted_all = plan.ttft_s, plan.ttft_load_all_s
+        if rounds:
+            predicted_plan = statistics.median(r["predicted_s"] for r in rounds)
+            predicted_all = statistics.median(r["predicted_load_all_s"] for r in rounds)
         return dict(tier=self.tier.name.lower(), tokens=n, blocks=nb, hits=hits, recompute_s=t_rec,
                     load_all_s=t_all, plan_s=t_plan, plan_shape=plan.shape, plan_load_first=f, plan_load_blocks=l,
-                    plan_overlap=plan.overlap, predicted_plan_s=med("predicted_s", plan.ttft_s), costs=a.costs, rounds=rounds,
-                    predicted_recompute_s=plan.ttft_recompute_s, predicted_load_all_s=med("predicted_load_all_s", plan.ttft_load_all_s),
+                    plan_overlap=plan.overlap, predicted_plan_s=predicted_plan, costs=a.costs, rounds=rounds,
+                    predicted_recompute_s=plan.ttft_recompute_s, predicted_load_all_s=predicted_all,
                     layerwise=self.layerwise, tier_latency_s=c.latency_s, tier_bytes_per_s=c.bytes_per_s,
                     tier_observed=c.observed, tier_held=bool(c.held),
                     predicted_split_s=plan.ttft_split_s, predicted_compute_s=plan.compute_s, bytes_ok=bool(ok),

@@ -190,7 +190,7 @@ static kvf_status get_one(mem_store *s, kvf__store_block *b)
     return st;
 }
 
-/* remove (drop) or exists of one block. */
+/* Frees a value taken out of its map (or the whole map being cleared). */
 static void value_drop(void *obj)
 {
     mem_value *v = obj;
@@ -198,6 +198,7 @@ static void value_drop(void *obj)
     free(v);
 }
 
+/* remove (drop) or exists of one block. */
 static kvf_status keyed_one(mem_store *s, kvf__store_block *b, bool drop)
 {
     mem_map *m = s->map;
