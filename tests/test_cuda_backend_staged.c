@@ -8,7 +8,7 @@
 /* ---- the staged path ------------------------------------------------------
  * Batches whose host blocks tile one pinned allocation (each once, any
  * order) are gathered or scattered in device memory around one DMA per
- * 4 MiB chunk. Whole permutations of many block sizes (chunk borders inside
+ * 16 MiB chunk. Whole permutations of many block sizes (chunk borders inside
  * blocks included), both directions, the staging ring reused inside one
  * batch and across batches in flight, and batches that must not take it. */
 
