@@ -32,6 +32,7 @@
 #include "bench_cuda.h"
 
 #include "cuda_kernels.h"
+#include "cuda_paths.h"
 
 #include <cuda_runtime.h>
 #include <stdatomic.h>
@@ -361,8 +362,8 @@ static void row(const char *what, size_t bs, job *jobs, int njobs, int reps)
         else
             printf(" | %7.1f %.2f%s", r[m].gbs, r[m].gbs / ceil, r[m].ok == 0 ? "!" : " ");
     }
-    static const char *const paths[] = {"?", "kernel", "dma", "staged"};
-    printf(" | auto=%s staged=%s\n", paths[r[M_AUTO].path & 3], paths[r[M_STAGED].path & 3]);
+    printf(" | auto=%s staged=%s\n", kvf__cuda_path_name(r[M_AUTO].path),
+           kvf__cuda_path_name(r[M_STAGED].path));
     printf("%-8s %5s  submit us/block:", "", "");
     for (int m = M_PERBLK; m < M_COUNT; m++)
         if (r[m].ok != -2)

@@ -18,7 +18,9 @@ static int path_cases(kvf_cuda_copy mode, arena *h, arena *d1, arena *d2)
     kvf__copy *c = malloc(cap * sizeof *c);
     REQUIRE(c);
     char what[160];
-    int want = mode == KVF_CUDA_COPY_KERNEL ? 1 : mode == KVF_CUDA_COPY_DMA ? 2 : 0;
+    int want = mode == KVF_CUDA_COPY_KERNEL ? KVF__CUDA_PATH_KERNEL
+               : mode == KVF_CUDA_COPY_DMA  ? KVF__CUDA_PATH_DMA
+                                            : 0;
     for (int dir = 0; dir < 3; dir++) {
         const arena *d = dir == 0 ? d1 : dir == 1 ? h : d2;
         const arena *s = dir == 0 ? h : d1;
@@ -29,7 +31,13 @@ static int path_cases(kvf_cuda_copy mode, arena *h, arena *d1, arena *d2)
             size_t n = scattered(d, s, bytes, bytes <= 65536 ? 1024 : 6, c);
             snprintf(what, sizeof what, "%s %s %zu-byte blocks x%zu", mode_name[mode],
                      dir_name[dir], bytes, n);
-            run_batches(b, q, d, s, c, n, n, what, want);
+            /* AUTO (the arena is not the backend's pinned memory, so
+             * nothing stages): the kernel device to device and below
+             * 256 KiB, the copy engines from there */
+            int path = want                                      ? want
+                       : dir == 2 || bytes < ((size_t)256 << 10) ? KVF__CUDA_PATH_KERNEL
+                                                                 : KVF__CUDA_PATH_DMA;
+            run_batches(b, q, d, s, c, n, n, what, path);
         }
 
         /* odd sizes at unaligned offsets, both sides misaligned differently */
@@ -183,10 +191,10 @@ static int test_auto_beside_compute(void)
         size_t n = scattered(d, s, 32768, 512, c);
         char what[96];
         snprintf(what, sizeof what, "auto %s 32 KiB blocks beside compute", dir_name[dir]);
-        run_batches_flags(b, q, d, s, c, n, n, KVF__COPY_BESIDE_COMPUTE, what, 2 /* dma */);
+        run_batches_flags(b, q, d, s, c, n, n, KVF__COPY_BESIDE_COMPUTE, what, KVF__CUDA_PATH_DMA);
         snprintf(what, sizeof what, "auto %s 32 KiB blocks alone", dir_name[dir]);
         run_batches(b, q, d, s, c, n, n, what, 0);
-        CHECK(kvf__cuda_last_path(b, (int)q) != 2);
+        CHECK(kvf__cuda_last_path(b, (int)q) != KVF__CUDA_PATH_DMA);
     }
     free(c);
     b->ops->destroy(b);

@@ -8,7 +8,7 @@
 /* ---- the staged path ------------------------------------------------------
  * Batches whose host blocks tile one pinned allocation (each once, any
  * order) are gathered or scattered in device memory around one DMA per
- * 4 MiB chunk. Whole permutations of many block sizes (chunk borders inside
+ * 16 MiB chunk. Whole permutations of many block sizes (chunk borders inside
  * blocks included), both directions, the staging ring reused inside one
  * batch and across batches in flight, and batches that must not take it. */
 
@@ -77,7 +77,7 @@ static int test_staged_path(void)
                 size_t n = dense(&h, 4096 * (k % 3), &A_D1, bytes, count, to_host, c);
                 snprintf(what, sizeof what, "staged%s %s %zu-byte blocks x%zu",
                          forced ? " (forced)" : "", to_host ? "d2h" : "h2d", bytes, n);
-                int want = forced ? 3 : 0;
+                int want = forced ? KVF__CUDA_PATH_STAGED : 0;
                 if (to_host)
                     run_batches(b, q, &h, &A_D1, c, n, n, what, want);
                 else
@@ -94,7 +94,7 @@ static int test_staged_path(void)
                     snprintf(what, sizeof what, "staged%s %s 2-d %zux%zu of pitch %zu x%zu",
                              forced ? " (forced)" : "", to_host ? "d2h" : "h2d", shapes[k][0],
                              shapes[k][1], shapes[k][2], n);
-                    int want = forced ? 3 : 0;
+                    int want = forced ? KVF__CUDA_PATH_STAGED : 0;
                     if (to_host)
                         run_batches(b, q, &h, &A_D1, c, n, n, what, want);
                     else
@@ -115,9 +115,11 @@ static int test_staged_path(void)
                 snprintf(what, sizeof what, "staged%s %s 15 dense batches in flight",
                          forced ? " (forced)" : "", to_host ? "d2h" : "h2d");
                 if (to_host)
-                    run_batches(b, q, &h, &A_D2, c, n, per, what, forced ? 3 : 0);
+                    run_batches(b, q, &h, &A_D2, c, n, per, what,
+                                forced ? KVF__CUDA_PATH_STAGED : 0);
                 else
-                    run_batches(b, q, &A_D2, &h, c, n, per, what, forced ? 3 : 0);
+                    run_batches(b, q, &A_D2, &h, c, n, per, what,
+                                forced ? KVF__CUDA_PATH_STAGED : 0);
             }
             /* not dense: one block missing, one twice (h2d), unequal
              * sizes; each must still copy right by another path */
@@ -138,7 +140,7 @@ static int test_staged_path(void)
                     c[7].src = c[9].src;
                     snprintf(what, sizeof what, "staged h2d with a duplicate");
                     run_batches(b, q, &A_D1, &h, c, n, n, what, 0);
-                    CHECK(kvf__cuda_last_path(b, (int)q) != 3);
+                    CHECK(kvf__cuda_last_path(b, (int)q) != KVF__CUDA_PATH_STAGED);
                 }
                 n = dense(&h, 0, &A_D1, bytes, count, to_host, c);
                 c[3].width = c[3].dpitch = c[3].spitch = bytes - 512;
@@ -147,7 +149,7 @@ static int test_staged_path(void)
                     run_batches(b, q, &h, &A_D1, c, n, n, what, 0);
                 else
                     run_batches(b, q, &A_D1, &h, c, n, n, what, 0);
-                CHECK(kvf__cuda_last_path(b, (int)q) != 3);
+                CHECK(kvf__cuda_last_path(b, (int)q) != KVF__CUDA_PATH_STAGED);
             }
         }
         free(c);

@@ -388,11 +388,14 @@ static int test_sync_stream(void)
     return 0;
 }
 
-/* kvf_offload_after: a kernel on the caller's stream spins ~5 ms, then
- * writes a new random pattern over every primary slot; the offload
- * queued right after it (no sync) must read the late pattern, byte for
- * byte, in every block, and must not have waited for the kernel. To the
- * DISK tier the blocks come back through an onboard into other slots. */
+/* kvf_offload_after: the caller's stream waits at a gate, then a kernel on
+ * it spins ~5 ms and writes a new random pattern over every primary slot;
+ * the offload queued right after it (no sync) must read the late pattern,
+ * byte for byte, in every block, and must not have waited for the stream,
+ * which is still at its gate when the call returns, however long the call
+ * took (in the first round the host sleeps 20 ms more, longer than the
+ * kernel spins, as a host slowed by parallel tests would). To the DISK tier
+ * the blocks come back through an onboard into other slots. */
 static int offload_after_case(bool files)
 {
     fixture f;
@@ -410,7 +413,9 @@ static int offload_after_case(bool files)
             CUDA_OK(cudaMemcpy(late_dev[p], f.pimg[p], SLOTS * f.bytes[p], cudaMemcpyHostToDevice));
         }
         CUDA_OK(cudaDeviceSynchronize());
-        /* the first kernel spins; the others follow it on the stream */
+        /* the gate, then the first kernel spins; the others follow it */
+        test_gate gate;
+        CUDA_OK(test_gate_hold(&gate, s));
         for (int p = 0; p < POOLS; p++)
             CUDA_OK(
                 test_late_copy(f.prim[p], late_dev[p], SLOTS * f.bytes[p], p == 0 ? 5.0 : 0.0, s));
@@ -426,8 +431,13 @@ static int offload_after_case(bool files)
         CHECK_STATUS(
             kvf_offload_after(f.e, (void *)s, files ? KVF_TIER_DISK : KVF_TIER_HOST, m, 64, &t),
             KVF_OK);
-        /* the call did not wait for the stream: the kernel still spins */
+        if (round == 0)
+            usleep(20000);
+        /* the call did not wait for the stream: still at its gate */
         CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
+        if (!test_gate_open(&gate))
+            TEST_FAIL_AT(__FILE__, __LINE__, "round %u: kvf_offload_after waited for the stream",
+                         round);
         CHECK_STATUS(kvf_wait(f.e, t, per), KVF_OK);
         for (int i = 0; i < 64; i++)
             CHECK_STATUS(per[i], KVF_OK);
@@ -440,6 +450,7 @@ static int offload_after_case(bool files)
             run_wait(&f, OP_ONBOARD_FILE, back, 64);
         }
         CUDA_OK(cudaStreamSynchronize(s));
+        test_gate_fini(&gate);
         check_all(&f, files ? "offload_after to disk" : "offload_after to host");
     }
     /* a NULL stream: as kvf_offload */

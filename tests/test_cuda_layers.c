@@ -146,7 +146,9 @@ static int test_onboard_layer_by_layer(void)
 /* Layer l's "forward pass" (a kernel that spins, then writes new bytes
  * over the layer's primary slots) is followed at once by the offload of
  * layer l alone, ordered after the stream: the secondary slots must hold
- * every late byte, and the host must not have waited. */
+ * every late byte, and the host must not have waited: the stream waits at
+ * a gate until every offload has been queued, so the check holds however
+ * slow the host is (parallel tests). */
 static int test_offload_layer_after_stream(void)
 {
     fixture f;
@@ -166,12 +168,16 @@ static int test_offload_layer_after_stream(void)
     for (uint32_t i = 0; i < SLOTS; i++)
         m[i] = (kvf_move){i, i, 0};
     kvf_ticket t[LAYERS];
+    test_gate gate;
+    CUDA_OK(test_gate_hold(&gate, s));
     for (uint32_t l = 0; l < LAYERS; l++) {
         CUDA_OK(test_late_copy(f.prim[l], late[l], layer_bytes, l == 0 ? 5.0 : 0.5, s));
         CHECK_STATUS(kvf_offload_pools(f.e, (void *)s, KVF_TIER_HOST, &l, 1, m, SLOTS, &t[l]),
                      KVF_OK);
     }
     CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
+    if (!test_gate_open(&gate))
+        TEST_FAIL_AT(__FILE__, __LINE__, "kvf_offload_pools waited for the stream");
     for (uint32_t l = 0; l < LAYERS; l++) {
         CHECK_STATUS(kvf_wait_pool(f.e, t[l], l), KVF_OK);
         CHECK_STATUS(kvf_wait_pool(f.e, t[l], (l + 1) % LAYERS), KVF_ERR_RANGE);
@@ -179,6 +185,7 @@ static int test_offload_layer_after_stream(void)
         CHECK_MEM_EQ(f.sec[l], f.img[l], layer_bytes);
     }
     CUDA_OK(cudaStreamSynchronize(s));
+    test_gate_fini(&gate);
     for (uint32_t l = 0; l < LAYERS; l++)
         CUDA_OK(cudaFree(late[l]));
     CUDA_OK(cudaStreamDestroy(s));

@@ -65,21 +65,6 @@ static const kvf__backend_ops cuda_ops = {
     .mark_join = kvf__cuda_mark_join,
 };
 
-static int copy_mode(const kvf_engine_config *cfg)
-{
-    int mode = KVF_CUDA_COPY_AUTO;
-    if (cfg && cfg->struct_size >= offsetof(kvf_engine_config, cuda.copy) + sizeof cfg->cuda.copy)
-        mode = cfg->cuda.copy;
-    if (mode == KVF_CUDA_COPY_AUTO) {
-        static const char *const names[] = {"kernel", "dma", "staged"};
-        static const int values[] = {KVF_CUDA_COPY_KERNEL, KVF_CUDA_COPY_DMA, MODE_STAGED};
-        int i = kvf__env_choice("KVF_CUDA_COPY", names, 3);
-        if (i >= 0)
-            mode = values[i];
-    }
-    return mode;
-}
-
 kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend **backend_p)
 {
     int count = 0;
@@ -99,7 +84,7 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
         return kvf__fail(KVF_ERR_NOMEM, "cuda: out of memory");
     b->base.ops = &cuda_ops;
     b->device = device;
-    b->mode = copy_mode(cfg);
+    b->forced = kvf__cuda_forced_path(cfg);
     b->grid = 32;
     if (cfg &&
         cfg->struct_size >=
@@ -131,7 +116,7 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
         st, out_free);
     CUDA_GOTO(cudaDeviceGetAttribute(&unified, cudaDevAttrUnifiedAddressing, device), st, out_free);
     b->kernel_ok = host_ptr_ok && unified;
-    if (!b->kernel_ok && b->mode == KVF_CUDA_COPY_KERNEL)
+    if (!b->kernel_ok && b->forced == KVF__CUDA_PATH_KERNEL)
         KVF_LOG(KVF_LOG_WARN, "cuda: device %d cannot use host pointers directly: dma copies",
                 device);
     if ((st = kvf__cuda_queue_init(&b->q[KVF_QUEUE_OFFLOAD], KVF_QUEUE_OFFLOAD, least)) != KVF_OK)
@@ -145,11 +130,7 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     if (prev >= 0 && prev != device)
         CUDA_IGNORE(cudaSetDevice(prev));
     KVF_LOG(KVF_LOG_INFO, "cuda: device %d, copies by %s, kernel grid %u", device,
-            b->mode == KVF_CUDA_COPY_KERNEL ? "kernel"
-            : b->mode == KVF_CUDA_COPY_DMA  ? "dma"
-            : b->mode == MODE_STAGED        ? "staged"
-                                            : "auto",
-            b->grid);
+            kvf__cuda_path_name(b->forced), b->grid);
     *backend_p = &b->base;
     return KVF_OK;
 out_free:

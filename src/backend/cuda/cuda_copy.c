@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* copy_async: a path per batch (cuda_auto.c), run with the queue's lock
+/* copy_async: a path per batch (cuda_paths.c), run with the queue's lock
  * held, the queue's two streams kept in order; sync_stream, which makes
  * a caller's stream wait for both queues; and marks, which order a queue
  * after a caller's stream, or a caller's stream after a queue (a pool's
@@ -36,6 +36,24 @@ static kvf_status join_aux(cuda_queue *q)
     return KVF_OK;
 }
 
+kvf_status kvf__cuda_main_only(cuda_queue *q)
+{
+    /* after staged scatters: this batch's copies follow them */
+    kvf_status st = join_aux(q);
+    q->main_dirty = true;
+    return st;
+}
+
+kvf_status kvf__cuda_aux_after_main(cuda_queue *q)
+{
+    if (!q->main_dirty)
+        return KVF_OK;
+    CUDA_RET(cudaEventRecord(q->ev_start, q->stream));
+    CUDA_RET(cudaStreamWaitEvent(q->aux, q->ev_start, 0));
+    q->main_dirty = false;
+    return KVF_OK;
+}
+
 kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf__copy *copies,
                                 size_t n, unsigned flags, kvf__copy_done_fn done, void *arg)
 {
@@ -49,23 +67,11 @@ kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf_
     if ((st = kvf__cuda_dev_enter(b, &g)) != KVF_OK)
         return st;
     cuda_queue *q = &b->q[queue];
-    int to_host;
-    int path = kvf__cuda_choose_path(b, copies, n, flags, &to_host);
-    stage_plan pl;
+    cuda_batch bt;
+    kvf__cuda_batch_classify(b, &bt, copies, n, flags);
     pthread_mutex_lock(&q->lock);
-    if (to_host >= 0 && kvf__cuda_staged_fits(b, q, copies, n, to_host == 1, &pl))
-        path = PATH_STAGED;
-    if (path == PATH_STAGED) {
-        st = kvf__cuda_submit_staged(b, q, copies, n, to_host == 1, &pl, done, arg);
-    } else {
-        /* after staged scatters: this batch's copies follow them */
-        st = join_aux(q);
-        if (st == KVF_OK && path == PATH_KERNEL)
-            st = kvf__cuda_submit_kernel(b, q, copies, n, done, arg);
-        else if (st == KVF_OK)
-            st = kvf__cuda_submit_dma(b, q, copies, n, done, arg);
-        q->main_dirty = true;
-    }
+    int path = kvf__cuda_path_pick(b, q, &bt);
+    st = kvf__cuda_path_table[path].submit(b, q, &bt, done, arg);
     atomic_store_explicit(&q->last_path, path, memory_order_relaxed);
     pthread_mutex_unlock(&q->lock);
     kvf__cuda_dev_leave(&g);

@@ -51,12 +51,11 @@ __attribute__((visibility("hidden"))) cudaError_t
 kvf__cuda_crc32c_launch(const void *data, uint64_t n, uint32_t *out, cudaStream_t stream);
 
 /* For the test and the benchmark (defined in cuda.c): the cudaStream_t of
- * a transfer queue (0 offload, 1 onboard), and the path the last
- * copy_async on that queue took (1 kernel, 2 dma, 3 staged; 0 none yet). */
+ * a transfer queue (0 offload, 1 onboard). The path a queue's last batch
+ * took: kvf__cuda_last_path (cuda_paths.h). */
 struct kvf__backend;
 __attribute__((visibility("hidden"))) void *kvf__cuda_queue_stream(struct kvf__backend *b,
                                                                    int queue);
-__attribute__((visibility("hidden"))) int kvf__cuda_last_path(struct kvf__backend *b, int queue);
 
 #ifdef __cplusplus
 }

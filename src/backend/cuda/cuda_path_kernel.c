@@ -3,11 +3,60 @@
  * upload and one launch of the gather/scatter kernel per ring chunk. */
 #include "cuda_private.h"
 
-kvf_status kvf__cuda_submit_kernel(cuda_backend *b, cuda_queue *q, const kvf__copy *copies,
-                                   size_t n, kvf__copy_done_fn done, void *arg)
+/* AUTO's rule for the kernel, where it can reach both sides (pinned host
+ * memory mapped at its own address, or device memory; never pageable).
+ * Each threshold is where another path overtakes it in bench/cuda_paths.c
+ * (the paths alone) and `kvferry bench --compare` (through the engine);
+ * docs/performance.md has the figures.
+ *  - host<->device batches whose mean contiguous run is below
+ *    KERNEL_BELOW: each batched DMA copy costs engine setup and host time
+ *    that small copies cannot hide, and a few SMs already reach the one-way
+ *    rate; from there the copy engines move as much and leave the SMs free.
+ *  - 2-D partial copies while rows are short (below KERNEL_ROWS_BELOW);
+ *    wide rows go faster as the dma path's flat batched copies, above all
+ *    with both directions in flight.
+ *  - device<->device: the kernel beats batched copies at every block size,
+ *    unless the mean run reaches KERNEL_D2D_BELOW, where one copy nears the
+ *    rate of a single large copy.
+ *  - never beside the forward pass (KVF__COPY_BESIDE_COMPUTE, host<->device):
+ *    alone the kernel wins on small runs, but there it shares the model's
+ *    SMs and slows both (bench/plan_ttft.py: 32k tokens loaded layer by
+ *    layer in 85 ms by dma against 114 ms by kernel). */
+#define KERNEL_BELOW ((size_t)256 << 10)
+#define KERNEL_ROWS_BELOW ((size_t)128 << 10)
+#define KERNEL_D2D_BELOW ((size_t)64 << 20)
+
+bool kvf__cuda_kernel_fits(cuda_backend *b, cuda_queue *q, const cuda_batch *bt, bool forced)
 {
-    size_t i = 0;
-    kvf_status st;
+    (void)q;
+    if (!b->kernel_ok || !bt->reachable)
+        return false;
+    if (forced)
+        return true;
+    size_t run = batch_mean_run(bt);
+    if (batch_between(bt, cudaMemoryTypeDevice, cudaMemoryTypeDevice))
+        return bt->strided || run < KERNEL_D2D_BELOW;
+    if (bt->flags & KVF__COPY_BESIDE_COMPUTE)
+        return false;
+    return run < (bt->strided ? KERNEL_ROWS_BELOW : KERNEL_BELOW);
+}
+
+/* Nothing of its own on a queue: its descriptors live in the queue's ring. */
+void kvf__cuda_kernel_fini(void *state)
+{
+    (void)state;
+}
+
+/* The batch's copies (no empty ones among them after filtering) as ring
+ * chunks, one upload and one launch each. */
+kvf_status kvf__cuda_kernel_submit(cuda_backend *b, cuda_queue *q, const cuda_batch *bt,
+                                   kvf__copy_done_fn done, void *arg)
+{
+    const kvf__copy *copies = bt->copies;
+    size_t n = bt->n, i = 0;
+    kvf_status st = kvf__cuda_main_only(q);
+    if (st != KVF_OK)
+        return st;
     do {
         uint32_t idx;
         uint32_t want = n - i < CHUNK_DESCS ? (uint32_t)(n - i) : CHUNK_DESCS;

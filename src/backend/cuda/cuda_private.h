@@ -4,8 +4,9 @@
  *
  * The backend keeps device memory and pinned host memory, two transfer
  * queues (offload at normal priority, onboard at the highest), each with a
- * stream, a descriptor ring and a FIFO of batch records, and three ways to
- * move a batch of scattered 2-D copies:
+ * stream, a descriptor ring and a FIFO of batch records, and the ways to
+ * move a batch of scattered 2-D copies (cuda_paths.h lists them, in the
+ * order AUTO tries them):
  *
  *  kernel  a gather/scatter kernel (cuda_kernels.cu) that walks an array of
  *          copy descriptors, reading and writing mapped pinned host memory
@@ -17,9 +18,9 @@
  *  staged  blocks that tile one pinned range are gathered (or scattered) in
  *          device memory by the kernel around one DMA per staging chunk.
  *
- * AUTO picks one per batch by the rule in kvf__cuda_choose_path(), set by
- * bench/cuda_paths.c and `kvferry bench --compare` (figures in
- * docs/performance.md).
+ * AUTO gives a batch to the first path whose rule (its `fits`) takes it;
+ * each rule's thresholds are set by bench/cuda_paths.c and `kvferry bench
+ * --compare` (figures in docs/performance.md).
  *
  * Files, one job each:
  *   cuda.c              the ops table, create and destroy
@@ -31,7 +32,7 @@
  *   cuda_queue.c        a transfer queue: streams, ring, batch records
  *   cuda_watch.c        the completion watcher thread
  *   cuda_copy.c         copy_async (a path per batch) and sync_stream
- *   cuda_auto.c         AUTO's rule
+ *   cuda_paths.c        the table of paths, a batch's description, the pick
  *   cuda_path_kernel.c  the kernel path
  *   cuda_path_dma.c     the copy-engine path
  *   cuda_path_staged.c  the staged path
@@ -56,9 +57,12 @@
 
 #include "cuda_kernels.h"
 
+#include "cuda_paths.h"
+
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 /* ---- error translation (cuda_error.c) ---------------------------------- */
 
@@ -95,11 +99,6 @@ KVF_INTERNAL void kvf__cuda_warn(cudaError_t err, const char *expr, const char *
 
 /* ---- the backend's state ----------------------------------------------- */
 
-enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
-/* Not in the API: KVF_CUDA_COPY=staged forces the staged path wherever it
- * applies (tests and benchmarks); AUTO picks it by measurement. */
-#define MODE_STAGED 3
-
 /* cudaMemcpy3DBatchAsync as CUDA 13 declares it (12.8 had another
  * signature); older runtimes copy 2-D regions one call each. */
 #if CUDART_VERSION >= 13000
@@ -118,11 +117,6 @@ enum { PATH_KERNEL = 1, PATH_DMA = 2, PATH_STAGED = 3 };
 #define BATCH_RECORDS 1024u
 /* Streams kept for copy_sync. */
 #define SYNC_STREAMS_MAX 64
-/* Staged path: a ring of STAGE_SLOTS chunks of STAGE_CHUNK bytes of device
- * memory per queue (allocated at the first staged batch), so the gather
- * of one chunk overlaps the DMA of the one before. */
-#define STAGE_CHUNK ((size_t)16 << 20)
-#define STAGE_SLOTS 4u
 
 typedef struct cuda_backend cuda_backend;
 
@@ -156,37 +150,22 @@ typedef struct cuda_queue {
     uint64_t rec_next, rec_oldest;
     _Atomic uint64_t rec_pub;
     uint64_t watch_pos;
-    /* dma scratch, grown on demand and kept */
-    void **dsts;
-    const void **srcs;
-    size_t *sizes;
-    size_t flat_cap;
-#if KVF_CUDA_3D_BATCH
-    struct cudaMemcpy3DBatchOp *ops3d;
-    size_t ops3d_cap;
-#endif
-    atomic_int last_path;
+    /* each path's own state on this queue (its scratch, staging memory),
+     * made at its first use (queue_path_state), ended by its fini */
+    void *path_state[KVF__CUDA_PATH_END];
+    atomic_int last_path; /* kvf__cuda_path */
     /* reserve() found the queue full: times, and nanoseconds waited
      * (reported at destroy with KVF_LOG=debug) */
     uint64_t full_waits, full_wait_ns;
-    /* staged path: the kernels run on `aux`, the DMAs on `stream` */
+    /* a second stream, for a path that overlaps two kinds of work (the
+     * staged path's kernels run on `aux`, its DMAs on `stream`) */
     cudaStream_t aux;
-    cudaEvent_t ev_start, ev_ready, ev_done;
-    cudaEvent_t ev_free[STAGE_SLOTS]; /* a slot's last use is over */
-    uint8_t *stage;                   /* STAGE_SLOTS * STAGE_CHUNK, device */
-    uint64_t stage_next;              /* chunks staged so far */
+    cudaEvent_t ev_start, ev_done;
     /* stream order of the queue across both streams: main_dirty, work on
      * `stream` that may touch device memory and that `aux` has not waited
      * for; aux_open, work on `aux` that `stream` has not waited for */
     bool main_dirty, aux_open;
     cudaEvent_t sync_event_aux;
-    /* staged-path scratch: host blocks seen, host block of each copy */
-    uint64_t *bits;
-    size_t bits_cap;
-    uint32_t *kidx;
-    size_t kidx_cap;
-    uint32_t *kinv; /* the copy of each host block */
-    size_t kinv_cap;
 } cuda_queue;
 
 typedef struct host_range {
@@ -196,7 +175,7 @@ typedef struct host_range {
 struct cuda_backend {
     kvf__backend base;
     int device;
-    int mode; /* KVF_CUDA_COPY_* */
+    int forced; /* the path KVF_CUDA_COPY names; NONE: AUTO's choice */
     uint32_t grid;
     bool kernel_ok; /* mapped host pointers equal their host addresses */
     cuda_queue q[KVF_QUEUE_COUNT];
@@ -330,41 +309,103 @@ KVF_INTERNAL void kvf__cuda_watcher_wake(cuda_backend *b);
 /* Ends the watcher once every record has ended (the streams drained). */
 KVF_INTERNAL void kvf__cuda_watcher_stop(cuda_backend *b);
 
-/* ---- the copy paths (cuda_auto.c, cuda_path_*.c) ----------------------- */
+/* ---- the order of a queue's two streams (cuda_copy.c) ----------------- */
 
-/* The path for a batch (PATH_KERNEL or PATH_DMA); flags: copy_async's.
- * *stage_p: 1 when the batch moves device->host and 0 host->device, with
- * pinned host memory, where the staged path may take it; -1 otherwise. */
-KVF_INTERNAL int kvf__cuda_choose_path(cuda_backend *b, const kvf__copy *copies, size_t n,
-                                       unsigned flags, int *stage_p);
+/* For a path that queues a batch on q's main stream only: the batch
+ * follows the work on `aux` that the main stream has not waited for, and
+ * the next work on `aux` will follow it. q->lock held. */
+KVF_INTERNAL kvf_status kvf__cuda_main_only(cuda_queue *q);
+/* The next work on `aux` follows what the main stream holds that may touch
+ * device memory. q->lock held. */
+KVF_INTERNAL kvf_status kvf__cuda_aux_after_main(cuda_queue *q);
 
-/* Kernel path: copies[0..n) (no empty ones among them after filtering). */
-KVF_INTERNAL kvf_status kvf__cuda_submit_kernel(cuda_backend *b, cuda_queue *q,
-                                                const kvf__copy *copies, size_t n,
-                                                kvf__copy_done_fn done, void *arg);
+/* ---- the copy paths (cuda_paths.c, cuda_path_*.c) ---------------------- */
 
-/* Copy-engine path. */
-KVF_INTERNAL kvf_status kvf__cuda_submit_dma(cuda_backend *b, cuda_queue *q,
-                                             const kvf__copy *copies, size_t n,
-                                             kvf__copy_done_fn done, void *arg);
-/* Grows q's lists of flat copies to n entries at least. */
-KVF_INTERNAL kvf_status kvf__cuda_grow_flat(cuda_queue *q, size_t n);
+/* What the paths' rules read of a batch, found once per batch before the
+ * queue's lock is taken (kvf__cuda_batch_classify). */
+typedef struct cuda_batch {
+    const kvf__copy *copies;
+    size_t n;
+    unsigned flags; /* copy_async's */
+    /* the memory of the first non-empty copy's two sides (the engine's
+     * batches move between one pair of pool kinds) */
+    enum cudaMemoryType dst_kind, src_kind;
+    bool empty;     /* no copy moves a byte */
+    bool reachable; /* the kernel can touch both sides of every copy: none is
+                       pageable or unknown to CUDA */
+    size_t runs;    /* contiguous runs: a copy each, or a row each if strided */
+    size_t bytes;   /* moved in all */
+    size_t strided; /* copies whose rows lie apart */
+} cuda_batch;
 
-/* Staged path: a batch whose copies share one shape and whose host blocks
- * are lo + k * stride for k < count, each once (cuda_path_staged.c). */
-typedef struct stage_plan {
-    uintptr_t lo; /* host address of block 0 */
-    size_t rows, width, hpitch, dpitch;
-    size_t stride, count;
-} stage_plan;
+/* Whether bt moves memory of kind `dst` from memory of kind `src`. */
+static inline bool batch_between(const cuda_batch *bt, enum cudaMemoryType dst,
+                                 enum cudaMemoryType src)
+{
+    return bt->dst_kind == dst && bt->src_kind == src;
+}
 
-/* Whether copies[0..n) fit the staged path; fills *pl and q's scratch.
- * q->lock held. */
-KVF_INTERNAL bool kvf__cuda_staged_fits(cuda_backend *b, cuda_queue *q, const kvf__copy *copies,
-                                        size_t n, bool to_host, stage_plan *pl);
-KVF_INTERNAL kvf_status kvf__cuda_submit_staged(cuda_backend *b, cuda_queue *q,
-                                                const kvf__copy *copies, size_t n, bool to_host,
-                                                const stage_plan *pl, kvf__copy_done_fn done,
-                                                void *arg);
+/* Bytes per contiguous run; bt not empty. */
+static inline size_t batch_mean_run(const cuda_batch *bt)
+{
+    return bt->bytes / bt->runs;
+}
+
+/* Describes copies[0..n) whose first non-empty copy moves between memory
+ * of kinds dst_kind and src_kind; pageable: some copy touches pageable
+ * memory. A pure function: a test describes batches without a GPU. */
+KVF_INTERNAL void kvf__cuda_batch_describe(cuda_batch *bt, const kvf__copy *copies, size_t n,
+                                           unsigned flags, enum cudaMemoryType dst_kind,
+                                           enum cudaMemoryType src_kind, bool pageable);
+/* The same, with the memory's kinds asked of CUDA and of b's ranges. */
+KVF_INTERNAL void kvf__cuda_batch_classify(cuda_backend *b, cuda_batch *bt, const kvf__copy *copies,
+                                           size_t n, unsigned flags);
+
+/* Each path (cuda_paths.h) defines:
+ *  fits    whether it takes bt on q: where `forced` (KVF_CUDA_COPY names
+ *          it), whenever it can; else by AUTO's rule. It may plan the batch
+ *          in its state on q for submit. q->lock held.
+ *  submit  queues bt on q (after its fits said yes, q->lock still held) and
+ *          arranges `done` as copy_async promises; on an error nothing of
+ *          the batch is left in flight.
+ *  fini    frees its state on a queue (NULL if never made), after the
+ *          queue's streams have drained, on the backend's device. */
+#define KVF__CUDA_PATH_DECL(ID, name)                                                              \
+    KVF_INTERNAL bool kvf__cuda_##name##_fits(cuda_backend *b, cuda_queue *q,                      \
+                                              const cuda_batch *bt, bool forced);                  \
+    KVF_INTERNAL kvf_status kvf__cuda_##name##_submit(                                             \
+        cuda_backend *b, cuda_queue *q, const cuda_batch *bt, kvf__copy_done_fn done, void *arg);  \
+    KVF_INTERNAL void kvf__cuda_##name##_fini(void *state);
+KVF_CUDA_PATHS(KVF__CUDA_PATH_DECL)
+#undef KVF__CUDA_PATH_DECL
+
+typedef struct cuda_path_ops {
+    const char *name;
+    bool (*fits)(cuda_backend *b, cuda_queue *q, const cuda_batch *bt, bool forced);
+    kvf_status (*submit)(cuda_backend *b, cuda_queue *q, const cuda_batch *bt,
+                         kvf__copy_done_fn done, void *arg);
+    void (*fini)(void *state);
+} cuda_path_ops;
+
+/* The paths by number (cuda_paths.h); entry NONE names AUTO and has no
+ * functions. */
+KVF_INTERNAL extern const cuda_path_ops kvf__cuda_path_table[KVF__CUDA_PATH_END];
+
+/* The path that takes bt on q: the forced one where it fits, else the first
+ * in order whose rule takes it. q->lock held. */
+KVF_INTERNAL int kvf__cuda_path_pick(cuda_backend *b, cuda_queue *q, const cuda_batch *bt);
+
+/* The path the configuration (cuda.copy) or KVF_CUDA_COPY forces; NONE for
+ * AUTO. */
+KVF_INTERNAL int kvf__cuda_forced_path(const kvf_engine_config *cfg);
+
+/* Path `id`'s state on q, zeroed at its first use; NULL when out of
+ * memory. q->lock held. */
+static inline void *queue_path_state(cuda_queue *q, int id, size_t size)
+{
+    if (!q->path_state[id])
+        q->path_state[id] = calloc(1, size);
+    return q->path_state[id];
+}
 
 #endif /* KVF_CUDA_PRIVATE_H */

@@ -105,20 +105,14 @@ void kvf__cuda_queue_destroy(cuda_queue *q, const char *name)
     for (size_t i = 0; i < BATCH_RECORDS; i++)
         if (q->records[i].ev)
             CUDA_IGNORE(cudaEventDestroy(q->records[i].ev));
-    cudaEvent_t *evs[] = {&q->ev_start, &q->ev_ready, &q->ev_done, &q->sync_event_aux};
-    for (size_t i = 0; i < 4; i++)
+    for (int p = KVF__CUDA_PATH_NONE + 1; p < KVF__CUDA_PATH_END; p++)
+        kvf__cuda_path_table[p].fini(q->path_state[p]);
+    cudaEvent_t *evs[] = {&q->ev_start, &q->ev_done, &q->sync_event_aux};
+    for (size_t i = 0; i < 3; i++)
         if (*evs[i])
             CUDA_IGNORE(cudaEventDestroy(*evs[i]));
-    for (size_t i = 0; i < STAGE_SLOTS; i++)
-        if (q->ev_free[i])
-            CUDA_IGNORE(cudaEventDestroy(q->ev_free[i]));
     if (q->aux)
         CUDA_IGNORE(cudaStreamDestroy(q->aux));
-    if (q->stage)
-        CUDA_IGNORE(cudaFree(q->stage));
-    free(q->bits);
-    free(q->kidx);
-    free(q->kinv);
     if (q->sync_event)
         CUDA_IGNORE(cudaEventDestroy(q->sync_event));
     if (q->stream)
@@ -127,18 +121,11 @@ void kvf__cuda_queue_destroy(cuda_queue *q, const char *name)
         CUDA_IGNORE(cudaFreeHost(q->ring_host));
     if (q->ring_dev)
         CUDA_IGNORE(cudaFree(q->ring_dev));
-    free(q->dsts);
-    free(q->srcs);
-    free(q->sizes);
-#if KVF_CUDA_3D_BATCH
-    free(q->ops3d);
-#endif
     pthread_mutex_destroy(&q->lock);
 }
 
 kvf_status kvf__cuda_queue_init(cuda_queue *q, int index, int priority)
 {
-    kvf_status st;
     q->index = index;
     pthread_mutex_init(&q->lock, NULL);
     CUDA_RET(cudaStreamCreateWithPriority(&q->stream, cudaStreamNonBlocking, priority));
@@ -146,16 +133,11 @@ kvf_status kvf__cuda_queue_init(cuda_queue *q, int index, int priority)
     CUDA_RET(cudaEventCreateWithFlags(&q->sync_event, cudaEventDisableTiming));
     CUDA_RET(cudaEventCreateWithFlags(&q->sync_event_aux, cudaEventDisableTiming));
     CUDA_RET(cudaEventCreateWithFlags(&q->ev_start, cudaEventDisableTiming));
-    CUDA_RET(cudaEventCreateWithFlags(&q->ev_ready, cudaEventDisableTiming));
     CUDA_RET(cudaEventCreateWithFlags(&q->ev_done, cudaEventDisableTiming));
-    for (size_t i = 0; i < STAGE_SLOTS; i++)
-        CUDA_RET(cudaEventCreateWithFlags(&q->ev_free[i], cudaEventDisableTiming));
     for (size_t i = 0; i < BATCH_RECORDS; i++)
         CUDA_RET(cudaEventCreateWithFlags(&q->records[i].ev, cudaEventDisableTiming));
     CUDA_RET(cudaHostAlloc((void **)&q->ring_host, RING_DESCS * sizeof(kvf__cuda_desc),
                            cudaHostAllocPortable));
     CUDA_RET(cudaMalloc((void **)&q->ring_dev, RING_DESCS * sizeof(kvf__cuda_desc)));
-    if ((st = kvf__cuda_grow_flat(q, 1024)) != KVF_OK)
-        return st;
     return KVF_OK;
 }
