@@ -359,7 +359,7 @@ typedef enum kvf_cuda_copy {
  * directories are created when missing.
  */
 typedef struct kvf_engine_file_config {
-    const char *dir;        /* NULL disables the tier */
+    const char *dir;        /* NULL disables the tier; "" or blank is refused */
     const char *namespace_; /* default "default"; [A-Za-z0-9._-]{1,64} (the
                                underscore keeps the header C++-clean) */
     kvf_file_io io;

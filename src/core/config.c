@@ -108,7 +108,7 @@ typedef struct def {
     unsigned nnames;
     uint64_t max;             /* K_U32, K_U64, K_I32 */
     const char *default_text; /* K_STR: what NULL means */
-    bool path;                /* K_STR: a path, so a blank value is refused */
+    bool blank_ok;            /* K_STR: a blank value is left to its user */
     unsigned dflt;            /* environment-only K_ENUM, K_BOOL: the default */
     const char *env_extra;    /* K_ENUM: one more value, environment only,
                                  that leaves the field AUTO for the backend
@@ -172,11 +172,11 @@ static const def env_defs[] = {
     {D("fsync_method", "KVF_FSYNC_METHOD", K_ENUM, 0), .names = fsync_method_names,
      .nnames = N(fsync_method_names)},
     {D("host_async", "KVF_HOST_ASYNC", K_BOOL, 0), .names = bool_names, .nnames = N(bool_names)},
-    {D("cufile_lib", "KVF_CUFILE_LIB", K_STR, 0), .default_text = "libcufile.so.0", .path = true},
+    {D("cufile_lib", "KVF_CUFILE_LIB", K_STR, 0), .default_text = "libcufile.so.0"},
     /* a file to append to, checked when the timeline starts (timeline.c):
      * it is process-wide, so a bad one is logged rather than failing an
      * engine */
-    {D("timeline", "KVF_TIMELINE", K_STR, 0)},
+    {D("timeline", "KVF_TIMELINE", K_STR, 0), .blank_ok = true},
 };
 
 /* In the struct's order; resolve_tier takes the first four by index. */
@@ -299,12 +299,15 @@ static bool parse_value(const def *d, const char *text, bool from_env, uint64_t 
                  "KiB = 1024)");
         return false;
     case K_STR: {
+        /* one rule for every source: a name, path or URL that is empty or
+         * only spaces would otherwise mean "unset" (the default namespace,
+         * no disk tier) or a directory named by spaces */
         const char *p = text;
-        while (d->path && isspace((unsigned char)*p))
+        while (isspace((unsigned char)*p))
             p++;
-        if (!d->path || *p)
+        if (*p || d->blank_ok)
             return true;
-        snprintf(why, cap, "expected a path");
+        snprintf(why, cap, "a blank value is refused (leave the setting unset for its default)");
         return false;
     }
     default: {
@@ -575,6 +578,11 @@ static kvf_status resolve_field(const def *d, void *out, const void *dflt, const
     char why[160];
     uint64_t v = 0;
     if (field_get(d, out) != field_get(d, dflt)) {
+        const char *s = NULL;
+        if (d->kind == K_STR)
+            memcpy(&s, (const char *)out + d->offset, sizeof s);
+        if (s && !parse_value(d, s, false, &v, why, sizeof why))
+            return kvf__fail(KVF_ERR_INVALID, "%s \"%s\" (caller): %s", d->name, s, why);
         *source_p = KVF_SOURCE_CALLER;
         return KVF_OK;
     }
