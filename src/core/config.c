@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "log.h"
+#include "namedfile.h"
 #include "status.h"
 
 #include <ctype.h>
@@ -534,9 +535,11 @@ static kvf_status file_load(const char *path, file_kv *f)
     if (!path)
         return KVF_OK;
 #ifdef KVF_HAVE_YAML
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return kvf__fail(kvf__errno_status(errno), "config file %s: %s", path, strerror(errno));
+    const char *why;
+    FILE *fp = kvf__named_file_open(path, false, &why);
+    if (!fp) /* EINVAL: not a regular file */
+        return kvf__fail(errno == EINVAL ? KVF_ERR_INVALID : kvf__errno_status(errno),
+                         "config file %s: %s", path, why);
     kvf_status st = file_parse(f, fp);
     fclose(fp);
     if (st != KVF_OK)
