@@ -1735,7 +1735,10 @@ typedef void (*kvf_dir_check_fn)(void *arg, const kvf_dir_entry *entry);
  * key, length, checksum of the whole payload), and reports every block
  * file and every temporary file of an interrupted write, in directory
  * order. Other names are ignored. Reads each block in full: about as long
- * as reading the namespace's bytes.
+ * as reading the namespace's bytes. A header claiming more payload than a
+ * block of `geometries` holds (a slot of every pool) is CORRUPT, and
+ * without geometries more than 256 MiB is UNREADABLE (KVF_ERR_RANGE), both
+ * from the header alone: a sparse file's claim is never read.
  * @param geometries  the layout the blocks must have (the engine's pools, in
  *        order), n_pools of them; NULL and 0: any layout is good.
  * @param visit  called once per entry (NULL: counts only).
