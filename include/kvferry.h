@@ -1596,10 +1596,14 @@ typedef struct kvf_plan {
  * engine, no cache.
  * @return KVF_OK; KVF_ERR_INVALID (plan untouched, kvf_last_error() names
  *         the input) for a NULL, a zero block size or token count, a
- *         tier outside HOST..GPU, a tier cost that is negative, zero or
- *         not finite, or a prefill cost kvf_prefill_cost_check refuses,
- *         or a prefill function that charges more tokens after prefix 0
- *         less than fewer; the prefill function's own status when it
+ *         tier outside HOST..GPU, a tier cost that is negative, zero,
+ *         subnormal (a throughput) or not finite, or a prefill cost
+ *         kvf_prefill_cost_check refuses, or a prefill function that
+ *         charges more tokens after prefix 0 less than fewer;
+ *         KVF_ERR_RANGE (plan untouched) when finite costs or table
+ *         entries still give a time that is not (a table near DBL_MAX
+ *         extended, a throughput of 1e-305 B/s): every time a plan
+ *         reports is finite; the prefill function's own status when it
  *         fails; KVF_ERR_NOMEM.
  */
 KVF_API kvf_status kvf_plan_compute(const kvf_plan_input *in, kvf_plan *plan);
