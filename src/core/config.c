@@ -308,7 +308,7 @@ static bool parse_value(const def *d, const char *text, bool from_env, uint64_t 
             p++;
         if (*p || d->blank_ok)
             return true;
-        snprintf(why, cap, "a blank value is refused (leave the setting unset for its default)");
+        snprintf(why, cap, "expected a non-blank value (leave the setting unset for its default)");
         return false;
     }
     default: {
