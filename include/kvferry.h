@@ -388,7 +388,8 @@ typedef struct kvf_engine_file_config {
  *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
  *   mem://NAME   blocks in this process's memory, shared by its engines
  *                that name NAME ([A-Za-z0-9._-]{1,64}), gone with the
- *                process: for tests, and needs no hiredis
+ *                process, at most remote_mem_bytes of them, each gone
+ *                after ttl_s: for tests, and needs no hiredis
  * Blocks are stored under kvf:<file.namespace_>:<key>, in the file tier's
  * format (header and checksum), so engines on other machines with the same
  * namespace and layout share them. The server is reached on the tier's
@@ -447,6 +448,14 @@ typedef struct kvf_engine_config {
      * create with KVF_ERR_UNSUPPORTED. A cache of this engine reads its
      * cache_* settings from the same file. */
     const char *config_file;
+    /* The in-memory remote tier (remote.url mem://NAME): the most bytes of
+     * stored blocks (64-byte headers included) a NAME holds; a put that
+     * would pass it evicts the oldest puts first (one warning when a NAME
+     * first fills, an info line per block evicted), and a block larger
+     * than all of it is KVF_ERR_NO_SPACE. The NAME's engines share it: it
+     * holds the largest any of them asked for. 0: 1 GiB. (Last in the
+     * struct, where a field can be added without moving the others.) */
+    uint64_t remote_mem_bytes;
 } kvf_engine_config;
 
 /* Every other field 0: AUTO, KVF_FSYNC_BATCH, NULL. */

@@ -195,6 +195,7 @@ static int test_nested_fields(void)
                  .gds_compat = KVF_GDS_COMPAT_ON},
         .remote = {.url = "redis://h:1", .ttl_s = 11, .timeout_ms = 13},
         .cuda = {.copy = KVF_CUDA_COPY_DMA, .copy_sms = 17},
+        .remote_mem_bytes = 43,
     };
     kvf_cache_config cc = {
         .struct_size = sizeof cc,
@@ -223,6 +224,7 @@ static int test_nested_fields(void)
         {"remote_timeout_ms", "13"},
         {"cuda_copy", "dma"},
         {"cuda_copy_sms", "17"},
+        {"remote_mem_bytes", "43"},
         {"cache_host_bytes", "19"},
         {"cache_disk_blocks", "23"},
         {"cache_disk_admit_uses", "29"},

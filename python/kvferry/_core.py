@@ -526,7 +526,7 @@ def _uint_array(values, what, bits=64, item="value"):
 _DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
                        file_io=FileIO.AUTO, fsync=Fsync.BATCH, file_runner=FileRunner.AUTO, file_queue_depth=0,
                        gds_compat=GdsCompat.AUTO, remote_url=None, remote_ttl_s=0, remote_timeout_ms=0,
-                       cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0, config_file=None)
+                       cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0, config_file=None, remote_mem_bytes=0)
 
 
 class Setting(NamedTuple):
@@ -596,7 +596,7 @@ class Engine(_Issuer):
     group and field joined by '_'): backend, device, threads, file_dir,
     file_namespace, file_io, fsync, file_runner, file_queue_depth,
     gds_compat, remote_url, remote_ttl_s, remote_timeout_ms, cuda_copy,
-    cuda_copy_sms and config_file. Use it as a context manager, or call
+    cuda_copy_sms, config_file and remote_mem_bytes. Use it as a context manager, or call
     close(); slot views and registered buffers are valid until then.
 
     A keyword left at its default is taken from the environment (KVF_*),
@@ -646,6 +646,7 @@ class Engine(_Issuer):
         c.remote.timeout_ms = int(cfg["remote_timeout_ms"])
         c.cuda.copy = int(CudaCopy(cfg["cuda_copy"]))
         c.cuda.copy_sms = int(cfg["cuda_copy_sms"])
+        c.remote_mem_bytes = int(cfg["remote_mem_bytes"])
         self.config = cfg
         h = ctypes.c_void_p()
         check(L.kvf_engine_create(ctypes.byref(c), ctypes.byref(h)))

@@ -155,6 +155,7 @@ static const def engine_defs[] = {
     {D("cuda_copy", "KVF_CUDA_COPY", K_ENUM, E(cuda.copy)), .env_extra = "staged",
      .names = cuda_copy_names, .nnames = N(cuda_copy_names)},
     {D("cuda_copy_sms", "KVF_CUDA_COPY_SMS", K_U32, E(cuda.copy_sms)), .max = 65535},
+    {D("remote_mem_bytes", "KVF_REMOTE_MEM_BYTES", K_SIZE, E(remote_mem_bytes))},
 };
 
 /* config_file names the file, so it comes from the caller or the
