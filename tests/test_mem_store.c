@@ -614,7 +614,7 @@ static int lines_with(const char *what)
 #define CAP_PAYLOAD 1000
 #define CAP_BLOCKS 10
 
-/* One block of CAP_PAYLOAD random bytes (from seed key) under key. */
+/* One block of n random bytes, generated from its key, under key. */
 static kvf_status put_key(kvf__store *s, uint64_t key, uint8_t *payload, size_t n)
 {
     test_fill_random(payload, n, key);
