@@ -359,7 +359,7 @@ typedef enum kvf_cuda_copy {
  * directories are created when missing.
  */
 typedef struct kvf_engine_file_config {
-    const char *dir;        /* NULL disables the tier */
+    const char *dir;        /* NULL disables the tier; "" or blank is refused */
     const char *namespace_; /* default "default"; [A-Za-z0-9._-]{1,64} (the
                                underscore keeps the header C++-clean) */
     kvf_file_io io;
@@ -388,7 +388,8 @@ typedef struct kvf_engine_file_config {
  *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
  *   mem://NAME   blocks in this process's memory, shared by its engines
  *                that name NAME ([A-Za-z0-9._-]{1,64}), gone with the
- *                process: for tests, and needs no hiredis
+ *                process, at most remote_mem_bytes of them, each gone
+ *                after ttl_s: for tests, and needs no hiredis
  * Blocks are stored under kvf:<file.namespace_>:<key>, in the file tier's
  * format (header and checksum), so engines on other machines with the same
  * namespace and layout share them. The server is reached on the tier's
@@ -447,6 +448,14 @@ typedef struct kvf_engine_config {
      * create with KVF_ERR_UNSUPPORTED. A cache of this engine reads its
      * cache_* settings from the same file. */
     const char *config_file;
+    /* The in-memory remote tier (remote.url mem://NAME): the most bytes of
+     * stored blocks (64-byte headers included) a NAME holds; a put that
+     * would pass it evicts the oldest puts first (one warning when a NAME
+     * first fills, an info line per block evicted), and a block larger
+     * than all of it is KVF_ERR_NO_SPACE. The NAME's engines share it: it
+     * holds the largest any of them asked for. 0: 1 GiB. (Last in the
+     * struct, where a field can be added without moving the others.) */
+    uint64_t remote_mem_bytes;
 } kvf_engine_config;
 
 /* Every other field 0: AUTO, KVF_FSYNC_BATCH, NULL. */
@@ -1596,10 +1605,14 @@ typedef struct kvf_plan {
  * engine, no cache.
  * @return KVF_OK; KVF_ERR_INVALID (plan untouched, kvf_last_error() names
  *         the input) for a NULL, a zero block size or token count, a
- *         tier outside HOST..GPU, a tier cost that is negative, zero or
- *         not finite, or a prefill cost kvf_prefill_cost_check refuses,
- *         or a prefill function that charges more tokens after prefix 0
- *         less than fewer; the prefill function's own status when it
+ *         tier outside HOST..GPU, a tier cost that is negative, zero,
+ *         subnormal (a throughput) or not finite, or a prefill cost
+ *         kvf_prefill_cost_check refuses, or a prefill function that
+ *         charges more tokens after prefix 0 less than fewer;
+ *         KVF_ERR_RANGE (plan untouched) when finite costs or table
+ *         entries still give a time that is not (a table near DBL_MAX
+ *         extended, a throughput of 1e-305 B/s): every time a plan
+ *         reports is finite; the prefill function's own status when it
  *         fails; KVF_ERR_NOMEM.
  */
 KVF_API kvf_status kvf_plan_compute(const kvf_plan_input *in, kvf_plan *plan);
@@ -1735,7 +1748,10 @@ typedef void (*kvf_dir_check_fn)(void *arg, const kvf_dir_entry *entry);
  * key, length, checksum of the whole payload), and reports every block
  * file and every temporary file of an interrupted write, in directory
  * order. Other names are ignored. Reads each block in full: about as long
- * as reading the namespace's bytes.
+ * as reading the namespace's bytes. A header claiming more payload than a
+ * block of `geometries` holds (a slot of every pool) is CORRUPT, and
+ * without geometries more than 256 MiB is UNREADABLE (KVF_ERR_RANGE), both
+ * from the header alone: a sparse file's claim is never read.
  * @param geometries  the layout the blocks must have (the engine's pools, in
  *        order), n_pools of them; NULL and 0: any layout is good.
  * @param visit  called once per entry (NULL: counts only).

@@ -17,6 +17,7 @@ static const char *const vars[] = {
     "KVF_CONFIG",           "KVF_FILE_NAMESPACE",
     "KVF_CACHE_HOST_BYTES", "KVF_CACHE_HOST_BLOCKS",
     "KVF_CACHE_REMOTE",     "KVF_CACHE_EVENT_QUEUE",
+    "KVF_FILE_DIR",         "KVF_REMOTE_URL",
 };
 
 static void clear_env(void)
@@ -194,6 +195,7 @@ static int test_nested_fields(void)
                  .gds_compat = KVF_GDS_COMPAT_ON},
         .remote = {.url = "redis://h:1", .ttl_s = 11, .timeout_ms = 13},
         .cuda = {.copy = KVF_CUDA_COPY_DMA, .copy_sms = 17},
+        .remote_mem_bytes = 43,
     };
     kvf_cache_config cc = {
         .struct_size = sizeof cc,
@@ -222,6 +224,7 @@ static int test_nested_fields(void)
         {"remote_timeout_ms", "13"},
         {"cuda_copy", "dma"},
         {"cuda_copy_sms", "17"},
+        {"remote_mem_bytes", "43"},
         {"cache_host_bytes", "19"},
         {"cache_disk_blocks", "23"},
         {"cache_disk_admit_uses", "29"},
@@ -458,6 +461,87 @@ static int test_cache_from_file(void)
 }
 
 /* Without libyaml a named file is refused, never ignored. */
+/* An empty or blank name, path or URL is refused naming the setting,
+ * whichever source gave it: it once meant the default namespace, no disk
+ * tier, or a directory named by spaces. No engine means nothing written. */
+static int expect_blank_refused(const kvf_engine_config *cfg, const char *names)
+{
+    kvf_engine *e = NULL;
+    CHECK_STATUS(kvf_engine_create(cfg, &e), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), names);
+    CHECK_STR_HAS(kvf_last_error(), "blank");
+    CHECK(e == NULL);
+    kvf_setting *s = NULL;
+    size_t n = 0;
+    CHECK_STATUS(kvf_config_settings(cfg, NULL, &s, &n), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), names);
+    CHECK(s == NULL);
+    return 0;
+}
+
+static int test_blank_strings(void)
+{
+    clear_env();
+    char cwd[4096];
+    REQUIRE(getcwd(cwd, sizeof cwd) != NULL);
+    REQUIRE(chdir(dir) == 0); /* where a relative "   " would be made */
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+
+    /* the caller's struct */
+    static const char *const blanks[] = {"", "   ", "\t\n"};
+    for (size_t i = 0; i < 3; i++) {
+        kvf_engine_config c = cfg;
+        c.file.dir = dir;
+        c.file.namespace_ = blanks[i];
+        CHECK(expect_blank_refused(&c, "file_namespace") == 0);
+        c = cfg;
+        c.file.dir = blanks[i];
+        CHECK(expect_blank_refused(&c, "file_dir") == 0);
+        c = cfg;
+        c.remote.url = blanks[i];
+        CHECK(expect_blank_refused(&c, "remote_url") == 0);
+        c = cfg;
+        c.config_file = blanks[i];
+        CHECK(expect_blank_refused(&c, "config_file") == 0);
+    }
+
+    /* the environment: empty is unset (documented), blank is refused */
+    setenv("KVF_FILE_DIR", "   ", 1);
+    CHECK(expect_blank_refused(&cfg, "KVF_FILE_DIR") == 0);
+    clear_env();
+    setenv("KVF_FILE_DIR", dir, 1);
+    setenv("KVF_FILE_NAMESPACE", " ", 1);
+    CHECK(expect_blank_refused(&cfg, "KVF_FILE_NAMESPACE") == 0);
+    clear_env();
+    setenv("KVF_CONFIG", " ", 1);
+    CHECK(expect_blank_refused(&cfg, "KVF_CONFIG") == 0);
+    clear_env();
+
+#ifdef KVF_HAVE_YAML
+    /* the config file: a quoted blank is a value, not YAML's null */
+    setenv("KVF_CONFIG", yaml_path, 1);
+    write_file("file_dir: \"   \"\n");
+    CHECK(expect_blank_refused(&cfg, "file_dir") == 0);
+    CHECK_STR_HAS(kvf_last_error(), "line 1");
+    write_file("file_namespace: \"\"\n");
+    CHECK(expect_blank_refused(&cfg, "file_namespace") == 0);
+    write_file("remote_url: ''\n");
+    CHECK(expect_blank_refused(&cfg, "remote_url") == 0);
+    /* YAML's null stays unset */
+    write_file("file_dir:\nfile_namespace: ~\n");
+    kvf_engine *e = NULL;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
+    kvf_engine_destroy(e);
+    clear_env();
+#endif
+    struct stat sb;
+    CHECK(stat("   ", &sb) != 0 && errno == ENOENT);
+    CHECK(stat("default", &sb) != 0 && errno == ENOENT);
+    REQUIRE(chdir(cwd) == 0);
+    return 0;
+}
+
 static int test_no_yaml(void)
 {
 #ifdef KVF_HAVE_YAML
@@ -489,6 +573,7 @@ int main(void)
     RUN(test_cache_from_file);
 #endif
     RUN(test_cache_bytes);
+    RUN(test_blank_strings);
     RUN(test_no_yaml);
     test_rmtree(dir);
     return TEST_RESULT();

@@ -6,15 +6,20 @@
  * back: one payload byte flipped, one file cut short, a torn temporary
  * file, a FIFO and a directory under blocks' names, a stranger's file;
  * each is reported with its own kind, nothing is changed, and nothing
- * hangs (alarm: a FIFO opened for reading would wait forever).
+ * hangs (alarm: a FIFO opened for reading would wait forever). A sparse
+ * file whose sound header claims a gigabyte is refused from the header,
+ * in little time and memory.
  */
 #include "testutil.h"
 
+#include "blockhdr.h"
 #include "file_fixture.h"
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define DEADLINE_S 30
@@ -246,6 +251,71 @@ static void test_remote_probe(void)
     unsetenv(KVF_REMOTE_URL_ENV);
 }
 
+#define SPARSE_CLAIM (1ull << 30)
+
+/* The peak resident memory of this process so far, bytes. */
+static uint64_t peak_rss(void)
+{
+    struct rusage ru;
+    REQUIRE(getrusage(RUSAGE_SELF, &ru) == 0);
+    return (uint64_t)ru.ru_maxrss * 1024;
+}
+
+/* The one entry of namespace "sparse" with and without the layout, in a
+ * child (whose peak memory is its own): refused from the header alone. */
+static int sparse_child(const file_fixture *f)
+{
+    uint64_t rss0 = peak_rss(), t0 = kvf__now_ns();
+    seen s = {.ns_dir = f->dir};
+    kvf_dir_counts c = KVF_DIR_COUNTS_INIT;
+    CHECK_STATUS(kvf_dir_check(f->dir, "sparse", NULL, 0, record, &s, &c), KVF_OK);
+    CHECK_STATUS(kvf_dir_check(f->dir, "sparse", &FF_GEOMETRY, 1, record, &s, &c), KVF_OK);
+    double s_taken = (double)(kvf__now_ns() - t0) / 1e9;
+    uint64_t grown = peak_rss() - rss0;
+    printf("sparse claim of %llu bytes: refused in %.3f s, peak memory +%llu KiB\n",
+           (unsigned long long)SPARSE_CLAIM, s_taken, (unsigned long long)grown >> 10);
+    CHECK_EQ_INT((int)s.n, 2);
+    /* no layout: left unchecked, not called corrupt; the layout: a lie */
+    CHECK(s.kind[0] == KVF_DIR_ENTRY_UNREADABLE && s.status[0] == KVF_ERR_RANGE);
+    CHECK(s.kind[1] == KVF_DIR_ENTRY_CORRUPT && s.status[1] == KVF_ERR_CORRUPT);
+    CHECK(s.names_file[0] && s.names_file[1]);
+    /* reading the claim takes a gigabyte and seconds; the header alone,
+     * neither (generous for sanitizers) */
+    CHECK(grown < SPARSE_CLAIM / 16);
+    CHECK(s_taken < 2.0);
+    fflush(NULL); /* the child leaves by _exit */
+    return test_failures ? 1 : 0;
+}
+
+static void test_sparse_claim(const file_fixture *f)
+{
+    char p[400], q[400];
+    uint8_t h[64];
+    ff_key_path(f, GOOD_A, p, sizeof p);
+    int fd = open(p, O_RDONLY);
+    REQUIRE(fd >= 0 && pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
+    close(fd);
+    kvf__block_header bh;
+    REQUIRE(kvf__block_header_parse(h, p, &bh) == KVF_OK);
+    bh.ns_hash = kvf__ns_hash("sparse");
+    bh.payload_bytes = SPARSE_CLAIM; /* a sound header: its own checksum holds */
+    kvf__block_header_pack(&bh, h);
+    snprintf(q, sizeof q, "%s/sparse", f->dir);
+    REQUIRE(mkdir(q, 0755) == 0);
+    snprintf(q, sizeof q, "%s/sparse/%016llx.kvf", f->dir, (unsigned long long)GOOD_A);
+    write_file(q, h, sizeof h);
+    REQUIRE(truncate(q, (off_t)(sizeof h + SPARSE_CLAIM)) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0)
+        _exit(sparse_child(f));
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    REQUIRE(unlink(q) == 0);
+}
+
 int main(void)
 {
     alarm(DEADLINE_S);
@@ -261,6 +331,7 @@ int main(void)
     test_errors(&f);
     test_left_alone(&f);
     test_remote_probe();
+    test_sparse_claim(&f);
     ff_done(&f);
     return test_result();
 }

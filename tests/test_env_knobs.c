@@ -42,7 +42,7 @@ static int test_bad_values_refused(void)
         {"KVF_FILE_DIRECT", "2", "0, 1, off, on"},
         {"KVF_FSYNC_METHOD", "fdatasync", "syncfs or fsync (any case)"},
         {"KVF_HOST_ASYNC", "async", "0, 1, off, on, false, true, no or yes"},
-        {"KVF_CUFILE_LIB", "  ", "expected a path"},
+        {"KVF_CUFILE_LIB", "  ", "expected a non-blank value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         clear_env();

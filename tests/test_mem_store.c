@@ -6,7 +6,8 @@
  * batches of many chunks in flight at once, blocks shared by two engines
  * and kept across an engine's restart, namespaces apart, and the store
  * ops called directly (list, short buffers, bad URLs), on mem:// and on a
- * file store; a cache whose remote tier is mem://. */
+ * file store; a cache whose remote tier is mem://; the TTL honoured and
+ * the capacity held, the oldest puts evicted and logged. */
 #include "engine.h"
 #include "mem_store.h"
 #include "testutil.h"
@@ -333,7 +334,7 @@ static void list_visit(void *arg, const kvf__store_entry *ent)
 static int test_store_ops(void)
 {
     kvf__mem_store_clear("ops");
-    kvf__store_config cfg = {"mem://ops", "nsx", 0x77, 0, 0};
+    kvf__store_config cfg = {"mem://ops", "nsx", 0x77, 0, 0, 0};
     kvf__store *s = NULL;
     REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
     CHECK(!strcmp(s->kind, "mem") && !strcmp(s->where, "mem://ops"));
@@ -443,7 +444,7 @@ static int test_file_url_store(void)
     char dir[256], url[300];
     REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
     snprintf(url, sizeof url, "file://%s", dir);
-    kvf__store_config cfg = {url, "nsf", 0x99, 0, 0};
+    kvf__store_config cfg = {url, "nsf", 0x99, 0, 0, 0};
     kvf__store *s = NULL;
     REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
     CHECK(!strcmp(s->kind, "file") && s->ops->commit && s->ops->discard);
@@ -590,6 +591,168 @@ static int test_cache_on_mem(void)
     return 0;
 }
 
+/* Log lines kept for the checks: how many name `what`. */
+static char log_lines[64][512];
+static int n_log;
+static void keep_line(void *arg, kvf_log_level level, const char *msg)
+{
+    (void)arg;
+    (void)level;
+    if (n_log < 64)
+        snprintf(log_lines[n_log], sizeof log_lines[0], "%s", msg);
+    n_log++;
+}
+
+static int lines_with(const char *what)
+{
+    int n = 0;
+    for (int i = 0; i < n_log && i < 64; i++)
+        n += strstr(log_lines[i], what) != NULL;
+    return n;
+}
+
+#define CAP_PAYLOAD 1000
+#define CAP_BLOCKS 10
+
+/* One block of n random bytes, generated from its key, under key. */
+static kvf_status put_key(kvf__store *s, uint64_t key, uint8_t *payload, size_t n)
+{
+    test_fill_random(payload, n, key);
+    kvf__store_block b = {.key = key, .tokens = 1, .pools = 1, .buf = payload, .payload_bytes = n};
+    kvf_status st = s->ops->write(s, &b, 1, 0);
+    if (st != KVF_OK)
+        CHECK_STR_HAS(b.msg, "remote block 0x");
+    return st;
+}
+
+/* Whether key holds what put_key stored, byte for byte. */
+static kvf_status get_key(kvf__store *s, uint64_t key)
+{
+    uint8_t back[CAP_PAYLOAD], want[CAP_PAYLOAD];
+    memset(back, POISON, sizeof back);
+    kvf__store_block b = {.key = key, .buf = back, .cap = sizeof back};
+    kvf_status st = s->ops->read(s, &b, 1, 0); /* OK for a miss: b.status says */
+    if (st == KVF_OK && b.status == KVF_OK) {
+        test_fill_random(want, sizeof want, key);
+        CHECK_MEM_EQ(back, want, sizeof want);
+    }
+    return st == KVF_OK ? b.status : st;
+}
+
+/* A store of CAP_BLOCKS blocks' capacity: puts past it evict the oldest
+ * first, one warning and a line per block evicted; a re-put block is new
+ * again; a block larger than all of it is refused and evicts nothing;
+ * thousands of puts hold no more than the capacity. */
+static int test_capacity(void)
+{
+    kvf__mem_store_clear("cap");
+    kvf__store_config cfg = {"mem://cap", "nsc", 0x77, 0, 0, CAP_BLOCKS * (64 + CAP_PAYLOAD)};
+    kvf__store *s = NULL;
+    REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
+    kvf_log_level level = kvf_log_get_level();
+    kvf_log_set_level(KVF_LOG_INFO);
+    kvf_log_set_handler(keep_line, NULL);
+    n_log = 0;
+    uint8_t payload[CAP_PAYLOAD * (CAP_BLOCKS + 1)];
+    for (uint64_t k = 100; k < 125; k++)
+        CHECK_STATUS(put_key(s, k, payload, CAP_PAYLOAD), KVF_OK);
+    for (uint64_t k = 100; k < 125; k++)
+        CHECK_STATUS(get_key(s, k), k < 115 ? KVF_ERR_NOT_FOUND : KVF_OK);
+    listed l = {0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, CAP_BLOCKS);
+    char said[128];
+    snprintf(said, sizeof said, "mem://cap: full at %llu bytes", (unsigned long long)cfg.mem_bytes);
+    CHECK_EQ_INT(lines_with(said), 1);
+    CHECK_EQ_INT(lines_with(": evicted, the oldest"), 15);
+    CHECK_EQ_INT(lines_with("remote block 0x64: mem://cap: evicted"), 1); /* key 100 first */
+
+    /* 115 put again is the newest: the next put evicts 116 */
+    CHECK_STATUS(put_key(s, 115, payload, CAP_PAYLOAD), KVF_OK);
+    CHECK_STATUS(put_key(s, 200, payload, CAP_PAYLOAD), KVF_OK);
+    CHECK_STATUS(get_key(s, 115), KVF_OK);
+    CHECK_STATUS(get_key(s, 116), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(get_key(s, 117), KVF_OK);
+
+    /* larger than the whole store: refused, nothing evicted */
+    n_log = 0;
+    CHECK_STATUS(put_key(s, 300, payload, sizeof payload), KVF_ERR_NO_SPACE);
+    snprintf(said, sizeof said, "capacity (%llu bytes", (unsigned long long)cfg.mem_bytes);
+    CHECK_STR_HAS(kvf_last_error(), said);
+    CHECK_EQ_INT(lines_with("evicted"), 0);
+    l = (listed){0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, CAP_BLOCKS);
+
+    /* memory stays bounded: 3000 more puts, still CAP_BLOCKS held */
+    for (uint64_t k = 1000; k < 4000; k++)
+        REQUIRE(put_key(s, k, payload, CAP_PAYLOAD) == KVF_OK);
+    l = (listed){0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, CAP_BLOCKS);
+    CHECK_STATUS(get_key(s, 3999), KVF_OK);
+    CHECK_STATUS(get_key(s, 3989), KVF_ERR_NOT_FOUND);
+    kvf_log_set_handler(NULL, NULL);
+    kvf_log_set_level(level);
+    kvf__store_close(s);
+    kvf__mem_store_clear("cap");
+    return 0;
+}
+
+/* remote.ttl_s and remote_mem_bytes through an engine: a block expires
+ * after its TTL (read, exists and list alike), and the engine's capacity
+ * bounds the store. */
+static int test_ttl(void)
+{
+    kvf__mem_store_clear("ttl");
+    kvf__store_config cfg = {"mem://ttl", "nst", 0x77, 1, 0, 0};
+    kvf__store *s = NULL;
+    REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
+    uint8_t payload[CAP_PAYLOAD];
+    CHECK_STATUS(put_key(s, 7, payload, sizeof payload), KVF_OK);
+    CHECK_STATUS(get_key(s, 7), KVF_OK);
+    uint64_t key = 7;
+    kvf_status st;
+    CHECK_STATUS(kvf__store_exists(s, &key, 1, 0, &st), KVF_OK);
+    CHECK_STATUS(st, KVF_OK);
+    usleep(1100 * 1000);
+    CHECK_STATUS(get_key(s, 7), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(kvf__store_exists(s, &key, 1, 0, &st), KVF_OK);
+    CHECK_STATUS(st, KVF_ERR_NOT_FOUND);
+    listed l = {0};
+    CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
+    CHECK_EQ_INT(l.n, 0);
+    kvf__store_close(s);
+    kvf__mem_store_clear("ttl");
+
+    /* the engine's settings reach its store */
+    kvf_engine_config ec = KVF_ENGINE_CONFIG_INIT;
+    ec.backend = KVF_BACKEND_HOST;
+    ec.remote.url = "mem://ttl-engine";
+    ec.remote.ttl_s = 1;
+    ec.remote_mem_bytes = 3 * (64 + block_bytes());
+    kvf_engine *e = NULL;
+    REQUIRE(kvf_engine_create(&ec, &e) == KVF_OK);
+    kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 5};
+    REQUIRE(kvf_engine_add_pool(e, &G, &prim, NULL, NULL) == KVF_OK);
+    kvf_status per[5];
+    for (uint32_t i = 0; i < 5; i++) { /* one at a time: an order of age */
+        kvf_move mv = {i, 0x900 + i, 0};
+        kvf_ticket t;
+        test_fill_random(slot(e, i), block_bytes(), 60 + i);
+        REQUIRE(kvf_offload(e, KVF_TIER_REMOTE, &mv, 1, &t) == KVF_OK);
+        CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    }
+    CHECK_EQ_INT(onboard_all(e, 5, 0x900, 60, per), 3);
+    CHECK(per[0] == KVF_ERR_NOT_FOUND && per[1] == KVF_ERR_NOT_FOUND && per[4] == KVF_OK);
+    usleep(1100 * 1000);
+    CHECK_EQ_INT(onboard_all(e, 5, 0x900, 60, per), 0);
+    CHECK(per[2] == KVF_ERR_NOT_FOUND && per[4] == KVF_ERR_NOT_FOUND);
+    kvf_engine_destroy(e);
+    kvf__mem_store_clear("ttl-engine");
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_round_trip);
@@ -600,5 +763,7 @@ int main(void)
     RUN(test_file_store);
     RUN(test_file_url_store);
     RUN(test_cache_on_mem);
+    RUN(test_capacity);
+    RUN(test_ttl);
     return TEST_RESULT();
 }

@@ -9,6 +9,7 @@
  */
 #include "engine_fixture.h"
 
+#include <float.h>
 #include <math.h>
 
 /* ---- a reference: every split, the pipeline simulated ---------------------- */
@@ -550,6 +551,90 @@ static int test_bad_plan_input(void)
     return 0;
 }
 
+/* Every time the plan reports is finite (checked on success). */
+static int plan_finite(const kvf_plan *p)
+{
+    CHECK(isfinite(p->ttft_s) && isfinite(p->load_s) && isfinite(p->compute_s));
+    CHECK(isfinite(p->ttft_recompute_s) && isfinite(p->ttft_load_all_s) &&
+          isfinite(p->ttft_split_s));
+    return 0;
+}
+
+/* Costs and tables at the edges of double: each is refused, or planned
+ * with every prediction finite; never a plan of inf, NaN or a NaN
+ * clamped to 0. */
+static int test_extreme_values(void)
+{
+    uint64_t nt[3] = {16, 64, 256};
+    double sec[3] = {0.001, 0.004, 0.016};
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.new_tokens = nt;
+    pc.seconds = sec;
+    pc.n_new = 3;
+    kvf_tier tiers[8];
+    for (int i = 0; i < 8; i++)
+        tiers[i] = i % 2 ? KVF_TIER_DISK : KVF_TIER_HOST;
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.tiers = tiers;
+    in.hits = 8;
+    in.block_bytes = 1 << 20;
+    in.tokens_per_block = 16;
+    in.request_tokens = 8 * 16 + 5;
+    in.prefill = &pc;
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        in.costs.tier[t] = (kvf_tier_cost){1e-4, 1e9, 0, 0};
+    kvf_plan p = KVF_PLAN_INIT;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    CHECK(plan_finite(&p) == 0);
+    kvf_plan before = p;
+
+    /* throughputs: subnormal, zero, infinite, NaN are no rates */
+    const double bad_rates[] = {5e-324, DBL_MIN / 4, 0, -1e9, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof bad_rates / sizeof *bad_rates; i++) {
+        in.costs.tier[KVF_TIER_DISK].bytes_per_s = bad_rates[i];
+        CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+        CHECK_STR_HAS(kvf_last_error(), "disk tier: throughput");
+    }
+    /* a normal but tiny rate: finite costs whose load overflows */
+    in.costs.tier[KVF_TIER_DISK].bytes_per_s = 1e-305;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_RANGE);
+    CHECK_STR_HAS(kvf_last_error(), "slowest tier loaded: disk");
+    in.costs.tier[KVF_TIER_DISK].bytes_per_s = 1e9;
+    /* latencies: infinite and NaN refused; DBL_MAX is a (finite) time */
+    in.costs.tier[KVF_TIER_HOST].latency_s = INFINITY;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    in.costs.tier[KVF_TIER_HOST].latency_s = NAN;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    in.costs.tier[KVF_TIER_HOST].latency_s = DBL_MAX;
+    kvf_status st = kvf_plan_compute(&in, &p);
+    CHECK(st == KVF_OK || st == KVF_ERR_RANGE);
+    if (st == KVF_OK)
+        CHECK(plan_finite(&p) == 0);
+    in.costs.tier[KVF_TIER_HOST].latency_s = 1e-4;
+    CHECK(memcmp(&p, &before, sizeof p) == 0 || st == KVF_OK); /* refusals leave it alone */
+
+    /* table entries near DBL_MAX: extended past the last point they
+     * overflow, and inf - inf is NaN (it was clamped to a 0 s compute) */
+    p = before;
+    sec[1] = DBL_MAX / 2;
+    sec[2] = DBL_MAX;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_RANGE);
+    CHECK_STR_HAS(kvf_last_error(), "prefill cost: the table gives");
+    CHECK(memcmp(&p, &before, sizeof p) == 0);
+    /* inf and NaN entries: refused by the table's own check */
+    sec[1] = 0.004;
+    sec[2] = INFINITY;
+    CHECK_STATUS(kvf_prefill_cost_check(&pc), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    sec[2] = NAN;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "seconds[2]");
+    sec[2] = 0.016;
+    CHECK_STATUS(kvf_plan_compute(&in, &p), KVF_OK);
+    CHECK(plan_finite(&p) == 0);
+    return 0;
+}
+
 /* ---- the engine's costs ----------------------------------------------------- */
 
 static int test_costs_api(void)
@@ -880,6 +965,7 @@ int main(void)
     RUN(test_interpolation);
     RUN(test_bad_prefill);
     RUN(test_bad_plan_input);
+    RUN(test_extreme_values);
     RUN(test_costs_api);
     RUN(test_costs_learn);
     RUN(test_min_gain);

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
+from ._cargs import c_string, fill
 from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _pool_list, _settings, _uint_array
 from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
@@ -51,16 +52,13 @@ def size_parse(text) -> int:
     if not isinstance(text, str):
         raise make_error(Status.ERR_INVALID, f"size {text!r}: expected an int or a string such as '64GB'")
     out = ctypes.c_uint64()
-    check(L.kvf_size_parse(text.encode(), ctypes.byref(out)))
+    check(L.kvf_size_parse(c_string(text, "size_parse: text"), ctypes.byref(out)))
     return out.value
 
 
 def key_salt(name) -> int:
     """A salt from a name (a LoRA adapter, a model): XXH64 of its bytes."""
-    b = name.encode() if isinstance(name, str) else bytes(name)
-    if b"\0" in b:
-        raise make_error(Status.ERR_INVALID, "key_salt: the name holds a NUL character")
-    return int(L.kvf_key_salt(b))
+    return int(L.kvf_key_salt(c_string(name if isinstance(name, (str, bytes)) else bytes(name), "key_salt: name")))
 
 
 def key_chain(parent: int, tokens, salt=0) -> int:
@@ -210,16 +208,10 @@ class Cache(_Issuer):
         c = _lib.CacheConfig_t()
         c.struct_size = ctypes.sizeof(_lib.CacheConfig_t)
         # the keywords are the settings' names; the struct groups them by tier
-        for name, v, bits, group, field in (("host_blocks", host_blocks, 64, c.host, "blocks"),
-                                            ("disk_blocks", disk_blocks, 64, c.disk, "blocks"),
-                                            ("offload_min_priority", offload_min_priority, 32, c, "offload_min_priority"),
-                                            ("disk_admit_uses", disk_admit_uses, 32, c.disk, "admit_uses"),
-                                            ("event_queue", event_queue, 32, c.events, "queue"),
-                                            ("gpu_blocks", gpu_blocks, 64, c.gpu, "blocks")):
-            if not _is_int(v) or not 0 <= v < 2**bits:
-                raise make_error(Status.ERR_INVALID, f"Cache: {name} = {v!r} is not an unsigned {bits}-bit int")
-            setattr(group, field, int(v))
-        c.remote = int(CacheRemote(remote))
+        fill(c, (("host.blocks", "host_blocks", host_blocks), ("disk.blocks", "disk_blocks", disk_blocks),
+                 ("offload_min_priority", "offload_min_priority", offload_min_priority),
+                 ("disk.admit_uses", "disk_admit_uses", disk_admit_uses), ("events.queue", "event_queue", event_queue),
+                 ("gpu.blocks", "gpu_blocks", gpu_blocks), ("remote", "remote", CacheRemote(remote))))
         c.host.bytes = size_parse(host_bytes)
         c.disk.bytes = size_parse(disk_bytes)
         self._callback = None

@@ -3,7 +3,6 @@
 
 import ctypes
 import numbers
-import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
 from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level, LevelLike, Memory,
                      Order, SettingSource, Status, Tier, TierLike, status)
+from ._cargs import c_int, fill
 from ._errors import MoveError, check, make_error
 from ._plan import TierCost, check_cost_args, costs_from_c
 
@@ -54,12 +54,9 @@ class Geometry:
         self.order = Order(self.order)
 
     def _c(self) -> _lib.Geometry_t:
-        for name in ("layers", "kv_factor", "kv_heads", "tokens_per_block", "head_size"):
-            v = getattr(self, name)
-            if not isinstance(v, numbers.Integral) or not 0 <= v < 2**32:
-                raise make_error(Status.ERR_INVALID, f"geometry: {name} = {v!r} is not a uint32")
-        return _lib.Geometry_t(self.layers, self.kv_factor, self.kv_heads, self.tokens_per_block,
-                               self.head_size, int(self.dtype), int(self.order))
+        g = _lib.Geometry_t()
+        fill(g, ((name, f"geometry: {name}", getattr(self, name)) for name, *_ in _lib.Geometry_t._fields_))
+        return g
 
     def check(self) -> None:
         """Raises InvalidArgument / OutOfRange when kvferry would refuse it."""
@@ -73,7 +70,8 @@ class Geometry:
 
     def region(self, tokens: int = 0) -> Region:
         out = _lib.Region_t()
-        check(L.kvf_geometry_region(ctypes.byref(self._c()), tokens, ctypes.byref(out)))
+        check(L.kvf_geometry_region(ctypes.byref(self._c()), c_int(tokens, ctypes.c_uint32, "region: tokens"),
+                                    ctypes.byref(out)))
         return Region(out.rows, out.row_bytes, out.pitch)
 
 
@@ -479,6 +477,7 @@ class _Issuer(_Handle):
 
     def _wait_pool(self, ticket_id: int, pool: int, stream) -> None:
         t = self._ticket_t(ticket_id)
+        pool = c_int(pool, ctypes.c_uint32, "wait_pool: pool")
         if stream is None:
             check(self._wait_pool_fn(self._h(), t, pool))
         else:
@@ -526,7 +525,7 @@ def _uint_array(values, what, bits=64, item="value"):
 _DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
                        file_io=FileIO.AUTO, fsync=Fsync.BATCH, file_runner=FileRunner.AUTO, file_queue_depth=0,
                        gds_compat=GdsCompat.AUTO, remote_url=None, remote_ttl_s=0, remote_timeout_ms=0,
-                       cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0, config_file=None)
+                       cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0, config_file=None, remote_mem_bytes=0)
 
 
 class Setting(NamedTuple):
@@ -596,7 +595,7 @@ class Engine(_Issuer):
     group and field joined by '_'): backend, device, threads, file_dir,
     file_namespace, file_io, fsync, file_runner, file_queue_depth,
     gds_compat, remote_url, remote_ttl_s, remote_timeout_ms, cuda_copy,
-    cuda_copy_sms and config_file. Use it as a context manager, or call
+    cuda_copy_sms, config_file and remote_mem_bytes. Use it as a context manager, or call
     close(); slot views and registered buffers are valid until then.
 
     A keyword left at its default is taken from the environment (KVF_*),
@@ -630,22 +629,14 @@ class Engine(_Issuer):
         self._caches = weakref.WeakSet()  # closed before the engine
         c = _lib.EngineConfig_t()
         c.struct_size = ctypes.sizeof(_lib.EngineConfig_t)
-        c.backend = int(Backend(cfg["backend"]))
-        c.device = int(cfg["device"])
-        c.threads = int(cfg["threads"])
-        fd, ns, url = cfg["file_dir"], cfg["file_namespace"], cfg["remote_url"]
-        self._cstrs = tuple(None if v is None else str(v).encode() for v in (fd, ns, url))
-        self._cstrs += (None if cfg["config_file"] is None else os.fsencode(cfg["config_file"]),)
-        c.file.dir, c.file.namespace_, c.remote.url, c.config_file = self._cstrs
-        c.file.io = int(FileIO(cfg["file_io"]))
-        c.file.fsync = int(Fsync(cfg["fsync"]))
-        c.file.runner = int(FileRunner(cfg["file_runner"]))
-        c.file.queue_depth = int(cfg["file_queue_depth"])
-        c.file.gds_compat = int(GdsCompat(cfg["gds_compat"]))
-        c.remote.ttl_s = int(cfg["remote_ttl_s"])
-        c.remote.timeout_ms = int(cfg["remote_timeout_ms"])
-        c.cuda.copy = int(CudaCopy(cfg["cuda_copy"]))
-        c.cuda.copy_sms = int(cfg["cuda_copy_sms"])
+        # each keyword into its field (file_dir is .file.dir), checked for its C type
+        enums = dict(backend=Backend, file_io=FileIO, fsync=Fsync, file_runner=FileRunner, gds_compat=GdsCompat,
+                     cuda_copy=CudaCopy)
+        fields = dict(file_dir="file.dir", file_namespace="file.namespace_", file_io="file.io",
+                      fsync="file.fsync", file_runner="file.runner", file_queue_depth="file.queue_depth",
+                      gds_compat="file.gds_compat", remote_url="remote.url", remote_ttl_s="remote.ttl_s",
+                      remote_timeout_ms="remote.timeout_ms", cuda_copy="cuda.copy", cuda_copy_sms="cuda.copy_sms")
+        self._cstrs = fill(c, ((fields.get(k, k), k, enums[k](v) if k in enums else v) for k, v in cfg.items()))
         self.config = cfg
         h = ctypes.c_void_p()
         check(L.kvf_engine_create(ctypes.byref(c), ctypes.byref(h)))
@@ -740,10 +731,10 @@ class Engine(_Issuer):
                 raise make_error(Status.ERR_INVALID, f"{what}: give a slot count or a buffer")
             if memory is None:
                 memory = (Memory.DEVICE if level == Level.PRIMARY else Memory.HOST_PINNED) if cuda else Memory.HOST
-        slots = int(slots)
-        if not 0 <= slots < 2**32:
-            raise make_error(Status.ERR_RANGE, f"{what}: {slots} slots do not fit in 32 bits")
-        d = _lib.PoolDesc_t(int(memory), base, stride, slots)
+        d = _lib.PoolDesc_t()
+        fill(d, (("memory", f"{what}: memory", memory), ("base", f"{what}: base", base),
+                 ("slot_stride", f"{what}: slot_stride", stride), ("slots", f"{what}: slots", slots)))
+        slots = d.slots
         return d, PoolLevel(memory, slots, stride or g.block_bytes, owner)
 
     def add_pool(self, geometry: Optional[Geometry] = None, primary=None, secondary=None, **geometry_fields) -> Pool:
@@ -772,7 +763,8 @@ class Engine(_Issuer):
     def slot_ptr(self, pool: int, slot: int, level: LevelLike = Level.PRIMARY) -> int:
         """Address of one slot (host memory, or device memory for CUDA primaries)."""
         p = ctypes.c_void_p()
-        check(L.kvf_engine_slot_ptr(self._h(), int(pool), int(Level(level)), int(slot), ctypes.byref(p)))
+        check(L.kvf_engine_slot_ptr(self._h(), c_int(pool, ctypes.c_uint32, "slot_ptr: pool"), int(Level(level)),
+                                    c_int(slot, ctypes.c_uint32, "slot_ptr: slot"), ctypes.byref(p)))
         return p.value
 
     def slot_view(self, pool: int, slot: int, level: LevelLike = Level.PRIMARY) -> "np.ndarray":
@@ -910,6 +902,7 @@ class Engine(_Issuer):
         hp, m, hkeep = (None, n, None) if host_slots is None else _uint_array(host_slots, "calibrate", 32, "slot")
         if m != n:
             raise make_error(Status.ERR_INVALID, f"calibrate: {n} slots but {m} host_slots")
-        check(L.kvf_engine_calibrate(self._h(), sp, hp, n, int(key_base), int(rounds)))
+        check(L.kvf_engine_calibrate(self._h(), sp, hp, n, c_int(key_base, ctypes.c_uint64, "calibrate: key_base"),
+                                     c_int(rounds, ctypes.c_uint32, "calibrate: rounds")))
         del keep, hkeep
         return self.costs()

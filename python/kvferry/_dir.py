@@ -18,6 +18,7 @@ import os
 from typing import Callable, List, NamedTuple, Optional, Sequence, Union
 
 from . import _lib
+from ._cargs import c_int, c_string
 from ._core import Geometry
 from ._enums import DirEntryKind, Status, status
 from ._errors import check, make_error
@@ -69,16 +70,13 @@ class DirBlock(NamedTuple):
 
 
 def _path(value: PathLike, what: str) -> bytes:
-    try:
-        return os.fsencode(value)
-    except TypeError:
-        raise make_error(Status.ERR_INVALID, f"{what}: {value!r} is not a path") from None
+    return c_string(value, f"{what}: dir", path=True)
 
 
 def _namespace(ns: str) -> bytes:
     if not isinstance(ns, str):
         raise make_error(Status.ERR_INVALID, f"namespace: {ns!r} is not a string")
-    return ns.encode("utf-8")
+    return c_string(ns, "namespace")
 
 
 def _geometries(geometries: Optional[Union[Geometry, Sequence[Geometry]]]):
@@ -181,8 +179,7 @@ def remote_probe(url: Optional[str] = None, timeout_ms: int = 0) -> str:
     cannot be reached or refuses."""
     if url is not None and not isinstance(url, str):
         raise make_error(Status.ERR_INVALID, f"remote_probe: url {url!r} is not a string")
-    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 <= timeout_ms < 2**32:
-        raise make_error(Status.ERR_INVALID, f"remote_probe: timeout_ms = {timeout_ms!r}")
+    timeout_ms = c_int(timeout_ms, ctypes.c_uint32, "remote_probe: timeout_ms")
     detail = ctypes.create_string_buffer(512)
-    check(L.kvf_remote_probe(None if url is None else url.encode("utf-8"), timeout_ms, detail, len(detail)))
+    check(L.kvf_remote_probe(c_string(url, "remote_probe: url"), timeout_ms, detail, len(detail)))
     return detail.value.decode("utf-8", "replace")

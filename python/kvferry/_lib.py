@@ -80,6 +80,7 @@ class EngineConfig_t(ctypes.Structure):
         ("remote", EngineRemoteConfig_t),
         ("cuda", EngineCudaConfig_t),
         ("config_file", ctypes.c_char_p),
+        ("remote_mem_bytes", ctypes.c_uint64),
     ]
 
 

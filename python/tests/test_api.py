@@ -42,7 +42,7 @@ def test_struct_sizes():
     assert ctypes.sizeof(_lib.Move_t) == 24
     assert ctypes.sizeof(_lib.Geometry_t) == 28
     assert ctypes.sizeof(_lib.PoolDesc_t) == 32
-    assert ctypes.sizeof(_lib.EngineConfig_t) == 96
+    assert ctypes.sizeof(_lib.EngineConfig_t) == 104
     assert ctypes.sizeof(_lib.Info_t) == 456
     assert ctypes.sizeof(_lib.CacheConfig_t) == 88
     assert ctypes.sizeof(_lib.CacheStats_t) == 648

@@ -6,6 +6,7 @@ and disk cache whose planned blocks come back byte for byte."""
 
 import math
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -188,6 +189,22 @@ def test_bad_costs_and_function():
 
     with pytest.raises(ZeroDivisionError, match="model not loaded"):
         kvf.plan_compute(tiers, 1, TPB, 100, {"disk": (0.0, 1e9)}, boom)
+
+
+def test_costs_at_the_edges_of_double():
+    """A subnormal throughput is no rate; finite costs or table entries
+    whose prediction overflows are refused, never planned as inf or 0."""
+    tiers = [kvf.Tier.DISK] * 4
+    table = [(16, 1e-3), (64, 4e-3)]
+    with pytest.raises(kvf.InvalidArgument, match="throughput 4.94066e-324"):
+        kvf.plan_compute(tiers, 1 << 20, TPB, 100, {"disk": (0.0, 5e-324)}, table)
+    with pytest.raises(kvf.OutOfRange, match="slowest tier loaded: disk"):
+        kvf.plan_compute(tiers, 1 << 20, TPB, 100, {"disk": (0.0, 1e-305)}, table)
+    huge = [(16, sys.float_info.max / 2), (64, sys.float_info.max)]
+    with pytest.raises(kvf.OutOfRange, match="the table gives"):
+        kvf.plan_compute(tiers, 1 << 20, TPB, 100, {"disk": (0.0, 1e9)}, huge)
+    p = kvf.plan_compute(tiers, 1 << 20, TPB, 100, {"disk": (0.0, 1e9)}, table)
+    assert all(math.isfinite(x) for x in (p.ttft_s, p.load_s, p.compute_s))
 
 
 def test_engine_costs(engine, geometry):

@@ -158,7 +158,7 @@ static double row_at(const kvf_prefill_cost *p, size_t r, double x)
         y1 = ys[j];
     }
     double y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
-    return y > 0 ? y : 0;
+    return y < 0 ? 0 : y; /* NaN stays NaN, for the caller to refuse */
 }
 
 /* The table at (new, prefix): rows interpolated, the last two extended
@@ -175,7 +175,7 @@ static double table_at(const kvf_prefill_cost *p, double x, double prefix)
         r++;
     double a = row_at(p, r, x), b = row_at(p, r + 1, x);
     double y = a + (b - a) * (prefix - (double)ps[r]) / (double)(ps[r + 1] - ps[r]);
-    return y > 0 ? y : 0;
+    return y < 0 ? 0 : y;
 }
 
 kvf_status kvf__prefill_seconds(const kvf_prefill_cost *p, uint64_t new_tokens, uint64_t prefix,
@@ -199,12 +199,21 @@ kvf_status kvf__prefill_seconds(const kvf_prefill_cost *p, uint64_t new_tokens, 
         *seconds_p = s;
         return KVF_OK;
     }
+    double s;
     if (p->n_prefix == 0) {
         double d = row_at(p, 0, (double)prefix + (double)new_tokens) - row_at(p, 0, (double)prefix);
-        *seconds_p = d > 0 ? d : 0;
+        s = d < 0 ? 0 : d;
     } else {
-        *seconds_p = table_at(p, (double)new_tokens, (double)prefix);
+        s = table_at(p, (double)new_tokens, (double)prefix);
     }
+    /* entries near DBL_MAX overflow when interpolated or extended, and
+     * inf - inf is NaN: neither is a time */
+    if (!isfinite(s))
+        return kvf__fail(KVF_ERR_RANGE,
+                         "prefill cost: the table gives %g s for %llu new tokens after %llu (its "
+                         "seconds are too large to interpolate)",
+                         s, (unsigned long long)new_tokens, (unsigned long long)prefix);
+    *seconds_p = s;
     return KVF_OK;
 }
 
@@ -220,9 +229,12 @@ static kvf_status check_costs(const kvf_plan_input *in, const bool used[KVF_TIER
             return kvf__fail(KVF_ERR_INVALID,
                              "kvf_plan_compute: %s tier: latency %g s (must be finite, >= 0)",
                              kvf_tier_name((kvf_tier)t), k->latency_s);
-        if (!isfinite(k->bytes_per_s) || !(k->bytes_per_s > 0))
+        /* a subnormal throughput (5e-324) is > 0, but a block's bytes
+         * over it are no number of seconds */
+        if (!isnormal(k->bytes_per_s) || k->bytes_per_s < 0)
             return kvf__fail(KVF_ERR_INVALID,
-                             "kvf_plan_compute: %s tier: throughput %g B/s (must be finite, > 0)",
+                             "kvf_plan_compute: %s tier: throughput %g B/s (must be finite, > 0 "
+                             "and not subnormal)",
                              kvf_tier_name((kvf_tier)t), k->bytes_per_s);
     }
     return KVF_OK;
@@ -379,6 +391,38 @@ static kvf_status front_costs(const kvf_prefill_cost *pc, uint64_t tpb, size_t m
     return KVF_OK;
 }
 
+/* Every prediction the plan reports is a finite time: finite, positive
+ * costs can still overflow (a throughput of 1e-300 B/s, a latency near
+ * DBL_MAX added to a load), and a plan whose times are infinite compares
+ * nothing. */
+static kvf_status check_predictions(const kvf_plan *rec, const kvf_plan *all, const kvf_plan *split,
+                                    const kvf_plan_input *in)
+{
+    const kvf_plan *shapes[] = {rec, all, split};
+    static const char *const names[] = {"recompute all", "load all", "split"};
+    for (int i = 0; i < 3; i++) {
+        const kvf_plan *p = shapes[i];
+        if (i == 2 && p->ttft_s == INFINITY && p->load_blocks == 0)
+            continue; /* no split was possible: not a prediction */
+        if (isfinite(p->ttft_s) && isfinite(p->load_s) && isfinite(p->compute_s))
+            continue;
+        double worst = 0;
+        int tier = -1;
+        for (int t = 0; t < KVF_TIER_COUNT; t++)
+            if (p->load[t] && (tier < 0 || in->costs.tier[t].bytes_per_s < worst)) {
+                tier = t;
+                worst = in->costs.tier[t].bytes_per_s;
+            }
+        return kvf__fail(KVF_ERR_RANGE,
+                         "kvf_plan_compute: the %s plan predicts %g s (load %g s, compute %g s): "
+                         "the costs are beyond what a time can be%s%s%s",
+                         names[i], p->ttft_s, p->load_s, p->compute_s,
+                         tier >= 0 ? " (slowest tier loaded: " : "",
+                         tier >= 0 ? kvf_tier_name((kvf_tier)tier) : "", tier >= 0 ? ")" : "");
+    }
+    return KVF_OK;
+}
+
 /* p becomes the leading shape with k hits loaded (cnt[t] from tier t). */
 static void set_leading(kvf_plan *p, double t, size_t k, double load, double compute, bool overlap,
                         const uint64_t cnt[KVF_TIER_COUNT])
@@ -469,6 +513,8 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
      * split predicts at least min_gain less: a prediction is an estimate,
      * and a split whose gain is within its error may well lose */
     kvf_plan best = all.ttft_s < rec.ttft_s ? all : rec;
+    if ((st = check_predictions(&rec, &all, &split, &in)) != KVF_OK)
+        goto out;
     bool has_split = isfinite(split.ttft_s);
     if (has_split && split.ttft_s < (1 - pc.min_gain) * best.ttft_s)
         best = split;

@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "log.h"
+#include "namedfile.h"
 #include "status.h"
 
 #include <ctype.h>
@@ -108,7 +109,7 @@ typedef struct def {
     unsigned nnames;
     uint64_t max;             /* K_U32, K_U64, K_I32 */
     const char *default_text; /* K_STR: what NULL means */
-    bool path;                /* K_STR: a path, so a blank value is refused */
+    bool blank_ok;            /* K_STR: a blank value is left to its user */
     unsigned dflt;            /* environment-only K_ENUM, K_BOOL: the default */
     const char *env_extra;    /* K_ENUM: one more value, environment only,
                                  that leaves the field AUTO for the backend
@@ -154,6 +155,7 @@ static const def engine_defs[] = {
     {D("cuda_copy", "KVF_CUDA_COPY", K_ENUM, E(cuda.copy)), .env_extra = "staged",
      .names = cuda_copy_names, .nnames = N(cuda_copy_names)},
     {D("cuda_copy_sms", "KVF_CUDA_COPY_SMS", K_U32, E(cuda.copy_sms)), .max = 65535},
+    {D("remote_mem_bytes", "KVF_REMOTE_MEM_BYTES", K_SIZE, E(remote_mem_bytes))},
 };
 
 /* config_file names the file, so it comes from the caller or the
@@ -172,11 +174,11 @@ static const def env_defs[] = {
     {D("fsync_method", "KVF_FSYNC_METHOD", K_ENUM, 0), .names = fsync_method_names,
      .nnames = N(fsync_method_names)},
     {D("host_async", "KVF_HOST_ASYNC", K_BOOL, 0), .names = bool_names, .nnames = N(bool_names)},
-    {D("cufile_lib", "KVF_CUFILE_LIB", K_STR, 0), .default_text = "libcufile.so.0", .path = true},
+    {D("cufile_lib", "KVF_CUFILE_LIB", K_STR, 0), .default_text = "libcufile.so.0"},
     /* a file to append to, checked when the timeline starts (timeline.c):
      * it is process-wide, so a bad one is logged rather than failing an
      * engine */
-    {D("timeline", "KVF_TIMELINE", K_STR, 0)},
+    {D("timeline", "KVF_TIMELINE", K_STR, 0), .blank_ok = true},
 };
 
 /* In the struct's order; resolve_tier takes the first four by index. */
@@ -299,12 +301,15 @@ static bool parse_value(const def *d, const char *text, bool from_env, uint64_t 
                  "KiB = 1024)");
         return false;
     case K_STR: {
+        /* one rule for every source: a name, path or URL that is empty or
+         * only spaces would otherwise mean "unset" (the default namespace,
+         * no disk tier) or a directory named by spaces */
         const char *p = text;
-        while (d->path && isspace((unsigned char)*p))
+        while (isspace((unsigned char)*p))
             p++;
-        if (!d->path || *p)
+        if (*p || d->blank_ok)
             return true;
-        snprintf(why, cap, "expected a path");
+        snprintf(why, cap, "expected a non-blank value (leave the setting unset for its default)");
         return false;
     }
     default: {
@@ -531,9 +536,11 @@ static kvf_status file_load(const char *path, file_kv *f)
     if (!path)
         return KVF_OK;
 #ifdef KVF_HAVE_YAML
-    FILE *fp = fopen(path, "r");
-    if (!fp)
-        return kvf__fail(kvf__errno_status(errno), "config file %s: %s", path, strerror(errno));
+    const char *why;
+    FILE *fp = kvf__named_file_open(path, false, &why);
+    if (!fp) /* EINVAL: not a regular file */
+        return kvf__fail(errno == EINVAL ? KVF_ERR_INVALID : kvf__errno_status(errno),
+                         "config file %s: %s", path, why);
     kvf_status st = file_parse(f, fp);
     fclose(fp);
     if (st != KVF_OK)
@@ -575,6 +582,11 @@ static kvf_status resolve_field(const def *d, void *out, const void *dflt, const
     char why[160];
     uint64_t v = 0;
     if (field_get(d, out) != field_get(d, dflt)) {
+        const char *s = NULL;
+        if (d->kind == K_STR)
+            memcpy(&s, (const char *)out + d->offset, sizeof s);
+        if (s && !parse_value(d, s, false, &v, why, sizeof why))
+            return kvf__fail(KVF_ERR_INVALID, "%s \"%s\" (caller): %s", d->name, s, why);
         *source_p = KVF_SOURCE_CALLER;
         return KVF_OK;
     }

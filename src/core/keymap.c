@@ -1,12 +1,71 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The keyed hash table (keymap.h): chained buckets, a power of two of
- * them, indexed by a 64-bit mix of the key (block keys are hashes already,
- * but slot numbers and test keys are small and dense).
+ * them, picked by SipHash-1-3 of the key under a key drawn once per
+ * process. An unkeyed mix (MurmurHash3's finaliser, used before) is a
+ * bijection anyone can invert: keys chosen as the inverses of multiples of
+ * the bucket count all land in one bucket, and every lookup walks them
+ * all. SipHash is a keyed PRF, cheap on one 64-bit word (bench/keymap.c
+ * measures chosen keys beside random ones), and mixes dense small keys
+ * (slot numbers, test keys) as well.
  */
 #include "keymap.h"
 
 #include <stdlib.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+static uint64_t process_key[2];
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static void key_init(void)
+{
+    if (getrandom(process_key, sizeof process_key, GRND_NONBLOCK) == (ssize_t)sizeof process_key)
+        return;
+    /* no entropy yet (early boot) or no getrandom: what differs between
+     * processes and runs, mixed below by SipHash itself */
+    int local;
+    process_key[0] = kvf__now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&local;
+    process_key[1] = (uint64_t)(uintptr_t)&process_key ^ (uint64_t)time(NULL) << 20;
+}
+
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = ROTL(v1, 13);                                                                         \
+        v1 ^= v0;                                                                                  \
+        v0 = ROTL(v0, 32);                                                                         \
+        v2 += v3;                                                                                  \
+        v3 = ROTL(v3, 16);                                                                         \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = ROTL(v3, 21);                                                                         \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = ROTL(v1, 17);                                                                         \
+        v1 ^= v2;                                                                                  \
+        v2 = ROTL(v2, 32);                                                                         \
+    } while (0)
+
+/* SipHash-1-3 of the 8-byte message `key` (its little-endian bytes). */
+static uint64_t siphash13_u64(uint64_t k0, uint64_t k1, uint64_t key)
+{
+    uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
+    uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
+    v3 ^= key;
+    SIPROUND;
+    v0 ^= key;
+    const uint64_t last = 8ull << 56; /* the message's length, no bytes left */
+    v3 ^= last;
+    SIPROUND;
+    v0 ^= last;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
 
 static uint64_t key_of(const kvf__keymap *m, const void *obj)
 {
@@ -18,15 +77,9 @@ static void **next_of(const kvf__keymap *m, const void *obj)
     return (void **)((char *)(uintptr_t)obj + m->next_off);
 }
 
-/* The finaliser of MurmurHash3: every key bit moves every bucket bit. */
 static size_t bucket_of(const kvf__keymap *m, uint64_t key)
 {
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    key *= 0xc4ceb9fe1a85ec53ull;
-    key ^= key >> 33;
-    return (size_t)key & (m->nbuckets - 1);
+    return (size_t)siphash13_u64(m->k0, m->k1, key) & (m->nbuckets - 1);
 }
 
 void *kvf__keymap_find(const kvf__keymap *m, uint64_t key, const void *after)
@@ -54,6 +107,11 @@ static bool grow(kvf__keymap *m)
     void **nbk = calloc(nb, sizeof *nbk);
     if (!nbk)
         return false;
+    if (!m->buckets) { /* empty: its objects were hashed under no key yet */
+        pthread_once(&key_once, key_init);
+        m->k0 = process_key[0];
+        m->k1 = process_key[1];
+    }
     void **old = m->buckets;
     size_t oldn = m->nbuckets;
     m->buckets = nbk;

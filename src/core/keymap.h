@@ -2,7 +2,10 @@
 /*
  * A hash table of objects by a 64-bit key (keymap.c), for every keyed
  * index of the library: the cache's entries, the engine's per-key hazards,
- * the in-memory remote store's values. Intrusive: an object keeps its own
+ * the in-memory remote store's values. Keys come from callers (block keys
+ * are hashes of their tokens, chosen by whoever chooses the tokens), so
+ * the buckets are picked by a hash keyed with a random key per process:
+ * nobody outside it can choose keys that share a bucket. Intrusive: an object keeps its own
  * key and a chain pointer, at offsets given once, so the table allocates
  * nothing per object and an insert cannot fail once buckets exist. The
  * buckets double when the objects outnumber them; where that allocation
@@ -20,6 +23,7 @@ typedef struct kvf__keymap {
     size_t key_off;  /* offsetof the object's uint64_t key */
     size_t next_off; /* offsetof its chain pointer (void *) */
     size_t first;    /* buckets made on the first insert (a power of two) */
+    uint64_t k0, k1; /* the bucket hash's key, the process's, taken with the buckets */
 } kvf__keymap;
 
 /* A map of objects whose key and chain pointer sit at key_off and

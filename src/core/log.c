@@ -3,9 +3,9 @@
  * KVF_LOG_FILE, or the caller's handler), repeated warnings rate-limited
  * per call site; and the environment's overrides of AUTO settings. */
 #include "log.h"
+#include "namedfile.h"
 #include "status.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,11 +80,13 @@ static void open_log_file(void)
         return;
     char path[4096];
     expand_path(pattern, path, sizeof path);
-    log_file = fopen(path, "a");
+    const char *why;
+    log_file = kvf__named_file_open(path, true, &why);
     if (!log_file) {
-        char msg[4200];
-        snprintf(msg, sizeof msg, "KVF_LOG_FILE=%s: cannot open %s (%s); logging to stderr",
-                 pattern, path, strerror(errno));
+        char msg[960]; /* a line holds 1024 bytes: the reason must fit */
+        snprintf(msg, sizeof msg,
+                 "KVF_LOG_FILE=%.300s: cannot open %.500s (%.80s); logging to stderr", pattern,
+                 path, why);
         emit_locked(KVF_LOG_WARN, msg);
     }
 }

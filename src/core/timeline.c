@@ -7,8 +7,8 @@
  * unless the variable is set, and meant for one engine at a time. */
 #include "timeline.h"
 #include "log.h"
+#include "namedfile.h"
 
-#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,12 +54,13 @@ static void tl_init(void)
     const char *c = p;
     while (*c == ' ' || *c == '\t')
         c++;
-    FILE *f = *c ? fopen(p, "a") : NULL;
+    const char *why = "blank";
+    FILE *f = *c ? kvf__named_file_open(p, true, &why) : NULL;
     if (!f) {
         KVF_LOG(KVF_LOG_ERROR,
                 "KVF_TIMELINE=\"%s\": %s; no timeline (expected the path of a file to "
                 "append it to)",
-                p, *c ? strerror(errno) : "blank");
+                p, why);
         return;
     }
     fclose(f);
@@ -95,9 +96,10 @@ void kvf__timeline_flush(void)
     uint64_t n = atomic_exchange(&next_event, 0);
     if (n > TL_EVENTS)
         n = TL_EVENTS;
-    FILE *f = fopen(tl_path, "a");
+    const char *why;
+    FILE *f = kvf__named_file_open(tl_path, true, &why);
     if (!f) {
-        KVF_LOG(KVF_LOG_WARN, "KVF_TIMELINE=%s: cannot open it; timeline dropped", tl_path);
+        KVF_LOG(KVF_LOG_WARN, "KVF_TIMELINE=%s: %s; timeline dropped", tl_path, why);
         return;
     }
     fprintf(f, "# t_ns thread event id n\n");

@@ -106,6 +106,7 @@ typedef struct kvf__store_config {
     uint64_t fingerprint;
     uint32_t ttl_s;      /* expiry of stored blocks where the store has one; 0: none */
     uint32_t timeout_ms; /* connect and call timeout; 0: the store's default */
+    uint64_t mem_bytes;  /* the in-memory store's capacity; 0: its default */
 } kvf__store_config;
 
 /* One line of the registry (stores.c). */

@@ -114,38 +114,90 @@ static const char *walk_next(const kvf__blockfile_dir *d, DIR *w, kvf_status *st
     return e ? e->d_name : NULL;
 }
 
-/* Room for the block in `name`: the length its header gives, when the
- * header reads and checks (so a damaged length never sizes a buffer);
- * else room for a header only, enough for the reader to say what is
- * wrong. Opened without blocking and without following a link. */
-static size_t block_room(const kvf__blockfile_dir *d, const char *name)
+/* The most payload a block may claim before anything is read: with the
+ * engine's geometries, a slot of every pool (no block of that layout holds
+ * more); without them, a bound no model's block reaches (256 tokens of a
+ * 405B-parameter model in fp32 are under it). A longer claim in a header
+ * whose checksum holds is no reason to allocate and read gigabytes of a
+ * sparse file: it is refused from the header alone. */
+#define ANY_LAYOUT_MAX_PAYLOAD (256ull << 20)
+
+static kvf_status largest_block(const kvf_geometry *g, size_t n_pools, uint64_t *max_p)
 {
-    size_t room = HDR;
-    int fd = openat(d->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
-    struct stat sb;
-    uint8_t h[HDR];
-    kvf__block_header bh;
-    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(fd, h, HDR, 0) == HDR &&
-        kvf__block_header_parse(h, name, &bh) == KVF_OK && bh.payload_bytes <= SIZE_MAX - HDR &&
-        bh.payload_bytes <= (uint64_t)sb.st_size)
-        room = HDR + (size_t)bh.payload_bytes;
-    if (fd >= 0)
-        close(fd);
-    return room;
+    uint64_t sum = n_pools ? 0 : ANY_LAYOUT_MAX_PAYLOAD;
+    for (size_t p = 0; p < n_pools; p++) {
+        size_t bytes;
+        kvf_status st = kvf_geometry_block_bytes(&g[p], &bytes);
+        if (st != KVF_OK)
+            return st;
+        if (__builtin_add_overflow(sum, (uint64_t)bytes, &sum))
+            return kvf__fail(KVF_ERR_RANGE, "geometries: a block of %zu pools overflows", n_pools);
+    }
+    *max_p = sum;
+    return KVF_OK;
 }
 
 typedef struct check_walk {
     kvf__blockfile_dir *d;
     uint8_t *buf;
     size_t cap;
+    uint64_t max_payload; /* largest_block's */
+    bool any_layout;
     char msg[PATH_MAX + 256];
 } check_walk;
+
+/* Room for the block in `name`: the length its header gives, when the
+ * header reads and checks (so a damaged length never sizes a buffer);
+ * else room for a header only, enough for the reader to say what is
+ * wrong. Opened without blocking and without following a link.
+ * KVF_ERR_CORRUPT / KVF_ERR_RANGE (w->msg the reason) when the header
+ * claims more than w->max_payload. */
+static kvf_status block_room(check_walk *w, const char *name, uint64_t key, size_t *room_p)
+{
+    size_t room = HDR;
+    int fd = openat(w->d->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+    struct stat sb;
+    uint8_t h[HDR];
+    kvf__block_header bh;
+    bool parsed = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+                  pread(fd, h, HDR, 0) == HDR && kvf__block_header_parse(h, name, &bh) == KVF_OK &&
+                  bh.payload_bytes <= SIZE_MAX - HDR && bh.payload_bytes <= (uint64_t)sb.st_size;
+    if (fd >= 0)
+        close(fd);
+    kvf__clear_error();
+    /* another layout's block is the reader's to name (a mismatch) */
+    if (parsed && (w->any_layout || bh.fingerprint == w->d->fingerprint)) {
+        if (bh.payload_bytes > w->max_payload) {
+            snprintf(w->msg, sizeof w->msg,
+                     "block 0x%llx: %s/%s: header claims %llu payload bytes, more than %s (%llu); "
+                     "not read",
+                     (unsigned long long)key, w->d->root, name,
+                     (unsigned long long)bh.payload_bytes,
+                     w->any_layout ? "a block of any layout is checked to"
+                                   : "a block of this layout holds",
+                     (unsigned long long)w->max_payload);
+            /* the layout known, no block of it is that long: the header
+             * lies; unknown, the block is left unchecked */
+            return w->any_layout ? KVF_ERR_RANGE : KVF_ERR_CORRUPT;
+        }
+        room = HDR + (size_t)bh.payload_bytes;
+    }
+    *room_p = room;
+    return KVF_OK;
+}
 
 /* Reads the block file `name` as an engine would and fills *e; false when
  * there is nothing to report (the file was removed since readdir). */
 static bool check_block(check_walk *w, const char *name, uint64_t key, kvf_dir_entry *e)
 {
-    size_t room = block_room(w->d, name);
+    size_t room = 0;
+    kvf_status claim = block_room(w, name, key, &room);
+    if (claim != KVF_OK) {
+        e->status = claim;
+        e->kind = claim == KVF_ERR_RANGE ? KVF_DIR_ENTRY_UNREADABLE : KVF_DIR_ENTRY_CORRUPT;
+        e->message = w->msg;
+        return true;
+    }
     if (room > w->cap) {
         uint8_t *nb = realloc(w->buf, room);
         if (nb) {
@@ -196,6 +248,9 @@ kvf_status kvf_dir_check(const char *dir, const char *ns, const kvf_geometry *ge
     check_walk w = {0};
     kvf__blockfile_dir d;
     kvf_status ret = open_namespace(dir, ns, geometries, n_pools, &d);
+    w.any_layout = n_pools == 0;
+    if (ret == KVF_OK)
+        ret = largest_block(geometries, n_pools, &w.max_payload);
     DIR *walk = NULL;
     if (ret == KVF_OK)
         ret = open_walk(&d, &walk);

@@ -15,19 +15,28 @@
 #define HDR KVF_BLOCKFILE_HEADER_BYTES
 #define NAME_MAX_LEN 64
 
+/* 0 in remote_mem_bytes: a store holds at most this */
+#define DEFAULT_CAPACITY (1ull << 30)
+
 typedef struct mem_value {
     uint64_t ns_hash, key;
     uint8_t *bytes; /* the stored form: header, then payload */
     size_t len;
     int64_t mtime_ns;
-    struct mem_value *next; /* the map's chain */
+    uint64_t expires_ns;             /* kvf__now_ns() past which it is gone; 0: never */
+    struct mem_value *next;          /* the map's chain */
+    struct mem_value *older, *newer; /* the map's age list, by last put */
 } mem_value;
 
-/* One mem://NAME: its blocks of every namespace, by key. */
+/* One mem://NAME: its blocks of every namespace, by key, and by age (the
+ * oldest put is evicted first when a put would pass the capacity). */
 typedef struct mem_map {
     char name[NAME_MAX_LEN + 1];
     pthread_mutex_t mu;
     kvf__keymap values;
+    mem_value *oldest, *newest;
+    uint64_t bytes, capacity; /* of the values' stored forms */
+    bool full_logged;
     struct mem_map *next;
 } mem_map;
 
@@ -38,6 +47,7 @@ typedef struct mem_store {
     kvf__store base;
     mem_map *map;
     uint64_t ns_hash, fingerprint;
+    uint32_t ttl_s; /* each put's expiry; 0: none */
 } mem_store;
 
 static bool name_valid(const char *n)
@@ -62,9 +72,10 @@ kvf_status kvf__mem_store_check_url(const char *url)
     return KVF_OK;
 }
 
-/* The map named `name`, made when `create`; NULL when absent or out of
- * memory. */
-static mem_map *map_of(const char *name, bool create)
+/* The map named `name`, made when `create` (capacity > 0: at least that
+ * many bytes, the largest any of its engines asked for, so that no engine
+ * shrinks it under another); NULL when absent or out of memory. */
+static mem_map *map_of(const char *name, bool create, uint64_t capacity)
 {
     pthread_mutex_lock(&maps_mu);
     mem_map *m = maps;
@@ -77,17 +88,63 @@ static mem_map *map_of(const char *name, bool create)
         m->next = maps;
         maps = m;
     }
+    if (m && create) {
+        pthread_mutex_lock(&m->mu);
+        if (capacity > m->capacity)
+            m->capacity = capacity;
+        pthread_mutex_unlock(&m->mu);
+    }
     pthread_mutex_unlock(&maps_mu);
     return m;
 }
 
-/* The value under (ns_hash, key); the map's lock held. */
-static mem_value *find(mem_map *m, uint64_t ns_hash, uint64_t key)
+/* Takes v out of its map's index and age list; the map's lock held. The
+ * caller frees it (value_drop), after unlocking where it can. */
+static void unlink_value(mem_map *m, mem_value *v)
+{
+    kvf__keymap_remove(&m->values, v);
+    *(v->older ? &v->older->newer : &m->oldest) = v->newer;
+    *(v->newer ? &v->newer->older : &m->newest) = v->older;
+    v->older = v->newer = NULL;
+    m->bytes -= v->len;
+}
+
+static bool expired(const mem_value *v, uint64_t now)
+{
+    return v->expires_ns && now >= v->expires_ns;
+}
+
+/* Frees a value taken out of its map (or the whole map being cleared). */
+static void value_drop(void *obj)
+{
+    mem_value *v = obj;
+    free(v->bytes);
+    free(v);
+}
+
+/* The live value under (ns_hash, key); the map's lock held. One whose TTL
+ * has passed is gone: taken out and put on *dead (chained by `newer`) for
+ * the caller to free. */
+static mem_value *find(mem_map *m, uint64_t ns_hash, uint64_t key, mem_value **dead)
 {
     mem_value *v = kvf__keymap_find(&m->values, key, NULL);
     while (v && v->ns_hash != ns_hash)
         v = kvf__keymap_find(&m->values, key, v);
+    if (v && expired(v, kvf__now_ns())) {
+        unlink_value(m, v);
+        v->newer = *dead;
+        *dead = v;
+        v = NULL;
+    }
     return v;
+}
+
+static void drop_all(mem_value *dead)
+{
+    for (mem_value *next; dead; dead = next) {
+        next = dead->newer;
+        value_drop(dead);
+    }
 }
 
 static int64_t realtime_ns(void)
@@ -115,23 +172,72 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
     kvf__block_header_pack(&h, bytes);
     memcpy(bytes + HDR, b->buf, b->payload_bytes);
     mem_map *m = s->map;
+    mem_value *dead = NULL, *evicted = NULL;
+    uint64_t capacity, held;
+    bool first_full = false;
     pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, s->ns_hash, b->key);
-    if (!v && (v = calloc(1, sizeof *v)) != NULL) {
+    capacity = m->capacity;
+    mem_value *v = len > capacity ? NULL : find(m, s->ns_hash, b->key, &dead);
+    if (v) /* put anew: the newest, its old bytes no longer counted */
+        unlink_value(m, v);
+    else if (len <= capacity && (v = calloc(1, sizeof *v)) != NULL) {
         v->ns_hash = s->ns_hash;
         v->key = b->key;
-        if (!kvf__keymap_insert(&m->values, v)) {
-            free(v);
-            v = NULL;
-        }
+    }
+    /* the oldest puts make room, those whose TTL has passed first */
+    while (v && m->oldest && expired(m->oldest, kvf__now_ns())) {
+        mem_value *o = m->oldest;
+        unlink_value(m, o);
+        o->newer = dead;
+        dead = o;
+    }
+    while (v && m->oldest && m->bytes + len > capacity) {
+        mem_value *o = m->oldest;
+        unlink_value(m, o);
+        o->newer = evicted;
+        evicted = o;
+        first_full |= !m->full_logged;
+        m->full_logged = true;
+    }
+    if (v && !kvf__keymap_insert(&m->values, v)) {
+        free(v->bytes);
+        free(v);
+        v = NULL;
     }
     if (v) {
         free(v->bytes);
         v->bytes = bytes;
         v->len = len;
         v->mtime_ns = realtime_ns();
+        v->expires_ns = s->ttl_s ? kvf__now_ns() + (uint64_t)s->ttl_s * 1000000000u : 0;
+        v->older = m->newest;
+        *(m->newest ? &m->newest->newer : &m->oldest) = v;
+        m->newest = v;
+        m->bytes += len;
     }
+    held = m->bytes;
     pthread_mutex_unlock(&m->mu);
+    drop_all(dead);
+    /* said outside the lock: a log handler may call the store */
+    if (first_full)
+        KVF_LOG(KVF_LOG_WARN,
+                "%s: full at %llu bytes: the oldest blocks are evicted to make room "
+                "(remote_mem_bytes sets the capacity)",
+                url, (unsigned long long)capacity);
+    for (mem_value *o = evicted; o; o = o->newer)
+        KVF_LOG(KVF_LOG_INFO,
+                "remote block 0x%llx: %s: evicted, the oldest, for block 0x%llx "
+                "(%llu of %llu bytes held)",
+                (unsigned long long)o->key, url, (unsigned long long)b->key,
+                (unsigned long long)held, (unsigned long long)capacity);
+    drop_all(evicted);
+    if (len > capacity) {
+        free(bytes);
+        return kvf__fail(KVF_ERR_NO_SPACE,
+                         "remote block 0x%llx: %s: %zu bytes stored, more than the store's "
+                         "capacity (%llu bytes; remote_mem_bytes)",
+                         (unsigned long long)b->key, url, len, (unsigned long long)capacity);
+    }
     if (!v) {
         free(bytes);
         return kvf__fail(KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
@@ -173,13 +279,15 @@ static kvf_status take_value(mem_store *s, kvf__store_block *b, const uint8_t *v
 static kvf_status get_one(mem_store *s, kvf__store_block *b)
 {
     mem_map *m = s->map;
+    mem_value *dead = NULL;
     pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, s->ns_hash, b->key);
+    mem_value *v = find(m, s->ns_hash, b->key, &dead);
     uint8_t *copy = NULL;
     size_t len = v ? v->len : 0;
     if (v && (copy = malloc(len ? len : 1)) != NULL)
         memcpy(copy, v->bytes, len);
     pthread_mutex_unlock(&m->mu);
+    drop_all(dead);
     if (!v)
         return KVF_ERR_NOT_FOUND;
     if (!copy)
@@ -190,23 +298,17 @@ static kvf_status get_one(mem_store *s, kvf__store_block *b)
     return st;
 }
 
-/* Frees a value taken out of its map (or the whole map being cleared). */
-static void value_drop(void *obj)
-{
-    mem_value *v = obj;
-    free(v->bytes);
-    free(v);
-}
-
 /* remove (drop) or exists of one block. */
 static kvf_status keyed_one(mem_store *s, kvf__store_block *b, bool drop)
 {
     mem_map *m = s->map;
+    mem_value *dead = NULL;
     pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, s->ns_hash, b->key);
+    mem_value *v = find(m, s->ns_hash, b->key, &dead);
     if (v && drop)
-        kvf__keymap_remove(&m->values, v);
+        unlink_value(m, v);
     pthread_mutex_unlock(&m->mu);
+    drop_all(dead);
     if (v && drop)
         value_drop(v);
     return v || drop ? KVF_OK : KVF_ERR_NOT_FOUND;
@@ -272,10 +374,11 @@ static kvf_status mem_list(kvf__store *base, kvf__store_visit_fn visit, void *ar
     pthread_mutex_lock(&m->mu);
     kvf__store_entry *ents = calloc(m->values.count ? m->values.count : 1, sizeof *ents);
     size_t k = 0, pos = 0;
+    uint64_t now = kvf__now_ns();
     for (mem_value *v = ents ? kvf__keymap_next(&m->values, &pos, NULL) : NULL; v;
          v = kvf__keymap_next(&m->values, &pos, v)) {
         kvf__block_header h;
-        if (v->ns_hash != s->ns_hash || v->len < HDR ||
+        if (v->ns_hash != s->ns_hash || expired(v, now) || v->len < HDR ||
             kvf__block_header_parse(v->bytes, "mem", &h) != KVF_OK ||
             kvf__block_header_expect(&h, "mem", s->fingerprint, s->ns_hash, v->key) != KVF_OK ||
             h.payload_bytes != v->len - HDR)
@@ -319,7 +422,7 @@ kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_
     if (s)
         s->base.where = strdup(cfg->url);
     if (s && s->base.where)
-        s->map = map_of(cfg->url + 6, true);
+        s->map = map_of(cfg->url + 6, true, cfg->mem_bytes ? cfg->mem_bytes : DEFAULT_CAPACITY);
     if (!s || !s->base.where || !s->map) {
         if (s)
             free(s->base.where);
@@ -331,6 +434,7 @@ kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_
     s->base.noun = "remote block";
     s->ns_hash = kvf__ns_hash(cfg->ns);
     s->fingerprint = cfg->fingerprint;
+    s->ttl_s = cfg->ttl_s;
     *store_p = &s->base;
     return KVF_OK;
 }
@@ -338,24 +442,29 @@ kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_
 kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key, size_t offset,
                                uint8_t mask)
 {
-    mem_map *m = map_of(name, false);
+    mem_map *m = map_of(name, false, 0);
     if (!m)
         return KVF_ERR_NOT_FOUND;
+    mem_value *dead = NULL;
     pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, kvf__ns_hash(ns), key);
+    mem_value *v = find(m, kvf__ns_hash(ns), key, &dead);
     bool ok = v && offset < v->len;
     if (ok)
         v->bytes[offset] ^= mask;
     pthread_mutex_unlock(&m->mu);
+    drop_all(dead);
     return ok ? KVF_OK : KVF_ERR_NOT_FOUND;
 }
 
 void kvf__mem_store_clear(const char *name)
 {
-    mem_map *m = map_of(name, false);
+    mem_map *m = map_of(name, false, 0);
     if (!m)
         return;
     pthread_mutex_lock(&m->mu);
     kvf__keymap_clear(&m->values, value_drop);
+    m->oldest = m->newest = NULL;
+    m->bytes = 0;
+    m->full_logged = false;
     pthread_mutex_unlock(&m->mu);
 }

@@ -4,7 +4,9 @@
  * process-wide map per NAME, so two engines, or a cache restarted in the
  * same process, see the same blocks; nothing survives the process. Values
  * are the stored form (header and CRC-32C), checked on read as Redis's
- * are; stored blocks do not expire (ttl_s is not applied). For tests of
+ * are. A put expires after the store's ttl_s (0: never), and a NAME holds
+ * at most its capacity (remote_mem_bytes) of stored forms: a put beyond it
+ * evicts the oldest puts, logged. For tests of
  * the remote tier without a server, and a sketch of what a new store
  * needs.
  */
