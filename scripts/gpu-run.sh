@@ -139,7 +139,7 @@ for m in ${COMPARE_MODES:-auto}; do
 done
 if [ -z "${SKIP_FILE:-}" ]; then
     for be in cuda host; do
-        timeout 120 $B/kvferry bench --backend $be --mode posix --blocks 256 --iters 3 \
+        timeout 120 $B/kvferry bench --backend $be --mode posix --layers 8 --tokens-per-block 32 --blocks 256 --iters 3 \
             --json "$OUT/file-posix-$be.json" >"$OUT/file-posix-$be.txt" 2>&1
         echo "kvferry bench --backend $be --mode posix: rc=$?"
         tail -n 12 "$OUT/file-posix-$be.txt"

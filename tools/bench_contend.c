@@ -408,7 +408,7 @@ out:
     return rc;
 }
 
-/* ---- the raw reference: the same small moves and load, no kvferry ------ */
+/* ---- raw copies: the same small moves and load, no kvferry ------------- */
 
 /* The small moves copy src into dst block by block; the load copies
  * lsrc into ldst whole, again and again. On the GPU: host-to-device from
@@ -506,7 +506,7 @@ static int raw_open(raw_side *r)
             cudaStreamCreateWithFlags(&r->s[1], cudaStreamNonBlocking) != cudaSuccess ||
             cudaMemset(r->dst, POISON, small) != cudaSuccess ||
             cudaMemset(r->lsrc, 0x5A, r->load_bytes) != cudaSuccess) {
-            fprintf(stderr, "kvferry bench: raw reference: %s\n",
+            fprintf(stderr, "kvferry bench: raw copies: %s\n",
                     cudaGetErrorString(cudaGetLastError()));
             return -1;
         }
@@ -520,7 +520,7 @@ static int raw_open(raw_side *r)
     r->lsrc = malloc(r->load_bytes);
     r->ldst = malloc(r->load_bytes);
     if (!r->src || !r->dst || !r->lsrc || !r->ldst) {
-        fprintf(stderr, "kvferry bench: raw reference: out of memory\n");
+        fprintf(stderr, "kvferry bench: raw copies: out of memory\n");
         return -1;
     }
     memset(r->src, 0x5A, small);
@@ -663,9 +663,9 @@ static void usage(void)
            "                               default 512\n"
            "  --load-ms N                  how long the offloads run alone, default 1000\n"
            "  --seed N                     random data seed\n"
-           "%s"
-           "Exits 1 if an onboarded byte differs from its source or a move fails, 2 on\n"
-           "bad options; a target missed is reported, not an error.\n",
+           "An onboarded byte that differs from its source, or a failed move, exits 1; a\n"
+           "target missed is reported, not an error.\n"
+           "%s",
            kvf_cli_common_usage);
 }
 
@@ -771,7 +771,7 @@ static int parse_args(int argc, char **argv, contend_opts *o)
     return 0;
 }
 
-/* Every size: kvferry, then the raw reference; the report and the JSON. */
+/* Every size: kvferry, then the raw copies; the report and the JSON. */
 static int contend_run(const contend_opts *o)
 {
     size_result res[MAX_SIZES];
@@ -800,8 +800,15 @@ static int contend_run(const contend_opts *o)
         print_size(&res[i], gpu, o);
     printf("  verified: %s (%" PRIu64 " onboarded blocks)\n", bad == 0 ? "every byte" : "FAILED",
            (uint64_t)o->nsizes * 2 * o->reps * o->blocks);
-    if (o->json) {
-        cJSON *j = cJSON_CreateObject();
+    cJSON *j = o->json ? cJSON_CreateObject() : NULL;
+    char where[96];
+    if (kvf_bench_busy(where, sizeof where, j))
+        printf("  WARNING: %s: other work competes for the CPUs, and the ratios above measure "
+               "it too; rerun on an idle machine\n",
+               where);
+    else
+        printf("  %s\n", where);
+    if (j) {
         cJSON_AddStringToObject(j, "mode", "contention");
         cJSON_AddStringToObject(j, "backend", backend);
         cJSON_AddNumberToObject(j, "blocks", o->blocks);
