@@ -10,9 +10,11 @@
 set -eu
 src=$(cd "$1" && pwd)
 cc=${2:-cc}
+lib=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count=0
+ran=0
 for md in "$src/README.md" "$src"/docs/*.md; do
     [ -f "$md" ] || continue
     page=${md#"$src"/}
@@ -47,7 +49,20 @@ for md in "$src/README.md" "$src"/docs/*.md; do
             exit 1
         fi
         count=$((count + 1))
+        if [ -n "$lib" ] && grep -q '^int main' "$f.body"; then
+            libdir=$(cd "$(dirname "$lib")" && pwd)
+            "$cc" "$f.o" -o "$f.exe" -L"$libdir" -lkvferry -Wl,-rpath,"$libdir" ||
+                { echo "test_readme_c: $page's program $(basename "$f") does not link" >&2; exit 1; }
+            if ! (cd "$tmp" && "$f.exe" >"$f.out" 2>&1); then
+                echo "test_readme_c: $page's program $(basename "$f") failed:" >&2
+                cat "$f.out" >&2
+                exit 1
+            fi
+            echo "$page: $(cat "$f.out")"
+            ran=$((ran + 1))
+        fi
     done
 done
 [ "$count" -gt 0 ] || { echo "test_readme_c: no C blocks in README.md or docs/" >&2; exit 1; }
-echo "readme and docs: $count C blocks compile"
+[ -z "$lib" ] || [ "$ran" -gt 0 ] || { echo "test_readme_c: README.md has no whole program to run" >&2; exit 1; }
+echo "readme and docs: $count C blocks compile, $ran program(s) ran"
