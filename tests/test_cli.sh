@@ -255,6 +255,14 @@ expect 3 "$kvf" replay "$tmp/no-trace.jsonl"
 said "no-trace.jsonl"
 expect 3 "$kvf" info --config "$tmp/no-config.yaml"
 said "no-config.yaml"
+if "$kvf" info | grep -q "cuda   \(not built\|built.*no usable GPU\)"; then
+    expect 3 "$kvf" bench --backend cuda --blocks 2 --iters 1
+    said "kvferry bench: engine: "
+    expect 3 "$kvf" replay --backend cuda --gen few-shot --requests 2
+    said "kvferry replay: engine: "
+fi
+KVF_BACKEND=gpu expect 2 "$kvf" bench --blocks 2 --iters 1
+said "KVF_BACKEND=\"gpu\""
 printf '{"bad json\n' >"$tmp/bad-trace.jsonl"
 expect 2 "$kvf" replay "$tmp/bad-trace.jsonl"
 for cmd in "" bench replay fsck stats info; do

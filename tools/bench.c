@@ -1138,9 +1138,10 @@ static int bench_one(bench_opts o, bench_result *res)
         .queue_depth = o.queue_depth,
     };
     kvf_engine *e;
-    if (kvf_engine_create(&cfg, &e) != KVF_OK) {
+    kvf_status created = kvf_engine_create(&cfg, &e);
+    if (created != KVF_OK) {
         fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
-        return 1;
+        return kvf_cli_create_exit(created);
     }
     bool gpu = kvf_bench_on_gpu(e);
     int rc = 1;

@@ -108,6 +108,11 @@ extern const char kvf_cli_common_usage[];
  * end, '?' after printing "kvferry CMD: unknown option" or "needs a value"
  * (exit KVF_CLI_USAGE then). Positional arguments are left from optind. */
 int kvf_cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts);
+/* The exit code for an engine (or cache) the command could not create:
+ * KVF_CLI_MISSING for no usable GPU (--backend cuda) or a config file not
+ * found, KVF_CLI_USAGE for a bad KVF_* value or config key, else
+ * KVF_CLI_FAILED. */
+int kvf_cli_create_exit(kvf_status st);
 /* The hint after a usage error; returns KVF_CLI_USAGE. */
 int kvf_cli_usage_error(const char *cmd);
 

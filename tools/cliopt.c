@@ -26,6 +26,13 @@ const char kvf_cli_common_usage[] =
     "an error), 2 bad usage, 3 a directory, namespace, file or tool it needs is not\n"
     "there.\n";
 
+int kvf_cli_create_exit(kvf_status st)
+{
+    return st == KVF_ERR_NO_DEVICE || st == KVF_ERR_NOT_FOUND ? KVF_CLI_MISSING
+           : st == KVF_ERR_INVALID                            ? KVF_CLI_USAGE
+                                                              : KVF_CLI_FAILED;
+}
+
 int kvf_cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts)
 {
     /* the short options: the table's entries whose code is a letter */

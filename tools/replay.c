@@ -1359,7 +1359,8 @@ static int load_trace(replay_opts *o, kvf_trace *t, char *source, size_t cap)
 }
 
 /* The engine and cache of a replay (or of `kvferry stats`): one pool per
- * --pools of the geometry, secondary slots for the host tier. */
+ * --pools of the geometry, secondary slots for the host tier. 0; an exit
+ * code for an engine not created; -1 (printed) for another failure. */
 static int open_replay(replay *r)
 {
     const replay_opts *o = r->o;
@@ -1370,9 +1371,10 @@ static int open_replay(replay *r)
     cfg.file.namespace_ = o->ns;
     cfg.file.fsync = o->fsync;
     cfg.remote.url = o->remote_url;
-    if (kvf_engine_create(&cfg, &r->e) != KVF_OK) {
+    kvf_status created = kvf_engine_create(&cfg, &r->e);
+    if (created != KVF_OK) {
         fprintf(stderr, "kvferry replay: engine: %s\n", kvf_last_error());
-        return -1;
+        return kvf_cli_create_exit(created);
     }
     r->gpu = kvf_engine_backend(r->e) == KVF_BACKEND_CUDA;
     for (uint32_t p = 0; p < o->pools; p++) {
@@ -1462,8 +1464,11 @@ int kvf_cli_replay(int argc, char **argv)
     }
     pthread_mutex_init(&r.ev_mu, NULL);
     mutex = true;
-    if (open_replay(&r))
+    int opened = open_replay(&r);
+    if (opened) {
+        rc = opened > 0 ? opened : KVF_CLI_FAILED;
         goto out;
+    }
     double t0 = now_s();
     uint32_t per_client = o.gpu_blocks / o.clients;
     for (uint32_t k = 0; k < o.clients; k++)

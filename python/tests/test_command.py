@@ -2,16 +2,21 @@
 """The kvferry command through the package: `python -m kvferry` (and the
 `kvferry` entry point, the same function) runs the C command with its
 arguments and exit status."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import kvferry
 from kvferry import __main__ as entry
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "kvferry", *args], capture_output=True, text=True)
+    # this very package, wherever the tests imported it from
+    env = dict(os.environ, PYTHONPATH=str(Path(kvferry.__file__).resolve().parent.parent))
+    return subprocess.run([sys.executable, "-m", "kvferry", *args], capture_output=True, text=True, env=env)
 
 
 @pytest.mark.skipif(entry.command_path() is None, reason="no kvferry command beside this library")
