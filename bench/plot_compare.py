@@ -41,17 +41,29 @@ def parse_json(text):
 
 
 def parse_text(lines):
-    rows, on = [], False
+    """The summary table's rows, its columns named by its header line ("ref"
+    in tables printed before "blk"; no batch column on the host; "-" where
+    nothing was measured)."""
+    rows, cols = [], None
+    names = {"ref": "blk"}
     for line in lines:
-        if line.startswith("kvferry bench --compare:"):
-            on = True
-            continue
         f = line.split()
-        if not on or len(f) < 10 or not f[0].endswith("KiB"):
+        if f[:3] == ["block", "part", "dir"]:
+            cols = [names.get(c, c) for c in f]
             continue
-        rows.append(dict(kib=int(f[0][:-3]), part=f[1], dir=f[2], ceiling=float(f[3]),
-                         blk=float(f[4]), batch=float(f[5]), kvferry=float(f[6])))
+        if cols is None or len(f) < 4 or not f[0].endswith("KiB"):
+            continue
+        cell = dict(zip(cols, f))
+        rows.append(dict(kib=int(f[0][:-3]), part=f[1], dir=f[2], ceiling=number(cell, "ceiling"),
+                         blk=number(cell, "blk"), batch=number(cell, "batch"),
+                         kvferry=number(cell, "kvferry")))
     return rows
+
+
+def number(cell, col):
+    """A table cell as a figure: 0 where the column is absent or says "-"."""
+    v = cell.get(col, "-")
+    return 0.0 if v == "-" else float(v)
 
 
 def parse(path):
