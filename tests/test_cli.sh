@@ -260,6 +260,8 @@ if "$kvf" info | grep -q "cuda   \(not built\|built.*no usable GPU\)"; then
     said "kvferry bench: engine: "
     expect 3 "$kvf" replay --backend cuda --gen few-shot --requests 2
     said "kvferry replay: engine: "
+    expect 3 "$kvf" bench --mode contention --backend cuda --sizes 4K --reps 2
+    said "kvferry bench: engine: "
 fi
 KVF_BACKEND=gpu expect 2 "$kvf" bench --blocks 2 --iters 1
 said "KVF_BACKEND=\"gpu\""
