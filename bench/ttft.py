@@ -182,7 +182,7 @@ class Bench:
         g = torch.Generator().manual_seed(length)
         ids = torch.randint(0, self.cfg.vocab_size, (1, length + a.new), generator=g).to(self.dev)
         with torch.no_grad():
-            # the reference: the K/V of the prefix as the model computed it, stored into every cache
+            # the expected K/V: the prefix's as the model computed it, stored into every cache
             full = DynamicCache()
             self.forward(ids, full)
             ref = [(layer.keys[..., :length, :].clone(), layer.values[..., :length, :].clone())
@@ -201,7 +201,7 @@ class Bench:
             del host, dev
         else:
             shared["ceiling_s"] = None
-        ref.clear()  # free the reference K/V before the next case
+        ref.clear()  # free the expected K/V before the next case
         for row in rows:
             row.update(shared)
             ref_s = max(row["load_s"], row["compute_s"])

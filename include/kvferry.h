@@ -201,8 +201,8 @@ KVF_API kvf_status kvf_dtype_parse(const char *name, kvf_dtype *dtype_p);
 /**
  * Order of the dimensions inside one block.
  *
- * HEAD_MAJOR  [layers][kv_factor][kv_heads][tokens][head_size]: the
- *             reference engine's block-major pools.
+ * HEAD_MAJOR  [layers][kv_factor][kv_heads][tokens][head_size]:
+ *             TensorRT-LLM's block-major pools.
  * TOKEN_MAJOR [layers][kv_factor][tokens][kv_heads][head_size]: what engines
  *             with one tensor per layer and K/V use ([blocks][tokens][heads]
  *             [head_size]); register each such tensor as one pool with
@@ -276,7 +276,7 @@ typedef enum kvf_file_io {
     KVF_FILE_IO_AUTO = 0,  /* GDS where cuFile has a P2P path (or file.gds_compat
                               ON), POSIX otherwise, silently */
     KVF_FILE_IO_POSIX = 1, /* pread/pwrite through a host staging buffer:
-                              the reference's forced-POSIX mode */
+                              TensorRT-LLM's forced-POSIX mode */
     KVF_FILE_IO_GDS = 2    /* cuFile (CUDA backend, device slots); where it
                               cannot be loaded, its driver does not open or
                               gds_compat OFF finds no P2P path, POSIX with one
@@ -615,8 +615,8 @@ KVF_API kvf_status kvf_engine_slot_ptr(kvf_engine *engine, uint32_t pool, kvf_le
  * call given a tier it cannot take fails with KVF_ERR_INVALID naming it.
  */
 typedef enum kvf_tier {
-    KVF_TIER_HOST = 0,   /* the secondary slots: the reference's DRAM mode */
-    KVF_TIER_DISK = 1,   /* block files: the reference's GDS and POSIX modes,
+    KVF_TIER_HOST = 0,   /* the secondary slots: TensorRT-LLM's DRAM mode */
+    KVF_TIER_DISK = 1,   /* block files: TensorRT-LLM's GDS and POSIX modes,
                             chosen by kvf_engine_config.file.io */
     KVF_TIER_REMOTE = 2, /* a Redis server or cluster, or mem:// (remote.url),
                             shared between engines; dst / src is the block
@@ -869,7 +869,7 @@ KVF_API kvf_status kvf_poll_errors(kvf_engine *engine, kvf_ticket ticket, kvf_st
                                    kvf_move_error *errors, size_t cap, size_t *n_errors_p);
 
 /**
- * The reference's syncTransfers: work the caller queues on `stream` (a
+ * TensorRT-LLM's syncTransfers: work the caller queues on `stream` (a
  * cudaStream_t) after this call runs after every batch queued before it, and
  * so never reads a slot still being written or writes one still being read.
  * Does not block the host when every such batch is already on the GPU.
@@ -1031,7 +1031,7 @@ typedef struct kvf_cache_disk_config {
 
 /**
  * The GPU tier, for an engine that lets kvferry allocate its GPU blocks
- * (as the reference engine's block manager does): primary slots
+ * (as TensorRT-LLM's block manager does): primary slots
  * 0 .. blocks-1 are the cache's, handed out by kvf_cache_alloc and
  * kvf_cache_acquire. 0: the engine owns its primary slots (put / get).
  */
@@ -1077,7 +1077,7 @@ typedef struct kvf_cache_config {
      * block plus a count in remote_errors, never data. */
     kvf_cache_remote remote;
     /* Victims with a priority below this are dropped, not moved down a
-     * tier (the reference engine's rule); default 0: every victim moves. */
+     * tier (TensorRT-LLM's rule); default 0: every victim moves. */
     uint32_t offload_min_priority;
 } kvf_cache_config;
 
@@ -1397,7 +1397,7 @@ KVF_API kvf_status kvf_cache_stats_prometheus(kvf_cache *cache, char *buf, size_
 typedef struct kvf_tier_cost {
     double latency_s;   /* per batch, >= 0 */
     double bytes_per_s; /* > 0 */
-    uint64_t observed;  /* completed batches learnt from (0: the seed or a set value) */
+    uint64_t observed;  /* completed batches learnt from (0: the starting estimate or a set value) */
     int held;           /* 1: set with hold, observations do not change it */
 } kvf_tier_cost;
 

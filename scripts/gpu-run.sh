@@ -217,7 +217,7 @@ done
 if [ -z "${SKIP_FILE:-}" ]; then
     for be in cuda host; do
         fits 30 "kvferry bench --backend $be --mode posix" || continue
-        step "file-posix-$be.txt" 120 $B/kvferry bench --backend $be --mode posix --blocks 256 --iters 3 \
+        step "file-posix-$be.txt" 120 $B/kvferry bench --backend $be --mode posix --layers 8 --tokens-per-block 32 --blocks 256 --iters 3 \
             --json "$L/file-posix-$be.json"
         tail -n 12 "$L/file-posix-$be.txt"
     done

@@ -8,7 +8,11 @@ Checks what the compiler alone does not say clearly or at all:
 - no two headers share a base name (they are included by base name);
 - the CLI's files outside the named internal ones use the public header only;
 - comments carry no dates or machine names (figures live in docs/);
-- every source file names its licence (an SPDX line at its top).
+- every source file names its licence (an SPDX line at its top);
+- code, comments, output and docs use words a user knows: no "the seed",
+  "the reference", "reference engine" (say TensorRT-LLM's transfer manager,
+  or what is meant) and no issue numbers (bench/results/ keeps the raw
+  outputs of earlier runs as they were printed; CHANGELOG.md its history).
 Exit 0 when all hold, 1 with one line per breach.
 """
 import os
@@ -104,6 +108,46 @@ for top in ("src", "include", "tools", "tests", "bench", "examples", "python", "
             head = f.read(400)
         if "SPDX-License-Identifier: Apache-2.0" not in head:
             breaches.append(f"{path}: no SPDX-License-Identifier line at its top")
+
+# Words a user has never heard of; a phrase may wrap across lines and
+# comment leaders, so spaces match any run of blanks, '*', '#', '//' or '"'.
+GAP = r'(?:[\s*#"]|//)+'
+UNKNOWN_WORDS = re.compile("|".join(p.replace(" ", GAP) for p in [
+    r"\b[Tt]he reference\b", r"\b[Rr]eference engine", r"\breference's\b",
+    r"\b[Tt]he seed\b(?! nodes?\b)", r"\bseed's\b", r"\b[Ss]eed (?:POSIX|transfer|algorithm|code)\b",
+    r"\b[Ii]ssues? #?[0-9]+",
+]))
+WORD_DIRS = ("src", "include", "tools", "tests", "bench", "docs", "examples", "python", "scripts",
+             "cmake", ".ci")
+WORD_FILES = ("README.md", "Makefile", "CMakeLists.txt")
+WORD_EXTS = (".c", ".h", ".cu", ".sh", ".py", ".cmake", ".md", ".txt", ".toml", ".in", ".yaml")
+
+
+def word_files():
+    for name in WORD_FILES:
+        yield name
+    for top in WORD_DIRS:
+        for path in files_under(top, WORD_EXTS):
+            parts = path.split(os.sep)
+            if "corpus" in parts or parts[:2] == ["bench", "results"] and not path.endswith(".md"):
+                continue
+            yield path
+
+
+for path in word_files():
+    full = os.path.join(ROOT, path)
+    if not os.path.isfile(full):
+        continue
+    with open(full, errors="replace") as f:
+        text = f.read()
+    if path == os.path.join("tests", "check_layers.py"):
+        continue  # the words themselves
+    for m in UNKNOWN_WORDS.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        words = " ".join(m.group(0).split())
+        breaches.append(f"{path}:{line}: '{words}': a user does not know it; name TensorRT-LLM's "
+                        "transfer manager where a comparison helps, else say what is meant "
+                        "(no issue numbers)")
 
 for b in breaches:
     print(b)

@@ -55,7 +55,7 @@ static inline int fx_open(fixture *f, const char *dir, const char *ns, uint32_t 
     return 0;
 }
 
-/* Three pools of different shapes, as the reference iterates over several. */
+/* Three pools of different shapes, as TensorRT-LLM iterates over several. */
 static inline int fx_init(fixture *f, bool files, uint32_t slots)
 {
     memset(f, 0, sizeof *f);

@@ -6,7 +6,7 @@
  */
 #include "cache_fixture.h"
 
-/* The reference model: the rules of kvferry.h written plainly. */
+/* The model: the rules of kvferry.h written plainly, checked against the cache. */
 typedef struct model_entry {
     bool present;
     int tier;

@@ -5,7 +5,10 @@
 # for every subcommand the same conventions: --help exits 0, an unknown
 # option exits 2 naming it, --json - writes parseable JSON alone on
 # standard output, an unwritable --json path fails, an out-of-range number
-# and a bad choice are refused with what is valid.
+# and a bad choice are refused with what is valid; one exit code per kind
+# of failure, one default per option in every command, a warning for an
+# unknown KVF_* variable, the spread of a benchmark's rounds, and words a
+# user knows in every row.
 set -eu
 kvf=$1
 . "$(dirname "$0")/redis_start.sh"
@@ -94,7 +97,8 @@ small="--backend host --blocks 4 --iters 1 --heads 1 --layers 1"
 conventions "$kvf" bench
 json_ok "$kvf" bench $small
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["verified"] is True
-assert d["ceiling"]["what"] and d["reference"]["what"]' "$tmp/last.json"
+assert d["ceiling"]["what"] and d["per_block"]["what"]
+assert d["rounds"] == 1 and d["spread"] == -1 and "load_average" in d, d' "$tmp/last.json"
 unwritable "$kvf" bench $small
 expect 2 "$kvf" bench --blocks 0
 said "kvferry bench: --blocks: 0 is out of range (1..4294967295)"
@@ -203,8 +207,125 @@ said "\-\-pools: 0 is out of range (1..1024)"
 expect 2 "$kvf" stats "$tmp/rd" --order diagonal
 said "\-\-order: 'diagonal' is not one of: head, token"
 
-# ---- bench --compare --plot: without matplotlib a clear message and a
-# failure; the plot itself where matplotlib is installed
+# ---- words a user knows: the bench's rows name what they measure
+for mode in dram posix; do
+    "$kvf" bench --backend host --mode $mode $small --dir "$tmp/words" >"$tmp/words.out"
+    if grep -Ei "reference|seed" "$tmp/words.out"; then fail "bench --mode $mode: a row says reference or seed"; fi
+done
+grep -q "kvferry / per-block files" "$tmp/words.out" || fail "no per-block files row"
+"$kvf" bench $small >"$tmp/words.out"
+grep -q "kvferry / per-block copy" "$tmp/words.out" || fail "no per-block copy row"
+for cmd in "" bench replay; do
+    "$kvf" $cmd --help >"$tmp/help.out"
+    if grep -Ei "reference|seed[']s|seed (POSIX|transfer)" "$tmp/help.out"; then fail "kvferry $cmd --help: reference or seed"; fi
+done
+
+# ---- no NVIDIA driver: said plainly, not as CUDA's "driver version is insufficient"
+"$kvf" info >"$tmp/info.out"
+if grep -q "no usable GPU" "$tmp/info.out" && grep -qi "insufficient" "$tmp/info.out"; then
+    cat "$tmp/info.out" >&2
+    fail "kvferry info: no GPU reported as an insufficient driver"
+fi
+
+# ---- the spread of the rounds: measured from 3, a warning past 20 %
+"$kvf" bench $small --iters 3 --json "$tmp/spread.json" >"$tmp/spread.out"
+grep -q "spread: the middle half of each figure's 3 rounds lies within [0-9]* % of its median (load average" \
+    "$tmp/spread.out" || { cat "$tmp/spread.out" >&2; fail "no spread line"; }
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); w = "WARNING" in open(sys.argv[2]).read()
+assert d["rounds"] == 3 and d["spread"] >= 0 and d["load_average"] >= 0, d
+assert w == (d["spread"] > 0.20), (w, d["spread"])' "$tmp/spread.json" "$tmp/spread.out"
+"$kvf" bench $small >"$tmp/spread.out"
+grep -q "spread: not known from 1 round(s): take --iters 3" "$tmp/spread.out" || fail "no spread hint"
+
+# ---- --compare on the host backend: no column that only a GPU fills
+"$kvf" bench --compare --backend host --blocks 4 --iters 1 --json "$tmp/cmp.jsonl" >"$tmp/cmp.out"
+grep -q "^block  *part  *dir  *ceiling  *blk  *kvferry  *x ceil  *x blk  *spread\$" "$tmp/cmp.out" ||
+    { cat "$tmp/cmp.out" >&2; fail "--compare's table on the host backend"; }
+if grep -q "batch\|bat" "$tmp/cmp.out"; then fail "--compare on the host: a cudaMemcpyBatchAsync column"; fi
+[ "$(grep -c '"block_bytes"' "$tmp/cmp.jsonl")" -eq 12 ] || fail "--compare --json: not 12 runs"
+
+# ---- one exit code per kind of failure: 3 where what is named is not there
+expect 3 "$kvf" fsck "$tmp/nowhere"
+said "not a directory"
+expect 3 "$kvf" fsck "$tmp/files" --namespace nosuch
+said "nosuch: no such namespace"
+expect 3 "$kvf" stats "$tmp/files" --namespace nosuch
+said "nosuch: no such namespace"
+expect 3 "$kvf" replay "$tmp/no-trace.jsonl"
+said "no-trace.jsonl"
+expect 3 "$kvf" info --config "$tmp/no-config.yaml"
+said "no-config.yaml"
+if "$kvf" info | grep -q "cuda   \(not built\|built.*no usable GPU\)"; then
+    expect 3 "$kvf" bench --backend cuda --blocks 2 --iters 1
+    said "kvferry bench: engine: "
+    expect 3 "$kvf" replay --backend cuda --gen few-shot --requests 2
+    said "kvferry replay: engine: "
+    expect 3 "$kvf" bench --mode contention --backend cuda --sizes 4K --reps 2
+    said "kvferry bench: engine: "
+fi
+KVF_BACKEND=gpu expect 2 "$kvf" bench --blocks 2 --iters 1
+said "KVF_BACKEND=\"gpu\""
+printf '{"bad json\n' >"$tmp/bad-trace.jsonl"
+expect 2 "$kvf" replay "$tmp/bad-trace.jsonl"
+for cmd in "" bench replay fsck stats info; do
+    "$kvf" $cmd --help >"$tmp/help.out" || true
+    grep -q "3 a directory, namespace, file" "$tmp/help.out" ||
+        fail "kvferry $cmd --help: no exit codes"
+done
+
+# ---- info --config FILE: that file's settings, as $KVF_CONFIG would name it
+printf 'backend: host\n' >"$tmp/kvf.yaml"
+if "$kvf" info --config "$tmp/kvf.yaml" >"$tmp/cfg.out" 2>"$tmp/err"; then
+    grep -q "^backend  *host  *file " "$tmp/cfg.out" || { cat "$tmp/cfg.out" >&2; fail "info --config FILE"; }
+else
+    said "yaml" # a build without libyaml says so
+fi
+
+# ---- an unknown KVF_* variable: a warning naming it; known ones: none
+KVF_BAKEND=host "$kvf" version 2>"$tmp/err" >/dev/null
+said "warning: KVF_BAKEND is not a kvferry setting"
+KVF_BACKEND=host KVF_LOG=warn "$kvf" version 2>"$tmp/err" >/dev/null
+if grep -q warning "$tmp/err"; then cat "$tmp/err" >&2; fail "a warning for a known variable"; fi
+
+# ---- one default per option: bench and replay move the same blocks, fsync the same
+"$kvf" bench --backend host --blocks 2 --iters 1 --json "$tmp/g1.json" >/dev/null
+"$kvf" replay --gen few-shot --requests 3 --json "$tmp/g2.json" >/dev/null
+python3 -c 'import json, sys; b, r = (json.load(open(p)) for p in sys.argv[1:])
+assert b["block_bytes"] == r["block_bytes"] == 262144, (b["block_bytes"], r.get("block_bytes"))' \
+    "$tmp/g1.json" "$tmp/g2.json"
+for cmd in bench replay; do
+    "$kvf" $cmd --help | grep -q -- "--fsync none|batch|block .*default batch" ||
+        fail "kvferry $cmd --help: --fsync's default is not batch"
+done
+
+# ---- stats: what is not 0, unless --all
+"$kvf" stats "$tmp/rd" $geo >"$tmp/st1"
+"$kvf" stats "$tmp/rd" $geo --all >"$tmp/st2"
+if grep -v '^#' "$tmp/st1" | grep -q ' 0$'; then cat "$tmp/st1" >&2; fail "stats printed a 0"; fi
+grep -v '^#' "$tmp/st2" | grep -q ' 0$' || fail "stats --all left out the zeros"
+grep -q "metric(s) at 0 not shown (--all shows them)" "$tmp/st1" || fail "stats: no line on what it left out"
+[ "$(grep -vc '^#' "$tmp/st1")" -gt 0 ] || fail "stats printed nothing"
+
+# ---- replay: every remote operation failing is a failure
+if "$kvf" info | grep -q "remote tier: redis built"; then
+    expect 1 "$kvf" replay --gen few-shot --requests 5 $geo --remote-url redis://127.0.0.1:1 \
+        --remote-mode write-through
+    said "every remote operation failed"
+fi
+
+# ---- bench --compare --plot: what the plot needs is checked before the
+# sweep (exit 3 at once, nothing run); a python3 without matplotlib (-S: no
+# site packages) stands in for one where it is missing
+mkdir "$tmp/nompl"
+printf '#!/bin/sh\nexec %s -S "$@"\n' "$(command -v python3)" >"$tmp/nompl/python3"
+chmod +x "$tmp/nompl/python3"
+PATH="$tmp/nompl:$PATH" expect 3 "$kvf" bench --compare --backend host --plot "$tmp/p.png"
+said "matplotlib is not installed"
+said "PEP 668"
+said "nothing was run"
+[ ! -s "$tmp/out" ] || { cat "$tmp/out" >&2; fail "--plot without matplotlib ran the sweep"; }
+KVF_PLOT_SCRIPT="$tmp/no-plot.py" expect 3 "$kvf" bench --compare --backend host --plot "$tmp/p.png"
+said "plot_compare.py not found"
 if python3 -c 'import matplotlib' 2>/dev/null; then
     :
 else

@@ -28,7 +28,7 @@ typedef struct fixture {
     char dir[512];
 } fixture;
 
-/* fp16 head-major (the reference's layout), int4, bf16 token-major */
+/* fp16 head-major (TensorRT-LLM's layout), int4, bf16 token-major */
 static const kvf_geometry G_FP16 = {2, 2, 4, 32, 64, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
 static const kvf_geometry G_INT4 = {2, 2, 2, 32, 64, KVF_DTYPE_INT4, KVF_ORDER_HEAD_MAJOR};
 static const kvf_geometry G_BF16 = {1, 1, 8, 32, 128, KVF_DTYPE_BF16, KVF_ORDER_TOKEN_MAJOR};

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's failures and their propagation: short I/O, missing and
- * damaged files (the reference's defects 2 and 6), failed copies failing
+ * damaged files (TensorRT-LLM's defects 2 and 6), failed copies failing
  * their own moves and those that depend on them, a failed file write
  * leaving nothing behind, and a rewrite after a failure.
  */

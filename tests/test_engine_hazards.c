@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The engine's hazards (the reference's defect 7): read after write and
+ * The engine's hazards (TensorRT-LLM's defect 7): read after write and
  * write after read, made deterministic by slowing one copy down; a write
  * still pending after thousands of later batches, which a later read still
  * waits for; fire and forget, then kvf_sync_stream(NULL) as a step's end;

@@ -2,7 +2,7 @@
 /*
  * The engine on the host backend: round trips through secondary slots and
  * files (whole and partial blocks, random order), demote and promote,
- * copies between primary slots, caller-owned memory, and the reference's
+ * copies between primary slots, caller-owned memory, and TensorRT-LLM's
  * defects 1 and 4 (DESIGN.md section 2) as scenarios: an onboard after a
  * step's sync, namespaces of two ranks and a restart.
  */
@@ -222,10 +222,10 @@ static int test_caller_memory(void)
     return 0;
 }
 
-/* ---- the reference's defects (DESIGN.md section 2) --------------------- */
+/* ---- TensorRT-LLM's defects (DESIGN.md section 2) --------------------- */
 
 /* 1. Skipped onboards: a block offloaded to a file in one step and reused
- * in a later one (after syncTransfers cleared the reference's pending list)
+ * in a later one (after syncTransfers cleared TensorRT-LLM's pending list)
  * must be read back. */
 static int test_defect1_onboard_after_sync(void)
 {

@@ -3,7 +3,10 @@
 # Installs kvferry the README's two ways (make install PREFIX=..., cmake
 # --install --prefix ...) into prefixes other than the configured one, then
 # builds the examples against each install with the README's commands:
-# pkg-config (shared and static) and CMake's find_package.
+# pkg-config (shared and static) and CMake's find_package; README.md's first
+# example, cut from README.md, built with the README's own pkg-config line
+# and run with nothing telling the loader where libkvferry.so.0 is; the CLI
+# finds its plot script in the prefix.
 #   test_install.sh BUILD_DIR SOURCE_DIR
 set -eu
 build=$(cd "$1" && pwd)
@@ -21,6 +24,11 @@ cmake --install "$build" --prefix "$tmp/inst" >/dev/null
 if grep -n 'INTERFACE_LINK_LIBRARIES.*"[^"]*/' "$tmp"/inst/lib/cmake/kvferry/*Targets.cmake; then
     fail "an exported target names a library by its path"
 fi
+
+# README.md's first C block and its pkg-config line, as a user pastes them
+awk '/^```c$/ { n++; if (n == 1) { on = 1; next } } /^```/ { on = 0 } on' "$src/README.md" >"$tmp/app.c"
+cc_line=$(grep -m1 '^cc app.c ' "$src/README.md") || fail "README.md: no 'cc app.c' line"
+grep -q '^int main' "$tmp/app.c" || fail "README.md's first C block is not a whole program"
 
 for prefix in "$tmp/made" "$tmp/inst"; do
     test -f "$prefix/include/kvferry.h" || fail "$prefix: no kvferry.h"
@@ -45,7 +53,24 @@ for prefix in "$tmp/made" "$tmp/inst"; do
     cc -std=c11 "$src/examples/offload_host.c" -o "$out/a_pcs" $(pkg-config --cflags kvferry) \
         "$prefix/lib/libkvferry.a" $(pkg-config --static --libs kvferry | sed 's/-lkvferry / /')
     "$out/a_pcs" "$out/files2" >/dev/null
+    # the README's first example: its line, then run with no LD_LIBRARY_PATH
+    mkdir "$out/app"
+    cp "$tmp/app.c" "$out/app/app.c"
+    (cd "$out/app" && eval "$cc_line") || fail "$prefix: README.md's line does not build app.c"
+    (cd "$out/app" && env -u LD_LIBRARY_PATH ./app) >"$out/app.out" ||
+        fail "$prefix: README.md's first example failed: $(cat "$out/app.out")"
+    grep -q "block 40 back as block 5" "$out/app.out" || fail "$prefix: app printed $(cat "$out/app.out")"
     unset PKG_CONFIG_PATH
+
+    # the plot script, where the installed CLI looks for it
+    if [ -x "$prefix/bin/kvferry" ]; then
+        test -f "$prefix/share/kvferry/plot_compare.py" || fail "$prefix: no share/kvferry/plot_compare.py"
+        "$prefix/bin/kvferry" bench --compare --plot "$out/p.png" --backend host --blocks 1 --iters 1 \
+            >/dev/null 2>"$out/plot.err" || true
+        if grep -q "plot_compare.py not found" "$out/plot.err"; then
+            fail "$prefix: the installed kvferry does not find its plot script"
+        fi
+    fi
 
     # CMake package config, both libraries
     cmake -S "$src/examples/consumer" -B "$out/consumer" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null

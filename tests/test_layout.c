@@ -125,7 +125,7 @@ static int test_every_dtype(void)
 
 static int test_reference_shape(void)
 {
-    /* the reference's [layers][kv][heads][tokens][head]: 32x2x8x32x128 fp16 */
+    /* TensorRT-LLM's [layers][kv][heads][tokens][head]: 32x2x8x32x128 fp16 */
     kvf_geometry g = {32, 2, 8, 32, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
     size_t bytes;
     kvf_region r;

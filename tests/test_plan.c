@@ -798,7 +798,7 @@ static int test_drift(void)
     return 0;
 }
 
-/* Issue 19's disk case on its own figures: the H200's prefill (a table of
+/* The disk case on its own figures: the H200's prefill (a table of
  * full prefills), 2 MiB blocks of 16 tokens, a disk at 1.7 GB/s, the last
  * 512 tokens new. Loading the leading hits never pays; computing the front
  * while the back loads gives about 0.7 x recompute. */

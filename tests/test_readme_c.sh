@@ -5,14 +5,20 @@
 # the names the program around it supplies declared by tests/readme_stubs.h
 # (and nothing else: a missing #include fails). A block that defines
 # functions of its own (a line starting "static " or "int main") is a whole
-# file and compiled as it stands.
-#   test_readme_c.sh SOURCE_DIR [CC]
+# file and compiled as it stands; one with "int main" is a whole program,
+# linked against LIBRARY (the built libkvferry.so) and run: it must exit 0
+# on this machine, GPU or not (README.md's first example is one). FLAGS:
+# the library's sanitizer flags, for the program too.
+#   test_readme_c.sh SOURCE_DIR [CC [LIBRARY [FLAGS]]]
 set -eu
 src=$(cd "$1" && pwd)
 cc=${2:-cc}
+lib=${3:-}
+flags=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 count=0
+ran=0
 for md in "$src/README.md" "$src"/docs/*.md; do
     [ -f "$md" ] || continue
     page=${md#"$src"/}
@@ -40,14 +46,29 @@ for md in "$src/README.md" "$src"/docs/*.md; do
                 echo "}"
             } >"$f.c"
         fi
-        if ! "$cc" -std=c11 -Wall -Wextra -Werror -Wno-unused-variable -I"$src/include" \
+        # shellcheck disable=SC2086 # flags: words
+        if ! "$cc" -std=c11 -Wall -Wextra -Werror -Wno-unused-variable $flags -I"$src/include" \
             -I"$src/tests" -c "$f.c" -o "$f.o"; then
             echo "test_readme_c: $page's C block $(basename "$f") does not compile:" >&2
             cat -n "$f.c" >&2
             exit 1
         fi
         count=$((count + 1))
+        if [ -n "$lib" ] && grep -q '^int main' "$f.body"; then
+            libdir=$(cd "$(dirname "$lib")" && pwd)
+            # shellcheck disable=SC2086
+            "$cc" $flags "$f.o" -o "$f.exe" -L"$libdir" -lkvferry -Wl,-rpath,"$libdir" ||
+                { echo "test_readme_c: $page's program $(basename "$f") does not link" >&2; exit 1; }
+            if ! (cd "$tmp" && "$f.exe" >"$f.out" 2>&1); then
+                echo "test_readme_c: $page's program $(basename "$f") failed:" >&2
+                cat "$f.out" >&2
+                exit 1
+            fi
+            echo "$page: $(cat "$f.out")"
+            ran=$((ran + 1))
+        fi
     done
 done
 [ "$count" -gt 0 ] || { echo "test_readme_c: no C blocks in README.md or docs/" >&2; exit 1; }
-echo "readme and docs: $count C blocks compile"
+[ -z "$lib" ] || [ "$ran" -gt 0 ] || { echo "test_readme_c: README.md has no whole program to run" >&2; exit 1; }
+echo "readme and docs: $count C blocks compile, $ran program(s) ran"

@@ -3,7 +3,8 @@
 # Installs the wheel `make wheel` built into a fresh virtual environment and
 # uses it as a user would: no compiler, no cmake, no KVFERRY_LIBRARY, outside
 # the checkout. The library must come from inside the package, a round trip
-# must give back its bytes, KVFERRY_LIBRARY must still override, and the
+# must give back its bytes, KVFERRY_LIBRARY must still override, the kvferry
+# command must run from the entry point and as `python -m kvferry`, and the
 # Python examples must run against the installed package.
 #   test_wheel.sh WHEEL_DIR SOURCE_DIR
 set -eu
@@ -51,6 +52,22 @@ with tempfile.TemporaryDirectory() as d, kvf.Engine(backend="host", file_dir=d, 
     assert np.array_equal(kv[1], want)
 print("wheel: round trip through", kvf.library_path)
 PY
+
+# the kvferry command the wheel carries: the console entry point on PATH and
+# python -m kvferry, a verified bench through the wheel's own libraries
+run kvferry version | grep -q "^kvferry " || fail "the kvferry entry point"
+run python3 -m kvferry info | grep -q "host   available" || fail "python -m kvferry info"
+run kvferry bench --backend host --blocks 8 --iters 1 | grep -q "verified: every byte" ||
+    fail "kvferry bench from the wheel"
+set +e
+run kvferry bench --blocks 0 2>/dev/null
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "kvferry bench --blocks 0 exited $rc through the entry point, not 2"
+case $(basename "$wheel") in
+*manylinux_2_28*|*manylinux_2_2[0-7]*|*manylinux_2_1[0-9]*|*manylinux_2_[5-9]_*|*manylinux2014*|*manylinux1*) ;;
+*) echo "wheel: $(basename "$wheel"): tagged for a newer glibc than manylinux_2_28 (built against this machine's glibc; build in the manylinux_2_28 image for that tag)" ;;
+esac
 
 # an explicit KVFERRY_LIBRARY is never silently replaced by the package's
 out=$(cd "$tmp" && PATH="$tmp/venv/bin" KVFERRY_LIBRARY=/nonexistent/libkvferry.so \

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvferry bench: offload + onboard round trips over a chosen geometry, in
- * scattered slot order, timed next to the ceiling and the reference
- * algorithm measured in the same run, with every byte verified afterwards.
+ * scattered slot order, timed next to the ceiling and a per-block copy
+ * (one copy call per block) measured in the same run, with every byte verified afterwards.
  */
 #include "bench.h"
 #include "blockhdr.h"
@@ -41,6 +41,7 @@ typedef struct bench_opts {
     uint32_t queue_depth;
     uint64_t seed;
     bool compare;
+    bool blocks_given; /* --blocks: --compare's runs move that many blocks */
 } bench_opts;
 
 /* What one run measured, for --compare's summary. */
@@ -48,7 +49,8 @@ typedef struct bench_result {
     size_t block_bytes;
     uint32_t tokens;
     double mine[3];
-    double ceiling[3], reference[3], batch[3];
+    double ceiling[3], per_block[3], batch[3];
+    double spread; /* the widest spread of the run's rounds */
 } bench_result;
 
 typedef struct result {
@@ -140,6 +142,62 @@ static double median(double *v, size_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The q-quantile of sorted v[0..n), interpolated between ranks. */
+static double sorted_quantile(const double *v, size_t n, double q)
+{
+    double pos = q * (double)(n - 1);
+    size_t i = (size_t)pos;
+    return i + 1 < n ? v[i] + (pos - (double)i) * (v[i + 1] - v[i]) : v[n - 1];
+}
+
+/* The median of n timed rounds (sorted in place); *spread becomes the
+ * larger of itself and these rounds' interquartile range over their
+ * median: how far the rounds that make the median lie apart, blind to one
+ * cold first round or one stall, as a median is. */
+static double rounds_median(double *t, size_t n, double *spread)
+{
+    double m = median(t, n);
+    double iqr = n > 1 ? sorted_quantile(t, n, 0.75) - sorted_quantile(t, n, 0.25) : 0;
+    if (m > 0 && iqr / m > *spread)
+        *spread = iqr / m;
+    return m;
+}
+
+bool kvf_bench_busy(char *where, size_t cap, cJSON *json)
+{
+    double load = -1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getloadavg(&load, 1) != 1)
+        load = -1;
+    snprintf(where, cap, "load average %.2f on %ld CPU(s)", load, cpus);
+    cJSON_AddNumberToObject(json, "load_average", load);
+    return load > (double)cpus;
+}
+
+bool kvf_bench_report_spread(double spread, uint32_t rounds, cJSON *json)
+{
+    char where[96];
+    bool busy = kvf_bench_busy(where, sizeof where, json);
+    cJSON_AddNumberToObject(json, "rounds", rounds);
+    cJSON_AddNumberToObject(json, "spread", rounds >= KVF_BENCH_MIN_ROUNDS ? spread : -1);
+    if (rounds < KVF_BENCH_MIN_ROUNDS) {
+        printf("  spread: not known from %u round(s): take --iters %d or more to see how far "
+               "the figures can be trusted (%s)\n",
+               rounds, KVF_BENCH_MIN_ROUNDS, where);
+        return false;
+    }
+    bool wide = spread > KVF_BENCH_WIDE_SPREAD;
+    printf("  spread: the middle half of each figure's %u rounds lies within %.0f %% of its "
+           "median (%s)\n",
+           rounds, spread * 100, where);
+    if (wide)
+        printf("  WARNING: rounds spread by more than %.0f %%: the GB/s and ratios above are not "
+               "to be trusted%s; rerun on an idle machine, or with more --iters\n",
+               KVF_BENCH_WIDE_SPREAD * 100,
+               busy ? " (more runnable work than CPUs: something else is running)" : "");
+    return wide;
+}
+
 /* ---- slot access: the CLI fills and checks slots like an engine would --- */
 
 bool kvf_bench_on_gpu(kvf_engine *e)
@@ -182,13 +240,15 @@ static int pool_io(kvf_engine *e, uint32_t pool, uint32_t blocks, void *host, si
 
 /* ---- baselines ------------------------------------------------------------ */
 
-/* Copies with the reference's pattern (one call per block per pool) or one
+/* Copies one call per block per pool (TensorRT-LLM's transfer manager's
+ * pattern) or one
  * large contiguous copy, between freshly allocated buffers of the same kind
  * as the engine's pools. Returns GB/s, or 0 where unavailable. */
 typedef struct dram_base {
     /* [0] offload, [1] onboard, [2] both at once (0: not measured) */
-    double ceiling[3], reference[3], batch[3];
-    double reference_cold; /* files: the reference's read pass from the disk */
+    double ceiling[3], per_block[3], batch[3];
+    double spread;         /* the widest of their rounds' spreads */
+    double per_block_cold; /* files: the per-block files' read pass from the disk */
 } dram_base;
 
 /* Leaves the caches as the kvferry runs find them: the source just
@@ -200,8 +260,8 @@ static void touch(uint8_t *src, uint8_t *dst, size_t n)
 }
 
 /* For a partial move (r.rows > 1) the ceiling copies the useful bytes in
- * one piece and the reference copies each block's rows, as the seed's
- * partial-copy kernel does, one block at a time. */
+ * one piece and the per-block copy copies each block's rows, as
+ * TensorRT-LLM's partial-copy kernel does, one block at a time. */
 static void host_dram_baselines(size_t block_bytes, const kvf_region *r, uint32_t blocks,
                                 const uint32_t *perm, uint32_t iters, dram_base *out)
 {
@@ -224,7 +284,7 @@ static void host_dram_baselines(size_t block_bytes, const kvf_region *r, uint32_
             memcpy(dst, src, useful);
             t[it] = kvf_bench_now_s() - t0;
         }
-        out->ceiling[dir] = useful / median(t, iters) / 1e9;
+        out->ceiling[dir] = useful / rounds_median(t, iters, &out->spread) / 1e9;
         for (uint32_t it = 0; it < iters; it++) {
             touch(src, dst, total);
             double t0 = kvf_bench_now_s();
@@ -234,7 +294,7 @@ static void host_dram_baselines(size_t block_bytes, const kvf_region *r, uint32_
                            src + (size_t)i * block_bytes + row * r->pitch, r->row_bytes);
             t[it] = kvf_bench_now_s() - t0;
         }
-        out->reference[dir] = useful / median(t, iters) / 1e9;
+        out->per_block[dir] = useful / rounds_median(t, iters, &out->spread) / 1e9;
     }
     free(t);
     free(a);
@@ -244,7 +304,7 @@ static void host_dram_baselines(size_t block_bytes, const kvf_region *r, uint32_
 #ifdef KVF_HAVE_CUDA
 /* One method of moving `blocks` scattered blocks (their first-N-token
  * regions) between dst and src on stream s: 0 one large copy (the
- * ceiling), 1 one call per block (the reference), 2 cudaMemcpyBatchAsync. */
+ * ceiling), 1 one call per block (the per-block copy), 2 cudaMemcpyBatchAsync. */
 typedef struct cuda_job {
     uint8_t *dst, *src;
     const kvf_region *r;
@@ -289,7 +349,7 @@ static void cuda_issue(const cuda_job *j, int method, cudaStream_t s)
     }
 }
 
-/* The ceiling, the reference and cudaMemcpyBatchAsync over the same bytes,
+/* The ceiling, the per-block copy and cudaMemcpyBatchAsync over the same bytes,
  * each direction and both at once (two streams, each moving half). */
 static void cuda_dram_baselines(size_t block_bytes, const kvf_region *r, uint32_t blocks,
                                 const uint32_t *perm, uint32_t iters, dram_base *out)
@@ -361,8 +421,8 @@ static void cuda_dram_baselines(size_t block_bytes, const kvf_region *r, uint32_
                     t[it - 1] = ms / 1e3;
             }
             size_t bytes = dir < 2 ? down.useful : 2 * hd.useful;
-            double gbs = bytes / median(t, iters) / 1e9;
-            double *dst = method == 0 ? out->ceiling : method == 1 ? out->reference : out->batch;
+            double gbs = bytes / rounds_median(t, iters, &out->spread) / 1e9;
+            double *dst = method == 0 ? out->ceiling : method == 1 ? out->per_block : out->batch;
             dst[dir] = gbs;
         }
     }
@@ -482,7 +542,7 @@ static void ceiling_close(file_ceiling *c, dram_base *out)
 {
     for (int d = 0; d < 2 && out; d++)
         if (c->n[d] && !c->failed)
-            out->ceiling[d] = c->total / median(c->t[d], c->n[d]) / 1e9;
+            out->ceiling[d] = c->total / rounds_median(c->t[d], c->n[d], &out->spread) / 1e9;
     if (c->path[0])
         unlink(c->path);
     kvf__fileio_runner_destroy(c->io);
@@ -493,15 +553,14 @@ static void ceiling_close(file_ceiling *c, dram_base *out)
     memset(c, 0, sizeof *c);
 }
 
-/* The seed's POSIX algorithm, block by block on one thread: a fresh
+/* TensorRT-LLM's POSIX algorithm, block by block on one thread: a fresh
  * zero-filled pageable buffer per block per pool, a synchronous copy
- * between it and the primary slot (cudaMemcpy on the GPU, as the seed
- * does), one open + write or read + close of block_<id>_pool_<p>.bin. Its writes stay in the page
- * cache (no fsync) and its reads find the blocks it just wrote there, so
- * the read pass is also timed cold: the files written back and dropped
- * from the page cache first (untimed), as blocks offloaded long before
- * they are reused would be. */
-static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, uint32_t blocks,
+ * between it and the primary slot (cudaMemcpy on the GPU, as
+ * TensorRT-LLM does), one open + write or read + close of block_<id>_pool_<p>.bin. Its writes stay
+ * in the page cache (no fsync) and its reads find the blocks it just wrote there, so the read pass
+ * is also timed cold: the files written back and dropped from the page cache first (untimed), as
+ * blocks offloaded long before they are reused would be. */
+static void file_per_block(kvf_engine *e, const char *dir, size_t block_bytes, uint32_t blocks,
                            uint32_t pools, uint32_t iters, dram_base *out)
 {
     size_t total = block_bytes * blocks * pools;
@@ -520,24 +579,24 @@ static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, u
                         if (fd < 0)
                             continue;
                         if (fdatasync(fd) != 0 || posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
-                            perror("kvferry bench: seed POSIX: drop from page cache");
+                            perror("kvferry bench: per-block files: drop from page cache");
                         close(fd);
                     }
             double t0 = kvf_bench_now_s();
             for (uint32_t b = 0; b < blocks; b++)
                 for (uint32_t p = 0; p < pools; p++) {
                     snprintf(path, sizeof path, "%s/block_%u_pool_%u.bin", dir, b, p);
-                    uint8_t *host = calloc(1, block_bytes); /* the seed's std::vector */
+                    uint8_t *host = calloc(1, block_bytes); /* TensorRT-LLM's std::vector */
                     int fd = open(path, d ? O_RDONLY : O_CREAT | O_WRONLY, 0664);
                     if (fd >= 0 && host) {
                         if (d) {
                             if (read(fd, host, block_bytes) < 0)
-                                perror("kvferry bench: seed POSIX: read");
+                                perror("kvferry bench: per-block files: read");
                             kvf_bench_slot_io(e, p, b, host, block_bytes, true);
                         } else {
                             kvf_bench_slot_io(e, p, b, host, block_bytes, false);
                             if (write(fd, host, block_bytes) < 0)
-                                perror("kvferry bench: seed POSIX: write");
+                                perror("kvferry bench: per-block files: write");
                         }
                     }
                     if (fd >= 0)
@@ -546,11 +605,11 @@ static void file_reference(kvf_engine *e, const char *dir, size_t block_bytes, u
                 }
             t[it] = kvf_bench_now_s() - t0;
         }
-        double gbs = total / median(t, iters) / 1e9;
+        double gbs = total / rounds_median(t, iters, &out->spread) / 1e9;
         if (d < 2)
-            out->reference[d] = gbs;
+            out->per_block[d] = gbs;
         else
-            out->reference_cold = gbs;
+            out->per_block_cold = gbs;
     }
     for (uint32_t b = 0; b < blocks; b++)
         for (uint32_t p = 0; p < pools; p++) {
@@ -572,26 +631,26 @@ static void usage(void)
            "                               contention: onboard latency under offloads\n"
            "                               (--mode contention --help)\n"
            "%s"
-           "                          (default 8 2 8 32 128)\n"
            "  --pools N                    pools (tensors) per block, default 1\n"
-           "  --blocks N                   blocks per round trip, default 128\n"
+           "  --blocks N                   blocks per round trip, default 512\n"
            "  --tokens N                   move only the first N tokens (0: whole blocks)\n"
            "  --iters N                    timed round trips, default 5 (median reported)\n"
            "  --threads N                  engine worker threads (0: default)\n"
            "  --dir DIR                    file-tier directory (default: a fresh temp dir)\n"
-           "  --fsync none|batch|block     file durability, default batch\n"
+           "  --fsync none|batch|block     file durability, default batch (the library's)\n"
            "  --file-runner auto|uring|threads   what runs the file tier's calls\n"
            "  --queue-depth N              file calls in flight (0: the engine's default)\n"
            "  --seed N                     random data seed\n"
            "  --compare                    sweep 4 KiB..4 MiB blocks, whole and first 8 of 32\n"
-           "                               tokens, each against the ceiling, the reference\n"
-           "                               and cudaMemcpyBatchAsync, then a summary table\n"
-           "                               (--json: one JSON line per run)\n"
+           "                               tokens, each against the ceiling, a per-block\n"
+           "                               copy and cudaMemcpyBatchAsync, then a summary table\n"
+           "                               (--json: one JSON line per run); ~256 MiB a run,\n"
+           "                               or --blocks N blocks\n"
            "  --plot FILE.png              with --compare: GB/s against block size, the\n"
            "                               ceiling drawn (bench/plot_compare.py, matplotlib)\n"
-           "%s"
-           "Exits 1 if any byte read back differs from what was written (or the JSON or\n"
-           "the plot cannot be written), 2 on bad options.\n",
+           "A byte read back wrong exits 1; --plot that cannot draw (no matplotlib) exits 3\n"
+           "before the sweep runs.\n"
+           "%s",
            kvf_cli_geometry_usage, kvf_cli_common_usage);
 }
 
@@ -655,6 +714,7 @@ static int bench_option(int c, const char *v, bench_opts *o)
     case OPT_BLOCKS:
         rc = kvf_cli_number("bench", "blocks", v, 1, UINT32_MAX, &u);
         o->blocks = (uint32_t)u;
+        o->blocks_given = true;
         break;
     case OPT_TOKENS:
         return kvf_cli_u32("bench", "tokens", v, &o->tokens);
@@ -719,7 +779,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
  * figure was not measured. */
 static void print_row(const char *name, const double v[3], const double base[3])
 {
-    printf("  %-36s", name);
+    printf("  %-40s", name);
     for (int i = 0; i < 3; i++) {
         double d = base ? base[i] : 1;
         if (v[i] > 0 && d > 0)
@@ -822,16 +882,46 @@ static int find_plot_script(char *out, size_t cap)
     return -1;
 }
 
-/* --plot: the sweep's figures as JSON lines (the fields of --json's lines
- * that the plot reads) in a temporary file, drawn by plot_compare.py. */
-static int plot_compare(const bench_result *res, int n, const char *png)
+/* Before --compare's sweep: whether --plot can draw when it ends (the
+ * script found, python3 with matplotlib, the PNG writable); -1 said why. */
+static int plot_ready(const char *png, char *script, size_t cap)
 {
-    char script[8192], data[] = "/tmp/kvferry-compare-XXXXXX";
-    if (find_plot_script(script, sizeof script)) {
-        fprintf(stderr, "kvferry bench: --plot: bench/plot_compare.py not found next to this "
-                        "kvferry (set KVF_PLOT_SCRIPT to its path)\n");
+    if (find_plot_script(script, cap)) {
+        fprintf(stderr, "kvferry bench: --plot: plot_compare.py not found beside this kvferry "
+                        "(share/kvferry/ of its prefix, or bench/ of its source tree); set "
+                        "KVF_PLOT_SCRIPT to its path\n");
         return -1;
     }
+    pid_t pid = fork();
+    if (pid == 0) {
+        execlp("python3", "python3", script, "--check", (char *)NULL);
+        fprintf(stderr, "kvferry bench: --plot: python3: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "kvferry bench: --plot: cannot draw (above: why); nothing was run\n");
+        return -1;
+    }
+    int fd = open(png, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 && errno == EEXIST)
+        fd = open(png, O_WRONLY);
+    else if (fd >= 0)
+        unlink(png); /* made only to know it can be */
+    if (fd < 0) {
+        fprintf(stderr, "kvferry bench: --plot: %s: %s; nothing was run\n", png, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* --plot: the sweep's figures as JSON lines (the fields of --json's lines
+ * that the plot reads) in a temporary file, drawn by plot_compare.py. */
+static int plot_compare(const bench_result *res, int n, const char *png, const char *script)
+{
+    char data[] = "/tmp/kvferry-compare-XXXXXX";
     int fd = mkstemp(data);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
@@ -846,8 +936,8 @@ static int plot_compare(const bench_result *res, int n, const char *png)
         cJSON_AddNumberToObject(j, "block_bytes", (double)res[k].block_bytes);
         cJSON_AddNumberToObject(j, "tokens", res[k].tokens);
         cJSON_AddNumberToObject(j, "tokens_per_block", 32);
-        const double *rows[] = {res[k].mine, res[k].ceiling, res[k].reference, res[k].batch};
-        static const char *const names[] = {NULL, "ceiling", "reference", "batch"};
+        const double *rows[] = {res[k].mine, res[k].ceiling, res[k].per_block, res[k].batch};
+        static const char *const names[] = {NULL, "ceiling", "per_block", "batch"};
         for (int r = 0; r < 4; r++) {
             cJSON *o = names[r] ? cJSON_AddObjectToObject(j, names[r]) : j;
             for (int d = 0; d < 3; d++)
@@ -887,14 +977,74 @@ static int plot_compare(const bench_result *res, int n, const char *png)
     return rc;
 }
 
+/* A figure of the summary, "-" where it was not measured (no
+ * cudaMemcpyBatchAsync without a GPU, no ceiling for both directions at
+ * once on the host). */
+static void cell(double v, const char *fmt, int width)
+{
+    if (v > 0)
+        printf(fmt, width, v);
+    else
+        printf(" %*s", width, "-");
+}
+
+/* --compare's summary: a column only where some run measured it. */
+static void print_compare_table(const bench_result *res, int n)
+{
+    bool batch = false;
+    int wide = 0;
+    for (int k = 0; k < n; k++) {
+        batch |= res[k].batch[0] > 0;
+        wide += res[k].spread > KVF_BENCH_WIDE_SPREAD;
+    }
+    printf("\nkvferry bench --compare: GB/s of useful bytes; x = kvferry's ratio; blk: one copy "
+           "call per block\n");
+    printf("%-8s %-5s %-6s %7s %7s", "block", "part", "dir", "ceiling", "blk");
+    if (batch)
+        printf(" %7s", "batch");
+    printf(" %7s  %6s %6s", "kvferry", "x ceil", "x blk");
+    if (batch)
+        printf(" %6s", "x bat");
+    printf(" %6s\n", "spread");
+    static const char *const dirs[] = {"d2h", "h2d", "both"};
+    for (int k = 0; k < n; k++)
+        for (int d = 0; d < 3; d++) {
+            const bench_result *b = &res[k];
+            printf("%5zuKiB %-5s %-6s", b->block_bytes / 1024, b->tokens ? "8/32" : "whole",
+                   dirs[d]);
+            cell(b->ceiling[d], " %*.1f", 7);
+            cell(b->per_block[d], " %*.1f", 7);
+            if (batch)
+                cell(b->batch[d], " %*.1f", 7);
+            cell(b->mine[d], " %*.1f", 7);
+            printf(" ");
+            cell(b->ceiling[d] > 0 ? b->mine[d] / b->ceiling[d] : 0, " %*.2f", 6);
+            cell(b->per_block[d] > 0 ? b->mine[d] / b->per_block[d] : 0, " %*.2f", 6);
+            if (batch)
+                cell(b->batch[d] > 0 ? b->mine[d] / b->batch[d] : 0, " %*.2f", 6);
+            if (b->spread >= 0)
+                printf(" %5.0f%%\n", b->spread * 100);
+            else
+                printf(" %6s\n", "-");
+        }
+    if (wide)
+        printf("WARNING: %d of %d runs had rounds more than %.0f %% apart (spread): their ratios "
+               "are not to be trusted; rerun on an idle machine, or with more --iters\n",
+               wide, n, KVF_BENCH_WIDE_SPREAD * 100);
+}
+
 /* --compare: the same run over block sizes from 4 KiB to 4 MiB
- * ([1][2][1][32][head] fp16 blocks), whole and partial, ~256 MiB each. */
+ * ([1][2][1][32][head] fp16 blocks), whole and partial, ~256 MiB each
+ * (--blocks N: N blocks each). */
 static int bench_compare(bench_opts o)
 {
     static const uint32_t heads[] = {32, 128, 512, 2048, 8192, 32768};
     enum { N = sizeof heads / sizeof heads[0] };
     bench_result res[2 * N];
     memset(res, 0, sizeof res);
+    char script[4096];
+    if (o.plot && plot_ready(o.plot, script, sizeof script))
+        return KVF_CLI_MISSING;
     int rc = 0;
     for (int partial = 0; partial < 2; partial++)
         for (int i = 0; i < N; i++) {
@@ -904,25 +1054,15 @@ static int bench_compare(bench_opts o)
             r.tokens = partial ? 8 : 0;
             size_t bytes = (size_t)128 * heads[i];
             size_t blocks = (256u << 20) / bytes;
-            r.blocks = (uint32_t)(blocks > 65536 ? 65536 : blocks < 64 ? 64 : blocks);
+            r.blocks = o.blocks_given ? o.blocks
+                                      : (uint32_t)(blocks > 65536 ? 65536
+                                                   : blocks < 64  ? 64
+                                                                  : blocks);
             if (bench_one(r, &res[partial * N + i]))
                 rc = 1;
         }
-    printf("\nkvferry bench --compare: GB/s of useful bytes; x = kvferry's ratio\n");
-    printf("%-8s %-5s %-6s %7s %7s %7s %7s  %6s %6s %6s\n", "block", "part", "dir", "ceiling",
-           "ref", "batch", "kvferry", "x ceil", "x ref", "x bat");
-    static const char *const dirs[] = {"d2h", "h2d", "both"};
-    for (int k = 0; k < 2 * N; k++)
-        for (int d = 0; d < 3; d++) {
-            const bench_result *b = &res[k];
-            printf("%5zuKiB %-5s %-6s %7.1f %7.1f %7.1f %7.1f  %6.2f %6.2f %6.2f\n",
-                   b->block_bytes / 1024, b->tokens ? "8/32" : "whole", dirs[d], b->ceiling[d],
-                   b->reference[d], b->batch[d], b->mine[d],
-                   b->ceiling[d] > 0 ? b->mine[d] / b->ceiling[d] : 0,
-                   b->reference[d] > 0 ? b->mine[d] / b->reference[d] : 0,
-                   b->batch[d] > 0 ? b->mine[d] / b->batch[d] : 0);
-        }
-    if (o.plot && plot_compare(res, 2 * N, o.plot))
+    print_compare_table(res, 2 * N);
+    if (o.plot && plot_compare(res, 2 * N, o.plot, script))
         rc = 1;
     return rc;
 }
@@ -932,12 +1072,12 @@ int kvf_cli_bench(int argc, char **argv)
     bench_opts o = {
         .backend = KVF_BACKEND_AUTO,
         .mode = MODE_DRAM,
-        .g = {8, 2, 8, 32, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
+        .g = KVF_CLI_GEOMETRY_DEFAULT,
         .pools = 1,
-        .blocks = 128,
+        .blocks = 512,
         .tokens = 0,
         .iters = 5,
-        .fsync = KVF_FSYNC_BATCH,
+        .fsync = KVF_CLI_FSYNC_DEFAULT,
         .seed = 0x9e3779b97f4a7c15ull,
     };
     for (int i = 1; i < argc; i++) {
@@ -998,9 +1138,10 @@ static int bench_one(bench_opts o, bench_result *res)
         .queue_depth = o.queue_depth,
     };
     kvf_engine *e;
-    if (kvf_engine_create(&cfg, &e) != KVF_OK) {
+    kvf_status created = kvf_engine_create(&cfg, &e);
+    if (created != KVF_OK) {
         fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
-        return 1;
+        return kvf_cli_create_exit(created);
     }
     bool gpu = kvf_bench_on_gpu(e);
     int rc = 1;
@@ -1035,7 +1176,7 @@ static int bench_one(bench_opts o, bench_result *res)
     t_both = malloc(o.iters * sizeof *t_both);
     if (!orig || !scratch || !poison_buf || !poison_all || !perm || !off_moves || !on_moves ||
         !t_off || !t_on || !t_both) {
-        fprintf(stderr, "kvferry bench: out of memory for %zu bytes of reference data\n", total);
+        fprintf(stderr, "kvferry bench: out of memory for %zu bytes of test data\n", total);
         goto out;
     }
     uint64_t seed = o.seed ? o.seed : 1;
@@ -1139,10 +1280,11 @@ static int bench_one(bench_opts o, bench_result *res)
     if (tty)
         fprintf(stderr, "\r%40s\r", "");
     long bad = verify(e, &o, orig, block_bytes, scratch, poison);
-    double off_gbs = useful / median(t_off, o.iters) / 1e9;
-    double on_gbs = useful / median(t_on, o.iters) / 1e9;
+    double spread = 0;
+    double off_gbs = useful / rounds_median(t_off, o.iters, &spread) / 1e9;
+    double on_gbs = useful / rounds_median(t_on, o.iters, &spread) / 1e9;
     if (half)
-        both_gbs = useful / median(t_both, o.iters) / 1e9;
+        both_gbs = useful / rounds_median(t_both, o.iters, &spread) / 1e9;
 
     dram_base base;
     memset(&base, 0, sizeof base);
@@ -1161,14 +1303,14 @@ static int bench_one(bench_opts o, bench_result *res)
 #endif
             host_dram_baselines(block_bytes * o.pools, &all, o.blocks, perm, o.iters, &base);
         ceiling_name = gpu ? "one large pinned copy" : "one large memcpy";
-        ref_name =
-            gpu ? (o.tokens ? "one cudaMemcpy2DAsync per block" : "one cudaMemcpyAsync per block")
-                : "one copy per block, 1 thread";
+        ref_name = gpu ? (o.tokens ? "per-block copy (cudaMemcpy2DAsync)"
+                                   : "per-block copy (cudaMemcpyAsync)")
+                       : "per-block copy (memcpy, 1 thread)";
     } else {
         ceiling_close(&fc, &base);
-        file_reference(e, dir, block_bytes, o.blocks, o.pools, o.iters, &base);
+        file_per_block(e, dir, block_bytes, o.blocks, o.pools, o.iters, &base);
         ceiling_name = "raw disk: O_DIRECT, same queue depth";
-        ref_name = "seed POSIX (page cache)";
+        ref_name = "per-block files, 1 thread (page cache)";
     }
 
     char h1[32], h2[32];
@@ -1192,35 +1334,40 @@ static int bench_one(bench_opts o, bench_result *res)
         printf("  first %u of %u tokens: %s useful per block per pool in %zu rows\n", o.tokens,
                o.g.tokens_per_block, kvf_cli_bytes(kvf__region_bytes(&region), h2), region.rows);
     double mine[3] = {off_gbs, on_gbs, both_gbs};
-    printf("  %-36s %12s %12s %12s\n", "GB/s", "offload", "onboard", "both at once");
+    printf("  %-40s %12s %12s %12s\n", "GB/s", "offload", "onboard", "both at once");
     print_row(ceiling_name, base.ceiling, NULL);
-    print_row(ref_name, base.reference, NULL);
-    const double cold[3] = {0, base.reference_cold, 0};
-    if (base.reference_cold > 0)
-        print_row("seed POSIX, read from the disk", cold, NULL);
+    print_row(ref_name, base.per_block, NULL);
+    const double cold[3] = {0, base.per_block_cold, 0};
+    if (base.per_block_cold > 0)
+        print_row("per-block files, read from the disk", cold, NULL);
     if (base.batch[0] > 0)
         print_row("cudaMemcpyBatchAsync", base.batch, NULL);
     print_row("kvferry", mine, NULL);
     print_row("kvferry / ceiling", mine, base.ceiling);
-    print_row("kvferry / reference", mine, base.reference);
-    if (base.reference_cold > 0)
-        print_row("kvferry / seed read from the disk", mine, cold);
+    print_row(files ? "kvferry / per-block files" : "kvferry / per-block copy", mine,
+              base.per_block);
+    if (base.per_block_cold > 0)
+        print_row("kvferry / per-block read from the disk", mine, cold);
     if (base.batch[0] > 0)
         print_row("kvferry / cudaMemcpyBatchAsync", mine, base.batch);
     printf("  host time to submit: %.3f us per block (kvf_offload of %u blocks)\n", submit_us,
            o.blocks);
     printf("  verified: %s (%s per direction per round trip)\n", bad == 0 ? "every byte" : "FAILED",
            kvf_cli_bytes(useful, h2));
+    if (base.spread > spread)
+        spread = base.spread;
+    cJSON *j = o.json ? cJSON_CreateObject() : NULL;
+    kvf_bench_report_spread(spread, o.iters, j);
     if (res) {
         res->block_bytes = block_bytes;
         res->tokens = o.tokens;
         memcpy(res->mine, mine, sizeof mine);
         memcpy(res->ceiling, base.ceiling, sizeof base.ceiling);
-        memcpy(res->reference, base.reference, sizeof base.reference);
+        memcpy(res->per_block, base.per_block, sizeof base.per_block);
         memcpy(res->batch, base.batch, sizeof base.batch);
+        res->spread = o.iters >= KVF_BENCH_MIN_ROUNDS ? spread : -1;
     }
-    if (o.json) {
-        cJSON *j = cJSON_CreateObject();
+    if (j) {
         cJSON_AddStringToObject(j, "backend", kvf_backend_name(kvf_engine_backend(e)));
         cJSON_AddStringToObject(j, "mode", mode_name(o.mode));
         cJSON_AddNumberToObject(j, "pools", o.pools);
@@ -1235,8 +1382,8 @@ static int bench_one(bench_opts o, bench_result *res)
         cJSON_AddNumberToObject(j, "onboard_gbs", on_gbs);
         cJSON_AddNumberToObject(j, "both_gbs", both_gbs);
         static const char *const dirs[] = {"offload_gbs", "onboard_gbs", "both_gbs"};
-        const double *rows[] = {base.batch, base.ceiling, base.reference};
-        static const char *const row_names[] = {"batch", "ceiling", "reference"};
+        const double *rows[] = {base.batch, base.ceiling, base.per_block};
+        static const char *const row_names[] = {"batch", "ceiling", "per_block"};
         const char *whats[] = {"cudaMemcpyBatchAsync", ceiling_name, ref_name};
         for (int k = 0; k < 3; k++) {
             cJSON *row = cJSON_AddObjectToObject(j, row_names[k]);
@@ -1244,8 +1391,8 @@ static int bench_one(bench_opts o, bench_result *res)
             for (int d = 0; d < 3; d++)
                 cJSON_AddNumberToObject(row, dirs[d], rows[k][d]);
         }
-        cJSON_AddNumberToObject(cJSON_GetObjectItem(j, "reference"), "onboard_cold_gbs",
-                                base.reference_cold);
+        cJSON_AddNumberToObject(cJSON_GetObjectItem(j, "per_block"), "onboard_cold_gbs",
+                                base.per_block_cold);
         cJSON_AddNumberToObject(j, "submit_us_per_block", submit_us);
         cJSON_AddBoolToObject(j, "verified", bad == 0);
         cJSON_AddNumberToObject(j, "bad_bytes", (double)bad);

@@ -7,6 +7,7 @@
 
 #include "kvferry.h"
 
+#include <cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,20 @@ int kvf_bench_parse_sizes(const char *list, size_t *sizes, size_t max, size_t *n
 /* The q-quantile (0..1) of n samples (0 when none), nearest rank; sorts v
  * in place. */
 double kvf_bench_quantile(double *v, size_t n, double q);
+/* Rounds a benchmark needs before its spread means anything, and the
+ * spread (the rounds' interquartile range over their median) past which
+ * its figures and ratios are not to be trusted: medians of rounds that far
+ * apart give ratios that move by as much from one run to the next. */
+#define KVF_BENCH_MIN_ROUNDS 3
+#define KVF_BENCH_WIDE_SPREAD 0.20
+/* Prints the spread line (the widest spread of the rounds behind the
+ * figures, and the load average), and a warning when it is too wide or too
+ * few rounds were timed; adds rounds, spread (-1: unknown) and
+ * load_average to json when given. Whether the spread is too wide. */
+bool kvf_bench_report_spread(double spread, uint32_t rounds, cJSON *json);
+/* "load average L on N CPU(s)" into where; load_average added to json
+ * when given. Whether more work is runnable than there are CPUs. */
+bool kvf_bench_busy(char *where, size_t cap, cJSON *json);
 /* Whether the engine's primary slots are device memory. */
 bool kvf_bench_on_gpu(kvf_engine *e);
 /* n bytes from (write) or into host at pool's primary slot `slot` and the

@@ -312,7 +312,8 @@ static void kvf_side_close(kvf_side *s)
 }
 
 /* An engine with one pool whose block is block_bytes ([1][2][1][32][n]
- * fp16), its onboards' sources filled with random data. */
+ * fp16), its onboards' sources filled with random data. 0; an exit code
+ * (kvf_cli_create_exit) for an engine not created; -1 printed. */
 static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
 {
     memset(s, 0, sizeof *s);
@@ -320,9 +321,10 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     s->block_bytes = block_bytes;
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = o->backend;
-    if (kvf_engine_create(&cfg, &s->e) != KVF_OK) {
+    kvf_status created = kvf_engine_create(&cfg, &s->e);
+    if (created != KVF_OK) {
         fprintf(stderr, "kvferry bench: engine: %s\n", kvf_last_error());
-        return -1;
+        return kvf_cli_create_exit(created);
     }
     bool gpu = kvf_bench_on_gpu(s->e);
     kvf_geometry g = {
@@ -380,7 +382,7 @@ typedef struct size_result {
 } size_result;
 
 /* kvferry's idle and loaded onboards and the offloads alone; every
- * onboard verified. 0, or -1 printed. */
+ * onboard verified. 0, kvf_side_open's exit code, or -1 printed. */
 static int measure_kvferry(const contend_opts *o, size_t block_bytes, double *t, size_result *res,
                            const char **backend)
 {
@@ -388,9 +390,10 @@ static int measure_kvferry(const contend_opts *o, size_t block_bytes, double *t,
     memset(&s, 0, sizeof s);
     load l = {.body = kvf_load_body, .ctx = &s, .batch_bytes = block_bytes * o->load_blocks};
     uint8_t *poison = malloc(block_bytes * o->blocks);
-    int rc = -1;
-    if (!poison || kvf_side_open(&s, o, block_bytes))
+    int rc = poison ? kvf_side_open(&s, o, block_bytes) : -1;
+    if (rc)
         goto out;
+    rc = -1;
     *backend = kvf_backend_name(kvf_engine_backend(s.e));
     memset(poison, POISON, block_bytes * o->blocks);
     long bad[2] = {0, 0};
@@ -408,7 +411,7 @@ out:
     return rc;
 }
 
-/* ---- the raw reference: the same small moves and load, no kvferry ------ */
+/* ---- raw copies: the same small moves and load, no kvferry ------------- */
 
 /* The small moves copy src into dst block by block; the load copies
  * lsrc into ldst whole, again and again. On the GPU: host-to-device from
@@ -506,7 +509,7 @@ static int raw_open(raw_side *r)
             cudaStreamCreateWithFlags(&r->s[1], cudaStreamNonBlocking) != cudaSuccess ||
             cudaMemset(r->dst, POISON, small) != cudaSuccess ||
             cudaMemset(r->lsrc, 0x5A, r->load_bytes) != cudaSuccess) {
-            fprintf(stderr, "kvferry bench: raw reference: %s\n",
+            fprintf(stderr, "kvferry bench: raw copies: %s\n",
                     cudaGetErrorString(cudaGetLastError()));
             return -1;
         }
@@ -520,7 +523,7 @@ static int raw_open(raw_side *r)
     r->lsrc = malloc(r->load_bytes);
     r->ldst = malloc(r->load_bytes);
     if (!r->src || !r->dst || !r->lsrc || !r->ldst) {
-        fprintf(stderr, "kvferry bench: raw reference: out of memory\n");
+        fprintf(stderr, "kvferry bench: raw copies: out of memory\n");
         return -1;
     }
     memset(r->src, 0x5A, small);
@@ -663,9 +666,9 @@ static void usage(void)
            "                               default 512\n"
            "  --load-ms N                  how long the offloads run alone, default 1000\n"
            "  --seed N                     random data seed\n"
-           "%s"
-           "Exits 1 if an onboarded byte differs from its source or a move fails, 2 on\n"
-           "bad options; a target missed is reported, not an error.\n",
+           "An onboarded byte that differs from its source, or a failed move, exits 1; a\n"
+           "target missed is reported, not an error.\n"
+           "%s",
            kvf_cli_common_usage);
 }
 
@@ -771,7 +774,7 @@ static int parse_args(int argc, char **argv, contend_opts *o)
     return 0;
 }
 
-/* Every size: kvferry, then the raw reference; the report and the JSON. */
+/* Every size: kvferry, then the raw copies; the report and the JSON. */
 static int contend_run(const contend_opts *o)
 {
     size_result res[MAX_SIZES];
@@ -782,9 +785,9 @@ static int contend_run(const contend_opts *o)
     int rc = 0;
     for (size_t i = 0; i < o->nsizes && rc == 0 && t; i++) {
         res[i].block_bytes = o->sizes[i];
-        if (measure_kvferry(o, o->sizes[i], t, &res[i], &backend) ||
-            measure_raw(o, o->sizes[i], !strcmp(backend, "cuda"), t, &res[i]))
-            rc = KVF_CLI_FAILED;
+        int m = measure_kvferry(o, o->sizes[i], t, &res[i], &backend);
+        if (m || measure_raw(o, o->sizes[i], !strcmp(backend, "cuda"), t, &res[i]))
+            rc = m > 0 ? m : KVF_CLI_FAILED; /* > 0: the engine's exit code */
         bad += res[i].bad_blocks;
     }
     free(t);
@@ -800,8 +803,15 @@ static int contend_run(const contend_opts *o)
         print_size(&res[i], gpu, o);
     printf("  verified: %s (%" PRIu64 " onboarded blocks)\n", bad == 0 ? "every byte" : "FAILED",
            (uint64_t)o->nsizes * 2 * o->reps * o->blocks);
-    if (o->json) {
-        cJSON *j = cJSON_CreateObject();
+    cJSON *j = o->json ? cJSON_CreateObject() : NULL;
+    char where[96];
+    if (kvf_bench_busy(where, sizeof where, j))
+        printf("  WARNING: %s: other work competes for the CPUs, and the ratios above measure "
+               "it too; rerun on an idle machine\n",
+               where);
+    else
+        printf("  %s\n", where);
+    if (j) {
         cJSON_AddStringToObject(j, "mode", "contention");
         cJSON_AddStringToObject(j, "backend", backend);
         cJSON_AddNumberToObject(j, "blocks", o->blocks);

@@ -13,10 +13,13 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* Exit codes of every subcommand: 0 done, 1 the work failed (a mismatch, a
- * corrupt block, an error, a JSON report not written), 2 bad usage (an
- * unknown option, a bad value, a missing argument). */
-enum { KVF_CLI_FAILED = 1, KVF_CLI_USAGE = 2 };
+/* Exit codes of every subcommand, one per kind of failure (docs/cli.md and
+ * `kvferry --help` list them): 0 done; 1 the work failed (a byte read back
+ * wrong, a corrupt block, an error while working, a report not written); 2
+ * bad usage (an unknown option, a bad value, a missing argument); 3 what the
+ * command was pointed at, or needs, is not there (a directory, namespace or
+ * trace file not found, no matplotlib for --plot). */
+enum { KVF_CLI_FAILED = 1, KVF_CLI_USAGE = 2, KVF_CLI_MISSING = 3 };
 
 int kvf_cli_bench(int argc, char **argv);
 /* `kvferry bench --mode remote` (bench_remote.c) */
@@ -24,9 +27,13 @@ int kvf_cli_bench_remote(int argc, char **argv);
 int kvf_cli_fsck(int argc, char **argv);
 int kvf_cli_replay(int argc, char **argv);
 int kvf_cli_stats(int argc, char **argv);
-/* `kvferry info --config [--json FILE]` (info_config.c): the effective
- * settings and where each comes from; json as for kvf_cli_json_open. */
-int kvf_cli_info_config(const char *json);
+/* `kvferry info --config [FILE] [--json FILE]` (info_config.c): the
+ * effective settings and where each comes from, with FILE (when given) as
+ * the config file; json as for kvf_cli_json_open. */
+int kvf_cli_info_config(const char *file, const char *json);
+/* A warning on standard error for each KVF_* environment variable that no
+ * setting reads (a misspelt one changes nothing, silently otherwise). */
+void kvf_cli_warn_unknown_env(void);
 
 /* getopt_long codes of the options every subcommand spells the same way;
  * a subcommand's own options take codes from KVF_OPT_OWN up. */
@@ -81,16 +88,31 @@ enum {
         NULL, 0, NULL, 0                                                                           \
     }
 
-/* The usage lines of the shared options. */
+/* The usage lines of the shared options (the common ones end with the
+ * exit codes). */
 extern const char kvf_cli_geometry_usage[];
 extern const char kvf_cli_common_usage[];
 /* --backend's default, the same in every subcommand: the engine's own. */
 #define KVF_CLI_BACKEND_DEFAULT KVF_BACKEND_AUTO
+/* The geometry options' defaults, the same in bench, replay and stats:
+ * 4 layers x K,V x 8 heads x 16 tokens x 128, fp16: 256 KiB blocks. */
+#define KVF_CLI_GEOMETRY_DEFAULT                                                                   \
+    {                                                                                              \
+        4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR                                     \
+    }
+/* --fsync's default in every subcommand: the library's (KVF_FSYNC_BATCH,
+ * the value $KVF_FSYNC or a config file may change). */
+#define KVF_CLI_FSYNC_DEFAULT KVF_FSYNC_BATCH
 
 /* getopt_long over argv[1..] with `opts`: the option's code, -1 at the
  * end, '?' after printing "kvferry CMD: unknown option" or "needs a value"
  * (exit KVF_CLI_USAGE then). Positional arguments are left from optind. */
 int kvf_cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts);
+/* The exit code for an engine (or cache) the command could not create:
+ * KVF_CLI_MISSING for no usable GPU (--backend cuda) or a config file not
+ * found, KVF_CLI_USAGE for a bad KVF_* value or config key, else
+ * KVF_CLI_FAILED. */
+int kvf_cli_create_exit(kvf_status st);
 /* The hint after a usage error; returns KVF_CLI_USAGE. */
 int kvf_cli_usage_error(const char *cmd);
 
@@ -136,7 +158,8 @@ cJSON *kvf_cli_cache_stats_json(const kvf_cache_stats *s);
 void kvf_cli_progress(const char *what, uint64_t done, uint64_t total);
 void kvf_cli_progress_end(void);
 
-/* Prints kvf_cache_stats_prometheus to stdout (stats.c); -1 on an error. */
-int kvf_cli_print_prometheus(kvf_cache *cache);
+/* Prints kvf_cache_stats_prometheus to stdout (stats.c), every metric or
+ * (all false) those not 0; -1 on an error. */
+int kvf_cli_print_prometheus(kvf_cache *cache, bool all);
 
 #endif

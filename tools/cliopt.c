@@ -14,14 +14,24 @@
 
 const char kvf_cli_geometry_usage[] =
     "  --layers N --kv N --heads N --tokens-per-block N --head-size N\n"
-    "                          block geometry of each pool\n"
+    "                          block geometry of each pool (default 4 2 8 16 128)\n"
     "  --dtype fp32|fp16|bf16|fp8_e4m3|fp8_e5m2|int8|int4|fp4   default fp16\n"
     "  --order head|token      [l][kv][h][t][d] (default) or [l][kv][t][h][d]\n";
 
 const char kvf_cli_common_usage[] =
     "  --json FILE             also write the results as JSON (- : standard output,\n"
     "                          the text report then goes to standard error)\n"
-    "  -h, --help              this help\n";
+    "  -h, --help              this help\n"
+    "Exit status: 0 done, 1 the work failed (a byte read back wrong, a corrupt block,\n"
+    "an error), 2 bad usage, 3 a directory, namespace, file or tool it needs is not\n"
+    "there.\n";
+
+int kvf_cli_create_exit(kvf_status st)
+{
+    return st == KVF_ERR_NO_DEVICE || st == KVF_ERR_NOT_FOUND ? KVF_CLI_MISSING
+           : st == KVF_ERR_INVALID                            ? KVF_CLI_USAGE
+                                                              : KVF_CLI_FAILED;
+}
 
 int kvf_cli_getopt(const char *cmd, int argc, char **argv, const struct option *opts)
 {

@@ -45,8 +45,8 @@ static void usage(FILE *f)
             "(or in NS alone), and leftovers of interrupted writes.\n"
             "  --namespace NS          one namespace only (--ns too)\n"
             "  -v, --verbose           a line for every good block too\n"
-            "%s"
-            "Exits 1 on a corrupt, torn or foreign block, 2 on bad usage.\n",
+            "A corrupt, torn or foreign block exits 1; DIR or NS not found exits 3.\n"
+            "%s",
             kvf_cli_common_usage);
 }
 
@@ -121,7 +121,13 @@ int kvf_cli_fsck(int argc, char **argv)
     struct stat sb;
     if (stat(o.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "kvferry fsck: %s: not a directory\n", o.dir);
-        return 2;
+        return KVF_CLI_MISSING;
+    }
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/%s", o.dir, o.ns ? o.ns : "");
+    if (o.ns && (stat(sub, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        fprintf(stderr, "kvferry fsck: %s: no such namespace (no directory %s)\n", o.ns, sub);
+        return KVF_CLI_MISSING;
     }
     if (kvf_cli_json_open("fsck", o.json))
         return KVF_CLI_FAILED;

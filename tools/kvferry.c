@@ -13,11 +13,10 @@ static int usage(FILE *f)
                "\n"
                "commands:\n"
                "  info               backends, devices and file I/O paths on this machine\n"
-               "  info [--config]    what this machine offers; --config: the effective\n"
-               "                     settings and where each comes from\n"
+               "  info --config [FILE]  the effective settings and where each comes from\n"
                "  bench              offload + onboard round trips, every byte verified;\n"
-               "                     --compare: the sweep against the ceiling and the\n"
-               "                     reference, --plot FILE.png draws it\n"
+               "                     --compare: the sweep against the ceiling and a\n"
+               "                     per-block copy, --plot FILE.png draws it\n"
                "  fsck DIR           check every stored block's header and checksum under DIR\n"
                "                     (exits 1 on a corrupt, torn or foreign block)\n"
                "  replay [TRACE]     replay requests through the cache, every block got\n"
@@ -26,7 +25,9 @@ static int usage(FILE *f)
                "  version            the library's version\n"
                "\n"
                "Every command takes --help, and --json FILE (- : standard output) for its\n"
-               "results. Exit status: 0 done, 1 the work failed, 2 bad usage.\n");
+               "results. Exit status: 0 done, 1 the work failed (a byte read back wrong, a\n"
+               "corrupt block, an error), 2 bad usage, 3 a directory, namespace, file or tool\n"
+               "it needs is not there.\n");
     return f == stderr ? KVF_CLI_USAGE : 0;
 }
 
@@ -116,11 +117,13 @@ static int cmd_info(int argc, char **argv)
     while ((c = kvf_cli_getopt("info", argc, argv, info_options)) != -1) {
         switch (c) {
         case 'h':
-            printf("usage: kvferry info [--config] [--json FILE]\n"
+            printf("usage: kvferry info [--config [FILE]] [--json FILE]\n"
                    "What this machine offers: backends, devices, file I/O paths, the remote\n"
                    "tier ($%s probed when set).\n"
-                   "  --config    instead: every engine and cache setting an engine created\n"
-                   "              now would get, and its source (default, file, environment)\n%s",
+                   "  --config [FILE]  instead: every engine and cache setting an engine\n"
+                   "              created now would get, and its source (default, file,\n"
+                   "              environment); FILE: read that config file, as $KVF_CONFIG\n"
+                   "              would name it (not found: exit 3; a bad value: exit 2)\n%s",
                    KVF_REMOTE_URL_ENV, kvf_cli_common_usage);
             return 0;
         case KVF_OPT_JSON:
@@ -133,12 +136,13 @@ static int cmd_info(int argc, char **argv)
             return kvf_cli_usage_error("info");
         }
     }
+    const char *file = config && optind < argc ? argv[optind++] : NULL;
     if (optind < argc) {
         fprintf(stderr, "kvferry info: unexpected argument '%s'\n", argv[optind]);
         return kvf_cli_usage_error("info");
     }
     if (config)
-        return kvf_cli_info_config(json);
+        return kvf_cli_info_config(file, json);
     if (kvf_cli_json_open("info", json))
         return KVF_CLI_FAILED;
     kvf_info info = KVF_INFO_INIT;
@@ -200,8 +204,10 @@ int main(int argc, char **argv)
                     {"replay", kvf_cli_replay}, {"stats", kvf_cli_stats}, {"version", cmd_version},
                     {"--version", cmd_version}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(cmd, commands[i].name))
+        if (!strcmp(cmd, commands[i].name)) {
+            kvf_cli_warn_unknown_env();
             return commands[i].run(argc - 1, argv + 1);
+        }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
         return usage(stdout);
     fprintf(stderr, "kvferry: unknown command '%s'\n", cmd);

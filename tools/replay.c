@@ -780,8 +780,8 @@ static void usage(FILE *f)
             "  --backend auto|host|cuda  default auto (cuda where a GPU is usable)\n"
             "  --gpu-blocks N          primary slots: the serving engine's KV pool (256)\n"
             "  --gpu-tier              the cache owns the primary slots as its GPU tier\n"
-            "                          (kvf_cache_acquire / alloc / commit / unpin), as the\n"
-            "                          reference engine's block manager does\n"
+            "                          (kvf_cache_acquire / alloc / commit / unpin), as\n"
+            "                          TensorRT-LLM's block manager does\n"
             "  --host-blocks N         host tier capacity, in blocks (512; 0: off)\n"
             "  --disk DIR              disk tier in DIR/NAMESPACE\n"
             "  --disk-blocks N         disk tier capacity, in blocks (4096 with --disk)\n"
@@ -791,13 +791,12 @@ static void usage(FILE *f)
             "  --remote-mode off|write-through|read   how the cache uses it (write-through)\n"
             "  --pools N               pools (tensors) per block (1)\n"
             "%s"
-            "                          (default 4 2 8 16 128)\n"
             "  --offload-min-priority N  --disk-admit-uses N   cache policy (default 0, 0)\n"
             "  --clients N             requests run by N threads at once, each with its share\n"
             "                          of the primary slots (1: in arrival order, a report\n"
             "                          the same on every run)\n"
             "  --threads N             engine worker threads (0: default)\n"
-            "  --fsync none|batch|block  disk durability (default none)\n"
+            "  --fsync none|batch|block  disk durability (default batch, the library's)\n"
             "  --prometheus            print the cache's Prometheus metrics at the end\n"
             "  --prefill-cost T:S[,T:S...]  plan each request (docs/planner.md): a full\n"
             "                          prefill of T tokens takes S seconds; the plan's hits\n"
@@ -809,11 +808,11 @@ static void usage(FILE *f)
             "                          the back loads (an engine such as vLLM)\n"
             "  --tier-cost TIER=LATENCY_S:BYTES_PER_S  hold a tier's read cost (repeatable;\n"
             "                          otherwise the engine's, learnt as the replay runs)\n"
-            "%s"
             "A progress bar runs on standard error when it is a terminal.\n"
-            "Exits 1 if any block got from the cache differs from what was put, on any\n"
-            "cache error, or when the JSON report cannot be written; 2 on bad options or a\n"
-            "bad trace line.\n",
+            "A block got from the cache that differs from what was put, a cache error, or\n"
+            "every remote operation failing exits 1; a bad trace line 2; a trace file not\n"
+            "found 3.\n"
+            "%s",
             kvf_cli_geometry_usage, kvf_cli_common_usage);
 }
 
@@ -1319,12 +1318,14 @@ static cJSON *report_json(const replay *r, const kvf_cache_stats *s, const char 
     return j;
 }
 
+/* 0, or the exit code (printed): 3 a trace file not found, 2 a bad
+ * line, 1 out of memory or a --write-trace that failed. */
 static int load_trace(replay_opts *o, kvf_trace *t, char *source, size_t cap)
 {
     if (!o->trace_path) {
         if (kvf_trace_generate(o->gen, o->requests, o->seed, t)) {
             fprintf(stderr, "kvferry replay: out of memory generating the trace\n");
-            return -1;
+            return KVF_CLI_FAILED;
         }
         snprintf(source, cap, "%s, seed %llu", kvf_trace_gen_name(o->gen),
                  (unsigned long long)o->seed);
@@ -1333,13 +1334,13 @@ static int load_trace(replay_opts *o, kvf_trace *t, char *source, size_t cap)
         FILE *f = stdin_ ? stdin : fopen(o->trace_path, "r");
         if (!f) {
             fprintf(stderr, "kvferry replay: %s: %s\n", o->trace_path, strerror(errno));
-            return -1;
+            return errno == ENOENT || errno == ENOTDIR ? KVF_CLI_MISSING : KVF_CLI_FAILED;
         }
         int rc = kvf_trace_read(f, stdin_ ? "stdin" : o->trace_path, t);
         if (!stdin_)
             fclose(f);
         if (rc)
-            return -1;
+            return KVF_CLI_USAGE;
         kvf_trace_sort(t);
         snprintf(source, cap, "%s", o->trace_path);
     }
@@ -1351,14 +1352,15 @@ static int load_trace(replay_opts *o, kvf_trace *t, char *source, size_t cap)
         if (rc) {
             fprintf(stderr, "kvferry replay: --write-trace %s: %s\n", o->write_trace,
                     strerror(errno));
-            return -1;
+            return KVF_CLI_FAILED;
         }
     }
     return 0;
 }
 
 /* The engine and cache of a replay (or of `kvferry stats`): one pool per
- * --pools of the geometry, secondary slots for the host tier. */
+ * --pools of the geometry, secondary slots for the host tier. 0; an exit
+ * code for an engine not created; -1 (printed) for another failure. */
 static int open_replay(replay *r)
 {
     const replay_opts *o = r->o;
@@ -1369,9 +1371,10 @@ static int open_replay(replay *r)
     cfg.file.namespace_ = o->ns;
     cfg.file.fsync = o->fsync;
     cfg.remote.url = o->remote_url;
-    if (kvf_engine_create(&cfg, &r->e) != KVF_OK) {
+    kvf_status created = kvf_engine_create(&cfg, &r->e);
+    if (created != KVF_OK) {
         fprintf(stderr, "kvferry replay: engine: %s\n", kvf_last_error());
-        return -1;
+        return kvf_cli_create_exit(created);
     }
     r->gpu = kvf_engine_backend(r->e) == KVF_BACKEND_CUDA;
     for (uint32_t p = 0; p < o->pools; p++) {
@@ -1405,6 +1408,13 @@ static int open_replay(replay *r)
     return 0;
 }
 
+/* Whether the remote tier was asked for work and did none of it. */
+static bool remote_all_failed(const kvf_cache_stats *s)
+{
+    return s->remote_errors > 0 && s->bytes_in[KVF_TIER_REMOTE] == 0 &&
+           s->bytes_out[KVF_TIER_REMOTE] == 0 && s->hits[KVF_TIER_REMOTE] == 0;
+}
+
 int kvf_cli_replay(int argc, char **argv)
 {
     replay_opts o = {
@@ -1412,13 +1422,13 @@ int kvf_cli_replay(int argc, char **argv)
         .requests = 200,
         .seed = 1,
         .backend = KVF_CLI_BACKEND_DEFAULT,
-        .g = {4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
+        .g = KVF_CLI_GEOMETRY_DEFAULT,
         .pools = 1,
         .gpu_blocks = 256,
         .clients = 1,
         .host_blocks = 512,
         .ns = "replay",
-        .fsync = KVF_FSYNC_NONE,
+        .fsync = KVF_CLI_FSYNC_DEFAULT,
         .plan_min_gain = KVF_PLAN_MIN_GAIN,
     };
     int parsed = parse_args(argc, argv, &o);
@@ -1439,9 +1449,11 @@ int kvf_cli_replay(int argc, char **argv)
     }
     if (kvf_cli_json_open("replay", o.json))
         return KVF_CLI_FAILED;
-    if (load_trace(&o, &trace, source, sizeof source)) {
+    int loaded = load_trace(&o, &trace, source, sizeof source);
+    if (loaded) {
         kvf_cli_json_close("replay");
-        return KVF_CLI_USAGE;
+        kvf_trace_free(&trace);
+        return loaded;
     }
     r.trace = &trace;
     r.events = malloc(EVENT_QUEUE * sizeof *r.events);
@@ -1452,8 +1464,11 @@ int kvf_cli_replay(int argc, char **argv)
     }
     pthread_mutex_init(&r.ev_mu, NULL);
     mutex = true;
-    if (open_replay(&r))
+    int opened = open_replay(&r);
+    if (opened) {
+        rc = opened > 0 ? opened : KVF_CLI_FAILED;
         goto out;
+    }
     double t0 = now_s();
     uint32_t per_client = o.gpu_blocks / o.clients;
     for (uint32_t k = 0; k < o.clients; k++)
@@ -1506,9 +1521,16 @@ int kvf_cli_replay(int argc, char **argv)
         r.n.errors++;
     }
     print_report(&r, &s, source);
+    if (remote_all_failed(&s)) {
+        fprintf(stderr,
+                "kvferry replay: every remote operation failed (%llu errors, nothing stored "
+                "or read): the remote tier did not work\n",
+                (unsigned long long)s.remote_errors);
+        r.n.errors++;
+    }
     if (kvf_cli_json_emit("replay", report_json(&r, &s, source)))
         r.n.errors++;
-    if (o.prometheus && kvf_cli_print_prometheus(r.c))
+    if (o.prometheus && kvf_cli_print_prometheus(r.c, true))
         r.n.errors++;
     fflush(stdout);
     if (kvf_cli_json_close("replay"))

@@ -12,7 +12,36 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int kvf_cli_print_prometheus(kvf_cache *c)
+/* The samples of `text` whose value is not 0, each family's HELP and TYPE
+ * lines before its first one printed; the number left out. */
+static uint64_t print_nonzero(char *text)
+{
+    char head[1024] = "";
+    size_t head_len = 0;
+    uint64_t hidden = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#') {
+            if (!strncmp(line, "# HELP ", 7))
+                head_len = 0; /* a new family */
+            head_len += (size_t)snprintf(head + head_len, sizeof head - head_len, "%s\n", line);
+            if (head_len >= sizeof head)
+                head_len = sizeof head - 1;
+            continue;
+        }
+        const char *value = strrchr(line, ' ');
+        if (value && strtod(value + 1, NULL) == 0) {
+            hidden++;
+            continue;
+        }
+        fputs(head, stdout);
+        head[0] = '\0';
+        head_len = 0;
+        printf("%s\n", line);
+    }
+    return hidden;
+}
+
+int kvf_cli_print_prometheus(kvf_cache *c, bool all)
 {
     size_t cap = 16384, len = 0;
     for (;;) {
@@ -27,7 +56,14 @@ int kvf_cli_print_prometheus(kvf_cache *c)
             return -1;
         }
         if (len < cap) {
-            fputs(buf, stdout);
+            if (all) {
+                fputs(buf, stdout);
+            } else {
+                uint64_t hidden = print_nonzero(buf);
+                if (hidden)
+                    printf("# %llu metric(s) at 0 not shown (--all shows them)\n",
+                           (unsigned long long)hidden);
+            }
             free(buf);
             return 0;
         }
@@ -51,31 +87,34 @@ static int count_blocks(const char *dir, const char *ns, const kvf_geometry *g, 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kvferry stats DIR [--namespace NS] [--pools N] [geometry options]\n"
+            "usage: kvferry stats DIR [--namespace NS] [--pools N] [--all] [geometry options]\n"
             "Opens a cache on the blocks stored in DIR/NS (default namespace replay)\n"
-            "and prints its metrics in the Prometheus text format. Give the geometry the\n"
-            "blocks were written with: blocks of another layout are not the cache's.\n"
+            "and prints its metrics in the Prometheus text format, those that are not 0\n"
+            "(--all: every one). Give the geometry the blocks were written with: blocks of\n"
+            "another layout are not the cache's. NS not found exits 3.\n"
             "  --namespace NS          (--ns too)  --pools N (default 1)\n"
+            "  --all                   every metric, those at 0 too\n"
             "%s"
-            "                          (default 4 2 8 16 128, as kvferry replay's)\n"
             "%s"
             "Live counters (hits, bytes moved, evictions) come from the library call\n"
             "kvf_cache_stats_prometheus in a running engine, or kvferry replay --prometheus.\n",
             kvf_cli_geometry_usage, kvf_cli_common_usage);
 }
 
-enum { OPT_POOLS = KVF_OPT_OWN };
+enum { OPT_POOLS = KVF_OPT_OWN, OPT_ALL };
 
 static const struct option stats_options[] = {KVF_CLI_OPTS_COMMON,
                                               KVF_CLI_OPTS_NAMESPACE,
                                               KVF_CLI_OPTS_GEOMETRY,
                                               {"pools", required_argument, NULL, OPT_POOLS},
+                                              {"all", no_argument, NULL, OPT_ALL},
                                               KVF_CLI_OPTS_END};
 
 typedef struct stats_opts {
     const char *dir, *ns, *json;
     uint32_t pools;
     kvf_geometry g;
+    bool all;
 } stats_opts;
 
 /* 0 parsed, 1 --help printed, -1 a usage error (printed). */
@@ -95,6 +134,8 @@ static int parse_args(int argc, char **argv, stats_opts *o)
             o->json = optarg;
         else if (c == KVF_OPT_NAMESPACE)
             o->ns = optarg;
+        else if (c == OPT_ALL)
+            o->all = true;
         else if (c == OPT_POOLS) {
             if (kvf_cli_number("stats", "pools", optarg, 1, 1024, &v))
                 return -1;
@@ -113,8 +154,7 @@ static int parse_args(int argc, char **argv, stats_opts *o)
 
 int kvf_cli_stats(int argc, char **argv)
 {
-    stats_opts o = {
-        .ns = "replay", .pools = 1, .g = {4, 2, 8, 16, 128, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR}};
+    stats_opts o = {.ns = "replay", .pools = 1, .g = KVF_CLI_GEOMETRY_DEFAULT};
     int parsed = parse_args(argc, argv, &o);
     if (parsed)
         return parsed > 0 ? 0 : kvf_cli_usage_error("stats");
@@ -125,8 +165,8 @@ int kvf_cli_stats(int argc, char **argv)
     struct stat sb;
     snprintf(sub, sizeof sub, "%s/%s", dir, ns);
     if (stat(sub, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "kvferry stats: %s: no such block directory\n", sub);
-        return 2;
+        fprintf(stderr, "kvferry stats: %s: no such namespace (no directory %s)\n", ns, sub);
+        return KVF_CLI_MISSING;
     }
     if (kvf_geometry_check(&g) != KVF_OK) {
         fprintf(stderr, "kvferry stats: geometry: %s\n", kvf_last_error());
@@ -183,7 +223,7 @@ int kvf_cli_stats(int argc, char **argv)
                 "kvferry stats: %llu block(s) in %s have another layout: give the geometry "
                 "options they were written with\n",
                 (unsigned long long)(all - mine), sub);
-    rc = kvf_cli_print_prometheus(c) ? 1 : 0;
+    rc = kvf_cli_print_prometheus(c, o.all) ? 1 : 0;
     kvf_cache_stats st = KVF_CACHE_STATS_INIT;
     if (o.json && kvf_cache_stats_get(c, &st) != KVF_OK) {
         fprintf(stderr, "kvferry stats: %s\n", kvf_last_error());

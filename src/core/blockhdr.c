@@ -20,8 +20,8 @@
  *
  * then exactly `payload bytes` of payload. A reader refuses a block whose
  * header, length or checksum does not hold (KVF_ERR_CORRUPT) and one
- * written under another layout or namespace (KVF_ERR_MISMATCH): the
- * reference served whatever bytes it found.
+ * written under another layout or namespace (KVF_ERR_MISMATCH), where
+ * TensorRT-LLM serves whatever bytes it finds.
  */
 #include "blockhdr.h"
 #include "checksum.h"

@@ -9,7 +9,7 @@
  * r = t / p, each in proportion to its share of p: a batch of one small
  * block is nearly all latency and corrects that, a large one corrects the
  * throughput: a factor with share w is scaled by 1 + a * w * (r - 1).
- * The first few samples replace the seed quickly (a = 1 / samples); after
+ * The first few samples replace the starting estimate quickly (a = 1 / samples); after
  * them r is clamped to [1/2, 2] and a = 0.2, so one outlier moves a factor
  * by at most 20 % while a tier that stays slower is followed within a
  * dozen batches. (Linear in r rather than in log r: no libm for users.)

@@ -12,7 +12,7 @@
 typedef struct kvf__costs {
     pthread_mutex_t mu; /* a leaf lock: taken under the engine's, never the other way */
     kvf_tier_cost tier[KVF_TIER_COUNT];
-    uint32_t samples[KVF_TIER_COUNT]; /* since the seed or the last set value */
+    uint32_t samples[KVF_TIER_COUNT]; /* since the starting estimate or the last set value */
 } kvf__costs;
 
 /* Seeds every tier's cost for the engine's backend (cuda: pinned DMA

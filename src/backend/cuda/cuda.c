@@ -72,7 +72,7 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return kvf__fail(KVF_ERR_NO_DEVICE, "cuda: cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        return kvf__fail(KVF_ERR_NO_DEVICE, "cuda: cudaGetDeviceCount: %s", kvf__cuda_error_str(e));
     }
     if (count == 0)
         return kvf__fail(KVF_ERR_NO_DEVICE, "cuda: no CUDA device");
@@ -106,7 +106,7 @@ kvf_status kvf__cuda_backend_create(const kvf_engine_config *cfg, kvf__backend *
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         st = kvf__fail(KVF_ERR_NO_DEVICE, "cuda: cudaSetDevice(%d): %s", device,
-                       cudaGetErrorString(e));
+                       kvf__cuda_error_str(e));
         goto out_free;
     }
     int least = 0, greatest = 0, host_ptr_ok = 0, unified = 0;

@@ -14,7 +14,7 @@ void kvf__cuda_info(kvf_info *info)
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         info->cuda_devices = 0;
-        snprintf(info->cuda_error, sizeof info->cuda_error, "%s", cudaGetErrorString(e));
+        snprintf(info->cuda_error, sizeof info->cuda_error, "%s", kvf__cuda_error_str(e));
     } else {
         info->cuda_devices = count;
         if (count == 0) {
@@ -26,7 +26,7 @@ void kvf__cuda_info(kvf_info *info)
                 snprintf(info->device_name, sizeof info->device_name, "%.127s", p.name);
             } else {
                 (void)cudaGetLastError();
-                snprintf(info->cuda_error, sizeof info->cuda_error, "%s", cudaGetErrorString(e));
+                snprintf(info->cuda_error, sizeof info->cuda_error, "%s", kvf__cuda_error_str(e));
             }
         }
     }

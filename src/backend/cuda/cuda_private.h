@@ -72,6 +72,8 @@ KVF_INTERNAL kvf_status kvf__cuda_fail(cudaError_t err, const char *expr, const 
                                        int line);
 /* The same, only logged as a warning (cleanup keeps the first error). */
 KVF_INTERNAL void kvf__cuda_warn(cudaError_t err, const char *expr, const char *file, int line);
+/* cudaGetErrorString, but "no NVIDIA driver" where there is none. */
+KVF_INTERNAL const char *kvf__cuda_error_str(cudaError_t err);
 
 #define CUDA_RET(expr)                                                                             \
     do {                                                                                           \
