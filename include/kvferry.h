@@ -727,6 +727,10 @@ KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move
  * @param pools, n_pools  distinct pool indices (KVF_ERR_RANGE for an
  *        index past the engine's pools, KVF_ERR_INVALID for one listed
  *        twice or n_pools 0); NULL with n_pools 0: every pool, in order.
+ *        The count is checked first: of a list longer than the pool
+ *        count only the first pool count + 1 entries are read (one of
+ *        them then repeats, KVF_ERR_INVALID, or is out of range), and
+ *        nothing is allocated for it, whatever n_pools says.
  *
  * Hazards stay per slot: batches over different pools of one slot still
  * run one after the other where one writes what the other reads or

@@ -75,6 +75,14 @@ static int test_get_one_pool(void)
     CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1, 1}, 2, &t),
                  KVF_ERR_INVALID);
     CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, NULL, 0, &t), KVF_ERR_INVALID);
+    /* longer than the pool count: a pool listed twice, whatever the length */
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){0, 1, 0}, 3, &t),
+                 KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "pool 0 listed twice") != NULL);
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1, 1}, SIZE_MAX, &t),
+                 KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1, 0, 4}, SIZE_MAX, &t),
+                 KVF_ERR_RANGE);
     CHECK(t.id == 0);
     fx_done(&f);
     return 0;

@@ -155,8 +155,25 @@ static int test_bad_pool_lists(void)
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){1}, 0, &m, 1, &t),
                  KVF_ERR_INVALID);
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, NULL, 2, &m, 1, &t), KVF_ERR_INVALID);
+    /* a list longer than the pool count holds a pool twice (or one out of
+     * range): said so, whatever the length claimed, read no further than
+     * the pool count + 1 and allocated for never (SIZE_MAX included) */
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){0, 1, 2, 0}, 4, &m, 1, &t),
-                 KVF_ERR_RANGE);
+                 KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "pools[3]: pool 0 listed twice") != NULL);
+    CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){2, 2}, 5, &m, 1, &t),
+                 KVF_ERR_INVALID);
+    CHECK_STATUS(
+        kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){0, 1, 2, 1}, SIZE_MAX, &m, 1, &t),
+        KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "pools[3]: pool 1 listed twice") != NULL);
+    CHECK_STATUS(
+        kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, (uint32_t[]){1, 0, 2, 9}, SIZE_MAX, &m, 1, &t),
+        KVF_ERR_RANGE);
+    CHECK(strstr(kvf_last_error(), "pools[3]: pool 9 out of range") != NULL);
+    CHECK_STATUS(
+        kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, (uint32_t[]){1, 1}, SIZE_MAX, &m, 1, &t),
+        KVF_ERR_INVALID);
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_GPU, (uint32_t[]){0}, 1, &m, 1, &t),
                  KVF_ERR_INVALID);
     m = (kvf_move){0, 42, 0};

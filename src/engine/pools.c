@@ -14,16 +14,17 @@
 #include "engine_private.h"
 
 /* pools[0..n_pools) against the engine's pools, marking each in `in`
- * (e->npools flags, zeroed). */
+ * (e->npools flags, zeroed). Counts first: a list longer than the pool
+ * count is read no further than its first npools + 1 entries, which by
+ * then hold an index out of range or one listed twice (never allocated
+ * for, whatever n_pools claims). */
 static kvf_status pools_mark(const kvf_engine *e, const char *fn, const uint32_t *pools,
                              size_t n_pools, uint8_t *in)
 {
     if (n_pools == 0)
         return kvf__fail(KVF_ERR_INVALID, "%s: n_pools is 0 (NULL pools moves every pool)", fn);
-    if (n_pools > e->npools)
-        return kvf__fail(KVF_ERR_RANGE, "%s: %zu pools listed, the engine has %u", fn, n_pools,
-                         e->npools);
-    for (size_t k = 0; k < n_pools; k++) {
+    size_t scan = n_pools > e->npools ? (size_t)e->npools + 1 : n_pools;
+    for (size_t k = 0; k < scan; k++) {
         uint32_t p = pools[k];
         if (p >= e->npools)
             return kvf__fail(KVF_ERR_RANGE, "%s: pools[%zu]: pool %u out of range (%u pools)", fn,
@@ -55,20 +56,21 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
             return kvf__fail(KVF_ERR_INVALID, "%s: pools is NULL with n_pools = %zu", fn, n_pools);
         return KVF_OK;
     }
+    /* the list is checked before anything is sized by n_pools, which is
+     * then at most the pool count */
     pool_sel *s = calloc(1, sizeof *s);
-    if (s) {
+    if (s)
         s->in = calloc(e->npools ? e->npools : 1, 1);
-        s->order = n_pools ? malloc(n_pools * sizeof *s->order) : NULL;
-        s->marks = n_pools ? calloc(n_pools, sizeof *s->marks) : NULL;
+    kvf_status st = s && s->in ? pools_mark(e, fn, pools, n_pools, s->in) : KVF_ERR_NOMEM;
+    if (st == KVF_OK) {
+        s->order = malloc(n_pools * sizeof *s->order);
+        s->marks = calloc(n_pools, sizeof *s->marks);
+        if (!s->order || !s->marks)
+            st = KVF_ERR_NOMEM;
     }
-    if (!s || !s->in || (n_pools && (!s->order || !s->marks))) {
-        kvf__pool_sel_free(e, s);
-        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool list", fn);
-    }
-    kvf_status st = pools_mark(e, fn, pools, n_pools, s->in);
     if (st != KVF_OK) {
         kvf__pool_sel_free(e, s);
-        return st;
+        return st == KVF_ERR_NOMEM ? kvf__fail(st, "%s: out of memory for the pool list", fn) : st;
     }
     memcpy(s->order, pools, n_pools * sizeof *pools);
     s->n = (uint32_t)n_pools;
