@@ -67,6 +67,9 @@ typedef enum kvf_status {
     KVF_ERR_RANGE = -2,       /* slot, pool, token count or size out of range */
     KVF_ERR_UNSUPPORTED = -3, /* valid, but this build or backend cannot do it */
     KVF_ERR_STATE = -4,       /* not now: e.g. a pool added after transfers */
+    /* a ticket never issued, or already retired: waited or polled to
+     * completion, by this thread or by another one racing it. Never a
+     * move's status, so a waiter told it knows the result went elsewhere */
     KVF_ERR_UNKNOWN_TICKET = -5,
 
     /* memory and the process's other resources */
@@ -754,7 +757,11 @@ KVF_API kvf_status kvf_offload_pools(kvf_engine *engine, void *stream, kvf_tier 
  * @return KVF_OK: the pool's bytes of every move are in place; the
  *         status of a move of the batch that already failed (its other
  *         moves may have arrived: kvf_wait tells which); KVF_ERR_RANGE
- *         for a pool the batch does not move; KVF_ERR_UNKNOWN_TICKET.
+ *         for a pool the batch does not move; KVF_ERR_UNKNOWN_TICKET for
+ *         a ticket retired before this call. Safe from several threads,
+ *         beside a kvf_wait or kvf_poll of the same ticket: a call that
+ *         found the ticket answers for that batch even when another
+ *         thread retires it meanwhile.
  */
 KVF_API kvf_status kvf_wait_pool(kvf_engine *engine, kvf_ticket ticket, uint32_t pool);
 
@@ -816,7 +823,10 @@ KVF_API kvf_status kvf_poll(kvf_engine *engine, kvf_ticket ticket, kvf_status *p
 
 /** Blocks until a batch has completed; then as kvf_poll. A failed batch
  *  leaves kvf_last_error() naming its first failed move and that move's
- *  message (as kvf_move_error gives it). */
+ *  message (as kvf_move_error gives it). Several threads may wait for or
+ *  poll one ticket at once: exactly one of them retires it and gets its
+ *  result; each of the others gets KVF_ERR_UNKNOWN_TICKET ("already
+ *  retired"), never another batch's status. */
 KVF_API kvf_status kvf_wait(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
 
 /** Bytes of kvf_move_error.message, its NUL included. */
@@ -1208,7 +1218,10 @@ KVF_API kvf_status kvf_cache_stream_wait_pool(kvf_cache *cache, kvf_cache_ticket
 /**
  * Blocks until a put or get completes; then as kvf_wait: per_block (NULL or
  * the call's block count) gets each block's status, the return is KVF_OK
- * or the first failure, and the ticket is retired.
+ * or the first failure, and the ticket is retired. One thread waits for a
+ * ticket: while it does, another thread's wait, poll or wait_pool of the
+ * same ticket returns KVF_ERR_STATE at once, and once the ticket is
+ * retired KVF_ERR_UNKNOWN_TICKET; neither is ever a block's status.
  */
 KVF_API kvf_status kvf_cache_wait(kvf_cache *cache, kvf_cache_ticket ticket, kvf_status *per_block);
 /** As kvf_cache_wait without blocking: KVF_INPROGRESS while it runs. */

@@ -249,12 +249,22 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
                          (unsigned long long)t.id);
     }
     batch *b = *pp;
-    while (b->state != B_DONE) {
-        if (!block) {
-            pthread_mutex_unlock(&e->mu);
-            return KVF_INPROGRESS;
-        }
+    if (b->state != B_DONE && !block) {
+        pthread_mutex_unlock(&e->mu);
+        return KVF_INPROGRESS;
+    }
+    b->waiters++;
+    while (b->state != B_DONE)
         pthread_cond_wait(&e->done_cv, &e->mu);
+    b->waiters--;
+    if (b->retired) {
+        /* another thread's wait or poll retired it meanwhile: its result
+         * went there; this waiter only lets go of the batch */
+        kvf__batch_release(b);
+        pthread_mutex_unlock(&e->mu);
+        return kvf__fail(KVF_ERR_UNKNOWN_TICKET,
+                         "ticket %llu: already retired by a wait or poll on another thread",
+                         (unsigned long long)t.id);
     }
     pp = kvf__ticket_slot(e, t); /* the chain may have changed while waiting */
     kvf_status st = finish_ticket(e, pp, per_move, errors_p);

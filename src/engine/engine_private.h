@@ -177,6 +177,10 @@ struct batch {
     /* its moves' tokens, summed when checked: a group keeps no moves of its
      * own (its parts copy them), so the costs read this instead */
     uint64_t tokens_total;
+    /* threads blocked on it (kvf_wait, kvf_wait_pool, ...): it is not
+     * freed, nor reused by another batch, until the last has looked at it
+     * again, even after another thread retired its ticket. Lock held. */
+    uint32_t waiters;
 };
 
 typedef struct mem_array {

@@ -202,12 +202,19 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
     engine_lock(e);
     batch *b;
     kvf_status st = ticket_batch(e, fn, t, pi, &b);
+    if (!b) {
+        pthread_mutex_unlock(&e->mu);
+        return st;
+    }
+    /* held until this waiter is done with it, whoever retires the ticket
+     * meanwhile: its statuses stay its own */
+    b->waiters++;
     void *mark = NULL;
-    while (b && b->state != B_DONE && !(mark = pool_mark(b, pi)))
+    while (b->state != B_DONE && !(mark = pool_mark(b, pi)))
         pthread_cond_wait(&e->done_cv, &e->mu);
-    if (b && b->state == B_DONE)
+    if (b->state == B_DONE)
         st = known_failure(fn, b, pi);
-    else if (mark && (st = known_failure(fn, b, pi)) == KVF_OK) {
+    else if ((st = known_failure(fn, b, pi)) == KVF_OK) {
         if (stream && e->backend->ops->mark_join) {
             /* under the lock: completion cannot release the mark meanwhile */
             st = e->backend->ops->mark_join(e->backend, mark, stream);
@@ -219,14 +226,16 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
             b->sel->busy--;
             if (st == KVF_OK)
                 st = known_failure(fn, b, pi);
-            if (b->state == B_DONE) {
-                /* completion left the marks (and maybe the batch) to us */
-                kvf__pool_sel_done(e, b);
-                kvf__batch_release(b);
-            }
         }
         if (st != KVF_OK && kvf_last_error()[0] == '\0')
             kvf__fail(st, "%s: ticket %llu: pool %u", fn, (unsigned long long)t.id, pi);
+    }
+    b->waiters--;
+    if (b->state == B_DONE) {
+        /* completion (or a retiring wait) may have left the marks, and the
+         * batch, to this waiter */
+        kvf__pool_sel_done(e, b);
+        kvf__batch_release(b);
     }
     pthread_mutex_unlock(&e->mu);
     return st;
