@@ -740,6 +740,15 @@ KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move
  * writes. A batch that writes some pools of a slot whose last write failed
  * fails with KVF_ERR_LOST (the other pools hold lost data); a secondary
  * slot written in part holds the fewer of the tokens of its writes.
+ *
+ * A secondary slot knows which of its pools have been written. A move that
+ * reads a pool of it never written (a whole kvf_onboard, kvf_demote or a
+ * cache's get of a slot offloaded a layer at a time, not yet every layer;
+ * kvf_onboard_pools of such a pool) fails with KVF_ERR_NOT_FOUND, naming
+ * the slot and the pool, and writes nothing: no block is ever served,
+ * demoted or stored in part. Once every pool has been written, by any
+ * mix of batches, the slot holds a whole block. A pool written by a move
+ * that failed leaves the slot KVF_ERR_LOST until it is written whole.
  */
 KVF_API kvf_status kvf_onboard_pools(kvf_engine *engine, kvf_tier from, const uint32_t *pools,
                                      size_t n_pools, const kvf_move *moves, size_t n,

@@ -115,8 +115,11 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
                              i, (unsigned long long)mv->dst);
         if (reads_secondary) {
             uint32_t have = e->sec_tokens[mv->src], want = eff_tokens(e, mv->tokens);
-            if (have < want) {
-                status[i] = have == 0 ? KVF_ERR_NOT_FOUND : KVF_ERR_RANGE;
+            if (have == 0 || sec_unwritten(e, b, mv->src) != UINT32_MAX) {
+                status[i] = KVF_ERR_NOT_FOUND;
+                short_reads++;
+            } else if (have < want) {
+                status[i] = KVF_ERR_RANGE;
                 short_reads++;
             }
         }
@@ -159,9 +162,16 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
             continue;
         short_reads--;
         char msg[160];
-        if (status[i] == KVF_ERR_NOT_FOUND)
+        uint32_t p = status[i] == KVF_ERR_NOT_FOUND ? sec_unwritten(e, b, moves[i].src) : 0;
+        if (status[i] == KVF_ERR_NOT_FOUND && e->sec_pools[moves[i].src] == 0)
             snprintf(msg, sizeof msg, "%s: secondary slot %llu holds no block", kvf__op_names[kind],
                      (unsigned long long)moves[i].src);
+        else if (status[i] == KVF_ERR_NOT_FOUND)
+            snprintf(msg, sizeof msg,
+                     "%s: secondary slot %llu: pool %u was never written (%u of %u pools were): "
+                     "no whole block",
+                     kvf__op_names[kind], (unsigned long long)moves[i].src, p,
+                     e->sec_pools[moves[i].src], e->npools);
         else
             snprintf(msg, sizeof msg, "%s: secondary slot %llu holds %u tokens, %u asked",
                      kvf__op_names[kind], (unsigned long long)moves[i].src,

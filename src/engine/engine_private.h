@@ -271,7 +271,14 @@ struct kvf_engine {
 
     hazard *hz_primary, *hz_secondary;
     uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
-    engine_tier tiers[2]; /* SP_FILE, SP_REMOTE: see tier_of */
+    /* pools of a secondary slot that a queued write has written, npools
+     * once every one has been (a whole write); and, from the first write
+     * of some pools (kvf_offload_pools), one bit per slot and pool for the
+     * slots short of npools (sec_bit). A read of a pool never written
+     * finds no block: a slot is never served in part. */
+    uint32_t *sec_pools;
+    uint8_t *sec_pool_bits;
+    engine_tier tiers[2];                    /* SP_FILE, SP_REMOTE: see tier_of */
     uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see kvf__check_moves */
 
     bool file_enabled;
@@ -634,6 +641,36 @@ static inline batch *pending_batch(const kvf_engine *e, uint64_t id)
         return NULL;
     batch *b = e->live[id & (e->live_cap - 1)];
     return b && b->id == id ? b : NULL;
+}
+
+/* Bit (slot s, pool p) of e->sec_pool_bits. */
+static inline size_t sec_bit(const kvf_engine *e, uint64_t s, uint32_t p)
+{
+    return (size_t)s * e->npools + p;
+}
+
+static inline bool sec_pool_written(const kvf_engine *e, uint64_t s, uint32_t p)
+{
+    if (e->sec_pools[s] == e->npools)
+        return true;
+    size_t bit = sec_bit(e, s, p);
+    return e->sec_pool_bits && (e->sec_pool_bits[bit / 8] >> (bit % 8) & 1u);
+}
+
+/* The first pool of secondary slot s that batch b's move reads and no
+ * write has written, or UINT32_MAX: every one it reads was written. */
+static inline uint32_t sec_unwritten(const kvf_engine *e, const batch *b, uint64_t s)
+{
+    if (e->sec_pools[s] == e->npools)
+        return UINT32_MAX;
+    bool some = b->sel && !b->sel->whole;
+    uint32_t n = some ? b->sel->n : e->npools;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t p = some ? b->sel->order[k] : k;
+        if (!sec_pool_written(e, s, p))
+            return p;
+    }
+    return UINT32_MAX;
 }
 
 /* The failed write a slot's data comes from, 0 if it is good: a failure

@@ -83,6 +83,15 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
                          "(offload the pools to the host tier, then the whole block)",
                          fn, n_pools, e->npools, ws == SP_FILE ? "disk" : "remote");
     }
+    if (!s->whole && ws == SP_SECONDARY && !e->sec_pool_bits && e->secondary_slots) {
+        /* which pools of each slot were written, from the first write of
+         * some of them (sec_pools) */
+        size_t bits = (size_t)e->secondary_slots * e->npools;
+        if (!(e->sec_pool_bits = calloc((bits + 7) / 8, 1))) {
+            kvf__pool_sel_free(e, s);
+            return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the secondary slots' pools", fn);
+        }
+    }
     *sel_p = s;
     return KVF_OK;
 }
