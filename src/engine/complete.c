@@ -173,10 +173,11 @@ void kvf__fail_lost_dest(batch *b, size_t i)
 {
     char dst[48];
     name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst);
-    kvf__move_failed(b, i, KVF_ERR_LOST,
-                     "%s: %s: the move of batch %llu that wrote it failed, and this one writes "
-                     "only %u of its pools",
-                     kvf__op_names[b->kind], dst, (unsigned long long)b->dst_dep[i], b->sel->n);
+    kvf__move_failed_dest(
+        b, i, KVF_ERR_LOST,
+        "%s: %s: the move of batch %llu that wrote it failed, and this one writes "
+        "only %u of its pools",
+        kvf__op_names[b->kind], dst, (unsigned long long)b->dst_dep[i], b->sel->n);
 }
 
 /* A move whose copy between slots failed, as `why` says. */

@@ -370,6 +370,10 @@ KVF_INTERNAL void kvf__batch_release(batch *b);
 KVF_INTERNAL void kvf__push_error(batch *b, kvf__move_error *r);
 KVF_INTERNAL void kvf__move_failed(batch *b, size_t i, kvf_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* As kvf__move_failed, for a failure about the move's destination, not
+ * what it reads (kvf__move_error.about_dest). */
+KVF_INTERNAL void kvf__move_failed_dest(batch *b, size_t i, kvf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 KVF_INTERNAL kvf__move_error *kvf__collect_errors(batch *b, size_t failed);
 
 /* check.c */
