@@ -96,7 +96,10 @@ typedef enum kvf_status {
     KVF_ERR_TIMEOUT = -41, /* a remote store did not answer in time */
 
     /* data integrity: kvferry refuses to hand back these bytes */
-    KVF_ERR_CORRUPT = -50,  /* a stored block fails its header or checksum */
+    /* a stored block fails its header or checksum; a file is read again
+     * (up to three times) before this is given, as another process
+     * rewriting the namespace can leave a read half of a rewrite */
+    KVF_ERR_CORRUPT = -50,
     KVF_ERR_MISMATCH = -51, /* a stored block has another layout or namespace */
     KVF_ERR_LOST = -52      /* the move this one depends on failed, or the
                                file key's last write (see kvf_offload) */
