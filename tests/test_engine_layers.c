@@ -133,7 +133,9 @@ static bool on_disk(fixture *f, uint64_t key)
 static int test_never_written_pools(void)
 {
     fixture f;
+    fx_remote = "mem://never-written-pools";
     CHECK(fx_init(&f, true, 8) == 0);
+    fx_remote = NULL;
     fill_block(&f, 0, 21);
     kvf_move m = {0, 3, 0};
     kvf_ticket t;
@@ -159,6 +161,12 @@ static int test_never_written_pools(void)
     m = (kvf_move){0x300, 1, 0};
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    m = (kvf_move){3, 0x301, 0};
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    m = (kvf_move){0x301, 1, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
     /* the pool written reads back alone, byte for byte (into a slot
      * whose last write did not fail: primary slot 1's did) */
     poison_block(&f, 4);
@@ -181,6 +189,14 @@ static int test_never_written_pools(void)
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK(on_disk(&f, 0x300));
+    m = (kvf_move){3, 0x301, 0};
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    poison_block(&f, 5);
+    m = (kvf_move){0x301, 5, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK(expect_block(&f, 5, 21, 0) == 0);
     poison_block(&f, 1);
     m = (kvf_move){3, 1, 0};
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &m, 1, &t), KVF_OK);
