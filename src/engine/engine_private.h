@@ -201,6 +201,17 @@ typedef struct pool {
     bool has_secondary;
 } pool;
 
+/* What a secondary slot will hold once the writes queued there land. */
+typedef struct sec_slot {
+    uint32_t tokens;
+    /* its pools written, npools once every one has been (a whole write);
+     * from the first write of some pools (kvf_offload_pools),
+     * e->sec_pool_bits has a bit per slot and pool for the slots short of
+     * npools (sec_bit). A read of a pool never written finds no block: a
+     * slot is never served in part. */
+    uint32_t pools;
+} sec_slot;
+
 typedef struct worker {
     kvf_engine *engine;
     pthread_t thread;
@@ -270,15 +281,9 @@ struct kvf_engine {
     size_t all_block_bytes;                  /* one block of every pool */
 
     hazard *hz_primary, *hz_secondary;
-    uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
-    /* pools of a secondary slot that a queued write has written, npools
-     * once every one has been (a whole write); and, from the first write
-     * of some pools (kvf_offload_pools), one bit per slot and pool for the
-     * slots short of npools (sec_bit). A read of a pool never written
-     * finds no block: a slot is never served in part. */
-    uint32_t *sec_pools;
-    uint8_t *sec_pool_bits;
-    engine_tier tiers[2];                    /* SP_FILE, SP_REMOTE: see tier_of */
+    sec_slot *sec;          /* per secondary slot, what queued writes leave there */
+    uint8_t *sec_pool_bits; /* see sec_slot.pools */
+    engine_tier tiers[2];   /* SP_FILE, SP_REMOTE: see tier_of */
     uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see kvf__check_moves */
 
     bool file_enabled;
@@ -620,7 +625,7 @@ move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, si
         hazard_prefetch(e, rs, m->src);
         hazard_prefetch(e, ws, m->dst);
         if (ws == SP_SECONDARY)
-            __builtin_prefetch(&e->sec_tokens[m->dst]);
+            __builtin_prefetch(&e->sec[m->dst].tokens);
     }
 }
 
@@ -655,7 +660,7 @@ static inline size_t sec_bit(const kvf_engine *e, uint64_t s, uint32_t p)
 
 static inline bool sec_pool_written(const kvf_engine *e, uint64_t s, uint32_t p)
 {
-    if (e->sec_pools[s] == e->npools)
+    if (e->sec[s].pools == e->npools)
         return true;
     size_t bit = sec_bit(e, s, p);
     return e->sec_pool_bits && (e->sec_pool_bits[bit / 8] >> (bit % 8) & 1u);
@@ -665,7 +670,7 @@ static inline bool sec_pool_written(const kvf_engine *e, uint64_t s, uint32_t p)
  * write has written, or UINT32_MAX: every one it reads was written. */
 static inline uint32_t sec_unwritten(const kvf_engine *e, const batch *b, uint64_t s)
 {
-    if (e->sec_pools[s] == e->npools)
+    if (e->sec[s].pools == e->npools)
         return UINT32_MAX;
     bool some = b->sel && !b->sel->whole;
     uint32_t n = some ? b->sel->n : e->npools;

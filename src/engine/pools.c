@@ -85,7 +85,7 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
     }
     if (!s->whole && ws == SP_SECONDARY && !e->sec_pool_bits && e->secondary_slots) {
         /* which pools of each slot were written, from the first write of
-         * some of them (sec_pools) */
+         * some of them (sec_slot.pools) */
         size_t bits = (size_t)e->secondary_slots * e->npools;
         if (!(e->sec_pool_bits = calloc((bits + 7) / 8, 1))) {
             kvf__pool_sel_free(e, s);
