@@ -229,7 +229,7 @@ static int test_pool_of_failed_write(void)
     m = (kvf_move){6, 1, 0};
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){2}, 1, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_LOST);
-    CHECK(strstr(kvf_last_error(), "secondary slot 6") != NULL);
+    CHECK(strstr(kvf_last_error(), "secondary slot 6, pool 2: the move of batch") != NULL);
     m = (kvf_move){6, 0x600, 0};
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK(kvf_wait(f.e, t, NULL) != KVF_OK);

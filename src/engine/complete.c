@@ -70,6 +70,9 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
             }
         } else if (failed) {
             hazard_of(e, ws, mv->dst, false)->poison = b->id;
+            if (ws == SP_SECONDARY)
+                e->sec[mv->dst].lost_pool =
+                    b->sel && !b->sel->whole ? b->sel->order[0] : UINT32_MAX;
         }
         if (failed && !b->ticketed && !(b->group && b->group->ticketed))
             KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu): %s", kvf__op_names[b->kind],
@@ -163,10 +166,18 @@ static void name_place(char *out, size_t cap, space sp, uint64_t v)
 /* A move whose source a failed move was to write (kvf__source_lost). */
 void kvf__fail_lost_source(batch *b, size_t i)
 {
-    char src[48];
-    name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src);
-    kvf__move_failed(b, i, KVF_ERR_LOST, "%s: %s: the move of batch %llu that wrote it failed",
-                     kvf__op_names[b->kind], src, (unsigned long long)b->src_dep[i]);
+    char src[48], which[32] = "";
+    space rs = kind_reads(b->kind);
+    name_place(src, sizeof src, rs, b->moves[i].src);
+    if (rs == SP_SECONDARY) {
+        uint32_t p = b->engine->sec[b->moves[i].src].lost_pool;
+        if (p == UINT32_MAX)
+            snprintf(which, sizeof which, ", every pool");
+        else
+            snprintf(which, sizeof which, ", pool %u", p);
+    }
+    kvf__move_failed(b, i, KVF_ERR_LOST, "%s: %s%s: the move of batch %llu that wrote it failed",
+                     kvf__op_names[b->kind], src, which, (unsigned long long)b->src_dep[i]);
 }
 
 void kvf__fail_lost_dest(batch *b, size_t i)

@@ -210,6 +210,9 @@ typedef struct sec_slot {
      * npools (sec_bit). A read of a pool never written finds no block: a
      * slot is never served in part. */
     uint32_t pools;
+    /* the first pool the last failed write here moved (UINT32_MAX: every
+     * pool), for the messages of the reads it fails; e->mu guards it */
+    uint32_t lost_pool;
 } sec_slot;
 
 typedef struct worker {
