@@ -67,6 +67,9 @@ typedef enum kvf_status {
     KVF_ERR_RANGE = -2,       /* slot, pool, token count or size out of range */
     KVF_ERR_UNSUPPORTED = -3, /* valid, but this build or backend cannot do it */
     KVF_ERR_STATE = -4,       /* not now: e.g. a pool added after transfers */
+    /* a ticket never issued, or already retired: waited or polled to
+     * completion, by this thread or by another one racing it. Never a
+     * move's status, so a waiter told it knows the result went elsewhere */
     KVF_ERR_UNKNOWN_TICKET = -5,
 
     /* memory and the process's other resources */
@@ -93,7 +96,10 @@ typedef enum kvf_status {
     KVF_ERR_TIMEOUT = -41, /* a remote store did not answer in time */
 
     /* data integrity: kvferry refuses to hand back these bytes */
-    KVF_ERR_CORRUPT = -50,  /* a stored block fails its header or checksum */
+    /* a stored block fails its header or checksum; a file is read again
+     * (up to three times) before this is given, as another process
+     * rewriting the namespace can leave a read half of a rewrite */
+    KVF_ERR_CORRUPT = -50,
     KVF_ERR_MISMATCH = -51, /* a stored block has another layout or namespace */
     KVF_ERR_LOST = -52      /* the move this one depends on failed, or the
                                file key's last write (see kvf_offload) */
@@ -736,12 +742,25 @@ KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move
  * @param pools, n_pools  distinct pool indices (KVF_ERR_RANGE for an
  *        index past the engine's pools, KVF_ERR_INVALID for one listed
  *        twice or n_pools 0); NULL with n_pools 0: every pool, in order.
+ *        The count is checked first: of a list longer than the pool
+ *        count only the first pool count + 1 entries are read (one of
+ *        them then repeats, KVF_ERR_INVALID, or is out of range), and
+ *        nothing is allocated for it, whatever n_pools says.
  *
  * Hazards stay per slot: batches over different pools of one slot still
  * run one after the other where one writes what the other reads or
  * writes. A batch that writes some pools of a slot whose last write failed
  * fails with KVF_ERR_LOST (the other pools hold lost data); a secondary
  * slot written in part holds the fewer of the tokens of its writes.
+ *
+ * A secondary slot knows which of its pools have been written. A move that
+ * reads a pool of it never written (a whole kvf_onboard, kvf_demote or a
+ * cache's get of a slot offloaded a layer at a time, not yet every layer;
+ * kvf_onboard_pools of such a pool) fails with KVF_ERR_NOT_FOUND, naming
+ * the slot and the pool, and writes nothing: no block is ever served,
+ * demoted or stored in part. Once every pool has been written, by any
+ * mix of batches, the slot holds a whole block. A pool written by a move
+ * that failed leaves the slot KVF_ERR_LOST until it is written whole.
  */
 KVF_API kvf_status kvf_onboard_pools(kvf_engine *engine, kvf_tier from, const uint32_t *pools,
                                      size_t n_pools, const kvf_move *moves, size_t n,
@@ -759,7 +778,11 @@ KVF_API kvf_status kvf_offload_pools(kvf_engine *engine, void *stream, kvf_tier 
  * @return KVF_OK: the pool's bytes of every move are in place; the
  *         status of a move of the batch that already failed (its other
  *         moves may have arrived: kvf_wait tells which); KVF_ERR_RANGE
- *         for a pool the batch does not move; KVF_ERR_UNKNOWN_TICKET.
+ *         for a pool the batch does not move; KVF_ERR_UNKNOWN_TICKET for
+ *         a ticket retired before this call. Safe from several threads,
+ *         beside a kvf_wait or kvf_poll of the same ticket: a call that
+ *         found the ticket answers for that batch even when another
+ *         thread retires it meanwhile.
  */
 KVF_API kvf_status kvf_wait_pool(kvf_engine *engine, kvf_ticket ticket, uint32_t pool);
 
@@ -821,7 +844,10 @@ KVF_API kvf_status kvf_poll(kvf_engine *engine, kvf_ticket ticket, kvf_status *p
 
 /** Blocks until a batch has completed; then as kvf_poll. A failed batch
  *  leaves kvf_last_error() naming its first failed move and that move's
- *  message (as kvf_move_error gives it). */
+ *  message (as kvf_move_error gives it). Several threads may wait for or
+ *  poll one ticket at once: exactly one of them retires it and gets its
+ *  result; each of the others gets KVF_ERR_UNKNOWN_TICKET ("already
+ *  retired"), never another batch's status. */
 KVF_API kvf_status kvf_wait(kvf_engine *engine, kvf_ticket ticket, kvf_status *per_move);
 
 /** Bytes of kvf_move_error.message, its NUL included. */
@@ -1213,7 +1239,10 @@ KVF_API kvf_status kvf_cache_stream_wait_pool(kvf_cache *cache, kvf_cache_ticket
 /**
  * Blocks until a put or get completes; then as kvf_wait: per_block (NULL or
  * the call's block count) gets each block's status, the return is KVF_OK
- * or the first failure, and the ticket is retired.
+ * or the first failure, and the ticket is retired. One thread waits for a
+ * ticket: while it does, another thread's wait, poll or wait_pool of the
+ * same ticket returns KVF_ERR_STATE at once, and once the ticket is
+ * retired KVF_ERR_UNKNOWN_TICKET; neither is ever a block's status.
  */
 KVF_API kvf_status kvf_cache_wait(kvf_cache *cache, kvf_cache_ticket ticket, kvf_status *per_block);
 /** As kvf_cache_wait without blocking: KVF_INPROGRESS while it runs. */

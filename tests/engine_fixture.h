@@ -35,6 +35,10 @@ static const kvf_geometry G_REF = {2, 2, 2, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HE
 static const kvf_geometry G_TOK = {1, 1, 4, 16, 8, KVF_DTYPE_BF16, KVF_ORDER_TOKEN_MAJOR};
 static const kvf_geometry G_I4 = {3, 2, 1, 16, 6, KVF_DTYPE_INT4, KVF_ORDER_HEAD_MAJOR};
 
+/* The remote tier of the engines fx_open opens next (NULL: none), e.g.
+ * "mem://name". */
+static const char *fx_remote;
+
 static inline int fx_open(fixture *f, const char *dir, const char *ns, uint32_t threads)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
@@ -42,6 +46,7 @@ static inline int fx_open(fixture *f, const char *dir, const char *ns, uint32_t 
     cfg.threads = threads;
     cfg.file.dir = dir;
     cfg.file.namespace_ = ns;
+    cfg.remote.url = fx_remote;
     CHECK_STATUS(kvf_engine_create(&cfg, &f->e), KVF_OK);
     CHECK(kvf_engine_backend(f->e) == KVF_BACKEND_HOST);
     for (uint32_t p = 0; p < f->pools; p++) {

@@ -6,6 +6,8 @@
  */
 #include "cache_fixture.h"
 
+#include <stdatomic.h>
+
 static int pool_is(fixture *f, int p, uint32_t slot, kvf_key key, bool moved)
 {
     uint8_t *want = malloc(f->bytes[p]);
@@ -75,12 +77,75 @@ static int test_get_one_pool(void)
     CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1, 1}, 2, &t),
                  KVF_ERR_INVALID);
     CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, NULL, 0, &t), KVF_ERR_INVALID);
+    /* longer than the pool count: a pool listed twice, whatever the length */
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){0, 1, 0}, 3, &t),
+                 KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "pool 0 listed twice") != NULL);
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1, 1}, SIZE_MAX, &t),
+                 KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, 12, (uint32_t[]){1, 0, 4}, SIZE_MAX, &t),
+                 KVF_ERR_RANGE);
     CHECK(t.id == 0);
+    fx_done(&f);
+    return 0;
+}
+
+/* Copies into pool 0 of one primary slot fail. */
+static _Atomic(uint8_t *) fail_dst;
+static kvf_status fail_into(const kvf__copy *cp)
+{
+    return cp->dst == atomic_load(&fail_dst) ? KVF_ERR_IO : KVF_OK;
+}
+
+/* A layer-wise get into a primary slot whose last write failed is lost
+ * for that slot (its other pools hold the failed write's leftovers): a
+ * verdict on the destination, not on the block, which stays cached and
+ * is got whole into the slot afterwards. */
+static int test_get_into_lost_slot(bool disk)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host.blocks = disk ? 1 : 4;
+    cc.disk.blocks = disk ? 8 : 0;
+    CHECK(fx_init(&f, 16, 4, disk, &cc) == 0);
+    kvf_key keys[2] = {0x700, 0x701};
+    fill(&f, 0, keys[0]);
+    fill(&f, 1, keys[1]);
+    CHECK_STATUS(put1(&f, keys[0], 0, 50), KVF_OK);
+    CHECK_STATUS(put1(&f, keys[1], 1, 50), KVF_OK);
+    kvf_key key = keys[0];
+    int tier = tier_of(&f, key);
+    CHECK(tier == (disk ? KVF_TIER_DISK : KVF_TIER_HOST));
+    /* the caller's slot 9: a whole get into it fails in pool 0 */
+    atomic_store(&fail_dst, prim(&f, 0, 9));
+    kvf__set_copy_hook(fail_into);
+    CHECK_STATUS(get1(&f, key, 9), KVF_ERR_IO);
+    kvf__set_copy_hook(NULL);
+    CHECK(tier_of(&f, key) == tier);
+    /* pool 1 alone into it: lost there, and said so */
+    uint32_t slot = 9;
+    kvf_cache_ticket t;
+    kvf_move_error err[1];
+    size_t n_err = 0;
+    CHECK_STATUS(kvf_cache_get_pools(f.c, &key, &slot, 1, (uint32_t[]){1}, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_errors(f.c, t, NULL, err, 1, &n_err), KVF_ERR_LOST);
+    CHECK(n_err == 1 && strstr(err[0].message, "primary slot 9") != NULL);
+    /* the block stays, whole */
+    CHECK(tier_of(&f, key) == tier);
+    poison(&f, 9);
+    CHECK_STATUS(get1(&f, key, 9), KVF_OK);
+    CHECK(expect(&f, 9, key) == 0);
+    kvf_cache_stats st = KVF_CACHE_STATS_INIT;
+    CHECK_STATUS(kvf_cache_stats_get(f.c, &st), KVF_OK);
+    CHECK(st.failures == 0);
     fx_done(&f);
     return 0;
 }
 
 int main(void)
 {
-    return test_get_one_pool() ? 1 : 0;
+    int fails = test_get_one_pool();
+    fails += test_get_into_lost_slot(false);
+    fails += test_get_into_lost_slot(true);
+    return fails ? 1 : 0;
 }

@@ -118,6 +118,126 @@ static int test_offload_layer_by_layer(void)
     return 0;
 }
 
+/* Whether the disk tier holds a file for `key`. */
+static bool on_disk(fixture *f, uint64_t key)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/test/%016llx.kvf", f->dir, (unsigned long long)key);
+    return access(path, F_OK) == 0;
+}
+
+/* A secondary slot never written, then one pool of it: it holds no whole
+ * block. A whole onboard finds none (the primary slot untouched), nor a
+ * read of a pool never written; a demote stores nothing. The pool written
+ * reads back alone; once every pool is written the block is whole. */
+static int test_never_written_pools(void)
+{
+    fixture f;
+    fx_remote = "mem://never-written-pools";
+    CHECK(fx_init(&f, true, 8) == 0);
+    fx_remote = NULL;
+    fill_block(&f, 0, 21);
+    kvf_move m = {0, 3, 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, (uint32_t[]){0}, 1, &m, 1, &t),
+                 KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    poison_block(&f, 1);
+    m = (kvf_move){3, 1, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    CHECK(strstr(kvf_last_error(), "secondary slot 3: pool 1 was never written (1 of 3") != NULL);
+    for (uint32_t p = 0; p < f.pools; p++)
+        CHECK(expect_pool(&f, p, 1, 21, false) == 0);
+    CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){0, 2}, 2, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    CHECK(strstr(kvf_last_error(), "pool 2 was never written") != NULL);
+    /* nothing partial goes down a tier */
+    m = (kvf_move){3, 0x300, 0};
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    CHECK(strstr(kvf_last_error(), "secondary slot 3: pool 1 was never written") != NULL);
+    CHECK(!on_disk(&f, 0x300));
+    m = (kvf_move){0x300, 1, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    m = (kvf_move){3, 0x301, 0};
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    m = (kvf_move){0x301, 1, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
+    /* the pool written reads back alone, byte for byte (into a slot
+     * whose last write did not fail: primary slot 1's did) */
+    poison_block(&f, 4);
+    m = (kvf_move){3, 4, 0};
+    CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){0}, 1, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK(expect_pool(&f, 0, 4, 21, true) == 0);
+    CHECK(expect_pool(&f, 1, 4, 21, false) == 0);
+    /* the other pools, one batch each (pool 1 twice): then the block is
+     * whole, and goes down and back whole */
+    m = (kvf_move){0, 3, 0};
+    for (uint32_t p = 1; p < f.pools; p++) {
+        CHECK_STATUS(kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, &p, 1, &m, 1, &t), KVF_OK);
+        CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+        CHECK_STATUS(kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, (uint32_t[]){1}, 1, &m, 1, &t),
+                     KVF_OK);
+        CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    }
+    m = (kvf_move){3, 0x300, 0};
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK(on_disk(&f, 0x300));
+    m = (kvf_move){3, 0x301, 0};
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    poison_block(&f, 5);
+    m = (kvf_move){0x301, 5, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK(expect_block(&f, 5, 21, 0) == 0);
+    poison_block(&f, 1);
+    m = (kvf_move){3, 1, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_HOST, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK(expect_block(&f, 1, 21, 0) == 0);
+    poison_block(&f, 2);
+    m = (kvf_move){0x300, 2, 0};
+    CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
+    CHECK(expect_block(&f, 2, 21, 0) == 0);
+    fx_done(&f);
+    return 0;
+}
+
+/* A never-written slot whose one written pool came from a failed move:
+ * lost, for a whole read and a demote alike; nothing stored. */
+static int test_pool_of_failed_write(void)
+{
+    fixture f;
+    CHECK(fx_init(&f, true, 8) == 0);
+    fill_block(&f, 0, 22);
+    fail_dst = slot(&f, 2, KVF_LEVEL_SECONDARY, 6);
+    kvf__set_copy_hook(fail_copy);
+    kvf_move m = {0, 6, 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, (uint32_t[]){2}, 1, &m, 1, &t),
+                 KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_IO);
+    kvf__set_copy_hook(NULL);
+    m = (kvf_move){6, 1, 0};
+    CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){2}, 1, &m, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_LOST);
+    CHECK(strstr(kvf_last_error(), "secondary slot 6, pool 2: the move of batch") != NULL);
+    m = (kvf_move){6, 0x600, 0};
+    CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
+    CHECK(kvf_wait(f.e, t, NULL) != KVF_OK);
+    CHECK(!on_disk(&f, 0x600));
+    fx_done(&f);
+    return 0;
+}
+
 /* The whole list is the whole block, in the caller's order, to any tier. */
 static int test_every_pool_listed(void)
 {
@@ -155,8 +275,25 @@ static int test_bad_pool_lists(void)
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){1}, 0, &m, 1, &t),
                  KVF_ERR_INVALID);
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, NULL, 2, &m, 1, &t), KVF_ERR_INVALID);
+    /* a list longer than the pool count holds a pool twice (or one out of
+     * range): said so, whatever the length claimed, read no further than
+     * the pool count + 1 and allocated for never (SIZE_MAX included) */
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){0, 1, 2, 0}, 4, &m, 1, &t),
-                 KVF_ERR_RANGE);
+                 KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "pools[3]: pool 0 listed twice") != NULL);
+    CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){2, 2}, 5, &m, 1, &t),
+                 KVF_ERR_INVALID);
+    CHECK_STATUS(
+        kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){0, 1, 2, 1}, SIZE_MAX, &m, 1, &t),
+        KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "pools[3]: pool 1 listed twice") != NULL);
+    CHECK_STATUS(
+        kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, (uint32_t[]){1, 0, 2, 9}, SIZE_MAX, &m, 1, &t),
+        KVF_ERR_RANGE);
+    CHECK(strstr(kvf_last_error(), "pools[3]: pool 9 out of range") != NULL);
+    CHECK_STATUS(
+        kvf_offload_pools(f.e, NULL, KVF_TIER_HOST, (uint32_t[]){1, 1}, SIZE_MAX, &m, 1, &t),
+        KVF_ERR_INVALID);
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_GPU, (uint32_t[]){0}, 1, &m, 1, &t),
                  KVF_ERR_INVALID);
     m = (kvf_move){0, 42, 0};
@@ -258,5 +395,7 @@ int main(void)
     fails += test_bad_pool_lists();
     fails += test_partial_write_of_lost_slot();
     fails += test_partial_tokens();
+    fails += test_never_written_pools();
+    fails += test_pool_of_failed_write();
     return fails ? 1 : 0;
 }

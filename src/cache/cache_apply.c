@@ -55,9 +55,29 @@ static void count_remote(kvf_cache *c, const op *o, kvf_status st)
         c->stats.remote_errors++;
 }
 
+/* The cache's one rule for what a failed read says about the block it
+ * read: only evidence about the stored copy itself condemns it, namely a
+ * verdict on its bytes or its presence (kvf__status_condemns_block:
+ * corrupt, another layout, not found, its write lost), reached by the move
+ * that read it. Not evidence: a failure of the process, a disk or a
+ * device; a get the engine refused (it read nothing); a failure about the
+ * get's destination, the caller's slot (why->about_dest: a layer-wise get
+ * into a primary slot whose last write failed). A verdict that may be
+ * transient (a file rewritten in place by another process) is re-read by
+ * the engine before it is reported. `why`: move i's message, or NULL. */
+static bool read_condemns(const op *o, size_t i, kvf_status st, const kvf__move_error *why)
+{
+    if (st == KVF_OK || !kvf__status_condemns_block(st))
+        return false;
+    if (o->kind == OPK_GET && o->ticket.id == 0)
+        return false;
+    return !(why && why->index == i && why->about_dest);
+}
+
 /* Applies move i of a completed op to the entry it was about. `stale`:
  * an acquire from disk's list of files to remove, else NULL. */
-static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st, pending *stale)
+static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st,
+                       const kvf__move_error *why, pending *stale)
 {
     entry *e = kvf__cache_find(c, o->keys[i]);
     if (e && o->kind == OPK_GET && o->tier != KVF_TIER_REMOTE) {
@@ -68,12 +88,10 @@ static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st, pendi
             kvf__cache_lru_append(c, e);
     }
     bool current = e && e->gen == o->gens[i];
-    /* a read that failed for want of a resource, or of a working disk
-     * or device, leaves its block whole where it is; a get the engine
-     * refused read nothing. An acquire from the host tier gave away
-     * the slot it read: its block goes whatever the failure. */
-    bool spared = st != KVF_OK &&
-                  (!kvf__status_condemns_block(st) || (o->kind == OPK_GET && o->ticket.id == 0));
+    /* a read whose failure is no evidence against its block leaves it
+     * whole where it is. An acquire from the host tier gave away the
+     * slot it read: its block goes whatever the failure. */
+    bool spared = st != KVF_OK && !read_condemns(o, i, st, why);
     bool kept = false;
     if (stale) {
         if (current && spared) {
@@ -135,7 +153,7 @@ void kvf__cache_op_apply(kvf_cache *c, op *o, call *k)
                         (unsigned long long)o->keys[i], kvf_last_error());
             continue;
         }
-        apply_move(c, o, i, st, from_file ? &stale : NULL);
+        apply_move(c, o, i, st, why, from_file ? &stale : NULL);
     }
     if (stale.n)
         kvf__cache_background_push(c, kvf__cache_op_submit(c, OPK_REMOVE, KVF_TIER_DISK, &stale));

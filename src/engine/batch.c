@@ -84,7 +84,9 @@ void kvf__batch_free(batch *b)
 /* Frees a batch once nothing refers to it any more. Lock held. */
 void kvf__batch_release(batch *b)
 {
-    /* a pool's waiter may hold it outside the lock (kvf_wait_pool) */
-    if (b->state == B_DONE && (!b->ticketed || b->retired) && !(b->sel && b->sel->busy))
+    /* a pool's waiter may hold it outside the lock (kvf_wait_pool), and
+     * a waiter woken after another thread retired it still reads it */
+    if (b->state == B_DONE && (!b->ticketed || b->retired) && !b->waiters &&
+        !(b->sel && b->sel->busy))
         kvf__batch_free(b);
 }

@@ -114,9 +114,12 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
                              "the batch reads or writes",
                              i, (unsigned long long)mv->dst);
         if (reads_secondary) {
-            uint32_t have = e->sec_tokens[mv->src], want = eff_tokens(e, mv->tokens);
-            if (have < want) {
-                status[i] = have == 0 ? KVF_ERR_NOT_FOUND : KVF_ERR_RANGE;
+            uint32_t have = e->sec[mv->src].tokens, want = eff_tokens(e, mv->tokens);
+            if (have == 0 || sec_unwritten(e, b, mv->src) != UINT32_MAX) {
+                status[i] = KVF_ERR_NOT_FOUND;
+                short_reads++;
+            } else if (have < want) {
+                status[i] = KVF_ERR_RANGE;
                 short_reads++;
             }
         }
@@ -128,7 +131,7 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
             if (cnt)
                 __builtin_prefetch(&cnt[sec < e->secondary_slots ? sec : 0], 1);
             if (reads_secondary)
-                __builtin_prefetch(&e->sec_tokens[ah->src < e->secondary_slots ? ah->src : 0]);
+                __builtin_prefetch(&e->sec[ah->src < e->secondary_slots ? ah->src : 0].tokens);
             if (stamps)
                 __builtin_prefetch(&wm[ah->dst < wslots ? ah->dst : 0], 1);
         }
@@ -159,13 +162,20 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
             continue;
         short_reads--;
         char msg[160];
-        if (status[i] == KVF_ERR_NOT_FOUND)
+        uint32_t p = status[i] == KVF_ERR_NOT_FOUND ? sec_unwritten(e, b, moves[i].src) : 0;
+        if (status[i] == KVF_ERR_NOT_FOUND && e->sec[moves[i].src].pools == 0)
             snprintf(msg, sizeof msg, "%s: secondary slot %llu holds no block", kvf__op_names[kind],
                      (unsigned long long)moves[i].src);
+        else if (status[i] == KVF_ERR_NOT_FOUND)
+            snprintf(msg, sizeof msg,
+                     "%s: secondary slot %llu: pool %u was never written (%u of %u pools were): "
+                     "no whole block",
+                     kvf__op_names[kind], (unsigned long long)moves[i].src, p,
+                     e->sec[moves[i].src].pools, e->npools);
         else
             snprintf(msg, sizeof msg, "%s: secondary slot %llu holds %u tokens, %u asked",
                      kvf__op_names[kind], (unsigned long long)moves[i].src,
-                     e->sec_tokens[moves[i].src], eff_tokens(e, moves[i].tokens));
+                     e->sec[moves[i].src].tokens, eff_tokens(e, moves[i].tokens));
         KVF_LOG(KVF_LOG_WARN, "%s", msg);
         kvf__move_failed(b, i, status[i], "%s", msg);
     }

@@ -70,6 +70,9 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
             }
         } else if (failed) {
             hazard_of(e, ws, mv->dst, false)->poison = b->id;
+            if (ws == SP_SECONDARY)
+                e->sec[mv->dst].lost_pool =
+                    b->sel && !b->sel->whole ? b->sel->order[0] : UINT32_MAX;
         }
         if (failed && !b->ticketed && !(b->group && b->group->ticketed))
             KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu): %s", kvf__op_names[b->kind],
@@ -163,20 +166,29 @@ static void name_place(char *out, size_t cap, space sp, uint64_t v)
 /* A move whose source a failed move was to write (kvf__source_lost). */
 void kvf__fail_lost_source(batch *b, size_t i)
 {
-    char src[48];
-    name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src);
-    kvf__move_failed(b, i, KVF_ERR_LOST, "%s: %s: the move of batch %llu that wrote it failed",
-                     kvf__op_names[b->kind], src, (unsigned long long)b->src_dep[i]);
+    char src[48], which[32] = "";
+    space rs = kind_reads(b->kind);
+    name_place(src, sizeof src, rs, b->moves[i].src);
+    if (rs == SP_SECONDARY) {
+        uint32_t p = b->engine->sec[b->moves[i].src].lost_pool;
+        if (p == UINT32_MAX)
+            snprintf(which, sizeof which, ", every pool");
+        else
+            snprintf(which, sizeof which, ", pool %u", p);
+    }
+    kvf__move_failed(b, i, KVF_ERR_LOST, "%s: %s%s: the move of batch %llu that wrote it failed",
+                     kvf__op_names[b->kind], src, which, (unsigned long long)b->src_dep[i]);
 }
 
 void kvf__fail_lost_dest(batch *b, size_t i)
 {
     char dst[48];
     name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst);
-    kvf__move_failed(b, i, KVF_ERR_LOST,
-                     "%s: %s: the move of batch %llu that wrote it failed, and this one writes "
-                     "only %u of its pools",
-                     kvf__op_names[b->kind], dst, (unsigned long long)b->dst_dep[i], b->sel->n);
+    kvf__move_failed_dest(
+        b, i, KVF_ERR_LOST,
+        "%s: %s: the move of batch %llu that wrote it failed, and this one writes "
+        "only %u of its pools",
+        kvf__op_names[b->kind], dst, (unsigned long long)b->dst_dep[i], b->sel->n);
 }
 
 /* A move whose copy between slots failed, as `why` says. */
@@ -249,12 +261,22 @@ static kvf_status ticket_result(kvf_engine *e, kvf_ticket t, kvf_status *per_mov
                          (unsigned long long)t.id);
     }
     batch *b = *pp;
-    while (b->state != B_DONE) {
-        if (!block) {
-            pthread_mutex_unlock(&e->mu);
-            return KVF_INPROGRESS;
-        }
+    if (b->state != B_DONE && !block) {
+        pthread_mutex_unlock(&e->mu);
+        return KVF_INPROGRESS;
+    }
+    b->waiters++;
+    while (b->state != B_DONE)
         pthread_cond_wait(&e->done_cv, &e->mu);
+    b->waiters--;
+    if (b->retired) {
+        /* another thread's wait or poll retired it meanwhile: its result
+         * went there; this waiter only lets go of the batch */
+        kvf__batch_release(b);
+        pthread_mutex_unlock(&e->mu);
+        return kvf__fail(KVF_ERR_UNKNOWN_TICKET,
+                         "ticket %llu: already retired by a wait or poll on another thread",
+                         (unsigned long long)t.id);
     }
     pp = kvf__ticket_slot(e, t); /* the chain may have changed while waiting */
     kvf_status st = finish_ticket(e, pp, per_move, errors_p);

@@ -396,7 +396,8 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->hz_primary);
     free(e->hz_secondary);
     free(e->live);
-    free(e->sec_tokens);
+    free(e->sec);
+    free(e->sec_pool_bits);
     for (size_t t = 0; t < 2; t++)
         kvf__key_table_free(&e->tiers[t].hazards);
     kvf__store_close(e->remote);

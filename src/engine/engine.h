@@ -39,6 +39,10 @@ typedef struct kvf__move_error {
     struct kvf__move_error *next;
     size_t index;
     kvf_status status;
+    /* the failure is about where the move writes (a slot whose last write
+     * failed, KVF_ERR_LOST), not about what it reads: no evidence against
+     * a stored block it was to read (see kvf__cache's failure rule) */
+    bool about_dest;
     char message[]; /* NUL-terminated, shorter than KVF_MOVE_ERROR_MESSAGE */
 } kvf__move_error;
 /* A record of `message` cut to KVF_MOVE_ERROR_MESSAGE - 1 bytes; NULL when

@@ -174,19 +174,19 @@ kvf_status kvf__freeze(kvf_engine *e)
         sec = 0;
     e->hz_primary = calloc(prim, sizeof *e->hz_primary);
     e->hz_secondary = sec ? calloc(sec, sizeof *e->hz_secondary) : NULL;
-    e->sec_tokens = sec ? calloc(sec, sizeof *e->sec_tokens) : NULL;
+    e->sec = sec ? calloc(sec, sizeof *e->sec) : NULL;
     e->mark_primary = calloc(prim, sizeof *e->mark_primary);
     e->mark_secondary = sec ? calloc(sec, sizeof *e->mark_secondary) : NULL;
     if (!e->hz_primary || !e->mark_primary ||
-        (sec && (!e->hz_secondary || !e->sec_tokens || !e->mark_secondary))) {
+        (sec && (!e->hz_secondary || !e->sec || !e->mark_secondary))) {
         free(gs);
         free(e->hz_primary);
         free(e->hz_secondary);
-        free(e->sec_tokens);
+        free(e->sec);
         free(e->mark_primary);
         free(e->mark_secondary);
         e->hz_primary = e->hz_secondary = NULL;
-        e->sec_tokens = NULL;
+        e->sec = NULL;
         e->mark_primary = e->mark_secondary = NULL;
         return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for hazard tables");
     }

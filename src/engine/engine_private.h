@@ -177,6 +177,10 @@ struct batch {
     /* its moves' tokens, summed when checked: a group keeps no moves of its
      * own (its parts copy them), so the costs read this instead */
     uint64_t tokens_total;
+    /* threads blocked on it (kvf_wait, kvf_wait_pool, ...): it is not
+     * freed, nor reused by another batch, until the last has looked at it
+     * again, even after another thread retired its ticket. Lock held. */
+    uint32_t waiters;
 };
 
 typedef struct mem_array {
@@ -196,6 +200,20 @@ typedef struct pool {
     mem_array primary, secondary;
     bool has_secondary;
 } pool;
+
+/* What a secondary slot will hold once the writes queued there land. */
+typedef struct sec_slot {
+    uint32_t tokens;
+    /* its pools written, npools once every one has been (a whole write);
+     * from the first write of some pools (kvf_offload_pools),
+     * e->sec_pool_bits has a bit per slot and pool for the slots short of
+     * npools (sec_bit). A read of a pool never written finds no block: a
+     * slot is never served in part. */
+    uint32_t pools;
+    /* the first pool the last failed write here moved (UINT32_MAX: every
+     * pool), for the messages of the reads it fails; e->mu guards it */
+    uint32_t lost_pool;
+} sec_slot;
 
 typedef struct worker {
     kvf_engine *engine;
@@ -266,8 +284,9 @@ struct kvf_engine {
     size_t all_block_bytes;                  /* one block of every pool */
 
     hazard *hz_primary, *hz_secondary;
-    uint32_t *sec_tokens; /* tokens a secondary slot will hold once queued writes land */
-    engine_tier tiers[2]; /* SP_FILE, SP_REMOTE: see tier_of */
+    sec_slot *sec;          /* per secondary slot, what queued writes leave there */
+    uint8_t *sec_pool_bits; /* see sec_slot.pools */
+    engine_tier tiers[2];   /* SP_FILE, SP_REMOTE: see tier_of */
     uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see kvf__check_moves */
 
     bool file_enabled;
@@ -358,6 +377,10 @@ KVF_INTERNAL void kvf__batch_release(batch *b);
 /* move_errors.c */
 KVF_INTERNAL void kvf__push_error(batch *b, kvf__move_error *r);
 KVF_INTERNAL void kvf__move_failed(batch *b, size_t i, kvf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* As kvf__move_failed, for a failure about the move's destination, not
+ * what it reads (kvf__move_error.about_dest). */
+KVF_INTERNAL void kvf__move_failed_dest(batch *b, size_t i, kvf_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 KVF_INTERNAL kvf__move_error *kvf__collect_errors(batch *b, size_t failed);
 
@@ -605,7 +628,7 @@ move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, si
         hazard_prefetch(e, rs, m->src);
         hazard_prefetch(e, ws, m->dst);
         if (ws == SP_SECONDARY)
-            __builtin_prefetch(&e->sec_tokens[m->dst]);
+            __builtin_prefetch(&e->sec[m->dst].tokens);
     }
 }
 
@@ -630,6 +653,36 @@ static inline batch *pending_batch(const kvf_engine *e, uint64_t id)
         return NULL;
     batch *b = e->live[id & (e->live_cap - 1)];
     return b && b->id == id ? b : NULL;
+}
+
+/* Bit (slot s, pool p) of e->sec_pool_bits. */
+static inline size_t sec_bit(const kvf_engine *e, uint64_t s, uint32_t p)
+{
+    return (size_t)s * e->npools + p;
+}
+
+static inline bool sec_pool_written(const kvf_engine *e, uint64_t s, uint32_t p)
+{
+    if (e->sec[s].pools == e->npools)
+        return true;
+    size_t bit = sec_bit(e, s, p);
+    return e->sec_pool_bits && (e->sec_pool_bits[bit / 8] >> (bit % 8) & 1u);
+}
+
+/* The first pool of secondary slot s that batch b's move reads and no
+ * write has written, or UINT32_MAX: every one it reads was written. */
+static inline uint32_t sec_unwritten(const kvf_engine *e, const batch *b, uint64_t s)
+{
+    if (e->sec[s].pools == e->npools)
+        return UINT32_MAX;
+    bool some = b->sel && !b->sel->whole;
+    uint32_t n = some ? b->sel->n : e->npools;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t p = some ? b->sel->order[k] : k;
+        if (!sec_pool_written(e, s, p))
+            return p;
+    }
+    return UINT32_MAX;
 }
 
 /* The failed write a slot's data comes from, 0 if it is good: a failure

@@ -197,6 +197,39 @@ static bool retry_resource_failures(const batch *b, size_t first, size_t last)
     return n > 0;
 }
 
+/* Re-reads of a block whose check failed, and the pause before each
+ * after the first. Another process writing the namespace replaces a file
+ * by swapping a new one in, and later writes over the old inode in place
+ * (the store's spares): a read still open on it then sees another
+ * version half written, a checksum or header that fails, while the file
+ * under the key's name is whole. Opened again by name, it reads whole; a
+ * block that fails every time is what the file holds. */
+#define REREADS 3
+#define REREAD_PAUSE_NS 1000000L
+
+/* Settles the reads of first..last-1 that succeeded (KVF_OK) and puts
+ * those whose stored bytes failed their checks back in progress, for a
+ * pass that reads them alone; false when there are none. */
+static bool reread_verdicts(const batch *b, size_t first, size_t last)
+{
+    size_t n = 0;
+    for (size_t i = first; i < last; i++) {
+        kvf_status st = b->status[i];
+        if (st == KVF_INPROGRESS)
+            b->status[i] = KVF_OK;
+        else if (st == KVF_ERR_CORRUPT || st == KVF_ERR_MISMATCH) {
+            b->status[i] = KVF_INPROGRESS;
+            n++;
+        }
+    }
+    if (n)
+        KVF_LOG(KVF_LOG_INFO,
+                "%s: reading %zu blocks again whose check failed (a writer in another process "
+                "may be rewriting their files)",
+                kvf__op_names[b->kind], n);
+    return n > 0;
+}
+
 /* Removes the files of moves first..last-1 through the file store, a
  * slice of blocks per call. */
 static void remove_files(kvf_engine *e, batch *b, size_t first, size_t last)
@@ -261,8 +294,18 @@ static void run_file_moves(worker *w, batch *b, size_t first, size_t last)
         nanosleep(&pause, NULL);
         file_io_pass(w, b, first, last, dev, to_file);
     }
-    if (to_file)
+    if (to_file) {
         drop_failed_files(e, b, first, last);
+        return;
+    }
+    /* a verdict against stored bytes only once they read the same way
+     * again: never on a read that met another writer mid-rewrite */
+    for (int k = 0; k < REREADS && reread_verdicts(b, first, last); k++) {
+        struct timespec pause = {0, REREAD_PAUSE_NS * k * k};
+        if (k)
+            nanosleep(&pause, NULL);
+        file_io_pass(w, b, first, last, dev, to_file);
+    }
 }
 
 /* A chunk of file moves, its time kept for the engine's debug log. */

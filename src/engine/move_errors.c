@@ -15,6 +15,7 @@ kvf__move_error *kvf__move_error_new(size_t index, kvf_status status, const char
     r->next = NULL;
     r->index = index;
     r->status = status;
+    r->about_dest = false;
     memcpy(r->message, message, len);
     r->message[len] = '\0';
     return r;
@@ -57,23 +58,39 @@ void kvf__push_error(batch *b, kvf__move_error *r)
         ;
 }
 
+static void move_failed_v(batch *b, size_t i, kvf_status st, bool about_dest, const char *fmt,
+                          va_list ap)
+{
+    b->status[i] = st;
+    if (!keeps_errors(b))
+        return;
+    char msg[KVF_MOVE_ERROR_MESSAGE];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    kvf__move_error *r = kvf__move_error_new(i, st, msg);
+    if (r) {
+        r->about_dest = about_dest;
+        kvf__push_error(b, r);
+    }
+}
+
 /* Fails move i with `st` and, for a ticket's holder, keeps why (the
  * specific detail: kvf_wait_errors). Called by whoever owns the move's
  * status; a message that finds no memory is replaced by the status's
  * text when the ticket retires. */
 void kvf__move_failed(batch *b, size_t i, kvf_status st, const char *fmt, ...)
 {
-    b->status[i] = st;
-    if (!keeps_errors(b))
-        return;
-    char msg[KVF_MOVE_ERROR_MESSAGE];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    move_failed_v(b, i, st, false, fmt, ap);
     va_end(ap);
-    kvf__move_error *r = kvf__move_error_new(i, st, msg);
-    if (r)
-        kvf__push_error(b, r);
+}
+
+void kvf__move_failed_dest(batch *b, size_t i, kvf_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    move_failed_v(b, i, st, true, fmt, ap);
+    va_end(ap);
 }
 
 static int cmp_error_index(const void *a, const void *b)

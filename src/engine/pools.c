@@ -14,16 +14,17 @@
 #include "engine_private.h"
 
 /* pools[0..n_pools) against the engine's pools, marking each in `in`
- * (e->npools flags, zeroed). */
+ * (e->npools flags, zeroed). Counts first: a list longer than the pool
+ * count is read no further than its first npools + 1 entries, which by
+ * then hold an index out of range or one listed twice (never allocated
+ * for, whatever n_pools claims). */
 static kvf_status pools_mark(const kvf_engine *e, const char *fn, const uint32_t *pools,
                              size_t n_pools, uint8_t *in)
 {
     if (n_pools == 0)
         return kvf__fail(KVF_ERR_INVALID, "%s: n_pools is 0 (NULL pools moves every pool)", fn);
-    if (n_pools > e->npools)
-        return kvf__fail(KVF_ERR_RANGE, "%s: %zu pools listed, the engine has %u", fn, n_pools,
-                         e->npools);
-    for (size_t k = 0; k < n_pools; k++) {
+    size_t scan = n_pools > e->npools ? (size_t)e->npools + 1 : n_pools;
+    for (size_t k = 0; k < scan; k++) {
         uint32_t p = pools[k];
         if (p >= e->npools)
             return kvf__fail(KVF_ERR_RANGE, "%s: pools[%zu]: pool %u out of range (%u pools)", fn,
@@ -55,20 +56,21 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
             return kvf__fail(KVF_ERR_INVALID, "%s: pools is NULL with n_pools = %zu", fn, n_pools);
         return KVF_OK;
     }
+    /* the list is checked before anything is sized by n_pools, which is
+     * then at most the pool count */
     pool_sel *s = calloc(1, sizeof *s);
-    if (s) {
+    if (s)
         s->in = calloc(e->npools ? e->npools : 1, 1);
-        s->order = n_pools ? malloc(n_pools * sizeof *s->order) : NULL;
-        s->marks = n_pools ? calloc(n_pools, sizeof *s->marks) : NULL;
+    kvf_status st = s && s->in ? pools_mark(e, fn, pools, n_pools, s->in) : KVF_ERR_NOMEM;
+    if (st == KVF_OK) {
+        s->order = malloc(n_pools * sizeof *s->order);
+        s->marks = calloc(n_pools, sizeof *s->marks);
+        if (!s->order || !s->marks)
+            st = KVF_ERR_NOMEM;
     }
-    if (!s || !s->in || (n_pools && (!s->order || !s->marks))) {
-        kvf__pool_sel_free(e, s);
-        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool list", fn);
-    }
-    kvf_status st = pools_mark(e, fn, pools, n_pools, s->in);
     if (st != KVF_OK) {
         kvf__pool_sel_free(e, s);
-        return st;
+        return st == KVF_ERR_NOMEM ? kvf__fail(st, "%s: out of memory for the pool list", fn) : st;
     }
     memcpy(s->order, pools, n_pools * sizeof *pools);
     s->n = (uint32_t)n_pools;
@@ -80,6 +82,15 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
                          "%s: %zu of %u pools to the %s tier: a stored block holds every pool "
                          "(offload the pools to the host tier, then the whole block)",
                          fn, n_pools, e->npools, ws == SP_FILE ? "disk" : "remote");
+    }
+    if (!s->whole && ws == SP_SECONDARY && !e->sec_pool_bits && e->secondary_slots) {
+        /* which pools of each slot were written, from the first write of
+         * some of them (sec_slot.pools) */
+        size_t bits = (size_t)e->secondary_slots * e->npools;
+        if (!(e->sec_pool_bits = calloc((bits + 7) / 8, 1))) {
+            kvf__pool_sel_free(e, s);
+            return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the secondary slots' pools", fn);
+        }
     }
     *sel_p = s;
     return KVF_OK;
@@ -200,12 +211,19 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
     engine_lock(e);
     batch *b;
     kvf_status st = ticket_batch(e, fn, t, pi, &b);
+    if (!b) {
+        pthread_mutex_unlock(&e->mu);
+        return st;
+    }
+    /* held until this waiter is done with it, whoever retires the ticket
+     * meanwhile: its statuses stay its own */
+    b->waiters++;
     void *mark = NULL;
-    while (b && b->state != B_DONE && !(mark = pool_mark(b, pi)))
+    while (b->state != B_DONE && !(mark = pool_mark(b, pi)))
         pthread_cond_wait(&e->done_cv, &e->mu);
-    if (b && b->state == B_DONE)
+    if (b->state == B_DONE)
         st = known_failure(fn, b, pi);
-    else if (mark && (st = known_failure(fn, b, pi)) == KVF_OK) {
+    else if ((st = known_failure(fn, b, pi)) == KVF_OK) {
         if (stream && e->backend->ops->mark_join) {
             /* under the lock: completion cannot release the mark meanwhile */
             st = e->backend->ops->mark_join(e->backend, mark, stream);
@@ -217,14 +235,16 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
             b->sel->busy--;
             if (st == KVF_OK)
                 st = known_failure(fn, b, pi);
-            if (b->state == B_DONE) {
-                /* completion left the marks (and maybe the batch) to us */
-                kvf__pool_sel_done(e, b);
-                kvf__batch_release(b);
-            }
         }
         if (st != KVF_OK && kvf_last_error()[0] == '\0')
             kvf__fail(st, "%s: ticket %llu: pool %u", fn, (unsigned long long)t.id, pi);
+    }
+    b->waiters--;
+    if (b->state == B_DONE) {
+        /* completion (or a retiring wait) may have left the marks, and the
+         * batch, to this waiter */
+        kvf__pool_sel_done(e, b);
+        kvf__batch_release(b);
     }
     pthread_mutex_unlock(&e->mu);
     return st;

@@ -50,6 +50,23 @@ void kvf__set_register_hook(kvf__register_hook_fn fn)
     __atomic_store_n(&register_hook, fn, __ATOMIC_RELEASE);
 }
 
+/* The pools batch b writes in secondary slot s are written (sec_slot.pools). */
+static void mark_pools_written(kvf_engine *e, const batch *b, uint64_t s)
+{
+    if (!b->sel || b->sel->whole) {
+        e->sec[s].pools = e->npools;
+        return;
+    }
+    for (uint32_t k = 0; k < b->sel->n && e->sec[s].pools < e->npools; k++) {
+        size_t bit = sec_bit(e, s, b->sel->order[k]);
+        uint8_t m = (uint8_t)(1u << (bit % 8));
+        if (!(e->sec_pool_bits[bit / 8] & m)) {
+            e->sec_pool_bits[bit / 8] |= m;
+            e->sec[s].pools++;
+        }
+    }
+}
+
 /* Registers a checked batch in the hazard tables. Lock held; dropped
  * between slices of moves (only the submitter, holding submit_mu,
  * registers; the caller holds the batch back from starting meanwhile).
@@ -114,8 +131,9 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
         if (ws == SP_SECONDARY) {
             /* a partial write leaves the other pools' tokens as they were:
              * the slot holds the fewer of the two */
-            uint32_t now = eff_tokens(e, mv->tokens), had = e->sec_tokens[mv->dst];
-            e->sec_tokens[mv->dst] = partial && had && had < now ? had : now;
+            uint32_t now = eff_tokens(e, mv->tokens), had = e->sec[mv->dst].tokens;
+            e->sec[mv->dst].tokens = partial && had && had < now ? had : now;
+            mark_pools_written(e, b, mv->dst);
         }
     }
     return KVF_OK;
