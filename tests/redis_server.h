@@ -11,7 +11,7 @@
 #ifndef KVF_TEST_REDIS_SERVER_H
 #define KVF_TEST_REDIS_SERVER_H
 
-#include "remote.h"
+#include "redis.h"
 #include "testutil.h"
 
 #include <fcntl.h>
@@ -49,7 +49,7 @@ static inline bool redis_tool_found(const char *name)
 
 static inline void redis_skip_unless_installed(void)
 {
-    if (!kvf__remote_built())
+    if (!kvf__redis_built())
         TEST_SKIP_ALL("built without hiredis");
     if (!redis_tool_found("redis-server") || !redis_tool_found("redis-cli"))
         TEST_SKIP_ALL("redis-server / redis-cli not installed");

@@ -75,7 +75,7 @@ static bool intact_file(const uint8_t *data, size_t size, uint64_t key)
     return true;
 }
 
-/* The checks a Redis value goes through (remote_redis.c take_value). */
+/* The checks a Redis value goes through (redis_client.c take_value). */
 static void check_value(const uint8_t *data, size_t size)
 {
     if (size < HDR)

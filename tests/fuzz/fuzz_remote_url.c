@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Fuzz target: the remote tier's URL parser (src/store/redis/remote_url.c), the one
+/* Fuzz target: the remote tier's URL parser (src/store/redis/redis_url.c), the one
  * parser that takes text from the environment ($KVF_REMOTE_URL) and the
  * command line. Properties: a URL taken describes servers that can be
  * connected to, and no message repeats the password. */
 #include "common.h"
 #include "fuzz.h"
-#include "remote.h"
+#include "redis.h"
 
 #include <string.h>
 
@@ -48,17 +48,17 @@ static void check_no_password(const char *url, size_t size)
     char pass[256];
     char *rest = malloc(size + 1), *msg = strdup(kvf_last_error());
     if (rest && msg && password_of(url, pass, sizeof pass, rest) && strstr(msg, pass)) {
-        kvf__remote_url u;
-        kvf__remote_url_parse(rest, &u);
+        kvf__redis_url u;
+        kvf__redis_url_parse(rest, &u);
         FUZZ_CHECK(strstr(kvf_last_error(), pass) != NULL);
     }
     free(rest);
     free(msg);
 }
 
-static void check_taken(const kvf__remote_url *u)
+static void check_taken(const kvf__redis_url *u)
 {
-    FUZZ_CHECK(u->seeds >= 1 && u->seeds <= KVF_REMOTE_MAX_SEEDS);
+    FUZZ_CHECK(u->seeds >= 1 && u->seeds <= KVF_REDIS_MAX_SEEDS);
     FUZZ_CHECK(u->cluster || u->seeds == 1);
     FUZZ_CHECK(!u->cluster || u->db == 0);
     FUZZ_CHECK(memchr(u->user, '\0', sizeof u->user) && memchr(u->pass, '\0', sizeof u->pass));
@@ -76,9 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(url, data, size);
     url[size] = '\0';
-    kvf__remote_url u;
+    kvf__redis_url u;
     memset(&u, 0xa5, sizeof u); /* poisoned: a failed parse must leave it alone */
-    kvf_status st = kvf__remote_url_parse(url, &u);
+    kvf_status st = kvf__redis_url_parse(url, &u);
     if (st == KVF_OK) {
         check_taken(&u);
     } else {

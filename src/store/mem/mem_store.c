@@ -52,7 +52,7 @@ static bool name_valid(const char *n)
     return true;
 }
 
-kvf_status kvf__mem_store_check_url(const char *url)
+static kvf_status mem_check_url(const char *url)
 {
     if (!url || strncmp(url, "mem://", 6) != 0 || !name_valid(url + 6))
         return kvf__fail(KVF_ERR_INVALID,
@@ -307,9 +307,9 @@ static const kvf__store_ops mem_ops = {
     .close = mem_close,
 };
 
-kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_p)
+static kvf_status mem_open(const kvf__store_config *cfg, kvf__store **store_p)
 {
-    kvf_status st = kvf__mem_store_check_url(cfg->url);
+    kvf_status st = mem_check_url(cfg->url);
     if (st != KVF_OK)
         return st;
     if (!cfg->ns || !kvf__ns_valid(cfg->ns))
@@ -334,6 +334,22 @@ kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_
     *store_p = &s->base;
     return KVF_OK;
 }
+
+static void mem_describe(char *line, size_t cap)
+{
+    snprintf(line, cap, "blocks in this process's memory, for tests (mem://NAME)");
+}
+
+static const char *const mem_schemes[] = {"mem", NULL};
+
+const kvf__store_kind kvf__mem_store_kind = {
+    .name = "mem",
+    .schemes = mem_schemes,
+    .remote = true,
+    .describe = mem_describe,
+    .check_url = mem_check_url,
+    .open = mem_open,
+};
 
 kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key, size_t offset,
                                uint8_t mask)

@@ -167,7 +167,7 @@ kvf_status kvf__redis_topology_refresh(kvf__redis_topology *t, kvf__redis_node *
     return st;
 }
 
-kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__remote_url *u,
+kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__redis_url *u,
                                     const kvf__redis_opts *opts)
 {
     memset(t, 0, sizeof *t);

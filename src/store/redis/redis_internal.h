@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Shared by the Redis client's files: redis_node.c (connections to one
- * node), redis_cluster.c (hash slots and the slot map) and remote_redis.c
+ * node), redis_cluster.c (hash slots and the slot map) and redis_client.c
  * (the remote tier's batch calls). Built only with hiredis.
  */
 #ifndef KVF_REDIS_INTERNAL_H
 #define KVF_REDIS_INTERNAL_H
 
 #include "common.h"
-#include "remote.h"
+#include "redis.h"
 
 #include <hiredis/hiredis.h>
 #include <sys/uio.h>
@@ -60,15 +60,11 @@ KVF_INTERNAL kvf_status kvf__redis_node_check_down(kvf__redis_node *node);
 /* Gives a connection back; `broken` (an error or a timeout left it in an
  * unknown state) closes it. */
 KVF_INTERNAL void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken);
-/* Writes every byte of iov[0..n) to a socket (the array is consumed),
- * waiting for room no later than `deadline_ns` (kvf__now_ns time; 0: no
- * limit). 0, or -1 with errno set (ETIMEDOUT: the deadline passed). */
-KVF_INTERNAL int kvf__redis_send_all(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns);
 /* The pipeline calls below end by `deadline_ns` (kvf__now_ns time; 0: the
  * configured timeout from the call), however the node paces its bytes:
  * KVF_ERR_TIMEOUT then, and the connection is out of step (release it
  * broken). */
-/* kvf__redis_send_all on a connection, failures named after the node. */
+/* kvf__send_all on a connection, failures named after the node. */
 KVF_INTERNAL kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c,
                                              struct iovec *iov, size_t n, uint64_t deadline_ns);
 /* The next reply; the caller frees it with freeReplyObject. */
@@ -111,7 +107,7 @@ typedef struct kvf__redis_topology {
 /* Seeds from the URL; a cluster's slot map read from the first seed that
  * answers CLUSTER SLOTS. A single server is connected once, to check it
  * answers and the credentials. */
-KVF_INTERNAL kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__remote_url *u,
+KVF_INTERNAL kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__redis_url *u,
                                                  const kvf__redis_opts *opts);
 KVF_INTERNAL void kvf__redis_topology_fini(kvf__redis_topology *t);
 /* The node for a slot: the owner, or (slot unknown) a node that serves

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The remote tier's URLs (see remote.h): built with or without hiredis. */
-#include "remote.h"
+/* The Redis store's URLs (redis_url.h): built with or without hiredis. */
+#include "redis_url.h"
 #include "status.h"
 
 #include <stdio.h>
@@ -61,7 +61,7 @@ static int parse_number(const char *s, size_t n, unsigned long max, unsigned lon
 }
 
 /* One "host[:port]" or "[v6]:port" of s[0..n) into seed i. */
-static kvf_status parse_host_port(const char *s, size_t n, kvf__remote_url *u, size_t i)
+static kvf_status parse_host_port(const char *s, size_t n, kvf__redis_url *u, size_t i)
 {
     const char *host = s, *port = NULL;
     size_t host_len = n, port_len = 0;
@@ -98,7 +98,7 @@ static kvf_status parse_host_port(const char *s, size_t n, kvf__remote_url *u, s
 }
 
 /* "user[:pass]" of s[0..n). */
-static kvf_status parse_userinfo(const char *s, size_t n, kvf__remote_url *u)
+static kvf_status parse_userinfo(const char *s, size_t n, kvf__redis_url *u)
 {
     const char *colon = memchr(s, ':', n);
     size_t user_len = colon ? (size_t)(colon - s) : n;
@@ -116,11 +116,11 @@ static kvf_status parse_userinfo(const char *s, size_t n, kvf__remote_url *u)
     return KVF_OK;
 }
 
-kvf_status kvf__remote_url_parse(const char *url, kvf__remote_url *out)
+kvf_status kvf__redis_url_parse(const char *url, kvf__redis_url *out)
 {
     if (!url || !out)
         return kvf__fail(KVF_ERR_INVALID, "remote url: NULL");
-    kvf__remote_url u;
+    kvf__redis_url u;
     memset(&u, 0, sizeof u);
     const char *p;
     if (strncmp(url, "redis://", 8) == 0) {
@@ -153,9 +153,9 @@ kvf_status kvf__remote_url_parse(const char *url, kvf__remote_url *out)
     while (p < hosts_end) {
         const char *comma = memchr(p, ',', (size_t)(hosts_end - p));
         const char *item_end = comma ? comma : hosts_end;
-        if (u.seeds == KVF_REMOTE_MAX_SEEDS)
+        if (u.seeds == KVF_REDIS_MAX_SEEDS)
             return kvf__fail(KVF_ERR_INVALID, "remote url: more than %d hosts",
-                             KVF_REMOTE_MAX_SEEDS);
+                             KVF_REDIS_MAX_SEEDS);
         if ((st = parse_host_port(p, (size_t)(item_end - p), &u, u.seeds)) != KVF_OK)
             return st;
         u.seeds++;
@@ -177,10 +177,4 @@ kvf_status kvf__remote_url_parse(const char *url, kvf__remote_url *out)
     }
     *out = u;
     return KVF_OK;
-}
-
-const char *kvf__remote_url_from_env(void)
-{
-    const char *v = getenv(KVF_REMOTE_URL_ENV);
-    return v && *v ? v : NULL;
 }
