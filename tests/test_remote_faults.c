@@ -25,7 +25,7 @@ static int test_corrupt_values(void)
         redisReply *rep = redisCommand(c, "GET kvf:corrupt:%016x", k == 44 ? 40 : k);
         REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
         if (k == 42)
-            rep->str[KVF_BLOCKFILE_HEADER_BYTES + 100] ^= 0x10;
+            rep->str[KVF_BLOCK_HEADER_BYTES + 100] ^= 0x10;
         if (k == 43)
             rep->str[30] ^= 0x01;
         redisReply *set = redisCommand(c, "SET kvf:corrupt:%016x %b", k, rep->str, rep->len);

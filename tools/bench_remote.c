@@ -25,7 +25,7 @@
 
 #include <hiredis/hiredis.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 #define MAX_SIZES 16
 
 typedef struct remote_opts {

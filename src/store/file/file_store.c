@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 
 typedef struct file_store {
     kvf__store base;

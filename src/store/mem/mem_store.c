@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 #define NAME_MAX_LEN 64
 
 typedef struct mem_value {
@@ -140,30 +140,17 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
     return KVF_OK;
 }
 
-/* A value, copied out under the map's lock, checked as Redis's are. */
+/* A value, copied out under the map's lock, checked as every store's are. */
 static kvf_status take_value(mem_store *s, kvf__store_block *b, const uint8_t *value, size_t len)
 {
     char what[160];
     snprintf(what, sizeof what, "remote block 0x%llx: %s", (unsigned long long)b->key,
              s->base.where);
-    if (len < HDR)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
-                         what, len);
     kvf__block_header h;
-    kvf_status st = kvf__block_header_parse(value, what, &h);
-    if (st == KVF_OK)
-        st = kvf__block_header_expect(&h, what, s->fingerprint, s->ns_hash, b->key);
+    kvf_status st = kvf__block_value_take(value, len, what, s->fingerprint, s->ns_hash, b->key,
+                                          b->buf, b->cap, &h);
     if (st != KVF_OK)
         return st;
-    if (h.payload_bytes != len - HDR)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %llu",
-                         what, len - HDR, (unsigned long long)h.payload_bytes);
-    if (h.payload_bytes > b->cap)
-        return kvf__fail(KVF_ERR_RANGE, "%s: block of %llu bytes, buffer of %zu", what,
-                         (unsigned long long)h.payload_bytes, b->cap);
-    if ((st = kvf__block_payload_check(&h, what, value + HDR)) != KVF_OK)
-        return st;
-    memcpy(b->buf, value + HDR, h.payload_bytes);
     b->tokens = h.tokens;
     b->pools = h.pools;
     b->payload_bytes = h.payload_bytes;

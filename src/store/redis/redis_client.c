@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 /* "kvf:" + namespace (64 at most) + ":" + 16 hex digits */
 #define KEY_MAX 96
 /* RESP of the command up to the value, then the header for a SET */
@@ -205,30 +205,11 @@ static kvf_status take_value(batch *b, op *o, const char *str, size_t len)
     /* GETRANGE answers an absent key with an empty string */
     if (len == 0)
         return KVF_ERR_NOT_FOUND;
-    if (len < HDR)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
-                         what, len);
     kvf__block_header h;
-    const uint8_t *value = (const uint8_t *)str;
-    kvf_status st = kvf__block_header_parse(value, what, &h);
-    if (st == KVF_OK)
-        st = kvf__block_header_expect(&h, what, b->r->fingerprint, b->r->ns_hash, o->key);
+    kvf_status st = kvf__block_value_take((const uint8_t *)str, len, what, b->r->fingerprint,
+                                          b->r->ns_hash, o->key, g->dst, g->cap, &h);
     if (st != KVF_OK)
         return st;
-    if (h.payload_bytes <= g->cap && len - HDR > g->cap)
-        return kvf__fail(KVF_ERR_CORRUPT,
-                         "%s: value of more than %zu bytes, its header says %" PRIu64
-                         " payload bytes (not read further)",
-                         what, HDR + g->cap, h.payload_bytes);
-    if (h.payload_bytes != len - HDR && h.payload_bytes <= g->cap)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %" PRIu64,
-                         what, len - HDR, h.payload_bytes);
-    if (h.payload_bytes > g->cap)
-        return kvf__fail(KVF_ERR_RANGE, "%s: block of %" PRIu64 " bytes, buffer of %zu", what,
-                         h.payload_bytes, g->cap);
-    if ((st = kvf__block_payload_check(&h, what, value + HDR)) != KVF_OK)
-        return st;
-    memcpy(g->dst, value + HDR, h.payload_bytes);
     g->tokens = h.tokens;
     g->pools = h.pools;
     g->payload_bytes = h.payload_bytes;
