@@ -25,8 +25,11 @@ fi
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
 # redis-tools: the remote tier and the real servers its tests start;
 # libxxhash-dev: XXH64 of the block keys (header only); libyaml-dev: config files;
-# libcjson-dev: the kvferry CLI's JSON writers.
+# libcjson-dev: the kvferry CLI's JSON writers; libssl-dev, openssl and
+# python3-pip: the Redis client with TLS where the system's hiredis has none
+# (scripts/build-hiredis-tls.sh, below: pip only downloads its source).
 need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev"
+need="$need libssl-dev openssl python3-pip"
 
 py=""
 py_is_debian=0
@@ -62,6 +65,12 @@ if [ -n "$missing" ]; then
     fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+# rediss:// needs hiredis >= 1.0 with hiredis_ssl: the system's where it has
+# one, else a pinned build of it in the cache (done once; CMake finds it)
+if ! pkg-config --atleast-version=1.0 hiredis_ssl 2>/dev/null; then
+    sh "$(dirname "$0")/build-hiredis-tls.sh"
 fi
 [ -n "$venv" ] || exit 0
 

@@ -589,7 +589,9 @@ int kvf__redis_built(void)
 
 void kvf__redis_describe(char *line, size_t cap)
 {
-    snprintf(line, cap, "hiredis %d.%d.%d, no TLS", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+    snprintf(line, cap, "hiredis %d.%d.%d, %s", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH,
+             kvf__redis_tls_built() ? "TLS (rediss://, rediss-cluster://)"
+                                    : "no TLS (rediss:// needs hiredis >= 1.0 with hiredis_ssl)");
 }
 
 kvf_status kvf__redis_open(const kvf__redis_config *cfg, kvf__redis **remote_p)
@@ -630,6 +632,21 @@ kvf_status kvf__redis_open(const kvf__redis_config *cfg, kvf__redis **remote_p)
                             .down_ms = cfg->down_ms};
     memcpy(opts.user, u.user, sizeof opts.user);
     memcpy(opts.pass, u.pass, sizeof opts.pass);
+#ifdef KVF_HAVE_REDIS_TLS
+    if (u.tls && (st = kvf__redis_tls_new(&u, &opts.tls)) != KVF_OK) {
+        memset(&u, 0, sizeof u);
+        memset(&opts, 0, sizeof opts);
+        free(r);
+        return st;
+    }
+#else
+    if ((st = kvf__redis_tls_check(&u)) != KVF_OK) {
+        memset(&u, 0, sizeof u);
+        memset(&opts, 0, sizeof opts);
+        free(r);
+        return st;
+    }
+#endif
     st = kvf__redis_topology_init(&r->topo, &u, &opts);
     /* the password lives on in the topology only */
     memset(&u, 0, sizeof u);

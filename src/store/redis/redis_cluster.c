@@ -203,5 +203,9 @@ void kvf__redis_topology_fini(kvf__redis_topology *t)
     for (size_t i = 0; i < t->node_count; i++)
         kvf__redis_node_destroy(t->nodes[i]);
     t->node_count = 0;
+#ifdef KVF_HAVE_REDIS_TLS
+    kvf__redis_tls_free(t->opts.tls);
+    t->opts.tls = NULL;
+#endif
     pthread_mutex_destroy(&t->lock);
 }

@@ -17,8 +17,13 @@
 #define KVF_REDIS_MAX_NODES 256
 #define KVF_REDIS_NO_NODE 0xffffu
 
+/* TLS (redis_tls.c): an OpenSSL context and the names its connections
+ * verify, made from a rediss:// URL's parameters. */
+typedef struct kvf__redis_tls kvf__redis_tls;
+
 /* How every connection is made: from the config and the URL. */
 typedef struct kvf__redis_opts {
+    kvf__redis_tls *tls; /* NULL: plain TCP */
     char user[128];
     char pass[256];
     uint32_t db;
@@ -88,6 +93,30 @@ KVF_INTERNAL kvf_status kvf__redis_node_command(kvf__redis_node *node, redisCont
                                                 const char **argv, const size_t *lens,
                                                 redisReply **reply_p);
 
+/* The TLS context of a rediss:// URL: CA file or directory (else the
+ * system's CAs), client certificate and key, the name to verify.
+ * KVF_ERR_INVALID naming the parameter and file that cannot be used;
+ * KVF_ERR_UNSUPPORTED in a build without TLS. */
+KVF_INTERNAL kvf_status kvf__redis_tls_new(const kvf__redis_url *u, kvf__redis_tls **tls_p);
+KVF_INTERNAL void kvf__redis_tls_free(kvf__redis_tls *t);
+/* The handshake on a connection just made (timeouts set): KVF_OK, or
+ * KVF_ERR_REMOTE naming the node and why (a certificate refused, a server
+ * that does not speak TLS). */
+KVF_INTERNAL kvf_status kvf__redis_tls_start(kvf__redis_node *node, redisContext *c);
+/* Whether the TLS session holds bytes already read that hiredis has not
+ * taken (a poll on the socket would not see them). */
+KVF_INTERNAL bool kvf__redis_tls_pending(redisContext *c);
+/* kvf__send_all through a connection's TLS session. */
+KVF_INTERNAL int kvf__redis_tls_send_all(redisContext *c, struct iovec *iov, size_t n,
+                                         uint64_t deadline_ns);
+
+#ifndef KVF_HAVE_REDIS_TLS
+/* no TLS in this build: opts->tls is never set, and these never called */
+#define kvf__redis_tls_start(node, c) KVF_ERR_UNSUPPORTED
+#define kvf__redis_tls_pending(c) false
+#define kvf__redis_tls_send_all(c, iov, n, deadline_ns) (-1)
+#endif
+
 /* CRC16 (XMODEM) of the key, or of its {hashtag}, modulo 16384. */
 KVF_INTERNAL uint16_t kvf__redis_key_slot(const char *key, size_t len);
 
@@ -104,7 +133,8 @@ typedef struct kvf__redis_topology {
     uint16_t fallback; /* a node serving slots: where a slot nobody owns is sent */
 } kvf__redis_topology;
 
-/* Seeds from the URL; a cluster's slot map read from the first seed that
+/* Seeds from the URL; opts->tls (when set) is the topology's from then on,
+ * also after a failure. A cluster's slot map read from the first seed that
  * answers CLUSTER SLOTS. A single server is connected once, to check it
  * answers and the credentials. */
 KVF_INTERNAL kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__redis_url *u,
