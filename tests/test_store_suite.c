@@ -156,8 +156,12 @@ static store_fixture fixtures[] = {
     {.name = "file", .start = file_start, .stop = file_stop, .poke = file_poke, .lists = true},
     {.name = "mem", .start = mem_start, .poke = mem_poke, .lists = true},
 #ifdef KVF_HAVE_HIREDIS
-    {.name = "redis", .start = redis_start, .stop = redis_stop, .poke = redis_poke},
-    {.name = "rediss", .start = rediss_start, .stop = redis_stop, .poke = redis_poke},
+    {.name = "redis", .start = redis_start, .stop = redis_stop, .poke = redis_poke, .lists = true},
+    {.name = "rediss",
+     .start = rediss_start,
+     .stop = redis_stop,
+     .poke = redis_poke,
+     .lists = true},
 #endif
 };
 

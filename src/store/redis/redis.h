@@ -163,6 +163,13 @@ static inline kvf_status kvf__redis_delete_batch(kvf__redis *r, const uint64_t *
     return kvf__redis_delete_batch_until(r, keys, n, 0, status);
 }
 
+/* Visits every block of the namespace whose header and length check, each
+ * once (in key order; mtime_ns 0), found with SCAN on the server or on
+ * every cluster node that serves slots (redis_scan.c), never a blocking
+ * KEYS. KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming a node that cannot be
+ * listed (nothing visited then). */
+KVF_INTERNAL kvf_status kvf__redis_list(kvf__redis *r, kvf__store_visit_fn visit, void *arg);
+
 /* PINGs the server, or every cluster node that serves slots. KVF_OK when
  * all answer. */
 KVF_INTERNAL kvf_status kvf__redis_ping(kvf__redis *r);

@@ -44,17 +44,6 @@
  * parses the first blocks while later ones are still being checksummed */
 #define SEND_CHUNK ((size_t)256 << 10)
 
-struct kvf__redis {
-    char ns[72];
-    uint64_t ns_hash;
-    uint64_t fingerprint;
-    uint32_t retries, retry_backoff_ms;
-    char set_tail[64]; /* after the value: CRLF, then EX <ttl> when asked */
-    size_t set_tail_len;
-    int set_argc;
-    kvf__redis_topology topo;
-};
-
 typedef enum op_kind { OP_SET, OP_GET, OP_EXISTS, OP_DEL } op_kind;
 
 /* One block of a batch. */
@@ -535,18 +524,6 @@ kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, si
 
 /* Whether `node` owns a slot: a seed that is not (or no longer) part of
  * the cluster is not pinged. */
-static bool serves_slots(kvf__redis_topology *t, size_t index)
-{
-    if (!t->cluster)
-        return index == 0;
-    bool serves = false;
-    pthread_mutex_lock(&t->lock);
-    for (size_t s = 0; s < KVF_REDIS_SLOTS && !serves; s++)
-        serves = t->slot_node[s] == index;
-    pthread_mutex_unlock(&t->lock);
-    return serves;
-}
-
 static kvf_status ping_node(kvf__redis_node *node)
 {
     redisContext *c;
@@ -576,7 +553,7 @@ kvf_status kvf__redis_ping(kvf__redis *r)
         pthread_mutex_unlock(&r->topo.lock);
         if (!node)
             return KVF_OK;
-        kvf_status st = serves_slots(&r->topo, i) ? ping_node(node) : KVF_OK;
+        kvf_status st = kvf__redis_topology_serves(&r->topo, i) ? ping_node(node) : KVF_OK;
         if (st != KVF_OK)
             return st;
     }
@@ -684,7 +661,7 @@ kvf_status kvf__redis_probe(const char *url, uint32_t timeout_ms, char *detail, 
         else if (r->topo.cluster) {
             size_t serving = 0;
             for (size_t i = 0; i < r->topo.node_count; i++)
-                serving += serves_slots(&r->topo, i);
+                serving += kvf__redis_topology_serves(&r->topo, i);
             snprintf(detail, cap, "redis cluster, %zu master(s) serving slots", serving);
         } else
             snprintf(detail, cap, "redis %s db %u", r->topo.nodes[0]->name, r->topo.opts.db);

@@ -117,6 +117,12 @@ KVF_INTERNAL int kvf__redis_tls_send_all(redisContext *c, struct iovec *iov, siz
 #define kvf__redis_tls_send_all(c, iov, n, deadline_ns) (-1)
 #endif
 
+/* The next reply to commands appended on a connection (redisAppendCommand
+ * and kin), written first where still buffered, under the command timeout;
+ * failures named after the node. */
+KVF_INTERNAL kvf_status kvf__redis_node_reply(kvf__redis_node *node, redisContext *c,
+                                              redisReply **reply_p);
+
 /* CRC16 (XMODEM) of the key, or of its {hashtag}, modulo 16384. */
 KVF_INTERNAL uint16_t kvf__redis_key_slot(const char *key, size_t len);
 
@@ -149,7 +155,22 @@ KVF_INTERNAL kvf__redis_node *kvf__redis_topology_node(kvf__redis_topology *t, c
 /* A MOVED reply: `slot` now lives on `node`. */
 KVF_INTERNAL void kvf__redis_topology_moved(kvf__redis_topology *t, uint16_t slot,
                                             kvf__redis_node *node);
+/* Whether node `index` serves slots (a single server: index 0). */
+KVF_INTERNAL bool kvf__redis_topology_serves(kvf__redis_topology *t, size_t index);
 /* Rereads the slot map, asking `first` (may be NULL) before the others. */
 KVF_INTERNAL kvf_status kvf__redis_topology_refresh(kvf__redis_topology *t, kvf__redis_node *first);
+
+/* A handle (redis.h): what its batch calls (redis_client.c) and its
+ * listing (redis_scan.c) share. */
+struct kvf__redis {
+    char ns[72];
+    uint64_t ns_hash;
+    uint64_t fingerprint;
+    uint32_t retries, retry_backoff_ms;
+    char set_tail[64]; /* after the value: CRLF, then EX <ttl> when asked */
+    size_t set_tail_len;
+    int set_argc;
+    kvf__redis_topology topo;
+};
 
 #endif /* KVF_REDIS_INTERNAL_H */

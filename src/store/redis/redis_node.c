@@ -98,6 +98,16 @@ kvf_status kvf__redis_node_command(kvf__redis_node *node, redisContext *c, int a
     return KVF_OK;
 }
 
+kvf_status kvf__redis_node_reply(kvf__redis_node *node, redisContext *c, redisReply **reply_p)
+{
+    void *reply = NULL;
+    errno = 0;
+    if (redisGetReply(c, &reply) != REDIS_OK || !reply)
+        return context_failure(node, c, errno, "reply", node->opts->timeout_ms);
+    *reply_p = reply;
+    return KVF_OK;
+}
+
 /* Runs a setup command (AUTH, SELECT) that must answer +OK. */
 static kvf_status setup_command(kvf__redis_node *node, redisContext *c, int argc, const char **argv,
                                 const char *what)

@@ -135,13 +135,12 @@ static kvf_status redis_exists(kvf__store *s, kvf__store_block *blocks, size_t n
     return keyed(s, blocks, n, deadline_ns, false);
 }
 
+/* SCAN, never KEYS (redis_scan.c). A cache restores from files only: a
+ * shared Redis may hold millions of other processes' blocks, found by
+ * exists when asked for; listing is for the callers that ask. */
 static kvf_status redis_list(kvf__store *base, kvf__store_visit_fn visit, void *arg)
 {
-    (void)visit;
-    (void)arg;
-    /* a cache restores from files only: a shared Redis may hold millions
-     * of other processes' blocks, found by exists when asked for */
-    return kvf__fail(KVF_ERR_UNSUPPORTED, "%s: the Redis store is not listed", base->where);
+    return kvf__redis_list(((redis_store *)base)->remote, visit, arg);
 }
 
 static void redis_close(kvf__store *base)
