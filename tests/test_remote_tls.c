@@ -9,8 +9,10 @@
  * password is refused; a TLS setting that cannot work is refused at
  * kvf_engine_create, naming the parameter. The password never appears in
  * a log line, an error, a move's message, a probe's detail or a listed
- * setting. Skips (77) without TLS in this build, redis-server or openssl.
+ * setting. A Redis Cluster over TLS (clients and bus) round trips and
+ * lists. Skips (77) without TLS in this build, redis-server or openssl.
  */
+#include "redis_list_check.h"
 #include "redis_tls_server.h"
 #include "store.h"
 
@@ -274,6 +276,92 @@ static int test_settings_at_create(void)
     return 0;
 }
 
+/* Whether the node answering on plain `port` sees the cluster whole. */
+static bool cluster_ok(int port)
+{
+    redisContext *c = redis_connect(port, NULL);
+    redisReply *r = c ? redisCommand(c, "CLUSTER INFO") : NULL;
+    bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
+/* rediss-cluster://: three masters whose clients and bus speak TLS (made
+ * with redis-cli over TLS, so that the nodes meet on their TLS ports);
+ * CLUSTER SLOTS gives a TLS client the TLS ports. Blocks spread over the
+ * nodes round trip, a listing finds them all, a probe counts the masters. */
+static int test_cluster(void)
+{
+    enum { NODES = 3 };
+    redis_server nodes[NODES];
+    int tls_ports[NODES];
+    char cmd[1024];
+    int n = snprintf(cmd, sizeof cmd, "redis-cli --tls --cacert %s --cluster create", server.ca);
+    memset(nodes, 0, sizeof nodes);
+    for (int i = 0; i < NODES; i++) {
+        tls_ports[i] = redis_pick_port();
+        const char *dir = server.plain.dir;
+        const char *opts[][2] = {{"--tls-port", NULL},
+                                 {"--tls-cluster", "yes"},
+                                 {"--tls-cert-file", "server.pem"},
+                                 {"--tls-key-file", "server.key"},
+                                 {"--tls-ca-cert-file", "ca.pem"},
+                                 {"--tls-auth-clients", "no"}};
+        for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) {
+            snprintf(nodes[i].extra[2 * k], sizeof nodes[i].extra[0], "%s", opts[k][0]);
+            if (k == 0)
+                snprintf(nodes[i].extra[1], sizeof nodes[i].extra[1], "%d", tls_ports[i]);
+            else if (strstr(opts[k][0], "-file")) /* the main server's certificates */
+                snprintf(nodes[i].extra[2 * k + 1], sizeof nodes[i].extra[0], "%.200s/%s", dir,
+                         opts[k][1]);
+            else
+                snprintf(nodes[i].extra[2 * k + 1], sizeof nodes[i].extra[0], "%s", opts[k][1]);
+        }
+        nodes[i].extras = 12;
+        nodes[i].cluster = true;
+        REQUIRE(redis_server_start(&nodes[i], NULL) == 0);
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " 127.0.0.1:%d", tls_ports[i]);
+    }
+    snprintf(cmd + n, sizeof cmd - (size_t)n,
+             " --cluster-replicas 0 --cluster-yes >%s/create.log 2>&1", nodes[0].dir);
+    REQUIRE(system(cmd) == 0);
+    double deadline = redis_now_s() + 30;
+    bool ok = false;
+    while (!ok && redis_now_s() < deadline) {
+        ok = true;
+        for (int i = 0; i < NODES; i++)
+            ok = ok && cluster_ok(nodes[i].port);
+        if (!ok)
+            usleep(100000);
+    }
+    REQUIRE(ok);
+    char url[1024];
+    snprintf(url, sizeof url, "rediss-cluster://127.0.0.1:%d,127.0.0.1:%d?tls_ca=%s", tls_ports[0],
+             tls_ports[2], server.ca);
+    kvf__store *s;
+    REQUIRE(open_store(url, &s) == KVF_OK);
+    round_trip(s, 60, 20000, 0x6000);
+    kvf__store_close(s);
+    kvf__redis_config cfg = KVF_REDIS_CONFIG_INIT;
+    cfg.url = url;
+    cfg.ns = "tls-scan";
+    cfg.fingerprint = FP;
+    cfg.timeout_ms = 5000;
+    kvf__redis *r = NULL;
+    REQUIRE(kvf__redis_open(&cfg, &r) == KVF_OK);
+    redis_check_list_many(r, 0x9000000, 2500);
+    kvf__redis_close(r);
+    char detail[256];
+    CHECK_STATUS(kvf_remote_probe(url, 2000, detail, sizeof detail), KVF_OK);
+    CHECK_STR_HAS(detail, "3 master(s)");
+    for (int i = 0; i < NODES; i++)
+        redis_server_stop(&nodes[i]);
+    return 0;
+}
+
 int main(void)
 {
     alarm(240);
@@ -287,6 +375,7 @@ int main(void)
     RUN(test_acl_user);
     RUN(test_engine_says_no_password);
     RUN(test_settings_at_create);
+    RUN(test_cluster);
     redis_tls_server_stop(&server);
     kvf_log_set_handler(NULL, NULL);
     return TEST_RESULT();
