@@ -15,12 +15,14 @@
 #
 #   ${KVF_DEPS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kvferry}/hiredis-<version>-tls
 #
-# with include/hiredis, lib/libhiredis{,_ssl}.a, lib/pkgconfig/hiredis{,_ssl}.pc
-# and share/doc/hiredis/COPYING (hiredis' BSD license, which CMake installs
-# beside libkvferry when it links this build). CMake looks there when
-# pkg-config finds no hiredis_ssl >= 1.0 (CMakeLists.txt). A second run
-# finds the prefix complete and does nothing; --print-prefix prints it and
-# exits. Needs a C compiler, OpenSSL's headers (libssl-dev) and pip, run to
+# with include/hiredis, lib/objects/*.o (what CMake builds into libkvferry,
+# shared and static, so that neither needs a hiredis of the machine it is
+# used on), lib/libhiredis{,_ssl}.a and lib/pkgconfig/hiredis{,_ssl}.pc (the
+# same, for the tests' own client), and share/doc/hiredis/COPYING (hiredis'
+# BSD license, which CMake installs beside libkvferry). CMake looks there
+# when pkg-config finds no hiredis_ssl >= 1.0 (CMakeLists.txt). A second
+# run finds the prefix complete and does nothing; --print-prefix prints it
+# and exits. Needs a C compiler, OpenSSL's headers (libssl-dev) and pip, run to
 # download only (nothing is installed into any python).
 set -eu
 
@@ -34,7 +36,7 @@ if [ "${1:-}" = "--print-prefix" ]; then
     echo "$prefix"
     exit 0
 fi
-if [ -f "$prefix/lib/pkgconfig/hiredis_ssl.pc" ]; then
+if [ -f "$prefix/lib/objects/ssl.o" ] && [ -f "$prefix/lib/pkgconfig/hiredis_ssl.pc" ]; then
     exit 0
 fi
 
@@ -70,12 +72,13 @@ echo "build-hiredis-tls: building hiredis $HIREDIS_C_VERSION with TLS into $pref
 cc=${CC:-cc}
 flags="-O2 -fPIC -fvisibility=hidden -std=c99 -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64"
 stage=$work/prefix
-mkdir -p "$stage/include/hiredis" "$stage/lib/pkgconfig" "$stage/share/doc/hiredis"
+mkdir -p "$stage/include/hiredis" "$stage/lib/pkgconfig" "$stage/lib/objects" "$stage/share/doc/hiredis"
 for f in alloc async hiredis net read sds sockcompat ssl; do
     $cc $flags -c "$src/$f.c" -o "$work/$f.o"
 done
 (cd "$work" && ar rcs "$stage/lib/libhiredis.a" alloc.o async.o hiredis.o net.o read.o sds.o sockcompat.o)
 (cd "$work" && ar rcs "$stage/lib/libhiredis_ssl.a" ssl.o)
+cp "$work"/*.o "$stage/lib/objects/"
 cp "$src"/*.h "$stage/include/hiredis/"
 cp "$src/COPYING" "$stage/share/doc/hiredis/COPYING"
 cat >"$stage/lib/pkgconfig/hiredis.pc" <<EOF
