@@ -152,9 +152,13 @@ static int test_refused(void)
     kvf__store *s;
     CHECK_STATUS(open_store(url, &s), KVF_OK);
     kvf__store_close(s);
-    /* the plain port: no TLS there */
+    /* the plain port: no TLS there (a Redis server waits for the rest of a
+     * command it cannot parse, so this is a timeout, or a refusal) */
     tls_url(url, sizeof url, NULL, server.plain.port, NULL);
-    refused(url, KVF_ERR_REMOTE, "TLS handshake");
+    kvf_status st = open_store(url, &s);
+    CHECK(st == KVF_ERR_TIMEOUT || st == KVF_ERR_REMOTE);
+    CHECK_STR_HAS(kvf_last_error(), "TLS handshake");
+    CHECK_STR_HAS(kvf_last_error(), "speak TLS on this port");
     /* plain redis:// on the TLS port: nothing stored, a failure in time */
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", server.tls_port);
     if (open_store(url, &s) == KVF_OK) {
@@ -165,6 +169,28 @@ static int test_refused(void)
         CHECK(redis_now_s() - t0 < 10);
         kvf__store_close(s);
     }
+    return 0;
+}
+
+/* A server that takes the connection and never answers the handshake:
+ * refused in the connect timeout, as a timeout. */
+static int test_silent_server(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 4) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    char url[1024];
+    tls_url(url, sizeof url, NULL, ntohs(a.sin_port), NULL);
+    kvf__store_config cfg = {.url = url, .ns = NS, .fingerprint = FP, .timeout_ms = 300};
+    kvf__store *s = NULL;
+    double t0 = redis_now_s();
+    CHECK_STATUS(kvf__store_open(&cfg, &s), KVF_ERR_TIMEOUT);
+    CHECK(redis_now_s() - t0 < 3);
+    CHECK_STR_HAS(kvf_last_error(), "TLS handshake");
+    close(fd);
     return 0;
 }
 
@@ -372,6 +398,7 @@ int main(void)
     REQUIRE(redis_tls_server_start(&server, NULL) == 0);
     RUN(test_round_trip);
     RUN(test_refused);
+    RUN(test_silent_server);
     RUN(test_acl_user);
     RUN(test_engine_says_no_password);
     RUN(test_settings_at_create);

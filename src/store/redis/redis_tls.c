@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis_ssl.h>
+#include <limits.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -156,12 +157,14 @@ kvf_status kvf__redis_tls_start(kvf__redis_node *node, redisContext *c)
     }
     SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
     ERR_clear_error();
+    errno = 0;
     /* redisInitiateSSL keeps the session when the handshake succeeds (and
      * frees it with the context); after a failure it is still ours */
     if (redisInitiateSSL(c, ssl) == REDIS_OK) {
         c->privdata = ssl;
         return KVF_OK;
     }
+    int err = errno;
     long verdict = SSL_get_verify_result(ssl);
     SSL_free(ssl);
     ERR_clear_error();
@@ -172,6 +175,13 @@ kvf_status kvf__redis_tls_start(kvf__redis_node *node, redisContext *c)
                          node->name, X509_verify_cert_error_string(verdict), t->what, name);
     char why[256];
     snprintf(why, sizeof why, "%s", c->errstr);
+    /* a server that takes the connection and says nothing: the socket's
+     * receive timeout ran out */
+    if (err == EAGAIN || err == EWOULDBLOCK || err == ETIMEDOUT)
+        return kvf__fail(KVF_ERR_TIMEOUT,
+                         "redis %s: TLS handshake: no answer in time (does the server speak "
+                         "TLS on this port?)",
+                         node->name);
     return kvf__fail(KVF_ERR_REMOTE,
                      "redis %s: TLS handshake failed: %s (does the server speak TLS on this "
                      "port?)",
@@ -189,7 +199,7 @@ static int write_all(SSL *ssl, int fd, const char *buf, size_t len, uint64_t dea
 {
     while (len > 0) {
         ERR_clear_error();
-        int n = SSL_write(ssl, buf, (int)len);
+        int n = SSL_write(ssl, buf, len > INT_MAX ? INT_MAX : (int)len);
         if (n > 0) {
             buf += n;
             len -= (size_t)n;
