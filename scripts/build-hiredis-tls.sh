@@ -53,10 +53,12 @@ if [ ! -f "$cache/$sdist" ]; then
     done
     [ -n "$pip" ] || { echo "build-hiredis-tls: no pip (apt-get install python3-pip)" >&2; exit 1; }
     dl=$(mktemp -d)
+    trap 'rm -rf "$dl"' EXIT
     $pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
         -d "$dl" "hiredis==$HIREDIS_PY_VERSION"
     mv "$dl/$sdist" "$cache/$sdist.part"
     rm -rf "$dl"
+    trap - EXIT
     mv "$cache/$sdist.part" "$cache/$sdist"
 fi
 echo "$HIREDIS_SHA256  $cache/$sdist" | sha256sum -c --quiet - ||

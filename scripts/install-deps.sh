@@ -68,9 +68,12 @@ if [ -n "$missing" ]; then
 fi
 
 # rediss:// needs hiredis >= 1.0 with hiredis_ssl: the system's where it has
-# one, else a pinned build of it in the cache (done once; CMake finds it)
+# one, else a pinned build of it in the cache (done once; CMake finds it).
+# Failing to make one (offline, say) is no reason to stop: that build
+# refuses rediss:// and says why, and `kvferry info` shows it.
 if ! pkg-config --atleast-version=1.0 hiredis_ssl 2>/dev/null; then
-    sh "$(dirname "$0")/build-hiredis-tls.sh"
+    sh "$(dirname "$0")/build-hiredis-tls.sh" ||
+        echo "install-deps: WARNING: no hiredis with TLS built; this build will refuse rediss:// (run sh scripts/build-hiredis-tls.sh when PyPI is reachable)" >&2
 fi
 [ -n "$venv" ] || exit 0
 
