@@ -392,6 +392,10 @@ typedef struct kvf_engine_file_config {
  * url NULL: $KVF_REMOTE_URL, or none when unset.
  *   redis://[user[:pass]@]host[:port][/db]      one server
  *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
+ *   rediss://..., rediss-cluster://...[?tls_ca=FILE&...]  the same over
+ *                TLS (tls_ca, tls_ca_dir, tls_cert, tls_key, tls_sni,
+ *                tls_verify=yes|no: docs/tiers.md); a build with hiredis
+ *                >= 1.0 and hiredis_ssl (kvf_store_info_get says)
  *   mem://NAME   blocks in this process's memory, shared by its engines
  *                that name NAME ([A-Za-z0-9._-]{1,64}), gone with the
  *                process, at most remote_mem_bytes of them, each gone
@@ -402,7 +406,8 @@ typedef struct kvf_engine_file_config {
  * first use (a remote move, or a cache's remote lookup); when it cannot
  * be, remote moves fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and a new
  * connection is tried at most once a second. redis:// and
- * redis-cluster:// need a build with hiredis.
+ * redis-cluster:// need a build with hiredis. The password is never
+ * shown: messages, logs and kvf_engine_settings write it as ***.
  */
 typedef struct kvf_engine_remote_config {
     const char *url;
@@ -1693,7 +1698,10 @@ typedef struct kvf_info {
     int uring_built;    /* built with liburing */
     char device_name[128];
     char cuda_error[128];    /* why no device is usable, when none is */
-    int remote_built;        /* built with hiredis: the Redis remote tier works */
+    int remote_built;        /* every remote store of this build's registry can be
+                                opened (today: the Redis client, hiredis, was
+                                found at build time); kvf_store_info_get says
+                                which store has what */
     kvf_gds_state gds_state; /* what probing cuFile found */
     char gds_detail[160];    /* what the probe found, or why not */
 } kvf_info;
@@ -1708,6 +1716,35 @@ typedef struct kvf_info {
 
 /** Fills `info` (its struct_size set by KVF_INFO_INIT). */
 KVF_API kvf_status kvf_info_get(kvf_info *info);
+
+/** One store this library knows: a place blocks are kept (block files,
+ *  Redis, this process's memory), the URL schemes it serves, and whether
+ *  this build has it. */
+typedef struct kvf_store_info {
+    size_t struct_size;
+    char name[32];     /* "file", "redis", "mem" */
+    char schemes[128]; /* the URL schemes it serves, space-separated: "redis:// redis-cluster://" */
+    int built;         /* this build can open it */
+    int remote;        /* it can be an engine's remote tier (kvf_engine_config.remote.url) */
+    char detail[256];  /* built: what it is built with ("hiredis 1.2.0, TLS (rediss://)");
+                          else what the build lacks and how to get it */
+} kvf_store_info;
+
+#define KVF_STORE_INFO_INIT                                                                        \
+    {                                                                                              \
+        sizeof(kvf_store_info), {0}, {0}, 0, 0,                                                    \
+        {                                                                                          \
+            0                                                                                      \
+        }                                                                                          \
+    }
+
+/**
+ * The index-th store of this library (0, 1, ... in `kvferry info`'s order).
+ * @param info  from KVF_STORE_INFO_INIT; filled on KVF_OK.
+ * @return KVF_OK; KVF_ERR_NOT_FOUND past the last store (every index
+ *         before it is valid); KVF_ERR_INVALID for a NULL or short info.
+ */
+KVF_API kvf_status kvf_store_info_get(size_t index, kvf_store_info *info);
 
 /* ------------------------------------------------------------------------ */
 /* Inspecting stored blocks: block directories and remote stores            */
@@ -1844,8 +1881,9 @@ KVF_API kvf_status kvf_dir_namespaces(const char *dir, void (*visit)(void *arg, 
  *        never the password.
  * @return KVF_OK when every node answered; KVF_ERR_NOT_FOUND when url is
  *         NULL and $KVF_REMOTE_URL is unset or empty; KVF_ERR_UNSUPPORTED
- *         in a build without the Redis client; KVF_ERR_INVALID for a bad
- *         URL; KVF_ERR_REMOTE or KVF_ERR_TIMEOUT when a node cannot be
+ *         when this build lacks the scheme's store (the message says what
+ *         it needs); KVF_ERR_INVALID for a bad URL, or one no remote store
+ *         serves; KVF_ERR_REMOTE or KVF_ERR_TIMEOUT when a node cannot be
  *         reached or refuses (kvf_last_error names it).
  */
 KVF_API kvf_status kvf_remote_probe(const char *url, uint32_t timeout_ms, char *detail, size_t cap);

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define FP 0x1234567890abcdefull
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 #define POISON 0xA5
 /* Blocks that no fault aimed at may touch. */
 #define NBYSTANDERS 3

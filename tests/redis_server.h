@@ -11,7 +11,7 @@
 #ifndef KVF_TEST_REDIS_SERVER_H
 #define KVF_TEST_REDIS_SERVER_H
 
-#include "remote.h"
+#include "redis.h"
 #include "testutil.h"
 
 #include <fcntl.h>
@@ -28,7 +28,7 @@ typedef struct redis_server {
     int port;
     pid_t pid;
     char dir[256];
-    char extra[8][64]; /* more arguments, e.g. "--requirepass" "pw" */
+    char extra[16][256]; /* more arguments, e.g. "--requirepass" "pw" */
     int extras;
     bool cluster;
 } redis_server;
@@ -49,7 +49,7 @@ static inline bool redis_tool_found(const char *name)
 
 static inline void redis_skip_unless_installed(void)
 {
-    if (!kvf__remote_built())
+    if (!kvf__redis_built())
         TEST_SKIP_ALL("built without hiredis");
     if (!redis_tool_found("redis-server") || !redis_tool_found("redis-cli"))
         TEST_SKIP_ALL("redis-server / redis-cli not installed");
@@ -124,7 +124,7 @@ static inline int redis_server_start(redis_server *s, const char *pass)
             usleep(500000);
         char port[16];
         snprintf(port, sizeof port, "%d", s->port);
-        const char *argv[40];
+        const char *argv[48];
         int a = 0;
         argv[a++] = "redis-server";
         argv[a++] = "--port";

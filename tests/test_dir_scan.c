@@ -237,9 +237,11 @@ static void test_remote_probe(void)
     CHECK_STR_HAS(why, KVF_REMOTE_URL_ENV);
     kvf_info info = KVF_INFO_INIT;
     REQUIRE(kvf_info_get(&info) == KVF_OK);
-    kvf_status want = info.remote_built ? KVF_ERR_INVALID : KVF_ERR_UNSUPPORTED;
-    CHECK_STATUS(kvf_remote_probe("http://user:secret@host", 100, why, sizeof why), want);
+    /* no store serves http://: the message lists those that this build has */
+    CHECK_STATUS(kvf_remote_probe("http://user:secret@host", 100, why, sizeof why),
+                 KVF_ERR_INVALID);
     CHECK(strstr(why, "secret") == NULL);
+    CHECK_STR_HAS(why, "mem://");
     /* port 1 of this machine: refused at once */
     setenv(KVF_REMOTE_URL_ENV, "redis://127.0.0.1:1", 1);
     kvf_status st = kvf_remote_probe(NULL, 200, why, sizeof why);
@@ -316,6 +318,51 @@ static void test_sparse_claim(const file_fixture *f)
     REQUIRE(unlink(q) == 0);
 }
 
+/* The registry as a user sees it: every store with its schemes, built or
+ * not; a probe of each scheme asks that store (a store not built says what
+ * it needs, in the words kvf_store_info_get gives); kvf_info's remote_built
+ * is whether every remote store is built. */
+static void test_store_registry(void)
+{
+    kvf_info info = KVF_INFO_INIT;
+    REQUIRE(kvf_info_get(&info) == KVF_OK);
+    int all_remote_built = 1;
+    size_t n = 0;
+    bool seen_mem = false, seen_file = false;
+    kvf_store_info si = KVF_STORE_INFO_INIT;
+    for (; kvf_store_info_get(n, &si) == KVF_OK; n++) {
+        CHECK(si.name[0] && si.schemes[0] && si.detail[0]);
+        seen_mem |= !strcmp(si.name, "mem");
+        seen_file |= !strcmp(si.name, "file");
+        if (si.remote && !si.built)
+            all_remote_built = 0;
+        /* each of its schemes is served by it: a probe never says "no store" */
+        char schemes[sizeof si.schemes], *save = NULL;
+        snprintf(schemes, sizeof schemes, "%s", si.schemes);
+        for (char *sch = strtok_r(schemes, " ", &save); sch; sch = strtok_r(NULL, " ", &save)) {
+            char url[160], why[512];
+            snprintf(url, sizeof url, "%s127.0.0.1:1", sch);
+            kvf_status st = kvf_remote_probe(url, 100, why, sizeof why);
+            CHECK(strstr(why, "no store serves") == NULL);
+            if (!si.built) {
+                CHECK_STATUS(st, KVF_ERR_UNSUPPORTED);
+                CHECK_STR_HAS(why, si.detail + strlen("not built: needs "));
+            }
+            if (!si.remote)
+                CHECK(st != KVF_OK);
+        }
+    }
+    CHECK(n >= 3 && seen_mem && seen_file);
+    CHECK_STATUS(kvf_store_info_get(n, &si), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(kvf_store_info_get(0, NULL), KVF_ERR_INVALID);
+    kvf_store_info short_info = {.struct_size = 8};
+    CHECK_STATUS(kvf_store_info_get(0, &short_info), KVF_ERR_INVALID);
+    CHECK(info.remote_built == all_remote_built);
+    char why[256];
+    CHECK_STATUS(kvf_remote_probe("mem://probe-me", 100, why, sizeof why), KVF_OK);
+    CHECK_STR_HAS(why, "mem://probe-me");
+}
+
 int main(void)
 {
     alarm(DEADLINE_S);
@@ -332,6 +379,7 @@ int main(void)
     test_left_alone(&f);
     test_remote_probe();
     test_sparse_claim(&f);
+    test_store_registry();
     ff_done(&f);
     return test_result();
 }

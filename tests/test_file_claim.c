@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 #define CLAIM ((uint64_t)4 << 30)
 #define KEY 0x77ull
 #define DEADLINE_S 20

@@ -3,6 +3,7 @@
  * routing by slot, ASK and MOVED during a slot migration, a node killed
  * while batches run, the node restarted. */
 #include "redis_internal.h"
+#include "redis_list_check.h"
 #include "redis_server.h"
 
 #include <pthread.h>
@@ -49,6 +50,11 @@ static int start_cluster(void)
     int n = snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
     for (int i = 0; i < NODES; i++) {
         nodes[i].cluster = true;
+        /* no KEYS: the store lists with SCAN, never a blocking full walk */
+        strcpy(nodes[i].extra[0], "--rename-command");
+        strcpy(nodes[i].extra[1], "KEYS");
+        nodes[i].extra[2][0] = '\0';
+        nodes[i].extras = 3;
         if (redis_server_start(&nodes[i], NULL))
             return -1;
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " 127.0.0.1:%d", nodes[i].port);
@@ -66,17 +72,17 @@ static int start_cluster(void)
     return wait_cluster_ok();
 }
 
-static kvf__remote *open_cluster(const char *ns)
+static kvf__redis *open_cluster(const char *ns)
 {
-    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    kvf__redis_config cfg = KVF_REDIS_CONFIG_INIT;
     cfg.url = cluster_url;
     cfg.ns = ns;
     cfg.fingerprint = FP;
     cfg.timeout_ms = 5000;
     cfg.retry_backoff_ms = 5;
     cfg.down_ms = 100;
-    kvf__remote *r = NULL;
-    if (kvf__remote_open(&cfg, &r) != KVF_OK)
+    kvf__redis *r = NULL;
+    if (kvf__redis_open(&cfg, &r) != KVF_OK)
         fprintf(stderr, "open %s: %s\n", cluster_url, kvf_last_error());
     return r;
 }
@@ -121,18 +127,18 @@ static int node_id(int i, char *out, size_t cap)
     return rc;
 }
 
-static void fill_puts(kvf__remote_put *p, uint8_t **bufs, uint64_t base, size_t n, uint64_t seed)
+static void fill_puts(kvf__redis_put *p, uint8_t **bufs, uint64_t base, size_t n, uint64_t seed)
 {
     for (size_t i = 0; i < n; i++) {
         if (!bufs[i])
             bufs[i] = malloc(BYTES);
         test_fill_random(bufs[i], BYTES, seed + base + i);
-        p[i] = (kvf__remote_put){base + i, 16, 3, bufs[i], BYTES};
+        p[i] = (kvf__redis_put){base + i, 16, 3, bufs[i], BYTES};
     }
 }
 
 typedef struct reader {
-    kvf__remote *r;
+    kvf__redis *r;
     size_t n;
     uint8_t **bufs;
     atomic_bool stop;
@@ -143,12 +149,12 @@ typedef struct reader {
 static void *reader_main(void *arg)
 {
     reader *rd = arg;
-    kvf__remote_get *g = calloc(rd->n, sizeof *g);
+    kvf__redis_get *g = calloc(rd->n, sizeof *g);
     kvf_status *st = calloc(rd->n, sizeof *st);
     for (size_t i = 0; i < rd->n; i++)
-        g[i] = (kvf__remote_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
+        g[i] = (kvf__redis_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
     while (!atomic_load(&rd->stop)) {
-        kvf__remote_get_batch(rd->r, g, rd->n, st);
+        kvf__redis_get_batch(rd->r, g, rd->n, st);
         for (size_t i = 0; i < rd->n; i++) {
             if (st[i] == KVF_OK && memcmp(g[i].dst, rd->bufs[i], BYTES) != 0)
                 rd->wrong++;
@@ -169,14 +175,14 @@ static void *reader_main(void *arg)
 static int test_spread_round_trip(void)
 {
     enum { N = 96 };
-    kvf__remote *r = open_cluster("spread");
+    kvf__redis *r = open_cluster("spread");
     REQUIRE(r);
     uint8_t *bufs[N] = {0};
-    kvf__remote_put p[N];
-    kvf__remote_get g[N];
+    kvf__redis_put p[N];
+    kvf__redis_get g[N];
     kvf_status st[N];
     fill_puts(p, bufs, 1, N, 0);
-    CHECK_STATUS(kvf__remote_put_batch(r, p, N, st), KVF_OK);
+    CHECK_STATUS(kvf__redis_put_batch(r, p, N, st), KVF_OK);
     int per_node[NODES] = {0};
     for (size_t i = 0; i < N; i++) {
         CHECK_STATUS(st[i], KVF_OK);
@@ -184,11 +190,11 @@ static int test_spread_round_trip(void)
         CHECK(o >= 0);
         if (o >= 0)
             per_node[o]++;
-        g[i] = (kvf__remote_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
+        g[i] = (kvf__redis_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
     }
     for (int i = 0; i < NODES; i++)
         CHECK(per_node[i] > 10); /* every node holds a share */
-    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_OK);
+    CHECK_STATUS(kvf__redis_get_batch(r, g, N, st), KVF_OK);
     for (size_t i = 0; i < N; i++) {
         CHECK_STATUS(st[i], KVF_OK);
         CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
@@ -212,17 +218,28 @@ static int test_spread_round_trip(void)
     for (size_t i = 0; i < N; i++)
         free(bufs[i]);
     char detail[256];
-    CHECK_STATUS(kvf__remote_probe(cluster_url, 1000, detail, sizeof detail), KVF_OK);
+    CHECK_STATUS(kvf__redis_probe(cluster_url, 1000, detail, sizeof detail), KVF_OK);
     CHECK_STR_HAS(detail, "cluster");
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return 0;
 }
 
 /* Moves the slot of one block from its owner to the next node: ASK while
  * it migrates, MOVED once it has moved. */
+/* A listing over every master, more blocks than one SCAN page on each:
+ * each block once. */
+static int test_list_scan(void)
+{
+    kvf__redis *r = open_cluster("scan");
+    REQUIRE(r);
+    redis_check_list_many(r, 0x8000000, 4000);
+    kvf__redis_close(r);
+    return 0;
+}
+
 static int test_ask_and_moved(void)
 {
-    kvf__remote *r = open_cluster("mig");
+    kvf__redis *r = open_cluster("mig");
     REQUIRE(r);
     char k[128];
     key_text(k, sizeof k, "mig", 5);
@@ -236,10 +253,10 @@ static int test_ask_and_moved(void)
             break;
     }
     uint8_t *bufs[2] = {0};
-    kvf__remote_put p[2];
+    kvf__redis_put p[2];
     kvf_status st[2];
     fill_puts(p, bufs, 5, 1, 100);
-    REQUIRE(kvf__remote_put_batch(r, p, 1, st) == KVF_OK);
+    REQUIRE(kvf__redis_put_batch(r, p, 1, st) == KVF_OK);
     int a = owner_of("mig", 5);
     REQUIRE(a >= 0);
     int b = (a + 1) % NODES;
@@ -254,13 +271,13 @@ static int test_ask_and_moved(void)
                     k) == 0);
 
     /* mid-migration: the old owner answers ASK for both */
-    kvf__remote_get g = {.key = 5, .dst = malloc(BYTES), .cap = BYTES};
-    CHECK_STATUS(kvf__remote_get_batch(r, &g, 1, st), KVF_OK);
+    kvf__redis_get g = {.key = 5, .dst = malloc(BYTES), .cap = BYTES};
+    CHECK_STATUS(kvf__redis_get_batch(r, &g, 1, st), KVF_OK);
     CHECK_MEM_EQ(g.dst, bufs[0], BYTES);
-    kvf__remote_put p2;
+    kvf__redis_put p2;
     uint8_t *b2[1] = {0};
     fill_puts(&p2, b2, k2, 1, 200);
-    CHECK_STATUS(kvf__remote_put_batch(r, &p2, 1, st), KVF_OK);
+    CHECK_STATUS(kvf__redis_put_batch(r, &p2, 1, st), KVF_OK);
 
     for (int i = 0; i < NODES; i++)
         CHECK(redis_run(nodes[i].port, NULL, REDIS_REPLY_STATUS, "CLUSTER SETSLOT %d NODE %s", slot,
@@ -269,20 +286,20 @@ static int test_ask_and_moved(void)
     CHECK_EQ_INT(owner_of("mig", k2), b);
 
     /* moved: the handle still routes to a, which answers MOVED */
-    kvf__remote_get gs[2] = {{.key = 5, .dst = g.dst, .cap = BYTES},
-                             {.key = k2, .dst = malloc(BYTES), .cap = BYTES}};
-    CHECK_STATUS(kvf__remote_get_batch(r, gs, 2, st), KVF_OK);
+    kvf__redis_get gs[2] = {{.key = 5, .dst = g.dst, .cap = BYTES},
+                            {.key = k2, .dst = malloc(BYTES), .cap = BYTES}};
+    CHECK_STATUS(kvf__redis_get_batch(r, gs, 2, st), KVF_OK);
     CHECK_MEM_EQ(gs[0].dst, bufs[0], BYTES);
     CHECK_MEM_EQ(gs[1].dst, b2[0], BYTES);
     /* and again, now from the refreshed map */
     memset(gs[1].dst, 0, BYTES);
-    CHECK_STATUS(kvf__remote_get_batch(r, gs, 2, st), KVF_OK);
+    CHECK_STATUS(kvf__redis_get_batch(r, gs, 2, st), KVF_OK);
     CHECK_MEM_EQ(gs[1].dst, b2[0], BYTES);
     free(gs[0].dst);
     free(gs[1].dst);
     free(bufs[0]);
     free(b2[0]);
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return 0;
 }
 
@@ -291,28 +308,28 @@ static int test_ask_and_moved(void)
 static int test_node_stalled(void)
 {
     enum { N = 30 };
-    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    kvf__redis_config cfg = KVF_REDIS_CONFIG_INIT;
     cfg.url = cluster_url;
     cfg.ns = "stall";
     cfg.fingerprint = FP;
     cfg.timeout_ms = 500;
-    kvf__remote *r = NULL;
-    REQUIRE(kvf__remote_open(&cfg, &r) == KVF_OK);
+    kvf__redis *r = NULL;
+    REQUIRE(kvf__redis_open(&cfg, &r) == KVF_OK);
     uint8_t *bufs[N] = {0};
-    kvf__remote_put p[N];
+    kvf__redis_put p[N];
     kvf_status st[N];
     fill_puts(p, bufs, 1, N, 500);
-    REQUIRE(kvf__remote_put_batch(r, p, N, st) == KVF_OK);
+    REQUIRE(kvf__redis_put_batch(r, p, N, st) == KVF_OK);
     int owner[N];
     for (int i = 0; i < N; i++)
         owner[i] = owner_of("stall", 1 + (uint64_t)i);
     const int victim = 0;
-    kvf__remote_get g[N];
+    kvf__redis_get g[N];
     for (int i = 0; i < N; i++)
-        g[i] = (kvf__remote_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
+        g[i] = (kvf__redis_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
     REQUIRE(kill(nodes[victim].pid, SIGSTOP) == 0);
     double t0 = redis_now_s();
-    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_ERR_TIMEOUT);
+    CHECK_STATUS(kvf__redis_get_batch(r, g, N, st), KVF_ERR_TIMEOUT);
     double waited = redis_now_s() - t0;
     kill(nodes[victim].pid, SIGCONT);
     CHECK(waited < 3.0);
@@ -325,26 +342,26 @@ static int test_node_stalled(void)
             CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
     }
     /* answering again: everything is served */
-    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_OK);
+    CHECK_STATUS(kvf__redis_get_batch(r, g, N, st), KVF_OK);
     for (int i = 0; i < N; i++) {
         CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
         free(g[i].dst);
         free(bufs[i]);
     }
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return 0;
 }
 
 static int test_node_killed_and_back(void)
 {
     enum { N = 60 };
-    kvf__remote *r = open_cluster("kill");
+    kvf__redis *r = open_cluster("kill");
     REQUIRE(r);
     uint8_t *bufs[N] = {0};
-    kvf__remote_put p[N];
+    kvf__redis_put p[N];
     kvf_status st[N];
     fill_puts(p, bufs, 1, N, 300);
-    REQUIRE(kvf__remote_put_batch(r, p, N, st) == KVF_OK);
+    REQUIRE(kvf__redis_put_batch(r, p, N, st) == KVF_OK);
     int owner[N];
     for (int i = 0; i < N; i++)
         owner[i] = owner_of("kill", 1 + (uint64_t)i);
@@ -362,10 +379,10 @@ static int test_node_killed_and_back(void)
     CHECK(rd.rounds > 1);
 
     /* with the node down: its blocks fail, naming it; the others succeed */
-    kvf__remote_get g[N];
+    kvf__redis_get g[N];
     for (int i = 0; i < N; i++)
-        g[i] = (kvf__remote_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
-    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_ERR_REMOTE);
+        g[i] = (kvf__redis_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
+    CHECK_STATUS(kvf__redis_get_batch(r, g, N, st), KVF_ERR_REMOTE);
     char name[32];
     snprintf(name, sizeof name, "127.0.0.1:%d", nodes[victim].port);
     CHECK_STR_HAS(kvf_last_error(), name);
@@ -386,19 +403,19 @@ static int test_node_killed_and_back(void)
     REQUIRE(redis_server_start(&nodes[victim], NULL) == 0);
     REQUIRE(wait_cluster_ok() == 0);
     usleep(150 * 1000); /* the handle's down window for the node passes */
-    kvf_status rc = kvf__remote_get_batch(r, g, N, st);
+    kvf_status rc = kvf__redis_get_batch(r, g, N, st);
     CHECK_STATUS(rc, KVF_OK);
     for (int i = 0; i < N; i++)
         CHECK_STATUS(st[i], owner[i] == victim ? KVF_ERR_NOT_FOUND : KVF_OK);
-    CHECK_STATUS(kvf__remote_put_batch(r, p, N, st), KVF_OK);
-    CHECK_STATUS(kvf__remote_get_batch(r, g, N, st), KVF_OK);
+    CHECK_STATUS(kvf__redis_put_batch(r, p, N, st), KVF_OK);
+    CHECK_STATUS(kvf__redis_get_batch(r, g, N, st), KVF_OK);
     for (int i = 0; i < N; i++) {
         CHECK_STATUS(st[i], KVF_OK);
         CHECK_MEM_EQ(g[i].dst, bufs[i], BYTES);
         free(g[i].dst);
         free(bufs[i]);
     }
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return 0;
 }
 
@@ -412,6 +429,7 @@ int main(void)
         return 1;
     }
     RUN(test_spread_round_trip);
+    RUN(test_list_scan);
     RUN(test_ask_and_moved);
     RUN(test_node_stalled);
     RUN(test_node_killed_and_back);

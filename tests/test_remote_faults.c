@@ -11,7 +11,7 @@
 /* Values overwritten behind kvferry's back: CORRUPT for those blocks only. */
 static int test_corrupt_values(void)
 {
-    kvf__remote *r = open_default("corrupt", FP);
+    kvf__redis *r = open_default("corrupt", FP);
     REQUIRE(r);
     uint8_t *bufs[5];
     REQUIRE(put_blocks(r, 40, 5, 4096, bufs) == 0);
@@ -25,7 +25,7 @@ static int test_corrupt_values(void)
         redisReply *rep = redisCommand(c, "GET kvf:corrupt:%016x", k == 44 ? 40 : k);
         REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
         if (k == 42)
-            rep->str[KVF_BLOCKFILE_HEADER_BYTES + 100] ^= 0x10;
+            rep->str[KVF_BLOCK_HEADER_BYTES + 100] ^= 0x10;
         if (k == 43)
             rep->str[30] ^= 0x01;
         redisReply *set = redisCommand(c, "SET kvf:corrupt:%016x %b", k, rep->str, rep->len);
@@ -34,7 +34,7 @@ static int test_corrupt_values(void)
         freeReplyObject(rep);
     }
     redisFree(c);
-    kvf__remote_get g[5];
+    kvf__redis_get g[5];
     kvf_status st[5];
     get_blocks(r, 40, 5, 4096, g, st);
     CHECK_STATUS(st[0], KVF_OK);
@@ -52,7 +52,7 @@ static int test_corrupt_values(void)
     free_gets(g, 1);
     for (int i = 0; i < 5; i++)
         free(bufs[i]);
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return 0;
 }
 
@@ -65,12 +65,12 @@ enum { BIG = 64 << 20 };
 static int oversize_child(int port)
 {
     server.port = port;
-    kvf__remote *r = open_default("big", FP);
+    kvf__redis *r = open_default("big", FP);
     if (!r)
         return 2;
     struct rusage before, after;
     getrusage(RUSAGE_SELF, &before);
-    kvf__remote_get g[1];
+    kvf__redis_get g[1];
     kvf_status st[1];
     get_blocks(r, 0x60, 1, 4096, g, st);
     getrusage(RUSAGE_SELF, &after);
@@ -83,7 +83,7 @@ static int oversize_child(int port)
     fprintf(stderr, "  64 MiB value refused; peak RSS grew by %ld KiB\n", grew_kib);
     CHECK(grew_kib < 8 * 1024);
     free_gets(g, 1);
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return TEST_RESULT();
 }
 
@@ -91,7 +91,7 @@ static const char *self_path;
 
 static int test_oversize_value(void)
 {
-    kvf__remote *r = open_default("big", FP);
+    kvf__redis *r = open_default("big", FP);
     REQUIRE(r);
     uint8_t *bufs[1];
     REQUIRE(put_blocks(r, 0x60, 1, 4096, bufs) == 0);
@@ -114,13 +114,13 @@ static int test_oversize_value(void)
     CHECK(redis_run(server.port, NULL, REDIS_REPLY_INTEGER, "STRLEN kvf:big:%016x", 0x60) == 0);
     /* an empty value is no block: a miss */
     CHECK(redis_run(server.port, NULL, REDIS_REPLY_STATUS, "SET kvf:big:%016x %s", 0x61, "") == 0);
-    kvf__remote_get g[1];
+    kvf__redis_get g[1];
     kvf_status st[1];
     get_blocks(r, 0x61, 1, 4096, g, st);
     CHECK_STATUS(st[0], KVF_ERR_NOT_FOUND);
     free_gets(g, 1);
     free(bufs[0]);
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return 0;
 }
 
@@ -134,32 +134,32 @@ static int test_auth(void)
                     "ACL SETUSER alice on >wonderland ~kvf:* +@all") == 0);
     char url[160];
     snprintf(url, sizeof url, "redis://alice:wonderland@127.0.0.1:%d", s.port);
-    kvf__remote *r = open_remote(url, "auth", FP, 0);
+    kvf__redis *r = open_remote(url, "auth", FP, 0);
     CHECK(r != NULL);
     uint8_t *bufs[2];
     if (r)
         CHECK(put_blocks(r, 1, 2, 512, bufs) == 0);
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     for (int i = 0; r && i < 2; i++)
         free(bufs[i]);
     snprintf(url, sizeof url, "redis://:rootpw@127.0.0.1:%d/1", s.port);
     r = open_remote(url, "auth", FP, 0);
     CHECK(r != NULL);
-    kvf__remote_close(r);
+    kvf__redis_close(r);
 
-    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    kvf__redis_config cfg = KVF_REDIS_CONFIG_INIT;
     cfg.url = url;
     cfg.ns = "auth";
     snprintf(url, sizeof url, "redis://alice:rabbit@127.0.0.1:%d", s.port);
-    CHECK_STATUS(kvf__remote_open(&cfg, &r), KVF_ERR_REMOTE);
+    CHECK_STATUS(kvf__redis_open(&cfg, &r), KVF_ERR_REMOTE);
     CHECK_STR_HAS(kvf_last_error(), "AUTH as user 'alice' refused");
     CHECK(!strstr(kvf_last_error(), "rabbit"));
     snprintf(url, sizeof url, "redis://:nope@127.0.0.1:%d", s.port);
-    CHECK_STATUS(kvf__remote_open(&cfg, &r), KVF_ERR_REMOTE);
+    CHECK_STATUS(kvf__redis_open(&cfg, &r), KVF_ERR_REMOTE);
     CHECK_STR_HAS(kvf_last_error(), "AUTH");
     /* no password at all: the first command is refused */
     snprintf(url, sizeof url, "redis://127.0.0.1:%d/2", s.port);
-    CHECK_STATUS(kvf__remote_open(&cfg, &r), KVF_ERR_REMOTE);
+    CHECK_STATUS(kvf__redis_open(&cfg, &r), KVF_ERR_REMOTE);
     CHECK_STR_HAS(kvf_last_error(), "NOAUTH");
     redis_server_stop(&s);
     return 0;
@@ -173,18 +173,18 @@ static int test_stalled_server(void)
     REQUIRE(redis_server_start(&s, NULL) == 0);
     char url[128];
     redis_url(url, sizeof url, &s, NULL);
-    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    kvf__redis_config cfg = KVF_REDIS_CONFIG_INIT;
     cfg.url = url;
     cfg.ns = "stall";
     cfg.timeout_ms = 400;
     cfg.connect_timeout_ms = 400;
     cfg.down_ms = 300;
-    kvf__remote *r = NULL;
-    REQUIRE(kvf__remote_open(&cfg, &r) == KVF_OK);
+    kvf__redis *r = NULL;
+    REQUIRE(kvf__redis_open(&cfg, &r) == KVF_OK);
     uint8_t *bufs[4];
     REQUIRE(put_blocks(r, 1, 4, 8192, bufs) == 0);
     REQUIRE(kill(s.pid, SIGSTOP) == 0);
-    kvf__remote_get g[4];
+    kvf__redis_get g[4];
     kvf_status st[4];
     double t0 = redis_now_s();
     get_blocks(r, 1, 4, 8192, g, st);
@@ -196,8 +196,8 @@ static int test_stalled_server(void)
     free_gets(g, 4);
     /* a new connection (the stalled one was dropped) times out too */
     t0 = redis_now_s();
-    kvf__remote_put p = {9, 1, 1, bufs[0], 8192};
-    CHECK_STATUS(kvf__remote_put_batch(r, &p, 1, st), KVF_ERR_TIMEOUT);
+    kvf__redis_put p = {9, 1, 1, bufs[0], 8192};
+    CHECK_STATUS(kvf__redis_put_batch(r, &p, 1, st), KVF_ERR_TIMEOUT);
     CHECK(redis_now_s() - t0 < 3.0);
     kill(s.pid, SIGCONT);
     get_blocks(r, 1, 4, 8192, g, st);
@@ -223,7 +223,7 @@ static int test_stalled_server(void)
     CHECK(redis_now_s() - t0 < 0.2);
     free_gets(g, 2);
     char detail[256];
-    CHECK(kvf__remote_probe(url, 300, detail, sizeof detail) != KVF_OK);
+    CHECK(kvf__redis_probe(url, 300, detail, sizeof detail) != KVF_OK);
     CHECK_STR_HAS(detail, node);
     REQUIRE(redis_server_start(&s, NULL) == 0);
     usleep(350 * 1000); /* the down window passes */
@@ -233,9 +233,9 @@ static int test_stalled_server(void)
     REQUIRE(put_blocks(r, 1, 2, 100, bufs) == 0);
     free(bufs[0]);
     free(bufs[1]);
-    CHECK_STATUS(kvf__remote_probe(url, 300, detail, sizeof detail), KVF_OK);
+    CHECK_STATUS(kvf__redis_probe(url, 300, detail, sizeof detail), KVF_OK);
     CHECK_STR_HAS(detail, node);
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     redis_server_stop(&s);
     return 0;
 }

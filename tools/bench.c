@@ -515,7 +515,7 @@ static int ceiling_open(file_ceiling *c, const char *dir, size_t stored, const u
     c->blocks = o->blocks;
     c->fsync_on = o->fsync != KVF_FSYNC_NONE;
     c->image =
-        (KVF_BLOCKFILE_HEADER_BYTES + stored + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
+        (KVF_BLOCK_HEADER_BYTES + stored + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
     c->total = stored * c->blocks;
     snprintf(c->path, sizeof c->path, "%s/ceiling.bin", dir);
     void *mem = NULL;

@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * `kvferry bench --mode remote`: the remote tier's put and get through
- * kvf__remote_*, next to the ceiling measured in the same run: the same
- * bytes (header + payload) SET and GET with plain hiredis, pipelined
- * (redisAppendCommandArgv, then redisGetReply), as redis-benchmark -P
- * does. Every block read back through the tier is compared with what was
- * written.
+ * its store (store.h: what the engine calls), next to the ceiling measured in the same run: the
+ * same bytes (header + payload) SET and GET with plain hiredis, pipelined (redisAppendCommandArgv,
+ * then redisGetReply), as redis-benchmark -P does. Every block read back through the tier is
+ * compared with what was written.
  */
 #include "bench.h"
 #include "cli.h"
-#include "remote.h"
+#include "store.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -21,9 +20,12 @@
 
 #ifdef KVF_HAVE_HIREDIS
 #include "blockhdr.h"
-#include "redis_internal.h"
+#include "redis_url.h"
+#include "sendall.h"
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#include <hiredis/hiredis.h>
+
+#define HDR KVF_BLOCK_HEADER_BYTES
 #define MAX_SIZES 16
 
 typedef struct remote_opts {
@@ -114,7 +116,7 @@ static int raw_put_socket(raw_client *rc, size_t n, const uint8_t *const *values
         iov[3 * i + 1] = (struct iovec){(void *)values[i], value_bytes};
         iov[3 * i + 2] = (struct iovec){(void *)"\r\n", 2};
     }
-    if (rc_ == 0 && kvf__redis_send_all(rc->c->fd, iov, 3 * n, 0) != 0) {
+    if (rc_ == 0 && kvf__send_all(rc->c->fd, iov, 3 * n, 0) != 0) {
         fprintf(stderr, "kvferry bench: %s: send: %s\n", rc->name, strerror(errno));
         rc_ = -1;
     }
@@ -131,7 +133,7 @@ static int raw_put_socket(raw_client *rc, size_t n, const uint8_t *const *values
     return rc_;
 }
 
-static int raw_connect(const kvf__remote_url *u, raw_client *rc, char *name, size_t cap)
+static int raw_connect(const kvf__redis_url *u, raw_client *rc, char *name, size_t cap)
 {
     snprintf(name, cap, "redis %s:%d", u->seed[0].host, u->seed[0].port);
     rc->name = name;
@@ -191,29 +193,45 @@ static void print_line(const char *op, const row *w, const timing *mine, const t
         printf("   %8.2f %8.2f %8.2f   %5.0f%%\n", raw_gbs, quantile(raw, 0.5) * 1e3,
                quantile(raw, 0.99) * 1e3, 100.0 * gbs / raw_gbs);
     } else {
-        printf("   (no ceiling for a cluster)\n");
+        printf("   (no ceiling for a cluster or TLS)\n");
     }
 }
 
-static int bench_size(kvf__remote *r, raw_client *raw, const remote_opts *o, row *w)
+/* One batch call of the store on every block; 0, or 1 after saying why. */
+static int store_call(kvf__store *st, kvf__store_block *blk, size_t n, const char *what)
+{
+    kvf_status (*call)(kvf__store *, kvf__store_block *, size_t, uint64_t) =
+        !strcmp(what, "put")   ? st->ops->write
+        : !strcmp(what, "get") ? st->ops->read
+                               : st->ops->remove;
+    if (call(st, blk, n, 0) == KVF_OK)
+        return 0;
+    fprintf(stderr, "kvferry bench: %s: %s\n", what, kvf_last_error());
+    return 1;
+}
+
+static int bench_size(kvf__store *r, raw_client *raw, const remote_opts *o, row *w)
 {
     size_t n = w->blocks, bytes = w->bytes;
     uint8_t **payload = calloc(n, sizeof *payload);
     uint8_t **value = calloc(n, sizeof *value);
-    kvf__remote_put *puts = calloc(n, sizeof *puts);
-    kvf__remote_get *gets = calloc(n, sizeof *gets);
-    kvf_status *st = calloc(n, sizeof *st);
+    kvf__store_block *puts = calloc(n, sizeof *puts);
+    kvf__store_block *gets = calloc(n, sizeof *gets);
     int rc = 0;
     for (size_t i = 0; i < n; i++) {
         value[i] = malloc(HDR + bytes);
         payload[i] = value[i] + HDR;
-        gets[i].dst = malloc(bytes);
+        gets[i].buf = malloc(bytes);
         uint64_t s = 0x9e3779b97f4a7c15ull * (i + 1) + bytes;
         for (size_t b = 0; b < HDR + bytes; b += 8) {
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             memcpy(value[i] + b, &s, HDR + bytes - b < 8 ? HDR + bytes - b : 8);
         }
-        puts[i] = (kvf__remote_put){0x6b7666000000ull + i, 32, 1, payload[i], bytes};
+        puts[i] = (kvf__store_block){.key = 0x6b7666000000ull + i,
+                                     .tokens = 32,
+                                     .pools = 1,
+                                     .buf = payload[i],
+                                     .payload_bytes = bytes};
     }
     for (uint32_t it = 0; it < o->iters + 1 && rc == 0; it++) {
         /* the first round warms up the server (allocations) and is not counted */
@@ -222,20 +240,14 @@ static int bench_size(kvf__remote *r, raw_client *raw, const remote_opts *o, row
         if (raw && raw_pipeline(raw, "SET", n, (const uint8_t *const *)value, HDR + bytes))
             rc = 1;
         double t1 = kvf_bench_now_s();
-        if (kvf__remote_put_batch(r, puts, n, st) != KVF_OK) {
-            fprintf(stderr, "kvferry bench: put: %s\n", kvf_last_error());
-            rc = 1;
-        }
+        rc |= store_call(r, puts, n, "put");
         double t2 = kvf_bench_now_s();
         if (raw && raw_pipeline(raw, "GET", n, NULL, HDR + bytes))
             rc = 1;
         double t3 = kvf_bench_now_s();
         for (size_t i = 0; i < n; i++)
-            gets[i] = (kvf__remote_get){.key = puts[i].key, .dst = gets[i].dst, .cap = bytes};
-        if (kvf__remote_get_batch(r, gets, n, st) != KVF_OK) {
-            fprintf(stderr, "kvferry bench: get: %s\n", kvf_last_error());
-            rc = 1;
-        }
+            gets[i] = (kvf__store_block){.key = puts[i].key, .buf = gets[i].buf, .cap = bytes};
+        rc |= store_call(r, gets, n, "get");
         double t4 = kvf_bench_now_s();
         if (raw && raw_put_socket(raw, n, (const uint8_t *const *)value, HDR + bytes))
             rc = 1;
@@ -245,25 +257,21 @@ static int bench_size(kvf__remote *r, raw_client *raw, const remote_opts *o, row
         w->raw_get.s[k] = t3 - t2;
         w->get.s[k] = t4 - t3;
         for (size_t i = 0; i < n && rc == 0; i++)
-            if (gets[i].payload_bytes != bytes || memcmp(gets[i].dst, payload[i], bytes) != 0) {
+            if (gets[i].payload_bytes != bytes || memcmp(gets[i].buf, payload[i], bytes) != 0) {
                 fprintf(stderr, "kvferry bench: block %zu of %zu bytes read back wrong\n", i,
                         bytes);
                 rc = 1;
             }
     }
-    uint64_t *keys = malloc(n * sizeof *keys);
+    store_call(r, puts, n, "remove");
     for (size_t i = 0; i < n; i++) {
-        keys[i] = puts[i].key;
         free(value[i]);
-        free(gets[i].dst);
+        free(gets[i].buf);
     }
-    kvf__remote_delete_batch(r, keys, n, st);
-    free(keys);
     free(payload);
     free(value);
     free(puts);
     free(gets);
-    free(st);
     return rc;
 }
 
@@ -336,7 +344,7 @@ static int parse_remote_args(int argc, char **argv, remote_opts *o)
         return -1;
     }
     if (!o->url)
-        o->url = kvf__remote_url_from_env();
+        o->url = kvf__store_url_from_env();
     if (!o->url) {
         fprintf(stderr, "kvferry bench: --mode remote needs --remote-url (or $%s)\n",
                 KVF_REMOTE_URL_ENV);
@@ -354,32 +362,34 @@ int kvf_cli_bench_remote(int argc, char **argv)
     int parsed = parse_remote_args(argc, argv, &o);
     if (parsed)
         return parsed > 0 ? 0 : kvf_cli_usage_error("bench");
-    kvf__remote_url u;
-    if (kvf__remote_url_parse(o.url, &u) != KVF_OK) {
+    kvf__redis_url u;
+    if (kvf__redis_url_parse(o.url, &u) != KVF_OK) {
         fprintf(stderr, "kvferry bench: %s\n", kvf_last_error());
         return 2;
     }
     if (kvf_cli_json_open("bench", o.json))
         return 1;
-    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
-    cfg.url = o.url;
-    cfg.ns = "bench";
-    cfg.fingerprint = 0x6b766662656e6368ull;
-    cfg.timeout_ms = 30000;
-    kvf__remote *r = NULL;
-    if (kvf__remote_open(&cfg, &r) != KVF_OK) {
+    kvf__store_config cfg = {
+        .url = o.url, .ns = "bench", .fingerprint = 0x6b766662656e6368ull, .timeout_ms = 30000};
+    kvf__store *r = NULL;
+    if (kvf__store_open(&cfg, &r) != KVF_OK) {
         fprintf(stderr, "kvferry bench: %s\n", kvf_last_error());
         return 1;
     }
     raw_client raw = {0};
     char name[300];
-    if (!u.cluster && raw_connect(&u, &raw, name, sizeof name)) {
-        kvf__remote_close(r);
+    /* the ceiling is plain hiredis on one server: none for a cluster or TLS */
+    bool ceiling = !u.cluster && !u.tls;
+    if (ceiling && raw_connect(&u, &raw, name, sizeof name)) {
+        kvf__store_close(r);
         return 1;
     }
     printf("kvferry bench: remote tier, %s%s:%d, %u timed batches per size "
            "(GB/s of payload; p50/p99 per batch)\n",
-           u.cluster ? "cluster via " : "redis ", u.seed[0].host, u.seed[0].port, o.iters);
+           u.cluster ? "cluster via "
+           : u.tls   ? "rediss "
+                     : "redis ",
+           u.seed[0].host, u.seed[0].port, o.iters);
     printf("%12s %5s  %-4s %8s %8s %8s   %8s %8s %8s   %6s\n", "block", "batch", "op", "kvferry",
            "p50 ms", "p99 ms", "hiredis", "p50 ms", "p99 ms", "ratio");
     int rc = 0;
@@ -400,11 +410,11 @@ int kvf_cli_bench_remote(int argc, char **argv)
         timing *all[] = {&w.put, &w.get, &w.raw_put, &w.raw_get, &w.sock_put};
         for (int i = 0; i < 5; i++)
             *all[i] = (timing){calloc(o.iters, sizeof(double)), o.iters};
-        rc = bench_size(r, u.cluster ? NULL : &raw, &o, &w);
+        rc = bench_size(r, ceiling ? &raw : NULL, &o, &w);
         if (rc == 0) {
-            print_line("put", &w, &w.put, u.cluster ? NULL : &w.raw_put, rows);
-            print_line("get", &w, &w.get, u.cluster ? NULL : &w.raw_get, rows);
-            if (!u.cluster)
+            print_line("put", &w, &w.put, ceiling ? &w.raw_put : NULL, rows);
+            print_line("get", &w, &w.get, ceiling ? &w.raw_get : NULL, rows);
+            if (ceiling)
                 print_line("put*", &w, &w.put, &w.sock_put, rows);
         }
         for (int i = 0; i < 5; i++)
@@ -413,7 +423,7 @@ int kvf_cli_bench_remote(int argc, char **argv)
     }
     if (raw.c)
         redisFree(raw.c);
-    kvf__remote_close(r);
+    kvf__store_close(r);
     if (doc) {
         cJSON_AddBoolToObject(doc, "verified", rc == 0);
         if (kvf_cli_json_emit("bench", doc) && rc == 0)

@@ -31,14 +31,15 @@ static int usage(FILE *f)
     return f == stderr ? KVF_CLI_USAGE : 0;
 }
 
-/* The remote tier's line: built or not, and whether $KVF_REMOTE_URL answers. */
-static const char *remote_tier(int built, char *why, size_t cap)
+/* The remote tier's line: whether $KVF_REMOTE_URL is set, and whether
+ * its store is built and answers. */
+static const char *remote_tier(char *why, size_t cap)
 {
-    if (!built)
-        return snprintf(why, cap, "no hiredis at build time"), "not built";
     kvf_status st = kvf_remote_probe(NULL, 1000, why, cap);
     if (st == KVF_ERR_NOT_FOUND)
-        return "built";
+        return "not set";
+    if (st == KVF_ERR_UNSUPPORTED)
+        return "not built";
     return st == KVF_OK ? "reachable" : "unreachable";
 }
 
@@ -58,6 +59,17 @@ static cJSON *info_json(const kvf_info *info, const char *remote, const char *re
     cJSON_AddBoolToObject(gds, "cufile_present", info->cufile_present);
     cJSON_AddStringToObject(gds, "detail", info->gds_detail);
     cJSON_AddStringToObject(j, "default_backend", info->cuda_devices > 0 ? "cuda" : "host");
+    cJSON *stores = cJSON_AddArrayToObject(j, "stores");
+    kvf_store_info si = KVF_STORE_INFO_INIT;
+    for (size_t i = 0; kvf_store_info_get(i, &si) == KVF_OK; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", si.name);
+        cJSON_AddStringToObject(o, "schemes", si.schemes);
+        cJSON_AddBoolToObject(o, "built", si.built);
+        cJSON_AddBoolToObject(o, "remote", si.remote);
+        cJSON_AddStringToObject(o, "detail", si.detail);
+        cJSON_AddItemToArray(stores, o);
+    }
     cJSON *rt = cJSON_AddObjectToObject(j, "remote");
     cJSON_AddStringToObject(rt, "state", remote);
     cJSON_AddStringToObject(rt, "detail", remote_why);
@@ -94,12 +106,14 @@ static void print_info(const kvf_info *info, const char *remote, const char *rem
             : KVF_GDS_STATE_ABSENT;
     printf("  gds    %s\n         %s\n", gds_states[gs], info->gds_detail);
     printf("default backend: %s\n", info->cuda_devices > 0 ? "cuda" : "host");
-    if (!strcmp(remote, "not built"))
-        printf("remote tier: not built (%s)\n", remote_why);
-    else if (!strcmp(remote, "built"))
-        printf("remote tier: redis built; %s\n", remote_why);
+    printf("stores:\n");
+    kvf_store_info si = KVF_STORE_INFO_INIT;
+    for (size_t i = 0; kvf_store_info_get(i, &si) == KVF_OK; i++)
+        printf("  %-6s %s: %s\n", si.name, si.schemes, si.detail);
+    if (!strcmp(remote, "not set"))
+        printf("remote tier: none ($%s not set)\n", KVF_REMOTE_URL_ENV);
     else
-        printf("remote tier: %s: %s\n", remote, remote_why);
+        printf("remote tier ($%s): %s: %s\n", KVF_REMOTE_URL_ENV, remote, remote_why);
 }
 
 /* info's options: the shared ones, then its own (each a row here and a
@@ -153,7 +167,7 @@ static int cmd_info(int argc, char **argv)
         return KVF_CLI_FAILED;
     }
     char why[512];
-    const char *remote = remote_tier(info.remote_built, why, sizeof why);
+    const char *remote = remote_tier(why, sizeof why);
     print_info(&info, remote, why);
     fflush(stdout);
     int rc = json ? kvf_cli_json_emit("info", info_json(&info, remote, why)) : 0;

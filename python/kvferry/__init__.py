@@ -16,8 +16,8 @@ and files. A ctypes binding of libkvferry (include/kvferry.h).
 
 from . import _lib
 from ._buffers import Buffer, as_buffer
-from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Setting, Ticket, block_bytes,
-                    dtype_bits, info, move_dtype, region, version)
+from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Setting, StoreInfo, Ticket,
+                    block_bytes, dtype_bits, info, move_dtype, region, version)
 from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, size_parse, tier_name
 from ._dir import DirBlock, DirCheck, DirCounts, DirEntry, dir_check, dir_list, dir_namespaces, remote_probe
 from ._enums import (Backend, CacheRemote, CudaCopy, DirEntryKind, Dtype, EventKind, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level,
@@ -45,7 +45,7 @@ def _check_version():
 _check_version()
 
 __all__ = [
-    "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Setting", "Ticket", "Buffer",
+    "Engine", "Geometry", "Info", "Move", "Pool", "PoolDesc", "PoolLevel", "Region", "Setting", "StoreInfo", "Ticket", "Buffer",
     "as_buffer", "block_bytes", "dtype_bits", "info", "move_dtype", "region", "version", "library_path",
     "Cache", "CacheEvent", "CacheStats", "CacheRemote", "EventKind", "key_chain", "key_chain_all", "key_salt", "size_parse",
     "tier_name", "Backend", "CudaCopy", "Dtype", "FileIO", "FileRunner", "Fsync", "GdsCompat", "GdsState", "Level", "LogLevel", "Memory", "Order",

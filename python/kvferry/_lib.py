@@ -132,6 +132,17 @@ class Info_t(ctypes.Structure):
     ]
 
 
+class StoreInfo_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char * 32),
+        ("schemes", ctypes.c_char * 128),
+        ("built", ctypes.c_int),
+        ("remote", ctypes.c_int),
+        ("detail", ctypes.c_char * 256),
+    ]
+
+
 class CacheEvent_t(ctypes.Structure):
     _fields_ = [
         ("seq", ctypes.c_uint64),
@@ -393,6 +404,7 @@ _protos = {
     ),
     "kvf_sync_stream": (c_status, [ctypes.c_void_p, ctypes.c_void_p]),
     "kvf_info_get": (c_status, [_P(Info_t)]),
+    "kvf_store_info_get": (c_status, [ctypes.c_size_t, _P(StoreInfo_t)]),
     "kvf_demote": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
     "kvf_promote": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
     "kvf_remove": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),

@@ -27,10 +27,11 @@
 #include "checksum.h"
 #include "status.h"
 
+#include <inttypes.h>
 #include <string.h>
 
-#define FORMAT_VERSION 1u
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define FORMAT_VERSION KVF_BLOCK_FORMAT_VERSION
+#define HDR KVF_BLOCK_HEADER_BYTES
 #define NS_MAX 64
 
 static const unsigned char magic[8] = {'K', 'V', 'F', 'B', 'L', 'K', '\r', '\n'};
@@ -138,5 +139,36 @@ kvf_status kvf__block_payload_crc_check(const kvf__block_header *h, const char *
     if (crc_now != h->payload_crc)
         return kvf__fail(KVF_ERR_CORRUPT, "%s: checksum mismatch (stored 0x%08x, computed 0x%08x)",
                          what, h->payload_crc, crc_now);
+    return KVF_OK;
+}
+
+kvf_status kvf__block_value_take(const uint8_t *value, size_t len, const char *what,
+                                 uint64_t fingerprint, uint64_t ns_hash, uint64_t key, void *dst,
+                                 size_t cap, kvf__block_header *h)
+{
+    if (len < HDR)
+        return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
+                         what, len);
+    kvf_status st = kvf__block_header_parse(value, what, h);
+    if (st == KVF_OK)
+        st = kvf__block_header_expect(h, what, fingerprint, ns_hash, key);
+    if (st != KVF_OK)
+        return st;
+    /* a block that fits must be exactly its header's length; one that does
+     * not fit is RANGE whatever the store cut of it */
+    if (h->payload_bytes <= cap && len - HDR > cap)
+        return kvf__fail(KVF_ERR_CORRUPT,
+                         "%s: value of more than %zu bytes, its header says %" PRIu64
+                         " payload bytes (not read further)",
+                         what, HDR + cap, h->payload_bytes);
+    if (h->payload_bytes <= cap && h->payload_bytes != len - HDR)
+        return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %" PRIu64,
+                         what, len - HDR, h->payload_bytes);
+    if (h->payload_bytes > cap)
+        return kvf__fail(KVF_ERR_RANGE, "%s: block of %" PRIu64 " bytes, buffer of %zu", what,
+                         h->payload_bytes, cap);
+    if ((st = kvf__block_payload_check(h, what, value + HDR)) != KVF_OK)
+        return st;
+    memcpy(dst, value + HDR, h->payload_bytes);
     return KVF_OK;
 }

@@ -2,15 +2,20 @@
 /*
  * The stored form of a block (blockhdr.c): a 64-byte header (magic,
  * version, layout fingerprint, namespace hash, key, tokens, pools, payload
- * length and CRC-32C, header CRC-32C), then the payload. Written by the
- * file tier and the remote tier alike.
+ * length and CRC-32C, header CRC-32C), then the payload. Every store
+ * keeps blocks in this form (a block file, a Redis value, an in-memory
+ * value) and reads them back through kvf__block_value_take or, where it
+ * reads the header and payload apart (block files), the checks below.
  */
 #ifndef KVF_CORE_BLOCKHDR_H
 #define KVF_CORE_BLOCKHDR_H
 
 #include "common.h"
 
-#define KVF_BLOCKFILE_HEADER_BYTES 64u
+/* Every store's stored form: the header's size and the format version
+ * it carries. */
+#define KVF_BLOCK_HEADER_BYTES 64u
+#define KVF_BLOCK_FORMAT_VERSION 1u
 
 typedef struct kvf__block_header {
     uint64_t fingerprint; /* layout: kvf__geometry_fingerprint of the pools */
@@ -43,5 +48,18 @@ KVF_INTERNAL kvf_status kvf__block_payload_check(const kvf__block_header *h, con
 /* The same, with the payload's CRC computed elsewhere (on the GPU). */
 KVF_INTERNAL kvf_status kvf__block_payload_crc_check(const kvf__block_header *h, const char *what,
                                                      uint32_t crc_now);
+
+/* One stored block as a store read it back, value[0..len): the whole
+ * value, or its first KVF_BLOCK_HEADER_BYTES + cap bytes where the store
+ * read no more (a longer value is then refused, never read on). Checks
+ * header, namespace, layout, key, length and CRC-32C before a byte reaches
+ * dst, then copies the payload there and fills *h. KVF_ERR_CORRUPT (a
+ * value shorter than a header, damaged, or of another length than its
+ * header says), KVF_ERR_MISMATCH (another layout or namespace),
+ * KVF_ERR_RANGE (a sound block larger than cap); messages start with
+ * `what`. dst's bytes are unspecified after a failure. */
+KVF_INTERNAL kvf_status kvf__block_value_take(const uint8_t *value, size_t len, const char *what,
+                                              uint64_t fingerprint, uint64_t ns_hash, uint64_t key,
+                                              void *dst, size_t cap, kvf__block_header *h);
 
 #endif /* KVF_CORE_BLOCKHDR_H */

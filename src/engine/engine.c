@@ -73,23 +73,26 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
         return KVF_OK;
     bool from_env = kvf__setting_source(e->settings, e->nsettings, "remote_url") == KVF_SOURCE_ENV;
     const kvf__store_kind *kind = kvf__store_kind_of(url);
+    char shown[512], schemes[256];
+    kvf__url_redact(url, shown, sizeof shown);
     if (kind && kind->built && !kind->built()) {
         if (from_env) {
             KVF_LOG(KVF_LOG_WARN,
-                    "%s is set, but this build has no Redis client (hiredis): "
-                    "no remote tier",
-                    KVF_REMOTE_URL_ENV);
+                    "%s is set, but this build has no %s store (it needs %s): no remote tier",
+                    KVF_REMOTE_URL_ENV, kind->name, kind->missing);
             return KVF_OK;
         }
-        return kvf__fail(KVF_ERR_UNSUPPORTED,
-                         "kvf_engine_create: remote.url set, but this build has no Redis client "
-                         "(hiredis)");
+        return kvf__fail(
+            KVF_ERR_UNSUPPORTED,
+            "kvf_engine_create: remote.url \"%s\": this build has no %s store (it needs %s)", shown,
+            kind->name, kind->missing);
     }
+    kvf__store_remote_schemes(schemes, sizeof schemes);
     kvf_status st = kind && kind->remote ? kvf__store_check_url(url)
                                          : kvf__fail(KVF_ERR_INVALID,
                                                      "remote URL \"%s\": not a remote store's URL "
-                                                     "(redis://, redis-cluster://, mem://)",
-                                                     url);
+                                                     "(this build: %s)",
+                                                     shown, schemes);
     if (st != KVF_OK)
         return kvf__fail(st, "kvf_engine_create: %s%s", from_env ? KVF_REMOTE_URL_ENV ": " : "",
                          kvf_last_error());

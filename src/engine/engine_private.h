@@ -35,7 +35,6 @@
 #include "keymap.h"
 #include "layout.h"
 #include "log.h"
-#include "remote.h"
 #include "status.h"
 #include "store.h"
 #include "timeline.h"

@@ -96,7 +96,7 @@ static kvf_status offload_fill(kvf__blockfile_io *io)
     uint32_t tokens = eff_tokens(e, mv->tokens);
     kvf__copy *cp = &w->copies[j * e->npools];
     size_t bytes =
-        kvf__file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens, tokens, cp);
+        kvf__file_copies(e, b->kind, mv, io->buf + KVF_BLOCK_HEADER_BYTES, tokens, tokens, cp);
     kvf_status st = kvf__staging_copy(w, b, cp);
     if (st != KVF_OK)
         return kvf__fail(st, "block 0x%llx: gathering slot %llu: %s", (unsigned long long)mv->dst,
@@ -129,7 +129,7 @@ static void onboard_done(kvf__blockfile_io *io)
     else if (meta->tokens < tokens)
         st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
                        (unsigned long long)mv->src, meta->tokens, tokens);
-    else if (kvf__file_copies(e, b->kind, mv, io->buf + KVF_BLOCKFILE_HEADER_BYTES, tokens,
+    else if (kvf__file_copies(e, b->kind, mv, io->buf + KVF_BLOCK_HEADER_BYTES, tokens,
                               meta->tokens, cp) != meta->payload_bytes)
         st = kvf__fail(
             KVF_ERR_MISMATCH, "block 0x%llx: %llu payload bytes stored, not what %u tokens take",

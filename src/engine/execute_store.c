@@ -185,7 +185,7 @@ static void remote_chunk_failed(batch *b, const size_t *idx, size_t m, kvf_statu
 /* Runs moves [first, last) of a remote batch as one batch call of the
  * remote store: the blocks are gathered into staging and stored, or
  * fetched into staging, checked and scattered to their slots, all by
- * `deadline_ns` (see kvf__remote_deadline). Statuses go to b->status. */
+ * `deadline_ns` (see remote_deadline). Statuses go to b->status. */
 static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
 {
     kvf_engine *e = w->engine;

@@ -2,8 +2,8 @@
 /* What this build and this machine offer. */
 #include "backend.h"
 #include "gds.h"
-#include "remote.h"
 #include "status.h"
+#include "store.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -35,7 +35,7 @@ kvf_status kvf_info_get(kvf_info *info)
     kvf__clear_error();
     full.gds_state = p.found;
     snprintf(full.gds_detail, sizeof full.gds_detail, "%s", p.detail);
-    full.remote_built = kvf__remote_built();
+    full.remote_built = kvf__store_remote_built();
 #ifdef KVF_HAVE_URING
     full.uring_built = 1;
 #endif

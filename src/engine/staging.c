@@ -9,7 +9,7 @@
  * so that every image starts and ends on the O_DIRECT alignment. */
 size_t kvf__staging_slot_bytes(const kvf_engine *e)
 {
-    size_t n = KVF_BLOCKFILE_HEADER_BYTES + e->all_block_bytes;
+    size_t n = KVF_BLOCK_HEADER_BYTES + e->all_block_bytes;
     return (n + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
 }
 

@@ -10,13 +10,14 @@
  * caller: a corrupt block is KVF_ERR_CORRUPT and a foreign one (another
  * namespace or layout) KVF_ERR_MISMATCH, for that block only.
  *
- * Adding a store: a folder under src/store with its open function and one
- * line in stores.c's table.
+ * Adding a store: a folder under src/store defining its kvf__store_kind
+ * (below), and its name in stores.c's KVF_STORES line.
  */
 #ifndef KVF_STORE_H
 #define KVF_STORE_H
 
 #include "common.h"
+#include "redact.h"
 #include "status.h"
 
 typedef struct kvf__store kvf__store;
@@ -109,25 +110,51 @@ typedef struct kvf__store_config {
     uint64_t mem_bytes;  /* the in-memory store's capacity; 0: its default */
 } kvf__store_config;
 
-/* One line of the registry (stores.c). */
+/* One store of the registry (stores.c), defined in the store's folder as
+ * kvf__<name>_store_kind. Everything kvferry says about a kind of store
+ * (the URL schemes it serves, whether this build has it and with what,
+ * what it lacks, what answers at a URL) comes from here, so the engine,
+ * kvf_info, `kvferry info` and the Python binding name no store. */
 typedef struct kvf__store_kind {
-    const char *scheme; /* URL scheme: "redis" serves redis://... */
-    bool remote;        /* serves an engine's remote tier (remote.url) */
+    const char *name;           /* "redis": `kvferry info`'s and messages' name */
+    const char *const *schemes; /* the URL schemes it serves ("redis" serves redis://...),
+                                 * NULL-ended */
+    bool remote;                /* serves an engine's remote tier (remote.url) */
     /* Whether this build can open it (NULL: always). */
     bool (*built)(void);
+    /* What a build without it lacks, and how to get it: "the Redis client
+     * hiredis (libhiredis-dev, or scripts/install-deps.sh) at build time". */
+    const char *missing;
+    /* One line for `kvferry info`: what this build serves it with ("hiredis
+     * 1.2.0, TLS (rediss://) on"). Called only when built. */
+    void (*describe)(char *line, size_t cap);
     /* Checks a URL of this scheme without connecting (KVF_ERR_INVALID
-     * naming what is wrong). */
+     * naming what is wrong, never a password). */
     kvf_status (*check_url)(const char *url);
     kvf_status (*open)(const kvf__store_config *cfg, kvf__store **store_p);
+    /* kvf_remote_probe for this store: reaches url within about timeout_ms
+     * per node and says what answered in detail. NULL: opening is enough
+     * (the store holds no connection). */
+    kvf_status (*probe)(const char *url, uint32_t timeout_ms, char *detail, size_t cap);
 } kvf__store_kind;
 
-/* The registry's line for `url`'s scheme, or NULL. */
+/* The registry's store for `url`'s scheme, or NULL. */
 KVF_INTERNAL const kvf__store_kind *kvf__store_kind_of(const char *url);
+/* The i-th store of the registry, or NULL past the last. */
+KVF_INTERNAL const kvf__store_kind *kvf__store_kind_at(size_t i);
+/* "redis://, redis-cluster://, mem://": the schemes of the remote stores
+ * this build has, for messages. */
+KVF_INTERNAL void kvf__store_remote_schemes(char *out, size_t cap);
+/* Whether every remote store of the registry is built (kvf_info's
+ * remote_built). */
+KVF_INTERNAL bool kvf__store_remote_built(void);
+/* $KVF_REMOTE_URL, or NULL when unset or empty. */
+KVF_INTERNAL const char *kvf__store_url_from_env(void);
 /* Whether the store for `url` is built and the URL well formed: KVF_OK,
- * KVF_ERR_UNSUPPORTED (the scheme's store is not built), KVF_ERR_INVALID
- * (no store serves the scheme, or the URL is malformed). A store whose
- * line is not `remote` opens, but is no remote tier (the engine's
- * kvf__engine_create refuses it). */
+ * KVF_ERR_UNSUPPORTED (the scheme's store is not built: the message says
+ * what the build lacks), KVF_ERR_INVALID (no store serves the scheme, or
+ * the URL is malformed). A store that is not `remote` opens, but is no
+ * remote tier (the engine's kvf__engine_create refuses it). */
 KVF_INTERNAL kvf_status kvf__store_check_url(const char *url);
 /* Opens the store cfg->url names. */
 KVF_INTERNAL kvf_status kvf__store_open(const kvf__store_config *cfg, kvf__store **store_p);

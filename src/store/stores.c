@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The registry of stores: a line per URL scheme. A new store is a folder
- * under src/store with its open function, and one line here.
+ * The registry of stores: one name per store in KVF_STORES, and what the
+ * callers above ask of it (which store serves a URL, which are built).
  */
 #include "store.h"
 
@@ -9,22 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The stores' own entry points (each in its folder). */
-KVF_INTERNAL bool kvf__redis_store_built(void);
-KVF_INTERNAL kvf_status kvf__redis_store_check_url(const char *url);
-KVF_INTERNAL kvf_status kvf__redis_store_open(const kvf__store_config *cfg, kvf__store **store_p);
-KVF_INTERNAL kvf_status kvf__file_store_check_url(const char *url);
-KVF_INTERNAL kvf_status kvf__file_store_open(const kvf__store_config *cfg, kvf__store **store_p);
-KVF_INTERNAL kvf_status kvf__mem_store_check_url(const char *url);
-KVF_INTERNAL kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_p);
+/* Every store, in the order `kvferry info` lists them: adding one is its
+ * folder (defining kvf__<name>_store_kind) and its name here. */
+#define KVF_STORES(X) X(file) X(redis) X(mem)
 
-static const kvf__store_kind stores[] = {
-    {"file", false, NULL, kvf__file_store_check_url, kvf__file_store_open},
-    {"redis", true, kvf__redis_store_built, kvf__redis_store_check_url, kvf__redis_store_open},
-    {"redis-cluster", true, kvf__redis_store_built, kvf__redis_store_check_url,
-     kvf__redis_store_open},
-    {"mem", true, NULL, kvf__mem_store_check_url, kvf__mem_store_open},
-};
+#define KVF_STORE_DECLARE(name) KVF_INTERNAL extern const kvf__store_kind kvf__##name##_store_kind;
+KVF_STORES(KVF_STORE_DECLARE)
+#define KVF_STORE_ENTRY(name) &kvf__##name##_store_kind,
+static const kvf__store_kind *const stores[] = {KVF_STORES(KVF_STORE_ENTRY)};
+#define NSTORES (sizeof stores / sizeof *stores)
+
+const kvf__store_kind *kvf__store_kind_at(size_t i)
+{
+    return i < NSTORES ? stores[i] : NULL;
+}
 
 const kvf__store_kind *kvf__store_kind_of(const char *url)
 {
@@ -32,17 +30,49 @@ const kvf__store_kind *kvf__store_kind_of(const char *url)
     if (!sep)
         return NULL;
     size_t len = (size_t)(sep - url);
-    for (size_t i = 0; i < sizeof stores / sizeof *stores; i++)
-        if (strlen(stores[i].scheme) == len && !strncmp(url, stores[i].scheme, len))
-            return &stores[i];
+    for (size_t i = 0; i < NSTORES; i++)
+        for (const char *const *sch = stores[i]->schemes; *sch; sch++)
+            if (strlen(*sch) == len && !strncmp(url, *sch, len))
+                return stores[i];
     return NULL;
+}
+
+void kvf__store_remote_schemes(char *out, size_t cap)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < NSTORES; i++) {
+        if (!stores[i]->remote || (stores[i]->built && !stores[i]->built()))
+            continue;
+        for (const char *const *sch = stores[i]->schemes; *sch && used < cap; sch++) {
+            int w = snprintf(out + used, cap - used, "%s%s://", used ? ", " : "", *sch);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+}
+
+bool kvf__store_remote_built(void)
+{
+    for (size_t i = 0; i < NSTORES; i++)
+        if (stores[i]->remote && stores[i]->built && !stores[i]->built())
+            return false;
+    return true;
+}
+
+const char *kvf__store_url_from_env(void)
+{
+    const char *v = getenv(KVF_REMOTE_URL_ENV);
+    return v && *v ? v : NULL;
 }
 
 static kvf_status no_store(const char *url)
 {
     const char *sep = url ? strstr(url, "://") : NULL;
-    return kvf__fail(KVF_ERR_INVALID, "remote URL \"%.*s...\": no store serves this scheme",
-                     sep ? (int)(sep - url) : 0, sep ? url : "");
+    char schemes[256];
+    kvf__store_remote_schemes(schemes, sizeof schemes);
+    return kvf__fail(KVF_ERR_INVALID,
+                     "URL \"%.*s...\": no store serves this scheme (this build: %s)",
+                     sep ? (int)(sep - url) : 0, sep ? url : "", schemes);
 }
 
 kvf_status kvf__store_check_url(const char *url)
@@ -51,8 +81,8 @@ kvf_status kvf__store_check_url(const char *url)
     if (!k)
         return no_store(url);
     if (k->built && !k->built())
-        return kvf__fail(KVF_ERR_UNSUPPORTED, "%s:// URLs: this build has no %s store", k->scheme,
-                         k->scheme);
+        return kvf__fail(KVF_ERR_UNSUPPORTED, "%.*s URLs: this build has no %s store: it needs %s",
+                         (int)(strstr(url, "://") + 3 - url), url, k->name, k->missing);
     return k->check_url(url);
 }
 

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 
 static void die(const char *what)
 {

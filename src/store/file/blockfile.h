@@ -43,7 +43,7 @@ KVF_INTERNAL void kvf__blockfile_close_dir(kvf__blockfile_dir *dir);
 KVF_INTERNAL void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir);
 
 /* Writes payload[0..meta->payload_bytes) under meta->key; `payload` is
- * preceded by KVF_BLOCKFILE_HEADER_BYTES writable bytes that the function
+ * preceded by KVF_BLOCK_HEADER_BYTES writable bytes that the function
  * fills with the header, so the file is written in one call. On failure
  * the key's file is removed: it holds no stale data. */
 KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,

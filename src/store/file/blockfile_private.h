@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 /* Room for "/.<16>.<pid>.<seq>.tmp" after the root in a path buffer. */
 #define NAME_MAX_BYTES 80
 /* The largest payload written or read: far above a KV block of any model

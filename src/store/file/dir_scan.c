@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 static const char hex_digits[] = "0123456789abcdef";
 
 const char *kvf_dir_entry_kind_name(kvf_dir_entry_kind kind)

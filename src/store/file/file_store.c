@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 
 typedef struct file_store {
     kvf__store base;
@@ -255,7 +255,7 @@ kvf_status kvf__file_store_wrap(kvf__blockfile_dir *dir, kvf__fileio_runner *fio
     return KVF_OK;
 }
 
-kvf_status kvf__file_store_check_url(const char *url)
+static kvf_status file_check_url(const char *url)
 {
     if (!url || strncmp(url, "file://", 7) != 0 || url[7] != '/')
         return kvf__fail(KVF_ERR_INVALID, "\"%s\": a file store's URL is file:///DIRECTORY",
@@ -266,9 +266,9 @@ kvf_status kvf__file_store_check_url(const char *url)
 /* file:///DIR: block files under DIR/<namespace>, written inline, synced
  * per file (the engine's file tier opens its own directory instead, with
  * its runner and fsync policy, and wraps it). */
-kvf_status kvf__file_store_open(const kvf__store_config *cfg, kvf__store **store_p)
+static kvf_status file_open(const kvf__store_config *cfg, kvf__store **store_p)
 {
-    kvf_status st = kvf__file_store_check_url(cfg->url);
+    kvf_status st = file_check_url(cfg->url);
     if (st != KVF_OK)
         return st;
     file_store *s = file_store_new(cfg->url);
@@ -285,3 +285,18 @@ kvf_status kvf__file_store_open(const kvf__store_config *cfg, kvf__store **store
     *store_p = &s->base;
     return KVF_OK;
 }
+
+static void file_describe(char *line, size_t cap)
+{
+    snprintf(line, cap, "block files under a directory (the disk tier)");
+}
+
+static const char *const file_schemes[] = {"file", NULL};
+
+const kvf__store_kind kvf__file_store_kind = {
+    .name = "file",
+    .schemes = file_schemes,
+    .describe = file_describe,
+    .check_url = file_check_url,
+    .open = file_open,
+};

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 #define NAME_MAX_LEN 64
 
 /* 0 in remote_mem_bytes: a store holds at most this */
@@ -62,7 +62,7 @@ static bool name_valid(const char *n)
     return true;
 }
 
-kvf_status kvf__mem_store_check_url(const char *url)
+static kvf_status mem_check_url(const char *url)
 {
     if (!url || strncmp(url, "mem://", 6) != 0 || !name_valid(url + 6))
         return kvf__fail(KVF_ERR_INVALID,
@@ -246,30 +246,17 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
     return KVF_OK;
 }
 
-/* A value, copied out under the map's lock, checked as Redis's are. */
+/* A value, copied out under the map's lock, checked as every store's are. */
 static kvf_status take_value(mem_store *s, kvf__store_block *b, const uint8_t *value, size_t len)
 {
     char what[160];
     snprintf(what, sizeof what, "remote block 0x%llx: %s", (unsigned long long)b->key,
              s->base.where);
-    if (len < HDR)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
-                         what, len);
     kvf__block_header h;
-    kvf_status st = kvf__block_header_parse(value, what, &h);
-    if (st == KVF_OK)
-        st = kvf__block_header_expect(&h, what, s->fingerprint, s->ns_hash, b->key);
+    kvf_status st = kvf__block_value_take(value, len, what, s->fingerprint, s->ns_hash, b->key,
+                                          b->buf, b->cap, &h);
     if (st != KVF_OK)
         return st;
-    if (h.payload_bytes != len - HDR)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %llu",
-                         what, len - HDR, (unsigned long long)h.payload_bytes);
-    if (h.payload_bytes > b->cap)
-        return kvf__fail(KVF_ERR_RANGE, "%s: block of %llu bytes, buffer of %zu", what,
-                         (unsigned long long)h.payload_bytes, b->cap);
-    if ((st = kvf__block_payload_check(&h, what, value + HDR)) != KVF_OK)
-        return st;
-    memcpy(b->buf, value + HDR, h.payload_bytes);
     b->tokens = h.tokens;
     b->pools = h.pools;
     b->payload_bytes = h.payload_bytes;
@@ -410,9 +397,9 @@ static const kvf__store_ops mem_ops = {
     .close = mem_close,
 };
 
-kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_p)
+static kvf_status mem_open(const kvf__store_config *cfg, kvf__store **store_p)
 {
-    kvf_status st = kvf__mem_store_check_url(cfg->url);
+    kvf_status st = mem_check_url(cfg->url);
     if (st != KVF_OK)
         return st;
     if (!cfg->ns || !kvf__ns_valid(cfg->ns))
@@ -438,6 +425,22 @@ kvf_status kvf__mem_store_open(const kvf__store_config *cfg, kvf__store **store_
     *store_p = &s->base;
     return KVF_OK;
 }
+
+static void mem_describe(char *line, size_t cap)
+{
+    snprintf(line, cap, "blocks in this process's memory, for tests (mem://NAME)");
+}
+
+static const char *const mem_schemes[] = {"mem", NULL};
+
+const kvf__store_kind kvf__mem_store_kind = {
+    .name = "mem",
+    .schemes = mem_schemes,
+    .remote = true,
+    .describe = mem_describe,
+    .check_url = mem_check_url,
+    .open = mem_open,
+};
 
 kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key, size_t offset,
                                uint8_t mask)

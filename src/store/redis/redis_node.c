@@ -15,6 +15,7 @@
  * reply object of the value's size, no copy into it).
  */
 #include "redis_internal.h"
+#include "sendall.h"
 #include "status.h"
 
 #include <errno.h>
@@ -97,6 +98,16 @@ kvf_status kvf__redis_node_command(kvf__redis_node *node, redisContext *c, int a
     return KVF_OK;
 }
 
+kvf_status kvf__redis_node_reply(kvf__redis_node *node, redisContext *c, redisReply **reply_p)
+{
+    void *reply = NULL;
+    errno = 0;
+    if (redisGetReply(c, &reply) != REDIS_OK || !reply)
+        return context_failure(node, c, errno, "reply", node->opts->timeout_ms);
+    *reply_p = reply;
+    return KVF_OK;
+}
+
 /* Runs a setup command (AUTH, SELECT) that must answer +OK. */
 static kvf_status setup_command(kvf__redis_node *node, redisContext *c, int argc, const char **argv,
                                 const char *what)
@@ -144,6 +155,8 @@ static kvf_status connect_node(kvf__redis_node *node, uint32_t left_ms, redisCon
         st = context_failure(node, c, errno, "setting the timeout", setup_ms);
         goto free_context;
     }
+    if (o->tls && (st = kvf__redis_tls_start(node, c)) != KVF_OK)
+        goto free_context;
     if (o->pass[0]) {
         char what[192];
         if (o->user[0]) {
@@ -231,19 +244,6 @@ kvf_status kvf__redis_node_check_down(kvf__redis_node *node)
     return KVF_OK;
 }
 
-/* Milliseconds left before `deadline_ns` (rounded up), 0 once it passed;
- * without a deadline (0), `fallback_ms`. */
-static uint32_t left_ms(uint64_t deadline_ns, uint32_t fallback_ms)
-{
-    if (!deadline_ns)
-        return fallback_ms;
-    uint64_t now = kvf__now_ns();
-    if (now >= deadline_ns)
-        return 0;
-    uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
-    return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-}
-
 kvf_status kvf__redis_node_acquire(kvf__redis_node *node, uint64_t deadline_ns, redisContext **c_p)
 {
     redisContext *c = NULL;
@@ -260,7 +260,7 @@ kvf_status kvf__redis_node_acquire(kvf__redis_node *node, uint64_t deadline_ns, 
     kvf_status st = kvf__redis_node_check_down(node);
     if (st != KVF_OK)
         return st;
-    uint32_t left = left_ms(deadline_ns, UINT32_MAX);
+    uint32_t left = kvf__ms_left(deadline_ns, UINT32_MAX);
     if (left == 0)
         return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: connect: the batch's deadline passed",
                          node->name);
@@ -296,53 +296,6 @@ void kvf__redis_node_release(kvf__redis_node *node, redisContext *c, bool broken
         redisFree(c);
 }
 
-/* Waits until `fd` is ready for `events`: 1, 0 when `ms` passed first, -1
- * with errno set. */
-static int wait_fd(int fd, short events, uint32_t ms)
-{
-    struct pollfd p = {.fd = fd, .events = events};
-    for (;;) {
-        int timeout = ms > INT_MAX ? INT_MAX : (int)ms;
-        int ready = poll(&p, 1, timeout);
-        if (ready >= 0 || errno != EINTR)
-            return ready;
-    }
-}
-
-int kvf__redis_send_all(int fd, struct iovec *iov, size_t n, uint64_t deadline_ns)
-{
-    while (n > 0) {
-        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n < IOV_MAX ? n : IOV_MAX};
-        /* MSG_NOSIGNAL: a peer that closed the connection is an error, not
-         * SIGPIPE; MSG_DONTWAIT: a full socket waits in poll, for the time
-         * left, not for a send timeout per call */
-        ssize_t sent = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (sent < 0 && errno == EINTR)
-            continue;
-        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int ready = wait_fd(fd, POLLOUT, left_ms(deadline_ns, UINT32_MAX));
-            if (ready == 0)
-                errno = ETIMEDOUT;
-            if (ready <= 0)
-                return -1;
-            continue;
-        }
-        if (sent < 0)
-            return -1;
-        size_t left = (size_t)sent;
-        while (n > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (left > 0) {
-            iov->iov_base = (char *)iov->iov_base + left;
-            iov->iov_len -= left;
-        }
-    }
-    return 0;
-}
-
 /* A deadline of 0: the configured timeout from now. */
 static uint64_t deadline_or_timeout(const kvf__redis_node *node, uint64_t deadline_ns)
 {
@@ -352,7 +305,9 @@ static uint64_t deadline_or_timeout(const kvf__redis_node *node, uint64_t deadli
 kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c, struct iovec *iov, size_t n,
                                 uint64_t deadline_ns)
 {
-    if (kvf__redis_send_all(c->fd, iov, n, deadline_or_timeout(node, deadline_ns)) == 0)
+    uint64_t deadline = deadline_or_timeout(node, deadline_ns);
+    if ((node->opts->tls ? kvf__redis_tls_send_all(c, iov, n, deadline)
+                         : kvf__send_all(c->fd, iov, n, deadline)) == 0)
         return KVF_OK;
     if (errno == ETIMEDOUT)
         return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: send: not accepting bytes in time",
@@ -373,7 +328,9 @@ kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c, uint64_t
             *reply_p = reply;
             return KVF_OK;
         }
-        int ready = wait_fd(c->fd, POLLIN, left_ms(deadline_ns, UINT32_MAX));
+        int ready = node->opts->tls && kvf__redis_tls_pending(c)
+                        ? 1
+                        : kvf__wait_fd(c->fd, POLLIN, kvf__ms_left(deadline_ns, UINT32_MAX));
         if (ready == 0)
             return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: reply: not complete in time", node->name);
         if (ready < 0)

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The Redis store: the remote tier's client (remote.h) behind the store
+ * The Redis store: the remote tier's client (redis.h) behind the store
  * ops. One round trip per node for a whole batch; the client names only
  * the first failed block, so every failed block's message quotes it.
  */
-#include "remote.h"
+#include "redis.h"
 #include "store.h"
 
 #include <stdio.h>
@@ -13,18 +13,24 @@
 
 typedef struct redis_store {
     kvf__store base;
-    kvf__remote *remote;
+    kvf__redis *remote;
 } redis_store;
 
-bool kvf__redis_store_built(void)
+static bool redis_built(void)
 {
-    return kvf__remote_built() != 0;
+    return kvf__redis_built() != 0;
 }
 
-kvf_status kvf__redis_store_check_url(const char *url)
+static kvf_status redis_check_url(const char *url)
 {
-    kvf__remote_url parsed;
-    return kvf__remote_url_parse(url, &parsed);
+    kvf__redis_url parsed;
+    kvf_status st = kvf__redis_url_parse(url, &parsed);
+    /* at create: a TLS setting that cannot work is said now, not at the
+     * first connection */
+    if (st == KVF_OK)
+        st = kvf__redis_tls_check(&parsed);
+    memset(&parsed, 0, sizeof parsed); /* the password */
+    return st;
 }
 
 /* statuses as the client left them, messages for the failed ones */
@@ -66,13 +72,13 @@ static kvf_status redis_write(kvf__store *base, kvf__store_block *blocks, size_t
 {
     redis_store *s = (redis_store *)base;
     kvf_status *st;
-    kvf__remote_put *puts = arrays(n, sizeof *puts, &st);
+    kvf__redis_put *puts = arrays(n, sizeof *puts, &st);
     if (!puts)
         return out_of_memory(s, blocks, n);
     for (size_t i = 0; i < n; i++)
-        puts[i] = (kvf__remote_put){blocks[i].key, blocks[i].tokens, blocks[i].pools, blocks[i].buf,
-                                    blocks[i].payload_bytes};
-    kvf_status ret = kvf__remote_put_batch_until(s->remote, puts, n, deadline_ns, st);
+        puts[i] = (kvf__redis_put){blocks[i].key, blocks[i].tokens, blocks[i].pools, blocks[i].buf,
+                                   blocks[i].payload_bytes};
+    kvf_status ret = kvf__redis_put_batch_until(s->remote, puts, n, deadline_ns, st);
     ret = finish(s, blocks, n, st, ret);
     free(puts);
     return ret;
@@ -83,12 +89,12 @@ static kvf_status redis_read(kvf__store *base, kvf__store_block *blocks, size_t 
 {
     redis_store *s = (redis_store *)base;
     kvf_status *st;
-    kvf__remote_get *gets = arrays(n, sizeof *gets, &st);
+    kvf__redis_get *gets = arrays(n, sizeof *gets, &st);
     if (!gets)
         return out_of_memory(s, blocks, n);
     for (size_t i = 0; i < n; i++)
-        gets[i] = (kvf__remote_get){blocks[i].key, blocks[i].buf, blocks[i].cap, 0, 0, 0};
-    kvf_status ret = kvf__remote_get_batch_until(s->remote, gets, n, deadline_ns, st);
+        gets[i] = (kvf__redis_get){blocks[i].key, blocks[i].buf, blocks[i].cap, 0, 0, 0};
+    kvf_status ret = kvf__redis_get_batch_until(s->remote, gets, n, deadline_ns, st);
     for (size_t i = 0; i < n; i++)
         if (st[i] == KVF_OK) {
             blocks[i].tokens = gets[i].tokens;
@@ -110,8 +116,8 @@ static kvf_status keyed(kvf__store *base, kvf__store_block *blocks, size_t n, ui
         return out_of_memory(s, blocks, n);
     for (size_t i = 0; i < n; i++)
         keys[i] = blocks[i].key;
-    kvf_status ret = drop ? kvf__remote_delete_batch_until(s->remote, keys, n, deadline_ns, st)
-                          : kvf__remote_exists_batch_until(s->remote, keys, n, deadline_ns, st);
+    kvf_status ret = drop ? kvf__redis_delete_batch_until(s->remote, keys, n, deadline_ns, st)
+                          : kvf__redis_exists_batch_until(s->remote, keys, n, deadline_ns, st);
     ret = finish(s, blocks, n, st, ret);
     free(keys);
     return ret;
@@ -129,19 +135,18 @@ static kvf_status redis_exists(kvf__store *s, kvf__store_block *blocks, size_t n
     return keyed(s, blocks, n, deadline_ns, false);
 }
 
+/* SCAN, never KEYS (redis_scan.c). A cache restores from files only: a
+ * shared Redis may hold millions of other processes' blocks, found by
+ * exists when asked for; listing is for the callers that ask. */
 static kvf_status redis_list(kvf__store *base, kvf__store_visit_fn visit, void *arg)
 {
-    (void)visit;
-    (void)arg;
-    /* a cache restores from files only: a shared Redis may hold millions
-     * of other processes' blocks, found by exists when asked for */
-    return kvf__fail(KVF_ERR_UNSUPPORTED, "%s: the Redis store is not listed", base->where);
+    return kvf__redis_list(((redis_store *)base)->remote, visit, arg);
 }
 
 static void redis_close(kvf__store *base)
 {
     redis_store *s = (redis_store *)base;
-    kvf__remote_close(s->remote);
+    kvf__redis_close(s->remote);
     free(base->where);
     free(s);
 }
@@ -155,9 +160,9 @@ static const kvf__store_ops redis_ops = {
     .close = redis_close,
 };
 
-kvf_status kvf__redis_store_open(const kvf__store_config *cfg, kvf__store **store_p)
+static kvf_status redis_open(const kvf__store_config *cfg, kvf__store **store_p)
 {
-    kvf__remote_config rc = KVF_REMOTE_CONFIG_INIT;
+    kvf__redis_config rc = KVF_REDIS_CONFIG_INIT;
     rc.url = cfg->url;
     rc.ns = cfg->ns;
     rc.fingerprint = cfg->fingerprint;
@@ -165,13 +170,15 @@ kvf_status kvf__redis_store_open(const kvf__store_config *cfg, kvf__store **stor
     if (cfg->timeout_ms)
         rc.connect_timeout_ms = rc.timeout_ms = cfg->timeout_ms;
     redis_store *s = calloc(1, sizeof *s);
+    char shown[512];
+    kvf__url_redact(cfg->url, shown, sizeof shown);
     if (s)
-        s->base.where = strdup(cfg->url);
+        s->base.where = strdup(shown);
     if (!s || !s->base.where) {
         free(s);
         return kvf__fail(KVF_ERR_NOMEM, "remote tier: out of memory");
     }
-    kvf_status st = kvf__remote_open(&rc, &s->remote);
+    kvf_status st = kvf__redis_open(&rc, &s->remote);
     if (st != KVF_OK) {
         free(s->base.where);
         free(s);
@@ -183,3 +190,19 @@ kvf_status kvf__redis_store_open(const kvf__store_config *cfg, kvf__store **stor
     *store_p = &s->base;
     return KVF_OK;
 }
+
+static const char *const redis_schemes[] = {"redis", "redis-cluster", "rediss", "rediss-cluster",
+                                            NULL};
+
+const kvf__store_kind kvf__redis_store_kind = {
+    .name = "redis",
+    .schemes = redis_schemes,
+    .remote = true,
+    .built = redis_built,
+    .missing = "the Redis client hiredis at build time (libhiredis-dev, or "
+               "scripts/install-deps.sh)",
+    .describe = kvf__redis_describe,
+    .check_url = redis_check_url,
+    .open = redis_open,
+    .probe = kvf__redis_probe,
+};

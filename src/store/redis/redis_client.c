@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The remote tier on Redis (remote.h): batches of blocks as pipelined
+ * The remote tier on Redis (redis.h): batches of blocks as pipelined
  * SET / GETRANGE / EXISTS / DEL, one pipeline per node and round.
  *
  * A batch runs in rounds. Each round groups the blocks still pending by
@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#define HDR KVF_BLOCKFILE_HEADER_BYTES
+#define HDR KVF_BLOCK_HEADER_BYTES
 /* "kvf:" + namespace (64 at most) + ":" + 16 hex digits */
 #define KEY_MAX 96
 /* RESP of the command up to the value, then the header for a SET */
@@ -43,17 +43,6 @@
 /* a pipeline is written in pieces of about this size, so that the node
  * parses the first blocks while later ones are still being checksummed */
 #define SEND_CHUNK ((size_t)256 << 10)
-
-struct kvf__remote {
-    char ns[72];
-    uint64_t ns_hash;
-    uint64_t fingerprint;
-    uint32_t retries, retry_backoff_ms;
-    char set_tail[64]; /* after the value: CRLF, then EX <ttl> when asked */
-    size_t set_tail_len;
-    int set_argc;
-    kvf__redis_topology topo;
-};
 
 typedef enum op_kind { OP_SET, OP_GET, OP_EXISTS, OP_DEL } op_kind;
 
@@ -72,12 +61,12 @@ typedef struct op {
 } op;
 
 typedef struct batch {
-    kvf__remote *r;
+    kvf__redis *r;
     op_kind kind;
     op *ops;
     size_t n;
-    const kvf__remote_put *puts;
-    kvf__remote_get *gets;
+    const kvf__redis_put *puts;
+    kvf__redis_get *gets;
     kvf_status *status;
     bool backoff;
     uint64_t deadline_ns;          /* kvf__now_ns() time by which the call returns */
@@ -199,36 +188,17 @@ static void op_error_reply(batch *b, op *o, const redisReply *reply)
  * byte reaches the caller. */
 static kvf_status take_value(batch *b, op *o, const char *str, size_t len)
 {
-    kvf__remote_get *g = &b->gets[o - b->ops];
+    kvf__redis_get *g = &b->gets[o - b->ops];
     char what[320];
     snprintf(what, sizeof what, "redis %s", o->node->name);
     /* GETRANGE answers an absent key with an empty string */
     if (len == 0)
         return KVF_ERR_NOT_FOUND;
-    if (len < HDR)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value of %zu bytes, shorter than a block header",
-                         what, len);
     kvf__block_header h;
-    const uint8_t *value = (const uint8_t *)str;
-    kvf_status st = kvf__block_header_parse(value, what, &h);
-    if (st == KVF_OK)
-        st = kvf__block_header_expect(&h, what, b->r->fingerprint, b->r->ns_hash, o->key);
+    kvf_status st = kvf__block_value_take((const uint8_t *)str, len, what, b->r->fingerprint,
+                                          b->r->ns_hash, o->key, g->dst, g->cap, &h);
     if (st != KVF_OK)
         return st;
-    if (h.payload_bytes <= g->cap && len - HDR > g->cap)
-        return kvf__fail(KVF_ERR_CORRUPT,
-                         "%s: value of more than %zu bytes, its header says %" PRIu64
-                         " payload bytes (not read further)",
-                         what, HDR + g->cap, h.payload_bytes);
-    if (h.payload_bytes != len - HDR && h.payload_bytes <= g->cap)
-        return kvf__fail(KVF_ERR_CORRUPT, "%s: value holds %zu payload bytes, its header %" PRIu64,
-                         what, len - HDR, h.payload_bytes);
-    if (h.payload_bytes > g->cap)
-        return kvf__fail(KVF_ERR_RANGE, "%s: block of %" PRIu64 " bytes, buffer of %zu", what,
-                         h.payload_bytes, g->cap);
-    if ((st = kvf__block_payload_check(&h, what, value + HDR)) != KVF_OK)
-        return st;
-    memcpy(g->dst, value + HDR, h.payload_bytes);
     g->tokens = h.tokens;
     g->pools = h.pools;
     g->payload_bytes = h.payload_bytes;
@@ -265,8 +235,8 @@ static void op_reply(batch *b, op *o, const redisReply *reply)
 
 /* RESP of "<verb> <key>" (and, for SET, the value's length line and the
  * header; for GETRANGE, the range) into o->cmd. */
-static void op_encode(const kvf__remote *r, op *o, op_kind kind, const kvf__remote_put *put,
-                      const kvf__remote_get *get)
+static void op_encode(const kvf__redis *r, op *o, op_kind kind, const kvf__redis_put *put,
+                      const kvf__redis_get *get)
 {
     static const char *const verbs[] = {"SET", "GETRANGE", "EXISTS", "DEL"};
     const char *verb = verbs[kind];
@@ -313,8 +283,8 @@ static kvf_status take_value_sink(void *arg, const char *str, size_t len)
 /* The pieces of op `o`'s command, ASKING first when redirected by ASK. */
 static size_t op_iov(const batch *b, op *o, struct iovec *iov)
 {
-    const kvf__remote_put *put = b->puts ? &b->puts[o - b->ops] : NULL;
-    const kvf__remote_get *get = b->gets ? &b->gets[o - b->ops] : NULL;
+    const kvf__redis_put *put = b->puts ? &b->puts[o - b->ops] : NULL;
+    const kvf__redis_get *get = b->gets ? &b->gets[o - b->ops] : NULL;
     /* encoded when first sent: a SET's header needs its payload's CRC */
     if (o->cmd_len == 0)
         op_encode(b->r, o, b->kind, put, get);
@@ -440,7 +410,7 @@ static void fail_unsent(batch *b)
 
 static kvf_status run_batch(batch *b)
 {
-    kvf__remote *r = b->r;
+    kvf__redis *r = b->r;
     /* a group per node at most; up to four pieces per block */
     group *groups = calloc(b->n, sizeof *groups);
     struct iovec *iov = calloc(b->n * 4, sizeof *iov);
@@ -480,8 +450,8 @@ static kvf_status run_batch(batch *b)
     return KVF_OK;
 }
 
-static kvf_status batch_run(kvf__remote *r, op_kind kind, const uint64_t *keys, size_t stride,
-                            size_t n, const kvf__remote_put *puts, kvf__remote_get *gets,
+static kvf_status batch_run(kvf__redis *r, op_kind kind, const uint64_t *keys, size_t stride,
+                            size_t n, const kvf__redis_put *puts, kvf__redis_get *gets,
                             uint64_t deadline_ns, kvf_status *status)
 {
     uint64_t start = kvf__now_ns();
@@ -518,8 +488,8 @@ static kvf_status batch_run(kvf__remote *r, op_kind kind, const uint64_t *keys, 
     return st;
 }
 
-kvf_status kvf__remote_put_batch_until(kvf__remote *r, const kvf__remote_put *blocks, size_t n,
-                                       uint64_t deadline_ns, kvf_status *status)
+kvf_status kvf__redis_put_batch_until(kvf__redis *r, const kvf__redis_put *blocks, size_t n,
+                                      uint64_t deadline_ns, kvf_status *status)
 {
     for (size_t i = 0; blocks && i < n; i++)
         if (!blocks[i].payload && blocks[i].payload_bytes)
@@ -529,8 +499,8 @@ kvf_status kvf__remote_put_batch_until(kvf__remote *r, const kvf__remote_put *bl
                      deadline_ns, status);
 }
 
-kvf_status kvf__remote_get_batch_until(kvf__remote *r, kvf__remote_get *blocks, size_t n,
-                                       uint64_t deadline_ns, kvf_status *status)
+kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, size_t n,
+                                      uint64_t deadline_ns, kvf_status *status)
 {
     for (size_t i = 0; blocks && i < n; i++)
         if (!blocks[i].dst && blocks[i].cap)
@@ -540,32 +510,20 @@ kvf_status kvf__remote_get_batch_until(kvf__remote *r, kvf__remote_get *blocks, 
                      deadline_ns, status);
 }
 
-kvf_status kvf__remote_exists_batch_until(kvf__remote *r, const uint64_t *keys, size_t n,
-                                          uint64_t deadline_ns, kvf_status *status)
+kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+                                         uint64_t deadline_ns, kvf_status *status)
 {
     return batch_run(r, OP_EXISTS, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);
 }
 
-kvf_status kvf__remote_delete_batch_until(kvf__remote *r, const uint64_t *keys, size_t n,
-                                          uint64_t deadline_ns, kvf_status *status)
+kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+                                         uint64_t deadline_ns, kvf_status *status)
 {
     return batch_run(r, OP_DEL, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);
 }
 
 /* Whether `node` owns a slot: a seed that is not (or no longer) part of
  * the cluster is not pinged. */
-static bool serves_slots(kvf__redis_topology *t, size_t index)
-{
-    if (!t->cluster)
-        return index == 0;
-    bool serves = false;
-    pthread_mutex_lock(&t->lock);
-    for (size_t s = 0; s < KVF_REDIS_SLOTS && !serves; s++)
-        serves = t->slot_node[s] == index;
-    pthread_mutex_unlock(&t->lock);
-    return serves;
-}
-
 static kvf_status ping_node(kvf__redis_node *node)
 {
     redisContext *c;
@@ -585,7 +543,7 @@ static kvf_status ping_node(kvf__redis_node *node)
     return st;
 }
 
-kvf_status kvf__remote_ping(kvf__remote *r)
+kvf_status kvf__redis_ping(kvf__redis *r)
 {
     if (!r)
         return kvf__fail(KVF_ERR_INVALID, "remote ping: NULL handle");
@@ -595,18 +553,25 @@ kvf_status kvf__remote_ping(kvf__remote *r)
         pthread_mutex_unlock(&r->topo.lock);
         if (!node)
             return KVF_OK;
-        kvf_status st = serves_slots(&r->topo, i) ? ping_node(node) : KVF_OK;
+        kvf_status st = kvf__redis_topology_serves(&r->topo, i) ? ping_node(node) : KVF_OK;
         if (st != KVF_OK)
             return st;
     }
 }
 
-int kvf__remote_built(void)
+int kvf__redis_built(void)
 {
     return 1;
 }
 
-kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_p)
+void kvf__redis_describe(char *line, size_t cap)
+{
+    snprintf(line, cap, "hiredis %d.%d.%d, %s", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH,
+             kvf__redis_tls_built() ? "TLS (rediss://, rediss-cluster://)"
+                                    : "no TLS (rediss:// needs hiredis >= 1.0 with hiredis_ssl)");
+}
+
+kvf_status kvf__redis_open(const kvf__redis_config *cfg, kvf__redis **remote_p)
 {
     if (!cfg || !remote_p || !cfg->url)
         return kvf__fail(KVF_ERR_INVALID, "remote open: no URL");
@@ -615,11 +580,11 @@ kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_
                          cfg->ns ? cfg->ns : "(null)");
     if (cfg->timeout_ms == 0 || cfg->connect_timeout_ms == 0)
         return kvf__fail(KVF_ERR_INVALID, "remote open: timeouts must be > 0 ms");
-    kvf__remote_url u;
-    kvf_status st = kvf__remote_url_parse(cfg->url, &u);
+    kvf__redis_url u;
+    kvf_status st = kvf__redis_url_parse(cfg->url, &u);
     if (st != KVF_OK)
         return st;
-    kvf__remote *r = calloc(1, sizeof *r);
+    kvf__redis *r = calloc(1, sizeof *r);
     if (!r)
         return kvf__fail(KVF_ERR_NOMEM, "remote open: no memory");
     snprintf(r->ns, sizeof r->ns, "%s", cfg->ns);
@@ -644,6 +609,21 @@ kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_
                             .down_ms = cfg->down_ms};
     memcpy(opts.user, u.user, sizeof opts.user);
     memcpy(opts.pass, u.pass, sizeof opts.pass);
+#ifdef KVF_HAVE_REDIS_TLS
+    if (u.tls && (st = kvf__redis_tls_new(&u, &opts.tls)) != KVF_OK) {
+        memset(&u, 0, sizeof u);
+        memset(&opts, 0, sizeof opts);
+        free(r);
+        return st;
+    }
+#else
+    if ((st = kvf__redis_tls_check(&u)) != KVF_OK) {
+        memset(&u, 0, sizeof u);
+        memset(&opts, 0, sizeof opts);
+        free(r);
+        return st;
+    }
+#endif
     st = kvf__redis_topology_init(&r->topo, &u, &opts);
     /* the password lives on in the topology only */
     memset(&u, 0, sizeof u);
@@ -656,7 +636,7 @@ kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_
     return KVF_OK;
 }
 
-void kvf__remote_close(kvf__remote *r)
+void kvf__redis_close(kvf__redis *r)
 {
     if (!r)
         return;
@@ -664,28 +644,28 @@ void kvf__remote_close(kvf__remote *r)
     free(r);
 }
 
-kvf_status kvf__remote_probe(const char *url, uint32_t timeout_ms, char *detail, size_t cap)
+kvf_status kvf__redis_probe(const char *url, uint32_t timeout_ms, char *detail, size_t cap)
 {
-    kvf__remote_config cfg = KVF_REMOTE_CONFIG_INIT;
+    kvf__redis_config cfg = KVF_REDIS_CONFIG_INIT;
     cfg.url = url;
     cfg.ns = "probe";
     cfg.connect_timeout_ms = cfg.timeout_ms = timeout_ms ? timeout_ms : 1000;
     cfg.retries = 0;
-    kvf__remote *r = NULL;
-    kvf_status st = kvf__remote_open(&cfg, &r);
+    kvf__redis *r = NULL;
+    kvf_status st = kvf__redis_open(&cfg, &r);
     if (st == KVF_OK)
-        st = kvf__remote_ping(r);
+        st = kvf__redis_ping(r);
     if (detail && cap) {
         if (st != KVF_OK)
             snprintf(detail, cap, "%s", kvf_last_error());
         else if (r->topo.cluster) {
             size_t serving = 0;
             for (size_t i = 0; i < r->topo.node_count; i++)
-                serving += serves_slots(&r->topo, i);
+                serving += kvf__redis_topology_serves(&r->topo, i);
             snprintf(detail, cap, "redis cluster, %zu master(s) serving slots", serving);
         } else
             snprintf(detail, cap, "redis %s db %u", r->topo.nodes[0]->name, r->topo.opts.db);
     }
-    kvf__remote_close(r);
+    kvf__redis_close(r);
     return st;
 }

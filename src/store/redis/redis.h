@@ -13,9 +13,13 @@
  * URLs:
  *   redis://[user[:pass]@]host[:port][/db]       one server (port 6379)
  *   redis-cluster://[user[:pass]@]h1:p1,h2:p2,... seed nodes of a cluster
+ *   rediss://..., rediss-cluster://...[?tls_...]  the same over TLS
  * user and pass may be %-escaped; `[::1]:6379` for IPv6; db must be 0 in a
- * cluster. AUTH is `AUTH user pass` with a user (Redis 6 ACL), `AUTH pass`
- * without one. KVF_REMOTE_URL holds the URL the cache uses by default.
+ * cluster. TLS parameters (redis_url.h): tls_ca=FILE, tls_ca_dir=DIR (else
+ * the system's CAs), tls_cert=FILE and tls_key=FILE (a client
+ * certificate), tls_sni=NAME (sent, and verified instead of the host),
+ * tls_verify=yes|no (the server's certificate and name; yes). AUTH is `AUTH user pass` with a user
+ * (Redis 6 ACL), `AUTH pass` without one. KVF_REMOTE_URL holds the URL the cache uses by default.
  *
  * In a cluster, keys go to the node owning their hash slot (CLUSTER SLOTS
  * at open); MOVED replies are followed and refresh the slot map, ASK
@@ -27,20 +31,19 @@
  * blocks fail at once, "down"), then connected to again.
  *
  * Threads: every function may be called from several threads at once on
- * one handle, except kvf__remote_close, which must be the last call.
+ * one handle, except kvf__redis_close, which must be the last call.
  * Buffers passed to a batch call may be reused when it returns.
  */
-#ifndef KVF_REMOTE_H
-#define KVF_REMOTE_H
+#ifndef KVF_REDIS_H
+#define KVF_REDIS_H
 
 #include "blockhdr.h"
 #include "common.h"
+#include "redis_url.h"
 #include "status.h"
+#include "store.h"
 
-/* KVF_REMOTE_URL_ENV: kvferry.h */
-#define KVF_REMOTE_MAX_SEEDS 16
-
-typedef struct kvf__remote_config {
+typedef struct kvf__redis_config {
     const char *url;      /* see above; required */
     const char *ns;       /* namespace, kvf__ns_valid(); required */
     uint64_t fingerprint; /* layout of the blocks; 0 accepts any layout on read */
@@ -51,63 +54,54 @@ typedef struct kvf__remote_config {
     uint32_t retries;    /* extra attempts after a failed connection */
     uint32_t retry_backoff_ms;
     uint32_t down_ms; /* after a failed connect, no new attempt for this long; 0: always try */
-} kvf__remote_config;
+} kvf__redis_config;
 
-#define KVF_REMOTE_CONFIG_INIT                                                                     \
+#define KVF_REDIS_CONFIG_INIT                                                                      \
     {                                                                                              \
         NULL, NULL, 0, 0, 1000, 2000, 4, 2, 20, 1000                                               \
     }
 
-/* A parsed URL. */
-typedef struct kvf__remote_url {
-    int cluster; /* redis-cluster:// */
-    char user[128];
-    char pass[256];
-    uint32_t db;
-    size_t seeds;
-    struct {
-        char host[256];
-        int port;
-    } seed[KVF_REMOTE_MAX_SEEDS];
-} kvf__remote_url;
-
-/* Parses `url` (KVF_ERR_INVALID naming what is wrong; the password is never
- * repeated in the message). */
-KVF_INTERNAL kvf_status kvf__remote_url_parse(const char *url, kvf__remote_url *out);
-/* $KVF_REMOTE_URL, or NULL when unset or empty. */
-KVF_INTERNAL const char *kvf__remote_url_from_env(void);
-
 /* Whether this build has the Redis client (hiredis found at build time). */
-KVF_INTERNAL int kvf__remote_built(void);
+KVF_INTERNAL int kvf__redis_built(void);
+/* Whether this build speaks TLS (hiredis >= 1.0 with hiredis_ssl). */
+KVF_INTERNAL bool kvf__redis_tls_built(void);
+/* Whether the URL's TLS settings can be used: KVF_OK (no TLS asked, or the
+ * files it names load and hold together), KVF_ERR_UNSUPPORTED (TLS asked
+ * in a build without it: the message says how to get it),
+ * KVF_ERR_INVALID (naming the parameter and file). */
+KVF_INTERNAL kvf_status kvf__redis_tls_check(const kvf__redis_url *u);
+/* What the client is built with, for `kvferry info`: hiredis' version and
+ * whether rediss:// (TLS) works. */
+KVF_INTERNAL void kvf__redis_describe(char *line, size_t cap);
 
-typedef struct kvf__remote kvf__remote;
+typedef struct kvf__redis kvf__redis;
 
 /* Connects to the server (or to the first seed that answers, then reads
  * the slot map), authenticates and selects the db. KVF_ERR_UNSUPPORTED
  * without hiredis; KVF_ERR_INVALID for a bad URL or namespace;
  * KVF_ERR_REMOTE / KVF_ERR_TIMEOUT when no node can be reached or AUTH is
  * refused (kvf_last_error names the node). */
-KVF_INTERNAL kvf_status kvf__remote_open(const kvf__remote_config *cfg, kvf__remote **remote_p);
+KVF_INTERNAL kvf_status kvf__redis_open(const kvf__redis_config *cfg, kvf__redis **remote_p);
 /* Closes every connection; accepts NULL. */
-KVF_INTERNAL void kvf__remote_close(kvf__remote *r);
+KVF_INTERNAL void kvf__redis_close(kvf__redis *r);
 
 /* One block to store: `payload_bytes` bytes, all pools of the block. */
-typedef struct kvf__remote_put {
+typedef struct kvf__redis_put {
     uint64_t key;
     uint32_t tokens, pools;
     const void *payload;
     size_t payload_bytes;
-} kvf__remote_put;
+} kvf__redis_put;
 
 /* One block to fetch into dst[0..cap). The last three fields are outputs,
  * set when its status is KVF_OK. */
-typedef struct kvf__remote_get {
+typedef struct kvf__redis_get {
     uint64_t key;
     void *dst;
     size_t cap;
     uint32_t tokens, pools;
     size_t payload_bytes;
-} kvf__remote_get;
+} kvf__redis_get;
 
 /*
  * Batch calls: one pipelined round trip per node (more only to follow
@@ -137,50 +131,54 @@ typedef struct kvf__remote_get {
  *         read: a get may still find it corrupt).
  * delete: KVF_OK whether or not the block existed.
  */
-KVF_INTERNAL kvf_status kvf__remote_put_batch_until(kvf__remote *r, const kvf__remote_put *blocks,
-                                                    size_t n, uint64_t deadline_ns,
-                                                    kvf_status *status);
-KVF_INTERNAL kvf_status kvf__remote_get_batch_until(kvf__remote *r, kvf__remote_get *blocks,
-                                                    size_t n, uint64_t deadline_ns,
-                                                    kvf_status *status);
-KVF_INTERNAL kvf_status kvf__remote_exists_batch_until(kvf__remote *r, const uint64_t *keys,
-                                                       size_t n, uint64_t deadline_ns,
-                                                       kvf_status *status);
-KVF_INTERNAL kvf_status kvf__remote_delete_batch_until(kvf__remote *r, const uint64_t *keys,
-                                                       size_t n, uint64_t deadline_ns,
-                                                       kvf_status *status);
+KVF_INTERNAL kvf_status kvf__redis_put_batch_until(kvf__redis *r, const kvf__redis_put *blocks,
+                                                   size_t n, uint64_t deadline_ns,
+                                                   kvf_status *status);
+KVF_INTERNAL kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, size_t n,
+                                                   uint64_t deadline_ns, kvf_status *status);
+KVF_INTERNAL kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+                                                      uint64_t deadline_ns, kvf_status *status);
+KVF_INTERNAL kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+                                                      uint64_t deadline_ns, kvf_status *status);
 
 /* The batch calls with the configured timeout from the call as deadline. */
-static inline kvf_status kvf__remote_put_batch(kvf__remote *r, const kvf__remote_put *blocks,
-                                               size_t n, kvf_status *status)
+static inline kvf_status kvf__redis_put_batch(kvf__redis *r, const kvf__redis_put *blocks, size_t n,
+                                              kvf_status *status)
 {
-    return kvf__remote_put_batch_until(r, blocks, n, 0, status);
+    return kvf__redis_put_batch_until(r, blocks, n, 0, status);
 }
-static inline kvf_status kvf__remote_get_batch(kvf__remote *r, kvf__remote_get *blocks, size_t n,
-                                               kvf_status *status)
+static inline kvf_status kvf__redis_get_batch(kvf__redis *r, kvf__redis_get *blocks, size_t n,
+                                              kvf_status *status)
 {
-    return kvf__remote_get_batch_until(r, blocks, n, 0, status);
+    return kvf__redis_get_batch_until(r, blocks, n, 0, status);
 }
-static inline kvf_status kvf__remote_exists_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                                  kvf_status *status)
+static inline kvf_status kvf__redis_exists_batch(kvf__redis *r, const uint64_t *keys, size_t n,
+                                                 kvf_status *status)
 {
-    return kvf__remote_exists_batch_until(r, keys, n, 0, status);
+    return kvf__redis_exists_batch_until(r, keys, n, 0, status);
 }
-static inline kvf_status kvf__remote_delete_batch(kvf__remote *r, const uint64_t *keys, size_t n,
-                                                  kvf_status *status)
+static inline kvf_status kvf__redis_delete_batch(kvf__redis *r, const uint64_t *keys, size_t n,
+                                                 kvf_status *status)
 {
-    return kvf__remote_delete_batch_until(r, keys, n, 0, status);
+    return kvf__redis_delete_batch_until(r, keys, n, 0, status);
 }
+
+/* Visits every block of the namespace whose header and length check, each
+ * once (in key order; mtime_ns 0), found with SCAN on the server or on
+ * every cluster node that serves slots (redis_scan.c), never a blocking
+ * KEYS. KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming a node that cannot be
+ * listed (nothing visited then). */
+KVF_INTERNAL kvf_status kvf__redis_list(kvf__redis *r, kvf__store_visit_fn visit, void *arg);
 
 /* PINGs the server, or every cluster node that serves slots. KVF_OK when
  * all answer. */
-KVF_INTERNAL kvf_status kvf__remote_ping(kvf__remote *r);
+KVF_INTERNAL kvf_status kvf__redis_ping(kvf__redis *r);
 
 /* For `kvferry info`: opens `url` with `timeout_ms` timeouts, pings, closes.
  * KVF_OK and a description ("redis 10.0.0.1:6379 db 0", "redis cluster, 3
  * master(s) serving slots") in `detail`, or an error and why (kvf_last_error's
  * text). */
-KVF_INTERNAL kvf_status kvf__remote_probe(const char *url, uint32_t timeout_ms, char *detail,
-                                          size_t cap);
+KVF_INTERNAL kvf_status kvf__redis_probe(const char *url, uint32_t timeout_ms, char *detail,
+                                         size_t cap);
 
-#endif /* KVF_REMOTE_H */
+#endif /* KVF_REDIS_H */

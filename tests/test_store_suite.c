@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One suite for every store, written against the store ops (store.h) and
+ * run over each fixture of the table below: block files, mem://, a real
+ * redis-server, and the same over TLS (rediss://). A store added later gets the suite by its line
+ * in `fixtures`: how to start one, and how to damage a stored byte.
+ *
+ * Each store is asked the same: random payloads round trip byte for byte
+ * into poisoned buffers, with their tokens and pools; a miss, a buffer too
+ * small, an overwrite, a removal; a damaged header or payload is refused
+ * for that block only, its neighbours in the batch still read; another
+ * layout is refused, another namespace does not see the blocks; list
+ * visits exactly what was stored.
+ *
+ * `test_store_suite NAME` runs one fixture; without an argument, all (a
+ * fixture whose server or client is missing is skipped, and said so).
+ */
+#include "store.h"
+#include "testutil.h"
+
+#include <fcntl.h>
+
+#include "mem_store.h"
+#ifdef KVF_HAVE_HIREDIS
+#include "redis_tls_server.h"
+#endif
+
+#define HDR KVF_BLOCK_HEADER_BYTES
+#define NS "suite"
+#define OTHER_NS "suite-other"
+#define FP 0x5317e5ull
+#define NBLK 24
+
+typedef struct store_fixture store_fixture;
+struct store_fixture {
+    const char *name;
+    /* Makes a store to test and writes its URL: 0, TEST_SKIP (why said),
+     * or -1. */
+    int (*start)(store_fixture *f, char *url, size_t cap);
+    void (*stop)(store_fixture *f);
+    /* XORs mask into byte `offset` of the stored value of (ns, key),
+     * offset 0 the header's first byte: 0 or -1. */
+    int (*poke)(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask);
+    /* whether its list visits the stored blocks (else it refuses to list) */
+    bool lists;
+    char dir[256];
+#ifdef KVF_HAVE_HIREDIS
+    redis_tls_server tls; /* its plain server: redis:// and the pokes of both */
+#endif
+};
+
+/* ---- block files ---------------------------------------------------------- */
+
+static int file_start(store_fixture *f, char *url, size_t cap)
+{
+    if (test_tmpdir(f->dir, sizeof f->dir))
+        return -1;
+    snprintf(url, cap, "file://%s", f->dir);
+    return 0;
+}
+
+static void file_stop(store_fixture *f)
+{
+    test_rmtree(f->dir);
+}
+
+static int file_poke(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/%016llx.kvf", f->dir, ns, (unsigned long long)key);
+    int fd = open(path, O_RDWR);
+    uint8_t b;
+    int rc = fd >= 0 && pread(fd, &b, 1, (off_t)offset) == 1 ? 0 : -1;
+    b ^= mask;
+    if (rc == 0 && pwrite(fd, &b, 1, (off_t)offset) != 1)
+        rc = -1;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* ---- mem:// ------------------------------------------------------------------ */
+
+static int mem_start(store_fixture *f, char *url, size_t cap)
+{
+    (void)f;
+    kvf__mem_store_clear("suite");
+    snprintf(url, cap, "mem://suite");
+    return 0;
+}
+
+static int mem_poke(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask)
+{
+    (void)f;
+    return kvf__mem_store_poke("suite", ns, key, offset, mask) == KVF_OK ? 0 : -1;
+}
+
+/* ---- redis:// on a real server ------------------------------------------------ */
+
+#ifdef KVF_HAVE_HIREDIS
+static int redis_start(store_fixture *f, char *url, size_t cap)
+{
+    if (!redis_tool_found("redis-server")) {
+        fprintf(stderr, "redis: skipped: redis-server not installed\n");
+        return TEST_SKIP;
+    }
+    if (redis_server_start(&f->tls.plain, NULL))
+        return -1;
+    redis_url(url, cap, &f->tls.plain, NULL);
+    return 0;
+}
+
+static void redis_stop(store_fixture *f)
+{
+    redis_server_stop(&f->tls.plain);
+}
+
+/* rediss://: the same server speaking TLS, its certificate checked */
+static int rediss_start(store_fixture *f, char *url, size_t cap)
+{
+    if (!redis_tls_available())
+        return TEST_SKIP;
+    if (redis_tls_server_start(&f->tls, NULL))
+        return -1;
+    snprintf(url, cap, "rediss://127.0.0.1:%d?tls_ca=%s", f->tls.tls_port, f->tls.ca);
+    return 0;
+}
+
+static int redis_poke(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask)
+{
+    char name[128];
+    snprintf(name, sizeof name, "kvf:%s:%016llx", ns, (unsigned long long)key);
+    redisContext *c = redis_connect(f->tls.plain.port, NULL);
+    if (!c)
+        return -1;
+    char at[32];
+    snprintf(at, sizeof at, "%zu", offset);
+    redisReply *r = redisCommand(c, "GETRANGE %s %s %s", name, at, at);
+    int rc = r && r->type == REDIS_REPLY_STRING && r->len == 1 ? 0 : -1;
+    char b = rc == 0 ? (char)(r->str[0] ^ (char)mask) : 0;
+    if (r)
+        freeReplyObject(r);
+    if (rc == 0) {
+        r = redisCommand(c, "SETRANGE %s %s %b", name, at, &b, (size_t)1);
+        rc = r && r->type == REDIS_REPLY_INTEGER ? 0 : -1;
+        if (r)
+            freeReplyObject(r);
+    }
+    redisFree(c);
+    return rc;
+}
+#endif
+
+/* Every store the suite runs over: adding a store is a line here. */
+static store_fixture fixtures[] = {
+    {.name = "file", .start = file_start, .stop = file_stop, .poke = file_poke, .lists = true},
+    {.name = "mem", .start = mem_start, .poke = mem_poke, .lists = true},
+#ifdef KVF_HAVE_HIREDIS
+    {.name = "redis", .start = redis_start, .stop = redis_stop, .poke = redis_poke, .lists = true},
+    {.name = "rediss",
+     .start = rediss_start,
+     .stop = redis_stop,
+     .poke = redis_poke,
+     .lists = true},
+#endif
+};
+
+/* ---- the suite -------------------------------------------------------------- */
+
+typedef struct suite {
+    store_fixture *f;
+    const char *url;
+    kvf__store *s;
+    uint8_t *payload[NBLK]; /* what was stored under key(i) */
+    size_t bytes[NBLK];
+} suite;
+
+static uint64_t key_of(size_t i)
+{
+    return 0x5e1f000000ull + i * 0x10001ull;
+}
+
+static kvf__store *open_store(const char *url, const char *ns, uint64_t fp)
+{
+    kvf__store_config cfg = {.url = url, .ns = ns, .fingerprint = fp, .timeout_ms = 5000};
+    kvf__store *s = NULL;
+    kvf_status st = kvf__store_open(&cfg, &s);
+    if (st != KVF_OK)
+        fprintf(stderr, "open %s: %s\n", url, kvf_last_error());
+    return s;
+}
+
+/* Writes blocks [first, last) with fresh random payloads (sizes from 1
+ * byte to 96 KiB, one empty), seeded by `seed`. */
+static void write_blocks(suite *t, size_t first, size_t last, uint64_t seed)
+{
+    kvf__store_block blk[NBLK];
+    for (size_t i = first; i < last; i++) {
+        size_t n = i == 3 ? 0 : (size_t)(test_xorshift64(&seed) % (96 << 10)) + 1;
+        free(t->payload[i]);
+        t->payload[i] = malloc(n ? n : 1);
+        test_fill_random(t->payload[i], n, seed + i);
+        t->bytes[i] = n;
+        blk[i - first] = (kvf__store_block){.key = key_of(i),
+                                            .tokens = (uint32_t)(i + 1),
+                                            .pools = (uint32_t)(i % 3 + 1),
+                                            .buf = t->payload[i],
+                                            .payload_bytes = n};
+    }
+    CHECK_STATUS(t->s->ops->write(t->s, blk, last - first, 0), KVF_OK);
+    for (size_t i = 0; i < last - first; i++)
+        CHECK_STATUS(blk[i].status, KVF_OK);
+    if (t->s->ops->commit)
+        CHECK_STATUS(t->s->ops->commit(t->s), KVF_OK);
+}
+
+/* Reads keys[0..n) into poisoned buffers of `cap` bytes (0: each block's
+ * own size) with store s; fills status. */
+static void read_blocks(kvf__store *s, const uint64_t *keys, size_t n, size_t cap,
+                        kvf__store_block *blk, uint8_t **bufs)
+{
+    for (size_t i = 0; i < n; i++) {
+        bufs[i] = malloc(cap ? cap : (96 << 10) + 1);
+        memset(bufs[i], 0xcd, cap ? cap : (96 << 10) + 1);
+        blk[i] =
+            (kvf__store_block){.key = keys[i], .buf = bufs[i], .cap = cap ? cap : (96 << 10) + 1};
+    }
+    s->ops->read(s, blk, n, 0);
+}
+
+static void free_bufs(uint8_t **bufs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(bufs[i]);
+}
+
+/* Every stored block comes back byte for byte with its tokens and pools. */
+static void check_all_read(suite *t)
+{
+    uint64_t keys[NBLK];
+    kvf__store_block blk[NBLK];
+    uint8_t *bufs[NBLK];
+    for (size_t i = 0; i < NBLK; i++)
+        keys[i] = key_of(i);
+    read_blocks(t->s, keys, NBLK, 0, blk, bufs);
+    for (size_t i = 0; i < NBLK; i++) {
+        CHECK_STATUS(blk[i].status, KVF_OK);
+        CHECK(blk[i].payload_bytes == t->bytes[i]);
+        CHECK(blk[i].tokens == i + 1 && blk[i].pools == i % 3 + 1);
+        CHECK(test_mem_diff(bufs[i], t->payload[i], t->bytes[i]) == SIZE_MAX);
+    }
+    free_bufs(bufs, NBLK);
+}
+
+static void test_round_trip(suite *t)
+{
+    write_blocks(t, 0, NBLK, 0x1234);
+    check_all_read(t);
+    /* an overwrite is read back, never the old bytes */
+    write_blocks(t, 5, 9, 0x9876);
+    check_all_read(t);
+}
+
+static void test_miss_and_exists(suite *t)
+{
+    uint64_t keys[3] = {key_of(0), 0xab5e47ull, key_of(1)};
+    kvf__store_block blk[3];
+    uint8_t *bufs[3];
+    read_blocks(t->s, keys, 3, 0, blk, bufs);
+    CHECK_STATUS(blk[0].status, KVF_OK);
+    CHECK_STATUS(blk[1].status, KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(blk[2].status, KVF_OK);
+    free_bufs(bufs, 3);
+    for (size_t i = 0; i < 3; i++)
+        blk[i] = (kvf__store_block){.key = keys[i]};
+    CHECK_STATUS(t->s->ops->exists(t->s, blk, 3, 0), KVF_OK); /* a miss is no failure */
+    CHECK_STATUS(blk[0].status, KVF_OK);
+    CHECK_STATUS(blk[1].status, KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(blk[2].status, KVF_OK);
+}
+
+/* A buffer too small is RANGE for that block; the block stays stored. */
+static void test_range(suite *t)
+{
+    size_t big = 0;
+    for (size_t i = 1; i < NBLK; i++)
+        if (t->bytes[i] > t->bytes[big])
+            big = i;
+    uint64_t key = key_of(big);
+    kvf__store_block blk[1];
+    uint8_t *bufs[1];
+    read_blocks(t->s, &key, 1, t->bytes[big] - 1, blk, bufs);
+    CHECK_STATUS(blk[0].status, KVF_ERR_RANGE);
+    CHECK(blk[0].msg[0] != '\0');
+    free_bufs(bufs, 1);
+    check_all_read(t);
+}
+
+/* A damaged byte (header, payload) fails its block only, as CORRUPT. */
+static void test_damage(suite *t)
+{
+    const size_t offsets[] = {0, 20, 33, 59, 60, HDR, HDR + 7};
+    for (size_t k = 0; k < sizeof offsets / sizeof *offsets; k++) {
+        size_t victim = 10 + k;
+        if (offsets[k] >= HDR + t->bytes[victim])
+            continue;
+        REQUIRE(t->f->poke(t->f, NS, key_of(victim), offsets[k], 0x41) == 0);
+        uint64_t keys[3] = {key_of(victim - 1), key_of(victim), key_of(victim + 1)};
+        kvf__store_block blk[3];
+        uint8_t *bufs[3];
+        read_blocks(t->s, keys, 3, 0, blk, bufs);
+        CHECK_STATUS(blk[0].status, KVF_OK);
+        if (blk[1].status != KVF_ERR_CORRUPT)
+            fprintf(stderr, "%s: byte %zu damaged: %s (%s)\n", t->f->name, offsets[k],
+                    kvf_status_str(blk[1].status), blk[1].msg);
+        CHECK_STATUS(blk[1].status, KVF_ERR_CORRUPT);
+        CHECK(strstr(blk[1].msg, "0x") != NULL || blk[1].msg[0]);
+        CHECK_STATUS(blk[2].status, KVF_OK);
+        CHECK(test_mem_diff(bufs[0], t->payload[victim - 1], t->bytes[victim - 1]) == SIZE_MAX);
+        free_bufs(bufs, 3);
+        REQUIRE(t->f->poke(t->f, NS, key_of(victim), offsets[k], 0x41) == 0); /* mended */
+    }
+    check_all_read(t);
+}
+
+/* Another layout is refused (MISMATCH); another namespace sees nothing. */
+static void test_foreign(suite *t)
+{
+    kvf__store *other_layout = open_store(t->url, NS, FP + 1);
+    kvf__store *other_ns = open_store(t->url, OTHER_NS, FP);
+    REQUIRE(other_layout && other_ns);
+    uint64_t key = key_of(0);
+    kvf__store_block blk[1];
+    uint8_t *bufs[1];
+    read_blocks(other_layout, &key, 1, 0, blk, bufs);
+    CHECK_STATUS(blk[0].status, KVF_ERR_MISMATCH);
+    free_bufs(bufs, 1);
+    read_blocks(other_ns, &key, 1, 0, blk, bufs);
+    CHECK_STATUS(blk[0].status, KVF_ERR_NOT_FOUND);
+    free_bufs(bufs, 1);
+    kvf__store_close(other_layout);
+    kvf__store_close(other_ns);
+}
+
+typedef struct listed {
+    suite *t;
+    size_t seen[NBLK];
+    size_t strangers;
+} listed;
+
+static void list_visit(void *arg, const kvf__store_entry *e)
+{
+    listed *l = arg;
+    for (size_t i = 0; i < NBLK; i++)
+        if (e->key == key_of(i)) {
+            l->seen[i]++;
+            CHECK(e->payload_bytes == l->t->bytes[i]);
+            CHECK(e->tokens == i + 1 && e->pools == i % 3 + 1);
+            return;
+        }
+    l->strangers++;
+}
+
+/* list visits each stored block once, removed ones not at all. */
+static void test_list(suite *t, size_t removed_below)
+{
+    listed l = {.t = t};
+    kvf_status st = kvf__store_list(t->s, list_visit, &l);
+    if (!t->f->lists) {
+        CHECK_STATUS(st, KVF_ERR_UNSUPPORTED);
+        return;
+    }
+    CHECK_STATUS(st, KVF_OK);
+    for (size_t i = 0; i < NBLK; i++)
+        CHECK_EQ_INT(l.seen[i], i < removed_below ? 0 : 1);
+    CHECK_EQ_INT(l.strangers, 0);
+}
+
+static void test_remove(suite *t)
+{
+    uint64_t keys[4] = {key_of(0), key_of(1), key_of(2), 0xab5e47ull};
+    kvf_status status[4];
+    CHECK_STATUS(kvf__store_remove(t->s, keys, 4, 0, status), KVF_OK);
+    for (size_t i = 0; i < 4; i++)
+        CHECK_STATUS(status[i], KVF_OK);
+    CHECK_STATUS(kvf__store_exists(t->s, keys, 4, 0, status), KVF_OK);
+    for (size_t i = 0; i < 4; i++)
+        CHECK_STATUS(status[i], KVF_ERR_NOT_FOUND);
+    kvf__store_block blk[4];
+    uint8_t *bufs[4];
+    read_blocks(t->s, keys, 4, 0, blk, bufs);
+    for (size_t i = 0; i < 4; i++)
+        CHECK_STATUS(blk[i].status, KVF_ERR_NOT_FOUND);
+    free_bufs(bufs, 4);
+}
+
+static int run_fixture(store_fixture *f)
+{
+    char url[512];
+    int rc = f->start(f, url, sizeof url);
+    if (rc == TEST_SKIP)
+        return TEST_SKIP;
+    REQUIRE(rc == 0);
+    int failures = test_failures;
+    suite t = {.f = f, .url = url, .s = open_store(url, NS, FP)};
+    REQUIRE(t.s);
+    test_round_trip(&t);
+    test_miss_and_exists(&t);
+    test_range(&t);
+    test_damage(&t);
+    test_foreign(&t);
+    test_list(&t, 0);
+    test_remove(&t);
+    test_list(&t, 3);
+    kvf__store_close(t.s);
+    for (size_t i = 0; i < NBLK; i++)
+        free(t.payload[i]);
+    if (f->stop)
+        f->stop(f);
+    fprintf(stderr, "%s: %s\n", f->name, test_failures == failures ? "passed" : "FAILED");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    alarm(240);
+    size_t ran = 0;
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+        if (argc > 1 && strcmp(argv[1], fixtures[i].name) != 0)
+            continue;
+        ran += run_fixture(&fixtures[i]) == 0;
+    }
+    if (argc > 1 && ran == 0 && test_failures == 0)
+        TEST_SKIP_ALL("store %s: not in this build, or its server is missing", argv[1]);
+    return TEST_RESULT();
+}
