@@ -34,10 +34,11 @@ fi
 # redis-tools: the remote tier and the real servers its tests start;
 # libxxhash-dev: XXH64 of the block keys (header only); libyaml-dev: config files;
 # libcjson-dev: the kvferry CLI's JSON writers; libssl-dev, openssl and
-# python3-pip: the Redis client with TLS where the system's hiredis has none
-# (scripts/build-hiredis-tls.sh, below: pip only downloads its source).
+# python3-venv: the Redis client with TLS where the system's hiredis has none
+# (scripts/build-hiredis-tls.sh, below: a throwaway environment's pip only
+# downloads its source).
 need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev"
-need="$need libssl-dev openssl python3-pip"
+need="$need libssl-dev openssl python3-venv"
 
 py=""
 if [ -n "$venv" ]; then
