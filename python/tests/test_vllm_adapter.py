@@ -27,6 +27,8 @@ from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 from vllm.forward_context import set_forward_context  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
@@ -40,6 +42,25 @@ from kvferry.integrations import vllm as kvf_vllm  # noqa: E402
 BS, HEADS, HEAD, BLOCKS = 16, 2, 16, 64
 LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
 POISON = 0x7E7E  # an fp16 NaN pattern no token writes
+
+
+# vLLM's own block hasher, as its engine core sets it up for a connector
+HASH_FN = get_hash_fn_by_name("sha256")
+init_none_hash(HASH_FN)
+HASHER = get_request_block_hasher(BS, HASH_FN)
+
+
+def vllm_request(rid, tokens, max_tokens=2, **kw):
+    """A vLLM Request hashed by vLLM's hasher (kw: cache_salt, mm_features,
+    lora_request, ...)."""
+    sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    return Request(rid, list(tokens), sp, None, block_hasher=HASHER, **kw)
+
+
+def keys_of(tokens, **kw):
+    """The kvferry keys of a prompt's whole blocks, as the connector derives
+    them from vLLM's block hashes."""
+    return [kvf_vllm.block_key(h) for h in vllm_request("keys", tokens, **kw).block_hashes]
 
 
 def token_kv(layer, prefix):
@@ -107,9 +128,8 @@ class Harness:
     def close(self):
         self.worker.shutdown()
 
-    def add(self, rid, prompt, max_tokens=2):
-        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        self.sched.add_request(Request(rid, list(prompt), sp, None))
+    def add(self, rid, prompt, max_tokens=2, **kw):
+        self.sched.add_request(vllm_request(rid, prompt, max_tokens, **kw))
 
     def block_table(self, rid):
         return list(self.sched.kv_cache_manager.get_block_ids(rid)[0])
@@ -175,7 +195,7 @@ class Harness:
         self.add(f"p{seed}", a)
         self.run()
         self.sched.reset_prefix_cache()
-        return a, self.sched.connector._keys(a, None)
+        return a, keys_of(a)
 
     def expect_blocks(self, rid, tokens, first, count):
         """The blocks first..first+count-1 of rid hold exactly the KV of tokens."""
@@ -209,8 +229,9 @@ def disk_only(tmp_path):
     return {"file_dir": str(tmp_path / "kv"), "disk_blocks": 256, "namespace": "vllm-test"}
 
 
-def block_file(tmp_path, key):
-    return tmp_path / "kv" / "vllm-test" / f"{key:016x}.kvf"
+def block_file(tmp_path, key, h):
+    """Where h's worker keeps the block of key on disk."""
+    return tmp_path / "kv" / h.worker._namespace / f"{key:016x}.kvf"
 
 
 def test_connector_is_vllms(harness, tmp_path):
@@ -218,7 +239,8 @@ def test_connector_is_vllms(harness, tmp_path):
     assert isinstance(h.worker, vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1)
     assert len(h.worker.engine.pools) == 2 * len(LAYERS)  # K and V of each layer
     bad = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
-                           kv_role="kv_both", kv_connector_extra_config={"host_blok": 1})
+                           kv_role="kv_both", kv_connector_extra_config={"host_blok": 1},
+                           kv_load_failure_policy="recompute")
     cfg = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
                      scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
                      kv_transfer_config=bad)
@@ -235,8 +257,8 @@ def test_save_then_full_and_partial_hits(harness, tmp_path, layout, pools):
     h.add("a", a)
     h.run()
     sched_side = h.sched.connector
-    keys = sched_side._keys(a, None)
-    assert len(keys) == 5 and all(k in sched_side._stored for k in keys)
+    keys = keys_of(a)
+    assert len(keys) == 5 and all(sched_side._held(k) for k in keys)
     stats = h.worker.cache.stats()
     assert stats.blocks["host"] + stats.blocks["disk"] == 5 and stats.blocks["disk"] >= 2
     h.sched.reset_prefix_cache()  # vLLM's own GPU prefix cache forgets: only kvferry can hit
@@ -257,7 +279,8 @@ def test_save_then_full_and_partial_hits(harness, tmp_path, layout, pools):
     h.expect_blocks("c", c, 0, 5)
     h.run()
     s = h.worker.cache.stats()
-    assert s.failures == 0 and sum(s.hits.values()) >= 9
+    # b's 4 blocks, then c's fifth: vLLM's own prefix cache held b's 4
+    assert s.failures == 0 and sum(s.hits.values()) == 5
 
 
 def test_miss_loads_nothing(harness, tmp_path):
@@ -285,7 +308,7 @@ def test_short_prompt_and_exact_blocks(harness, tmp_path):
 def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage):
     h = harness(disk_only(tmp_path))
     a, keys = h.stored(6, 4 * BS + 2)
-    path = block_file(tmp_path, keys[2])
+    path = block_file(tmp_path, keys[2], h)
     assert path.exists()
     if damage == "corrupt":  # a flipped payload byte: the CRC refuses it
         raw = bytearray(path.read_bytes())
@@ -294,7 +317,7 @@ def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage
     elif damage == "remove":
         path.unlink()
     else:  # another key's valid block in its place: the header refuses it
-        path.write_bytes(block_file(tmp_path, keys[0]).read_bytes())
+        path.write_bytes(block_file(tmp_path, keys[0], h).read_bytes())
     b = list(a)
     h.add("b", b)
     so, out = h.step()
@@ -302,7 +325,7 @@ def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage
     assert out.invalid_block_ids == {table[2]}  # vLLM's way: the block ids that failed
     # what did arrive is right; the failed block is never served
     h.expect_blocks("b", b, 0, 2)
-    assert keys[2] not in h.sched.connector._stored  # the worker's REMOVED event reached the scheduler
+    assert not h.sched.connector._held(keys[2])  # the worker's REMOVED event reached the scheduler
     h.run()  # vLLM recomputes from the failed block
     s = h.worker.cache.stats()
     assert s.failures >= 1
@@ -331,25 +354,20 @@ def test_restart_finds_disk_blocks(harness, tmp_path):
     h.run()
     h.close()
     h2 = harness(disk_only(tmp_path))  # a new instance: same directory, namespace and model
-    h2.add("x", prompt(9, BS + 1))
-    h2.step()  # the worker's first output carries the blocks its cache found on disk
-    assert all(k in h2.sched.connector._stored for k in h2.sched.connector._keys(a, None))
+    # the scheduler read the directory itself: its first request hits
+    assert all(h2.sched.connector._held(k) for k in keys_of(a))
     h2.add("c", list(a))
     so, out = h2.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
     h2.expect_blocks("c", a, 0, 3)
 
 
-def test_model_is_in_the_key(harness, tmp_path):
-    h = harness(disk_only(tmp_path))
+def test_lora_is_in_the_key(tmp_path):
     a = prompt(10, 2 * BS + 1)
-    other = kvf_vllm.KvferryConnector.__new__(kvf_vllm.KvferryConnector)
-    other._block_size, other._salt_base = BS, "another/model|auto|"
-    mine = h.sched.connector._keys(a, None)
-    assert set(other._keys(a, None)).isdisjoint(mine)
     from vllm.lora.request import LoRARequest
 
-    lora = h.sched.connector._keys(a, LoRARequest("adapter", 1, str(tmp_path)))
+    mine = keys_of(a)
+    lora = keys_of(a, lora_request=LoRARequest("adapter", 1, str(tmp_path)))
     assert set(lora).isdisjoint(mine) and len(lora) == len(mine) == 2
 
 
@@ -401,14 +419,14 @@ def test_plan_recomputes_hits_of_a_slow_tier(harness, tmp_path):
     a, keys = h.stored(13, 4 * BS + 3)
     side = h.sched.connector
     assert side._link is not None and side._link[0] == 2 * len(LAYERS) * BS * HEADS * HEAD * 2
-    assert all(side._stored[k] == int(kvferry.Tier.DISK) for k in keys)
+    assert all(side._stored[(0, 0, 0)][k] == int(kvferry.Tier.DISK) for k in keys)
     h.add("b", list(a))
     so, out = h.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and h.loaded[-1] == []
     assert side.plan_counts == {"planned": 1, "loaded": 0, "recomputed": 4}
     h.expect_blocks("b", a, 0, 4)  # computed by this step's forward, not loaded
     h.run()
-    assert all(block_file(tmp_path, k).exists() for k in keys) and all(k in side._stored for k in keys)
+    assert all(block_file(tmp_path, k, h).exists() for k in keys) and all(side._held(k) for k in keys)
     assert h.worker.cache.stats().failures == 0
 
 
@@ -435,8 +453,8 @@ def test_plan_loads_the_fast_tiers_leading_hits(harness, tmp_path):
     h.add("a", a)
     h.run()
     h.sched.reset_prefix_cache()
-    keys = side._keys(a, None)
-    tiers = [side._stored[k] for k in keys]
+    keys = keys_of(a)
+    tiers = [side._stored[(0, 0, 0)][k] for k in keys]
     assert int(kvferry.Tier.DISK) in tiers and int(kvferry.Tier.HOST) in tiers, tiers
     lead = next((i for i, t in enumerate(tiers) if t != int(kvferry.Tier.HOST)), len(tiers))
     before = dict(side.plan_counts)
@@ -457,7 +475,8 @@ def test_plan_config_refused_by_name(harness, tmp_path):
                          ({"tier_costs": {"tape": [0, 1e9]}}, "tier_costs 'tape'"),
                          ({"tier_costs": {"disk": [0, -1]}}, "disk")):
         cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
-                               kv_role="kv_both", kv_connector_extra_config={**disk_only(tmp_path), **extra})
+                               kv_role="kv_both", kv_connector_extra_config={**disk_only(tmp_path), **extra},
+                               kv_load_failure_policy="recompute")
         vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
                         scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
                         kv_transfer_config=cfg)
