@@ -483,3 +483,210 @@ def test_plan_config_refused_by_name(harness, tmp_path):
         with pytest.raises(kvferry.InvalidArgument, match=match):
             w = KVConnectorFactory.create_connector(vc, KVConnectorRole.WORKER, h.kv_config)
             w.register_kv_caches({n: kv_tensor("flash_attn")[0] for n in LAYERS})
+
+
+# ---- identity: two requests or configurations whose blocks differ never share one ----
+
+
+def test_tenants_never_share_and_one_tenant_does(harness, tmp_path):
+    """cache_salt is in vLLM's block hash and so in kvferry's key: tenant B
+    with tenant A's prompt misses, tenant A again hits."""
+    h = harness(disk_only(tmp_path))
+    a = prompt(20, 4 * BS + 3)
+    h.add("a", a, cache_salt="tenant-A")
+    h.run()
+    h.sched.reset_prefix_cache()
+    assert set(keys_of(a, cache_salt="tenant-A")).isdisjoint(keys_of(a, cache_salt="tenant-B"))
+    h.add("b", list(a), cache_salt="tenant-B")
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and h.loaded[-1] == []
+    h.run()
+    h.sched.reset_prefix_cache()
+    h.add("a2", list(a), cache_salt="tenant-A")
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS and not out.invalid_block_ids
+    h.expect_blocks("a2", a, 0, 4)
+
+
+def mm_feature(identifier, offset, length):
+    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+
+    return MultiModalFeatureSpec(data=None, modality="image", identifier=identifier,
+                                 mm_position=PlaceholderRange(offset=offset, length=length))
+
+
+def test_images_with_equal_placeholders_never_share():
+    """Two prompts with the same placeholder tokens for different images:
+    every block from the image on differs, the text before it is shared."""
+    toks = prompt(21, BS) + [7] * (2 * BS) + prompt(22, BS + 1)
+    cat = keys_of(toks, mm_features=[mm_feature("image-cat", BS, 2 * BS)])
+    dog = keys_of(toks, mm_features=[mm_feature("image-dog", BS, 2 * BS)])
+    text = keys_of(toks)
+    assert len(cat) == len(dog) == 4
+    assert cat[0] == dog[0] == text[0]
+    assert set(cat[1:]).isdisjoint(dog[1:]) and set(cat[1:]).isdisjoint(text[1:])
+
+
+def test_prompt_embeddings_are_in_the_key():
+    toks = prompt(23, 2 * BS + 1)
+    one = keys_of(toks, prompt_embeds=torch.ones(len(toks), 8))
+    two = keys_of(toks, prompt_embeds=torch.full((len(toks), 8), 2.0))
+    assert set(one).isdisjoint(two) and set(one).isdisjoint(keys_of(toks))
+
+
+def test_salt_setting_is_in_the_key():
+    h = b"\x01" * 32
+    assert kvf_vllm.block_key(h) != kvf_vllm.block_key(h, kvferry.key_salt("secret"))
+    assert kvf_vllm.block_key(b"\x00" * 32) == 1  # never the root key
+    with pytest.raises(kvferry.InvalidArgument, match="4 bytes"):
+        kvf_vllm.block_key(b"abcd")
+
+
+def heads(**over):
+    """namespace_head for each worker of a configuration (over: ParallelConfig
+    and CacheConfig / ModelConfig settings), by worker."""
+    from vllm.config import ParallelConfig
+
+    par = {k: over.pop(k) for k in list(over) if k.endswith("parallel_size")}
+    cache = {k: over.pop(k) for k in list(over) if k in ("cache_dtype", "block_size")}
+    cfg = VllmConfig.__new__(VllmConfig)  # the fields namespace_head reads, validated by their own classes
+    object.__setattr__(cfg, "parallel_config", ParallelConfig.__new__(ParallelConfig))
+    for k, v in {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "prefill_context_parallel_size": 1,
+                 "decode_context_parallel_size": 1, **par}.items():
+        object.__setattr__(cfg.parallel_config, k, v)
+    object.__setattr__(cfg, "cache_config", CacheConfig(**{"block_size": BS, **cache}))
+    mc = type("ModelConfig", (), {"model": "org/tiny", "dtype": over.pop("dtype", torch.float16),
+                                  "use_mla": over.pop("use_mla", False)})()
+    object.__setattr__(cfg, "model_config", mc)
+    assert not over, over
+    return {r: kvf_vllm.namespace_head(cfg, {}, r, kvf_vllm._dcp_rank_of(cfg, r[0])) for r in kvf_vllm._ranks(cfg)}
+
+
+def test_namespace_names_every_dimension_of_a_page():
+    one = heads()[(0, 0, 0)]
+    pp = heads(pipeline_parallel_size=2)
+    tp = heads(tensor_parallel_size=2)
+    dcp = heads(tensor_parallel_size=2, decode_context_parallel_size=2)
+    mla = heads(tensor_parallel_size=2, use_mla=True)
+    mla_dcp = heads(tensor_parallel_size=2, decode_context_parallel_size=2, use_mla=True)
+    # PP stages hold different layers: every stage its own namespace
+    assert len(set(pp.values())) == 2 and one not in pp.values()
+    assert len(set(tp.values())) == 2
+    assert len(set(dcp.values())) == 2 and all("dcp" in v for v in dcp.values())
+    # MLA: TP ranks hold equal pages, one namespace; DCP ranks still split it
+    assert len(set(mla.values())) == 1 and len(set(mla_dcp.values())) == 2
+    # the KV dtype, "auto" resolved to the model's
+    assert heads(dtype=torch.bfloat16)[(0, 0, 0)] != one
+    assert heads(cache_dtype="fp8")[(0, 0, 0)] != one
+    assert heads(cache_dtype="float16")[(0, 0, 0)] != heads(cache_dtype="fp8_e5m2")[(0, 0, 0)]
+    assert heads(block_size=2 * BS)[(0, 0, 0)] != one
+    # a head leaves room for the layout: the whole name fits 64 characters
+    long = heads(pipeline_parallel_size=2)[(0, 1, 0)]
+    assert len(long) <= kvf_vllm._HEAD_LEN
+
+
+def test_layouts_never_share_a_namespace():
+    """FlashAttention's NHD and an HND layout of equal-sized blocks hold the
+    same bytes in another order: their namespaces differ."""
+    tags = {lay: kvf_vllm.layout_tag({n: kv_tensor(lay)[0] for n in LAYERS}) for lay in ("flash_attn", "flashinfer",
+                                                                                            "hnd")}
+    assert len(set(tags.values())) == 3
+    assert tags["flash_attn"] == kvf_vllm.layout_tag({n: kv_tensor("flash_attn")[0] for n in LAYERS})
+
+
+def test_pipeline_stages_never_read_each_other(harness, tmp_path, monkeypatch):
+    """Two workers of one directory as two PP stages: the second stage's
+    cache finds none of the first's blocks, and its scheduler view neither."""
+    h = harness(disk_only(tmp_path))
+    object.__setattr__(h.config.parallel_config, "pipeline_parallel_size", 2)  # the instance's two stages
+    for conn in (h.worker, h.sched.connector):
+        conn._vllm_config = h.config
+    h.worker.shutdown()  # stage 0 again, now knowing it is one of two
+    monkeypatch.setattr(kvf_vllm, "_worker_rank", lambda: ((0, 0, 0), 0))
+    h.worker.register_kv_caches({n: kv for n, kv in h.kv.items()})
+    a, keys = h.stored(24, 3 * BS + 1)
+    monkeypatch.setattr(kvf_vllm, "_worker_rank", lambda: ((0, 1, 0), 0))
+    w = KVConnectorFactory.create_connector(h.config, KVConnectorRole.WORKER, h.kv_config)
+    w.register_kv_caches({n: kv_tensor("flash_attn")[0] for n in LAYERS})
+    try:
+        assert "pp0of2" in h.worker._namespace and "pp1of2" in w._namespace
+        assert w.cache.lookup(keys)[0] == 0 and h.worker.cache.lookup(keys)[0] == 3
+    finally:
+        w.shutdown()
+
+
+def test_a_hit_needs_every_worker(harness, tmp_path):
+    """With two workers, a block one of them reported is not a hit."""
+    h = harness(disk_only(tmp_path))
+    side = h.sched.connector
+    side._stored[(1, 0, 0)] = {}  # a second TP rank that has stored nothing
+    a, keys = h.stored(25, 2 * BS + 1)
+    h.add("b", list(a))
+    so, _ = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0
+    meta = kvf_vllm.KvferryWorkerMetadata({(1, 0, 0): [(int(kvferry.EventKind.STORED), k, 0) for k in keys]})
+    agg = kvf_vllm.KvferryWorkerMetadata({(0, 0, 0): []}).aggregate(meta)
+    assert set(agg.events) == {(0, 0, 0), (1, 0, 0)}
+    side.update_connector_output(type("Out", (), {"kv_connector_worker_meta": agg})())
+    assert all(side._held(k) for k in keys)
+
+
+def test_load_failure_policy_fail_is_refused_by_name(harness, tmp_path):
+    h = harness(disk_only(tmp_path))
+    for policy in ("fail", None):
+        kw = {} if policy is None else {"kv_load_failure_policy": policy}
+        cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
+                               kv_role="kv_both", kv_connector_extra_config=disk_only(tmp_path), **kw)
+        vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
+                        scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
+                        kv_transfer_config=cfg)
+        with pytest.raises(kvferry.InvalidArgument, match="kv_load_failure_policy is 'fail'"):
+            KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER, h.kv_config)
+
+
+@pytest.mark.parametrize("extra,match", [({"remote": "sideways"}, "remote = 'sideways'"),
+                                         ({"load": "lazy"}, "load = 'lazy'"),
+                                         ({"disk_bytes": "lots"}, "disk_bytes = 'lots'"),
+                                         ({"host_blocks": -1}, "host_blocks = -1"),
+                                         ({"priority": 101}, "priority = 101"),
+                                         ({"disk_blocks": 4}, "without file_dir")])
+def test_bad_config_refused_at_start_by_key(harness, tmp_path, extra, match):
+    h = harness({"host_blocks": 2})
+    cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
+                           kv_role="kv_both", kv_connector_extra_config=extra, kv_load_failure_policy="recompute")
+    vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
+                    scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
+                    kv_transfer_config=cfg)
+    with pytest.raises(kvferry.InvalidArgument, match=match):
+        KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER, h.kv_config)
+
+
+def test_generated_blocks_are_saved(harness, tmp_path):
+    """A conversation's next turn (prompt + answer + new text) finds the
+    answer's blocks: decode-produced blocks are saved."""
+    h = harness(disk_only(tmp_path))
+    a = prompt(26, 2 * BS + 2)
+    h.add("a", a, max_tokens=2 * BS)
+    h.run()
+    h.sched.reset_prefix_cache()
+    answered = [4000 + n for n in range(len(a), len(a) + 2 * BS)]  # the harness's sampled tokens
+    turn2 = a + answered + prompt(27, BS)
+    keys = keys_of(turn2)
+    assert sum(h.sched.connector._held(k) for k in keys) == (len(a) + 2 * BS - 1) // BS
+    h.add("t2", turn2)
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS and not out.invalid_block_ids
+    h.expect_blocks("t2", turn2, 0, 4)
+
+
+def test_whole_loads_finish_before_the_forward(harness, tmp_path):
+    h = harness({**disk_only(tmp_path), "load": "whole"})
+    assert not kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({"load": "whole"})
+    a, _ = h.stored(28, 3 * BS + 1)
+    h.add("b", list(a))
+    so = h.sched.schedule()
+    with h._worker_agent(), set_forward_context(None, h.config):
+        h.worker.bind_connector_metadata(so.kv_connector_metadata)
+        h.worker.start_load_kv(None)
+        assert h.worker._load_ticket is None  # nothing left for the layers to wait on
+    h.expect_blocks("b", a, 0, 3)
