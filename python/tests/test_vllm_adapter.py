@@ -690,3 +690,30 @@ def test_whole_loads_finish_before_the_forward(harness, tmp_path):
         h.worker.start_load_kv(None)
         assert h.worker._load_ticket is None  # nothing left for the layers to wait on
     h.expect_blocks("b", a, 0, 3)
+
+
+def test_restart_with_more_blocks_than_a_queue_holds(harness, tmp_path):
+    """70,000 blocks on disk (more than the 65,536 events a cache's queue
+    holds): a restarted instance's scheduler knows all of them before its
+    first request, and that request hits; the worker's event channel
+    dropped none of the stores either."""
+    n = 70_000
+    extra = {"disk_blocks": n + 100, "file_dir": str(tmp_path / "kv"), "threads": 2}
+    h = harness(extra)
+    a = prompt(30, 3 * BS + 1)
+    h.add("a", a)
+    h.run()
+    filler = [0x1000 + i for i in range(n)]  # other blocks' keys, their bytes any block's
+    for i in range(0, n, 4096):
+        ks = filler[i:i + 4096]
+        assert all(s == kvferry.Status.OK for s in h.worker.cache.put(ks, [j % BLOCKS for j in range(len(ks))]).wait())
+    meta = h.worker.build_connector_worker_meta()
+    assert len(meta.events[(0, 0, 0)]) == n  # every filler (a's blocks went out with its steps)
+    h.close()
+    h2 = harness(extra)
+    side = h2.sched.connector
+    assert len(side._stored[(0, 0, 0)]) == n + 3
+    h2.add("c", list(a))
+    so, out = h2.step()  # the first request of the new instance
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
+    h2.expect_blocks("c", a, 0, 3)

@@ -24,7 +24,7 @@ VOCAB = 512
 
 
 def write_model(d):
-    """A 2-layer Llama of random weights (seeded, spread wide enough that
+    """A 2-layer Llama of random weights (fixed generator, spread wide enough that
     every token's logits differ, so an output depends on every KV row it
     attends to; vLLM's load_format="dummy" weights are so small that all
     logits tie) and a WordLevel tokenizer ("w<i>" is token i + 3)."""
@@ -49,10 +49,10 @@ def write_model(d):
                    "unk_token": "<unk>", "model_max_length": 2048}, f)
 
 
-def tokens(seed, n):
+def tokens(stream, n):
     import random
 
-    r = random.Random(seed)
+    r = random.Random(stream)
     return [r.randrange(3, VOCAB) for _ in range(n)]
 
 
