@@ -5,7 +5,7 @@ prefix cache off so that every cached token came from kvferry. Each engine
 runs in a process of its own (vllm_engine_main.py); outputs and top-5
 logprobs are compared with an engine without kvferry.
 
-Skipped unless vllm imports: `make vllm-check` makes the environment
+Skipped unless vllm imports: `make engines-check` makes the environment
 (scripts/install-vllm.sh) and runs these tests in it."""
 
 import json
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed here (make vllm-check installs it)")
+pytest.importorskip("vllm", reason="vLLM is not installed here (make engines-check installs it)")
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE / "vllm_engine_main.py"
