@@ -183,10 +183,21 @@ class Harness:
     def run(self, limit=64):
         for _ in range(limit):
             if not self.sched.has_unfinished_requests():
-                return
+                return self.drain()
             self.step()
         state = {r: (q.status, q.num_computed_tokens, q.num_tokens) for r, q in self.sched.requests.items()}
         raise AssertionError(f"requests did not finish: {state}")
+
+    def drain(self):
+        """Steps until the worker's saves are done and reported: their
+        blocks back to vLLM, their keys in the scheduler's view."""
+        for _ in range(4):
+            if not (self.worker._saves or self.worker._finished_waiting or self.sched.finished_req_ids):
+                return
+            for t, _, _ in self.worker._saves:
+                t.wait()
+            self.step()
+        raise AssertionError("saves not reported done")
 
     def stored(self, seed, n):
         """A prompt of n tokens run to the end (its blocks saved), then
@@ -717,3 +728,55 @@ def test_restart_with_more_blocks_than_a_queue_holds(harness, tmp_path):
     so, out = h2.step()  # the first request of the new instance
     assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
     h2.expect_blocks("c", a, 0, 3)
+
+
+def test_saves_finish_in_the_background_and_hold_the_blocks(harness, tmp_path, monkeypatch):
+    """wait_for_save starts the put and returns; a finished request's blocks
+    stay vLLM's until get_finished reports its saves done; a preempted
+    request's saves are waited for before the step's forward."""
+    h = harness(disk_only(tmp_path))
+    h.add("a", prompt(31, 3 * BS + 1))
+    in_flight = {"on": True}
+    real_poll = kvferry.Ticket.poll
+    monkeypatch.setattr(kvferry.Ticket, "poll", lambda t: None if in_flight["on"] else real_poll(t))
+    while h.sched.has_unfinished_requests():
+        h.step()
+    assert h.worker._saves  # started, not waited for
+    so, out = h.step()  # 'a' finished: vLLM holds its blocks while the save is in flight
+    assert not out.finished_sending and "a" in h.sched.requests
+    in_flight["on"] = False
+    for t, _, _ in h.worker._saves:
+        t.wait()
+    so, out = h.step()
+    assert out.finished_sending == {"a"} and "a" not in h.sched.requests
+    assert not h.worker._saves and not h.worker._saved_reqs
+    # preemption: the request's saves are waited for (not polled) first
+    in_flight["on"] = True
+    h.add("b", prompt(32, 2 * BS + 1), max_tokens=4)
+    h.step()
+    assert h.worker._save_count.get("b")
+    h.worker.handle_preemptions(kvf_vllm.KvferryConnectorMetadata(preempted=["b"]))
+    assert "b" not in h.worker._save_count
+    in_flight["on"] = False
+    h.run()
+
+
+def test_a_block_still_being_saved_is_loaded_after_its_save(harness, tmp_path, monkeypatch):
+    """The next request asks for blocks whose save has not reported back:
+    the scheduler counts them (saves in flight), the worker's load waits for
+    the save, and the bytes are right."""
+    h = harness(disk_only(tmp_path))
+    a = prompt(33, 3 * BS + 1)
+    h.add("a", a)
+    monkeypatch.setattr(kvferry.Ticket, "poll", lambda t: None)  # every save looks in flight
+    with monkeypatch.context() as lagging:  # the worker's events have not arrived yet
+        lagging.setattr(h.worker, "build_connector_worker_meta", lambda: None)
+        while h.sched.has_unfinished_requests():
+            h.step()
+    assert h.worker._saves and not any(h.sched.connector._stored.values())
+    assert set(keys_of(a)) == h.sched.connector._in_flight
+    h.sched.reset_prefix_cache()
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
+    h.expect_blocks("b", a, 0, 3)

@@ -58,11 +58,15 @@ _Link = Tuple[int, Dict[int, Tuple[float, float]], Tuple[int, ...]]
 @dataclass
 class KvferryConnectorMetadata(KVConnectorMetadata):
     """Scheduler -> worker, one step: blocks to load before the forward
-    (per request: content keys and vLLM block ids) and blocks to save after."""
+    (per request: content keys and vLLM block ids), blocks to save after
+    (and the request each belongs to), and the preempted requests whose
+    saves must finish before their blocks are written again."""
 
     loads: List[Tuple[str, List[int], List[int]]] = field(default_factory=list)
     save_keys: List[int] = field(default_factory=list)
     save_blocks: List[int] = field(default_factory=list)
+    save_reqs: List[str] = field(default_factory=list)
+    preempted: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -249,6 +253,10 @@ class KvferryConnector(KVConnectorBase_V1):
         self._requests: Dict[str, _Request] = {}
         self._matched: Dict[str, Tuple[int, List[int]]] = {}  # req -> (local tokens, keys)
         self._loads: List[Tuple[str, List[int], List[int]]] = []
+        self._saving: Set[str] = set()  # requests with saves vLLM must wait for when they finish
+        # keys queued for saving that no worker has reported stored (nor
+        # failed) yet: hits already, the worker's load waits for the save
+        self._in_flight: Set[int] = set()
         # worker side
         self.engine: Optional[Engine] = None
         self.cache: Optional[Cache] = None
@@ -263,6 +271,12 @@ class KvferryConnector(KVConnectorBase_V1):
         self._namespace = ""
         self._block_bytes = 0
         self._sent_link: Optional[_Link] = None
+        # saves in flight: (ticket, its requests); per request, its tickets
+        # not yet done; the finished requests waiting for them
+        self._saves: List[Tuple[object, Set[str], List[int]]] = []
+        self._save_count: Dict[str, int] = {}
+        self._saved_reqs: Set[str] = set()  # every request a save was queued for: vLLM holds its blocks
+        self._finished_waiting: Set[str] = set()
         if role == KVConnectorRole.SCHEDULER:
             self._scan_stores()
 
@@ -346,8 +360,14 @@ class KvferryConnector(KVConnectorBase_V1):
         return keys
 
     def _held(self, key: int) -> bool:
-        """Whether every worker holds the block (each loads its own part)."""
-        return all(key in s for s in self._stored.values())
+        """Whether every worker holds the block (each loads its own part),
+        or will once the save in flight completes."""
+        return key in self._in_flight or all(key in s for s in self._stored.values())
+
+    def _tier(self, key: int) -> Tier:
+        """The slowest tier a worker holds the block in (disk while saving)."""
+        tiers = [s[key] for s in self._stored.values() if key in s]
+        return Tier(max(tiers)) if len(tiers) == len(self._stored) else Tier.DISK
 
     # ---- scheduler side --------------------------------------------------------------
     def on_new_request(self, request) -> None:
@@ -371,7 +391,7 @@ class KvferryConnector(KVConnectorBase_V1):
         """The hits the plan loads (at least vLLM's own `local` ones, which
         are in GPU memory already); every hit if planning fails."""
         block_bytes, costs, layerwise = self._link
-        tiers = [Tier.GPU] * local + [Tier(max(s[k] for s in self._stored.values())) for k in keys[local:]]
+        tiers = [Tier.GPU] * local + [self._tier(k) for k in keys[local:]]
         try:
             p = plan_compute(tiers, block_bytes, self._block_size, request_tokens, costs, self._prefill,
                              layerwise_tiers=layerwise)
@@ -399,6 +419,8 @@ class KvferryConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
         meta = KvferryConnectorMetadata(loads=self._loads)
         self._loads = []
+        preempted = getattr(scheduler_output, "preempted_req_ids", None) or ()
+        meta.preempted = [r for r in preempted if r in self._saving]
         self._matched.clear()
         queued: Set[int] = set()
         scheduled = scheduler_output.num_scheduled_tokens
@@ -435,6 +457,9 @@ class KvferryConnector(KVConnectorBase_V1):
                 queued.add(key)
                 meta.save_keys.append(key)
                 meta.save_blocks.append(req.block_ids[j])
+                meta.save_reqs.append(rid)
+                self._saving.add(rid)
+                self._in_flight.add(key)
         req.saved = max(req.saved, whole)
 
     def update_connector_output(self, connector_output):
@@ -444,6 +469,7 @@ class KvferryConnector(KVConnectorBase_V1):
         for rank, events in meta.events.items():
             stored = self._stored.setdefault(tuple(rank), {})
             for kind, key, tier in events:
+                self._in_flight.discard(key)  # stored, or its save failed
                 if kind == EventKind.REMOVED:
                     stored.pop(key, None)
                 else:
@@ -456,7 +482,12 @@ class KvferryConnector(KVConnectorBase_V1):
         self._matched.pop(request.request_id, None)
         self._live.pop(request.request_id, None)
         self._req_keys.pop(request.request_id, None)
-        return False, None  # saves finish within the step that computed the blocks
+        # saves run after the step: vLLM keeps the blocks until the worker
+        # reports them done (get_finished)
+        if request.request_id in self._saving:
+            self._saving.discard(request.request_id)
+            return True, None
+        return False, None
 
     # ---- worker side -------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
@@ -507,6 +538,8 @@ class KvferryConnector(KVConnectorBase_V1):
             return
         keys: List[int] = []
         slots: List[int] = []
+        if self._saves:  # a block saved a step ago may be loaded now: its save first
+            self._reap(keys={k for _rid, ks, _ids in meta.loads for k in ks})
         for _rid, k, ids in meta.loads:
             hits, _ = self.cache.lookup(k)  # evicted since the scheduler looked: fail the rest
             keys += k[:hits]
@@ -550,16 +583,63 @@ class KvferryConnector(KVConnectorBase_V1):
         # a cached block holds every layer: saved whole in wait_for_save
         return
 
+    def handle_preemptions(self, kv_connector_metadata):
+        """A preempted request's blocks go back to vLLM before this step's
+        forward: its saves finish first."""
+        if isinstance(kv_connector_metadata, KvferryConnectorMetadata) and kv_connector_metadata.preempted:
+            self._reap(set(kv_connector_metadata.preempted))
+
     def wait_for_save(self):
+        """Starts this step's saves and returns: they finish in the
+        background, and a finished request's blocks stay vLLM's until
+        get_finished reports its saves done."""
         meta = self._connector_metadata
         if not isinstance(meta, KvferryConnectorMetadata) or not meta.save_keys or self.cache is None:
             return
+        rids = set(meta.save_reqs)
+        self._saved_reqs |= rids  # vLLM holds them, whatever happens to the save
         if self.engine.backend == Backend.CUDA:
             torch.cuda.current_stream().synchronize()  # the forward wrote the blocks
-        t = self.cache.put(meta.save_keys, meta.save_blocks, self._priority)
-        bad = failed_moves(t)  # vLLM may reuse the blocks once this returns
-        if bad:
-            log.warning("kvferry: %d of %d blocks not saved", len(bad), len(meta.save_keys))
+        try:
+            t = self.cache.put(meta.save_keys, meta.save_blocks, self._priority)
+        except KvferryError as exc:  # nothing started: a later miss, never a wrong block
+            log.warning("kvferry: save of %d blocks refused: %s", len(meta.save_keys), exc)
+            return
+        self._saves.append((t, rids, list(meta.save_keys)))
+        for rid in rids:
+            self._save_count[rid] = self._save_count.get(rid, 0) + 1
+
+    def _reap(self, wait_for: Set[str] = frozenset(), keys: Set[int] = frozenset()) -> None:
+        """Retires the saves that are done, waiting for those of the
+        requests in wait_for and those of the given keys."""
+        keep = []
+        for t, rids, saved in self._saves:
+            if t.poll() is None and not (rids & wait_for) and not keys.intersection(saved):
+                keep.append((t, rids, saved))
+                continue
+            bad = failed_moves(t)  # done, or waited for here
+            if bad:
+                log.warning("kvferry: %d blocks not saved", len(bad))
+                with self._events_lock:  # the scheduler counted them as coming
+                    self._events.extend((int(EventKind.REMOVED), saved[i], int(Tier.HOST)) for i in bad)
+            for rid in rids:
+                self._save_count[rid] -= 1
+                if not self._save_count[rid]:
+                    del self._save_count[rid]
+        self._saves = keep
+
+    def get_finished(self, finished_req_ids):
+        """(requests whose saves are done since they finished, None): the
+        requests vLLM holds are those a save was queued for (the scheduler's
+        request_finished said so from the same metadata)."""
+        self._finished_waiting.update(r for r in finished_req_ids or () if r in self._saved_reqs)
+        if not self._finished_waiting:
+            return None, None
+        self._reap()
+        done = {r for r in self._finished_waiting if r not in self._save_count}
+        self._finished_waiting -= done
+        self._saved_reqs -= done
+        return (done or None), None
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         if self._load_ticket is not None:
@@ -590,6 +670,7 @@ class KvferryConnector(KVConnectorBase_V1):
         return KvferryWorkerMetadata({self._rank: events}, fresh)
 
     def shutdown(self):
+        self._reap(set(self._save_count))
         if self.engine is not None:
             self.engine.close()  # closes the cache first
         self.engine = self.cache = None
