@@ -7,7 +7,8 @@ its own, started under `if __name__ == "__main__"`.
     python vllm_engine_main.py MODEL_DIR SCENARIO [FILE_DIR]
 
 SCENARIO: plain (no connector), kvferry (a fresh cache: misses, then hits),
-restart (a cache on a directory an earlier run filled). The engine core and
+restart (a cache on a directory an earlier run filled), timing-plain and
+timing-kvferry (decode steps timed, and the connector's share of them). The engine core and
 the worker run in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the
 worker's kvferry cache is read directly for its stats."""
 
@@ -64,6 +65,58 @@ def kv_config(file_dir):
                             kv_connector_extra_config={"host_blocks": 8, "disk_blocks": 4096, "file_dir": file_dir})
 
 
+_TIMED = {"scheduler": ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
+                        "update_connector_output", "request_finished"),
+          "worker": ("handle_preemptions", "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+                     "get_finished", "get_block_ids_with_load_errors", "build_connector_worker_meta")}
+
+
+def timing(llm, with_kvferry, requests=4, new_tokens=256):
+    """Decode steps of `requests` sequences: wall time per engine step and,
+    with kvferry, the host time its connector's calls took per step (both
+    sides, every hook vLLM calls)."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    spent = {}  # connector hook -> seconds
+    steps = [0]
+    if with_kvferry:
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+        sched = llm.llm_engine.engine_core.engine_core.scheduler.connector
+        for side, conn in (("scheduler", sched), ("worker", get_kv_transfer_group())):
+            for name in _TIMED[side]:
+                fn = getattr(conn, name)
+
+                def timed(*a, _fn=fn, _name=name, **kw):
+                    t = time.perf_counter()
+                    try:
+                        return _fn(*a, **kw)
+                    finally:
+                        spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - t
+
+                setattr(conn, name, timed)
+    core = llm.llm_engine.engine_core.engine_core
+    real_step = core.step_fn  # what the in-process client calls each step
+
+    def counted(*a, **kw):
+        steps[0] += 1
+        return real_step(*a, **kw)
+
+    core.step_fn = counted
+    prompts = [TokensPrompt(prompt_token_ids=tokens(100 + i, 64)) for i in range(requests)]
+    sp = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
+    llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)  # warm
+    spent.clear()
+    steps[0] = 0
+    t0 = time.perf_counter()
+    llm.generate(prompts, sp, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    n = max(steps[0], 1)
+    return {"steps": steps[0], "step_s": wall / n, "connector_s_per_step": sum(spent.values()) / n,
+            "per_hook_s_per_step": {k: v / n for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
+
+
 def main():
     model, scenario = sys.argv[1], sys.argv[2]
     file_dir = sys.argv[3] if len(sys.argv) > 3 else None
@@ -72,8 +125,9 @@ def main():
     from vllm.inputs import TokensPrompt
 
     t0 = time.time()
-    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0,
-              block_size=BLOCK, max_num_seqs=4, kv_transfer_config=None if scenario == "plain" else kv_config(file_dir))
+    plain = scenario in ("plain", "timing-plain")
+    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=BLOCK, max_num_seqs=4,
+              kv_transfer_config=None if plain else kv_config(file_dir))
     started = time.time() - t0
     greedy = SamplingParams(max_tokens=8, temperature=0, logprobs=5)
 
@@ -87,7 +141,7 @@ def main():
         return {"tokens": list(c.token_ids), "top5": top, "cached": int(o.num_cached_tokens or 0)}
 
     def hits():
-        if scenario == "plain":
+        if plain:
             return {}
         from vllm.distributed.kv_transfer import get_kv_transfer_group
 
@@ -95,7 +149,9 @@ def main():
 
     long = tokens(1, 485)
     out = {"started_s": started, "scenario": scenario}
-    if scenario == "restart":  # the very first request of this process
+    if scenario.startswith("timing"):
+        out.update(timing(llm, scenario == "timing-kvferry"))
+    elif scenario == "restart":  # the very first request of this process
         out["first"] = run(long)
         out["hits_after_first"] = hits()
     else:
