@@ -780,3 +780,21 @@ def test_a_block_still_being_saved_is_loaded_after_its_save(harness, tmp_path, m
     so, out = h.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
     h.expect_blocks("b", a, 0, 3)
+
+
+def test_hit_sources_name_the_tier(harness, tmp_path):
+    """vLLM's per-source cache metrics get the host and disk tokens apart."""
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+    h = harness({"host_blocks": 2, **disk_only(tmp_path)})
+    a, keys = h.stored(34, 4 * BS + 1)
+    side = h.sched.connector
+    tiers = [side._tier(k) for k in keys]
+    h.add("b", list(a))
+    so, _ = h.step()  # this harness's scheduler keeps no stats: the call vLLM makes with them, made here
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS
+    want = {}
+    for t in tiers:
+        s = CacheHitSource.HOST if t == kvferry.Tier.HOST else CacheHitSource.DISK
+        want[s] = want.get(s, 0) + BS
+    assert side.get_external_cache_hit_sources(h.sched.requests["b"], 4 * BS) == want and len(want) == 2

@@ -254,6 +254,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self._matched: Dict[str, Tuple[int, List[int]]] = {}  # req -> (local tokens, keys)
         self._loads: List[Tuple[str, List[int], List[int]]] = []
         self._saving: Set[str] = set()  # requests with saves vLLM must wait for when they finish
+        self._hit_tiers: Dict[str, Dict[Tier, int]] = {}  # request -> tokens it loads, by tier
         # keys queued for saving that no worker has reported stored (nor
         # failed) yet: hits already, the worker's load waits for the save
         self._in_flight: Set[int] = set()
@@ -415,6 +416,26 @@ class KvferryConnector(KVConnectorBase_V1):
         first, count = local // self._block_size, num_external_tokens // self._block_size
         ids = list(blocks.get_block_ids()[0])
         self._loads.append((request.request_id, keys[first:first + count], ids[first:first + count]))
+        by_tier: Dict[Tier, int] = {}
+        for k in keys[first:first + count]:
+            by_tier[self._tier(k)] = by_tier.get(self._tier(k), 0) + self._block_size
+        self._hit_tiers[request.request_id] = by_tier
+
+    def get_external_cache_hit_sources(self, request, num_external_tokens: int):
+        """vLLM's per-source prefix-cache metrics: the tokens this request
+        loads from kvferry's host tier, its disk tier and the remote store
+        (reported as vLLM's external_unspecified)."""
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+        by_tier = self._hit_tiers.pop(request.request_id, {})
+        source = {Tier.HOST: CacheHitSource.HOST, Tier.DISK: CacheHitSource.DISK}
+        out: Dict[object, int] = {}
+        for tier, tokens in by_tier.items():
+            s = source.get(tier, CacheHitSource.EXTERNAL_UNSPECIFIED)
+            out[s] = out.get(s, 0) + tokens
+        if sum(out.values()) != num_external_tokens:  # not the load this connector planned: say so
+            return {CacheHitSource.EXTERNAL_UNSPECIFIED: num_external_tokens} if num_external_tokens else {}
+        return out
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
         meta = KvferryConnectorMetadata(loads=self._loads)
@@ -482,6 +503,7 @@ class KvferryConnector(KVConnectorBase_V1):
         self._matched.pop(request.request_id, None)
         self._live.pop(request.request_id, None)
         self._req_keys.pop(request.request_id, None)
+        self._hit_tiers.pop(request.request_id, None)
         # saves run after the step: vLLM keeps the blocks until the worker
         # reports them done (get_finished)
         if request.request_id in self._saving:
