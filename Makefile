@@ -19,7 +19,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all deps pydeps configure build check demo sanitize tsan gpu-check install clean format python-check wheel \
-        wheel-check
+        wheel-check engines-check
 
 all: build
 
@@ -126,6 +126,19 @@ clean:
 python-check: build
 	@$(MAKE) --no-print-directory pydeps
 	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so $(PYENV)/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+
+# kvferry's engine adapters against the engines themselves: vLLM's CPU
+# build and SGLang's HiCache classes in a virtual environment kept outside
+# the tree (scripts/install-vllm.sh, about 3 min the first time, then a
+# check); the vLLM connector's tests against vLLM's scheduler and hasher,
+# vLLM's LLM engine and OpenAI server serving a tiny Llama through it, and
+# the SGLang storage backend's tests (docs/integrations/). Run it after
+# every change to python/kvferry/integrations/; CI runs it.
+VLLM_VENV ?= $(HOME)/.cache/kvferry/vllm-venv
+engines-check: build
+	@KVFERRY_VLLM_VENV=$(VLLM_VENV) sh scripts/install-vllm.sh
+	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  python/tests/test_vllm_adapter.py python/tests/test_vllm_engine.py python/tests/test_sglang_adapter.py
 
 # The Python package as a manylinux wheel, in $(WHEEL_DIR): scikit-build-core
 # builds libkvferry.so into it (python/pyproject.toml), auditwheel takes in

@@ -143,7 +143,7 @@ def test_damaged_page_fails_never_served(tmp_path, damage):
         keys = page_hashes(5, 4)
         idx, refs = fill_pages(pool, 4, 6)
         assert all(b.batch_set_v1(keys, idx))
-        files = tmp_path / "kv" / "sgl-test"
+        files = tmp_path / "kv" / b._namespace
         path = files / f"{string_key(keys[1]):016x}.kvf"
         assert path.exists()
         if damage == "corrupt":
@@ -225,19 +225,79 @@ def test_bad_input_is_refused_by_name(tmp_path):
         b.close()
 
 
-def test_mla_non_writer_rank_stores_nothing(tmp_path):
-    pool = host_pool("page_first")
+def mla_backend(tmp_path, pool, tp_rank, tp_size=2, **more):
     cfg = dict(backend_name="kvferry", module_path="kvferry.integrations.sglang", class_name="KvferryStorage",
                interface_v1=1, **disk(tmp_path))
-    sc = HiCacheStorageConfig(tp_rank=1, tp_size=2, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
-                              is_mla_model=True, enable_storage_metrics=False, is_page_first_layout=True,
-                              model_name="m", extra_config=cfg)
+    sc = HiCacheStorageConfig(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
+                              attn_cp_size=1, is_mla_model=True, enable_storage_metrics=False,
+                              is_page_first_layout=True, model_name="m", extra_config=cfg, **more)
     b = StorageBackendFactory.create_backend("dynamic", sc, pool)
     b.register_mem_pool_host(pool)
+    return b
+
+
+def test_mla_every_rank_hits(tmp_path):
+    """HiCache takes the minimum of the ranks' batch_exists: every MLA rank
+    stores what it is handed, so every rank hits."""
+    pools = [host_pool("page_first"), host_pool("page_first")]
+    ranks = [mla_backend(tmp_path, pools[r], r) for r in range(2)]
     try:
         keys = page_hashes(13, 2)
-        idx, _ = fill_pages(pool, 2, 14)
-        assert b.batch_set_v1(keys, idx) == [True, True]  # rank 0 writes the same pages
-        assert b.batch_exists(keys) == 0
+        for r, b in enumerate(ranks):
+            idx, _ = fill_pages(pools[r], 2, 14)
+            assert b.batch_set_v1(keys, idx) == [True, True]
+        assert [b.batch_exists(keys) for b in ranks] == [2, 2]
+        assert ranks[0]._namespace != ranks[1]._namespace
+    finally:
+        for b in ranks:
+            b.close()
+
+
+def test_dcp_ranks_never_read_each_other(tmp_path):
+    """Decode-context ranks hold different shards of a page: one rank's
+    store is never another's hit, on one directory."""
+    pools = [host_pool("page_first"), host_pool("page_first")]
+    ranks = [mla_backend(tmp_path, pools[1], 1, dcp_size=2, dcp_rank=1, logical_page_size=2 * PS)]
+    try:
+        keys = page_hashes(15, 3)
+        idx, _ = fill_pages(pools[1], 3, 16)
+        assert all(ranks[0].batch_set_v1(keys, idx))
+        # rank 0 starts on the directory rank 1 filled (as after a restart)
+        ranks.append(mla_backend(tmp_path, pools[0], 0, dcp_size=2, dcp_rank=0, logical_page_size=2 * PS))
+        assert "dcp1of2" in ranks[0]._namespace and "dcp0of2" in ranks[1]._namespace
+        assert ranks[0].batch_exists(keys) == 3 and ranks[1].batch_exists(keys) == 0
+    finally:
+        for b in ranks:
+            b.close()
+
+
+def test_tenants_never_share_a_page(tmp_path):
+    """SGLang's storage hash chain starts from the request's cache_salt and
+    extra_key (LoRA): the same tokens of another tenant are another key."""
+    from sglang.srt.mem_cache.radix_cache import RadixKey
+
+    pool = host_pool("page_first")
+    b = backend(tmp_path, pool, **disk(tmp_path))
+    try:
+        g = torch.Generator().manual_seed(17)
+        tokens = torch.randint(1, 30000, (3 * PS,), generator=g).tolist()
+        a = get_storage_hash_str(RadixKey(tokens, cache_salt="tenant-A"), None, page_size=PS)
+        bb = get_storage_hash_str(RadixKey(tokens, cache_salt="tenant-B"), None, page_size=PS)
+        lora = get_storage_hash_str(RadixKey(tokens, extra_key="adapter-1", cache_salt="tenant-A"), None,
+                                    page_size=PS)
+        idx, _ = fill_pages(pool, 3, 18)
+        assert all(b.batch_set_v1(a, idx))
+        assert b.batch_exists(a) == 3 and b.batch_exists(bb) == 0 and b.batch_exists(lora) == 0
     finally:
         b.close()
+
+
+@pytest.mark.parametrize("what", ["dtype", "page", "layout"])
+def test_namespace_names_dtype_page_size_and_layout(what):
+    c = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                             is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+                             model_name="org/m")
+    base = kvf_sglang.rank_namespace(c, {}, "bfloat16", PS, "page_first")
+    other = {"dtype": ("float16", PS, "page_first"), "page": ("bfloat16", 2 * PS, "page_first"),
+             "layout": ("bfloat16", PS, "page_first_direct")}[what]
+    assert kvf_sglang.rank_namespace(c, {}, *other) != base

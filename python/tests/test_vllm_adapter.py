@@ -27,6 +27,8 @@ from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
 from vllm.forward_context import set_forward_context  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
@@ -40,6 +42,25 @@ from kvferry.integrations import vllm as kvf_vllm  # noqa: E402
 BS, HEADS, HEAD, BLOCKS = 16, 2, 16, 64
 LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
 POISON = 0x7E7E  # an fp16 NaN pattern no token writes
+
+
+# vLLM's own block hasher, as its engine core sets it up for a connector
+HASH_FN = get_hash_fn_by_name("sha256")
+init_none_hash(HASH_FN)
+HASHER = get_request_block_hasher(BS, HASH_FN)
+
+
+def vllm_request(rid, tokens, max_tokens=2, **kw):
+    """A vLLM Request hashed by vLLM's hasher (kw: cache_salt, mm_features,
+    lora_request, ...)."""
+    sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    return Request(rid, list(tokens), sp, None, block_hasher=HASHER, **kw)
+
+
+def keys_of(tokens, **kw):
+    """The kvferry keys of a prompt's whole blocks, as the connector derives
+    them from vLLM's block hashes."""
+    return [kvf_vllm.block_key(h) for h in vllm_request("keys", tokens, **kw).block_hashes]
 
 
 def token_kv(layer, prefix):
@@ -107,9 +128,8 @@ class Harness:
     def close(self):
         self.worker.shutdown()
 
-    def add(self, rid, prompt, max_tokens=2):
-        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        self.sched.add_request(Request(rid, list(prompt), sp, None))
+    def add(self, rid, prompt, max_tokens=2, **kw):
+        self.sched.add_request(vllm_request(rid, prompt, max_tokens, **kw))
 
     def block_table(self, rid):
         return list(self.sched.kv_cache_manager.get_block_ids(rid)[0])
@@ -163,10 +183,21 @@ class Harness:
     def run(self, limit=64):
         for _ in range(limit):
             if not self.sched.has_unfinished_requests():
-                return
+                return self.drain()
             self.step()
         state = {r: (q.status, q.num_computed_tokens, q.num_tokens) for r, q in self.sched.requests.items()}
         raise AssertionError(f"requests did not finish: {state}")
+
+    def drain(self):
+        """Steps until the worker's saves are done and reported: their
+        blocks back to vLLM, their keys in the scheduler's view."""
+        for _ in range(4):
+            if not (self.worker._saves or self.worker._finished_waiting or self.sched.finished_req_ids):
+                return
+            for t, _, _ in self.worker._saves:
+                t.wait()
+            self.step()
+        raise AssertionError("saves not reported done")
 
     def stored(self, seed, n):
         """A prompt of n tokens run to the end (its blocks saved), then
@@ -175,7 +206,7 @@ class Harness:
         self.add(f"p{seed}", a)
         self.run()
         self.sched.reset_prefix_cache()
-        return a, self.sched.connector._keys(a, None)
+        return a, keys_of(a)
 
     def expect_blocks(self, rid, tokens, first, count):
         """The blocks first..first+count-1 of rid hold exactly the KV of tokens."""
@@ -209,8 +240,9 @@ def disk_only(tmp_path):
     return {"file_dir": str(tmp_path / "kv"), "disk_blocks": 256, "namespace": "vllm-test"}
 
 
-def block_file(tmp_path, key):
-    return tmp_path / "kv" / "vllm-test" / f"{key:016x}.kvf"
+def block_file(tmp_path, key, h):
+    """Where h's worker keeps the block of key on disk."""
+    return tmp_path / "kv" / h.worker._namespace / f"{key:016x}.kvf"
 
 
 def test_connector_is_vllms(harness, tmp_path):
@@ -218,7 +250,8 @@ def test_connector_is_vllms(harness, tmp_path):
     assert isinstance(h.worker, vllm.distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1)
     assert len(h.worker.engine.pools) == 2 * len(LAYERS)  # K and V of each layer
     bad = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
-                           kv_role="kv_both", kv_connector_extra_config={"host_blok": 1})
+                           kv_role="kv_both", kv_connector_extra_config={"host_blok": 1},
+                           kv_load_failure_policy="recompute")
     cfg = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
                      scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
                      kv_transfer_config=bad)
@@ -235,8 +268,8 @@ def test_save_then_full_and_partial_hits(harness, tmp_path, layout, pools):
     h.add("a", a)
     h.run()
     sched_side = h.sched.connector
-    keys = sched_side._keys(a, None)
-    assert len(keys) == 5 and all(k in sched_side._stored for k in keys)
+    keys = keys_of(a)
+    assert len(keys) == 5 and all(sched_side._held(k) for k in keys)
     stats = h.worker.cache.stats()
     assert stats.blocks["host"] + stats.blocks["disk"] == 5 and stats.blocks["disk"] >= 2
     h.sched.reset_prefix_cache()  # vLLM's own GPU prefix cache forgets: only kvferry can hit
@@ -257,7 +290,8 @@ def test_save_then_full_and_partial_hits(harness, tmp_path, layout, pools):
     h.expect_blocks("c", c, 0, 5)
     h.run()
     s = h.worker.cache.stats()
-    assert s.failures == 0 and sum(s.hits.values()) >= 9
+    # b's 4 blocks, then c's fifth: vLLM's own prefix cache held b's 4
+    assert s.failures == 0 and sum(s.hits.values()) == 5
 
 
 def test_miss_loads_nothing(harness, tmp_path):
@@ -285,7 +319,7 @@ def test_short_prompt_and_exact_blocks(harness, tmp_path):
 def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage):
     h = harness(disk_only(tmp_path))
     a, keys = h.stored(6, 4 * BS + 2)
-    path = block_file(tmp_path, keys[2])
+    path = block_file(tmp_path, keys[2], h)
     assert path.exists()
     if damage == "corrupt":  # a flipped payload byte: the CRC refuses it
         raw = bytearray(path.read_bytes())
@@ -294,7 +328,7 @@ def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage
     elif damage == "remove":
         path.unlink()
     else:  # another key's valid block in its place: the header refuses it
-        path.write_bytes(block_file(tmp_path, keys[0]).read_bytes())
+        path.write_bytes(block_file(tmp_path, keys[0], h).read_bytes())
     b = list(a)
     h.add("b", b)
     so, out = h.step()
@@ -302,7 +336,7 @@ def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage
     assert out.invalid_block_ids == {table[2]}  # vLLM's way: the block ids that failed
     # what did arrive is right; the failed block is never served
     h.expect_blocks("b", b, 0, 2)
-    assert keys[2] not in h.sched.connector._stored  # the worker's REMOVED event reached the scheduler
+    assert not h.sched.connector._held(keys[2])  # the worker's REMOVED event reached the scheduler
     h.run()  # vLLM recomputes from the failed block
     s = h.worker.cache.stats()
     assert s.failures >= 1
@@ -331,25 +365,20 @@ def test_restart_finds_disk_blocks(harness, tmp_path):
     h.run()
     h.close()
     h2 = harness(disk_only(tmp_path))  # a new instance: same directory, namespace and model
-    h2.add("x", prompt(9, BS + 1))
-    h2.step()  # the worker's first output carries the blocks its cache found on disk
-    assert all(k in h2.sched.connector._stored for k in h2.sched.connector._keys(a, None))
+    # the scheduler read the directory itself: its first request hits
+    assert all(h2.sched.connector._held(k) for k in keys_of(a))
     h2.add("c", list(a))
     so, out = h2.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
     h2.expect_blocks("c", a, 0, 3)
 
 
-def test_model_is_in_the_key(harness, tmp_path):
-    h = harness(disk_only(tmp_path))
+def test_lora_is_in_the_key(tmp_path):
     a = prompt(10, 2 * BS + 1)
-    other = kvf_vllm.KvferryConnector.__new__(kvf_vllm.KvferryConnector)
-    other._block_size, other._salt_base = BS, "another/model|auto|"
-    mine = h.sched.connector._keys(a, None)
-    assert set(other._keys(a, None)).isdisjoint(mine)
     from vllm.lora.request import LoRARequest
 
-    lora = h.sched.connector._keys(a, LoRARequest("adapter", 1, str(tmp_path)))
+    mine = keys_of(a)
+    lora = keys_of(a, lora_request=LoRARequest("adapter", 1, str(tmp_path)))
     assert set(lora).isdisjoint(mine) and len(lora) == len(mine) == 2
 
 
@@ -401,14 +430,14 @@ def test_plan_recomputes_hits_of_a_slow_tier(harness, tmp_path):
     a, keys = h.stored(13, 4 * BS + 3)
     side = h.sched.connector
     assert side._link is not None and side._link[0] == 2 * len(LAYERS) * BS * HEADS * HEAD * 2
-    assert all(side._stored[k] == int(kvferry.Tier.DISK) for k in keys)
+    assert all(side._stored[(0, 0, 0)][k] == int(kvferry.Tier.DISK) for k in keys)
     h.add("b", list(a))
     so, out = h.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and h.loaded[-1] == []
     assert side.plan_counts == {"planned": 1, "loaded": 0, "recomputed": 4}
     h.expect_blocks("b", a, 0, 4)  # computed by this step's forward, not loaded
     h.run()
-    assert all(block_file(tmp_path, k).exists() for k in keys) and all(k in side._stored for k in keys)
+    assert all(block_file(tmp_path, k, h).exists() for k in keys) and all(side._held(k) for k in keys)
     assert h.worker.cache.stats().failures == 0
 
 
@@ -435,8 +464,8 @@ def test_plan_loads_the_fast_tiers_leading_hits(harness, tmp_path):
     h.add("a", a)
     h.run()
     h.sched.reset_prefix_cache()
-    keys = side._keys(a, None)
-    tiers = [side._stored[k] for k in keys]
+    keys = keys_of(a)
+    tiers = [side._stored[(0, 0, 0)][k] for k in keys]
     assert int(kvferry.Tier.DISK) in tiers and int(kvferry.Tier.HOST) in tiers, tiers
     lead = next((i for i, t in enumerate(tiers) if t != int(kvferry.Tier.HOST)), len(tiers))
     before = dict(side.plan_counts)
@@ -457,10 +486,315 @@ def test_plan_config_refused_by_name(harness, tmp_path):
                          ({"tier_costs": {"tape": [0, 1e9]}}, "tier_costs 'tape'"),
                          ({"tier_costs": {"disk": [0, -1]}}, "disk")):
         cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
-                               kv_role="kv_both", kv_connector_extra_config={**disk_only(tmp_path), **extra})
+                               kv_role="kv_both", kv_connector_extra_config={**disk_only(tmp_path), **extra},
+                               kv_load_failure_policy="recompute")
         vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
                         scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
                         kv_transfer_config=cfg)
         with pytest.raises(kvferry.InvalidArgument, match=match):
             w = KVConnectorFactory.create_connector(vc, KVConnectorRole.WORKER, h.kv_config)
             w.register_kv_caches({n: kv_tensor("flash_attn")[0] for n in LAYERS})
+
+
+# ---- identity: two requests or configurations whose blocks differ never share one ----
+
+
+def test_tenants_never_share_and_one_tenant_does(harness, tmp_path):
+    """cache_salt is in vLLM's block hash and so in kvferry's key: tenant B
+    with tenant A's prompt misses, tenant A again hits."""
+    h = harness(disk_only(tmp_path))
+    a = prompt(20, 4 * BS + 3)
+    h.add("a", a, cache_salt="tenant-A")
+    h.run()
+    h.sched.reset_prefix_cache()
+    assert set(keys_of(a, cache_salt="tenant-A")).isdisjoint(keys_of(a, cache_salt="tenant-B"))
+    h.add("b", list(a), cache_salt="tenant-B")
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and h.loaded[-1] == []
+    h.run()
+    h.sched.reset_prefix_cache()
+    h.add("a2", list(a), cache_salt="tenant-A")
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS and not out.invalid_block_ids
+    h.expect_blocks("a2", a, 0, 4)
+
+
+def mm_feature(identifier, offset, length):
+    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+
+    return MultiModalFeatureSpec(data=None, modality="image", identifier=identifier,
+                                 mm_position=PlaceholderRange(offset=offset, length=length))
+
+
+def test_images_with_equal_placeholders_never_share():
+    """Two prompts with the same placeholder tokens for different images:
+    every block from the image on differs, the text before it is shared."""
+    toks = prompt(21, BS) + [7] * (2 * BS) + prompt(22, BS + 1)
+    cat = keys_of(toks, mm_features=[mm_feature("image-cat", BS, 2 * BS)])
+    dog = keys_of(toks, mm_features=[mm_feature("image-dog", BS, 2 * BS)])
+    text = keys_of(toks)
+    assert len(cat) == len(dog) == 4
+    assert cat[0] == dog[0] == text[0]
+    assert set(cat[1:]).isdisjoint(dog[1:]) and set(cat[1:]).isdisjoint(text[1:])
+
+
+def test_prompt_embeddings_are_in_the_key():
+    toks = prompt(23, 2 * BS + 1)
+    one = keys_of(toks, prompt_embeds=torch.ones(len(toks), 8))
+    two = keys_of(toks, prompt_embeds=torch.full((len(toks), 8), 2.0))
+    assert set(one).isdisjoint(two) and set(one).isdisjoint(keys_of(toks))
+
+
+def test_salt_setting_is_in_the_key():
+    h = b"\x01" * 32
+    assert kvf_vllm.block_key(h) != kvf_vllm.block_key(h, kvferry.key_salt("secret"))
+    assert kvf_vllm.block_key(b"\x00" * 32) == 1  # never the root key
+    with pytest.raises(kvferry.InvalidArgument, match="4 bytes"):
+        kvf_vllm.block_key(b"abcd")
+
+
+def heads(**over):
+    """namespace_head for each worker of a configuration (over: ParallelConfig
+    and CacheConfig / ModelConfig settings), by worker."""
+    from vllm.config import ParallelConfig
+
+    par = {k: over.pop(k) for k in list(over) if k.endswith("parallel_size")}
+    cache = {k: over.pop(k) for k in list(over) if k in ("cache_dtype", "block_size")}
+    cfg = VllmConfig.__new__(VllmConfig)  # the fields namespace_head reads, validated by their own classes
+    object.__setattr__(cfg, "parallel_config", ParallelConfig.__new__(ParallelConfig))
+    for k, v in {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "prefill_context_parallel_size": 1,
+                 "decode_context_parallel_size": 1, **par}.items():
+        object.__setattr__(cfg.parallel_config, k, v)
+    object.__setattr__(cfg, "cache_config", CacheConfig(**{"block_size": BS, **cache}))
+    mc = type("ModelConfig", (), {"model": "org/tiny", "dtype": over.pop("dtype", torch.float16),
+                                  "use_mla": over.pop("use_mla", False)})()
+    object.__setattr__(cfg, "model_config", mc)
+    assert not over, over
+    return {r: kvf_vllm.namespace_head(cfg, {}, r, kvf_vllm._dcp_rank_of(cfg, r[0])) for r in kvf_vllm._ranks(cfg)}
+
+
+def test_namespace_names_every_dimension_of_a_page():
+    one = heads()[(0, 0, 0)]
+    pp = heads(pipeline_parallel_size=2)
+    tp = heads(tensor_parallel_size=2)
+    dcp = heads(tensor_parallel_size=2, decode_context_parallel_size=2)
+    mla = heads(tensor_parallel_size=2, use_mla=True)
+    mla_dcp = heads(tensor_parallel_size=2, decode_context_parallel_size=2, use_mla=True)
+    # PP stages hold different layers: every stage its own namespace
+    assert len(set(pp.values())) == 2 and one not in pp.values()
+    assert len(set(tp.values())) == 2
+    assert len(set(dcp.values())) == 2 and all("dcp" in v for v in dcp.values())
+    # MLA: TP ranks hold equal pages, one namespace; DCP ranks still split it
+    assert len(set(mla.values())) == 1 and len(set(mla_dcp.values())) == 2
+    # the KV dtype, "auto" resolved to the model's
+    assert heads(dtype=torch.bfloat16)[(0, 0, 0)] != one
+    assert heads(cache_dtype="fp8")[(0, 0, 0)] != one
+    assert heads(cache_dtype="float16")[(0, 0, 0)] != heads(cache_dtype="fp8_e5m2")[(0, 0, 0)]
+    assert heads(block_size=2 * BS)[(0, 0, 0)] != one
+    # a head leaves room for the layout: the whole name fits 64 characters
+    long = heads(pipeline_parallel_size=2)[(0, 1, 0)]
+    assert len(long) <= kvf_vllm._HEAD_LEN
+
+
+def test_layouts_never_share_a_namespace():
+    """FlashAttention's NHD and an HND layout of equal-sized blocks hold the
+    same bytes in another order: their namespaces differ."""
+    tags = {lay: kvf_vllm.layout_tag({n: kv_tensor(lay)[0] for n in LAYERS}) for lay in ("flash_attn", "flashinfer",
+                                                                                            "hnd")}
+    assert len(set(tags.values())) == 3
+    assert tags["flash_attn"] == kvf_vllm.layout_tag({n: kv_tensor("flash_attn")[0] for n in LAYERS})
+
+
+def test_pipeline_stages_never_read_each_other(harness, tmp_path, monkeypatch):
+    """Two workers of one directory as two PP stages: the second stage's
+    cache finds none of the first's blocks, and its scheduler view neither."""
+    h = harness(disk_only(tmp_path))
+    object.__setattr__(h.config.parallel_config, "pipeline_parallel_size", 2)  # the instance's two stages
+    for conn in (h.worker, h.sched.connector):
+        conn._vllm_config = h.config
+    h.worker.shutdown()  # stage 0 again, now knowing it is one of two
+    monkeypatch.setattr(kvf_vllm, "_worker_rank", lambda: ((0, 0, 0), 0))
+    h.worker.register_kv_caches({n: kv for n, kv in h.kv.items()})
+    a, keys = h.stored(24, 3 * BS + 1)
+    monkeypatch.setattr(kvf_vllm, "_worker_rank", lambda: ((0, 1, 0), 0))
+    w = KVConnectorFactory.create_connector(h.config, KVConnectorRole.WORKER, h.kv_config)
+    w.register_kv_caches({n: kv_tensor("flash_attn")[0] for n in LAYERS})
+    try:
+        assert "pp0of2" in h.worker._namespace and "pp1of2" in w._namespace
+        assert w.cache.lookup(keys)[0] == 0 and h.worker.cache.lookup(keys)[0] == 3
+    finally:
+        w.shutdown()
+
+
+def test_a_hit_needs_every_worker(harness, tmp_path):
+    """With two workers, a block one of them reported is not a hit."""
+    h = harness(disk_only(tmp_path))
+    side = h.sched.connector
+    side._stored[(1, 0, 0)] = {}  # a second TP rank that has stored nothing
+    a, keys = h.stored(25, 2 * BS + 1)
+    h.add("b", list(a))
+    so, _ = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0
+    meta = kvf_vllm.KvferryWorkerMetadata({(1, 0, 0): [(int(kvferry.EventKind.STORED), k, 0) for k in keys]})
+    agg = kvf_vllm.KvferryWorkerMetadata({(0, 0, 0): []}).aggregate(meta)
+    assert set(agg.events) == {(0, 0, 0), (1, 0, 0)}
+    side.update_connector_output(type("Out", (), {"kv_connector_worker_meta": agg})())
+    assert all(side._held(k) for k in keys)
+
+
+def test_load_failure_policy_fail_is_refused_by_name(harness, tmp_path):
+    h = harness(disk_only(tmp_path))
+    for policy in ("fail", None):
+        kw = {} if policy is None else {"kv_load_failure_policy": policy}
+        cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
+                               kv_role="kv_both", kv_connector_extra_config=disk_only(tmp_path), **kw)
+        vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
+                        scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
+                        kv_transfer_config=cfg)
+        with pytest.raises(kvferry.InvalidArgument, match="kv_load_failure_policy is 'fail'"):
+            KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER, h.kv_config)
+
+
+@pytest.mark.parametrize("extra,match", [({"remote": "sideways"}, "remote = 'sideways'"),
+                                         ({"load": "lazy"}, "load = 'lazy'"),
+                                         ({"disk_bytes": "lots"}, "disk_bytes = 'lots'"),
+                                         ({"host_blocks": -1}, "host_blocks = -1"),
+                                         ({"priority": 101}, "priority = 101"),
+                                         ({"disk_blocks": 4}, "without file_dir")])
+def test_bad_config_refused_at_start_by_key(harness, tmp_path, extra, match):
+    h = harness({"host_blocks": 2})
+    cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
+                           kv_role="kv_both", kv_connector_extra_config=extra, kv_load_failure_policy="recompute")
+    vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
+                    scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
+                    kv_transfer_config=cfg)
+    with pytest.raises(kvferry.InvalidArgument, match=match):
+        KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER, h.kv_config)
+
+
+def test_generated_blocks_are_saved(harness, tmp_path):
+    """A conversation's next turn (prompt + answer + new text) finds the
+    answer's blocks: decode-produced blocks are saved."""
+    h = harness(disk_only(tmp_path))
+    a = prompt(26, 2 * BS + 2)
+    h.add("a", a, max_tokens=2 * BS)
+    h.run()
+    h.sched.reset_prefix_cache()
+    answered = [4000 + n for n in range(len(a), len(a) + 2 * BS)]  # the harness's sampled tokens
+    turn2 = a + answered + prompt(27, BS)
+    keys = keys_of(turn2)
+    assert sum(h.sched.connector._held(k) for k in keys) == (len(a) + 2 * BS - 1) // BS
+    h.add("t2", turn2)
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS and not out.invalid_block_ids
+    h.expect_blocks("t2", turn2, 0, 4)
+
+
+def test_whole_loads_finish_before_the_forward(harness, tmp_path):
+    h = harness({**disk_only(tmp_path), "load": "whole"})
+    assert not kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({"load": "whole"})
+    a, _ = h.stored(28, 3 * BS + 1)
+    h.add("b", list(a))
+    so = h.sched.schedule()
+    with h._worker_agent(), set_forward_context(None, h.config):
+        h.worker.bind_connector_metadata(so.kv_connector_metadata)
+        h.worker.start_load_kv(None)
+        assert h.worker._load_ticket is None  # nothing left for the layers to wait on
+    h.expect_blocks("b", a, 0, 3)
+
+
+def test_restart_with_more_blocks_than_a_queue_holds(harness, tmp_path):
+    """70,000 blocks on disk (more than the 65,536 events a cache's queue
+    holds): a restarted instance's scheduler knows all of them before its
+    first request, and that request hits; the worker's event channel
+    dropped none of the stores either."""
+    n = 70_000
+    extra = {"disk_blocks": n + 100, "file_dir": str(tmp_path / "kv"), "threads": 2}
+    h = harness(extra)
+    a = prompt(30, 3 * BS + 1)
+    h.add("a", a)
+    h.run()
+    filler = [0x1000 + i for i in range(n)]  # other blocks' keys, their bytes any block's
+    for i in range(0, n, 4096):
+        ks = filler[i:i + 4096]
+        assert all(s == kvferry.Status.OK for s in h.worker.cache.put(ks, [j % BLOCKS for j in range(len(ks))]).wait())
+    meta = h.worker.build_connector_worker_meta()
+    assert len(meta.events[(0, 0, 0)]) == n  # every filler (a's blocks went out with its steps)
+    h.close()
+    h2 = harness(extra)
+    side = h2.sched.connector
+    assert len(side._stored[(0, 0, 0)]) == n + 3
+    h2.add("c", list(a))
+    so, out = h2.step()  # the first request of the new instance
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
+    h2.expect_blocks("c", a, 0, 3)
+
+
+def test_saves_finish_in_the_background_and_hold_the_blocks(harness, tmp_path, monkeypatch):
+    """wait_for_save starts the put and returns; a finished request's blocks
+    stay vLLM's until get_finished reports its saves done; a preempted
+    request's saves are waited for before the step's forward."""
+    h = harness(disk_only(tmp_path))
+    h.add("a", prompt(31, 3 * BS + 1))
+    in_flight = {"on": True}
+    real_poll = kvferry.Ticket.poll
+    monkeypatch.setattr(kvferry.Ticket, "poll", lambda t: None if in_flight["on"] else real_poll(t))
+    while h.sched.has_unfinished_requests():
+        h.step()
+    assert h.worker._saves  # started, not waited for
+    so, out = h.step()  # 'a' finished: vLLM holds its blocks while the save is in flight
+    assert not out.finished_sending and "a" in h.sched.requests
+    in_flight["on"] = False
+    for t, _, _ in h.worker._saves:
+        t.wait()
+    so, out = h.step()
+    assert out.finished_sending == {"a"} and "a" not in h.sched.requests
+    assert not h.worker._saves and not h.worker._saved_reqs
+    # preemption: the request's saves are waited for (not polled) first
+    in_flight["on"] = True
+    h.add("b", prompt(32, 2 * BS + 1), max_tokens=4)
+    h.step()
+    assert h.worker._save_count.get("b")
+    h.worker.handle_preemptions(kvf_vllm.KvferryConnectorMetadata(preempted=["b"]))
+    assert "b" not in h.worker._save_count
+    in_flight["on"] = False
+    h.run()
+
+
+def test_a_block_still_being_saved_is_loaded_after_its_save(harness, tmp_path, monkeypatch):
+    """The next request asks for blocks whose save has not reported back:
+    the scheduler counts them (saves in flight), the worker's load waits for
+    the save, and the bytes are right."""
+    h = harness(disk_only(tmp_path))
+    a = prompt(33, 3 * BS + 1)
+    h.add("a", a)
+    monkeypatch.setattr(kvferry.Ticket, "poll", lambda t: None)  # every save looks in flight
+    with monkeypatch.context() as lagging:  # the worker's events have not arrived yet
+        lagging.setattr(h.worker, "build_connector_worker_meta", lambda: None)
+        while h.sched.has_unfinished_requests():
+            h.step()
+    assert h.worker._saves and not any(h.sched.connector._stored.values())
+    assert set(keys_of(a)) == h.sched.connector._in_flight
+    h.sched.reset_prefix_cache()
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
+    h.expect_blocks("b", a, 0, 3)
+
+
+def test_hit_sources_name_the_tier(harness, tmp_path):
+    """vLLM's per-source cache metrics get the host and disk tokens apart."""
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+    h = harness({"host_blocks": 2, **disk_only(tmp_path)})
+    a, keys = h.stored(34, 4 * BS + 1)
+    side = h.sched.connector
+    tiers = [side._tier(k) for k in keys]
+    h.add("b", list(a))
+    so, _ = h.step()  # this harness's scheduler keeps no stats: the call vLLM makes with them, made here
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS
+    want = {}
+    for t in tiers:
+        s = CacheHitSource.HOST if t == kvferry.Tier.HOST else CacheHitSource.DISK
+        want[s] = want.get(s, 0) + BS
+    assert side.get_external_cache_hit_sources(h.sched.requests["b"], 4 * BS) == want and len(want) == 2

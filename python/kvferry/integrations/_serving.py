@@ -121,15 +121,15 @@ def add_pools(engine: Engine, pools: Sequence[TensorPool], secondary: int, memor
     return out
 
 
-def namespace(*parts) -> str:
+def namespace(*parts, limit: int = 64) -> str:
     """A file/remote namespace from parts such as the engine, the model and
-    the rank: [A-Za-z0-9._-], at most 64 characters (a hash of the whole
-    ends a name that had to be cut)."""
+    the rank: [A-Za-z0-9._-], at most `limit` characters (a hash of the
+    whole ends a name that had to be cut)."""
     text = "-".join(str(p) for p in parts if p not in (None, ""))
     clean = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "default"
-    if len(clean) <= 64:
+    if len(clean) <= limit:
         return clean
-    return f"{clean[:47]}-{key_salt(text):016x}"
+    return f"{clean[:limit - 17]}-{key_salt(text):016x}"
 
 
 def string_key(key: str) -> int:

@@ -55,12 +55,35 @@ def _page_view(buf, layout: str, page_size: int):
     return view, tok
 
 
+def rank_namespace(c, extra, dtype: str, page_size: int, layout: str) -> str:
+    """The namespace of one rank's pages: every dimension that changes a
+    page's bytes (the model or the configured namespace, the host pool's
+    element type, page size and layout, the TP rank, PP stage, attention CP
+    rank, DCP rank and attention-DP rank)."""
+    model = extra.get("namespace") or (c.model_name or "model").rstrip("/").rsplit("/", 1)[-1]
+    dcp = int(getattr(c, "dcp_size", 1) or 1)
+    tp = f"{'mla-' if c.is_mla_model else ''}tp{c.tp_rank}of{c.tp_size}" if c.tp_size > 1 else (
+        "mla" if c.is_mla_model else None)
+    return namespace(
+        "sglang", model, dtype, f"ps{page_size}", layout.replace("_", ""), tp,
+        f"pp{c.pp_rank}of{c.pp_size}" if c.pp_size > 1 else None,
+        f"cp{c.attn_cp_rank}of{c.attn_cp_size}" if getattr(c, "attn_cp_size", 1) > 1 else None,
+        f"dcp{int(getattr(c, 'dcp_rank', 0))}of{dcp}" if dcp > 1 else None,
+        f"dp{c.dp_rank}" if getattr(c, "dp_rank", 0) else None)
+
+
 class KvferryStorage(HiCacheStorage):
     """HiCacheStorage on kvferry, zero-copy (SGLang's v1 page interface:
     batch_exists, batch_get_v1, batch_set_v1). A page is one kvferry block
     holding the page of every layer, K and V; its key is XXH64 of SGLang's
-    page hash. A page that cannot be read back whole and checked is
-    reported failed (False), never served."""
+    page hash (SGLang's storage hash chain starts from the request's
+    extra_key and cache_salt, so two tenants' pages never share a key). The
+    namespace names the model, the host pool's dtype, page size and layout
+    and the rank (TP, PP, CP, DCP, attention DP): ranks never read each
+    other's pages. Every rank stores and loads its own pages, MLA ones
+    included, so that each rank's batch_exists answers from what it holds
+    and HiCache's minimum over ranks hits. A page that cannot be read back
+    whole and checked is reported failed (False), never served."""
 
     def __init__(self, storage_config, kwargs: Optional[dict] = None):
         extra = dict(storage_config.extra_config or {})
@@ -76,15 +99,7 @@ class KvferryStorage(HiCacheStorage):
         self.storage_config = storage_config
         self._extra = extra
         self._priority = int(extra.get("priority", 50))
-        c = storage_config
-        # MLA pages are the same on every rank: one writer stores them for all
-        self._writer = getattr(c, "is_storage_writer", (not c.is_mla_model) or c.tp_rank == 0)
-        model = (c.model_name or "model").rstrip("/").rsplit("/", 1)[-1]
-        self._namespace = extra.get("namespace") or namespace(
-            "sglang", model, "mla" if c.is_mla_model else f"tp{c.tp_rank}of{c.tp_size}",
-            f"pp{c.pp_rank}of{c.pp_size}" if c.pp_size > 1 else None,
-            f"cp{c.attn_cp_rank}of{c.attn_cp_size}" if getattr(c, "attn_cp_size", 1) > 1 else None,
-            f"dp{c.dp_rank}" if getattr(c, "dp_rank", 0) else None)
+        self._namespace = ""
         self.engine: Optional[Engine] = None
         self.cache: Optional[Cache] = None
         self._page_size = 0
@@ -101,6 +116,8 @@ class KvferryStorage(HiCacheStorage):
         self._page_size = int(mem_pool_host.page_size)
         view, block_dim = _page_view(buf, mem_pool_host.layout, self._page_size)
         pools = tensor_pools(view, block_dim, self._page_size, f"SGLang host pool ({mem_pool_host.layout})")
+        self._namespace = rank_namespace(self.storage_config, self._extra, str(buf.dtype).rsplit(".", 1)[-1],
+                                         self._page_size, mem_pool_host.layout)
         ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
         ckw = {k: self._extra[k] for k in _CACHE_KEYS if k in self._extra}
         if "remote" in ckw:
@@ -112,6 +129,7 @@ class KvferryStorage(HiCacheStorage):
             host = size_parse(ckw.pop("host_bytes")) // sum(p.geometry.block_bytes for p in pools)
             ckw["host_blocks"] = host
         self.engine = Engine(backend=Backend.HOST, file_namespace=self._namespace, **ekw)
+        log.info("kvferry: SGLang rank namespace %s", self._namespace)
         try:
             # page-locked or not, the host backend copies it as host memory
             add_pools(self.engine, pools, host, Memory.HOST)
@@ -170,8 +188,6 @@ class KvferryStorage(HiCacheStorage):
         if not keys:
             return []
         pages = self._pages(keys, host_indices)
-        if not self._writer:
-            return [True] * len(keys)  # the writer rank stores the same page
         t = self._ready().put([string_key(k) for k in keys], pages, self._priority)
         return [s == Status.OK for s in t.wait()]  # SGLang may reuse the pages on return
 

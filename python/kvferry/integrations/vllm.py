@@ -2,7 +2,11 @@
 """A vLLM KV connector (KVConnectorBase_V1) whose store is a kvferry Cache:
 prompt blocks are saved by content key into kvferry's host, disk and remote
 tiers and loaded back, layer by layer, into the blocks vLLM allocates.
-Importing this module imports vLLM.
+A block's key is taken from vLLM's own block hash (which covers the tokens,
+cache_salt, LoRA, multimodal inputs and prompt embeddings), prompt and
+generated blocks alike; the namespace names the model, the KV dtype, the
+block size, the layout and the worker's ranks. Importing this module
+imports vLLM.
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvferryConnector",
         "kv_connector_module_path": "kvferry.integrations.vllm", "kv_role": "kv_both",
@@ -17,11 +21,14 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 import torch
-from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole,
                                                               KVConnectorWorkerMetadata)
 
-from .._cache import Cache, key_chain_all, key_salt, size_parse
+import threading
+
+from .._cache import Cache, key_salt, size_parse
 from .._core import Engine
+from .._dir import dir_list, dir_namespaces
 from .._enums import Backend, CacheRemote, EventKind, Status, Tier
 from .._errors import KvferryError, make_error
 from .._plan import MIN_GAIN, Prefill, check_cost_args, plan_compute
@@ -34,7 +41,14 @@ log = logging.getLogger("kvferry.integrations.vllm")
 _ENGINE_KEYS = ("file_dir", "remote_url", "threads", "config_file", "file_io", "fsync")
 _CACHE_KEYS = ("host_blocks", "host_bytes", "disk_blocks", "disk_bytes", "remote", "offload_min_priority",
                "disk_admit_uses")
-_OWN_KEYS = ("namespace", "salt", "priority", "prefill_cost", "plan_min_gain", "tier_costs")
+_OWN_KEYS = ("namespace", "salt", "priority", "prefill_cost", "plan_min_gain", "tier_costs", "load")
+# "load": each layer's blocks waited for as the forward reaches the layer
+# (needs piecewise CUDA graphs), or all of them before the forward
+_LOADS = ("layerwise", "whole")
+
+# A worker's place among the instance's workers: (tensor-parallel rank,
+# pipeline stage, prefill-context rank). Each has a cache of its own.
+_Rank = Tuple[int, int, int]
 
 # What the worker tells the scheduler's planner: (bytes of one block of
 # every layer, {tier: (latency_s, bytes_per_s)}, tiers that load layer by layer)
@@ -44,26 +58,113 @@ _Link = Tuple[int, Dict[int, Tuple[float, float]], Tuple[int, ...]]
 @dataclass
 class KvferryConnectorMetadata(KVConnectorMetadata):
     """Scheduler -> worker, one step: blocks to load before the forward
-    (per request: content keys and vLLM block ids) and blocks to save after."""
+    (per request: content keys and vLLM block ids), blocks to save after
+    (and the request each belongs to), and the preempted requests whose
+    saves must finish before their blocks are written again."""
 
     loads: List[Tuple[str, List[int], List[int]]] = field(default_factory=list)
     save_keys: List[int] = field(default_factory=list)
     save_blocks: List[int] = field(default_factory=list)
+    save_reqs: List[str] = field(default_factory=list)
+    preempted: List[str] = field(default_factory=list)
 
 
 @dataclass
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
-    """Worker -> scheduler, one step: what entered and left the worker's
-    cache, [(EventKind, key, tier)] in order, so the scheduler's lookups see
-    it; and, when they changed, the read costs its plans use (link)."""
+    """Worker -> scheduler, one step: per worker (its _Rank), what entered
+    and left its cache, [(EventKind, key, tier)] in order, every event (the
+    cache hands them over through a callback into an unbounded list, never
+    a queue that drops), so the scheduler's lookups see it; and, when they
+    changed, the read costs its plans use (link)."""
 
-    events: List[Tuple[int, int, int]] = field(default_factory=list)
+    events: Dict[_Rank, List[Tuple[int, int, int]]] = field(default_factory=dict)
     link: Optional[_Link] = None
 
     def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
         if isinstance(other, KvferryWorkerMetadata):
-            return KvferryWorkerMetadata(self.events + other.events, _slower(self.link, other.link))
+            events = {r: list(e) for r, e in self.events.items()}
+            for r, e in other.events.items():
+                events.setdefault(r, []).extend(e)
+            return KvferryWorkerMetadata(events, _slower(self.link, other.link))
         return self
+
+
+def block_key(block_hash: bytes, salt: int = 0) -> int:
+    """kvferry's key for one of vLLM's block hashes (Request.block_hashes,
+    vLLM's hasher over the block's tokens, its parent's hash and the extra
+    keys: cache_salt, LoRA, multimodal inputs, prompt embeddings): the hash's
+    first 8 bytes, xor the connector's salt; never 0 (the root). The one
+    place a key is derived."""
+    if len(block_hash) < 8:
+        raise make_error(Status.ERR_INVALID, f"KvferryConnector: a block hash of {len(block_hash)} bytes "
+                         f"(want at least 8)")
+    return (int.from_bytes(bytes(block_hash[:8]), "little") ^ salt) or 1
+
+
+def _kv_dtype_name(vllm_config) -> str:
+    """The KV cache's element type: cache_dtype, or the model's when it is
+    "auto" (the cache then holds the model dtype)."""
+    dtype = str(getattr(vllm_config.cache_config, "cache_dtype", "auto") or "auto")
+    if dtype == "auto" and vllm_config.model_config is not None:
+        dtype = str(getattr(vllm_config.model_config, "dtype", "auto")).rsplit(".", 1)[-1]
+    return dtype
+
+
+def namespace_head(vllm_config, extra, rank: _Rank, dcp_rank: int) -> str:
+    """The part of a worker's namespace the scheduler can name too: every
+    dimension that changes a page's bytes and is known from the config
+    (model, KV dtype, block size, TP rank and size unless MLA, where ranks
+    hold equal pages, PP stage, prefill- and decode-context rank). The
+    worker appends the layout it finds in its KV tensors."""
+    par = vllm_config.parallel_config
+    mc = vllm_config.model_config
+    tp_rank, pp_rank, pcp_rank = rank
+    tp, pp = int(par.tensor_parallel_size), int(par.pipeline_parallel_size)
+    pcp = int(getattr(par, "prefill_context_parallel_size", 1) or 1)
+    dcp = int(getattr(par, "decode_context_parallel_size", 1) or 1)
+    mla = bool(getattr(mc, "use_mla", False)) if mc is not None else False
+    model = extra.get("namespace") or (str(getattr(mc, "model", None) or "model")).rstrip("/").rsplit("/", 1)[-1]
+    return namespace(
+        "vllm", model, _kv_dtype_name(vllm_config), f"bs{int(vllm_config.cache_config.block_size)}",
+        f"tp{tp_rank}of{tp}" if tp > 1 and not mla else None,
+        f"pp{pp_rank}of{pp}" if pp > 1 else None,
+        f"pcp{pcp_rank}of{pcp}" if pcp > 1 else None,
+        f"dcp{dcp_rank}of{dcp}" if dcp > 1 else None, limit=_HEAD_LEN)
+
+
+_HEAD_LEN = 54  # + "-L" and 8 hex digits of the layout: 64, the namespace limit
+
+
+def _ranks(vllm_config) -> List[_Rank]:
+    """Every worker of the instance (one data-parallel engine)."""
+    par = vllm_config.parallel_config
+    pcp = int(getattr(par, "prefill_context_parallel_size", 1) or 1)
+    return [(t, p, c) for p in range(int(par.pipeline_parallel_size)) for c in range(pcp)
+            for t in range(int(par.tensor_parallel_size))]
+
+
+def _dcp_rank_of(vllm_config, tp_rank: int) -> int:
+    """The decode-context rank of a TP rank: vLLM groups consecutive TP
+    ranks into decode-context groups of decode_context_parallel_size."""
+    dcp = int(getattr(vllm_config.parallel_config, "decode_context_parallel_size", 1) or 1)
+    return tp_rank % dcp
+
+
+def layout_tag(kv_caches) -> str:
+    """'L' and 8 hex digits naming how the worker's KV tensors lay a block
+    out: each distinct tensor's dtype, its shape with the block count left
+    out and the order of its strides. Two attention backends whose blocks
+    have the same size but not the same byte order (NHD / HND, K/V first or
+    blocks first) never share a namespace."""
+    seen, parts = set(), []
+    for t in kv_caches.values():
+        ident = (t.data_ptr(), tuple(t.shape))
+        if ident in seen:
+            continue
+        seen.add(ident)
+        order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+        parts.append(f"{t.dtype}:{tuple(t.shape)[1:] if t.dim() else ()}:{tuple(order)}:{len(t.shape)}")
+    return f"L{key_salt('|'.join(parts)) & 0xFFFFFFFF:08x}"
 
 
 def _slower(a: Optional[_Link], b: Optional[_Link]) -> Optional[_Link]:
@@ -110,7 +211,6 @@ def _tier_costs(extra) -> Dict[Tier, Tuple[float, float]]:
 
 @dataclass
 class _Request:
-    keys: List[int]  # the prompt's whole blocks
     block_ids: List[int]
     saved: int = 0  # leading blocks already saved or found stored
 
@@ -133,27 +233,31 @@ class KvferryConnector(KVConnectorBase_V1):
             raise make_error(Status.ERR_INVALID, f"KvferryConnector: unknown kv_connector_extra_config key(s) "
                              f"{', '.join(sorted(unknown))}; known: {', '.join(_ENGINE_KEYS + _CACHE_KEYS + _OWN_KEYS)}")
         self._extra = extra
+        self._check_config(extra)
+        self._vllm_config = vllm_config
         self._block_size = int(vllm_config.cache_config.block_size)
-        model = getattr(vllm_config.model_config, "model", None) if vllm_config.model_config else None
-        dtype = getattr(vllm_config.cache_config, "cache_dtype", None)
-        par = vllm_config.parallel_config
-        # a key names a block's content only within one model and KV dtype
-        self._salt_base = f"{model}|{dtype}|{extra.get('salt', '')}"
-        self._namespace = extra.get("namespace") or namespace(
-            "vllm", (model or "model").rsplit("/", 1)[-1], dtype,
-            f"tp{par.rank}of{par.tensor_parallel_size}" if par.tensor_parallel_size > 1 else None,
-            f"pp{par.pipeline_parallel_size}" if par.pipeline_parallel_size > 1 else None)
+        # the model, dtype and ranks are in the namespace; `salt` in every key
+        self._salt = key_salt(str(extra["salt"])) if extra.get("salt") else 0
         self._priority = int(extra.get("priority", 50))
+        self._layerwise = extra.get("load", "layerwise") == "layerwise"
         self._prefill = _prefill_cost(extra, _model_layers(vllm_config))
         self._held_costs = _tier_costs(extra)
-        # scheduler side
-        self._stored: Dict[int, int] = {}  # key -> the tier the worker reported it in
+        # scheduler side: per worker, key -> the tier it holds the block in
+        self._ranks = _ranks(vllm_config)
+        self._stored: Dict[_Rank, Dict[int, int]] = {r: {} for r in self._ranks}
+        self._live: Dict[str, object] = {}  # vLLM's Request objects, by id
+        self._req_keys: Dict[str, List[int]] = {}  # their keys so far
         self._link: Optional[_Link] = None
         # hits the plans loaded and recomputed (blocks), requests planned
         self.plan_counts = {"loaded": 0, "recomputed": 0, "planned": 0}
         self._requests: Dict[str, _Request] = {}
         self._matched: Dict[str, Tuple[int, List[int]]] = {}  # req -> (local tokens, keys)
         self._loads: List[Tuple[str, List[int], List[int]]] = []
+        self._saving: Set[str] = set()  # requests with saves vLLM must wait for when they finish
+        self._hit_tiers: Dict[str, Dict[Tier, int]] = {}  # request -> tokens it loads, by tier
+        # keys queued for saving that no worker has reported stored (nor
+        # failed) yet: hits already, the worker's load waits for the save
+        self._in_flight: Set[int] = set()
         # worker side
         self.engine: Optional[Engine] = None
         self.cache: Optional[Cache] = None
@@ -163,36 +267,124 @@ class KvferryConnector(KVConnectorBase_V1):
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
         self._events: List[Tuple[int, int, int]] = []
+        self._events_lock = threading.Lock()
+        self._rank: _Rank = (0, 0, 0)
+        self._namespace = ""
         self._block_bytes = 0
         self._sent_link: Optional[_Link] = None
+        # saves in flight: (ticket, its requests); per request, its tickets
+        # not yet done; the finished requests waiting for them
+        self._saves: List[Tuple[object, Set[str], List[int]]] = []
+        self._save_count: Dict[str, int] = {}
+        self._saved_reqs: Set[str] = set()  # every request a save was queued for: vLLM holds its blocks
+        self._finished_waiting: Set[str] = set()
+        if role == KVConnectorRole.SCHEDULER:
+            self._scan_stores()
 
+    def _check_config(self, extra):
+        """Refuses at start what would be wrong later, naming the setting."""
+        policy = getattr(self._kv_transfer_config, "kv_load_failure_policy", "recompute")
+        if policy != "recompute":
+            # a lookup that said hit and a load that then failed (a block
+            # evicted or damaged in between) must be recomputed, not fail
+            # the request
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: kv_transfer_config.kv_load_failure_policy is "
+                             f"{policy!r}; kvferry needs \"recompute\" (a block the lookup found can be evicted "
+                             f"or found damaged before it loads)")
+        if extra.get("load", "layerwise") not in _LOADS:
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: load = {extra['load']!r} (want one of "
+                             f"{', '.join(_LOADS)})")
+        if "remote" in extra and str(extra["remote"]).upper() not in CacheRemote.__members__:
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: remote = {extra['remote']!r} (want one of "
+                             f"{', '.join(m.lower() for m in CacheRemote.__members__)})")
+        for k in ("host_bytes", "disk_bytes"):
+            if k in extra:
+                try:
+                    size_parse(extra[k])
+                except KvferryError as exc:
+                    raise make_error(Status.ERR_INVALID, f"KvferryConnector: {k} = {extra[k]!r}: {exc}") from None
+        for k in ("host_blocks", "disk_blocks", "priority", "threads"):
+            if k in extra and (isinstance(extra[k], bool) or not isinstance(extra[k], int) or extra[k] < 0):
+                raise make_error(Status.ERR_INVALID, f"KvferryConnector: {k} = {extra[k]!r} is not a count")
+        if "priority" in extra and extra["priority"] > 100:
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: priority = {extra['priority']!r} (0..100)")
+        if "namespace" in extra and (not isinstance(extra["namespace"], str) or not extra["namespace"]):
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: namespace = {extra['namespace']!r}")
+        _tier_costs(extra)
+        if extra.get("disk_blocks") or extra.get("disk_bytes"):
+            if not extra.get("file_dir"):
+                raise make_error(Status.ERR_INVALID, "KvferryConnector: disk_blocks/disk_bytes without file_dir")
+
+    def _scan_stores(self):
+        """What the shared disk directory holds for each worker, read by the
+        scheduler itself (block headers only): a restarted instance serves
+        its first request from disk. Namespaces of another layout under the
+        same head are taken too: a block they name that the worker's own
+        namespace lacks fails its load and is recomputed, never read."""
+        file_dir = self._extra.get("file_dir")
+        if not file_dir:
+            return
+        try:
+            names = dir_namespaces(file_dir)
+        except KvferryError:
+            return  # no directory yet: nothing stored
+        for r in self._ranks:
+            head = namespace_head(self._vllm_config, self._extra, r, _dcp_rank_of(self._vllm_config, r[0]))
+            for ns in names:
+                if ns.startswith(head + "-L") and len(ns) == len(head) + 10:
+                    try:
+                        for b in dir_list(file_dir, ns):
+                            self._stored[r][b.key] = int(Tier.DISK)
+                    except KvferryError as exc:
+                        log.warning("kvferry: %s/%s not listed: %s", file_dir, ns, exc)
     @property
     def requires_kv_delivery(self) -> bool:
         return False  # a cache: a save that never happens is a later miss
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config) -> bool:
-        return True  # wait_for_layer_load must run between graph pieces, never be skipped in a replay
+        # wait_for_layer_load must run between graph pieces, never be
+        # skipped in a replay; whole loads finish before the forward
+        return dict(extra_config or {}).get("load", "layerwise") == "layerwise"
 
     # ---- keys ----------------------------------------------------------------------
-    def _keys(self, tokens, lora_request) -> List[int]:
-        if not tokens:
-            return []
-        lora = getattr(lora_request, "lora_name", "") if lora_request is not None else ""
-        return key_chain_all(list(tokens), self._block_size, key_salt(f"{self._salt_base}|{lora}"))
+    def _keys(self, request) -> List[int]:
+        """The keys of the request's whole blocks so far (prompt and
+        generated), from vLLM's block hashes, extended as they grow."""
+        hashes = request.block_hashes
+        if len(hashes) and len(hashes) != request.num_tokens // self._block_size:
+            raise make_error(Status.ERR_UNSUPPORTED, f"KvferryConnector: request {request.request_id}: "
+                             f"{len(hashes)} block hashes for {request.num_tokens} tokens in blocks of "
+                             f"{self._block_size} (vLLM hashes at another block size: a hybrid model)")
+        keys = self._req_keys.setdefault(request.request_id, [])
+        keys.extend(block_key(h, self._salt) for h in hashes[len(keys):])
+        return keys
+
+    def _held(self, key: int) -> bool:
+        """Whether every worker holds the block (each loads its own part),
+        or will once the save in flight completes."""
+        return key in self._in_flight or all(key in s for s in self._stored.values())
+
+    def _tier(self, key: int) -> Tier:
+        """The slowest tier a worker holds the block in (disk while saving)."""
+        tiers = [s[key] for s in self._stored.values() if key in s]
+        return Tier(max(tiers)) if len(tiers) == len(self._stored) else Tier.DISK
 
     # ---- scheduler side --------------------------------------------------------------
+    def on_new_request(self, request) -> None:
+        self._live[request.request_id] = request
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
-        tokens = request.prompt_token_ids or []
-        keys = self._keys(tokens, request.lora_request)
-        # the last prompt token is always computed, for its logits
-        limit = min(len(keys), (len(tokens) - 1) // self._block_size)
+        self._live[request.request_id] = request
+        keys = self._keys(request)
+        # the last token is always computed, for its logits
+        limit = min(len(keys), (request.num_tokens - 1) // self._block_size)
         hits = 0
-        while hits < limit and keys[hits] in self._stored:
+        while hits < limit and self._held(keys[hits]):
             hits += 1
         local = num_computed_tokens // self._block_size
         if hits > local and self._prefill is not None and self._link is not None:
-            hits = self._planned(keys[:hits], len(tokens), local)
+            hits = self._planned(keys[:hits], request.num_tokens, local)
         self._matched[request.request_id] = (num_computed_tokens, keys)
         return max(0, hits * self._block_size - num_computed_tokens), False
 
@@ -200,7 +392,7 @@ class KvferryConnector(KVConnectorBase_V1):
         """The hits the plan loads (at least vLLM's own `local` ones, which
         are in GPU memory already); every hit if planning fails."""
         block_bytes, costs, layerwise = self._link
-        tiers = [Tier.GPU] * local + [Tier(self._stored[k]) for k in keys[local:]]
+        tiers = [Tier.GPU] * local + [self._tier(k) for k in keys[local:]]
         try:
             p = plan_compute(tiers, block_bytes, self._block_size, request_tokens, costs, self._prefill,
                              layerwise_tiers=layerwise)
@@ -218,23 +410,48 @@ class KvferryConnector(KVConnectorBase_V1):
         return load
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
-        if num_external_tokens <= 0:
+        if num_external_tokens <= 0 or request.request_id not in self._matched:
             return
         local, keys = self._matched.pop(request.request_id)
         first, count = local // self._block_size, num_external_tokens // self._block_size
         ids = list(blocks.get_block_ids()[0])
         self._loads.append((request.request_id, keys[first:first + count], ids[first:first + count]))
+        by_tier: Dict[Tier, int] = {}
+        for k in keys[first:first + count]:
+            by_tier[self._tier(k)] = by_tier.get(self._tier(k), 0) + self._block_size
+        self._hit_tiers[request.request_id] = by_tier
+
+    def get_external_cache_hit_sources(self, request, num_external_tokens: int):
+        """vLLM's per-source prefix-cache metrics: the tokens this request
+        loads from kvferry's host tier, its disk tier and the remote store
+        (reported as vLLM's external_unspecified)."""
+        from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+        by_tier = self._hit_tiers.pop(request.request_id, {})
+        source = {Tier.HOST: CacheHitSource.HOST, Tier.DISK: CacheHitSource.DISK}
+        out: Dict[object, int] = {}
+        for tier, tokens in by_tier.items():
+            s = source.get(tier, CacheHitSource.EXTERNAL_UNSPECIFIED)
+            out[s] = out.get(s, 0) + tokens
+        if sum(out.values()) != num_external_tokens:  # not the load this connector planned: say so
+            return {CacheHitSource.EXTERNAL_UNSPECIFIED: num_external_tokens} if num_external_tokens else {}
+        return out
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
         meta = KvferryConnectorMetadata(loads=self._loads)
         self._loads = []
+        preempted = getattr(scheduler_output, "preempted_req_ids", None) or ()
+        meta.preempted = [r for r in preempted if r in self._saving]
         self._matched.clear()
         queued: Set[int] = set()
         scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
-            req = _Request(self._keys(new.prompt_token_ids, new.lora_request), list(new.block_ids[0]))
+            if new.req_id not in self._live:
+                continue  # never announced (on_new_request): no hashes to key it by
+            req = _Request(list(new.block_ids[0]))
             self._requests[new.req_id] = req
-            self._queue_saves(req, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta, queued)
+            self._queue_saves(new.req_id, req, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta,
+                              queued)
         cached = scheduler_output.scheduled_cached_reqs
         for i, rid in enumerate(cached.req_ids):
             req = self._requests.get(rid)
@@ -245,35 +462,54 @@ class KvferryConnector(KVConnectorBase_V1):
                 req.block_ids = list(new_ids[0]) if new_ids else []
             elif new_ids:
                 req.block_ids.extend(new_ids[0])
-            self._queue_saves(req, cached.num_computed_tokens[i] + scheduled.get(rid, 0), meta, queued)
+            self._queue_saves(rid, req, cached.num_computed_tokens[i] + scheduled.get(rid, 0), meta, queued)
         return meta
 
-    def _queue_saves(self, req: _Request, computed: int, meta: KvferryConnectorMetadata, queued: Set[int]):
-        whole = min(computed // self._block_size, len(req.keys), len(req.block_ids))
+    def _queue_saves(self, rid: str, req: _Request, computed: int, meta: KvferryConnectorMetadata,
+                     queued: Set[int]):
+        """Saves the blocks this step makes whole: prompt blocks and the
+        ones generated tokens fill (their hashes exist once vLLM appended
+        the tokens), so a conversation's next turn finds its answer."""
+        keys = self._keys(self._live[rid])
+        whole = min(computed // self._block_size, len(keys), len(req.block_ids))
         for j in range(req.saved, whole):
-            key = req.keys[j]
-            if key not in self._stored and key not in queued:
+            key = keys[j]
+            if not self._held(key) and key not in queued:
                 queued.add(key)
                 meta.save_keys.append(key)
                 meta.save_blocks.append(req.block_ids[j])
+                meta.save_reqs.append(rid)
+                self._saving.add(rid)
+                self._in_flight.add(key)
         req.saved = max(req.saved, whole)
 
     def update_connector_output(self, connector_output):
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if not isinstance(meta, KvferryWorkerMetadata):
             return
-        for kind, key, tier in meta.events:
-            if kind == EventKind.REMOVED:
-                self._stored.pop(key, None)
-            else:
-                self._stored[key] = tier
+        for rank, events in meta.events.items():
+            stored = self._stored.setdefault(tuple(rank), {})
+            for kind, key, tier in events:
+                self._in_flight.discard(key)  # stored, or its save failed
+                if kind == EventKind.REMOVED:
+                    stored.pop(key, None)
+                else:
+                    stored[key] = tier
         if meta.link is not None:
             self._link = meta.link
 
     def request_finished(self, request, block_ids):
         self._requests.pop(request.request_id, None)
         self._matched.pop(request.request_id, None)
-        return False, None  # saves finish within the step that computed the blocks
+        self._live.pop(request.request_id, None)
+        self._req_keys.pop(request.request_id, None)
+        self._hit_tiers.pop(request.request_id, None)
+        # saves run after the step: vLLM keeps the blocks until the worker
+        # reports them done (get_finished)
+        if request.request_id in self._saving:
+            self._saving.discard(request.request_id)
+            return True, None
+        return False, None
 
     # ---- worker side -------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
@@ -293,10 +529,14 @@ class KvferryConnector(KVConnectorBase_V1):
             host = size_parse(ckw.pop("host_bytes")) // per_block
             ckw["host_blocks"] = host
         ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
+        self._rank, dcp_rank = _worker_rank()
+        self._namespace = (f"{namespace_head(self._vllm_config, self._extra, self._rank, dcp_rank)}-"
+                           f"{layout_tag(kv_caches)}")
         engine = Engine(backend=backend_for(tensors), file_namespace=self._namespace, **ekw)
         try:
             added = {ident: add_pools(engine, pools, host) for ident, pools in cut.items()}
-            self.cache = Cache(engine, event_queue=1 << 16, **ckw)
+            # every event reaches the scheduler: none is dropped by a queue
+            self.cache = Cache(engine, on_event=self._on_event, **ckw)
             for tier, (lat, bw) in self._held_costs.items():
                 engine.set_tier_cost(tier, lat, bw, hold=True)
         except BaseException:
@@ -307,7 +547,12 @@ class KvferryConnector(KVConnectorBase_V1):
             self._layer_pools[name] = added[(t.data_ptr(), tuple(t.shape))]
         self._pool_order = [p for pools in added.values() for p in pools]
         self._block_bytes = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
-        self._take_events()  # blocks found on disk
+        log.info("kvferry: worker %s namespace %s", self._rank, self._namespace)
+
+    def _on_event(self, e) -> None:
+        # called with the cache's lock held, from any thread: only appends
+        with self._events_lock:
+            self._events.append((int(e.kind), e.key, int(e.tier)))
 
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._get_connector_metadata()
@@ -315,6 +560,8 @@ class KvferryConnector(KVConnectorBase_V1):
             return
         keys: List[int] = []
         slots: List[int] = []
+        if self._saves:  # a block saved a step ago may be loaded now: its save first
+            self._reap(keys={k for _rid, ks, _ids in meta.loads for k in ks})
         for _rid, k, ids in meta.loads:
             hits, _ = self.cache.lookup(k)  # evicted since the scheduler looked: fail the rest
             keys += k[:hits]
@@ -333,6 +580,9 @@ class KvferryConnector(KVConnectorBase_V1):
             log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
             self._load_errors.update(slots)
             return
+        if not self._layerwise:  # the forward starts with every block in place
+            self._load_errors.update(slots[i] for i in failed_moves(self._load_ticket))
+            self._load_ticket, self._load_slots = None, []
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Makes the layer's attention see its blocks: on the GPU, torch's
@@ -355,16 +605,63 @@ class KvferryConnector(KVConnectorBase_V1):
         # a cached block holds every layer: saved whole in wait_for_save
         return
 
+    def handle_preemptions(self, kv_connector_metadata):
+        """A preempted request's blocks go back to vLLM before this step's
+        forward: its saves finish first."""
+        if isinstance(kv_connector_metadata, KvferryConnectorMetadata) and kv_connector_metadata.preempted:
+            self._reap(set(kv_connector_metadata.preempted))
+
     def wait_for_save(self):
+        """Starts this step's saves and returns: they finish in the
+        background, and a finished request's blocks stay vLLM's until
+        get_finished reports its saves done."""
         meta = self._connector_metadata
         if not isinstance(meta, KvferryConnectorMetadata) or not meta.save_keys or self.cache is None:
             return
+        rids = set(meta.save_reqs)
+        self._saved_reqs |= rids  # vLLM holds them, whatever happens to the save
         if self.engine.backend == Backend.CUDA:
             torch.cuda.current_stream().synchronize()  # the forward wrote the blocks
-        t = self.cache.put(meta.save_keys, meta.save_blocks, self._priority)
-        bad = failed_moves(t)  # vLLM may reuse the blocks once this returns
-        if bad:
-            log.warning("kvferry: %d of %d blocks not saved", len(bad), len(meta.save_keys))
+        try:
+            t = self.cache.put(meta.save_keys, meta.save_blocks, self._priority)
+        except KvferryError as exc:  # nothing started: a later miss, never a wrong block
+            log.warning("kvferry: save of %d blocks refused: %s", len(meta.save_keys), exc)
+            return
+        self._saves.append((t, rids, list(meta.save_keys)))
+        for rid in rids:
+            self._save_count[rid] = self._save_count.get(rid, 0) + 1
+
+    def _reap(self, wait_for: Set[str] = frozenset(), keys: Set[int] = frozenset()) -> None:
+        """Retires the saves that are done, waiting for those of the
+        requests in wait_for and those of the given keys."""
+        keep = []
+        for t, rids, saved in self._saves:
+            if t.poll() is None and not (rids & wait_for) and not keys.intersection(saved):
+                keep.append((t, rids, saved))
+                continue
+            bad = failed_moves(t)  # done, or waited for here
+            if bad:
+                log.warning("kvferry: %d blocks not saved", len(bad))
+                with self._events_lock:  # the scheduler counted them as coming
+                    self._events.extend((int(EventKind.REMOVED), saved[i], int(Tier.HOST)) for i in bad)
+            for rid in rids:
+                self._save_count[rid] -= 1
+                if not self._save_count[rid]:
+                    del self._save_count[rid]
+        self._saves = keep
+
+    def get_finished(self, finished_req_ids):
+        """(requests whose saves are done since they finished, None): the
+        requests vLLM holds are those a save was queued for (the scheduler's
+        request_finished said so from the same metadata)."""
+        self._finished_waiting.update(r for r in finished_req_ids or () if r in self._saved_reqs)
+        if not self._finished_waiting:
+            return None, None
+        self._reap()
+        done = {r for r in self._finished_waiting if r not in self._save_count}
+        self._finished_waiting -= done
+        self._saved_reqs -= done
+        return (done or None), None
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         if self._load_ticket is not None:
@@ -372,9 +669,6 @@ class KvferryConnector(KVConnectorBase_V1):
             self._load_ticket, self._load_slots = None, []
         out, self._load_errors = self._load_errors, set()
         return out
-
-    def _take_events(self):
-        self._events.extend((int(e.kind), e.key, int(e.tier)) for e in self.cache.events())
 
     def _link_now(self) -> Optional[_Link]:
         """What the scheduler's plans need from this worker (None without a
@@ -388,19 +682,34 @@ class KvferryConnector(KVConnectorBase_V1):
         return self._block_bytes, costs, layerwise
 
     def build_connector_worker_meta(self):
-        if self.cache is not None:
-            self._take_events()
         link = self._link_now()
         fresh = link if link != self._sent_link else None
-        if not self._events and fresh is None:
+        with self._events_lock:
+            events, self._events = self._events, []
+        if not events and fresh is None:
             return None
-        out, self._events, self._sent_link = KvferryWorkerMetadata(self._events, fresh), [], link
-        return out
+        self._sent_link = link
+        return KvferryWorkerMetadata({self._rank: events}, fresh)
 
     def shutdown(self):
+        self._reap(set(self._save_count))
         if self.engine is not None:
             self.engine.close()  # closes the cache first
         self.engine = self.cache = None
+
+
+def _worker_rank() -> Tuple[_Rank, int]:
+    """This worker's (TP rank, PP stage, PCP rank) and its DCP rank, from
+    vLLM's process groups (0 where a group is not set up)."""
+    from vllm.distributed import parallel_state as ps
+
+    def rank(getter):
+        try:
+            return int(getattr(ps, getter)().rank_in_group)
+        except (AssertionError, AttributeError, TypeError):
+            return 0
+
+    return (rank("get_tp_group"), rank("get_pp_group"), rank("get_pcp_group")), rank("get_dcp_group")
 
 
 def _model_layers(vllm_config) -> int:

@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kvferry's connector inside vLLM's own engine (its CPU build): the LLM
+engine and the OpenAI server on a tiny random-initialised Llama, vLLM's
+prefix cache off so that every cached token came from kvferry. Each engine
+runs in a process of its own (vllm_engine_main.py); outputs and top-5
+logprobs are compared with an engine without kvferry.
+
+Skipped unless vllm imports: `make engines-check` makes the environment
+(scripts/install-vllm.sh) and runs these tests in it."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed here (make engines-check installs it)")
+
+HERE = Path(__file__).resolve().parent
+MAIN = HERE / "vllm_engine_main.py"
+sys.path.insert(0, str(HERE))
+import vllm_engine_main as engine_main  # noqa: E402
+
+
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE.parent)] + [p for p in [e.get("PYTHONPATH")] if p])
+    e.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    return e
+
+
+def engine(tmp, scenario):
+    """One engine process's RESULT line, parsed."""
+    p = subprocess.run([sys.executable, str(MAIN), str(tmp / "model"), scenario, str(tmp / "kv")], env=env(),
+                       capture_output=True, text=True, timeout=600)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("RESULT ")]
+    assert p.returncode == 0 and lines, f"{scenario}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """plain (no kvferry), kvferry (a fresh cache) and restart (a new
+    process on the directory kvferry filled), in that order."""
+    tmp = tmp_path_factory.mktemp("vllm-engine")
+    return tmp, {s: engine(tmp, s) for s in ("plain", "kvferry", "restart")}
+
+
+def same_output(a, b):
+    assert a["tokens"] == b["tokens"]
+    assert a["top5"] == b["top5"]
+
+
+def test_outputs_identical_with_and_without_kvferry(runs):
+    _, r = runs
+    for name in ("first", "second", "tenant_a", "tenant_b", "tenant_a_again", "turn2"):
+        same_output(r["kvferry"][name], r["plain"][name])
+    same_output(r["restart"]["first"], r["plain"]["first"])
+    assert all(r["plain"][n]["cached"] == 0 for n in ("first", "second", "turn2"))  # no prefix cache of vLLM's
+
+
+def test_later_requests_load_their_prefix_from_kvferry(runs):
+    _, r = runs
+    k = r["kvferry"]
+    block = engine_main.BLOCK
+    assert k["first"]["cached"] == 0 and sum(k["hits_after_first"].values()) == 0
+    # 485 tokens: every whole block but the one holding the last token
+    assert k["second"]["cached"] == (485 - 1) // block * block
+    assert sum(k["hits_after_second"].values()) == (485 - 1) // block  # the cache's own count: every block a hit
+
+
+def test_first_request_after_a_restart_is_served_from_disk(runs):
+    _, r = runs
+    first = r["restart"]["first"]
+    assert first["cached"] == (485 - 1) // engine_main.BLOCK * engine_main.BLOCK
+    assert r["restart"]["hits_after_first"]["disk"] == (485 - 1) // engine_main.BLOCK
+
+
+def test_tenants_with_different_cache_salt_never_share(runs):
+    _, r = runs
+    k = r["kvferry"]
+    assert k["tenant_a"]["cached"] == 0
+    assert k["tenant_b"]["cached"] == 0  # tenant A's blocks were stored: B must not get them
+    assert k["tenant_a_again"]["cached"] == (200 - 1) // engine_main.BLOCK * engine_main.BLOCK
+
+
+def test_next_turn_hits_on_the_previous_answer(runs):
+    _, r = runs
+    k = r["kvferry"]
+    # the answer's blocks were saved as decoding filled them: the hit
+    # reaches past the first turn's prompt into its answer
+    whole = (k["turn1_len"] + k["answer_len"] - 1) // engine_main.BLOCK * engine_main.BLOCK
+    assert k["turn2"]["cached"] == whole > k["turn1_len"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(port, body):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return json.loads(resp.read())
+
+
+def test_openai_server_serves_from_kvferry(runs):
+    """vLLM's OpenAI server with kvferry's connector, on the directory the
+    earlier engines filled: its first request is served from disk, with
+    the text an engine without kvferry gave."""
+    tmp, r = runs
+    port = free_port()
+    kv = {"kv_connector": "KvferryConnector", "kv_connector_module_path": "kvferry.integrations.vllm",
+          "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+          "kv_connector_extra_config": {"host_blocks": 8, "disk_blocks": 4096, "file_dir": str(tmp / "kv")}}
+    log = open(tmp / "server.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
+                               str(tmp / "model"), "--host", "127.0.0.1", "--port", str(port),
+                               "--no-enable-prefix-caching", "--block-size", str(engine_main.BLOCK),
+                               "--max-model-len", "1024", "--enable-prompt-tokens-details", "--seed", "0",
+                               "--kv-transfer-config", json.dumps(kv)], env=env(), stdout=log,
+                              stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert server.poll() is None, (tmp / "server.log").read_text()[-6000:]
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not start in 300 s"
+                time.sleep(1)
+        words = " ".join(f"w{t - 3}" for t in engine_main.tokens(1, 485))  # the engines' long prompt
+        body = {"model": str(tmp / "model"), "prompt": words, "max_tokens": 8, "temperature": 0}
+        first = post(port, body)
+        cached = (first["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
+        assert first["usage"]["prompt_tokens"] == 485
+        assert cached == (485 - 1) // engine_main.BLOCK * engine_main.BLOCK
+        plain = r["plain"]["first"]["tokens"]
+        assert first["choices"][0]["text"].split() == [f"w{t - 3}" for t in plain if t >= 3]
+    finally:
+        server.terminate()
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
