@@ -21,7 +21,7 @@
  *
  * The files, one job each:
  *   cache.c          create (config checks) and destroy
- *   cache_map.c      the key map: find, place, unplace
+ *   cache_entries.c  the key map: find, place, unplace
  *   cache_evict.c    LRU lists, victims, eviction down the tiers, doomed entries
  *   cache_batch.c    batches being assembled (pending), ops queued with the
  *                    engine, rounds (flush), background ops (reap)
@@ -189,7 +189,7 @@ typedef struct put_batches {
     struct call *k;                 /* the put's call, or NULL */
 } put_batches;
 
-/* ---- cache_map.c: the key map --------------------------------------------------- */
+/* ---- cache_entries.c: the key map ----------------------------------------------- */
 
 KVF_INTERNAL entry *kvf__cache_find(const kvf_cache *c, kvf_key key);
 /* A new entry, on its LRU list; NULL when out of memory. The caller counts
