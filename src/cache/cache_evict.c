@@ -1,53 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * LRU lists, one per (tier, priority), and eviction: victims chosen lowest
- * priority first, then least recently used; host victims moved down to
- * disk or dropped; entries doomed while a call assembles its batches.
+ * Eviction: the victims kvf__cache_victim_of chooses, host victims moved
+ * down to disk or dropped; an entry dropped queues its file's removal.
  */
 #include "cache_private.h"
 
 #include <stdlib.h>
-
-void kvf__cache_lru_unlink(kvf_cache *c, entry *e)
-{
-    lru *l = &c->lists[e->tier][e->priority];
-    c->listed[e->tier]--;
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        l->head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        l->tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-/* Appends as the most recently used of its list. */
-void kvf__cache_lru_append(kvf_cache *c, entry *e)
-{
-    lru *l = &c->lists[e->tier][e->priority];
-    c->listed[e->tier]++;
-    e->next = NULL;
-    e->prev = l->tail;
-    if (l->tail)
-        l->tail->next = e;
-    else
-        l->head = e;
-    l->tail = e;
-}
-
-/* The next victim of a tier: lowest priority, then least recently used.
- * Pinned entries are on no list, so are never returned. */
-entry *kvf__cache_victim_of(kvf_cache *c, kvf_tier t)
-{
-    /* an entry already going (a refused batch's, see kvf__cache_doom) is no victim */
-    for (uint32_t p = 0; p < PRIORITIES; p++)
-        for (entry *e = c->lists[t][p].head; e; e = e->next)
-            if (!e->removing)
-                return e;
-    return NULL;
-}
 
 void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb)
 {
@@ -131,21 +89,11 @@ void kvf__cache_discard(kvf_cache *c, entry *e)
     kvf__cache_pending_free(&pb.remove);
 }
 
-/* While a call assembles its batches, an entry a refused batch was about
- * is marked going but kept (the call's loop may still hold it) and freed
- * when the call ends (kvf__cache_release_doomed). */
-void kvf__cache_doom(kvf_cache *c, entry *e)
+/* Takes one pin off; a block removed while pinned goes at its last. */
+void kvf__cache_release_pin(kvf_cache *c, entry *e)
 {
-    if (c->ndoomed == c->doomed_cap) {
-        size_t cap = c->doomed_cap ? 2 * c->doomed_cap : 16;
-        entry **v = realloc(c->doomed, cap * sizeof *v);
-        if (!v)
-            return; /* stays marked going: no victim, no hit; freed never (out of memory) */
-        c->doomed = v;
-        c->doomed_cap = cap;
-    }
-    kvf__cache_pin_one(c, e); /* (its pins were 0: see op_apply) */
-    c->doomed[c->ndoomed++] = e;
+    if (kvf__cache_unpin_one(c, e))
+        kvf__cache_discard(c, e);
 }
 
 /* Frees the entries doomed during the call now ending. Lock held. */
@@ -153,5 +101,5 @@ void kvf__cache_release_doomed(kvf_cache *c)
 {
     c->deferring = false;
     while (c->ndoomed)
-        kvf__cache_unpin_one(c, c->doomed[--c->ndoomed]);
+        kvf__cache_release_pin(c, c->doomed[--c->ndoomed]);
 }

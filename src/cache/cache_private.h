@@ -21,8 +21,9 @@
  *
  * The files, one job each:
  *   cache.c          create (config checks) and destroy
- *   cache_entries.c  the key map: find, place, unplace
- *   cache_evict.c    LRU lists, victims, eviction down the tiers, doomed entries
+ *   cache_entries.c  an entry's lifecycle: the key map, LRU lists, victims,
+ *                    pins, doomed entries
+ *   cache_evict.c    eviction down the tiers, dropped entries' files removed
  *   cache_batch.c    batches being assembled (pending), ops queued with the
  *                    engine, rounds (flush), background ops (reap)
  *   cache_apply.c    a completed op applied to the map
@@ -30,7 +31,7 @@
  *   cache_ops.c      lookup, put, get
  *   cache_gpu.c      the GPU tier's slots: alloc, commit, free
  *   cache_acquire.c  acquire: hits moved into GPU-tier slots
- *   cache_pin.c      pin, unpin, remove
+ *   cache_pin.c      kvf_cache_pin, unpin, remove
  *   cache_events.c   the event ring
  *   cache_stats.c    counters, latency histogram, Prometheus text
  *   cache_restore.c  the disk tier's blocks found at create
@@ -189,7 +190,7 @@ typedef struct put_batches {
     struct call *k;                 /* the put's call, or NULL */
 } put_batches;
 
-/* ---- cache_entries.c: the key map ----------------------------------------------- */
+/* ---- cache_entries.c: an entry's lifecycle ----------------------------------------- */
 
 KVF_INTERNAL entry *kvf__cache_find(const kvf_cache *c, kvf_key key);
 /* A new entry, on its LRU list; NULL when out of memory. The caller counts
@@ -198,23 +199,23 @@ KVF_INTERNAL entry *kvf__cache_place(kvf_cache *c, kvf_key key, kvf_tier tier, u
                                      uint32_t priority);
 KVF_INTERNAL void kvf__cache_unplace(kvf_cache *c, entry *e);
 KVF_INTERNAL void kvf__cache_free_entries(kvf_cache *c);
-
-/* ---- cache_evict.c: LRU and eviction -------------------------------------------- */
-
 KVF_INTERNAL void kvf__cache_lru_unlink(kvf_cache *c, entry *e);
 KVF_INTERNAL void kvf__cache_lru_append(kvf_cache *c, entry *e);
 KVF_INTERNAL entry *kvf__cache_victim_of(kvf_cache *c, kvf_tier t);
+KVF_INTERNAL void kvf__cache_pin_one(kvf_cache *c, entry *e);
+/* Takes one pin off. true: that was the last pin of an entry being
+ * removed, which the caller now discards (kvf__cache_release_pin). */
+KVF_INTERNAL bool kvf__cache_unpin_one(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_doom(kvf_cache *c, entry *e);
+
+/* ---- cache_evict.c: eviction ------------------------------------------------------ */
+
 KVF_INTERNAL void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb);
 KVF_INTERNAL bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb);
 KVF_INTERNAL bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
 KVF_INTERNAL void kvf__cache_discard(kvf_cache *c, entry *e);
-KVF_INTERNAL void kvf__cache_doom(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_release_pin(kvf_cache *c, entry *e);
 KVF_INTERNAL void kvf__cache_release_doomed(kvf_cache *c);
-
-/* ---- cache_pin.c ------------------------------------------------------------------ */
-
-KVF_INTERNAL void kvf__cache_pin_one(kvf_cache *c, entry *e);
-KVF_INTERNAL void kvf__cache_unpin_one(kvf_cache *c, entry *e);
 
 /* ---- cache_batch.c: batches and ops ---------------------------------------------- */
 
