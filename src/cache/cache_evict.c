@@ -1,20 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Eviction: the victims kvf__cache_victim_of chooses, host victims moved
- * down to disk or dropped; an entry dropped queues its file's removal.
+ * Eviction: room made in a tier by moving its victim (kvf__cache_victim_of)
+ * down the tiers, GPU to host or disk, host to disk, or dropping it; each
+ * move queued in the caller's batches.
  */
 #include "cache_private.h"
-
-#include <stdlib.h>
-
-void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb)
-{
-    kvf__cache_unplace(c, e);
-    if (e->tier == KVF_TIER_DISK && pb)
-        kvf__cache_pending_add(&pb->remove, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
-    kvf__cache_emit(c, KVF_EVENT_REMOVED, e, (kvf_tier)e->tier);
-    free(e);
-}
 
 /* Makes room for one block on disk: drops the disk victim. */
 bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb)
@@ -72,34 +62,50 @@ bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
     return true;
 }
 
-/* Drops an entry and queues the removal of its file, if it has one. */
-void kvf__cache_discard(kvf_cache *c, entry *e)
+/* A free GPU slot, evicting the GPU victim when none is free: it is copied
+ * down to a host slot or a file (dropped below offload_min_priority or
+ * without room). false: every GPU block is pinned or handed out. */
+bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
 {
-    put_batches pb = {0};
-    if (e->tier == KVF_TIER_DISK && !kvf__cache_pending_reserve(&pb.remove, 1)) {
-        /* the file stays: it holds this key's own bytes, and is found
-         * (and checked) again only by a cache opened later */
-        kvf__cache_drop(c, e, NULL);
-        return;
+    if (!c->ngpu_free) {
+        entry *v = kvf__cache_victim_of(c, KVF_TIER_GPU);
+        if (!v)
+            return false;
+        if (v->round == c->round)
+            kvf__cache_flush(c, pb);
+        c->stats.evictions[KVF_TIER_GPU]++;
+        bool keep = v->priority >= c->cfg.offload_min_priority;
+        uint32_t hs = 0;
+        kvf_tier to = KVF_TIER_COUNT;
+        if (keep && c->capacity[KVF_TIER_HOST] && kvf__cache_host_slot(c, pb, &hs))
+            to = KVF_TIER_HOST;
+        else if (keep && c->capacity[KVF_TIER_DISK] && kvf__cache_disk_room(c, pb))
+            to = KVF_TIER_DISK;
+        if (to == KVF_TIER_COUNT) {
+            c->stats.dropped++;
+            kvf__cache_drop(c, v, pb); /* frees its GPU slot */
+        } else {
+            uint32_t src = v->slot;
+            kvf__cache_lru_unlink(c, v);
+            c->used[KVF_TIER_GPU]--;
+            c->gpu_state[src] = GPU_FREE;
+            c->gpu_free[c->ngpu_free++] = src;
+            v->tier = (uint8_t)to;
+            v->slot = hs;
+            v->gen = ++c->next_gen;
+            v->round = c->round;
+            if (to == KVF_TIER_DISK)
+                c->used[KVF_TIER_DISK]++; /* host_slot counted the host one */
+            kvf__cache_lru_append(c, v);
+            if (to == KVF_TIER_HOST)
+                kvf__cache_pending_add(&pb->evict_host, (kvf_move){src, hs, 0}, v->key, v->gen, 0);
+            else
+                kvf__cache_pending_add(&pb->evict_file, (kvf_move){src, v->key, 0}, v->key, v->gen,
+                                       0);
+            c->stats.bytes_in[to] += c->block_bytes;
+            kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_TIER_GPU);
+        }
     }
-    kvf__cache_drop(c, e, &pb);
-    if (pb.remove.n)
-        kvf__cache_background_push(c,
-                                   kvf__cache_op_submit(c, OPK_REMOVE, KVF_TIER_DISK, &pb.remove));
-    kvf__cache_pending_free(&pb.remove);
-}
-
-/* Takes one pin off; a block removed while pinned goes at its last. */
-void kvf__cache_release_pin(kvf_cache *c, entry *e)
-{
-    if (kvf__cache_unpin_one(c, e))
-        kvf__cache_discard(c, e);
-}
-
-/* Frees the entries doomed during the call now ending. Lock held. */
-void kvf__cache_release_doomed(kvf_cache *c)
-{
-    c->deferring = false;
-    while (c->ndoomed)
-        kvf__cache_release_pin(c, c->doomed[--c->ndoomed]);
+    *slot_p = c->gpu_free[--c->ngpu_free];
+    return true;
 }
