@@ -37,7 +37,7 @@
  *   cache_batch.c    batches being assembled (pending), submitted to the
  *                    engine as ops
  *   cache_call.c     the caller's tickets: a call's ops and per-block
- *                    statuses and messages; wait, poll
+ *                    statuses and messages
  *   cache_drop.c     entries dropped, their files' removal queued
  *   cache_apply.c    a completed op applied to the map
  *   cache_queue.c    ops into their call or the background, a put's rounds
@@ -48,6 +48,7 @@
  *   cache_gpu.c      the GPU tier's slots: alloc, commit, free
  *   cache_acquire.c  acquire: hits moved into GPU-tier slots
  *   cache_pin.c      pin, unpin, remove
+ *   cache_wait.c     wait and poll: a call's ops applied, the call retired
  *   cache_layers.c   a get's pools waited for one at a time
  *   cache_plan.c     the planner over the cache's lookup
  *   cache.c          create (config checks, restore) and destroy
