@@ -40,7 +40,7 @@ KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "defined", "_Ali
 
 def declared_order():
     with open(os.path.join(CACHE, "cache_private.h")) as f:
-        top = f.read().split("*/", 1)[0]
+        top = f.read().split("#ifndef", 1)[0]  # the comments atop it
     return re.findall(r"^ \*\s+(\w+\.c)\b", top, flags=re.M)
 
 
@@ -148,6 +148,13 @@ for name in files:
 for name in rank:
     if name not in files:
         breaches.append(f"src/cache/cache_private.h: lists {name}, which does not exist")
+
+# a reader that found nothing would pass every file: say so instead
+for name in files:
+    if not any(f == name for f, _ in bodies):
+        breaches.append(f"src/cache/{name}: no function definition found (the reader missed them)")
+if not any(f != name for (name, _), out in calls.items() for f, _ in out):
+    breaches.append("src/cache/: no call between files found (the reader missed them)")
 
 for (name, fn), out in sorted(calls.items()):
     for callee_file, callee in sorted(set(out)):
