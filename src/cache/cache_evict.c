@@ -1,62 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * LRU lists, one per (tier, priority), and eviction: victims chosen lowest
- * priority first, then least recently used; host victims moved down to
- * disk or dropped; entries doomed while a call assembles its batches.
+ * Eviction: room made in a tier by moving its victim (kvf__cache_victim_of)
+ * down the tiers, GPU to host or disk, host to disk, or dropping it; each
+ * move queued in the caller's batches.
  */
 #include "cache_private.h"
-
-#include <stdlib.h>
-
-void kvf__cache_lru_unlink(kvf_cache *c, entry *e)
-{
-    lru *l = &c->lists[e->tier][e->priority];
-    c->listed[e->tier]--;
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        l->head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        l->tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-/* Appends as the most recently used of its list. */
-void kvf__cache_lru_append(kvf_cache *c, entry *e)
-{
-    lru *l = &c->lists[e->tier][e->priority];
-    c->listed[e->tier]++;
-    e->next = NULL;
-    e->prev = l->tail;
-    if (l->tail)
-        l->tail->next = e;
-    else
-        l->head = e;
-    l->tail = e;
-}
-
-/* The next victim of a tier: lowest priority, then least recently used.
- * Pinned entries are on no list, so are never returned. */
-entry *kvf__cache_victim_of(kvf_cache *c, kvf_tier t)
-{
-    /* an entry already going (a refused batch's, see kvf__cache_doom) is no victim */
-    for (uint32_t p = 0; p < PRIORITIES; p++)
-        for (entry *e = c->lists[t][p].head; e; e = e->next)
-            if (!e->removing)
-                return e;
-    return NULL;
-}
-
-void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb)
-{
-    kvf__cache_unplace(c, e);
-    if (e->tier == KVF_TIER_DISK && pb)
-        kvf__cache_pending_add(&pb->remove, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
-    kvf__cache_emit(c, KVF_EVENT_REMOVED, e, (kvf_tier)e->tier);
-    free(e);
-}
 
 /* Makes room for one block on disk: drops the disk victim. */
 bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb)
@@ -114,44 +62,50 @@ bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
     return true;
 }
 
-/* Drops an entry and queues the removal of its file, if it has one. */
-void kvf__cache_discard(kvf_cache *c, entry *e)
+/* A free GPU slot, evicting the GPU victim when none is free: it is copied
+ * down to a host slot or a file (dropped below offload_min_priority or
+ * without room). false: every GPU block is pinned or handed out. */
+bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
 {
-    put_batches pb = {0};
-    if (e->tier == KVF_TIER_DISK && !kvf__cache_pending_reserve(&pb.remove, 1)) {
-        /* the file stays: it holds this key's own bytes, and is found
-         * (and checked) again only by a cache opened later */
-        kvf__cache_drop(c, e, NULL);
-        return;
-    }
-    kvf__cache_drop(c, e, &pb);
-    if (pb.remove.n)
-        kvf__cache_background_push(c,
-                                   kvf__cache_op_submit(c, OPK_REMOVE, KVF_TIER_DISK, &pb.remove));
-    kvf__cache_pending_free(&pb.remove);
-}
-
-/* While a call assembles its batches, an entry a refused batch was about
- * is marked going but kept (the call's loop may still hold it) and freed
- * when the call ends (kvf__cache_release_doomed). */
-void kvf__cache_doom(kvf_cache *c, entry *e)
-{
-    if (c->ndoomed == c->doomed_cap) {
-        size_t cap = c->doomed_cap ? 2 * c->doomed_cap : 16;
-        entry **v = realloc(c->doomed, cap * sizeof *v);
+    if (!c->ngpu_free) {
+        entry *v = kvf__cache_victim_of(c, KVF_TIER_GPU);
         if (!v)
-            return; /* stays marked going: no victim, no hit; freed never (out of memory) */
-        c->doomed = v;
-        c->doomed_cap = cap;
+            return false;
+        if (v->round == c->round)
+            kvf__cache_flush(c, pb);
+        c->stats.evictions[KVF_TIER_GPU]++;
+        bool keep = v->priority >= c->cfg.offload_min_priority;
+        uint32_t hs = 0;
+        kvf_tier to = KVF_TIER_COUNT;
+        if (keep && c->capacity[KVF_TIER_HOST] && kvf__cache_host_slot(c, pb, &hs))
+            to = KVF_TIER_HOST;
+        else if (keep && c->capacity[KVF_TIER_DISK] && kvf__cache_disk_room(c, pb))
+            to = KVF_TIER_DISK;
+        if (to == KVF_TIER_COUNT) {
+            c->stats.dropped++;
+            kvf__cache_drop(c, v, pb); /* frees its GPU slot */
+        } else {
+            uint32_t src = v->slot;
+            kvf__cache_lru_unlink(c, v);
+            c->used[KVF_TIER_GPU]--;
+            c->gpu_state[src] = GPU_FREE;
+            c->gpu_free[c->ngpu_free++] = src;
+            v->tier = (uint8_t)to;
+            v->slot = hs;
+            v->gen = ++c->next_gen;
+            v->round = c->round;
+            if (to == KVF_TIER_DISK)
+                c->used[KVF_TIER_DISK]++; /* host_slot counted the host one */
+            kvf__cache_lru_append(c, v);
+            if (to == KVF_TIER_HOST)
+                kvf__cache_pending_add(&pb->evict_host, (kvf_move){src, hs, 0}, v->key, v->gen, 0);
+            else
+                kvf__cache_pending_add(&pb->evict_file, (kvf_move){src, v->key, 0}, v->key, v->gen,
+                                       0);
+            c->stats.bytes_in[to] += c->block_bytes;
+            kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_TIER_GPU);
+        }
     }
-    kvf__cache_pin_one(c, e); /* (its pins were 0: see op_apply) */
-    c->doomed[c->ndoomed++] = e;
-}
-
-/* Frees the entries doomed during the call now ending. Lock held. */
-void kvf__cache_release_doomed(kvf_cache *c)
-{
-    c->deferring = false;
-    while (c->ndoomed)
-        kvf__cache_unpin_one(c, c->doomed[--c->ndoomed]);
+    *slot_p = c->gpu_free[--c->ngpu_free];
+    return true;
 }

@@ -1,58 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The GPU tier's slot allocator: primary slots 0 .. gpu.blocks-1, each
- * free, handed out to the caller (alloc) until commit or free, or holding
- * a cached block; a victim is copied down to make room.
+ * The GPU tier's calls: primary slots 0 .. gpu.blocks-1, each free,
+ * handed out to the caller (kvf_cache_alloc) until kvf_cache_commit or
+ * kvf_cache_free, or holding a cached block (kvf__cache_gpu_slot, in
+ * cache_evict.c, copies a victim down to make room).
  */
 #include "cache_private.h"
-
-/* A free GPU slot, evicting the GPU victim when none is free: it is copied
- * down to a host slot or a file (dropped below offload_min_priority or
- * without room). false: every GPU block is pinned or handed out. */
-bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
-{
-    if (!c->ngpu_free) {
-        entry *v = kvf__cache_victim_of(c, KVF_TIER_GPU);
-        if (!v)
-            return false;
-        if (v->round == c->round)
-            kvf__cache_flush(c, pb);
-        c->stats.evictions[KVF_TIER_GPU]++;
-        bool keep = v->priority >= c->cfg.offload_min_priority;
-        uint32_t hs = 0;
-        kvf_tier to = KVF_TIER_COUNT;
-        if (keep && c->capacity[KVF_TIER_HOST] && kvf__cache_host_slot(c, pb, &hs))
-            to = KVF_TIER_HOST;
-        else if (keep && c->capacity[KVF_TIER_DISK] && kvf__cache_disk_room(c, pb))
-            to = KVF_TIER_DISK;
-        if (to == KVF_TIER_COUNT) {
-            c->stats.dropped++;
-            kvf__cache_drop(c, v, pb); /* frees its GPU slot */
-        } else {
-            uint32_t src = v->slot;
-            kvf__cache_lru_unlink(c, v);
-            c->used[KVF_TIER_GPU]--;
-            c->gpu_state[src] = GPU_FREE;
-            c->gpu_free[c->ngpu_free++] = src;
-            v->tier = (uint8_t)to;
-            v->slot = hs;
-            v->gen = ++c->next_gen;
-            v->round = c->round;
-            if (to == KVF_TIER_DISK)
-                c->used[KVF_TIER_DISK]++; /* host_slot counted the host one */
-            kvf__cache_lru_append(c, v);
-            if (to == KVF_TIER_HOST)
-                kvf__cache_pending_add(&pb->evict_host, (kvf_move){src, hs, 0}, v->key, v->gen, 0);
-            else
-                kvf__cache_pending_add(&pb->evict_file, (kvf_move){src, v->key, 0}, v->key, v->gen,
-                                       0);
-            c->stats.bytes_in[to] += c->block_bytes;
-            kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_TIER_GPU);
-        }
-    }
-    *slot_p = c->gpu_free[--c->ngpu_free];
-    return true;
-}
 
 kvf_status kvf__cache_need_gpu_tier(const kvf_cache *c, const char *fn)
 {

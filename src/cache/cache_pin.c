@@ -8,13 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A pinned entry is on no LRU list, so it is never a victim. */
-void kvf__cache_pin_one(kvf_cache *c, entry *e)
-{
-    if (e->pins++ == 0)
-        kvf__cache_lru_unlink(c, e);
-}
-
 kvf_status kvf_cache_pin(kvf_cache *c, const kvf_key *keys, size_t n, size_t *pinned_p)
 {
     kvf__clear_error();
@@ -35,15 +28,6 @@ kvf_status kvf_cache_pin(kvf_cache *c, const kvf_key *keys, size_t n, size_t *pi
     return KVF_OK;
 }
 
-void kvf__cache_unpin_one(kvf_cache *c, entry *e)
-{
-    if (--e->pins)
-        return;
-    kvf__cache_lru_append(c, e);
-    if (e->removing)
-        kvf__cache_discard(c, e);
-}
-
 kvf_status kvf_cache_unpin(kvf_cache *c, const kvf_key *keys, size_t n)
 {
     kvf__clear_error();
@@ -62,7 +46,7 @@ kvf_status kvf_cache_unpin(kvf_cache *c, const kvf_key *keys, size_t n)
                            (unsigned long long)keys[i], i, e ? "not pinned" : "not cached");
     }
     for (size_t i = 0; i < n && st == KVF_OK; i++)
-        kvf__cache_unpin_one(c, kvf__cache_find(c, keys[i]));
+        kvf__cache_release_pin(c, kvf__cache_find(c, keys[i]));
     pthread_mutex_unlock(&c->mu);
     return st;
 }

@@ -19,22 +19,39 @@
  * functions below that take a kvf_cache expect its lock held unless they
  * say otherwise.
  *
- * The files, one job each:
- *   cache.c          create (config checks) and destroy
- *   cache_map.c      the key map: find, place, unplace
- *   cache_evict.c    LRU lists, victims, eviction down the tiers, doomed entries
- *   cache_batch.c    batches being assembled (pending), ops queued with the
- *                    engine, rounds (flush), background ops (reap)
+ * The files, one job each, in rooms listed from the bottom up. Calls run
+ * one way: a file calls its own functions and those of the files listed
+ * before it, never one of a file listed after it, so the front calls
+ * batching, batching calls the entries, and nothing calls back up
+ * (tests/check_cache_calls.py reads this list and checks it).
+ *
+ * Records, which every room keeps:
+ *   cache_events.c   the event ring
+ *   cache_stats.c    counters, latency histogram, Prometheus text
+ *   plan.c           the load-or-recompute planner's arithmetic
+ * An entry's lifecycle (no moves queued):
+ *   cache_entries.c  the key map, LRU lists, victims, pins, doomed entries
+ *   cache_restore.c  the disk tier's blocks entered at create
+ *   cache_remote.c   the remote tier's lookups
+ * Batching and submission:
+ *   cache_batch.c    batches being assembled (pending), submitted to the
+ *                    engine as ops
+ *   cache_call.c     the caller's tickets: a call's ops and per-block
+ *                    statuses and messages
+ *   cache_drop.c     entries dropped, their files' removal queued
  *   cache_apply.c    a completed op applied to the map
- *   cache_call.c     the caller's tickets: wait, poll, per-block errors
- *   cache_ops.c      lookup, put, get
+ *   cache_queue.c    ops into their call or the background, a put's rounds
+ *                    (flush), background ops applied (reap)
+ *   cache_evict.c    room made in a tier: its victim moved down or dropped
+ * The call front, the public kvf_cache_* calls:
+ *   cache_ops.c      lookup, put, get, and the checks of keys and slots
  *   cache_gpu.c      the GPU tier's slots: alloc, commit, free
  *   cache_acquire.c  acquire: hits moved into GPU-tier slots
  *   cache_pin.c      pin, unpin, remove
- *   cache_events.c   the event ring
- *   cache_stats.c    counters, latency histogram, Prometheus text
- *   cache_restore.c  the disk tier's blocks found at create
- *   cache_remote.c   the remote tier's lookups
+ *   cache_wait.c     wait and poll: a call's ops applied, the call retired
+ *   cache_layers.c   a get's pools waited for one at a time
+ *   cache_plan.c     the planner over the cache's lookup
+ *   cache.c          create (config checks, restore) and destroy
  * Only cache_restore.c and cache_remote.c reach below the engine (its file
  * directory, its remote connection).
  */
@@ -189,7 +206,7 @@ typedef struct put_batches {
     struct call *k;                 /* the put's call, or NULL */
 } put_batches;
 
-/* ---- cache_map.c: the key map --------------------------------------------------- */
+/* ---- cache_entries.c: an entry's lifecycle ------------------------------------- */
 
 KVF_INTERNAL entry *kvf__cache_find(const kvf_cache *c, kvf_key key);
 /* A new entry, on its LRU list; NULL when out of memory. The caller counts
@@ -198,23 +215,14 @@ KVF_INTERNAL entry *kvf__cache_place(kvf_cache *c, kvf_key key, kvf_tier tier, u
                                      uint32_t priority);
 KVF_INTERNAL void kvf__cache_unplace(kvf_cache *c, entry *e);
 KVF_INTERNAL void kvf__cache_free_entries(kvf_cache *c);
-
-/* ---- cache_evict.c: LRU and eviction -------------------------------------------- */
-
 KVF_INTERNAL void kvf__cache_lru_unlink(kvf_cache *c, entry *e);
 KVF_INTERNAL void kvf__cache_lru_append(kvf_cache *c, entry *e);
 KVF_INTERNAL entry *kvf__cache_victim_of(kvf_cache *c, kvf_tier t);
-KVF_INTERNAL void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb);
-KVF_INTERNAL bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb);
-KVF_INTERNAL bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
-KVF_INTERNAL void kvf__cache_discard(kvf_cache *c, entry *e);
-KVF_INTERNAL void kvf__cache_doom(kvf_cache *c, entry *e);
-KVF_INTERNAL void kvf__cache_release_doomed(kvf_cache *c);
-
-/* ---- cache_pin.c ------------------------------------------------------------------ */
-
 KVF_INTERNAL void kvf__cache_pin_one(kvf_cache *c, entry *e);
-KVF_INTERNAL void kvf__cache_unpin_one(kvf_cache *c, entry *e);
+/* Takes one pin off. true: that was the last pin of an entry being
+ * removed, which the caller now discards (kvf__cache_release_pin). */
+KVF_INTERNAL bool kvf__cache_unpin_one(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_doom(kvf_cache *c, entry *e);
 
 /* ---- cache_batch.c: batches and ops ---------------------------------------------- */
 
@@ -227,14 +235,6 @@ KVF_INTERNAL bool kvf__cache_put_batches_reserve(put_batches *pb, size_t n);
 KVF_INTERNAL void kvf__cache_op_free(op *o);
 KVF_INTERNAL op *kvf__cache_op_submit(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p);
 KVF_INTERNAL void kvf__cache_background_push(kvf_cache *c, op *o);
-KVF_INTERNAL void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p,
-                                         call *k);
-KVF_INTERNAL void kvf__cache_flush(kvf_cache *c, put_batches *pb);
-KVF_INTERNAL void kvf__cache_reap(kvf_cache *c);
-
-/* ---- cache_apply.c ---------------------------------------------------------------- */
-
-KVF_INTERNAL void kvf__cache_op_apply(kvf_cache *c, op *o, call *k);
 
 /* ---- cache_call.c: the caller's tickets ------------------------------------------ */
 
@@ -244,6 +244,30 @@ KVF_INTERNAL call *kvf__cache_call_new(kvf_cache *c, size_t n);
 KVF_INTERNAL void kvf__cache_call_free(call *k);
 /* Where ticket t's call is linked in c->calls (*slot NULL: none). Lock held. */
 KVF_INTERNAL call **kvf__cache_call_slot(kvf_cache *c, kvf_cache_ticket t);
+
+/* ---- cache_drop.c: entries dropped ----------------------------------------------- */
+
+KVF_INTERNAL void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb);
+KVF_INTERNAL void kvf__cache_discard(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_release_pin(kvf_cache *c, entry *e);
+KVF_INTERNAL void kvf__cache_release_doomed(kvf_cache *c);
+
+/* ---- cache_apply.c ---------------------------------------------------------------- */
+
+KVF_INTERNAL void kvf__cache_op_apply(kvf_cache *c, op *o, call *k);
+
+/* ---- cache_queue.c: where queued ops go ------------------------------------------ */
+
+KVF_INTERNAL void kvf__cache_submit_into(kvf_cache *c, op_kind kind, kvf_tier tier, pending *p,
+                                         call *k);
+KVF_INTERNAL void kvf__cache_flush(kvf_cache *c, put_batches *pb);
+KVF_INTERNAL void kvf__cache_reap(kvf_cache *c);
+
+/* ---- cache_evict.c: eviction ------------------------------------------------------ */
+
+KVF_INTERNAL bool kvf__cache_disk_room(kvf_cache *c, put_batches *pb);
+KVF_INTERNAL bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
+KVF_INTERNAL bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
 
 /* ---- cache_ops.c: arguments' checks ----------------------------------------------- */
 
@@ -255,7 +279,6 @@ KVF_INTERNAL kvf_status kvf__cache_check_slots(const kvf_cache *c, const char *f
 
 /* ---- cache_gpu.c ------------------------------------------------------------------ */
 
-KVF_INTERNAL bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p);
 /* No lock needed: reads only what create fixed. */
 KVF_INTERNAL kvf_status kvf__cache_need_gpu_tier(const kvf_cache *c, const char *fn);
 
