@@ -25,8 +25,9 @@ fi
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
 # redis-tools: the remote tier and the real servers its tests start;
 # libxxhash-dev: XXH64 of the block keys (header only); libyaml-dev: config files;
-# libcjson-dev: the kvferry CLI's JSON writers.
-need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev"
+# libcjson-dev: the kvferry CLI's JSON writers; libcurl4-openssl-dev and libexpat1-dev:
+# the S3 store (SigV4 requests, listings).
+need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev libcurl4-openssl-dev libexpat1-dev"
 
 py=""
 py_is_debian=0
