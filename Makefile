@@ -43,6 +43,7 @@ build: configure
 
 check: build
 	@$(MAKE) --no-print-directory pydeps
+	@sh scripts/install-seaweedfs.sh >/dev/null || echo "make check: SeaweedFS not installed: the S3 tests skip"
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # demo: what this machine offers, a verified bench with what each of its rows

@@ -194,8 +194,9 @@ static inline void s3_server_stop(s3_server *s)
     }
 }
 
-/* Starts `s` (weed found by s3_weed_found first) and makes bucket
- * "kvf": waits up to 60 s for a put into it to succeed. 0 or -1. */
+/* Starts `s` (weed found by s3_weed_found first), or restarts it on its
+ * ports and dir, and makes bucket "kvf": waits up to 60 s for a put into
+ * it to succeed. 0 or -1. */
 static inline int s3_server_start(s3_server *s)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -212,7 +213,8 @@ static inline int s3_server_start(s3_server *s)
             S3_ACCESS, S3_SECRET);
     fclose(f);
     for (int attempt = 0; attempt < 3; attempt++) {
-        int base = s3_pick_ports();
+        /* a restart keeps its ports and data: clients know it by them */
+        int base = s->port ? s->port : s3_pick_ports();
         if (base < 0)
             return -1;
         char a[10][400];

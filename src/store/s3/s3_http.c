@@ -337,11 +337,9 @@ void kvf__s3_run(kvf__s3_client *c, kvf__s3_req *reqs, size_t n, uint64_t deadli
         if (now >= deadline_ns)
             break;
         /* start what may start: retries that are due, then new requests */
-        uint64_t soonest = deadline_ns;
         for (size_t j = 0; j < nretry && nidle;) {
             kvf__s3_req *r = &reqs[retry[j]];
             if (r->retry_at_ns > now) {
-                soonest = r->retry_at_ns < soonest ? r->retry_at_ns : soonest;
                 j++;
                 continue;
             }
@@ -383,13 +381,15 @@ void kvf__s3_run(kvf__s3_client *c, kvf__s3_req *reqs, size_t n, uint64_t deadli
         }
         if (!busy && !nretry && next == n)
             break;
+        /* wait for a transfer, the next retry's time or the deadline; not
+         * at all where a connection came free for a request */
         now = kvf__now_ns();
-        uint64_t until =
-            (busy ? (soonest < now + POLL_MS * 1000000ull ? soonest : now + POLL_MS * 1000000ull)
-                  : soonest);
+        uint64_t until = busy ? now + POLL_MS * 1000000ull : deadline_ns;
+        for (size_t j = 0; j < nretry; j++)
+            until = reqs[retry[j]].retry_at_ns < until ? reqs[retry[j]].retry_at_ns : until;
         int wait_ms = until > now ? (int)((until - now + 999999) / 1000000) : 0;
         if (next < n && nidle)
-            wait_ms = 0; /* a connection came free: the next request starts now */
+            wait_ms = 0;
         curl_multi_poll(k->multi, NULL, 0, wait_ms, NULL);
     }
     /* the deadline: what is still in flight or waiting ends here */
