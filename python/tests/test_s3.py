@@ -62,3 +62,30 @@ def test_remote_tier_on_s3(seaweedfs):
     assert "bucket listed" in kvf.remote_probe(seaweedfs.url("py"), timeout_ms=3000)
     for e in engines:
         e.close()
+
+
+def test_cache_remote_tier_on_s3(seaweedfs):
+    """One cache writes a prefix through to S3; another, reading the
+    bucket, finds it there and gets it byte for byte."""
+    g = kvf.Geometry(layers=2, kv_factor=2, kv_heads=2, tokens_per_block=16, head_size=32)
+    keys = kvf.key_chain_all(list(range(64)), 16)
+    rng = np.random.default_rng(11)
+    want = [rng.integers(0, 256, g.block_bytes, dtype=np.uint8) for _ in keys]
+    made = []
+    for mode in ("write_through", "read"):
+        e = kvf.Engine(backend="host", file_namespace="pycache", remote_url=seaweedfs.url("cache"))
+        e.add_pool(g, primary=4, secondary=4)
+        made.append((e, kvf.Cache(e, host_blocks=4, remote=mode)))
+    (e0, c0), (e1, c1) = made
+    for i in range(len(keys)):
+        e0.slot_view(0, i).view(np.uint8).reshape(-1)[:] = want[i]
+        e1.slot_view(0, i).view(np.uint8).reshape(-1)[:] = 0xC3
+    c0.put(keys, list(range(len(keys)))).wait(check=True)
+    hits, tiers = c1.lookup(keys)
+    assert hits == len(keys) and set(tiers) == {kvf.Tier.REMOTE}
+    c1.get(keys, list(range(len(keys)))).wait(check=True)
+    for i in range(len(keys)):
+        assert np.array_equal(e1.slot_view(0, i).view(np.uint8).reshape(-1), want[i])
+    for e, c in made:
+        c.close()
+        e.close()
