@@ -98,6 +98,12 @@ static int test_credentials_from_environment(void)
     unsetenv("AWS_ACCESS_KEY_ID");
     unsetenv("AWS_SECRET_ACCESS_KEY");
     refused(url, KVF_ERR_INVALID, "no credentials");
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT; /* at create, not at the first move */
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.remote.url = url;
+    kvf_engine *e = NULL;
+    CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_ERR_INVALID);
+    CHECK(strstr(kvf_last_error(), "no credentials") != NULL);
     FILE *f = fopen(path, "w");
     REQUIRE(f != NULL);
     fprintf(f,

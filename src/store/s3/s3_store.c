@@ -36,10 +36,16 @@ static bool s3_built(void)
     return true;
 }
 
+/* The URL and where its keys come from, without a request: what an
+ * engine refuses at create. */
 static kvf_status s3_check_url(const char *url)
 {
     kvf__s3_url u;
+    char shown[640];
+    kvf__store_url_redact(url, shown, sizeof shown);
     kvf_status st = kvf__s3_url_parse(url, &u);
+    if (st == KVF_OK)
+        st = kvf__s3_creds_resolve(&u, shown);
     kvf__s3_url_wipe(&u);
     return st;
 }
