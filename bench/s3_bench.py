@@ -33,7 +33,8 @@ def size_of(text):
 
 
 def kvferry_rounds(s3, size, n, rounds, conns):
-    """GB/s of each round's offload (put) and onboard (get) of n blocks."""
+    """GB/s of each round's offload (put) and onboard (get) of n blocks,
+    yielded round by round."""
     tokens = size // (2 * 2 * 8 * 128 * 2)  # layers 2, k and v, 8 heads of 128 fp16
     g = kvf.Geometry(layers=2, kv_factor=2, kv_heads=8, tokens_per_block=tokens, head_size=128)
     assert g.block_bytes == size
@@ -59,12 +60,13 @@ def kvferry_rounds(s3, size, n, rounds, conns):
             for i in range(n):
                 if not np.array_equal(eng.slot_view(0, i).view(np.uint8).reshape(-1), want[i]):
                     sys.exit(f"kvferry: block {i} of {size} bytes differs after the round trip")
+        yield puts[-1], gets[-1]
     eng.close()
-    return puts, gets
 
 
 def boto3_rounds(s3, size, n, rounds, conns):
-    """The same bytes as n objects through boto3's transfer manager."""
+    """The same bytes as n objects through boto3's transfer manager, round
+    by round."""
     from boto3.s3.transfer import TransferConfig, create_transfer_manager
     client = s3.boto3(conns=conns)
     # one request per object, as kvferry sends: a block is below the threshold
@@ -86,7 +88,7 @@ def boto3_rounds(s3, size, n, rounds, conns):
             gets.append(n * size / (time.perf_counter() - t0) / 1e9)
             if r == 0 and any(o.getvalue() != d for o, d in zip(outs, data)):
                 sys.exit("boto3: an object differs after the round trip")
-    return puts, gets
+            yield puts[-1], gets[-1]
 
 
 def spread(v):
@@ -104,13 +106,17 @@ def main():
     out = {"machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs",
            "conns": a.conns, "batch_bytes": a.batch_mb << 20, "rows": []}
     print(f"# {out['machine']}; {a.conns} connections each; {a.batch_mb} MiB per batch; "
-          f"median of {a.rounds} rounds [min-max]")
+          f"median of {a.rounds} rounds [min-max], the clients' rounds alternating")
     with SeaweedFS() as s3:
         print(f"# SeaweedFS {s3.weed} at {s3.endpoint}")
         for size in (size_of(s) for s in a.sizes.split(",")):
             n = max(1, (a.batch_mb << 20) // size)
-            kp, kg = kvferry_rounds(s3, size, n, a.rounds, a.conns)
-            bp, bg = boto3_rounds(s3, size, n, a.rounds, a.conns)
+            # the two clients' rounds alternate, so that both meet the same
+            # load of a shared machine
+            kp, kg, bp, bg = [], [], [], []
+            for (p1, g1), (p2, g2) in zip(kvferry_rounds(s3, size, n, a.rounds, a.conns),
+                                          boto3_rounds(s3, size, n, a.rounds, a.conns)):
+                kp.append(p1), kg.append(g1), bp.append(p2), bg.append(g2)
             for op, k, b in (("put", kp, bp), ("get", kg, bg)):
                 ratio = statistics.median(k) / statistics.median(b)
                 print(f"{size >> 10:5d} KiB x {n:4d} {op}: kvferry {spread(k)}   "

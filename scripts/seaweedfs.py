@@ -49,6 +49,15 @@ class SeaweedFS:
                                    capture_output=True, text=True).stdout.strip()
 
     def __enter__(self):
+        for attempt in range(3):  # a port taken between the check and the start: again
+            try:
+                return self._start()
+            except RuntimeError:
+                self.__exit__()
+                if attempt == 2:
+                    raise
+
+    def _start(self):
         self.dir = tempfile.mkdtemp(prefix="kvferry-seaweedfs-")
         cfg = os.path.join(self.dir, "s3.json")
         with open(cfg, "w") as f:
@@ -69,7 +78,9 @@ class SeaweedFS:
         t0 = time.time()
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed server exited; see {self.log.name}")
+                with open(self.log.name) as f:
+                    last = f.read().strip().splitlines()[-1:]
+                raise RuntimeError(f"weed server exited: {last}")
             try:
                 urllib.request.urlopen(self.endpoint, timeout=1)
             except urllib.error.HTTPError:
@@ -114,7 +125,8 @@ class SeaweedFS:
                 f"&region=us-east-1&conns={conns}")
 
     def __exit__(self, *exc):
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self.log.close()
         subprocess.run(["rm", "-rf", self.dir])
