@@ -386,6 +386,10 @@ typedef struct kvf_engine_file_config {
  * url NULL: $KVF_REMOTE_URL, or none when unset.
  *   redis://[user[:pass]@]host[:port][/db]      one server
  *   redis-cluster://[user[:pass]@]h1:p1,h2:p2    seed nodes of a cluster
+ *   rediss://..., rediss-cluster://...[?tls_ca=FILE&...]  the same over
+ *                TLS (tls_ca, tls_ca_dir, tls_cert, tls_key, tls_sni,
+ *                tls_verify=yes|no: docs/tiers.md); a build with hiredis
+ *                >= 1.0 and hiredis_ssl (kvf_store_info_get says)
  *   mem://NAME   blocks in this process's memory, shared by its engines
  *                that name NAME ([A-Za-z0-9._-]{1,64}), gone with the
  *                process: for tests, and needs no hiredis
@@ -395,7 +399,8 @@ typedef struct kvf_engine_file_config {
  * first use (a remote move, or a cache's remote lookup); when it cannot
  * be, remote moves fail with KVF_ERR_REMOTE / KVF_ERR_TIMEOUT and a new
  * connection is tried at most once a second. redis:// and
- * redis-cluster:// need a build with hiredis.
+ * redis-cluster:// need a build with hiredis. The password is never
+ * shown: messages, logs and kvf_engine_settings write it as ***.
  */
 typedef struct kvf_engine_remote_config {
     const char *url;

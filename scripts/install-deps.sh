@@ -25,9 +25,12 @@ fi
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
 # redis-tools: the remote tier and the real servers its tests start;
 # libxxhash-dev: XXH64 of the block keys (header only); libyaml-dev: config files;
-# libcjson-dev: the kvferry CLI's JSON writers; libcurl4-openssl-dev and libexpat1-dev:
-# the S3 store (SigV4 requests, listings).
-need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev libcurl4-openssl-dev libexpat1-dev"
+# libcjson-dev: the kvferry CLI's JSON writers; libssl-dev, openssl and
+# python3-pip: the Redis client with TLS where the system's hiredis has none
+# (scripts/build-hiredis-tls.sh, below: pip only downloads its source);
+# libcurl4-openssl-dev and libexpat1-dev: the S3 store (SigV4 requests, listings).
+need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev"
+need="$need libssl-dev openssl python3-pip libcurl4-openssl-dev libexpat1-dev"
 
 py=""
 py_is_debian=0
@@ -63,6 +66,15 @@ if [ -n "$missing" ]; then
     fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+# rediss:// needs hiredis >= 1.0 with hiredis_ssl: the system's where it has
+# one, else a pinned build of it in the cache (done once; CMake finds it).
+# Failing to make one (offline, say) is no reason to stop: that build
+# refuses rediss:// and says why, and `kvferry info` shows it.
+if ! pkg-config --atleast-version=1.0 hiredis_ssl 2>/dev/null; then
+    sh "$(dirname "$0")/build-hiredis-tls.sh" ||
+        echo "install-deps: WARNING: no hiredis with TLS built; this build will refuse rediss:// (run sh scripts/build-hiredis-tls.sh when PyPI is reachable)" >&2
 fi
 [ -n "$venv" ] || exit 0
 

@@ -28,7 +28,7 @@ typedef struct redis_server {
     int port;
     pid_t pid;
     char dir[256];
-    char extra[8][64]; /* more arguments, e.g. "--requirepass" "pw" */
+    char extra[16][256]; /* more arguments, e.g. "--requirepass" "pw" */
     int extras;
     bool cluster;
 } redis_server;
@@ -124,7 +124,7 @@ static inline int redis_server_start(redis_server *s, const char *pass)
             usleep(500000);
         char port[16];
         snprintf(port, sizeof port, "%d", s->port);
-        const char *argv[40];
+        const char *argv[48];
         int a = 0;
         argv[a++] = "redis-server";
         argv[a++] = "--port";

@@ -65,6 +65,16 @@ KVF_BACKEND=Host "$kvf" info --config | grep -q "^backend  *host  *environment  
 KVF_BACKEND=Host "$kvf" info --config --json - | python3 -c 'import json, sys
 d = {s["name"]: s for s in json.load(sys.stdin)}
 assert d["backend"]["value"] == "host" and d["backend"]["source"] == "environment", d["backend"]'
+# the stores, each with its schemes; a URL's password in no output of info
+"$kvf" info | grep -q "^  mem    mem://: "
+"$kvf" info --json - | python3 -c 'import json, sys
+d = json.load(sys.stdin)
+assert {s["name"] for s in d["stores"]} >= {"file", "mem", "redis"}, d["stores"]'
+for args in "" "--config" "--json -" "--config --json -"; do
+    KVF_REMOTE_URL="redis://alice:pw-8c1f3e9a@127.0.0.1:1/0" "$kvf" info $args >"$tmp/info" 2>&1 || true
+    if grep -q "pw-8c1f3e9a" "$tmp/info"; then fail "kvferry info $args shows the password"; fi
+done
+KVF_REMOTE_URL="redis://alice:pw-8c1f3e9a@127.0.0.1:1/0" "$kvf" info --config | grep -q "alice:\*\*\*@"
 if KVF_BACKEND=gpu "$kvf" info --config 2>"$tmp/err"; then exit 1; fi
 grep -q "KVF_BACKEND=\"gpu\"" "$tmp/err"
 for mode in dram posix gds; do
@@ -218,7 +228,7 @@ fi
 
 # ---- the remote bench's JSON, where redis-server is installed
 if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
-    "$kvf" info | grep -q "remote.*built"; then
+    "$kvf" info | grep -q "^  redis .*hiredis"; then
     start_redis 11
     rb="bench --mode remote --remote-url redis://127.0.0.1:$port --sizes 4K --iters 2 --batch-bytes 16K"
     json_ok "$kvf" $rb

@@ -6,6 +6,9 @@
  * Built without hiredis, the URL parser alone is tested.
  */
 #include "remote_fixture.h"
+#ifdef KVF_HAVE_HIREDIS
+#include "redis_list_check.h"
+#endif
 
 static int test_url_parse(void)
 {
@@ -190,6 +193,41 @@ static int test_two_processes(void)
     return 0;
 }
 
+/* Listing a namespace with more blocks than one SCAN page, on a server
+ * whose KEYS is disabled (a listing that walks the whole keyspace in one
+ * blocking call would fail): each block once; another namespace's blocks,
+ * a value that is no block and one cut short under block names are not
+ * listed. */
+static int test_list_scan(void)
+{
+    redis_server s = {0};
+    strcpy(s.extra[0], "--rename-command");
+    strcpy(s.extra[1], "KEYS");
+    s.extra[2][0] = '\0';
+    s.extras = 3;
+    REQUIRE(redis_server_start(&s, NULL) == 0);
+    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_ERROR, "KEYS *") == 0); /* KEYS is gone */
+    char url[128];
+    redis_url(url, sizeof url, &s, NULL);
+    kvf__redis *r = open_remote(url, "scan", FP, 0), *other = open_remote(url, "scan2", FP, 0);
+    REQUIRE(r && other);
+    uint8_t *bufs[3];
+    REQUIRE(put_blocks(other, 0x5ca0000, 3, 100, bufs) == 0); /* another namespace */
+    for (int i = 0; i < 3; i++)
+        free(bufs[i]);
+    REQUIRE(put_blocks(r, 0xbad0000, 1, 100, bufs) == 0);
+    free(bufs[0]);
+    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_STATUS, "SET kvf:scan:00000000000000ff junk") == 0);
+    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_INTEGER, "SETRANGE kvf:scan:%016llx 400 x",
+                      0xbad0000ull) == 0); /* longer than its header says */
+    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_STATUS, "SET kvf:scan:notakey x") == 0);
+    redis_check_list_many(r, 0x7000000, 2500);
+    kvf__redis_close(r);
+    kvf__redis_close(other);
+    redis_server_stop(&s);
+    return 0;
+}
+
 static int test_ttl_and_db(void)
 {
     char url[128];
@@ -319,6 +357,7 @@ int main(void)
     RUN(test_two_processes);
     RUN(test_ttl_and_db);
     RUN(test_threads);
+    RUN(test_list_scan);
     redis_server_stop(&server);
     return TEST_RESULT();
 #endif

@@ -3,6 +3,7 @@
  * routing by slot, ASK and MOVED during a slot migration, a node killed
  * while batches run, the node restarted. */
 #include "redis_internal.h"
+#include "redis_list_check.h"
 #include "redis_server.h"
 
 #include <pthread.h>
@@ -49,6 +50,11 @@ static int start_cluster(void)
     int n = snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
     for (int i = 0; i < NODES; i++) {
         nodes[i].cluster = true;
+        /* no KEYS: the store lists with SCAN, never a blocking full walk */
+        strcpy(nodes[i].extra[0], "--rename-command");
+        strcpy(nodes[i].extra[1], "KEYS");
+        nodes[i].extra[2][0] = '\0';
+        nodes[i].extras = 3;
         if (redis_server_start(&nodes[i], NULL))
             return -1;
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " 127.0.0.1:%d", nodes[i].port);
@@ -220,6 +226,17 @@ static int test_spread_round_trip(void)
 
 /* Moves the slot of one block from its owner to the next node: ASK while
  * it migrates, MOVED once it has moved. */
+/* A listing over every master, more blocks than one SCAN page on each:
+ * each block once. */
+static int test_list_scan(void)
+{
+    kvf__redis *r = open_cluster("scan");
+    REQUIRE(r);
+    redis_check_list_many(r, 0x8000000, 4000);
+    kvf__redis_close(r);
+    return 0;
+}
+
 static int test_ask_and_moved(void)
 {
     kvf__redis *r = open_cluster("mig");
@@ -412,6 +429,7 @@ int main(void)
         return 1;
     }
     RUN(test_spread_round_trip);
+    RUN(test_list_scan);
     RUN(test_ask_and_moved);
     RUN(test_node_stalled);
     RUN(test_node_killed_and_back);

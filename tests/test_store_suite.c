@@ -2,8 +2,8 @@
 /*
  * One suite for every store, written against the store ops (store.h) and
  * run over each fixture of the table below: block files, mem://, a real
- * redis-server. A store added later gets the suite by its line in
- * `fixtures`: how to start one, and how to damage a stored byte.
+ * redis-server, and the same over TLS (rediss://). A store added later gets the suite by its line
+ * in `fixtures`: how to start one, and how to damage a stored byte.
  *
  * Each store is asked the same: random payloads round trip byte for byte
  * into poisoned buffers, with their tokens and pools; a miss, a buffer too
@@ -22,7 +22,7 @@
 
 #include "mem_store.h"
 #ifdef KVF_HAVE_HIREDIS
-#include "redis_server.h"
+#include "redis_tls_server.h"
 #endif
 #ifdef KVF_HAVE_S3
 #include "s3_server.h"
@@ -48,7 +48,7 @@ struct store_fixture {
     bool lists;
     char dir[256];
 #ifdef KVF_HAVE_HIREDIS
-    redis_server server;
+    redis_tls_server tls; /* its plain server: redis:// and the pokes of both */
 #endif
 #ifdef KVF_HAVE_S3
     s3_server s3;
@@ -110,22 +110,33 @@ static int redis_start(store_fixture *f, char *url, size_t cap)
         fprintf(stderr, "redis: skipped: redis-server not installed\n");
         return TEST_SKIP;
     }
-    if (redis_server_start(&f->server, NULL))
+    if (redis_server_start(&f->tls.plain, NULL))
         return -1;
-    redis_url(url, cap, &f->server, NULL);
+    redis_url(url, cap, &f->tls.plain, NULL);
     return 0;
 }
 
 static void redis_stop(store_fixture *f)
 {
-    redis_server_stop(&f->server);
+    redis_server_stop(&f->tls.plain);
+}
+
+/* rediss://: the same server speaking TLS, its certificate checked */
+static int rediss_start(store_fixture *f, char *url, size_t cap)
+{
+    if (!redis_tls_available())
+        return TEST_SKIP;
+    if (redis_tls_server_start(&f->tls, NULL))
+        return -1;
+    snprintf(url, cap, "rediss://127.0.0.1:%d?tls_ca=%s", f->tls.tls_port, f->tls.ca);
+    return 0;
 }
 
 static int redis_poke(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask)
 {
     char name[128];
     snprintf(name, sizeof name, "kvf:%s:%016llx", ns, (unsigned long long)key);
-    redisContext *c = redis_connect(f->server.port, NULL);
+    redisContext *c = redis_connect(f->tls.plain.port, NULL);
     if (!c)
         return -1;
     char at[32];
@@ -179,7 +190,12 @@ static store_fixture fixtures[] = {
     {.name = "file", .start = file_start, .stop = file_stop, .poke = file_poke, .lists = true},
     {.name = "mem", .start = mem_start, .poke = mem_poke, .lists = true},
 #ifdef KVF_HAVE_HIREDIS
-    {.name = "redis", .start = redis_start, .stop = redis_stop, .poke = redis_poke},
+    {.name = "redis", .start = redis_start, .stop = redis_stop, .poke = redis_poke, .lists = true},
+    {.name = "rediss",
+     .start = rediss_start,
+     .stop = redis_stop,
+     .poke = redis_poke,
+     .lists = true},
 #endif
 #ifdef KVF_HAVE_S3
     {.name = "s3", .start = s3_start, .stop = s3_stop, .poke = s3_poke_block, .lists = true},

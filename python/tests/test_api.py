@@ -22,6 +22,25 @@ def test_info():
         assert i.cuda_devices == 0
 
 
+def test_info_stores():
+    """The stores come from the library's registry: each scheme it lists is
+    served by that store (a probe never says no store serves it), and
+    remote_built is whether every remote store is built."""
+    stores = kvf.info().stores
+    names = [s.name for s in stores]
+    assert "file" in names and "mem" in names and len(set(names)) == len(names)
+    for s in stores:
+        assert s.schemes and all(x.endswith("://") for x in s.schemes) and s.detail
+        for scheme in s.schemes:
+            try:
+                kvf.remote_probe(scheme + "127.0.0.1:1", timeout_ms=100)
+            except kvf.KvferryError as e:
+                assert "no store serves" not in str(e)
+                if not s.built:
+                    assert isinstance(e, kvf.Unsupported)
+    assert kvf.info().remote_built == all(s.built for s in stores if s.remote)
+
+
 def test_enums_mirror_the_library():
     for d in kvf.Dtype:
         assert _lib.lib.kvf_dtype_name(d).decode() == d.name.lower()

@@ -67,6 +67,7 @@ STRUCTS = {
     "kvf_cache_config": _lib.CacheConfig_t,
     "kvf_cache_stats": _lib.CacheStats_t,
     "kvf_info": _lib.Info_t,
+    "kvf_store_info": _lib.StoreInfo_t,
     "kvf_tier_cost": _lib.TierCost_t,
     "kvf_costs": _lib.Costs_t,
     "kvf_prefill_cost": _lib.PrefillCost_t,

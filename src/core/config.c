@@ -12,6 +12,7 @@
  */
 #include "config.h"
 #include "log.h"
+#include "redact.h"
 #include "status.h"
 
 #include <ctype.h>
@@ -109,6 +110,7 @@ typedef struct def {
     uint64_t max;             /* K_U32, K_U64, K_I32 */
     const char *default_text; /* K_STR: what NULL means */
     bool path;                /* K_STR: a path, so a blank value is refused */
+    bool url;                 /* K_STR: a URL, listed without its password */
     unsigned dflt;            /* environment-only K_ENUM, K_BOOL: the default */
     const char *env_extra;    /* K_ENUM: one more value, environment only,
                                  that leaves the field AUTO for the backend
@@ -147,7 +149,7 @@ static const def engine_defs[] = {
     {D("file_queue_depth", "KVF_FILE_QUEUE_DEPTH", K_U32, E(file.queue_depth)), .max = 65536},
     {D("gds_compat", "KVF_GDS_COMPAT", K_ENUM, E(file.gds_compat)), .names = gds_compat_names,
      .nnames = N(gds_compat_names)},
-    {D("remote_url", "KVF_REMOTE_URL", K_STR, E(remote.url))},
+    {D("remote_url", "KVF_REMOTE_URL", K_STR, E(remote.url)), .url = true},
     {D("remote_ttl_s", "KVF_REMOTE_TTL_S", K_U32, E(remote.ttl_s)), .max = UINT32_MAX},
     {D("remote_timeout_ms", "KVF_REMOTE_TIMEOUT_MS", K_U32, E(remote.timeout_ms)),
      .max = UINT32_MAX},
@@ -552,7 +554,8 @@ static kvf_status file_load(const char *path, file_kv *f)
 typedef struct entry {
     const def *d;
     kvf_setting_source source;
-    char *text; /* malloc'd */
+    char *text; /* malloc'd: what the setting lists */
+    char *full; /* malloc'd, a URL's only: the value itself, password included */
 } entry;
 
 typedef struct builder {
@@ -562,8 +565,10 @@ typedef struct builder {
 
 static void builder_free(builder *b)
 {
-    for (size_t i = 0; i < b->n; i++)
+    for (size_t i = 0; i < b->n; i++) {
         free(b->v[i].text);
+        free(b->v[i].full);
+    }
     b->n = 0;
 }
 
@@ -601,10 +606,20 @@ static kvf_status resolve_field(const def *d, void *out, const void *dflt, const
 
 static kvf_status add_text(builder *b, const def *d, const char *text, kvf_setting_source source)
 {
-    char *copy = strdup(text);
-    if (!copy)
+    char *copy = strdup(text), *full = NULL;
+    /* a URL lists without its password; the value itself is kept apart */
+    char shown[1024];
+    if (copy && d->url) {
+        full = copy;
+        kvf__url_redact(full, shown, sizeof shown);
+        copy = strdup(shown);
+    }
+    if (!copy || (d->url && !full)) {
+        free(copy);
+        free(full);
         return kvf__fail(KVF_ERR_NOMEM, "settings: out of memory");
-    b->v[b->n++] = (entry){d, source, copy};
+    }
+    b->v[b->n++] = (entry){d, source, copy, full};
     return KVF_OK;
 }
 
@@ -665,12 +680,13 @@ int kvf__env_knob(const char *var)
     return -1;
 }
 
-/* One allocation: the settings, then their texts. */
+/* One allocation: the settings, then their texts (a URL's listed text is
+ * followed by the value itself, which point_strings gives the config). */
 static kvf_status builder_pack(builder *b, kvf_setting **settings_p, size_t *n_p)
 {
     size_t bytes = b->n * sizeof(kvf_setting);
     for (size_t i = 0; i < b->n; i++)
-        bytes += strlen(b->v[i].text) + 1;
+        bytes += strlen(b->v[i].text) + 1 + (b->v[i].full ? strlen(b->v[i].full) + 1 : 0);
     kvf_setting *s = malloc(bytes ? bytes : 1);
     if (!s)
         return kvf__fail(KVF_ERR_NOMEM, "settings: out of memory");
@@ -680,6 +696,11 @@ static kvf_status builder_pack(builder *b, kvf_setting **settings_p, size_t *n_p
         memcpy(text, b->v[i].text, len);
         s[i] = (kvf_setting){b->v[i].d->name, b->v[i].d->env, text, b->v[i].source};
         text += len;
+        if (b->v[i].full) {
+            len = strlen(b->v[i].full) + 1;
+            memcpy(text, b->v[i].full, len);
+            text += len;
+        }
     }
     *settings_p = s;
     *n_p = b->n;
@@ -694,10 +715,12 @@ static void point_strings(const def *defs, unsigned ndefs, void *cfg, const kvf_
     for (unsigned i = 0; i < ndefs; i++) {
         if (defs[i].kind != K_STR)
             continue;
-        for (size_t j = 0; j < n; j++)
-            if (s[j].name == defs[i].name)
-                field_set(&defs[i], cfg, 0,
-                          s[j].source == KVF_SOURCE_DEFAULT || !*s[j].value ? NULL : s[j].value);
+        for (size_t j = 0; j < n; j++) {
+            if (s[j].name != defs[i].name)
+                continue;
+            const char *v = defs[i].url ? s[j].value + strlen(s[j].value) + 1 : s[j].value;
+            field_set(&defs[i], cfg, 0, s[j].source == KVF_SOURCE_DEFAULT || !*v ? NULL : v);
+        }
     }
 }
 

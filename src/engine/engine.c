@@ -74,7 +74,7 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
     bool from_env = kvf__setting_source(e->settings, e->nsettings, "remote_url") == KVF_SOURCE_ENV;
     const kvf__store_kind *kind = kvf__store_kind_of(url);
     char shown[512], schemes[256];
-    kvf__store_url_redact(url, shown, sizeof shown);
+    kvf__url_redact(url, shown, sizeof shown);
     if (kind && kind->built && !kind->built()) {
         if (from_env) {
             KVF_LOG(KVF_LOG_WARN,

@@ -17,6 +17,7 @@
 #define KVF_STORE_H
 
 #include "common.h"
+#include "redact.h"
 #include "status.h"
 
 typedef struct kvf__store kvf__store;
@@ -146,10 +147,6 @@ KVF_INTERNAL void kvf__store_remote_schemes(char *out, size_t cap);
 /* Whether every remote store of the registry is built (kvf_info's
  * remote_built). */
 KVF_INTERNAL bool kvf__store_remote_built(void);
-/* `url` with the password of its user part (scheme://user:PASS@...)
- * written as "***", for every message, log line and listing that names a
- * store: the password is in no output of kvferry. */
-KVF_INTERNAL void kvf__store_url_redact(const char *url, char *out, size_t cap);
 /* $KVF_REMOTE_URL, or NULL when unset or empty. */
 KVF_INTERNAL const char *kvf__store_url_from_env(void);
 /* Whether the store for `url` is built and the URL well formed: KVF_OK,

@@ -48,7 +48,7 @@ kvf_status kvf_remote_probe(const char *url, uint32_t timeout_ms, char *detail, 
     } else if ((st = kvf__store_check_url(url)) == KVF_OK) {
         const kvf__store_kind *k = kvf__store_kind_of(url);
         char shown[512];
-        kvf__store_url_redact(url, shown, sizeof shown);
+        kvf__url_redact(url, shown, sizeof shown);
         if (!k->remote)
             st = kvf__fail(KVF_ERR_INVALID, "%s: a %s store is no remote store", shown, k->name);
         else if (k->probe)

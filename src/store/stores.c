@@ -59,30 +59,6 @@ bool kvf__store_remote_built(void)
     return true;
 }
 
-void kvf__store_url_redact(const char *url, char *out, size_t cap)
-{
-    if (!cap)
-        return;
-    const char *sep = url ? strstr(url, "://") : NULL;
-    if (!sep) {
-        snprintf(out, cap, "%s", url ? url : "(null)");
-        return;
-    }
-    /* the user part ends at the last '@' before the path or query */
-    const char *auth = sep + 3;
-    size_t host_end = strcspn(auth, "/?#");
-    const char *at = NULL;
-    for (const char *q = auth; q < auth + host_end; q++)
-        if (*q == '@')
-            at = q;
-    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-    if (!colon) {
-        snprintf(out, cap, "%s", url);
-        return;
-    }
-    snprintf(out, cap, "%.*s***%s", (int)(colon + 1 - url), url, at);
-}
-
 const char *kvf__store_url_from_env(void)
 {
     const char *v = getenv(KVF_REMOTE_URL_ENV);

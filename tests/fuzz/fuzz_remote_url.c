@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Fuzz target: the remote tier's URL parser (src/store/redis/redis_url.c), the one
  * parser that takes text from the environment ($KVF_REMOTE_URL) and the
- * command line. Properties: a URL taken describes servers that can be
- * connected to, and no message repeats the password. */
+ * command line, TLS parameters included. Properties: a URL taken describes
+ * servers that can be connected to and TLS settings that hold together, no
+ * message repeats the password, and neither does the URL as kvferry shows
+ * it (kvf__url_redact). */
 #include "common.h"
 #include "fuzz.h"
+#include "redact.h"
 #include "redis.h"
 
 #include <string.h>
@@ -56,8 +59,38 @@ static void check_no_password(const char *url, size_t size)
     free(msg);
 }
 
+/* The URL as kvferry shows it (kvf__url_redact) never holds the password. */
+static void check_redacted(const char *url, size_t size)
+{
+    char pass[256], shown[4096];
+    char *rest = malloc(size + 1);
+    if (rest && password_of(url, pass, sizeof pass, rest) && size < sizeof shown - 8) {
+        kvf__url_redact(url, shown, sizeof shown);
+        /* what remains of it once the password is out may hold it by chance */
+        FUZZ_CHECK(!strstr(shown, pass) || strstr(rest, pass));
+    }
+    free(rest);
+}
+
 static void check_taken(const kvf__redis_url *u)
 {
+    /* TLS settings only over TLS, whole strings, a certificate with its key,
+     * a CA only where it is checked */
+    const struct {
+        const char *s;
+        size_t cap;
+    } tls_fields[] = {{u->tls_ca, sizeof u->tls_ca},
+                      {u->tls_ca_dir, sizeof u->tls_ca_dir},
+                      {u->tls_cert, sizeof u->tls_cert},
+                      {u->tls_key, sizeof u->tls_key},
+                      {u->tls_sni, sizeof u->tls_sni}};
+    for (size_t i = 0; i < sizeof tls_fields / sizeof *tls_fields; i++) {
+        FUZZ_CHECK(memchr(tls_fields[i].s, '\0', tls_fields[i].cap));
+        FUZZ_CHECK(u->tls || tls_fields[i].s[0] == '\0');
+    }
+    FUZZ_CHECK(!u->tls_cert[0] == !u->tls_key[0]);
+    FUZZ_CHECK(u->tls_verify || (!u->tls_ca[0] && !u->tls_ca_dir[0]));
+    FUZZ_CHECK(u->tls_verify == 0 || u->tls_verify == 1);
     FUZZ_CHECK(u->seeds >= 1 && u->seeds <= KVF_REDIS_MAX_SEEDS);
     FUZZ_CHECK(u->cluster || u->seeds == 1);
     FUZZ_CHECK(!u->cluster || u->db == 0);
@@ -79,6 +112,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kvf__redis_url u;
     memset(&u, 0xa5, sizeof u); /* poisoned: a failed parse must leave it alone */
     kvf_status st = kvf__redis_url_parse(url, &u);
+    check_redacted(url, size);
     if (st == KVF_OK) {
         check_taken(&u);
     } else {

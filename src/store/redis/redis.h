@@ -13,9 +13,13 @@
  * URLs:
  *   redis://[user[:pass]@]host[:port][/db]       one server (port 6379)
  *   redis-cluster://[user[:pass]@]h1:p1,h2:p2,... seed nodes of a cluster
+ *   rediss://..., rediss-cluster://...[?tls_...]  the same over TLS
  * user and pass may be %-escaped; `[::1]:6379` for IPv6; db must be 0 in a
- * cluster. AUTH is `AUTH user pass` with a user (Redis 6 ACL), `AUTH pass`
- * without one. KVF_REMOTE_URL holds the URL the cache uses by default.
+ * cluster. TLS parameters (redis_url.h): tls_ca=FILE, tls_ca_dir=DIR (else
+ * the system's CAs), tls_cert=FILE and tls_key=FILE (a client
+ * certificate), tls_sni=NAME (sent, and verified instead of the host),
+ * tls_verify=yes|no (the server's certificate and name; yes). AUTH is `AUTH user pass` with a user
+ * (Redis 6 ACL), `AUTH pass` without one. KVF_REMOTE_URL holds the URL the cache uses by default.
  *
  * In a cluster, keys go to the node owning their hash slot (CLUSTER SLOTS
  * at open); MOVED replies are followed and refresh the slot map, ASK
@@ -59,6 +63,13 @@ typedef struct kvf__redis_config {
 
 /* Whether this build has the Redis client (hiredis found at build time). */
 KVF_INTERNAL int kvf__redis_built(void);
+/* Whether this build speaks TLS (hiredis >= 1.0 with hiredis_ssl). */
+KVF_INTERNAL bool kvf__redis_tls_built(void);
+/* Whether the URL's TLS settings can be used: KVF_OK (no TLS asked, or the
+ * files it names load and hold together), KVF_ERR_UNSUPPORTED (TLS asked
+ * in a build without it: the message says how to get it),
+ * KVF_ERR_INVALID (naming the parameter and file). */
+KVF_INTERNAL kvf_status kvf__redis_tls_check(const kvf__redis_url *u);
 /* What the client is built with, for `kvferry info`: hiredis' version and
  * whether rediss:// (TLS) works. */
 KVF_INTERNAL void kvf__redis_describe(char *line, size_t cap);
@@ -151,6 +162,13 @@ static inline kvf_status kvf__redis_delete_batch(kvf__redis *r, const uint64_t *
 {
     return kvf__redis_delete_batch_until(r, keys, n, 0, status);
 }
+
+/* Visits every block of the namespace whose header and length check, each
+ * once (in key order; mtime_ns 0), found with SCAN on the server or on
+ * every cluster node that serves slots (redis_scan.c), never a blocking
+ * KEYS. KVF_ERR_REMOTE / KVF_ERR_TIMEOUT naming a node that cannot be
+ * listed (nothing visited then). */
+KVF_INTERNAL kvf_status kvf__redis_list(kvf__redis *r, kvf__store_visit_fn visit, void *arg);
 
 /* PINGs the server, or every cluster node that serves slots. KVF_OK when
  * all answer. */

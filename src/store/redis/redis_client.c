@@ -44,17 +44,6 @@
  * parses the first blocks while later ones are still being checksummed */
 #define SEND_CHUNK ((size_t)256 << 10)
 
-struct kvf__redis {
-    char ns[72];
-    uint64_t ns_hash;
-    uint64_t fingerprint;
-    uint32_t retries, retry_backoff_ms;
-    char set_tail[64]; /* after the value: CRLF, then EX <ttl> when asked */
-    size_t set_tail_len;
-    int set_argc;
-    kvf__redis_topology topo;
-};
-
 typedef enum op_kind { OP_SET, OP_GET, OP_EXISTS, OP_DEL } op_kind;
 
 /* One block of a batch. */
@@ -535,18 +524,6 @@ kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, si
 
 /* Whether `node` owns a slot: a seed that is not (or no longer) part of
  * the cluster is not pinged. */
-static bool serves_slots(kvf__redis_topology *t, size_t index)
-{
-    if (!t->cluster)
-        return index == 0;
-    bool serves = false;
-    pthread_mutex_lock(&t->lock);
-    for (size_t s = 0; s < KVF_REDIS_SLOTS && !serves; s++)
-        serves = t->slot_node[s] == index;
-    pthread_mutex_unlock(&t->lock);
-    return serves;
-}
-
 static kvf_status ping_node(kvf__redis_node *node)
 {
     redisContext *c;
@@ -576,7 +553,7 @@ kvf_status kvf__redis_ping(kvf__redis *r)
         pthread_mutex_unlock(&r->topo.lock);
         if (!node)
             return KVF_OK;
-        kvf_status st = serves_slots(&r->topo, i) ? ping_node(node) : KVF_OK;
+        kvf_status st = kvf__redis_topology_serves(&r->topo, i) ? ping_node(node) : KVF_OK;
         if (st != KVF_OK)
             return st;
     }
@@ -589,7 +566,9 @@ int kvf__redis_built(void)
 
 void kvf__redis_describe(char *line, size_t cap)
 {
-    snprintf(line, cap, "hiredis %d.%d.%d, no TLS", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+    snprintf(line, cap, "hiredis %d.%d.%d, %s", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH,
+             kvf__redis_tls_built() ? "TLS (rediss://, rediss-cluster://)"
+                                    : "no TLS (rediss:// needs hiredis >= 1.0 with hiredis_ssl)");
 }
 
 kvf_status kvf__redis_open(const kvf__redis_config *cfg, kvf__redis **remote_p)
@@ -630,6 +609,21 @@ kvf_status kvf__redis_open(const kvf__redis_config *cfg, kvf__redis **remote_p)
                             .down_ms = cfg->down_ms};
     memcpy(opts.user, u.user, sizeof opts.user);
     memcpy(opts.pass, u.pass, sizeof opts.pass);
+#ifdef KVF_HAVE_REDIS_TLS
+    if (u.tls && (st = kvf__redis_tls_new(&u, &opts.tls)) != KVF_OK) {
+        memset(&u, 0, sizeof u);
+        memset(&opts, 0, sizeof opts);
+        free(r);
+        return st;
+    }
+#else
+    if ((st = kvf__redis_tls_check(&u)) != KVF_OK) {
+        memset(&u, 0, sizeof u);
+        memset(&opts, 0, sizeof opts);
+        free(r);
+        return st;
+    }
+#endif
     st = kvf__redis_topology_init(&r->topo, &u, &opts);
     /* the password lives on in the topology only */
     memset(&u, 0, sizeof u);
@@ -667,7 +661,7 @@ kvf_status kvf__redis_probe(const char *url, uint32_t timeout_ms, char *detail, 
         else if (r->topo.cluster) {
             size_t serving = 0;
             for (size_t i = 0; i < r->topo.node_count; i++)
-                serving += serves_slots(&r->topo, i);
+                serving += kvf__redis_topology_serves(&r->topo, i);
             snprintf(detail, cap, "redis cluster, %zu master(s) serving slots", serving);
         } else
             snprintf(detail, cap, "redis %s db %u", r->topo.nodes[0]->name, r->topo.opts.db);

@@ -203,5 +203,21 @@ void kvf__redis_topology_fini(kvf__redis_topology *t)
     for (size_t i = 0; i < t->node_count; i++)
         kvf__redis_node_destroy(t->nodes[i]);
     t->node_count = 0;
+#ifdef KVF_HAVE_REDIS_TLS
+    kvf__redis_tls_free(t->opts.tls);
+    t->opts.tls = NULL;
+#endif
     pthread_mutex_destroy(&t->lock);
+}
+
+bool kvf__redis_topology_serves(kvf__redis_topology *t, size_t index)
+{
+    if (!t->cluster)
+        return index == 0;
+    bool serves = false;
+    pthread_mutex_lock(&t->lock);
+    for (size_t s = 0; s < KVF_REDIS_SLOTS && !serves; s++)
+        serves = t->slot_node[s] == index;
+    pthread_mutex_unlock(&t->lock);
+    return serves;
 }

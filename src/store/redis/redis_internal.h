@@ -17,8 +17,13 @@
 #define KVF_REDIS_MAX_NODES 256
 #define KVF_REDIS_NO_NODE 0xffffu
 
+/* TLS (redis_tls.c): an OpenSSL context and the names its connections
+ * verify, made from a rediss:// URL's parameters. */
+typedef struct kvf__redis_tls kvf__redis_tls;
+
 /* How every connection is made: from the config and the URL. */
 typedef struct kvf__redis_opts {
+    kvf__redis_tls *tls; /* NULL: plain TCP */
     char user[128];
     char pass[256];
     uint32_t db;
@@ -88,6 +93,36 @@ KVF_INTERNAL kvf_status kvf__redis_node_command(kvf__redis_node *node, redisCont
                                                 const char **argv, const size_t *lens,
                                                 redisReply **reply_p);
 
+/* The TLS context of a rediss:// URL: CA file or directory (else the
+ * system's CAs), client certificate and key, the name to verify.
+ * KVF_ERR_INVALID naming the parameter and file that cannot be used;
+ * KVF_ERR_UNSUPPORTED in a build without TLS. */
+KVF_INTERNAL kvf_status kvf__redis_tls_new(const kvf__redis_url *u, kvf__redis_tls **tls_p);
+KVF_INTERNAL void kvf__redis_tls_free(kvf__redis_tls *t);
+/* The handshake on a connection just made (timeouts set): KVF_OK, or
+ * KVF_ERR_REMOTE naming the node and why (a certificate refused, a server
+ * that does not speak TLS). */
+KVF_INTERNAL kvf_status kvf__redis_tls_start(kvf__redis_node *node, redisContext *c);
+/* Whether the TLS session holds bytes already read that hiredis has not
+ * taken (a poll on the socket would not see them). */
+KVF_INTERNAL bool kvf__redis_tls_pending(redisContext *c);
+/* kvf__send_all through a connection's TLS session. */
+KVF_INTERNAL int kvf__redis_tls_send_all(redisContext *c, struct iovec *iov, size_t n,
+                                         uint64_t deadline_ns);
+
+#ifndef KVF_HAVE_REDIS_TLS
+/* no TLS in this build: opts->tls is never set, and these never called */
+#define kvf__redis_tls_start(node, c) KVF_ERR_UNSUPPORTED
+#define kvf__redis_tls_pending(c) false
+#define kvf__redis_tls_send_all(c, iov, n, deadline_ns) (-1)
+#endif
+
+/* The next reply to commands appended on a connection (redisAppendCommand
+ * and kin), written first where still buffered, under the command timeout;
+ * failures named after the node. */
+KVF_INTERNAL kvf_status kvf__redis_node_reply(kvf__redis_node *node, redisContext *c,
+                                              redisReply **reply_p);
+
 /* CRC16 (XMODEM) of the key, or of its {hashtag}, modulo 16384. */
 KVF_INTERNAL uint16_t kvf__redis_key_slot(const char *key, size_t len);
 
@@ -104,7 +139,8 @@ typedef struct kvf__redis_topology {
     uint16_t fallback; /* a node serving slots: where a slot nobody owns is sent */
 } kvf__redis_topology;
 
-/* Seeds from the URL; a cluster's slot map read from the first seed that
+/* Seeds from the URL; opts->tls (when set) is the topology's from then on,
+ * also after a failure. A cluster's slot map read from the first seed that
  * answers CLUSTER SLOTS. A single server is connected once, to check it
  * answers and the credentials. */
 KVF_INTERNAL kvf_status kvf__redis_topology_init(kvf__redis_topology *t, const kvf__redis_url *u,
@@ -119,7 +155,22 @@ KVF_INTERNAL kvf__redis_node *kvf__redis_topology_node(kvf__redis_topology *t, c
 /* A MOVED reply: `slot` now lives on `node`. */
 KVF_INTERNAL void kvf__redis_topology_moved(kvf__redis_topology *t, uint16_t slot,
                                             kvf__redis_node *node);
+/* Whether node `index` serves slots (a single server: index 0). */
+KVF_INTERNAL bool kvf__redis_topology_serves(kvf__redis_topology *t, size_t index);
 /* Rereads the slot map, asking `first` (may be NULL) before the others. */
 KVF_INTERNAL kvf_status kvf__redis_topology_refresh(kvf__redis_topology *t, kvf__redis_node *first);
+
+/* A handle (redis.h): what its batch calls (redis_client.c) and its
+ * listing (redis_scan.c) share. */
+struct kvf__redis {
+    char ns[72];
+    uint64_t ns_hash;
+    uint64_t fingerprint;
+    uint32_t retries, retry_backoff_ms;
+    char set_tail[64]; /* after the value: CRLF, then EX <ttl> when asked */
+    size_t set_tail_len;
+    int set_argc;
+    kvf__redis_topology topo;
+};
 
 #endif /* KVF_REDIS_INTERNAL_H */

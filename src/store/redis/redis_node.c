@@ -98,6 +98,16 @@ kvf_status kvf__redis_node_command(kvf__redis_node *node, redisContext *c, int a
     return KVF_OK;
 }
 
+kvf_status kvf__redis_node_reply(kvf__redis_node *node, redisContext *c, redisReply **reply_p)
+{
+    void *reply = NULL;
+    errno = 0;
+    if (redisGetReply(c, &reply) != REDIS_OK || !reply)
+        return context_failure(node, c, errno, "reply", node->opts->timeout_ms);
+    *reply_p = reply;
+    return KVF_OK;
+}
+
 /* Runs a setup command (AUTH, SELECT) that must answer +OK. */
 static kvf_status setup_command(kvf__redis_node *node, redisContext *c, int argc, const char **argv,
                                 const char *what)
@@ -145,6 +155,8 @@ static kvf_status connect_node(kvf__redis_node *node, uint32_t left_ms, redisCon
         st = context_failure(node, c, errno, "setting the timeout", setup_ms);
         goto free_context;
     }
+    if (o->tls && (st = kvf__redis_tls_start(node, c)) != KVF_OK)
+        goto free_context;
     if (o->pass[0]) {
         char what[192];
         if (o->user[0]) {
@@ -293,7 +305,9 @@ static uint64_t deadline_or_timeout(const kvf__redis_node *node, uint64_t deadli
 kvf_status kvf__redis_node_send(kvf__redis_node *node, redisContext *c, struct iovec *iov, size_t n,
                                 uint64_t deadline_ns)
 {
-    if (kvf__send_all(c->fd, iov, n, deadline_or_timeout(node, deadline_ns)) == 0)
+    uint64_t deadline = deadline_or_timeout(node, deadline_ns);
+    if ((node->opts->tls ? kvf__redis_tls_send_all(c, iov, n, deadline)
+                         : kvf__send_all(c->fd, iov, n, deadline)) == 0)
         return KVF_OK;
     if (errno == ETIMEDOUT)
         return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: send: not accepting bytes in time",
@@ -314,7 +328,9 @@ kvf_status kvf__redis_node_read(kvf__redis_node *node, redisContext *c, uint64_t
             *reply_p = reply;
             return KVF_OK;
         }
-        int ready = kvf__wait_fd(c->fd, POLLIN, kvf__ms_left(deadline_ns, UINT32_MAX));
+        int ready = node->opts->tls && kvf__redis_tls_pending(c)
+                        ? 1
+                        : kvf__wait_fd(c->fd, POLLIN, kvf__ms_left(deadline_ns, UINT32_MAX));
         if (ready == 0)
             return kvf__fail(KVF_ERR_TIMEOUT, "redis %s: reply: not complete in time", node->name);
         if (ready < 0)

@@ -48,6 +48,11 @@ kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, si
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }
 
+kvf_status kvf__redis_list(kvf__redis *r, kvf__store_visit_fn visit, void *arg)
+{
+    return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
+}
+
 kvf_status kvf__redis_ping(kvf__redis *r)
 {
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);

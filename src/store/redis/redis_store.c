@@ -25,6 +25,10 @@ static kvf_status redis_check_url(const char *url)
 {
     kvf__redis_url parsed;
     kvf_status st = kvf__redis_url_parse(url, &parsed);
+    /* at create: a TLS setting that cannot work is said now, not at the
+     * first connection */
+    if (st == KVF_OK)
+        st = kvf__redis_tls_check(&parsed);
     memset(&parsed, 0, sizeof parsed); /* the password */
     return st;
 }
@@ -131,13 +135,12 @@ static kvf_status redis_exists(kvf__store *s, kvf__store_block *blocks, size_t n
     return keyed(s, blocks, n, deadline_ns, false);
 }
 
+/* SCAN, never KEYS (redis_scan.c). A cache restores from files only: a
+ * shared Redis may hold millions of other processes' blocks, found by
+ * exists when asked for; listing is for the callers that ask. */
 static kvf_status redis_list(kvf__store *base, kvf__store_visit_fn visit, void *arg)
 {
-    (void)visit;
-    (void)arg;
-    /* a cache restores from files only: a shared Redis may hold millions
-     * of other processes' blocks, found by exists when asked for */
-    return kvf__fail(KVF_ERR_UNSUPPORTED, "%s: the Redis store is not listed", base->where);
+    return kvf__redis_list(((redis_store *)base)->remote, visit, arg);
 }
 
 static void redis_close(kvf__store *base)
@@ -168,7 +171,7 @@ static kvf_status redis_open(const kvf__store_config *cfg, kvf__store **store_p)
         rc.connect_timeout_ms = rc.timeout_ms = cfg->timeout_ms;
     redis_store *s = calloc(1, sizeof *s);
     char shown[512];
-    kvf__store_url_redact(cfg->url, shown, sizeof shown);
+    kvf__url_redact(cfg->url, shown, sizeof shown);
     if (s)
         s->base.where = strdup(shown);
     if (!s || !s->base.where) {
@@ -188,7 +191,8 @@ static kvf_status redis_open(const kvf__store_config *cfg, kvf__store **store_p)
     return KVF_OK;
 }
 
-static const char *const redis_schemes[] = {"redis", "redis-cluster", NULL};
+static const char *const redis_schemes[] = {"redis", "redis-cluster", "rediss", "rediss-cluster",
+                                            NULL};
 
 const kvf__store_kind kvf__redis_store_kind = {
     .name = "redis",

@@ -14,7 +14,15 @@
 
 /* A parsed URL. */
 typedef struct kvf__redis_url {
-    int cluster; /* redis-cluster:// */
+    int cluster; /* redis-cluster:// or rediss-cluster:// */
+    int tls;     /* rediss:// or rediss-cluster:// */
+    /* TLS parameters (rediss:// only), "" when not given */
+    char tls_ca[512];     /* ?tls_ca=FILE: CA certificates (PEM) that verify the server */
+    char tls_ca_dir[512]; /* ?tls_ca_dir=DIR: a directory of them (c_rehash'd) */
+    char tls_cert[512];   /* ?tls_cert=FILE: this client's certificate (PEM) */
+    char tls_key[512];    /* ?tls_key=FILE: its private key (PEM) */
+    char tls_sni[256];    /* ?tls_sni=NAME: the server name sent and verified; default the host */
+    int tls_verify;       /* ?tls_verify=yes|no: check the server's certificate and name (yes) */
     char user[128];
     char pass[256];
     uint32_t db;

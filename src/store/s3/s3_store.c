@@ -42,7 +42,7 @@ static kvf_status s3_check_url(const char *url)
 {
     kvf__s3_url u;
     char shown[640];
-    kvf__store_url_redact(url, shown, sizeof shown);
+    kvf__url_redact(url, shown, sizeof shown);
     kvf_status st = kvf__s3_url_parse(url, &u);
     if (st == KVF_OK)
         st = kvf__s3_creds_resolve(&u, shown);
@@ -402,7 +402,7 @@ static kvf_status reach(s3_store *s, const char *shown, uint64_t *took_ns)
 static kvf_status s3_make(const kvf__store_config *cfg, s3_store **s_p, uint64_t *took_ns)
 {
     char shown[640];
-    kvf__store_url_redact(cfg->url, shown, sizeof shown);
+    kvf__url_redact(cfg->url, shown, sizeof shown);
     if (!cfg->ns || !kvf__ns_valid(cfg->ns))
         return kvf__fail(KVF_ERR_INVALID, "%s: namespace \"%s\" is not [A-Za-z0-9._-]{1,64}", shown,
                          cfg->ns ? cfg->ns : "(null)");

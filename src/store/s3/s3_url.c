@@ -145,7 +145,7 @@ kvf_status kvf__s3_url_parse(const char *url, kvf__s3_url *u)
 {
     memset(u, 0, sizeof *u);
     char shown[640];
-    kvf__store_url_redact(url, shown, sizeof shown);
+    kvf__url_redact(url, shown, sizeof shown);
     const char *what = NULL;
     if (!url || strncmp(url, "s3://", 5) != 0) {
         what = "not an s3:// URL";
