@@ -65,9 +65,9 @@ static inline bool s3_port_free(int port)
     return ok;
 }
 
-/* A base b with b..b+7 free: the HTTP and gRPC ports of the S3 gateway,
- * master, volume server and filer. */
-static inline int s3_pick_ports(void)
+/* A base b with b..b+n-1 free: e.g. the HTTP and gRPC ports of the S3
+ * gateway, master, volume server and filer. */
+static inline int s3_pick_ports(int n)
 {
     static uint64_t seed;
     if (!seed)
@@ -75,7 +75,7 @@ static inline int s3_pick_ports(void)
     for (int tries = 0; tries < 1000; tries++) {
         int p = 20000 + (int)(test_xorshift64(&seed) % 25000);
         bool ok = true;
-        for (int i = 0; ok && i < 8; i++)
+        for (int i = 0; ok && i < n; i++)
             ok = s3_port_free(p + i);
         if (ok)
             return p;
@@ -194,6 +194,40 @@ static inline void s3_server_stop(s3_server *s)
     }
 }
 
+/* The S3 gateway's identities, dir/s3.json (its path in cfg): 0 or -1. */
+static inline int s3_write_config(const char *dir, char *cfg, size_t cap)
+{
+    snprintf(cfg, cap, "%s/s3.json", dir);
+    FILE *f = fopen(cfg, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "{\"identities\":[{\"name\":\"kvf\",\"credentials\":[{\"accessKey\":\"%s\","
+            "\"secretKey\":\"%s\"}],\"actions\":[\"Admin\",\"Read\",\"Write\",\"List\"]}]}\n",
+            S3_ACCESS, S3_SECRET);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Starts `weed ARGS...` in the background, its output appended to `log`;
+ * it dies with the test. The pid, or -1. */
+static inline pid_t s3_spawn(const char *weed, const char *log, char *const *args)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        setpgid(0, 0);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execv(weed, args);
+        _exit(127);
+    }
+    return pid;
+}
+
 /* Starts `s` (weed found by s3_weed_found first), or restarts it on its
  * ports and dir, and makes bucket "kvf": waits up to 60 s for a put into
  * it to succeed. 0 or -1. */
@@ -203,18 +237,11 @@ static inline int s3_server_start(s3_server *s)
     if (!s->dir[0] && test_tmpdir(s->dir, sizeof s->dir))
         return -1;
     char cfg[320];
-    snprintf(cfg, sizeof cfg, "%s/s3.json", s->dir);
-    FILE *f = fopen(cfg, "w");
-    if (!f)
+    if (s3_write_config(s->dir, cfg, sizeof cfg))
         return -1;
-    fprintf(f,
-            "{\"identities\":[{\"name\":\"kvf\",\"credentials\":[{\"accessKey\":\"%s\","
-            "\"secretKey\":\"%s\"}],\"actions\":[\"Admin\",\"Read\",\"Write\",\"List\"]}]}\n",
-            S3_ACCESS, S3_SECRET);
-    fclose(f);
     for (int attempt = 0; attempt < 3; attempt++) {
         /* a restart keeps its ports and data: clients know it by them */
-        int base = s->port ? s->port : s3_pick_ports();
+        int base = s->port ? s->port : s3_pick_ports(8);
         if (base < 0)
             return -1;
         char a[10][400];
@@ -230,24 +257,29 @@ static inline int s3_server_start(s3_server *s)
         snprintf(a[9], sizeof a[9], "-filer.port.grpc=%d", base + 7);
         char log[320];
         snprintf(log, sizeof log, "%s/weed.log", s->dir);
-        fflush(NULL);
-        pid_t pid = fork();
+        char *args[] = {"weed",
+                        "server",
+                        a[0],
+                        "-s3",
+                        a[1],
+                        a[2],
+                        a[3],
+                        a[4],
+                        a[5],
+                        a[6],
+                        a[7],
+                        a[8],
+                        a[9],
+                        "-s3.port.iceberg=0",
+                        "-s3.port.lance=0",
+                        "-ip=127.0.0.1",
+                        "-ip.bind=127.0.0.1",
+                        "-volume.max=100",
+                        "-master.volumeSizeLimitMB=1024",
+                        NULL};
+        pid_t pid = s3_spawn(s->weed, log, args);
         if (pid < 0)
             return -1;
-        if (pid == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            setpgid(0, 0);
-            int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-            if (fd >= 0) {
-                dup2(fd, 1);
-                dup2(fd, 2);
-            }
-            execl(s->weed, "weed", "server", a[0], "-s3", a[1], a[2], a[3], a[4], a[5], a[6], a[7],
-                  a[8], a[9], "-s3.port.iceberg=0", "-s3.port.lance=0", "-ip=127.0.0.1",
-                  "-ip.bind=127.0.0.1", "-volume.max=100", "-master.volumeSizeLimitMB=1024",
-                  (char *)NULL);
-            _exit(127);
-        }
         s->pid = pid;
         s->port = base;
         struct timespec t0, t;
