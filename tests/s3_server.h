@@ -14,6 +14,7 @@
 #ifndef KVF_TEST_S3_SERVER_H
 #define KVF_TEST_S3_SERVER_H
 
+#include "store.h"
 #include "testutil.h"
 
 #include <curl/curl.h>
@@ -310,6 +311,35 @@ static inline void s3_url(char *out, size_t cap, const s3_server *s, const char 
 {
     snprintf(out, cap, "s3://%s:%s@kvf/%s?endpoint=http://127.0.0.1:%d&region=us-east-1", S3_ACCESS,
              S3_SECRET_ESCAPED, prefix, s->port);
+}
+
+/* Blocks base..base+n of `bytes` each over buf: for a write filled with
+ * bytes that follow from their key, for a read poisoned. */
+static inline void s3_blocks(kvf__store_block *b, uint8_t *buf, uint64_t base, size_t n,
+                             size_t bytes, bool write)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (write)
+            test_fill_random(buf + i * bytes, bytes, base + i);
+        else
+            memset(buf + i * bytes, 0xc3, bytes);
+        b[i] = (kvf__store_block){.key = base + i,
+                                  .tokens = 3,
+                                  .pools = 1,
+                                  .buf = buf + i * bytes,
+                                  .cap = bytes,
+                                  .payload_bytes = bytes};
+    }
+}
+
+/* Whether read block b holds the bytes s3_blocks writes under its key. */
+static inline bool s3_block_exact(const kvf__store_block *b, size_t bytes)
+{
+    uint8_t *want = malloc(bytes);
+    test_fill_random(want, bytes, b->key);
+    bool ok = b->status == KVF_OK && b->payload_bytes == bytes && !memcmp(want, b->buf, bytes);
+    free(want);
+    return ok;
 }
 
 #endif /* KVF_TEST_S3_SERVER_H */

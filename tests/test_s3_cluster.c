@@ -122,30 +122,14 @@ static void cluster_stop(void)
     test_rmtree(cl.gw.dir);
 }
 
-/* blocks base..base+n: written with their key's bytes, or poisoned to read */
 static void make(kvf__store_block *b, uint8_t *buf, uint64_t base, size_t n, bool write)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (write)
-            test_fill_random(buf + i * BYTES, BYTES, base + i);
-        else
-            memset(buf + i * BYTES, 0xc3, BYTES);
-        b[i] = (kvf__store_block){.key = base + i,
-                                  .tokens = 5,
-                                  .pools = 1,
-                                  .buf = buf + i * BYTES,
-                                  .cap = BYTES,
-                                  .payload_bytes = BYTES};
-    }
+    s3_blocks(b, buf, base, n, BYTES, write);
 }
 
 static bool exact(const kvf__store_block *b)
 {
-    uint8_t *want = malloc(BYTES);
-    test_fill_random(want, BYTES, b->key);
-    bool ok = b->status == KVF_OK && b->payload_bytes == BYTES && !memcmp(want, b->buf, BYTES);
-    free(want);
-    return ok;
+    return s3_block_exact(b, BYTES);
 }
 
 static int test_volume_server_killed(void)

@@ -250,29 +250,12 @@ static void blocks_make(blocks *k, uint64_t base, size_t n, bool write)
 {
     k->n = n;
     k->buf = malloc(n * BYTES);
-    for (size_t i = 0; i < n; i++) {
-        if (write)
-            test_fill_random(k->buf + i * BYTES, BYTES, base + i);
-        else
-            memset(k->buf + i * BYTES, 0xc3, BYTES);
-        k->b[i] = (kvf__store_block){.key = base + i,
-                                     .tokens = 3,
-                                     .pools = 1,
-                                     .buf = k->buf + i * BYTES,
-                                     .cap = BYTES,
-                                     .payload_bytes = BYTES};
-    }
+    s3_blocks(k->b, k->buf, base, n, BYTES, write);
 }
 
-/* whether block i holds what was written under its key */
 static bool block_right(const blocks *k, size_t i)
 {
-    uint8_t *want = malloc(BYTES);
-    test_fill_random(want, BYTES, k->b[i].key);
-    bool ok = k->b[i].status == KVF_OK && k->b[i].payload_bytes == BYTES &&
-              !memcmp(want, k->buf + i * BYTES, BYTES);
-    free(want);
-    return ok;
+    return s3_block_exact(&k->b[i], BYTES);
 }
 
 /* the blocks stored at the start are all there, straight from the server */

@@ -162,33 +162,17 @@ static kvf_status batch(kvf__store *s, uint64_t base, size_t n, bool write, size
 {
     size_t bytes = 256u << 10;
     kvf__store_block *blk = calloc(n, sizeof *blk);
-    uint8_t *buf = malloc(n * bytes), *want = malloc(bytes);
-    for (size_t i = 0; i < n; i++) {
-        if (write)
-            test_fill_random(buf + i * bytes, bytes, base + i);
-        else
-            memset(buf + i * bytes, 0xc3, bytes);
-        blk[i] = (kvf__store_block){.key = base + i,
-                                    .tokens = 7,
-                                    .pools = 1,
-                                    .buf = buf + i * bytes,
-                                    .cap = bytes,
-                                    .payload_bytes = bytes};
-    }
+    uint8_t *buf = malloc(n * bytes);
+    s3_blocks(blk, buf, base, n, bytes, write);
     kvf_status st = write ? s->ops->write(s, blk, n, 0) : s->ops->read(s, blk, n, 0);
     *ok_p = 0;
     for (size_t i = 0; i < n; i++) {
-        if (blk[i].status != KVF_OK) {
-            if (first_msg && !first_msg[0])
-                snprintf(first_msg, cap, "%s", blk[i].msg);
-            continue;
-        }
-        test_fill_random(want, bytes, base + i);
-        *ok_p += write || (blk[i].payload_bytes == bytes && !memcmp(want, buf + i * bytes, bytes));
+        if (blk[i].status != KVF_OK && first_msg && !first_msg[0])
+            snprintf(first_msg, cap, "%s", blk[i].msg);
+        *ok_p += blk[i].status == KVF_OK && (write || s3_block_exact(&blk[i], bytes));
     }
     free(blk);
     free(buf);
-    free(want);
     return st;
 }
 
