@@ -89,3 +89,24 @@ def test_cache_remote_tier_on_s3(seaweedfs):
     for e, c in made:
         c.close()
         e.close()
+
+
+def test_wrong_keys_named_without_secret(seaweedfs, caplog):
+    """Keys the server refuses fail the move with the URL named, its
+    secret in no error and no log line."""
+    import seaweedfs as sw
+    url = seaweedfs.url("wrong").replace(f":{sw.SECRET}@", ":notthesecret42@")
+    assert "notthesecret42" in url
+    kvf.install_log_handler("debug")
+    try:
+        e = kvf.Engine(backend="host", file_namespace="py", remote_url=url)
+        e.add_pool(kvf.Geometry(layers=1, kv_factor=2, kv_heads=1, tokens_per_block=16, head_size=32),
+                   primary=2)
+        with pytest.raises(kvf.KvferryError) as err:
+            e.offload(kvf.Tier.REMOTE, [(0, 1)]).wait(check=True)
+        e.close()
+    finally:
+        kvf.remove_log_handler()
+    assert "403" in str(err.value) and "***@kvf/wrong" in str(err.value)
+    assert "notthesecret42" not in str(err.value)
+    assert caplog.records and not any("notthesecret42" in r.getMessage() for r in caplog.records)
