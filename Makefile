@@ -141,7 +141,7 @@ wheel-check: wheel
 FUZZ_BUILD ?= build-fuzz
 VALGRIND_BUILD ?= build-valgrind
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= blockhdr remote_url trace
+FUZZ_TARGETS ?= blockhdr remote_url s3_url trace
 FUZZ_CC ?= $(shell command -v clang-14 || command -v clang || echo clang)
 
 .PHONY: fuzz valgrind
