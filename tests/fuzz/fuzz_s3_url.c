@@ -40,11 +40,10 @@ static void check_taken(const kvf__s3_url *u)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *url = malloc(size + 1);
+    /* a URL ends at its first NUL, as the environment's does */
+    char *url = strndup((const char *)data, size);
     if (!url)
         return 0;
-    memcpy(url, data, size);
-    url[size] = '\0';
     unsetenv("AWS_ENDPOINT_URL_S3");
     unsetenv("AWS_ENDPOINT_URL");
     kvf__s3_url u;
