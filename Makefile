@@ -44,6 +44,7 @@ build: configure
 
 check: build
 	@$(MAKE) --no-print-directory pydeps
+	@sh scripts/install-seaweedfs.sh >/dev/null || echo "make check: SeaweedFS not installed: the S3 tests skip"
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
 # demo: what this machine offers, a verified bench with what each of its rows
@@ -166,7 +167,7 @@ wheel-check: wheel
 FUZZ_BUILD ?= build-fuzz
 VALGRIND_BUILD ?= build-valgrind
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= blockhdr remote_url trace
+FUZZ_TARGETS ?= blockhdr remote_url s3_url trace
 FUZZ_CC ?= $(shell command -v clang-14 || command -v clang || echo clang)
 
 .PHONY: fuzz valgrind

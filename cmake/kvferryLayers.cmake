@@ -17,12 +17,15 @@ target_include_directories(kvf_layer_settings INTERFACE ${PROJECT_SOURCE_DIR}/in
 target_compile_definitions(kvf_layer_settings INTERFACE KVF_BUILDING_LIBRARY _GNU_SOURCE
   $<$<BOOL:${KVF_HAVE_CUDA}>:KVF_HAVE_CUDA> $<$<BOOL:${KVF_HAVE_URING}>:KVF_HAVE_URING>
   $<$<BOOL:${KVF_HAVE_HIREDIS}>:KVF_HAVE_HIREDIS> $<$<BOOL:${KVF_HAVE_REDIS_TLS}>:KVF_HAVE_REDIS_TLS>
-  $<$<BOOL:${KVF_HAVE_YAML}>:KVF_HAVE_YAML>)
+  $<$<BOOL:${KVF_HAVE_YAML}>:KVF_HAVE_YAML> $<$<BOOL:${KVF_HAVE_S3}>:KVF_HAVE_S3>)
 if(KVF_HAVE_URING)
   target_include_directories(kvf_layer_settings INTERFACE ${KVF_URING_INCLUDE})
 endif()
 if(KVF_HAVE_HIREDIS)
   target_include_directories(kvf_layer_settings INTERFACE ${HIREDIS_INCLUDE_DIRS})
+endif()
+if(KVF_HAVE_S3)
+  target_include_directories(kvf_layer_settings INTERFACE ${CURL_INCLUDE_DIRS} ${EXPAT_INCLUDE_DIRS})
 endif()
 if(KVF_HAVE_YAML)
   target_include_directories(kvf_layer_settings INTERFACE ${YAML_INCLUDE_DIRS})

@@ -36,9 +36,10 @@ fi
 # libcjson-dev: the kvferry CLI's JSON writers; libssl-dev, openssl and
 # python3-venv: the Redis client with TLS where the system's hiredis has none
 # (scripts/build-hiredis-tls.sh, below: a throwaway environment's pip only
-# downloads its source).
+# downloads its source); libcurl4-openssl-dev and libexpat1-dev: the S3 store
+# (SigV4 requests, listings).
 need="cmake make gcc pkg-config liburing-dev libhiredis-dev redis-server redis-tools libxxhash-dev libyaml-dev libcjson-dev"
-need="$need libssl-dev openssl python3-venv"
+need="$need libssl-dev openssl python3-venv libcurl4-openssl-dev libexpat1-dev"
 
 py=""
 if [ -n "$venv" ]; then

@@ -63,6 +63,12 @@ unwritable() {
 
 "$kvf" info | grep -q "host   available"
 "$kvf" version | grep -q kvferry
+# the S3 store is listed, built or saying what it needs; an s3:// URL's
+# secret is in no listing
+"$kvf" info | grep -q "^  s3  *s3://"
+KVF_REMOTE_URL="s3://key:verysecret@bucket/p" "$kvf" info --config >"$tmp/s3cfg" 2>&1 || true
+grep -q "s3://key:\*\*\*@bucket/p" "$tmp/s3cfg"
+if grep -q verysecret "$tmp/s3cfg"; then fail "kvferry info --config printed an s3:// secret"; fi
 # info --config: each setting's value and source, as text and JSON; a bad value fails
 KVF_BACKEND=Host "$kvf" info --config | grep -q "^backend  *host  *environment  *KVF_BACKEND\$"
 KVF_BACKEND=Host "$kvf" info --config --json - | python3 -c 'import json, sys

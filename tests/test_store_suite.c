@@ -24,6 +24,9 @@
 #ifdef KVF_HAVE_HIREDIS
 #include "redis_tls_server.h"
 #endif
+#ifdef KVF_HAVE_S3
+#include "s3_server.h"
+#endif
 
 #define HDR KVF_BLOCK_HEADER_BYTES
 #define NS "suite"
@@ -46,6 +49,9 @@ struct store_fixture {
     char dir[256];
 #ifdef KVF_HAVE_HIREDIS
     redis_tls_server tls; /* its plain server: redis:// and the pokes of both */
+#endif
+#ifdef KVF_HAVE_S3
+    s3_server s3;
 #endif
 };
 
@@ -151,6 +157,34 @@ static int redis_poke(store_fixture *f, const char *ns, uint64_t key, size_t off
 }
 #endif
 
+/* ---- s3:// on a real SeaweedFS ------------------------------------------------ */
+
+#ifdef KVF_HAVE_S3
+static int s3_start(store_fixture *f, char *url, size_t cap)
+{
+    if (!s3_weed_found(f->s3.weed, sizeof f->s3.weed))
+        return TEST_SKIP;
+    if (s3_server_start(&f->s3))
+        return -1;
+    s3_url(url, cap, &f->s3, "suite/blocks");
+    return 0;
+}
+
+static void s3_stop(store_fixture *f)
+{
+    s3_server_stop(&f->s3);
+    test_rmtree(f->s3.dir);
+}
+
+static int s3_poke_block(store_fixture *f, const char *ns, uint64_t key, size_t offset,
+                         uint8_t mask)
+{
+    char path[256];
+    snprintf(path, sizeof path, "kvf/suite/blocks/%s/%016llx.kvf", ns, (unsigned long long)key);
+    return s3_poke(&f->s3, path, offset, mask);
+}
+#endif
+
 /* Every store the suite runs over: adding a store is a line here. */
 static store_fixture fixtures[] = {
     {.name = "file", .start = file_start, .stop = file_stop, .poke = file_poke, .lists = true},
@@ -162,6 +196,9 @@ static store_fixture fixtures[] = {
      .stop = redis_stop,
      .poke = redis_poke,
      .lists = true},
+#endif
+#ifdef KVF_HAVE_S3
+    {.name = "s3", .start = s3_start, .stop = s3_stop, .poke = s3_poke_block, .lists = true},
 #endif
 };
 

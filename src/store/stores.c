@@ -11,7 +11,7 @@
 
 /* Every store, in the order `kvferry info` lists them: adding one is its
  * folder (defining kvf__<name>_store_kind) and its name here. */
-#define KVF_STORES(X) X(file) X(redis) X(mem)
+#define KVF_STORES(X) X(file) X(redis) X(s3) X(mem)
 
 #define KVF_STORE_DECLARE(name) KVF_INTERNAL extern const kvf__store_kind kvf__##name##_store_kind;
 KVF_STORES(KVF_STORE_DECLARE)
