@@ -9,15 +9,16 @@
  * for each slot or file it reads it depends on the pending writer (read
  * after write); for each one it writes, on the pending writer and on every
  * pending reader (write after write, write after read). A batch whose
- * dependencies have all completed is ready. A dependency that only writes
- * over what a batch reads waits for that batch's move there, not the
- * whole batch: the batch releases it once the chunk holding the move has
- * finished copying (kvf__release_copied), so an onboard into a slot being
- * evicted waits for the slot's own copy. Ready batches wait in one FIFO
- * per queue (onboards first); worker threads take chunks of a ready batch's
- * moves, so one large batch is spread across all workers. A backend with
- * asynchronous copies (CUDA) gets a ready copy batch in one call instead,
- * and reports its completion from a driver callback.
+ * dependencies have all completed is ready. Where a batch depends on
+ * another only to write over slots that one reads, it waits for that
+ * one's moves there, not the whole batch: the reader releases it once the
+ * chunk holding the last such move has finished copying
+ * (kvf__release_copied), so an onboard into a slot being evicted waits for
+ * the slot's own copy. Ready batches wait in one FIFO per queue (onboards
+ * first); worker threads take chunks of a ready batch's moves, so one
+ * large batch is spread across all workers. A backend with asynchronous
+ * copies (CUDA) gets a ready copy batch in calls of a few MiB instead
+ * (async.c), each reported done from the backend's completion thread.
  *
  * Lost data is never served. A move that fails marks what it wrote as
  * poisoned with its batch id; a move that was queued to read that data
