@@ -492,6 +492,48 @@ static int test_evict_failed_move(void)
     return 0;
 }
 
+/* No hook: rounds of an eviction of slots 0..23 followed at once by
+ * onboards into a random few of them, one or two to a batch; each round
+ * the evicted blocks are the slots' old ones and the onboarded slots hold
+ * the new block, byte for byte, however the chunks and onboards raced. */
+static int test_evict_onboard_races(void)
+{
+    kvf_engine *e = evict_engine();
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    kvf__set_copy_hook(NULL);
+    uint64_t rng = 0x5eed;
+    for (uint32_t round = 0; round < 12; round++) {
+        uint64_t tag0 = 1000 + round * EVICT;
+        for (uint32_t s = 0; s < EVICT; s++)
+            test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, s), BIG_BYTES, tag0 + s);
+        kvf_move m[EVICT];
+        for (uint32_t i = 0; i < EVICT; i++)
+            m[i] = (kvf_move){i, i, 0};
+        kvf_ticket off, on[EVICT];
+        CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, m, EVICT, &off), KVF_OK);
+        bool into[EVICT] = {false};
+        uint32_t non = 0;
+        for (uint32_t k = 0; k < 6; k++) {
+            uint32_t a = (uint32_t)(test_xorshift64(&rng) % EVICT);
+            uint32_t b = (uint32_t)(test_xorshift64(&rng) % EVICT);
+            kvf_move in[2] = {{SRC_SLOT, a, 0}, {SRC_SLOT, b, 0}};
+            into[a] = into[b] = true;
+            CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, in, a == b ? 1 : 2, &on[non++]), KVF_OK);
+        }
+        for (uint32_t k = 0; k < non; k++)
+            CHECK_STATUS(kvf_wait(e, on[k], NULL), KVF_OK);
+        CHECK_STATUS(kvf_wait(e, off, NULL), KVF_OK);
+        for (uint32_t s = 0; s < EVICT; s++) {
+            CHECK(expect_big(e, KVF_LEVEL_SECONDARY, s, tag0 + s) == 0);
+            CHECK(expect_big(e, KVF_LEVEL_PRIMARY, s, into[s] ? SRC_TAG : tag0 + s) == 0);
+        }
+    }
+    kvf_engine_destroy(e);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_defect7_hazards);
@@ -502,5 +544,6 @@ int main(void)
     RUN(test_evict_onboard_waits_for_its_slot);
     RUN(test_evict_slot_read_twice);
     RUN(test_evict_failed_move);
+    RUN(test_evict_onboard_races);
     return TEST_RESULT();
 }
