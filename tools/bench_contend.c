@@ -513,9 +513,8 @@ typedef struct raw_side {
  * thread. */
 static int raw_evict_prep(void *ctx, uint32_t rep)
 {
-    raw_side *r = ctx;
-    (void)rep;
 #ifdef KVF_HAVE_CUDA
+    raw_side *r = ctx;
     if (r->gpu) {
         size_t small = r->block_bytes * r->blocks;
         cudaError_t ce = cudaStreamSynchronize(r->s[1]);
@@ -532,6 +531,8 @@ static int raw_evict_prep(void *ctx, uint32_t rep)
         return ce == cudaSuccess ? 0 : -1;
     }
 #endif
+    (void)ctx;
+    (void)rep;
     return 0;
 }
 
