@@ -13,7 +13,10 @@
  * Moves are submitted in batches; each batch gets a ticket, completes
  * asynchronously and reports a status for every move. kvferry orders moves
  * that touch the same slot or file (read after write, write after read,
- * write after write), so callers never see half-moved data.
+ * write after write), so callers never see half-moved data. A write into a
+ * slot that an earlier batch still reads waits for that batch's copy of
+ * the slot only, not for the rest of the batch: an onboard into a GPU slot
+ * being evicted starts once the slot's bytes have left.
  *
  * Conventions used throughout:
  *  - Every function returns kvf_status; KVF_OK is 0, errors are negative.
@@ -672,7 +675,8 @@ typedef struct kvf_ticket {
 /**
  * Queues a batch of offloads. `moves` is copied: the array may be reused on
  * return. The batch waits for earlier batches that write its source slots
- * or its destinations, or still read its destinations.
+ * or its destinations, or still read its destinations (for a batch reading
+ * a destination slot, only until its copy of that slot has ended).
  *
  * A batch is accepted or refused whole: on an error return nothing was
  * queued (bad slot, key collision inside the batch, no secondary array,

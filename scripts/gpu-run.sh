@@ -174,6 +174,15 @@ if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ] && fits 40 "bench/laten
     KVF_LOG=${BENCH_LOG:-warn} step latency.txt 120 $B/bench/latency 7
     cat "$L/latency.txt"
 fi
+# A 16-block onboard idle, beside offload batches on other slots, and into
+# slots being evicted (right after a 512-block offload batch whose first
+# moves read them: 1 GiB at 2 MiB blocks), p50/p99 and their ratios beside
+# raw cudaMemcpyAsync doing the same; every byte checked (about 30 s)
+if [ -z "${SKIP_CONTEND:-}" ] && fits 45 "kvferry bench --mode contention"; then
+    step contention.txt 150 $B/kvferry bench --backend cuda --mode contention --sizes 256K,2M \
+        --json "$L/contention.json"
+    cat "$L/contention.txt"
+fi
 # A/B against BASE_DIR's build: 4 KiB and 16 KiB blocks (256 MiB a batch;
 # AB_HEAD_SIZES: other head sizes, 64 per 4 KiB) through the engine,
 # alternating builds, AB_ROUNDS rounds (default 3);

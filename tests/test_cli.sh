@@ -144,9 +144,12 @@ assert d["mode"] == "contention" and d["backend"] == "host", d
 assert d["verified"] is True and d["bad_blocks"] == 0 and d["reps"] == 10, d
 assert [s["block_bytes"] for s in d["sizes"]] == [4096, 16384], d["sizes"]
 for s in d["sizes"]:
-    for p in (s["idle"], s["loaded"], s["raw"]["idle"], s["raw"]["loaded"]):
+    for p in (s["idle"], s["loaded"], s["evicting"], s["raw"]["idle"], s["raw"]["loaded"],
+              s["raw"]["evicting"]):
         assert 0 < p["p50_ms"] <= p["p99_ms"], s
     assert s["ratio_p50"] > 0 and s["raw"]["ratio_p50"] > 0 and s["allowed_ratio_p50"] >= 1.2, s
+    assert s["evicting_ratio_p50"] > 0 and s["raw"]["evicting_ratio_p99"] > 0, s
+    assert s["evicting_allowed_ratio_p99"] >= 1.2 and s["bad_evictions"] == 0, s
     assert s["offload_alone_gbs"] > 0 and s["offload_loaded_gbs"] > 0 and s["offload_ratio"] > 0, s
     assert s["raw"]["load_alone_gbs"] > 0 and s["bad_blocks"] == 0, s' "$tmp/last.json"
 unwritable "$kvf" $cb

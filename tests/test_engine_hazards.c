@@ -5,9 +5,18 @@
  * still pending after thousands of later batches, which a later read still
  * waits for; fire and forget, then kvf_sync_stream(NULL) as a step's end;
  * onboards overtaking queued offloads while the hazards on the slots they
- * share still hold.
+ * share still hold; an onboard into a slot that a large offload batch is
+ * evicting waits for that slot's copy only (its chunk held or failed, a
+ * slot read twice), never reading it before the copy ended.
  */
 #include "engine_fixture.h"
+
+/* KVF_HOST_ASYNC=1: the host backend takes copy_async, the path of a GPU */
+static bool host_async(void)
+{
+    const char *v = getenv("KVF_HOST_ASYNC");
+    return v && strcmp(v, "1") == 0;
+}
 
 /* 7. Hazards both ways, made deterministic by slowing one copy down. */
 static uint8_t *slow_src, *slow_dst;
@@ -217,11 +226,324 @@ static int test_onboards_overtake_offloads(void)
     return 0;
 }
 
+/* ---- evictions: an onboard into a slot waits for that slot's copy only ---- */
+
+/* Blocks of 512 KiB: a chunk of an offload (a worker's, or a call to the
+ * backend's copy_async) is 8 of them, 4 MiB, on either path. */
+static const kvf_geometry G_BIG = {1, 2, 1, 32, 4096, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
+#define BIG_SLOTS 32u
+#define BIG_BYTES ((size_t)512 << 10)
+/* the offload batch evicts primary slots [0, EVICT) into the same secondary slots */
+#define EVICT 24u
+/* the onboards' source: secondary slot 31, holding block SRC_TAG */
+#define SRC_SLOT 31u
+#define SRC_TAG 900u
+
+/* Copies from or to ev_hold[k] wait until gate k opens; those writing
+ * ev_fail_dst fail. */
+static uint8_t *ev_hold[2], *ev_fail_dst;
+static atomic_bool ev_open[2];
+static kvf_status evict_copy(const kvf__copy *c)
+{
+    if (c->dst == ev_fail_dst)
+        return KVF_ERR_IO;
+    for (int k = 0; k < 2; k++)
+        while (ev_hold[k] && (c->src == ev_hold[k] || c->dst == ev_hold[k]) &&
+               !atomic_load(&ev_open[k]))
+            usleep(200);
+    return KVF_OK;
+}
+
+static uint8_t *big_slot(kvf_engine *e, kvf_level lv, uint32_t s)
+{
+    void *p = NULL;
+    return kvf_engine_slot_ptr(e, 0, lv, s, &p) == KVF_OK ? p : NULL;
+}
+
+/* An engine of BIG_SLOTS slots a level, 2 workers: primary slots [0,
+ * EVICT) hold blocks 0.., secondary SRC_SLOT holds block SRC_TAG, the
+ * other secondary slots poison. */
+static kvf_engine *evict_engine(void)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.threads = 2;
+    kvf_engine *e = NULL;
+    if (kvf_engine_create(&cfg, &e) != KVF_OK)
+        return NULL;
+    kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, BIG_SLOTS};
+    kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, BIG_SLOTS};
+    size_t bytes = 0;
+    if (kvf_engine_add_pool(e, &G_BIG, &prim, &sec, NULL) != KVF_OK ||
+        kvf_geometry_block_bytes(&G_BIG, &bytes) != KVF_OK || bytes != BIG_BYTES) {
+        kvf_engine_destroy(e);
+        return NULL;
+    }
+    test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, SRC_SLOT), BIG_BYTES, SRC_TAG);
+    kvf_move m = {SRC_SLOT, SRC_SLOT, 0};
+    kvf_ticket t;
+    if (kvf_offload(e, KVF_TIER_HOST, &m, 1, &t) != KVF_OK || kvf_wait(e, t, NULL) != KVF_OK) {
+        kvf_engine_destroy(e);
+        return NULL;
+    }
+    for (uint32_t s = 0; s < BIG_SLOTS; s++) {
+        if (s < EVICT)
+            test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, s), BIG_BYTES, s + 1);
+        if (s != SRC_SLOT)
+            memset(big_slot(e, KVF_LEVEL_SECONDARY, s), POISON, BIG_BYTES);
+    }
+    ev_hold[0] = ev_hold[1] = ev_fail_dst = NULL;
+    atomic_store(&ev_open[0], false);
+    atomic_store(&ev_open[1], false);
+    kvf__set_copy_hook(evict_copy);
+    return e;
+}
+
+/* Ends the hold and the hook, whatever the test found. */
+static void evict_release(void)
+{
+    atomic_store(&ev_open[0], true);
+    atomic_store(&ev_open[1], true);
+}
+
+/* The offload of primary slots [0, EVICT): move i into secondary slot i,
+ * but for the moves `extra` names (move -> source slot, or NULL). */
+static kvf_status evict_batch(kvf_engine *e, const uint32_t *extra_move, const uint32_t *extra_src,
+                              size_t nextra, kvf_ticket *t)
+{
+    kvf_move m[EVICT];
+    for (uint32_t i = 0; i < EVICT; i++)
+        m[i] = (kvf_move){i, i, 0};
+    for (size_t k = 0; k < nextra; k++)
+        m[extra_move[k]].src = extra_src[k];
+    return kvf_offload(e, KVF_TIER_HOST, m, EVICT, t);
+}
+
+static kvf_status onboard_into(kvf_engine *e, uint32_t dst, kvf_ticket *t)
+{
+    kvf_move m = {SRC_SLOT, dst, 0};
+    return kvf_onboard(e, KVF_TIER_HOST, &m, 1, t);
+}
+
+/* Polls ticket t until it is done or `seconds` have passed (a hang caught,
+ * never a pass decided by time): its status, or KVF_INPROGRESS. */
+static kvf_status poll_for(kvf_engine *e, kvf_ticket t, double seconds)
+{
+    for (double waited = 0; waited < seconds; waited += 0.001) {
+        kvf_status st = kvf_poll(e, t, NULL);
+        if (st != KVF_INPROGRESS)
+            return st;
+        usleep(1000);
+    }
+    return KVF_INPROGRESS;
+}
+
+/* Onboard `near` completes while `war` still waits for a held copy of
+ * offload `off` (queued before near, on the same queue, it has nothing
+ * else left to wait for: given time, it still waits); then the gates open
+ * and all three complete. */
+static int near_before_war(kvf_engine *e, kvf_ticket off, kvf_ticket near, kvf_ticket war)
+{
+    CHECK_STATUS(poll_for(e, near, 10.0), KVF_OK);
+    usleep(20 * 1000);
+    CHECK_STATUS(kvf_poll(e, war, NULL), KVF_INPROGRESS);
+    evict_release();
+    CHECK_STATUS(kvf_wait(e, war, NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, off, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    return 0;
+}
+
+/* Slot s of level lv holds block `tag` byte for byte. */
+static int expect_big(kvf_engine *e, kvf_level lv, uint32_t s, uint64_t tag)
+{
+    uint8_t *want = malloc(BIG_BYTES);
+    if (!want)
+        return 1;
+    test_fill_random(want, BIG_BYTES, tag);
+    size_t diff = test_mem_diff(big_slot(e, lv, s), want, BIG_BYTES);
+    free(want);
+    if (diff != SIZE_MAX) {
+        fprintf(stderr, "%s slot %u: byte %zu differs from block %llu\n",
+                lv == KVF_LEVEL_PRIMARY ? "primary" : "secondary", s, diff,
+                (unsigned long long)tag);
+        return 1;
+    }
+    return 0;
+}
+
+/* The offload stored every evicted slot's old block. */
+static int expect_evicted(kvf_engine *e)
+{
+    int bad = 0;
+    for (uint32_t s = 0; s < EVICT; s++)
+        bad |= expect_big(e, KVF_LEVEL_SECONDARY, s, s + 1);
+    return bad;
+}
+
+/* An engine evicts primary slots 0..23 in one offload batch and at once
+ * onboards a block into slot 0: the onboard completes while the batch's
+ * last chunk is still stuck in its copy (it waits for slot 0's copy, not
+ * for the batch), and the batch stores slot 0's old bytes. */
+static int test_evict_onboard_first_chunk(void)
+{
+    kvf_engine *e = evict_engine();
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    ev_hold[0] = big_slot(e, KVF_LEVEL_PRIMARY, EVICT - 1);
+    kvf_ticket off, on;
+    CHECK_STATUS(evict_batch(e, NULL, NULL, 0, &off), KVF_OK);
+    CHECK_STATUS(onboard_into(e, 0, &on), KVF_OK);
+    CHECK_STATUS(poll_for(e, on, 10.0), KVF_OK);
+    CHECK_STATUS(kvf_poll(e, off, NULL), KVF_INPROGRESS);
+    evict_release();
+    CHECK_STATUS(kvf_wait(e, off, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    CHECK(expect_evicted(e) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, 0, SRC_TAG) == 0);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* Write after read stays exact: the copies reading slot 0 (the first
+ * chunk) and slot 12 (the second) are held while onboards into slots 2
+ * and 12 are queued; once the first chunk ends, the onboard into slot 2
+ * completes, but the one into slot 12 waits until the copy of slot 12 has
+ * read the old bytes. */
+static int test_evict_onboard_waits_for_its_slot(void)
+{
+    kvf_engine *e = evict_engine();
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    const uint32_t y = 12;
+    ev_hold[0] = big_slot(e, KVF_LEVEL_PRIMARY, 0);
+    ev_hold[1] = big_slot(e, KVF_LEVEL_PRIMARY, y);
+    kvf_ticket off, near, war;
+    CHECK_STATUS(evict_batch(e, NULL, NULL, 0, &off), KVF_OK);
+    CHECK_STATUS(onboard_into(e, y, &war), KVF_OK);
+    CHECK_STATUS(onboard_into(e, 2, &near), KVF_OK);
+    atomic_store(&ev_open[0], true);
+    CHECK(near_before_war(e, off, near, war) == 0);
+    CHECK(expect_evicted(e) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, y, SRC_TAG) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, 2, SRC_TAG) == 0);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* A slot the batch reads twice, in its first and last chunks: the onboard
+ * into it waits for the second read too. */
+static int test_evict_slot_read_twice(void)
+{
+    kvf_engine *e = evict_engine();
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    const uint32_t y = 3, again = 20; /* move 20 reads slot 3 too */
+    ev_hold[0] = big_slot(e, KVF_LEVEL_SECONDARY, again);
+    kvf_ticket off, near, war;
+    CHECK_STATUS(evict_batch(e, &again, &y, 1, &off), KVF_OK);
+    CHECK_STATUS(onboard_into(e, y, &war), KVF_OK);
+    CHECK_STATUS(onboard_into(e, 9, &near), KVF_OK);
+    CHECK(near_before_war(e, off, near, war) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_SECONDARY, y, y + 1) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_SECONDARY, again, y + 1) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, y, SRC_TAG) == 0);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* A move of the batch fails (slot 1 into secondary slot 1): the onboard
+ * into slot 1 still goes (its read ended), the batch reports that move
+ * alone as failed, and secondary slot 1 is lost, never served. On the GPU
+ * path a failed call fails every move not yet done, and what the device
+ * still read is not known: the onboard waits for the batch. */
+static int test_evict_failed_move(void)
+{
+    kvf_engine *e = evict_engine();
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    ev_fail_dst = big_slot(e, KVF_LEVEL_SECONDARY, 1);
+    ev_hold[0] = big_slot(e, KVF_LEVEL_PRIMARY, EVICT - 1);
+    kvf_ticket off, on;
+    CHECK_STATUS(evict_batch(e, NULL, NULL, 0, &off), KVF_OK);
+    CHECK_STATUS(onboard_into(e, 1, &on), KVF_OK);
+    if (!host_async()) {
+        CHECK_STATUS(poll_for(e, on, 10.0), KVF_OK);
+        CHECK_STATUS(kvf_poll(e, off, NULL), KVF_INPROGRESS);
+    }
+    evict_release();
+    kvf_status per[EVICT];
+    CHECK_STATUS(kvf_wait(e, off, per), KVF_ERR_IO);
+    if (host_async())
+        CHECK_STATUS(kvf_wait(e, on, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    for (uint32_t i = 0; i < EVICT; i++)
+        CHECK_STATUS(per[i], i == 1 || host_async() ? KVF_ERR_IO : KVF_OK);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, 1, SRC_TAG) == 0);
+    kvf_move back = {1, 30, 0};
+    kvf_ticket t;
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, &back, 1, &t), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_ERR_LOST);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* No hook: rounds of an eviction of slots 0..23 followed at once by
+ * onboards into a random few of them, one or two to a batch; each round
+ * the evicted blocks are the slots' old ones and the onboarded slots hold
+ * the new block, byte for byte, however the chunks and onboards raced. */
+static int test_evict_onboard_races(void)
+{
+    kvf_engine *e = evict_engine();
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    kvf__set_copy_hook(NULL);
+    uint64_t rng = 0x5eed;
+    for (uint32_t round = 0; round < 12; round++) {
+        uint64_t tag0 = 1000 + round * EVICT;
+        for (uint32_t s = 0; s < EVICT; s++)
+            test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, s), BIG_BYTES, tag0 + s);
+        kvf_move m[EVICT];
+        for (uint32_t i = 0; i < EVICT; i++)
+            m[i] = (kvf_move){i, i, 0};
+        kvf_ticket off, on[EVICT];
+        CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, m, EVICT, &off), KVF_OK);
+        bool into[EVICT] = {false};
+        uint32_t non = 0;
+        for (uint32_t k = 0; k < 6; k++) {
+            uint32_t a = (uint32_t)(test_xorshift64(&rng) % EVICT);
+            uint32_t b = (uint32_t)(test_xorshift64(&rng) % EVICT);
+            kvf_move in[2] = {{SRC_SLOT, a, 0}, {SRC_SLOT, b, 0}};
+            into[a] = into[b] = true;
+            CHECK_STATUS(kvf_onboard(e, KVF_TIER_HOST, in, a == b ? 1 : 2, &on[non++]), KVF_OK);
+        }
+        for (uint32_t k = 0; k < non; k++)
+            CHECK_STATUS(kvf_wait(e, on[k], NULL), KVF_OK);
+        CHECK_STATUS(kvf_wait(e, off, NULL), KVF_OK);
+        for (uint32_t s = 0; s < EVICT; s++) {
+            CHECK(expect_big(e, KVF_LEVEL_SECONDARY, s, tag0 + s) == 0);
+            CHECK(expect_big(e, KVF_LEVEL_PRIMARY, s, into[s] ? SRC_TAG : tag0 + s) == 0);
+        }
+    }
+    kvf_engine_destroy(e);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_defect7_hazards);
     RUN(test_long_pending_writer);
     RUN(test_sync_without_tickets);
     RUN(test_onboards_overtake_offloads);
+    RUN(test_evict_onboard_first_chunk);
+    RUN(test_evict_onboard_waits_for_its_slot);
+    RUN(test_evict_slot_read_twice);
+    RUN(test_evict_failed_move);
+    RUN(test_evict_onboard_races);
     return TEST_RESULT();
 }

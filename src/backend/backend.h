@@ -38,9 +38,12 @@ enum {
 
 /* Called once when an asynchronous copy batch has finished, on a thread of
  * the backend's (CUDA: its completion watcher), which it should not hold
- * up for long; it must not call back into the backend, but for mark_free
- * (the batch it ends may hold a mark; mark_free takes no lock of the
- * backend's). */
+ * up for long. The batches of one queue are called back in the order they
+ * were queued, each once its copies and those of every batch queued
+ * before it there have ended: the engine releases the slots of a large
+ * batch call by call on that. It must not call back into the backend, but
+ * for mark_free (the batch it ends may hold a mark; mark_free takes no
+ * lock of the backend's). */
 typedef void (*kvf__copy_done_fn)(void *arg, kvf_status status);
 
 typedef struct kvf__backend_ops {

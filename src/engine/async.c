@@ -35,6 +35,12 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
 /* Copies handed to the backend per call: the GPU starts on the first
  * chunk while the next is described, so submission overlaps the copy. */
 #define ASYNC_CHUNK_COPIES 4096u
+/* Bytes per call, at most (but one move), for a batch moving every pool:
+ * its moves are released chunk by chunk (kvf__release_copied), so an
+ * onboard into a slot that a large offload reads waits for about this
+ * many bytes behind the slot's copy, not for the whole batch; the same
+ * as a worker's chunk on the host backend. */
+#define ASYNC_CHUNK_BYTES ((size_t)4 << 20)
 
 /* Ends an async batch once its last chunk and its issuer are done. Lock held. */
 static void async_release(kvf_engine *e, batch *b)
@@ -47,9 +53,18 @@ static void async_release(kvf_engine *e, batch *b)
     kvf__complete_batch(e, b);
 }
 
-/* `why`: the backend's detail of a failure, or NULL for its status's text. */
-static void async_finish(kvf_engine *e, batch *b, kvf_status status, const char *why)
+/* Chunk c has finished. The backend calls the chunks of a queue back in
+ * the order they were queued, each once its copies have ended: those of
+ * every chunk before it have too, though the events of two chunks may be
+ * taken here in either order (async_done). `why`: the backend's detail of
+ * a failure, or NULL for its status's text. */
+static void async_finish(kvf_engine *e, async_chunk *c, kvf_status status, const char *why)
 {
+    batch *b = c->b;
+    /* after a failure, what the GPU still read is not known: the moves
+     * go with the batch */
+    if (status == KVF_OK && b->async_status == KVF_OK && c->end != CHUNK_NO_END)
+        kvf__release_copied(e, b, c->end);
     if (status != KVF_OK && b->async_status == KVF_OK) {
         b->async_status = status;
         snprintf(b->async_msg, sizeof b->async_msg, "the device copy failed: %.130s",
@@ -64,7 +79,8 @@ static void async_finish(kvf_engine *e, batch *b, kvf_status status, const char 
  * other batches to end). */
 static void async_done(void *arg, kvf_status status)
 {
-    batch *b = arg;
+    async_chunk *c = arg;
+    batch *b = c->b;
     kvf_engine *e = b->engine;
     KVF_TIMELINE(KVF_TL_COPIED, b->id, 0);
     if (status != KVF_OK) {
@@ -74,12 +90,12 @@ static void async_done(void *arg, kvf_status status)
         char why[sizeof b->async_msg];
         snprintf(why, sizeof why, "%s", kvf_last_error());
         engine_lock(e);
-        async_finish(e, b, status, why);
+        async_finish(e, c, status, why);
         pthread_mutex_unlock(&e->mu);
         return;
     }
     if (pthread_mutex_trylock(&e->mu) == 0) {
-        async_finish(e, b, status, NULL);
+        async_finish(e, c, status, NULL);
         pthread_mutex_unlock(&e->mu);
         return;
     }
@@ -91,14 +107,14 @@ static void async_done(void *arg, kvf_status status)
             /* no room: complete it here, waiting for the lock after all */
             pthread_mutex_unlock(&e->cb_mu);
             engine_lock(e);
-            async_finish(e, b, status, NULL);
+            async_finish(e, c, status, NULL);
             pthread_mutex_unlock(&e->mu);
             return;
         }
         e->cb_events = ev;
         e->cb_cap = cap;
     }
-    e->cb_events[e->cb_n++] = (async_event){b, status};
+    e->cb_events[e->cb_n++] = (async_event){c, status};
     pthread_cond_signal(&e->cb_cv);
     pthread_mutex_unlock(&e->cb_mu);
 }
@@ -123,7 +139,7 @@ void *kvf__completion_main(void *arg)
         pthread_mutex_unlock(&e->cb_mu);
         engine_lock(e);
         for (size_t i = 0; i < n; i++)
-            async_finish(e, ev[i].b, ev[i].status, NULL);
+            async_finish(e, ev[i].c, ev[i].status, NULL);
         pthread_mutex_unlock(&e->mu);
         pthread_mutex_lock(&e->cb_mu);
         if (!e->cb_spare) {
@@ -186,20 +202,29 @@ void kvf__issue_async(kvf_engine *e, batch *b)
         b->copies = malloc(need * sizeof *b->copies);
         b->copies_cap = b->copies ? need : 0;
     }
-    if (!b->copies) {
+    /* a count for each chunk to be handed over, taken now so that the
+     * chunks go without the lock; those of chunks that never reached the
+     * backend are given back below. A chunk ends at ASYNC_CHUNK_COPIES
+     * copies or (moving every pool) ASYNC_CHUNK_BYTES bytes, the last one
+     * short: at most this many */
+    size_t per_pass = live * per_copy / ASYNC_CHUNK_COPIES + 1;
+    if (!sel)
+        per_pass += live * e->all_block_bytes / ASYNC_CHUNK_BYTES;
+    size_t planned = passes * per_pass, issued = 0;
+    if (b->chunks_cap < planned) {
+        free(b->chunks);
+        b->chunks = malloc(planned * sizeof *b->chunks);
+        b->chunks_cap = b->chunks ? planned : 0;
+    }
+    if (!b->copies || !b->chunks) {
         for (size_t i = 0; i < b->n; i++)
             if (b->status[i] == KVF_INPROGRESS)
                 kvf__fail_copy(b, i, KVF_ERR_NOMEM, "out of memory for the batch's copies");
         kvf__complete_batch(e, b);
         return;
     }
-    /* a count for each chunk to be handed over, taken now so that the
-     * chunks go without the lock; those of chunks that never reached the
-     * backend are given back below */
-    size_t per_chunk = (ASYNC_CHUNK_COPIES + per_copy - 1) / per_copy;
-    uint32_t planned = passes * (uint32_t)((live + per_chunk - 1) / per_chunk), issued = 0;
     uint32_t marked = 0;
-    b->async_left = 1 + planned;
+    b->async_left = 1 + (uint32_t)planned;
     b->async_status = KVF_OK;
     pthread_mutex_unlock(&e->mu);
     /* statuses still KVF_INPROGRESS change only at completion, which the
@@ -216,21 +241,30 @@ void kvf__issue_async(kvf_engine *e, batch *b)
     }
     for (uint32_t pass = 0; pass < passes && st == KVF_OK; pass++) {
         for (size_t i = 0; i < b->n && st == KVF_OK;) {
-            size_t ncopies = 0;
-            for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES; i++) {
+            size_t ncopies = 0, bytes = 0;
+            for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES && (sel || bytes < ASYNC_CHUNK_BYTES);
+                 i++) {
                 if (b->status[i] != KVF_INPROGRESS)
                     continue;
-                if (sel)
+                if (sel) {
                     b->copies[ncopies++] =
                         kvf__move_copy(e, b->kind, sel->order[pass], &b->moves[i]);
-                else
-                    for (uint32_t p = 0; p < e->npools; p++)
-                        b->copies[ncopies++] = kvf__move_copy(e, b->kind, p, &b->moves[i]);
+                    continue;
+                }
+                for (uint32_t p = 0; p < e->npools; p++) {
+                    kvf__copy *cp = &b->copies[ncopies++];
+                    *cp = kvf__move_copy(e, b->kind, p, &b->moves[i]);
+                    bytes += cp->width * cp->rows;
+                }
             }
             if (ncopies == 0)
                 break;
+            /* the moves before i have copied once this chunk has; those
+             * of a pass of some pools only once every pass has */
+            async_chunk *c = &b->chunks[issued];
+            *c = (async_chunk){b, sel ? CHUNK_NO_END : i};
             st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies,
-                                             sel ? KVF__COPY_BESIDE_COMPUTE : 0u, async_done, b);
+                                             sel ? KVF__COPY_BESIDE_COMPUTE : 0u, async_done, c);
             if (st == KVF_OK) {
                 issued++;
             } else {
@@ -253,7 +287,7 @@ void kvf__issue_async(kvf_engine *e, batch *b)
         }
     }
     engine_lock(e);
-    b->async_left -= planned - issued;
+    b->async_left -= (uint32_t)(planned - issued);
     KVF_TIMELINE(KVF_TL_ISSUED, b->id, issued);
     if (st != KVF_OK && b->async_status == KVF_OK) {
         b->async_status = st;

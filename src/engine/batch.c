@@ -15,6 +15,7 @@ void kvf__batch_destroy(batch *b)
     free(b->dst_dep);
     free(b->dependents);
     free(b->copies);
+    free(b->chunks);
     free(b->order);
     free(b);
 }
@@ -44,6 +45,8 @@ batch *kvf__batch_get(kvf_engine *e, size_t n, bool group)
         b->dependents_cap = keep.dependents_cap;
         b->copies = keep.copies;
         b->copies_cap = keep.copies_cap;
+        b->chunks = keep.chunks;
+        b->chunks_cap = keep.chunks_cap;
         b->order = keep.order;
         b->order_cap = keep.order_cap;
         if (!group)

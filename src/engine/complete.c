@@ -11,7 +11,7 @@ static void hazard_drop_reader(hazard *h, uint64_t id)
 {
     for (uint32_t k = 0; k < h->nreaders; k++)
         if (hazard_reader(h, k) == id) {
-            hazard_set_reader(h, k, hazard_reader(h, h->nreaders - 1));
+            hazard_set_entry(h, k, hazard_entry(h, h->nreaders - 1));
             h->nreaders--;
             return;
         }
@@ -93,7 +93,7 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
     if (e->live_cap && e->live[b->id & (e->live_cap - 1)] == b)
         e->live[b->id & (e->live_cap - 1)] = NULL;
     for (size_t k = 0; k < b->ndependents; k++) {
-        batch *d = b->dependents[k];
+        batch *d = b->dependents[k].b;
         if (--d->deps_left == 0)
             kvf__ready_push(e, d);
     }
@@ -131,6 +131,26 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
     }
     pthread_cond_broadcast(&e->done_cv);
     kvf__batch_release(b);
+}
+
+void kvf__release_copied(kvf_engine *e, batch *b, size_t upto)
+{
+    if (upto <= b->copied)
+        return;
+    b->copied = upto;
+    /* in order: add_dependency finds the edge of the batch registering
+     * last at the end */
+    size_t kept = 0;
+    for (size_t k = 0; k < b->ndependents; k++) {
+        dep_edge ed = b->dependents[k];
+        if (ed.need != DEP_WHOLE && ed.need < upto) {
+            if (--ed.b->deps_left == 0)
+                kvf__ready_push(e, ed.b);
+        } else {
+            b->dependents[kept++] = ed;
+        }
+    }
+    b->ndependents = kept;
 }
 
 /* A move whose source was written by a move that failed: lost. Lock held. */

@@ -9,11 +9,16 @@
  * for each slot or file it reads it depends on the pending writer (read
  * after write); for each one it writes, on the pending writer and on every
  * pending reader (write after write, write after read). A batch whose
- * dependencies have all completed is ready. Ready batches wait in one FIFO
- * per queue (onboards first); worker threads take chunks of a ready batch's
- * moves, so one large batch is spread across all workers. A backend with
- * asynchronous copies (CUDA) gets a ready copy batch in one call instead,
- * and reports its completion from a driver callback.
+ * dependencies have all completed is ready. Where a batch depends on
+ * another only to write over slots that one reads, it waits for that
+ * one's moves there, not the whole batch: the reader releases it once the
+ * chunk holding the last such move has finished copying
+ * (kvf__release_copied), so an onboard into a slot being evicted waits for
+ * the slot's own copy. Ready batches wait in one FIFO per queue (onboards
+ * first); worker threads take chunks of a ready batch's moves, so one
+ * large batch is spread across all workers. A backend with asynchronous
+ * copies (CUDA) gets a ready copy batch in calls of a few MiB instead
+ * (async.c), each reported done from the backend's completion thread.
  *
  * Lost data is never served. A move that fails marks what it wrote as
  * poisoned with its batch id; a move that was queued to read that data
@@ -76,6 +81,14 @@ typedef enum batch_state { B_WAITING, B_READY, B_RUNNING, B_DONE } batch_state;
 
 typedef struct batch batch;
 
+/* A batch waiting for another: for the latter's move `need` and those
+ * before it only (it writes over what they read), or DEP_WHOLE. */
+typedef struct dep_edge {
+    batch *b;
+    uint32_t need;
+} dep_edge;
+#define DEP_WHOLE UINT32_MAX
+
 /* The pools a batch of kvf_onboard_pools / kvf_offload_pools moves (pools.c).
  * Owned by an unsplit batch or a group, shared by the group's parts. */
 typedef struct pool_sel {
@@ -99,8 +112,9 @@ typedef struct pool_sel {
  * blocks' entries are cleared at completion, and dropped once empty. */
 typedef struct hazard {
     uint64_t writer; /* the last batch queued to write here, 0: none */
-    /* readers queued since `writer`: the first inline (the common case,
-     * and one cache miss fewer per move), the others in `more` */
+    /* readers queued since `writer`, as reader entries (reader_entry): the
+     * first inline (the common case, and one cache miss fewer per move),
+     * the others in `more` */
     uint64_t reader0;
     uint64_t *more;
     uint32_t nreaders, cap;
@@ -133,9 +147,14 @@ struct batch {
     uint64_t *dst_dep;
     batch_state state;
     uint32_t deps_left;
-    uint64_t dep_mark; /* the last batch that counted this one as a dependency */
-    batch **dependents;
+    dep_edge *dependents; /* the batches waiting for this one */
     size_t ndependents, dependents_cap;
+    /* moves [0, copied) have finished copying: dependents waiting for
+     * none of the others have gone (kvf__release_copied). On the workers,
+     * chunks of chunk_moves are claimed in order but end in any order:
+     * bit k of chunks_ended is the chunk k after the one at `copied` */
+    size_t copied, chunk_moves;
+    uint64_t chunks_ended;
     size_t nregistered; /* moves [0, nregistered) were registered as writers */
     size_t next_move;   /* first move no worker has claimed */
     size_t moves_done;
@@ -160,6 +179,8 @@ struct batch {
     bool on_stream;          /* copy_async accepted it: the GPU orders it */
     kvf__copy *copies;       /* the copies of an async batch */
     size_t copies_cap;
+    struct async_chunk *chunks; /* an async batch's chunks handed over, in order */
+    size_t chunks_cap;
     batch *next_ready;
     batch *prev_undone, *next_undone; /* every batch not done, in id order */
     batch *next_ticket;
@@ -258,9 +279,18 @@ typedef struct engine_tier {
 /* File staging of one worker, at most: bounds a chunk of file moves. */
 #define FILE_STAGING_BUDGET ((size_t)64 << 20)
 
+/* A chunk of an async copy batch handed to the backend: its moves end
+ * before move `end` (CHUNK_NO_END: the chunk ends none, as a pass of one
+ * pool of a batch moving several does not). */
+typedef struct async_chunk {
+    batch *b;
+    size_t end;
+} async_chunk;
+#define CHUNK_NO_END SIZE_MAX
+
 /* One finished chunk of an async copy batch, as the backend reported it. */
 typedef struct async_event {
-    batch *b;
+    async_chunk *c;
     kvf_status status;
 } async_event;
 
@@ -365,7 +395,7 @@ KVF_INTERNAL void kvf__key_table_free(key_table *t);
 KVF_INTERNAL void kvf__hazard_prune_readers(const kvf_engine *e, hazard *h);
 KVF_INTERNAL void kvf__key_hazard_prune(key_table *t, uint64_t key);
 KVF_INTERNAL bool kvf__push_id(uint64_t **arr, uint32_t n, uint32_t *cap, uint64_t id);
-KVF_INTERNAL bool kvf__push_ptr(batch ***arr, size_t *n, size_t *cap, batch *b);
+KVF_INTERNAL bool kvf__push_edge(dep_edge **arr, size_t *n, size_t *cap, dep_edge ed);
 
 /* batch.c */
 KVF_INTERNAL void kvf__batch_destroy(batch *b);
@@ -413,6 +443,9 @@ KVF_INTERNAL kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int 
 /* complete.c */
 KVF_INTERNAL void kvf__group_done(kvf_engine *e, batch *g);
 KVF_INTERNAL void kvf__complete_batch(kvf_engine *e, batch *b);
+/* Moves [0, upto) of running batch b have finished copying: the batches
+ * that wait only for some of them go. Lock held. */
+KVF_INTERNAL void kvf__release_copied(kvf_engine *e, batch *b, size_t upto);
 KVF_INTERNAL bool kvf__source_lost(kvf_engine *e, const batch *b, size_t i);
 KVF_INTERNAL void kvf__fail_lost_source(batch *b, size_t i);
 /* A move writing some pools of a slot whose earlier write failed: the
@@ -631,17 +664,43 @@ move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, si
     }
 }
 
-static inline uint64_t hazard_reader(const hazard *h, uint32_t k)
+/* A reader entry: the reading batch's id in the low READER_ID_BITS bits
+ * (2^51 batches: 70 years at a million a second), and above them the last
+ * of its moves that reads there, which a writer queued next waits for
+ * (dep_edge.need). A batch has at most PART_MOVES moves (submit.c). */
+#define READER_ID_BITS 51
+#define READER_ID_MASK ((UINT64_C(1) << READER_ID_BITS) - 1)
+#define READER_MOVE_MAX ((UINT64_C(1) << (64 - READER_ID_BITS)) - 1)
+
+static inline uint64_t reader_entry(uint64_t id, size_t move)
+{
+    return id | (uint64_t)(move < READER_MOVE_MAX ? move : READER_MOVE_MAX) << READER_ID_BITS;
+}
+
+static inline uint64_t hazard_entry(const hazard *h, uint32_t k)
 {
     return k == 0 ? h->reader0 : h->more[k - 1];
 }
 
-static inline void hazard_set_reader(hazard *h, uint32_t k, uint64_t id)
+static inline void hazard_set_entry(hazard *h, uint32_t k, uint64_t entry)
 {
     if (k == 0)
-        h->reader0 = id;
+        h->reader0 = entry;
     else
-        h->more[k - 1] = id;
+        h->more[k - 1] = entry;
+}
+
+/* The id of reader k. */
+static inline uint64_t hazard_reader(const hazard *h, uint32_t k)
+{
+    return hazard_entry(h, k) & READER_ID_MASK;
+}
+
+/* The last move of reader k that reads here (DEP_WHOLE: not known). */
+static inline uint32_t hazard_reader_move(const hazard *h, uint32_t k)
+{
+    uint64_t m = hazard_entry(h, k) >> READER_ID_BITS;
+    return m == READER_MOVE_MAX ? DEP_WHOLE : (uint32_t)m;
 }
 
 /* The batch of id `id` while it is not done, else NULL. Ids older than the

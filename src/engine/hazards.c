@@ -42,9 +42,8 @@ void kvf__hazard_prune_readers(const kvf_engine *e, hazard *h)
 {
     uint32_t kept = 0;
     for (uint32_t k = 0; k < h->nreaders; k++) {
-        uint64_t id = hazard_reader(h, k);
-        if (pending_batch(e, id))
-            hazard_set_reader(h, kept++, id);
+        if (pending_batch(e, hazard_reader(h, k)))
+            hazard_set_entry(h, kept++, hazard_entry(h, k));
     }
     h->nreaders = kept;
 }
@@ -73,16 +72,16 @@ bool kvf__push_id(uint64_t **arr, uint32_t n, uint32_t *cap, uint64_t id)
     return true;
 }
 
-bool kvf__push_ptr(batch ***arr, size_t *n, size_t *cap, batch *b)
+bool kvf__push_edge(dep_edge **arr, size_t *n, size_t *cap, dep_edge ed)
 {
     if (*n == *cap) {
         size_t nc = *cap ? *cap * 2 : 4;
-        batch **na = realloc(*arr, nc * sizeof *na);
+        dep_edge *na = realloc(*arr, nc * sizeof *na);
         if (!na)
             return false;
         *arr = na;
         *cap = nc;
     }
-    (*arr)[(*n)++] = b;
+    (*arr)[(*n)++] = ed;
     return true;
 }

@@ -5,13 +5,22 @@
  */
 #include "engine_private.h"
 
-static kvf_status add_dependency(batch *b, batch *dep)
+/* Batch b waits for dep's moves up to `need` (DEP_WHOLE: all of dep). Only
+ * the submitter adds dependents, one batch at a time, so an edge from b
+ * already there is dep's last: it then waits for the later of the two. */
+static kvf_status add_dependency(batch *b, batch *dep, uint32_t need)
 {
-    if (dep == b || dep->dep_mark == b->id)
+    if (dep == b || (need != DEP_WHOLE && need < dep->copied))
         return KVF_OK;
-    if (!kvf__push_ptr(&dep->dependents, &dep->ndependents, &dep->dependents_cap, b))
+    if (dep->ndependents && dep->dependents[dep->ndependents - 1].b == b) {
+        dep_edge *last = &dep->dependents[dep->ndependents - 1];
+        if (need > last->need)
+            last->need = need;
+        return KVF_OK;
+    }
+    if (!kvf__push_edge(&dep->dependents, &dep->ndependents, &dep->dependents_cap,
+                        (dep_edge){b, need}))
         return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
-    dep->dep_mark = b->id;
     b->deps_left++;
     return KVF_OK;
 }
@@ -77,6 +86,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
     space rs = kind_reads(b->kind);
     space ws = kind_writes(b->kind);
     bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
+    bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
     bool partial = b->sel && !b->sel->whole;
     for (size_t i = 0; i < b->n; i++) {
         kvf_move *mv = &b->moves[i];
@@ -96,7 +106,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
         batch *dep = pending_batch(e, r->writer);
         if (dep) {
             b->src_dep[i] = dep->id;
-            if (add_dependency(b, dep) != KVF_OK)
+            if (add_dependency(b, dep, DEP_WHOLE) != KVF_OK)
                 return KVF_ERR_NOMEM;
         } else if (rs != SP_PRIMARY || b->kind == OP_FENCE || b->checked) {
             /* (a fence asks whether the slot's last write landed, too) */
@@ -104,20 +114,29 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
              * there is known bad until rewritten */
             b->src_dep[i] = keyed_read ? r->poison : slot_poison(r);
         }
-        if (!(r->nreaders && hazard_reader(r, r->nreaders - 1) == b->id)) {
+        /* moves are registered in order: the entry names the last of
+         * this batch's that reads here */
+        uint64_t entry = reader_entry(b->id, i);
+        if (r->nreaders && hazard_reader(r, r->nreaders - 1) == b->id) {
+            hazard_set_entry(r, r->nreaders - 1, entry);
+        } else {
             if (r->nreaders && !keyed_read)
                 kvf__hazard_prune_readers(e, r);
-            if (r->nreaders > 0 && !kvf__push_id(&r->more, r->nreaders - 1, &r->cap, b->id))
+            if (r->nreaders > 0 && !kvf__push_id(&r->more, r->nreaders - 1, &r->cap, entry))
                 return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
             if (r->nreaders == 0)
-                r->reader0 = b->id;
+                r->reader0 = entry;
             r->nreaders++;
         }
-        /* write after write, write after read */
-        if ((dep = pending_batch(e, w->writer)) && add_dependency(b, dep) != KVF_OK)
+        /* write after write: the whole writer (its failure is recorded
+         * when it completes); write after read: a slot's reader only until
+         * its move here has copied (a keyed one is read whole) */
+        if ((dep = pending_batch(e, w->writer)) && add_dependency(b, dep, DEP_WHOLE) != KVF_OK)
             return KVF_ERR_NOMEM;
         for (uint32_t k = 0; k < w->nreaders; k++)
-            if ((dep = pending_batch(e, hazard_reader(w, k))) && add_dependency(b, dep) != KVF_OK)
+            if ((dep = pending_batch(e, hazard_reader(w, k))) &&
+                add_dependency(b, dep, keyed_write ? DEP_WHOLE : hazard_reader_move(w, k)) !=
+                    KVF_OK)
                 return KVF_ERR_NOMEM;
         if (partial) {
             /* some pools of the slot: the rest keep what the last write
@@ -168,6 +187,8 @@ static kvf_status live_add(kvf_engine *e, batch *b)
  * registration beside its copies). */
 #define PART_MOVES 4096u
 #define FIRST_PART_MOVES 512u
+/* a reader entry names any move of a batch (hazard_reader_move) */
+_Static_assert(PART_MOVES < READER_MOVE_MAX, "reader entries name a batch's moves");
 
 /* The size of part k of a group. */
 static size_t part_moves(size_t k)

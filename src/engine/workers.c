@@ -50,6 +50,26 @@ static size_t chunk_of(kvf_engine *e, const batch *b)
     return c ? c : 1;
 }
 
+/* Worker chunk [first, last) of b (a chunk of b->chunk_moves, claimed in
+ * order) has finished: the moves before the first chunk still running
+ * have copied. A chunk more than 64 ahead of that one is not recorded:
+ * its moves are released with the batch instead. Lock held. */
+static void chunk_ended(kvf_engine *e, batch *b, size_t first, size_t last)
+{
+    size_t c = b->chunk_moves;
+    size_t base = b->copied / c, k = first / c;
+    if (last <= b->copied || k - base >= 64)
+        return;
+    b->chunks_ended |= UINT64_C(1) << (k - base);
+    if (!(b->chunks_ended & 1))
+        return;
+    unsigned run =
+        b->chunks_ended == UINT64_MAX ? 64u : (unsigned)__builtin_ctzll(~b->chunks_ended);
+    b->chunks_ended = run == 64 ? 0 : b->chunks_ended >> run;
+    size_t upto = (base + run) * c;
+    kvf__release_copied(e, b, upto < b->n ? upto : b->n);
+}
+
 void *kvf__worker_main(void *arg)
 {
     worker *w = arg;
@@ -73,9 +93,11 @@ void *kvf__worker_main(void *arg)
             continue;
         }
         size_t first = b->next_move;
-        size_t last = first + chunk_of(e, b);
-        if (first == 0)
+        if (first == 0) {
+            b->chunk_moves = chunk_of(e, b);
             KVF_TIMELINE(KVF_TL_ISSUE, b->id, b->n);
+        }
+        size_t last = first + b->chunk_moves;
         if (last >= b->n) {
             last = b->n;
             kvf__ready_pop(e, b->queue);
@@ -115,6 +137,8 @@ void *kvf__worker_main(void *arg)
         KVF_TIMELINE(KVF_TL_CHUNK, b->id, last - first);
         engine_lock(e);
         b->moves_done += last - first;
+        if (b->moves_done < b->n)
+            chunk_ended(e, b, first, last);
         if (b->moves_done == b->n) {
             if (kind_writes(b->kind) == SP_FILE && !kind_removes(b->kind) &&
                 e->cfg.file.fsync == KVF_FSYNC_BATCH) {
