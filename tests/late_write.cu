@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A kernel that writes late (testutil_cuda.h): the GPU tests' stand-in for
- * a forward pass still writing the blocks that an offload is ordered
- * after. */
+/* Kernels that hold a stream (testutil_cuda.h): one that writes late, the
+ * GPU tests' stand-in for a forward pass still writing the blocks that an
+ * offload is ordered after, and the gate, which holds a stream until the
+ * host opens it. */
 #include <cuda_runtime.h>
 
 #include <stddef.h>
@@ -29,5 +30,23 @@ extern "C" cudaError_t test_late_copy(void *dst, const void *src, size_t n, doub
         return e;
     long long cycles = (long long)(spin_ms * (double)khz);
     late_copy<<<132, 256, 0, stream>>>((unsigned char *)dst, (const unsigned char *)src, n, cycles);
+    return cudaGetLastError();
+}
+
+/* The gate: one thread reads the host's flag until it is set or timeout_ns
+ * of the GPU's global timer have passed. */
+__global__ void gate_wait(volatile unsigned int *flag, unsigned long long timeout_ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (*flag == 0 && t - t0 < timeout_ns);
+}
+
+extern "C" cudaError_t test_gate_launch(volatile unsigned int *flag, unsigned long long timeout_ns,
+                                        cudaStream_t stream)
+{
+    gate_wait<<<1, 1, 0, stream>>>(flag, timeout_ns);
     return cudaGetLastError();
 }

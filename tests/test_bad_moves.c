@@ -22,9 +22,7 @@ typedef struct fixture {
 static int fx_init(fixture *f)
 {
     REQUIRE(test_tmpdir(f->dir, sizeof f->dir) == 0);
-    kvf_info info = KVF_INFO_INIT;
-    kvf_info_get(&info);
-    f->remote = info.remote_built;
+    f->remote = test_store_built("redis");
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.file.dir = f->dir;

@@ -37,9 +37,11 @@ static int test_mem_register(void)
     arena da = {KVF_MEMORY_DEVICE, dev, bytes};
     kvf__copy c[64];
     size_t n = scattered(&da, &ha, 65536, 32, c);
-    run_batches(b, KVF_QUEUE_ONBOARD, &da, &ha, c, n, n, "h2d from registered malloc memory", 1);
+    run_batches(b, KVF_QUEUE_ONBOARD, &da, &ha, c, n, n, "h2d from registered malloc memory",
+                KVF__CUDA_PATH_KERNEL);
     n = scattered(&ha, &da, 65536, 32, c);
-    run_batches(b, KVF_QUEUE_OFFLOAD, &ha, &da, c, n, n, "d2h into registered malloc memory", 1);
+    run_batches(b, KVF_QUEUE_OFFLOAD, &ha, &da, c, n, n, "d2h into registered malloc memory",
+                KVF__CUDA_PATH_KERNEL);
     b->ops->mem_unregister(b, KVF_MEMORY_HOST_PINNED, host);
 
     /* memory pinned already (cudaMallocHost): nothing to undo */
@@ -54,7 +56,8 @@ static int test_mem_register(void)
     CHECK_STATUS(b->ops->mem_register(b, KVF_MEMORY_HOST, host, bytes, &reg), KVF_OK);
     CHECK(reg);
     n = scattered(&da, &ha, 65536, 32, c);
-    run_batches(b, KVF_QUEUE_ONBOARD, &da, &ha, c, n, n, "h2d from pageable memory", 2);
+    run_batches(b, KVF_QUEUE_ONBOARD, &da, &ha, c, n, n, "h2d from pageable memory",
+                KVF__CUDA_PATH_DMA);
     b->ops->mem_unregister(b, KVF_MEMORY_HOST, host);
 
     /* the backend's own allocations are zeroed */

@@ -280,9 +280,7 @@ static int test_group_indexes(void)
 
 static int test_remote_unreachable(void)
 {
-    kvf_info info = KVF_INFO_INIT;
-    kvf_info_get(&info);
-    if (!info.remote_built)
+    if (!test_store_built("redis"))
         return TEST_SKIP;
     fixture f;
     /* a loopback port nothing listens on: refused at once */

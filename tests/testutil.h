@@ -260,4 +260,16 @@ static inline int test_count_fds(void)
     return n - 1; /* the directory stream's own */
 }
 
+/* Whether this build has the store `name` ("redis", "s3"): kvf_info's
+ * remote_built says whether every remote store is built, which a build
+ * with Redis and without S3 is not. */
+static inline bool test_store_built(const char *name)
+{
+    kvf_store_info si = KVF_STORE_INFO_INIT;
+    for (size_t i = 0; kvf_store_info_get(i, &si) == KVF_OK; i++)
+        if (!strcmp(si.name, name))
+            return si.built != 0;
+    return false;
+}
+
 #endif /* KVF_TESTUTIL_H */

@@ -35,56 +35,62 @@ static inline bool test_have_gpu(void)
  * wait for the stream finds the stream still busy however long the call
  * took. A spinning kernel alone is a race against the host: under parallel
  * tests (other processes copying, pinning and calling the driver) the
- * host's side of a call can outlast the spin. The gate holds a CUDA host
- * function; it opens by itself after TEST_GATE_TIMEOUT_S seconds (a call
- * that did wait for the stream), and test_gate_open then returns false.
- * Open it before waiting for anything ordered after the stream;
- * synchronize the stream before the gate goes. */
+ * host's side of a call can outlast the spin. The gate is a one-thread
+ * kernel (tests/late_write.cu) spinning on a flag in mapped host memory:
+ * it holds the stream on the GPU, where a CUDA host function that blocked
+ * would also hold every other host function of the process (CUDA runs
+ * them on one thread), kvferry's completions among them. It opens by
+ * itself after TEST_GATE_TIMEOUT_S seconds (a call that did wait for the
+ * stream), and test_gate_open then returns false. Open it before waiting
+ * for anything ordered after the stream; synchronize the stream before
+ * test_gate_fini. */
 #define TEST_GATE_TIMEOUT_S 20
 
 typedef struct test_gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool open, timed_out;
-    struct timespec deadline;
+    volatile unsigned int *flag; /* mapped host memory the kernel reads */
+    struct timespec held;
 } test_gate;
 
-static void CUDART_CB test_gate_wait_(void *arg)
-{
-    test_gate *g = (test_gate *)arg;
-    pthread_mutex_lock(&g->mu);
-    while (!g->open && !g->timed_out)
-        if (pthread_cond_timedwait(&g->cv, &g->mu, &g->deadline) == ETIMEDOUT && !g->open)
-            g->timed_out = true;
-    pthread_mutex_unlock(&g->mu);
-}
+/* tests/late_write.cu: queues on `stream` a one-thread kernel that spins
+ * until *flag (device address of mapped host memory) is not 0 or
+ * timeout_ns have passed. */
+#ifdef __cplusplus
+extern "C"
+#endif
+    cudaError_t
+    test_gate_launch(volatile unsigned int *flag, unsigned long long timeout_ns,
+                     cudaStream_t stream);
 
 static inline cudaError_t test_gate_hold(test_gate *g, cudaStream_t stream)
 {
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
-    g->open = g->timed_out = false;
-    clock_gettime(CLOCK_REALTIME, &g->deadline);
-    g->deadline.tv_sec += TEST_GATE_TIMEOUT_S;
-    return cudaLaunchHostFunc(stream, test_gate_wait_, g);
+    void *host = NULL, *dev = NULL;
+    cudaError_t e = cudaHostAlloc(&host, sizeof(unsigned int), cudaHostAllocMapped);
+    if (e != cudaSuccess)
+        return e;
+    g->flag = (volatile unsigned int *)host;
+    *g->flag = 0;
+    e = cudaHostGetDevicePointer(&dev, host, 0);
+    if (e != cudaSuccess)
+        return e;
+    clock_gettime(CLOCK_MONOTONIC, &g->held);
+    return test_gate_launch((volatile unsigned int *)dev, TEST_GATE_TIMEOUT_S * 1000000000ull,
+                            stream);
 }
 
 /* Opens the gate; false when it had opened by itself (timed out). */
 static inline bool test_gate_open(test_gate *g)
 {
-    pthread_mutex_lock(&g->mu);
-    g->open = true;
-    bool in_time = !g->timed_out;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-    return in_time;
+    *g->flag = 1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec - g->held.tv_sec < TEST_GATE_TIMEOUT_S;
 }
 
 /* After the stream it held has been synchronized. */
 static inline void test_gate_fini(test_gate *g)
 {
-    pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
+    cudaFreeHost((void *)g->flag);
+    g->flag = NULL;
 }
 
 /* tests/late_write.cu: queues on `stream` a kernel that spins about

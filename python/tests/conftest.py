@@ -62,7 +62,8 @@ def redis_server(tmp_path, *args):
     import subprocess
     import time
 
-    if not shutil.which("redis-server") or not kvferry.info().remote_built:
+    if not shutil.which("redis-server") or not any(s.name == "redis" and s.built
+                                                    for s in kvferry.info().stores):
         pytest.skip("no redis-server, or libkvferry built without hiredis")
 
     @contextlib.contextmanager
