@@ -36,10 +36,11 @@ static inline bool test_have_gpu(void)
  * took. A spinning kernel alone is a race against the host: under parallel
  * tests (other processes copying, pinning and calling the driver) the
  * host's side of a call can outlast the spin. The gate is a one-thread
- * kernel (tests/late_write.cu) spinning on a flag in mapped host memory:
- * it holds the stream on the GPU, where a CUDA host function that blocked
- * would also hold every other host function of the process (CUDA runs
- * them on one thread), kvferry's completions among them. It opens by
+ * kernel (tests/late_write.cu) spinning on a flag in mapped host memory,
+ * so it holds the stream on the GPU alone: a gate made of a CUDA host
+ * function that blocked until opened made kvf_offload_after itself return
+ * only when that gate timed out (seen on an H100), so it proved nothing
+ * about kvferry. It opens by
  * itself after TEST_GATE_TIMEOUT_S seconds (a call that did wait for the
  * stream), and test_gate_open then returns false. Open it before waiting
  * for anything ordered after the stream; synchronize the stream before
