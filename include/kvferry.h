@@ -1435,8 +1435,8 @@ KVF_API kvf_status kvf_cache_stats_prometheus(kvf_cache *cache, char *buf, size_
 typedef struct kvf_tier_cost {
     double latency_s;   /* per batch, >= 0 */
     double bytes_per_s; /* > 0 */
-    uint64_t observed;  /* completed batches learnt from (0: the starting estimate or a set value) */
-    int held;           /* 1: set with hold, observations do not change it */
+    uint64_t observed; /* completed batches learnt from (0: the starting estimate or a set value) */
+    int held;          /* 1: set with hold, observations do not change it */
 } kvf_tier_cost;
 
 /** Every tier's cost, indexed by kvf_tier (entries from KVF_TIER_COUNT on are 0). */

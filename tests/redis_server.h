@@ -55,17 +55,6 @@ static inline void redis_skip_unless_installed(void)
         TEST_SKIP_ALL("redis-server / redis-cli not installed");
 }
 
-static inline bool redis_port_free(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 /* A port p with p and p + 10000 (a cluster's bus) free. */
 static inline int redis_pick_port(void)
 {
@@ -74,7 +63,7 @@ static inline int redis_pick_port(void)
         seed = (uint64_t)getpid() * 7919u + (uint64_t)time(NULL);
     for (int tries = 0; tries < 1000; tries++) {
         int p = 20000 + (int)(test_xorshift64(&seed) % 30000);
-        if (redis_port_free(p) && redis_port_free(p + 10000))
+        if (test_port_free(p) && test_port_free(p + 10000))
             return p;
     }
     return -1;

@@ -55,17 +55,6 @@ static inline bool s3_weed_found(char *out, size_t cap)
     return false;
 }
 
-static inline bool s3_port_free(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 /* A base b with b..b+n-1 free: e.g. the HTTP and gRPC ports of the S3
  * gateway, master, volume server and filer. */
 static inline int s3_pick_ports(int n)
@@ -77,7 +66,7 @@ static inline int s3_pick_ports(int n)
         int p = 20000 + (int)(test_xorshift64(&seed) % 25000);
         bool ok = true;
         for (int i = 0; ok && i < n; i++)
-            ok = s3_port_free(p + i);
+            ok = test_port_free(p + i);
         if (ok)
             return p;
     }

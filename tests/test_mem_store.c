@@ -147,8 +147,7 @@ static int test_corrupt_one(void)
     kvf_engine *e = open_engine("mem://bad", "ns1", N);
     REQUIRE(e);
     REQUIRE(offload_all(e, N, 0x200, 7) == KVF_OK);
-    REQUIRE(kvf__mem_store_poke("bad", "ns1", 0x202, KVF_BLOCK_HEADER_BYTES + 5, 0x01) ==
-            KVF_OK);
+    REQUIRE(kvf__mem_store_poke("bad", "ns1", 0x202, KVF_BLOCK_HEADER_BYTES + 5, 0x01) == KVF_OK);
     REQUIRE(kvf__mem_store_poke("bad", "ns1", 0x204, 3, 0x40) == KVF_OK);
     CHECK_STATUS(kvf__mem_store_poke("bad", "ns2", 0x204, 3, 0x40), KVF_ERR_NOT_FOUND);
     kvf_status per[N];

@@ -19,11 +19,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -270,6 +272,18 @@ static inline bool test_store_built(const char *name)
         if (!strcmp(si.name, name))
             return si.built != 0;
     return false;
+}
+
+/* Whether a TCP port of the loopback address is free to listen on now. */
+static inline bool test_port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
 }
 
 #endif /* KVF_TESTUTIL_H */

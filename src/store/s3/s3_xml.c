@@ -57,7 +57,7 @@ static void on_text(void *arg, const XML_Char *s, int len)
     x->text[x->len] = '\0';
 }
 
-/* "2026-12-07T01:49:39Z" or with ".000Z": ns since the epoch (0: unread) */
+/* "YYYY-MM-DDThh:mm:ssZ", or with ".000Z" before the Z: ns since the epoch (0: unread) */
 static int64_t iso_time(const char *s)
 {
     struct tm tm = {0};
