@@ -4,6 +4,7 @@ create (no secret in the message), and an engine's remote tier on s3://
 against a real SeaweedFS (scripts/seaweedfs.py; skipped, saying why, where
 it cannot be installed) shared by a second engine byte for byte."""
 import os
+import socket
 import sys
 
 import numpy as np
@@ -92,21 +93,45 @@ def test_cache_remote_tier_on_s3(seaweedfs):
 
 
 def test_wrong_keys_named_without_secret(seaweedfs, caplog):
-    """Keys the server refuses fail the move with the URL named, its
-    secret in no error and no log line."""
+    """Keys the server refuses fail the engine's create (not its first
+    move) with the URL named, its secret in no error and no log line."""
     import seaweedfs as sw
     url = seaweedfs.url("wrong").replace(f":{sw.SECRET}@", ":notthesecret42@")
     assert "notthesecret42" in url
     kvf.install_log_handler("debug")
     try:
-        e = kvf.Engine(backend="host", file_namespace="py", remote_url=url)
-        e.add_pool(kvf.Geometry(layers=1, kv_factor=2, kv_heads=1, tokens_per_block=16, head_size=32),
-                   primary=2)
-        with pytest.raises(kvf.KvferryError) as err:
-            e.offload(kvf.Tier.REMOTE, [(0, 1)]).wait(check=True)
-        e.close()
+        with pytest.raises(kvf.InvalidArgument) as err:
+            kvf.Engine(backend="host", file_namespace="py", remote_url=url)
     finally:
         kvf.remove_log_handler()
     assert "403" in str(err.value) and "***@kvf/wrong" in str(err.value)
     assert "notthesecret42" not in str(err.value)
-    assert caplog.records and not any("notthesecret42" in r.getMessage() for r in caplog.records)
+    assert not any("notthesecret42" in r.getMessage() for r in caplog.records)
+
+
+def test_missing_bucket_at_create(seaweedfs, caplog):
+    """A bucket the server does not have fails the engine's create, naming
+    the URL; a server that does not answer is a warning there (it may be
+    back by the first move), and the move then fails, naming the block."""
+    url = seaweedfs.url("p").replace(f"@{seaweedfs.bucket}/", "@no-such-bucket-kvf/")
+    with pytest.raises(kvf.InvalidArgument) as err:
+        kvf.Engine(backend="host", file_namespace="py", remote_url=url)
+    assert "no such bucket" in str(err.value) and "no-such-bucket-kvf" in str(err.value)
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = seaweedfs.url("p").replace(seaweedfs.endpoint, f"http://127.0.0.1:{port}")
+    import seaweedfs as sw
+    kvf.install_log_handler("debug")
+    try:
+        e = kvf.Engine(backend="host", file_namespace="py", remote_url=down, remote_timeout_ms=500)
+    finally:
+        kvf.remove_log_handler()
+    said = [r.getMessage() for r in caplog.records]
+    assert any("not reached at create" in m for m in said), said
+    assert not any(sw.SECRET in m for m in said)
+    e.add_pool(kvf.Geometry(layers=1, kv_factor=2, kv_heads=1, tokens_per_block=16, head_size=32), primary=2)
+    with pytest.raises(kvf.KvferryError) as err:
+        e.offload(kvf.Tier.REMOTE, [(0, 1)]).wait(check=True)
+    e.close()
+    assert "127.0.0.1:%d" % port in str(err.value)

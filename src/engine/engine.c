@@ -63,6 +63,24 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
+/* A store that asks for it is probed at create (kvf__store_kind's
+ * probe_at_create): its verdict on the URL (KVF_ERR_INVALID: no such
+ * bucket, keys refused) fails create; a server that does not answer now is
+ * a warning, since it may answer by the first move. */
+static kvf_status remote_probe_at_create(const kvf__store_kind *kind, const char *url,
+                                         uint32_t timeout_ms, const char *shown)
+{
+    char detail[512];
+    kvf_status st = kind->probe(url, timeout_ms ? timeout_ms : REMOTE_DEFAULT_TIMEOUT_MS, detail,
+                                sizeof detail);
+    if (st == KVF_OK || st == KVF_ERR_INVALID)
+        return st;
+    KVF_LOG(KVF_LOG_WARN,
+            "remote tier %s: not reached at create (%s): trying again at its first move", shown,
+            detail);
+    return KVF_OK;
+}
+
 /* Checks the remote tier's URL (the resolved config's) and keeps it for
  * the first use. A URL the caller or the file names that this build cannot
  * serve is an error; one from the environment only a warning. */
@@ -93,6 +111,8 @@ static kvf_status remote_setup(kvf_engine *e, const kvf_engine_config *c)
                                                      "remote URL \"%s\": not a remote store's URL "
                                                      "(this build: %s)",
                                                      shown, schemes);
+    if (st == KVF_OK && kind->probe_at_create && kind->probe)
+        st = remote_probe_at_create(kind, url, c->remote.timeout_ms, shown);
     if (st != KVF_OK)
         return kvf__fail(st, "kvf_engine_create: %s%s", from_env ? KVF_REMOTE_URL_ENV ": " : "",
                          kvf_last_error());

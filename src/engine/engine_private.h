@@ -53,6 +53,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The remote tier's timeout where remote.timeout_ms is 0: a move's, and
+ * the probe at create of a store that asks for one. */
+#define REMOTE_DEFAULT_TIMEOUT_MS 2000u
+
 typedef enum op_kind {
     OP_OFFLOAD_HOST,
     OP_OFFLOAD_FILE,

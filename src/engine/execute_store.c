@@ -10,7 +10,6 @@
  * trickling node reaches it, yet a batch of many blocks is not failed
  * for its size alone. */
 #define REMOTE_FLOOR_BYTES_PER_S ((uint64_t)256 << 20)
-#define REMOTE_DEFAULT_TIMEOUT_MS 2000u
 
 /* The deadline of remote batch b, fixed when its first chunk is claimed
  * (the caller holds e->mu): every chunk, on whichever worker, ends by

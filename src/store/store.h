@@ -136,6 +136,12 @@ typedef struct kvf__store_kind {
      * per node and says what answered in detail. NULL: opening is enough
      * (the store holds no connection). */
     kvf_status (*probe)(const char *url, uint32_t timeout_ms, char *detail, size_t cap);
+    /* Whether an engine probes the store at create, so that what only the
+     * server can say about the URL (no such bucket, keys refused) fails
+     * create rather than the first move: a probe's KVF_ERR_INVALID fails
+     * create, an unreachable server is a warning (it may come back). For
+     * stores whose URL names something that must exist (an S3 bucket). */
+    bool probe_at_create;
 } kvf__store_kind;
 
 /* The registry's store for `url`'s scheme, or NULL. */

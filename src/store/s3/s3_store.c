@@ -479,4 +479,5 @@ const kvf__store_kind kvf__s3_store_kind = {
     .check_url = s3_check_url,
     .open = s3_open,
     .probe = s3_probe,
+    .probe_at_create = true,
 };
