@@ -103,6 +103,8 @@ static int test_bad_input(void)
     CHECK(info.gds_state >= KVF_GDS_STATE_ABSENT && info.gds_state <= KVF_GDS_STATE_P2P);
     CHECK(kvf_version() != NULL && strncmp(kvf_version(), KVF_VERSION_STRING, 5) == 0);
     CHECK(strcmp(kvf_backend_name(kvf_engine_backend(e)), "host") == 0);
+    CHECK(kvf_engine_layerwise_tiers(e) == 0); /* whole batches on the host backend */
+    CHECK(kvf_engine_layerwise_tiers(NULL) == 0);
     kvf_engine_destroy(e);
 
     /* a 4-bit partial copy that cannot be byte-aligned is refused whole */

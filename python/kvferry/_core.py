@@ -904,6 +904,13 @@ class Engine(_Issuer):
         check(L.kvf_engine_costs(self._h(), ctypes.byref(c)))
         return costs_from_c(c)
 
+    def layerwise_tiers(self) -> Tuple[Tier, ...]:
+        """The tiers whose blocks the layer-wise loads deliver pool by pool
+        on this engine (kvf_engine_layerwise_tiers): what plan()'s
+        layerwise_tiers takes."""
+        mask = L.kvf_engine_layerwise_tiers(self._h())
+        return tuple(t for t in Tier if mask >> int(t) & 1)
+
     def set_tier_cost(self, tier: TierLike, latency_s: float, bytes_per_s: float, hold: bool = False) -> None:
         """Sets a tier's cost: a new starting point observations keep
         updating, or with hold=True fixed until set again."""

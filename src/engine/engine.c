@@ -448,6 +448,15 @@ kvf_backend kvf_engine_backend(const kvf_engine *e)
     return e ? e->backend_kind : KVF_BACKEND_AUTO;
 }
 
+uint32_t kvf_engine_layerwise_tiers(const kvf_engine *e)
+{
+    /* the GPU orders the host and GPU copies pool by pool; the host
+     * backend and the slow tiers deliver whole batches */
+    if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
+        return 0;
+    return 1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU;
+}
+
 const char *kvf_tier_name(kvf_tier tier)
 {
     switch (tier) {
