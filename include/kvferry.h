@@ -448,6 +448,13 @@ typedef struct kvf_engine_cuda_config {
  * but for struct_size, which the second must set. A field that differs from
  * its *_INIT value counts as the caller's and is not read from the
  * environment or config file (kvf_setting_source).
+ *
+ * Every struct that starts with struct_size works across versions: one
+ * from an older, shorter header is read with the fields it lacks at their
+ * *_INIT values (at zero in kvf_prefill_cost and kvf_plan_input), and one
+ * a call fills (kvf_info, kvf_cache_stats, kvf_costs, kvf_plan,
+ * kvf_store_info) gets only the fields it has, its struct_size then saying
+ * how many bytes were filled.
  */
 typedef struct kvf_engine_config {
     size_t struct_size;  /* sizeof(kvf_engine_config), set by the macro */

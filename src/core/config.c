@@ -14,6 +14,7 @@
 #include "log.h"
 #include "namedfile.h"
 #include "redact.h"
+#include "sized.h"
 #include "status.h"
 
 #include <ctype.h>
@@ -893,12 +894,10 @@ const char *kvf_setting_source_name(kvf_setting_source source)
 static kvf_status whole_struct(const void *cfg, size_t min, void *out, size_t size,
                                const char *what)
 {
-    size_t have;
-    memcpy(&have, cfg, sizeof have);
-    if (have < min || have > 4096)
-        return kvf__fail(KVF_ERR_INVALID, "kvf_config_settings: %s struct_size %zu", what, have);
-    memcpy(out, cfg, have < size ? have : size);
-    memcpy(out, &size, sizeof size);
+    if (!kvf__sized_ok(cfg, min, 4096))
+        return kvf__fail(KVF_ERR_INVALID, "kvf_config_settings: %s struct_size %zu", what,
+                         kvf__sized_size(cfg));
+    kvf__sized_copy_in(out, size, cfg);
     return KVF_OK;
 }
 
