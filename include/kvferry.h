@@ -1170,6 +1170,15 @@ KVF_API kvf_status kvf_cache_settings(const kvf_cache *cache, const kvf_setting 
 KVF_API kvf_status kvf_config_settings(const kvf_engine_config *ecfg, const kvf_cache_config *ccfg,
                                        kvf_setting **settings_p, size_t *n_p);
 
+/**
+ * The index-th field of kvf_engine_config as a setting, for a binding that
+ * takes the settings by name: its config-file key ("backend", "file_dir",
+ * ..., "config_file"; docs/configuration.md) and, where offset_p is not
+ * NULL, the field's byte offset in kvf_engine_config. Every field's
+ * default is its KVF_ENGINE_CONFIG_INIT value. NULL past the last.
+ */
+KVF_API const char *kvf_engine_config_key(size_t index, size_t *offset_p);
+
 /** Frees what kvf_config_settings returned; NULL is fine. */
 KVF_API void kvf_settings_free(kvf_setting *settings);
 

@@ -370,6 +370,7 @@ _protos = {
     "kvf_engine_create": (c_status, [_P(EngineConfig_t), _P(ctypes.c_void_p)]),
     "kvf_engine_destroy": (None, [ctypes.c_void_p]),
     "kvf_engine_backend": (c_enum, [ctypes.c_void_p]),
+    "kvf_engine_config_key": (ctypes.c_char_p, [ctypes.c_size_t, _P(ctypes.c_size_t)]),
     "kvf_engine_settings": (c_status, [ctypes.c_void_p, _P(_P(Setting_t)), _P(ctypes.c_size_t)]),
     "kvf_cache_settings": (c_status, [ctypes.c_void_p, _P(_P(Setting_t)), _P(ctypes.c_size_t)]),
     "kvf_engine_add_pool": (

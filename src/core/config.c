@@ -901,6 +901,16 @@ static kvf_status whole_struct(const void *cfg, size_t min, void *out, size_t si
     return KVF_OK;
 }
 
+const char *kvf_engine_config_key(size_t i, size_t *offset_p)
+{
+    const def *d = i < N(engine_defs)    ? &engine_defs[i]
+                   : i == N(engine_defs) ? &config_file_def
+                                         : NULL;
+    if (d && offset_p)
+        *offset_p = d->offset;
+    return d ? d->name : NULL;
+}
+
 kvf_status kvf_config_settings(const kvf_engine_config *ecfg, const kvf_cache_config *ccfg,
                                kvf_setting **settings_p, size_t *n_p)
 {
