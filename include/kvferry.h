@@ -448,6 +448,13 @@ typedef struct kvf_engine_cuda_config {
  * but for struct_size, which the second must set. A field that differs from
  * its *_INIT value counts as the caller's and is not read from the
  * environment or config file (kvf_setting_source).
+ *
+ * Every struct that starts with struct_size works across versions: one
+ * from an older, shorter header is read with the fields it lacks at their
+ * *_INIT values (at zero in kvf_prefill_cost and kvf_plan_input), and one
+ * a call fills (kvf_info, kvf_cache_stats, kvf_costs, kvf_plan,
+ * kvf_store_info) gets only the fields it has, its struct_size then saying
+ * how many bytes were filled.
  */
 typedef struct kvf_engine_config {
     size_t struct_size;  /* sizeof(kvf_engine_config), set by the macro */
@@ -1163,6 +1170,15 @@ KVF_API kvf_status kvf_cache_settings(const kvf_cache *cache, const kvf_setting 
 KVF_API kvf_status kvf_config_settings(const kvf_engine_config *ecfg, const kvf_cache_config *ccfg,
                                        kvf_setting **settings_p, size_t *n_p);
 
+/**
+ * The index-th field of kvf_engine_config as a setting, for a binding that
+ * takes the settings by name: its config-file key ("backend", "file_dir",
+ * ..., "config_file"; docs/configuration.md) and, where offset_p is not
+ * NULL, the field's byte offset in kvf_engine_config. Every field's
+ * default is its KVF_ENGINE_CONFIG_INIT value. NULL past the last.
+ */
+KVF_API const char *kvf_engine_config_key(size_t index, size_t *offset_p);
+
 /** Frees what kvf_config_settings returned; NULL is fine. */
 KVF_API void kvf_settings_free(kvf_setting *settings);
 
@@ -1464,6 +1480,15 @@ typedef struct kvf_costs {
 KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
 
 /**
+ * The tiers (bit 1 << tier) whose blocks the layer-wise calls
+ * (kvf_cache_get_pools, kvf_wait_pool) deliver pool by pool on this
+ * engine: HOST and GPU on the CUDA backend, whose copies the GPU orders;
+ * none on the host backend, and never DISK or REMOTE, which arrive whole.
+ * What kvf_plan_input.layerwise_tiers takes. 0 for NULL.
+ */
+KVF_API uint32_t kvf_engine_layerwise_tiers(const kvf_engine *engine);
+
+/**
  * Sets a tier's cost, e.g. from a calibration or a measurement of the
  * caller's own. hold = 0: a new starting point that observations keep
  * updating; hold = 1: fixed until set again.
@@ -1584,8 +1609,9 @@ typedef struct kvf_plan_input {
     kvf_costs costs;
     const kvf_prefill_cost *prefill;
     /* tiers (bit 1 << tier) whose blocks arrive layer by layer when loaded
-     * with the layer-wise calls; the others arrive whole (DISK, REMOTE, and
-     * every tier on the host backend) */
+     * with the layer-wise calls (kvf_engine_layerwise_tiers says which);
+     * the others arrive whole (DISK, REMOTE, and every tier on the host
+     * backend) */
     uint32_t layerwise_tiers;
 } kvf_plan_input;
 
@@ -1668,8 +1694,8 @@ KVF_API kvf_status kvf_cache_set_prefill_cost(kvf_cache *cache, const kvf_prefil
  * Looks up keys[0..n) as kvf_cache_lookup does (counted as a lookup in the
  * stats) and plans the request of `request_tokens` tokens over the hits,
  * with the engine's current costs (kvf_engine_costs) and the cache's
- * prefill cost. Layer-wise arrival is assumed for the host and GPU tiers
- * on the CUDA backend, when the prefill cost says overlap.
+ * prefill cost. Layer-wise arrival is assumed for the engine's
+ * kvf_engine_layerwise_tiers, when the prefill cost says overlap.
  * @param tiers  NULL, or n entries: the tier of each hit, as lookup's.
  * @return KVF_ERR_STATE when no prefill cost was set; as kvf_plan_compute
  *         otherwise.

@@ -558,6 +558,38 @@ static int test_no_yaml(void)
 #endif
 }
 
+/* the settings table as a binding reads it: every kvf_engine_config field
+ * once, by its config-file key and offset, each a setting the engine lists */
+static int test_engine_config_keys(void)
+{
+    clear_env();
+    kvf_engine_config ec = KVF_ENGINE_CONFIG_INIT;
+    kvf_setting *all = NULL;
+    size_t n, off = 0, i;
+    REQUIRE(kvf_config_settings(&ec, NULL, &all, &n) == KVF_OK);
+    bool seen[sizeof(kvf_engine_config)] = {false};
+    const char *key;
+    for (i = 0; (key = kvf_engine_config_key(i, &off)) != NULL; i++) {
+        CHECK(off >= sizeof(size_t) && off < sizeof(kvf_engine_config) && !seen[off]);
+        if (off < sizeof seen)
+            seen[off] = true;
+        CHECK(find(all, n, key) != NULL);
+        if (!strcmp(key, "backend"))
+            CHECK_EQ_INT(off, offsetof(kvf_engine_config, backend));
+        if (!strcmp(key, "file_namespace"))
+            CHECK_EQ_INT(off, offsetof(kvf_engine_config, file.namespace_));
+        if (!strcmp(key, "cuda_copy_sms"))
+            CHECK_EQ_INT(off, offsetof(kvf_engine_config, cuda.copy_sms));
+        if (!strcmp(key, "config_file"))
+            CHECK_EQ_INT(off, offsetof(kvf_engine_config, config_file));
+    }
+    CHECK(i > 0 && kvf_engine_config_key(i, NULL) == NULL &&
+          kvf_engine_config_key(0, NULL) != NULL);
+    CHECK(kvf_engine_config_key((size_t)-1, &off) == NULL);
+    kvf_settings_free(all);
+    return 0;
+}
+
 int main(void)
 {
     REQUIRE(test_tmpdir(dir, sizeof dir) == 0);
@@ -567,6 +599,7 @@ int main(void)
     RUN(test_env_bad_value);
     RUN(test_renamed);
     RUN(test_nested_fields);
+    RUN(test_engine_config_keys);
 #ifdef KVF_HAVE_YAML
     RUN(test_file_and_precedence);
     RUN(test_file_errors);

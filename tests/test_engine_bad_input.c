@@ -101,8 +101,33 @@ static int test_bad_input(void)
     kvf_info info = KVF_INFO_INIT;
     CHECK_STATUS(kvf_info_get(&info), KVF_OK);
     CHECK(info.gds_state >= KVF_GDS_STATE_ABSENT && info.gds_state <= KVF_GDS_STATE_P2P);
+    /* an older caller's shorter struct gets its fields and nothing past
+     * them; a newer caller's longer one gets the library's and is told how
+     * many bytes were filled */
+    union {
+        kvf_info info;
+        unsigned char bytes[sizeof(kvf_info) + 64];
+    } sized;
+    size_t old_size = offsetof(kvf_info, remote_built);
+    memset(&sized, 0xA5, sizeof sized);
+    sized.info.struct_size = old_size;
+    CHECK_STATUS(kvf_info_get(&sized.info), KVF_OK);
+    CHECK(sized.info.struct_size == old_size && sized.info.cuda_built == info.cuda_built);
+    CHECK(strcmp(sized.info.device_name, info.device_name) == 0);
+    for (size_t i = old_size; i < sizeof sized; i++)
+        CHECK(sized.bytes[i] == 0xA5);
+    memset(&sized, 0xA5, sizeof sized);
+    sized.info.struct_size = sizeof sized;
+    CHECK_STATUS(kvf_info_get(&sized.info), KVF_OK);
+    CHECK(sized.info.struct_size == sizeof(kvf_info) && sized.info.gds_state == info.gds_state);
+    for (size_t i = sizeof(kvf_info); i < sizeof sized; i++)
+        CHECK(sized.bytes[i] == 0xA5);
+    sized.info.struct_size = old_size - 1;
+    CHECK_STATUS(kvf_info_get(&sized.info), KVF_ERR_INVALID);
     CHECK(kvf_version() != NULL && strncmp(kvf_version(), KVF_VERSION_STRING, 5) == 0);
     CHECK(strcmp(kvf_backend_name(kvf_engine_backend(e)), "host") == 0);
+    CHECK(kvf_engine_layerwise_tiers(e) == 0); /* whole batches on the host backend */
+    CHECK(kvf_engine_layerwise_tiers(NULL) == 0);
     kvf_engine_destroy(e);
 
     /* a 4-bit partial copy that cannot be byte-aligned is refused whole */

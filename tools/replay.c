@@ -564,8 +564,7 @@ static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *
     in.tokens_per_block = o->g.tokens_per_block;
     in.request_tokens = q->has_keys ? q->n_keys * o->g.tokens_per_block : q->n_tokens;
     in.prefill = &pc;
-    if (r->gpu)
-        in.layerwise_tiers = 1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU;
+    in.layerwise_tiers = kvf_engine_layerwise_tiers(r->e);
     kvf_plan p = KVF_PLAN_INIT;
     if (kvf_engine_costs(r->e, &in.costs) != KVF_OK || kvf_plan_compute(&in, &p) != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: plan: %s\n", req_name(q, nm, sizeof nm),

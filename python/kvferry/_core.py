@@ -545,12 +545,47 @@ def _uint_array(values, what, bits=64, item="value"):
 
 # ---- engine --------------------------------------------------------------------
 
-# The keywords are the settings' names (docs/configuration.md): flat, where
-# kvf_engine_config groups them by tier (file_dir is .file.dir).
-_DEFAULT_CONFIG = dict(backend=Backend.AUTO, device=0, threads=0, file_dir=None, file_namespace=None,
-                       file_io=FileIO.AUTO, fsync=Fsync.BATCH, file_runner=FileRunner.AUTO, file_queue_depth=0,
-                       gds_compat=GdsCompat.AUTO, remote_url=None, remote_ttl_s=0, remote_timeout_ms=0,
-                       cuda_copy=CudaCopy.AUTO, cuda_copy_sms=0, config_file=None, remote_mem_bytes=0)
+def _leaf_fields(struct, prefix="", base=0) -> Dict[int, str]:
+    """{offset: dotted path} of a ctypes struct's fields, nested structs
+    walked into ("file.dir")."""
+    out = {}
+    for name, ctype in struct._fields_:
+        off = base + getattr(struct, name).offset
+        if issubclass(ctype, ctypes.Structure):
+            out.update(_leaf_fields(ctype, f"{prefix}{name}.", off))
+        else:
+            out[off] = prefix + name
+    return out
+
+
+def _config_fields() -> Dict[str, str]:
+    """{setting: field path} of kvf_engine_config, in the library's order,
+    from its settings table (kvf_engine_config_key): the keywords are the
+    settings' names (docs/configuration.md), flat where the struct groups
+    them by tier (file_dir is .file.dir)."""
+    paths = _leaf_fields(_lib.EngineConfig_t)
+    fields, off, i = {}, ctypes.c_size_t(), 0
+    while True:
+        key = L.kvf_engine_config_key(i, ctypes.byref(off))
+        if key is None:
+            return fields
+        fields[key.decode()] = paths[off.value]
+        i += 1
+
+
+def _field(struct, path: str):
+    for name in path.split("."):
+        struct = getattr(struct, name)
+    return struct
+
+
+_CONFIG_FIELDS = _config_fields()
+# the Python enum of each enum setting
+_CONFIG_ENUMS = dict(backend=Backend, file_io=FileIO, fsync=Fsync, file_runner=FileRunner, gds_compat=GdsCompat,
+                     cuda_copy=CudaCopy)
+# every setting's default: its field in KVF_ENGINE_CONFIG_INIT, all zero
+_DEFAULT_CONFIG = {k: _CONFIG_ENUMS.get(k, lambda v: v)(_field(_lib.EngineConfig_t(), path))
+                   for k, path in _CONFIG_FIELDS.items()}
 
 
 class Setting(NamedTuple):
@@ -655,13 +690,8 @@ class Engine(_Issuer):
         c = _lib.EngineConfig_t()
         c.struct_size = ctypes.sizeof(_lib.EngineConfig_t)
         # each keyword into its field (file_dir is .file.dir), checked for its C type
-        enums = dict(backend=Backend, file_io=FileIO, fsync=Fsync, file_runner=FileRunner, gds_compat=GdsCompat,
-                     cuda_copy=CudaCopy)
-        fields = dict(file_dir="file.dir", file_namespace="file.namespace_", file_io="file.io",
-                      fsync="file.fsync", file_runner="file.runner", file_queue_depth="file.queue_depth",
-                      gds_compat="file.gds_compat", remote_url="remote.url", remote_ttl_s="remote.ttl_s",
-                      remote_timeout_ms="remote.timeout_ms", cuda_copy="cuda.copy", cuda_copy_sms="cuda.copy_sms")
-        self._cstrs = fill(c, ((fields.get(k, k), k, enums[k](v) if k in enums else v) for k, v in cfg.items()))
+        self._cstrs = fill(c, ((_CONFIG_FIELDS[k], k, _CONFIG_ENUMS[k](v) if k in _CONFIG_ENUMS else v)
+                               for k, v in cfg.items()))
         self.config = cfg
         h = ctypes.c_void_p()
         check(L.kvf_engine_create(ctypes.byref(c), ctypes.byref(h)))
@@ -903,6 +933,13 @@ class Engine(_Issuer):
         c.struct_size = ctypes.sizeof(_lib.Costs_t)
         check(L.kvf_engine_costs(self._h(), ctypes.byref(c)))
         return costs_from_c(c)
+
+    def layerwise_tiers(self) -> Tuple[Tier, ...]:
+        """The tiers whose blocks the layer-wise loads deliver pool by pool
+        on this engine (kvf_engine_layerwise_tiers): what plan()'s
+        layerwise_tiers takes."""
+        mask = L.kvf_engine_layerwise_tiers(self._h())
+        return tuple(t for t in Tier if mask >> int(t) & 1)
 
     def set_tier_cost(self, tier: TierLike, latency_s: float, bytes_per_s: float, hold: bool = False) -> None:
         """Sets a tier's cost: a new starting point observations keep

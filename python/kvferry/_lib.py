@@ -370,6 +370,7 @@ _protos = {
     "kvf_engine_create": (c_status, [_P(EngineConfig_t), _P(ctypes.c_void_p)]),
     "kvf_engine_destroy": (None, [ctypes.c_void_p]),
     "kvf_engine_backend": (c_enum, [ctypes.c_void_p]),
+    "kvf_engine_config_key": (ctypes.c_char_p, [ctypes.c_size_t, _P(ctypes.c_size_t)]),
     "kvf_engine_settings": (c_status, [ctypes.c_void_p, _P(_P(Setting_t)), _P(ctypes.c_size_t)]),
     "kvf_cache_settings": (c_status, [ctypes.c_void_p, _P(_P(Setting_t)), _P(ctypes.c_size_t)]),
     "kvf_engine_add_pool": (
@@ -462,6 +463,7 @@ _protos = {
         c_status, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_size_t)]),
     # costs and the planner
     "kvf_engine_costs": (c_status, [ctypes.c_void_p, _P(Costs_t)]),
+    "kvf_engine_layerwise_tiers": (ctypes.c_uint32, [ctypes.c_void_p]),
     "kvf_engine_set_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_double, ctypes.c_double, ctypes.c_int]),
     "kvf_engine_observe_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_uint64, ctypes.c_double]),
     "kvf_engine_calibrate": (

@@ -218,7 +218,7 @@ def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: 
     leading cached blocks are in `tiers` (one per hit), from costs
     {tier: TierCost or (latency_s, bytes_per_s)} (Cache.costs() gives the
     engine's) and a prefill cost (see Prefill). layerwise_tiers: the tiers
-    whose blocks arrive layer by layer (HOST and GPU on the CUDA backend)."""
+    whose blocks arrive layer by layer (an Engine's layerwise_tiers())."""
     pf = prefill if isinstance(prefill, Prefill) else Prefill(prefill, layers, overlap, min_gain, leading_only)
     ts = [int(_tier_key(t)) for t in tiers]
     arr = (_lib.c_enum * max(len(ts), 1))(*ts)

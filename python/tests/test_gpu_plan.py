@@ -44,6 +44,7 @@ def test_plan_followed_layer_by_layer(tmp_path):
                 cache.get(keys[:16], dst[:16]).wait(check=True)
                 host_s = time.perf_counter() - t0
                 cache.get(keys[16:], dst[16:]).wait(check=True)
+            assert e.layerwise_tiers() == (kvf.Tier.HOST, kvf.Tier.GPU)
             c = e.costs()
             assert c[kvf.Tier.HOST].observed >= 3 and c[kvf.Tier.DISK].observed >= 3
             predicted = c[kvf.Tier.HOST].seconds(16 * 2 * LAYERS * TOKENS * HEADS * HEAD * 2)
@@ -60,7 +61,7 @@ def test_plan_followed_layer_by_layer(tmp_path):
             same = kvf.plan_compute(tiers, 2 * LAYERS * TOKENS * HEADS * HEAD * 2, TOKENS, 41 * TOKENS,
                                     {t: (x.latency_s, x.bytes_per_s) for t, x in e.costs().items()},
                                     lambda nw, pre: 1e-4 * nw, layers=LAYERS, overlap=True,
-                                    layerwise_tiers=[kvf.Tier.HOST, kvf.Tier.GPU])
+                                    layerwise_tiers=e.layerwise_tiers())
             assert same.load_blocks == p.load_blocks and abs(same.ttft_s - p.ttft_s) <= 1e-9 * p.ttft_s
             for k, v in kv:
                 k[dst] = float("nan")

@@ -211,6 +211,8 @@ def test_engine_costs(engine, geometry):
     pool = engine.add_pool(geometry, primary=8, secondary=8)
     seeds = engine.costs()
     assert all(c.observed == 0 and c.bytes_per_s > 0 for c in seeds.values())
+    # the host backend delivers whole batches only
+    assert engine.layerwise_tiers() == ()
     for _ in range(3):
         engine.offload(kvf.Tier.HOST, [(i, i) for i in range(4)]).wait(check=True)
         engine.onboard(kvf.Tier.HOST, [(i, i) for i in range(4)]).wait(check=True)

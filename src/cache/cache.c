@@ -5,6 +5,7 @@
  * (cache_restore.c). The design is described in cache_private.h.
  */
 #include "cache_private.h"
+#include "sized.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,14 +53,12 @@ static kvf_status cache_check(kvf_engine *engine, const kvf_cache_config *k)
 static kvf_status config_of(kvf_engine *engine, const kvf_cache_config *cfg, kvf_cache_config *k,
                             kvf_setting **settings_p, size_t *nsettings_p)
 {
-    if (cfg->struct_size < offsetof(kvf_cache_config, disk) + sizeof cfg->disk ||
-        cfg->struct_size > 4096)
+    if (!kvf__sized_ok(cfg, offsetof(kvf_cache_config, disk) + sizeof cfg->disk, 4096))
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_cache_create: struct_size %zu (start from KVF_CACHE_CONFIG_INIT)",
                          cfg->struct_size);
     *k = (kvf_cache_config)KVF_CACHE_CONFIG_INIT;
-    memcpy(k, cfg, cfg->struct_size < sizeof *k ? cfg->struct_size : sizeof *k);
-    k->struct_size = sizeof *k;
+    kvf__sized_copy_in(k, sizeof *k, cfg);
     if ((unsigned)k->remote > KVF_CACHE_REMOTE_READ)
         return kvf__fail(KVF_ERR_INVALID, "kvf_cache_create: remote mode %d unknown",
                          (int)k->remote);

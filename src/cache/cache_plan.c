@@ -81,10 +81,7 @@ kvf_status kvf_cache_plan(kvf_cache *c, const kvf_key *keys, size_t n, uint64_t 
     in.block_bytes = c->block_bytes;
     in.tokens_per_block = kvf__engine_tokens_per_block(c->engine);
     in.request_tokens = request_tokens;
-    /* what kvf_cache_get_pools delivers pool by pool: copies the GPU
-     * orders; the host backend and the slow tiers deliver whole batches */
-    if (kvf_engine_backend(c->engine) == KVF_BACKEND_CUDA)
-        in.layerwise_tiers = 1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU;
+    in.layerwise_tiers = kvf_engine_layerwise_tiers(c->engine);
     pthread_mutex_lock(&c->prefill_mu);
     if (!c->has_prefill) {
         st = kvf__fail(KVF_ERR_STATE, "%s: no prefill cost (kvf_cache_set_prefill_cost first)", fn);

@@ -3,6 +3,7 @@
  * Counters, the transfer latency histogram, and their Prometheus text.
  */
 #include "cache_private.h"
+#include "sized.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,15 +37,13 @@ kvf_status kvf_cache_stats_get(kvf_cache *c, kvf_cache_stats *stats)
     kvf__clear_error();
     if (!c || !stats)
         return kvf__fail(KVF_ERR_INVALID, "kvf_cache_stats_get: NULL argument");
-    if (stats->struct_size < sizeof(size_t) || stats->struct_size > 65536)
+    if (!kvf__sized_ok(stats, sizeof(size_t), 65536))
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_cache_stats_get: struct_size %zu (start from KVF_CACHE_STATS_INIT)",
                          stats->struct_size);
     kvf_cache_stats s;
     stats_now(c, &s);
-    size_t size = stats->struct_size < sizeof s ? stats->struct_size : sizeof s;
-    s.struct_size = size;
-    memcpy(stats, &s, size);
+    kvf__sized_copy_out(stats, &s, sizeof s);
     return KVF_OK;
 }
 

@@ -25,6 +25,7 @@
  *     T = max(A_F, max_t (lat_t + X_t)) + C,  A_F the front's compute.
  */
 #include "cache_private.h"
+#include "sized.h"
 
 #include <math.h> /* isfinite, NAN: macros, nothing to link */
 #include <stdlib.h>
@@ -39,11 +40,11 @@ static kvf_status take_sized(const void *in, void *out, size_t out_size, const c
 {
     if (!in)
         return kvf__fail(KVF_ERR_INVALID, "%s: NULL", what);
-    size_t size = *(const size_t *)in;
-    if (size < sizeof(size_t) || size > 65536)
-        return kvf__fail(KVF_ERR_INVALID, "%s: struct_size %zu (start from %s)", what, size, init);
+    if (!kvf__sized_ok(in, sizeof(size_t), 65536))
+        return kvf__fail(KVF_ERR_INVALID, "%s: struct_size %zu (start from %s)", what,
+                         kvf__sized_size(in), init);
     memset(out, 0, out_size);
-    memcpy(out, in, size < out_size ? size : out_size);
+    kvf__sized_copy_in(out, out_size, in);
     return KVF_OK;
 }
 
@@ -443,7 +444,7 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
     kvf_status st = take_input(input, &in);
     if (st != KVF_OK)
         return st;
-    if (!plan || plan->struct_size < sizeof(size_t) || plan->struct_size > 65536)
+    if (!plan || !kvf__sized_ok(plan, sizeof(size_t), 65536))
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_plan_compute: plan is NULL or its struct_size is wrong (start from "
                          "KVF_PLAN_INIT)");
@@ -527,9 +528,7 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
     for (size_t i = 0; i < in.hits; i++)
         if (i < best.load_first || i >= best.load_blocks)
             best.recompute_hits[in.tiers[i]]++;
-    size_t size = plan->struct_size < sizeof best ? plan->struct_size : sizeof best;
-    best.struct_size = size;
-    memcpy(plan, &best, size);
+    kvf__sized_copy_out(plan, &best, sizeof best);
 out:
     free(mem);
     return st;

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "namedfile.h"
 #include "redact.h"
+#include "sized.h"
 #include "status.h"
 
 #include <ctype.h>
@@ -893,13 +894,21 @@ const char *kvf_setting_source_name(kvf_setting_source source)
 static kvf_status whole_struct(const void *cfg, size_t min, void *out, size_t size,
                                const char *what)
 {
-    size_t have;
-    memcpy(&have, cfg, sizeof have);
-    if (have < min || have > 4096)
-        return kvf__fail(KVF_ERR_INVALID, "kvf_config_settings: %s struct_size %zu", what, have);
-    memcpy(out, cfg, have < size ? have : size);
-    memcpy(out, &size, sizeof size);
+    if (!kvf__sized_ok(cfg, min, 4096))
+        return kvf__fail(KVF_ERR_INVALID, "kvf_config_settings: %s struct_size %zu", what,
+                         kvf__sized_size(cfg));
+    kvf__sized_copy_in(out, size, cfg);
     return KVF_OK;
+}
+
+const char *kvf_engine_config_key(size_t i, size_t *offset_p)
+{
+    const def *d = i < N(engine_defs)    ? &engine_defs[i]
+                   : i == N(engine_defs) ? &config_file_def
+                                         : NULL;
+    if (d && offset_p)
+        *offset_p = d->offset;
+    return d ? d->name : NULL;
 }
 
 kvf_status kvf_config_settings(const kvf_engine_config *ecfg, const kvf_cache_config *ccfg,

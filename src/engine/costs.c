@@ -15,6 +15,7 @@
  * dozen batches. (Linear in r rather than in log r: no libm for users.)
  */
 #include "engine_private.h"
+#include "sized.h"
 
 #include <math.h> /* isfinite, a macro: nothing to link */
 
@@ -124,7 +125,7 @@ kvf_status kvf_engine_costs(kvf_engine *e, kvf_costs *costs)
     kvf__clear_error();
     if (!e || !costs)
         return kvf__fail(KVF_ERR_INVALID, "kvf_engine_costs: NULL argument");
-    if (costs->struct_size < sizeof(size_t) || costs->struct_size > 65536)
+    if (!kvf__sized_ok(costs, sizeof(size_t), 65536))
         return kvf__fail(KVF_ERR_INVALID,
                          "kvf_engine_costs: struct_size %zu (start from KVF_COSTS_INIT)",
                          costs->struct_size);
@@ -132,9 +133,7 @@ kvf_status kvf_engine_costs(kvf_engine *e, kvf_costs *costs)
     pthread_mutex_lock(&e->costs.mu);
     memcpy(out.tier, e->costs.tier, sizeof e->costs.tier);
     pthread_mutex_unlock(&e->costs.mu);
-    size_t size = costs->struct_size < sizeof out ? costs->struct_size : sizeof out;
-    out.struct_size = size;
-    memcpy(costs, &out, size);
+    kvf__sized_copy_out(costs, &out, sizeof out);
     return KVF_OK;
 }
 

@@ -4,6 +4,7 @@
  * set-up) and what the cache asks of it.
  */
 #include "engine_private.h"
+#include "sized.h"
 
 const char *const kvf__op_names[] = {"offload to host",
                                      "offload to file",
@@ -137,14 +138,12 @@ static kvf_status config_take(const kvf_engine_config *cfg, kvf_engine_config *o
     if (cfg) {
         /* a caller built against an older, shorter struct gets defaults
          * for the fields it does not know */
-        if (cfg->struct_size < offsetof(kvf_engine_config, backend) + sizeof cfg->backend ||
-            cfg->struct_size > 4096)
+        if (!kvf__sized_ok(cfg, offsetof(kvf_engine_config, backend) + sizeof cfg->backend, 4096))
             return kvf__fail(KVF_ERR_INVALID,
                              "kvf_engine_create: struct_size %zu (start from "
                              "KVF_ENGINE_CONFIG_INIT)",
                              cfg->struct_size);
-        memcpy(&c, cfg, cfg->struct_size < sizeof c ? cfg->struct_size : sizeof c);
-        c.struct_size = sizeof c;
+        kvf__sized_copy_in(&c, sizeof c, cfg);
     }
     if ((unsigned)c.backend > KVF_BACKEND_CUDA || (unsigned)c.file.io > KVF_FILE_IO_GDS ||
         (unsigned)c.file.fsync > KVF_FSYNC_BLOCK || (unsigned)c.cuda.copy > KVF_CUDA_COPY_DMA ||
@@ -446,6 +445,15 @@ void kvf_engine_destroy(kvf_engine *e)
 kvf_backend kvf_engine_backend(const kvf_engine *e)
 {
     return e ? e->backend_kind : KVF_BACKEND_AUTO;
+}
+
+uint32_t kvf_engine_layerwise_tiers(const kvf_engine *e)
+{
+    /* the GPU orders the host and GPU copies pool by pool; the host
+     * backend and the slow tiers deliver whole batches */
+    if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
+        return 0;
+    return 1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU;
 }
 
 const char *kvf_tier_name(kvf_tier tier)

@@ -93,7 +93,7 @@ typedef struct dep_edge {
 } dep_edge;
 #define DEP_WHOLE UINT32_MAX
 
-/* The pools a batch of kvf_onboard_pools / kvf_offload_pools moves (pools.c).
+/* The pools a batch of kvf_onboard_pools / kvf_offload_pools moves (layer_batches.c).
  * Owned by an unsplit batch or a group, shared by the group's parts. */
 typedef struct pool_sel {
     uint32_t n;      /* pools moved, in the order they arrive */
@@ -389,7 +389,7 @@ struct kvf_engine {
 /* engine.c */
 KVF_INTERNAL void kvf__mem_array_release(kvf_engine *e, mem_array *m);
 
-/* engine_pools.c */
+/* pool_setup.c */
 KVF_INTERNAL kvf_status kvf__freeze(kvf_engine *e);
 
 /* hazards.c */
@@ -493,7 +493,7 @@ KVF_INTERNAL void kvf__costs_batch_done(kvf_engine *e, const batch *b);
 /* workers.c */
 KVF_INTERNAL void *kvf__worker_main(void *arg);
 
-/* pools.c */
+/* layer_batches.c */
 /* Whether move copies of pool p belong to batch b. */
 static inline bool sel_has(const batch *b, uint32_t p)
 {

@@ -2,6 +2,7 @@
 /* What this build and this machine offer. */
 #include "backend.h"
 #include "gds.h"
+#include "sized.h"
 #include "status.h"
 #include "store.h"
 
@@ -23,7 +24,7 @@ kvf_status kvf_info_get(kvf_info *info)
     kvf__clear_error();
     /* a caller built against an older header passes a shorter struct: it
      * gets the fields it knows */
-    if (!info || info->struct_size < offsetof(kvf_info, remote_built))
+    if (!info || !kvf__sized_ok(info, offsetof(kvf_info, remote_built), SIZE_MAX))
         return kvf__fail(KVF_ERR_INVALID, "kvf_info_get: start from KVF_INFO_INIT");
     kvf_info full = KVF_INFO_INIT;
     kvf__cuda_info(&full);
@@ -39,8 +40,6 @@ kvf_status kvf_info_get(kvf_info *info)
 #ifdef KVF_HAVE_URING
     full.uring_built = 1;
 #endif
-    size_t n = info->struct_size < sizeof full ? info->struct_size : sizeof full;
-    memcpy((char *)info + sizeof info->struct_size, (char *)&full + sizeof full.struct_size,
-           n - sizeof full.struct_size);
+    kvf__sized_copy_out(info, &full, sizeof full);
     return KVF_OK;
 }

@@ -4,6 +4,7 @@
  * (kvf_store_info_get, `kvferry info`) and what answers at a URL
  * (kvf_remote_probe), each asked of the store that serves the scheme.
  */
+#include "sized.h"
 #include "store.h"
 
 #include <stdio.h>
@@ -12,7 +13,8 @@
 kvf_status kvf_store_info_get(size_t index, kvf_store_info *info)
 {
     kvf__clear_error();
-    if (!info || info->struct_size < offsetof(kvf_store_info, detail) + sizeof info->detail)
+    if (!info ||
+        !kvf__sized_ok(info, offsetof(kvf_store_info, detail) + sizeof info->detail, SIZE_MAX))
         return kvf__fail(KVF_ERR_INVALID, "kvf_store_info_get: start from KVF_STORE_INFO_INIT");
     const kvf__store_kind *k = kvf__store_kind_at(index);
     if (!k)
@@ -31,8 +33,7 @@ kvf_status kvf_store_info_get(size_t index, kvf_store_info *info)
         k->describe(out.detail, sizeof out.detail);
     else
         snprintf(out.detail, sizeof out.detail, "not built: needs %s", k->missing);
-    out.struct_size = info->struct_size;
-    memcpy(info, &out, sizeof out);
+    kvf__sized_copy_out(info, &out, sizeof out);
     return KVF_OK;
 }
 

@@ -677,8 +677,7 @@ class KvferryConnector(KVConnectorBase_V1):
         if self._prefill is None or self.engine is None:
             return None
         costs = {int(t): (c.latency_s, c.bytes_per_s) for t, c in self.engine.costs().items()}
-        # the layer-wise get's pools arrive one by one on the GPU only
-        layerwise = (int(Tier.HOST), int(Tier.GPU)) if self.engine.backend == Backend.CUDA else ()
+        layerwise = tuple(int(t) for t in self.engine.layerwise_tiers())
         return self._block_bytes, costs, layerwise
 
     def build_connector_worker_meta(self):
