@@ -46,22 +46,8 @@ if [ ! -f "$cache/$sdist" ]; then
     echo "build-hiredis-tls: downloading hiredis $HIREDIS_PY_VERSION's source from PyPI"
     dl=$(mktemp -d)
     trap 'rm -rf "$dl"' EXIT
-    # pip only downloads: python3's own where it has one, else the pip of a
-    # throwaway virtual environment (python3-venv), so nothing is installed
-    # into a python3 itself (Debian's is externally managed, PEP 668)
-    pip=""
-    for p in python3 /usr/bin/python3; do
-        if command -v "$p" >/dev/null 2>&1 && "$p" -m pip --version >/dev/null 2>&1; then
-            pip="$p -m pip"
-            break
-        fi
-    done
-    if [ -z "$pip" ] && python3 -m venv "$dl/venv" >/dev/null 2>&1; then
-        pip="$dl/venv/bin/python3 -m pip"
-    fi
-    [ -n "$pip" ] || { echo "build-hiredis-tls: no pip and no python3 -m venv (apt-get install python3-venv)" >&2; exit 1; }
-    $pip download --quiet --disable-pip-version-check --no-binary :all: --no-deps \
-        -d "$dl" "hiredis==$HIREDIS_PY_VERSION"
+    # pip only downloads, into no python3 (scripts/pip-download.sh)
+    sh "$(dirname "$0")/pip-download.sh" "$dl" --no-binary :all: --no-deps "hiredis==$HIREDIS_PY_VERSION"
     mv "$dl/$sdist" "$cache/$sdist.part"
     rm -rf "$dl"
     trap - EXIT

