@@ -34,7 +34,7 @@ static int count_fds(void)
 
 static int block_file(fixture *f, uint64_t key, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/test/%016llx.kvf", f->dir, (unsigned long long)key);
+    snprintf(out, cap, "%s/test/" KVF_KEY_FMT ".kvf", f->dir, KVF_KEY_ARGS(TKEY(key)));
     return 0;
 }
 
@@ -104,7 +104,7 @@ static int test_defect2_6_io_faults(void)
     close(fd);
     CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xc, 4, 0), KVF_ERR_CORRUPT);
     /* a block never stored: not found, with its key and file in the log */
-    kvf_move m = {0x5eed, 4, 0};
+    kvf_move m = FROM_KEY(0x5eed, 4);
     kvf_ticket t;
     kvf_status per;
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
@@ -226,7 +226,7 @@ static int test_failed_file_write_removes(void)
     kvf__set_copy_hook(fail_copy);
     CHECK_STATUS(run1(f.e, true, KVF_TIER_HOST, 1, 5, 0), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
-    kvf_move dm = {5, 0xf1, 0};
+    kvf_move dm = TO_KEY(5, 0xf1);
     kvf_ticket t;
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &dm, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_LOST);
@@ -260,7 +260,7 @@ static int test_onboard_copy_failure(void)
         return 1;
     fill_block(&f, 0, 61);
     fill_block(&f, 1, 62);
-    kvf_move off[2] = {{0, 0xc0, 0}, {1, 0xc1, 0}};
+    kvf_move off[2] = {TO_KEY(0, 0xc0), TO_KEY(1, 0xc1)};
     kvf_ticket t;
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, off, 2, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
@@ -268,7 +268,7 @@ static int test_onboard_copy_failure(void)
     poison_block(&f, 5);
     fail_dst = slot(&f, 0, KVF_LEVEL_PRIMARY, 4);
     kvf__set_copy_hook(fail_copy);
-    kvf_move on[2] = {{0xc0, 4, 0}, {0xc1, 5, 0}};
+    kvf_move on[2] = {FROM_KEY(0xc0, 4), FROM_KEY(0xc1, 5)};
     kvf_status per[2];
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, on, 2, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, per), KVF_ERR_IO);

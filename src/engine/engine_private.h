@@ -128,7 +128,7 @@ typedef struct hazard {
 } hazard;
 
 typedef struct file_hazard {
-    uint64_t key;
+    kvf_key key;
     hazard hz;
     struct file_hazard *next; /* the key_table's chain */
 } file_hazard;
@@ -394,10 +394,10 @@ KVF_INTERNAL kvf_status kvf__freeze(kvf_engine *e);
 
 /* hazards.c */
 KVF_INTERNAL void kvf__key_table_init(key_table *t);
-KVF_INTERNAL hazard *kvf__key_hazard(key_table *t, uint64_t key, bool create);
+KVF_INTERNAL hazard *kvf__key_hazard(key_table *t, kvf_key key, bool create);
 KVF_INTERNAL void kvf__key_table_free(key_table *t);
 KVF_INTERNAL void kvf__hazard_prune_readers(const kvf_engine *e, hazard *h);
-KVF_INTERNAL void kvf__key_hazard_prune(key_table *t, uint64_t key);
+KVF_INTERNAL void kvf__key_hazard_prune(key_table *t, kvf_key key);
 KVF_INTERNAL bool kvf__push_id(uint64_t **arr, uint32_t n, uint32_t *cap, uint64_t id);
 KVF_INTERNAL bool kvf__push_edge(dep_edge **arr, size_t *n, size_t *cap, dep_edge ed);
 
@@ -622,16 +622,17 @@ static inline bool kind_uses_secondary(op_kind k)
     return kind_reads(k) == SP_SECONDARY || kind_writes(k) == SP_SECONDARY;
 }
 
-/* The hazard of one slot or keyed object; keyed ones get an entry on
- * demand when `create` is set (NULL when out of memory or absent). */
-static inline __attribute__((always_inline)) hazard *hazard_of(kvf_engine *e, space sp,
-                                                               uint64_t idx, bool create)
+/* The hazard of one slot (idx) or keyed object (key: a move's own); keyed
+ * ones get an entry on demand when `create` is set (NULL when out of
+ * memory or absent). */
+static inline __attribute__((always_inline)) hazard *
+hazard_of(kvf_engine *e, space sp, uint64_t idx, kvf_key key, bool create)
 {
     if (sp == SP_PRIMARY)
         return &e->hz_primary[idx];
     if (sp == SP_SECONDARY)
         return &e->hz_secondary[idx];
-    return kvf__key_hazard(&tier_of(e, sp)->hazards, idx, create);
+    return kvf__key_hazard(&tier_of(e, sp)->hazards, key, create);
 }
 
 /* Moves ahead that the hazard passes prefetch: their slots are scattered,

@@ -13,14 +13,15 @@ static void file_move_failed(batch *b, size_t i, kvf_status st, const char *msg)
 
 /* Marks a file key lost (its old file could not be removed), or clears
  * the mark once the key was written or removed. */
-static void lost_file_set(kvf_engine *e, uint64_t key, bool lost)
+static void lost_file_set(kvf_engine *e, kvf_key key, bool lost)
 {
     pthread_mutex_lock(&e->lost_mu);
     if (lost) {
         if (!kvf__key_hazard(&e->lost_files, key, true))
             KVF_LOG(KVF_LOG_ERROR,
-                    "block 0x%llx: out of memory to remember it lost: its old file may be served",
-                    (unsigned long long)key);
+                    "block " KVF_KEY_FMT
+                    ": out of memory to remember it lost: its old file may be served",
+                    KVF_KEY_ARGS(key));
     } else if (e->lost_files.count) {
         kvf__key_hazard_prune(&e->lost_files, key);
     }
@@ -42,14 +43,15 @@ static void refuse_lost_files(kvf_engine *e, batch *b, size_t first, size_t last
 {
     pthread_mutex_lock(&e->lost_mu);
     for (size_t i = first; i < last && e->lost_files.count; i++) {
-        uint64_t key = b->moves[i].src;
+        kvf_key key = b->moves[i].key;
         if (b->status[i] != KVF_INPROGRESS || !kvf__key_hazard(&e->lost_files, key, false))
             continue;
         file_move_failed(b, i,
                          kvf__fail(KVF_ERR_LOST,
-                                   "block 0x%llx: %s/%016llx.kvf: its last write failed and the "
+                                   "block " KVF_KEY_FMT ": %s/" KVF_KEY_FMT
+                                   ".kvf: its last write failed and the "
                                    "old file could not be removed: refused until written again",
-                                   (unsigned long long)key, e->dir.root, (unsigned long long)key),
+                                   KVF_KEY_ARGS(key), e->dir.root, KVF_KEY_ARGS(key)),
                          kvf_last_error());
     }
     pthread_mutex_unlock(&e->lost_mu);
@@ -67,7 +69,7 @@ static void refuse_lost_files(kvf_engine *e, batch *b, size_t first, size_t last
 void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i)
 {
     bool emptied;
-    uint64_t key = b->moves[i].dst;
+    kvf_key key = b->moves[i].key;
     if (e->file_store->ops->discard(e->file_store, key, &emptied) == KVF_OK)
         return;
     lost_file_set(e, key, true);
@@ -99,9 +101,9 @@ static kvf_status offload_fill(kvf__blockfile_io *io)
         kvf__file_copies(e, b->kind, mv, io->buf + KVF_BLOCK_HEADER_BYTES, tokens, tokens, cp);
     kvf_status st = kvf__staging_copy(w, b, cp);
     if (st != KVF_OK)
-        return kvf__fail(st, "block 0x%llx: gathering slot %llu: %s", (unsigned long long)mv->dst,
-                         (unsigned long long)mv->src, kvf_last_error());
-    io->meta = (kvf__blockfile_meta){mv->dst, tokens, e->npools, bytes};
+        return kvf__fail(st, "block " KVF_KEY_FMT ": gathering slot %llu: %s",
+                         KVF_KEY_ARGS(mv->key), (unsigned long long)mv->src, kvf_last_error());
+    io->meta = (kvf__blockfile_meta){mv->key, tokens, e->npools, bytes};
     return KVF_OK;
 }
 
@@ -124,18 +126,20 @@ static void onboard_done(kvf__blockfile_io *io)
     kvf__copy *cp = &w->copies[j * e->npools];
     kvf_status st;
     if (meta->pools != e->npools)
-        st = kvf__fail(KVF_ERR_MISMATCH, "block 0x%llx: stored with %u pools, engine has %u",
-                       (unsigned long long)mv->src, meta->pools, e->npools);
+        st = kvf__fail(KVF_ERR_MISMATCH,
+                       "block " KVF_KEY_FMT ": stored with %u pools, engine has %u",
+                       KVF_KEY_ARGS(mv->key), meta->pools, e->npools);
     else if (meta->tokens < tokens)
-        st = kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked",
-                       (unsigned long long)mv->src, meta->tokens, tokens);
+        st = kvf__fail(KVF_ERR_RANGE, "block " KVF_KEY_FMT ": holds %u tokens, %u asked",
+                       KVF_KEY_ARGS(mv->key), meta->tokens, tokens);
     else if (kvf__file_copies(e, b->kind, mv, io->buf + KVF_BLOCK_HEADER_BYTES, tokens,
                               meta->tokens, cp) != meta->payload_bytes)
-        st = kvf__fail(
-            KVF_ERR_MISMATCH, "block 0x%llx: %llu payload bytes stored, not what %u tokens take",
-            (unsigned long long)mv->src, (unsigned long long)meta->payload_bytes, meta->tokens);
+        st =
+            kvf__fail(KVF_ERR_MISMATCH,
+                      "block " KVF_KEY_FMT ": %llu payload bytes stored, not what %u tokens take",
+                      KVF_KEY_ARGS(mv->key), (unsigned long long)meta->payload_bytes, meta->tokens);
     else if ((st = kvf__staging_copy(w, b, cp)) != KVF_OK)
-        kvf__fail(st, "block 0x%llx: scattering into slot %llu: %s", (unsigned long long)mv->src,
+        kvf__fail(st, "block " KVF_KEY_FMT ": scattering into slot %llu: %s", KVF_KEY_ARGS(mv->key),
                   (unsigned long long)mv->dst, kvf_last_error());
     if (st != KVF_OK)
         file_move_failed(b, i, st, kvf_last_error());
@@ -161,7 +165,7 @@ static void file_io_pass(worker *w, batch *b, size_t first, size_t last, bool de
         io->on_done = to_file ? NULL : onboard_done;
         io->fill = to_file ? offload_fill : NULL;
         io->arg = w;
-        io->meta.key = to_file ? mv->dst : mv->src;
+        io->meta.key = mv->key;
         w->io_moves[k++] = i;
     }
     w->file_batch = b;
@@ -242,7 +246,7 @@ static void remove_files(kvf_engine *e, batch *b, size_t first, size_t last)
         size_t k = 0;
         for (; i < last && k < SLICE; i++)
             if (b->status[i] == KVF_INPROGRESS) {
-                blk[k] = (kvf__store_block){.key = b->moves[i].src};
+                blk[k] = (kvf__store_block){.key = b->moves[i].key};
                 idx[k++] = i;
             }
         if (k == 0)
@@ -280,8 +284,7 @@ static void run_file_moves(worker *w, batch *b, size_t first, size_t last)
         for (size_t i = first; i < last; i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
-            uint64_t key = to_file ? b->moves[i].dst : b->moves[i].src;
-            kvf__fail(st, "block 0x%llx: %s", (unsigned long long)key, why);
+            kvf__fail(st, "block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(b->moves[i].key), why);
             file_move_failed(b, i, st, kvf_last_error());
         }
         if (to_file)

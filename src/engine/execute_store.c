@@ -62,30 +62,24 @@ kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
     return st;
 }
 
-/* The remote key a move of a remote batch writes or reads. */
-static uint64_t remote_key(const batch *b, size_t i)
-{
-    return kind_writes(b->kind) == SP_REMOTE ? b->moves[i].dst : b->moves[i].src;
-}
-
 /* Checks one block fetched from a remote store against the engine (its
  * pools, tokens and bytes) and appends its scatter copies at cp. */
 static kvf_status remote_fetched(kvf_engine *e, const batch *b, const kvf__store_block *blk,
                                  const kvf_move *mv, kvf__copy *cp)
 {
     uint32_t tokens = eff_tokens(e, mv->tokens);
-    unsigned long long key = (unsigned long long)mv->src;
+    char key[KVF_KEY_STR_BYTES];
+    kvf_key_format(mv->key, key);
     if (blk->pools != e->npools)
-        return kvf__fail(KVF_ERR_MISMATCH,
-                         "block 0x%llx: stored remotely with %u pools, engine has %u", key,
-                         blk->pools, e->npools);
+        return kvf__fail(KVF_ERR_MISMATCH, "block %s: stored remotely with %u pools, engine has %u",
+                         key, blk->pools, e->npools);
     if (blk->tokens < tokens)
-        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: holds %u tokens, %u asked", key, blk->tokens,
+        return kvf__fail(KVF_ERR_RANGE, "block %s: holds %u tokens, %u asked", key, blk->tokens,
                          tokens);
     size_t bytes = kvf__file_copies(e, b->kind, mv, blk->buf, tokens, blk->tokens, cp);
     if (bytes != blk->payload_bytes)
         return kvf__fail(KVF_ERR_MISMATCH,
-                         "block 0x%llx: %zu payload bytes stored remotely, %zu expected", key,
+                         "block %s: %zu payload bytes stored remotely, %zu expected", key,
                          blk->payload_bytes, bytes);
     return KVF_OK;
 }
@@ -112,7 +106,7 @@ static kvf_status remote_store_blocks(worker *w, batch *b, const size_t *idx, si
         uint8_t *payload = w->rstaging + j * e->all_block_bytes;
         size_t bytes =
             kvf__file_copies(e, b->kind, mv, payload, tokens, tokens, cp + j * e->npools);
-        blk[j] = (kvf__store_block){.key = mv->dst,
+        blk[j] = (kvf__store_block){.key = mv->key,
                                     .tokens = tokens,
                                     .pools = e->npools,
                                     .buf = payload,
@@ -136,7 +130,7 @@ static kvf_status remote_fetch_blocks(worker *w, batch *b, const size_t *idx, si
 {
     kvf_engine *e = w->engine;
     for (size_t j = 0; j < m; j++)
-        blk[j] = (kvf__store_block){.key = b->moves[idx[j]].src,
+        blk[j] = (kvf__store_block){.key = b->moves[idx[j]].key,
                                     .buf = w->rstaging + j * e->all_block_bytes,
                                     .cap = e->all_block_bytes};
     kvf_status ret = s->ops->read(s, blk, m, deadline_ns);
@@ -177,8 +171,8 @@ static void remote_chunk_failed(batch *b, const size_t *idx, size_t m, kvf_statu
     KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", kvf__op_names[b->kind], m, kvf_last_error());
     snprintf(why, sizeof why, "%s", kvf_last_error());
     for (size_t j = 0; j < m; j++)
-        kvf__move_failed(b, idx[j], st, "%s: remote block 0x%llx: %s", kvf__op_names[b->kind],
-                         (unsigned long long)remote_key(b, idx[j]), why);
+        kvf__move_failed(b, idx[j], st, "%s: remote block " KVF_KEY_FMT ": %s",
+                         kvf__op_names[b->kind], KVF_KEY_ARGS(b->moves[idx[j]].key), why);
 }
 
 /* Runs moves [first, last) of a remote batch as one batch call of the
@@ -215,7 +209,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
     kvf_status ret;
     if (b->kind == OP_REMOVE_REMOTE) {
         for (size_t j = 0; j < m; j++)
-            blk[j] = (kvf__store_block){.key = b->moves[idx[j]].src};
+            blk[j] = (kvf__store_block){.key = b->moves[idx[j]].key};
         ret = s->ops->remove(s, blk, m, deadline_ns);
     } else if (kind_writes(b->kind) == SP_REMOTE) {
         ret = remote_store_blocks(w, b, idx, m, s, blk, cp, deadline_ns);

@@ -152,9 +152,9 @@ void *kvf__worker_main(void *arg)
                     snprintf(why, sizeof why, "%s", kvf_last_error());
                     for (size_t i = 0; i < b->n; i++)
                         if (b->status[i] == KVF_INPROGRESS) {
-                            kvf__move_failed(b, i, st, "%s: block 0x%llx: %s",
-                                             kvf__op_names[b->kind],
-                                             (unsigned long long)b->moves[i].dst, why);
+                            kvf__move_failed(b, i, st, "%s: block " KVF_KEY_FMT ": %s",
+                                             kvf__op_names[b->kind], KVF_KEY_ARGS(b->moves[i].key),
+                                             why);
                             kvf__drop_failed_file(e, b, i);
                         }
                 }

@@ -105,7 +105,7 @@ void kvf__store_close(kvf__store *s)
 
 /* exists or remove over an array of keys: one batch call, so a remote store
  * answers them in one round trip under one deadline */
-static kvf_status keyed(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+static kvf_status keyed(kvf__store *s, const kvf_key *keys, size_t n, uint64_t deadline_ns,
                         kvf_status *status, bool drop)
 {
     if (!s || !keys || !status || n == 0)
@@ -129,13 +129,13 @@ static kvf_status keyed(kvf__store *s, const uint64_t *keys, size_t n, uint64_t 
     return st;
 }
 
-kvf_status kvf__store_exists(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+kvf_status kvf__store_exists(kvf__store *s, const kvf_key *keys, size_t n, uint64_t deadline_ns,
                              kvf_status *status)
 {
     return keyed(s, keys, n, deadline_ns, status, false);
 }
 
-kvf_status kvf__store_remove(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+kvf_status kvf__store_remove(kvf__store *s, const kvf_key *keys, size_t n, uint64_t deadline_ns,
                              kvf_status *status)
 {
     return keyed(s, keys, n, deadline_ns, status, true);
@@ -173,7 +173,7 @@ void kvf__store_name_failures(const kvf__store *s, kvf__store_block *blocks, siz
         kvf__store_block *b = &blocks[i];
         if (b->status == KVF_OK || b->msg[0])
             continue;
-        snprintf(b->msg, sizeof b->msg, "%s 0x%llx: %s%s%s", s->noun, (unsigned long long)b->key,
+        snprintf(b->msg, sizeof b->msg, "%s " KVF_KEY_FMT ": %s%s%s", s->noun, KVF_KEY_ARGS(b->key),
                  kvf_status_str(b->status),
                  why && why[0] ? "; the round trip's first failure: " : "", why ? why : "");
     }

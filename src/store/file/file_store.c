@@ -6,6 +6,7 @@
  * Local I/O has no deadline: calls ignore deadline_ns.
  */
 #include "blockfile.h"
+#include "blockfile_private.h"
 #include "log.h"
 #include "store.h"
 
@@ -34,8 +35,8 @@ static size_t aligned(size_t n)
 static kvf_status out_of_memory(file_store *s, kvf__store_block *blocks, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM, "block 0x%llx: %s: out of memory",
-                              (unsigned long long)blocks[i].key, s->dir->root);
+        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": %s: out of memory",
+                              KVF_KEY_ARGS(blocks[i].key), s->dir->root);
     return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->dir->root);
 }
 
@@ -120,9 +121,9 @@ static kvf_status file_read(kvf__store *base, kvf__store_block *blocks, size_t n
             continue;
         const kvf__blockfile_meta *m = &ios[i].meta;
         if (!b->img && m->payload_bytes > b->cap) {
-            kvf__store_block_fail(b, KVF_ERR_RANGE, "block 0x%llx: %s: %llu bytes, buffer of %zu",
-                                  (unsigned long long)b->key, s->dir->root,
-                                  (unsigned long long)m->payload_bytes, b->cap);
+            kvf__store_block_fail(
+                b, KVF_ERR_RANGE, "block " KVF_KEY_FMT ": %s: %llu bytes, buffer of %zu",
+                KVF_KEY_ARGS(b->key), s->dir->root, (unsigned long long)m->payload_bytes, b->cap);
             continue;
         }
         if (!b->img)
@@ -156,8 +157,8 @@ static kvf_status file_exists(kvf__store *base, kvf__store_block *blocks, size_t
     file_store *s = (file_store *)base;
     for (size_t i = 0; i < n; i++) {
         kvf__store_block *b = &blocks[i];
-        char name[32];
-        snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)b->key);
+        char name[NAME_MAX_BYTES];
+        kvf__bf_block_file_name(b->key, name, sizeof name);
         struct stat sb;
         b->msg[0] = '\0';
         if (fstatat(s->dir->dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
@@ -165,8 +166,9 @@ static kvf_status file_exists(kvf__store *base, kvf__store_block *blocks, size_t
         else if (errno == ENOENT)
             b->status = KVF_ERR_NOT_FOUND;
         else
-            kvf__store_block_fail(b, kvf__errno_status(errno), "block 0x%llx: %s/%s: stat: %s",
-                                  (unsigned long long)b->key, s->dir->root, name, strerror(errno));
+            kvf__store_block_fail(b, kvf__errno_status(errno),
+                                  "block " KVF_KEY_FMT ": %s/%s: stat: %s", KVF_KEY_ARGS(b->key),
+                                  s->dir->root, name, strerror(errno));
     }
     return kvf__store_first_failure(blocks, n, true);
 }
@@ -194,7 +196,7 @@ static kvf_status file_commit(kvf__store *base)
     return kvf__blockfile_fsync_dir(((file_store *)base)->dir);
 }
 
-static kvf_status file_discard(kvf__store *base, uint64_t key, bool *emptied_p)
+static kvf_status file_discard(kvf__store *base, kvf_key key, bool *emptied_p)
 {
     return kvf__blockfile_discard(((file_store *)base)->dir, key, emptied_p);
 }
