@@ -19,7 +19,7 @@ from ._buffers import Buffer, as_buffer
 from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Setting, StoreInfo, Ticket,
                     block_bytes, dtype_bits, info, move_dtype, region, version)
 from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, size_parse, tier_name
-from ._dir import DirBlock, DirCheck, DirCounts, DirEntry, dir_check, dir_list, dir_namespaces, remote_probe
+from ._dir import DirBlock, DirCheck, DirCounts, DirEntry, dir_check, dir_list, dir_namespaces, dir_upgrade, remote_probe
 from ._enums import (Backend, CacheRemote, CudaCopy, DirEntryKind, Dtype, EventKind, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level,
                      LogLevel, Memory, Order, SettingSource, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
@@ -54,6 +54,6 @@ __all__ = [
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",
     "Mismatch", "Lost", "MoveError", "error_class", "Plan", "Prefill", "PrefillProfile", "TierCost", "plan_compute",
-    "DirBlock", "DirCheck", "DirCounts", "DirEntry", "DirEntryKind", "dir_check", "dir_list", "dir_namespaces",
+    "DirBlock", "DirCheck", "DirCounts", "DirEntry", "DirEntryKind", "dir_check", "dir_list", "dir_namespaces", "dir_upgrade",
     "remote_probe",
 ]

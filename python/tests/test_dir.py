@@ -28,7 +28,7 @@ def store(tmp_path, geometry, rng, ns="rank0", keys=KEYS):
 
 
 def block_file(d, ns, key):
-    return d / ns / f"{key:016x}.kvf"
+    return d / ns / f"{key:032x}.kvf"
 
 
 def test_check_and_list_a_sound_directory(tmp_path, geometry, rng):
@@ -59,14 +59,14 @@ def test_check_names_each_kind_of_damage(tmp_path, geometry, rng):
     bad.write_bytes(bytes(raw))
     fifo = block_file(d, "rank0", 0x77)
     os.mkfifo(fifo)
-    (d / "rank0" / f".{0x78:016x}.{os.getpid()}.1.tmp").write_bytes(b"half a block")
+    (d / "rank0" / f".{0x78:032x}.{os.getpid()}.1.tmp").write_bytes(b"half a block")
     r = kvf.dir_check(d, "rank0", [geometry, geometry])
     assert r.counts == kvf.DirCounts(good=3, corrupt=1, torn=1, foreign=1)
     kinds = {e.key: e for e in r.problems}
     assert set(kinds) == {KEYS[0], 0x77, 0x78}
     c = kinds[KEYS[0]]
     assert c.kind == kvf.DirEntryKind.CORRUPT and c.status == kvf.Status.ERR_CORRUPT
-    assert f"{KEYS[0]:016x}.kvf" in c.message
+    assert f"{KEYS[0]:032x}.kvf" in c.message
     assert kinds[0x77].kind == kvf.DirEntryKind.FOREIGN
     assert kinds[0x78].kind == kvf.DirEntryKind.TORN
     # headers only: the damaged payload is still listed, the FIFO and the torn write are not

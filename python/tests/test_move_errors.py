@@ -66,7 +66,7 @@ def test_more_failures_than_kept(engine, geometry):
     assert t.error_count == n
     errs = t.errors()
     assert [e.index for e in errs] == list(range(kvf._core.ERRORS_KEPT))
-    assert all(f"{0x9000 + e.index:016x}" in e.message for e in errs)
+    assert all(f"{0x9000 + e.index:032x}" in e.message for e in errs)
 
 
 def test_cache_errors(engine, geometry, rng, tmp_path):

@@ -144,7 +144,7 @@ def test_damaged_page_fails_never_served(tmp_path, damage):
         idx, refs = fill_pages(pool, 4, 6)
         assert all(b.batch_set_v1(keys, idx))
         files = tmp_path / "kv" / b._namespace
-        path = files / f"{string_key(keys[1]):016x}.kvf"
+        path = files / f"{string_key(keys[1]):032x}.kvf"
         assert path.exists()
         if damage == "corrupt":
             raw = bytearray(path.read_bytes())
@@ -153,7 +153,7 @@ def test_damaged_page_fails_never_served(tmp_path, damage):
         elif damage == "remove":
             path.unlink()
         else:  # a valid block of another key in its place
-            path.write_bytes((files / f"{string_key(keys[0]):016x}.kvf").read_bytes())
+            path.write_bytes((files / f"{string_key(keys[0]):032x}.kvf").read_bytes())
         ok, got, dst = load(b, keys, pool)
         assert ok[1] is False and got == 1
         assert torch.equal(page_bytes(pool, dst, 0), refs[0])

@@ -75,8 +75,8 @@ def rank_namespace(c, extra, dtype: str, page_size: int, layout: str) -> str:
 class KvferryStorage(HiCacheStorage):
     """HiCacheStorage on kvferry, zero-copy (SGLang's v1 page interface:
     batch_exists, batch_get_v1, batch_set_v1). A page is one kvferry block
-    holding the page of every layer, K and V; its key is XXH64 of SGLang's
-    page hash (SGLang's storage hash chain starts from the request's
+    holding the page of every layer, K and V; its key is BLAKE2b-128 of
+    SGLang's page hash (SGLang's storage hash chain starts from the request's
     extra_key and cache_salt, so two tenants' pages never share a key). The
     namespace names the model, the host pool's dtype, page size and layout
     and the rank (TP, PP, CP, DCP, attention DP): ranks never read each
