@@ -85,9 +85,6 @@ def key_array(values, what: str):
             flat = a.reshape(-1)
             if flat.size and int(flat.min()) < 0:
                 raise make_error(Status.ERR_INVALID, f"{what}: negative block key")
-            if not pairs and a.ndim > 1:
-                raise make_error(Status.ERR_INVALID,
-                                 f"{what}: keys are a 1-D array, or (n, 2) of (hi, lo) halves, not {a.shape}")
             if pairs:
                 out = np.ascontiguousarray(a, dtype=np.uint64)
             else:

@@ -12,7 +12,7 @@ from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
 from ._enums import (Backend, CudaCopy, Dtype, DtypeLike, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level, LevelLike, Memory,
                      Order, SettingSource, Status, Tier, TierLike, status)
-from ._cargs import c_int, fill
+from ._cargs import c_int, c_key, fill, key_array
 from ._errors import MoveError, check, make_error
 from ._plan import TierCost, check_cost_args, costs_from_c
 
@@ -171,18 +171,30 @@ class Move(NamedTuple):
 
 
 def move_dtype() -> "np.dtype":
-    """The NumPy structured dtype laid out as kvf_move (24 bytes)."""
+    """The NumPy structured dtype laid out as kvf_move (40 bytes): src,
+    dst, tokens, and the block key's halves key_hi, key_lo (DISK and
+    REMOTE moves name their block there; src / dst then 0 on that side)."""
     import numpy as np
 
-    return np.dtype({"names": ["src", "dst", "tokens"], "formats": ["<u8", "<u8", "<u4"],
-                     "offsets": [0, 8, 16], "itemsize": 24})
+    return np.dtype({"names": ["src", "dst", "tokens", "key_hi", "key_lo"],
+                     "formats": ["<u8", "<u8", "<u4", "<u8", "<u8"],
+                     "offsets": [0, 8, 16, 24, 32], "itemsize": 40})
+
+
+def _key_side(tier, into: bool) -> Optional[str]:
+    """Which of a move's (src, dst) is the block key: a move into DISK or
+    REMOTE keys its dst, one out of them its src; slot moves: None."""
+    if tier is None or Tier(tier) not in (Tier.DISK, Tier.REMOTE):
+        return None
+    return "dst" if into else "src"
+
 
 
 def _is_int(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def _moves_from_numpy(a):
+def _moves_from_numpy(a, side=None):
     import numpy as np
 
     dt = move_dtype()
@@ -190,10 +202,8 @@ def _moves_from_numpy(a):
         if "src" not in a.dtype.names or "dst" not in a.dtype.names:
             raise make_error(Status.ERR_INVALID, "moves: a structured array needs fields 'src' and 'dst'")
         a = a.reshape(-1)
-        if a.dtype == dt and a.flags.c_contiguous:
-            return a
         out = np.zeros(a.shape[0], dt)
-        for f in ("src", "dst", "tokens"):
+        for f in ("src", "dst", "tokens", "key_hi", "key_lo"):
             if f in a.dtype.names:
                 col = a[f]
                 if np.issubdtype(col.dtype, np.signedinteger) and (col < 0).any():
@@ -218,12 +228,18 @@ def _moves_from_numpy(a):
     return out
 
 
-def _as_moves(moves):
-    """(pointer, count, keepalive) for one move or a batch."""
+def _as_moves(moves, side=None):
+    """(pointer, count, keepalive) for one move or a batch. side: which of
+    (src, dst) holds the block key for DISK and REMOTE moves (_key_side):
+    an int below 2**128, moved into kvf_move.key, that side left 0."""
     if type(moves).__module__ == "numpy" and hasattr(moves, "dtype"):
         if moves.ndim == 0:  # one structured element
             moves = moves.reshape(1)
         arr = _moves_from_numpy(moves)
+        if side is not None:
+            take = (arr["key_hi"] == 0) & (arr["key_lo"] == 0)
+            arr["key_lo"][take] = arr[side][take]
+            arr[side] = 0
         return arr.ctypes.data, arr.shape[0], arr
     if isinstance(moves, (tuple, list)) and moves and _is_int(moves[0]):
         moves = [moves]  # one move
@@ -239,6 +255,10 @@ def _as_moves(moves):
         if len(vals) not in (2, 3):
             raise make_error(Status.ERR_INVALID, f"moves: entry {i} has {len(vals)} fields, not (src, dst[, tokens])")
         src, dst, tokens = vals if len(vals) == 3 else vals + (0,)
+        if side is not None:
+            key = src if side == "src" else dst
+            arr[i].key = c_key(key, f"moves: entry {i}: {side}")
+            src, dst = (0, dst) if side == "src" else (src, 0)
         if not (0 <= src < 2**64 and 0 <= dst < 2**64 and 0 <= tokens < 2**32):
             raise make_error(Status.ERR_INVALID, f"moves: entry {i} = {vals} is out of range (unsigned src/dst, 32-bit tokens)")
         arr[i].src, arr[i].dst, arr[i].tokens = src, dst, tokens
@@ -843,8 +863,8 @@ class Engine(_Issuer):
         return np.asarray(_ViewOwner(self, ptr, nbytes))
 
     # -- moves --
-    def _submit(self, fn, args, moves, detach, args_keep=None):
-        ptr, n, keep = _as_moves(moves)
+    def _submit(self, fn, args, moves, detach, args_keep=None, side=None):
+        ptr, n, keep = _as_moves(moves, side)
         t = _lib.Ticket_t()
         check(fn(self._h(), *args, ptr, n, None if detach else ctypes.byref(t)))
         del keep, args_keep  # copied by the library
@@ -868,10 +888,11 @@ class Engine(_Issuer):
         stream = None if after is None else _stream_handle(after, "offload")
         if pools is not None:
             pp, np_, keep = _pool_list(pools, "offload")
-            return self._submit(L.kvf_offload_pools, (stream, int(Tier(to)), pp, np_), moves, detach, keep)
+            return self._submit(L.kvf_offload_pools, (stream, int(Tier(to)), pp, np_), moves, detach, keep,
+                                _key_side(to, True))
         if after is None:
-            return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach)
-        return self._submit(L.kvf_offload_after, (stream, int(Tier(to))), moves, detach)
+            return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach, side=_key_side(to, True))
+        return self._submit(L.kvf_offload_after, (stream, int(Tier(to))), moves, detach, side=_key_side(to, True))
 
     def onboard(self, frm: TierLike, moves, *, detach: bool = False, pools=None) -> Optional[Ticket]:
         """Queues onboards (secondary slot or file key -> primary slot); as
@@ -880,8 +901,9 @@ class Engine(_Issuer):
         Ticket.stream_wait_pool."""
         if pools is not None:
             pp, np_, keep = _pool_list(pools, "onboard")
-            return self._submit(L.kvf_onboard_pools, (int(Tier(frm)), pp, np_), moves, detach, keep)
-        return self._submit(L.kvf_onboard, (int(Tier(frm)),), moves, detach)
+            return self._submit(L.kvf_onboard_pools, (int(Tier(frm)), pp, np_), moves, detach, keep,
+                                _key_side(frm, False))
+        return self._submit(L.kvf_onboard, (int(Tier(frm)),), moves, detach, side=_key_side(frm, False))
 
     def copy(self, moves, *, detach: bool = False) -> Optional[Ticket]:
         """Queues primary -> primary copies; as offload."""
@@ -891,20 +913,21 @@ class Engine(_Issuer):
         """Queues secondary slot -> `to` moves (src = secondary slot, dst =
         block key), leaving the primary slots alone; as offload. `to` is
         Tier.DISK or Tier.REMOTE."""
-        return self._submit(L.kvf_demote, (int(Tier(to)),), moves, detach)
+        return self._submit(L.kvf_demote, (int(Tier(to)),), moves, detach, side=_key_side(to, True))
 
     def promote(self, moves, *, frm: TierLike = Tier.DISK, detach: bool = False) -> Optional[Ticket]:
         """Queues `frm` -> secondary slot moves (src = block key, dst =
         secondary slot); as demote."""
-        return self._submit(L.kvf_promote, (int(Tier(frm)),), moves, detach)
+        return self._submit(L.kvf_promote, (int(Tier(frm)),), moves, detach, side=_key_side(frm, False))
 
     def remove(self, tier: TierLike, keys, *, detach: bool = False) -> Optional[Ticket]:
         """Removes stored blocks from Tier.DISK or Tier.REMOTE (there for
         every engine sharing the namespace), in order with the moves queued
         before on the same keys; a key with no block there is not an error.
-        keys: one int, a list of ints or an integer NumPy array."""
+        keys: one int (below 2**128), a list of them or an integer NumPy
+        array (or one of shape (n, 2): (hi, lo) halves)."""
         tier = Tier(tier)
-        ptr, n, keep = _uint_array(keys, f"remove from {tier.name.lower()}", 64, "block key")
+        ptr, n, keep = key_array(keys, f"remove from {tier.name.lower()}")
         t = _lib.Ticket_t()
         check(L.kvf_remove(self._h(), int(tier), ptr, n, None if detach else ctypes.byref(t)))
         del keep
@@ -964,7 +987,7 @@ class Engine(_Issuer):
         hp, m, hkeep = (None, n, None) if host_slots is None else _uint_array(host_slots, "calibrate", 32, "slot")
         if m != n:
             raise make_error(Status.ERR_INVALID, f"calibrate: {n} slots but {m} host_slots")
-        check(L.kvf_engine_calibrate(self._h(), sp, hp, n, c_int(key_base, ctypes.c_uint64, "calibrate: key_base"),
+        check(L.kvf_engine_calibrate(self._h(), sp, hp, n, c_key(key_base, "calibrate: key_base"),
                                      c_int(rounds, ctypes.c_uint32, "calibrate: rounds")))
         del keep, hkeep
         return self.costs()

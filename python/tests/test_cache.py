@@ -141,7 +141,8 @@ def test_round_trip_host_and_disk(tmp_path, geometry, rng):
             # 4 fit the host tier; the 4 least recent moved down to disk
             assert tiers.count(kvf.Tier.HOST) == 4 and tiers.count(kvf.Tier.DISK) == 4
             dst = list(range(8, 16))
-            st = cache.get(np.array(keys, dtype=np.uint64), np.array(dst)).wait(check=True)
+            halves = np.array([[k >> 64, k & (2**64 - 1)] for k in keys], dtype=np.uint64)
+            st = cache.get(halves, np.array(dst)).wait(check=True)
             assert st == [kvf.Status.OK] * 8
             for i in range(8):
                 assert_slot(pools, dst[i], data[i])
