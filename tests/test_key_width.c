@@ -7,7 +7,9 @@
  * its block by kvf_move.key: a slot where the key belongs, a key beside
  * two slots, or no key where one is needed is refused, naming the move.
  */
+#include "engine.h"
 #include "engine_fixture.h"
+#include "store.h"
 #ifdef KVF_HAVE_HIREDIS
 #include "redis_server.h"
 #endif
@@ -88,6 +90,22 @@ static int test_mem(void)
     return 0;
 }
 
+#ifdef KVF_HAVE_HIREDIS
+static char logged[1024];
+static void keep_warning(void *arg, kvf_log_level level, const char *msg)
+{
+    (void)arg;
+    if (level == KVF_LOG_WARN && strstr(msg, "format version 1"))
+        snprintf(logged, sizeof logged, "%s", msg);
+}
+#endif
+
+static void count_entry(void *arg, const kvf__store_entry *e)
+{
+    (void)e;
+    ++*(size_t *)arg;
+}
+
 static int test_redis(void)
 {
 #ifndef KVF_HAVE_HIREDIS
@@ -113,7 +131,20 @@ static int test_redis(void)
     CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
     if (r)
         freeReplyObject(r);
+    /* a value under a version-1 name (16 hex digits) is not listed as a
+     * block, and the listing says so */
+    r = redisCommand(rc, "SET kvf:test:0000000000005a5a %s", "old");
+    if (r)
+        freeReplyObject(r);
     redisFree(rc);
+    kvf__store *remote = kvf__engine_store(f.e, KVF_TIER_REMOTE);
+    REQUIRE(remote);
+    size_t listed = 0;
+    kvf_log_set_handler(keep_warning, NULL);
+    CHECK_STATUS(kvf__store_list(remote, count_entry, &listed), KVF_OK);
+    kvf_log_set_handler(NULL, NULL);
+    CHECK_EQ_INT(listed, NK - 1); /* round_trip removed KEYS[0] */
+    CHECK_STR_HAS(logged, "1 block of format version 1 (64-bit keys)");
     fx_done(&f);
     redis_server_stop(&server);
     return 0;

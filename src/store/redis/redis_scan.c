@@ -12,6 +12,7 @@
  */
 #include "blockhdr.h"
 #include "checksum.h"
+#include "log.h"
 #include "redis.h"
 #include "redis_internal.h"
 
@@ -26,6 +27,7 @@
 typedef struct entries {
     kvf__store_entry *v;
     size_t n, cap;
+    size_t old_format; /* kvf:<ns>:<16 hex>: blocks of format version 1 */
 } entries;
 
 /* The key of "kvf:<ns>:<32 hex>", or false for another name. */
@@ -61,6 +63,10 @@ static kvf_status take_page(kvf__redis *r, kvf__redis_node *node, redisContext *
         const redisReply *k = keys->element[i];
         if (k->type != REDIS_REPLY_STRING)
             continue;
+        uint64_t old;
+        size_t ns_len = strlen(r->ns);
+        if (k->len == 4 + ns_len + 1 + 16 && kvf__hex_u64(k->str + k->len - 16, 16, false, &old))
+            e->old_format++;
         char last[16];
         snprintf(last, sizeof last, "%u", HDR - 1);
         const char *get[] = {"GETRANGE", k->str, "0", last};
@@ -161,6 +167,12 @@ kvf_status kvf__redis_list(kvf__redis *r, kvf__store_visit_fn visit, void *arg)
         if (i == 0 || !kvf_key_eq(e.v[i].key, e.v[i - 1].key))
             visit(arg, &e.v[i]);
     free(e.v);
+    if (e.old_format)
+        KVF_LOG(KVF_LOG_WARN,
+                "redis: namespace %s: %zu block%s of " KVF_BLOCK_V1_WORDS
+                " (kvf:%s:<16 hex digits>) not served: they are stored again on their next "
+                "offload",
+                r->ns, e.old_format, e.old_format == 1 ? "" : "s", r->ns);
     if (st == KVF_OK)
         kvf__clear_error();
     return st;
