@@ -65,10 +65,10 @@ typedef enum op_kind {
     OP_COPY,
     OP_DEMOTE,         /* secondary slot -> file */
     OP_PROMOTE,        /* file -> secondary slot */
-    OP_REMOVE,         /* file removed: src = dst = key */
+    OP_REMOVE,         /* file removed: the move's key (src = dst = 0) */
     OP_OFFLOAD_REMOTE, /* primary slot -> remote key */
     OP_ONBOARD_REMOTE, /* remote key -> primary slot */
-    OP_REMOVE_REMOTE,  /* remote key removed: src = dst = key */
+    OP_REMOVE_REMOTE,  /* remote key removed: the move's key */
     OP_DEMOTE_REMOTE,  /* secondary slot -> remote key */
     OP_PROMOTE_REMOTE, /* remote key -> secondary slot */
     OP_FENCE           /* nothing moved: completes once the primary slot src = dst
