@@ -16,7 +16,10 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 from ._cargs import c_string, fill
-from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _pool_list, _settings, _uint_array
+from ._config import Setting, _settings
+from ._engine import Engine
+from ._moves import _is_int, _pool_list, _uint_array
+from ._tickets import Ticket, _Issuer
 from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
 from ._plan import MIN_GAIN, Plan, Prefill, PrefillLike, TierCost, plan_from_c

@@ -11,7 +11,10 @@ from typing import List, Optional, Sequence, Tuple
 
 from .._buffers import CUDA, HOST, PINNED, Buffer
 from .._cache import Cache, key_salt
-from .._core import Engine, Geometry, PoolDesc, Ticket
+from .._engine import Engine
+from .._geometry import Geometry
+from .._pools import PoolDesc
+from .._tickets import Ticket
 from .._enums import Backend, Dtype, Memory, Order, Status
 from .._errors import KvferryError, make_error
 

@@ -19,7 +19,7 @@ from typing import Any, List, Optional
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
 
 from .._cache import Cache
-from .._core import Engine
+from .._engine import Engine
 from .._enums import Backend, CacheRemote, Memory, Status
 from .._errors import make_error
 from ._serving import add_pools, failed_moves, namespace, prefix_get, string_key, tensor_pools
