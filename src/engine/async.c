@@ -46,9 +46,9 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
  * instead: a 4 MiB call is 16 moves of 256 KiB, and an onboard into one
  * of them would wait for all 16 copies. Smaller moves keep 4 MiB calls:
  * there a call is a kernel launch, whose fixed cost a shorter call would
- * show. No batch is cut into more than ASYNC_CALLS_MAX calls of this
- * kind (two 1 GiB batches of 2 MiB moves stay within the backend's
- * 1024 records a queue, at 4 MiB a call). */
+ * show. A call also holds at least 1/ASYNC_CALLS_MAX of its batch (up
+ * to 4 MiB), so a 1 GiB batch of 2 MiB moves still goes in 256 calls of
+ * two and two such batches in flight stay within the backend's records. */
 #define ASYNC_RETIRE_FROM ((size_t)256 << 10)
 #define ASYNC_RETIRE_BYTES ((size_t)1 << 20)
 #define ASYNC_CALLS_MAX 256u
