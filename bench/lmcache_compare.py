@@ -127,7 +127,11 @@ def main():
     if a.blocks * TOKENS % CHUNK_TOKENS or a.blocks > a.pool_blocks:
         sys.exit("lmcache_compare: --blocks must be a multiple of 16 and at most --pool-blocks")
 
-    import torch
+    try:
+        import torch
+    except ImportError:
+        print("lmcache_compare: torch is not installed; skipped")
+        return 77
     if not torch.cuda.is_available():
         print("lmcache_compare: no CUDA device: skipped")
         return 77

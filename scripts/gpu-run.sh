@@ -14,14 +14,14 @@
 #      in the same run);
 #   7. LMCache's transfer kernel beside kvferry (bench/lmcache_compare.py);
 #   8. whatever else fits: `kvferry bench --compare`, the whole-block A/B
-#      against BASE_DIR, the latency probe, torch's gather, the file tier,
-#      replay, the Python GPU tests and every other test; TTFT and the
-#      planner's bench on request (RUN_TTFT, RUN_PLAN).
+#      against BASE_DIR, the latency probe, torch's gather, the file tier
+#      (POSIX and GDS), replay, the Python GPU tests and every other test;
+#      TTFT and the planner's bench on request (RUN_TTFT, RUN_PLAN).
 # Each step runs only while the time budget (BUDGET_S, default 540 s)
 # holds it, cut to what is left; a step left out says so. SKIP_<STEP>=1
 # leaves one out: SKIP_SANITIZE, SKIP_PATHS, SKIP_PARTIAL, SKIP_CONTEND,
 # SKIP_LMCACHE, SKIP_COMPARE, SKIP_LATENCY, SKIP_TORCH, SKIP_FILE,
-# SKIP_REPLAY, SKIP_PYTEST, SKIP_REST.
+# SKIP_GDS, SKIP_REPLAY, SKIP_PYTEST, SKIP_REST.
 #
 # Output: $OUT (default ./gpu-out) gets run.log (everything said here,
 # a summary at its end), logs.tar.gz (each step's whole log and JSON) and
@@ -158,6 +158,13 @@ if fits 60 "the CUDA tests under ctest -j4"; then
     grep -E "Test +#.*(Passed|Failed|Timeout|Skipped)|tests passed" "$L/ctest-cuda-j4.log"
     note "  $(grep -E 'tests passed' "$L/ctest-cuda-j4.log")"
     grep -E "Test +#.*(Failed|Timeout)" "$L/ctest-cuda-j4.log" | sed 's/^/  /' >>"$SUMMARY"
+fi
+
+# what follows needs a GPU: without one (a trial of this script on a
+# machine without, say) it ends here
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    note "no GPU (nvidia-smi -L fails): the sanitizers and benchmarks are left out"
+    exit 0
 fi
 
 # 3. compute-sanitizer. SANITIZE: the tool:test pairs to run, in this
@@ -338,6 +345,17 @@ if [ -z "${SKIP_REPLAY:-}" ] && $B/kvferry replay --help >/dev/null 2>&1; then
             --disk-blocks 4096
         tail -n 14 "$L/replay-cuda-gpu-tier.txt"
     fi
+fi
+# the GDS path: test_gds with cuFile's own log, then the file tier's
+# bench through GDS (its raw-disk ceiling beside it); sh scripts/gds-gpu.sh
+# does more
+if [ -z "${SKIP_GDS:-}" ] && [ -x $B/tests/test_gds ] && fits 60 "the GDS path"; then
+    KVF_LOG=info step test_gds.log 60 $B/tests/test_gds
+    grep -E '^(ok|FAIL|skip)|FAILED' "$L/test_gds.log" | head -20
+    fits 30 "kvferry bench --mode gds" &&
+        step file-gds.txt 60 $B/kvferry bench --backend cuda --mode gds --layers 8 --tokens-per-block 32 \
+            --blocks 256 --iters 3 --json "$L/file-gds.json" &&
+        tail -n 12 "$L/file-gds.txt"
 fi
 # the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
 # (SKIP_PYTEST=1: not run)

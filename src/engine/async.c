@@ -40,24 +40,25 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
  * into a slot that a large offload reads waits for the slot's chunk, not
  * for the whole batch. */
 #define ASYNC_CHUNK_BYTES ((size_t)4 << 20)
-/* Moves of ASYNC_RETIRE_FROM and more (the copy engines' share, where a
- * call costs a few microseconds of host time and the engines run calls
- * back to back) go in calls of ASYNC_RETIRE_BYTES, about 20 us of PCIe,
- * instead: a 4 MiB call is 16 moves of 256 KiB, and an onboard into one
- * of them would wait for all 16 copies. Smaller moves keep 4 MiB calls:
- * there a call is a kernel launch, whose fixed cost a shorter call would
- * show. A call also holds at least 1/ASYNC_CALLS_MAX of its batch (up
- * to 4 MiB), so a 1 GiB batch of 2 MiB moves still goes in 256 calls of
- * two and two such batches in flight stay within the backend's records. */
+/* Batches whose copies average ASYNC_RETIRE_FROM and more (the copy
+ * engines' share, where a call costs a few microseconds of host time and
+ * the engines run calls back to back) go in calls of ASYNC_RETIRE_BYTES,
+ * about 20 us of PCIe, instead: a 4 MiB call is 16 moves of 256 KiB, and
+ * an onboard into one of them would wait for all 16 copies. Smaller
+ * copies keep 4 MiB calls: there a call is a kernel launch, whose fixed
+ * cost a shorter call would show. A call also holds at least
+ * 1/ASYNC_CALLS_MAX of its batch (up to 4 MiB), so a 1 GiB batch of 2 MiB
+ * moves still goes in 256 calls of two and two such batches in flight stay
+ * within the backend's records. */
 #define ASYNC_RETIRE_FROM ((size_t)256 << 10)
 #define ASYNC_RETIRE_BYTES ((size_t)1 << 20)
 #define ASYNC_CALLS_MAX 256u
 
 /* The bytes after which a call of a batch moving every pool ends: `bytes`
- * useful bytes in `live` moves. */
-static size_t chunk_bytes_for(size_t bytes, size_t live)
+ * useful bytes in `ncopies` copies. */
+static size_t chunk_bytes_for(size_t bytes, size_t ncopies)
 {
-    if (live == 0 || bytes / live < ASYNC_RETIRE_FROM)
+    if (ncopies == 0 || bytes / ncopies < ASYNC_RETIRE_FROM)
         return ASYNC_CHUNK_BYTES;
     size_t c = bytes / ASYNC_CALLS_MAX;
     c = c > ASYNC_RETIRE_BYTES ? c : ASYNC_RETIRE_BYTES;
@@ -220,7 +221,7 @@ void kvf__issue_async(kvf_engine *e, batch *b)
             }
         }
     }
-    const size_t chunk_bytes = chunk_bytes_for(live_bytes, live);
+    const size_t chunk_bytes = chunk_bytes_for(live_bytes, live * e->npools);
     uint32_t passes = sel ? sel->n : 1;
     bool marking = sel && !b->group && e->backend->ops->queue_mark;
     size_t per_copy = sel ? 1 : e->npools; /* copies per move and pass */
