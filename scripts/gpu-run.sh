@@ -152,7 +152,7 @@ unset PKG_CONFIG_SYSROOT_DIR
 # and the host with three others (CTEST_REGEX: only the tests whose names
 # match, here and below)
 if fits 60 "the CUDA tests under ctest -j4"; then
-    (cd $B && step ctest-cuda-j4.log "${CUDA_TESTS_S:-150}" ctest -R "${CTEST_REGEX:-^test_cuda_}" -j4 \
+    (cd $B && step ctest-cuda-j4.log "${CUDA_TESTS_S:-120}" ctest -R "${CTEST_REGEX:-^test_cuda_}" -j4 \
         --repeat until-fail:"${CUDA_REPEAT:-3}" --output-on-failure) ||
         tail -n 40 "$L/ctest-cuda-j4.log"
     grep -E "Test +#.*(Passed|Failed|Timeout|Skipped)|tests passed" "$L/ctest-cuda-j4.log"
@@ -168,14 +168,14 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 
 # 3. compute-sanitizer. SANITIZE: the tool:test pairs to run, in this
-# order, each while the budget holds one and SANITIZE_S (default 150 s)
+# order, each while the budget holds one and SANITIZE_S (default 100 s)
 # of the budget is not spent on them: racecheck and synccheck over each
 # test_cuda_backend_* program, then memcheck over the engine, cache and
 # layer-wise tests, racecheck and synccheck over the layer-wise test
 CUDA_BACKEND_TESTS="test_cuda_backend_paths test_cuda_backend_staged test_cuda_backend_sync test_cuda_backend_memory"
 SANITIZE=${SANITIZE:-"$(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done) memcheck:test_cuda_engine memcheck:test_cuda_cache memcheck:test_cuda_layers racecheck:test_cuda_layers synccheck:test_cuda_layers"}
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
-    san_end=$((SECONDS + ${SANITIZE_S:-150}))
+    san_end=$((SECONDS + ${SANITIZE_S:-100}))
     for t in $SANITIZE; do
         set -- "${t%%:*}" "${t#*:}"
         fits 60 "compute-sanitizer $1 $2" || continue
@@ -201,7 +201,7 @@ $B/kvferry info >"$L/info.txt" 2>&1
 # (bench/cuda_paths.c; PATHS_ARGS: its reps and scope, e.g. "7" for the
 # full run of bench/results, "3 host" for whole blocks)
 if [ -x $B/bench/cuda_paths ] && [ -z "${SKIP_PATHS:-}" ] && fits 60 "bench/cuda_paths"; then
-    step cuda_paths.txt 120 $B/bench/cuda_paths ${PATHS_ARGS:-3 partial}
+    step cuda_paths.txt 90 $B/bench/cuda_paths ${PATHS_ARGS:-3 partial}
     grep -E "^cuda_paths|^what|auto=|VERIFY" "$L/cuda_paths.txt" | head -60
     cp "$L/cuda_paths.txt" "$L/cuda-paths-partial.txt" 2>/dev/null
     keep cuda-paths-partial.txt
