@@ -226,7 +226,10 @@ if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; th
             [ "$(left)" -lt 25 ] && continue
             hs=$((kib * 1024 / 128))
             blocks=$((262144 / kib))
-            KVF_CUDA_COPY=$([ $m = base ] && echo auto || echo $m) timeout "$(cap 40)" "$K" bench \
+            # AUTO's runs record their timeline: when each call reached the
+            # GPU and ended (bench/timeline.py --gpu), in the logs
+            tl=$([ $m = auto ] && echo "$L/timeline-partial-${kib}k.txt" || echo "")
+            KVF_TIMELINE=$tl KVF_CUDA_COPY=$([ $m = base ] && echo auto || echo $m) timeout "$(cap 40)" "$K" bench \
                 --backend cuda --layers 1 --kv 2 --heads 1 --tokens-per-block 32 --head-size $hs \
                 --tokens 8 --blocks $blocks --iters 5 >"$L/partial-$m-${kib}k.txt" 2>&1
             rc=$?
@@ -236,6 +239,11 @@ if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; th
         done
     done | tee "$L/partial-engine.txt"
     sed 's/^/  partial /' "$L/partial-engine.txt" >>"$SUMMARY"
+    for f in "$L"/timeline-partial-*.txt; do
+        [ -s "$f" ] || continue
+        python3 bench/timeline.py "$f" --gpu --min-moves 1000 --limit 2 >"${f%.txt}-gpu.txt" 2>&1
+        echo "$(basename "$f" .txt): $(python3 bench/timeline.py "$f" --summary --min-moves 1000 2>&1 | tail -n 1)"
+    done
     keep partial-engine.txt
 fi
 
