@@ -13,7 +13,8 @@
 #      (`kvferry bench --mode contention`, 256 KiB and 2 MiB, raw copies
 #      in the same run);
 #   7. LMCache's transfer kernel beside kvferry (bench/lmcache_compare.py);
-#   8. whatever else fits: `kvferry bench --compare`, the whole-block A/B
+#   8. whatever else fits: BASE_DIR's build through the contention bench,
+#      `kvferry bench --compare`, the whole-block A/B
 #      against BASE_DIR, the latency probe, torch's gather, the file tier
 #      (POSIX and GDS), replay, the Python GPU tests and every other test;
 #      TTFT and the planner's bench on request (RUN_TTFT, RUN_PLAN).
@@ -281,6 +282,13 @@ if [ -z "${SKIP_LMCACHE:-}" ] && fits 60 "bench/lmcache_compare.py"; then
 fi
 
 # 8. whatever else fits.
+# BASE_DIR's build through the contention bench at 256 KiB, the size
+# whose onboard into evicted slots the call size rule changed
+if [ -z "${SKIP_CONTEND:-}" ] && base_ready && fits 45 "BASE_DIR's contention bench"; then
+    step contention-base.txt 60 "$BASE_DIR/build/kvferry" bench --backend cuda --mode contention \
+        --sizes 256K --json "$L/contention-base.json"
+    grep -E "blocks:|/ idle|target" "$L/contention-base.txt" | sed 's/^/  base: /' >>"$SUMMARY"
+fi
 # COMPARE_MODES: the KVF_CUDA_COPY values to run --compare under (auto first)
 [ -n "${SKIP_COMPARE:-}" ] && COMPARE_MODES=" "
 for m in ${COMPARE_MODES:-auto}; do
