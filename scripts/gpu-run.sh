@@ -368,6 +368,7 @@ fi
 if [ -z "${SKIP_GDS:-}" ] && [ -x $B/tests/test_gds ] && fits 60 "the GDS path"; then
     KVF_LOG=info step test_gds.log 60 $B/tests/test_gds
     grep -E '^(ok|FAIL|skip)|FAILED' "$L/test_gds.log" | head -20
+    [ -x $B/tests/test_gds_probe ] && step test_gds_probe.log 30 $B/tests/test_gds_probe
     fits 30 "kvferry bench --mode gds" &&
         step file-gds.txt 60 $B/kvferry bench --backend cuda --mode gds --layers 8 --tokens-per-block 32 \
             --blocks 256 --iters 3 --json "$L/file-gds.json" &&
