@@ -40,7 +40,8 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 import kvferry as kvf
 
-__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES", "measure_prefill", "cache_kwargs"]
+__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "PrefixLate", "MODES", "measure_prefill",
+           "cache_kwargs"]
 
 log = logging.getLogger("kvferry.transformers")
 
@@ -53,6 +54,15 @@ class PrefixLoadError(RuntimeError):
     """A cached block could not be brought back (lost, corrupt, unreadable):
     the forward that used it is invalid. The cache has already dropped the
     block; KVFerryPrefixCache.forward / generate recompute on their own."""
+
+
+class PrefixLate(PrefixLoadError):
+    """Mode "plan": the prefix's loads had not arrived by the plan's hedge
+    (Plan.hedge_s after the get), so waiting longer would make the request
+    slower than recomputing by more than the plan's margin. The loads were
+    given up (they land later, unread; every block stays cached);
+    KVFerryPrefixCache.forward / generate recompute what they were to bring
+    (after the computed front, if any) on their own."""
 
 
 def _text_config(config):
@@ -157,6 +167,10 @@ class KVFerryDynamicCache(DynamicCache):
         self.known_blocks = self.cached_blocks if known_blocks is None else known_blocks
         self._ticket = ticket
         self._failed: Optional[BaseException] = None
+        # mode "plan": stop waiting for the loads this long after the get (kvf_plan.hedge_s)
+        hedge = getattr(plan, "hedge_s", 0) if ticket is not None else 0
+        self.hedge_s = hedge if hedge and hedge > 0 else None
+        self.late = False  # the loads were given up (PrefixLate)
         _HFCache.__init__(self, layers=[_PrefixLayer(self, i) for i in range(owner.num_layers)])
 
     def _wait_layer(self, layer: int) -> None:
@@ -168,7 +182,9 @@ class KVFerryDynamicCache(DynamicCache):
             return
         try:
             # this layer's K and V pools only; on CUDA the stream waits, not the host
-            if self.owner.cuda:
+            if self.hedge_s is not None:
+                self._wait_hedged(t, layer)
+            elif self.owner.cuda:
                 self.owner._stream_wait(t, layer)
             else:
                 t.wait_pool(2 * layer)
@@ -177,6 +193,18 @@ class KVFerryDynamicCache(DynamicCache):
             self._failed = exc
             raise PrefixLoadError(f"layer {layer}: the cached prefix ({self.cached_blocks} blocks) failed to "
                                   f"load: {exc}; recompute the request") from exc
+
+    def _wait_hedged(self, t, layer: int) -> None:
+        o = self.owner
+        stream = torch.cuda.current_stream(o.device) if o.cuda else None
+        for pool in (2 * layer, 2 * layer + 1):
+            if not o.cache.wait_pool_by(t, pool, self.hedge_s, stream):
+                self.late = True
+                self._ticket = None
+                o._give_up(t, self)
+                raise PrefixLate(f"layer {layer}: the cached prefix ({self.cached_blocks - self.front_blocks} "
+                                 f"blocks) had not arrived {self.hedge_s * 1e3:.1f} ms after its get (the plan "
+                                 f"predicted {self.plan.load_s * 1e3:.1f} ms); recomputing it")
 
     def _prefix(self, layer: int, key_states):
         o = self.owner
@@ -421,6 +449,8 @@ class KVFerryPrefixCache:
         self.pool_order = list(range(2 * self.num_layers))
         self._get: Optional[KVFerryDynamicCache] = None
         self._put = None
+        self._late = []  # gets given up (PrefixLate): (ticket, first slot, end slot)
+        self.hedged = 0  # requests whose loads were given up and recomputed
         self._pools_read = False  # kernels queued since the last settle may still read the pools
         self.prefill_cost = None
         if prefill_cost is not None:
@@ -445,7 +475,7 @@ class KVFerryPrefixCache:
         if getattr(self, "engine", None) is None:
             return
         try:
-            self._settle()
+            self._settle(late=True)
         finally:
             self.cache.close()
             self.engine.close()
@@ -574,8 +604,12 @@ class KVFerryPrefixCache:
         return self.cache.plan(keys, len(ids))
 
     # -- a request --
-    def _settle(self) -> None:
-        """The previous request's transfers done and the pools free to reuse."""
+    def _settle(self, late: bool = False) -> None:
+        """The previous request's transfers done and the pools free to reuse
+        (with late, the late gets too; without, those that landed are
+        retired and the others run on: a get into their slots is ordered
+        after them by the engine)."""
+        self._retire_late(block=late)
         if self._get is not None:
             try:
                 self._get.finish()
@@ -700,6 +734,7 @@ class KVFerryPrefixCache:
             return 0
         if self._put is not None or self._get is not None:
             self._settle()
+        self._retire_late(start, n, block=True)  # a late get still writing these slots lands first
         tpb = self.tokens_per_block
         for i, layer in enumerate(past.layers):
             self._check_states(i, layer.keys)
@@ -715,8 +750,8 @@ class KVFerryPrefixCache:
 
     def sync(self) -> None:
         """Waits for the stores queued so far (e.g. before another process
-        reads the disk directory)."""
-        self._settle()
+        reads the disk directory), and for gets given up as late."""
+        self._settle(late=True)
 
     def forward(self, model, input_ids, *, mode: Optional[str] = None, store: bool = True, **kwargs):
         """model(...) over the request with its cached prefix served; stores
@@ -729,9 +764,8 @@ class KVFerryPrefixCache:
             out = model(ids[:, past.cached_tokens:], use_cache=True, **cache_kwargs(model, past), **kwargs)
             past.finish()
         except PrefixLoadError as exc:
-            log.warning("kvferry: %s", exc)
-            past = self.prepare(ids, "recompute")
-            out = model(ids, use_cache=True, **cache_kwargs(model, past), **kwargs)
+            past = self._recover(ids, past, exc)
+            out = model(ids[:, past.cached_tokens:], use_cache=True, **cache_kwargs(model, past), **kwargs)
         if store:
             self.store(ids, past)
         return out
@@ -747,12 +781,45 @@ class KVFerryPrefixCache:
             out = model.generate(ids, **cache_kwargs(model, past), **kwargs)
             past.finish()
         except PrefixLoadError as exc:
-            log.warning("kvferry: %s", exc)
-            past = self.prepare(ids, "recompute")
+            past = self._recover(ids, past, exc)
             out = model.generate(ids, **cache_kwargs(model, past), **kwargs)
         if store:
             self.store(out.sequences if hasattr(out, "sequences") else out, past)
         return out
+
+    def _recover(self, ids, past, exc) -> KVFerryDynamicCache:
+        """The Cache to run the request again with, its prefix having failed
+        (recompute it all) or run late (PrefixLate: keep the computed front,
+        recompute the rest; the hits stay cached, so store skips them)."""
+        if not isinstance(exc, PrefixLate):
+            log.warning("kvferry: %s", exc)
+            return self.prepare(ids, "recompute")
+        log.info("kvferry: %s", exc)
+        self.hedged += 1
+        # a layer that took its front before the wait ran late has none left: recompute it all
+        whole = past.front_blocks and all(f is not None for f in past._front)
+        tokens = past.front_blocks * self.tokens_per_block if whole else 0
+        return KVFerryDynamicCache(self, tokens, None, past.mode, plan=past.plan, front=past._front if tokens else None,
+                                   known_blocks=past.known_blocks)
+
+    def _give_up(self, ticket, past) -> None:
+        """A late get, no longer waited for: it lands in its slots later,
+        unread, and is retired before anything else writes them."""
+        self._late.append((ticket, past.front_blocks, past.cached_blocks))
+        if self._get is past:
+            self._get = None
+
+    def _retire_late(self, lo: int = 0, hi: Optional[int] = None, block: bool = False) -> None:
+        """Retires the late gets that have landed; with block, waits for the
+        ones writing slots lo..hi first. Their outcome changes nothing here:
+        a block that failed is dropped by the cache, one that arrived late
+        stays cached."""
+        keep = []
+        for ticket, first, end in self._late:
+            overlaps = first < (self.max_blocks if hi is None else hi) and lo < end
+            if (ticket.wait() if block and overlaps else ticket.poll()) is None:
+                keep.append((ticket, first, end))
+        self._late = keep
 
     def _ids_2d(self, input_ids, model):
         if not torch.is_tensor(input_ids):
