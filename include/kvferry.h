@@ -1490,10 +1490,12 @@ typedef struct kvf_costs {
  * docs/planner.md) and learns from every onboard batch from it that
  * completes with all moves OK: the batch's bytes and its time from submit
  * to completion (queueing behind other batches included: a busy link
- * reads as a slow one). Small batches teach the latency, large ones the
- * throughput; one sample moves either by at most 20 %, so one outlier
- * cannot swing a plan while a tier that stays slower is followed within a
- * dozen batches. KVF_TIER_GPU is learnt from copies between primary slots.
+ * reads as a slow one). The figures are a fit to the tier's latest 24
+ * reads by medians: the throughput from pairs of reads of different
+ * sizes, the latency from the smaller reads (while all are of one size,
+ * the latency stays and the throughput fits them), so one outlier or a
+ * cold first read cannot swing a plan, while a tier that stays slower is
+ * followed within a dozen batches (docs/planner.md). KVF_TIER_GPU is learnt from copies between primary slots.
  * Safe from any thread.
  */
 KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
