@@ -1495,8 +1495,8 @@ typedef struct kvf_costs {
  * sizes, the latency from the smaller reads (while all are of one size,
  * the latency stays and the throughput fits them), so one outlier or a
  * cold first read cannot swing a plan, while a tier that stays slower is
- * followed within a dozen batches (docs/planner.md). KVF_TIER_GPU is learnt from copies between primary slots.
- * Safe from any thread.
+ * followed within a dozen batches (docs/planner.md). KVF_TIER_GPU is learnt from copies between
+ * primary slots. Safe from any thread.
  */
 KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
 

@@ -104,7 +104,8 @@ static int test_fed_tails(void)
     cfg.backend = KVF_BACKEND_HOST;
     CHECK_STATUS(kvf_engine_create(&cfg, &e), KVF_OK);
     const double lat = 2e-3, bps = 1.5e9;
-    static const uint64_t sizes[] = {64u << 10, 32u << 20, 2u << 20, 128u << 20, 8u << 20, 512u << 10};
+    static const uint64_t sizes[] = {64u << 10,  32u << 20, 2u << 20,
+                                     128u << 20, 8u << 20,  512u << 10};
     uint32_t lcg = 12345;
     for (int i = 0; i < 120; i++) {
         uint64_t b = sizes[i % 6];
@@ -130,7 +131,8 @@ static int test_fed_tails(void)
     CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_REMOTE, 1000000, 1e-3 + 0.5e-3), KVF_OK);
     CHECK_STATUS(kvf_engine_costs(e, &c), KVF_OK);
     CHECK(c.tier[KVF_TIER_REMOTE].latency_s == 1e-3);
-    CHECK(c.tier[KVF_TIER_REMOTE].bytes_per_s > 1.99e9 && c.tier[KVF_TIER_REMOTE].bytes_per_s < 2.01e9);
+    CHECK(c.tier[KVF_TIER_REMOTE].bytes_per_s > 1.99e9 &&
+          c.tier[KVF_TIER_REMOTE].bytes_per_s < 2.01e9);
     kvf_engine_destroy(e);
     return 0;
 }

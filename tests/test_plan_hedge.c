@@ -167,8 +167,8 @@ static int test_hedge(void)
         CHECK(hedged);
         printf("  %s plan: predicted %.0f ms, recompute %.0f ms; normal disk %.0f ms; slow disk "
                "%.0f ms waited for, %.0f ms hedged (at %.0f ms)\n",
-               shape ? "front" : "leading", p.ttft_s * 1e3, recompute * 1e3, fast * 1e3,
-               slow * 1e3, cut * 1e3, p.hedge_s * 1e3);
+               shape ? "front" : "leading", p.ttft_s * 1e3, recompute * 1e3, fast * 1e3, slow * 1e3,
+               cut * 1e3, p.hedge_s * 1e3);
         CHECK(slow > 1.5 * recompute);
         /* the margin, and 30 ms for the sleeps' and waits' own lateness */
         CHECK(cut <= (1 + margin) * recompute + 0.030);

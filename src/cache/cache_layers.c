@@ -94,8 +94,9 @@ static kvf_status wait_pool(kvf_cache *c, const char *fn, kvf_cache_ticket t, ui
     for (size_t i = 0; i < nt && st == KVF_OK; i++) {
         kvf_status s = kvf__stream_wait_pool_by(c->engine, tickets[i], pool, stream, deadline_ns);
         if (s == KVF_ERR_TIMEOUT)
-            st = kvf__fail(s, "%s: ticket %llu: pool %u not arrived %.6f s after the get (the get "
-                              "runs on: wait for it or poll it to completion)",
+            st = kvf__fail(s,
+                           "%s: ticket %llu: pool %u not arrived %.6f s after the get (the get "
+                           "runs on: wait for it or poll it to completion)",
                            fn, (unsigned long long)t.id, pool, within_s);
         else if (s == KVF_ERR_UNKNOWN_TICKET)
             st = retired_meanwhile(c, fn, t, tickets[i]);
@@ -124,8 +125,8 @@ kvf_status kvf_cache_wait_pool_by(kvf_cache *c, kvf_cache_ticket t, uint32_t poo
     static const char fn[] = "kvf_cache_wait_pool_by";
     if (!isfinite(within_s) || within_s < 0) {
         kvf__clear_error();
-        return kvf__fail(KVF_ERR_INVALID, "%s: ticket %llu: within_s %g (must be finite, >= 0)",
-                         fn, (unsigned long long)t.id, within_s);
+        return kvf__fail(KVF_ERR_INVALID, "%s: ticket %llu: within_s %g (must be finite, >= 0)", fn,
+                         (unsigned long long)t.id, within_s);
     }
     return wait_pool(c, fn, t, pool, stream, within_s);
 }

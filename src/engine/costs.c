@@ -16,16 +16,15 @@
  * time into the latency, which then over-charged every large batch).
  * The latency is read from the smaller half of the reads, where the
  * slope's own error weighs little. While every read in the window has
- * about one size, the latency cannot be told apart: it stays where it was
- * (a seed, a set value, the last fit), below 90 % of what those reads
- * took, and the throughput fits their median. A tier that turns slower is followed once half the window
- * has seen it.
+ * about one size, the latency cannot be told apart: it stays where it
+ * was (the starting figure, a set value, the last fit), below 90 % of
+ * what those reads took, and the throughput fits their median. A tier
+ * that turns slower is followed once half the window has seen it.
  */
 #include "engine_private.h"
 #include "sized.h"
 
-#include <math.h> /* isfinite, a macro: nothing to link */
-
+#include <math.h>   /* isfinite, a macro: nothing to link */
 #include <stdlib.h> /* qsort */
 
 /* two reads teach a slope when one moves this much more than the other */
