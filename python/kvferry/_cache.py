@@ -319,10 +319,10 @@ class Cache(_Issuer):
         if ticket.statuses is not None:
             ticket.raise_for_status()
             return True
-        if not isinstance(pool, int) or not 0 <= pool < 2**32:
+        if not _is_int(pool) or not 0 <= pool < 2**32:
             raise make_error(Status.ERR_INVALID, f"wait_pool_by: pool {pool!r} is not a pool index")
         handle = None if stream is None else _stream_handle(stream, "wait_pool_by")
-        st = L.kvf_cache_wait_pool_by(self._h(), self._ticket_t(ticket.id), pool, handle, float(within_s))
+        st = L.kvf_cache_wait_pool_by(self._h(), self._ticket_t(ticket.id), int(pool), handle, float(within_s))
         if st == Status.ERR_TIMEOUT:
             return False
         check(st)
