@@ -394,7 +394,8 @@ if [ -z "${SKIP_PYTEST:-}" ] && fits 45 "the Python GPU tests"; then
     KVFERRY_LIBRARY=$B/libkvferry.so step pytest.log 150 python3 -m pytest -v -rs -p no:cacheprovider \
         python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_gpu_plan.py \
         python/tests/test_transformers.py python/tests/test_transformers_plan.py \
-        python/tests/test_transformers_gpu.py python/tests/test_serving_gpu.py
+        python/tests/test_transformers_sliding.py python/tests/test_transformers_gpu.py \
+        python/tests/test_serving_gpu.py
     tail -n 30 "$L/pytest.log"
     note "  $(tail -n 1 "$L/pytest.log")"
 fi
