@@ -21,50 +21,16 @@ import pytest
 sglang = pytest.importorskip("sglang")
 torch = pytest.importorskip("torch")
 
-from sglang.srt.mem_cache.device_pool_info import MambaStateBufferInfo  # noqa: E402
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig, PoolHitPolicy,  # noqa: E402
                                                   PoolName, PoolTransfer)
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool  # noqa: E402
-from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost  # noqa: E402
-from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
-from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost  # noqa: E402
 from sglang.srt.mem_cache.storage import StorageBackendFactory  # noqa: E402
 from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
+from sglang_pools import (MHA_LAYOUTS, MLA_LAYOUTS, PS, fill_pages, host_pool, mamba_pool, mla_pool,  # noqa: E402
+                          page_bytes, page_hashes, poisoned_pages)
 
 import kvferry  # noqa: E402
 from kvferry.integrations import sglang as kvf_sglang  # noqa: E402
 from kvferry.integrations._serving import string_key  # noqa: E402
-
-PS, HEADS, HEAD, LAYERS, TOKENS = 16, 2, 16, 3, 512
-LAYOUTS = ("layer_first", "page_first", "page_first_direct")
-# every layout each host pool class of SGLang 0.5.23 builds on the CPU
-MHA_LAYOUTS = LAYOUTS + ("page_head", "page_unified")
-MLA_LAYOUTS = LAYOUTS + ("page_unified",)
-LORA, ROPE = 32, 16
-
-
-def host_pool(layout, heads=HEADS):
-    dev = MHATokenToKVPool(size=TOKENS, page_size=PS, dtype=torch.bfloat16, head_num=heads, head_dim=HEAD,
-                           layer_num=LAYERS, device="cpu", enable_memory_saver=False, enable_alt_stream=False)
-    return MHATokenToKVPoolHost(dev._mha_buffer_info(), 2.0, 0, PS, layout, pin_memory=False, device="cpu",
-                                device_capacity_tokens=TOKENS, start_layer=0, end_layer=LAYERS)
-
-
-def mla_pool(layout):
-    dev = MLATokenToKVPool(size=TOKENS, page_size=PS, dtype=torch.bfloat16, kv_lora_rank=LORA,
-                           qk_rope_head_dim=ROPE, layer_num=LAYERS, device="cpu", enable_memory_saver=False)
-    return MLATokenToKVPoolHost(dev._mla_buffer_info(), 2.0, 0, PS, layout, pin_memory=False, device="cpu",
-                                device_capacity_tokens=TOKENS, start_layer=0, end_layer=LAYERS,
-                                target_layer_num=LAYERS)
-
-
-def mamba_pool(slots=16):
-    """SGLang's Mamba host pool (a state slot a page) over CPU state
-    tensors: fp32 temporal state and a bf16 conv state, 2 layers."""
-    info = MambaStateBufferInfo(temporal=torch.zeros(2, slots, 4, 8, dtype=torch.float32),
-                                conv=(torch.zeros(2, slots, 6, 3, dtype=torch.bfloat16),))
-    return MambaPoolHost(info, 2.0, 0, device_capacity=slots, pin_memory=False, device="cpu", layout="page_first")
-
 
 def storage_config(model="org/tiny-model", tp_rank=0, tp_size=1, mla=False, metrics=False, layout="page_first",
                    **more):
@@ -86,60 +52,6 @@ def backend(tmp_path, pool, model="org/tiny-model", tp_rank=0, mla=False, metric
 
 def disk(tmp_path):
     return {"file_dir": str(tmp_path / "kv"), "disk_blocks": 1024, "namespace": "sgl-test"}
-
-
-def page_hashes(seed, pages):
-    g = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(1, 30000, (pages * PS,), generator=g).tolist()
-    return get_storage_hash_str(tokens, None, page_size=PS)
-
-
-def _raw_page(pool, index):
-    """page_unified's page: the buffer's leading dimension, whose C order is
-    the page's byte order (SGLang's get_data_page does not take it)."""
-    return pool.kv_buffer[index // pool.page_size].view(torch.uint8)
-
-
-def read_page(pool, index):
-    if pool.layout == "page_unified":
-        return _raw_page(pool, index).flatten().clone()
-    return pool.get_data_page(index).contiguous().view(torch.uint8).flatten()
-
-
-def write_page(pool, index, data):
-    if pool.layout == "page_unified":
-        _raw_page(pool, index).copy_(data.view(_raw_page(pool, index).shape))
-        return
-    page = pool.get_data_page(index)
-    pool.set_from_flat_data_page(index, data.view(page.dtype))
-
-
-def fill_pages(pool, n, seed):
-    """n freshly allocated host pages of random bytes: (host indices, each
-    page's bytes as SGLang's get_data_page reads them)."""
-    ps = pool.page_size
-    idx = pool.alloc(n * ps)
-    g = torch.Generator().manual_seed(seed)
-    refs = []
-    for i in range(n):
-        nbytes = read_page(pool, int(idx[i * ps])).numel()
-        data = torch.randint(1, 255, (nbytes,), dtype=torch.uint8, generator=g)
-        write_page(pool, int(idx[i * ps]), data)
-        refs.append(data)
-    return idx, refs
-
-
-def poisoned_pages(pool, n):
-    ps = pool.page_size
-    idx = pool.alloc(n * ps)
-    for i in range(n):
-        nbytes = read_page(pool, int(idx[i * ps])).numel()
-        write_page(pool, int(idx[i * ps]), torch.full((nbytes,), 0xA5, dtype=torch.uint8))
-    return idx
-
-
-def page_bytes(pool, idx, i):
-    return read_page(pool, int(idx[i * pool.page_size]))
 
 
 def load(b, keys, pool):
