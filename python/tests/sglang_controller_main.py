@@ -24,19 +24,12 @@ import threading
 import torch
 from sglang.srt.managers.cache_controller import HiCacheController
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
-from sglang.srt.runtime_context import get_parallel
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from sglang_pools import PS, TOKENS, fill_pages, host_pool, mha_device, mla_device, mla_pool, page_bytes, \
-    page_tokens, poisoned_pages
+    page_tokens, poisoned_pages, set_ranks
 
 WAIT_S = 120
-
-
-def set_ranks(rank: int, world: int) -> None:
-    """What SGLang's launcher publishes for the controller to read."""
-    get_parallel().override_permanently(tp_rank=rank, tp_size=world, pp_rank=0, pp_size=1, attn_dcp_size=1,
-                                        attn_dcp_rank=0)
 
 
 def controller(kind: str, layout: str, model: str = "org/tiny", tp_group=None, **extra):

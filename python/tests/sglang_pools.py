@@ -51,6 +51,32 @@ def mamba_pool(slots=16):
     return MambaPoolHost(info, 2.0, 0, device_capacity=slots, pin_memory=False, device="cpu", layout="page_first")
 
 
+def set_ranks(rank: int, world: int) -> None:
+    """What SGLang's launcher publishes for the pools and the controller to
+    read (the DSA pool and HiCacheController ask for the DCP width)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    get_parallel().override_permanently(tp_rank=rank, tp_size=world, pp_rank=0, pp_size=1, attn_dcp_size=1,
+                                        attn_dcp_rank=0)
+
+
+def dsa_pools(layout, page_size=64):
+    """DeepSeek sparse attention's pools as SGLang's hybrid assembler makes
+    them: the MLA host pool (the KV anchor) of a DSA device pool (64-token
+    pages) and its indexer host pool, which reuses the anchor's host
+    indices. Needs the parallel ranks set (set_ranks)."""
+    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.dsa import DSAIndexerPoolHost, make_dsa_indexer_pool_decl
+
+    dev = DSATokenToKVPool(size=TOKENS, page_size=page_size, kv_lora_rank=LORA, dtype=torch.bfloat16,
+                           qk_rope_head_dim=ROPE, layer_num=LAYERS, device="cpu", index_head_dim=128,
+                           enable_memory_saver=False, kv_cache_dim=LORA + ROPE)
+    kv = MLATokenToKVPoolHost(dev._mla_buffer_info(), 2.0, 0, page_size, layout, pin_memory=False, device="cpu",
+                              device_capacity_tokens=TOKENS, start_layer=0, end_layer=LAYERS,
+                              target_layer_num=LAYERS)
+    return kv, DSAIndexerPoolHost(make_dsa_indexer_pool_decl(dev), kv, pin_memory=False, device="cpu")
+
+
 def page_tokens(seed, pages):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(1, 30000, (pages * PS,), generator=g).tolist()

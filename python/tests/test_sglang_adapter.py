@@ -25,8 +25,8 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
                                                   PoolName, PoolTransfer)
 from sglang.srt.mem_cache.storage import StorageBackendFactory  # noqa: E402
 from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
-from sglang_pools import (MHA_LAYOUTS, MLA_LAYOUTS, PS, fill_pages, host_pool, mamba_pool, mla_pool,  # noqa: E402
-                          page_bytes, page_hashes, poisoned_pages)
+from sglang_pools import (MHA_LAYOUTS, MLA_LAYOUTS, PS, dsa_pools, fill_pages, host_pool, mamba_pool,  # noqa: E402
+                          mla_pool, page_bytes, page_hashes, poisoned_pages, read_page, set_ranks, write_page)
 
 import kvferry  # noqa: E402
 from kvferry.integrations import sglang as kvf_sglang  # noqa: E402
@@ -399,6 +399,44 @@ def test_v2_pools_are_namespaces_of_their_own(tmp_path):
         assert torch.equal(page_bytes(mamba, dm, 0), torch.full_like(page_bytes(mamba, dm, 0), 0xA5))
         names = {s.namespace for s in b._stores.values()}
         assert len(names) == 3 and any("mamba" in n for n in names) and any("swa" in n for n in names)
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("layout", ("layer_first", "page_first", "page_first_direct"))
+def test_v2_dsa_indexer_pool_rides_on_kv_pages(tmp_path, layout):
+    """DeepSeek sparse attention: the indexer's pages take the KV pages'
+    host indices and keys (a KV-derived sidecar, all pages hit policy)."""
+    set_ranks(0, 1)
+    kv, ix = dsa_pools(layout)
+    ps = kv.page_size
+    b = backend(tmp_path, kv, mla=True, **disk(tmp_path))
+    try:
+        for name, p in ((PoolName.KV, kv), (PoolName.INDEXER, ix)):
+            b.register_mem_host_pool_v2(p, name)
+        keys = page_hashes(35, 3)
+        idx, krefs = fill_pages(kv, 3, 36)
+        irefs = []
+        g = torch.Generator().manual_seed(37)
+        for i in range(3):
+            data = torch.randint(1, 255, (read_page(ix, int(idx[i * ps])).numel(),), dtype=torch.uint8, generator=g)
+            write_page(ix, int(idx[i * ps]), data)
+            irefs.append(data)
+        assert b.batch_set_v1(keys, idx) == [True] * 3
+        assert b.batch_set_v2([PoolTransfer(PoolName.INDEXER, host_indices=idx[:2 * ps], keys=keys[:2])]) == {
+            PoolName.INDEXER: [True, True]}
+        r = b.batch_exists_v2(keys, [PoolTransfer(PoolName.INDEXER, hit_policy=PoolHitPolicy.ALL_PAGES,
+                                                  indices_from_pool=PoolName.KV)])
+        assert r.kv_hit_pages == 2 and r.extra_pool_hit_pages == {PoolName.KV: 3, PoolName.INDEXER: 2}
+        dst = poisoned_pages(kv, 3)
+        for i in range(3):
+            write_page(ix, int(dst[i * ps]), torch.full_like(irefs[i], 0xA5))
+        assert b.batch_get_v1(keys, dst) == [True] * 3
+        got = b.batch_get_v2([PoolTransfer(PoolName.INDEXER, host_indices=dst, keys=keys)])
+        assert got == {PoolName.INDEXER: [True, True, False]}
+        assert all(torch.equal(page_bytes(kv, dst, i), krefs[i]) for i in range(3))
+        assert all(torch.equal(read_page(ix, int(dst[i * ps])), irefs[i]) for i in range(2))
+        assert torch.equal(read_page(ix, int(dst[2 * ps])), torch.full_like(irefs[2], 0xA5))
     finally:
         b.close()
 

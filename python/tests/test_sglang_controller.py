@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 import sglang_controller_main as main  # noqa: E402
 from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
-from sglang_pools import PS, fill_pages, page_bytes, page_tokens  # noqa: E402
+from sglang_pools import PS, fill_pages, page_bytes, page_tokens, set_ranks  # noqa: E402
 
 import kvferry  # noqa: E402
 from kvferry.integrations._serving import block_file, string_key  # noqa: E402
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module", autouse=True)
 def one_rank():
-    main.set_ranks(0, 1)
+    set_ranks(0, 1)
 
 
 @pytest.mark.parametrize("kind,layout", [("mha", "layer_first"), ("mha", "page_first_direct"), ("mla", "page_first"),

@@ -37,49 +37,57 @@ _CACHE_KEYS = ("host_blocks", "host_bytes", "disk_blocks", "disk_bytes", "remote
                "disk_admit_uses")
 _OWN_KEYS = ("namespace", "priority")
 
-# Host pool layouts whose buffers index tokens (a page is page_size of
-# them) and those whose buffers index pages; page_first_kv_split (Ascend
-# NPUs only) keeps K, V and the indexer in buffers of their own and is not
-# taken.
-_TOKEN_LAYOUTS = ("layer_first", "page_first")
-_PAGE_LAYOUTS = ("page_first_direct", "page_head", "page_unified")
+# The host pool layouts SGLang builds on every device. page_first_kv_split
+# (Ascend NPUs only) keeps K, V and the indexer in buffers of their own and
+# is not taken.
+_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_unified")
+
+
+def _host_buffers(pool) -> list:
+    """The pool's host tensors: kv_buffer (one, or a list for Mamba's
+    states), or the DSA indexer pool's one buffer."""
+    bufs = getattr(pool, "kv_buffer", None)
+    if bufs is None:
+        bufs = getattr(pool, "index_k_with_scale_buffer", None)
+    return [b for b in (bufs if isinstance(bufs, (list, tuple)) else [bufs]) if b is not None and b.numel()]
 
 
 def host_pool_pools(pool, what: str):
-    """kvferry pools over a SGLang host pool's buffers, a page a block: each
-    buffer's page (or token) dimension is found by its size, and every
-    dimension outside a page's bytes (K/V, a layer-first layer) is a pool
-    of its own. Raises naming `what` for a pool kvferry cannot map."""
+    """kvferry pools over a SGLang host pool's buffers, a page a block. A
+    buffer that has a dimension of the pool's token count indexes tokens
+    (layer_first, page_first; Mamba's slots, a token a page) and is cut
+    into pages; one that has none indexes pages (page_first_direct,
+    page_head, page_unified, the DSA indexer's rows). Every dimension
+    outside a page's bytes (K/V, a layer-first layer) is a pool of its own.
+    Raises naming `what` for a pool kvferry cannot map."""
     layout = getattr(pool, "layout", None)
-    if layout not in _TOKEN_LAYOUTS + _PAGE_LAYOUTS:
-        raise make_error(Status.ERR_UNSUPPORTED, f"{what}: layout {layout!r}; kvferry takes "
-                         f"{', '.join(_TOKEN_LAYOUTS + _PAGE_LAYOUTS)}")
-    bufs = getattr(pool, "kv_buffer", None)
-    bufs = [b for b in (bufs if isinstance(bufs, (list, tuple)) else [bufs]) if b is not None and b.numel()]
+    if layout not in _LAYOUTS:
+        raise make_error(Status.ERR_UNSUPPORTED, f"{what}: layout {layout!r}; kvferry takes {', '.join(_LAYOUTS)}")
+    bufs = _host_buffers(pool)
     if not bufs:
-        raise make_error(Status.ERR_UNSUPPORTED, f"{what}: no host buffer (kv_buffer) kvferry can register")
-    ps = int(pool.page_size)
-    by_token = ps == 1 or layout in _TOKEN_LAYOUTS
-    want = int(pool.size) if by_token else int(pool.page_num)
+        raise make_error(Status.ERR_UNSUPPORTED, f"{what}: no host buffer kvferry can register")
+    ps, size = int(pool.page_size), int(pool.size)
+    pages = [n for n in (getattr(pool, "page_num", None), getattr(pool, "indexer_page_num", None)) if n]
     out = []
     for n, buf in enumerate(bufs):
         shape = list(buf.shape)
-        if want not in shape:
-            raise make_error(Status.ERR_INVALID, f"{what}: buffer {n} of shape {tuple(shape)} has no dimension of "
-                             f"{want} {'tokens' if by_token else 'pages'}")
-        dim = shape.index(want)
-        view = buf
-        if by_token and ps > 1:
-            if want % ps:
-                raise make_error(Status.ERR_INVALID, f"{what}: {want} tokens are not whole pages of {ps}")
-            view = buf.view(*shape[:dim], want // ps, ps, *shape[dim + 1:])
+        if size in shape:
+            dim = shape.index(size)
+            if size % ps:
+                raise make_error(Status.ERR_INVALID, f"{what}: {size} tokens are not whole pages of {ps}")
+            view = buf.view(*shape[:dim], size // ps, ps, *shape[dim + 1:])
+        else:
+            dims = [d for d in range(len(shape)) if shape[d] in pages]
+            if not dims:
+                raise make_error(Status.ERR_INVALID, f"{what}: buffer {n} of shape {tuple(shape)} has no dimension "
+                                 f"of {size} tokens or of {' or '.join(map(str, pages))} pages")
+            dim, view = dims[0], buf
         out += tensor_pools(view, dim, ps, f"{what} buffer {n}")
     return out
 
 
 def _dtype_names(pool) -> str:
-    bufs = pool.kv_buffer if isinstance(pool.kv_buffer, (list, tuple)) else [pool.kv_buffer]
-    return "+".join(sorted({str(b.dtype).rsplit(".", 1)[-1] for b in bufs if b is not None and b.numel()}))
+    return "+".join(sorted({str(b.dtype).rsplit(".", 1)[-1] for b in _host_buffers(pool)}))
 
 
 def rank_namespace(c, extra, dtype: str, page_size: int, layout: str, pool: str = "kv",
