@@ -82,7 +82,7 @@ def rank_main(rank: int, world: int, workdir: str, layout: str) -> dict:
     try:
         pages = 6
         tokens = page_tokens(41, pages)
-        idx, refs = fill_pages(host, pages, 42)  # the same seed on every rank: MLA pages are equal
+        idx, refs = fill_pages(host, pages, 42)  # the same bytes on every rank: MLA pages are equal
         stored = backup(cc, idx, tokens)
         torch.distributed.barrier()  # the writer's backup has completed
         backend = cc.storage_backend
