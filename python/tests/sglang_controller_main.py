@@ -26,8 +26,8 @@ from sglang.srt.managers.cache_controller import HiCacheController
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
-from sglang_pools import PS, TOKENS, fill_pages, host_pool, mha_device, mla_device, mla_pool, page_bytes, \
-    page_tokens, poisoned_pages, set_ranks
+from sglang_pools import LAYERS, PS, TOKENS, dsa_pools, fill_pages, host_pool, mamba_pool, mha_device, mla_device, \
+    mla_pool, page_bytes, page_tokens, poisoned_pages, set_ranks
 
 WAIT_S = 120
 
@@ -44,33 +44,86 @@ def controller(kind: str, layout: str, model: str = "org/tiny", tp_group=None, *
     return cc, host
 
 
-def backup(cc, host_indices, tokens) -> int:
-    """Queues a backup of the pages and waits for the backup thread's ack:
-    the tokens it stored."""
-    op_id = cc.write_storage(host_indices, tokens, hash_value=get_storage_hash_str(tokens, None, page_size=PS))
+def hybrid_controller(kind: str, **extra):
+    """(SGLang's HybridCacheController, the v2 interface's caller, with
+    kvferry attached at start, its host pools by name). kind "mamba":
+    an MHA KV pool, a sliding-window pool (its own host pages) and a Mamba
+    state pool; "dsa": DeepSeek sparse attention's MLA pool and its indexer
+    pool on the KV pages. Built as SGLang's hybrid pool assembler builds
+    them (one HostPoolGroup, the KV pool its anchor)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolName
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import build_pool_entry
+    from sglang.srt.mem_cache.pool_host.group import HostPoolGroup
+
+    layers = {i: i for i in range(LAYERS)}
+    if kind == "mamba":
+        dev = mha_device()
+        pools = {PoolName.KV: host_pool("page_first", dev=dev), PoolName.SWA: host_pool("page_first_direct", heads=1),
+                 PoolName.MAMBA: mamba_pool()}
+    else:
+        pools = dict(zip((PoolName.KV, PoolName.INDEXER), dsa_pools("page_first")))
+        dev = pools[PoolName.INDEXER].device_pool
+    group = HostPoolGroup([build_pool_entry(name=n, host_pool=p, device_pool=dev if n == PoolName.KV else None,
+                                            layer_mapping=layers if n == PoolName.KV else {},
+                                            transfer_layer_id_max=LAYERS, is_anchor=n == PoolName.KV)
+                           for n, p in pools.items()])
+    ps = pools[PoolName.KV].page_size
+    alloc = PagedTokenToKVPoolAllocator(TOKENS, ps, torch.bfloat16, "cpu", dev, False)
+    cfg = dict(backend_name="kvferry", module_path="kvferry.integrations.sglang", class_name="KvferryStorage",
+               interface_v1=1, **extra)
+    cc = HybridCacheController(alloc, group, ps, None, threading.Event(), storage_backend="dynamic",
+                               model_name="org/hybrid", storage_backend_extra_config=cfg)
+    return cc, pools
+
+
+def backup(cc, host_indices, tokens, extra_pools=None) -> int:
+    """Queues a backup of the pages (and, for the hybrid controller, its
+    other pools' transfers) and waits for the backup thread's ack: the
+    tokens it stored."""
+    ps = cc.page_size
+    more = {} if extra_pools is None else dict(extra_pools=extra_pools)
+    op_id = cc.write_storage(host_indices, tokens, hash_value=get_storage_hash_str(tokens, None, page_size=ps),
+                             **more)
     op = cc.ack_backup_queue.get(timeout=WAIT_S)
     assert op.id == op_id, (op.id, op_id)
     return op.completed_tokens
 
 
-def prefetch(cc, host, rid: str, tokens):
+def prefetch(cc, host, rid: str, tokens, extra_pools=None, pools=None):
     """A prefetch as the scheduler runs one: (tokens the prefetch thread
     found, tokens the I/O thread loaded, the poisoned host indices it
-    loaded into or None)."""
-    op = cc.prefetch(rid, tokens)
+    loaded into or None). For the hybrid controller, extra_pools are the
+    other pools' transfers and pools the host pools to give them poisoned
+    pages from (the pages each transfer's keys need); the ack's per-pool
+    hits are in op.pool_hits."""
+    ps = cc.page_size
+    if extra_pools is None:
+        op = cc.prefetch(rid, tokens)
+    else:
+        from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
+
+        op = cc.prefetch(CacheRequestHandle(rid, 0), tokens, extra_pools=extra_pools)
     hit = cc.prefetch_hit_queue.get(timeout=WAIT_S)
     assert hit is op
     if op.storage_hit_count == 0:
         return 0, 0, None
-    op.host_indices = poisoned_pages(host, op.storage_hit_count // PS)
+    op.host_indices = poisoned_pages(host, op.storage_hit_count // ps)
+    for t in extra_pools or []:
+        if t.indices_from_pool is None:
+            t.host_indices = poisoned_pages(pools[t.name], len(t.keys))
+        else:  # riding on the KV pages: its rows of them
+            poisoned_pages(pools[t.name], len(op.host_indices) // ps, op.host_indices)
     cc.prefetch_buffer.put(op)
-    loaded = 0
+    loaded, op.pool_hits = 0, {}
     while True:
         ack = cc.ack_prefetch_queue.get(timeout=WAIT_S)
         assert ack.rid == rid
+        op.pool_hits.update({k: v for k, v in (ack.pool_hits or {}).items() if v})
         if ack.completed_req:
             return op.storage_hit_count, loaded, op.host_indices
-        loaded = ack.completed_tokens
+        if ack.completed_tokens is not None:
+            loaded = ack.completed_tokens
 
 
 def rank_main(rank: int, world: int, workdir: str, layout: str) -> dict:

@@ -77,9 +77,9 @@ def dsa_pools(layout, page_size=64):
     return kv, DSAIndexerPoolHost(make_dsa_indexer_pool_decl(dev), kv, pin_memory=False, device="cpu")
 
 
-def page_tokens(seed, pages):
+def page_tokens(seed, pages, page_size=PS):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(1, 30000, (pages * PS,), generator=g).tolist()
+    return torch.randint(1, 30000, (pages * page_size,), generator=g).tolist()
 
 
 def page_hashes(seed, pages):
@@ -107,11 +107,12 @@ def write_page(pool, index, data):
     pool.set_from_flat_data_page(index, data.view(page.dtype))
 
 
-def fill_pages(pool, n, seed):
-    """n freshly allocated host pages of random bytes: (host indices, each
-    page's bytes as SGLang's get_data_page reads them)."""
+def fill_pages(pool, n, seed, idx=None):
+    """n host pages of random bytes, freshly allocated or at idx (a pool
+    riding on another's pages): (host indices, each page's bytes as
+    SGLang's get_data_page reads them)."""
     ps = pool.page_size
-    idx = pool.alloc(n * ps)
+    idx = pool.alloc(n * ps) if idx is None else idx
     g = torch.Generator().manual_seed(seed)
     refs = []
     for i in range(n):
@@ -122,9 +123,9 @@ def fill_pages(pool, n, seed):
     return idx, refs
 
 
-def poisoned_pages(pool, n):
+def poisoned_pages(pool, n, idx=None):
     ps = pool.page_size
-    idx = pool.alloc(n * ps)
+    idx = pool.alloc(n * ps) if idx is None else idx
     for i in range(n):
         nbytes = read_page(pool, int(idx[i * ps])).numel()
         write_page(pool, int(idx[i * ps]), torch.full((nbytes,), 0xA5, dtype=torch.uint8))

@@ -26,7 +26,7 @@ from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorage
 from sglang.srt.mem_cache.storage import StorageBackendFactory  # noqa: E402
 from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
 from sglang_pools import (MHA_LAYOUTS, MLA_LAYOUTS, PS, dsa_pools, fill_pages, host_pool, mamba_pool,  # noqa: E402
-                          mla_pool, page_bytes, page_hashes, poisoned_pages, read_page, set_ranks, write_page)
+                          mla_pool, page_bytes, page_hashes, poisoned_pages, read_page, set_ranks)
 
 import kvferry  # noqa: E402
 from kvferry.integrations import sglang as kvf_sglang  # noqa: E402
@@ -416,21 +416,14 @@ def test_v2_dsa_indexer_pool_rides_on_kv_pages(tmp_path, layout):
             b.register_mem_host_pool_v2(p, name)
         keys = page_hashes(35, 3)
         idx, krefs = fill_pages(kv, 3, 36)
-        irefs = []
-        g = torch.Generator().manual_seed(37)
-        for i in range(3):
-            data = torch.randint(1, 255, (read_page(ix, int(idx[i * ps])).numel(),), dtype=torch.uint8, generator=g)
-            write_page(ix, int(idx[i * ps]), data)
-            irefs.append(data)
+        _, irefs = fill_pages(ix, 3, 37, idx)  # the indexer's rows of the same pages
         assert b.batch_set_v1(keys, idx) == [True] * 3
         assert b.batch_set_v2([PoolTransfer(PoolName.INDEXER, host_indices=idx[:2 * ps], keys=keys[:2])]) == {
             PoolName.INDEXER: [True, True]}
         r = b.batch_exists_v2(keys, [PoolTransfer(PoolName.INDEXER, hit_policy=PoolHitPolicy.ALL_PAGES,
                                                   indices_from_pool=PoolName.KV)])
         assert r.kv_hit_pages == 2 and r.extra_pool_hit_pages == {PoolName.KV: 3, PoolName.INDEXER: 2}
-        dst = poisoned_pages(kv, 3)
-        for i in range(3):
-            write_page(ix, int(dst[i * ps]), torch.full_like(irefs[i], 0xA5))
+        dst = poisoned_pages(ix, 3, poisoned_pages(kv, 3))
         assert b.batch_get_v1(keys, dst) == [True] * 3
         got = b.batch_get_v2([PoolTransfer(PoolName.INDEXER, host_indices=dst, keys=keys)])
         assert got == {PoolName.INDEXER: [True, True, False]}

@@ -7,7 +7,9 @@ hit queries by its prefetch thread and loads by its prefetch I/O thread
 (sglang_controller_main.py plays the scheduler thread between them, with
 the queues SGLang's radix cache uses). Loaded pages are compared byte for
 byte with what was backed up, in poisoned host pages. MLA with TP 2 runs
-two processes, a gloo group between them as SGLang builds it.
+two processes, a gloo group between them as SGLang builds it. The v2
+interface runs under SGLang's HybridCacheController (SWA + Mamba, and
+DeepSeek sparse attention's indexer).
 
 Nothing here needs CUDA: the controller's streams are torch.cpu streams
 on a machine without an accelerator, and its device-host copies (not used
@@ -117,3 +119,75 @@ def test_mla_tp2_one_writer_every_rank_hits(tmp_path):
     assert [r["loaded_tokens"] for r in ranks] == [n * PS, n * PS]
     assert [r["equal"] for r in ranks] == [[True] * n, [True] * n]
     assert ranks[1]["tiers"] == {"disk": n}
+
+
+# ---- the v2 interface under SGLang's HybridCacheController ------------------------------
+
+
+def test_hybrid_controller_threads_move_kv_swa_and_mamba(tmp_path):
+    """An SWA + Mamba hybrid: the backup thread stores the KV pages (v1),
+    the last 2 pages' sliding-window KV and the Mamba state after the last
+    page (v2); the prefetch thread's batch_exists_v2 finds every pool's
+    pages by their trailing-pages policy; the I/O thread loads them all,
+    byte-exact, into poisoned pages of each pool."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+    cc, pools = main.hybrid_controller("mamba", file_dir=str(tmp_path / "kv"), disk_blocks=64)
+    kv, swa, mamba = pools[PoolName.KV], pools[PoolName.SWA], pools[PoolName.MAMBA]
+    try:
+        assert set(cc.storage_backend._stores) == {"kv", "swa", "mamba"}
+        tokens = page_tokens(61, 4)
+        keys = get_storage_hash_str(tokens, None, page_size=PS)
+        idx, refs = fill_pages(kv, 4, 62)
+        sidx, srefs = fill_pages(swa, 2, 63)
+        midx, mrefs = fill_pages(mamba, 1, 64)
+
+        def pools_of(with_indices):
+            trailing = PoolHitPolicy.TRAILING_PAGES
+            return [PoolTransfer(PoolName.SWA, host_indices=sidx if with_indices else None, keys=keys[2:],
+                                 hit_policy=trailing),
+                    PoolTransfer(PoolName.MAMBA, host_indices=midx if with_indices else None, keys=keys[3:],
+                                 hit_policy=trailing)]
+
+        assert main.backup(cc, idx, tokens, pools_of(True)) == 4 * PS
+        want = pools_of(False)
+        found, loaded, dst = main.prefetch(cc, kv, "r1", tokens, want, pools)
+        assert (found, loaded) == (4 * PS, 4 * PS)
+        assert cc.storage_backend.get_stats().pool_loaded_pages_by_tier == {"kv": {"disk": 4}, "swa": {"disk": 2},
+                                                                            "mamba": {"disk": 1}}
+        assert all(torch.equal(page_bytes(kv, dst, i), refs[i]) for i in range(4))
+        assert all(torch.equal(page_bytes(swa, want[0].host_indices, i), srefs[i]) for i in range(2))
+        assert torch.equal(page_bytes(mamba, want[1].host_indices, 0), mrefs[0])
+        # a prefix that ends on page 3: its Mamba state was never stored, so nothing restores
+        found, loaded, dst = main.prefetch(cc, kv, "r2", tokens[:3 * PS], [
+            PoolTransfer(PoolName.MAMBA, keys=keys[2:3], hit_policy=PoolHitPolicy.TRAILING_PAGES)], pools)
+        assert (found, loaded, dst) == (0, 0, None)
+    finally:
+        cc.detach_storage_backend()
+
+
+def test_hybrid_controller_threads_move_dsa_indexer_pages(tmp_path):
+    """DeepSeek sparse attention (MLA, 64-token pages): the indexer pool
+    rides on the KV pages (KV-derived): the backup thread stores both, the
+    prefetch I/O thread loads both into poisoned pages, byte-exact."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+    cc, pools = main.hybrid_controller("dsa", file_dir=str(tmp_path / "kv"), disk_blocks=64)
+    kv, ix = pools[PoolName.KV], pools[PoolName.INDEXER]
+    ps = kv.page_size
+    try:
+        assert cc.storage_backend.storage_config.is_mla_model and ps == 64
+        tokens = page_tokens(65, 3, ps)
+        idx, refs = fill_pages(kv, 3, 66)
+        _, irefs = fill_pages(ix, 3, 67, idx)
+
+        def indexer():
+            return [PoolTransfer(PoolName.INDEXER, indices_from_pool=PoolName.KV, hit_policy=PoolHitPolicy.ALL_PAGES)]
+
+        assert main.backup(cc, idx, tokens, indexer()) == 3 * ps
+        found, loaded, dst = main.prefetch(cc, kv, "r1", tokens, indexer(), pools)
+        assert (found, loaded) == (3 * ps, 3 * ps)
+        assert all(torch.equal(page_bytes(kv, dst, i), refs[i]) for i in range(3))
+        assert all(torch.equal(page_bytes(ix, dst, i), irefs[i]) for i in range(3))
+    finally:
+        cc.detach_storage_backend()
