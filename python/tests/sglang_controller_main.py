@@ -90,13 +90,14 @@ def backup(cc, host_indices, tokens, extra_pools=None) -> int:
     return op.completed_tokens
 
 
-def prefetch(cc, host, rid: str, tokens, extra_pools=None, pools=None):
+def prefetch(cc, host, rid: str, tokens, extra_pools=None, pools=None, dst=None):
     """A prefetch as the scheduler runs one: (tokens the prefetch thread
     found, tokens the I/O thread loaded, the poisoned host indices it
-    loaded into or None). For the hybrid controller, extra_pools are the
-    other pools' transfers and pools the host pools to give them poisoned
-    pages from (the pages each transfer's keys need); the ack's per-pool
-    hits are in op.pool_hits."""
+    loaded into or None; dst: host indices poisoned beforehand, as many as
+    the hit needs). For the hybrid controller, extra_pools are the other
+    pools' transfers and pools the host pools to give them poisoned pages
+    from (the pages each transfer's keys need); the ack's per-pool hits are
+    in op.pool_hits."""
     ps = cc.page_size
     if extra_pools is None:
         op = cc.prefetch(rid, tokens)
@@ -108,7 +109,7 @@ def prefetch(cc, host, rid: str, tokens, extra_pools=None, pools=None):
     assert hit is op
     if op.storage_hit_count == 0:
         return 0, 0, None
-    op.host_indices = poisoned_pages(host, op.storage_hit_count // ps)
+    op.host_indices = poisoned_pages(host, op.storage_hit_count // ps) if dst is None else dst
     for t in extra_pools or []:
         if t.indices_from_pool is None:
             t.host_indices = poisoned_pages(pools[t.name], len(t.keys))
