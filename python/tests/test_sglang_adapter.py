@@ -15,6 +15,7 @@ block files; the remote tier is kvferry's in-process mem:// store.
 Skipped unless sglang imports (see docs/integrations/sglang.md)."""
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ from sglang_pools import (MHA_LAYOUTS, MLA_LAYOUTS, PS, dsa_pools, fill_pages, h
 
 import kvferry  # noqa: E402
 from kvferry.integrations import sglang as kvf_sglang  # noqa: E402
-from kvferry.integrations._serving import string_key  # noqa: E402
+from kvferry.integrations._serving import block_file, string_key  # noqa: E402
 
 def storage_config(model="org/tiny-model", tp_rank=0, tp_size=1, mla=False, metrics=False, layout="page_first",
                    **more):
@@ -52,6 +53,11 @@ def backend(tmp_path, pool, model="org/tiny-model", tp_rank=0, mla=False, metric
 
 def disk(tmp_path):
     return {"file_dir": str(tmp_path / "kv"), "disk_blocks": 1024, "namespace": "sgl-test"}
+
+
+def stored_file(files, key) -> Path:
+    """The block file of SGLang page hash `key` in namespace directory files."""
+    return Path(block_file(str(files.parent), files.name, string_key(key)))
 
 
 def load(b, keys, pool):
@@ -112,7 +118,7 @@ def test_damaged_page_fails_never_served(tmp_path, damage):
         idx, refs = fill_pages(pool, 4, 6)
         assert all(b.batch_set_v1(keys, idx))
         files = tmp_path / "kv" / b._namespace
-        path = files / f"{string_key(keys[1]):016x}.kvf"
+        path = stored_file(files, keys[1])
         assert path.exists()
         if damage == "corrupt":
             raw = bytearray(path.read_bytes())
@@ -121,7 +127,7 @@ def test_damaged_page_fails_never_served(tmp_path, damage):
         elif damage == "remove":
             path.unlink()
         else:  # a valid block of another key in its place
-            path.write_bytes((files / f"{string_key(keys[0]):016x}.kvf").read_bytes())
+            path.write_bytes(stored_file(files, keys[0]).read_bytes())
         ok, got, dst = load(b, keys, pool)
         assert ok[1] is False and got == 1
         assert torch.equal(page_bytes(pool, dst, 0), refs[0])
@@ -226,10 +232,10 @@ def test_mla_one_writer_every_rank_hits(tmp_path, layout):
         assert ranks[1].get_stats().loaded_pages_by_tier == {"disk": 4}
         # the writer's file of page 2 goes (evicted, removed): the reader's hit stops there
         files = tmp_path / "kv" / ranks[0]._namespace
-        (files / f"{string_key(keys[2]):016x}.kvf").unlink()
+        stored_file(files, keys[2]).unlink()
         assert ranks[1].batch_exists(keys) == 2
         # a damaged file is a failed page on the reader, never its bytes
-        path = files / f"{string_key(keys[1]):016x}.kvf"
+        path = stored_file(files, keys[1])
         raw = bytearray(path.read_bytes())
         raw[len(raw) // 2] ^= 0x01
         path.write_bytes(bytes(raw))
