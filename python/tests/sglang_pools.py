@@ -43,12 +43,12 @@ def mla_pool(layout, dev=None):
                                 target_layer_num=LAYERS)
 
 
-def mamba_pool(slots=16):
+def mamba_pool(slots=16, layout="page_first"):
     """SGLang's Mamba host pool (a state slot a page) over CPU state
     tensors: fp32 temporal state and a bf16 conv state, 2 layers."""
     info = MambaStateBufferInfo(temporal=torch.zeros(2, slots, 4, 8, dtype=torch.float32),
                                 conv=(torch.zeros(2, slots, 6, 3, dtype=torch.bfloat16),))
-    return MambaPoolHost(info, 2.0, 0, device_capacity=slots, pin_memory=False, device="cpu", layout="page_first")
+    return MambaPoolHost(info, 2.0, 0, device_capacity=slots, pin_memory=False, device="cpu", layout=layout)
 
 
 def set_ranks(rank: int, world: int) -> None:

@@ -336,11 +336,11 @@ def test_namespace_names_the_pool_and_the_tp_rank_where_pages_differ():
 # ---- the v2 interface: a pool per transfer ----------------------------------------------
 
 
-def hybrid_backend(tmp_path, metrics=False, **extra):
+def hybrid_backend(tmp_path, metrics=False, mamba_layout="page_first", **extra):
     """KV, SWA and Mamba host pools registered as HybridCacheController
     registers them: the anchor through register_mem_pool_host, every pool
     (the anchor again included) through register_mem_host_pool_v2."""
-    kv, swa, mamba = host_pool("page_first"), host_pool("page_first_direct", heads=1), mamba_pool()
+    kv, swa, mamba = host_pool("page_first"), host_pool("page_first_direct", heads=1), mamba_pool(layout=mamba_layout)
     b = backend(tmp_path, kv, metrics=metrics, **extra)
     for name, p in ((PoolName.KV, kv), (PoolName.SWA, swa), (PoolName.MAMBA, mamba)):
         b.register_mem_host_pool_v2(p, name)
@@ -348,8 +348,9 @@ def hybrid_backend(tmp_path, metrics=False, **extra):
     return b, kv, swa, mamba
 
 
-def test_v2_kv_swa_mamba_roundtrip_and_hit_policies(tmp_path):
-    b, kv, swa, mamba = hybrid_backend(tmp_path, **disk(tmp_path))
+@pytest.mark.parametrize("mamba_layout", ("page_first", "page_first_direct"))
+def test_v2_kv_swa_mamba_roundtrip_and_hit_policies(tmp_path, mamba_layout):
+    b, kv, swa, mamba = hybrid_backend(tmp_path, mamba_layout=mamba_layout, **disk(tmp_path))
     try:
         keys = page_hashes(21, 6)
         kidx, krefs = fill_pages(kv, 6, 22)
