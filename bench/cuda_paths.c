@@ -7,7 +7,9 @@
  * For block sizes 4 KiB .. 4 MiB (256 MiB of blocks per run, at least 64
  * blocks, in shuffled order on both sides) and for host->device,
  * device->host, both at once, device->device, and the first 8 of 32 tokens
- * of each block (a 2-D copy: rows of 1 KiB at a 4 KiB pitch):
+ * of each block, in two shapes: rows of 1 KiB at a 4 KiB pitch (p-), and
+ * the engine's head-major K and V of `kvferry bench --compare`'s partial
+ * runs (kv-: two rows of an eighth of the block, half a block apart):
  *   ceil    one cudaMemcpyAsync of the same bytes, contiguous (the ceiling)
  *   perblk  one cudaMemcpyAsync (cudaMemcpy2DAsync) per block
  *   batch   one cudaMemcpyBatchAsync (cudaMemcpy3DBatchAsync) per run
@@ -19,12 +21,16 @@
  *           here: a permutation of the run), as an engine's sorted parts;
  *           timed on the host clock from submit to the done callback
  *   auto    the backend's choice (the path it took is printed after it)
+ *   calls   the same, handed over in calls of 4 MiB of useful bytes, as
+ *           the engine hands a large batch to the backend (the kernel
+ *           path's per-call cost shows here)
  * GB/s of useful bytes, median of the timed runs (CUDA events, after a
  * warm-up), the ratio to ceil, and the host's submit time per block. Every
  * method's destination is poisoned first and checked byte for byte after
  * its timed runs (poison outside the copied rows included).
  *
- * Usage: cuda_paths [reps [host]] (default 7 reps; `host`: whole blocks
+ * Usage: cuda_paths [reps [host|partial]] (default 7 reps; `host`: whole
+ * blocks between host and device only; `partial`: the partial shapes
  * between host and device only).
  */
 #include "backend.h"
@@ -45,9 +51,26 @@
 #define POISON 0xA5
 
 enum { DIR_H2D, DIR_D2H, DIR_D2D };
-enum { M_CEIL, M_PERBLK, M_BATCH, M_K8, M_K16, M_K32, M_K64, M_DMA, M_STAGED, M_AUTO, M_COUNT };
-static const char *method_names[M_COUNT] = {"ceil", "perblk", "batch", "k8",     "k16",
-                                            "k32",  "k64",    "dma",   "staged", "auto"};
+enum {
+    M_CEIL,
+    M_PERBLK,
+    M_BATCH,
+    M_K8,
+    M_K16,
+    M_K32,
+    M_K64,
+    M_DMA,
+    M_STAGED,
+    M_AUTO,
+    M_CALLS,
+    M_COUNT
+};
+static const char *method_names[M_COUNT] = {"ceil", "perblk", "batch",  "k8",   "k16",  "k32",
+                                            "k64",  "dma",    "staged", "auto", "calls"};
+/* the engine's call size (src/engine/async.c) */
+#define CALL_BYTES ((size_t)4 << 20)
+/* the shapes of a row */
+enum { SHAPE_WHOLE, SHAPE_ROWS, SHAPE_KV };
 static const uint32_t kernel_sms[4] = {8, 16, 32, 64};
 
 typedef struct job {
@@ -101,7 +124,7 @@ static void shuffle(uint32_t *a, size_t n)
     }
 }
 
-static void job_make(job *j, int dir, size_t bs, bool partial, uint8_t *dbase)
+static void job_make(job *j, int dir, size_t bs, int shape, uint8_t *dbase)
 {
     memset(j, 0, sizeof *j);
     j->dir = dir;
@@ -123,9 +146,12 @@ static void job_make(job *j, int dir, size_t bs, bool partial, uint8_t *dbase)
     j->srcs = malloc(j->n * sizeof *j->srcs);
     j->sizes = malloc(j->n * sizeof *j->sizes);
     j->ops = calloc(j->n, sizeof *j->ops);
-    /* partial: 8 of 32 tokens of 128 bytes: rows of 1 KiB at a 4 KiB pitch */
-    size_t rows = partial ? (bs >= 4096 ? bs / 4096 : 1) : 1;
-    size_t width = partial ? 1024 : bs, pitch = partial ? 4096 : bs;
+    /* SHAPE_ROWS: 8 of 32 tokens of 128 bytes: rows of 1 KiB at a 4 KiB
+     * pitch; SHAPE_KV: 8 of 32 tokens of K and of V, [kv][tokens][head]:
+     * two rows of bs / 8 at a pitch of bs / 2 */
+    size_t rows = shape == SHAPE_ROWS ? (bs >= 4096 ? bs / 4096 : 1) : shape == SHAPE_KV ? 2 : 1;
+    size_t width = shape == SHAPE_ROWS ? 1024 : shape == SHAPE_KV ? bs / 8 : bs;
+    size_t pitch = shape == SHAPE_ROWS ? 4096 : shape == SHAPE_KV ? bs / 2 : bs;
     for (size_t i = 0; i < j->n; i++) {
         kvf__copy *c = &j->c[i];
         *c = (kvf__copy){j->dbase + pd[i] * bs, j->sbase + ps[i] * bs, width, rows, pitch, pitch};
@@ -215,8 +241,9 @@ typedef struct result {
     int path;
 } result;
 
-/* Queues job j by method m; false when the call is refused. */
-static bool submit(int m, const job *j, int idx, cudaStream_t s)
+/* Queues job j by method m; false when a call is refused. *calls: the
+ * backend calls made (each calls back once). */
+static bool submit(int m, const job *j, int idx, cudaStream_t s, int *calls)
 {
     bool partial = j->c[0].rows > 1 && j->c[0].width != j->c[0].dpitch;
     switch (m) {
@@ -250,9 +277,23 @@ static bool submit(int m, const job *j, int idx, cudaStream_t s)
         }
         return true;
     }
+    case M_CALLS: {
+        kvf__backend *b = g_b[m];
+        for (size_t i = 0; i < j->n;) {
+            size_t k = i, bytes = 0;
+            for (; k < j->n && bytes < CALL_BYTES; k++)
+                bytes += j->c[k].width * j->c[k].rows;
+            if (b->ops->copy_async(b, queue_of(j), j->c + i, k - i, 0, on_done, NULL) != KVF_OK)
+                return false;
+            ++*calls;
+            i = k;
+        }
+        return true;
+    }
     default: {
         kvf__backend *b = g_b[m];
         (void)idx;
+        ++*calls;
         return b->ops->copy_async(b, queue_of(j), j->c, j->n, 0, on_done, NULL) == KVF_OK;
     }
     }
@@ -287,12 +328,13 @@ static result measure(int m, job *jobs, int njobs, int reps)
             CK(cudaStreamWaitEvent(st[k], ev0, 0));
         double t0 = bench_now_us();
         for (int k = 0; k < njobs; k++) {
-            if (!submit(m, &jobs[k], k, st[k])) {
+            int calls = 0;
+            if (!submit(m, &jobs[k], k, st[k], &calls)) {
                 res.ok = -2;
                 goto out;
             }
             if (m >= M_K8)
-                want_done++;
+                want_done += calls;
         }
         double t1 = bench_now_us();
         for (int k = 1; k < njobs; k++) {
@@ -308,8 +350,9 @@ static result measure(int m, job *jobs, int njobs, int reps)
             float x;
             CK(cudaEventElapsedTime(&x, ev0, ev1));
             /* the staged path's last scatter runs on a stream of its own,
-             * after ev1: its time is the host's, submit to callback */
-            ms[timed] = m == M_STAGED ? (float)((t2 - t0) / 1e3) : x;
+             * after ev1: its time is the host's, submit to callback; so
+             * is that of the engine-sized calls, which AUTO may stage */
+            ms[timed] = m == M_STAGED || m == M_CALLS ? (float)((t2 - t0) / 1e3) : x;
             sub[timed] = (t1 - t0) / (double)blocks;
             timed++;
         }
@@ -362,8 +405,8 @@ static void row(const char *what, size_t bs, job *jobs, int njobs, int reps)
         else
             printf(" | %7.1f %.2f%s", r[m].gbs, r[m].gbs / ceil, r[m].ok == 0 ? "!" : " ");
     }
-    printf(" | auto=%s staged=%s\n", kvf__cuda_path_name(r[M_AUTO].path),
-           kvf__cuda_path_name(r[M_STAGED].path));
+    printf(" | auto=%s staged=%s calls=%s\n", kvf__cuda_path_name(r[M_AUTO].path),
+           kvf__cuda_path_name(r[M_STAGED].path), kvf__cuda_path_name(r[M_CALLS].path));
     printf("%-8s %5s  submit us/block:", "", "");
     for (int m = M_PERBLK; m < M_COUNT; m++)
         if (r[m].ok != -2)
@@ -377,6 +420,7 @@ int main(int argc, char **argv)
     int reps = argc > 1 ? atoi(argv[1]) : 7;
     /* "host": whole blocks between host and device only */
     bool host_only = argc > 2 && strcmp(argv[2], "host") == 0;
+    bool partial_only = argc > 2 && strcmp(argv[2], "partial") == 0;
     if (reps < 1)
         reps = 1;
     unsetenv("KVF_CUDA_COPY");
@@ -394,9 +438,9 @@ int main(int argc, char **argv)
 
     for (int m = M_K8; m < M_COUNT; m++) {
         kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
-        cfg.cuda.copy = m == M_DMA                     ? KVF_CUDA_COPY_DMA
-                        : m == M_AUTO || m == M_STAGED ? KVF_CUDA_COPY_AUTO
-                                                       : KVF_CUDA_COPY_KERNEL;
+        cfg.cuda.copy = m == M_DMA                                     ? KVF_CUDA_COPY_DMA
+                        : m == M_AUTO || m == M_STAGED || m == M_CALLS ? KVF_CUDA_COPY_AUTO
+                                                                       : KVF_CUDA_COPY_KERNEL;
         cfg.cuda.copy_sms = m <= M_K64 ? kernel_sms[m - M_K8] : 0;
         /* the staged mode is not in the API: its environment switch */
         if (m == M_STAGED)
@@ -434,30 +478,34 @@ int main(int argc, char **argv)
         printf(" | %-12s", method_names[m]);
     printf("\n");
     static const size_t sizes[] = {4096, 16384, 65536, 262144, 1 << 20, 4 << 20};
-    for (int part = 0; part < (host_only ? 1 : 2); part++) {
-        for (int dir = 0; dir < (host_only ? 3 : 4); dir++) {
+    static const char *const prefix[] = {"", "p-", "kv-"};
+    static const char *const dir_names[] = {"h2d", "d2h", "both", "d2d"};
+    /* host: whole blocks, host<->device; partial: both partial shapes,
+     * host<->device; else everything */
+    int shape0 = partial_only ? SHAPE_ROWS : SHAPE_WHOLE;
+    int shape1 = host_only ? SHAPE_WHOLE : SHAPE_KV;
+    int ndirs = host_only || partial_only ? 3 : 4;
+    for (int shape = shape0; shape <= shape1; shape++) {
+        for (int dir = 0; dir < ndirs; dir++) {
             for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
                 size_t bs = sizes[k];
-                if (part && bs < 8192)
+                if (shape != SHAPE_WHOLE && bs < 8192)
                     continue; /* a partial 4 KiB block is one 1 KiB row */
                 job jobs[2];
                 int nj = 1;
-                const char *what;
                 if (dir == 0) {
-                    job_make(&jobs[0], DIR_H2D, bs, part, g_d);
-                    what = part ? "p-h2d" : "h2d";
+                    job_make(&jobs[0], DIR_H2D, bs, shape, g_d);
                 } else if (dir == 1) {
-                    job_make(&jobs[0], DIR_D2H, bs, part, g_h + RUN_BYTES);
-                    what = part ? "p-d2h" : "d2h";
+                    job_make(&jobs[0], DIR_D2H, bs, shape, g_h + RUN_BYTES);
                 } else if (dir == 2) {
-                    job_make(&jobs[0], DIR_H2D, bs, part, g_d);
-                    job_make(&jobs[1], DIR_D2H, bs, part, g_h + RUN_BYTES);
+                    job_make(&jobs[0], DIR_H2D, bs, shape, g_d);
+                    job_make(&jobs[1], DIR_D2H, bs, shape, g_h + RUN_BYTES);
                     nj = 2;
-                    what = part ? "p-both" : "both";
                 } else {
-                    job_make(&jobs[0], DIR_D2D, bs, part, g_d2);
-                    what = part ? "p-d2d" : "d2d";
+                    job_make(&jobs[0], DIR_D2D, bs, shape, g_d2);
                 }
+                char what[16];
+                snprintf(what, sizeof what, "%s%s", prefix[shape], dir_names[dir]);
                 row(what, bs, jobs, nj, reps);
                 for (int i = 0; i < nj; i++)
                     job_free(&jobs[i]);

@@ -20,7 +20,11 @@ after a warm-up:
   submission that blocks its caller still overlaps; --front-submit inline:
   before the front, on the same thread) and the front, tokens [0, F * 16),
   computed from scratch meanwhile, then tokens [L * 16, N) over the full
-  cache.
+  cache. Whole loads are waited for until the plan's hedge (Plan.hedge_s,
+  Cache.wait_pool_by; --hedge off: however long they take): loads later
+  than that are given up and what they were to bring recomputed (the
+  tokens after the front, or all of them), the late get checked once it
+  lands; the rows count the rounds hedged.
 
 The three are timed in rounds, each policy once a round (the first round
 a warm-up), so that a drift of the machine falls on all of them alike.
@@ -321,6 +325,8 @@ class Bench:
         self.dev = model.dev
         self.layerwise = False  # the bench's loads go pool by pool
         self.trace = {}  # the front shape's last run: when its parts ended
+        self.late = []  # gets given up at the plan's hedge, retired before their bytes are checked
+        self.hedged = 0
 
     def poison(self, slots):
         idx = torch.tensor(slots, dtype=torch.long, device=self.dev.name)
@@ -339,10 +345,31 @@ class Bench:
         pools = list(range(2 * self.a.layers)) if self.layerwise else None
         return self.c.get(keys, slots, pools=pools)
 
-    def load_then_compute(self, x, keys, dst, n_load):
-        """The leading n_load blocks got, then the rest computed after them."""
+    def in_time(self, t, hedge_s):
+        """Whether a whole get arrived by the plan's hedge (always, without
+        one); a late one is kept to retire later, unread."""
+        if not hedge_s:
+            return True
+        if self.c.wait_pool_by(t, 0, hedge_s, torch.cuda.current_stream() if self.dev.cuda else None):
+            return True
+        self.late.append(t)
+        self.hedged += 1
+        return False
+
+    def retire_late(self):
+        """The late gets landed (their bytes are checked as any get's)."""
+        for t in self.late:
+            t.wait(check=True)
+        self.late = []
+
+    def load_then_compute(self, x, keys, dst, n_load, hedge_s=0.0):
+        """The leading n_load blocks got, then the rest computed after them;
+        with hedge_s, whole loads not in by then are given up and the whole
+        prompt computed."""
         t = self.get(keys[:n_load], dst[:n_load])
-        if self.layerwise:
+        if not self.layerwise and not self.in_time(t, hedge_s):
+            self.mo.prefill(x)
+        elif self.layerwise:
             self.mo.prefill(x[n_load * TPB:], prefix=dst[:n_load], ticket=t)
             t.wait(check=True)
         else:
@@ -350,9 +377,10 @@ class Bench:
             self.dev.after_gets(self.e)
             self.mo.prefill(x[n_load * TPB:], prefix=dst[:n_load])
 
-    def front_then_rest(self, x, keys, dst, f, l):
+    def front_then_rest(self, x, keys, dst, f, l, hedge_s=0.0):
         """Blocks [f, l) got while tokens [0, f * TPB) are computed, then
-        tokens [l * TPB, N) after both."""
+        tokens [l * TPB, N) after both; with hedge_s, blocks not in by then
+        are given up and tokens [f * TPB, N) computed after the front."""
         box = {}
 
         def submit():
@@ -378,19 +406,25 @@ class Bench:
             th.join()
         if "err" in box:
             raise box["err"]
-        box["t"].wait(check=True)
+        late = not self.in_time(box["t"], hedge_s)
+        if not late:
+            box["t"].wait(check=True)
         self.trace["load_s"] = time.perf_counter() - t0
         if self.dev.cuda:
             self.trace["front"] = (start, front_done)
+        if late:
+            self.mo.prefill(x[f * TPB:], front=front)
+            return
         self.dev.after_gets(self.e)
         self.mo.prefill(x[l * TPB:], prefix=dst[f:l], front=front)
 
     def follow(self, plan, x, keys, dst):
         """Follows a plan: recompute, the leading blocks, or the front."""
+        hedge_s = plan.hedge_s if self.a.hedge == "on" else 0.0
         if plan.shape == "front":
-            self.front_then_rest(x, keys, dst, plan.load_first, plan.load_blocks)
+            self.front_then_rest(x, keys, dst, plan.load_first, plan.load_blocks, hedge_s)
         elif plan.shape == "leading":
-            self.load_then_compute(x, keys, dst, plan.load_blocks)
+            self.load_then_compute(x, keys, dst, plan.load_blocks, hedge_s)
         else:
             self.mo.prefill(x)
 
@@ -457,7 +491,12 @@ class Bench:
         same = []  # every run's bytes, checked after it
 
         def check(first, last):
-            return lambda: same.append(self.same(dst[first:last], src[first:last]))
+            def after():
+                self.retire_late()  # a get given up lands whole: its bytes are checked too
+                same.append(self.same(dst[first:last], src[first:last]))
+            return after
+
+        self.hedged = 0
 
         if a.costs == "hold":
             # one plan, made before the rounds and followed in each
@@ -520,6 +559,7 @@ class Bench:
                     layerwise=self.layerwise, tier_latency_s=c.latency_s, tier_bytes_per_s=c.bytes_per_s,
                     tier_observed=c.observed, tier_held=bool(c.held),
                     predicted_split_s=plan.ttft_split_s, predicted_compute_s=plan.compute_s, bytes_ok=bool(ok),
+                    plan_hedge_s=plan.hedge_s, plan_hedged=self.hedged,
                     **parts)
 
 
@@ -532,6 +572,7 @@ def report_line(r):
             f"blocks [{r['plan_load_first']}, {r['plan_load_blocks']}) loaded"
             f"{', layer by layer' if r['plan_overlap'] else ''}; tier {r['tier_bytes_per_s'] / 1e9:.2f} GB/s + "
             f"{r['tier_latency_s'] * 1e6:.0f} us"
+            + (f"; hedged in {r['plan_hedged']} runs" if r.get("plan_hedged") else "")
             + f"; bytes {'checked' if r['bytes_ok'] else 'WRONG'}"
             + parts_line(r))
 
@@ -597,6 +638,9 @@ def main(argv=None):
                    help="hold: the tier's fitted cost held and one plan made before the rounds; learn: the fit "
                         "a starting point that the engine's observations of every load move, and a plan made "
                         "in each round from the costs then (as a serving engine plans each request)")
+    p.add_argument("--hedge", choices=["on", "off"], default="on",
+                   help="on: whole loads not in by the plan's hedge_s are given up and recomputed (the plan "
+                        "stays near recomputing when the disk drifts); off: waited for however long")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2k and 8k tokens, 2 repeats")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)

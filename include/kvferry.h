@@ -1319,6 +1319,25 @@ KVF_API kvf_status kvf_cache_get_pools(kvf_cache *cache, const kvf_key *keys, co
 KVF_API kvf_status kvf_cache_wait_pool(kvf_cache *cache, kvf_cache_ticket ticket, uint32_t pool);
 KVF_API kvf_status kvf_cache_stream_wait_pool(kvf_cache *cache, kvf_cache_ticket ticket,
                                               uint32_t pool, void *stream);
+/**
+ * A wait for a late load that can be given up: as kvf_cache_stream_wait_pool
+ * (stream may be NULL: the host waits), but once `within_s` seconds have
+ * passed since the get was submitted with the pool neither arrived nor
+ * queued on the device, KVF_ERR_TIMEOUT and the ticket untouched. The get
+ * runs on: its blocks stay cached and stored, its slots are written when
+ * its reads end, and it still must be waited for or polled to completion
+ * (before the slots are reused by anything but the engine's own moves,
+ * which are ordered after it). A caller that gives up recomputes what the
+ * get was to bring and reads none of its slots: a pool not arrived is
+ * never handed over as valid. A pool already queued on the device (CUDA
+ * copies from the host tier) is waited for, as it is no longer late.
+ * kvf_plan.hedge_s is the limit that keeps a plan within its margin of
+ * recomputing (docs/planner.md).
+ * @return as kvf_cache_stream_wait_pool; KVF_ERR_TIMEOUT past the limit;
+ *         KVF_ERR_INVALID for within_s negative or not finite.
+ */
+KVF_API kvf_status kvf_cache_wait_pool_by(kvf_cache *cache, kvf_cache_ticket ticket, uint32_t pool,
+                                          void *stream, double within_s);
 
 /**
  * Blocks until a put or get completes; then as kvf_wait: per_block (NULL or
@@ -1530,11 +1549,13 @@ typedef struct kvf_costs {
  * docs/planner.md) and learns from every onboard batch from it that
  * completes with all moves OK: the batch's bytes and its time from submit
  * to completion (queueing behind other batches included: a busy link
- * reads as a slow one). Small batches teach the latency, large ones the
- * throughput; one sample moves either by at most 20 %, so one outlier
- * cannot swing a plan while a tier that stays slower is followed within a
- * dozen batches. KVF_TIER_GPU is learnt from copies between primary slots.
- * Safe from any thread.
+ * reads as a slow one). The figures are a fit to the tier's latest 24
+ * reads by medians: the throughput from pairs of reads of different
+ * sizes, the latency from the smaller reads (while all are of one size,
+ * the latency stays and the throughput fits them), so one outlier or a
+ * cold first read cannot swing a plan, while a tier that stays slower is
+ * followed within a dozen batches (docs/planner.md). KVF_TIER_GPU is learnt from copies between
+ * primary slots. Safe from any thread.
  */
 KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
 
@@ -1704,6 +1725,16 @@ typedef struct kvf_plan {
     /* the best split's prediction, chosen or not (min_gain); 0: no split
      * possible (fewer than 2 usable hits) */
     double ttft_split_s;
+    /* the hedge: seconds after the get is submitted by which its blocks
+     * must have arrived; past it, stop waiting (kvf_cache_wait_pool_by)
+     * and recompute what the get was to bring: tokens load_first * tpb ..
+     * N after the front (0 .. N for the leading shape), which then ends
+     * within (1 + min_gain) x ttft_recompute_s; never before the loads
+     * are due plus min_gain of them (docs/planner.md). 0: nothing loaded */
+    double hedge_s;
+    /* the forward pass that follows a hedge: tokens load_first * tpb .. N
+     * after the front's load_first * tpb */
+    double fallback_s;
 } kvf_plan;
 
 #define KVF_PLAN_INIT                                                                              \

@@ -4,7 +4,9 @@
 # machine's image lacks, so they can travel with a device call (carry .deps):
 # liburing, hiredis, libxxhash's header, libyaml and cJSON for the build (.deps/root/usr), redis-server with the
 # libraries it links (.deps/redis/bin, .deps/redis/lib) for the remote tier's
-# tests. scripts/gpu-run.sh uses .deps when it is there. Needs no root.
+# tests, and LMCache's transfer kernels (scripts/fetch-lmcache.sh) for
+# bench/lmcache_compare.py. scripts/gpu-run.sh uses .deps when it is there.
+# Needs no root. About 16 MB in all: a device call carries 64 MiB.
 set -eu
 cd "$(dirname "$0")/.."
 dl=$(mktemp -d)
@@ -24,4 +26,7 @@ cp -P "$dl"/redis-root/usr/bin/redis-server "$dl"/redis-root/usr/bin/redis-cli \
 cp -P "$dl"/redis-root/usr/lib/x86_64-linux-gnu/lib* .deps/redis/lib/
 # the -dev packages' .so links are absolute-free already; pkg-config files
 # name /usr, which PKG_CONFIG_SYSROOT_DIR in gpu-run.sh maps into .deps/root
+# LMCache's transfer kernels for bench/lmcache_compare.py (PyPI), into
+# .deps/lmcache; without them that bench says so and measures the rest
+sh scripts/fetch-lmcache.sh >/dev/null || echo "fetch-gpu-deps: no LMCache module (scripts/fetch-lmcache.sh failed)" >&2
 du -sh .deps

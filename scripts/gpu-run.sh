@@ -1,15 +1,34 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # One whole build-test-benchmark cycle on a GPU machine, sized for one call
-# of at most 10 minutes: builds, runs the CUDA tests four at once five times
-# over (they share the GPU as under `ctest -j4`), every other test, then
-# the benchmarks, each step only while the time budget (BUDGET_S, default
-# 540 s) holds it and cut to what is left; a step left out says so.
+# of at most 10 minutes. In the order of what a run is worth:
+#   1. the build (CUDA on, S3 off);
+#   2. the CUDA tests four at once, in up to CUDA_REPEAT (5) rounds;
+#   3. compute-sanitizer racecheck and synccheck over the CUDA backend's
+#      tests, then memcheck over the engine, cache and layer-wise tests;
+#   4. bench/cuda_paths over partial copies (the paths alone);
+#   5. partial copies through the engine, AUTO and each path forced, and
+#      BASE_DIR's build beside this one;
+#   6. the onboard beside offloads and into slots being evicted
+#      (`kvferry bench --mode contention`, 256 KiB and 2 MiB, raw copies
+#      in the same run);
+#   7. LMCache's transfer kernel beside kvferry (bench/lmcache_compare.py);
+#   8. whatever else fits: BASE_DIR's build through the contention bench,
+#      `kvferry bench --compare`, the whole-block A/B
+#      against BASE_DIR, the latency probe, torch's gather, the file tier
+#      (POSIX and GDS), replay, the Python GPU tests and every other test;
+#      TTFT and the planner's bench on request (RUN_TTFT, RUN_PLAN).
+# Each step runs only while the time budget (BUDGET_S, default 540 s)
+# holds it, cut to what is left; a step left out says so. SKIP_<STEP>=1
+# leaves one out: SKIP_SANITIZE, SKIP_PATHS, SKIP_PARTIAL, SKIP_CONTEND,
+# SKIP_LMCACHE, SKIP_COMPARE, SKIP_LATENCY, SKIP_TORCH, SKIP_FILE,
+# SKIP_GDS, SKIP_REPLAY, SKIP_PYTEST, SKIP_REST.
 #
-# Output: $OUT (default ./gpu-out) gets run.log (everything said here) and
-# logs.tar.gz (each step's whole log and JSON), packed again after each
-# step, so a run stopped at its limit still brings its logs back; two files,
-# well inside what a device call returns (8 files, 16 MiB each).
+# Output: $OUT (default ./gpu-out) gets run.log (everything said here,
+# a summary at its end), logs.tar.gz (each step's whole log and JSON) and
+# results.tar.gz (the raw results, named as bench/results/ names them,
+# h100-*/h200-*: `tar xzf results.tar.gz -C bench/results`), packed again
+# after each step, so a run stopped at its limit still brings them back.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -17,8 +36,21 @@ OUT=$(cd "$OUT" && pwd) # the steps run in the build folder too
 exec > >(tee "$OUT/run.log") 2>&1
 BUDGET_S=${BUDGET_S:-540}
 L=$(mktemp -d /tmp/kvf-gpu-logs.XXXXXX)
-pack() { tar czf "$OUT/logs.tar.gz" -C "$L" . 2>/dev/null; }
-trap pack EXIT
+R=$(mktemp -d /tmp/kvf-gpu-results.XXXXXX)
+SUMMARY=$L/summary.txt
+: >"$SUMMARY"
+pack() {
+    tar czf "$OUT/logs.tar.gz" -C "$L" . 2>/dev/null
+    tar czf "$OUT/results.tar.gz" -C "$R" . 2>/dev/null
+}
+summary() {
+    echo
+    echo "==== summary ($SECONDS s of $BUDGET_S)"
+    cat "$SUMMARY"
+    pack
+}
+trap summary EXIT
+note() { echo "$*" >>"$SUMMARY"; }
 left() { echo $((BUDGET_S - SECONDS)); }
 # fits NEED WHAT: whether NEED seconds are left for WHAT (else says it is left out)
 fits() {
@@ -26,6 +58,7 @@ fits() {
     shift
     [ "$(left)" -ge "$need" ] && return 0
     echo "left out: $* (needs ${need} s, $(left) s of ${BUDGET_S} left)"
+    note "left out: $* (needs ${need} s, $(left) s left)"
     return 1
 }
 # cap T: T seconds, or what is left less 15 s for packing, if that is less
@@ -36,27 +69,42 @@ cap() {
     echo "$t"
 }
 # step LOG T CMD...: CMD under a limit of T seconds (capped), its output in $L/LOG;
-# says its status and time
+# says its status and time, and notes them in the summary
 step() {
     local log=$1 t s0=$SECONDS rc
     t=$(cap "$2")
     shift 2
     timeout "$t" "$@" >"$L/$log" 2>&1
     rc=$?
-    echo "$*: rc=$rc in $((SECONDS - s0)) s$([ $rc = 124 ] && echo " (stopped at its ${t} s limit)")"
+    local said
+    said="$log: rc=$rc in $((SECONDS - s0)) s$([ $rc = 124 ] && echo " (stopped at its ${t} s limit)")"
+    echo "$said"
+    note "$said"
     pack
     return $rc
+}
+# keep LOG...: the step logs (or JSON) as raw results, named $GPU-LOG
+keep() {
+    local f
+    for f in "$@"; do
+        [ -s "$L/$f" ] && cp "$L/$f" "$R/$GPU-$f"
+    done
+    pack
 }
 
 date -u
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current \
     --format=csv || true
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 |
+    grep -oiE 'h100|h200|a100|l40s|b200' | head -n 1 | tr 'A-Z' 'a-z')
+GPU=${GPU:-gpu}
+note "device: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1) ($GPU)"
 # the copy paths this tree builds (src/backend/cuda/cuda_paths.h)
 grep -h '^#define KVF_CUDA_PATHS(' src/backend/cuda/cuda_paths.h || true
 # Libraries this image lacks travel in .deps (scripts/fetch-gpu-deps.sh, run
 # where Debian's apt works: liburing, hiredis, libxxhash, libyaml, cJSON, and
-# redis-server for the remote tier's tests), unpacked from Debian's
-# packages; used when present.
+# redis-server for the remote tier's tests; LMCache's module for step 7),
+# unpacked from Debian's packages; used when present.
 if [ -d .deps/root ]; then
     D=$PWD/.deps
     export CMAKE_PREFIX_PATH=$D/root/usr
@@ -68,124 +116,204 @@ if [ -d .deps/root ]; then
 else
     echo "no .deps: the build uses what this image has (scripts/fetch-gpu-deps.sh makes .deps)"
 fi
-B=build-gpu
+B=${GPU_BUILD:-build-gpu}
 s0=$SECONDS
-# the S3 store is left out: .deps maps pkg-config into its own root, where
-# the image's libcurl is not, and nothing of it runs on the GPU
+# 1. the build. The S3 store is left out: .deps maps pkg-config into its
+# own root, where the image's libcurl is not, and nothing of it runs on the GPU
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON -DKVF_S3=OFF >"$L/configure.log" 2>&1 &&
     cmake --build $B -j"$(nproc)" >"$L/build.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || tail -n 30 "$L/configure.log"
 echo "build: rc=$rc in $((SECONDS - s0)) s, $(grep -c 'warning: ' "$L/build.log") warning(s)"
+note "build: rc=$rc in $((SECONDS - s0)) s, $(grep -c 'warning: ' "$L/build.log") warning(s)"
 grep -E "error|warning: " "$L/build.log" | grep -v 'Built target' | head -40
 pack
 [ $rc = 0 ] || exit 1
 # BASE_DIR: the source of another revision (git archive REV | tar -x -C DIR,
-# carried along), whose CLI is built too and timed against this one below
+# carried along), whose CLI is built in the background while the tests
+# run (on the cores they leave) and timed against this one below
+BASE_PID=
 if [ -n "${BASE_DIR:-}" ]; then
-    cmake -S "$BASE_DIR" -B "$BASE_DIR/build" -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON >/dev/null &&
-        cmake --build "$BASE_DIR/build" -j"$(nproc)" --target kvferry_cli 2>&1 |
-        grep -E "error|warning: " | head -20
+    (cmake -S "$BASE_DIR" -B "$BASE_DIR/build" -DCMAKE_BUILD_TYPE=Release -DKVF_CUDA=ON -DKVF_S3=OFF &&
+        nice -n 19 cmake --build "$BASE_DIR/build" -j"$(nproc)" --target kvferry_cli) \
+        >"$L/base-build.log" 2>&1 &
+    BASE_PID=$!
 fi
+# base_ready: whether BASE_DIR's CLI is built (waits for its build)
+base_ready() {
+    [ -n "$BASE_PID" ] && wait "$BASE_PID" 2>/dev/null
+    BASE_PID=
+    [ -n "${BASE_DIR:-}" ] && [ -x "$BASE_DIR/build/kvferry" ]
+}
 # the sysroot was for hiredis.pc only: the install test's pkg-config must not prepend it
 unset PKG_CONFIG_SYSROOT_DIR
 
-# The CUDA tests four at a time, each up to five times (until one fails), as
-# `ctest -j4` runs them: each program shares the GPU, the driver and the
-# host with three others (CUDA_REPEAT: other rounds; CTEST_REGEX: only the
-# tests whose names match, here and below)
+# 2. The CUDA tests four at a time, in up to CUDA_REPEAT (5) rounds while
+# CUDA_TESTS_S (120 s) holds the next one, until a round fails, as `ctest
+# -j4` runs them: each program shares the GPU, the driver and the host with
+# three others (CTEST_REGEX: only the tests whose names match, here and
+# below)
 if fits 60 "the CUDA tests under ctest -j4"; then
-    (cd $B && step ctest-cuda-j4.log 300 ctest -R "${CTEST_REGEX:-^test_cuda_}" -j4 \
-        --repeat until-fail:"${CUDA_REPEAT:-5}" --output-on-failure) ||
-        tail -n 40 "$L/ctest-cuda-j4.log"
-    grep -E "Test +#.*(Passed|Failed|Timeout|Skipped)|tests passed" "$L/ctest-cuda-j4.log"
+    cuda_end=$((SECONDS + ${CUDA_TESTS_S:-120}))
+    round_s=0 rounds=0
+    for i in $(seq "${CUDA_REPEAT:-5}"); do
+        if [ "$i" -gt 1 ] && [ $((cuda_end - SECONDS)) -lt $((round_s + 5)) ]; then
+            note "  CUDA tests: rounds $i.. left out (CUDA_TESTS_S)"
+            break
+        fi
+        r0=$SECONDS
+        if ! (cd $B && step "ctest-cuda-$i.log" $((cuda_end - SECONDS)) ctest -R "${CTEST_REGEX:-^test_cuda_}" \
+            -j4 --output-on-failure); then
+            tail -n 40 "$L/ctest-cuda-$i.log"
+            grep -E "Test +#.*(Failed|Timeout)" "$L/ctest-cuda-$i.log" | sed 's/^/  /' >>"$SUMMARY"
+            break
+        fi
+        round_s=$((SECONDS - r0))
+        rounds=$i
+    done
+    grep -hE "Test +#.*(Passed|Failed|Timeout|Skipped)|tests passed" "$L"/ctest-cuda-1.log
+    note "  CUDA tests: $rounds round(s) passed, $(grep -h 'tests passed' "$L/ctest-cuda-1.log")"
 fi
-# every other test, on all cores
-if fits 60 "the other tests"; then
-    (cd $B && step ctest-rest.log 240 ctest ${CTEST_REGEX:+-R "$CTEST_REGEX"} -E '^test_cuda_' \
-        -j"$(nproc)" --output-on-failure) || tail -n 40 "$L/ctest-rest.log"
-    sed -n '/tests passed/,$p' "$L/ctest-rest.log" | head -40
-fi
-$B/kvferry info | tee "$L/info.txt"
 
-# the paths alone: GB/s of each, and the one AUTO took (bench/cuda_paths.c;
-# PATHS_ARGS: its reps and scope, e.g. "7" for the full run of
-# bench/results, "3 host" for whole blocks between host and device)
-if [ -x $B/bench/cuda_paths ] && [ -z "${SKIP_PATHS:-}" ] && fits 60 "bench/cuda_paths"; then
-    step cuda_paths.txt 150 $B/bench/cuda_paths ${PATHS_ARGS:-3}
-    grep -E "^cuda_paths|auto=|VERIFY" "$L/cuda_paths.txt" | head -40
+# what follows needs a GPU: without one (a trial of this script on a
+# machine without, say) it ends here
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    note "no GPU (nvidia-smi -L fails): the sanitizers and benchmarks are left out"
+    exit 0
 fi
-# the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
-# (SKIP_PYTEST=1: not run)
-if [ -z "${SKIP_PYTEST:-}" ] && fits 45 "the Python GPU tests"; then
-    KVFERRY_LIBRARY=$B/libkvferry.so step pytest.log 150 python3 -m pytest -v -rs -p no:cacheprovider \
-        python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_gpu_plan.py \
-        python/tests/test_transformers.py python/tests/test_transformers_plan.py \
-        python/tests/test_transformers_gpu.py python/tests/test_serving_gpu.py
-    tail -n 30 "$L/pytest.log"
-fi
-# RUN_TTFT=1: time to first token with a cached prefix through the
-# transformers adapter (bench/ttft.py; TTFT_ARGS: more options, e.g.
-# "--quick" or "--lengths 2048,8192 --tiers host"; give it BUDGET_S and
-# SKIP_* room); table in ttft.txt, JSON in ttft.json
-if [ -n "${RUN_TTFT:-}" ] && fits 60 "bench/ttft.py"; then
-    KVFERRY_LIBRARY=$B/libkvferry.so step ttft.txt "${TTFT_TIMEOUT:-540}" python3 bench/ttft.py \
-        --json "$L/ttft.json" ${TTFT_ARGS:-}
-    cat "$L/ttft.txt"
-fi
-# RUN_PLAN=1: the planner's split measured against recompute and load-all on
-# a Llama-3-8B-shaped decoder, each beside its prediction (bench/plan_ttft.py,
-# about 3 minutes; PLAN_ARGS: more options, e.g. "--quick" for a smoke run
-# under a minute, or "--tokens 2048,8192 --tiers disk"); table in plan.txt,
-# JSON in plan.json
-if [ -n "${RUN_PLAN:-}" ] && fits 60 "bench/plan_ttft.py"; then
-    KVFERRY_LIBRARY=$B/libkvferry.so step plan.txt "${PLAN_TIMEOUT:-540}" python3 bench/plan_ttft.py \
-        --disk "${PLAN_DISK:-/var/tmp/kvf-plan}" --json "$L/plan.json" ${PLAN_ARGS:-}
-    cat "$L/plan.txt"
-    # the disk's ceiling in the same run: raw O_DIRECT reads of 2 MiB blocks
-    # (the bench's) at the engine's queue depth, beside the tier's own
-    D=${PLAN_DISK:-/var/tmp/kvf-plan}/ceiling
-    fits 30 "the plan's disk ceiling" &&
-        step plan-disk-ceiling.txt 120 $B/kvferry bench --backend cuda --mode posix --dir "$D" \
-            --layers 32 --kv 2 --heads 8 --tokens-per-block 16 --head-size 128 --dtype bf16 --order token \
-            --blocks 480 --iters 3 --fsync none --json "$L/plan-disk-ceiling.json" &&
-        tail -n 12 "$L/plan-disk-ceiling.txt"
-    rm -rf "$D"
-fi
-# SANITIZE: the tool:test pairs to run, in this order, each while the budget
-# holds one (default: memcheck over the engine, cache and layer-wise tests,
-# racecheck and synccheck over the layer-wise test and each
-# test_cuda_backend_* program)
+
+# 3. compute-sanitizer. SANITIZE: the tool:test pairs to run, in this
+# order, each while the budget holds one and SANITIZE_S (default 100 s)
+# of the budget is not spent on them: racecheck and synccheck over each
+# test_cuda_backend_* program, then memcheck over the engine, cache and
+# layer-wise tests, racecheck and synccheck over the layer-wise test
 CUDA_BACKEND_TESTS="test_cuda_backend_paths test_cuda_backend_staged test_cuda_backend_sync test_cuda_backend_memory"
-SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache memcheck:test_cuda_layers racecheck:test_cuda_layers synccheck:test_cuda_layers $(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done)"}
+SANITIZE=${SANITIZE:-"$(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done) memcheck:test_cuda_engine memcheck:test_cuda_cache memcheck:test_cuda_layers racecheck:test_cuda_layers synccheck:test_cuda_layers"}
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
+    san_end=$((SECONDS + ${SANITIZE_S:-100}))
     for t in $SANITIZE; do
         set -- "${t%%:*}" "${t#*:}"
         fits 60 "compute-sanitizer $1 $2" || continue
+        [ $SECONDS -lt $san_end ] || {
+            note "left out: compute-sanitizer $1 $2 (SANITIZE_S spent)"
+            continue
+        }
         # cuFile's own driver open makes a failing cuMemFree (error 1, inside
         # libcufile) that memcheck reports: these runs leave cuFile out (the
         # GDS path is checked separately with --report-api-errors no)
-        KVF_CUFILE_LIB=/nonexistent step "$1-$2.log" 150 compute-sanitizer --tool "$1" --error-exitcode 9 \
-            $B/tests/"$2"
+        KVF_CUFILE_LIB=/nonexistent step "$1-$2.log" $((san_end - SECONDS > 90 ? 90 : san_end - SECONDS + 5)) \
+            compute-sanitizer --tool "$1" --error-exitcode 9 $B/tests/"$2"
         echo "  $(tail -n 1 "$L/$1-$2.log")"
+        note "  $(tail -n 1 "$L/$1-$2.log")"
     done
+elif [ -z "${SKIP_SANITIZE:-}" ]; then
+    note "left out: compute-sanitizer (not on this machine)"
 fi
-# BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
-# queues' full-ring waits at exit)
-# where a batch's host time goes (bench/latency.c)
-if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ] && fits 40 "bench/latency"; then
-    KVF_LOG=${BENCH_LOG:-warn} step latency.txt 120 $B/bench/latency 7
-    cat "$L/latency.txt"
+$B/kvferry info >"$L/info.txt" 2>&1
+
+# 4. the paths alone over partial copies: GB/s of each beside the ceiling,
+# the path AUTO took, and AUTO handed the batch in the engine's 4 MiB calls
+# (bench/cuda_paths.c; PATHS_ARGS: its reps and scope, e.g. "7" for the
+# full run of bench/results, "3 host" for whole blocks)
+if [ -x $B/bench/cuda_paths ] && [ -z "${SKIP_PATHS:-}" ] && fits 60 "bench/cuda_paths"; then
+    step cuda_paths.txt 90 $B/bench/cuda_paths ${PATHS_ARGS:-3 partial}
+    grep -E "^cuda_paths|^what|auto=|VERIFY" "$L/cuda_paths.txt" | head -60
+    cp "$L/cuda_paths.txt" "$L/cuda-paths-partial.txt" 2>/dev/null
+    keep cuda-paths-partial.txt
+    grep -E "^(p|kv)-(h2d|d2h) " "$L/cuda_paths.txt" |
+        awk '{printf "  paths %s %s: auto %s, calls %s (x ceil)\n", $1, $2, $(NF-7), $(NF-4)}' >>"$SUMMARY"
+    grep -E "VERIFY|all bytes" "$L/cuda_paths.txt" | sed 's/^/  /' >>"$SUMMARY"
 fi
-# A 16-block onboard idle, beside offload batches on other slots, and into
-# slots being evicted (right after a 512-block offload batch whose first
-# moves read them: 1 GiB at 2 MiB blocks), p50/p99 and their ratios beside
-# raw cudaMemcpyAsync doing the same; every byte checked (about 30 s)
+
+# 5. partial copies through the engine (the first 8 of 32 tokens of K and
+# V, head-major, as `kvferry bench --compare` moves them; 256 MiB of
+# blocks): AUTO, then each path forced, then BASE_DIR's build under AUTO;
+# lines: build/mode, block, d2h and h2d as a fraction of the ceiling
+PARTIAL_MODES=${PARTIAL_MODES:-"auto kernel staged dma"}
+if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; then
+    for kib in ${PARTIAL_SIZES:-16 64 256}; do
+        for m in $PARTIAL_MODES base; do
+            K=$B/kvferry
+            if [ $m = base ]; then
+                base_ready || continue
+                K=$BASE_DIR/build/kvferry
+            fi
+            [ "$(left)" -lt 25 ] && continue
+            hs=$((kib * 1024 / 128))
+            blocks=$((262144 / kib))
+            # AUTO's runs record their timeline: when each call reached the
+            # GPU and ended (bench/timeline.py --gpu), in the logs
+            tl=$([ $m = auto ] && echo "$L/timeline-partial-${kib}k.txt" || echo "")
+            KVF_TIMELINE=$tl KVF_CUDA_COPY=$([ $m = base ] && echo auto || echo $m) timeout "$(cap 40)" "$K" bench \
+                --backend cuda --layers 1 --kv 2 --heads 1 --tokens-per-block 32 --head-size $hs \
+                --tokens 8 --blocks $blocks --iters 5 >"$L/partial-$m-${kib}k.txt" 2>&1
+            rc=$?
+            awk -v m=$m -v k=${kib}KiB '/kvferry \/ ceiling/{print m, k, "d2h", $4, "h2d", $5}' \
+                "$L/partial-$m-${kib}k.txt"
+            [ $rc = 0 ] || echo "$m $kib KiB: rc=$rc: $(tail -n 2 "$L/partial-$m-${kib}k.txt" | tr '\n' ' ')"
+        done
+    done | tee "$L/partial-engine.txt"
+    sed 's/^/  partial /' "$L/partial-engine.txt" >>"$SUMMARY"
+    for f in "$L"/timeline-partial-*.txt; do
+        [ -s "$f" ] || continue
+        python3 bench/timeline.py "$f" --gpu --min-moves 1000 --limit 2 >"${f%.txt}-gpu.txt" 2>&1
+        echo "$(basename "$f" .txt): $(python3 bench/timeline.py "$f" --summary --min-moves 1000 2>&1 | tail -n 1)"
+    done
+    keep partial-engine.txt
+fi
+
+# 6. A 16-block onboard idle, beside offload batches on other slots, and
+# into slots being evicted (right after a 512-block offload batch whose
+# first moves read them: 128 MiB at 256 KiB, 1 GiB at 2 MiB blocks),
+# p50/p99 and their ratios beside raw cudaMemcpyAsync doing the same
+# (the raw ratio: D2H of the slots, then H2D); every byte checked
+# (about 30 s); then BASE_DIR's build the same way where it is built
 if [ -z "${SKIP_CONTEND:-}" ] && fits 45 "kvferry bench --mode contention"; then
     step contention.txt 150 $B/kvferry bench --backend cuda --mode contention --sizes 256K,2M \
         --json "$L/contention.json"
     cat "$L/contention.txt"
+    cp "$L/contention.txt" "$L/contention-evicting.txt" 2>/dev/null
+    cp "$L/contention.json" "$L/contention-evicting.json" 2>/dev/null
+    keep contention-evicting.txt contention-evicting.json
+    grep -E "blocks:|/ idle|target|verified" "$L/contention.txt" | sed 's/^/  /' >>"$SUMMARY"
 fi
+
+# 7. LMCache's multi_layer_kv_transfer beside kvferry and the ceiling on
+# vLLM's layout (bench/lmcache_compare.py; LMCache's module comes gzipped
+# in .deps/lmcache, scripts/fetch-lmcache.sh)
+if [ -z "${SKIP_LMCACHE:-}" ] && fits 60 "bench/lmcache_compare.py"; then
+    OPS=
+    for z in .deps/lmcache/cuda_ops.*.so.gz; do
+        [ -f "$z" ] || continue
+        OPS=/tmp/kvf-lmcache/$(basename "$z" .gz)
+        mkdir -p /tmp/kvf-lmcache && gzip -dc "$z" >"$OPS"
+    done
+    PYTHONUNBUFFERED=1 KVFERRY_LIBRARY=$B/libkvferry.so step lmcache.txt 150 python3 bench/lmcache_compare.py \
+        ${OPS:+--ops "$OPS"} --json "$L/lmcache.json" ${LMCACHE_ARGS:-}
+    cat "$L/lmcache.txt"
+    keep lmcache.txt lmcache.json
+    grep -vE "^lmcache_compare: [A-Z]" "$L/lmcache.txt" | tail -n 12 | sed 's/^/  /' >>"$SUMMARY"
+fi
+
+# 8. whatever else fits.
+# BASE_DIR's build through the contention bench at 256 KiB, the size
+# whose onboard into evicted slots the call size rule changed
+if [ -z "${SKIP_CONTEND:-}" ] && base_ready && fits 45 "BASE_DIR's contention bench"; then
+    step contention-base.txt 60 "$BASE_DIR/build/kvferry" bench --backend cuda --mode contention \
+        --sizes 256K --json "$L/contention-base.json"
+    grep -E "blocks:|/ idle|target" "$L/contention-base.txt" | sed 's/^/  base: /' >>"$SUMMARY"
+fi
+# COMPARE_MODES: the KVF_CUDA_COPY values to run --compare under (auto first)
+[ -n "${SKIP_COMPARE:-}" ] && COMPARE_MODES=" "
+for m in ${COMPARE_MODES:-auto}; do
+    sfx=$([ "$m" = auto ] && echo "" || echo "-$m")
+    fits 150 "kvferry bench --compare (KVF_CUDA_COPY=$m)" || continue
+    KVF_LOG=${BENCH_LOG:-warn} KVF_CUDA_COPY=$m step "compare$sfx.txt" 400 $B/kvferry bench --backend cuda \
+        --compare --json "$L/compare$sfx.jsonl"
+    sed -n '/--compare: GB/,$p' "$L/compare$sfx.txt"
+    keep "compare$sfx.txt" "compare$sfx.jsonl"
+    sed -n '/--compare: GB/,$p' "$L/compare$sfx.txt" | grep "8/32" | sed 's/^/  compare /' >>"$SUMMARY"
+done
 # A/B against BASE_DIR's build: 4 KiB and 16 KiB blocks (256 MiB a batch;
 # AB_HEAD_SIZES: other head sizes, 64 per 4 KiB) through the engine,
 # alternating builds, AB_ROUNDS rounds (default 3);
@@ -193,7 +321,7 @@ fi
 # each build's timeline (KVF_TIMELINE, where the revision has it): the
 # medians of when a large submit's checks ended, its first part was handed
 # to the GPU, it returned, and its last part completed.
-if [ -n "${BASE_DIR:-}" ] && [ -x "$BASE_DIR/build/kvferry" ] && fits 90 "the A/B rounds"; then
+if base_ready && fits 90 "the A/B rounds"; then
     for r in $(seq "${AB_ROUNDS:-3}"); do
         for v in base this; do
             K=$B/kvferry
@@ -212,20 +340,18 @@ if [ -n "${BASE_DIR:-}" ] && [ -x "$BASE_DIR/build/kvferry" ] && fits 90 "the A/
     done
     pack
 fi
+# BENCH_LOG: KVF_LOG for the latency probe and --compare (debug: the CUDA
+# queues' full-ring waits at exit)
+# where a batch's host time goes (bench/latency.c)
+if [ -x $B/bench/latency ] && [ -z "${SKIP_LATENCY:-}" ] && fits 40 "bench/latency"; then
+    KVF_LOG=${BENCH_LOG:-warn} step latency.txt 120 $B/bench/latency 7
+    cat "$L/latency.txt"
+fi
 # PyTorch's gather-then-copy path, the alternative users already have
 if [ -z "${SKIP_TORCH:-}" ] && fits 40 "bench/torch_gather.py"; then
     step torch_gather.txt 120 python3 bench/torch_gather.py
     cat "$L/torch_gather.txt"
 fi
-# COMPARE_MODES: the KVF_CUDA_COPY values to run --compare under (auto first)
-[ -n "${SKIP_COMPARE:-}" ] && COMPARE_MODES=" "
-for m in ${COMPARE_MODES:-auto}; do
-    sfx=$([ "$m" = auto ] && echo "" || echo "-$m")
-    fits 90 "kvferry bench --compare (KVF_CUDA_COPY=$m)" || continue
-    KVF_LOG=${BENCH_LOG:-warn} KVF_CUDA_COPY=$m step "compare$sfx.txt" 400 $B/kvferry bench --backend cuda \
-        --compare --json "$L/compare$sfx.jsonl"
-    sed -n '/--compare: GB/,$p' "$L/compare$sfx.txt"
-done
 if [ -z "${SKIP_FILE:-}" ]; then
     for be in cuda host; do
         fits 30 "kvferry bench --backend $be --mode posix" || continue
@@ -250,5 +376,66 @@ if [ -z "${SKIP_REPLAY:-}" ] && $B/kvferry replay --help >/dev/null 2>&1; then
         tail -n 14 "$L/replay-cuda-gpu-tier.txt"
     fi
 fi
+# the GDS path: test_gds with cuFile's own log, then the file tier's
+# bench through GDS (its raw-disk ceiling beside it); sh scripts/gds-gpu.sh
+# does more
+if [ -z "${SKIP_GDS:-}" ] && [ -x $B/tests/test_gds ] && fits 60 "the GDS path"; then
+    KVF_LOG=info step test_gds.log 60 $B/tests/test_gds
+    grep -E '^(ok|FAIL|skip)|FAILED' "$L/test_gds.log" | head -20
+    [ -x $B/tests/test_gds_probe ] && step test_gds_probe.log 30 $B/tests/test_gds_probe
+    fits 30 "kvferry bench --mode gds" &&
+        step file-gds.txt 60 $B/kvferry bench --backend cuda --mode gds --layers 8 --tokens-per-block 32 \
+            --blocks 256 --iters 3 --json "$L/file-gds.json" &&
+        tail -n 12 "$L/file-gds.txt"
+fi
+# the Python GPU tests (PyTorch CUDA tensors) by name: skipped ones say why
+# (SKIP_PYTEST=1: not run)
+if [ -z "${SKIP_PYTEST:-}" ] && fits 45 "the Python GPU tests"; then
+    KVFERRY_LIBRARY=$B/libkvferry.so step pytest.log 150 python3 -m pytest -v -rs -p no:cacheprovider \
+        python/tests/test_gpu.py python/tests/test_gpu_cache.py python/tests/test_gpu_plan.py \
+        python/tests/test_transformers.py python/tests/test_transformers_plan.py \
+        python/tests/test_transformers_sliding.py python/tests/test_transformers_gpu.py \
+        python/tests/test_serving_gpu.py
+    tail -n 30 "$L/pytest.log"
+    note "  $(tail -n 1 "$L/pytest.log")"
+fi
+# every other test, on all cores
+if [ -z "${SKIP_REST:-}" ] && fits 60 "the other tests"; then
+    (cd $B && step ctest-rest.log 240 ctest ${CTEST_REGEX:+-R "$CTEST_REGEX"} -E '^test_cuda_' \
+        -j"$(nproc)" --output-on-failure) || tail -n 40 "$L/ctest-rest.log"
+    sed -n '/tests passed/,$p' "$L/ctest-rest.log" | head -40
+    note "  $(grep -E 'tests passed' "$L/ctest-rest.log")"
+fi
+# RUN_TTFT=1: time to first token with a cached prefix through the
+# transformers adapter (bench/ttft.py; TTFT_ARGS: more options, e.g.
+# "--quick" or "--lengths 2048,8192 --tiers host"; give it BUDGET_S and
+# SKIP_* room); table in ttft.txt, JSON in ttft.json
+if [ -n "${RUN_TTFT:-}" ] && fits 60 "bench/ttft.py"; then
+    KVFERRY_LIBRARY=$B/libkvferry.so step ttft.txt "${TTFT_TIMEOUT:-540}" python3 bench/ttft.py \
+        --json "$L/ttft.json" ${TTFT_ARGS:-}
+    cat "$L/ttft.txt"
+    keep ttft.txt ttft.json
+fi
+# RUN_PLAN=1: the planner's split measured against recompute and load-all on
+# a Llama-3-8B-shaped decoder, each beside its prediction (bench/plan_ttft.py,
+# about 3 minutes; PLAN_ARGS: more options, e.g. "--quick" for a smoke run
+# under a minute, or "--tokens 2048,8192 --tiers disk"); table in plan.txt,
+# JSON in plan.json
+if [ -n "${RUN_PLAN:-}" ] && fits 60 "bench/plan_ttft.py"; then
+    KVFERRY_LIBRARY=$B/libkvferry.so step plan.txt "${PLAN_TIMEOUT:-540}" python3 bench/plan_ttft.py \
+        --disk "${PLAN_DISK:-/var/tmp/kvf-plan}" --json "$L/plan.json" ${PLAN_ARGS:-}
+    cat "$L/plan.txt"
+    keep plan.txt plan.json
+    # the disk's ceiling in the same run: raw O_DIRECT reads of 2 MiB blocks
+    # (the bench's) at the engine's queue depth, beside the tier's own
+    D=${PLAN_DISK:-/var/tmp/kvf-plan}/ceiling
+    fits 30 "the plan's disk ceiling" &&
+        step plan-disk-ceiling.txt 120 $B/kvferry bench --backend cuda --mode posix --dir "$D" \
+            --layers 32 --kv 2 --heads 8 --tokens-per-block 16 --head-size 128 --dtype bf16 --order token \
+            --blocks 480 --iters 3 --fsync none --json "$L/plan-disk-ceiling.json" &&
+        tail -n 12 "$L/plan-disk-ceiling.txt"
+    rm -rf "$D"
+fi
+[ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null
 echo "done in $SECONDS s of $BUDGET_S"
 date -u

@@ -3,7 +3,7 @@
 # A virtual environment with vLLM's CPU build, in which kvferry's vLLM
 # connector is tested inside vLLM's own engine (python/tests/test_vllm_engine.py),
 # and SGLang's HiCache classes, against which its storage backend is tested
-# (python/tests/test_sglang_adapter.py).
+# (python/tests/test_sglang_adapter.py, test_sglang_controller.py).
 #
 #   sh scripts/install-vllm.sh            makes it (or says it is there) and
 #                                         prints its python on the last line

@@ -68,6 +68,21 @@ static int path_cases(kvf_cuda_copy mode, arena *h, arena *d1, arena *d2)
         snprintf(what, sizeof what, "%s %s 2-d partial", mode_name[mode], dir_name[dir]);
         run_batches(b, q, d, s, c, n, n, what, want);
 
+        /* the engine's partial moves (the first 8 of 32 tokens of K and of
+         * V of 64 KiB head-major blocks: 2 rows of 8 KiB, 32 KiB apart)
+         * in consecutive calls of 16, as it hands a large batch over:
+         * each call's launch follows the one before with its descriptors
+         * uploaded beside it */
+        n = scattered(d, s, (size_t)64 << 10, 400, c);
+        for (size_t i = 0; i < n; i++) {
+            c[i].width = 8192;
+            c[i].rows = 2;
+            c[i].dpitch = c[i].spitch = 32768;
+        }
+        snprintf(what, sizeof what, "%s %s 2-d partial in calls of 16", mode_name[mode],
+                 dir_name[dir]);
+        run_batches(b, q, d, s, c, n, 16, what, want);
+
         /* 2-D with wide rows (the dma path sends them as flat copies):
          * 4 rows of 100003 bytes of 1 MiB blocks, 256 KiB apart, scattered */
         n = scattered(d, s, (size_t)1 << 20, 8, c);

@@ -229,10 +229,17 @@ static int test_onboards_overtake_offloads(void)
 /* ---- evictions: an onboard into a slot waits for that slot's copy only ---- */
 
 /* Blocks of 512 KiB: a chunk of an offload (a worker's, or a call to the
- * backend's copy_async) is 8 of them, 4 MiB, on either path. */
+ * backend's copy_async) holds a few of them: 8 (4 MiB) on the workers, 2
+ * (1 MiB) in copy_async calls. */
 static const kvf_geometry G_BIG = {1, 2, 1, 32, 4096, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
 #define BIG_SLOTS 32u
 #define BIG_BYTES ((size_t)512 << 10)
+/* Blocks of 256 KiB: 16 to a worker's chunk, 4 to a copy_async call. */
+static const kvf_geometry G_SMALL = {1, 2, 1, 32, 2048, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
+#define SMALL_BYTES ((size_t)256 << 10)
+/* the geometry and block size of the engine evict_engine made last */
+static const kvf_geometry *ev_geom = &G_BIG;
+static size_t ev_bytes = BIG_BYTES;
 /* the offload batch evicts primary slots [0, EVICT) into the same secondary slots */
 #define EVICT 24u
 /* the onboards' source: secondary slot 31, holding block SRC_TAG */
@@ -260,11 +267,14 @@ static uint8_t *big_slot(kvf_engine *e, kvf_level lv, uint32_t s)
     return kvf_engine_slot_ptr(e, 0, lv, s, &p) == KVF_OK ? p : NULL;
 }
 
-/* An engine of BIG_SLOTS slots a level, 2 workers: primary slots [0,
- * EVICT) hold blocks 0.., secondary SRC_SLOT holds block SRC_TAG, the
- * other secondary slots poison. */
-static kvf_engine *evict_engine(void)
+/* An engine of BIG_SLOTS slots a level of geometry g (blocks of
+ * block_bytes), 2 workers: primary slots [0, EVICT) hold blocks 0..,
+ * secondary SRC_SLOT holds block SRC_TAG, the other secondary slots
+ * poison. */
+static kvf_engine *evict_engine_of(const kvf_geometry *g, size_t block_bytes)
 {
+    ev_geom = g;
+    ev_bytes = block_bytes;
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
     cfg.threads = 2;
@@ -274,12 +284,12 @@ static kvf_engine *evict_engine(void)
     kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, BIG_SLOTS};
     kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, BIG_SLOTS};
     size_t bytes = 0;
-    if (kvf_engine_add_pool(e, &G_BIG, &prim, &sec, NULL) != KVF_OK ||
-        kvf_geometry_block_bytes(&G_BIG, &bytes) != KVF_OK || bytes != BIG_BYTES) {
+    if (kvf_engine_add_pool(e, ev_geom, &prim, &sec, NULL) != KVF_OK ||
+        kvf_geometry_block_bytes(ev_geom, &bytes) != KVF_OK || bytes != ev_bytes) {
         kvf_engine_destroy(e);
         return NULL;
     }
-    test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, SRC_SLOT), BIG_BYTES, SRC_TAG);
+    test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, SRC_SLOT), ev_bytes, SRC_TAG);
     kvf_move m = {SRC_SLOT, SRC_SLOT, 0};
     kvf_ticket t;
     if (kvf_offload(e, KVF_TIER_HOST, &m, 1, &t) != KVF_OK || kvf_wait(e, t, NULL) != KVF_OK) {
@@ -288,15 +298,20 @@ static kvf_engine *evict_engine(void)
     }
     for (uint32_t s = 0; s < BIG_SLOTS; s++) {
         if (s < EVICT)
-            test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, s), BIG_BYTES, s + 1);
+            test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, s), ev_bytes, s + 1);
         if (s != SRC_SLOT)
-            memset(big_slot(e, KVF_LEVEL_SECONDARY, s), POISON, BIG_BYTES);
+            memset(big_slot(e, KVF_LEVEL_SECONDARY, s), POISON, ev_bytes);
     }
     ev_hold[0] = ev_hold[1] = ev_fail_dst = NULL;
     atomic_store(&ev_open[0], false);
     atomic_store(&ev_open[1], false);
     kvf__set_copy_hook(evict_copy);
     return e;
+}
+
+static kvf_engine *evict_engine(void)
+{
+    return evict_engine_of(&G_BIG, BIG_BYTES);
 }
 
 /* Ends the hold and the hook, whatever the test found. */
@@ -357,11 +372,11 @@ static int near_before_war(kvf_engine *e, kvf_ticket off, kvf_ticket near, kvf_t
 /* Slot s of level lv holds block `tag` byte for byte. */
 static int expect_big(kvf_engine *e, kvf_level lv, uint32_t s, uint64_t tag)
 {
-    uint8_t *want = malloc(BIG_BYTES);
+    uint8_t *want = malloc(ev_bytes);
     if (!want)
         return 1;
-    test_fill_random(want, BIG_BYTES, tag);
-    size_t diff = test_mem_diff(big_slot(e, lv, s), want, BIG_BYTES);
+    test_fill_random(want, ev_bytes, tag);
+    size_t diff = test_mem_diff(big_slot(e, lv, s), want, ev_bytes);
     free(want);
     if (diff != SIZE_MAX) {
         fprintf(stderr, "%s slot %u: byte %zu differs from block %llu\n",
@@ -492,6 +507,45 @@ static int test_evict_failed_move(void)
     return 0;
 }
 
+/* Blocks of 256 KiB, where a 4 MiB chunk would be 16 of them: the copy of
+ * slot 12 is held while onboards into slots 12, 13 and 2 are queued. The
+ * onboard into slot 2 completes while slot 12's copy is still held (on
+ * the GPU's path the batch goes in calls of 1 MiB, 4 slots, there; on the
+ * workers in two chunks of 12), and the ones into slots 12 and 13, which
+ * share a call or chunk with the held copy, still wait: a slot is
+ * released with its own call, never before. Then every slot holds the
+ * right bytes. */
+static int test_evict_small_blocks(void)
+{
+    kvf_engine *e = evict_engine_of(&G_SMALL, SMALL_BYTES);
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    const uint32_t y = 12, beside = 13, near_slot = 2;
+    ev_hold[0] = big_slot(e, KVF_LEVEL_PRIMARY, y);
+    kvf_ticket off, near, war, war2;
+    CHECK_STATUS(evict_batch(e, NULL, NULL, 0, &off), KVF_OK);
+    CHECK_STATUS(onboard_into(e, y, &war), KVF_OK);
+    CHECK_STATUS(onboard_into(e, beside, &war2), KVF_OK);
+    CHECK_STATUS(onboard_into(e, near_slot, &near), KVF_OK);
+    CHECK_STATUS(poll_for(e, near, 10.0), KVF_OK);
+    usleep(20 * 1000);
+    CHECK_STATUS(kvf_poll(e, war, NULL), KVF_INPROGRESS);
+    CHECK_STATUS(kvf_poll(e, war2, NULL), KVF_INPROGRESS);
+    CHECK_STATUS(kvf_poll(e, off, NULL), KVF_INPROGRESS);
+    evict_release();
+    CHECK_STATUS(kvf_wait(e, war, NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, war2, NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, off, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    CHECK(expect_evicted(e) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, y, SRC_TAG) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, beside, SRC_TAG) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, near_slot, SRC_TAG) == 0);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
 /* No hook: rounds of an eviction of slots 0..23 followed at once by
  * onboards into a random few of them, one or two to a batch; each round
  * the evicted blocks are the slots' old ones and the onboarded slots hold
@@ -507,7 +561,7 @@ static int test_evict_onboard_races(void)
     for (uint32_t round = 0; round < 12; round++) {
         uint64_t tag0 = 1000 + round * EVICT;
         for (uint32_t s = 0; s < EVICT; s++)
-            test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, s), BIG_BYTES, tag0 + s);
+            test_fill_random(big_slot(e, KVF_LEVEL_PRIMARY, s), ev_bytes, tag0 + s);
         kvf_move m[EVICT];
         for (uint32_t i = 0; i < EVICT; i++)
             m[i] = (kvf_move){i, i, 0};
@@ -545,5 +599,6 @@ int main(void)
     RUN(test_evict_slot_read_twice);
     RUN(test_evict_failed_move);
     RUN(test_evict_onboard_races);
+    RUN(test_evict_small_blocks);
     return TEST_RESULT();
 }

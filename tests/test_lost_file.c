@@ -62,7 +62,7 @@ static void faults(const char *w, const char *u, const char *t)
  * `keep_bytes`). Slot 1 is left poisoned. */
 static void store_then_fail(file_fixture *f, uint64_t tag, bool keep_bytes)
 {
-    char name[32];
+    char name[KVF_KEY_STR_BYTES];
     snprintf(name, sizeof name, KVF_KEY_FMT, KVF_KEY_ARGS(KEY(BLOCK_N)));
     test_fill_random(ff_slot(f, KVF_LEVEL_PRIMARY, 0), f->bytes, tag);
     CHECK_STATUS(ff_move1(f, true, 0, BLOCK_N), KVF_OK);
@@ -167,7 +167,7 @@ static int test_blockfile_message(void)
     test_fill_random(buf, sizeof buf, 5);
     kvf__blockfile_meta m = {KEY(BLOCK_N), 16, 1, 256};
     CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_OK);
-    char name[32];
+    char name[KVF_KEY_STR_BYTES];
     snprintf(name, sizeof name, KVF_KEY_FMT, KVF_KEY_ARGS(KEY(BLOCK_N)));
     faults(name, name, NULL);
     CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_ERR_IO);

@@ -16,8 +16,13 @@ and files. A ctypes binding of libkvferry (include/kvferry.h).
 
 from . import _lib
 from ._buffers import Buffer, as_buffer
-from ._core import (Engine, Geometry, Info, Move, Pool, PoolDesc, PoolLevel, Region, Setting, StoreInfo, Ticket,
-                    block_bytes, dtype_bits, info, move_dtype, region, version)
+from ._config import Setting
+from ._engine import Engine
+from ._geometry import Geometry, Region, block_bytes, dtype_bits, region
+from ._info import Info, StoreInfo, info, version
+from ._moves import Move, move_dtype
+from ._pools import Pool, PoolDesc, PoolLevel
+from ._tickets import Ticket
 from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, size_parse, tier_name
 from ._dir import DirBlock, DirCheck, DirCounts, DirEntry, dir_check, dir_list, dir_namespaces, dir_upgrade, remote_probe
 from ._enums import (Backend, CacheRemote, CudaCopy, DirEntryKind, Dtype, EventKind, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level,

@@ -16,7 +16,11 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 from ._cargs import c_key, c_string, fill, key_array, key_int
-from ._core import Engine, Setting, Ticket, _is_int, _Issuer, _pool_list, _settings, _uint_array
+from ._config import Setting, _settings
+from ._engine import Engine
+from ._moves import _is_int, _pool_list, _uint_array
+from ._tickets import Ticket, _Issuer
+from ._streams import _stream_handle
 from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
 from ._plan import MIN_GAIN, Plan, Prefill, PrefillLike, TierCost, plan_from_c
@@ -305,6 +309,28 @@ class Cache(_Issuer):
             del pkeep
         del keep
         return self._issue(t.id, n)
+
+    def wait_pool_by(self, ticket, pool: int, within_s: float, stream=None) -> bool:
+        """Waits for pool `pool` of a get (as Ticket.wait_pool, or
+        stream_wait_pool with a stream) until `within_s` seconds after the
+        get was submitted (kvf_cache_wait_pool_by): True once it arrived,
+        False once the limit passed first. The get runs on after False:
+        its blocks stay cached, and its ticket still must be waited for
+        before the slots are reused; recompute what it was to bring and
+        read none of its slots. Plan.hedge_s is the limit of a plan."""
+        if not isinstance(ticket, Ticket) or ticket.engine is not self:
+            raise make_error(Status.ERR_INVALID, "wait_pool_by: not a ticket of this cache")
+        if ticket.statuses is not None:
+            ticket.raise_for_status()
+            return True
+        if not _is_int(pool) or not 0 <= pool < 2**32:
+            raise make_error(Status.ERR_INVALID, f"wait_pool_by: pool {pool!r} is not a pool index")
+        handle = None if stream is None else _stream_handle(stream, "wait_pool_by")
+        st = L.kvf_cache_wait_pool_by(self._h(), self._ticket_t(ticket.id), int(pool), handle, float(within_s))
+        if st == Status.ERR_TIMEOUT:
+            return False
+        check(st)
+        return True
 
     def pin(self, keys) -> int:
         """Pins cached blocks (never evicted until unpinned; pins nest).

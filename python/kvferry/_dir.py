@@ -20,7 +20,7 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Union
 
 from . import _lib
 from ._cargs import c_int, c_string, key_int
-from ._core import Geometry
+from ._geometry import Geometry
 from ._enums import DirEntryKind, Status, status
 from ._errors import check, make_error
 

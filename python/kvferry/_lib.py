@@ -287,6 +287,8 @@ class Plan_t(ctypes.Structure):
         ("overlap", ctypes.c_int),
         ("load_first", ctypes.c_size_t),
         ("ttft_split_s", ctypes.c_double),
+        ("hedge_s", ctypes.c_double),
+        ("fallback_s", ctypes.c_double),
     ]
 
 
@@ -442,6 +444,8 @@ _protos = {
                    ctypes.c_size_t, _P(CacheTicket_t)]),
     "kvf_cache_wait_pool": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_uint32]),
     "kvf_cache_stream_wait_pool": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_uint32, ctypes.c_void_p]),
+    "kvf_cache_wait_pool_by": (
+        c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_double]),
     "kvf_cache_wait": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p]),
     "kvf_cache_poll": (c_status, [ctypes.c_void_p, CacheTicket_t, ctypes.c_void_p]),
     "kvf_cache_poll_errors": (

@@ -74,8 +74,12 @@ class Plan:
     compute_s (every forward pass) its parts, against ttft_recompute_s (every
     hit recomputed) and ttft_load_all_s (every usable hit loaded);
     ttft_split_s is the best split's prediction, taken or not (a split must
-    gain the prefill cost's min_gain), 0 where none was possible. Per-tier
-    figures are dicts {"host": n, "disk": n, ...}."""
+    gain the prefill cost's min_gain), 0 where none was possible. hedge_s:
+    seconds after the get's submission by which its blocks must have
+    arrived; past it, stop waiting (Cache.wait_pool_by) and recompute the
+    tokens from load_first * tokens_per_block on (fallback_s, predicted):
+    the request then ends within min_gain of ttft_recompute_s (0 when
+    nothing is loaded). Per-tier figures are dicts {"host": n, "disk": n, ...}."""
 
     hits: int
     load_blocks: int
@@ -92,6 +96,8 @@ class Plan:
     load_first: int = 0
     tiers: List[Tier] = field(default_factory=list)  # the tier of each hit
     ttft_split_s: float = 0.0
+    hedge_s: float = 0.0
+    fallback_s: float = 0.0
 
     @property
     def recomputes_hits(self) -> bool:
@@ -115,7 +121,7 @@ def plan_from_c(p, tiers) -> Plan:
     return Plan(int(p.hits), int(p.load_blocks), _per_tier(p.load), _per_tier(p.recompute_hits),
                 int(p.recompute_from), int(p.compute_tokens), float(p.ttft_s), float(p.load_s), float(p.compute_s),
                 float(p.ttft_recompute_s), float(p.ttft_load_all_s), bool(p.overlap), int(p.load_first),
-                list(tiers), float(p.ttft_split_s))
+                list(tiers), float(p.ttft_split_s), float(p.hedge_s), float(p.fallback_s))
 
 
 # kvf.h's KVF_PLAN_MIN_GAIN: the gain a split must predict by default

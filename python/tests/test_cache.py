@@ -461,3 +461,36 @@ def test_sizes_in_bytes(tmp_path, geometry, monkeypatch):
         monkeypatch.setenv("KVF_CACHE_HOST_BYTES", f"{2 * block}B")
         with kvf.Cache(e) as cache:
             assert cache.stats().capacity["host"] == 2
+
+
+def test_wait_pool_by(tmp_path, geometry, rng):
+    """Cache.wait_pool_by: True once a get's pool arrived (and for a get
+    already waited for), False where the limit passed first (0 s: the get's
+    own submission), the get then waited for as any; bad input refused by
+    name, and another cache's ticket refused."""
+    with make_engine(tmp_path) as e:
+        pools = add_pools(e, geometry, primary=32)
+        with kvf.Cache(e, disk_blocks=32) as cache, kvf.Cache(e, host_blocks=4) as other:
+            keys = kvf.key_chain_all(rng.integers(0, 32000, 16 * TPB), TPB)
+            data = {i: fill(pools, i, rng) for i in range(16)}
+            cache.put(keys, list(range(16))).wait(check=True)
+            dst = list(range(16, 32))
+            for i in dst:
+                poison(pools, i)
+            t = cache.get(keys, dst)
+            # 0 s: the limit is the get's own submission, which 16 block files are hardly read by (False);
+            # either answer leaves the get to run on
+            assert cache.wait_pool_by(t, 0, 0.0) in (True, False)
+            assert cache.wait_pool_by(t, 0, 30.0) and cache.wait_pool_by(t, 1, 30.0)
+            assert t.wait(check=True) == [kvf.Status.OK] * 16
+            for i in range(16):
+                assert_slot(pools, dst[i], data[i])
+            assert cache.wait_pool_by(t, 0, 0.0)  # waited for: arrived
+            t = cache.get(keys[:1], dst[:1])
+            with pytest.raises(kvf.KvferryError, match="within_s"):
+                cache.wait_pool_by(t, 0, float("nan"))
+            with pytest.raises(kvf.KvferryError, match="pool"):
+                cache.wait_pool_by(t, "0", 1.0)
+            with pytest.raises(kvf.KvferryError, match="not a ticket of this cache"):
+                other.wait_pool_by(t, 0, 1.0)
+            t.wait(check=True)

@@ -87,15 +87,15 @@ def test_keywords_are_the_librarys_settings():
     # the keywords and their defaults come from the library's settings
     # table: every field of kvf_engine_config but struct_size, each at its
     # KVF_ENGINE_CONFIG_INIT value (zero: AUTO, BATCH, 0, None)
-    from kvferry import _core, _lib
+    from kvferry import _config, _lib
 
-    leaves = set(_core._leaf_fields(_lib.EngineConfig_t).values()) - {"struct_size"}
-    assert set(_core._CONFIG_FIELDS.values()) == leaves
-    assert _core._CONFIG_FIELDS["file_dir"] == "file.dir" and _core._CONFIG_FIELDS["backend"] == "backend"
-    assert all(not v for v in _core._DEFAULT_CONFIG.values())
-    assert _core._DEFAULT_CONFIG["fsync"] is kvf.Fsync.BATCH and _core._DEFAULT_CONFIG["file_dir"] is None
+    leaves = set(_config._leaf_fields(_lib.EngineConfig_t).values()) - {"struct_size"}
+    assert set(_config._CONFIG_FIELDS.values()) == leaves
+    assert _config._CONFIG_FIELDS["file_dir"] == "file.dir" and _config._CONFIG_FIELDS["backend"] == "backend"
+    assert all(not v for v in _config._DEFAULT_CONFIG.values())
+    assert _config._DEFAULT_CONFIG["fsync"] is kvf.Fsync.BATCH and _config._DEFAULT_CONFIG["file_dir"] is None
     with kvf.Engine(backend="host") as e:
-        assert set(_core._CONFIG_FIELDS) <= set(e.settings())
-        assert e.config == dict(_core._DEFAULT_CONFIG, backend="host")
+        assert set(_config._CONFIG_FIELDS) <= set(e.settings())
+        assert e.config == dict(_config._DEFAULT_CONFIG, backend="host")
     with pytest.raises(TypeError, match="unknown config field.*known: backend, device, threads, file_dir"):
         kvf.Engine(backnd="host")

@@ -102,7 +102,7 @@ def test_default_stream_is_named():
     """torch's default stream has handle 0, which the C API reads as "no
     stream" (a host wait, or no ordering): the binding passes
     cudaStreamLegacy for it instead."""
-    from kvferry._core import _stream_handle
+    from kvferry._streams import _stream_handle
 
     class Stream:
         def __init__(self, h):

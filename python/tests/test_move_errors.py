@@ -59,13 +59,13 @@ def test_lost_secondary_slot_and_success(engine, geometry, rng):
 
 
 def test_more_failures_than_kept(engine, geometry):
-    n = kvf._core.ERRORS_KEPT + 10
+    n = kvf._tickets.ERRORS_KEPT + 10
     engine.add_pool(geometry, primary=n, secondary=4)
     t = engine.onboard(kvf.Tier.DISK, [(0x9000 + i, i) for i in range(n)])  # none stored
     assert t.wait() == [kvf.Status.ERR_NOT_FOUND] * n
     assert t.error_count == n
     errs = t.errors()
-    assert [e.index for e in errs] == list(range(kvf._core.ERRORS_KEPT))
+    assert [e.index for e in errs] == list(range(kvf._tickets.ERRORS_KEPT))
     assert all(f"{0x9000 + e.index:032x}" in e.message for e in errs)
 
 

@@ -292,9 +292,12 @@ def test_bad_input_is_refused(tmp_path):
         KVFerryPrefixCache.from_model(model, host_blocks=8, tokens_per_block=0)
     with pytest.raises(ValueError, match="float32, float16, bfloat16"):
         KVFerryPrefixCache(model.config, dtype=torch.int8, host_blocks=8)
-    sliding = LlamaConfig(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"])
-    with pytest.raises(ValueError, match="sliding_attention"):
-        KVFerryPrefixCache(sliding, dtype=torch.float32, host_blocks=8)
+    linear = LlamaConfig(num_hidden_layers=2, layer_types=["full_attention", "linear_attention"])
+    with pytest.raises(ValueError, match="linear_attention"):
+        KVFerryPrefixCache(linear, dtype=torch.float32, host_blocks=8)
+    windowless = LlamaConfig(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"])
+    with pytest.raises(ValueError, match="sliding_window = None"):
+        KVFerryPrefixCache(windowless, dtype=torch.float32, host_blocks=8)
 
 
 def test_ttft_bench_runs_tiny(tmp_path):

@@ -89,3 +89,33 @@ def test_plan_shapes_on_gpu(tmp_path, tier, first, load):
             assert torch.equal(a.values[..., lo:hi, :].view(torch.int16),
                                b.values[..., lo:hi, :].view(torch.int16))
         torch.testing.assert_close(out.logits[0, -1].float(), ref.logits[0, -1].float(), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("tier", ["host", "disk"])
+@pytest.mark.parametrize("mode", ["layerwise", "whole"])
+def test_sliding_layers_on_gpu(tmp_path, tier, mode):
+    """A Gemma-3-style model (sliding-window layers beside a full one) on
+    CUDA pools: each layer's stream waits on the get that moves its pools
+    (a sliding layer's window blocks come in a get of their own), greedy
+    outputs identical with and without kvferry, served from the tier, a
+    sliding layer's slots outside its window untouched."""
+    from test_transformers_sliding import WINDOW, gemma3
+
+    model = gemma3().to(device="cuda")  # float32: greedy tokens compared exactly
+    opts = dict(host_blocks=64) if tier == "host" else dict(disk_dir=tmp_path, disk_blocks=64)
+    ids = prompt(5, 7 * TPB + 5).cuda()
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=1024, salt="g",
+                                                        mode=mode, **opts) as kv:
+        ref = model.generate(ids, max_new_tokens=8, do_sample=False)
+        assert torch.equal(kv.generate(model, ids, max_new_tokens=8, do_sample=False), ref)
+        kv.sync()
+        poison(kv)
+        assert torch.equal(kv.generate(model, ids, max_new_tokens=8, do_sample=False), ref)
+        torch.cuda.synchronize()
+        assert kv.cache.stats().hits[tier] >= 7 and kv.cache.stats().failures == 0
+        lo = (7 * TPB - (WINDOW - 1)) // TPB
+        for i in range(kv.num_layers):
+            if kv.sliding[i]:
+                assert torch.isnan(kv.k_pools[i][:lo]).all() and not torch.isnan(kv.k_pools[i][lo:7]).any()
+            else:
+                assert not torch.isnan(kv.k_pools[i][:7]).any()

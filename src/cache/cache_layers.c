@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A get's pools, one at a time (kvf_cache_wait_pool,
- * kvf_cache_stream_wait_pool): the engine's per-pool waits over each tier's
- * batch of the call.
+ * kvf_cache_stream_wait_pool, kvf_cache_wait_pool_by): the engine's
+ * per-pool waits over each tier's batch of the call.
  */
 #include "cache_private.h"
 
+#include <math.h> /* isfinite, a macro: nothing to link */
 #include <stdlib.h>
 
 /* The call of ticket t, refused with a status when another thread waits
@@ -49,8 +50,9 @@ static kvf_status retired_meanwhile(kvf_cache *c, const char *fn, kvf_cache_tick
     return st;
 }
 
+/* within_s < 0: no limit; else counted from the get's submission */
 static kvf_status wait_pool(kvf_cache *c, const char *fn, kvf_cache_ticket t, uint32_t pool,
-                            void *stream)
+                            void *stream, double within_s)
 {
     kvf__clear_error();
     if (!c)
@@ -72,6 +74,12 @@ static kvf_status wait_pool(kvf_cache *c, const char *fn, kvf_cache_ticket t, ui
         return kvf__fail(KVF_ERR_RANGE, "%s: ticket %llu: pool %u is not one the get moves", fn,
                          (unsigned long long)t.id, pool);
     }
+    uint64_t deadline_ns = 0;
+    if (within_s >= 0) {
+        /* at least 1 ns past the submission: 0 means no limit */
+        double at = (double)k->t0_ns + within_s * 1e9;
+        deadline_ns = at >= 1.8e19 ? UINT64_MAX : at < 1 ? 1 : (uint64_t)at;
+    }
     for (op *o = k->ops; o && st == KVF_OK; o = o->next) {
         if (o->kind != OPK_GET && o->kind != OPK_ACQUIRE)
             continue;
@@ -84,8 +92,13 @@ static kvf_status wait_pool(kvf_cache *c, const char *fn, kvf_cache_ticket t, ui
     /* the engine's tickets stay valid until this call is waited for or
      * polled to completion: one retired meanwhile is asked about again */
     for (size_t i = 0; i < nt && st == KVF_OK; i++) {
-        kvf_status s = kvf_stream_wait_pool(c->engine, tickets[i], pool, stream);
-        if (s == KVF_ERR_UNKNOWN_TICKET)
+        kvf_status s = kvf__stream_wait_pool_by(c->engine, tickets[i], pool, stream, deadline_ns);
+        if (s == KVF_ERR_TIMEOUT)
+            st = kvf__fail(s,
+                           "%s: ticket %llu: pool %u not arrived %.6f s after the get (the get "
+                           "runs on: wait for it or poll it to completion)",
+                           fn, (unsigned long long)t.id, pool, within_s);
+        else if (s == KVF_ERR_UNKNOWN_TICKET)
             st = retired_meanwhile(c, fn, t, tickets[i]);
         else if (s != KVF_OK)
             st =
@@ -98,10 +111,22 @@ static kvf_status wait_pool(kvf_cache *c, const char *fn, kvf_cache_ticket t, ui
 
 kvf_status kvf_cache_wait_pool(kvf_cache *c, kvf_cache_ticket t, uint32_t pool)
 {
-    return wait_pool(c, "kvf_cache_wait_pool", t, pool, NULL);
+    return wait_pool(c, "kvf_cache_wait_pool", t, pool, NULL, -1);
 }
 
 kvf_status kvf_cache_stream_wait_pool(kvf_cache *c, kvf_cache_ticket t, uint32_t pool, void *stream)
 {
-    return wait_pool(c, "kvf_cache_stream_wait_pool", t, pool, stream);
+    return wait_pool(c, "kvf_cache_stream_wait_pool", t, pool, stream, -1);
+}
+
+kvf_status kvf_cache_wait_pool_by(kvf_cache *c, kvf_cache_ticket t, uint32_t pool, void *stream,
+                                  double within_s)
+{
+    static const char fn[] = "kvf_cache_wait_pool_by";
+    if (!isfinite(within_s) || within_s < 0) {
+        kvf__clear_error();
+        return kvf__fail(KVF_ERR_INVALID, "%s: ticket %llu: within_s %g (must be finite, >= 0)", fn,
+                         (unsigned long long)t.id, within_s);
+    }
+    return wait_pool(c, fn, t, pool, stream, within_s);
 }

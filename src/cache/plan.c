@@ -519,6 +519,19 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
     bool has_split = isfinite(split.ttft_s);
     if (has_split && split.ttft_s < (1 - pc.min_gain) * best.ttft_s)
         best = split;
+    if (best.load_blocks > best.load_first) {
+        /* giving up the loads at time h leaves the tokens they were to
+         * bring to compute after the front (all of them in the leading
+         * shape, whose forward needs every layer's prefix): the request
+         * ends at h + fallback, within the margin while
+         * h <= (1 + margin) R - fallback. A plan whose loads are due
+         * later than that cannot be hedged within it: it waits until
+         * they run a margin late. */
+        double m = pc.min_gain > 0 ? pc.min_gain : 0;
+        best.fallback_s = fs.tail[best.load_first];
+        double h = (1 + m) * rec.ttft_s - best.fallback_s, due = (1 + m) * best.load_s;
+        best.hedge_s = h > due ? h : due;
+    }
     best.ttft_split_s = has_split ? split.ttft_s : 0;
     best.ttft_recompute_s = rec.ttft_s;
     best.ttft_load_all_s = all.ttft_s;

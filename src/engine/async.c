@@ -35,12 +35,35 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
 /* Copies handed to the backend per call: the GPU starts on the first
  * chunk while the next is described, so submission overlaps the copy. */
 #define ASYNC_CHUNK_COPIES 4096u
-/* Bytes per call, at most (but one move), for a batch moving every pool:
- * its moves are released chunk by chunk (kvf__release_copied), so an
- * onboard into a slot that a large offload reads waits for about this
- * many bytes behind the slot's copy, not for the whole batch; the same
- * as a worker's chunk on the host backend. */
+/* Bytes per call, at most (but one move), for a batch moving every pool.
+ * Its moves are released chunk by chunk (kvf__release_copied): an onboard
+ * into a slot that a large offload reads waits for the slot's chunk, not
+ * for the whole batch. */
 #define ASYNC_CHUNK_BYTES ((size_t)4 << 20)
+/* Batches whose copies average ASYNC_RETIRE_FROM and more (the copy
+ * engines' share, where a call costs a few microseconds of host time and
+ * the engines run calls back to back) go in calls of ASYNC_RETIRE_BYTES,
+ * about 20 us of PCIe, instead: a 4 MiB call is 16 moves of 256 KiB, and
+ * an onboard into one of them would wait for all 16 copies. Smaller
+ * copies keep 4 MiB calls: there a call is a kernel launch, whose fixed
+ * cost a shorter call would show. A call also holds at least
+ * 1/ASYNC_CALLS_MAX of its batch (up to 4 MiB), so a 1 GiB batch of 2 MiB
+ * moves still goes in 256 calls of two and two such batches in flight stay
+ * within the backend's records. */
+#define ASYNC_RETIRE_FROM ((size_t)256 << 10)
+#define ASYNC_RETIRE_BYTES ((size_t)1 << 20)
+#define ASYNC_CALLS_MAX 256u
+
+/* The bytes after which a call of a batch moving every pool ends: `bytes`
+ * useful bytes in `ncopies` copies. */
+static size_t chunk_bytes_for(size_t bytes, size_t ncopies)
+{
+    if (ncopies == 0 || bytes / ncopies < ASYNC_RETIRE_FROM)
+        return ASYNC_CHUNK_BYTES;
+    size_t c = bytes / ASYNC_CALLS_MAX;
+    c = c > ASYNC_RETIRE_BYTES ? c : ASYNC_RETIRE_BYTES;
+    return c < ASYNC_CHUNK_BYTES ? c : ASYNC_CHUNK_BYTES;
+}
 
 /* Ends an async batch once its last chunk and its issuer are done. Lock held. */
 static void async_release(kvf_engine *e, batch *b)
@@ -178,20 +201,27 @@ void kvf__completion_stop(kvf_engine *e)
 void kvf__issue_async(kvf_engine *e, batch *b)
 {
     KVF_TIMELINE(KVF_TL_ISSUE, b->id, b->n);
-    size_t live = 0; /* moves still to copy */
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->status[i] != KVF_INPROGRESS)
-            continue;
-        if (kvf__source_lost(e, b, i))
-            kvf__fail_lost_source(b, i);
-        else if (kvf__dest_lost(e, b, i))
-            kvf__fail_lost_dest(b, i);
-        else
-            live++;
-    }
     /* a batch naming its pools goes pool by pool, in the caller's order,
      * each pool's arrival marked on the queue (kvf_wait_pool) */
     const pool_sel *sel = b->sel;
+    size_t live = 0;       /* moves still to copy */
+    size_t live_bytes = 0; /* their useful bytes, moving every pool */
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->status[i] != KVF_INPROGRESS)
+            continue;
+        if (kvf__source_lost(e, b, i)) {
+            kvf__fail_lost_source(b, i);
+        } else if (kvf__dest_lost(e, b, i)) {
+            kvf__fail_lost_dest(b, i);
+        } else {
+            live++;
+            for (uint32_t p = 0; !sel && p < e->npools; p++) {
+                kvf_region r = kvf__pool_region(&e->pools[p], b->moves[i].tokens);
+                live_bytes += kvf__region_bytes(&r);
+            }
+        }
+    }
+    const size_t chunk_bytes = chunk_bytes_for(live_bytes, live * e->npools);
     uint32_t passes = sel ? sel->n : 1;
     bool marking = sel && !b->group && e->backend->ops->queue_mark;
     size_t per_copy = sel ? 1 : e->npools; /* copies per move and pass */
@@ -205,11 +235,11 @@ void kvf__issue_async(kvf_engine *e, batch *b)
     /* a count for each chunk to be handed over, taken now so that the
      * chunks go without the lock; those of chunks that never reached the
      * backend are given back below. A chunk ends at ASYNC_CHUNK_COPIES
-     * copies or (moving every pool) ASYNC_CHUNK_BYTES bytes, the last one
+     * copies or (moving every pool) chunk_bytes bytes, the last one
      * short: at most this many */
     size_t per_pass = live * per_copy / ASYNC_CHUNK_COPIES + 1;
     if (!sel)
-        per_pass += live * e->all_block_bytes / ASYNC_CHUNK_BYTES;
+        per_pass += live_bytes / chunk_bytes;
     size_t planned = passes * per_pass, issued = 0;
     if (b->chunks_cap < planned) {
         free(b->chunks);
@@ -242,8 +272,7 @@ void kvf__issue_async(kvf_engine *e, batch *b)
     for (uint32_t pass = 0; pass < passes && st == KVF_OK; pass++) {
         for (size_t i = 0; i < b->n && st == KVF_OK;) {
             size_t ncopies = 0, bytes = 0;
-            for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES && (sel || bytes < ASYNC_CHUNK_BYTES);
-                 i++) {
+            for (; i < b->n && ncopies < ASYNC_CHUNK_COPIES && (sel || bytes < chunk_bytes); i++) {
                 if (b->status[i] != KVF_INPROGRESS)
                     continue;
                 if (sel) {

@@ -4,24 +4,31 @@
  * them, the caller's overrides, and a calibration that times scratch
  * blocks (docs/planner.md).
  *
- * The model of one batch of B bytes is latency + B / throughput. A sample
- * that took t against a prediction p moves both factors by the ratio
- * r = t / p, each in proportion to its share of p: a batch of one small
- * block is nearly all latency and corrects that, a large one corrects the
- * throughput: a factor with share w is scaled by 1 + a * w * (r - 1).
- * The first few samples replace the starting estimate quickly (a = 1 / samples); after
- * them r is clamped to [1/2, 2] and a = 0.2, so one outlier moves a factor
- * by at most 20 % while a tier that stays slower is followed within a
- * dozen batches. (Linear in r rather than in log r: no libm for users.)
+ * The model of one batch of B bytes is latency + B / throughput, fitted
+ * to the tier's latest KVF_COST_WINDOW reads by medians (Theil-Sen): the
+ * cost of a byte is the median of the slopes between pairs of reads of
+ * clearly different sizes, the latency the median of what each read took
+ * beyond its bytes. Medians, because a read's time has a tail (a cold
+ * first read, a neighbour's burst) that a mean, or an update in proportion
+ * to each error, follows: one read three times as slow in six pulled such
+ * an estimate 50 % off, and reads of one size taught it a latency it
+ * could not tell from throughput (small blocks put a cold read's whole
+ * time into the latency, which then over-charged every large batch).
+ * The latency is read from the smaller half of the reads, where the
+ * slope's own error weighs little. While every read in the window has
+ * about one size, the latency cannot be told apart: it stays where it
+ * was (the starting figure, a set value, the last fit), below 90 % of
+ * what those reads took, and the throughput fits their median. A tier
+ * that turns slower is followed once half the window has seen it.
  */
 #include "engine_private.h"
 #include "sized.h"
 
-#include <math.h> /* isfinite, a macro: nothing to link */
+#include <math.h>   /* isfinite, a macro: nothing to link */
+#include <stdlib.h> /* qsort */
 
-#define WARMUP_SAMPLES 4
-#define ALPHA 0.2
-#define CLAMP 2.0
+/* two reads teach a slope when one moves this much more than the other */
+#define SIZE_RATIO 1.25
 
 /* Seeds until something is observed: orders of magnitude, not promises
  * (docs/planner.md lists them; kvf_engine_calibrate measures). */
@@ -49,33 +56,69 @@ void kvf__costs_destroy(kvf__costs *c)
     pthread_mutex_destroy(&c->mu);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The fit of a tier's window of n reads into k (lock held). */
+static void fit(kvf_tier_cost *k, const kvf__cost_sample *w, size_t n)
+{
+    double slopes[KVF_COST_WINDOW * (KVF_COST_WINDOW - 1) / 2], rest[KVF_COST_WINDOW];
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            if (w[j].bytes >= SIZE_RATIO * w[i].bytes)
+                slopes[ns++] = (w[j].seconds - w[i].seconds) / (w[j].bytes - w[i].bytes);
+    /* a slope from a pair or two is noise: half the window's pairs of
+     * different sizes, and at least three */
+    double per_byte = ns >= 3 ? median(slopes, ns) : 0;
+    if (per_byte > 0) {
+        /* the latency from the smaller half of the reads: a large read's
+         * time beyond its bytes is mostly the slope's own error */
+        for (size_t i = 0; i < n; i++)
+            rest[i] = w[i].bytes;
+        double mid = median(rest, n);
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (w[i].bytes <= mid)
+                rest[m++] = w[i].seconds - per_byte * w[i].bytes;
+        double lat = median(rest, m);
+        k->latency_s = lat > 0 ? lat : 0;
+        k->bytes_per_s = 1 / per_byte;
+        return;
+    }
+    /* one size: keep the latency, below a typical read */
+    for (size_t i = 0; i < n; i++)
+        rest[i] = w[i].seconds;
+    double typical = median(rest, n);
+    if (k->latency_s > typical * 0.9)
+        k->latency_s = typical * 0.9;
+    for (size_t i = 0; i < n; i++)
+        rest[i] = (w[i].seconds - k->latency_s) / w[i].bytes;
+    k->bytes_per_s = 1 / median(rest, n);
+}
+
 void kvf__costs_observe(kvf__costs *c, kvf_tier tier, double bytes, double seconds)
 {
-    if ((unsigned)tier >= KVF_TIER_COUNT || !(bytes > 0) || !(seconds > 0) || !isfinite(seconds))
+    if ((unsigned)tier >= KVF_TIER_COUNT || !(bytes > 0) || !(seconds > 0) || !isfinite(seconds) ||
+        !isfinite(bytes))
         return;
     pthread_mutex_lock(&c->mu);
     kvf_tier_cost *k = &c->tier[tier];
     if (!k->held) {
-        double lat = k->latency_s, xfer = bytes / k->bytes_per_s;
-        double p = lat + xfer;
-        double r = seconds / p;
-        double alpha = ALPHA;
-        if (c->samples[tier] < WARMUP_SAMPLES) {
-            alpha = 1.0 / (double)(c->samples[tier] + 1);
-        } else {
-            r = r < 1 / CLAMP ? 1 / CLAMP : r > CLAMP ? CLAMP : r;
-        }
-        /* a latency of 0 (a caller's) has no share to correct: give it
-         * one of a microsecond so that a slow small batch can raise it */
-        if (lat <= 0) {
-            lat = 1e-6;
-            p = lat + xfer;
-        }
-        /* each factor stays positive: r > 0 and alpha * share <= 1 */
-        k->latency_s = lat * (1 + alpha * (lat / p) * (r - 1));
-        k->bytes_per_s = k->bytes_per_s / (1 + alpha * (xfer / p) * (r - 1));
+        uint32_t n = c->samples[tier];
+        c->window[tier][n % KVF_COST_WINDOW] = (kvf__cost_sample){bytes, seconds};
+        c->samples[tier] = ++n;
+        fit(k, c->window[tier], n < KVF_COST_WINDOW ? n : KVF_COST_WINDOW);
         k->observed++;
-        c->samples[tier]++;
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -167,8 +210,8 @@ kvf_status kvf_engine_set_tier_cost(kvf_engine *e, kvf_tier tier, double latency
     k->latency_s = latency_s;
     k->bytes_per_s = bytes_per_s;
     k->held = hold != 0;
-    /* a set value is a measurement: the warm-up's fast replacement is over */
-    e->costs.samples[tier] = WARMUP_SAMPLES;
+    /* a set value is a new start: the fit begins again from it */
+    e->costs.samples[tier] = 0;
     pthread_mutex_unlock(&e->costs.mu);
     return KVF_OK;
 }

@@ -24,6 +24,12 @@ KVF_INTERNAL kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, 
  * secondary slots and files always do: for slots the cache owns, which no
  * caller writes behind the engine's back. pools, n_pools: as for
  * kvf_offload_pools (NULL, 0: every pool). */
+/* kvf_stream_wait_pool that gives up with KVF_ERR_TIMEOUT (the ticket
+ * untouched) once `deadline_ns` (kvf__now_ns time; 0: never) passes with
+ * the pool neither arrived nor queued on the device: a late load the
+ * caller stops waiting for (kvf_cache_wait_pool_by). */
+KVF_INTERNAL kvf_status kvf__stream_wait_pool_by(kvf_engine *e, kvf_ticket t, uint32_t pool,
+                                                 void *stream, uint64_t deadline_ns);
 /* A caller's pool list (kvf_onboard_pools): each index below the engine's
  * pool count and listed once, n_pools > 0; KVF_ERR_RANGE / KVF_ERR_INVALID
  * naming the entry otherwise. Pools must all be added. */

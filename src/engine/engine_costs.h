@@ -9,10 +9,19 @@
 
 #include "common.h"
 
+/* The reads a tier's fit is made from: the latest ones, oldest replaced. */
+#define KVF_COST_WINDOW 24
+
+typedef struct kvf__cost_sample {
+    double bytes, seconds;
+} kvf__cost_sample;
+
 typedef struct kvf__costs {
     pthread_mutex_t mu; /* a leaf lock: taken under the engine's, never the other way */
     kvf_tier_cost tier[KVF_TIER_COUNT];
-    uint32_t samples[KVF_TIER_COUNT]; /* since the starting estimate or the last set value */
+    /* since the starting estimate or the last set value */
+    kvf__cost_sample window[KVF_TIER_COUNT][KVF_COST_WINDOW];
+    uint32_t samples[KVF_TIER_COUNT];
 } kvf__costs;
 
 /* Seeds every tier's cost for the engine's backend (cuda: pinned DMA

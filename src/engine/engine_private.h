@@ -17,7 +17,7 @@
  * the slot's own copy. Ready batches wait in one FIFO per queue (onboards
  * first); worker threads take chunks of a ready batch's moves, so one
  * large batch is spread across all workers. A backend with asynchronous
- * copies (CUDA) gets a ready copy batch in calls of a few MiB instead
+ * copies (CUDA) gets a ready copy batch in calls of 1-4 MiB instead
  * (async.c), each reported done from the backend's completion thread.
  *
  * Lost data is never served. A move that fails marks what it wrote as

@@ -200,10 +200,35 @@ static void *pool_mark(const batch *b, uint32_t pi)
     return NULL;
 }
 
+/* Blocks on the engine's completion signal, at most until `deadline_ns`
+ * (kvf__now_ns time; 0: no limit). false once the deadline has passed.
+ * Lock held. */
+static bool wait_done_by(kvf_engine *e, uint64_t deadline_ns)
+{
+    if (!deadline_ns) {
+        pthread_cond_wait(&e->done_cv, &e->mu);
+        return true;
+    }
+    uint64_t now = kvf__now_ns();
+    if (now >= deadline_ns)
+        return false;
+    /* done_cv runs on the realtime clock: the time left, from it */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t at = (uint64_t)ts.tv_nsec + (deadline_ns - now);
+    ts.tv_sec += (time_t)(at / 1000000000u);
+    ts.tv_nsec = (long)(at % 1000000000u);
+    pthread_cond_timedwait(&e->done_cv, &e->mu, &ts);
+    return true;
+}
+
 /* Waits for pool `pi` of ticket t: on `stream` when it is non-NULL and
  * the backend can (the host returns once the batch is on the GPU), else
- * on the calling thread. */
-static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_t pi, void *stream)
+ * on the calling thread. Gives up with KVF_ERR_TIMEOUT once `deadline_ns`
+ * passes (0: never) while the batch is neither done nor on its stream;
+ * a pool whose copies are already queued on the device is waited for. */
+static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_t pi, void *stream,
+                            uint64_t deadline_ns)
 {
     kvf__clear_error();
     if (!e)
@@ -219,9 +244,13 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
      * meanwhile: its statuses stay its own */
     b->waiters++;
     void *mark = NULL;
-    while (b->state != B_DONE && !(mark = pool_mark(b, pi)))
-        pthread_cond_wait(&e->done_cv, &e->mu);
-    if (b->state == B_DONE)
+    bool in_time = true;
+    while (b->state != B_DONE && !(mark = pool_mark(b, pi)) && in_time)
+        in_time = wait_done_by(e, deadline_ns);
+    if (!in_time)
+        st = kvf__fail(KVF_ERR_TIMEOUT, "%s: ticket %llu: pool %u has not arrived by the deadline",
+                       fn, (unsigned long long)t.id, pi);
+    else if (b->state == B_DONE)
         st = known_failure(fn, b, pi);
     else if ((st = known_failure(fn, b, pi)) == KVF_OK) {
         if (stream && e->backend->ops->mark_join) {
@@ -252,10 +281,16 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
 
 kvf_status kvf_wait_pool(kvf_engine *e, kvf_ticket t, uint32_t pi)
 {
-    return wait_pool(e, "kvf_wait_pool", t, pi, NULL);
+    return wait_pool(e, "kvf_wait_pool", t, pi, NULL, 0);
 }
 
 kvf_status kvf_stream_wait_pool(kvf_engine *e, kvf_ticket t, uint32_t pi, void *stream)
 {
-    return wait_pool(e, "kvf_stream_wait_pool", t, pi, stream);
+    return wait_pool(e, "kvf_stream_wait_pool", t, pi, stream, 0);
+}
+
+kvf_status kvf__stream_wait_pool_by(kvf_engine *e, kvf_ticket t, uint32_t pi, void *stream,
+                                    uint64_t deadline_ns)
+{
+    return wait_pool(e, "kvf_stream_wait_pool", t, pi, stream, deadline_ns);
 }

@@ -6,13 +6,17 @@ that report per block what did not arrive. torch is imported by the caller
 
 import hashlib
 import logging
+import os
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from .._buffers import CUDA, HOST, PINNED, Buffer
 from .._cache import Cache, key_salt
-from .._core import Engine, Geometry, PoolDesc, Ticket
+from .._engine import Engine
+from .._geometry import Geometry
+from .._pools import PoolDesc
+from .._tickets import Ticket
 from .._enums import Backend, Dtype, Memory, Order, Status
 from .._errors import KvferryError, make_error
 
@@ -140,12 +144,22 @@ def string_key(key: str) -> int:
     return int.from_bytes(digest, "little") or 1
 
 
-def prefix_get(cache: Cache, keys: List[int], slots: List[int]
+def block_file(file_dir: str, ns: str, key: int) -> str:
+    """The file the engine's file tier stores a block in (kvferry.h:
+    <dir>/<namespace>/<key as 32 hex digits>.kvf): what a process that
+    shares the directory but not the writer's cache looks for."""
+    return os.path.join(file_dir, ns, f"{key:032x}.kvf")
+
+
+def prefix_get(cache: Cache, keys: List[int], slots: List[int], tiers: Optional[list] = None
                ) -> Tuple[int, Optional[Ticket], Optional[KvferryError]]:
     """Starts copying the longest cached prefix of keys into slots:
     (hits, its ticket or None, the error that stopped the get). The blocks
-    from hits on are not loaded: the caller reports them failed."""
-    hits, _ = cache.lookup(keys)
+    from hits on are not loaded: the caller reports them failed. tiers, if
+    given, receives the tier each hit was found in."""
+    hits, found = cache.lookup(keys)
+    if tiers is not None:
+        tiers[:] = found
     if hits == 0:
         return 0, None, None
     try:

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """A SGLang HiCache storage backend (the L3 tier below HiCache's host
-memory pool) on a kvferry Cache: pages go between SGLang's host pool, which
-kvferry registers as its primary pools, and kvferry's disk and remote tiers
-(and, if asked, a host tier of its own). Importing this module imports
-SGLang.
+memory pools) on kvferry Caches: pages go between SGLang's host pools,
+which kvferry registers as its primary pools, and kvferry's disk and remote
+tiers (and, if asked, a host tier of its own). Importing this module
+imports SGLang.
 
     python -m sglang.launch_server --model-path MODEL --enable-hierarchical-cache \\
         --hicache-storage-backend dynamic --hicache-storage-backend-extra-config \\
@@ -14,15 +14,21 @@ SGLang.
 docs/integrations/sglang.md has the settings and what was tested."""
 
 import logging
-from typing import Any, List, Optional
+import os
+import threading
+import time
+from collections import Counter
+from typing import Any, Dict, List, Optional
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
+from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, PoolHitPolicy, PoolName, PoolTransfer,
+                                                  PoolTransferResult)
 
-from .._cache import Cache
-from .._core import Engine
-from .._enums import Backend, CacheRemote, Memory, Status
+from .._cache import Cache, tier_name
+from .._engine import Engine
+from .._moves import Move
+from .._enums import Backend, CacheRemote, Memory, Status, Tier
 from .._errors import make_error
-from ._serving import add_pools, failed_moves, namespace, prefix_get, string_key, tensor_pools
+from ._serving import add_pools, block_file, failed_moves, namespace, prefix_get, string_key, tensor_pools
 
 log = logging.getLogger("kvferry.integrations.sglang")
 
@@ -32,58 +38,231 @@ _CACHE_KEYS = ("host_blocks", "host_bytes", "disk_blocks", "disk_bytes", "remote
                "disk_admit_uses")
 _OWN_KEYS = ("namespace", "priority")
 
-
-def _page_view(buf, layout: str, page_size: int):
-    """(view, block dim): the host pool's buffer with a dimension that
-    indexes pages. MHA buffers lead with K/V (2); MLA ones do not."""
-    direct = layout in ("page_first_direct", "page_head")
-    mha = buf.dim() == (6 if direct else 5)
-    lead = 1 if mha else 0
-    if direct:
-        return buf, lead
-    if layout == "layer_first":
-        tok = lead + 1
-    elif layout == "page_first":
-        tok = lead
-    else:
-        raise make_error(Status.ERR_UNSUPPORTED, f"SGLang host pool layout {layout!r}: kvferry takes layer_first, "
-                         f"page_first, page_first_direct and page_head")
-    shape = list(buf.shape)
-    if shape[tok] % page_size:
-        raise make_error(Status.ERR_INVALID, f"SGLang host pool: {shape[tok]} tokens are not whole pages of {page_size}")
-    view = buf.view(*shape[:tok], shape[tok] // page_size, page_size, *shape[tok + 1:])
-    return view, tok
+# The host pool layouts SGLang builds on every device. page_first_kv_split
+# (Ascend NPUs only) keeps K, V and the indexer in buffers of their own and
+# is not taken.
+_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head", "page_unified")
 
 
-def rank_namespace(c, extra, dtype: str, page_size: int, layout: str) -> str:
-    """The namespace of one rank's pages: every dimension that changes a
-    page's bytes (the model or the configured namespace, the host pool's
-    element type, page size and layout, the TP rank, PP stage, attention CP
-    rank, DCP rank and attention-DP rank)."""
+def _host_buffers(pool) -> list:
+    """The pool's host tensors: kv_buffer (one, or a list for Mamba's
+    states), or the DSA indexer pool's one buffer."""
+    bufs = getattr(pool, "kv_buffer", None)
+    if bufs is None:
+        bufs = getattr(pool, "index_k_with_scale_buffer", None)
+    return [b for b in (bufs if isinstance(bufs, (list, tuple)) else [bufs]) if b is not None and b.numel()]
+
+
+def host_pool_pools(pool, what: str):
+    """kvferry pools over a SGLang host pool's buffers, a page a block. A
+    buffer that has a dimension of the pool's token count indexes tokens
+    (layer_first, page_first; Mamba's slots, a token a page) and is cut
+    into pages; one that has none indexes pages (page_first_direct,
+    page_head, page_unified, the DSA indexer's rows). Every dimension
+    outside a page's bytes (K/V, a layer-first layer) is a pool of its own.
+    Raises naming `what` for a pool kvferry cannot map."""
+    layout = getattr(pool, "layout", None)
+    if layout not in _LAYOUTS:
+        raise make_error(Status.ERR_UNSUPPORTED, f"{what}: layout {layout!r}; kvferry takes {', '.join(_LAYOUTS)}")
+    bufs = _host_buffers(pool)
+    if not bufs:
+        raise make_error(Status.ERR_UNSUPPORTED, f"{what}: no host buffer kvferry can register")
+    ps, size = int(pool.page_size), int(pool.size)
+    pages = [n for n in (getattr(pool, "page_num", None), getattr(pool, "indexer_page_num", None)) if n]
+    out = []
+    for n, buf in enumerate(bufs):
+        shape = list(buf.shape)
+        if size in shape:
+            dim = shape.index(size)
+            if size % ps:
+                raise make_error(Status.ERR_INVALID, f"{what}: {size} tokens are not whole pages of {ps}")
+            view = buf.view(*shape[:dim], size // ps, ps, *shape[dim + 1:])
+        else:
+            dims = [d for d in range(len(shape)) if shape[d] in pages]
+            if not dims:
+                raise make_error(Status.ERR_INVALID, f"{what}: buffer {n} of shape {tuple(shape)} has no dimension "
+                                 f"of {size} tokens or of {' or '.join(map(str, pages))} pages")
+            dim, view = dims[0], buf
+        out += tensor_pools(view, dim, ps, f"{what} buffer {n}")
+    return out
+
+
+def _dtype_names(pool) -> str:
+    return "+".join(sorted({str(b.dtype).rsplit(".", 1)[-1] for b in _host_buffers(pool)}))
+
+
+def rank_namespace(c, extra, dtype: str, page_size: int, layout: str, pool: str = "kv",
+                   replicated: Optional[bool] = None) -> str:
+    """The namespace of one rank's pages of one pool: every dimension that
+    changes a page's bytes (the model or the configured namespace, the pool,
+    the host pool's element type, page size and layout, the PP stage,
+    attention CP rank, DCP rank and attention-DP rank, and the TP rank
+    unless the pool is replicated across TP ranks, as MLA's latent is)."""
     model = extra.get("namespace") or (c.model_name or "model").rstrip("/").rsplit("/", 1)[-1]
+    if replicated is None:
+        replicated = _replicated(c, pool)
     dcp = int(getattr(c, "dcp_size", 1) or 1)
-    tp = f"{'mla-' if c.is_mla_model else ''}tp{c.tp_rank}of{c.tp_size}" if c.tp_size > 1 else (
-        "mla" if c.is_mla_model else None)
+    if replicated:
+        tp = "mla"
+    else:
+        tp = f"tp{c.tp_rank}of{c.tp_size}" if c.tp_size > 1 else None
     return namespace(
-        "sglang", model, dtype, f"ps{page_size}", layout.replace("_", ""), tp,
+        "sglang", model, None if pool == PoolName.KV else pool, dtype, f"ps{page_size}", layout.replace("_", ""), tp,
         f"pp{c.pp_rank}of{c.pp_size}" if c.pp_size > 1 else None,
         f"cp{c.attn_cp_rank}of{c.attn_cp_size}" if getattr(c, "attn_cp_size", 1) > 1 else None,
         f"dcp{int(getattr(c, 'dcp_rank', 0))}of{dcp}" if dcp > 1 else None,
         f"dp{c.dp_rank}" if getattr(c, "dp_rank", 0) else None)
 
 
+def _replicated(c, pool: str) -> bool:
+    """MLA models' pools hold the same bytes on every TP rank, except the
+    Mamba state, which is sharded whatever the attention."""
+    return bool(c.is_mla_model) and str(pool) != PoolName.MAMBA
+
+
+class _PoolStore:
+    """One SGLang host pool's pages in one kvferry Cache, a page a block.
+
+    A pool every TP rank holds alike (MLA) has one writer, SGLang's storage
+    writer rank; the other ranks are readers: their cache has no disk tier
+    of its own (the writer's directory is not theirs to evict from) and
+    reads the remote store, and what they look up and load past it comes
+    from the writer's files in the shared directory, found by name. So
+    every rank's answer comes from the shared store and HiCache's minimum
+    over ranks is the real hit."""
+
+    def __init__(self, name: str, host_pool, config, extra: dict):
+        self.name = str(name)
+        self.host_pool = host_pool
+        self.page_size = int(host_pool.page_size)
+        what = f"SGLang {self.name} host pool ({type(host_pool).__name__}, {host_pool.layout})"
+        pools = host_pool_pools(host_pool, what)
+        replicated = _replicated(config, self.name)
+        self.writer = not replicated or bool(config.is_storage_writer)
+        self.namespace = rank_namespace(config, extra, _dtype_names(host_pool), self.page_size, host_pool.layout,
+                                        self.name, replicated)
+        ekw = {k: extra[k] for k in _ENGINE_KEYS if k in extra}
+        ckw = {k: extra[k] for k in _CACHE_KEYS if k in extra}
+        if "remote" in ckw:
+            ckw["remote"] = CacheRemote[str(ckw["remote"]).upper()]
+        self.file_dir = ekw.get("file_dir")
+        if not self.writer:
+            if not self.file_dir and not ekw.get("remote_url"):
+                raise make_error(Status.ERR_INVALID, f"KvferryStorage: {what}: TP rank {config.tp_rank} reads the "
+                                 f"pages rank {config.dcp_rank} stores; set file_dir or remote_url to a store every "
+                                 f"rank shares")
+            for k in ("disk_blocks", "disk_bytes"):
+                ckw.pop(k, None)
+            if ekw.get("remote_url"):
+                ckw["remote"] = CacheRemote.READ
+            if not ckw.get("host_blocks") and not ckw.get("host_bytes"):
+                ckw["host_blocks"] = 1  # a cache needs a tier of its own: one page
+        if "host_bytes" in ckw:
+            from .._cache import size_parse
+
+            ckw["host_blocks"] = size_parse(ckw.pop("host_bytes")) // sum(p.geometry.block_bytes for p in pools)
+        self.page_bytes = sum(p.geometry.block_bytes for p in pools)
+        self.engine = Engine(backend=Backend.HOST, file_namespace=self.namespace, **ekw)
+        try:
+            # page-locked or not, the host backend copies it as host memory
+            add_pools(self.engine, pools, int(ckw.get("host_blocks", 0)), Memory.HOST)
+            self.cache = Cache(self.engine, **ckw)
+        except BaseException:
+            self.engine.close()
+            raise
+        self._lock = threading.Lock()
+        self.loaded = Counter()  # pages loaded, by the tier they came from
+        log.info("kvferry: SGLang %s pool in namespace %s (%s)", self.name, self.namespace,
+                 "writer" if self.writer else "reader of the shared store")
+
+    def close(self):
+        self.engine.close()
+
+    def pages(self, keys: List[str], host_indices) -> List[int]:
+        ps = self.page_size
+        idx = host_indices.tolist() if hasattr(host_indices, "tolist") else list(host_indices)
+        if len(idx) != len(keys) * ps:
+            raise make_error(Status.ERR_INVALID, f"KvferryStorage: {self.name} pool: {len(keys)} keys but "
+                             f"{len(idx)} host indices (page size {ps})")
+        pages = []
+        for i in range(len(keys)):
+            first = int(idx[i * ps])
+            if first % ps or idx[i * ps:(i + 1) * ps] != list(range(first, first + ps)):
+                raise make_error(Status.ERR_INVALID, f"KvferryStorage: {self.name} pool: key {keys[i]}: host "
+                                 f"indices {first}.. are not one whole page")
+            pages.append(first // ps)
+        return pages
+
+    def _shared_run(self, keys: List[int], start: int) -> int:
+        """A reader's pages in the writer's files: the end of the run of
+        keys from start whose files exist."""
+        end = start
+        if not self.writer and self.file_dir:
+            while end < len(keys) and os.path.exists(block_file(self.file_dir, self.namespace, keys[end])):
+                end += 1
+        return end
+
+    def exists(self, keys: List[str]) -> int:
+        """The stored prefix of keys."""
+        ks = [string_key(k) for k in keys]
+        hits, _ = self.cache.lookup(ks)
+        return self._shared_run(ks, hits)
+
+    def present(self, keys: List[str]) -> List[bool]:
+        """Whether each key is stored, prefix or not."""
+        return [self.exists([k]) == 1 for k in keys]
+
+    def get(self, keys: List[str], host_indices) -> List[bool]:
+        ok = [False] * len(keys)
+        if not keys:
+            return ok
+        ks, slots = [string_key(k) for k in keys], self.pages(keys, host_indices)
+        tiers: list = []
+        hits, ticket, _err = prefix_get(self.cache, ks, slots, tiers)
+        end, shared = self._shared_run(ks, hits), None
+        if end > hits:
+            shared = self.engine.onboard(Tier.DISK, [Move(k, s) for k, s in zip(ks[hits:end], slots[hits:end])])
+        ok[:end] = [True] * end
+        for i in failed_moves(ticket):  # waits: the pages are in the host pool on return
+            ok[i] = False
+        for i in failed_moves(shared):
+            ok[hits + i] = False
+        with self._lock:
+            for i in range(end):
+                if ok[i]:
+                    self.loaded[tier_name(tiers[i]) if i < hits else "disk"] += 1
+        return ok
+
+    def set(self, keys: List[str], host_indices, priority: int) -> List[bool]:
+        if not keys:
+            return []
+        if not self.writer:
+            # HiCache backs replicated pages up on the writer rank only
+            log.warning("kvferry: %s pool: %d pages not stored: this rank reads what the writer stores",
+                        self.name, len(keys))
+            return [False] * len(keys)
+        pages = self.pages(keys, host_indices)
+        t = self.cache.put([string_key(k) for k in keys], pages, priority)
+        return [s == Status.OK for s in t.wait()]  # SGLang may reuse the pages on return
+
+
+def _indices(t: PoolTransfer):
+    return t.host_indices if t.host_indices is not None else []
+
+
 class KvferryStorage(HiCacheStorage):
-    """HiCacheStorage on kvferry, zero-copy (SGLang's v1 page interface:
-    batch_exists, batch_get_v1, batch_set_v1). A page is one kvferry block
-    holding the page of every layer, K and V; its key is BLAKE2b-128 of
-    SGLang's page hash (SGLang's storage hash chain starts from the request's
+    """HiCacheStorage on kvferry, zero-copy: SGLang's v1 page interface
+    (batch_exists, batch_get_v1, batch_set_v1) for the KV pool and its v2
+    interface (batch_exists_v2, batch_get_v2, batch_set_v2) for every host
+    pool HiCache registers (KV, Mamba, SWA, indexer...). Each pool is a
+    kvferry Cache of its own, in a namespace of its own; a page is one
+    block holding the page of every layer; its key is BLAKE2b-128
+    of SGLang's page hash (SGLang's storage hash chain starts from the request's
     extra_key and cache_salt, so two tenants' pages never share a key). The
-    namespace names the model, the host pool's dtype, page size and layout
-    and the rank (TP, PP, CP, DCP, attention DP): ranks never read each
-    other's pages. Every rank stores and loads its own pages, MLA ones
-    included, so that each rank's batch_exists answers from what it holds
-    and HiCache's minimum over ranks hits. A page that cannot be read back
-    whole and checked is reported failed (False), never served."""
+    namespace names the model, the pool, the host pool's dtype, page size
+    and layout and the rank (TP unless replicated, PP, CP, DCP, attention
+    DP): ranks never read each other's pages. A page that cannot be read
+    back whole and checked is reported failed (False), never served."""
 
     def __init__(self, storage_config, kwargs: Optional[dict] = None):
         extra = dict(storage_config.extra_config or {})
@@ -99,97 +278,143 @@ class KvferryStorage(HiCacheStorage):
         self.storage_config = storage_config
         self._extra = extra
         self._priority = int(extra.get("priority", 50))
-        self._namespace = ""
-        self.engine: Optional[Engine] = None
-        self.cache: Optional[Cache] = None
-        self._page_size = 0
+        self._stores: Dict[str, _PoolStore] = {}
+        self._metrics = bool(getattr(storage_config, "enable_storage_metrics", False))
+        self._mlock = threading.Lock()
+        self._calls: Dict[str, list] = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [],
+                                        "backup_bandwidth": []}
 
     # ---- setup ---------------------------------------------------------------------
+    def _add(self, name: str, host_pool) -> _PoolStore:
+        name = str(name)
+        old = self._stores.get(name)
+        if old is not None:
+            if old.host_pool is not host_pool:
+                raise make_error(Status.ERR_INVALID, f"KvferryStorage: a second {name} host pool "
+                                 f"({type(host_pool).__name__}) registered")
+            return old
+        self._stores[name] = _PoolStore(name, host_pool, self.storage_config, self._extra)
+        return self._stores[name]
+
     def register_mem_pool_host(self, mem_pool_host):
         super().register_mem_pool_host(mem_pool_host)
-        if self.engine is not None:
-            return
-        buf = mem_pool_host.kv_buffer
-        if buf is None or isinstance(buf, (list, tuple)):
-            raise make_error(Status.ERR_UNSUPPORTED, f"KvferryStorage: {type(mem_pool_host).__name__} has no single "
-                             f"host KV buffer (kvferry takes MHA and MLA host pools)")
-        self._page_size = int(mem_pool_host.page_size)
-        view, block_dim = _page_view(buf, mem_pool_host.layout, self._page_size)
-        pools = tensor_pools(view, block_dim, self._page_size, f"SGLang host pool ({mem_pool_host.layout})")
-        self._namespace = rank_namespace(self.storage_config, self._extra, str(buf.dtype).rsplit(".", 1)[-1],
-                                         self._page_size, mem_pool_host.layout)
-        ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
-        ckw = {k: self._extra[k] for k in _CACHE_KEYS if k in self._extra}
-        if "remote" in ckw:
-            ckw["remote"] = CacheRemote[str(ckw["remote"]).upper()]
-        host = int(ckw.get("host_blocks", 0))
-        if "host_bytes" in ckw:
-            from .._cache import size_parse
+        self._add(PoolName.KV, mem_pool_host)
 
-            host = size_parse(ckw.pop("host_bytes")) // sum(p.geometry.block_bytes for p in pools)
-            ckw["host_blocks"] = host
-        self.engine = Engine(backend=Backend.HOST, file_namespace=self._namespace, **ekw)
-        log.info("kvferry: SGLang rank namespace %s", self._namespace)
-        try:
-            # page-locked or not, the host backend copies it as host memory
-            add_pools(self.engine, pools, host, Memory.HOST)
-            self.cache = Cache(self.engine, **ckw)
-        except BaseException:
-            self.engine.close()
-            self.engine = None
-            raise
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        self._add(host_pool_name, host_pool)
 
     def close(self):
-        if self.engine is not None:
-            self.engine.close()
-        self.engine = self.cache = None
+        stores, self._stores = self._stores, {}
+        for s in stores.values():
+            s.close()
 
-    # ---- pages ---------------------------------------------------------------------
-    def _pages(self, keys: List[str], host_indices) -> List[int]:
-        ps = self._page_size
-        idx = host_indices.tolist() if hasattr(host_indices, "tolist") else list(host_indices)
-        if len(idx) != len(keys) * ps:
-            raise make_error(Status.ERR_INVALID, f"KvferryStorage: {len(keys)} keys but {len(idx)} host indices "
-                             f"(page size {ps})")
-        pages = []
-        for i in range(len(keys)):
-            first = int(idx[i * ps])
-            if first % ps or idx[i * ps:(i + 1) * ps] != list(range(first, first + ps)):
-                raise make_error(Status.ERR_INVALID, f"KvferryStorage: key {keys[i]}: host indices {first}.. "
-                                 f"are not one whole page")
-            pages.append(first // ps)
-        return pages
+    def _store(self, name=PoolName.KV) -> _PoolStore:
+        s = self._stores.get(str(name))
+        if s is None:
+            raise make_error(Status.ERR_STATE, f"KvferryStorage: no {name} host pool registered")
+        return s
 
-    def _ready(self):
-        if self.cache is None:
-            raise make_error(Status.ERR_STATE, "KvferryStorage: no host pool registered yet")
-        return self.cache
+    # the KV pool's, for callers and tests that look at one cache
+    @property
+    def engine(self) -> Optional[Engine]:
+        s = self._stores.get(str(PoolName.KV))
+        return s.engine if s else None
 
+    @property
+    def cache(self) -> Optional[Cache]:
+        s = self._stores.get(str(PoolName.KV))
+        return s.cache if s else None
+
+    @property
+    def _namespace(self) -> str:
+        return self._store().namespace
+
+    # ---- v1: the KV pool -------------------------------------------------------------
     def batch_exists(self, keys: List[str], extra_info=None) -> int:
-        if not keys:
-            return 0
-        hits, _ = self._ready().lookup([string_key(k) for k in keys])
-        return hits
+        return self._store().exists(keys) if keys else 0
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
 
     def batch_get_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
-        ok = [False] * len(keys)
-        if not keys:
-            return ok
-        hits, ticket, _err = prefix_get(self._ready(), [string_key(k) for k in keys], self._pages(keys, host_indices))
-        ok[:hits] = [True] * hits
-        for i in failed_moves(ticket):  # waits: the pages are in the host pool on return
-            ok[i] = False
-        return ok
+        return self._timed("prefetch", self._store(), keys, host_indices)
 
     def batch_set_v1(self, keys: List[str], host_indices, extra_info=None) -> List[bool]:
-        if not keys:
-            return []
-        pages = self._pages(keys, host_indices)
-        t = self._ready().put([string_key(k) for k in keys], pages, self._priority)
-        return [s == Status.OK for s in t.wait()]  # SGLang may reuse the pages on return
+        return self._timed("backup", self._store(), keys, host_indices)
+
+    # ---- v2: every pool ----------------------------------------------------------------
+    def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[List[PoolTransfer]] = None,
+                        extra_info=None) -> PoolTransferResult:
+        """The longest prefix of keys whose KV pages are stored and whose
+        other pools' pages are stored as each transfer's hit policy asks
+        (all pages of the prefix, or its trailing len(keys) pages)."""
+        kv_pages = self.batch_exists(keys)
+        hit = {PoolName.KV: kv_pages} if kv_pages else {}
+        restorable = list(range(1, kv_pages + 1))
+        for t in pool_transfers or []:
+            if not restorable:
+                break
+            present = self._store(t.name).present(keys[:kv_pages])
+            if t.hit_policy == PoolHitPolicy.ALL_PAGES:
+                boundary = present.index(False) if False in present else kv_pages
+                ok = set(range(1, boundary + 1))
+            elif t.hit_policy == PoolHitPolicy.TRAILING_PAGES:
+                trailing = max(1, len(t.keys) if t.keys else 1)
+                ok = {p for p in range(1, kv_pages + 1) if all(present[max(0, p - trailing):p])}
+                boundary = max(ok, default=0)
+            else:
+                raise make_error(Status.ERR_UNSUPPORTED, f"KvferryStorage: {t.name} pool: hit policy "
+                                 f"{t.hit_policy}; kvferry takes all_pages and trailing_pages")
+            if boundary:
+                hit[t.name] = boundary
+            restorable = [p for p in restorable if p in ok]
+        return PoolTransferResult(restorable[-1] if restorable else 0, hit, restorable)
+
+    def batch_get_v2(self, transfers: List[PoolTransfer], extra_info=None) -> Dict[str, List[bool]]:
+        return {t.name: self._timed("prefetch", self._store(t.name), t.keys or [], _indices(t)) for t in transfers}
+
+    def batch_set_v2(self, transfers: List[PoolTransfer], extra_info=None) -> Dict[str, List[bool]]:
+        return {t.name: self._timed("backup", self._store(t.name), t.keys or [], _indices(t)) for t in transfers}
+
+    # ---- metrics -------------------------------------------------------------------------
+    def _timed(self, kind: str, store: _PoolStore, keys: List[str], host_indices) -> List[bool]:
+        """A load (prefetch) or store (backup) of one pool's pages, with
+        SGLang's per-call metrics when they are on."""
+        t0 = time.perf_counter()
+        if kind == "prefetch":
+            ok = store.get(keys, host_indices)
+        else:
+            ok = store.set(keys, host_indices, self._priority)
+        if self._metrics and keys:
+            dt = max(time.perf_counter() - t0, 1e-9)
+            with self._mlock:
+                self._calls[f"{kind}_pgs"].append(len(keys))
+                self._calls[f"{kind}_bandwidth"].append(sum(ok) * store.page_bytes / 1e9 / dt)
+        return ok
+
+    def get_stats(self):
+        """SGLang's StorageMetrics for the calls since the last get_stats
+        (pages per call, GB/s), and kvferry's own: loaded_pages_by_tier,
+        the pages loaded since the last call by the tier they came from
+        (host, disk, remote), per pool in pool_loaded_pages_by_tier, and
+        each pool's kvferry CacheStats in cache_stats."""
+        from sglang.srt.observability.metrics_collector import StorageMetrics
+
+        m = StorageMetrics()
+        with self._mlock:
+            for k, v in self._calls.items():
+                getattr(m, k).extend(v)
+                v.clear()
+        per_pool = {}
+        for name, s in self._stores.items():
+            with s._lock:
+                per_pool[name] = dict(s.loaded)
+                s.loaded.clear()
+        m.pool_loaded_pages_by_tier = per_pool
+        m.loaded_pages_by_tier = per_pool.get(str(PoolName.KV), {})
+        m.cache_stats = {name: s.cache.stats() for name, s in self._stores.items()}
+        return m
 
     # The copy-through-a-tensor interface (batch_get / batch_set) is not
     # served: __init__ requires interface_v1, so HiCache never calls these.

@@ -23,8 +23,11 @@ the forward (mode "whole"). The model runs on the new tokens only. Mode
 hits worth loading are loaded layer-wise, or the first blocks are computed
 while the hits after them load, and the rest is computed.
 
-One request at a time per object, batch size 1, full-attention decoders
-(no sliding-window layers). docs/integrations/transformers.md has the rest.
+One request at a time per object, batch size 1, decoders of full-attention
+layers and sliding-window ones beside them (Gemma-3, GPT-OSS): every layer
+of a stored block is stored, and a sliding layer loads only the blocks
+holding the prefix's last window - 1 tokens, all its attention reads.
+docs/integrations/transformers.md has the rest.
 """
 
 import os
@@ -36,11 +39,12 @@ from typing import Optional
 import numpy as np
 import torch
 from transformers.cache_utils import Cache as _HFCache
-from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 import kvferry as kvf
 
-__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "MODES", "measure_prefill", "cache_kwargs"]
+__all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "PrefixLate", "MODES", "measure_prefill",
+           "cache_kwargs"]
 
 log = logging.getLogger("kvferry.transformers")
 
@@ -53,6 +57,15 @@ class PrefixLoadError(RuntimeError):
     """A cached block could not be brought back (lost, corrupt, unreadable):
     the forward that used it is invalid. The cache has already dropped the
     block; KVFerryPrefixCache.forward / generate recompute on their own."""
+
+
+class PrefixLate(PrefixLoadError):
+    """Mode "plan": the prefix's loads had not arrived by the plan's hedge
+    (Plan.hedge_s after the get), so waiting longer would make the request
+    slower than recomputing by more than the plan's margin. The loads were
+    given up (they land later, unread; every block stays cached);
+    KVFerryPrefixCache.forward / generate recompute what they were to bring
+    (after the computed front, if any) on their own."""
 
 
 def _text_config(config):
@@ -69,8 +82,10 @@ def _torch_dtype(value, what):
 
 
 def model_geometry(config) -> dict:
-    """layers, kv_heads, head_dim of a decoder config; ValueError for a model
-    this adapter cannot serve (sliding-window or linear-attention layers)."""
+    """layers, kv_heads, head_dim, sliding (per layer: a sliding-window
+    layer) and window (its tokens, 0 without one) of a decoder config;
+    ValueError for a model this adapter cannot serve (linear-attention or
+    other layer kinds)."""
     cfg = _text_config(config)
     try:
         layers = int(cfg.num_hidden_layers)
@@ -79,13 +94,22 @@ def model_geometry(config) -> dict:
         raise ValueError(f"KVFerryPrefixCache: {type(cfg).__name__} has no {exc.name}: not a decoder config") from None
     kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
-    types = getattr(cfg, "layer_types", None)
-    if types:
-        other = sorted({t for t in types if t != "full_attention"})
-        if other:
-            raise ValueError(f"KVFerryPrefixCache: {type(cfg).__name__} has {', '.join(other)} layers; only "
-                             f"full-attention decoders are supported (a sliding window drops prefix tokens)")
-    return {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim}
+    types = list(getattr(cfg, "layer_types", None) or [])
+    other = sorted({t for t in types if t not in ("full_attention", "sliding_attention")})
+    if other:
+        raise ValueError(f"KVFerryPrefixCache: {type(cfg).__name__} has {', '.join(other)} layers; only "
+                         f"full-attention and sliding-window attention layers are served")
+    sliding = tuple(t == "sliding_attention" for t in types) if types else (False,) * layers
+    if len(sliding) != layers:
+        raise ValueError(f"KVFerryPrefixCache: {type(cfg).__name__} lists {len(sliding)} layer_types for "
+                         f"{layers} layers")
+    window = 0
+    if any(sliding):
+        window = getattr(cfg, "sliding_window", None)
+        if not isinstance(window, int) or window <= 1:
+            raise ValueError(f"KVFerryPrefixCache: {type(cfg).__name__} has sliding_attention layers and "
+                             f"sliding_window = {window!r} (need an int > 1)")
+    return {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim, "sliding": sliding, "window": window}
 
 
 class _PrefixLayer(DynamicLayer):
@@ -119,8 +143,8 @@ class _PrefixLayer(DynamicLayer):
         return super().update(key_states, value_states, *args, **kwargs)
 
 
-def _prefix_first(name):
-    base = getattr(DynamicLayer, name)
+def _prefix_first(base_cls, name):
+    base = getattr(base_cls, name)
 
     def method(self, *args, **kwargs):
         if self.pending:
@@ -131,9 +155,45 @@ def _prefix_first(name):
     return method
 
 
+class _PrefixSlidingLayer(DynamicSlidingWindowLayer):
+    """A sliding-window layer whose first `pending` tokens are the cached
+    prefix, of which it takes only the last window - 1 (all its attention
+    reads) from the pools. It keeps every token after them (transformers'
+    own keeps the last window - 1), so that store finds the K/V of each
+    block it stores: get_seq_length() - keys.shape[-2] is the first token
+    it holds."""
+
+    def __init__(self, request, index, window):
+        super().__init__(sliding_window=window)
+        self._request, self._index = request, index
+        self.pending = request.cached_tokens
+        self.cumulative_length = request.cached_tokens  # positions and masks count the prefix
+        self.record_past = True  # every token kept (until a crop, which assisted decoding makes)
+
+    def _materialize(self, key_states=None, value_states=None):
+        ks, vs = self._request._prefix(self._index, key_states)
+        self.lazy_initialization(ks[0], vs[0])
+        if key_states is not None:
+            ks.append(key_states)
+            vs.append(value_states)
+        self.keys = torch.cat(ks, dim=-2) if len(ks) > 1 else ks[0].contiguous()
+        self.values = torch.cat(vs, dim=-2) if len(vs) > 1 else vs[0].contiguous()
+        self.pending = 0
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if self.pending:
+            self._materialize(key_states, value_states)
+            self.cumulative_length += key_states.shape[-2]
+            # what transformers' layer returns: the window's tokens before the new ones, and them
+            visible = self.sliding_window - 1 + key_states.shape[-2]
+            return self.keys[:, :, -visible:, :], self.values[:, :, -visible:, :]
+        return super().update(key_states, value_states, *args, **kwargs)
+
+
 # what rewrites a layer (assisted decoding's crop, beam search) needs the prefix in it first
 for _name in ("crop", "batch_repeat_interleave", "batch_select_indices", "reorder_cache"):
-    setattr(_PrefixLayer, _name, _prefix_first(_name))
+    setattr(_PrefixLayer, _name, _prefix_first(DynamicLayer, _name))
+    setattr(_PrefixSlidingLayer, _name, _prefix_first(DynamicSlidingWindowLayer, _name))
 
 
 class KVFerryDynamicCache(DynamicCache):
@@ -144,7 +204,7 @@ class KVFerryDynamicCache(DynamicCache):
     computed). get_seq_length() counts the prefix from the start, so the
     model's positions and masks are right for the new tokens."""
 
-    def __init__(self, owner: "KVFerryPrefixCache", cached_tokens: int, ticket, mode: str, *, plan=None,
+    def __init__(self, owner: "KVFerryPrefixCache", cached_tokens: int, tickets, mode: str, *, plan=None,
                  front=None, known_blocks: Optional[int] = None):
         self.owner, self.cached_tokens, self.mode = owner, cached_tokens, mode
         self.cached_blocks = cached_tokens // owner.tokens_per_block
@@ -155,28 +215,50 @@ class KVFerryDynamicCache(DynamicCache):
         self.front_blocks = front[0][0].shape[-2] // owner.tokens_per_block if front else 0
         # leading blocks the cache holds already (store skips them): the hits, loaded or not
         self.known_blocks = self.cached_blocks if known_blocks is None else known_blocks
-        self._ticket = ticket
+        # the gets of the prefix: (ticket, the pools it moves); a sliding layer's pools move only in
+        # the get of the blocks its window reads
+        self._tickets = list(tickets or ())
         self._failed: Optional[BaseException] = None
-        _HFCache.__init__(self, layers=[_PrefixLayer(self, i) for i in range(owner.num_layers)])
+        # mode "plan": stop waiting for the loads this long after the get (kvf_plan.hedge_s)
+        hedge = getattr(plan, "hedge_s", 0) if self._tickets else 0
+        self.hedge_s = hedge if hedge and hedge > 0 else None
+        self.late = False  # the loads were given up (PrefixLate)
+        _HFCache.__init__(self, layers=[
+            _PrefixSlidingLayer(self, i, owner.window) if owner.sliding[i] else _PrefixLayer(self, i)
+            for i in range(owner.num_layers)])
 
     def _wait_layer(self, layer: int) -> None:
         if self._failed is not None:
             raise PrefixLoadError(f"layer {layer}: the cached prefix failed to load: {self._failed}") \
                 from self._failed
-        t = self._ticket
-        if t is None:  # no prefix, or waited for whole
-            return
         try:
             # this layer's K and V pools only; on CUDA the stream waits, not the host
-            if self.owner.cuda:
-                self.owner._stream_wait(t, layer)
-            else:
-                t.wait_pool(2 * layer)
-                t.wait_pool(2 * layer + 1)
+            for t, pools in self._tickets:  # none: no prefix, or waited for whole
+                if 2 * layer not in pools:
+                    continue
+                if self.hedge_s is not None:
+                    self._wait_hedged(t, layer)
+                elif self.owner.cuda:
+                    self.owner._stream_wait(t, layer)
+                else:
+                    t.wait_pool(2 * layer)
+                    t.wait_pool(2 * layer + 1)
         except kvf.KvferryError as exc:
             self._failed = exc
             raise PrefixLoadError(f"layer {layer}: the cached prefix ({self.cached_blocks} blocks) failed to "
                                   f"load: {exc}; recompute the request") from exc
+
+    def _wait_hedged(self, t, layer: int) -> None:
+        o = self.owner
+        stream = torch.cuda.current_stream(o.device) if o.cuda else None
+        for pool in (2 * layer, 2 * layer + 1):
+            if not o.cache.wait_pool_by(t, pool, self.hedge_s, stream):
+                self.late = True
+                tickets, self._tickets = self._tickets, []
+                o._give_up([t for t, _ in tickets], self)
+                raise PrefixLate(f"layer {layer}: the cached prefix ({self.cached_blocks - self.front_blocks} "
+                                 f"blocks) had not arrived {self.hedge_s * 1e3:.1f} ms after its get (the plan "
+                                 f"predicted {self.plan.load_s * 1e3:.1f} ms); recomputing it")
 
     def _prefix(self, layer: int, key_states):
         o = self.owner
@@ -184,25 +266,30 @@ class KVFerryDynamicCache(DynamicCache):
             o._check_states(layer, key_states)
         self._wait_layer(layer)
         f, n, t = self.front_blocks, self.cached_blocks, o.cached_shape
-        # [n - f, tokens, heads, dim] -> [1, heads, (n - f) * tokens, dim], a view
-        k = o.k_pools[layer][f:n].view(1, (n - f) * t[0], t[1], t[2]).transpose(1, 2)
-        v = o.v_pools[layer][f:n].view(1, (n - f) * t[0], t[1], t[2]).transpose(1, 2)
+        lo = o.first_read(layer, self.cached_tokens)  # a sliding layer reads its window only
+        b = max(f, lo // t[0])
+        # [n - b, tokens, heads, dim] -> [1, heads, (n - b) * tokens, dim], a view
+        off = max(lo - b * t[0], 0)
+        k = o.k_pools[layer][b:n].view(1, (n - b) * t[0], t[1], t[2]).transpose(1, 2)[..., off:, :]
+        v = o.v_pools[layer][b:n].view(1, (n - b) * t[0], t[1], t[2]).transpose(1, 2)[..., off:, :]
         if not f:
             return [k], [v]
         fk, fv = self._front[layer]
         self._front[layer] = None  # the layer's own copy replaces it
-        return [fk, k], [fv, v]
+        if lo >= f * t[0]:
+            return [k], [v]
+        return [fk[..., lo:, :], k], [fv[..., lo:, :], v]
 
     def finish(self) -> None:
         """Waits for the prefix's get to complete: raises PrefixLoadError if a
         block failed (the forward that read it must be recomputed). Call it
         after the forward and before using its output; idempotent."""
-        t, self._ticket = self._ticket, None
-        if t is not None:
+        tickets, self._tickets = self._tickets, []
+        for t, _ in tickets:
             try:
                 t.wait(check=True)
             except kvf.KvferryError as exc:
-                self._failed = exc
+                self._failed = self._failed or exc
         if self._failed is not None:
             raise PrefixLoadError(f"the cached prefix ({self.cached_blocks} blocks) failed to load: "
                                   f"{self._failed}; recompute the request") from self._failed
@@ -343,6 +430,7 @@ class KVFerryPrefixCache:
         geo = model_geometry(config)
         cfg = _text_config(config)
         self.num_layers, self.kv_heads, self.head_dim = geo["layers"], geo["kv_heads"], geo["head_dim"]
+        self.sliding, self.window = geo["sliding"], geo["window"]
         if dtype is None:
             dtype = getattr(cfg, "dtype", None) or getattr(cfg, "torch_dtype", None)
             if dtype is None:
@@ -367,6 +455,8 @@ class KVFerryPrefixCache:
         if salt is None:
             name = getattr(cfg, "_name_or_path", "") or getattr(cfg, "model_type", "")
             salt = f"{name}|{self.num_layers}x{self.kv_heads}x{self.head_dim}|{self.dtype}"
+            if self.window:  # the window shapes every later layer's K/V
+                salt += f"|w{self.window}:" + "".join("s" if x else "f" for x in self.sliding)
         self.salt = kvf.key_salt(salt) if isinstance(salt, (str, bytes)) else int(salt)
 
         geom = kvf.Geometry(layers=1, kv_factor=1, kv_heads=self.kv_heads, tokens_per_block=tokens_per_block,
@@ -421,6 +511,8 @@ class KVFerryPrefixCache:
         self.pool_order = list(range(2 * self.num_layers))
         self._get: Optional[KVFerryDynamicCache] = None
         self._put = None
+        self._late = []  # gets given up (PrefixLate): (ticket, first slot, end slot)
+        self.hedged = 0  # requests whose loads were given up and recomputed
         self._pools_read = False  # kernels queued since the last settle may still read the pools
         self.prefill_cost = None
         if prefill_cost is not None:
@@ -445,7 +537,7 @@ class KVFerryPrefixCache:
         if getattr(self, "engine", None) is None:
             return
         try:
-            self._settle()
+            self._settle(late=True)
         finally:
             self.cache.close()
             self.engine.close()
@@ -473,7 +565,8 @@ class KVFerryPrefixCache:
         """ValueError naming the first field where `model` differs from the
         geometry, dtype or device this cache was built for."""
         geo = model_geometry(model.config)
-        for name, mine in (("layers", self.num_layers), ("kv_heads", self.kv_heads), ("head_dim", self.head_dim)):
+        for name, mine in (("layers", self.num_layers), ("kv_heads", self.kv_heads), ("head_dim", self.head_dim),
+                           ("sliding", self.sliding), ("window", self.window)):
             if geo[name] != mine:
                 raise ValueError(f"KVFerryPrefixCache: the model has {geo[name]} {name}, this cache was built for "
                                  f"{mine} (a cache serves one model's geometry)")
@@ -527,6 +620,36 @@ class KVFerryPrefixCache:
         usable = self._usable(ids, keys)
         return self.cache.lookup(keys[:usable])[0] * self.tokens_per_block if usable else 0
 
+    def first_read(self, layer: int, cached_tokens: int) -> int:
+        """The first of a prefix's cached_tokens that layer `layer` reads
+        after it: 0 for a full-attention layer; for a sliding one, the last
+        window - 1 only (a new token at position p attends to p - window + 1
+        on)."""
+        return max(cached_tokens - (self.window - 1), 0) if self.sliding[layer] else 0
+
+    def _gets(self, keys, first: int, hits: int, whole: bool):
+        """The gets of a prefix's hits first..hits-1 into their slots, as
+        (ticket, pools moved): full-attention layers' pools for every block,
+        a sliding layer's only for the blocks its window reads."""
+        tpb = self.tokens_per_block
+        full = [p for i in range(self.num_layers) if not self.sliding[i] for p in (2 * i, 2 * i + 1)]
+        every = range(2 * self.num_layers)
+        window = self.first_read(self.sliding.index(True), hits * tpb) if self.window else 0
+        split = min(max(first, window // tpb), hits)
+        out = []
+        try:
+            if split > first and full:
+                out.append((self.cache.get(keys[first:split], self._slots[first:split], pools=full), set(full)))
+            if hits > split:
+                out.append((self.cache.get(keys[split:hits], self._slots[split:hits],
+                                           pools=None if whole and split == first else self.pool_order),
+                            set(every)))
+        except BaseException:
+            for t, _ in out:
+                t.wait()
+            raise
+        return out
+
     def _stream_wait(self, ticket, layer: int) -> None:
         """Work queued on the current stream from now on waits on the GPU for
         layer `layer`'s two pools; the host does not wait."""
@@ -574,8 +697,12 @@ class KVFerryPrefixCache:
         return self.cache.plan(keys, len(ids))
 
     # -- a request --
-    def _settle(self) -> None:
-        """The previous request's transfers done and the pools free to reuse."""
+    def _settle(self, late: bool = False) -> None:
+        """The previous request's transfers done and the pools free to reuse
+        (with late, the late gets too; without, those that landed are
+        retired and the others run on: a get into their slots is ordered
+        after them by the engine)."""
+        self._retire_late(block=late)
         if self._get is not None:
             try:
                 self._get.finish()
@@ -628,8 +755,7 @@ class KVFerryPrefixCache:
         if not hits:
             return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=known)
         try:
-            ticket = self.cache.get(keys[first:hits], self._slots[first:hits],
-                                    pools=None if mode == "whole" else self.pool_order)
+            tickets = self._gets(keys, first, hits, mode == "whole")
         except kvf.NotFound as exc:  # gone since the lookup (a shared store evicted it): compute it all
             log.warning("kvferry: the cached prefix (%d blocks) is gone, recomputing: %s", hits - first, exc)
             return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=0)
@@ -638,18 +764,24 @@ class KVFerryPrefixCache:
             try:
                 front = self._front(model, input_ids, first * self.tokens_per_block)
             except BaseException:
-                ticket.wait()
+                for t, _ in tickets:
+                    t.wait()
                 raise
         if mode == "whole":
-            try:
-                ticket.wait(check=True)
-            except kvf.KvferryError as exc:
-                log.warning("kvferry: the cached prefix (%d blocks) failed to load, recomputing: %s", hits, exc)
+            failed = None
+            for t, _ in tickets:
+                try:
+                    t.wait(check=True)
+                except kvf.KvferryError as exc:
+                    failed = failed or exc
+            if failed is not None:
+                log.warning("kvferry: the cached prefix (%d blocks) failed to load, recomputing: %s", hits,
+                            failed)
                 return KVFerryDynamicCache(self, 0, None, mode)
             if self.cuda:  # the model's stream reads the slots after the copies, whatever queue they ran on
                 self.engine.sync_stream(torch.cuda.current_stream(self.device))
-            ticket = None
-        past = KVFerryDynamicCache(self, hits * self.tokens_per_block, ticket, mode, plan=plan, front=front,
+            tickets = None
+        past = KVFerryDynamicCache(self, hits * self.tokens_per_block, tickets, mode, plan=plan, front=front,
                                    known_blocks=known)
         self._get = past
         self._pools_read = True
@@ -698,15 +830,25 @@ class KVFerryPrefixCache:
         n = min(len(keys), past.get_seq_length() // self.tokens_per_block)
         if n <= start:
             return 0
+        # the first token each layer holds: a sliding-window layer of transformers' own keeps its
+        # window only, and a block is stored with every layer or not at all
+        held = [layer.get_seq_length() - layer.keys.shape[-2] for layer in past.layers]
+        if max(held) > start * self.tokens_per_block:
+            log.warning("kvferry: not stored: layer %d holds tokens from %d on, blocks from %d are to be stored "
+                        "(a sliding-window layer keeps its window only: pass the Cache prepare made)",
+                        held.index(max(held)), max(held), start)
+            return 0
         if self._put is not None or self._get is not None:
             self._settle()
+        self._retire_late(start, n, block=True)  # a late get still writing these slots lands first
         tpb = self.tokens_per_block
         for i, layer in enumerate(past.layers):
             self._check_states(i, layer.keys)
             for pool, states in ((self.k_pools[i], layer.keys), (self.v_pools[i], layer.values)):
                 # [heads, tokens, dim] of the request -> [tokens, heads, dim] in slots start..n-1
+                lo = start * tpb - held[i]
                 pool[start:n].view((n - start) * tpb, self.kv_heads, self.head_dim).copy_(
-                    states[0, :, start * tpb:n * tpb].transpose(0, 1))
+                    states[0, :, lo:lo + (n - start) * tpb].transpose(0, 1))
         if self.cuda:
             torch.cuda.current_stream(self.device).synchronize()  # the put reads what the stream wrote
         self._put = self.cache.put(keys[start:n], self._slots[start:n],
@@ -715,8 +857,8 @@ class KVFerryPrefixCache:
 
     def sync(self) -> None:
         """Waits for the stores queued so far (e.g. before another process
-        reads the disk directory)."""
-        self._settle()
+        reads the disk directory), and for gets given up as late."""
+        self._settle(late=True)
 
     def forward(self, model, input_ids, *, mode: Optional[str] = None, store: bool = True, **kwargs):
         """model(...) over the request with its cached prefix served; stores
@@ -729,9 +871,8 @@ class KVFerryPrefixCache:
             out = model(ids[:, past.cached_tokens:], use_cache=True, **cache_kwargs(model, past), **kwargs)
             past.finish()
         except PrefixLoadError as exc:
-            log.warning("kvferry: %s", exc)
-            past = self.prepare(ids, "recompute")
-            out = model(ids, use_cache=True, **cache_kwargs(model, past), **kwargs)
+            past = self._recover(ids, past, exc)
+            out = model(ids[:, past.cached_tokens:], use_cache=True, **cache_kwargs(model, past), **kwargs)
         if store:
             self.store(ids, past)
         return out
@@ -747,12 +888,45 @@ class KVFerryPrefixCache:
             out = model.generate(ids, **cache_kwargs(model, past), **kwargs)
             past.finish()
         except PrefixLoadError as exc:
-            log.warning("kvferry: %s", exc)
-            past = self.prepare(ids, "recompute")
+            past = self._recover(ids, past, exc)
             out = model.generate(ids, **cache_kwargs(model, past), **kwargs)
         if store:
             self.store(out.sequences if hasattr(out, "sequences") else out, past)
         return out
+
+    def _recover(self, ids, past, exc) -> KVFerryDynamicCache:
+        """The Cache to run the request again with, its prefix having failed
+        (recompute it all) or run late (PrefixLate: keep the computed front,
+        recompute the rest; the hits stay cached, so store skips them)."""
+        if not isinstance(exc, PrefixLate):
+            log.warning("kvferry: %s", exc)
+            return self.prepare(ids, "recompute")
+        log.info("kvferry: %s", exc)
+        self.hedged += 1
+        # a layer that took its front before the wait ran late has none left: recompute it all
+        whole = past.front_blocks and all(f is not None for f in past._front)
+        tokens = past.front_blocks * self.tokens_per_block if whole else 0
+        return KVFerryDynamicCache(self, tokens, None, past.mode, plan=past.plan, front=past._front if tokens else None,
+                                   known_blocks=past.known_blocks)
+
+    def _give_up(self, tickets, past) -> None:
+        """Late gets, no longer waited for: they land in their slots later,
+        unread, and are retired before anything else writes them."""
+        self._late.extend((t, past.front_blocks, past.cached_blocks) for t in tickets)
+        if self._get is past:
+            self._get = None
+
+    def _retire_late(self, lo: int = 0, hi: Optional[int] = None, block: bool = False) -> None:
+        """Retires the late gets that have landed; with block, waits for the
+        ones writing slots lo..hi first. Their outcome changes nothing here:
+        a block that failed is dropped by the cache, one that arrived late
+        stays cached."""
+        keep = []
+        for ticket, first, end in self._late:
+            overlaps = first < (self.max_blocks if hi is None else hi) and lo < end
+            if (ticket.wait() if block and overlaps else ticket.poll()) is None:
+                keep.append((ticket, first, end))
+        self._late = keep
 
     def _ids_2d(self, input_ids, model):
         if not torch.is_tensor(input_ids):

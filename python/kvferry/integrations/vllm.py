@@ -27,7 +27,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V
 import threading
 
 from .._cache import Cache, key_salt, size_parse
-from .._core import Engine
+from .._engine import Engine
 from .._dir import dir_list, dir_namespaces
 from .._enums import Backend, CacheRemote, EventKind, Status, Tier
 from .._errors import KvferryError, make_error

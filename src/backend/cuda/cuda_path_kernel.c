@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The kernel path: a batch's copies as descriptors in the queue's ring, one
- * upload and one launch of the gather/scatter kernel per ring chunk. */
+ * upload and one launch of the gather/scatter kernel per ring chunk. The
+ * uploads go on a stream of their own, so the launches of consecutive
+ * calls (the engine hands a large batch over in calls of a few MiB) follow
+ * each other on the queue's stream with no copy between them: an upload
+ * on the queue's stream would wait for the kernel before it to end, and
+ * the next kernel for the upload, idling PCIe at every call. */
 #include "cuda_private.h"
+
+#include <stdlib.h>
 
 /* AUTO's rule for the kernel, where it can reach both sides (pinned host
  * memory mapped at its own address, or device memory; never pageable).
@@ -41,10 +48,46 @@ bool kvf__cuda_kernel_fits(cuda_backend *b, cuda_queue *q, const cuda_batch *bt,
     return run < (bt->strided ? KERNEL_ROWS_BELOW : KERNEL_BELOW);
 }
 
-/* Nothing of its own on a queue: its descriptors live in the queue's ring. */
+/* The path's state on a queue: its descriptors live in the queue's ring,
+ * uploaded on `up`; `ev_up` marks an upload's end for the launch that
+ * reads it. */
+typedef struct kernel_state {
+    cudaStream_t up;
+    cudaEvent_t ev_up;
+} kernel_state;
+
 void kvf__cuda_kernel_fini(void *state)
 {
-    (void)state;
+    kernel_state *ks = state;
+    if (!ks)
+        return;
+    if (ks->up) {
+        CUDA_IGNORE(cudaStreamSynchronize(ks->up));
+        CUDA_IGNORE(cudaStreamDestroy(ks->up));
+    }
+    if (ks->ev_up)
+        CUDA_IGNORE(cudaEventDestroy(ks->ev_up));
+    free(ks);
+}
+
+/* The upload stream (at the queue's priority) and its event, at the
+ * path's first batch on q. A ring range is reserved only once the
+ * kernels that read it before have ended (their records are free), so an
+ * upload may run ahead of the queue's stream. */
+static kvf_status kernel_state_of(cuda_queue *q, kernel_state **ks_p)
+{
+    kernel_state *ks = queue_path_state(q, KVF__CUDA_PATH_KERNEL, sizeof *ks);
+    if (!ks)
+        return kvf__fail(KVF_ERR_NOMEM, "cuda: no memory for the kernel path's state");
+    if (!ks->up) {
+        int prio = 0;
+        CUDA_RET(cudaStreamGetPriority(q->stream, &prio));
+        CUDA_RET(cudaStreamCreateWithPriority(&ks->up, cudaStreamNonBlocking, prio));
+    }
+    if (!ks->ev_up)
+        CUDA_RET(cudaEventCreateWithFlags(&ks->ev_up, cudaEventDisableTiming));
+    *ks_p = ks;
+    return KVF_OK;
 }
 
 /* The batch's copies (no empty ones among them after filtering) as ring
@@ -54,8 +97,9 @@ kvf_status kvf__cuda_kernel_submit(cuda_backend *b, cuda_queue *q, const cuda_ba
 {
     const kvf__copy *copies = bt->copies;
     size_t n = bt->n, i = 0;
-    kvf_status st = kvf__cuda_main_only(q);
-    if (st != KVF_OK)
+    kernel_state *ks = NULL;
+    kvf_status st = kernel_state_of(q, &ks);
+    if (st != KVF_OK || (st = kvf__cuda_main_only(q)) != KVF_OK)
         return st;
     do {
         uint32_t idx;
@@ -106,8 +150,10 @@ kvf_status kvf__cuda_kernel_submit(cuda_backend *b, cuda_queue *q, const cuda_ba
         }
         if (nd > 0) {
             CUDA_GOTO(cudaMemcpyAsync(q->ring_dev + idx, d, nd * sizeof *d, cudaMemcpyHostToDevice,
-                                      q->stream),
+                                      ks->up),
                       st, fail);
+            CUDA_GOTO(cudaEventRecord(ks->ev_up, ks->up), st, fail);
+            CUDA_GOTO(cudaStreamWaitEvent(q->stream, ks->ev_up, 0), st, fail);
             CUDA_GOTO(kvf__cuda_copy_launch(q->ring_dev + idx, nd, tiles, b->grid, q->stream), st,
                       fail);
         }
@@ -115,6 +161,7 @@ kvf_status kvf__cuda_kernel_submit(cuda_backend *b, cuda_queue *q, const cuda_ba
             goto fail;
         continue;
     fail:
+        CUDA_IGNORE(cudaStreamSynchronize(ks->up));
         CUDA_IGNORE(cudaStreamSynchronize(q->stream));
         kvf__cuda_unreserve(r);
         return st;
