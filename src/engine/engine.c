@@ -6,21 +6,6 @@
 #include "engine_private.h"
 #include "sized.h"
 
-const char *const kvf__op_names[] = {"offload to host",
-                                     "offload to file",
-                                     "onboard from host",
-                                     "onboard from file",
-                                     "copy",
-                                     "demote to file",
-                                     "promote from file",
-                                     "remove file",
-                                     "offload to remote",
-                                     "onboard from remote",
-                                     "remove remote",
-                                     "demote to remote",
-                                     "promote from remote",
-                                     "fence"};
-
 /* Chooses the file tier's path (see kvf_gds_compat): e->gds set when
  * cuFile is taken, its driver then held until the engine is destroyed.
  * Never fails: where GDS was asked for and is not to be had, the POSIX
@@ -260,7 +245,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->settings = settings;
     e->nsettings = nsettings;
     e->cfg = c;
-    for (size_t t = 0; t < 2; t++)
+    for (size_t t = 0; t < KVF_TIER_COUNT; t++)
         kvf__key_table_init(&e->tiers[t].hazards);
     kvf__key_table_init(&e->lost_files);
     e->next_id = 1;
@@ -273,8 +258,6 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->cfg.file.dir = e->file_dir;
     e->cfg.file.namespace_ = e->file_namespace;
     e->dir.dir_fd = -1;
-    e->tiers[0].ops = &kvf__file_tier_ops;
-    e->tiers[1].ops = &kvf__remote_tier_ops;
 
     st = backend_setup(e);
     if (st != KVF_OK)
@@ -420,7 +403,7 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->live);
     free(e->sec);
     free(e->sec_pool_bits);
-    for (size_t t = 0; t < 2; t++)
+    for (size_t t = 0; t < KVF_TIER_COUNT; t++)
         kvf__key_table_free(&e->tiers[t].hazards);
     kvf__store_close(e->remote);
     free(e->remote_url);
@@ -447,32 +430,6 @@ kvf_backend kvf_engine_backend(const kvf_engine *e)
     return e ? e->backend_kind : KVF_BACKEND_AUTO;
 }
 
-uint32_t kvf_engine_layerwise_tiers(const kvf_engine *e)
-{
-    /* the GPU orders the host and GPU copies pool by pool; the host
-     * backend and the slow tiers deliver whole batches */
-    if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
-        return 0;
-    return 1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU;
-}
-
-const char *kvf_tier_name(kvf_tier tier)
-{
-    switch (tier) {
-    case KVF_TIER_HOST:
-        return "host";
-    case KVF_TIER_DISK:
-        return "disk";
-    case KVF_TIER_REMOTE:
-        return "remote";
-    case KVF_TIER_GPU:
-        return "gpu";
-    case KVF_TIER_COUNT:
-        break;
-    }
-    return "?";
-}
-
 const char *kvf_backend_name(kvf_backend backend)
 {
     switch (backend) {
@@ -492,10 +449,9 @@ kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const
                                     size_t n_pools, const kvf_move *moves, size_t n,
                                     kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
-    op_kind kind = OP_COPY;
+    op_kind kind = KIND_COPY;
     if (!copy) {
-        kvf_status st = kvf__tier_kind("offload", to, kinds, &kind);
+        kvf_status st = kvf__tier_kind("offload", to, OP_OFFLOAD, &kind);
         if (st != KVF_OK)
             return st;
     }
@@ -514,13 +470,13 @@ void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n)
 kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n, kvf_ticket *ticket_p)
 {
     if (!slots || n == 0 || n > SIZE_MAX / sizeof(kvf_move))
-        return kvf__submit(e, OP_FENCE, NULL, 0, ticket_p);
+        return kvf__submit(e, KIND_FENCE, NULL, 0, ticket_p);
     kvf_move *moves = malloc(n * sizeof *moves);
     if (!moves)
         return kvf__fail(KVF_ERR_NOMEM, "fence: out of memory");
     for (size_t i = 0; i < n; i++)
         moves[i] = (kvf_move){slots[i], slots[i], 0};
-    kvf_status st = kvf__submit(e, OP_FENCE, moves, n, ticket_p);
+    kvf_status st = kvf__submit(e, KIND_FENCE, moves, n, ticket_p);
     free(moves);
     return st;
 }

@@ -7,8 +7,8 @@
 
 static void file_move_failed(batch *b, size_t i, kvf_status st, const char *msg)
 {
-    KVF_LOG(KVF_LOG_WARN, "%s: %s", kvf__op_names[b->kind], msg);
-    kvf__move_failed(b, i, st, "%s: %s", kvf__op_names[b->kind], msg);
+    KVF_LOG(KVF_LOG_WARN, "%s: %s", op_name(b->kind), msg);
+    kvf__move_failed(b, i, st, "%s: %s", op_name(b->kind), msg);
 }
 
 /* Marks a file key lost (its old file could not be removed), or clears
@@ -73,7 +73,7 @@ void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i)
     lost_file_set(e, key, true);
     KVF_LOG(KVF_LOG_ERROR,
             "%s: after a failed write: %s; the key is refused (KVF_ERR_LOST) until written again%s",
-            kvf__op_names[b->kind], kvf_last_error(),
+            op_name(b->kind), kvf_last_error(),
             emptied ? "" : "; an engine opened on this directory later would serve the old bytes");
 }
 
@@ -193,7 +193,7 @@ static bool retry_resource_failures(const batch *b, size_t first, size_t last)
         }
     if (n)
         KVF_LOG(KVF_LOG_INFO, "%s: retrying %zu moves that found the process out of a resource",
-                kvf__op_names[b->kind], n);
+                op_name(b->kind), n);
     return n > 0;
 }
 
@@ -226,7 +226,7 @@ static bool reread_verdicts(const batch *b, size_t first, size_t last)
         KVF_LOG(KVF_LOG_INFO,
                 "%s: reading %zu blocks again whose check failed (a writer in another process "
                 "may be rewriting their files)",
-                kvf__op_names[b->kind], n);
+                op_name(b->kind), n);
     return n > 0;
 }
 
@@ -264,13 +264,13 @@ static void remove_files(kvf_engine *e, batch *b, size_t first, size_t last)
 static void run_file_moves(worker *w, batch *b, size_t first, size_t last)
 {
     kvf_engine *e = w->engine;
-    if (b->kind == OP_REMOVE) {
+    if (kind_removes(b->kind)) {
         remove_files(e, b, first, last);
         return;
     }
     /* device slots take cuFile; secondary slots are host memory */
     bool dev = e->gds && !kind_uses_secondary(b->kind);
-    bool to_file = kind_writes(b->kind) == SP_FILE;
+    bool to_file = tier_keyed(kind_writes(b->kind));
     if (!to_file)
         refuse_lost_files(e, b, first, last);
     kvf_status st = kvf__ensure_staging(w, last - first, dev);
@@ -330,4 +330,26 @@ static size_t file_chunk_moves(const kvf_engine *e)
     return per > budget ? budget : per;
 }
 
-const tier_ops kvf__file_tier_ops = {file_chunk, file_chunk_moves, NULL};
+/* After a batch wrote block files: under KVF_FSYNC_BATCH, one commit
+ * makes them durable, or fails every move not failed already (and drops
+ * its file, as for any failed write). */
+static void file_wrote(kvf_engine *e, batch *b)
+{
+    if (e->cfg.file.fsync != KVF_FSYNC_BATCH)
+        return;
+    kvf_status st = e->file_store->ops->commit(e->file_store);
+    if (st == KVF_OK)
+        return;
+    /* every move of the batch is done: their statuses are this thread's
+     * to write; the files of those failed before are gone already */
+    char why[KVF_MOVE_ERROR_MESSAGE];
+    snprintf(why, sizeof why, "%s", kvf_last_error());
+    for (size_t i = 0; i < b->n; i++)
+        if (b->status[i] == KVF_INPROGRESS) {
+            kvf__move_failed(b, i, st, "%s: block 0x%llx: %s", op_name(b->kind),
+                             (unsigned long long)b->moves[i].dst, why);
+            kvf__drop_failed_file(e, b, i);
+        }
+}
+
+const tier_ops kvf__file_tier_ops = {file_chunk, file_chunk_moves, NULL, file_wrote};

@@ -65,7 +65,7 @@ kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
 /* The remote key a move of a remote batch writes or reads. */
 static uint64_t remote_key(const batch *b, size_t i)
 {
-    return kind_writes(b->kind) == SP_REMOTE ? b->moves[i].dst : b->moves[i].src;
+    return tier_keyed(kind_writes(b->kind)) ? b->moves[i].dst : b->moves[i].src;
 }
 
 /* Checks one block fetched from a remote store against the engine (its
@@ -152,8 +152,8 @@ static kvf_status remote_fetch_blocks(worker *w, batch *b, const size_t *idx, si
             continue;
         }
         blk[j].status = st;
-        KVF_LOG(KVF_LOG_WARN, "%s: %s", kvf__op_names[b->kind], kvf_last_error());
-        kvf__move_failed(b, idx[j], st, "%s: %s", kvf__op_names[b->kind], kvf_last_error());
+        KVF_LOG(KVF_LOG_WARN, "%s: %s", op_name(b->kind), kvf_last_error());
+        kvf__move_failed(b, idx[j], st, "%s: %s", op_name(b->kind), kvf_last_error());
         noted[j] = true;
     }
     kvf_status st = ncp ? remote_copy(e, b, cp, ncp) : KVF_OK;
@@ -174,10 +174,10 @@ static kvf_status remote_fetch_blocks(worker *w, batch *b, const size_t *idx, si
 static void remote_chunk_failed(batch *b, const size_t *idx, size_t m, kvf_status st)
 {
     char why[KVF_MOVE_ERROR_MESSAGE];
-    KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", kvf__op_names[b->kind], m, kvf_last_error());
+    KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_name(b->kind), m, kvf_last_error());
     snprintf(why, sizeof why, "%s", kvf_last_error());
     for (size_t j = 0; j < m; j++)
-        kvf__move_failed(b, idx[j], st, "%s: remote block 0x%llx: %s", kvf__op_names[b->kind],
+        kvf__move_failed(b, idx[j], st, "%s: remote block 0x%llx: %s", op_name(b->kind),
                          (unsigned long long)remote_key(b, idx[j]), why);
 }
 
@@ -202,7 +202,7 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
     kvf__copy *cp = st == KVF_OK ? malloc(m * e->npools * sizeof *cp) : NULL;
     kvf__store_block *blk = cp ? malloc(m * sizeof *blk) : NULL;
     if (st == KVF_OK && !blk)
-        st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[b->kind]);
+        st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_name(b->kind));
     if (st != KVF_OK) {
         remote_chunk_failed(b, idx, m, st);
         free(cp);
@@ -213,11 +213,11 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
     char first_why[KVF_MOVE_ERROR_MESSAGE] = "";
     bool noted[REMOTE_CHUNK_MOVES] = {false};
     kvf_status ret;
-    if (b->kind == OP_REMOVE_REMOTE) {
+    if (kind_removes(b->kind)) {
         for (size_t j = 0; j < m; j++)
             blk[j] = (kvf__store_block){.key = b->moves[idx[j]].src};
         ret = s->ops->remove(s, blk, m, deadline_ns);
-    } else if (kind_writes(b->kind) == SP_REMOTE) {
+    } else if (tier_keyed(kind_writes(b->kind))) {
         ret = remote_store_blocks(w, b, idx, m, s, blk, cp, deadline_ns);
     } else {
         ret = remote_fetch_blocks(w, b, idx, m, s, blk, cp, deadline_ns, noted, first_why,
@@ -226,14 +226,13 @@ static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uin
     if (ret != KVF_OK && !first_why[0])
         snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
     if (ret != KVF_OK) /* names the first failed block's key and node */
-        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", kvf__op_names[b->kind], m, first_why);
+        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_name(b->kind), m, first_why);
     /* a store names each failed block itself, or only the call's first
      * failure: the others then quote it */
     kvf__store_name_failures(s, blk, m, first_why);
     for (size_t j = 0; j < m; j++)
         if (blk[j].status != KVF_OK && !noted[j])
-            kvf__move_failed(b, idx[j], blk[j].status, "%s: %s", kvf__op_names[b->kind],
-                             blk[j].msg);
+            kvf__move_failed(b, idx[j], blk[j].status, "%s: %s", op_name(b->kind), blk[j].msg);
     free(blk);
     free(cp);
 }
@@ -245,4 +244,4 @@ static size_t remote_chunk_moves(const kvf_engine *e)
     return per < 1 ? 1 : per > REMOTE_CHUNK_MOVES ? REMOTE_CHUNK_MOVES : per;
 }
 
-const tier_ops kvf__remote_tier_ops = {run_remote_chunk, remote_chunk_moves, remote_deadline};
+const tier_ops kvf__remote_tier_ops = {run_remote_chunk, remote_chunk_moves, remote_deadline, NULL};

@@ -77,7 +77,7 @@ kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev)
 size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, uint8_t *payload,
                         uint32_t tokens, uint32_t file_tokens, kvf__copy *out)
 {
-    bool to_file = kind_writes(kind) == SP_FILE || kind_writes(kind) == SP_REMOTE;
+    bool to_file = tier_keyed(kind_writes(kind));
     bool secondary = kind_uses_secondary(kind);
     size_t off = 0;
     for (uint32_t p = 0; p < e->npools; p++) {
