@@ -356,20 +356,18 @@ void kvf_engine_destroy(kvf_engine *e)
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
     for (uint32_t i = 0; i < e->nworkers; i++) {
         const worker *w = &e->workers[i];
-        if (w->file_chunks)
+        if (w->store_chunks)
             KVF_LOG(KVF_LOG_DEBUG,
-                    "engine: worker %u: %llu file chunks, %llu moves, %.1f ms in them, of "
-                    "which %.1f ms copying between slots and staging",
-                    i, (unsigned long long)w->file_chunks, (unsigned long long)w->file_moves,
-                    (double)w->file_ns / 1e6, (double)atomic_load(&w->copy_ns) / 1e6);
+                    "engine: worker %u: %llu chunks of disk or remote moves, %llu moves, %.1f "
+                    "ms in them, of which %.1f ms copying between slots and staging",
+                    i, (unsigned long long)w->store_chunks, (unsigned long long)w->store_moves,
+                    (double)w->store_ns / 1e6, (double)atomic_load(&w->copy_ns) / 1e6);
         if (e->workers[i].staging)
             e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].staging);
-        if (e->workers[i].rstaging)
-            e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].rstaging);
         kvf__gds_buf_destroy(e->workers[i].gstaging);
-        free(e->workers[i].ios);
+        free(e->workers[i].moves);
+        free(e->workers[i].blocks);
         free(e->workers[i].copies);
-        free(e->workers[i].io_moves);
     }
     free(e->workers);
     kvf__store_close(e->file_store);
@@ -537,9 +535,8 @@ bool kvf__engine_has_remote(const kvf_engine *e)
 kvf__store *kvf__engine_store(kvf_engine *e, kvf_tier tier)
 {
     kvf__store *s = NULL;
-    if (tier == KVF_TIER_DISK)
-        return e->file_store;
-    if (tier == KVF_TIER_REMOTE && e->remote_url && kvf__remote_handle(e, &s) != KVF_OK)
+    if ((unsigned)tier >= KVF_TIER_COUNT || !tier_keyed(tier) ||
+        kvf__tiers[tier].ops->store(e, &s) != KVF_OK)
         return NULL;
     return s;
 }

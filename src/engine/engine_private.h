@@ -244,36 +244,34 @@ typedef struct sec_slot {
 typedef struct worker {
     kvf_engine *engine;
     pthread_t thread;
-    /* file I/O: room for a chunk of moves, each a header + one block of
-     * every pool padded to the O_DIRECT alignment */
+    /* a chunk of moves against a keyed tier's store: each move's block as
+     * the store keeps it, a header and one block of every pool, padded to
+     * the O_DIRECT alignment (kvf__staging_slot_bytes), back to back */
     uint8_t *staging;
     size_t staging_bytes;
-    kvf__gds_buf *gstaging; /* the GDS path's: device memory, registered with cuFile */
-    uint8_t *rstaging;      /* blocks of a remote batch, back to back */
-    size_t rstaging_bytes;
-    kvf__blockfile_io *ios;
+    kvf__gds_buf *gstaging; /* the same in device memory, registered with cuFile (GDS) */
+    /* per move of the chunk: its index in the batch, its store block, and
+     * its copies between slots and staging (npools each); nmoves of each */
+    size_t *moves;
+    kvf__store_block *blocks;
     kvf__copy *copies;
-    size_t *io_moves;
-    size_t nios;
-    struct batch *file_batch; /* the batch run_file_moves works on */
-    /* file-tier time, logged at KVF_LOG=debug when the engine ends: where a
-     * chunk's wall time goes (its slot <-> staging copies run inside it,
-     * on the I/O engine's threads too, hence the atomic) */
-    uint64_t file_chunks, file_moves, file_ns;
+    size_t nmoves;
+    /* keyed-tier time, logged at KVF_LOG=debug when the engine ends: where
+     * a chunk's wall time goes (its slot <-> staging copies run inside it,
+     * on a store's I/O threads too, hence the atomic) */
+    uint64_t store_chunks, store_moves, store_ns;
     _Atomic uint64_t copy_ns;
 } worker;
 
-/* How the engine runs a keyed tier's moves (execute_file.c,
- * execute_store.c): a worker's chunk of a batch against the tier's store,
- * how many moves make a chunk, the time a batch's chunks have, and what
- * follows a batch that wrote to the tier. */
+/* A keyed tier's part in running its moves (execute_store.c runs them,
+ * the same for every store): its store, how many moves make a worker's
+ * chunk, and the time a batch's chunks have. */
 typedef struct tier_ops {
-    void (*run_chunk)(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns);
+    /* The tier's store, opened first where needed (NULL where the engine
+     * has no such tier); a failure to open it names why. */
+    kvf_status (*store)(kvf_engine *e, kvf__store **s_p);
     size_t (*chunk_moves)(const kvf_engine *e);
     uint64_t (*deadline)(const kvf_engine *e, batch *b); /* NULL: none */
-    /* After every move of batch b, which wrote blocks to the tier, is
-     * done; the lock not held. NULL: nothing. */
-    void (*wrote)(kvf_engine *e, batch *b);
 } tier_ops;
 
 /* What the engine knows of a tier, in kvf__tiers (tiers.c), indexed by
@@ -495,19 +493,31 @@ KVF_INTERNAL void kvf__release_after(kvf_engine *e, batch *b);
 /* staging.c */
 KVF_INTERNAL kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need);
 KVF_INTERNAL size_t kvf__staging_slot_bytes(const kvf_engine *e);
-KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev);
+/* Room for a chunk of n moves: the worker's per-move arrays, and with
+ * `images` their blocks' images, in device memory for the GDS path
+ * (`dev`), else on the host. */
+KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool images, bool dev);
+/* Block image k of the worker's staging: where its payload starts. */
+KVF_INTERNAL uint8_t *kvf__staging_payload(worker *w, size_t k, bool dev);
 KVF_INTERNAL size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
                                      uint8_t *payload, uint32_t tokens, uint32_t file_tokens,
                                      kvf__copy *out);
-KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp);
-
-/* execute_file.c */
-KVF_INTERNAL void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i);
-KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
+/* Runs n copies made a block at a time between slots and staging (those of
+ * the pools batch b moves). */
+KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp, size_t n);
 
 /* execute_store.c */
+/* Runs moves [first, last) of a batch on a keyed tier through its store. */
+KVF_INTERNAL void kvf__run_store_chunk(worker *w, batch *b, size_t first, size_t last,
+                                       uint64_t deadline_ns);
+/* Every move of batch b, which wrote to a keyed tier, is done: the store
+ * commits them (its durability policy); the lock not held. */
+KVF_INTERNAL void kvf__store_batch_wrote(kvf_engine *e, batch *b);
 KVF_INTERNAL kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p);
 KVF_INTERNAL extern const tier_ops kvf__remote_tier_ops;
+
+/* file_tier.c */
+KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
 
 /* costs.c: a batch (or group) completed; lock held */
 KVF_INTERNAL void kvf__costs_batch_done(kvf_engine *e, const batch *b);

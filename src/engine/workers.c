@@ -123,7 +123,7 @@ void *kvf__worker_main(void *arg)
             wait_after(e, b, first, last);
         /* each move's status is written by the one worker that claimed it */
         if (t)
-            t->run_chunk(w, b, first, last, deadline_ns);
+            kvf__run_store_chunk(w, b, first, last, deadline_ns);
         for (size_t i = first; i < last && !kind_on_workers(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
@@ -138,9 +138,9 @@ void *kvf__worker_main(void *arg)
         if (b->moves_done < b->n)
             chunk_ended(e, b, first, last);
         if (b->moves_done == b->n) {
-            if (t && t->wrote && !kind_removes(b->kind) && tier_keyed(kind_writes(b->kind))) {
+            if (t && !kind_removes(b->kind) && tier_keyed(kind_writes(b->kind))) {
                 pthread_mutex_unlock(&e->mu);
-                t->wrote(e, b);
+                kvf__store_batch_wrote(e, b);
                 engine_lock(e);
             }
             kvf__complete_batch(e, b);
