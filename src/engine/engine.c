@@ -247,7 +247,6 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->cfg = c;
     for (size_t t = 0; t < KVF_TIER_COUNT; t++)
         kvf__key_table_init(&e->tiers[t].hazards);
-    kvf__key_table_init(&e->lost_files);
     e->next_id = 1;
     e->file_dir = dup_or_null(c.file.dir);
     e->file_namespace = strdup(c.file.namespace_ ? c.file.namespace_ : "default");
@@ -279,8 +278,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
 
     if (pthread_mutex_init(&e->mu, NULL) != 0 || pthread_mutex_init(&e->spare_mu, NULL) != 0 ||
         pthread_mutex_init(&e->submit_mu, NULL) != 0 ||
-        pthread_mutex_init(&e->remote_mu, NULL) != 0 ||
-        pthread_mutex_init(&e->lost_mu, NULL) != 0) {
+        pthread_mutex_init(&e->remote_mu, NULL) != 0) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_mutex_init failed");
         goto close_dir;
     }
@@ -406,8 +404,6 @@ void kvf_engine_destroy(kvf_engine *e)
     kvf__store_close(e->remote);
     free(e->remote_url);
     pthread_mutex_destroy(&e->remote_mu);
-    kvf__key_table_free(&e->lost_files);
-    pthread_mutex_destroy(&e->lost_mu);
     free(e->mark_primary);
     free(e->mark_secondary);
     free(e->sort_count);

@@ -356,12 +356,6 @@ struct kvf_engine {
     uint64_t remote_retry_ns;
     char remote_why[192]; /* why the last connection failed, for the moves it fails */
 
-    /* File keys whose last write failed and whose old file could not be
-     * removed (kvf__blockfile_discard): refused with KVF_ERR_LOST until
-     * written (or removed) again. Entries have no hazard; lost_mu guards. */
-    key_table lost_files;
-    pthread_mutex_t lost_mu;
-
     uint64_t next_id;
     batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
     batch *undone_head, *undone_tail;
