@@ -342,11 +342,9 @@ struct kvf_engine {
     uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see kvf__check_moves */
 
     bool file_enabled;
-    kvf__blockfile_dir dir;
-    kvf__fileio_runner *fio;
-    kvf__store *file_store; /* the file tier's store, over dir and fio */
-    bool gds;               /* moves between primary slots and files go through cuFile */
-    kvf__gds_probe gds_probe;
+    kvf__store *file_store; /* the disk tier's: every choice about files is its own */
+    /* the pools' layout, fixed with them: what every stored block carries */
+    uint64_t fingerprint;
 
     /* The remote tier: connected on first use, and again (at most once a
      * second) after that failed. */

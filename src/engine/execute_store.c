@@ -56,7 +56,7 @@ kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
                            e->remote_why);
         } else {
             kvf__store_config sc = {
-                e->remote_url,       e->file_namespace,        e->dir.fingerprint,
+                e->remote_url,       e->file_namespace,        e->fingerprint,
                 e->cfg.remote.ttl_s, e->cfg.remote.timeout_ms, e->cfg.remote_mem_bytes};
             st = kvf__store_open(&sc, &e->remote);
             if (st != KVF_OK) {

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The disk tier's part in running its moves: its store (the file store
- * over the engine's directory and file I/O runner) and the size of a
- * worker's chunk. Everything about files (O_DIRECT, io_uring, GPUDirect
- * Storage images, fsync, torn and lost files) is the store's.
+ * The disk tier's part in running its moves: its store (the file store,
+ * opened at create) and the size of a worker's chunk. Everything about
+ * files (the runner, O_DIRECT, io_uring, GPUDirect Storage, fsync, torn
+ * and lost files) is the store's.
  */
 #include "engine_private.h"
 
@@ -18,7 +18,7 @@ static kvf_status file_store_of(kvf_engine *e, kvf__store **s_p)
  * at the end of a chunk; within a staging budget. */
 static size_t file_chunk_moves(const kvf_engine *e)
 {
-    size_t nw = e->nworkers, depth = kvf__fileio_runner_depth(e->fio);
+    size_t nw = e->nworkers, depth = kvf__file_store_depth(e->file_store);
     size_t budget = FILE_STAGING_BUDGET / kvf__staging_slot_bytes(e);
     size_t per = 4 * ((depth + nw - 1) / nw);
     return per > budget ? budget : per;

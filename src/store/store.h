@@ -234,13 +234,31 @@ KVF_INTERNAL kvf_status kvf__store_first_failure(const kvf__store_block *blocks,
 KVF_INTERNAL void kvf__store_block_fail(kvf__store_block *b, kvf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The stores of the file tier (store/file/file_store.c), over a directory
- * the caller opened and keeps open while the store lives: `fio` runs its
- * I/O (NULL: inline), `gds` says whether buffers may be device memory. */
+/* An engine's disk tier (store/file/file_store.c): the file store over
+ * <dir>/<ns>, its leftovers of crashed writers removed, its I/O through a
+ * runner of its own (io_uring or threads, `lanes` callers at once), and
+ * the GPUDirect Storage path taken where `io` and `gds_compat` allow it,
+ * the machine has it and `device_slots` (blocks come from device memory).
+ * Never fails for GDS: where it was asked for and is not to be had, the
+ * POSIX path serves, with one warning a process naming why. */
+typedef struct kvf__file_tier_config {
+    const char *dir, *ns;
+    kvf_fsync fsync;
+    kvf_file_io io;
+    kvf_gds_compat gds_compat;
+    kvf_file_runner runner;
+    uint32_t queue_depth, lanes;
+    bool device_slots;
+} kvf__file_tier_config;
+KVF_INTERNAL kvf_status kvf__file_store_open_tier(const kvf__file_tier_config *cfg,
+                                                  kvf__store **store_p);
+/* A disk tier's directory, for tests that look at the files under the
+ * store's interface, and its layout fingerprint's place (set when the
+ * engine's pools are fixed); NULL for another store. */
 struct kvf__blockfile_dir;
-struct kvf__fileio_runner;
-KVF_INTERNAL kvf_status kvf__file_store_wrap(struct kvf__blockfile_dir *dir,
-                                             struct kvf__fileio_runner *fio, bool gds,
-                                             kvf__store **store_p);
+KVF_INTERNAL struct kvf__blockfile_dir *kvf__file_store_dir(kvf__store *s);
+/* Calls its runner keeps in flight; "io_uring" or "threads". */
+KVF_INTERNAL uint32_t kvf__file_store_depth(const kvf__store *s);
+KVF_INTERNAL const char *kvf__file_store_runner_name(const kvf__store *s);
 
 #endif /* KVF_STORE_H */

@@ -6,13 +6,16 @@
  * Local I/O has no deadline: calls ignore deadline_ns.
  */
 #include "blockfile.h"
+#include "gds.h"
 #include "keymap.h"
 #include "log.h"
 #include "store.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +28,8 @@ typedef struct file_store {
     kvf__store base;
     kvf__blockfile_dir *dir;
     kvf__blockfile_dir owned; /* the directory, when the store opened it */
-    kvf__fileio_runner *fio;
-    bool gds;
+    kvf__fileio_runner *fio;  /* the runner (an engine's tier's, owned); NULL: inline */
+    bool gds;                 /* blocks may be device images: cuFile's driver held */
     /* Keys whose last write failed and whose old file could not be removed
      * (file_discard): refused with KVF_ERR_LOST until written or removed
      * again, so that the old bytes are never served. lost_mu guards. */
@@ -485,6 +488,9 @@ static bool file_device_staging(const kvf__store *base)
 static void file_close(kvf__store *base)
 {
     file_store *s = (file_store *)base;
+    kvf__fileio_runner_destroy(s->fio);
+    if (s->gds)
+        kvf__gds_release();
     if (s->dir == &s->owned)
         kvf__blockfile_close_dir(&s->owned);
     kvf__keymap_clear(&s->lost, free);
@@ -524,19 +530,84 @@ static file_store *file_store_new(const char *where)
     return s;
 }
 
-kvf_status kvf__file_store_wrap(kvf__blockfile_dir *dir, kvf__fileio_runner *fio, bool gds,
-                                kvf__store **store_p)
+/* Whether the disk tier takes the GPUDirect Storage path (see
+ * kvf_gds_compat), cuFile's driver then held until the store closes. */
+static bool gds_choose(const kvf__file_tier_config *cfg, const char *root)
 {
-    if (!dir || !dir->root || !store_p)
-        return kvf__fail(KVF_ERR_INVALID, "file store: directory not open");
-    file_store *s = file_store_new(dir->root);
+    static atomic_bool warned;
+    if (cfg->io == KVF_FILE_IO_POSIX)
+        return false;
+    kvf_gds_compat compat = kvf__gds_compat_of(cfg->gds_compat);
+    kvf__gds_probe probe;
+    char why[sizeof probe.detail + 96];
+    kvf_status st = KVF_ERR_UNSUPPORTED;
+    if (!cfg->device_slots) {
+        snprintf(why, sizeof why, "the host backend keeps no block in device memory");
+    } else {
+        st = kvf__gds_acquire(compat, &probe);
+        /* a file system cuFile refuses would send every block through host
+         * memory twice: the POSIX path instead, unless compat mode is on */
+        if (kvf__gds_choose(cfg->io, compat, &probe, why, sizeof why) &&
+            (compat == KVF_GDS_COMPAT_ON || kvf__gds_dir_usable(root, why, sizeof why))) {
+            KVF_LOG(KVF_LOG_INFO, "file tier: GPUDirect Storage, cuFile %s", probe.detail);
+            return true;
+        }
+    }
+    if (st == KVF_OK)
+        kvf__gds_release();
+    kvf__clear_error();
+    if (cfg->io == KVF_FILE_IO_GDS && !atomic_exchange(&warned, true))
+        KVF_LOG(KVF_LOG_WARN, "file tier: GPUDirect Storage not used (%s): POSIX path", why);
+    else
+        KVF_LOG(KVF_LOG_INFO, "file tier: POSIX path (%s)", why);
+    return false;
+}
+
+kvf_status kvf__file_store_open_tier(const kvf__file_tier_config *cfg, kvf__store **store_p)
+{
+    char where[PATH_MAX];
+    snprintf(where, sizeof where, "%s/%s", cfg->dir, cfg->ns);
+    file_store *s = file_store_new(where);
     if (!s)
-        return kvf__fail(KVF_ERR_NOMEM, "file store %s: out of memory", dir->root);
-    s->dir = dir;
-    s->fio = fio;
-    s->gds = gds;
+        return kvf__fail(KVF_ERR_NOMEM, "file tier %s: out of memory", where);
+    kvf_status st = kvf__blockfile_open_dir(cfg->dir, cfg->ns, 0, cfg->fsync, &s->owned);
+    if (st != KVF_OK) {
+        file_close(&s->base);
+        return st;
+    }
+    s->dir = &s->owned;
+    free(s->base.where);
+    s->base.where = strdup(s->dir->root);
+    kvf__blockfile_remove_stale(s->dir);
+    s->gds = gds_choose(cfg, s->dir->root);
+    /* cuFile's calls run on the thread runner's threads (not io_uring) */
+    st = kvf__fileio_runner_create(s->gds ? KVF_FILE_RUNNER_THREADS : cfg->runner, cfg->queue_depth,
+                                   cfg->lanes, &s->fio);
+    if (st != KVF_OK || !s->base.where) {
+        file_close(&s->base);
+        return st != KVF_OK ? st : kvf__fail(KVF_ERR_NOMEM, "file tier %s: out of memory", where);
+    }
+    s->dir->fio = s->fio;
     *store_p = &s->base;
     return KVF_OK;
+}
+
+kvf__blockfile_dir *kvf__file_store_dir(kvf__store *s)
+{
+    return s && s->ops == &file_ops ? ((file_store *)s)->dir : NULL;
+}
+
+uint32_t kvf__file_store_depth(const kvf__store *s)
+{
+    return kvf__fileio_runner_depth(((const file_store *)s)->fio);
+}
+
+const char *kvf__file_store_runner_name(const kvf__store *s)
+{
+    const file_store *f = (const file_store *)s;
+    return !f->fio                                                    ? "inline"
+           : kvf__fileio_runner_type(f->fio) == KVF_FILE_RUNNER_URING ? "io_uring"
+                                                                      : "threads";
 }
 
 static kvf_status file_check_url(const char *url)
