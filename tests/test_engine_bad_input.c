@@ -71,7 +71,7 @@ static int test_bad_input(void)
 
     /* pool 1 has no secondary slots: the host tier is refused, naming it */
     CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, &m, 1, &t), KVF_ERR_INVALID);
-    CHECK(strstr(kvf_last_error(), "pool 1") != NULL);
+    CHECK_STR_HAS(kvf_last_error(), "offload to host: pool 1 has no secondary slots");
     /* no file tier configured */
     CHECK_STATUS(kvf_offload(e, KVF_TIER_DISK, &m, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "file tier") != NULL);
@@ -180,6 +180,13 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_demote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "demote to remote: the engine has no remote tier") != NULL);
     CHECK_STATUS(kvf_promote(e, KVF_TIER_REMOTE, &to_key, 1, &t), KVF_ERR_INVALID);
+    /* each refusal names the call by its direction and tier */
+    CHECK_STATUS(kvf_promote(e, KVF_TIER_DISK, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "promote from file: the engine has no file tier");
+    CHECK_STATUS(kvf_remove(e, KVF_TIER_REMOTE, &key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "remove remote: the engine has no remote tier");
+    CHECK_STATUS(kvf_onboard(e, KVF_TIER_DISK, &to_key, 1, &t), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "onboard from file: the engine has no file tier");
     CHECK(t.id == 0); /* no ticket for a refused batch */
     CHECK(strcmp(kvf_tier_name(KVF_TIER_HOST), "host") == 0);
     CHECK(strcmp(kvf_tier_name(KVF_TIER_DISK), "disk") == 0);

@@ -216,8 +216,16 @@ static int test_failed_file_write_removes(void)
     fill_block(&f, 0, 51);
     fail_src = slot(&f, 0, KVF_LEVEL_PRIMARY, 0);
     kvf__set_copy_hook(fail_copy_from);
-    CHECK_STATUS(run1(f.e, true, KVF_TIER_DISK, 0, 0xf0, 0), KVF_ERR_IO);
+    kvf_move om = TO_KEY(0, 0xf0);
+    kvf_ticket ot;
+    kvf_move_error oerr;
+    size_t noerr = 0;
+    CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, &om, 1, &ot), KVF_OK);
+    CHECK_STATUS(kvf_wait_errors(f.e, ot, NULL, &oerr, 1, &noerr), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
+    CHECK(noerr == 1);
+    CHECK_STR_HAS(oerr.message,
+                  "offload to file: block 000000000000000000000000000000f0: gathering slot 0");
     poison_block(&f, 4);
     CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xf0, 4, 0), KVF_ERR_NOT_FOUND);
     CHECK(slot(&f, 0, KVF_LEVEL_PRIMARY, 4)[0] == POISON);
@@ -271,10 +279,17 @@ static int test_onboard_copy_failure(void)
     kvf_move on[2] = {FROM_KEY(0xc0, 4), FROM_KEY(0xc1, 5)};
     kvf_status per[2];
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, on, 2, &t), KVF_OK);
-    CHECK_STATUS(kvf_wait(f.e, t, per), KVF_ERR_IO);
+    kvf_move_error err[2];
+    size_t nerr = 0;
+    CHECK_STATUS(kvf_wait_errors(f.e, t, per, err, 2, &nerr), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
     CHECK_STATUS(per[0], KVF_ERR_IO);
     CHECK_STATUS(per[1], KVF_OK);
+    /* the move's message names the block and the slot it did not reach */
+    CHECK(nerr == 1 && err[0].index == 0);
+    CHECK_STR_HAS(
+        err[0].message,
+        "onboard from file: block 000000000000000000000000000000c0: scattering into slot 4");
     if (expect_block(&f, 5, 62, 0))
         return 1;
     CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xc0, 4, 0), KVF_OK);

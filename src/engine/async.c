@@ -24,8 +24,8 @@ kvf_region kvf__pool_region(const pool *pl, uint32_t tokens)
 kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kvf_move *mv)
 {
     const pool *pl = &e->pools[p];
-    const mem_array *src = kind == OP_ONBOARD_HOST ? &pl->secondary : &pl->primary;
-    const mem_array *dst = kind == OP_OFFLOAD_HOST ? &pl->secondary : &pl->primary;
+    const mem_array *src = kind_reads(kind) == KVF_TIER_HOST ? &pl->secondary : &pl->primary;
+    const mem_array *dst = kind_writes(kind) == KVF_TIER_HOST ? &pl->secondary : &pl->primary;
     kvf_region r = kvf__pool_region(pl, mv->tokens);
     kvf__copy c = {
         slot_addr(dst, mv->dst), slot_addr(src, mv->src), r.row_bytes, r.rows, r.pitch, r.pitch};
@@ -266,8 +266,8 @@ void kvf__issue_async(kvf_engine *e, batch *b)
     if (b->after && live &&
         (st = e->backend->ops->mark_gate(e->backend, b->queue, b->after)) != KVF_OK) {
         snprintf(why, sizeof why, "ordering after the caller's stream: %s", kvf_last_error());
-        KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", kvf__op_names[b->kind],
-                (unsigned long long)b->id, why);
+        KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_name(b->kind), (unsigned long long)b->id,
+                why);
     }
     for (uint32_t pass = 0; pass < passes && st == KVF_OK; pass++) {
         for (size_t i = 0; i < b->n && st == KVF_OK;) {
@@ -298,7 +298,7 @@ void kvf__issue_async(kvf_engine *e, batch *b)
                 issued++;
             } else {
                 snprintf(why, sizeof why, "%s", kvf_last_error());
-                KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", kvf__op_names[b->kind],
+                KVF_LOG(KVF_LOG_ERROR, "%s: batch %llu: %s", op_name(b->kind),
                         (unsigned long long)b->id, why);
             }
         }
@@ -309,7 +309,7 @@ void kvf__issue_async(kvf_engine *e, batch *b)
             } else {
                 /* its waiters wait for the whole batch instead */
                 KVF_LOG(KVF_LOG_WARN, "%s: batch %llu: marking pool %u's arrival: %s",
-                        kvf__op_names[b->kind], (unsigned long long)b->id, sel->order[pass],
+                        op_name(b->kind), (unsigned long long)b->id, sel->order[pass],
                         kvf_last_error());
                 marking = false;
             }

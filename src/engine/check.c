@@ -36,36 +36,35 @@ static kvf_status check_key_collisions(const kvf_move *moves, size_t n)
 
 static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_move *mv)
 {
-    space rs = kind_reads(kind);
-    space ws = kind_writes(kind);
+    kvf_tier rs = kind_reads(kind);
+    kvf_tier ws = kind_writes(kind);
     const uint64_t idx[2] = {mv->src, mv->dst};
-    const space sp[2] = {rs, ws};
-    bool keyed = rs == SP_FILE || rs == SP_REMOTE || ws == SP_FILE || ws == SP_REMOTE;
+    const kvf_tier sp[2] = {rs, ws};
+    bool keyed = tier_keyed(rs) || tier_keyed(ws);
     /* a block key has a member of its own: a slot where the key belongs,
      * or a key beside two slots, is a caller who mixed them up */
     if (keyed && kvf_key_is_root(mv->key))
         return kvf__fail(KVF_ERR_INVALID,
                          "move %zu: no block key (.key is KVF_KEY_ROOT): a move to or from the "
                          "%s tier names its block by .key",
-                         i, rs == SP_REMOTE || ws == SP_REMOTE ? "remote" : "disk");
+                         i, kvf_tier_name(tier_keyed(rs) ? rs : ws));
     if (!keyed && !kvf_key_is_root(mv->key))
         return kvf__fail(KVF_ERR_INVALID,
                          "move %zu: block key " KVF_KEY_FMT " given to a move between slots, "
                          "which takes src and dst only",
                          i, KVF_KEY_ARGS(mv->key));
     for (int k = 0; k < 2; k++) {
-        if ((sp[k] == SP_FILE || sp[k] == SP_REMOTE) && idx[k] != 0)
+        if (tier_keyed(sp[k]) && idx[k] != 0)
             return kvf__fail(KVF_ERR_INVALID,
                              "move %zu: %s is %llu, but the %s side names its block by .key "
                              "(block " KVF_KEY_FMT "): %s must be 0",
-                             i, k ? "dst" : "src", (unsigned long long)idx[k],
-                             sp[k] == SP_FILE ? "disk" : "remote", KVF_KEY_ARGS(mv->key),
-                             k ? "dst" : "src");
-        if (sp[k] == SP_PRIMARY && idx[k] >= e->primary_slots)
+                             i, k ? "dst" : "src", (unsigned long long)idx[k], kvf_tier_name(sp[k]),
+                             KVF_KEY_ARGS(mv->key), k ? "dst" : "src");
+        if (sp[k] == KVF_TIER_GPU && idx[k] >= e->primary_slots)
             return kvf__fail(KVF_ERR_RANGE,
                              "move %zu: primary slot %llu out of range (%u slots in every pool)", i,
                              (unsigned long long)idx[k], e->primary_slots);
-        if (sp[k] == SP_SECONDARY && idx[k] >= e->secondary_slots)
+        if (sp[k] == KVF_TIER_HOST && idx[k] >= e->secondary_slots)
             return kvf__fail(KVF_ERR_RANGE,
                              "move %zu: secondary slot %llu out of range (%u slots in every "
                              "pool)",
@@ -109,14 +108,14 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
                             uint32_t *cnt, size_t *failed_p)
 {
     kvf_status *status = b->status;
-    space ws = kind_writes(kind);
-    bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
-    bool reads_secondary = kind_reads(kind) == SP_SECONDARY;
-    bool off = kind == OP_OFFLOAD_HOST;
+    kvf_tier ws = kind_writes(kind);
+    bool keyed_write = tier_keyed(ws);
+    bool reads_secondary = kind_reads(kind) == KVF_TIER_HOST;
+    bool off = kind_is(kind, OP_OFFLOAD, KVF_TIER_HOST);
     uint64_t stamp = ++e->check_epoch;
-    uint64_t *wm = ws == SP_PRIMARY ? e->mark_primary : e->mark_secondary;
+    uint64_t *wm = ws == KVF_TIER_GPU ? e->mark_primary : e->mark_secondary;
     size_t short_reads = 0;
-    uint64_t wslots = ws == SP_PRIMARY ? e->primary_slots : e->secondary_slots;
+    uint64_t wslots = ws == KVF_TIER_GPU ? e->primary_slots : e->secondary_slots;
     /* an offload's counts are per destination: a second move writing one
      * shows there, and its stamps are not needed */
     bool stamps = !keyed_write && !(cnt && off);
@@ -161,10 +160,10 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
             return kvf__fail(KVF_ERR_INVALID,
                              "batch: move %zu writes %s slot %llu, which another move of the "
                              "batch reads or writes",
-                             i, ws == SP_PRIMARY ? "primary" : "secondary",
+                             i, ws == KVF_TIER_GPU ? "primary" : "secondary",
                              (unsigned long long)mv->dst);
         *w = stamp << 1 | 1u;
-        if (kind == OP_COPY) {
+        if (kind.dir == OP_COPY) {
             uint64_t *r = &e->mark_primary[mv->src];
             if (*r == (stamp << 1 | 1u))
                 return kvf__fail(KVF_ERR_INVALID,
@@ -183,18 +182,18 @@ kvf_status kvf__check_moves(kvf_engine *e, op_kind kind, const kvf_move *moves, 
         char msg[160];
         uint32_t p = status[i] == KVF_ERR_NOT_FOUND ? sec_unwritten(e, b, moves[i].src) : 0;
         if (status[i] == KVF_ERR_NOT_FOUND && e->sec[moves[i].src].pools == 0)
-            snprintf(msg, sizeof msg, "%s: secondary slot %llu holds no block", kvf__op_names[kind],
+            snprintf(msg, sizeof msg, "%s: secondary slot %llu holds no block", op_name(kind),
                      (unsigned long long)moves[i].src);
         else if (status[i] == KVF_ERR_NOT_FOUND)
             snprintf(msg, sizeof msg,
                      "%s: secondary slot %llu: pool %u was never written (%u of %u pools were): "
                      "no whole block",
-                     kvf__op_names[kind], (unsigned long long)moves[i].src, p,
-                     e->sec[moves[i].src].pools, e->npools);
+                     op_name(kind), (unsigned long long)moves[i].src, p, e->sec[moves[i].src].pools,
+                     e->npools);
         else
             snprintf(msg, sizeof msg, "%s: secondary slot %llu holds %u tokens, %u asked",
-                     kvf__op_names[kind], (unsigned long long)moves[i].src,
-                     e->sec[moves[i].src].tokens, eff_tokens(e, moves[i].tokens));
+                     op_name(kind), (unsigned long long)moves[i].src, e->sec[moves[i].src].tokens,
+                     eff_tokens(e, moves[i].tokens));
         KVF_LOG(KVF_LOG_WARN, "%s", msg);
         kvf__move_failed(b, i, status[i], "%s", msg);
     }

@@ -44,10 +44,10 @@ void kvf__group_done(kvf_engine *e, batch *g)
  * hazard), releases its dependents, wakes waiters. Lock held. */
 void kvf__complete_batch(kvf_engine *e, batch *b)
 {
-    space rs = kind_reads(b->kind);
-    space ws = kind_writes(b->kind);
-    bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
-    bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
+    kvf_tier rs = kind_reads(b->kind);
+    kvf_tier ws = kind_writes(b->kind);
+    bool keyed_read = tier_keyed(rs);
+    bool keyed_write = tier_keyed(ws);
     kvf__release_after(e, b);
     for (size_t i = 0; i < b->n; i++) {
         const kvf_move *mv = &b->moves[i];
@@ -70,15 +70,14 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
             }
         } else if (failed) {
             hazard_of(e, ws, mv->dst, mv->key, false)->poison = b->id;
-            if (ws == SP_SECONDARY)
+            if (ws == KVF_TIER_HOST)
                 e->sec[mv->dst].lost_pool =
                     b->sel && !b->sel->whole ? b->sel->order[0] : UINT32_MAX;
         }
         if (failed && !b->ticketed && !(b->group && b->group->ticketed))
             KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu, key " KVF_KEY_FMT "): %s",
-                    kvf__op_names[b->kind], i, (unsigned long long)mv->src,
-                    (unsigned long long)mv->dst, KVF_KEY_ARGS(mv->key),
-                    kvf_status_str(b->status[i]));
+                    op_name(b->kind), i, (unsigned long long)mv->src, (unsigned long long)mv->dst,
+                    KVF_KEY_ARGS(mv->key), kvf_status_str(b->status[i]));
     }
     /* keyed entries go once nothing is pending on them */
     for (size_t i = 0; i < b->n && (keyed_read || keyed_write); i++) {
@@ -159,7 +158,7 @@ bool kvf__source_lost(kvf_engine *e, const batch *b, size_t i)
 {
     if (!b->src_dep[i])
         return false;
-    space rs = kind_reads(b->kind);
+    kvf_tier rs = kind_reads(b->kind);
     const hazard *h = hazard_of(e, rs, b->moves[i].src, b->moves[i].key, false);
     return h && h->poison == b->src_dep[i];
 }
@@ -174,23 +173,21 @@ bool kvf__dest_lost(kvf_engine *e, const batch *b, size_t i)
 
 /* What a move reads or writes, for its message: "block 0x2a",
  * "primary slot 3". */
-static void name_place(char *out, size_t cap, space sp, uint64_t v, kvf_key key)
+static void name_place(char *out, size_t cap, kvf_tier sp, uint64_t v, kvf_key key)
 {
-    if (sp == SP_FILE || sp == SP_REMOTE)
-        snprintf(out, cap, "%sblock " KVF_KEY_FMT, sp == SP_REMOTE ? "remote " : "",
-                 KVF_KEY_ARGS(key));
+    if (tier_keyed(sp))
+        snprintf(out, cap, "%s " KVF_KEY_FMT, kvf__tiers[sp].place, KVF_KEY_ARGS(key));
     else
-        snprintf(out, cap, "%s slot %llu", sp == SP_PRIMARY ? "primary" : "secondary",
-                 (unsigned long long)v);
+        snprintf(out, cap, "%s %llu", kvf__tiers[sp].place, (unsigned long long)v);
 }
 
 /* A move whose source a failed move was to write (kvf__source_lost). */
 void kvf__fail_lost_source(batch *b, size_t i)
 {
     char src[64], which[32] = "";
-    space rs = kind_reads(b->kind);
+    kvf_tier rs = kind_reads(b->kind);
     name_place(src, sizeof src, rs, b->moves[i].src, b->moves[i].key);
-    if (rs == SP_SECONDARY) {
+    if (rs == KVF_TIER_HOST) {
         uint32_t p = b->engine->sec[b->moves[i].src].lost_pool;
         if (p == UINT32_MAX)
             snprintf(which, sizeof which, ", every pool");
@@ -198,7 +195,7 @@ void kvf__fail_lost_source(batch *b, size_t i)
             snprintf(which, sizeof which, ", pool %u", p);
     }
     kvf__move_failed(b, i, KVF_ERR_LOST, "%s: %s%s: the move of batch %llu that wrote it failed",
-                     kvf__op_names[b->kind], src, which, (unsigned long long)b->src_dep[i]);
+                     op_name(b->kind), src, which, (unsigned long long)b->src_dep[i]);
 }
 
 void kvf__fail_lost_dest(batch *b, size_t i)
@@ -209,7 +206,7 @@ void kvf__fail_lost_dest(batch *b, size_t i)
         b, i, KVF_ERR_LOST,
         "%s: %s: the move of batch %llu that wrote it failed, and this one writes "
         "only %u of its pools",
-        kvf__op_names[b->kind], dst, (unsigned long long)b->dst_dep[i], b->sel->n);
+        op_name(b->kind), dst, (unsigned long long)b->dst_dep[i], b->sel->n);
 }
 
 /* A move whose copy between slots failed, as `why` says. */
@@ -218,7 +215,7 @@ void kvf__fail_copy(batch *b, size_t i, kvf_status st, const char *why)
     char src[64], dst[64];
     name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src, b->moves[i].key);
     name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst, b->moves[i].key);
-    kvf__move_failed(b, i, st, "%s: %s to %s: %s", kvf__op_names[b->kind], src, dst, why);
+    kvf__move_failed(b, i, st, "%s: %s to %s: %s", op_name(b->kind), src, dst, why);
 }
 
 /* ---- tickets and sync ------------------------------------------------------ */

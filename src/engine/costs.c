@@ -123,21 +123,10 @@ void kvf__costs_observe(kvf__costs *c, kvf_tier tier, double bytes, double secon
     pthread_mutex_unlock(&c->mu);
 }
 
-/* The tier an onboard kind reads, or -1 for kinds that teach nothing. */
+/* The tier an onboard or copy reads, or -1 for kinds that teach nothing. */
 static int kind_read_tier(op_kind k)
 {
-    switch (k) {
-    case OP_ONBOARD_HOST:
-        return KVF_TIER_HOST;
-    case OP_ONBOARD_FILE:
-        return KVF_TIER_DISK;
-    case OP_ONBOARD_REMOTE:
-        return KVF_TIER_REMOTE;
-    case OP_COPY:
-        return KVF_TIER_GPU;
-    default:
-        return -1;
-    }
+    return k.dir == OP_ONBOARD || k.dir == OP_COPY ? (int)k.tier : -1;
 }
 
 void kvf__costs_batch_done(kvf_engine *e, const batch *b)

@@ -6,59 +6,6 @@
 #include "engine_private.h"
 #include "sized.h"
 
-const char *const kvf__op_names[] = {"offload to host",
-                                     "offload to file",
-                                     "onboard from host",
-                                     "onboard from file",
-                                     "copy",
-                                     "demote to file",
-                                     "promote from file",
-                                     "remove file",
-                                     "offload to remote",
-                                     "onboard from remote",
-                                     "remove remote",
-                                     "demote to remote",
-                                     "promote from remote",
-                                     "fence"};
-
-/* Chooses the file tier's path (see kvf_gds_compat): e->gds set when
- * cuFile is taken, its driver then held until the engine is destroyed.
- * Never fails: where GDS was asked for and is not to be had, the POSIX
- * path serves, with one warning a process naming why. */
-static void gds_setup(kvf_engine *e)
-{
-    static atomic_bool warned;
-    kvf_file_io io = e->cfg.file.io;
-    if (io == KVF_FILE_IO_POSIX)
-        return;
-    kvf_gds_compat compat = kvf__gds_compat_of(e->cfg.file.gds_compat);
-    char why[sizeof e->gds_probe.detail + 96];
-    kvf_status st = KVF_ERR_UNSUPPORTED;
-    if (e->backend_kind != KVF_BACKEND_CUDA) {
-        e->gds_probe.found = KVF_GDS_STATE_ABSENT;
-        snprintf(e->gds_probe.detail, sizeof e->gds_probe.detail,
-                 "the host backend keeps no block in device memory");
-        snprintf(why, sizeof why, "%s", e->gds_probe.detail);
-    } else {
-        st = kvf__gds_acquire(compat, &e->gds_probe);
-        /* a file system cuFile refuses would send every block through host
-         * memory twice: the POSIX path instead, unless compat mode is on */
-        if (kvf__gds_choose(io, compat, &e->gds_probe, why, sizeof why) &&
-            (compat == KVF_GDS_COMPAT_ON || kvf__gds_dir_usable(e->dir.root, why, sizeof why))) {
-            e->gds = true;
-            KVF_LOG(KVF_LOG_INFO, "file tier: GPUDirect Storage, cuFile %s", e->gds_probe.detail);
-            return;
-        }
-    }
-    if (st == KVF_OK)
-        kvf__gds_release();
-    kvf__clear_error();
-    if (io == KVF_FILE_IO_GDS && !atomic_exchange(&warned, true))
-        KVF_LOG(KVF_LOG_WARN, "file tier: GPUDirect Storage not used (%s): POSIX path", why);
-    else
-        KVF_LOG(KVF_LOG_INFO, "file tier: POSIX path (%s)", why);
-}
-
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
@@ -217,25 +164,26 @@ static uint32_t worker_count(const kvf_engine_config *c)
     return cores < 1 ? 1 : cores > 4 ? 4 : (uint32_t)cores;
 }
 
-/* The file tier's I/O runner and the store over its directory. */
-static kvf_status file_runner_setup(kvf_engine *e, const kvf_engine_config *c, uint32_t nthreads)
+/* The disk tier: the file store over <file_dir>/<namespace>, which makes
+ * every choice about files (runner, GPUDirect Storage) from the settings. */
+static kvf_status file_setup(kvf_engine *e, const kvf_engine_config *c, uint32_t nthreads)
 {
-    /* cuFile's calls run on the thread runner's threads (not io_uring) */
-    kvf_status st = kvf__fileio_runner_create(e->gds ? KVF_FILE_RUNNER_THREADS : c->file.runner,
-                                              c->file.queue_depth, nthreads, &e->fio);
-    if (st != KVF_OK)
-        return st;
-    e->dir.fio = e->fio;
-    return kvf__file_store_wrap(&e->dir, e->fio, e->gds, &e->file_store);
+    kvf__file_tier_config fc = {
+        e->file_dir,         e->file_namespace,  c->file.fsync,
+        c->file.io,          c->file.gds_compat, c->file.runner,
+        c->file.queue_depth, nthreads,           e->backend_kind == KVF_BACKEND_CUDA};
+    kvf_status st = kvf__file_store_open_tier(&fc, &e->file_store);
+    e->file_enabled = st == KVF_OK;
+    return st;
 }
 
 static void log_created(const kvf_engine *e)
 {
-    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s", e->backend->ops->name,
-            e->nworkers, e->file_enabled ? ", files in " : "", e->file_enabled ? e->dir.root : "",
-            !e->fio                                                    ? ""
-            : kvf__fileio_runner_type(e->fio) == KVF_FILE_RUNNER_URING ? " (io_uring)"
-                                                                       : " (threads)");
+    KVF_LOG(KVF_LOG_INFO, "engine: %s backend, %u workers%s%s%s%s%s", e->backend->ops->name,
+            e->nworkers, e->file_enabled ? ", files in " : "",
+            e->file_enabled ? e->file_store->where : "", e->file_enabled ? " (" : "",
+            e->file_enabled ? kvf__file_store_runner_name(e->file_store) : "",
+            e->file_enabled ? ")" : "");
 }
 
 kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p)
@@ -260,9 +208,8 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     e->settings = settings;
     e->nsettings = nsettings;
     e->cfg = c;
-    for (size_t t = 0; t < 2; t++)
+    for (size_t t = 0; t < KVF_TIER_COUNT; t++)
         kvf__key_table_init(&e->tiers[t].hazards);
-    kvf__key_table_init(&e->lost_files);
     e->next_id = 1;
     e->file_dir = dup_or_null(c.file.dir);
     e->file_namespace = strdup(c.file.namespace_ ? c.file.namespace_ : "default");
@@ -272,23 +219,15 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     }
     e->cfg.file.dir = e->file_dir;
     e->cfg.file.namespace_ = e->file_namespace;
-    e->dir.dir_fd = -1;
-    e->tiers[0].ops = &kvf__file_tier_ops;
-    e->tiers[1].ops = &kvf__remote_tier_ops;
 
     st = backend_setup(e);
     if (st != KVF_OK)
         goto free_engine;
     kvf__costs_init(&e->costs, e->backend_kind == KVF_BACKEND_CUDA);
 
-    if (e->file_dir) {
-        st = kvf__blockfile_open_dir(e->file_dir, e->file_namespace, 0, c.file.fsync, &e->dir);
-        if (st != KVF_OK)
-            goto destroy_backend;
-        kvf__blockfile_remove_stale(&e->dir);
-        e->file_enabled = true;
-        gds_setup(e);
-    }
+    uint32_t nthreads = worker_count(&c);
+    if (e->file_dir && (st = file_setup(e, &c, nthreads)) != KVF_OK)
+        goto destroy_backend;
 
     st = remote_setup(e, &c);
     if (st != KVF_OK)
@@ -296,8 +235,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
 
     if (pthread_mutex_init(&e->mu, NULL) != 0 || pthread_mutex_init(&e->spare_mu, NULL) != 0 ||
         pthread_mutex_init(&e->submit_mu, NULL) != 0 ||
-        pthread_mutex_init(&e->remote_mu, NULL) != 0 ||
-        pthread_mutex_init(&e->lost_mu, NULL) != 0) {
+        pthread_mutex_init(&e->remote_mu, NULL) != 0) {
         st = kvf__fail(KVF_ERR_NOMEM, "kvf_engine_create: pthread_mutex_init failed");
         goto close_dir;
     }
@@ -315,9 +253,6 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
         e->cb_started = true;
     }
 
-    uint32_t nthreads = worker_count(&c);
-    if (e->file_enabled && (st = file_runner_setup(e, &c, nthreads)) != KVF_OK)
-        goto destroy_sync;
     st = workers_start(e, nthreads);
     if (st != KVF_OK)
         goto destroy_sync;
@@ -327,16 +262,12 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
 
 destroy_sync:
     kvf__completion_stop(e);
-    kvf__store_close(e->file_store);
-    kvf__fileio_runner_destroy(e->fio);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
     pthread_mutex_destroy(&e->mu);
 close_dir:
-    if (e->gds)
-        kvf__gds_release();
     free(e->remote_url);
-    kvf__blockfile_close_dir(&e->dir);
+    kvf__store_close(e->file_store);
 destroy_backend:
     kvf__costs_destroy(&e->costs);
     e->backend->ops->destroy(e->backend);
@@ -373,26 +304,21 @@ void kvf_engine_destroy(kvf_engine *e)
         e->backend_kind == KVF_BACKEND_CUDA ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST;
     for (uint32_t i = 0; i < e->nworkers; i++) {
         const worker *w = &e->workers[i];
-        if (w->file_chunks)
+        if (w->store_chunks)
             KVF_LOG(KVF_LOG_DEBUG,
-                    "engine: worker %u: %llu file chunks, %llu moves, %.1f ms in them, of "
-                    "which %.1f ms copying between slots and staging",
-                    i, (unsigned long long)w->file_chunks, (unsigned long long)w->file_moves,
-                    (double)w->file_ns / 1e6, (double)atomic_load(&w->copy_ns) / 1e6);
+                    "engine: worker %u: %llu chunks of disk or remote moves, %llu moves, %.1f "
+                    "ms in them, of which %.1f ms copying between slots and staging",
+                    i, (unsigned long long)w->store_chunks, (unsigned long long)w->store_moves,
+                    (double)w->store_ns / 1e6, (double)atomic_load(&w->copy_ns) / 1e6);
         if (e->workers[i].staging)
             e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].staging);
-        if (e->workers[i].rstaging)
-            e->backend->ops->mem_free(e->backend, staging_kind, e->workers[i].rstaging);
         kvf__gds_buf_destroy(e->workers[i].gstaging);
-        free(e->workers[i].ios);
+        free(e->workers[i].moves);
+        free(e->workers[i].blocks);
         free(e->workers[i].copies);
-        free(e->workers[i].io_moves);
     }
     free(e->workers);
     kvf__store_close(e->file_store);
-    kvf__fileio_runner_destroy(e->fio);
-    if (e->gds)
-        kvf__gds_release();
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {
             next = b->next_ticket;
@@ -420,17 +346,14 @@ void kvf_engine_destroy(kvf_engine *e)
     free(e->live);
     free(e->sec);
     free(e->sec_pool_bits);
-    for (size_t t = 0; t < 2; t++)
+    for (size_t t = 0; t < KVF_TIER_COUNT; t++)
         kvf__key_table_free(&e->tiers[t].hazards);
     kvf__store_close(e->remote);
     free(e->remote_url);
     pthread_mutex_destroy(&e->remote_mu);
-    kvf__key_table_free(&e->lost_files);
-    pthread_mutex_destroy(&e->lost_mu);
     free(e->mark_primary);
     free(e->mark_secondary);
     free(e->sort_count);
-    kvf__blockfile_close_dir(&e->dir);
     e->backend->ops->destroy(e->backend);
     pthread_cond_destroy(&e->done_cv);
     pthread_cond_destroy(&e->work_cv);
@@ -445,32 +368,6 @@ void kvf_engine_destroy(kvf_engine *e)
 kvf_backend kvf_engine_backend(const kvf_engine *e)
 {
     return e ? e->backend_kind : KVF_BACKEND_AUTO;
-}
-
-uint32_t kvf_engine_layerwise_tiers(const kvf_engine *e)
-{
-    /* the GPU orders the host and GPU copies pool by pool; the host
-     * backend and the slow tiers deliver whole batches */
-    if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
-        return 0;
-    return 1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU;
-}
-
-const char *kvf_tier_name(kvf_tier tier)
-{
-    switch (tier) {
-    case KVF_TIER_HOST:
-        return "host";
-    case KVF_TIER_DISK:
-        return "disk";
-    case KVF_TIER_REMOTE:
-        return "remote";
-    case KVF_TIER_GPU:
-        return "gpu";
-    case KVF_TIER_COUNT:
-        break;
-    }
-    return "?";
 }
 
 const char *kvf_backend_name(kvf_backend backend)
@@ -492,10 +389,9 @@ kvf_status kvf__engine_move_checked(kvf_engine *e, kvf_tier to, bool copy, const
                                     size_t n_pools, const kvf_move *moves, size_t n,
                                     kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
-    op_kind kind = OP_COPY;
+    op_kind kind = KIND_COPY;
     if (!copy) {
-        kvf_status st = kvf__tier_kind("offload", to, kinds, &kind);
+        kvf_status st = kvf__tier_kind("offload", to, OP_OFFLOAD, &kind);
         if (st != KVF_OK)
             return st;
     }
@@ -514,13 +410,13 @@ void kvf__engine_clear_poison(kvf_engine *e, const uint32_t *slots, size_t n)
 kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n, kvf_ticket *ticket_p)
 {
     if (!slots || n == 0 || n > SIZE_MAX / sizeof(kvf_move))
-        return kvf__submit(e, OP_FENCE, NULL, 0, ticket_p);
+        return kvf__submit(e, KIND_FENCE, NULL, 0, ticket_p);
     kvf_move *moves = malloc(n * sizeof *moves);
     if (!moves)
         return kvf__fail(KVF_ERR_NOMEM, "fence: out of memory");
     for (size_t i = 0; i < n; i++)
         moves[i] = (kvf_move){.src = slots[i], .dst = slots[i]};
-    kvf_status st = kvf__submit(e, OP_FENCE, moves, n, ticket_p);
+    kvf_status st = kvf__submit(e, KIND_FENCE, moves, n, ticket_p);
     free(moves);
     return st;
 }
@@ -565,12 +461,13 @@ kvf_status kvf_engine_settings(const kvf_engine *engine, const kvf_setting **set
 
 bool kvf__engine_gds(const kvf_engine *e)
 {
-    return e->gds;
+    const kvf__store *s = e->file_store;
+    return s && s->ops->device_staging && s->ops->device_staging(s);
 }
 
 kvf__blockfile_dir *kvf__engine_dir(kvf_engine *e)
 {
-    return e->file_enabled ? &e->dir : NULL;
+    return kvf__file_store_dir(e->file_store);
 }
 
 bool kvf__engine_has_remote(const kvf_engine *e)
@@ -581,9 +478,8 @@ bool kvf__engine_has_remote(const kvf_engine *e)
 kvf__store *kvf__engine_store(kvf_engine *e, kvf_tier tier)
 {
     kvf__store *s = NULL;
-    if (tier == KVF_TIER_DISK)
-        return e->file_store;
-    if (tier == KVF_TIER_REMOTE && e->remote_url && kvf__remote_handle(e, &s) != KVF_OK)
+    if ((unsigned)tier >= KVF_TIER_COUNT || !tier_keyed(tier) ||
+        kvf__tiers[tier].ops->store(e, &s) != KVF_OK)
         return NULL;
     return s;
 }

@@ -3,7 +3,8 @@
  * What the engine's files share (src/engine/). The engine: pools and
  * slots, batches of moves, hazards between them, completion with a status
  * per move, and sync with a caller's stream. A slow tier is a store
- * (store.h) the engine runs chunks against (tier_ops).
+ * (store.h) the engine runs chunks against (tier_ops); what differs
+ * between tiers is a line of kvf__tiers (tiers.c).
  *
  * Scheduling. Every batch is checked and registered under the engine lock:
  * for each slot or file it reads it depends on the pending writer (read
@@ -57,29 +58,30 @@
  * the probe at create of a store that asks for one. */
 #define REMOTE_DEFAULT_TIMEOUT_MS 2000u
 
-typedef enum op_kind {
-    OP_OFFLOAD_HOST,
-    OP_OFFLOAD_FILE,
-    OP_ONBOARD_HOST,
-    OP_ONBOARD_FILE,
-    OP_COPY,
-    OP_DEMOTE,         /* secondary slot -> file */
-    OP_PROMOTE,        /* file -> secondary slot */
-    OP_REMOVE,         /* file removed: the move's key (src = dst = 0) */
-    OP_OFFLOAD_REMOTE, /* primary slot -> remote key */
-    OP_ONBOARD_REMOTE, /* remote key -> primary slot */
-    OP_REMOVE_REMOTE,  /* remote key removed: the move's key */
-    OP_DEMOTE_REMOTE,  /* secondary slot -> remote key */
-    OP_PROMOTE_REMOTE, /* remote key -> secondary slot */
-    OP_FENCE           /* nothing moved: completes once the primary slot src = dst
-                          is written by what was queued before */
+/* What a batch does. With the tier it moves to or from, its kind. */
+typedef enum op_dir {
+    OP_OFFLOAD, /* primary slot -> the tier (a secondary slot, or a key) */
+    OP_ONBOARD, /* the tier -> primary slot */
+    OP_DEMOTE,  /* secondary slot -> a keyed tier's key */
+    OP_PROMOTE, /* a keyed tier's key -> secondary slot */
+    OP_REMOVE,  /* a keyed tier's block removed: the move's key (src = dst = 0) */
+    OP_COPY,    /* primary slot -> primary slot (tier KVF_TIER_GPU) */
+    OP_FENCE,   /* nothing moved (tier KVF_TIER_GPU): completes once the primary
+                   slot src = dst is written by what was queued before */
+    OP_DIR_COUNT
+} op_dir;
+
+/* A batch's kind: its direction and the tier it moves to or from. What
+ * differs between tiers is a line of kvf__tiers (tiers.c), so that no
+ * switch on a kind names a tier. Where a move reads or writes is a tier
+ * too: KVF_TIER_GPU the primary slots, KVF_TIER_HOST the secondary slots,
+ * a keyed tier (one with tier_ops: disk, remote) its store's keys. */
+typedef struct op_kind {
+    op_dir dir;
+    kvf_tier tier;
 } op_kind;
-
-/* Each kind's name, for messages. */
-KVF_INTERNAL extern const char *const kvf__op_names[];
-
-/* The three spaces a move addresses: primary slots, secondary slots, files. */
-typedef enum space { SP_PRIMARY, SP_SECONDARY, SP_FILE, SP_REMOTE } space;
+#define KIND_COPY ((op_kind){OP_COPY, KVF_TIER_GPU})
+#define KIND_FENCE ((op_kind){OP_FENCE, KVF_TIER_GPU})
 
 typedef enum batch_state { B_WAITING, B_READY, B_RUNNING, B_DONE } batch_state;
 
@@ -242,37 +244,54 @@ typedef struct sec_slot {
 typedef struct worker {
     kvf_engine *engine;
     pthread_t thread;
-    /* file I/O: room for a chunk of moves, each a header + one block of
-     * every pool padded to the O_DIRECT alignment */
+    /* a chunk of moves against a keyed tier's store: each move's block as
+     * the store keeps it, a header and one block of every pool, padded to
+     * the O_DIRECT alignment (kvf__staging_slot_bytes), back to back */
     uint8_t *staging;
     size_t staging_bytes;
-    kvf__gds_buf *gstaging; /* the GDS path's: device memory, registered with cuFile */
-    uint8_t *rstaging;      /* blocks of a remote batch, back to back */
-    size_t rstaging_bytes;
-    kvf__blockfile_io *ios;
+    kvf__gds_buf *gstaging; /* the same in device memory, registered with cuFile (GDS) */
+    /* per move of the chunk: its index in the batch, its store block, and
+     * its copies between slots and staging (npools each); nmoves of each */
+    size_t *moves;
+    kvf__store_block *blocks;
     kvf__copy *copies;
-    size_t *io_moves;
-    size_t nios;
-    struct batch *file_batch; /* the batch run_file_moves works on */
-    /* file-tier time, logged at KVF_LOG=debug when the engine ends: where a
-     * chunk's wall time goes (its slot <-> staging copies run inside it,
-     * on the I/O engine's threads too, hence the atomic) */
-    uint64_t file_chunks, file_moves, file_ns;
+    size_t nmoves;
+    /* keyed-tier time, logged at KVF_LOG=debug when the engine ends: where
+     * a chunk's wall time goes (its slot <-> staging copies run inside it,
+     * on a store's I/O threads too, hence the atomic) */
+    uint64_t store_chunks, store_moves, store_ns;
     _Atomic uint64_t copy_ns;
 } worker;
 
-/* How the engine runs a slow tier's moves (execute_file.c,
- * execute_store.c): a worker's chunk of a batch against the tier's store,
- * how many moves make a chunk, and the time a batch's chunks have. */
+/* A keyed tier's part in running its moves (execute_store.c runs them,
+ * the same for every store): its store, how many moves make a worker's
+ * chunk, and the time a batch's chunks have. */
 typedef struct tier_ops {
-    void (*run_chunk)(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns);
+    /* The tier's store, opened first where needed (NULL where the engine
+     * has no such tier); a failure to open it names why. */
+    kvf_status (*store)(kvf_engine *e, kvf__store **s_p);
     size_t (*chunk_moves)(const kvf_engine *e);
     uint64_t (*deadline)(const kvf_engine *e, batch *b); /* NULL: none */
 } tier_ops;
 
-/* A slow tier: its ops and the hazards of its keys (one table per store). */
+/* What the engine knows of a tier, in kvf__tiers (tiers.c), indexed by
+ * kvf_tier: a new tier is a line there. */
+typedef struct tier_info {
+    const char *name;  /* kvf_tier_name's */
+    const char *place; /* what a message calls one of its slots or blocks */
+    /* each direction's name, for messages ("offload to file"); NULL: the
+     * public calls do not take the tier in that direction */
+    const char *op_names[OP_DIR_COUNT];
+    const tier_ops *ops; /* a keyed tier's (a store's blocks); NULL: slots */
+    /* KVF_OK where the engine has the tier (e->mu held), else a failure
+     * naming the call `op`; NULL: every engine has it */
+    kvf_status (*ready)(kvf_engine *e, const char *op);
+} tier_info;
+
+KVF_INTERNAL extern const tier_info kvf__tiers[KVF_TIER_COUNT];
+
+/* A keyed tier's hazards (one table per store). */
 typedef struct engine_tier {
-    const tier_ops *ops;
     key_table hazards;
 } engine_tier;
 
@@ -317,17 +336,15 @@ struct kvf_engine {
     size_t all_block_bytes;                  /* one block of every pool */
 
     hazard *hz_primary, *hz_secondary;
-    sec_slot *sec;          /* per secondary slot, what queued writes leave there */
-    uint8_t *sec_pool_bits; /* see sec_slot.pools */
-    engine_tier tiers[2];   /* SP_FILE, SP_REMOTE: see tier_of */
+    sec_slot *sec;                     /* per secondary slot, what queued writes leave there */
+    uint8_t *sec_pool_bits;            /* see sec_slot.pools */
+    engine_tier tiers[KVF_TIER_COUNT]; /* the keyed ones' used: see tier_of */
     uint64_t *mark_primary, *mark_secondary; /* batch checks' stamps, see kvf__check_moves */
 
     bool file_enabled;
-    kvf__blockfile_dir dir;
-    kvf__fileio_runner *fio;
-    kvf__store *file_store; /* the file tier's store, over dir and fio */
-    bool gds;               /* moves between primary slots and files go through cuFile */
-    kvf__gds_probe gds_probe;
+    kvf__store *file_store; /* the disk tier's: every choice about files is its own */
+    /* the pools' layout, fixed with them: what every stored block carries */
+    uint64_t fingerprint;
 
     /* The remote tier: connected on first use, and again (at most once a
      * second) after that failed. */
@@ -336,12 +353,6 @@ struct kvf_engine {
     pthread_mutex_t remote_mu;
     uint64_t remote_retry_ns;
     char remote_why[192]; /* why the last connection failed, for the moves it fails */
-
-    /* File keys whose last write failed and whose old file could not be
-     * removed (kvf__blockfile_discard): refused with KVF_ERR_LOST until
-     * written (or removed) again. Entries have no hazard; lost_mu guards. */
-    key_table lost_files;
-    pthread_mutex_t lost_mu;
 
     uint64_t next_id;
     batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
@@ -441,8 +452,9 @@ KVF_INTERNAL kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool chec
                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
 KVF_INTERNAL kvf_status kvf__submit_batch(kvf_engine *e, op_kind kind, bool checked,
                                           const kvf_move *moves, size_t n, kvf_ticket *ticket_p);
-KVF_INTERNAL kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3],
-                                       op_kind *kind_p);
+/* The kind of public call `fn` moving `dir` on `tier`: KVF_ERR_INVALID,
+ * naming the tier, where the tier does not take that direction. */
+KVF_INTERNAL kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, op_dir dir, op_kind *kind_p);
 
 /* complete.c */
 KVF_INTERNAL void kvf__group_done(kvf_engine *e, batch *g);
@@ -473,19 +485,31 @@ KVF_INTERNAL void kvf__release_after(kvf_engine *e, batch *b);
 /* staging.c */
 KVF_INTERNAL kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need);
 KVF_INTERNAL size_t kvf__staging_slot_bytes(const kvf_engine *e);
-KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev);
+/* Room for a chunk of n moves: the worker's per-move arrays, and with
+ * `images` their blocks' images, in device memory for the GDS path
+ * (`dev`), else on the host. */
+KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool images, bool dev);
+/* Block image k of the worker's staging: where its payload starts. */
+KVF_INTERNAL uint8_t *kvf__staging_payload(worker *w, size_t k, bool dev);
 KVF_INTERNAL size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
                                      uint8_t *payload, uint32_t tokens, uint32_t file_tokens,
                                      kvf__copy *out);
-KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp);
-
-/* execute_file.c */
-KVF_INTERNAL void kvf__drop_failed_file(kvf_engine *e, const batch *b, size_t i);
-KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
+/* Runs n copies made a block at a time between slots and staging (those of
+ * the pools batch b moves). */
+KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp, size_t n);
 
 /* execute_store.c */
+/* Runs moves [first, last) of a batch on a keyed tier through its store. */
+KVF_INTERNAL void kvf__run_store_chunk(worker *w, batch *b, size_t first, size_t last,
+                                       uint64_t deadline_ns);
+/* Every move of batch b, which wrote to a keyed tier, is done: the store
+ * commits them (its durability policy); the lock not held. */
+KVF_INTERNAL void kvf__store_batch_wrote(kvf_engine *e, batch *b);
 KVF_INTERNAL kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p);
 KVF_INTERNAL extern const tier_ops kvf__remote_tier_ops;
+
+/* file_tier.c */
+KVF_INTERNAL extern const tier_ops kvf__file_tier_ops;
 
 /* costs.c: a batch (or group) completed; lock held */
 KVF_INTERNAL void kvf__costs_batch_done(kvf_engine *e, const batch *b);
@@ -524,113 +548,109 @@ static inline uint8_t *slot_addr(const mem_array *m, uint64_t slot)
     return m->base + (size_t)slot * m->stride;
 }
 
-static inline space kind_reads(op_kind k)
+/* Each kind's name, for messages: "offload to file". */
+static inline const char *op_name(op_kind k)
 {
-    switch (k) {
-    case OP_ONBOARD_HOST:
-    case OP_DEMOTE:
-    case OP_DEMOTE_REMOTE:
-        return SP_SECONDARY;
-    case OP_ONBOARD_FILE:
+    return kvf__tiers[k.tier].op_names[k.dir];
+}
+
+/* Whether a tier's blocks are a store's, by key (disk, remote), rather
+ * than slots. */
+static inline bool tier_keyed(kvf_tier t)
+{
+    return kvf__tiers[t].ops != NULL;
+}
+
+/* The tier a kind's moves read: their sources' space. */
+static inline kvf_tier kind_reads(op_kind k)
+{
+    switch (k.dir) {
+    case OP_ONBOARD:
     case OP_PROMOTE:
     case OP_REMOVE:
-        return SP_FILE;
-    case OP_ONBOARD_REMOTE:
-    case OP_REMOVE_REMOTE:
-    case OP_PROMOTE_REMOTE:
-        return SP_REMOTE;
+        return k.tier;
+    case OP_DEMOTE:
+        return KVF_TIER_HOST;
     default:
-        return SP_PRIMARY;
+        return KVF_TIER_GPU;
     }
 }
 
-static inline space kind_writes(op_kind k)
+/* The tier a kind's moves write: their destinations' space. */
+static inline kvf_tier kind_writes(op_kind k)
 {
-    switch (k) {
-    case OP_OFFLOAD_HOST:
-    case OP_PROMOTE:
-    case OP_PROMOTE_REMOTE:
-        return SP_SECONDARY;
-    case OP_OFFLOAD_FILE:
+    switch (k.dir) {
+    case OP_OFFLOAD:
     case OP_DEMOTE:
     case OP_REMOVE:
-        return SP_FILE;
-    case OP_OFFLOAD_REMOTE:
-    case OP_REMOVE_REMOTE:
-    case OP_DEMOTE_REMOTE:
-        return SP_REMOTE;
+        return k.tier;
+    case OP_PROMOTE:
+        return KVF_TIER_HOST;
     default:
-        return SP_PRIMARY;
+        return KVF_TIER_GPU;
     }
 }
 
 static inline kvf__queue kind_queue(op_kind k)
 {
-    switch (k) {
-    case OP_OFFLOAD_HOST:
-    case OP_OFFLOAD_FILE:
+    switch (k.dir) {
+    case OP_OFFLOAD:
     case OP_DEMOTE:
     case OP_REMOVE:
-    case OP_OFFLOAD_REMOTE:
-    case OP_REMOVE_REMOTE:
-    case OP_DEMOTE_REMOTE:
         return KVF_QUEUE_OFFLOAD;
     default:
         return KVF_QUEUE_ONBOARD;
     }
 }
 
-/* The slow tier of a keyed space (SP_FILE, SP_REMOTE). */
-static inline engine_tier *tier_of(kvf_engine *e, space sp)
+/* The engine's state of keyed tier t. */
+static inline engine_tier *tier_of(kvf_engine *e, kvf_tier t)
 {
-    return &e->tiers[sp == SP_REMOTE];
+    return &e->tiers[t];
 }
 
-static inline bool kind_is_file(op_kind k)
+/* How a kind's moves run against its keyed tier; NULL for moves between
+ * slots. */
+static inline const tier_ops *kind_ops(op_kind k)
 {
-    return kind_reads(k) == SP_FILE || kind_writes(k) == SP_FILE;
-}
-
-static inline bool kind_is_remote(op_kind k)
-{
-    return kind_reads(k) == SP_REMOTE || kind_writes(k) == SP_REMOTE;
-}
-
-/* The slow tier a kind moves to or from; NULL for moves between slots. */
-static inline engine_tier *kind_tier(kvf_engine *e, op_kind k)
-{
-    return kind_is_remote(k) ? &e->tiers[1] : kind_is_file(k) ? &e->tiers[0] : NULL;
+    return kvf__tiers[k.tier].ops;
 }
 
 /* Kinds whose moves run on the worker threads through a staging buffer,
  * never as asynchronous backend copies. */
 static inline bool kind_on_workers(op_kind k)
 {
-    return kind_is_file(k) || kind_is_remote(k) || k == OP_FENCE;
+    return tier_keyed(k.tier) || k.dir == OP_FENCE;
 }
 
 /* Kinds that only remove a keyed object: they read nothing, so a failed
  * write before them is no loss. */
 static inline bool kind_removes(op_kind k)
 {
-    return k == OP_REMOVE || k == OP_REMOVE_REMOTE;
+    return k.dir == OP_REMOVE;
 }
 
 /* Whether a kind touches secondary slots, which every pool must then have. */
 static inline bool kind_uses_secondary(op_kind k)
 {
-    return kind_reads(k) == SP_SECONDARY || kind_writes(k) == SP_SECONDARY;
+    return kind_reads(k) == KVF_TIER_HOST || kind_writes(k) == KVF_TIER_HOST;
+}
+
+/* Whether a kind is k.dir on tier t. */
+static inline bool kind_is(op_kind k, op_dir dir, kvf_tier t)
+{
+    return k.dir == dir && k.tier == t;
 }
 
 /* The hazard of one slot (idx) or keyed object (key: a move's own); keyed
  * ones get an entry on demand when `create` is set (NULL when out of
  * memory or absent). */
 static inline __attribute__((always_inline)) hazard *
-hazard_of(kvf_engine *e, space sp, uint64_t idx, kvf_key key, bool create)
+hazard_of(kvf_engine *e, kvf_tier sp, uint64_t idx, kvf_key key, bool create)
 {
-    if (sp == SP_PRIMARY)
+    if (sp == KVF_TIER_GPU)
         return &e->hz_primary[idx];
-    if (sp == SP_SECONDARY)
+    if (sp == KVF_TIER_HOST)
         return &e->hz_secondary[idx];
     return kvf__key_hazard(&tier_of(e, sp)->hazards, key, create);
 }
@@ -641,15 +661,15 @@ hazard_of(kvf_engine *e, space sp, uint64_t idx, kvf_key key, bool create)
 
 /* always inlined: GCC finds an out-of-line prefetch function free of side
  * effects, and drops its calls */
-static inline __attribute__((always_inline)) void hazard_prefetch(const kvf_engine *e, space sp,
+static inline __attribute__((always_inline)) void hazard_prefetch(const kvf_engine *e, kvf_tier sp,
                                                                   uint64_t idx)
 {
     /* both ends: an entry is 40 bytes, and 3 in 8 of them cross a line
      * whose miss the loop then waits for (kvferry bench, many small moves
      * device to host: about a quarter faster with both prefetches) */
-    const hazard *h = sp == SP_PRIMARY     ? &e->hz_primary[idx]
-                      : sp == SP_SECONDARY ? &e->hz_secondary[idx]
-                                           : NULL;
+    const hazard *h = sp == KVF_TIER_GPU    ? &e->hz_primary[idx]
+                      : sp == KVF_TIER_HOST ? &e->hz_secondary[idx]
+                                            : NULL;
     if (h) {
         __builtin_prefetch(h);
         __builtin_prefetch((const char *)(h + 1) - 1);
@@ -657,14 +677,15 @@ static inline __attribute__((always_inline)) void hazard_prefetch(const kvf_engi
 }
 
 /* Prefetches the entries of move i + PREFETCH_AHEAD of moves[0..n). */
-static inline __attribute__((always_inline)) void
-move_prefetch(const kvf_engine *e, space rs, space ws, const kvf_move *moves, size_t i, size_t n)
+static inline __attribute__((always_inline)) void move_prefetch(const kvf_engine *e, kvf_tier rs,
+                                                                kvf_tier ws, const kvf_move *moves,
+                                                                size_t i, size_t n)
 {
     if (i + PREFETCH_AHEAD < n) {
         const kvf_move *m = &moves[i + PREFETCH_AHEAD];
         hazard_prefetch(e, rs, m->src);
         hazard_prefetch(e, ws, m->dst);
-        if (ws == SP_SECONDARY)
+        if (ws == KVF_TIER_HOST)
             __builtin_prefetch(&e->sec[m->dst].tokens);
     }
 }

@@ -1,7 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Chunks of moves between slots (primary; secondary for demote and
- * promote) and the remote tier's store.
+ * promote) and a keyed tier's store, run the same way for every store:
+ * each block gathered from its slots into the worker's staging and
+ * written, or read into staging, checked and scattered into its slots,
+ * through the store's batch calls and their hooks (kvf__store_hooks), so
+ * that the copies overlap the store's I/O where it moves blocks one by
+ * one. The store owns everything about its medium: for files O_DIRECT,
+ * io_uring, GPUDirect Storage images, fsync, torn and lost files; for a
+ * server its nodes and round trips. Also the remote tier's part: its
+ * store, opened on first use, its chunks and deadline.
  */
 #include "engine_private.h"
 
@@ -29,12 +37,14 @@ static uint64_t remote_deadline(const kvf_engine *e, batch *b)
     return root->remote_deadline_ns;
 }
 
-/* The remote tier's store, opened (connected) first when needed. The
- * store lives as long as the engine once opened. */
+/* The remote tier's store, opened (connected) first when needed (NULL
+ * without a remote tier). The store lives as long as the engine once
+ * opened. */
 kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
 {
+    *s_p = NULL;
     if (!e->remote_url)
-        return kvf__fail(KVF_ERR_INVALID, "engine: no remote tier");
+        return KVF_OK;
     pthread_mutex_lock(&e->remote_mu);
     kvf_status st = KVF_OK;
     if (!e->remote) {
@@ -46,7 +56,7 @@ kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
                            e->remote_why);
         } else {
             kvf__store_config sc = {
-                e->remote_url,       e->file_namespace,        e->dir.fingerprint,
+                e->remote_url,       e->file_namespace,        e->fingerprint,
                 e->cfg.remote.ttl_s, e->cfg.remote.timeout_ms, e->cfg.remote_mem_bytes};
             st = kvf__store_open(&sc, &e->remote);
             if (st != KVF_OK) {
@@ -62,174 +72,237 @@ kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
     return st;
 }
 
-/* Checks one block fetched from a remote store against the engine (its
- * pools, tokens and bytes) and appends its scatter copies at cp. */
-static kvf_status remote_fetched(kvf_engine *e, const batch *b, const kvf__store_block *blk,
-                                 const kvf_move *mv, kvf__copy *cp)
+/* The key a move of a keyed batch writes or reads. */
+static kvf_key move_key(const batch *b, size_t i)
 {
+    return b->moves[i].key;
+}
+
+/* A chunk as the store's hooks see it: block j of the call moves
+ * b->moves[idx[j]], its copies at cp[j * npools]. */
+typedef struct chunk {
+    worker *w;
+    batch *b;
+    const kvf__store *s;
+    const size_t *idx;
+    kvf__store_block *blk;
+    kvf__copy *cp;
+} chunk;
+
+static const kvf_move *chunk_move(const chunk *c, const kvf__store_block *blk)
+{
+    return &c->b->moves[c->idx[blk - c->blk]];
+}
+
+/* The hook before a write: blocks[0..n) gathered from their slots. */
+static kvf_status chunk_gather(void *arg, kvf__store_block *blocks, size_t n)
+{
+    chunk *c = arg;
+    kvf_engine *e = c->w->engine;
+    size_t j0 = (size_t)(blocks - c->blk);
+    for (size_t j = 0; j < n; j++) {
+        const kvf_move *mv = chunk_move(c, &blocks[j]);
+        uint32_t tokens = eff_tokens(e, mv->tokens);
+        blocks[j].tokens = tokens;
+        blocks[j].pools = e->npools;
+        blocks[j].payload_bytes = kvf__file_copies(e, c->b->kind, mv, blocks[j].buf, tokens, tokens,
+                                                   c->cp + (j0 + j) * e->npools);
+    }
+    kvf_status st = kvf__staging_copy(c->w, c->b, c->cp + j0 * e->npools, n * e->npools);
+    if (st == KVF_OK)
+        return KVF_OK;
+    /* the store names the block */
+    if (n == 1)
+        return kvf__fail(st, "gathering slot %llu: %s",
+                         (unsigned long long)chunk_move(c, blocks)->src, kvf_last_error());
+    return kvf__fail(st, "gathering %zu blocks from their slots: %s", n, kvf_last_error());
+}
+
+/* Checks one block read against the engine (its pools, tokens and bytes)
+ * and makes its scatter copies at cp. */
+static kvf_status chunk_check(const chunk *c, const kvf__store_block *blk, const kvf_move *mv,
+                              kvf__copy *cp)
+{
+    kvf_engine *e = c->w->engine;
     uint32_t tokens = eff_tokens(e, mv->tokens);
     char key[KVF_KEY_STR_BYTES];
     kvf_key_format(mv->key, key);
+    const char *noun = c->s->noun;
     if (blk->pools != e->npools)
-        return kvf__fail(KVF_ERR_MISMATCH, "block %s: stored remotely with %u pools, engine has %u",
-                         key, blk->pools, e->npools);
+        return kvf__fail(KVF_ERR_MISMATCH, "%s %s: stored with %u pools, engine has %u", noun, key,
+                         blk->pools, e->npools);
     if (blk->tokens < tokens)
-        return kvf__fail(KVF_ERR_RANGE, "block %s: holds %u tokens, %u asked", key, blk->tokens,
+        return kvf__fail(KVF_ERR_RANGE, "%s %s: holds %u tokens, %u asked", noun, key, blk->tokens,
                          tokens);
-    size_t bytes = kvf__file_copies(e, b->kind, mv, blk->buf, tokens, blk->tokens, cp);
-    if (bytes != blk->payload_bytes)
+    if (kvf__file_copies(e, c->b->kind, mv, blk->buf, tokens, blk->tokens, cp) !=
+        blk->payload_bytes)
         return kvf__fail(KVF_ERR_MISMATCH,
-                         "block %s: %zu payload bytes stored remotely, %zu expected", key,
-                         blk->payload_bytes, bytes);
+                         "%s %s: %zu payload bytes stored, not what %u tokens take", noun, key,
+                         blk->payload_bytes, blk->tokens);
     return KVF_OK;
 }
 
-/* Copies between slots and a chunk's staging: host memory on both sides
- * for secondary slots (demote, promote), the backend's otherwise. */
-static kvf_status remote_copy(const kvf_engine *e, const batch *b, kvf__copy *cp, size_t n)
+/* The hook after a read: blocks[0..n) that read well checked and
+ * scattered into their slots; one refused fails here. */
+static void chunk_scatter(void *arg, kvf__store_block *blocks, size_t n)
 {
-    n = kvf__sel_compact(e, b, cp, n);
-    return kind_uses_secondary(b->kind) ? kvf__host_copy(cp, n)
-                                        : e->backend->ops->copy_sync(e->backend, b->queue, cp, n);
-}
-
-/* Gathers the blocks of an offload or demote into staging (blk[j].buf) and stores
- * them. */
-static kvf_status remote_store_blocks(worker *w, batch *b, const size_t *idx, size_t m,
-                                      kvf__store *s, kvf__store_block *blk, kvf__copy *cp,
-                                      uint64_t deadline_ns)
-{
-    kvf_engine *e = w->engine;
-    for (size_t j = 0; j < m; j++) {
-        const kvf_move *mv = &b->moves[idx[j]];
-        uint32_t tokens = eff_tokens(e, mv->tokens);
-        uint8_t *payload = w->rstaging + j * e->all_block_bytes;
-        size_t bytes =
-            kvf__file_copies(e, b->kind, mv, payload, tokens, tokens, cp + j * e->npools);
-        blk[j] = (kvf__store_block){.key = mv->key,
-                                    .tokens = tokens,
-                                    .pools = e->npools,
-                                    .buf = payload,
-                                    .payload_bytes = bytes};
-    }
-    kvf_status st = remote_copy(e, b, cp, m * e->npools);
-    if (st == KVF_OK)
-        return s->ops->write(s, blk, m, deadline_ns);
-    kvf_status ret = kvf__fail(st, "gathering the blocks: %s", kvf_last_error());
-    for (size_t j = 0; j < m; j++)
-        blk[j].status = st;
-    return ret;
-}
-
-/* Fetches the blocks of an onboard or promote into staging, checks them and scatters
- * them into their slots. A block refused here is failed at once
- * (noted[j]); *why_p keeps the first failure's detail. */
-static kvf_status remote_fetch_blocks(worker *w, batch *b, const size_t *idx, size_t m,
-                                      kvf__store *s, kvf__store_block *blk, kvf__copy *cp,
-                                      uint64_t deadline_ns, bool *noted, char *why, size_t why_cap)
-{
-    kvf_engine *e = w->engine;
-    for (size_t j = 0; j < m; j++)
-        blk[j] = (kvf__store_block){.key = b->moves[idx[j]].key,
-                                    .buf = w->rstaging + j * e->all_block_bytes,
-                                    .cap = e->all_block_bytes};
-    kvf_status ret = s->ops->read(s, blk, m, deadline_ns);
-    if (ret != KVF_OK)
-        snprintf(why, why_cap, "%s", kvf_last_error());
+    chunk *c = arg;
+    kvf_engine *e = c->w->engine;
+    kvf__copy *cp = c->cp + (size_t)(blocks - c->blk) * e->npools;
     size_t ncp = 0;
-    for (size_t j = 0; j < m; j++) {
-        if (blk[j].status != KVF_OK)
+    for (size_t j = 0; j < n; j++) {
+        if (blocks[j].status != KVF_OK)
             continue;
-        kvf_status st = remote_fetched(e, b, &blk[j], &b->moves[idx[j]], cp + ncp);
-        if (st == KVF_OK) {
+        kvf_status st = chunk_check(c, &blocks[j], chunk_move(c, &blocks[j]), cp + ncp);
+        if (st == KVF_OK)
             ncp += e->npools;
-            continue;
+        else
+            kvf__store_block_fail(&blocks[j], st, "%s", kvf_last_error());
+    }
+    kvf_status st = ncp ? kvf__staging_copy(c->w, c->b, cp, ncp) : KVF_OK;
+    if (st == KVF_OK)
+        return;
+    char why[KVF_MOVE_ERROR_MESSAGE];
+    snprintf(why, sizeof why, "%s", kvf_last_error());
+    for (size_t j = 0; j < n; j++)
+        if (blocks[j].status == KVF_OK) {
+            const kvf_move *mv = chunk_move(c, &blocks[j]);
+            kvf__store_block_fail(&blocks[j], st,
+                                  "%s " KVF_KEY_FMT ": scattering into slot %llu: %s", c->s->noun,
+                                  KVF_KEY_ARGS(mv->key), (unsigned long long)mv->dst, why);
         }
-        blk[j].status = st;
-        KVF_LOG(KVF_LOG_WARN, "%s: %s", kvf__op_names[b->kind], kvf_last_error());
-        kvf__move_failed(b, idx[j], st, "%s: %s", kvf__op_names[b->kind], kvf_last_error());
-        noted[j] = true;
-    }
-    kvf_status st = ncp ? remote_copy(e, b, cp, ncp) : KVF_OK;
-    if (st != KVF_OK) {
-        ret = kvf__fail(st, "scattering the blocks: %s", kvf_last_error());
-        snprintf(why, why_cap, "%s", kvf_last_error());
-        for (size_t j = 0; j < m; j++)
-            if (blk[j].status == KVF_OK) {
-                blk[j].status = st;
-                blk[j].msg[0] = '\0';
-            }
-    }
-    return ret;
 }
 
-/* Fails every block of a chunk that could not start (no store, no
- * staging). */
-static void remote_chunk_failed(batch *b, const size_t *idx, size_t m, kvf_status st)
+/* After a write of a move failed, here or before its chunk: the store
+ * removes what it left (kvf__store_ops.discard). */
+static void discard_failed(kvf__store *s, const batch *b, size_t first, size_t last)
+{
+    if (!s || !s->ops->discard || !tier_keyed(kind_writes(b->kind)) || kind_removes(b->kind))
+        return;
+    for (size_t i = first; i < last; i++)
+        if (b->status[i] != KVF_INPROGRESS && b->status[i] != KVF_OK) {
+            bool emptied;
+            s->ops->discard(s, b->moves[i].key, &emptied);
+        }
+}
+
+/* Fails the moves of a chunk still in progress that could not start (no
+ * store, no staging), as kvf_last_error() says. */
+static void chunk_refused(batch *b, size_t first, size_t last, kvf_status st)
 {
     char why[KVF_MOVE_ERROR_MESSAGE];
-    KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", kvf__op_names[b->kind], m, kvf_last_error());
+    KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", op_name(b->kind), last - first, kvf_last_error());
     snprintf(why, sizeof why, "%s", kvf_last_error());
-    for (size_t j = 0; j < m; j++)
-        kvf__move_failed(b, idx[j], st, "%s: remote block " KVF_KEY_FMT ": %s",
-                         kvf__op_names[b->kind], KVF_KEY_ARGS(b->moves[idx[j]].key), why);
-}
-
-/* Runs moves [first, last) of a remote batch as one batch call of the
- * remote store: the blocks are gathered into staging and stored, or
- * fetched into staging, checked and scattered to their slots, all by
- * `deadline_ns` (see remote_deadline). Statuses go to b->status. */
-static void run_remote_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
-{
-    kvf_engine *e = w->engine;
-    size_t m = 0;
-    size_t idx[REMOTE_CHUNK_MOVES];
     for (size_t i = first; i < last; i++)
         if (b->status[i] == KVF_INPROGRESS)
-            idx[m++] = i;
-    if (m == 0)
-        return;
+            kvf__move_failed(b, i, st, "%s: %s " KVF_KEY_FMT ": %s", op_name(b->kind),
+                             kvf__tiers[b->kind.tier].place, KVF_KEY_ARGS(move_key(b, i)), why);
+}
+
+/* Fails the moves whose blocks failed, with the store's message, and
+ * logs the chunk's failures once: a block not stored is no failure of the
+ * store's. */
+static void chunk_failures(batch *b, const size_t *idx, const kvf__store_block *blk, size_t m)
+{
+    size_t failed = 0, first = m;
+    for (size_t j = 0; j < m; j++) {
+        if (blk[j].status == KVF_OK)
+            continue;
+        kvf__move_failed(b, idx[j], blk[j].status, "%s: %s", op_name(b->kind), blk[j].msg);
+        if (blk[j].status != KVF_ERR_NOT_FOUND && failed++ == 0)
+            first = j;
+    }
+    if (failed)
+        KVF_LOG(KVF_LOG_WARN, "%s: %zu of %zu blocks failed, the first: %s", op_name(b->kind),
+                failed, m, blk[first].msg);
+}
+
+/* Sets up the chunk's blocks: keys, and for moves of blocks their images
+ * in staging. */
+static void chunk_blocks(worker *w, batch *b, const size_t *idx, size_t m, bool dev)
+{
+    kvf_engine *e = w->engine;
+    bool images = !kind_removes(b->kind);
+    size_t room = kvf__staging_slot_bytes(e) - KVF_BLOCK_HEADER_BYTES;
+    for (size_t j = 0; j < m; j++) {
+        w->blocks[j] = (kvf__store_block){.key = move_key(b, idx[j])};
+        if (!images)
+            continue;
+        w->blocks[j].buf = kvf__staging_payload(w, j, dev);
+        w->blocks[j].cap = room;
+        w->blocks[j].staged = true;
+        w->blocks[j].img = dev ? kvf__gds_image_ops() : NULL;
+        w->blocks[j].img_arg = dev ? w->gstaging : NULL;
+    }
+}
+
+void kvf__run_store_chunk(worker *w, batch *b, size_t first, size_t last, uint64_t deadline_ns)
+{
+    kvf_engine *e = w->engine;
+    uint64_t t0 = kvf__now_ns();
     kvf__store *s = NULL;
-    kvf_status st = kvf__remote_handle(e, &s);
-    if (st == KVF_OK && !kind_removes(b->kind))
-        st = kvf__staging_grow(e, &w->rstaging, &w->rstaging_bytes, m * e->all_block_bytes);
-    kvf__copy *cp = st == KVF_OK ? malloc(m * e->npools * sizeof *cp) : NULL;
-    kvf__store_block *blk = cp ? malloc(m * sizeof *blk) : NULL;
-    if (st == KVF_OK && !blk)
-        st = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[b->kind]);
+    kvf_status st = kind_ops(b->kind)->store(e, &s);
+    if (st == KVF_OK && !s) /* refused at submit: cannot happen */
+        st = kvf__fail(KVF_ERR_INVALID, "the engine has no %s tier", kvf_tier_name(b->kind.tier));
+    /* device slots go straight to a store that takes device images (the
+     * file store on the GDS path); secondary slots are host memory */
+    bool dev = st == KVF_OK && s->ops->device_staging && s->ops->device_staging(s) &&
+               !kind_uses_secondary(b->kind);
+    if (st == KVF_OK)
+        st = kvf__ensure_staging(w, last - first, !kind_removes(b->kind), dev);
+    size_t *idx = st == KVF_OK ? w->moves : NULL;
+    size_t m = 0;
+    for (size_t i = first; i < last && idx; i++)
+        if (b->status[i] == KVF_INPROGRESS)
+            idx[m++] = i;
     if (st != KVF_OK) {
-        remote_chunk_failed(b, idx, m, st);
-        free(cp);
+        chunk_refused(b, first, last, st);
+    } else if (m) {
+        chunk_blocks(w, b, idx, m, dev);
+        chunk c = {w, b, s, idx, w->blocks, w->copies};
+        const kvf__store_hooks h = {chunk_gather, chunk_scatter, &c};
+        kvf__store_block *blk = w->blocks;
+        kvf_status ret = kind_removes(b->kind) ? s->ops->remove(s, blk, m, deadline_ns)
+                         : tier_keyed(kind_writes(b->kind))
+                             ? kvf__store_write(s, blk, m, deadline_ns, &h)
+                             : kvf__store_read(s, blk, m, deadline_ns, &h);
+        /* the detail of the call's first failed block (a store may name no
+         * other): every failed block's message quotes it */
+        char first_why[KVF_MOVE_ERROR_MESSAGE] = "";
+        if (ret != KVF_OK)
+            snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
+        kvf__store_name_failures(s, blk, m, first_why);
+        chunk_failures(b, idx, blk, m);
+    }
+    discard_failed(s, b, first, last);
+    w->store_ns += kvf__now_ns() - t0;
+    w->store_chunks++;
+    w->store_moves += last - first;
+}
+
+void kvf__store_batch_wrote(kvf_engine *e, batch *b)
+{
+    /* nothing written, nothing to commit (and a store that could not be
+     * reached is not tried again for it) */
+    size_t written = 0;
+    while (written < b->n && b->status[written] != KVF_INPROGRESS)
+        written++;
+    kvf__store *s = NULL;
+    if (written == b->n || kind_ops(b->kind)->store(e, &s) != KVF_OK || !s || !s->ops->commit)
         return;
-    }
-    /* the detail of the call's first failed block (a store may name no
-     * other): every failed block's message quotes it */
-    char first_why[KVF_MOVE_ERROR_MESSAGE] = "";
-    bool noted[REMOTE_CHUNK_MOVES] = {false};
-    kvf_status ret;
-    if (b->kind == OP_REMOVE_REMOTE) {
-        for (size_t j = 0; j < m; j++)
-            blk[j] = (kvf__store_block){.key = b->moves[idx[j]].key};
-        ret = s->ops->remove(s, blk, m, deadline_ns);
-    } else if (kind_writes(b->kind) == SP_REMOTE) {
-        ret = remote_store_blocks(w, b, idx, m, s, blk, cp, deadline_ns);
-    } else {
-        ret = remote_fetch_blocks(w, b, idx, m, s, blk, cp, deadline_ns, noted, first_why,
-                                  sizeof first_why);
-    }
-    if (ret != KVF_OK && !first_why[0])
-        snprintf(first_why, sizeof first_why, "%s", kvf_last_error());
-    if (ret != KVF_OK) /* names the first failed block's key and node */
-        KVF_LOG(KVF_LOG_WARN, "%s: %zu blocks: %s", kvf__op_names[b->kind], m, first_why);
-    /* a store names each failed block itself, or only the call's first
-     * failure: the others then quote it */
-    kvf__store_name_failures(s, blk, m, first_why);
-    for (size_t j = 0; j < m; j++)
-        if (blk[j].status != KVF_OK && !noted[j])
-            kvf__move_failed(b, idx[j], blk[j].status, "%s: %s", kvf__op_names[b->kind],
-                             blk[j].msg);
-    free(blk);
-    free(cp);
+    kvf_status st = s->ops->commit(s);
+    if (st == KVF_OK)
+        return;
+    /* every move of the batch is done: their statuses are this thread's
+     * to write; what the moves that failed before left is gone already */
+    char why[KVF_MOVE_ERROR_MESSAGE];
+    snprintf(why, sizeof why, "%s", kvf_last_error());
+    for (size_t i = 0; i < b->n; i++)
+        if (b->status[i] == KVF_INPROGRESS) {
+            kvf__move_failed(b, i, st, "%s: %s " KVF_KEY_FMT ": %s", op_name(b->kind), s->noun,
+                             KVF_KEY_ARGS(b->moves[i].key), why);
+            discard_failed(s, b, i, i + 1);
+        }
 }
 
 /* Blocks of one round trip: REMOTE_CHUNK_BYTES, at most REMOTE_CHUNK_MOVES. */
@@ -239,4 +312,4 @@ static size_t remote_chunk_moves(const kvf_engine *e)
     return per < 1 ? 1 : per > REMOTE_CHUNK_MOVES ? REMOTE_CHUNK_MOVES : per;
 }
 
-const tier_ops kvf__remote_tier_ops = {run_remote_chunk, remote_chunk_moves, remote_deadline};
+const tier_ops kvf__remote_tier_ops = {kvf__remote_handle, remote_chunk_moves, remote_deadline};

@@ -75,15 +75,15 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
     memcpy(s->order, pools, n_pools * sizeof *pools);
     s->n = (uint32_t)n_pools;
     s->whole = n_pools == e->npools;
-    space ws = kind_writes(kind);
-    if (!s->whole && (ws == SP_FILE || ws == SP_REMOTE)) {
+    kvf_tier ws = kind_writes(kind);
+    if (!s->whole && tier_keyed(ws)) {
         kvf__pool_sel_free(e, s);
         return kvf__fail(KVF_ERR_UNSUPPORTED,
                          "%s: %zu of %u pools to the %s tier: a stored block holds every pool "
                          "(offload the pools to the host tier, then the whole block)",
-                         fn, n_pools, e->npools, ws == SP_FILE ? "disk" : "remote");
+                         fn, n_pools, e->npools, kvf_tier_name(ws));
     }
-    if (!s->whole && ws == SP_SECONDARY && !e->sec_pool_bits && e->secondary_slots) {
+    if (!s->whole && ws == KVF_TIER_HOST && !e->sec_pool_bits && e->secondary_slots) {
         /* which pools of each slot were written, from the first write of
          * some of them (sec_slot.pools) */
         size_t bits = (size_t)e->secondary_slots * e->npools;
@@ -140,10 +140,9 @@ void kvf__pool_sel_done(kvf_engine *e, batch *b)
 kvf_status kvf_onboard_pools(kvf_engine *e, kvf_tier from, const uint32_t *pools, size_t n_pools,
                              const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
     kvf__clear_error();
-    op_kind kind = OP_FENCE; /* set when the tier is taken */
-    kvf_status st = kvf__tier_kind("kvf_onboard_pools", from, kinds, &kind);
+    op_kind kind = KIND_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind("kvf_onboard_pools", from, OP_ONBOARD, &kind);
     return st != KVF_OK
                ? st
                : kvf__submit_pools(e, kind, false, NULL, pools, n_pools, moves, n, ticket_p);

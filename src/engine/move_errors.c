@@ -154,6 +154,6 @@ kvf__move_error *kvf__collect_errors(batch *b, size_t failed)
         return NULL;
     }
     char what[64];
-    snprintf(what, sizeof what, "%s: move", kvf__op_names[b->kind]);
+    snprintf(what, sizeof what, "%s: move", op_name(b->kind));
     return kvf__move_errors_sorted(list, b->status, b->n, what);
 }

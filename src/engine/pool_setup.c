@@ -190,7 +190,9 @@ kvf_status kvf__freeze(kvf_engine *e)
         e->mark_primary = e->mark_secondary = NULL;
         return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for hazard tables");
     }
-    e->dir.fingerprint = kvf__geometry_fingerprint(gs, e->npools);
+    e->fingerprint = kvf__geometry_fingerprint(gs, e->npools);
+    if (e->file_store) /* before the first transfer, which this freeze precedes */
+        kvf__file_store_dir(e->file_store)->fingerprint = e->fingerprint;
     free(gs);
     e->primary_slots = prim;
     e->secondary_slots = sec;

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Workers' staging: host or device images of blocks between slots and a
- * slow tier.
+ * keyed tier's store, laid out as the store keeps them (a header's room,
+ * the payload, padding to the O_DIRECT alignment), so that the file store
+ * writes and reads them in place and the others send the payload.
  */
 #include "engine_private.h"
 
-/* Bytes of one move's file image in staging: header and payload, padded
+/* Bytes of one move's block image in staging: header and payload, padded
  * so that every image starts and ends on the O_DIRECT alignment. */
 size_t kvf__staging_slot_bytes(const kvf_engine *e)
 {
@@ -32,31 +34,27 @@ kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t n
     return KVF_OK;
 }
 
-/* Room for `n` moves' file images, their I/O records and copies; the
- * images in device memory for the GDS path (`dev`), else on the host. */
-kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev)
+kvf_status kvf__ensure_staging(worker *w, size_t n, bool images, bool dev)
 {
     kvf_engine *e = w->engine;
-    /* the per-move arrays only grow: w->nios is what all three hold, so a
-     * staging allocation that fails below leaves them usable */
-    if (w->nios < n) {
-        kvf__blockfile_io *ios = realloc(w->ios, n * sizeof *ios);
-        if (ios) {
-            /* the records' fields kvf__run_file_moves does not set start zeroed
-             * (NULL hooks), never as realloc left them */
-            memset(ios + w->nios, 0, (n - w->nios) * sizeof *ios);
-            w->ios = ios;
-        }
+    /* the per-move arrays only grow: w->nmoves is what all three hold, so
+     * a staging allocation that fails below leaves them usable */
+    if (w->nmoves < n) {
+        size_t *moves = realloc(w->moves, n * sizeof *moves);
+        if (moves)
+            w->moves = moves;
+        kvf__store_block *blocks = realloc(w->blocks, n * sizeof *blocks);
+        if (blocks)
+            w->blocks = blocks;
         kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
         if (copies)
             w->copies = copies;
-        size_t *io_moves = realloc(w->io_moves, n * sizeof *io_moves);
-        if (io_moves)
-            w->io_moves = io_moves;
-        if (!ios || !copies || !io_moves)
-            return kvf__fail(KVF_ERR_NOMEM, "file staging: out of memory for %zu moves", n);
-        w->nios = n;
+        if (!moves || !blocks || !copies)
+            return kvf__fail(KVF_ERR_NOMEM, "staging: out of memory for %zu moves", n);
+        w->nmoves = n;
     }
+    if (!images)
+        return KVF_OK;
     if (dev) {
         if (w->gstaging && kvf__gds_buf_slots(w->gstaging) >= n)
             return KVF_OK;
@@ -71,13 +69,20 @@ kvf_status kvf__ensure_staging(worker *w, size_t n, bool dev)
     return kvf__staging_grow(e, &w->staging, &w->staging_bytes, kvf__staging_slot_bytes(e) * n);
 }
 
+uint8_t *kvf__staging_payload(worker *w, size_t k, bool dev)
+{
+    uint8_t *image = dev ? kvf__gds_buf_slot(w->gstaging, k)
+                         : w->staging + k * kvf__staging_slot_bytes(w->engine);
+    return image + KVF_BLOCK_HEADER_BYTES;
+}
+
 /* Copies of a move between its slot (primary, or secondary for demote and
  * promote) and a packed file image: each pool's rows of `file_tokens`
  * tokens, back to back. `tokens` of them are moved (tokens <= file_tokens). */
 size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, uint8_t *payload,
                         uint32_t tokens, uint32_t file_tokens, kvf__copy *out)
 {
-    bool to_file = kind_writes(kind) == SP_FILE || kind_writes(kind) == SP_REMOTE;
+    bool to_file = tier_keyed(kind_writes(kind));
     bool secondary = kind_uses_secondary(kind);
     size_t off = 0;
     for (uint32_t p = 0; p < e->npools; p++) {
@@ -101,11 +106,11 @@ size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, u
 
 /* Copies between slots and staging: host memory on both sides for
  * secondary slots (no backend, no GPU stream), the backend's otherwise. */
-kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp)
+kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp, size_t n)
 {
     kvf_engine *e = w->engine;
     uint64_t t0 = kvf__now_ns();
-    size_t n = kvf__sel_compact(e, b, cp, e->npools);
+    n = kvf__sel_compact(e, b, cp, n);
     kvf_status st = kind_uses_secondary(b->kind)
                         ? kvf__host_copy(cp, n)
                         : e->backend->ops->copy_sync(e->backend, b->queue, cp, n);

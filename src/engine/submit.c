@@ -83,10 +83,10 @@ static void mark_pools_written(kvf_engine *e, const batch *b, uint64_t s)
  * except for entries the batch would have been added to (undone below). */
 static kvf_status register_batch(kvf_engine *e, batch *b)
 {
-    space rs = kind_reads(b->kind);
-    space ws = kind_writes(b->kind);
-    bool keyed_read = rs == SP_FILE || rs == SP_REMOTE;
-    bool keyed_write = ws == SP_FILE || ws == SP_REMOTE;
+    kvf_tier rs = kind_reads(b->kind);
+    kvf_tier ws = kind_writes(b->kind);
+    bool keyed_read = tier_keyed(rs);
+    bool keyed_write = tier_keyed(ws);
     bool partial = b->sel && !b->sel->whole;
     for (size_t i = 0; i < b->n; i++) {
         kvf_move *mv = &b->moves[i];
@@ -108,7 +108,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
             b->src_dep[i] = dep->id;
             if (add_dependency(b, dep, DEP_WHOLE) != KVF_OK)
                 return KVF_ERR_NOMEM;
-        } else if (rs != SP_PRIMARY || b->kind == OP_FENCE || b->checked) {
+        } else if (rs != KVF_TIER_GPU || b->kind.dir == OP_FENCE || b->checked) {
             /* (a fence asks whether the slot's last write landed, too) */
             /* kvferry owns secondary slots and files: a failed write
              * there is known bad until rewritten */
@@ -147,7 +147,7 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
         w->nreaders = 0;
         w->writer = b->id;
         b->nregistered = i + 1;
-        if (ws == SP_SECONDARY) {
+        if (ws == KVF_TIER_HOST) {
             /* a partial write leaves the other pools' tokens as they were:
              * the slot holds the fewer of the two */
             uint32_t now = eff_tokens(e, mv->tokens), had = e->sec[mv->dst].tokens;
@@ -225,7 +225,7 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
          * hazards it did register consistent by running it as failed */
         for (size_t i = 0; i < b->n; i++)
             kvf__move_failed(b, i, KVF_ERR_NOMEM, "%s: out of memory for the batch's hazards",
-                             kvf__op_names[b->kind]);
+                             op_name(b->kind));
     }
     if (b->deps_left == 0) {
         /* a large batch's first part is issued here; the others go to the
@@ -254,7 +254,7 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
  * then fills b->order. submit_mu held. */
 static uint32_t *sort_counts(kvf_engine *e, batch *b)
 {
-    if (b->n <= PART_MOVES || (b->kind != OP_OFFLOAD_HOST && b->kind != OP_ONBOARD_HOST))
+    if (b->n <= PART_MOVES || b->kind.tier != KVF_TIER_HOST)
         return NULL;
     size_t slots = e->secondary_slots;
     if (slots / 8 > b->n || b->n > UINT32_MAX)
@@ -274,7 +274,7 @@ static uint32_t *sort_counts(kvf_engine *e, batch *b)
 
 void kvf__sort_parts(kvf_engine *e, batch *b, const kvf_move *moves, uint32_t *cnt)
 {
-    bool off = b->kind == OP_OFFLOAD_HOST;
+    bool off = b->kind.dir == OP_OFFLOAD;
     for (size_t k = 0; k < e->secondary_slots; k++)
         cnt[k + 1] += cnt[k];
     for (size_t i = 0; i < b->n; i++)
@@ -320,22 +320,15 @@ static void make_part(kvf_engine *e, batch *b, const kvf_move *moves, batch *c, 
     c->group_off = off;
 }
 
-/* The tiers a kind moves between are configured (e->mu held). */
+/* The tiers a kind moves between are configured (e->mu held): its own,
+ * then the secondary slots a demote or promote moves them through. */
 static kvf_status tiers_ready(kvf_engine *e, op_kind kind)
 {
-    if (kind_is_remote(kind) && !e->remote_url)
-        return kvf__fail(KVF_ERR_INVALID,
-                         "%s: the engine has no remote tier (set remote.url or %s)",
-                         kvf__op_names[kind], KVF_REMOTE_URL_ENV);
-    if (kind_is_file(kind) && !e->file_enabled)
-        return kvf__fail(KVF_ERR_INVALID, "%s: the engine has no file tier (set file.dir)",
-                         kvf__op_names[kind]);
-    if (kind_uses_secondary(kind))
-        for (uint32_t p = 0; p < e->npools; p++)
-            if (!e->pools[p].has_secondary)
-                return kvf__fail(KVF_ERR_INVALID, "%s: pool %u has no secondary slots",
-                                 kvf__op_names[kind], p);
-    return KVF_OK;
+    const tier_info *t = &kvf__tiers[kind.tier];
+    kvf_status st = t->ready ? t->ready(e, op_name(kind)) : KVF_OK;
+    if (st == KVF_OK && kind.tier != KVF_TIER_HOST && kind_uses_secondary(kind))
+        st = kvf__tiers[KVF_TIER_HOST].ready(e, op_name(kind));
+    return st;
 }
 
 /* Queues group b (checked; e->mu held, dropped while each part is made)
@@ -371,7 +364,7 @@ static kvf_status enqueue_group(kvf_engine *e, batch *b, const kvf_move *moves, 
                 b->status[sorted ? b->order[i] : i] = KVF_ERR_NOMEM;
             b->parts_left -= nparts - k;
             if (!b->ticketed)
-                ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[b->kind]);
+                ret = kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_name(b->kind));
             break;
         }
         if (enqueue(e, c) != KVF_OK && !b->ticketed)
@@ -402,20 +395,19 @@ kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *af
     kvf__clear_error();
     KVF_TIMELINE(KVF_TL_SUBMIT, 0, n);
     if (!e)
-        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", kvf__op_names[kind]);
+        return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", op_name(kind));
     if (n == 0)
-        return kvf__fail(KVF_ERR_INVALID, "%s: empty batch (n = 0)", kvf__op_names[kind]);
+        return kvf__fail(KVF_ERR_INVALID, "%s: empty batch (n = 0)", op_name(kind));
     if (!moves)
-        return kvf__fail(KVF_ERR_INVALID, "%s: moves is NULL with n = %zu", kvf__op_names[kind], n);
+        return kvf__fail(KVF_ERR_INVALID, "%s: moves is NULL with n = %zu", op_name(kind), n);
     if (n > (SIZE_MAX / 4) / sizeof(kvf__copy))
-        return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", kvf__op_names[kind],
-                         n);
+        return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", op_name(kind), n);
 
     /* a group's moves stay in the caller's array: its parts copy them */
     bool group = n > PART_MOVES;
     batch *b = kvf__batch_get(e, n, group);
     if (!b)
-        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[kind]);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_name(kind));
     if (!group)
         memcpy(b->moves, moves, n * sizeof *moves);
     b->n = n;
@@ -433,7 +425,7 @@ kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *af
         goto refuse;
     if ((st = tiers_ready(e, kind)) != KVF_OK)
         goto refuse;
-    if ((st = kvf__pool_sel_make(e, kvf__op_names[kind], kind, pools, n_pools, &b->sel)) != KVF_OK)
+    if ((st = kvf__pool_sel_make(e, op_name(kind), kind, pools, n_pools, &b->sel)) != KVF_OK)
         goto refuse;
     /* The checks need only submit_mu (see kvf__check_moves); completions take
      * `mu` meanwhile. */
@@ -442,7 +434,7 @@ kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *af
     size_t failed = 0;
     st = kvf__check_moves(e, kind, moves, n, b, cnt, &failed);
     if (st != KVF_OK) {
-        st = kvf__fail(st, "%s: %s", kvf__op_names[kind], kvf_last_error());
+        st = kvf__fail(st, "%s: %s", op_name(kind), kvf_last_error());
         goto refuse_checked;
     }
     if (cnt)
@@ -450,8 +442,7 @@ kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *af
     /* the mark last: once it exists the batch is accepted, and it releases
      * it when it completes */
     if (after && (st = e->backend->ops->mark(e->backend, after, &b->after)) != KVF_OK) {
-        st = kvf__fail(st, "%s: marking the caller's stream: %s", kvf__op_names[kind],
-                       kvf_last_error());
+        st = kvf__fail(st, "%s: marking the caller's stream: %s", op_name(kind), kvf_last_error());
         goto refuse_checked;
     }
     KVF_TIMELINE(KVF_TL_CHECKED, 0, n);
@@ -486,42 +477,25 @@ refuse_checked:
     return st;
 }
 
-/* The op kind of an engine call on `tier`: kinds[tier], one per tier below
- * the primary slots in kvf_tier's order; a negative entry or a tier
- * outside them refuses the call, naming the tier. */
-kvf_status kvf__tier_kind(const char *fn, kvf_tier tier, const int kinds[3], op_kind *kind_p)
-{
-    if ((unsigned)tier >= KVF_TIER_COUNT)
-        return kvf__fail(KVF_ERR_INVALID, "%s: tier %d unknown", fn, (int)tier);
-    int k = (unsigned)tier < 3 ? kinds[tier] : -1;
-    if (k < 0)
-        return kvf__fail(KVF_ERR_INVALID, "%s: tier %s is not one this call takes", fn,
-                         kvf_tier_name(tier));
-    *kind_p = (op_kind)k;
-    return KVF_OK;
-}
-
-static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, const int kinds[3],
+static kvf_status submit_tier(kvf_engine *e, const char *fn, kvf_tier tier, op_dir dir,
                               const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
     kvf__clear_error();
-    op_kind kind = OP_FENCE; /* set when the tier is taken */
-    kvf_status st = kvf__tier_kind(fn, tier, kinds, &kind);
+    op_kind kind = KIND_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind(fn, tier, dir, &kind);
     return st != KVF_OK ? st : kvf__submit(e, kind, moves, n, ticket_p);
 }
 
 kvf_status kvf_offload(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
-    return submit_tier(e, "kvf_offload", to, kinds, moves, n, ticket_p);
+    return submit_tier(e, "kvf_offload", to, OP_OFFLOAD, moves, n, ticket_p);
 }
 
 kvf_status kvf__offload_after(kvf_engine *e, const char *fn, void *stream, kvf_tier to,
                               const uint32_t *pools, size_t n_pools, const kvf_move *moves,
                               size_t n, kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_OFFLOAD_HOST, OP_OFFLOAD_FILE, OP_OFFLOAD_REMOTE};
     kvf__clear_error();
     if (stream && !e)
         return kvf__fail(KVF_ERR_INVALID, "%s: engine is NULL", fn);
@@ -529,8 +503,8 @@ kvf_status kvf__offload_after(kvf_engine *e, const char *fn, void *stream, kvf_t
         return kvf__fail(KVF_ERR_UNSUPPORTED,
                          "%s: the %s backend has no stream to order after (stream must be NULL)",
                          fn, e->backend->ops->name);
-    op_kind kind = OP_FENCE; /* set when the tier is taken */
-    kvf_status st = kvf__tier_kind(fn, to, kinds, &kind);
+    op_kind kind = KIND_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind(fn, to, OP_OFFLOAD, &kind);
     return st != KVF_OK
                ? st
                : kvf__submit_pools(e, kind, false, stream, pools, n_pools, moves, n, ticket_p);
@@ -545,48 +519,43 @@ kvf_status kvf_offload_after(kvf_engine *e, void *stream, kvf_tier to, const kvf
 kvf_status kvf_onboard(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {OP_ONBOARD_HOST, OP_ONBOARD_FILE, OP_ONBOARD_REMOTE};
-    return submit_tier(e, "kvf_onboard", from, kinds, moves, n, ticket_p);
+    return submit_tier(e, "kvf_onboard", from, OP_ONBOARD, moves, n, ticket_p);
 }
 
 kvf_status kvf_copy(kvf_engine *e, const kvf_move *moves, size_t n, kvf_ticket *ticket_p)
 {
-    return kvf__submit(e, OP_COPY, moves, n, ticket_p);
+    return kvf__submit(e, KIND_COPY, moves, n, ticket_p);
 }
 
 kvf_status kvf_demote(kvf_engine *e, kvf_tier to, const kvf_move *moves, size_t n,
                       kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {-1, OP_DEMOTE, OP_DEMOTE_REMOTE};
-    return submit_tier(e, "kvf_demote", to, kinds, moves, n, ticket_p);
+    return submit_tier(e, "kvf_demote", to, OP_DEMOTE, moves, n, ticket_p);
 }
 
 kvf_status kvf_promote(kvf_engine *e, kvf_tier from, const kvf_move *moves, size_t n,
                        kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {-1, OP_PROMOTE, OP_PROMOTE_REMOTE};
-    return submit_tier(e, "kvf_promote", from, kinds, moves, n, ticket_p);
+    return submit_tier(e, "kvf_promote", from, OP_PROMOTE, moves, n, ticket_p);
 }
 
 kvf_status kvf_remove(kvf_engine *e, kvf_tier tier, const kvf_key *keys, size_t n,
                       kvf_ticket *ticket_p)
 {
-    static const int kinds[3] = {-1, OP_REMOVE, OP_REMOVE_REMOTE};
     kvf__clear_error();
-    op_kind kind = OP_FENCE; /* set when the tier is taken */
-    kvf_status st = kvf__tier_kind("kvf_remove", tier, kinds, &kind);
+    op_kind kind = KIND_FENCE; /* set when the tier is taken */
+    kvf_status st = kvf__tier_kind("kvf_remove", tier, OP_REMOVE, &kind);
     if (st != KVF_OK)
         return st;
     if (!e || n == 0)
         return kvf__submit(e, kind, NULL, n, ticket_p);
     if (!keys)
-        return kvf__fail(KVF_ERR_INVALID, "%s: keys is NULL with n = %zu", kvf__op_names[kind], n);
+        return kvf__fail(KVF_ERR_INVALID, "%s: keys is NULL with n = %zu", op_name(kind), n);
     if (n > SIZE_MAX / sizeof(kvf_move))
-        return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu keys is too large", kvf__op_names[kind],
-                         n);
+        return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu keys is too large", op_name(kind), n);
     kvf_move *moves = malloc(n * sizeof *moves);
     if (!moves)
-        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", kvf__op_names[kind]);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_name(kind));
     for (size_t i = 0; i < n; i++)
         moves[i] = (kvf_move){.key = keys[i]};
     st = kvf__submit(e, kind, moves, n, ticket_p);

@@ -41,10 +41,8 @@ static void wait_after(kvf_engine *e, batch *b, size_t first, size_t last)
  * a large batch spreads over all workers. */
 static size_t chunk_of(kvf_engine *e, const batch *b)
 {
-    const engine_tier *t = kind_tier(e, b->kind);
-    size_t per = t                    ? t->ops->chunk_moves(e)
-                 : e->all_block_bytes ? (4u << 20) / e->all_block_bytes
-                                      : 1;
+    const tier_ops *t = kind_ops(b->kind);
+    size_t per = t ? t->chunk_moves(e) : e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
     size_t share = (b->n + e->nworkers - 1) / e->nworkers;
     size_t c = per < share ? per : share;
     return c ? c : 1;
@@ -115,8 +113,8 @@ void *kvf__worker_main(void *arg)
                 kvf__fail_lost_source(b, i);
             else if (b->status[i] == KVF_INPROGRESS && kvf__dest_lost(e, b, i))
                 kvf__fail_lost_dest(b, i);
-        const engine_tier *t = kind_tier(e, b->kind);
-        uint64_t deadline_ns = t && t->ops->deadline ? t->ops->deadline(e, b) : 0;
+        const tier_ops *t = kind_ops(b->kind);
+        uint64_t deadline_ns = t && t->deadline ? t->deadline(e, b) : 0;
         pthread_mutex_unlock(&e->mu);
 
         /* kvf_offload_after: this thread waits for the caller's stream,
@@ -125,7 +123,7 @@ void *kvf__worker_main(void *arg)
             wait_after(e, b, first, last);
         /* each move's status is written by the one worker that claimed it */
         if (t)
-            t->ops->run_chunk(w, b, first, last, deadline_ns);
+            kvf__run_store_chunk(w, b, first, last, deadline_ns);
         for (size_t i = first; i < last && !kind_on_workers(b->kind); i++) {
             if (b->status[i] != KVF_INPROGRESS)
                 continue;
@@ -140,24 +138,9 @@ void *kvf__worker_main(void *arg)
         if (b->moves_done < b->n)
             chunk_ended(e, b, first, last);
         if (b->moves_done == b->n) {
-            if (kind_writes(b->kind) == SP_FILE && !kind_removes(b->kind) &&
-                e->cfg.file.fsync == KVF_FSYNC_BATCH) {
+            if (t && !kind_removes(b->kind) && tier_keyed(kind_writes(b->kind))) {
                 pthread_mutex_unlock(&e->mu);
-                kvf_status st = e->file_store->ops->commit(e->file_store);
-                if (st != KVF_OK) {
-                    /* every move of the batch is done: their statuses are
-                     * this thread's to write; the files of those failed
-                     * before are gone already */
-                    char why[KVF_MOVE_ERROR_MESSAGE];
-                    snprintf(why, sizeof why, "%s", kvf_last_error());
-                    for (size_t i = 0; i < b->n; i++)
-                        if (b->status[i] == KVF_INPROGRESS) {
-                            kvf__move_failed(b, i, st, "%s: block " KVF_KEY_FMT ": %s",
-                                             kvf__op_names[b->kind], KVF_KEY_ARGS(b->moves[i].key),
-                                             why);
-                            kvf__drop_failed_file(e, b, i);
-                        }
-                }
+                kvf__store_batch_wrote(e, b);
                 engine_lock(e);
             }
             kvf__complete_batch(e, b);

@@ -33,10 +33,16 @@ typedef struct kvf__store_block {
     void *buf; /* write: the payload; read: where it goes */
     size_t cap;
     size_t payload_bytes;
-    /* Optional (stores whose device_staging says so): buf is device
-     * memory, reached only through these, and holds the block's whole
-     * stored image (header room, then the payload; cap its bytes) so that
-     * the store never copies it. NULL: host memory, buf the payload. */
+    /* Optional: buf lies in staging the caller laid out as the block's
+     * whole stored image, so that a store writing images (the file store)
+     * fills in the header where it is and copies nothing: the
+     * KVF_BLOCK_HEADER_BYTES before buf are the header's room, that image
+     * starts on KVF_FILE_ALIGN, and cap runs to an aligned end. Stores
+     * that send the payload alone ignore it. */
+    bool staged;
+    /* Optional, with staged (stores whose device_staging says so): buf is
+     * device memory, reached only through these (GPUDirect Storage).
+     * NULL: host memory. */
     const struct kvf__image_ops *img;
     void *img_arg;
     kvf_status status;
@@ -54,6 +60,25 @@ typedef struct kvf__store_entry {
 } kvf__store_entry;
 
 typedef void (*kvf__store_visit_fn)(void *arg, const kvf__store_entry *entry);
+
+/* A caller's copies into and out of the blocks' buffers (the engine's,
+ * between slots and its staging), called as a batch call reaches blocks,
+ * so that they overlap the store's I/O: a store moving blocks one by one
+ * (the file store) calls them a block at a time, on whichever thread
+ * moves it; the others for all the blocks, before or after their round
+ * trip (kvf__store_write, kvf__store_read). */
+typedef struct kvf__store_hooks {
+    /* write: fills in blocks[0..n)'s payload, tokens, pools and
+     * payload_bytes, just before the store writes them. A failure fails
+     * them all (kvf_last_error() their message), and the store writes
+     * none of them: the caller discards what they leave. */
+    kvf_status (*fill)(void *arg, kvf__store_block *blocks, size_t n);
+    /* read: blocks[0..n) have their final status (and, when KVF_OK, their
+     * payload); called once for each block. It may fail a block that read
+     * well (status and msg). */
+    void (*done)(void *arg, kvf__store_block *blocks, size_t n);
+    void *arg;
+} kvf__store_hooks;
 
 /*
  * Batch calls take n >= 1 blocks and a deadline (kvf__now_ns() time; 0:
@@ -79,16 +104,29 @@ typedef struct kvf__store_ops {
     /* Visits every block of the namespace whose header checks; others are
      * skipped (a read would refuse them). */
     kvf_status (*list)(kvf__store *s, kvf__store_visit_fn visit, void *arg);
-    /* Makes the writes since the last call durable. NULL: a write is as
-     * durable as the store makes it when it returns. */
+    /* After a batch of writes: makes them durable as far as the store's
+     * own policy asks (the file store's fsync setting: under BATCH, one
+     * sync for all of them). NULL: a write is as durable as the store
+     * makes it when it returns. */
     kvf_status (*commit)(kvf__store *s);
-    /* After a failed write of `key`: removes what it left. KVF_OK when
-     * nothing of it is left; *emptied_p true where the block could only be
-     * emptied in place (no reader takes it for the block). NULL: remove. */
+    /* After a write of `key` that failed, in the store or before it
+     * reached the store (its source lost, its fill failed, the commit
+     * after it failed): removes what it left. KVF_OK when nothing of it
+     * is left; *emptied_p true where the block could only be emptied in
+     * place (no reader takes it for the block). A store that cannot remove
+     * it refuses reads of the key (KVF_ERR_LOST) until it is written or
+     * removed again. NULL: a failed write leaves the store as it was. */
     kvf_status (*discard)(kvf__store *s, kvf_key key, bool *emptied_p);
     /* Whether blocks' buf may be device memory reached through img (the
      * file store on the GPUDirect Storage path). NULL: never. */
     bool (*device_staging)(const kvf__store *s);
+    /* write and read calling the caller's hooks block by block as the
+     * store's I/O reaches each (see kvf__store_hooks). NULL: the hooks
+     * run for the whole call, before write and after read. */
+    kvf_status (*write_hooked)(kvf__store *s, kvf__store_block *blocks, size_t n,
+                               uint64_t deadline_ns, const kvf__store_hooks *h);
+    kvf_status (*read_hooked)(kvf__store *s, kvf__store_block *blocks, size_t n,
+                              uint64_t deadline_ns, const kvf__store_hooks *h);
     /* Frees the store; its blocks stay stored. */
     void (*close)(kvf__store *s);
 } kvf__store_ops;
@@ -167,6 +205,13 @@ KVF_INTERNAL kvf_status kvf__store_open(const kvf__store_config *cfg, kvf__store
 /* Closes a store; accepts NULL. */
 KVF_INTERNAL void kvf__store_close(kvf__store *s);
 
+/* A batch write or read with the caller's hooks (NULL: none), through
+ * the store's hooked call where it has one (see kvf__store_hooks). */
+KVF_INTERNAL kvf_status kvf__store_write(kvf__store *s, kvf__store_block *blocks, size_t n,
+                                         uint64_t deadline_ns, const kvf__store_hooks *h);
+KVF_INTERNAL kvf_status kvf__store_read(kvf__store *s, kvf__store_block *blocks, size_t n,
+                                        uint64_t deadline_ns, const kvf__store_hooks *h);
+
 /* The calls a caller asking what a store holds makes (the cache), on
  * arrays of keys: status[i] as the batch call's block i (see above). */
 KVF_INTERNAL kvf_status kvf__store_exists(kvf__store *s, const kvf_key *keys, size_t n,
@@ -189,13 +234,31 @@ KVF_INTERNAL kvf_status kvf__store_first_failure(const kvf__store_block *blocks,
 KVF_INTERNAL void kvf__store_block_fail(kvf__store_block *b, kvf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The stores of the file tier (store/file/file_store.c), over a directory
- * the caller opened and keeps open while the store lives: `fio` runs its
- * I/O (NULL: inline), `gds` says whether buffers may be device memory. */
+/* An engine's disk tier (store/file/file_store.c): the file store over
+ * <dir>/<ns>, its leftovers of crashed writers removed, its I/O through a
+ * runner of its own (io_uring or threads, `lanes` callers at once), and
+ * the GPUDirect Storage path taken where `io` and `gds_compat` allow it,
+ * the machine has it and `device_slots` (blocks come from device memory).
+ * Never fails for GDS: where it was asked for and is not to be had, the
+ * POSIX path serves, with one warning a process naming why. */
+typedef struct kvf__file_tier_config {
+    const char *dir, *ns;
+    kvf_fsync fsync;
+    kvf_file_io io;
+    kvf_gds_compat gds_compat;
+    kvf_file_runner runner;
+    uint32_t queue_depth, lanes;
+    bool device_slots;
+} kvf__file_tier_config;
+KVF_INTERNAL kvf_status kvf__file_store_open_tier(const kvf__file_tier_config *cfg,
+                                                  kvf__store **store_p);
+/* A disk tier's directory, for tests that look at the files under the
+ * store's interface, and its layout fingerprint's place (set when the
+ * engine's pools are fixed); NULL for another store. */
 struct kvf__blockfile_dir;
-struct kvf__fileio_runner;
-KVF_INTERNAL kvf_status kvf__file_store_wrap(struct kvf__blockfile_dir *dir,
-                                             struct kvf__fileio_runner *fio, bool gds,
-                                             kvf__store **store_p);
+KVF_INTERNAL struct kvf__blockfile_dir *kvf__file_store_dir(kvf__store *s);
+/* Calls its runner keeps in flight; "io_uring" or "threads". */
+KVF_INTERNAL uint32_t kvf__file_store_depth(const kvf__store *s);
+KVF_INTERNAL const char *kvf__file_store_runner_name(const kvf__store *s);
 
 #endif /* KVF_STORE_H */

@@ -148,6 +148,39 @@ kvf_status kvf__store_list(kvf__store *s, kvf__store_visit_fn visit, void *arg)
     return s->ops->list(s, visit, arg);
 }
 
+kvf_status kvf__store_write(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns,
+                            const kvf__store_hooks *h)
+{
+    if (h && s->ops->write_hooked)
+        return s->ops->write_hooked(s, blocks, n, deadline_ns, h);
+    kvf_status st = h && h->fill ? h->fill(h->arg, blocks, n) : KVF_OK;
+    if (st == KVF_OK)
+        return s->ops->write(s, blocks, n, deadline_ns);
+    char why[KVF_MOVE_ERROR_MESSAGE];
+    snprintf(why, sizeof why, "%s", kvf_last_error());
+    for (size_t i = 0; i < n; i++)
+        kvf__store_block_fail(&blocks[i], st, "%s " KVF_KEY_FMT ": %s", s->noun,
+                              KVF_KEY_ARGS(blocks[i].key), why);
+    return kvf__fail(st, "%s", blocks[0].msg);
+}
+
+kvf_status kvf__store_read(kvf__store *s, kvf__store_block *blocks, size_t n, uint64_t deadline_ns,
+                           const kvf__store_hooks *h)
+{
+    if (h && s->ops->read_hooked)
+        return s->ops->read_hooked(s, blocks, n, deadline_ns, h);
+    kvf_status st = s->ops->read(s, blocks, n, deadline_ns);
+    if (h && h->done) {
+        /* the hook's own failures are kvf_last_error() no longer */
+        char why[KVF_MOVE_ERROR_MESSAGE];
+        snprintf(why, sizeof why, "%s", kvf_last_error());
+        h->done(h->arg, blocks, n);
+        if (st != KVF_OK)
+            kvf__fail(st, "%s", why);
+    }
+    return st;
+}
+
 kvf_status kvf__store_first_failure(const kvf__store_block *blocks, size_t n, bool miss_ok)
 {
     for (size_t i = 0; i < n; i++)

@@ -84,8 +84,8 @@ typedef struct kvf__blockfile_io {
     /* Optional, writes: fills buf's payload and meta just before the
      * block's write starts (so it overlaps the writes in flight), on the
      * thread that starts it; a failure fails the block without touching
-     * the key's file (the engine then removes it, as for any failed
-     * write: drop_failed_files). */
+     * the key's file (its caller then discards it, as for any failed
+     * write: the file store's discard). */
     kvf_status (*fill)(struct kvf__blockfile_io *io);
     void *arg;
     /* Optional: buf is not host memory; these reach it (img_arg their

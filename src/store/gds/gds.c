@@ -19,8 +19,9 @@
  * cuFile 1.14 on); otherwise compat. A file system cuFile cannot drive
  * directly (say, a virtio disk) still takes compat mode per file.
  *
- * Data path (execute_file.c). A block image (header, payload, zero padding
- * to 4096) is built in a device staging slot: slot regions gathered into it
+ * Data path (the engine's staging, the file store's images). A block
+ * image (header, payload, zero padding to 4096) is built in a device
+ * staging slot the engine owns: slot regions gathered into it
  * by device-to-device copies, its CRC-32C computed by a kernel, the header
  * packed on the host and copied in front. cuFileWrite writes the image into
  * the temporary file that blockfile_write.c opened, so renames, spares and
