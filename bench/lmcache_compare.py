@@ -36,6 +36,7 @@ and still measures kvferry and the ceiling.
 """
 
 import argparse
+import ctypes
 import importlib.util
 import json
 import os
@@ -43,6 +44,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,20 +100,78 @@ def why_not_loaded(path, torch):
     return lines
 
 
+def missing_torch_symbols(path, torch):
+    """The torch/c10 symbols the module leaves undefined that this torch's
+    libraries do not define."""
+    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    have = defined_symbols(os.path.join(lib_dir, f) for f in sorted(os.listdir(lib_dir)) if ".so" in f)
+    wanted = {s.split("@")[0] for s in undefined_symbols(path)}
+    return sorted(s for s in wanted if ("c10" in s or "at6" in s or "torch" in s) and s not in have)
+
+
+def throw_path_stubs(names):
+    """A library defining `names` where every one is the constructor of an
+    exception class (c10::...Error::...Error): code reaches those only to
+    throw, never on a copy. Each stub says what was called and aborts, so a
+    run that ever needed one cannot pass for a measurement. None where a
+    name is anything else (then the module is not loaded at all)."""
+    demangled = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True,
+                               text=True).stdout.splitlines()
+    if len(demangled) != len(names) or not all(re.search(r"::(\w*Error)::\1\(", d) for d in demangled):
+        return None
+    src = ["#include <stdio.h>", "#include <stdlib.h>"]
+    for i, (name, d) in enumerate(zip(names, demangled)):
+        said = d.replace("\\", "\\\\").replace('"', '\\"')
+        src += [f'void kvf_stub_{i}(void) __asm__("{name}");',
+                f'void kvf_stub_{i}(void) {{ fputs("lmcache_compare: LMCache threw through {said}, '
+                f'which this torch lacks (stubbed): aborting\\n", stderr); abort(); }}']
+    d = tempfile.mkdtemp(prefix="kvf-lmcache-stubs-")
+    c, so = os.path.join(d, "stubs.c"), os.path.join(d, "stubs.so")
+    with open(c, "w") as f:
+        f.write("\n".join(src) + "\n")
+    if subprocess.run(["cc", "-shared", "-fPIC", "-o", so, c]).returncode != 0:
+        return None
+    return so, demangled
+
+
+def exec_ops(path):
+    spec = importlib.util.spec_from_file_location("cuda_ops", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def load_ops(path, torch):
-    """LMCache's cuda_ops, or (None, reasons)."""
+    """LMCache's cuda_ops, or (None, reasons); notes (what was stubbed) in
+    the second item where it loaded."""
     if not path or not os.path.exists(path):
         return None, [f"no module at {path!r} (scripts/fetch-lmcache.sh fetches the wheel and keeps it)"]
-    spec = importlib.util.spec_from_file_location("cuda_ops", path)
+    notes = []
     try:
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = exec_ops(path)
     except Exception as e:  # ImportError, or whatever its init raises
-        return None, [f"{type(e).__name__}: {e}"] + why_not_loaded(path, torch)
+        # A module built against a newer torch may need an exception
+        # class's constructor this torch lacks: that is only on its throw
+        # path, so it loads beside stubs of those alone (said in the output)
+        stubs = None
+        try:
+            stubs = throw_path_stubs(missing_torch_symbols(path, torch))
+        except (OSError, subprocess.SubprocessError):
+            pass
+        if not stubs:
+            return None, [f"{type(e).__name__}: {e}"] + why_not_loaded(path, torch)
+        ctypes.CDLL(stubs[0], mode=ctypes.RTLD_GLOBAL)
+        try:
+            mod = exec_ops(path)
+        except Exception as e2:
+            return None, [f"{type(e2).__name__}: {e2} (with stubs of {', '.join(stubs[1])})"] + \
+                why_not_loaded(path, torch)
+        notes = [f"loaded beside a stub of {d} (torch {torch.__version__} lacks it; LMCache reaches it only to "
+                 f"throw, and the stub aborts the run if it ever does)" for d in stubs[1]]
     missing = [n for n in ("multi_layer_kv_transfer", "TransferDirection", "EngineKVFormat") if not hasattr(mod, n)]
     if missing:
         return None, ["loaded, but it has no " + ", ".join(missing)]
-    return mod, []
+    return mod, notes
 
 
 def main():
@@ -200,6 +260,9 @@ def main():
             print("  " + line)
         res["lmcache_not_loaded"] = why
     else:
+        for line in why:
+            print("lmcache: " + line)
+        res["lmcache_notes"] = why
         fmt = ops.EngineKVFormat.NL_X_TWO_NB_BS_NH_HS
         ptrs = torch.tensor([x.data_ptr() for x in kv], dtype=torch.int64, device=dev)
         offs = torch.arange(TOKENS, device=dev)

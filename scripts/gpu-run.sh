@@ -22,7 +22,9 @@
 # holds it, cut to what is left; a step left out says so. SKIP_<STEP>=1
 # leaves one out: SKIP_SANITIZE, SKIP_PATHS, SKIP_PARTIAL, SKIP_CONTEND,
 # SKIP_LMCACHE, SKIP_COMPARE, SKIP_LATENCY, SKIP_TORCH, SKIP_FILE,
-# SKIP_GDS, SKIP_REPLAY, SKIP_PYTEST, SKIP_REST.
+# SKIP_GDS, SKIP_REPLAY, SKIP_PYTEST, SKIP_REST. CONTEND_ARGS: more options
+# for the contention bench (e.g. "--reps 1000": its p99 of the default 200
+# onboards is the second worst).
 #
 # Output: $OUT (default ./gpu-out) gets run.log (everything said here,
 # a summary at its end), logs.tar.gz (each step's whole log and JSON) and
@@ -269,7 +271,7 @@ fi
 # (the raw ratio: D2H of the slots, then H2D); every byte checked
 # (about 30 s); then BASE_DIR's build the same way where it is built
 if [ -z "${SKIP_CONTEND:-}" ] && fits 45 "kvferry bench --mode contention"; then
-    step contention.txt 150 $B/kvferry bench --backend cuda --mode contention --sizes 256K,2M \
+    step contention.txt 150 $B/kvferry bench --backend cuda --mode contention --sizes 256K,2M ${CONTEND_ARGS:-} \
         --json "$L/contention.json"
     cat "$L/contention.txt"
     cp "$L/contention.txt" "$L/contention-evicting.txt" 2>/dev/null
@@ -300,7 +302,7 @@ fi
 # whose onboard into evicted slots the call size rule changed
 if [ -z "${SKIP_CONTEND:-}" ] && base_ready && fits 45 "BASE_DIR's contention bench"; then
     step contention-base.txt 60 "$BASE_DIR/build/kvferry" bench --backend cuda --mode contention \
-        --sizes 256K --json "$L/contention-base.json"
+        --sizes 256K ${CONTEND_ARGS:-} --json "$L/contention-base.json"
     grep -E "blocks:|/ idle|target" "$L/contention-base.txt" | sed 's/^/  base: /' >>"$SUMMARY"
 fi
 # COMPARE_MODES: the KVF_CUDA_COPY values to run --compare under (auto first)
