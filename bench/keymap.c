@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The keyed hash table every index uses (src/core/keymap.c), under keys an
- * adversary chose beside random keys: n keys whose MurmurHash3 finaliser
- * (the unkeyed mix a table could pick buckets by) is a multiple of 2^32,
- * so that such a table puts them all in one bucket. Prints, for each set,
+ * adversary chose beside random keys: n keys {0, lo} whose low half's
+ * MurmurHash3 finaliser (the unkeyed mix a table could pick buckets by,
+ * after folding the halves) is a multiple of 2^32, so that such a table
+ * puts them all in one bucket. Prints, for each set,
  * the median over `reps` runs of ns per insert and per lookup, and the
  * longest chain.
  *   build/bench/keymap [n] [reps]
@@ -14,7 +15,7 @@
 #include <stdlib.h>
 
 typedef struct item {
-    uint64_t key;
+    kvf_key key;
     struct item *chain;
 } item;
 
@@ -100,8 +101,9 @@ int main(int argc, char **argv)
         x ^= x << 13; /* xorshift64 */
         x ^= x >> 7;
         x ^= x << 17;
-        random[i].key = x;
-        chosen[i].key = fmix64_inverse((uint64_t)(i + 1) << 32);
+        random[i].key.hi = x * 0x9E3779B97F4A7C15ull;
+        random[i].key.lo = x;
+        chosen[i].key = (kvf_key){0, fmix64_inverse((uint64_t)(i + 1) << 32)};
     }
     result r = run(random, n, reps), c = run(chosen, n, reps);
     printf("keys     n        insert ns  lookup ns  longest chain  (median of %d runs)\n", reps);

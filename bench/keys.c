@@ -43,7 +43,7 @@ int main(int argc, char **argv)
         x = x * 1664525u + 1013904223u;
         tokens[i] = x >> 15; /* ids below 2^17, as a vocabulary's */
     }
-    uint64_t sink = 0;
+    kvf_key sink = KVF_KEY_ROOT;
     for (int r = 0; r < reps; r++) {
         double t0 = now_ms();
         size_t n =
@@ -52,8 +52,9 @@ int main(int argc, char **argv)
         sink = keys[n - 1];
     }
     qsort(ms, (size_t)reps, sizeof *ms, by_value);
-    printf("key chain of %u tokens, %u a block: median %.3f ms, min %.3f ms (%d runs; %016llx)\n",
-           TOKENS, TOKENS_PER_BLOCK, ms[reps / 2], ms[0], reps, (unsigned long long)sink);
+    printf("key chain of %u tokens, %u a block: median %.3f ms, min %.3f ms (%d runs; " KVF_KEY_FMT
+           ")\n",
+           TOKENS, TOKENS_PER_BLOCK, ms[reps / 2], ms[0], reps, KVF_KEY_ARGS(sink));
     free(ms);
     free(keys);
     free(tokens);

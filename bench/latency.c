@@ -157,8 +157,8 @@ int main(int argc, char **argv)
             perm[j] = t;
         }
         for (size_t i = 0; i < n; i++) {
-            off[i] = (kvf_move){i, perm[i], 0};
-            on[i] = (kvf_move){perm[i], i, 0};
+            off[i] = (kvf_move){.src = i, .dst = perm[i]};
+            on[i] = (kvf_move){.src = perm[i], .dst = i};
             uint8_t *d = (uint8_t *)dev + i * bs, *h = (uint8_t *)host + (size_t)perm[i] * bs;
             cd2h[i] = (kvf__copy){h, d, bs, 1, bs, bs};
             ch2d[i] = (kvf__copy){d, h, bs, 1, bs, bs};

@@ -26,7 +26,7 @@ enum { TPB = 16, GPU_BLOCKS = 16, MAX_BLOCKS = 8 };
 static void prefill(uint8_t *block, size_t bytes, kvf_key key)
 {
     for (size_t i = 0; i < bytes; i++)
-        block[i] = (uint8_t)((key >> (8 * (i % 8))) + i * 31 + 1);
+        block[i] = (uint8_t)(((key.lo ^ key.hi) >> (8 * (i % 8))) + i * 31 + 1);
 }
 
 int main(int argc, char **argv)

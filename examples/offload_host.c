@@ -47,8 +47,10 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < bytes; i++)
         ((unsigned char *)slot0)[i] = (unsigned char)(i * 7 + 3);
 
-    /* primary slot 0 -> secondary slot 5 and -> file key 0x42, in two batches */
-    kvf_move to_host = {.src = 0, .dst = 5}, to_file = {.src = 0, .dst = 0x42};
+    /* primary slot 0 -> secondary slot 5 and -> block key {0, 0x42} on disk,
+     * in two batches; a key has a member of its own, never src or dst */
+    const kvf_key key = {0, 0x42};
+    kvf_move to_host = {.src = 0, .dst = 5}, to_file = {.src = 0, .key = key};
     kvf_ticket t1, t2;
     TRY(kvf_offload(e, KVF_TIER_HOST, &to_host, 1, &t1));
     TRY(kvf_offload(e, KVF_TIER_DISK, &to_file, 1, &t2));
@@ -57,7 +59,7 @@ int main(int argc, char **argv)
 
     /* back into primary slot 1: the first 8 tokens from the file */
     memset(slot1, 0, bytes);
-    kvf_move from_file = {.src = 0x42, .dst = 1, .tokens = 8};
+    kvf_move from_file = {.dst = 1, .tokens = 8, .key = key};
     kvf_status per_move[1];
     TRY(kvf_onboard(e, KVF_TIER_DISK, &from_file, 1, &t1));
     TRY(kvf_wait(e, t1, per_move));

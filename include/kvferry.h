@@ -362,7 +362,7 @@ typedef enum kvf_cuda_copy {
 
 /**
  * The engine's file tier (kvf_engine_config.file). Blocks are stored as
- * <dir>/<namespace_>/<key as 16 hex digits>.kvf; engines with different
+ * <dir>/<namespace_>/<key as 32 hex digits>.kvf; engines with different
  * namespaces (ranks, models) can share one directory, and an engine
  * reopened with the same namespace finds the blocks stored before. The
  * directories are created when missing.
@@ -630,6 +630,72 @@ KVF_API kvf_status kvf_engine_slot_ptr(kvf_engine *engine, uint32_t pool, kvf_le
 /* ------------------------------------------------------------------------ */
 
 /**
+ * A block's content key: 128 bits naming a block by what it holds (its
+ * tokens and everything before them), never all zero. A struct, so that a
+ * key cannot be passed where a slot number is expected or the other way
+ * round.
+ *
+ * Collision policy: kvferry trusts keys. Two blocks with one key are taken
+ * to hold the same KV data; tokens are not compared. With 128-bit keys the
+ * chance that any two of n distinct blocks share a key is about n^2 / 2^129
+ * (1.5e-21 for 10^9 blocks in a shared remote tier). The hash is not
+ * cryptographic: where requests come from users who must not share KV
+ * data, give each of them a salt of its own (and keep the salts secret
+ * from them).
+ *
+ * Stored blocks name their key in full: a file <32 hex digits>.kvf (hi
+ * then lo, lower case), a remote value kvf:<namespace>:<32 hex digits>,
+ * and the block header, checked on every read.
+ */
+typedef struct kvf_key {
+    uint64_t hi, lo;
+} kvf_key;
+
+/** The parent of a request's first block; no block has it. */
+#define KVF_KEY_ROOT ((kvf_key){0, 0})
+
+/** A key's text: 32 lower-case hex digits, hi then lo, and the NUL. */
+#define KVF_KEY_STR_BYTES 33
+
+/** printf's format and arguments of a key's 32 hex digits:
+ *  printf("block " KVF_KEY_FMT "\n", KVF_KEY_ARGS(key)). */
+#define KVF_KEY_FMT "%016llx%016llx"
+#define KVF_KEY_ARGS(k) (unsigned long long)(k).hi, (unsigned long long)(k).lo
+
+/** Whether two keys are the same key. */
+static inline int kvf_key_eq(kvf_key a, kvf_key b)
+{
+    return a.hi == b.hi && a.lo == b.lo;
+}
+
+/** Keys in order, hi then lo (the order of their text): <0, 0 or >0. */
+static inline int kvf_key_cmp(kvf_key a, kvf_key b)
+{
+    if (a.hi != b.hi)
+        return a.hi < b.hi ? -1 : 1;
+    return (a.lo > b.lo) - (a.lo < b.lo);
+}
+
+/** Whether a key is KVF_KEY_ROOT (names no block). */
+static inline int kvf_key_is_root(kvf_key k)
+{
+    return (k.hi | k.lo) == 0;
+}
+
+/**
+ * Writes a key's 32 hex digits and a NUL into buf (KVF_KEY_STR_BYTES
+ * bytes) and returns buf.
+ */
+KVF_API char *kvf_key_format(kvf_key key, char *buf);
+
+/**
+ * Reads exactly 32 hex digits (either case, nothing before or after) into
+ * *key_p. @return KVF_OK; KVF_ERR_INVALID for anything else (*key_p
+ * unchanged).
+ */
+KVF_API kvf_status kvf_key_parse(const char *text, kvf_key *key_p);
+
+/**
  * Where a block is kept. An engine batch moves blocks between the primary
  * slots and HOST, DISK or REMOTE; a cache keeps blocks in all four, falling
  * through them GPU (when it owns GPU blocks), host, disk, remote. An engine
@@ -640,8 +706,8 @@ typedef enum kvf_tier {
     KVF_TIER_DISK = 1,   /* block files: TensorRT-LLM's GDS and POSIX modes,
                             chosen by kvf_engine_config.file.io */
     KVF_TIER_REMOTE = 2, /* a Redis server or cluster, or mem:// (remote.url),
-                            shared between engines; dst / src is the block
-                            key, as for files */
+                            shared between engines; a move names the
+                            block by its key, as for files */
     KVF_TIER_GPU = 3,    /* the primary slots themselves: the end of every
                             engine move, so no engine call takes it as its
                             tier; a cache's GPU tier (gpu.blocks) */
@@ -654,10 +720,15 @@ KVF_API const char *kvf_tier_name(kvf_tier tier);
 /**
  * One block to move: the same slot of every pool.
  *   offload to HOST:   src = primary slot, dst = secondary slot
- *   offload to DISK:   src = primary slot, dst = block key (REMOTE alike)
+ *   offload to DISK:   src = primary slot, key = block key, dst = 0 (REMOTE alike)
  *   onboard from HOST: src = secondary slot, dst = primary slot
- *   onboard from DISK: src = block key, dst = primary slot (REMOTE alike)
+ *   onboard from DISK: key = block key, src = 0, dst = primary slot (REMOTE alike)
  *   kvf_copy:          src = primary slot, dst = primary slot
+ * A block key has a member of its own, never a slot's: a move whose
+ * stored side (DISK or REMOTE) has a non-zero src / dst, or whose key is
+ * not KVF_KEY_ROOT where both sides are slots, refuses the batch with
+ * KVF_ERR_INVALID naming the move, so a slot and a key cannot be mixed up
+ * silently. A keyed move's key is never KVF_KEY_ROOT.
  * tokens: 0 for the whole block, else the first `tokens` tokens, at most
  * tokens_per_block (more refuses the batch with KVF_ERR_RANGE). A partial
  * offload stores only those tokens; onboarding more tokens than were stored
@@ -667,6 +738,7 @@ typedef struct kvf_move {
     uint64_t src;
     uint64_t dst;
     uint32_t tokens;
+    kvf_key key; /* DISK and REMOTE moves: the stored block; else KVF_KEY_ROOT */
 } kvf_move;
 
 /**
@@ -820,8 +892,9 @@ KVF_API kvf_status kvf_copy(kvf_engine *engine, const kvf_move *moves, size_t n,
 /**
  * Moves blocks between the host tier and a tier below it, leaving the
  * primary slots alone: kvf_demote writes secondary slots to `to` (src =
- * secondary slot, dst = block key), kvf_promote reads blocks of `from` into
- * secondary slots (src = block key, dst = secondary slot). A cache uses
+ * secondary slot, key = block key, dst = 0), kvf_promote reads blocks of
+ * `from` into secondary slots (key = block key, src = 0, dst = secondary
+ * slot). A cache uses
  * them to push a host-tier victim down to disk and to warm the host tier.
  * Needs secondary slots in every pool and the tier; otherwise as
  * kvf_offload. Demotes run on the offload queue, promotes on the onboard
@@ -845,7 +918,7 @@ KVF_API kvf_status kvf_promote(kvf_engine *engine, kvf_tier from, const kvf_move
  *        engines sharing the namespace lose the blocks too); HOST and GPU
  *        hold slots, not keys: KVF_ERR_INVALID.
  */
-KVF_API kvf_status kvf_remove(kvf_engine *engine, kvf_tier tier, const uint64_t *keys, size_t n,
+KVF_API kvf_status kvf_remove(kvf_engine *engine, kvf_tier tier, const kvf_key *keys, size_t n,
                               kvf_ticket *ticket_p);
 
 /**
@@ -930,32 +1003,18 @@ KVF_API kvf_status kvf_sync_stream(kvf_engine *engine, void *stream);
 /* ------------------------------------------------------------------------ */
 
 /**
- * A block's content key: 64 bits naming a block by what it holds (its
- * tokens and everything before them), never 0.
- *
- * Collision policy: kvferry trusts keys. Two blocks with one key are taken
- * to hold the same KV data; tokens are not compared. With 64-bit keys the
- * chance that any two of n distinct blocks share a key is about n^2 / 2^65
- * (3e-4 for 10^8 blocks stored). The hash is not cryptographic: where
- * requests come from users who must not share KV data, give each of them
- * a salt of its own (and keep the salts secret from them).
- */
-typedef uint64_t kvf_key;
-
-/** The parent of a request's first block. */
-#define KVF_KEY_ROOT ((kvf_key)0)
-
-/**
- * The key of one block: XXH64 (seed 0) over the parent's key, the salt and
- * the block's token ids, all little-endian (8 + 8 + 4 * n bytes); 1 where
- * that gives 0. Stable across processes, machines and versions.
+ * The key of one block: XXH3-128 (seed 0, libxxhash's XXH3_128bits) over
+ * the parent's key (hi then lo), the salt and the block's token ids, all
+ * little-endian (16 + 8 + 4 * n bytes); {0, 1} where that gives all zero.
+ * Stable across processes, machines and versions.
  * @param parent  the key of the block before it, or KVF_KEY_ROOT.
  * @param tokens  the block's token ids (n of them; NULL only when n is 0).
  * @param salt    0, or what separates equal tokens that must not share KV
  *                data: a LoRA adapter, a model (kvf_key_salt of its name).
- * @return the key; 0 (KVF_KEY_ROOT, which no block has) when tokens is NULL
+ * @return the key; KVF_KEY_ROOT (which no block has) when tokens is NULL
  *         with n > 0, with kvf_last_error() saying so (KVF_ERR_INVALID).
- *         A valid call never returns 0 and leaves kvf_last_error() alone.
+ *         A valid call never returns KVF_KEY_ROOT and leaves
+ *         kvf_last_error() alone.
  */
 KVF_API kvf_key kvf_key_chain(kvf_key parent, const uint32_t *tokens, size_t n, uint64_t salt);
 
@@ -1537,11 +1596,12 @@ KVF_API kvf_status kvf_engine_observe_tier_cost(kvf_engine *engine, kvf_tier tie
  * with no history gets real figures before the first request.
  * The primary slots slots[0..n) and secondary slots host_slots[0..n)
  * (NULL: HOST is not timed) are the caller's scratch: their contents are
- * overwritten. Scratch keys are `key_base` + 0..n-1 (then removed); they
- * must not name stored blocks. Not while the same slots are in use.
+ * overwritten. Scratch keys are {key_base.hi, key_base.lo + 0..n-1} (then
+ * removed); they must not name stored blocks. Not while the same slots are
+ * in use.
  */
 KVF_API kvf_status kvf_engine_calibrate(kvf_engine *engine, const uint32_t *slots,
-                                        const uint32_t *host_slots, size_t n, uint64_t key_base,
+                                        const uint32_t *host_slots, size_t n, kvf_key key_base,
                                         uint32_t rounds);
 
 /** A caller's prefill cost: *seconds_p for `new_tokens` tokens computed
@@ -1814,7 +1874,7 @@ KVF_API kvf_status kvf_store_info_get(size_t index, kvf_store_info *info);
 /*
  * These calls look at what engines stored, without an engine: a block
  * directory (kvf_engine_config.file.dir: one folder per namespace, a file
- * <key as 16 hex digits>.kvf per block) and a remote store's URL. They
+ * <key as 32 hex digits>.kvf per block) and a remote store's URL. They
  * read only: nothing is created, removed or repaired, and no file is ever
  * opened in a way that could block (a FIFO under a block's name is
  * reported, never waited on). They may run while engines write to the
@@ -1830,42 +1890,48 @@ KVF_API kvf_status kvf_store_info_get(size_t index, kvf_store_info *info);
 
 /** What kvf_dir_check found under one name of a namespace. */
 typedef enum kvf_dir_entry_kind {
-    KVF_DIR_ENTRY_GOOD = 0,      /* header, layout, namespace, length and checksum check */
-    KVF_DIR_ENTRY_CORRUPT = 1,   /* a block file whose bytes fail a check (KVF_ERR_CORRUPT) */
-    KVF_DIR_ENTRY_TORN = 2,      /* the temporary file of a write that did not finish */
-    KVF_DIR_ENTRY_MISMATCH = 3,  /* a sound block of another layout or namespace
-                                    (KVF_ERR_MISMATCH) */
-    KVF_DIR_ENTRY_FOREIGN = 4,   /* not a regular file under a block's name: a FIFO,
-                                    directory, link... kvferry never wrote it */
-    KVF_DIR_ENTRY_UNREADABLE = 5 /* the read failed for a reason that says nothing
-                                    about the file (out of descriptors or memory,
-                                    an I/O error): not checked */
+    KVF_DIR_ENTRY_GOOD = 0,       /* header, layout, namespace, length and checksum check */
+    KVF_DIR_ENTRY_CORRUPT = 1,    /* a block file whose bytes fail a check (KVF_ERR_CORRUPT) */
+    KVF_DIR_ENTRY_TORN = 2,       /* the temporary file of a write that did not finish */
+    KVF_DIR_ENTRY_MISMATCH = 3,   /* a sound block of another layout or namespace
+                                     (KVF_ERR_MISMATCH) */
+    KVF_DIR_ENTRY_FOREIGN = 4,    /* not a regular file under a block's name: a FIFO,
+                                     directory, link... kvferry never wrote it */
+    KVF_DIR_ENTRY_UNREADABLE = 5, /* the read failed for a reason that says nothing
+                                     about the file (out of descriptors or memory,
+                                     an I/O error): not checked */
+    KVF_DIR_ENTRY_OLD_FORMAT = 6  /* a block of format version 1 (64-bit keys,
+                                     <16 hex digits>.kvf): never served; kvf_dir_upgrade
+                                     (kvferry fsck --upgrade) rewrites it */
 } kvf_dir_entry_kind;
 
 /** Name of a kind ("good", "corrupt", "torn", "mismatch", "foreign",
- *  "unreadable"); "?" for another value. */
+ *  "unreadable", "old-format"); "?" for another value. */
 KVF_API const char *kvf_dir_entry_kind_name(kvf_dir_entry_kind kind);
 
 /** One name of a namespace, as kvf_dir_check reports it. */
 typedef struct kvf_dir_entry {
-    uint64_t key;            /* the block's key (a torn file's: the block it was for) */
+    kvf_key key;             /* the block's key (a torn file's: the block it was for;
+                                an old-format file's: {0, its 64-bit key}) */
     kvf_dir_entry_kind kind; /* the verdict; decide on this, never on `message` */
     kvf_status status;       /* KVF_OK when GOOD; else the read's status */
     /* "ok", or what is wrong, naming the key and file. Valid only during
      * the callback. */
     const char *message;
     uint32_t tokens, pools; /* GOOD only: tokens stored, pools in the block */
-    uint64_t payload_bytes; /* GOOD only: bytes after the 64-byte header */
+    uint64_t payload_bytes; /* GOOD only: bytes after the header */
 } kvf_dir_entry;
 
 /** Entries of each kind, summed over one or more kvf_dir_check calls. */
 typedef struct kvf_dir_counts {
     uint64_t good, corrupt, torn, mismatch, foreign, unreadable;
+    uint64_t old_format; /* version-1 blocks (kvf_dir_upgrade) */
+    uint64_t upgraded;   /* kvf_dir_upgrade: version-1 blocks rewritten */
 } kvf_dir_counts;
 
 #define KVF_DIR_COUNTS_INIT                                                                        \
     {                                                                                              \
-        0, 0, 0, 0, 0, 0                                                                           \
+        0, 0, 0, 0, 0, 0, 0, 0                                                                     \
     }
 
 typedef void (*kvf_dir_check_fn)(void *arg, const kvf_dir_entry *entry);
@@ -1896,9 +1962,9 @@ KVF_API kvf_status kvf_dir_check(const char *dir, const char *ns, const kvf_geom
 
 /** A usable block, as kvf_dir_list reports it. */
 typedef struct kvf_dir_block {
-    uint64_t key;
+    kvf_key key;
     uint32_t tokens, pools;
-    uint64_t payload_bytes; /* bytes after the 64-byte header */
+    uint64_t payload_bytes; /* bytes after the header */
     int64_t mtime_ns;       /* when it was written: CLOCK_REALTIME, nanoseconds */
 } kvf_dir_block;
 
@@ -1916,6 +1982,33 @@ typedef void (*kvf_dir_list_fn)(void *arg, const kvf_dir_block *block);
  */
 KVF_API kvf_status kvf_dir_list(const char *dir, const char *ns, const kvf_geometry *geometries,
                                 size_t n_pools, kvf_dir_list_fn visit, void *arg, uint64_t *n_p);
+
+/**
+ * Rewrites the format-version-1 blocks of <dir>/<ns> (64-bit keys, files
+ * <16 hex digits>.kvf, which engines of this version refuse) in the
+ * current format: the key zero-extended to {0, old key}, the file renamed
+ * to its 32-digit name. Per file, atomically: the new file is written
+ * beside it, synced, renamed into place, the directory synced, and only
+ * then the old file removed; a crash leaves the old file, the new one, or
+ * both (run it again). Each old file is checked whole first (header,
+ * namespace, key against its name, length, checksum): one that fails is
+ * reported (CORRUPT or MISMATCH) and left as it is. The rename never
+ * replaces a file: where a file of the new name exists (an engine stored
+ * the block meanwhile), the old file is removed only when it names the
+ * same block, else left and reported. Engines may use the namespace
+ * meanwhile (block directories have no lock): they neither read nor write
+ * 16-digit names.
+ * @param visit  called once per old file with its verdict: OLD_FORMAT
+ *        with status KVF_OK once rewritten, else the reason it was not
+ *        (NULL: counts only).
+ * @param counts_p  NULL, or counts to add to (upgraded, and the kinds of
+ *        the old files left).
+ * @return KVF_OK when every old file was looked at (verdicts in the
+ *         entries); KVF_ERR_INVALID / NOT_FOUND as
+ *         kvf_dir_check; a file status when the directory cannot be read.
+ */
+KVF_API kvf_status kvf_dir_upgrade(const char *dir, const char *ns, kvf_dir_check_fn visit,
+                                   void *arg, kvf_dir_counts *counts_p);
 
 /**
  * Visits the namespaces of a block directory: its subdirectories whose

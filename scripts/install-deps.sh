@@ -32,7 +32,7 @@ fi
 
 # liburing-dev: the file tier's io_uring path; libhiredis-dev, redis-server and
 # redis-tools: the remote tier and the real servers its tests start;
-# libxxhash-dev: XXH64 of the block keys (header only); libyaml-dev: config files;
+# libxxhash-dev: XXH3-128 of the block keys (header only, 0.8+); libyaml-dev: config files;
 # libcjson-dev: the kvferry CLI's JSON writers; libssl-dev, openssl and
 # python3-venv: the Redis client with TLS where the system's hiredis has none
 # (scripts/build-hiredis-tls.sh, below: a throwaway environment's pip only

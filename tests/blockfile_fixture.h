@@ -94,7 +94,7 @@ static inline uint8_t *make_block(uint64_t key, uint64_t tag, size_t payload,
     REQUIRE(buf);
     memset(buf, 0, HDR);
     test_fill_random(buf + HDR, payload, tag);
-    *m = (kvf__blockfile_meta){key, 16, 3, payload};
+    *m = (kvf__blockfile_meta){KEY(key), 16, 3, payload};
     return buf;
 }
 
@@ -118,20 +118,22 @@ static inline int expect(kvf__blockfile_dir *d, uint64_t key, uint64_t tag, size
     test_fill_random(want, payload, tag);
     kvf__blockfile_meta m;
     memset(&m, 0xEE, sizeof m);
-    kvf_status st = kvf__blockfile_read(d, key, got, cap, &m);
+    kvf_status st = kvf__blockfile_read(d, KEY(key), got, cap, &m);
     int bad = 0;
     if (st != KVF_OK) {
-        fprintf(stderr, "block 0x%llx: %s: %s\n", (unsigned long long)key, kvf_status_str(st),
-                kvf_last_error());
+        fprintf(stderr, "block " KVF_KEY_FMT ": %s: %s\n", KVF_KEY_ARGS(TKEY(key)),
+                kvf_status_str(st), kvf_last_error());
         bad = 1;
     } else {
         bad |= test_mem_diff(got + HDR, want, payload) != (size_t)-1;
-        bad |= m.key != key || m.tokens != 16 || m.pools != 3 || m.payload_bytes != payload;
+        bad |= !kvf_key_eq(m.key, KEY(key)) || m.tokens != 16 || m.pools != 3 ||
+               m.payload_bytes != payload;
         /* nothing written past the block */
         for (size_t i = HDR + payload; i < cap; i++)
             bad |= got[i] != POISON;
         if (bad)
-            fprintf(stderr, "block 0x%llx: wrong bytes or meta\n", (unsigned long long)key);
+            fprintf(stderr, "block " KVF_KEY_FMT ": wrong bytes or meta\n",
+                    KVF_KEY_ARGS(TKEY(key)));
     }
     free(got);
     free(want);
@@ -140,7 +142,7 @@ static inline int expect(kvf__blockfile_dir *d, uint64_t key, uint64_t tag, size
 
 static inline void block_path(const kvf__blockfile_dir *d, uint64_t key, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%016llx.kvf", d->root, (unsigned long long)key);
+    snprintf(out, cap, "%s/" KVF_KEY_FMT ".kvf", d->root, KVF_KEY_ARGS(KEY(key)));
 }
 
 static inline bool exists(const kvf__blockfile_dir *d, uint64_t key)

@@ -88,11 +88,12 @@ static inline uint8_t *prim(fixture *f, int p, uint32_t slot)
 }
 
 /* The bytes of the block under `key`: derived from the key alone. */
-static inline void fill(fixture *f, uint32_t slot, kvf_key key)
+static inline void fill_(fixture *f, uint32_t slot, kvf_key key)
 {
     for (int p = 0; p < 2; p++)
-        test_fill_random(prim(f, p, slot), f->bytes[p], key * 2 + (uint64_t)p);
+        test_fill_random(prim(f, p, slot), f->bytes[p], KEY_SEED(key) * 2 + (uint64_t)p);
 }
+#define fill(f, slot, key) fill_((f), (slot), TKEY(key))
 
 static inline void poison(fixture *f, uint32_t slot)
 {
@@ -100,44 +101,48 @@ static inline void poison(fixture *f, uint32_t slot)
         memset(prim(f, p, slot), POISON, f->bytes[p]);
 }
 
-static inline int expect(fixture *f, uint32_t slot, kvf_key key)
+static inline int expect_(fixture *f, uint32_t slot, kvf_key key)
 {
     for (int p = 0; p < 2; p++) {
         uint8_t *want = malloc(f->bytes[p]);
-        test_fill_random(want, f->bytes[p], key * 2 + (uint64_t)p);
+        test_fill_random(want, f->bytes[p], KEY_SEED(key) * 2 + (uint64_t)p);
         size_t off = test_mem_diff(prim(f, p, slot), want, f->bytes[p]);
         free(want);
         if (off != (size_t)-1) {
-            fprintf(stderr, "slot %u pool %d: block 0x%llx differs at byte %zu\n", slot, p,
-                    (unsigned long long)key, off);
+            fprintf(stderr, "slot %u pool %d: block " KVF_KEY_FMT " differs at byte %zu\n", slot, p,
+                    KVF_KEY_ARGS(TKEY(key)), off);
             return 1;
         }
     }
     return 0;
 }
+#define expect(f, slot, key) expect_((f), (slot), TKEY(key))
 
-static inline kvf_status put1(fixture *f, kvf_key key, uint32_t slot, uint32_t prio)
+static inline kvf_status put1_(fixture *f, kvf_key key, uint32_t slot, uint32_t prio)
 {
     kvf_cache_ticket t;
     kvf_status st = kvf_cache_put(f->c, &key, &slot, 1, prio, &t);
     return st == KVF_OK ? kvf_cache_wait(f->c, t, NULL) : st;
 }
+#define put1(f, key, slot, prio) put1_((f), TKEY(key), (slot), (prio))
 
-static inline kvf_status get1(fixture *f, kvf_key key, uint32_t slot)
+static inline kvf_status get1_(fixture *f, kvf_key key, uint32_t slot)
 {
     kvf_cache_ticket t;
     kvf_status st = kvf_cache_get(f->c, &key, &slot, 1, &t);
     return st == KVF_OK ? kvf_cache_wait(f->c, t, NULL) : st;
 }
+#define get1(f, key, slot) get1_((f), TKEY(key), (slot))
 
 /* The tier a key is in, or -1. */
-static inline int tier_of(fixture *f, kvf_key key)
+static inline int tier_of_(fixture *f, kvf_key key)
 {
     size_t hits = 0;
     kvf_tier t = KVF_TIER_COUNT;
     REQUIRE(kvf_cache_lookup(f->c, &key, 1, &hits, &t) == KVF_OK);
     return hits ? (int)t : -1;
 }
+#define tier_of(f, key) tier_of_((f), TKEY(key))
 
 /* Damages a stored block behind the cache's back. */
 static inline void flip_byte(const char *path, long off)
@@ -151,11 +156,13 @@ static inline void flip_byte(const char *path, long off)
     fclose(fp);
 }
 
-static inline int block_path(fixture *f, kvf_key key, char *out, size_t cap)
+static inline int block_path_(fixture *f, kvf_key key, char *out, size_t cap)
 {
-    return snprintf(out, cap, "%s/cache/%016llx.kvf", f->dir, (unsigned long long)key) < (int)cap
+    return snprintf(out, cap, "%s/cache/" KVF_KEY_FMT ".kvf", f->dir, KVF_KEY_ARGS(TKEY(key))) <
+                   (int)cap
                ? 0
                : 1;
 }
+#define block_path(f, key, out, cap) block_path_((f), TKEY(key), (out), (cap))
 
 #endif /* KVF_CACHE_FIXTURE_H */

@@ -129,10 +129,12 @@ static inline int expect_block(fixture *f, uint32_t s, uint64_t tag, uint32_t to
     return 0;
 }
 
+/* One move, waited for; on DISK and REMOTE the key's side is a number n,
+ * the block KEY(n). */
 static inline kvf_status run1(kvf_engine *e, bool offload, kvf_tier tier, uint64_t src,
                               uint64_t dst, uint32_t tokens)
 {
-    kvf_move m = {src, dst, tokens};
+    kvf_move m = test_move(tier, offload, src, dst, tokens);
     kvf_ticket t;
     kvf_status st = offload ? kvf_offload(e, tier, &m, 1, &t) : kvf_onboard(e, tier, &m, 1, &t);
     if (st != KVF_OK)

@@ -55,11 +55,11 @@ static inline uint8_t *ff_slot(file_fixture *f, kvf_level lv, uint32_t s)
     return (uint8_t *)p;
 }
 
-/* One offload of primary slot src to file key dst, or onboard of key src
- * to primary slot dst, waited for. */
+/* One offload of primary slot src to file key KEY(dst), or onboard of key
+ * KEY(src) to primary slot dst, waited for. */
 static inline kvf_status ff_move1(file_fixture *f, bool offload, uint64_t src, uint64_t dst)
 {
-    kvf_move m = {src, dst, 0};
+    kvf_move m = offload ? TO_KEY(src, KEY(dst)) : FROM_KEY(KEY(src), dst);
     kvf_ticket t;
     kvf_status st = offload ? kvf_offload(f->e, KVF_TIER_DISK, &m, 1, &t)
                             : kvf_onboard(f->e, KVF_TIER_DISK, &m, 1, &t);
@@ -69,7 +69,7 @@ static inline kvf_status ff_move1(file_fixture *f, bool offload, uint64_t src, u
 /* The path of key's block file. */
 static inline void ff_key_path(const file_fixture *f, uint64_t key, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%016llx.kvf", f->ns_dir, (unsigned long long)key);
+    snprintf(out, cap, "%s/" KVF_KEY_FMT ".kvf", f->ns_dir, KVF_KEY_ARGS(KEY(key)));
 }
 
 #endif /* KVF_FILE_FIXTURE_H */

@@ -12,7 +12,9 @@ extern void *engine_kv_tensor;    /* the engine's GPU KV blocks */
 extern void *compute_stream;      /* its CUDA stream */
 extern const uint32_t *token_ids; /* a request's tokens */
 extern size_t n_tokens;
-extern kvf_key lora_salt;
+extern uint64_t lora_salt;
+extern kvf_key key; /* a block key, in the snippets of disk moves */
+extern kvf_key keys[2];
 extern uint32_t my_gpu_slots[64];
 void recompute_block(uint32_t slot);
 extern const kvf_move *moves; /* a batch of moves, in the layer-wise snippet */

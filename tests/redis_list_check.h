@@ -22,17 +22,17 @@ typedef struct list_seen {
 static inline void list_seen_visit(void *arg, const kvf__store_entry *e)
 {
     list_seen *l = arg;
-    if (e->key < l->base || e->key - l->base >= l->n) {
+    if (e->key.hi != 0 || e->key.lo < l->base || e->key.lo - l->base >= l->n) {
         l->strangers++;
         return;
     }
-    size_t i = (size_t)(e->key - l->base);
+    size_t i = (size_t)(e->key.lo - l->base);
     if (l->count[i] < 255)
         l->count[i]++;
     CHECK(e->payload_bytes == 16 + i % 7 && e->tokens == (uint32_t)(i % 32 + 1) && e->pools == 2);
-    if (l->last && e->key <= l->last)
+    if (l->last && e->key.lo <= l->last)
         l->ordered = false;
-    l->last = e->key;
+    l->last = e->key.lo;
 }
 
 /* Stores n small blocks under keys base.. through r, lists r's namespace,
@@ -48,8 +48,8 @@ static inline void redis_check_list_many(kvf__redis *r, uint64_t base, size_t n)
     for (size_t first = 0; first < n; first += BATCH) {
         size_t m = n - first < BATCH ? n - first : BATCH;
         for (size_t i = 0; i < m; i++)
-            p[i] = (kvf__redis_put){base + first + i, (uint32_t)((first + i) % 32 + 1), 2, payload,
-                                    16 + (first + i) % 7};
+            p[i] = (kvf__redis_put){KEY(base + first + i), (uint32_t)((first + i) % 32 + 1), 2,
+                                    payload, 16 + (first + i) % 7};
         REQUIRE(kvf__redis_put_batch(r, p, m, st) == KVF_OK);
     }
     list_seen l = {.base = base, .n = n, .count = calloc(n, 1), .ordered = true};

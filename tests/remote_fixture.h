@@ -52,7 +52,7 @@ static inline int put_blocks(kvf__redis *r, uint64_t base, size_t n, size_t byte
     for (size_t i = 0; i < n; i++) {
         bufs[i] = malloc(bytes ? bytes : 1);
         test_fill_random(bufs[i], bytes, base + i);
-        p[i] = (kvf__redis_put){base + i, (uint32_t)(i % 32 + 1), 2, bufs[i], bytes};
+        p[i] = (kvf__redis_put){KEY(base + i), (uint32_t)(i % 32 + 1), 2, bufs[i], bytes};
     }
     kvf_status rc = kvf__redis_put_batch(r, p, n, st);
     CHECK_STATUS(rc, KVF_OK);
@@ -68,7 +68,7 @@ static inline void get_blocks(kvf__redis *r, uint64_t base, size_t n, size_t cap
                               kvf_status *st)
 {
     for (size_t i = 0; i < n; i++)
-        g[i] = (kvf__redis_get){.key = base + i, .dst = malloc(cap ? cap : 1), .cap = cap};
+        g[i] = (kvf__redis_get){.key = KEY(base + i), .dst = malloc(cap ? cap : 1), .cap = cap};
     kvf__redis_get_batch(r, g, n, st);
 }
 

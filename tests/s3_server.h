@@ -312,7 +312,7 @@ static inline void s3_blocks(kvf__store_block *b, uint8_t *buf, uint64_t base, s
             test_fill_random(buf + i * bytes, bytes, base + i);
         else
             memset(buf + i * bytes, 0xc3, bytes);
-        b[i] = (kvf__store_block){.key = base + i,
+        b[i] = (kvf__store_block){.key = KEY(base + i),
                                   .tokens = 3,
                                   .pools = 1,
                                   .buf = buf + i * bytes,
@@ -325,7 +325,7 @@ static inline void s3_blocks(kvf__store_block *b, uint8_t *buf, uint64_t base, s
 static inline bool s3_block_exact(const kvf__store_block *b, size_t bytes)
 {
     uint8_t *want = malloc(bytes);
-    test_fill_random(want, bytes, b->key);
+    test_fill_random(want, bytes, KEY_SEED(b->key));
     bool ok = b->status == KVF_OK && b->payload_bytes == bytes && !memcmp(want, b->buf, bytes);
     free(want);
     return ok;

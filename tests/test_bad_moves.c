@@ -98,9 +98,10 @@ static void good_moves(path p, kvf_move mv[2])
     bool keyed_src = p == ONBOARD_FILE || p == ONBOARD_REMOTE || p == PROMOTE;
     bool keyed_dst = p == OFFLOAD_FILE || p == OFFLOAD_REMOTE || p == DEMOTE;
     for (uint64_t i = 0; i < 2; i++) {
-        mv[i].src = keyed_src ? 0x100 + i : i;
-        mv[i].dst = keyed_dst ? 0x200 + i : 4 + i;
+        mv[i].src = keyed_src ? 0 : i;
+        mv[i].dst = keyed_dst ? 0 : 4 + i;
         mv[i].tokens = 0;
+        mv[i].key = keyed_src ? KEY(0x100 + i) : keyed_dst ? KEY(0x200 + i) : KVF_KEY_ROOT;
     }
 }
 
@@ -188,25 +189,26 @@ static int test_key_chain_refusals(void)
     uint32_t toks[16];
     for (uint32_t i = 0; i < 16; i++)
         toks[i] = i * 7 + 1;
-    kvf_key keys[4] = {0};
+    kvf_key keys[4] = {KEY(0)};
     /* tokens that are not there: 0, the key no block has, and a reason */
-    CHECK_EQ_U64(kvf_key_chain(KVF_KEY_ROOT, NULL, 5, 0), 0);
+    CHECK(kvf_key_is_root(kvf_key_chain(KVF_KEY_ROOT, NULL, 5, 0)));
     CHECK_STR_HAS(kvf_last_error(), "tokens is NULL with n = 5");
-    CHECK(kvf_key_chain(KVF_KEY_ROOT, NULL, 0, 0) != 0); /* an empty block is a block */
+    CHECK(
+        !kvf_key_is_root(kvf_key_chain(KVF_KEY_ROOT, NULL, 0, 0))); /* an empty block is a block */
     CHECK_EQ_INT(kvf_key_chain_all(NULL, 16, 8, 0, keys, 4), 0);
     CHECK_STR_HAS(kvf_last_error(), "tokens is NULL with n_tokens = 16");
     CHECK_EQ_INT(kvf_key_chain_all(toks, 16, 8, 0, NULL, 4), 0);
     CHECK_STR_HAS(kvf_last_error(), "keys is NULL with cap = 4");
     CHECK_EQ_INT(kvf_key_chain_all(toks, 16, 0, 0, keys, 4), 0);
     CHECK_STR_HAS(kvf_last_error(), "tokens_per_block is 0");
-    CHECK_EQ_U64(keys[0], 0); /* nothing written */
+    CHECK(kvf_key_is_root(keys[0])); /* nothing written */
     /* valid calls: counted, and the error cleared */
     CHECK_EQ_INT(kvf_key_chain_all(toks, 16, 8, 0, NULL, 0), 2);
     CHECK(kvf_last_error()[0] == '\0');
     CHECK_EQ_INT(kvf_key_chain_all(NULL, 7, 8, 0, keys, 4), 0);
     CHECK(kvf_last_error()[0] == '\0');
     CHECK_EQ_INT(kvf_key_chain_all(toks, 16, 8, 0, keys, 4), 2);
-    CHECK_EQ_U64(keys[0], kvf_key_chain(KVF_KEY_ROOT, toks, 8, 0));
+    CHECK(kvf_key_eq(keys[0], kvf_key_chain(KVF_KEY_ROOT, toks, 8, 0)));
     return 0;
 }
 

@@ -64,11 +64,11 @@ static int test_corruption(void)
             close(fd);
         }
         memset(buf, POISON, cap);
-        kvf_status st = kvf__blockfile_read(&d, 0x99, buf, cap, &m);
+        kvf_status st = kvf__blockfile_read(&d, TKEY(0x99), buf, cap, &m);
         if (st != KVF_ERR_CORRUPT || !strstr(kvf_last_error(), cases[i].detail))
             TEST_FAIL_AT(__FILE__, __LINE__, "%s: %s: %s", cases[i].what, kvf_status_str(st),
                          kvf_last_error());
-        CHECK_STR_HAS(kvf_last_error(), "block 0x99: ");
+        CHECK_STR_HAS(kvf_last_error(), "block 00000000000000000000000000000099: ");
         CHECK_STR_HAS(kvf_last_error(), p);
     }
     CHECK_EQ_INT(bystanders_intact(&d), 0);
@@ -97,12 +97,12 @@ static void write_fault(kvf__blockfile_dir *d, const char *op, int err, int skip
     snprintf(msg, sizeof msg, "%s", kvf_last_error());
     fault_clear();
     char hex[64];
-    snprintf(hex, sizeof hex, "block 0x%llx: ", (unsigned long long)key);
+    snprintf(hex, sizeof hex, "block " KVF_KEY_FMT ": ", KVF_KEY_ARGS(TKEY(key)));
     CHECK_STR_HAS(msg, hex);
     CHECK_STR_HAS(msg, text);
     CHECK(!exists(d, key));
     uint8_t b[HDR];
-    CHECK_STATUS(kvf__blockfile_read(d, key, b, sizeof b, NULL), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(kvf__blockfile_read(d, TKEY(key), b, sizeof b, NULL), KVF_ERR_NOT_FOUND);
     CHECK_EQ_INT(bystanders_intact(d), 0);
 }
 
@@ -207,18 +207,18 @@ static int test_read_faults(void)
     /* EIO on the first call and on a later one (the file read in 4 KiB pieces) */
     for (int skip = 0; skip < 2; skip++) {
         fault_set("read", EIO, 4096, skip, 1);
-        CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_IO);
-        CHECK_STR_HAS(kvf_last_error(), "block 0x20: ");
+        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, HDR + LEN, &m), KVF_ERR_IO);
+        CHECK_STR_HAS(kvf_last_error(), "block 00000000000000000000000000000020: ");
         CHECK_STR_HAS(kvf_last_error(), "read: ");
         CHECK_EQ_INT(fault.hits, 1);
     }
     fault_set("open", EACCES, 0, 0, 1);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_IO);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, HDR + LEN, &m), KVF_ERR_IO);
     /* the file shrinks between fstat and the payload's read: the read
      * sees end of file and must call it corrupt, not pad with zeros */
     fault_set("read", 0, 4096, 1, 1);
     fault.truncate_to = HDR + 100;
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x20, buf, HDR + LEN, &m), KVF_ERR_CORRUPT);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, HDR + LEN, &m), KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "short read");
     fault_clear();
     kvf__set_io_fault(NULL);

@@ -197,7 +197,7 @@ static int test_round_trip(void)
     /* the file on disk: name, length, header fields */
     char p[1024];
     block_path(&d, 0x2a + 3, p, sizeof p);
-    CHECK_STR_HAS(p, "/000000000000002d.kvf");
+    CHECK_STR_HAS(p, "/0000000000000000000000000000002d.kvf");
     struct stat st;
     CHECK(stat(p, &st) == 0 && st.st_size == (off_t)(HDR + 4096));
     CHECK((st.st_mode & 0600) == 0600 && (st.st_mode & 0111) == 0);
@@ -207,20 +207,56 @@ static int test_round_trip(void)
     CHECK(pread(fd, h, HDR, 0) == HDR);
     close(fd);
     CHECK(memcmp(h, "KVFBLK\r\n", 8) == 0);
-    CHECK_EQ_INT(le(h + 8, 4), 1);   /* version */
-    CHECK_EQ_INT(le(h + 12, 4), 64); /* header bytes */
+    CHECK_EQ_INT(le(h + 8, 4), 2);    /* version */
+    CHECK_EQ_INT(le(h + 12, 4), 128); /* header bytes */
     CHECK_EQ_U64(le(h + 16, 8), FP);
     CHECK_EQ_U64(le(h + 24, 8), fnv1a64("rt"));
-    CHECK_EQ_U64(le(h + 32, 8), 0x2d);
-    CHECK_EQ_INT(le(h + 40, 4), 16); /* tokens */
-    CHECK_EQ_INT(le(h + 44, 4), 3);  /* pools */
-    CHECK_EQ_U64(le(h + 48, 8), 4096);
+    CHECK_EQ_U64(le(h + 32, 8), 0);    /* key, high half */
+    CHECK_EQ_U64(le(h + 40, 8), 0x2d); /* key, low half */
+    CHECK_EQ_INT(le(h + 48, 4), 16);   /* tokens */
+    CHECK_EQ_INT(le(h + 52, 4), 3);    /* pools */
+    CHECK_EQ_U64(le(h + 56, 8), 4096);
     {
         uint8_t want[4096];
         test_fill_random(want, sizeof want, 10 + 3);
-        CHECK_EQ_U64(le(h + 56, 4), kvf__crc32c(0, want, sizeof want));
+        CHECK_EQ_U64(le(h + 64, 4), kvf__crc32c(0, want, sizeof want));
     }
-    CHECK_EQ_U64(le(h + 60, 4), kvf__crc32c(0, h, 60));
+    for (size_t i = 68; i < 124; i++)
+        CHECK_EQ_INT(h[i], 0); /* reserved */
+    CHECK_EQ_U64(le(h + 124, 4), kvf__crc32c(0, h, 124));
+    /* a reserved byte set, the header CRC made right: still refused */
+    {
+        uint8_t hb[HDR];
+        memcpy(hb, h, HDR);
+        hb[100] = 1;
+        uint32_t crc = kvf__crc32c(0, hb, 124);
+        for (int k = 0; k < 4; k++)
+            hb[124 + k] = (uint8_t)(crc >> (8 * k));
+        kvf__block_header bh;
+        CHECK_STATUS(kvf__block_header_parse(hb, "test", &bh), KVF_ERR_CORRUPT);
+        CHECK_STR_HAS(kvf_last_error(), "reserved header byte 100");
+    }
+    /* the high half of a key: in its file's name and its header */
+    {
+        const kvf_key big = {0x0123456789abcdefull, 0x2d};
+        uint8_t *buf = calloc(1, HDR + 64);
+        REQUIRE(buf);
+        kvf__blockfile_meta m = {big, 1, 1, 64};
+        CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_OK);
+        char q[1024];
+        snprintf(q, sizeof q, "%s/0123456789abcdef000000000000002d.kvf", d.root);
+        fd = open(q, O_RDONLY);
+        CHECK(fd >= 0);
+        if (fd >= 0) {
+            CHECK(pread(fd, h, HDR, 0) == HDR);
+            close(fd);
+            CHECK_EQ_U64(le(h + 32, 8), 0x0123456789abcdefull);
+            CHECK_EQ_U64(le(h + 40, 8), 0x2d);
+        }
+        /* both blocks stand: the one whose key has the same low half too */
+        CHECK_EQ_INT(expect(&d, 0x2a + 3, 10 + 3, 4096), 0);
+        free(buf);
+    }
 
     /* overwrite: another size, other bytes */
     CHECK_STATUS(put(&d, 0x2a, 99, 5000), KVF_OK);
@@ -230,34 +266,34 @@ static int test_round_trip(void)
 
     /* not found names the file */
     uint8_t buf[256];
-    kvf__blockfile_meta m = {7, 7, 7, 7};
-    CHECK_STATUS(kvf__blockfile_read(&d, 0xabcdef, buf, sizeof buf, &m), KVF_ERR_NOT_FOUND);
-    CHECK_STR_HAS(kvf_last_error(), "block 0xabcdef");
-    CHECK_STR_HAS(kvf_last_error(), "0000000000abcdef.kvf: not stored");
-    CHECK(m.key == 7 && m.payload_bytes == 7); /* untouched on failure */
+    kvf__blockfile_meta m = {KEY(7), 7, 7, 7};
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0xabcdef), buf, sizeof buf, &m), KVF_ERR_NOT_FOUND);
+    CHECK_STR_HAS(kvf_last_error(), "block 00000000000000000000000000abcdef");
+    CHECK_STR_HAS(kvf_last_error(), "00000000000000000000000000abcdef.kvf: not stored");
+    CHECK(kvf_key_eq(m.key, KEY(7)) && m.payload_bytes == 7); /* untouched on failure */
 
     /* a buffer too small: refused, and not written to */
     memset(buf, POISON, sizeof buf);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x2a + 3, buf, sizeof buf, &m), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), buf, sizeof buf, &m), KVF_ERR_RANGE);
     CHECK_STR_HAS(kvf_last_error(), "does not fit");
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x2a + 3, buf, 10, &m), KVF_ERR_RANGE);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x2a + 3, buf, HDR + 4095, &m), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), buf, 10, &m), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), buf, HDR + 4095, &m), KVF_ERR_RANGE);
     for (size_t i = 0; i < sizeof buf; i++)
         if (buf[i] != POISON) {
             TEST_FAIL_AT(__FILE__, __LINE__, "refused read wrote byte %zu", i);
             break;
         }
-    CHECK(m.key == 7 && m.payload_bytes == 7);
+    CHECK(kvf_key_eq(m.key, KEY(7)) && m.payload_bytes == 7);
     /* exactly the block's size is enough */
     {
         uint8_t *exact = malloc(HDR + 4096);
         REQUIRE(exact);
-        CHECK_STATUS(kvf__blockfile_read(&d, 0x2a + 3, exact, HDR + 4096, &m), KVF_OK);
+        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), exact, HDR + 4096, &m), KVF_OK);
         CHECK_EQ_U64(m.payload_bytes, 4096);
         free(exact);
     }
     /* a missing block is not found, whatever the buffer */
-    CHECK_STATUS(kvf__blockfile_read(&d, 0xabcdef, buf, 1, NULL), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0xabcdef), buf, 1, NULL), KVF_ERR_NOT_FOUND);
     CHECK(exists(&d, 0x2a + 3)); /* a refused read removes nothing */
 
     /* every fsync mode writes the same file; count the syncs */
@@ -313,7 +349,8 @@ static int test_mismatch(void)
 
     /* the same namespace under another layout */
     if (!open_ns("mm-a", FP ^ 1, KVF_FSYNC_NONE, &other_fp)) {
-        CHECK_STATUS(kvf__blockfile_read(&other_fp, 5, buf, HDR + 2000, &m), KVF_ERR_MISMATCH);
+        CHECK_STATUS(kvf__blockfile_read(&other_fp, TKEY(5), buf, HDR + 2000, &m),
+                     KVF_ERR_MISMATCH);
         CHECK_STR_HAS(kvf_last_error(), "layout");
         kvf__blockfile_close_dir(&other_fp);
     }
@@ -323,12 +360,12 @@ static int test_mismatch(void)
         block_path(&a, 5, from, sizeof from);
         block_path(&b, 5, to, sizeof to);
         copy_file(from, to);
-        CHECK_STATUS(kvf__blockfile_read(&b, 5, buf, HDR + 2000, &m), KVF_ERR_MISMATCH);
+        CHECK_STATUS(kvf__blockfile_read(&b, TKEY(5), buf, HDR + 2000, &m), KVF_ERR_MISMATCH);
         CHECK_STR_HAS(kvf_last_error(), "namespace");
         /* and one renamed to another key */
         block_path(&a, 6, to, sizeof to);
         copy_file(from, to);
-        CHECK_STATUS(kvf__blockfile_read(&a, 6, buf, HDR + 2000, &m), KVF_ERR_CORRUPT);
+        CHECK_STATUS(kvf__blockfile_read(&a, TKEY(6), buf, HDR + 2000, &m), KVF_ERR_CORRUPT);
         kvf__blockfile_close_dir(&b);
     }
     CHECK_EQ_INT(expect(&a, 5, 1, 2000), 0);
@@ -375,7 +412,7 @@ static int test_concurrent_writers(void)
     for (uint64_t tag = 1; tag <= 4; tag++) {
         uint8_t *buf = malloc(HDR + 30004);
         kvf__blockfile_meta m;
-        if (kvf__blockfile_read(&d, 0x4242, buf, HDR + 30004, &m) == KVF_OK &&
+        if (kvf__blockfile_read(&d, TKEY(0x4242), buf, HDR + 30004, &m) == KVF_OK &&
             m.payload_bytes == 30000 + tag)
             matches += expect(&d, 0x4242, tag, 30000 + tag) == 0;
         free(buf);
@@ -391,16 +428,16 @@ static int test_bad_args(void)
     kvf__blockfile_dir closed;
     memset(&closed, 0, sizeof closed);
     uint8_t buf[HDR + 8];
-    kvf__blockfile_meta m = {1, 1, 1, 8};
+    kvf__blockfile_meta m = {KEY(1), 1, 1, 8};
     CHECK_STATUS(kvf__blockfile_write(&closed, &m, buf), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf__blockfile_read(&closed, 1, buf, sizeof buf, &m), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf__blockfile_read(&closed, TKEY(1), buf, sizeof buf, &m), KVF_ERR_INVALID);
     CHECK_STATUS(kvf__blockfile_fsync_dir(&closed), KVF_ERR_INVALID);
     kvf__blockfile_dir d;
     if (open_ns("args", FP, KVF_FSYNC_NONE, &d))
         return 1;
     CHECK_STATUS(kvf__blockfile_write(&d, NULL, buf), KVF_ERR_INVALID);
     CHECK_STATUS(kvf__blockfile_write(&d, &m, NULL), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf__blockfile_read(&d, 1, NULL, 100, &m), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(1), NULL, 100, &m), KVF_ERR_INVALID);
     m.payload_bytes = UINT64_MAX - 10;
     CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_ERR_RANGE);
     /* even a refused write leaves no old version to serve */

@@ -23,14 +23,14 @@ typedef struct scan_seen {
     uint64_t torn_key;
 } scan_seen;
 
-static void visit(void *arg, uint64_t key, kvf_status st, const char *detail)
+static void visit(void *arg, kvf_key key, kvf_status st, const char *detail)
 {
     scan_seen *s = arg;
     if (st == KVF_OK)
         s->ok++;
     else if (st == KVF_ERR_CORRUPT && strcmp(detail, "torn write (temporary file)") == 0) {
         s->torn++;
-        s->torn_key = key;
+        s->torn_key = key.hi ? 0 : key.lo;
     } else if (st == KVF_ERR_CORRUPT)
         s->corrupt++;
     else if (st == KVF_ERR_MISMATCH)
@@ -51,7 +51,7 @@ static int test_scan(void)
     block_path(&d, 0xc1, p, sizeof p);
     flip_byte(p, HDR + 5);
     /* a write interrupted by a crash, and files that are not blocks */
-    snprintf(p, sizeof p, "%s/.%016llx.1234.0.tmp", d.root, 0xdeadull);
+    snprintf(p, sizeof p, "%s/.0000000000000000%016llx.1234.0.tmp", d.root, 0xdeadull);
     int fd = open(p, O_WRONLY | O_CREAT, 0644);
     REQUIRE(fd >= 0);
     CHECK(write(fd, "partial", 7) == 7);
@@ -63,7 +63,7 @@ static int test_scan(void)
     /* a huge file with a zeroed header: refused on its header, without
      * sizing a buffer from its length (sparse; skipped where unsupported) */
     int huge = 0;
-    snprintf(p, sizeof p, "%s/%016llx.kvf", d.root, 0xc2ull);
+    snprintf(p, sizeof p, "%s/0000000000000000%016llx.kvf", d.root, 0xc2ull);
     copy_file("/dev/null", p);
     if (truncate(p, (off_t)64 << 30) == 0)
         huge = 1;
@@ -94,7 +94,7 @@ static int test_scan(void)
         kvf__blockfile_close_dir(&other);
     }
     if (huge) {
-        snprintf(p, sizeof p, "%s/%016llx.kvf", d.root, 0xc2ull);
+        snprintf(p, sizeof p, "%s/0000000000000000%016llx.kvf", d.root, 0xc2ull);
         unlink(p);
     }
     CHECK_STATUS(kvf__blockfile_scan(&d, NULL, &s), KVF_ERR_INVALID);
@@ -148,22 +148,24 @@ static int test_stale_tmp(void)
 
     long dead = (long)dead_pid(), dead2 = (long)dead_pid(), me = (long)getpid();
     char gone[3][96], keep[12][96];
-    snprintf(gone[0], 96, ".%016llx.%ld.0.tmp", 0xabcull, dead);
-    snprintf(gone[1], 96, ".%016llx.%ld.18446744073709551615.tmp", 0xffffffffffffffffull, dead);
-    snprintf(gone[2], 96, ".%016llx.%ld.7.tmp", 0x1ull, dead2); /* a bystander's key */
+    snprintf(gone[0], 96, ".0000000000000000%016llx.%ld.0.tmp", 0xabcull, dead);
+    snprintf(gone[1], 96, ".0000000000000000%016llx.%ld.18446744073709551615.tmp",
+             0xffffffffffffffffull, dead);
+    snprintf(gone[2], 96, ".0000000000000000%016llx.%ld.7.tmp", 0x1ull,
+             dead2); /* a bystander's key */
     /* this process's own: a write in flight */
-    snprintf(keep[0], 96, ".%016llx.%ld.3.tmp", 0xabcull, me);
+    snprintf(keep[0], 96, ".0000000000000000%016llx.%ld.3.tmp", 0xabcull, me);
     /* the parent (the test runner): alive, maybe not ours to signal */
-    snprintf(keep[1], 96, ".%016llx.%ld.0.tmp", 0xabdull, (long)getppid());
+    snprintf(keep[1], 96, ".0000000000000000%016llx.%ld.0.tmp", 0xabdull, (long)getppid());
     /* not names a writer gives, whatever the pid */
-    snprintf(keep[2], 96, ".%016llx.%ld.tmp", 0xabcull, dead);
-    snprintf(keep[3], 96, ".%016llx.%ld.x.tmp", 0xabcull, dead);
+    snprintf(keep[2], 96, ".0000000000000000%016llx.%ld.tmp", 0xabcull, dead);
+    snprintf(keep[3], 96, ".0000000000000000%016llx.%ld.x.tmp", 0xabcull, dead);
     snprintf(keep[4], 96, ".%015llx.%ld.0.tmp", 0xabcull, dead);
-    snprintf(keep[5], 96, ".%016llx.%ld.0.tmp.bak", 0xabcull, dead);
-    snprintf(keep[6], 96, ".%016llx.0.0.tmp", 0xabcull);  /* kill(0) is the group */
-    snprintf(keep[7], 96, ".%016llx.-1.0.tmp", 0xabcull); /* kill(-1) is everyone */
-    snprintf(keep[8], 96, ".%016llx.4294967297.0.tmp", 0xabcull);
-    snprintf(keep[9], 96, ".%016llx.%ld.0.TMP", 0xabcull, dead);
+    snprintf(keep[5], 96, ".0000000000000000%016llx.%ld.0.tmp.bak", 0xabcull, dead);
+    snprintf(keep[6], 96, ".0000000000000000%016llx.0.0.tmp", 0xabcull);  /* kill(0) is the group */
+    snprintf(keep[7], 96, ".0000000000000000%016llx.-1.0.tmp", 0xabcull); /* kill(-1) is everyone */
+    snprintf(keep[8], 96, ".0000000000000000%016llx.4294967297.0.tmp", 0xabcull);
+    snprintf(keep[9], 96, ".0000000000000000%016llx.%ld.0.TMP", 0xabcull, dead);
     snprintf(keep[10], 96, "%016llx.%ld.0.tmp", 0xabcull, dead);
     snprintf(keep[11], 96, ".%016llX.%ld.0.tmp", 0xabcull, dead);
     for (int i = 0; i < 3; i++)

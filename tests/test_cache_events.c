@@ -38,7 +38,7 @@ static int test_events(void)
     uint64_t rng = 99, seq = 0;
     kvf_cache_event evs[64];
     for (int step = 0; step < 400; step++) {
-        kvf_key key = 1000 + test_xorshift64(&rng) % MODEL_KEYS;
+        kvf_key key = KEY(1000 + test_xorshift64(&rng) % MODEL_KEYS);
         if (test_xorshift64(&rng) % 4) {
             fill(&f, 0, key);
             CHECK_STATUS(put1(&f, key, 0, (uint32_t)(test_xorshift64(&rng) % 101)), KVF_OK);
@@ -49,7 +49,7 @@ static int test_events(void)
         while ((n = kvf_cache_events(f.c, evs, 64)) > 0)
             for (size_t i = 0; i < n; i++) {
                 const kvf_cache_event *ev = &evs[i];
-                int k = (int)(ev->key - 1000);
+                int k = (int)(ev->key.lo - 1000);
                 REQUIRE(k >= 0 && k < MODEL_KEYS);
                 CHECK_EQ_U64(ev->seq, seq + 1);
                 seq = ev->seq;
@@ -66,9 +66,9 @@ static int test_events(void)
                 }
             }
         for (int k = 0; k < MODEL_KEYS; k++)
-            if (tier_of(&f, 1000 + (kvf_key)k) != where[k]) {
+            if (tier_of(&f, 1000 + (uint64_t)k) != where[k]) {
                 fprintf(stderr, "step %d: key %d: cache %d, events %d\n", step, k,
-                        tier_of(&f, 1000 + (kvf_key)k), where[k]);
+                        tier_of(&f, 1000 + (uint64_t)k), where[k]);
                 return 1;
             }
     }
@@ -104,11 +104,11 @@ static int test_prometheus(void)
     cc.host.blocks = 2;
     if (fx_init(&f, 8, 2, false, &cc))
         return 1;
-    for (kvf_key k = 1; k <= 3; k++) {
+    for (uint64_t k = 1; k <= 3; k++) {
         fill(&f, 0, k);
         CHECK_STATUS(put1(&f, k, 0, 50), KVF_OK);
     }
-    kvf_key ks[3] = {2, 3, 1};
+    kvf_key ks[3] = {KEY(2), KEY(3), KEY(1)};
     size_t hits;
     CHECK_STATUS(kvf_cache_lookup(f.c, ks, 3, &hits, NULL), KVF_OK);
     CHECK_EQ_INT(hits, 2);

@@ -38,7 +38,7 @@ static int test_gpu_tier(void)
         CHECK_STATUS(wait_ok(&f, t, NULL), KVF_OK);
         for (int i = 0; i < 4; i++) {
             CHECK(slots[i] < 6);
-            keys[i] = 0x600 + (kvf_key)(r * 4 + i);
+            keys[i] = KEY(0x600 + (uint64_t)(r * 4 + i));
             fill(&f, slots[i], keys[i]);
         }
         CHECK_STATUS(kvf_cache_commit(f.c, keys, slots, 4, 50, NULL), KVF_OK);
@@ -53,7 +53,7 @@ static int test_gpu_tier(void)
     CHECK(s.blocks[KVF_TIER_DISK] > 0);
 
     /* acquire the oldest request's prefix: from disk, up into GPU slots */
-    kvf_key first[4] = {0x600, 0x601, 0x602, 0x603};
+    kvf_key first[4] = {KEY(0x600), KEY(0x601), KEY(0x602), KEY(0x603)};
     CHECK(tier_of(&f, 0x600) == KVF_TIER_DISK);
     size_t hits = 0;
     uint32_t got[4];
@@ -75,7 +75,7 @@ static int test_gpu_tier(void)
     for (int i = 0; i < 4; i++)
         CHECK_EQ_INT(tier_of(&f, first[i]), KVF_TIER_GPU);
     /* handed-out slots: commit or free them, nothing else */
-    kvf_key k2[2] = {0x700, 0x701};
+    kvf_key k2[2] = {KEY(0x700), KEY(0x701)};
     uint32_t bogus = 7;
     CHECK_STATUS(kvf_cache_commit(f.c, k2, &bogus, 1, 50, NULL), KVF_ERR_INVALID);
     CHECK_STR_HAS(kvf_last_error(), "slot 7");
@@ -103,7 +103,7 @@ static int test_gpu_tier(void)
     CHECK(memcmp(again, got, sizeof got) == 0);
     CHECK_STATUS(kvf_cache_unpin(f.c, first, 4), KVF_OK);
     /* an unknown key ends the prefix */
-    kvf_key mixed[3] = {0x600, 0x999, 0x601};
+    kvf_key mixed[3] = {KEY(0x600), KEY(0x999), KEY(0x601)};
     CHECK_STATUS(kvf_cache_acquire(f.c, mixed, 3, again, &hits, &t), KVF_OK);
     CHECK_EQ_INT(hits, 1);
     CHECK_STATUS(wait_ok(&f, t, NULL), KVF_OK);
@@ -149,7 +149,8 @@ static int test_gpu_tier_acquire_race(void)
     cc.host.blocks = 8; /* room for both sets: acquiring one evicts nothing */
     if (fx_init(&f, 8, 8, false, &cc))
         return 1;
-    kvf_key a[4] = {0xa1, 0xa2, 0xa3, 0xa4}, b[4] = {0xb1, 0xb2, 0xb3, 0xb4};
+    kvf_key a[4] = {KEY(0xa1), KEY(0xa2), KEY(0xa3), KEY(0xa4)},
+            b[4] = {KEY(0xb1), KEY(0xb2), KEY(0xb3), KEY(0xb4)};
     uint32_t slots[4];
     kvf_cache_ticket t;
     for (int round = 0; round < 2; round++) {
@@ -206,10 +207,10 @@ static int test_gpu_tier_random(void)
     for (int step = 0; step < 300; step++) {
         /* a request: a prefix of one of 5 chains, 1..MAXREQ blocks long */
         size_t len = 1 + test_xorshift64(&rng) % MAXREQ;
-        kvf_key base = 10000 + (test_xorshift64(&rng) % 5) * 100;
+        kvf_key base = KEY(10000 + (test_xorshift64(&rng) % 5) * 100);
         kvf_key keys[MAXREQ];
         for (size_t i = 0; i < len; i++)
-            keys[i] = base + i;
+            keys[i] = KEY(base.lo + i);
         uint32_t slots[MAXREQ];
         size_t hits = 0;
         kvf_cache_ticket t;
@@ -264,8 +265,8 @@ static int test_gpu_tier_random(void)
         kvf_cache_stats s = KVF_CACHE_STATS_INIT;
         kvf_cache_stats_get(f.c, &s);
         uint64_t found[KVF_TIER_COUNT] = {0};
-        for (kvf_key b = 10000; b < 10500; b += 100)
-            for (kvf_key i = 0; i < MAXREQ; i++) {
+        for (uint64_t b = 10000; b < 10500; b += 100)
+            for (uint64_t i = 0; i < MAXREQ; i++) {
                 int tier = tier_of(&f, b + i);
                 if (tier >= 0)
                     found[tier]++;
@@ -295,7 +296,7 @@ static int test_gpu_get_after_failed_acquire(void)
     cc.disk.blocks = 16;
     if (fx_init(&f, 16, 0, true, &cc))
         return 1;
-    kvf_key K = 0x77;
+    kvf_key K = KEY(0x77);
     fill(&f, 8, K);
     CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
     CHECK_EQ_INT(tier_of(&f, K), KVF_TIER_DISK);
@@ -329,7 +330,7 @@ static int test_get_pin_released_after_acquire(void)
     cc.host.blocks = 4;
     if (fx_init(&f, 16, 4, false, &cc))
         return 1;
-    kvf_key K = 0x88;
+    kvf_key K = KEY(0x88);
     fill(&f, 8, K);
     CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
     uint32_t d = 9, s;
@@ -362,7 +363,7 @@ static int test_gpu_failed_acquire_not_passed_down(void)
     cc.disk.blocks = 16;
     if (fx_init(&f, 16, 1, true, &cc))
         return 1;
-    kvf_key K = 0x99, K2 = 0x9a;
+    kvf_key K = KEY(0x99), K2 = KEY(0x9a);
     fill(&f, 8, K);
     CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
     fill(&f, 8, K2);
@@ -399,7 +400,7 @@ static int test_gpu_stale_failure_forgotten(void)
     cc.disk.blocks = 16;
     if (fx_init(&f, 16, 0, true, &cc))
         return 1;
-    kvf_key K = 0x55, K2 = 0x56;
+    kvf_key K = KEY(0x55), K2 = KEY(0x56);
     fill(&f, 8, K);
     CHECK_STATUS(put1(&f, K, 8, 50), KVF_OK);
     char path[600];
@@ -432,7 +433,7 @@ static int test_gpu_acquire_duplicate_keys(void)
     cc.host.blocks = 2;
     if (fx_init(&f, 16, 2, false, &cc))
         return 1;
-    kvf_key K = 0x33;
+    kvf_key K = KEY(0x33);
     uint32_t s;
     kvf_cache_ticket t;
     CHECK_STATUS(kvf_cache_alloc(f.c, &s, 1, &t), KVF_OK);

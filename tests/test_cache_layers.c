@@ -12,7 +12,7 @@ static int pool_is(fixture *f, int p, uint32_t slot, kvf_key key, bool moved)
 {
     uint8_t *want = malloc(f->bytes[p]);
     if (moved)
-        test_fill_random(want, f->bytes[p], key * 2 + (uint64_t)p);
+        test_fill_random(want, f->bytes[p], KEY_SEED(key) * 2 + (uint64_t)p);
     else
         memset(want, POISON, f->bytes[p]);
     size_t off = test_mem_diff(prim(f, p, slot), want, f->bytes[p]);
@@ -34,7 +34,7 @@ static int test_get_one_pool(void)
     kvf_key keys[12];
     uint32_t slots[12];
     for (uint32_t i = 0; i < 12; i++) {
-        keys[i] = 0x100 + i;
+        keys[i] = KEY(0x100 + i);
         slots[i] = i;
         fill(&f, i, keys[i]);
     }
@@ -108,7 +108,7 @@ static int test_get_into_lost_slot(bool disk)
     cc.host.blocks = disk ? 1 : 4;
     cc.disk.blocks = disk ? 8 : 0;
     CHECK(fx_init(&f, 16, 4, disk, &cc) == 0);
-    kvf_key keys[2] = {0x700, 0x701};
+    kvf_key keys[2] = {KEY(0x700), KEY(0x701)};
     fill(&f, 0, keys[0]);
     fill(&f, 1, keys[1]);
     CHECK_STATUS(put1(&f, keys[0], 0, 50), KVF_OK);

@@ -105,7 +105,7 @@ static int compare_model(fixture *f, const model *m, const char *after, int step
 {
     for (int k = 0; k < MODEL_KEYS; k++) {
         int want = m->e[k].present ? m->e[k].tier : -1;
-        int got = tier_of(f, 1000 + (kvf_key)k);
+        int got = tier_of(f, 1000 + (uint64_t)k);
         if (got != want) {
             fprintf(stderr, "step %d (%s): key %d in tier %d, model says %d\n", step, after, k, got,
                     want);
@@ -146,7 +146,7 @@ static int eviction_vs_model(uint32_t host, uint32_t disk, uint32_t min_prio, ui
     static const uint32_t prios[] = {0, 10, 50, 50, 50, 90, 100};
     for (int step = 0; step < 600; step++) {
         int k = (int)(test_xorshift64(&rng) % MODEL_KEYS);
-        kvf_key key = 1000 + (kvf_key)k;
+        kvf_key key = KEY(1000 + (uint64_t)k);
         unsigned op = (unsigned)(test_xorshift64(&rng) % 10);
         const char *what;
         if (op < 5) {
@@ -229,7 +229,7 @@ static int test_pins(void)
     cc.host.blocks = 4;
     if (fx_init(&f, 8, 4, false, &cc))
         return 1;
-    kvf_key keys[4] = {11, 12, 13, 14};
+    kvf_key keys[4] = {KEY(11), KEY(12), KEY(13), KEY(14)};
     for (int i = 0; i < 4; i++) {
         fill(&f, 0, keys[i]);
         CHECK_STATUS(put1(&f, keys[i], 0, 10), KVF_OK);
@@ -239,7 +239,7 @@ static int test_pins(void)
     CHECK_EQ_INT(pinned, 4);
     /* every block pinned: nothing can be stored, nothing is evicted */
     fill(&f, 1, 99);
-    kvf_key k99 = 99;
+    kvf_key k99 = KEY(99);
     uint32_t s1 = 1;
     kvf_cache_ticket t;
     kvf_status per;
@@ -256,9 +256,9 @@ static int test_pins(void)
     CHECK_EQ_INT(tier_of(&f, keys[0]), -1); /* no longer found */
     CHECK_STATUS(get1(&f, keys[0], 2), KVF_ERR_NOT_FOUND);
     /* unpin is all or nothing */
-    kvf_key bad[2] = {keys[1], 777};
+    kvf_key bad[2] = {keys[1], KEY(777)};
     CHECK_STATUS(kvf_cache_unpin(f.c, bad, 2), KVF_ERR_STATE);
-    CHECK_STR_HAS(kvf_last_error(), "0x0000000000000309");
+    CHECK_STR_HAS(kvf_last_error(), "00000000000000000000000000000309");
     kvf_key twice[2] = {keys[1], keys[1]};
     CHECK_STATUS(kvf_cache_unpin(f.c, twice, 2), KVF_ERR_STATE); /* one pin only */
     CHECK_STATUS(kvf_cache_unpin(f.c, keys, 4), KVF_OK);
@@ -276,7 +276,7 @@ static int test_pins(void)
     kvf_key k2 = keys[2];
     uint32_t s3 = 3;
     CHECK_STATUS(kvf_cache_get(f.c, &k2, &s3, 1, &t), KVF_OK);
-    kvf_key fresh[3] = {201, 202, 203};
+    kvf_key fresh[3] = {KEY(201), KEY(202), KEY(203)};
     uint32_t src[3] = {4, 5, 6};
     for (int i = 0; i < 3; i++)
         fill(&f, src[i], fresh[i]);

@@ -72,16 +72,17 @@ static uint8_t *slot(fixture *f, uint32_t s)
     return p;
 }
 
-static void fill(fixture *f, uint32_t s, uint64_t key)
+static void fill_(fixture *f, uint32_t s, kvf_key key)
 {
-    test_fill_random(slot(f, s), block_bytes, key);
+    test_fill_random(slot(f, s), block_bytes, KEY_SEED(key));
 }
+#define fill(f, s, key) fill_((f), (s), TKEY(key))
 
 /* Slot s holds the first `tokens` tokens of key's block, poison after. */
-static int expect(fixture *f, uint32_t s, uint64_t key, uint32_t tokens)
+static int expect_(fixture *f, uint32_t s, kvf_key key, uint32_t tokens)
 {
     uint8_t *want = malloc(block_bytes);
-    test_fill_random(want, block_bytes, key);
+    test_fill_random(want, block_bytes, KEY_SEED(key));
     kvf_region r;
     REQUIRE(kvf_geometry_region(&G, tokens, &r) == KVF_OK);
     const uint8_t *got = slot(f, s);
@@ -90,23 +91,27 @@ static int expect(fixture *f, uint32_t s, uint64_t key, uint32_t tokens)
         size_t row = off / r.pitch, in_row = off % r.pitch;
         bool moved = r.rows == 1 ? off < r.row_bytes : (row < r.rows && in_row < r.row_bytes);
         if (got[off] != (moved ? want[off] : POISON)) {
-            fprintf(stderr, "slot %u: block 0x%llx differs at byte %zu\n", s,
-                    (unsigned long long)key, off);
+            fprintf(stderr, "slot %u: block " KVF_KEY_FMT " differs at byte %zu\n", s,
+                    KVF_KEY_ARGS(TKEY(key)), off);
             bad = 1;
         }
     }
     free(want);
     return bad;
 }
+#define expect(f, s, key, tokens) expect_((f), (s), TKEY(key), (tokens))
 
-static kvf_status move1(fixture *f, bool offload, uint64_t src, uint64_t dst, uint32_t tokens)
+/* An offload of slot `slot` to `key`, or an onboard of `key` into it. */
+static kvf_status move1_(fixture *f, bool offload, kvf_key key, uint32_t slot, uint32_t tokens)
 {
-    kvf_move m = {src, dst, tokens};
+    kvf_move m = offload ? TO_KEY(slot, key) : FROM_KEY(key, slot);
+    m.tokens = tokens;
     kvf_ticket t;
     kvf_status st = offload ? kvf_offload(f->e, KVF_TIER_REMOTE, &m, 1, &t)
                             : kvf_onboard(f->e, KVF_TIER_REMOTE, &m, 1, &t);
     return st == KVF_OK ? kvf_wait(f->e, t, NULL) : st;
 }
+#define move1(f, offload, key, slot, tokens) move1_((f), (offload), TKEY(key), (slot), (tokens))
 
 static redis_server server;
 static char url[128];
@@ -123,7 +128,7 @@ static int reader_main(const char *u)
     enum { N = 10 };
     kvf_key keys[N];
     for (uint32_t i = 0; i < N; i++)
-        keys[i] = 0x100 + i;
+        keys[i] = KEY(0x100 + i);
     fixture g = {0};
     int bad = open_cache(&g, u, "wt", KVF_CACHE_REMOTE_READ, 0);
     size_t h = 0;
@@ -152,8 +157,10 @@ static int test_engine_round_trip(void)
     test_permutation(perm, N, 3);
     for (uint32_t i = 0; i < N; i++) {
         fill(&f, i, 0x7000 + i);
-        off[i] = (kvf_move){i, 0x7000 + i, i % 3 == 0 ? 6 : 0};
-        on[i] = (kvf_move){0x7000 + i, 31 - perm[i] % 12, off[i].tokens};
+        off[i] = TO_KEY(i, 0x7000 + i);
+        off[i].tokens = i % 3 == 0 ? 6 : 0;
+        on[i] = FROM_KEY(0x7000 + i, 31 - perm[i] % 12);
+        on[i].tokens = off[i].tokens;
     }
     /* queued back to back: the onboards wait for the offloads (RAW), in
      * batches of 4 so each onboard batch has distinct destinations */
@@ -171,7 +178,7 @@ static int test_engine_round_trip(void)
     /* a partial block cannot be read as a whole one */
     CHECK_STATUS(move1(&f, false, 0x7000, 25, 0), KVF_ERR_RANGE);
     /* removed: not found; unknown: not found */
-    uint64_t gone = 0x7001;
+    kvf_key gone = KEY(0x7001);
     kvf_ticket t;
     CHECK_STATUS(kvf_remove(f.e, KVF_TIER_REMOTE, &gone, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
@@ -201,9 +208,9 @@ static int put_all(fixture *f, uint64_t base, uint32_t n)
     kvf_key keys[16];
     uint32_t slots[16];
     for (uint32_t i = 0; i < n; i++) {
-        keys[i] = base + i;
+        keys[i] = KEY(base + i);
         slots[i] = i;
-        fill(f, i, keys[i]);
+        fill(f, i, TKEY(keys[i]));
     }
     kvf_cache_ticket t;
     kvf_status per[16];
@@ -219,7 +226,7 @@ static size_t get_all(fixture *f, uint64_t base, uint32_t n, kvf_status *per)
     kvf_key keys[16];
     uint32_t slots[16];
     for (uint32_t i = 0; i < n; i++) {
-        keys[i] = base + i;
+        keys[i] = KEY(base + i);
         slots[i] = 16 + i;
         memset(slot(f, slots[i]), POISON, block_bytes);
     }
@@ -229,7 +236,7 @@ static size_t get_all(fixture *f, uint64_t base, uint32_t n, kvf_status *per)
     kvf_cache_wait(f->c, t, per);
     size_t good = 0;
     for (uint32_t i = 0; i < n; i++)
-        good += per[i] == KVF_OK && expect(f, slots[i], keys[i], 16) == 0;
+        good += per[i] == KVF_OK && expect(f, slots[i], TKEY(keys[i]), 16) == 0;
     return good;
 }
 
@@ -243,7 +250,7 @@ static int test_cache_write_through(void)
     kvf_key keys[N];
     kvf_tier tiers[N];
     for (uint32_t i = 0; i < N; i++)
-        keys[i] = 0x100 + i;
+        keys[i] = KEY(0x100 + i);
     size_t hits = 0;
     CHECK_STATUS(kvf_cache_lookup(f.c, keys, N, &hits, tiers), KVF_OK);
     CHECK_EQ_INT(hits, N);
@@ -273,7 +280,7 @@ static int test_cache_write_through(void)
     /* a value overwritten with garbage behind kvferry's back: that block
      * fails (never served), counted; the others come back */
     char rkey[64];
-    snprintf(rkey, sizeof rkey, "kvf:wt:%016llx", 0x100ull + 5); /* remote only */
+    snprintf(rkey, sizeof rkey, "kvf:wt:0000000000000000%016llx", 0x100ull + 5); /* remote only */
     CHECK(redis_run(server.port, NULL, REDIS_REPLY_STATUS, "SET %s %s", rkey,
                     "definitely not a block") == 0);
     CHECK_EQ_INT(get_all(&f, 0x100 + 4, 6, per), 5);
@@ -282,7 +289,7 @@ static int test_cache_write_through(void)
     CHECK_EQ_INT(s.remote_errors, 1);
 
     /* remove: gone here and there */
-    kvf_key k = 0x100 + 3;
+    kvf_key k = KEY(0x100 + 3);
     CHECK_STATUS(kvf_cache_remove(f.c, &k, 1, NULL), KVF_OK);
     kvf_cache_destroy(f.c); /* waits for the removal */
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
@@ -306,7 +313,7 @@ static int test_server_down_and_back(void)
     redis_server_kill(&server);
     kvf_key keys[8];
     for (uint32_t i = 0; i < 8; i++)
-        keys[i] = 0x200 + i;
+        keys[i] = KEY(0x200 + i);
     /* the first four are remote only, the last four in the host tier */
     size_t hits = 99;
     CHECK_STATUS(kvf_cache_lookup(f.c, keys, 8, &hits, NULL), KVF_OK);
@@ -356,7 +363,7 @@ static int test_wrong_password(void)
     fixture f = {0};
     open_engine(&f, bad, "pw", 500);
     fill(&f, 0, 1);
-    kvf_move m = {0, 0x42, 0};
+    kvf_move m = TO_KEY(0, 0x42);
     kvf_ticket t;
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_REMOTE);
@@ -365,7 +372,7 @@ static int test_wrong_password(void)
     snprintf(good, sizeof good, "redis://:s3cret@127.0.0.1:%d", locked.port);
     open_engine(&f, good, "pw", 500);
     fill(&f, 0, 1);
-    CHECK_STATUS(move1(&f, true, 0, 0x42, 0), KVF_OK);
+    CHECK_STATUS(move1(&f, true, 0x42, 0, 0), KVF_OK);
     kvf_engine_destroy(f.e);
     redis_server_stop(&locked);
     return 0;
@@ -389,7 +396,7 @@ static int test_stalled_server(void)
     enum { LOOKUP = 640 };
     kvf_key lk[LOOKUP];
     for (uint32_t i = 0; i < LOOKUP; i++)
-        lk[i] = 0x5000 + i;
+        lk[i] = KEY(0x5000 + i);
     size_t hits = 1;
     double t1 = redis_now_s();
     CHECK_STATUS(kvf_cache_lookup(f.c, lk, LOOKUP, &hits, NULL), KVF_OK);
@@ -438,8 +445,8 @@ static int test_gpu_write_through_slot_reuse(void)
     CHECK_STATUS(kvf_cache_alloc(f.c, &s, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     CHECK_EQ_INT(s, 0);
-    kvf_key A = 0xA1, B = 0xB2;
-    fill(&f, s, A);
+    kvf_key A = KEY(0xA1), B = KEY(0xB2);
+    fill(&f, s, TKEY(A));
     kvf__set_copy_hook(delay_hook);
     __atomic_store_n(&g_delay, 1, __ATOMIC_RELEASE);
     CHECK_STATUS(kvf_cache_commit(f.c, &A, &s, 1, 50, NULL), KVF_OK);
@@ -450,13 +457,13 @@ static int test_gpu_write_through_slot_reuse(void)
     CHECK_STATUS(kvf_cache_alloc(f.c, &s2, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait(f.c, t, NULL), KVF_OK);
     CHECK_EQ_INT(s2, 0);
-    fill(&f, s2, B); /* the slot is ours now: prefill */
+    fill(&f, s2, TKEY(B)); /* the slot is ours now: prefill */
     usleep(700000);
     __atomic_store_n(&g_delay, 0, __ATOMIC_RELEASE);
     kvf__set_copy_hook(NULL);
     memset(slot(&f, 20), POISON, block_bytes);
-    CHECK_STATUS(move1(&f, false, A, 20, 0), KVF_OK);
-    CHECK(expect(&f, 20, A, 16) == 0); /* the store holds A's bytes, not B's */
+    CHECK_STATUS(move1(&f, false, TKEY(A), 20, 0), KVF_OK);
+    CHECK(expect(&f, 20, TKEY(A), 16) == 0); /* the store holds A's bytes, not B's */
     kvf_cache_free(f.c, &s2, 1);
     fx_done(&f);
     return 0;

@@ -30,7 +30,7 @@ static void *writer_main(void *p)
     writer_arg *a = p;
     kvf_move mv[KEYS];
     for (uint32_t i = 0; i < KEYS; i++)
-        mv[i] = (kvf_move){i, a->keys[i], 0};
+        mv[i] = TO_KEY(i, a->keys[i]);
     while (!atomic_load(&a->stop)) {
         kvf_ticket t;
         if (kvf_offload(a->w->e, KVF_TIER_DISK, mv, KEYS, &t) != KVF_OK ||
@@ -55,12 +55,12 @@ static int test_reads_under_a_rewriter(void)
     writer_arg *a = calloc(1, sizeof *a);
     a->w = &w;
     for (uint32_t i = 0; i < KEYS; i++) {
-        a->keys[i] = 0xB00 + i;
+        a->keys[i] = KEY(0xB00 + i);
         fill(&w, i, a->keys[i]);
     }
     kvf_move mv[KEYS];
     for (uint32_t i = 0; i < KEYS; i++)
-        mv[i] = (kvf_move){i, a->keys[i], 0};
+        mv[i] = TO_KEY(i, a->keys[i]);
     kvf_ticket et;
     CHECK_STATUS(kvf_offload(w.e, KVF_TIER_DISK, mv, KEYS, &et), KVF_OK);
     CHECK_STATUS(kvf_wait(w.e, et, NULL), KVF_OK);

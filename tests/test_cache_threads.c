@@ -21,7 +21,7 @@ static void *worker(void *p)
     fixture *f = a->f;
     uint64_t rng = a->seed;
     for (int i = 0; i < 300; i++) {
-        kvf_key key = 1 + test_xorshift64(&rng) % 64;
+        kvf_key key = KEY(1 + test_xorshift64(&rng) % 64);
         size_t hits = 0;
         kvf_cache_lookup(f->c, &key, 1, &hits, NULL);
         if (hits && test_xorshift64(&rng) % 2) {
@@ -68,7 +68,7 @@ static int test_threads(void)
     kvf_cache_stats_get(f.c, &s);
     CHECK(s.blocks[KVF_TIER_HOST] <= 8 && s.blocks[KVF_TIER_DISK] <= 24);
     uint64_t found = 0;
-    for (kvf_key k = 1; k <= 64; k++)
+    for (uint64_t k = 1; k <= 64; k++)
         found += tier_of(&f, k) >= 0;
     CHECK_EQ_U64(found, s.blocks[KVF_TIER_HOST] + s.blocks[KVF_TIER_DISK]);
     fx_done(&f);

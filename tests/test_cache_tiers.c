@@ -20,7 +20,7 @@ static int round_trip(uint32_t host, uint32_t disk)
     kvf_key keys[N];
     uint32_t src[N], dst[N];
     for (uint32_t i = 0; i < N; i++) {
-        keys[i] = 0xc0ffee00ull + i * 7919;
+        keys[i] = KEY(0xc0ffee00ull + i * 7919);
         src[i] = i;
         dst[i] = 63 - i;
         fill(&f, i, keys[i]);
@@ -86,7 +86,7 @@ static int test_promotion(void)
     cc.disk.blocks = 8;
     if (fx_init(&f, 8, 2, true, &cc))
         return 1;
-    for (kvf_key k = 1; k <= 3; k++) {
+    for (uint64_t k = 1; k <= 3; k++) {
         fill(&f, (uint32_t)k, k);
         CHECK_STATUS(put1(&f, k, (uint32_t)k, 50), KVF_OK);
     }
@@ -95,7 +95,7 @@ static int test_promotion(void)
     CHECK_EQ_INT(tier_of(&f, 1), KVF_TIER_HOST);
     CHECK_EQ_INT(tier_of(&f, 2), KVF_TIER_DISK); /* the host victim it displaced */
     char path[600];
-    snprintf(path, sizeof path, "%s/cache/%016llx.kvf", f.dir, 1ull);
+    snprintf(path, sizeof path, "%s/cache/0000000000000000%016llx.kvf", f.dir, 1ull);
     kvf_cache_stats s = KVF_CACHE_STATS_INIT;
     kvf_cache_stats_get(f.c, &s);
     CHECK_EQ_INT(s.blocks[KVF_TIER_HOST], 2);

@@ -69,7 +69,7 @@ static int test_racing_waits(void)
     kvf_key keys[BLOCKS];
     uint32_t slots[BLOCKS];
     for (uint32_t i = 0; i < BLOCKS; i++) {
-        keys[i] = 0x900 + i;
+        keys[i] = KEY(0x900 + i);
         slots[i] = i;
         fill(&f, i, keys[i]);
     }

@@ -179,8 +179,8 @@ said "which directory"
 # ---- fsck after damage: flip one byte of one block, leave a torn
 # temporary file: fsck fails
 f=$(ls "$tmp"/files/bench/*.kvf | head -n 1)
-printf '\377' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
-: >"$tmp/files/bench/.000000000000abcd.999999999.1.tmp"
+printf '\377' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
+: >"$tmp/files/bench/.0000000000000000000000000000abcd.999999999.1.tmp"
 if "$kvf" fsck "$tmp/files" >"$tmp/fsck2"; then cat "$tmp/fsck2"; exit 1; fi
 grep -q "15 good, 1 corrupt, 1 torn" "$tmp/fsck2"
 expect 1 "$kvf" fsck "$tmp/files" --json -
@@ -188,10 +188,43 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["corrup
 assert d["clean"] is False' "$tmp/out"
 if "$kvf" fsck "$tmp/nowhere" 2>/dev/null; then exit 1; fi
 # a FIFO under a block's name: reported as foreign, not waited on, left
-mkfifo "$tmp/files/bench/0000000000000001.kvf"
+mkfifo "$tmp/files/bench/00000000000000000000000000000001.kvf"
 if timeout 30 "$kvf" fsck "$tmp/files" >"$tmp/fsck3"; then cat "$tmp/fsck3"; exit 1; fi
 grep -q "1 foreign" "$tmp/fsck3"
-[ -p "$tmp/files/bench/0000000000000001.kvf" ]
+[ -p "$tmp/files/bench/00000000000000000000000000000001.kvf" ]
+
+# a block of format version 1 (64-bit keys), written in that layout:
+# reported as old format (exit 1), rewritten by --upgrade under its
+# 32-digit name, then clean
+mkdir -p "$tmp/v1/ns"
+python3 - "$tmp/v1/ns" <<'PY'
+import struct, sys
+T = []
+for i in range(256):
+    c = i
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    T.append(c)
+def crc(b):
+    c = 0xffffffff
+    for x in b:
+        c = T[(c ^ x) & 0xff] ^ (c >> 8)
+    return c ^ 0xffffffff
+ns = 0xcbf29ce484222325
+for ch in b"ns":
+    ns = ((ns ^ ch) * 0x100000001b3) % 2**64
+pay = bytes(range(256)) * 4
+h = bytearray(b"KVFBLK\r\n" + struct.pack("<IIQQQIIQI", 1, 64, 0, ns, 0xabc, 16, 1, len(pay), crc(pay)))
+h += struct.pack("<I", crc(bytes(h)))
+open(sys.argv[1] + "/0000000000000abc.kvf", "wb").write(bytes(h) + pay)
+PY
+expect 1 "$kvf" fsck "$tmp/v1"
+grep -q "1 old format" "$tmp/out"
+grep -q "fsck --upgrade" "$tmp/out"
+expect 0 "$kvf" fsck "$tmp/v1" --upgrade
+grep -q "1 good, .* 0 old format, 1 upgraded" "$tmp/out"
+[ -f "$tmp/v1/ns/00000000000000000000000000000abc.kvf" ] && [ ! -e "$tmp/v1/ns/0000000000000abc.kvf" ]
+expect 0 "$kvf" fsck "$tmp/v1"
 
 geo="--layers 1 --kv 2 --heads 1 --tokens-per-block 16 --head-size 32"
 conventions "$kvf" replay

@@ -66,11 +66,11 @@ static int test_disk_workload(void)
     kvf_move mv[BLOCKS];
     for (uint32_t i = 0; i < BLOCKS; i++) {
         fill_block(&f, i, i + 1);
-        mv[i] = (kvf_move){i, 0xc0575000ull + i, 0};
+        mv[i] = TO_KEY(i, 0xc0575000ull + i);
     }
     CHECK_STATUS(run(f.e, true, KVF_TIER_DISK, mv, BLOCKS), KVF_OK);
     for (uint32_t i = 0; i < BLOCKS; i++)
-        mv[i] = (kvf_move){0xc0575000ull + i, 8 + i, 0};
+        mv[i] = FROM_KEY(0xc0575000ull + i, 8 + i);
     kvf__set_io_fault(timed_reads);
     static const size_t sizes[] = {1, 8, 2, 8, 1, 4, 8, 1, 2, 8};
     for (int round = 0; round < 3; round++)

@@ -148,7 +148,7 @@ static void child_main(int round, const layout *l, const char *ns, int wfd, uint
                     child_die(3, "slot_ptr");
                 test_fill_random(slot, block_bytes(l, p), pool_seed(keys[i], p));
             }
-            mv[i] = (kvf_move){i, keys[i], 0};
+            mv[i] = TO_KEY(i, keys[i]);
         }
         kvf_ticket t;
         if (kvf_offload(e, KVF_TIER_DISK, mv, n, &t) != KVF_OK)
@@ -232,7 +232,7 @@ static int verify_keys(kvf_engine *e, const layout *l, const uint64_t *keys, siz
                 REQUIRE(kvf_engine_slot_ptr(e, p, KVF_LEVEL_PRIMARY, (uint32_t)i, &slot) == KVF_OK);
                 memset(slot, POISON, block_bytes(l, p));
             }
-            mv[i] = (kvf_move){keys[first + i], i, 0};
+            mv[i] = FROM_KEY(keys[first + i], i);
         }
         kvf_ticket t;
         CHECK_STATUS(kvf_onboard(e, KVF_TIER_DISK, mv, m, &t), KVF_OK);
@@ -268,7 +268,7 @@ static int verify_keys(kvf_engine *e, const layout *l, const uint64_t *keys, siz
 }
 
 typedef struct dir_list {
-    uint64_t *keys; /* <16 hex>.kvf files */
+    uint64_t *keys; /* <32 hex>.kvf files: the low halves, the high ones 0 */
     size_t nkeys;
     int tmp_all, tmp_child; /* temporary files, and those of the child's pid */
 } dir_list;
@@ -285,17 +285,17 @@ static void list_dir(const char *root, pid_t child, dir_list *dl)
     while ((de = readdir(d))) {
         const char *n = de->d_name;
         size_t len = strlen(n);
-        if (n[0] == '.' && len > 18 && strcmp(n + len - 4, ".tmp") == 0) {
+        if (n[0] == '.' && len > 34 && strcmp(n + len - 4, ".tmp") == 0) {
             dl->tmp_all++;
-            if (strstr(n + 17, mark) == n + 17)
+            if (strstr(n + 33, mark) == n + 33)
                 dl->tmp_child++;
             continue;
         }
-        if (len != 20 || strcmp(n + 16, ".kvf") != 0)
+        if (len != 36 || strcmp(n + 32, ".kvf") != 0)
             continue;
         char *end;
-        unsigned long long k = strtoull(n, &end, 16);
-        if (end != n + 16) {
+        unsigned long long k = strtoull(n + 16, &end, 16);
+        if (end != n + 32 || strncmp(n, "0000000000000000", 16) != 0) {
             TEST_FAIL_AT(__FILE__, __LINE__, "%s/%s: not a block file name", root, n);
             continue;
         }
@@ -313,7 +313,7 @@ typedef struct scan_counts {
     int ok, torn, bad;
 } scan_counts;
 
-static void scan_visit(void *arg, uint64_t key, kvf_status st, const char *detail)
+static void scan_visit(void *arg, kvf_key key, kvf_status st, const char *detail)
 {
     scan_counts *c = arg;
     if (st == KVF_OK) {
@@ -322,8 +322,8 @@ static void scan_visit(void *arg, uint64_t key, kvf_status st, const char *detai
         c->torn++;
     } else {
         c->bad++;
-        fprintf(stderr, "scan: block 0x%llx: %s: %s\n", (unsigned long long)key, kvf_status_str(st),
-                detail ? detail : "");
+        fprintf(stderr, "scan: block " KVF_KEY_FMT ": %s: %s\n", KVF_KEY_ARGS(TKEY(key)),
+                kvf_status_str(st), detail ? detail : "");
     }
 }
 

@@ -24,7 +24,7 @@ static char dir[512];
 
 static void block_bytes_of(kvf_key key, int p, uint8_t *out)
 {
-    test_fill_random(out, bytes[p], key * 3 + (uint64_t)p);
+    test_fill_random(out, bytes[p], KEY_SEED(key) * 3 + (uint64_t)p);
 }
 
 static void upload(uint32_t slot, kvf_key key)
@@ -54,8 +54,8 @@ static int expect(uint32_t slot, kvf_key key)
         free(want);
         free(got);
         if (off != (size_t)-1) {
-            fprintf(stderr, "gpu slot %u pool %d: block 0x%llx differs at byte %zu\n", slot, p,
-                    (unsigned long long)key, off);
+            fprintf(stderr, "gpu slot %u pool %d: block " KVF_KEY_FMT " differs at byte %zu\n",
+                    slot, p, KVF_KEY_ARGS(TKEY(key)), off);
             return 1;
         }
     }
@@ -106,7 +106,7 @@ static int test_rounds(void)
         kvf_key keys[PER];
         uint32_t slots[PER];
         for (uint32_t i = 0; i < PER; i++) {
-            keys[i] = 0xa000 + (kvf_key)(r * PER + i);
+            keys[i] = KEY(0xa000 + (uint64_t)(r * PER + i));
             slots[i] = i;
             upload(i, keys[i]);
             all[nall++] = keys[i];
@@ -182,9 +182,9 @@ static int test_remote(void)
     enum { N = 16 };
     kvf_move off[N], on[N];
     for (uint32_t i = 0; i < N; i++) {
-        upload(i, 0xd000 + i);
-        off[i] = (kvf_move){i, 0xd000 + i, 0};
-        on[i] = (kvf_move){0xd000 + i, 63 - i, 0};
+        upload(i, TKEY(0xd000 + i));
+        off[i] = TO_KEY(i, 0xd000 + i);
+        on[i] = FROM_KEY(0xd000 + i, 63 - i);
         poison(63 - i);
     }
     kvf_ticket t;
@@ -193,7 +193,7 @@ static int test_remote(void)
     CHECK_STATUS(kvf_onboard(e, KVF_TIER_REMOTE, on, N, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
     for (uint32_t i = 0; i < N; i++)
-        CHECK(expect(63 - i, 0xd000 + i) == 0);
+        CHECK(expect(63 - i, TKEY(0xd000 + i)) == 0);
 
     /* a cache writing through: 4 host slots, 16 blocks; all come back */
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
@@ -204,7 +204,7 @@ static int test_remote(void)
     kvf_key keys[N];
     uint32_t src[N], dst[N];
     for (uint32_t i = 0; i < N; i++) {
-        keys[i] = 0xe000 + i;
+        keys[i] = KEY(0xe000 + i);
         src[i] = i;
         dst[i] = 32 + i;
         upload(i, keys[i]);

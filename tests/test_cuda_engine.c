@@ -137,6 +137,17 @@ static kvf_status submit(fixture *f, op o, const kvf_move *m, size_t n, kvf_tick
 {
     for (size_t i = 0; i < n; i++)
         model(f, o, &m[i]);
+    if (o == OP_OFFLOAD_FILE || o == OP_ONBOARD_FILE) {
+        /* the model numbers file keys; the engine takes them as keys */
+        kvf_move *k = malloc(n * sizeof *k);
+        REQUIRE(k);
+        for (size_t i = 0; i < n; i++)
+            k[i] = test_move(KVF_TIER_DISK, o == OP_OFFLOAD_FILE, m[i].src, m[i].dst, m[i].tokens);
+        kvf_status st = o == OP_OFFLOAD_FILE ? kvf_offload(f->e, KVF_TIER_DISK, k, n, t)
+                                             : kvf_onboard(f->e, KVF_TIER_DISK, k, n, t);
+        free(k);
+        return st;
+    }
     switch (o) {
     case OP_OFFLOAD:
         return kvf_offload(f->e, KVF_TIER_HOST, m, n, t);

@@ -46,7 +46,8 @@ static void record(void *arg, const kvf_dir_entry *e)
 {
     seen *s = arg;
     REQUIRE(s->n < N_SEEN);
-    s->key[s->n] = e->key;
+    s->key[s->n] = e->key.lo;
+    CHECK_EQ_U64(e->key.hi, 0);
     s->kind[s->n] = e->kind;
     s->status[s->n] = e->status;
     s->names_file[s->n] = e->kind == KVF_DIR_ENTRY_GOOD ? e->payload_bytes > 0 && e->pools == 1
@@ -63,7 +64,7 @@ static void check_kind(const seen *s, uint64_t key, kvf_dir_entry_kind kind)
             continue;
         found++;
         if (s->kind[i] != kind || !s->names_file[i])
-            fprintf(stderr, "key 0x%llx: %s, wanted %s (%s)\n", (unsigned long long)key,
+            fprintf(stderr, "key " KVF_KEY_FMT ": %s, wanted %s (%s)\n", KVF_KEY_ARGS(TKEY(key)),
                     kvf_dir_entry_kind_name(s->kind[i]), kvf_dir_entry_kind_name(kind),
                     kvf_status_str(s->status[i]));
         CHECK(s->kind[i] == kind);
@@ -94,13 +95,14 @@ static void build(file_fixture *f)
     int fd = open(p, O_RDWR);
     REQUIRE(fd >= 0);
     uint8_t b;
-    REQUIRE(pread(fd, &b, 1, 64 + 100) == 1);
+    REQUIRE(pread(fd, &b, 1, KVF_BLOCK_HEADER_BYTES + 100) == 1);
     b ^= 0x40;
     REQUIRE(pwrite(fd, &b, 1, 64 + 100) == 1);
     close(fd);
     ff_key_path(f, CUT, p, sizeof p);
     REQUIRE(truncate(p, 100) == 0);
-    snprintf(p, sizeof p, "%s/.%016llx.4242.7.tmp", f->ns_dir, (unsigned long long)TORN);
+    snprintf(p, sizeof p, "%s/.0000000000000000%016llx.4242.7.tmp", f->ns_dir,
+             (unsigned long long)TORN);
     write_file(p, "half a block", 12);
     ff_key_path(f, FIFO_KEY, p, sizeof p);
     REQUIRE(mkfifo(p, 0644) == 0);
@@ -153,7 +155,8 @@ static void test_other_namespace(const file_fixture *f)
     snprintf(q, sizeof q, "%s/other", f->dir);
     REQUIRE(mkdir(q, 0755) == 0);
     ff_key_path(f, GOOD_A, p, sizeof p);
-    snprintf(q, sizeof q, "%s/other/%016llx.kvf", f->dir, (unsigned long long)GOOD_A);
+    snprintf(q, sizeof q, "%s/other/0000000000000000%016llx.kvf", f->dir,
+             (unsigned long long)GOOD_A);
     REQUIRE(link(p, q) == 0);
     kvf_dir_counts c = KVF_DIR_COUNTS_INIT;
     CHECK_STATUS(kvf_dir_check(f->dir, "other", NULL, 0, NULL, NULL, &c), KVF_OK);
@@ -223,7 +226,8 @@ static void test_left_alone(const file_fixture *f)
     struct stat sb;
     ff_key_path(f, FIFO_KEY, p, sizeof p);
     CHECK(lstat(p, &sb) == 0 && S_ISFIFO(sb.st_mode));
-    snprintf(p, sizeof p, "%s/.%016llx.4242.7.tmp", f->ns_dir, (unsigned long long)TORN);
+    snprintf(p, sizeof p, "%s/.0000000000000000%016llx.4242.7.tmp", f->ns_dir,
+             (unsigned long long)TORN);
     CHECK(lstat(p, &sb) == 0 && sb.st_size == 12);
     ff_key_path(f, CUT, p, sizeof p);
     CHECK(lstat(p, &sb) == 0 && sb.st_size == 100);
@@ -294,7 +298,7 @@ static int sparse_child(const file_fixture *f)
 static void test_sparse_claim(const file_fixture *f)
 {
     char p[400], q[400];
-    uint8_t h[64];
+    uint8_t h[KVF_BLOCK_HEADER_BYTES];
     ff_key_path(f, GOOD_A, p, sizeof p);
     int fd = open(p, O_RDONLY);
     REQUIRE(fd >= 0 && pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
@@ -306,7 +310,8 @@ static void test_sparse_claim(const file_fixture *f)
     kvf__block_header_pack(&bh, h);
     snprintf(q, sizeof q, "%s/sparse", f->dir);
     REQUIRE(mkdir(q, 0755) == 0);
-    snprintf(q, sizeof q, "%s/sparse/%016llx.kvf", f->dir, (unsigned long long)GOOD_A);
+    snprintf(q, sizeof q, "%s/sparse/0000000000000000%016llx.kvf", f->dir,
+             (unsigned long long)GOOD_A);
     write_file(q, h, sizeof h);
     REQUIRE(truncate(q, (off_t)(sizeof h + SPARSE_CLAIM)) == 0);
     fflush(NULL);

@@ -150,8 +150,8 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
 
     /* tiers this engine lacks, and an unknown one: refused, named */
-    uint64_t key = 0x42;
-    kvf_move to_key = {0, 0x42, 0};
+    kvf_key key = KEY(0x42);
+    kvf_move to_key = TO_KEY(0, key);
     t = (kvf_ticket){0};
     CHECK_STATUS(kvf_offload(e, (kvf_tier)7, &to_key, 1, &t), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "tier 7 unknown") != NULL);
@@ -213,7 +213,7 @@ static int test_offload_after(void)
                  KVF_ERR_UNSUPPORTED);
     CHECK(strstr(kvf_last_error(), "kvf_offload_after") != NULL);
     CHECK(t.id == 0);
-    kvf_move k = {1, 0x51, 0};
+    kvf_move k = TO_KEY(1, 0x51);
     CHECK_STATUS(kvf_offload_after(f.e, &fake_stream, KVF_TIER_DISK, &k, 1, &t),
                  KVF_ERR_UNSUPPORTED);
     CHECK(t.id == 0);

@@ -34,7 +34,7 @@ static int count_fds(void)
 
 static int block_file(fixture *f, uint64_t key, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/test/%016llx.kvf", f->dir, (unsigned long long)key);
+    snprintf(out, cap, "%s/test/" KVF_KEY_FMT ".kvf", f->dir, KVF_KEY_ARGS(TKEY(key)));
     return 0;
 }
 
@@ -104,7 +104,7 @@ static int test_defect2_6_io_faults(void)
     close(fd);
     CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xc, 4, 0), KVF_ERR_CORRUPT);
     /* a block never stored: not found, with its key and file in the log */
-    kvf_move m = {0x5eed, 4, 0};
+    kvf_move m = FROM_KEY(0x5eed, 4);
     kvf_ticket t;
     kvf_status per;
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
@@ -216,7 +216,7 @@ static int test_failed_file_write_removes(void)
     fill_block(&f, 0, 51);
     fail_src = slot(&f, 0, KVF_LEVEL_PRIMARY, 0);
     kvf__set_copy_hook(fail_copy_from);
-    kvf_move om = {0, 0xf0, 0};
+    kvf_move om = TO_KEY(0, 0xf0);
     kvf_ticket ot;
     kvf_move_error oerr;
     size_t noerr = 0;
@@ -224,7 +224,8 @@ static int test_failed_file_write_removes(void)
     CHECK_STATUS(kvf_wait_errors(f.e, ot, NULL, &oerr, 1, &noerr), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
     CHECK(noerr == 1);
-    CHECK_STR_HAS(oerr.message, "offload to file: block 0xf0: gathering slot 0");
+    CHECK_STR_HAS(oerr.message,
+                  "offload to file: block 000000000000000000000000000000f0: gathering slot 0");
     poison_block(&f, 4);
     CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xf0, 4, 0), KVF_ERR_NOT_FOUND);
     CHECK(slot(&f, 0, KVF_LEVEL_PRIMARY, 4)[0] == POISON);
@@ -233,7 +234,7 @@ static int test_failed_file_write_removes(void)
     kvf__set_copy_hook(fail_copy);
     CHECK_STATUS(run1(f.e, true, KVF_TIER_HOST, 1, 5, 0), KVF_ERR_IO);
     kvf__set_copy_hook(NULL);
-    kvf_move dm = {5, 0xf1, 0};
+    kvf_move dm = TO_KEY(5, 0xf1);
     kvf_ticket t;
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &dm, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_LOST);
@@ -267,7 +268,7 @@ static int test_onboard_copy_failure(void)
         return 1;
     fill_block(&f, 0, 61);
     fill_block(&f, 1, 62);
-    kvf_move off[2] = {{0, 0xc0, 0}, {1, 0xc1, 0}};
+    kvf_move off[2] = {TO_KEY(0, 0xc0), TO_KEY(1, 0xc1)};
     kvf_ticket t;
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, off, 2, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
@@ -275,7 +276,7 @@ static int test_onboard_copy_failure(void)
     poison_block(&f, 5);
     fail_dst = slot(&f, 0, KVF_LEVEL_PRIMARY, 4);
     kvf__set_copy_hook(fail_copy);
-    kvf_move on[2] = {{0xc0, 4, 0}, {0xc1, 5, 0}};
+    kvf_move on[2] = {FROM_KEY(0xc0, 4), FROM_KEY(0xc1, 5)};
     kvf_status per[2];
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, on, 2, &t), KVF_OK);
     kvf_move_error err[2];
@@ -286,7 +287,9 @@ static int test_onboard_copy_failure(void)
     CHECK_STATUS(per[1], KVF_OK);
     /* the move's message names the block and the slot it did not reach */
     CHECK(nerr == 1 && err[0].index == 0);
-    CHECK_STR_HAS(err[0].message, "onboard from file: block 0xc0: scattering into slot 4");
+    CHECK_STR_HAS(
+        err[0].message,
+        "onboard from file: block 000000000000000000000000000000c0: scattering into slot 4");
     if (expect_block(&f, 5, 62, 0))
         return 1;
     CHECK_STATUS(run1(f.e, false, KVF_TIER_DISK, 0xc0, 4, 0), KVF_OK);

@@ -139,13 +139,13 @@ static int test_sync_without_tickets(void)
         return 1;
     for (uint32_t i = 0; i < 16; i++) {
         fill_block(&f, i, 500 + i);
-        kvf_move m = {i, i, 0};
+        kvf_move m = test_move(i % 2 ? KVF_TIER_DISK : KVF_TIER_HOST, true, i, i, 0);
         CHECK_STATUS(kvf_offload(f.e, i % 2 ? KVF_TIER_DISK : KVF_TIER_HOST, &m, 1, NULL), KVF_OK);
     }
     CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK);
     for (uint32_t i = 0; i < 16; i++) {
         poison_block(&f, i);
-        kvf_move m = {i, i, 0};
+        kvf_move m = test_move(i % 2 ? KVF_TIER_DISK : KVF_TIER_HOST, false, i, i, 0);
         CHECK_STATUS(kvf_onboard(f.e, i % 2 ? KVF_TIER_DISK : KVF_TIER_HOST, &m, 1, NULL), KVF_OK);
     }
     CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK);

@@ -39,7 +39,7 @@ static int stage_blocks(fixture *f, uint32_t n, bool disk)
     CHECK_STATUS(kvf_wait(f->e, t, NULL), KVF_OK);
     if (disk) {
         for (uint32_t s = 0; s < n; s++)
-            mv[s] = (kvf_move){s, 1000 + s, 0};
+            mv[s] = TO_KEY(s, 1000 + s);
         CHECK_STATUS(kvf_offload(f->e, KVF_TIER_DISK, mv, n, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(f->e, t, NULL), KVF_OK);
     }
@@ -58,7 +58,8 @@ static int test_onboard_some_pools(bool disk)
     CHECK(stage_blocks(&f, 24, disk) == 0);
     kvf_move mv[24];
     for (uint32_t s = 0; s < 24; s++)
-        mv[s] = (kvf_move){disk ? 1000 + (23 - s) : 23 - s, 23 - s, 0};
+        mv[s] = test_move(disk ? KVF_TIER_DISK : KVF_TIER_HOST, false,
+                          disk ? 1000 + (23 - s) : 23 - s, 23 - s, 0);
     const uint32_t pools[2] = {2, 0};
     kvf_ticket t;
     CHECK_STATUS(kvf_onboard_pools(f.e, disk ? KVF_TIER_DISK : KVF_TIER_HOST, pools, 2, mv, 24, &t),
@@ -122,7 +123,7 @@ static int test_offload_layer_by_layer(void)
 static bool on_disk(fixture *f, uint64_t key)
 {
     char path[700];
-    snprintf(path, sizeof path, "%s/test/%016llx.kvf", f->dir, (unsigned long long)key);
+    snprintf(path, sizeof path, "%s/test/" KVF_KEY_FMT ".kvf", f->dir, KVF_KEY_ARGS(TKEY(key)));
     return access(path, F_OK) == 0;
 }
 
@@ -153,18 +154,18 @@ static int test_never_written_pools(void)
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
     CHECK(strstr(kvf_last_error(), "pool 2 was never written") != NULL);
     /* nothing partial goes down a tier */
-    m = (kvf_move){3, 0x300, 0};
+    m = TO_KEY(3, 0x300);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
     CHECK(strstr(kvf_last_error(), "secondary slot 3: pool 1 was never written") != NULL);
     CHECK(!on_disk(&f, 0x300));
-    m = (kvf_move){0x300, 1, 0};
+    m = FROM_KEY(0x300, 1);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
-    m = (kvf_move){3, 0x301, 0};
+    m = TO_KEY(3, 0x301);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
-    m = (kvf_move){0x301, 1, 0};
+    m = FROM_KEY(0x301, 1);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
     /* the pool written reads back alone, byte for byte (into a slot
@@ -185,15 +186,15 @@ static int test_never_written_pools(void)
                      KVF_OK);
         CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     }
-    m = (kvf_move){3, 0x300, 0};
+    m = TO_KEY(3, 0x300);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK(on_disk(&f, 0x300));
-    m = (kvf_move){3, 0x301, 0};
+    m = TO_KEY(3, 0x301);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     poison_block(&f, 5);
-    m = (kvf_move){0x301, 5, 0};
+    m = FROM_KEY(0x301, 5);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_REMOTE, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK(expect_block(&f, 5, 21, 0) == 0);
@@ -203,7 +204,7 @@ static int test_never_written_pools(void)
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK(expect_block(&f, 1, 21, 0) == 0);
     poison_block(&f, 2);
-    m = (kvf_move){0x300, 2, 0};
+    m = FROM_KEY(0x300, 2);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK(expect_block(&f, 2, 21, 0) == 0);
@@ -230,7 +231,7 @@ static int test_pool_of_failed_write(void)
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){2}, 1, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_LOST);
     CHECK(strstr(kvf_last_error(), "secondary slot 6, pool 2: the move of batch") != NULL);
-    m = (kvf_move){6, 0x600, 0};
+    m = TO_KEY(6, 0x600);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
     CHECK(kvf_wait(f.e, t, NULL) != KVF_OK);
     CHECK(!on_disk(&f, 0x600));
@@ -245,12 +246,12 @@ static int test_every_pool_listed(void)
     CHECK(fx_init(&f, true, 8) == 0);
     fill_block(&f, 0, 5);
     const uint32_t all[3] = {1, 2, 0};
-    kvf_move m = {0, 77, 0};
+    kvf_move m = TO_KEY(0, 77);
     kvf_ticket t;
     CHECK_STATUS(kvf_offload_pools(f.e, NULL, KVF_TIER_DISK, all, 3, &m, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     poison_block(&f, 0);
-    m = (kvf_move){77, 0, 0};
+    m = FROM_KEY(77, 0);
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_DISK, all, 3, &m, 1, &t), KVF_OK);
     for (uint32_t p = 0; p < 3; p++)
         CHECK_STATUS(kvf_wait_pool(f.e, t, p), KVF_OK);
@@ -296,7 +297,7 @@ static int test_bad_pool_lists(void)
         KVF_ERR_INVALID);
     CHECK_STATUS(kvf_onboard_pools(f.e, KVF_TIER_GPU, (uint32_t[]){0}, 1, &m, 1, &t),
                  KVF_ERR_INVALID);
-    m = (kvf_move){0, 42, 0};
+    m = TO_KEY(0, 42);
     CHECK_STATUS(kvf_offload_pools(f.e, NULL, KVF_TIER_DISK, (uint32_t[]){0}, 1, &m, 1, &t),
                  KVF_ERR_UNSUPPORTED);
     CHECK(strstr(kvf_last_error(), "a stored block holds every pool") != NULL);

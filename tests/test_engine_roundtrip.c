@@ -21,9 +21,11 @@ static int round_trip(kvf_tier tier, uint32_t tokens)
     test_permutation(perm, N, 77 + tokens);
     for (uint32_t i = 0; i < N; i++) {
         fill_block(&f, i, 1000 + i);
-        off[i] =
-            (kvf_move){i, tier == KVF_TIER_DISK ? 0xabc00000ull + perm[i] : 63 - perm[i], tokens};
-        on[i] = (kvf_move){off[i].dst, (i + 7) % N, tokens};
+        off[i] = test_move(tier, true, i,
+                           tier == KVF_TIER_DISK ? 0xabc00000ull + perm[i] : 63 - perm[i], tokens);
+        on[i] =
+            test_move(tier, false, tier == KVF_TIER_DISK ? 0xabc00000ull + perm[i] : 63 - perm[i],
+                      (i + 7) % N, tokens);
     }
     kvf_ticket t;
     kvf_status per[N];
@@ -110,8 +112,8 @@ static int test_demote_promote(void)
     for (uint32_t i = 0; i < N; i++) {
         fill_block(&f, i, 500 + i);
         off[i] = (kvf_move){i, 63 - perm[i], tokens};
-        dem[i] = (kvf_move){63 - perm[i], 0x5eed0000ull + i, tokens};
-        pro[i] = (kvf_move){0x5eed0000ull + i, perm[i], tokens};
+        dem[i] = test_move(KVF_TIER_DISK, true, 63 - perm[i], 0x5eed0000ull + i, tokens);
+        pro[i] = test_move(KVF_TIER_DISK, false, 0x5eed0000ull + i, perm[i], tokens);
         on[i] = (kvf_move){perm[i], (i + 5) % N, 0};
     }
     kvf_ticket t[4];
@@ -148,12 +150,12 @@ static int test_demote_promote(void)
         if (expect_block(&f, (i + 5) % N, 500 + i, tokens))
             return 1;
     /* an empty secondary slot has nothing to demote; a missing key nothing to promote */
-    kvf_move empty = {30, 0x77, 0}, missing = {0x404, 30, 0};
+    kvf_move empty = TO_KEY(30, 0x77), missing = FROM_KEY(0x404, 30);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &empty, 1, &t[0]), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_ERR_NOT_FOUND);
     CHECK_STATUS(kvf_promote(f.e, KVF_TIER_DISK, &missing, 1, &t[0]), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t[0], NULL), KVF_ERR_NOT_FOUND);
-    kvf_move bad = {64, 0x78, 0};
+    kvf_move bad = TO_KEY(64, 0x78);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &bad, 1, &t[0]), KVF_ERR_RANGE);
     CHECK(strstr(kvf_last_error(), "secondary slot 64") != NULL);
     fx_done(&f);
@@ -161,7 +163,7 @@ static int test_demote_promote(void)
     /* without a file tier, refused whole */
     if (fx_init(&f, false, 8))
         return 1;
-    kvf_move m = {0, 1, 0};
+    kvf_move m = TO_KEY(0, 1);
     CHECK_STATUS(kvf_demote(f.e, KVF_TIER_DISK, &m, 1, &t[0]), KVF_ERR_INVALID);
     CHECK(strstr(kvf_last_error(), "no file tier") != NULL);
     fx_done(&f);

@@ -70,7 +70,7 @@ static int test_racing_waits(void)
         bool good = r % 2 == 0;
         for (uint32_t i = 0; i < MOVES; i++)
             mv[i] = good ? (kvf_move){i, 8 + i, 0}
-                         : (kvf_move){0x77000000ull + (uint64_t)r * MOVES + i, 16 + i, 0};
+                         : FROM_KEY(0x77000000ull + (uint64_t)r * MOVES + i, 16 + i);
         kvf_status st =
             good ? kvf_onboard_pools(f.e, KVF_TIER_HOST, (uint32_t[]){2, 0, 1}, 3, mv, MOVES, &t)
                  : kvf_onboard(f.e, KVF_TIER_DISK, mv, MOVES, &t);
@@ -79,7 +79,7 @@ static int test_racing_waits(void)
         /* untracked batches of the other outcome: the retired batches are
          * reused at once */
         for (uint32_t k = 0; k < 2; k++) {
-            kvf_move m = good ? (kvf_move){0x78000000ull + test_xorshift64(&rng) % 4096, 24 + k, 0}
+            kvf_move m = good ? FROM_KEY(0x78000000ull + test_xorshift64(&rng) % 4096, 24 + k)
                               : (kvf_move){k, 24 + k, 0};
             REQUIRE(kvf_onboard(f.e, good ? KVF_TIER_DISK : KVF_TIER_HOST, &m, 1, NULL) == KVF_OK);
         }

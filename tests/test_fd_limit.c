@@ -70,18 +70,18 @@ static uint8_t *prim(fixture *f, uint32_t slot)
 
 static void fill(fixture *f, uint32_t slot, kvf_key key)
 {
-    test_fill_random(prim(f, slot), f->bytes, key * 7 + 1);
+    test_fill_random(prim(f, slot), f->bytes, KEY_SEED(key) * 7 + 1);
 }
 
 static int expect(fixture *f, uint32_t slot, kvf_key key)
 {
     uint8_t *want = malloc(f->bytes);
-    test_fill_random(want, f->bytes, key * 7 + 1);
+    test_fill_random(want, f->bytes, KEY_SEED(key) * 7 + 1);
     size_t off = test_mem_diff(prim(f, slot), want, f->bytes);
     free(want);
     if (off != (size_t)-1) {
-        fprintf(stderr, "slot %u: block 0x%llx differs at byte %zu\n", slot,
-                (unsigned long long)key, off);
+        fprintf(stderr, "slot %u: block " KVF_KEY_FMT " differs at byte %zu\n", slot,
+                KVF_KEY_ARGS(TKEY(key)), off);
         return 1;
     }
     return 0;
@@ -90,7 +90,7 @@ static int expect(fixture *f, uint32_t slot, kvf_key key)
 static bool file_exists(const fixture *f, kvf_key key)
 {
     char path[700];
-    snprintf(path, sizeof path, "%s/fdlimit/%016llx.kvf", f->dir, (unsigned long long)key);
+    snprintf(path, sizeof path, "%s/fdlimit/" KVF_KEY_FMT ".kvf", f->dir, KVF_KEY_ARGS(TKEY(key)));
     struct stat sb;
     return stat(path, &sb) == 0;
 }
@@ -135,7 +135,7 @@ static void get_range(fixture *f, uint32_t first, uint32_t n, kvf_status *per)
     kvf_key *keys = malloc(n * sizeof *keys);
     uint32_t *slots = malloc(n * sizeof *slots);
     for (uint32_t i = 0; i < n; i++) {
-        keys[i] = KEY0 + first + i;
+        keys[i] = KEY(KEY0 + first + i);
         slots[i] = i;
         memset(prim(f, i), POISON, f->bytes);
     }
@@ -167,7 +167,7 @@ static int test_cache_restart_at_low_limit(void)
     cc.disk.blocks = 256;
     REQUIRE(fx_open(&f, 256, &cc) == 0);
     for (uint32_t i = 0; i < NBLOCKS; i++) {
-        kvf_key key = KEY0 + i;
+        kvf_key key = KEY(KEY0 + i);
         uint32_t slot = i;
         fill(&f, slot, key);
         kvf_cache_ticket t;
@@ -195,7 +195,7 @@ static int test_cache_restart_at_low_limit(void)
     REQUIRE(set_fd_limit(saved.rlim_cur) == 0);
     fx_close(&f);
     for (uint32_t i = 0; i < NBLOCKS; i++)
-        CHECK(file_exists(&f, KEY0 + i));
+        CHECK(file_exists(&f, TKEY(KEY0 + i)));
 
     REQUIRE(lim > 0);
     rlim_t low = (rlim_t)lim;
@@ -231,7 +231,7 @@ static int test_cache_restart_at_low_limit(void)
     kvf_key *keys = malloc(NBLOCKS * sizeof *keys);
     kvf_tier *tiers = malloc(NBLOCKS * sizeof *tiers);
     for (uint32_t i = 0; i < NBLOCKS; i++)
-        keys[i] = KEY0 + i;
+        keys[i] = KEY(KEY0 + i);
     size_t hits = 0;
     CHECK_STATUS(kvf_cache_lookup(f.c, keys, NBLOCKS, &hits, tiers), KVF_OK);
     CHECK_EQ_U64(hits, NBLOCKS);
@@ -281,9 +281,10 @@ static int emfile_hook(const char *op, const char *path, size_t *len_p)
     return 0;
 }
 
-static kvf_status move1(kvf_engine *e, bool onboard, uint64_t src, uint64_t dst)
+/* An offload of slot `slot` to `key`, or an onboard of `key` into it. */
+static kvf_status move1(kvf_engine *e, bool onboard, kvf_key key, uint32_t slot)
 {
-    kvf_move mv = {src, dst, 0};
+    kvf_move mv = onboard ? FROM_KEY(key, slot) : TO_KEY(slot, key);
     kvf_ticket t;
     kvf_status st = onboard ? kvf_onboard(e, KVF_TIER_DISK, &mv, 1, &t)
                             : kvf_offload(e, KVF_TIER_DISK, &mv, 1, &t);
@@ -301,9 +302,9 @@ static int test_engine_onboard_emfile(void)
     fixture f = {0};
     REQUIRE(test_tmpdir(f.dir, sizeof f.dir) == 0);
     REQUIRE(fx_open(&f, 4, NULL) == 0);
-    const kvf_key key = 0xE3F1;
+    const kvf_key key = KEY(0xE3F1);
     fill(&f, 0, key);
-    CHECK_STATUS(move1(f.e, false, 0, key), KVF_OK);
+    CHECK_STATUS(move1(f.e, false, key, 0), KVF_OK);
 
     kvf__set_io_fault(emfile_hook);
     atomic_store(&emfile_left, -1);
@@ -339,7 +340,7 @@ static int test_acquire_emfile(void)
     cc.disk.blocks = 8;
     REQUIRE(fx_open(&f, 4, &cc) == 0);
     /* two blocks through the GPU tier; a third pushes the first to disk */
-    kvf_key keys[3] = {0xA1, 0xA2, 0xA3};
+    kvf_key keys[3] = {KEY(0xA1), KEY(0xA2), KEY(0xA3)};
     for (int i = 0; i < 3; i++) {
         uint32_t slot;
         kvf_cache_ticket t;

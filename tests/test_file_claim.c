@@ -19,7 +19,7 @@
 
 #define HDR KVF_BLOCK_HEADER_BYTES
 #define CLAIM ((uint64_t)4 << 30)
-#define KEY 0x77ull
+#define BLOCK_N 0x77ull
 #define DEADLINE_S 20
 
 static long maxrss_kib(void)
@@ -38,8 +38,8 @@ static double now_s(void)
 /* The sparse file: an intact header claiming CLAIM bytes, then a hole. */
 static int make_claim(const kvf__blockfile_dir *d, char *path, size_t cap)
 {
-    snprintf(path, cap, "%s/%016llx.kvf", d->root, (unsigned long long)KEY);
-    kvf__block_header h = {0x1234, d->ns_hash, KEY, 16, 1, CLAIM, 0xdeadbeef};
+    snprintf(path, cap, "%s/" KVF_KEY_FMT ".kvf", d->root, KVF_KEY_ARGS(KEY(BLOCK_N)));
+    kvf__block_header h = {0x1234, d->ns_hash, KEY(BLOCK_N), 16, 1, CLAIM, 0xdeadbeef};
     uint8_t hb[HDR];
     kvf__block_header_pack(&h, hb);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -55,10 +55,10 @@ typedef struct seen {
     char detail[1024];
 } seen;
 
-static void scan_visit(void *arg, uint64_t key, kvf_status st, const char *detail)
+static void scan_visit(void *arg, kvf_key key, kvf_status st, const char *detail)
 {
     seen *s = arg;
-    CHECK_EQ_U64(key, KEY);
+    CHECK(kvf_key_eq(key, KEY(BLOCK_N)));
     if (st == KVF_ERR_CORRUPT)
         s->corrupt++;
     else
@@ -97,7 +97,7 @@ static int test_huge_claim_refused(void)
     CHECK_EQ_INT(listed, 0);
 
     uint8_t buf[8192];
-    kvf_status st = kvf__blockfile_read(&d, KEY, buf, sizeof buf, NULL);
+    kvf_status st = kvf__blockfile_read(&d, TKEY(BLOCK_N), buf, sizeof buf, NULL);
     CHECK(st == KVF_ERR_CORRUPT || st == KVF_ERR_RANGE);
 
     double secs = now_s() - t0;
@@ -122,7 +122,7 @@ static int test_write_over_limit_refused(void)
     REQUIRE(kvf__blockfile_open_dir(base, "ns", 0x1234, KVF_FSYNC_NONE, &d) == KVF_OK);
     uint8_t buf[HDR + 64];
     test_fill_random(buf, sizeof buf, 3);
-    kvf__blockfile_meta m = {KEY, 16, 1, CLAIM};
+    kvf__blockfile_meta m = {KEY(BLOCK_N), 16, 1, CLAIM};
     CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_ERR_RANGE);
     CHECK_STR_HAS(kvf_last_error(), "at most");
     kvf__blockfile_close_dir(&d);

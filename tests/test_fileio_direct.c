@@ -32,7 +32,7 @@ static int count_named(const char *root, const char *suffix)
 
 static void block_path(const kvf__blockfile_dir *d, uint64_t key, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%016llx.kvf", d->root, (unsigned long long)key);
+    snprintf(out, cap, "%s/" KVF_KEY_FMT ".kvf", d->root, KVF_KEY_ARGS(TKEY(key)));
 }
 
 /* A namespace of its own for each runner: every runner starts afresh. */
@@ -77,7 +77,7 @@ static int test_direct_alignment(void)
         want[i] = malloc(payloads[i] + 1);
         REQUIRE(want[i]);
         memcpy(want[i], ios[i].buf + HDR, payloads[i]);
-        ios[i].meta = (kvf__blockfile_meta){0x100 + i, 7, 2, payloads[i]};
+        ios[i].meta = (kvf__blockfile_meta){TKEY(0x100 + i), 7, 2, payloads[i]};
     }
     kvf__blockfile_write_many(&d, fio, ios, N);
     CHECK_STATUS(kvf__blockfile_fsync_dir(&d), KVF_OK);
@@ -93,7 +93,7 @@ static int test_direct_alignment(void)
     for (size_t i = 0; i < N; i++) {
         memset(ios[i].buf, POISON, ios[i].cap);
         memset(&ios[i].meta, 0, sizeof ios[i].meta);
-        ios[i].meta.key = 0x100 + i;
+        ios[i].meta.key = TKEY(0x100 + i);
     }
     kvf__blockfile_read_many(&d, fio, ios, N);
     for (size_t i = 0; i < N; i++) {
@@ -106,7 +106,8 @@ static int test_direct_alignment(void)
         REQUIRE(u);
         memset(u, POISON, HDR + payloads[i] + 2);
         kvf__blockfile_meta m;
-        CHECK_STATUS(kvf__blockfile_read(&d, 0x100 + i, u + 1, HDR + payloads[i], &m), KVF_OK);
+        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x100 + i), u + 1, HDR + payloads[i], &m),
+                     KVF_OK);
         CHECK_MEM_EQ(u + 1 + HDR, want[i], payloads[i]);
         CHECK(u[0] == POISON && u[HDR + payloads[i] + 1] == POISON);
         free(u);
@@ -121,21 +122,21 @@ static int test_direct_alignment(void)
     CHECK(pwrite(fd, &x, 1, ALIGN + 100) == 1);
     close(fd);
     uint8_t *rb = aligned_alloc_poisoned(2 * ALIGN);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x104, rb, 2 * ALIGN, NULL), KVF_ERR_CORRUPT);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x104), rb, 2 * ALIGN, NULL), KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "padding");
     block_path(&d, 0x100 + i, p, sizeof p);
     CHECK(truncate(p, ALIGN - 1) == 0); /* the exact length: still fine */
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x102, rb, 2 * ALIGN, NULL), KVF_OK);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x102), rb, 2 * ALIGN, NULL), KVF_OK);
     CHECK(truncate(p, ALIGN - 2) == 0);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x102, rb, 2 * ALIGN, NULL), KVF_ERR_CORRUPT);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x102), rb, 2 * ALIGN, NULL), KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "truncated");
     block_path(&d, 0x107, p, sizeof p);
     CHECK(truncate(p, (off_t)round_up(HDR + payloads[7]) - 1) == 0); /* padding cut */
     uint8_t *big = aligned_alloc_poisoned(round_up(HDR + payloads[7]) + ALIGN);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x107, big, round_up(HDR + payloads[7]), NULL),
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x107), big, round_up(HDR + payloads[7]), NULL),
                  KVF_ERR_CORRUPT);
     CHECK(truncate(p, (off_t)round_up(HDR + payloads[7]) + 1) == 0);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x107, big, round_up(HDR + payloads[7]) + 1, NULL),
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x107), big, round_up(HDR + payloads[7]) + 1, NULL),
                  KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "extended");
     free(big);
@@ -179,14 +180,16 @@ static int test_batch_faults(void)
                     ios[i].buf = aligned_alloc_poisoned(cap);
                 ios[i].cap = cap;
                 test_fill_random(ios[i].buf + HDR, LEN, 900 + (size_t)(fi * N + i));
-                ios[i].meta = (kvf__blockfile_meta){key0 + (uint64_t)i, 3, 1, LEN};
+                ios[i].meta = (kvf__blockfile_meta){TKEY(key0 + (uint64_t)i), 3, 1, LEN};
             }
             kvf__set_io_fault(fault_hook);
             /* block key0+4: its temporary file (open, write, fsync), or its final name */
-            char match[64], hex[32];
-            snprintf(match, sizeof match, fi == 3 ? "%016llx.kvf" : ".%016llx.",
+            char match[64], hex[64];
+            snprintf(match, sizeof match,
+                     fi == 3 ? "0000000000000000%016llx.kvf" : ".0000000000000000%016llx.",
                      (unsigned long long)(key0 + 4));
-            snprintf(hex, sizeof hex, "block 0x%llx: ", (unsigned long long)(key0 + 4));
+            snprintf(hex, sizeof hex,
+                     "block 0000000000000000%016llx: ", (unsigned long long)(key0 + 4));
             fault_set(ops[fi], match, EIO, 0);
             kvf__blockfile_write_many(&d, fio, ios, N);
             kvf__set_io_fault(NULL);
@@ -205,7 +208,7 @@ static int test_batch_faults(void)
             /* read back: the failed one is not stored, the rest exact */
             for (int i = 0; i < N; i++) {
                 memset(ios[i].buf, POISON, cap);
-                ios[i].meta.key = key0 + (uint64_t)i;
+                ios[i].meta.key = TKEY(key0 + (uint64_t)i);
             }
             kvf__blockfile_read_many(&d, fio, ios, N);
             for (int i = 0; i < N; i++) {
@@ -223,7 +226,7 @@ static int test_batch_faults(void)
         }
         /* EIO reading one block of a batch */
         for (int i = 0; i < N; i++)
-            ios[i].meta.key = 0x40 + (uint64_t)(i == 4 ? 5 : i);
+            ios[i].meta.key = TKEY(0x40 + (uint64_t)(i == 4 ? 5 : i));
         kvf__set_io_fault(fault_hook);
         fault_set("read", "0000000000000042.kvf", EIO, 0);
         kvf__blockfile_read_many(&d, fio, ios, N);
@@ -231,7 +234,7 @@ static int test_batch_faults(void)
         for (int i = 0; i < N; i++) {
             CHECK_STATUS(ios[i].status, i == 2 ? KVF_ERR_IO : KVF_OK);
             if (i == 2)
-                CHECK_STR_HAS(ios[i].msg, "block 0x42: ");
+                CHECK_STR_HAS(ios[i].msg, "block 00000000000000000000000000000042: ");
         }
         for (int i = 0; i < N; i++)
             free(ios[i].buf);
@@ -250,11 +253,11 @@ static int expect_one(kvf__blockfile_dir *d, kvf__blockfile_io *io, uint64_t key
     REQUIRE(want);
     test_fill_random(want, len, seed);
     memset(io->buf, POISON, io->cap);
-    io->meta.key = key;
+    io->meta.key = TKEY(key);
     kvf__blockfile_read_many(d, fio, io, 1);
     int bad = io->status != KVF_OK || memcmp(io->buf + HDR, want, len) != 0;
     if (bad)
-        fprintf(stderr, "block 0x%llx: %s: %s\n", (unsigned long long)key,
+        fprintf(stderr, "block " KVF_KEY_FMT ": %s: %s\n", KVF_KEY_ARGS(TKEY(key)),
                 kvf_status_str(io->status), io->msg);
     free(want);
     return bad;
@@ -276,7 +279,7 @@ static int test_spares(void)
     io.cap = cap;
     for (int round = 0; round < 4; round++) {
         test_fill_random(io.buf + HDR, LEN, 40 + (size_t)round);
-        io.meta = (kvf__blockfile_meta){0x99, 1, 1, LEN};
+        io.meta = (kvf__blockfile_meta){TKEY(0x99), 1, 1, LEN};
         kvf__blockfile_write_many(&d, fio, &io, 1);
         CHECK_STATUS(io.status, KVF_OK);
         /* a replaced file becomes a spare (where the file system can swap),
@@ -287,20 +290,20 @@ static int test_spares(void)
     /* a failing write (into the spare, if there is one): the key is gone */
     kvf__set_io_fault(fault_hook);
     fault_set("write", NULL, EIO, 0);
-    io.meta = (kvf__blockfile_meta){0x99, 1, 1, LEN};
+    io.meta = (kvf__blockfile_meta){TKEY(0x99), 1, 1, LEN};
     kvf__blockfile_write_many(&d, fio, &io, 1);
     kvf__set_io_fault(NULL);
     CHECK_STATUS(io.status, KVF_ERR_IO);
     CHECK_EQ_INT(count_named(d.root, ".tmp"), 0);
     CHECK_EQ_INT(count_named(d.root, ".spare"), 0);
-    CHECK_STATUS(kvf__blockfile_read(&d, 0x99, io.buf, cap, NULL), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x99), io.buf, cap, NULL), KVF_ERR_NOT_FOUND);
     /* a spare of a writer that is gone is removed on open */
     char p[1024];
     snprintf(p, sizeof p, "%s/.0000000000000099.999999999.1.spare", d.root);
     FILE *f = fopen(p, "w");
     REQUIRE(f);
     fclose(f);
-    io.meta = (kvf__blockfile_meta){0x99, 1, 1, LEN};
+    io.meta = (kvf__blockfile_meta){TKEY(0x99), 1, 1, LEN};
     kvf__blockfile_write_many(&d, fio, &io, 1);
     kvf__blockfile_write_many(&d, fio, &io, 1);
     CHECK(count_named(d.root, ".spare") >= 1);
@@ -310,7 +313,7 @@ static int test_spares(void)
         return 1;
     kvf__blockfile_remove_stale(&d2);
     CHECK_EQ_INT(count_named(d2.root, ".spare"), 0);
-    CHECK_STATUS(kvf__blockfile_read(&d2, 0x99, io.buf, cap, NULL), KVF_OK);
+    CHECK_STATUS(kvf__blockfile_read(&d2, TKEY(0x99), io.buf, cap, NULL), KVF_OK);
     kvf__blockfile_close_dir(&d2);
     free(io.buf);
     return 0;
@@ -331,7 +334,7 @@ static int test_direct_refused(void)
         io.buf = aligned_alloc_poisoned(cap);
         io.cap = cap;
         test_fill_random(io.buf + HDR, LEN, 3);
-        io.meta = (kvf__blockfile_meta){0x5, 1, 1, LEN};
+        io.meta = (kvf__blockfile_meta){TKEY(0x5), 1, 1, LEN};
         kvf__blockfile_write_many(&d, fio, &io, 1);
         CHECK_STATUS(io.status, KVF_OK);
         CHECK(!atomic_load(&d.direct));

@@ -210,7 +210,7 @@ static int test_engine_config(void)
             void *s;
             REQUIRE(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, i, &s) == KVF_OK);
             test_fill_random(s, bytes, 60 + i + 100 * (uint64_t)k);
-            mv[i] = (kvf_move){i, 0x700 + i, i % 3 == 0 ? 5 : 0};
+            mv[i] = test_move(KVF_TIER_DISK, true, i, 0x700 + i, i % 3 == 0 ? 5 : 0);
         }
         kvf_ticket t;
         CHECK_STATUS(kvf_offload(e, KVF_TIER_DISK, mv, 10, &t), KVF_OK);
@@ -219,7 +219,7 @@ static int test_engine_config(void)
             void *s;
             REQUIRE(kvf_engine_slot_ptr(e, 0, KVF_LEVEL_PRIMARY, 10 + i, &s) == KVF_OK);
             memset(s, POISON, bytes);
-            mv[i] = (kvf_move){0x700 + i, 10 + i, i % 3 == 0 ? 5 : 0};
+            mv[i] = test_move(KVF_TIER_DISK, false, 0x700 + i, 10 + i, i % 3 == 0 ? 5 : 0);
         }
         CHECK_STATUS(kvf_onboard(e, KVF_TIER_DISK, mv, 10, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);

@@ -71,8 +71,9 @@ static int test_onboard_refuses_foreign(void)
         uint8_t buf[8192];
         char p[400];
         ff_key_path(&f, keys[i], p, sizeof p);
-        CHECK_STATUS(kvf__blockfile_read(kvf__engine_dir(f.e), keys[i], buf, sizeof buf, NULL),
-                     KVF_ERR_CORRUPT);
+        CHECK_STATUS(
+            kvf__blockfile_read(kvf__engine_dir(f.e), TKEY(keys[i]), buf, sizeof buf, NULL),
+            KVF_ERR_CORRUPT);
         CHECK_STR_HAS(kvf_last_error(), p);
         CHECK_STR_HAS(kvf_last_error(), kinds[i]);
         CHECK_STR_HAS(kvf_last_error(), "foreign");
@@ -91,11 +92,11 @@ typedef struct scan_counts {
     int good, foreign, other;
 } scan_counts;
 
-static void scan_visit(void *arg, uint64_t key, kvf_status st, const char *detail)
+static void scan_visit(void *arg, kvf_key key, kvf_status st, const char *detail)
 {
     scan_counts *c = arg;
     if (st == KVF_OK)
-        c->good += key == GOOD_KEY;
+        c->good += kvf_key_eq(key, KEY(GOOD_KEY));
     else if (detail && strstr(detail, "foreign"))
         c->foreign++;
     else
@@ -123,7 +124,7 @@ static void list_visit(void *arg, const kvf__blockfile_meta *meta, int64_t mtime
 {
     (void)mtime_ns;
     int *n = arg;
-    CHECK_EQ_U64(meta->key, GOOD_KEY);
+    CHECK(kvf_key_eq(meta->key, KEY(GOOD_KEY)));
     (*n)++;
 }
 

@@ -171,11 +171,11 @@ static int test_fallback_host(void)
         REQUIRE(kvf_geometry_block_bytes(&g, &bb) == KVF_OK);
         test_fill_random(p0, bb, 5 + (uint64_t)round);
         memset(p1, POISON, bb);
-        kvf_move m = {0, 77, 0};
+        kvf_move m = TO_KEY(0, 77);
         kvf_ticket t;
         CHECK_STATUS(kvf_offload(e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
-        m = (kvf_move){77, 1, 0};
+        m = FROM_KEY(77, 1);
         CHECK_STATUS(kvf_onboard(e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
         CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
         CHECK_MEM_EQ(p0, p1, bb);
@@ -348,7 +348,7 @@ static int round_trip(const char *dir, kvf_file_io wio, kvf_file_io rio, uint64_
     kvf_move m[SLOTS / 2];
     kvf_status st[SLOTS / 2];
     for (uint32_t i = 0; i < SLOTS / 2; i++)
-        m[i] = (kvf_move){i, 5000 + seed * 100 + i, i % 2 ? 8 : 0};
+        m[i] = test_move(KVF_TIER_DISK, true, i, 5000 + seed * 100 + i, i % 2 ? 8 : 0);
     fx_run(&f, true, m, SLOTS / 2, st);
     for (int i = 0; i < SLOTS / 2; i++)
         CHECK_STATUS(st[i], KVF_OK);
@@ -363,7 +363,7 @@ static int round_trip(const char *dir, kvf_file_io wio, kvf_file_io rio, uint64_
         free(poison);
     }
     for (uint32_t i = 0; i < SLOTS / 2; i++)
-        m[i] = (kvf_move){5000 + seed * 100 + i, SLOTS / 2 + i, i % 2 ? 8 : 0};
+        m[i] = test_move(KVF_TIER_DISK, false, 5000 + seed * 100 + i, SLOTS / 2 + i, i % 2 ? 8 : 0);
     fx_run(&f, false, m, SLOTS / 2, st);
     for (uint32_t i = 0; i < SLOTS / 2; i++) {
         CHECK_STATUS(st[i], KVF_OK);
@@ -421,7 +421,7 @@ static int test_gds_engine(void)
     /* damage: key 5101 a byte flipped in its payload, 5103 cut short, 5105
      * never stored; the others read back */
     char path[700];
-    snprintf(path, sizeof path, "%s/gds/%016llx.kvf", dir, 5101ull);
+    snprintf(path, sizeof path, "%s/gds/0000000000000000%016llx.kvf", dir, 5101ull);
     int fd = open(path, O_RDWR);
     REQUIRE(fd >= 0);
     uint8_t b;
@@ -429,9 +429,9 @@ static int test_gds_engine(void)
     b ^= 0x10;
     REQUIRE(pwrite(fd, &b, 1, 64 + 100) == 1);
     close(fd);
-    snprintf(path, sizeof path, "%s/gds/%016llx.kvf", dir, 5103ull);
+    snprintf(path, sizeof path, "%s/gds/0000000000000000%016llx.kvf", dir, 5103ull);
     REQUIRE(truncate(path, 4096) == 0);
-    snprintf(path, sizeof path, "%s/gds/%016llx.kvf", dir, 5105ull);
+    snprintf(path, sizeof path, "%s/gds/0000000000000000%016llx.kvf", dir, 5105ull);
     REQUIRE(unlink(path) == 0);
 
     fx f;
@@ -449,7 +449,7 @@ static int test_gds_engine(void)
     kvf_move m[SLOTS / 2];
     kvf_status st[SLOTS / 2];
     for (uint32_t i = 0; i < SLOTS / 2; i++)
-        m[i] = (kvf_move){5100 + i, SLOTS / 2 + i, i % 2 ? 8 : 0};
+        m[i] = test_move(KVF_TIER_DISK, false, 5100 + i, SLOTS / 2 + i, i % 2 ? 8 : 0);
     fx_run(&f, false, m, SLOTS / 2, st);
     for (uint32_t i = 0; i < SLOTS / 2; i++) {
         kvf_status want = i == 1 || i == 3 ? KVF_ERR_CORRUPT : i == 5 ? KVF_ERR_NOT_FOUND : KVF_OK;

@@ -11,7 +11,7 @@
 
 typedef struct obj {
     uint32_t tag;
-    uint64_t key;
+    kvf_key key;
     struct obj *chain;
     int seen;
 } obj;
@@ -28,25 +28,25 @@ static kvf__keymap fresh(size_t first)
 static int test_insert_find_grow(void)
 {
     kvf__keymap m = fresh(4);
-    CHECK(kvf__keymap_find(&m, 1, NULL) == NULL); /* no buckets yet */
+    CHECK(kvf__keymap_find(&m, TKEY(1), NULL) == NULL); /* no buckets yet */
     for (uint32_t i = 0; i < N; i++) {
-        objs[i].key = i; /* dense small keys, as slot numbers are */
+        objs[i].key = TKEY(i); /* dense small keys, as slot numbers are */
         objs[i].tag = i;
         CHECK(kvf__keymap_insert(&m, &objs[i]));
     }
     CHECK_EQ_U64(m.count, N);
     CHECK(m.nbuckets >= N && (m.nbuckets & (m.nbuckets - 1)) == 0);
     for (uint32_t i = 0; i < N; i++) {
-        obj *o = kvf__keymap_find(&m, i, NULL);
+        obj *o = kvf__keymap_find(&m, TKEY(i), NULL);
         CHECK(o == &objs[i]);
-        CHECK(kvf__keymap_find(&m, i, o) == NULL);
+        CHECK(kvf__keymap_find(&m, TKEY(i), o) == NULL);
     }
-    CHECK(kvf__keymap_find(&m, N + 7, NULL) == NULL);
+    CHECK(kvf__keymap_find(&m, TKEY(N + 7), NULL) == NULL);
     kvf__keymap_free(&m);
-    CHECK(m.count == 0 && m.nbuckets == 0 && kvf__keymap_find(&m, 3, NULL) == NULL);
+    CHECK(m.count == 0 && m.nbuckets == 0 && kvf__keymap_find(&m, TKEY(3), NULL) == NULL);
     /* usable again after free: the offsets stay */
     CHECK(kvf__keymap_insert(&m, &objs[3]));
-    CHECK(kvf__keymap_find(&m, 3, NULL) == &objs[3]);
+    CHECK(kvf__keymap_find(&m, TKEY(3), NULL) == &objs[3]);
     kvf__keymap_free(&m);
     return 0;
 }
@@ -56,14 +56,14 @@ static int test_repeated_keys_and_remove(void)
     kvf__keymap m = fresh(0);
     /* three objects under one key (another namespace's block, say) among others */
     for (uint32_t i = 0; i < 100; i++) {
-        objs[i].key = 0xabcdef0000000000ull + (i % 10 == 0 ? 1 : i);
+        objs[i].key = TKEY(0xabcdef0000000000ull + (i % 10 == 0 ? 1 : i));
         objs[i].tag = i;
         CHECK(kvf__keymap_insert(&m, &objs[i]));
     }
-    uint64_t k = 0xabcdef0000000001ull; /* objects 0, 1, 10, 20, ..., 90 */
+    kvf_key k = KEY(0xabcdef0000000001ull); /* objects 0, 1, 10, 20, ..., 90 */
     size_t n = 0;
-    for (obj *o = kvf__keymap_find(&m, k, NULL); o; o = kvf__keymap_find(&m, k, o)) {
-        CHECK(o->key == k);
+    for (obj *o = kvf__keymap_find(&m, TKEY(k), NULL); o; o = kvf__keymap_find(&m, TKEY(k), o)) {
+        CHECK(kvf_key_eq(o->key, k));
         CHECK(o->seen++ == 0);
         n++;
     }
@@ -71,7 +71,7 @@ static int test_repeated_keys_and_remove(void)
     kvf__keymap_remove(&m, &objs[20]);
     CHECK_EQ_U64(m.count, 99);
     n = 0;
-    for (obj *o = kvf__keymap_find(&m, k, NULL); o; o = kvf__keymap_find(&m, k, o)) {
+    for (obj *o = kvf__keymap_find(&m, TKEY(k), NULL); o; o = kvf__keymap_find(&m, TKEY(k), o)) {
         CHECK(o != &objs[20]);
         n++;
     }
@@ -80,7 +80,7 @@ static int test_repeated_keys_and_remove(void)
         if (i != 20)
             kvf__keymap_remove(&m, &objs[i]);
     CHECK_EQ_U64(m.count, 0);
-    CHECK(kvf__keymap_find(&m, k, NULL) == NULL);
+    CHECK(kvf__keymap_find(&m, TKEY(k), NULL) == NULL);
     kvf__keymap_free(&m);
     return 0;
 }
@@ -96,7 +96,7 @@ static int test_iterate_and_clear(void)
 {
     kvf__keymap m = fresh(8);
     for (uint32_t i = 0; i < 1000; i++) {
-        objs[i].key = (uint64_t)i * 0x9E3779B97F4A7C15ull;
+        objs[i].key = TKEY((uint64_t)i * 0x9E3779B97F4A7C15ull);
         CHECK(kvf__keymap_insert(&m, &objs[i]));
     }
     size_t pos = 0, n = 0;
@@ -169,8 +169,8 @@ static int test_chosen_keys(void)
 {
     kvf__keymap m = fresh(0);
     for (uint32_t i = 0; i < N; i++) {
-        objs[i].key = fmix64_inverse((uint64_t)(i + 1) << 32);
-        REQUIRE(fmix64(objs[i].key) == (uint64_t)(i + 1) << 32); /* the construction holds */
+        objs[i].key = TKEY(fmix64_inverse((uint64_t)(i + 1) << 32));
+        REQUIRE(fmix64(objs[i].key.lo) == (uint64_t)(i + 1) << 32); /* the construction holds */
         CHECK(kvf__keymap_insert(&m, &objs[i]));
     }
     CHECK(m.nbuckets >= N);
@@ -180,7 +180,7 @@ static int test_chosen_keys(void)
     uint64_t t0 = kvf__now_ns();
     for (int round = 0; round < 10; round++)
         for (uint32_t i = 0; i < N; i++)
-            CHECK(kvf__keymap_find(&m, objs[i].key, NULL) == &objs[i]);
+            CHECK(kvf__keymap_find(&m, TKEY(objs[i].key), NULL) == &objs[i]);
     double ns = (double)(kvf__now_ns() - t0) / (10.0 * N);
     printf("lookup of a chosen key: %.0f ns\n", ns);
     /* an unkeyed table walks all N per lookup (N / 2 on average); what a
@@ -190,9 +190,31 @@ static int test_chosen_keys(void)
     return 0;
 }
 
+/* Both halves of a key are the key: keys equal in one half and different
+ * in the other are different objects, whichever half differs. */
+static int test_key_halves(void)
+{
+    kvf__keymap m = fresh(0);
+    const kvf_key keys[4] = {{1, 5}, {2, 5}, {1, 6}, {0, 5}};
+    for (uint32_t i = 0; i < 4; i++) {
+        objs[i].key = keys[i];
+        CHECK(kvf__keymap_insert(&m, &objs[i]));
+    }
+    for (uint32_t i = 0; i < 4; i++) {
+        obj *o = kvf__keymap_find(&m, keys[i], NULL);
+        CHECK(o == &objs[i]);
+        CHECK(kvf__keymap_find(&m, keys[i], o) == NULL);
+    }
+    CHECK(kvf__keymap_find(&m, (kvf_key){2, 6}, NULL) == NULL);
+    CHECK(kvf__keymap_find(&m, (kvf_key){5, 1}, NULL) == NULL);
+    kvf__keymap_free(&m);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_insert_find_grow);
+    RUN(test_key_halves);
     RUN(test_repeated_keys_and_remove);
     RUN(test_iterate_and_clear);
     RUN(test_chosen_keys);

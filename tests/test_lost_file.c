@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #define POISON 0xA5
-#define KEY 0x51ull
+#define BLOCK_N 0x51ull
 #define OTHER_KEY 0x52ull
 
 /* ---- the faults ------------------------------------------------------------ */
@@ -57,29 +57,29 @@ static void faults(const char *w, const char *u, const char *t)
     kvf__set_io_fault(w || u || t ? fault_hook : NULL);
 }
 
-/* Stores version `tag` of KEY from slot 0, then fails the write of
+/* Stores version `tag` of BLOCK_N from slot 0, then fails the write of
  * version tag + 1 with the removal refused (and emptying too, when
  * `keep_bytes`). Slot 1 is left poisoned. */
 static void store_then_fail(file_fixture *f, uint64_t tag, bool keep_bytes)
 {
-    char name[32];
-    snprintf(name, sizeof name, "%016llx", (unsigned long long)KEY);
+    char name[KVF_KEY_STR_BYTES];
+    snprintf(name, sizeof name, KVF_KEY_FMT, KVF_KEY_ARGS(KEY(BLOCK_N)));
     test_fill_random(ff_slot(f, KVF_LEVEL_PRIMARY, 0), f->bytes, tag);
-    CHECK_STATUS(ff_move1(f, true, 0, KEY), KVF_OK);
+    CHECK_STATUS(ff_move1(f, true, 0, BLOCK_N), KVF_OK);
     test_fill_random(ff_slot(f, KVF_LEVEL_PRIMARY, 0), f->bytes, tag + 1);
     faults(name, name, keep_bytes ? name : NULL);
-    CHECK_STATUS(ff_move1(f, true, 0, KEY), KVF_ERR_IO);
+    CHECK_STATUS(ff_move1(f, true, 0, BLOCK_N), KVF_ERR_IO);
     faults(NULL, NULL, NULL);
     memset(ff_slot(f, KVF_LEVEL_PRIMARY, 1), POISON, f->bytes);
 }
 
-/* A successful write of KEY (version `tag`) is served again. */
+/* A successful write of BLOCK_N (version `tag`) is served again. */
 static void rewrite_serves(file_fixture *f, uint64_t tag)
 {
     test_fill_random(ff_slot(f, KVF_LEVEL_PRIMARY, 0), f->bytes, tag);
-    CHECK_STATUS(ff_move1(f, true, 0, KEY), KVF_OK);
+    CHECK_STATUS(ff_move1(f, true, 0, BLOCK_N), KVF_OK);
     memset(ff_slot(f, KVF_LEVEL_PRIMARY, 1), POISON, f->bytes);
-    CHECK_STATUS(ff_move1(f, false, KEY, 1), KVF_OK);
+    CHECK_STATUS(ff_move1(f, false, BLOCK_N, 1), KVF_OK);
     CHECK_MEM_EQ(ff_slot(f, KVF_LEVEL_PRIMARY, 1), ff_slot(f, KVF_LEVEL_PRIMARY, 0), f->bytes);
 }
 
@@ -91,11 +91,11 @@ static int test_unlink_refused_file_emptied(void)
     CHECK_STATUS(ff_move1(&f, true, 2, OTHER_KEY), KVF_OK);
     store_then_fail(&f, 10, false);
     char path[400];
-    ff_key_path(&f, KEY, path, sizeof path);
+    ff_key_path(&f, BLOCK_N, path, sizeof path);
     struct stat sb;
     CHECK(stat(path, &sb) == 0 && sb.st_size == 0);
     /* refused, naming key and file, and nothing lands in the slot */
-    kvf_move m = {KEY, 1, 0};
+    kvf_move m = FROM_KEY(BLOCK_N, 1);
     kvf_ticket t;
     kvf_status per = KVF_OK;
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &m, 1, &t), KVF_OK);
@@ -105,7 +105,7 @@ static int test_unlink_refused_file_emptied(void)
           ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[f.bytes - 1] == POISON);
     /* the message is the worker's; the direct read says why the file is no block */
     uint8_t buf[16384];
-    kvf__store_block b = {.key = KEY, .buf = buf, .cap = sizeof buf};
+    kvf__store_block b = {.key = TKEY(BLOCK_N), .buf = buf, .cap = sizeof buf};
     kvf__store *disk = kvf__engine_store(f.e, KVF_TIER_DISK);
     CHECK(disk && disk->ops->read(disk, &b, 1, 0) != KVF_OK && b.status != KVF_OK);
     /* another key is untouched */
@@ -116,7 +116,7 @@ static int test_unlink_refused_file_emptied(void)
     kvf_engine_destroy(f.e);
     ff_open(&f);
     memset(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
-    CHECK(ff_move1(&f, false, KEY, 1) != KVF_OK);
+    CHECK(ff_move1(&f, false, BLOCK_N, 1) != KVF_OK);
     CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON &&
           ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[f.bytes - 1] == POISON);
 
@@ -132,24 +132,24 @@ static int test_unlink_and_emptying_refused(void)
     ff_init(&f);
     store_then_fail(&f, 30, true);
     char path[400];
-    ff_key_path(&f, KEY, path, sizeof path);
+    ff_key_path(&f, BLOCK_N, path, sizeof path);
     struct stat sb;
     /* the old file is still there, whole: only the engine's memory refuses it */
     CHECK(stat(path, &sb) == 0 && sb.st_size > 0);
-    CHECK_STATUS(ff_move1(&f, false, KEY, 1), KVF_ERR_LOST);
+    CHECK_STATUS(ff_move1(&f, false, BLOCK_N, 1), KVF_ERR_LOST);
     CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON &&
           ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[f.bytes - 1] == POISON);
     /* still refused on a second try, and after a failed rewrite */
-    CHECK_STATUS(ff_move1(&f, false, KEY, 1), KVF_ERR_LOST);
+    CHECK_STATUS(ff_move1(&f, false, BLOCK_N, 1), KVF_ERR_LOST);
     /* removed once the directory allows it: absent, as promised */
     kvf_ticket t;
-    uint64_t key = KEY;
+    kvf_key key = KEY(BLOCK_N);
     CHECK_STATUS(kvf_remove(f.e, KVF_TIER_DISK, &key, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
-    CHECK_STATUS(ff_move1(&f, false, KEY, 1), KVF_ERR_NOT_FOUND);
+    CHECK_STATUS(ff_move1(&f, false, BLOCK_N, 1), KVF_ERR_NOT_FOUND);
     /* and a rewrite serves the new bytes */
     store_then_fail(&f, 40, true);
-    CHECK_STATUS(ff_move1(&f, false, KEY, 1), KVF_ERR_LOST);
+    CHECK_STATUS(ff_move1(&f, false, BLOCK_N, 1), KVF_ERR_LOST);
     rewrite_serves(&f, 50);
     ff_done(&f);
     return 0;
@@ -165,10 +165,10 @@ static int test_blockfile_message(void)
     REQUIRE(kvf__blockfile_open_dir(base, "ns", 0x1234, KVF_FSYNC_NONE, &d) == KVF_OK);
     uint8_t buf[KVF_BLOCK_HEADER_BYTES + 256];
     test_fill_random(buf, sizeof buf, 5);
-    kvf__blockfile_meta m = {KEY, 16, 1, 256};
+    kvf__blockfile_meta m = {KEY(BLOCK_N), 16, 1, 256};
     CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_OK);
-    char name[32];
-    snprintf(name, sizeof name, "%016llx", (unsigned long long)KEY);
+    char name[KVF_KEY_STR_BYTES];
+    snprintf(name, sizeof name, KVF_KEY_FMT, KVF_KEY_ARGS(KEY(BLOCK_N)));
     faults(name, name, NULL);
     CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_ERR_IO);
     CHECK_STR_HAS(kvf_last_error(), "emptied in place");
@@ -177,7 +177,7 @@ static int test_blockfile_message(void)
     CHECK_STR_HAS(kvf_last_error(), "REMAINS");
     faults(NULL, NULL, NULL);
     bool emptied = true;
-    CHECK_STATUS(kvf__blockfile_discard(&d, KEY, &emptied), KVF_OK);
+    CHECK_STATUS(kvf__blockfile_discard(&d, TKEY(BLOCK_N), &emptied), KVF_OK);
     CHECK(!emptied);
     kvf__blockfile_close_dir(&d);
     test_rmtree(base);
@@ -197,18 +197,18 @@ static int readonly_directory_child(void)
     snprintf(f.ns_dir, sizeof f.ns_dir, "%s/ns", f.dir);
     ff_open(&f);
     test_fill_random(ff_slot(&f, KVF_LEVEL_PRIMARY, 0), f.bytes, 60);
-    CHECK_STATUS(ff_move1(&f, true, 0, KEY), KVF_OK);
+    CHECK_STATUS(ff_move1(&f, true, 0, BLOCK_N), KVF_OK);
     REQUIRE(chmod(f.ns_dir, 0555) == 0);
     test_fill_random(ff_slot(&f, KVF_LEVEL_PRIMARY, 0), f.bytes, 61);
-    CHECK(ff_move1(&f, true, 0, KEY) != KVF_OK);
+    CHECK(ff_move1(&f, true, 0, BLOCK_N) != KVF_OK);
     memset(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
-    CHECK_STATUS(ff_move1(&f, false, KEY, 1), KVF_ERR_LOST);
+    CHECK_STATUS(ff_move1(&f, false, BLOCK_N, 1), KVF_ERR_LOST);
     CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON);
     /* a restart: the emptied file is never served as the block */
     kvf_engine_destroy(f.e);
     ff_open(&f);
     memset(ff_slot(&f, KVF_LEVEL_PRIMARY, 1), POISON, f.bytes);
-    CHECK(ff_move1(&f, false, KEY, 1) != KVF_OK);
+    CHECK(ff_move1(&f, false, BLOCK_N, 1) != KVF_OK);
     CHECK(ff_slot(&f, KVF_LEVEL_PRIMARY, 1)[0] == POISON);
     REQUIRE(chmod(f.ns_dir, 0755) == 0);
     rewrite_serves(&f, 62);

@@ -57,7 +57,7 @@ static kvf_status offload_all(kvf_engine *e, uint32_t n, uint64_t base, uint64_t
         return KVF_ERR_NOMEM;
     for (uint32_t i = 0; i < n; i++) {
         test_fill_random(slot(e, i), bb, seed + i);
-        mv[i] = (kvf_move){i, base + i, 0};
+        mv[i] = TO_KEY(i, base + i);
     }
     kvf_ticket t;
     kvf_status st = kvf_offload(e, KVF_TIER_REMOTE, mv, n, &t);
@@ -78,7 +78,7 @@ static uint32_t onboard_all(kvf_engine *e, uint32_t n, uint64_t base, uint64_t s
     REQUIRE(mv && want);
     for (uint32_t i = 0; i < n; i++) {
         memset(slot(e, i), POISON, bb);
-        mv[i] = (kvf_move){base + i, i, 0};
+        mv[i] = FROM_KEY(base + i, i);
     }
     kvf_ticket t;
     REQUIRE(kvf_onboard(e, KVF_TIER_REMOTE, mv, n, &t) == KVF_OK);
@@ -110,7 +110,7 @@ static int test_round_trip(void)
     REQUIRE(s);
     CHECK(kvf__engine_store(e, KVF_TIER_DISK) == NULL);
     CHECK(kvf__engine_store(e, KVF_TIER_HOST) == NULL);
-    uint64_t keys[3] = {0x100, 0x107, 0x108};
+    kvf_key keys[3] = {KEY(0x100), KEY(0x107), KEY(0x108)};
     kvf_status st[3];
     CHECK_STATUS(kvf__store_exists(s, keys, 3, 0, st), KVF_OK);
     CHECK_STATUS(st[0], KVF_OK);
@@ -125,13 +125,13 @@ static int test_round_trip(void)
         CHECK_STATUS(st[i], KVF_ERR_NOT_FOUND);
 
     /* a removed block is a miss on onboard, with its key named */
-    kvf_move mv = {0x100, 0, 0};
+    kvf_move mv = FROM_KEY(0x100, 0);
     kvf_move_error err[2];
     size_t nerr = 0;
     REQUIRE(kvf_onboard(e, KVF_TIER_REMOTE, &mv, 1, &t) == KVF_OK);
     CHECK_STATUS(kvf_wait_errors(e, t, per, err, 2, &nerr), KVF_ERR_NOT_FOUND);
     CHECK_EQ_INT(nerr, 1);
-    CHECK_STR_HAS(err[0].message, "remote block 0x100");
+    CHECK_STR_HAS(err[0].message, "remote block 00000000000000000000000000000100");
     kvf_engine_destroy(e);
     kvf__mem_store_clear("rt");
     return 0;
@@ -147,14 +147,15 @@ static int test_corrupt_one(void)
     kvf_engine *e = open_engine("mem://bad", "ns1", N);
     REQUIRE(e);
     REQUIRE(offload_all(e, N, 0x200, 7) == KVF_OK);
-    REQUIRE(kvf__mem_store_poke("bad", "ns1", 0x202, KVF_BLOCK_HEADER_BYTES + 5, 0x01) == KVF_OK);
-    REQUIRE(kvf__mem_store_poke("bad", "ns1", 0x204, 3, 0x40) == KVF_OK);
-    CHECK_STATUS(kvf__mem_store_poke("bad", "ns2", 0x204, 3, 0x40), KVF_ERR_NOT_FOUND);
+    REQUIRE(kvf__mem_store_poke("bad", "ns1", TKEY(0x202), KVF_BLOCK_HEADER_BYTES + 5, 0x01) ==
+            KVF_OK);
+    REQUIRE(kvf__mem_store_poke("bad", "ns1", TKEY(0x204), 3, 0x40) == KVF_OK);
+    CHECK_STATUS(kvf__mem_store_poke("bad", "ns2", TKEY(0x204), 3, 0x40), KVF_ERR_NOT_FOUND);
     kvf_status per[N];
     kvf_move mv[N];
     for (uint32_t i = 0; i < N; i++) {
         memset(slot(e, i), POISON, block_bytes());
-        mv[i] = (kvf_move){0x200 + i, i, 0};
+        mv[i] = FROM_KEY(0x200 + i, i);
     }
     kvf_ticket t;
     kvf_move_error err[N];
@@ -165,9 +166,9 @@ static int test_corrupt_one(void)
     CHECK_STATUS(per[2], KVF_ERR_CORRUPT);
     CHECK_STATUS(per[4], KVF_ERR_CORRUPT);
     CHECK_EQ_INT(err[0].index, 2);
-    CHECK_STR_HAS(err[0].message, "0x202");
+    CHECK_STR_HAS(err[0].message, "00000000000000000000000000000202");
     CHECK_STR_HAS(err[0].message, "mem://bad");
-    CHECK_STR_HAS(err[1].message, "0x204");
+    CHECK_STR_HAS(err[1].message, "00000000000000000000000000000204");
     uint8_t *want = malloc(block_bytes());
     REQUIRE(want);
     for (uint32_t i = 0; i < N; i++) {
@@ -202,7 +203,7 @@ static int test_many_chunks_shared(void)
     kvf_ticket t[2];
     for (uint32_t i = 0; i < N; i++) {
         test_fill_random(slot(a, i), bb, 1000 + i);
-        mv[i] = (kvf_move){i, 0x5000 + i, 0};
+        mv[i] = TO_KEY(i, 0x5000 + i);
     }
     /* two batches queued before either is waited for: both spread over
      * the workers in chunks */
@@ -278,7 +279,7 @@ static int test_demote_promote(void)
     }
     CHECK_STATUS(run(e, kvf_offload(e, KVF_TIER_HOST, mv, N, &t), t, NULL), KVF_OK);
     for (uint32_t i = 0; i < N; i++)
-        mv[i] = (kvf_move){i, 0x300 + i, 0};
+        mv[i] = TO_KEY(i, 0x300 + i);
     CHECK_STATUS(run(e, kvf_demote(e, KVF_TIER_REMOTE, mv, N, &t), t, NULL), KVF_OK);
 
     /* a demoted block onboards into a primary slot */
@@ -288,7 +289,7 @@ static int test_demote_promote(void)
     for (uint32_t i = 0; i < N; i++) {
         memset(level_slot(e, KVF_LEVEL_SECONDARY, i), POISON, bb);
         memset(slot(e, i), POISON, bb);
-        mv[i] = (kvf_move){0x300 + i, i, 0};
+        mv[i] = FROM_KEY(0x300 + i, i);
     }
     CHECK_STATUS(run(e, kvf_promote(e, KVF_TIER_REMOTE, mv, N, &t), t, NULL), KVF_OK);
     for (uint32_t i = 0; i < N; i++)
@@ -304,14 +305,14 @@ static int test_demote_promote(void)
 
     /* a missing key; a block stored with 8 tokens promoted whole; an
      * empty slot demoted: each fails alone */
-    kvf_move half = {1, 0x400, 8};
+    kvf_move half = test_move(KVF_TIER_REMOTE, true, 1, 0x400, 8);
     CHECK_STATUS(run(e, kvf_demote(e, KVF_TIER_REMOTE, &half, 1, &t), t, NULL), KVF_OK);
-    kvf_move pro[3] = {{0x3FF, 0, 0}, {0x400, 1, 0}, {0x301, 2, 0}};
+    kvf_move pro[3] = {FROM_KEY(0x3FF, 0), FROM_KEY(0x400, 1), FROM_KEY(0x301, 2)};
     CHECK_STATUS(run(e, kvf_promote(e, KVF_TIER_REMOTE, pro, 3, &t), t, per), KVF_ERR_NOT_FOUND);
     CHECK_STATUS(per[0], KVF_ERR_NOT_FOUND);
     CHECK_STATUS(per[1], KVF_ERR_RANGE);
     CHECK_STATUS(per[2], KVF_OK);
-    kvf_move dem[2] = {{N, 0x500, 0}, {3, 0x501, 0}};
+    kvf_move dem[2] = {TO_KEY(N, 0x500), TO_KEY(3, 0x501)};
     CHECK_STATUS(run(e, kvf_demote(e, KVF_TIER_REMOTE, dem, 2, &t), t, per), KVF_ERR_NOT_FOUND);
     CHECK_STATUS(per[0], KVF_ERR_NOT_FOUND);
     CHECK_STATUS(per[1], KVF_OK);
@@ -324,7 +325,7 @@ static void list_visit(void *arg, const kvf__store_entry *ent)
 {
     listed *l = arg;
     l->n++;
-    l->keys_sum += ent->key;
+    l->keys_sum += ent->key.lo + ent->key.hi;
     l->tokens_bad += ent->tokens != 5 || ent->pools != 1 || ent->mtime_ns <= 0;
 }
 
@@ -341,7 +342,7 @@ static int test_store_ops(void)
     kvf__store_block blk[3];
     for (int i = 0; i < 3; i++) {
         test_fill_random(payload[i], sizeof payload[i], 50 + (uint64_t)i);
-        blk[i] = (kvf__store_block){.key = 10 + (uint64_t)i,
+        blk[i] = (kvf__store_block){.key = TKEY(10 + (uint64_t)i),
                                     .tokens = 5,
                                     .pools = 1,
                                     .buf = payload[i],
@@ -353,18 +354,18 @@ static int test_store_ops(void)
     CHECK_EQ_INT(l.n, 3);
     CHECK_EQ_U64(l.keys_sum, 33);
     CHECK_EQ_INT(l.tokens_bad, 0);
-    REQUIRE(kvf__mem_store_poke("ops", "nsx", 11, 0, 0xff) == KVF_OK);
+    REQUIRE(kvf__mem_store_poke("ops", "nsx", TKEY(11), 0, 0xff) == KVF_OK);
     l = (listed){0};
     CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
     CHECK_EQ_INT(l.n, 2);
 
-    blk[0] = (kvf__store_block){.key = 10, .buf = back, .cap = 39};
-    blk[1] = (kvf__store_block){.key = 11, .buf = back, .cap = sizeof back};
-    blk[2] = (kvf__store_block){.key = 12, .buf = back, .cap = sizeof back};
+    blk[0] = (kvf__store_block){.key = TKEY(10), .buf = back, .cap = 39};
+    blk[1] = (kvf__store_block){.key = TKEY(11), .buf = back, .cap = sizeof back};
+    blk[2] = (kvf__store_block){.key = TKEY(12), .buf = back, .cap = sizeof back};
     CHECK_STATUS(s->ops->read(s, blk, 3, 0), KVF_ERR_RANGE);
     CHECK_STATUS(blk[0].status, KVF_ERR_RANGE);
     CHECK_STATUS(blk[1].status, KVF_ERR_CORRUPT);
-    CHECK_STR_HAS(blk[1].msg, "remote block 0xb");
+    CHECK_STR_HAS(blk[1].msg, "remote block 0000000000000000000000000000000b");
     CHECK_STATUS(blk[2].status, KVF_OK);
     CHECK_MEM_EQ(back, payload[2], sizeof back);
     CHECK_EQ_INT(blk[2].tokens, 5);
@@ -373,7 +374,7 @@ static int test_store_ops(void)
     /* another layout's reader refuses the block as foreign */
     cfg.fingerprint = 0x78;
     REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
-    blk[0] = (kvf__store_block){.key = 12, .buf = back, .cap = sizeof back};
+    blk[0] = (kvf__store_block){.key = TKEY(12), .buf = back, .cap = sizeof back};
     CHECK_STATUS(s->ops->read(s, blk, 1, 0), KVF_ERR_MISMATCH);
     kvf__store_close(s);
 
@@ -405,14 +406,14 @@ static int test_file_store(void)
     REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
     kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 4};
     REQUIRE(kvf_engine_add_pool(e, &G, &prim, NULL, NULL) == KVF_OK);
-    kvf_move mv[2] = {{0, 0x31, 0}, {1, 0x32, 8}};
+    kvf_move mv[2] = {TO_KEY(0, 0x31), test_move(KVF_TIER_DISK, true, 1, 0x32, 8)};
     kvf_ticket t;
     REQUIRE(kvf_offload(e, KVF_TIER_DISK, mv, 2, &t) == KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
     kvf__store *s = kvf__engine_store(e, KVF_TIER_DISK);
     REQUIRE(s && !strcmp(s->kind, "file"));
     CHECK(kvf__engine_store(e, KVF_TIER_REMOTE) == NULL);
-    uint64_t keys[3] = {0x31, 0x32, 0x33};
+    kvf_key keys[3] = {KEY(0x31), KEY(0x32), KEY(0x33)};
     kvf_status st[3];
     CHECK_STATUS(kvf__store_exists(s, keys, 3, 0, st), KVF_OK);
     CHECK(st[0] == KVF_OK && st[1] == KVF_OK && st[2] == KVF_ERR_NOT_FOUND);
@@ -424,7 +425,7 @@ static int test_file_store(void)
     size_t cap = block_bytes();
     uint8_t *buf = malloc(cap);
     REQUIRE(buf);
-    kvf__store_block blk = {.key = 0x32, .buf = buf, .cap = cap};
+    kvf__store_block blk = {.key = TKEY(0x32), .buf = buf, .cap = cap};
     CHECK_STATUS(s->ops->read(s, &blk, 1, 0), KVF_OK);
     CHECK_EQ_INT(blk.tokens, 8);
     CHECK_STATUS(kvf__store_remove(s, keys, 2, 0, st), KVF_OK);
@@ -451,7 +452,7 @@ static int test_file_url_store(void)
     kvf__store_block blk[2];
     for (int i = 0; i < 2; i++) {
         test_fill_random(payload[i], sizeof payload[i], 80 + (uint64_t)i);
-        blk[i] = (kvf__store_block){.key = 0x70 + (uint64_t)i,
+        blk[i] = (kvf__store_block){.key = TKEY(0x70 + (uint64_t)i),
                                     .tokens = 3,
                                     .pools = 2,
                                     .buf = payload[i],
@@ -462,20 +463,20 @@ static int test_file_url_store(void)
     listed l = {0};
     CHECK_STATUS(kvf__store_list(s, list_visit, &l), KVF_OK);
     CHECK_EQ_INT(l.n, 2);
-    blk[0] = (kvf__store_block){.key = 0x71, .buf = back, .cap = sizeof back};
-    blk[1] = (kvf__store_block){.key = 0x72, .buf = back, .cap = sizeof back};
+    blk[0] = (kvf__store_block){.key = TKEY(0x71), .buf = back, .cap = sizeof back};
+    blk[1] = (kvf__store_block){.key = TKEY(0x72), .buf = back, .cap = sizeof back};
     CHECK_STATUS(s->ops->read(s, blk, 2, 0), KVF_OK);
     CHECK_STATUS(blk[0].status, KVF_OK);
     CHECK_STATUS(blk[1].status, KVF_ERR_NOT_FOUND);
     CHECK_MEM_EQ(back, payload[1], sizeof back);
     CHECK(blk[0].tokens == 3 && blk[0].pools == 2 && blk[0].payload_bytes == sizeof back);
     /* a buffer too small for the block */
-    blk[0] = (kvf__store_block){.key = 0x70, .buf = back, .cap = 100};
+    blk[0] = (kvf__store_block){.key = TKEY(0x70), .buf = back, .cap = 100};
     CHECK_STATUS(s->ops->read(s, blk, 1, 0), KVF_ERR_RANGE);
-    CHECK_STR_HAS(blk[0].msg, "0x70");
+    CHECK_STR_HAS(blk[0].msg, "00000000000000000000000000000070");
     bool emptied = true;
-    CHECK_STATUS(s->ops->discard(s, 0x70, &emptied), KVF_OK);
-    uint64_t keys[2] = {0x70, 0x71};
+    CHECK_STATUS(s->ops->discard(s, TKEY(0x70), &emptied), KVF_OK);
+    kvf_key keys[2] = {KEY(0x70), KEY(0x71)};
     kvf_status st[2];
     CHECK_STATUS(kvf__store_exists(s, keys, 2, 0, st), KVF_OK);
     CHECK(st[0] == KVF_ERR_NOT_FOUND && st[1] == KVF_OK);
@@ -531,9 +532,9 @@ static int test_cache_on_mem(void)
     kvf_key keys[N];
     uint32_t slots[N];
     for (uint32_t i = 0; i < N; i++) {
-        keys[i] = 0x900 + i;
+        keys[i] = KEY(0x900 + i);
         slots[i] = i;
-        test_fill_random(slot(e, i), bb, keys[i]);
+        test_fill_random(slot(e, i), bb, KEY_SEED(TKEY(keys[i])));
     }
     kvf_cache_ticket ct;
     REQUIRE(kvf_cache_put(c, keys, slots, N, 1, &ct) == KVF_OK);
@@ -547,13 +548,13 @@ static int test_cache_on_mem(void)
         remote += tiers[i] == KVF_TIER_REMOTE;
     CHECK_EQ_INT(remote, N - 4);
     /* one remote-only block damaged in the store */
-    uint64_t bad = 0;
-    for (int i = 0; i < N && !bad; i++)
+    kvf_key bad = KVF_KEY_ROOT;
+    for (int i = 0; i < N && kvf_key_is_root(bad); i++)
         if (tiers[i] == KVF_TIER_REMOTE)
             bad = keys[i];
-    REQUIRE(bad);
-    REQUIRE(kvf__mem_store_poke("cachetier", "cache", bad, KVF_BLOCK_HEADER_BYTES + 9, 0x10) ==
-            KVF_OK);
+    REQUIRE(!kvf_key_is_root(bad));
+    REQUIRE(kvf__mem_store_poke("cachetier", "cache", TKEY(bad), KVF_BLOCK_HEADER_BYTES + 9,
+                                0x10) == KVF_OK);
     kvf_status per[N];
     for (uint32_t i = 0; i < N; i++)
         memset(slot(e, i), POISON, bb);
@@ -562,8 +563,8 @@ static int test_cache_on_mem(void)
     uint8_t *want = malloc(bb);
     REQUIRE(want);
     for (uint32_t i = 0; i < N; i++) {
-        test_fill_random(want, bb, keys[i]);
-        if (keys[i] == bad) {
+        test_fill_random(want, bb, KEY_SEED(TKEY(keys[i])));
+        if (kvf_key_eq(keys[i], bad)) {
             CHECK_STATUS(per[i], KVF_ERR_CORRUPT);
             CHECK(slot(e, i)[0] == POISON || memcmp(slot(e, i), want, bb) != 0);
         } else {
@@ -617,10 +618,11 @@ static int lines_with(const char *what)
 static kvf_status put_key(kvf__store *s, uint64_t key, uint8_t *payload, size_t n)
 {
     test_fill_random(payload, n, key);
-    kvf__store_block b = {.key = key, .tokens = 1, .pools = 1, .buf = payload, .payload_bytes = n};
+    kvf__store_block b = {
+        .key = TKEY(key), .tokens = 1, .pools = 1, .buf = payload, .payload_bytes = n};
     kvf_status st = s->ops->write(s, &b, 1, 0);
     if (st != KVF_OK)
-        CHECK_STR_HAS(b.msg, "remote block 0x");
+        CHECK_STR_HAS(b.msg, "remote block 0000000000000000");
     return st;
 }
 
@@ -629,7 +631,7 @@ static kvf_status get_key(kvf__store *s, uint64_t key)
 {
     uint8_t back[CAP_PAYLOAD], want[CAP_PAYLOAD];
     memset(back, POISON, sizeof back);
-    kvf__store_block b = {.key = key, .buf = back, .cap = sizeof back};
+    kvf__store_block b = {.key = TKEY(key), .buf = back, .cap = sizeof back};
     kvf_status st = s->ops->read(s, &b, 1, 0); /* OK for a miss: b.status says */
     if (st == KVF_OK && b.status == KVF_OK) {
         test_fill_random(want, sizeof want, key);
@@ -645,14 +647,15 @@ static kvf_status get_key(kvf__store *s, uint64_t key)
 static int test_capacity(void)
 {
     kvf__mem_store_clear("cap");
-    kvf__store_config cfg = {"mem://cap", "nsc", 0x77, 0, 0, CAP_BLOCKS * (64 + CAP_PAYLOAD)};
+    kvf__store_config cfg = {
+        "mem://cap", "nsc", 0x77, 0, 0, CAP_BLOCKS * (KVF_BLOCK_HEADER_BYTES + CAP_PAYLOAD)};
     kvf__store *s = NULL;
     REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
     kvf_log_level level = kvf_log_get_level();
     kvf_log_set_level(KVF_LOG_INFO);
     kvf_log_set_handler(keep_line, NULL);
     n_log = 0;
-    uint8_t payload[CAP_PAYLOAD * (CAP_BLOCKS + 1)];
+    uint8_t payload[CAP_PAYLOAD * (CAP_BLOCKS + 2)]; /* the last put: more than all of it */
     for (uint64_t k = 100; k < 125; k++)
         CHECK_STATUS(put_key(s, k, payload, CAP_PAYLOAD), KVF_OK);
     for (uint64_t k = 100; k < 125; k++)
@@ -664,7 +667,8 @@ static int test_capacity(void)
     snprintf(said, sizeof said, "mem://cap: full at %llu bytes", (unsigned long long)cfg.mem_bytes);
     CHECK_EQ_INT(lines_with(said), 1);
     CHECK_EQ_INT(lines_with(": evicted, the oldest"), 15);
-    CHECK_EQ_INT(lines_with("remote block 0x64: mem://cap: evicted"), 1); /* key 100 first */
+    CHECK_EQ_INT(lines_with("remote block 00000000000000000000000000000064: mem://cap: evicted"),
+                 1); /* key 100 first */
 
     /* 115 put again is the newest: the next put evicts 116 */
     CHECK_STATUS(put_key(s, 115, payload, CAP_PAYLOAD), KVF_OK);
@@ -710,7 +714,7 @@ static int test_ttl(void)
     uint8_t payload[CAP_PAYLOAD];
     CHECK_STATUS(put_key(s, 7, payload, sizeof payload), KVF_OK);
     CHECK_STATUS(get_key(s, 7), KVF_OK);
-    uint64_t key = 7;
+    kvf_key key = KEY(7);
     kvf_status st;
     CHECK_STATUS(kvf__store_exists(s, &key, 1, 0, &st), KVF_OK);
     CHECK_STATUS(st, KVF_OK);
@@ -729,14 +733,14 @@ static int test_ttl(void)
     ec.backend = KVF_BACKEND_HOST;
     ec.remote.url = "mem://ttl-engine";
     ec.remote.ttl_s = 1;
-    ec.remote_mem_bytes = 3 * (64 + block_bytes());
+    ec.remote_mem_bytes = 3 * (KVF_BLOCK_HEADER_BYTES + block_bytes());
     kvf_engine *e = NULL;
     REQUIRE(kvf_engine_create(&ec, &e) == KVF_OK);
     kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 5};
     REQUIRE(kvf_engine_add_pool(e, &G, &prim, NULL, NULL) == KVF_OK);
     kvf_status per[5];
     for (uint32_t i = 0; i < 5; i++) { /* one at a time: an order of age */
-        kvf_move mv = {i, 0x900 + i, 0};
+        kvf_move mv = TO_KEY(i, 0x900 + i);
         kvf_ticket t;
         test_fill_random(slot(e, i), block_bytes(), 60 + i);
         REQUIRE(kvf_offload(e, KVF_TIER_REMOTE, &mv, 1, &t) == KVF_OK);

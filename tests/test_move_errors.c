@@ -66,7 +66,7 @@ static int fault_hook(const char *op, const char *path, size_t *len_p)
 
 static void key_file(const fixture *f, uint64_t key, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/ns/%016llx.kvf", f->dir, (unsigned long long)key);
+    snprintf(out, cap, "%s/ns/" KVF_KEY_FMT ".kvf", f->dir, KVF_KEY_ARGS(KEY(key)));
 }
 
 static int test_file_write_faults(void)
@@ -75,7 +75,7 @@ static int test_file_write_faults(void)
     fx_init(&f, NULL);
     kvf_move mv[6];
     for (uint32_t i = 0; i < 6; i++)
-        mv[i] = (kvf_move){i, 0x100 + i, 0};
+        mv[i] = TO_KEY(i, KEY(0x100 + i));
     kvf__set_io_fault(fault_hook);
     fault_op = "write";
     fault_name = "0000000000000103.";
@@ -108,7 +108,7 @@ static int test_file_read_faults_and_checksum(void)
     fx_init(&f, NULL);
     kvf_move mv[4];
     for (uint32_t i = 0; i < 4; i++)
-        mv[i] = (kvf_move){i, 0x200 + i, 0};
+        mv[i] = TO_KEY(i, KEY(0x200 + i));
     kvf_ticket t;
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, mv, 4, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
@@ -127,7 +127,7 @@ static int test_file_read_faults_and_checksum(void)
     fault_op = "read";
     fault_name = "0000000000000203.kvf";
     for (uint32_t i = 0; i < 4; i++)
-        mv[i] = (kvf_move){0x200 + i, 8 + i, 0};
+        mv[i] = FROM_KEY(KEY(0x200 + i), 8 + i);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, mv, 4, &t), KVF_OK);
     kvf_move_error err[4];
     size_t n = 0;
@@ -219,11 +219,11 @@ static int test_more_failures_than_cap(void)
     fixture f;
     fx_init(&f, NULL);
     enum { N = 600 };
-    uint64_t *keys = malloc(N * sizeof *keys);
+    kvf_key *keys = malloc(N * sizeof *keys);
     kvf_status *per = malloc(N * sizeof *per);
     REQUIRE(keys && per);
     for (uint32_t i = 0; i < N; i++)
-        keys[i] = 0x10000 + i;
+        keys[i] = KEY(0x10000 + i);
     kvf__set_io_fault(fault_hook);
     fault_op = "unlink";
     fault_name = ".kvf";
@@ -238,8 +238,8 @@ static int test_more_failures_than_cap(void)
     for (size_t k = 0; k < 5; k++) {
         CHECK_EQ_INT(err[k].index, k);
         CHECK_STATUS(err[k].status, per[k]);
-        char name[32];
-        snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)keys[k]);
+        char name[KVF_KEY_STR_BYTES + 4];
+        snprintf(name, sizeof name, KVF_KEY_FMT ".kvf", KVF_KEY_ARGS(TKEY(keys[k])));
         CHECK_STR_HAS(err[k].message, name);
         CHECK_STR_HAS(err[k].message, strerror(EIO));
     }
@@ -259,7 +259,7 @@ static int test_group_indexes(void)
     kvf_move *mv = malloc(N * sizeof *mv);
     REQUIRE(mv);
     for (uint32_t i = 0; i < N; i++)
-        mv[i] = (kvf_move){i % SLOTS, 0x40000 + i, 0};
+        mv[i] = TO_KEY(i % SLOTS, KEY(0x40000 + i));
     kvf__set_io_fault(fault_hook);
     fault_op = "write";
     fault_name = "0000000000041005."; /* move 4101, in the last part */
@@ -285,7 +285,7 @@ static int test_remote_unreachable(void)
     fixture f;
     /* a loopback port nothing listens on: refused at once */
     fx_init(&f, "redis://127.0.0.1:1");
-    kvf_move mv[3] = {{0, 0x301, 0}, {1, 0x302, 0}, {2, 0x303, 0}};
+    kvf_move mv[3] = {TO_KEY(0, KEY(0x301)), TO_KEY(1, KEY(0x302)), TO_KEY(2, KEY(0x303))};
     kvf_ticket t;
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_REMOTE, mv, 3, &t), KVF_OK);
     kvf_move_error err[3];
@@ -296,7 +296,7 @@ static int test_remote_unreachable(void)
     for (size_t k = 0; k < 3; k++) {
         CHECK_EQ_INT(err[k].index, k);
         char key[32];
-        snprintf(key, sizeof key, "0x%llx", 0x301ull + k);
+        snprintf(key, sizeof key, "%016llx", 0x301ull + k);
         CHECK_STR_HAS(err[k].message, key);
         CHECK_STR_HAS(err[k].message, "127.0.0.1");
     }
@@ -325,7 +325,7 @@ static int test_arguments(void)
         ;
     CHECK_STATUS(st, KVF_OK);
     /* a failed batch never waited for: its messages go with the engine */
-    kvf_move none = {0x999, 2, 0};
+    kvf_move none = FROM_KEY(KEY(0x999), 2);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &none, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_sync_stream(f.e, NULL), KVF_OK);
     fx_done(&f);
@@ -342,7 +342,7 @@ static int test_cache_calls(void)
     cc.disk.blocks = 64;
     kvf_cache *c;
     REQUIRE(kvf_cache_create(f.e, &cc, &c) == KVF_OK);
-    kvf_key keys[5] = {0x501, 0x502, 0x503, 0x504, 0x505};
+    kvf_key keys[5] = {KEY(0x501), KEY(0x502), KEY(0x503), KEY(0x504), KEY(0x505)};
     uint32_t slots[5] = {0, 1, 2, 3, 4};
     kvf__set_io_fault(fault_hook);
     fault_op = "write";
@@ -358,7 +358,7 @@ static int test_cache_calls(void)
     REQUIRE(n == 1);
     CHECK_EQ_INT(err[0].index, 1);
     CHECK_STATUS(per[1], KVF_ERR_IO);
-    CHECK_STR_HAS(err[0].message, "0x0000000000000502");
+    CHECK_STR_HAS(err[0].message, "00000000000000000000000000000502");
     CHECK_STR_HAS(err[0].message, "disk");
     CHECK_STR_HAS(err[0].message, f.dir);
     CHECK_STR_HAS(err[0].message, strerror(EIO));
@@ -373,7 +373,7 @@ static int test_cache_calls(void)
     byte ^= 0x11;
     REQUIRE(pwrite(fd, &byte, 1, at) == 1);
     close(fd);
-    kvf_key want[3] = {0x503, 0x504, 0x505};
+    kvf_key want[3] = {KEY(0x503), KEY(0x504), KEY(0x505)};
     uint32_t into[3] = {10, 11, 12};
     kvf__set_io_fault(fault_hook);
     fault_op = "read";
@@ -389,7 +389,7 @@ static int test_cache_calls(void)
     CHECK_STR_HAS(err[0].message, path);
     CHECK_STR_HAS(err[0].message, "checksum");
     /* plain kvf_cache_wait names the first failed block */
-    kvf_key again = 0x503;
+    kvf_key again = KEY(0x503);
     CHECK_STATUS(kvf_cache_get(c, &again, into, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_cache_wait_errors(c, t, NULL, NULL, 0, &n), KVF_OK);
     CHECK_EQ_INT(n, 0);

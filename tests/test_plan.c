@@ -885,12 +885,12 @@ static int test_costs_observed(void)
     CHECK(isfinite(c.tier[KVF_TIER_HOST].bytes_per_s) && c.tier[KVF_TIER_HOST].bytes_per_s > 0);
     CHECK(isfinite(c.tier[KVF_TIER_HOST].latency_s) && c.tier[KVF_TIER_HOST].latency_s >= 0);
     /* a failed read from disk (no such block) teaches nothing; a good one does */
-    kvf_move miss = {0x999, 0, 0};
+    kvf_move miss = FROM_KEY(0x999, 0);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &miss, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
     CHECK_STATUS(kvf_engine_costs(f.e, &c), KVF_OK);
     CHECK_EQ_INT(c.tier[KVF_TIER_DISK].observed, 0);
-    kvf_move put = {1, 0x777, 0}, back = {0x777, 2, 0};
+    kvf_move put = TO_KEY(1, 0x777), back = FROM_KEY(0x777, 2);
     CHECK_STATUS(kvf_offload(f.e, KVF_TIER_DISK, &put, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_OK);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &back, 1, &t), KVF_OK);
@@ -950,21 +950,21 @@ static int test_calibrate(void)
     if (fx_init(&f, true, 16))
         return 1;
     uint32_t slots[4] = {0, 1, 2, 3}, host[4] = {8, 9, 10, 11};
-    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 0, 0x5000, 2), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 4, 0, 2), KVF_ERR_INVALID);
-    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 4, 0x5000, 2), KVF_OK);
+    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 0, TKEY(0x5000), 2), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 4, TKEY(0), 2), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 4, TKEY(0x5000), 2), KVF_OK);
     kvf_costs c = KVF_COSTS_INIT;
     CHECK_STATUS(kvf_engine_costs(f.e, &c), KVF_OK);
     CHECK_EQ_INT(c.tier[KVF_TIER_HOST].observed, 4);
     CHECK_EQ_INT(c.tier[KVF_TIER_DISK].observed, 4);
     CHECK_EQ_INT(c.tier[KVF_TIER_REMOTE].observed, 0);
     kvf_ticket t;
-    kvf_move gone = {0x5002, 5, 0};
+    kvf_move gone = FROM_KEY(0x5002, 5);
     CHECK_STATUS(kvf_onboard(f.e, KVF_TIER_DISK, &gone, 1, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(f.e, t, NULL), KVF_ERR_NOT_FOUND);
     /* a slot out of range: refused, named */
     uint32_t bad[1] = {999};
-    CHECK_STATUS(kvf_engine_calibrate(f.e, bad, NULL, 1, 0x6000, 1), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf_engine_calibrate(f.e, bad, NULL, 1, TKEY(0x6000), 1), KVF_ERR_RANGE);
     CHECK_STR_HAS(kvf_last_error(), "disk tier");
     fx_done(&f);
     return 0;

@@ -36,11 +36,11 @@ static int test_plan_cache(void)
     if (fx_init(&f, 64, HOST, true, &cc))
         return 1;
     kvf_key keys[N + 1];
-    keys[N] = 0xdead0001; /* never stored: the prefix stops before it */
+    keys[N] = KEY(0xdead0001); /* never stored: the prefix stops before it */
     /* stored last to first, so the leading (most recent) blocks stay in
      * the host tier and the others go down to disk */
     for (int i = N - 1; i >= 0; i--) {
-        keys[i] = 0xbeef0000ull + (uint64_t)i * 131;
+        keys[i] = KEY(0xbeef0000ull + (uint64_t)i * 131);
         fill(&f, (uint32_t)i, keys[i]);
         CHECK_STATUS(put1(&f, keys[i], (uint32_t)i, 50), KVF_OK);
     }
@@ -102,7 +102,7 @@ static int test_plan_cache(void)
     CHECK_EQ_INT(p.load_blocks, 2);
     CHECK_EQ_INT(p.compute_tokens, TPB);
     /* nothing cached */
-    kvf_key other = 0x12345;
+    kvf_key other = KEY(0x12345);
     CHECK_STATUS(kvf_cache_plan(f.c, &other, 1, 100, NULL, &p), KVF_OK);
     CHECK_EQ_INT(p.hits, 0);
     CHECK_EQ_INT(p.load_blocks, 0);

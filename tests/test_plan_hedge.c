@@ -114,7 +114,7 @@ static int test_hedge(void)
         return 1;
     kvf_key keys[N];
     for (int i = 0; i < N; i++) {
-        keys[i] = 0x4ed9e000ull + (uint64_t)i * 7;
+        keys[i] = KEY(0x4ed9e000ull + (uint64_t)i * 7);
         fill(&f, (uint32_t)i, keys[i]);
         CHECK_STATUS(put1(&f, keys[i], (uint32_t)i, 50), KVF_OK);
     }

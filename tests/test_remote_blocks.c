@@ -95,7 +95,7 @@ static int test_miss_exists_delete_range(void)
     REQUIRE(r);
     uint8_t *bufs[4];
     REQUIRE(put_blocks(r, 10, 4, 1000, bufs) == 0);
-    uint64_t keys[6] = {10, 11, 12, 13, 99, 100};
+    kvf_key keys[6] = {KEY(10), KEY(11), KEY(12), KEY(13), KEY(99), KEY(100)};
     kvf_status st[6];
     CHECK_STATUS(kvf__redis_exists_batch(r, keys, 6, st), KVF_OK);
     CHECK_STATUS(st[0], KVF_OK);
@@ -115,7 +115,7 @@ static int test_miss_exists_delete_range(void)
     /* a buffer too small: RANGE for that block, nothing else harmed */
     get_blocks(r, 10, 2, 999, g, gs);
     CHECK_STATUS(gs[0], KVF_ERR_RANGE);
-    CHECK_STR_HAS(kvf_last_error(), "0xa");
+    CHECK_STR_HAS(kvf_last_error(), "0000000000000000000000000000000a");
     free_gets(g, 2);
     CHECK_STATUS(kvf__redis_get_batch(r, NULL, 1, gs), KVF_ERR_INVALID);
     CHECK_STATUS(kvf__redis_put_batch(r, NULL, 0, gs), KVF_ERR_INVALID);
@@ -143,7 +143,7 @@ static int test_namespace_and_layout(void)
     get_blocks(other_layout, 500, 3, 2048, g, st);
     for (int i = 0; i < 3; i++)
         CHECK_STATUS(st[i], KVF_ERR_MISMATCH);
-    CHECK_STR_HAS(kvf_last_error(), "kvf:team-a:00000000000001f4");
+    CHECK_STR_HAS(kvf_last_error(), "kvf:team-a:000000000000000000000000000001f4");
     free_gets(g, 3);
     get_blocks(any_layout, 500, 3, 2048, g, st);
     for (int i = 0; i < 3; i++) {
@@ -217,8 +217,10 @@ static int test_list_scan(void)
         free(bufs[i]);
     REQUIRE(put_blocks(r, 0xbad0000, 1, 100, bufs) == 0);
     free(bufs[0]);
-    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_STATUS, "SET kvf:scan:00000000000000ff junk") == 0);
-    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_INTEGER, "SETRANGE kvf:scan:%016llx 400 x",
+    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_STATUS,
+                      "SET kvf:scan:000000000000000000000000000000ff junk") == 0);
+    REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_INTEGER,
+                      "SETRANGE kvf:scan:0000000000000000%016llx 400 x",
                       0xbad0000ull) == 0); /* longer than its header says */
     REQUIRE(redis_run(s.port, NULL, REDIS_REPLY_STATUS, "SET kvf:scan:notakey x") == 0);
     redis_check_list_many(r, 0x7000000, 2500);
@@ -241,12 +243,12 @@ static int test_ttl_and_db(void)
     REQUIRE(c);
     redisReply *rep = redisCommand(c, "SELECT 3");
     freeReplyObject(rep);
-    rep = redisCommand(c, "TTL kvf:ttl:0000000000000001");
+    rep = redisCommand(c, "TTL kvf:ttl:00000000000000000000000000000001");
     CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer > 100 && rep->integer <= 120);
     freeReplyObject(rep);
     rep = redisCommand(c, "SELECT 0");
     freeReplyObject(rep);
-    rep = redisCommand(c, "EXISTS kvf:ttl:0000000000000001");
+    rep = redisCommand(c, "EXISTS kvf:ttl:00000000000000000000000000000001");
     CHECK(rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 0); /* db 3, not 0 */
     freeReplyObject(rep);
     redisFree(c);
@@ -276,12 +278,12 @@ static void *worker_main(void *arg)
         for (int i = 0; i < N; i++) {
             uint64_t key = w->base + (uint64_t)i;
             test_fill_random(bufs[i], BYTES, key * 1000 + (uint64_t)round);
-            p[i] = (kvf__redis_put){key, 4, 1, bufs[i], BYTES};
+            p[i] = (kvf__redis_put){KEY(key), 4, 1, bufs[i], BYTES};
         }
         if (kvf__redis_put_batch(w->r, p, N, st) != KVF_OK)
             w->errors++;
         for (int i = 0; i < N; i++) {
-            g[i].key = w->base + (uint64_t)i;
+            g[i].key = TKEY(w->base + (uint64_t)i);
             g[i].cap = BYTES;
         }
         if (kvf__redis_get_batch(w->r, g, N, st) != KVF_OK)

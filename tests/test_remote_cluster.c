@@ -89,7 +89,7 @@ static kvf__redis *open_cluster(const char *ns)
 
 static void key_text(char *out, size_t cap, const char *ns, uint64_t key)
 {
-    snprintf(out, cap, "kvf:%s:%016llx", ns, (unsigned long long)key);
+    snprintf(out, cap, "kvf:%s:" KVF_KEY_FMT, ns, KVF_KEY_ARGS(TKEY(key)));
 }
 
 /* The node that holds `key` now (the one answering EXISTS without MOVED). */
@@ -133,7 +133,7 @@ static void fill_puts(kvf__redis_put *p, uint8_t **bufs, uint64_t base, size_t n
         if (!bufs[i])
             bufs[i] = malloc(BYTES);
         test_fill_random(bufs[i], BYTES, seed + base + i);
-        p[i] = (kvf__redis_put){base + i, 16, 3, bufs[i], BYTES};
+        p[i] = (kvf__redis_put){KEY(base + i), 16, 3, bufs[i], BYTES};
     }
 }
 
@@ -152,7 +152,7 @@ static void *reader_main(void *arg)
     kvf__redis_get *g = calloc(rd->n, sizeof *g);
     kvf_status *st = calloc(rd->n, sizeof *st);
     for (size_t i = 0; i < rd->n; i++)
-        g[i] = (kvf__redis_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
+        g[i] = (kvf__redis_get){.key = TKEY(1 + i), .dst = malloc(BYTES), .cap = BYTES};
     while (!atomic_load(&rd->stop)) {
         kvf__redis_get_batch(rd->r, g, rd->n, st);
         for (size_t i = 0; i < rd->n; i++) {
@@ -190,7 +190,7 @@ static int test_spread_round_trip(void)
         CHECK(o >= 0);
         if (o >= 0)
             per_node[o]++;
-        g[i] = (kvf__redis_get){.key = 1 + i, .dst = malloc(BYTES), .cap = BYTES};
+        g[i] = (kvf__redis_get){.key = TKEY(1 + i), .dst = malloc(BYTES), .cap = BYTES};
     }
     for (int i = 0; i < NODES; i++)
         CHECK(per_node[i] > 10); /* every node holds a share */
@@ -271,7 +271,7 @@ static int test_ask_and_moved(void)
                     k) == 0);
 
     /* mid-migration: the old owner answers ASK for both */
-    kvf__redis_get g = {.key = 5, .dst = malloc(BYTES), .cap = BYTES};
+    kvf__redis_get g = {.key = TKEY(5), .dst = malloc(BYTES), .cap = BYTES};
     CHECK_STATUS(kvf__redis_get_batch(r, &g, 1, st), KVF_OK);
     CHECK_MEM_EQ(g.dst, bufs[0], BYTES);
     kvf__redis_put p2;
@@ -286,8 +286,8 @@ static int test_ask_and_moved(void)
     CHECK_EQ_INT(owner_of("mig", k2), b);
 
     /* moved: the handle still routes to a, which answers MOVED */
-    kvf__redis_get gs[2] = {{.key = 5, .dst = g.dst, .cap = BYTES},
-                            {.key = k2, .dst = malloc(BYTES), .cap = BYTES}};
+    kvf__redis_get gs[2] = {{.key = TKEY(5), .dst = g.dst, .cap = BYTES},
+                            {.key = TKEY(k2), .dst = malloc(BYTES), .cap = BYTES}};
     CHECK_STATUS(kvf__redis_get_batch(r, gs, 2, st), KVF_OK);
     CHECK_MEM_EQ(gs[0].dst, bufs[0], BYTES);
     CHECK_MEM_EQ(gs[1].dst, b2[0], BYTES);
@@ -326,7 +326,7 @@ static int test_node_stalled(void)
     const int victim = 0;
     kvf__redis_get g[N];
     for (int i = 0; i < N; i++)
-        g[i] = (kvf__redis_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
+        g[i] = (kvf__redis_get){.key = TKEY(1 + (uint64_t)i), .dst = malloc(BYTES), .cap = BYTES};
     REQUIRE(kill(nodes[victim].pid, SIGSTOP) == 0);
     double t0 = redis_now_s();
     CHECK_STATUS(kvf__redis_get_batch(r, g, N, st), KVF_ERR_TIMEOUT);
@@ -381,7 +381,7 @@ static int test_node_killed_and_back(void)
     /* with the node down: its blocks fail, naming it; the others succeed */
     kvf__redis_get g[N];
     for (int i = 0; i < N; i++)
-        g[i] = (kvf__redis_get){.key = 1 + (uint64_t)i, .dst = malloc(BYTES), .cap = BYTES};
+        g[i] = (kvf__redis_get){.key = TKEY(1 + (uint64_t)i), .dst = malloc(BYTES), .cap = BYTES};
     CHECK_STATUS(kvf__redis_get_batch(r, g, N, st), KVF_ERR_REMOTE);
     char name[32];
     snprintf(name, sizeof name, "127.0.0.1:%d", nodes[victim].port);

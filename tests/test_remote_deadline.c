@@ -108,7 +108,7 @@ static int test_stopped_server(void)
     test_fill_random(want, (size_t)N * bb, 17);
     for (uint32_t i = 0; i < N; i++) {
         memcpy(slot(e, i), want + (size_t)i * bb, bb);
-        mv[i] = (kvf_move){i, 0x9000 + i, 0};
+        mv[i] = TO_KEY(i, 0x9000 + i);
     }
     kvf_ticket t;
     REQUIRE(kvf_offload(e, KVF_TIER_REMOTE, mv, N, &t) == KVF_OK);
@@ -118,7 +118,7 @@ static int test_stopped_server(void)
     REQUIRE(e);
     for (uint32_t i = 0; i < N; i++) {
         memset(slot(e, i), POISON, bb);
-        mv[i] = (kvf_move){0x9000 + i, i, 0};
+        mv[i] = FROM_KEY(0x9000 + i, i);
     }
 
     capture_reset();
@@ -142,7 +142,7 @@ static int test_stopped_server(void)
     snprintf(node, sizeof node, "127.0.0.1:%d", s.port);
     pthread_mutex_lock(&cap.mu);
     CHECK_STR_HAS(cap.text, node);
-    CHECK_STR_HAS(cap.text, "kvf:deadline:00000000000090");
+    CHECK_STR_HAS(cap.text, "kvf:deadline:000000000000000000000000000090");
     pthread_mutex_unlock(&cap.mu);
 
     /* running again: the timed-out connections were dropped, new ones work */
@@ -216,7 +216,7 @@ static int test_trickling_server(void)
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", t.port);
     kvf_engine *e = open_engine(url, "trickle", 4, TIMEOUT_MS);
     REQUIRE(e);
-    kvf_move mv[2] = {{0x51, 0, 0}, {0x52, 1, 0}};
+    kvf_move mv[2] = {FROM_KEY(0x51, 0), FROM_KEY(0x52, 1)};
     kvf_status per[2];
     capture_reset();
     double t0 = now_s();
@@ -229,7 +229,7 @@ static int test_trickling_server(void)
     CHECK_STATUS(per[0], KVF_ERR_TIMEOUT);
     CHECK_STATUS(per[1], KVF_ERR_TIMEOUT);
     pthread_mutex_lock(&cap.mu);
-    CHECK_STR_HAS(cap.text, "kvf:trickle:0000000000000051");
+    CHECK_STR_HAS(cap.text, "kvf:trickle:00000000000000000000000000000051");
     pthread_mutex_unlock(&cap.mu);
     kvf_engine_destroy(e);
     pthread_join(th, NULL);
@@ -250,7 +250,7 @@ static int test_unreachable_log(void)
     kvf_log_set_rate_limit(5, 10000); /* the default */
     capture_reset();
     for (uint32_t i = 0; i < 20; i++) {
-        kvf_move m = {0x70 + i, i % 4, 0};
+        kvf_move m = FROM_KEY(0x70 + i, i % 4);
         kvf_ticket tk;
         REQUIRE(kvf_onboard(e, KVF_TIER_REMOTE, &m, 1, &tk) == KVF_OK);
         CHECK_STATUS(kvf_wait(e, tk, NULL), KVF_ERR_REMOTE);

@@ -17,18 +17,20 @@ static int test_corrupt_values(void)
     REQUIRE(put_blocks(r, 40, 5, 4096, bufs) == 0);
     /* 41: garbage; 42: a flipped payload byte; 43: a flipped header byte;
      * 44: the value of another key */
-    CHECK(redis_run(server.port, NULL, REDIS_REPLY_STATUS, "SET kvf:corrupt:%016x garbage", 41) ==
-          0);
+    CHECK(redis_run(server.port, NULL, REDIS_REPLY_STATUS,
+                    "SET kvf:corrupt:0000000000000000%016x garbage", 41) == 0);
     redisContext *c = redis_connect(server.port, NULL);
     REQUIRE(c);
     for (int k = 42; k <= 44; k++) {
-        redisReply *rep = redisCommand(c, "GET kvf:corrupt:%016x", k == 44 ? 40 : k);
+        redisReply *rep =
+            redisCommand(c, "GET kvf:corrupt:0000000000000000%016x", k == 44 ? 40 : k);
         REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
         if (k == 42)
             rep->str[KVF_BLOCK_HEADER_BYTES + 100] ^= 0x10;
         if (k == 43)
             rep->str[30] ^= 0x01;
-        redisReply *set = redisCommand(c, "SET kvf:corrupt:%016x %b", k, rep->str, rep->len);
+        redisReply *set =
+            redisCommand(c, "SET kvf:corrupt:0000000000000000%016x %b", k, rep->str, rep->len);
         CHECK(set && set->type == REDIS_REPLY_STATUS);
         freeReplyObject(set);
         freeReplyObject(rep);
@@ -44,8 +46,8 @@ static int test_corrupt_values(void)
     free_gets(g, 5);
     /* the batch's error names the first bad block and the node */
     get_blocks(r, 41, 1, 4096, g, st);
-    CHECK_STR_HAS(kvf_last_error(), "block 0x29");
-    CHECK_STR_HAS(kvf_last_error(), "kvf:corrupt:0000000000000029");
+    CHECK_STR_HAS(kvf_last_error(), "block 00000000000000000000000000000029");
+    CHECK_STR_HAS(kvf_last_error(), "kvf:corrupt:00000000000000000000000000000029");
     char node[32];
     snprintf(node, sizeof node, "127.0.0.1:%d", server.port);
     CHECK_STR_HAS(kvf_last_error(), node);
@@ -75,7 +77,7 @@ static int oversize_child(int port)
     get_blocks(r, 0x60, 1, 4096, g, st);
     getrusage(RUSAGE_SELF, &after);
     CHECK_STATUS(st[0], KVF_ERR_CORRUPT);
-    CHECK_STR_HAS(kvf_last_error(), "kvf:big:0000000000000060");
+    CHECK_STR_HAS(kvf_last_error(), "kvf:big:00000000000000000000000000000060");
     char node[32];
     snprintf(node, sizeof node, "127.0.0.1:%d", port);
     CHECK_STR_HAS(kvf_last_error(), node);
@@ -97,8 +99,8 @@ static int test_oversize_value(void)
     REQUIRE(put_blocks(r, 0x60, 1, 4096, bufs) == 0);
     /* SETRANGE pads the valid block with zeros up to 64 MiB, without the
      * value passing through this process */
-    CHECK(redis_run(server.port, NULL, REDIS_REPLY_INTEGER, "SETRANGE kvf:big:%016x %d x", 0x60,
-                    BIG - 1) == 0);
+    CHECK(redis_run(server.port, NULL, REDIS_REPLY_INTEGER,
+                    "SETRANGE kvf:big:0000000000000000%016x %d x", 0x60, BIG - 1) == 0);
     char port[16];
     snprintf(port, sizeof port, "%d", server.port);
     fflush(NULL);
@@ -111,9 +113,11 @@ static int test_oversize_value(void)
     int ws;
     REQUIRE(waitpid(pid, &ws, 0) == pid);
     CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-    CHECK(redis_run(server.port, NULL, REDIS_REPLY_INTEGER, "STRLEN kvf:big:%016x", 0x60) == 0);
+    CHECK(redis_run(server.port, NULL, REDIS_REPLY_INTEGER, "STRLEN kvf:big:0000000000000000%016x",
+                    0x60) == 0);
     /* an empty value is no block: a miss */
-    CHECK(redis_run(server.port, NULL, REDIS_REPLY_STATUS, "SET kvf:big:%016x %s", 0x61, "") == 0);
+    CHECK(redis_run(server.port, NULL, REDIS_REPLY_STATUS, "SET kvf:big:0000000000000000%016x %s",
+                    0x61, "") == 0);
     kvf__redis_get g[1];
     kvf_status st[1];
     get_blocks(r, 0x61, 1, 4096, g, st);
@@ -196,7 +200,7 @@ static int test_stalled_server(void)
     free_gets(g, 4);
     /* a new connection (the stalled one was dropped) times out too */
     t0 = redis_now_s();
-    kvf__redis_put p = {9, 1, 1, bufs[0], 8192};
+    kvf__redis_put p = {KEY(9), 1, 1, bufs[0], 8192};
     CHECK_STATUS(kvf__redis_put_batch(r, &p, 1, st), KVF_ERR_TIMEOUT);
     CHECK(redis_now_s() - t0 < 3.0);
     kill(s.pid, SIGCONT);

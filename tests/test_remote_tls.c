@@ -77,8 +77,8 @@ static void round_trip(kvf__store *s, size_t n, size_t bytes, uint64_t seed)
         test_fill_random(src[i], b, seed + i);
         memset(dst[i], 0xe7, b);
         w[i] = (kvf__store_block){
-            .key = seed + i, .tokens = 16, .pools = 2, .buf = src[i], .payload_bytes = b};
-        r[i] = (kvf__store_block){.key = seed + i, .buf = dst[i], .cap = b};
+            .key = TKEY(seed + i), .tokens = 16, .pools = 2, .buf = src[i], .payload_bytes = b};
+        r[i] = (kvf__store_block){.key = TKEY(seed + i), .buf = dst[i], .cap = b};
     }
     CHECK_STATUS(s->ops->write(s, w, n, 0), KVF_OK);
     CHECK_STATUS(s->ops->read(s, r, n, 0), KVF_OK);
@@ -163,7 +163,8 @@ static int test_refused(void)
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", server.tls_port);
     if (open_store(url, &s) == KVF_OK) {
         uint8_t b[16] = {0};
-        kvf__store_block w = {.key = 1, .tokens = 1, .pools = 1, .buf = b, .payload_bytes = 16};
+        kvf__store_block w = {
+            .key = TKEY(1), .tokens = 1, .pools = 1, .buf = b, .payload_bytes = 16};
         double t0 = redis_now_s();
         CHECK(s->ops->write(s, &w, 1, 0) != KVF_OK);
         CHECK(redis_now_s() - t0 < 10);
@@ -243,7 +244,7 @@ static int test_engine_says_no_password(void)
         size_t bb = 0;
         kvf_geometry_block_bytes(&g, &bb);
         test_fill_random(slot, bb, 77);
-        kvf_move mv = {0, 0x77, 0};
+        kvf_move mv = TO_KEY(0, 0x77);
         kvf_ticket t;
         kvf_status st = kvf_offload(e, KVF_TIER_REMOTE, &mv, 1, &t);
         if (st == KVF_OK)

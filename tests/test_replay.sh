@@ -131,7 +131,7 @@ zero "errors" "$(field errors "$tmp/disk.json")"
 # damage every stored block behind the cache's back: each get of one is
 # refused (checksum), counted as a failure and recomputed, never served
 for f in "$tmp"/d2/replay/*.kvf; do
-    printf '\377' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
+    printf '\377' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
 done
 if KVF_LOG=error "$kvf" replay "$tmp/mixed.jsonl" $geo --gpu-blocks 48 --host-blocks 0 \
     --disk "$tmp/d2" --disk-blocks 1024 --json "$tmp/corrupt.json" >/dev/null 2>"$tmp/corrupt.err"; then

@@ -35,16 +35,19 @@ static int test_valid(void)
     CHECK(!q.has_keys && q.salt == 0);
     kvf_trace_req_free(&q);
 
-    REQUIRE(parse("{\"blocks\": [\"0x9f\", 42, \"ABCDEF0123456789\", 18446744073709551615], "
+    REQUIRE(parse("{\"blocks\": [\"0x9f\", 42, \"ABCDEF0123456789\", 18446744073709551615, "
+                  "\"0x1ABCDEF0123456789fffffffffffffff\"], "
                   "\"id\": 7, \"priority\": 90, \"salt\": \"lora-a\", \"extra\": {\"a\": [1, "
                   "{\"b\": null}, true, false, -1.5e-3, \"\\u00e9\\ud83d\\ude00\"]}}\r\n",
                   &q, err, sizeof err) == 1);
     CHECK(q.has_keys);
-    CHECK_EQ_U64(q.n_keys, 4);
-    CHECK_EQ_U64(q.keys[0], 0x9f);
-    CHECK_EQ_U64(q.keys[1], 42);
-    CHECK_EQ_U64(q.keys[2], 0xABCDEF0123456789ull);
-    CHECK_EQ_U64(q.keys[3], UINT64_MAX);
+    CHECK_EQ_U64(q.n_keys, 5);
+    CHECK(kvf_key_eq(q.keys[0], KEY(0x9f)));
+    CHECK(kvf_key_eq(q.keys[1], KEY(42)));
+    CHECK(kvf_key_eq(q.keys[2], KEY(0xABCDEF0123456789ull)));
+    CHECK(kvf_key_eq(q.keys[3], KEY(UINT64_MAX)));
+    /* 32 hex digits are the whole key, hi then lo */
+    CHECK(kvf_key_eq(q.keys[4], ((kvf_key){0x1ABCDEF012345678ull, 0x9ffffffffffffffful})));
     CHECK(!strcmp(q.id, "7"));
     CHECK_EQ_U64(q.priority, 90);
     CHECK_EQ_U64(q.salt, kvf_key_salt("lora-a"));
@@ -79,8 +82,8 @@ static int test_malformed(void)
         {"{\"tokens\": [1e3]}", "token id is an integer"},
         {"{\"tokens\": \"1 2\"}", "expected '[' (an array)"},
         {"{\"blocks\": [\"0xzz\"]}", "not a hex key"},
-        {"{\"blocks\": [\"0x\"]}", "1-16 hex digits"},
-        {"{\"blocks\": [\"0x12345678901234567\"]}", "1-16 hex digits"},
+        {"{\"blocks\": [\"0x\"]}", "1-32 hex digits"},
+        {"{\"blocks\": [\"0x123456789012345678901234567890123\"]}", "1-32 hex digits"},
         {"{\"blocks\": [0]}", "key 0 is not a block key"},
         {"{\"blocks\": [18446744073709551616]}", "a key is a hex string or an integer"},
         {"{\"tokens\": [1], \"blocks\": [1]}", "not both"},

@@ -155,8 +155,8 @@ static int test_volume_server_killed(void)
             continue;
         failed++;
         CHECK(b[i].status == KVF_ERR_REMOTE || b[i].status == KVF_ERR_TIMEOUT);
-        char name[32];
-        snprintf(name, sizeof name, "remote block 0x%llx", (unsigned long long)b[i].key);
+        char name[64];
+        snprintf(name, sizeof name, "remote block " KVF_KEY_FMT, KVF_KEY_ARGS(TKEY(b[i].key)));
         CHECK(strstr(b[i].msg, name) != NULL);
     }
     fprintf(stderr, "volume server down: %zu of %d blocks failed in %.2f s%s%s\n", failed, NBLK,
@@ -168,7 +168,7 @@ static int test_volume_server_killed(void)
     bool wrote[8];
     for (size_t i = 0; i < 8; i++) {
         wrote[i] = w[i].status == KVF_OK;
-        CHECK(wrote[i] || strstr(w[i].msg, "remote block 0x3") != NULL);
+        CHECK(wrote[i] || strstr(w[i].msg, "remote block 0000000000000000000000000000030") != NULL);
     }
 
     REQUIRE((cl.volume[0] = start_volume(0)) > 0);

@@ -304,8 +304,8 @@ static int test_forbidden_midway(void)
     CHECK_STATUS(s->ops->write(s, k.b, k.n, 0), KVF_ERR_REMOTE);
     for (size_t i = 0; i < k.n; i++) {
         CHECK_STATUS(k.b[i].status, KVF_ERR_REMOTE);
-        char name[32];
-        snprintf(name, sizeof name, "remote block 0x%llx", (unsigned long long)k.b[i].key);
+        char name[64];
+        snprintf(name, sizeof name, "remote block " KVF_KEY_FMT, KVF_KEY_ARGS(TKEY(k.b[i].key)));
         CHECK(strstr(k.b[i].msg, name) && strstr(k.b[i].msg, "HTTP 403 AccessDenied"));
     }
     CHECK_EQ_INT(atomic_load(&px.requests), 6); /* never retried */

@@ -140,7 +140,7 @@ static int test_list_continues(void)
     uint64_t *payload = calloc(N, sizeof *payload);
     for (size_t i = 0; i < N; i++) {
         payload[i] = i * 0x9e3779b97f4a7c15ull;
-        blk[i] = (kvf__store_block){.key = 0x1000 + i,
+        blk[i] = (kvf__store_block){.key = TKEY(0x1000 + i),
                                     .tokens = 1,
                                     .pools = 1,
                                     .buf = &payload[i],
@@ -196,7 +196,8 @@ static int test_server_killed(void)
     double took = (double)(kvf__now_ns() - t0) / 1e9;
     CHECK(st == KVF_ERR_REMOTE || st == KVF_ERR_TIMEOUT);
     CHECK_EQ_INT(ok, 0);
-    CHECK(strstr(msg, "remote block 0x2") != NULL && strstr(msg, "PUT") != NULL);
+    CHECK(strstr(msg, "remote block 0000000000000000000000000000020") != NULL &&
+          strstr(msg, "PUT") != NULL);
     CHECK(strstr(msg, S3_SECRET_ESCAPED) == NULL);
     /* a refused connection is retried with backoff and then fails, long
      * before the 3 s timeout */
@@ -239,13 +240,13 @@ static int test_engine_remote_tier(void)
         test_fill_random(p, bytes, 0xe000 + i);
         REQUIRE(kvf_engine_slot_ptr(e[1], 0, KVF_LEVEL_PRIMARY, i, &p) == KVF_OK);
         memset(p, 0xc3, bytes);
-        mv[i] = (kvf_move){i, 0xe000 + i, g.tokens_per_block};
+        mv[i] = test_move(KVF_TIER_REMOTE, true, i, 0xe000 + i, g.tokens_per_block);
     }
     kvf_ticket t;
     CHECK_STATUS(kvf_offload(e[0], KVF_TIER_REMOTE, mv, 8, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(e[0], t, NULL), KVF_OK);
     for (uint32_t i = 0; i < 8; i++)
-        mv[i] = (kvf_move){0xe000 + i, 7 - i, g.tokens_per_block};
+        mv[i] = test_move(KVF_TIER_REMOTE, false, 0xe000 + i, 7 - i, g.tokens_per_block);
     CHECK_STATUS(kvf_onboard(e[1], KVF_TIER_REMOTE, mv, 8, &t), KVF_OK);
     CHECK_STATUS(kvf_wait(e[1], t, NULL), KVF_OK);
     uint8_t *want = malloc(bytes);

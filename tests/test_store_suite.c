@@ -44,7 +44,7 @@ struct store_fixture {
     void (*stop)(store_fixture *f);
     /* XORs mask into byte `offset` of the stored value of (ns, key),
      * offset 0 the header's first byte: 0 or -1. */
-    int (*poke)(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask);
+    int (*poke)(store_fixture *f, const char *ns, kvf_key key, size_t offset, uint8_t mask);
     /* whether its list visits the stored blocks (else it refuses to list) */
     bool lists;
     char dir[256];
@@ -71,10 +71,10 @@ static void file_stop(store_fixture *f)
     test_rmtree(f->dir);
 }
 
-static int file_poke(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask)
+static int file_poke(store_fixture *f, const char *ns, kvf_key key, size_t offset, uint8_t mask)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/%s/%016llx.kvf", f->dir, ns, (unsigned long long)key);
+    snprintf(path, sizeof path, "%s/%s/" KVF_KEY_FMT ".kvf", f->dir, ns, KVF_KEY_ARGS(TKEY(key)));
     int fd = open(path, O_RDWR);
     uint8_t b;
     int rc = fd >= 0 && pread(fd, &b, 1, (off_t)offset) == 1 ? 0 : -1;
@@ -96,10 +96,10 @@ static int mem_start(store_fixture *f, char *url, size_t cap)
     return 0;
 }
 
-static int mem_poke(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask)
+static int mem_poke(store_fixture *f, const char *ns, kvf_key key, size_t offset, uint8_t mask)
 {
     (void)f;
-    return kvf__mem_store_poke("suite", ns, key, offset, mask) == KVF_OK ? 0 : -1;
+    return kvf__mem_store_poke("suite", ns, TKEY(key), offset, mask) == KVF_OK ? 0 : -1;
 }
 
 /* ---- redis:// on a real server ------------------------------------------------ */
@@ -133,10 +133,10 @@ static int rediss_start(store_fixture *f, char *url, size_t cap)
     return 0;
 }
 
-static int redis_poke(store_fixture *f, const char *ns, uint64_t key, size_t offset, uint8_t mask)
+static int redis_poke(store_fixture *f, const char *ns, kvf_key key, size_t offset, uint8_t mask)
 {
     char name[128];
-    snprintf(name, sizeof name, "kvf:%s:%016llx", ns, (unsigned long long)key);
+    snprintf(name, sizeof name, "kvf:%s:" KVF_KEY_FMT, ns, KVF_KEY_ARGS(TKEY(key)));
     redisContext *c = redis_connect(f->tls.plain.port, NULL);
     if (!c)
         return -1;
@@ -177,11 +177,11 @@ static void s3_stop(store_fixture *f)
     test_rmtree(f->s3.dir);
 }
 
-static int s3_poke_block(store_fixture *f, const char *ns, uint64_t key, size_t offset,
-                         uint8_t mask)
+static int s3_poke_block(store_fixture *f, const char *ns, kvf_key key, size_t offset, uint8_t mask)
 {
     char path[256];
-    snprintf(path, sizeof path, "kvf/suite/blocks/%s/%016llx.kvf", ns, (unsigned long long)key);
+    snprintf(path, sizeof path, "kvf/suite/blocks/%s/" KVF_KEY_FMT ".kvf", ns,
+             KVF_KEY_ARGS(TKEY(key)));
     return s3_poke(&f->s3, path, offset, mask);
 }
 #endif
@@ -213,9 +213,13 @@ typedef struct suite {
     size_t bytes[NBLK];
 } suite;
 
-static uint64_t key_of(size_t i)
+/* Block i's key. Blocks come in pairs whose keys share the low half and
+ * differ in the high one, and the pairs share their high halves: a store
+ * that kept 64 bits of a key anywhere (a name, a map, a header) would give
+ * one block's bytes for the other. */
+static kvf_key key_of(size_t i)
 {
-    return 0x5e1f000000ull + i * 0x10001ull;
+    return (kvf_key){i % 2 ? 0x5e1f0000a11ceull : 0, 0x5e1f000000ull + i / 2 * 0x10001ull};
 }
 
 static kvf__store *open_store(const char *url, const char *ns, uint64_t fp)
@@ -254,14 +258,14 @@ static void write_blocks(suite *t, size_t first, size_t last, uint64_t seed)
 
 /* Reads keys[0..n) into poisoned buffers of `cap` bytes (0: each block's
  * own size) with store s; fills status. */
-static void read_blocks(kvf__store *s, const uint64_t *keys, size_t n, size_t cap,
+static void read_blocks(kvf__store *s, const kvf_key *keys, size_t n, size_t cap,
                         kvf__store_block *blk, uint8_t **bufs)
 {
     for (size_t i = 0; i < n; i++) {
         bufs[i] = malloc(cap ? cap : (96 << 10) + 1);
         memset(bufs[i], 0xcd, cap ? cap : (96 << 10) + 1);
-        blk[i] =
-            (kvf__store_block){.key = keys[i], .buf = bufs[i], .cap = cap ? cap : (96 << 10) + 1};
+        blk[i] = (kvf__store_block){
+            .key = TKEY(keys[i]), .buf = bufs[i], .cap = cap ? cap : (96 << 10) + 1};
     }
     s->ops->read(s, blk, n, 0);
 }
@@ -275,7 +279,7 @@ static void free_bufs(uint8_t **bufs, size_t n)
 /* Every stored block comes back byte for byte with its tokens and pools. */
 static void check_all_read(suite *t)
 {
-    uint64_t keys[NBLK];
+    kvf_key keys[NBLK];
     kvf__store_block blk[NBLK];
     uint8_t *bufs[NBLK];
     for (size_t i = 0; i < NBLK; i++)
@@ -301,7 +305,7 @@ static void test_round_trip(suite *t)
 
 static void test_miss_and_exists(suite *t)
 {
-    uint64_t keys[3] = {key_of(0), 0xab5e47ull, key_of(1)};
+    kvf_key keys[3] = {key_of(0), KEY(0xab5e47ull), key_of(1)};
     kvf__store_block blk[3];
     uint8_t *bufs[3];
     read_blocks(t->s, keys, 3, 0, blk, bufs);
@@ -310,7 +314,7 @@ static void test_miss_and_exists(suite *t)
     CHECK_STATUS(blk[2].status, KVF_OK);
     free_bufs(bufs, 3);
     for (size_t i = 0; i < 3; i++)
-        blk[i] = (kvf__store_block){.key = keys[i]};
+        blk[i] = (kvf__store_block){.key = TKEY(keys[i])};
     CHECK_STATUS(t->s->ops->exists(t->s, blk, 3, 0), KVF_OK); /* a miss is no failure */
     CHECK_STATUS(blk[0].status, KVF_OK);
     CHECK_STATUS(blk[1].status, KVF_ERR_NOT_FOUND);
@@ -324,7 +328,7 @@ static void test_range(suite *t)
     for (size_t i = 1; i < NBLK; i++)
         if (t->bytes[i] > t->bytes[big])
             big = i;
-    uint64_t key = key_of(big);
+    kvf_key key = key_of(big);
     kvf__store_block blk[1];
     uint8_t *bufs[1];
     read_blocks(t->s, &key, 1, t->bytes[big] - 1, blk, bufs);
@@ -343,7 +347,7 @@ static void test_damage(suite *t)
         if (offsets[k] >= HDR + t->bytes[victim])
             continue;
         REQUIRE(t->f->poke(t->f, NS, key_of(victim), offsets[k], 0x41) == 0);
-        uint64_t keys[3] = {key_of(victim - 1), key_of(victim), key_of(victim + 1)};
+        kvf_key keys[3] = {key_of(victim - 1), key_of(victim), key_of(victim + 1)};
         kvf__store_block blk[3];
         uint8_t *bufs[3];
         read_blocks(t->s, keys, 3, 0, blk, bufs);
@@ -367,7 +371,7 @@ static void test_foreign(suite *t)
     kvf__store *other_layout = open_store(t->url, NS, FP + 1);
     kvf__store *other_ns = open_store(t->url, OTHER_NS, FP);
     REQUIRE(other_layout && other_ns);
-    uint64_t key = key_of(0);
+    kvf_key key = key_of(0);
     kvf__store_block blk[1];
     uint8_t *bufs[1];
     read_blocks(other_layout, &key, 1, 0, blk, bufs);
@@ -390,7 +394,7 @@ static void list_visit(void *arg, const kvf__store_entry *e)
 {
     listed *l = arg;
     for (size_t i = 0; i < NBLK; i++)
-        if (e->key == key_of(i)) {
+        if (kvf_key_eq(e->key, key_of(i))) {
             l->seen[i]++;
             CHECK(e->payload_bytes == l->t->bytes[i]);
             CHECK(e->tokens == i + 1 && e->pools == i % 3 + 1);
@@ -416,7 +420,7 @@ static void test_list(suite *t, size_t removed_below)
 
 static void test_remove(suite *t)
 {
-    uint64_t keys[4] = {key_of(0), key_of(1), key_of(2), 0xab5e47ull};
+    kvf_key keys[4] = {key_of(0), key_of(1), key_of(2), KEY(0xab5e47ull)};
     kvf_status status[4];
     CHECK_STATUS(kvf__store_remove(t->s, keys, 4, 0, status), KVF_OK);
     for (size_t i = 0; i < 4; i++)
@@ -456,7 +460,7 @@ static void staged_init(staged *g, uint64_t key0, size_t fail_at)
     memset(g->buf, 0xcd, STAGED * g->slot);
     g->fail_at = fail_at;
     for (size_t j = 0; j < STAGED; j++)
-        g->blk[j] = (kvf__store_block){.key = key0 + j,
+        g->blk[j] = (kvf__store_block){.key = KEY(key0 + j),
                                        .buf = g->buf + j * g->slot + HDR,
                                        .cap = g->slot - HDR,
                                        .staged = true};
@@ -528,11 +532,11 @@ static void test_staged_hooks(suite *t)
     const kvf__store_hooks bh = {staged_fill, NULL, &bad};
     CHECK(kvf__store_write(t->s, bad.blk, 2, 0, &bh) != KVF_OK);
     CHECK_STATUS(bad.blk[1].status, KVF_ERR_IO);
-    char key_hex[32];
-    snprintf(key_hex, sizeof key_hex, "0x%llx", (unsigned long long)(key0 + 0x101));
+    char key_hex[KVF_KEY_STR_BYTES];
+    kvf_key_format(KEY(key0 + 0x101), key_hex);
     CHECK_STR_HAS(bad.blk[1].msg, key_hex);
     CHECK_STR_HAS(bad.blk[1].msg, "poisoned source");
-    uint64_t gone = key0 + 0x101;
+    kvf_key gone = KEY(key0 + 0x101);
     kvf_status st;
     CHECK_STATUS(kvf__store_exists(t->s, &gone, 1, 0, &st), KVF_OK);
     CHECK_STATUS(st, KVF_ERR_NOT_FOUND);
@@ -541,7 +545,7 @@ static void test_staged_hooks(suite *t)
      * refused by the hook */
     staged r;
     staged_init(&r, key0, 4);
-    r.blk[3].key = 0x57a6ffffffull;
+    r.blk[3].key = KEY(0x57a6ffffffull);
     const kvf__store_hooks rh = {staged_fill, staged_done, &r};
     kvf__store_read(t->s, r.blk, STAGED, 0, &rh);
     for (size_t j = 0; j < STAGED; j++) {
@@ -559,10 +563,10 @@ static void test_staged_hooks(suite *t)
         CHECK(r.blk[j].tokens == j + 1 && r.blk[j].pools == 2);
         CHECK(test_mem_diff(r.blk[j].buf, w.want[j], w.blk[j].payload_bytes) == SIZE_MAX);
     }
-    uint64_t keys[STAGED + 1];
+    kvf_key keys[STAGED + 1];
     for (size_t j = 0; j < STAGED; j++)
-        keys[j] = key0 + j;
-    keys[STAGED] = key0 + 0x100; /* stored where the store filled it alone */
+        keys[j] = KEY(key0 + j);
+    keys[STAGED] = KEY(key0 + 0x100); /* stored where the store filled it alone */
     kvf_status status[STAGED + 1];
     CHECK_STATUS(kvf__store_remove(t->s, keys, STAGED + 1, 0, status), KVF_OK);
     staged_free(&w);

@@ -116,10 +116,12 @@ static void *run(void *arg)
                 }
                 src[i] = s;
                 if (off) {
-                    mv[i] = (kvf_move){base + s, file ? kbase + dst[i] : base + dst[i], 0};
+                    mv[i] = test_move(file ? KVF_TIER_DISK : KVF_TIER_HOST, true, base + s,
+                                      file ? kbase + dst[i] : base + dst[i], 0);
                     (file ? m->file : m->sec)[dst[i]] = tag;
                 } else {
-                    mv[i] = (kvf_move){file ? kbase + s : base + s, base + dst[i], 0};
+                    mv[i] = test_move(file ? KVF_TIER_DISK : KVF_TIER_HOST, false,
+                                      file ? kbase + s : base + s, base + dst[i], 0);
                     m->prim[dst[i]] = tag;
                 }
             }
@@ -210,7 +212,7 @@ int main(void)
         for (uint32_t k = 0; k < KEYS / 2; k++) {
             if (!m[t].file[k])
                 continue;
-            kvf_move mv = {0x51000 + (uint64_t)t * (KEYS / 2) + k, 0, 0};
+            kvf_move mv = FROM_KEY(0x51000 + (uint64_t)t * (KEYS / 2) + k, 0);
             kvf_ticket tk;
             CHECK_STATUS(kvf_onboard(engine, KVF_TIER_DISK, &mv, 1, &tk), KVF_OK);
             CHECK_STATUS(kvf_wait(engine, tk, NULL), KVF_OK);

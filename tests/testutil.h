@@ -31,6 +31,38 @@
 
 #define TEST_SKIP 77
 
+/* Block keys in tests: KEY(n) is {0, n}, so that a test's numbers read as
+ * before; tests of the key's width build {hi, lo} themselves. KEY_SEED
+ * folds both halves into a test_fill_random seed (hi 0: the low half). */
+#define KEY(n) ((kvf_key){0, (uint64_t)(n)})
+#define KEY_SEED(k) ((k).lo ^ (k).hi * 0x9E3779B97F4A7C15ull)
+static inline kvf_key test_key_u64(uint64_t n)
+{
+    return KEY(n);
+}
+static inline kvf_key test_key_same(kvf_key k)
+{
+    return k;
+}
+/* A key from a number or a key: for fixtures whose callers name blocks
+ * either way. */
+#define TKEY(x) _Generic((x), kvf_key : test_key_same, default : test_key_u64)(x)
+/* A DISK or REMOTE move: an offload of a slot to a key, an onboard of a
+ * key to a slot (src / dst 0 on the stored side). */
+/* A move to (into_tier) or from `tier` in the numbering of tests written
+ * for 64-bit keys: where the tier is DISK or REMOTE, the number on its side
+ * is the block KEY(n). */
+static inline kvf_move test_move(kvf_tier tier, bool into_tier, uint64_t src, uint64_t dst,
+                                 uint32_t tokens)
+{
+    if (tier != KVF_TIER_DISK && tier != KVF_TIER_REMOTE)
+        return (kvf_move){.src = src, .dst = dst, .tokens = tokens};
+    return into_tier ? (kvf_move){.src = src, .tokens = tokens, .key = KEY(dst)}
+                     : (kvf_move){.dst = dst, .tokens = tokens, .key = KEY(src)};
+}
+#define TO_KEY(slot, k) ((kvf_move){.src = (slot), .key = TKEY((k))})
+#define FROM_KEY(k, slot) ((kvf_move){.dst = (slot), .key = TKEY((k))})
+
 static int test_failures;
 static int test_runs;
 static int test_skips;

@@ -45,8 +45,8 @@ vg 0 replay --gen mixed --requests 24 --seed 5 $geo --gpu-blocks 32 --host-block
 # (foreign: its header names the first) and a file that is no block
 vg 0 fsck "$tmp/files"
 set -- "$tmp"/files/bench/*.kvf
-printf '\377' | dd of="$1" bs=1 seek=100 conv=notrunc 2>/dev/null
-: >"$tmp/files/bench/.000000000000abcd.999999999.1.tmp"
+printf '\377' | dd of="$1" bs=1 seek=200 conv=notrunc 2>/dev/null
+: >"$tmp/files/bench/.0000000000000000000000000000abcd.999999999.1.tmp"
 mkdir "$tmp/files/other"
 mv "$2" "$tmp/files/other/"
 echo "not a block" >"$tmp/files/bench/notes.txt"

@@ -1204,10 +1204,16 @@ static int bench_one(bench_opts o, bench_result *res)
             perm[first + j] = tmp;
         }
     }
-    uint64_t key_base = o.mode == MODE_DRAM ? 0 : 0x6b7666000000ull;
+    /* DRAM: secondary slots perm[i]; files: keys, named by perm[i] */
     for (uint32_t i = 0; i < o.blocks; i++) {
-        off_moves[i] = (kvf_move){i, key_base + perm[i], o.tokens};
-        on_moves[i] = (kvf_move){key_base + perm[i], i, o.tokens};
+        if (o.mode == MODE_DRAM) {
+            off_moves[i] = (kvf_move){.src = i, .dst = perm[i], .tokens = o.tokens};
+            on_moves[i] = (kvf_move){.src = perm[i], .dst = i, .tokens = o.tokens};
+        } else {
+            kvf_key key = {0x6b7666, perm[i] + 1u};
+            off_moves[i] = (kvf_move){.src = i, .tokens = o.tokens, .key = key};
+            on_moves[i] = (kvf_move){.dst = i, .tokens = o.tokens, .key = key};
+        }
     }
     kvf_tier tier = o.mode == MODE_DRAM ? KVF_TIER_HOST : KVF_TIER_DISK;
     if (files && ceiling_open(&fc, dir, useful / o.blocks, perm, &o) != 0)

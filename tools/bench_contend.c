@@ -251,7 +251,7 @@ static int kvf_small(void *ctx, uint32_t rep)
 {
     kvf_side *s = ctx;
     for (uint32_t i = 0; i < s->o->blocks; i++)
-        s->on[i] = (kvf_move){i, (uint64_t)s->o->blocks * rep + i, 0};
+        s->on[i] = (kvf_move){.src = i, .dst = (uint64_t)s->o->blocks * rep + i};
     kvf_ticket t;
     kvf_status st = kvf_onboard(s->e, KVF_TIER_HOST, s->on, s->o->blocks, &t);
     if (st == KVF_OK)
@@ -291,7 +291,7 @@ static int kvf_evict_prep(void *ctx, uint32_t rep)
         return 0;
     uint32_t base = B * s->o->reps;
     for (uint32_t i = 0; i < s->nevict; i++)
-        s->evict[i] = (kvf_move){i < B ? B * rep + i : base + i, B + i, 0};
+        s->evict[i] = (kvf_move){.src = i < B ? B * rep + i : base + i, .dst = B + i};
     if (kvf_offload(s->e, KVF_TIER_HOST, s->evict, s->nevict, &s->evict_t) != KVF_OK) {
         fprintf(stderr, "kvferry bench: eviction %u: %s\n", rep, kvf_last_error());
         return -1;
@@ -420,7 +420,7 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     }
     for (uint32_t k = 0; k < D; k++)
         for (uint32_t i = 0; i < L; i++)
-            s->off[k][i] = (kvf_move){base + k * L + i, o->blocks + k * L + i, 0};
+            s->off[k][i] = (kvf_move){.src = base + k * L + i, .dst = o->blocks + k * L + i};
     uint64_t seed = o->seed ^ block_bytes;
     kvf_bench_fill_random(s->orig, block_bytes * o->blocks, &seed);
     /* the sources get there as an engine's blocks would: offloaded, from
@@ -428,7 +428,7 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     if (kvf_bench_slot_io(s->e, 0, 0, s->orig, block_bytes * o->blocks, true))
         return -1;
     for (uint32_t i = 0; i < o->blocks; i++)
-        s->on[i] = (kvf_move){i, i, 0};
+        s->on[i] = (kvf_move){.src = i, .dst = i};
     kvf_ticket t;
     kvf_status st = kvf_offload(s->e, KVF_TIER_HOST, s->on, o->blocks, &t);
     if (st == KVF_OK)

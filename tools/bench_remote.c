@@ -227,7 +227,7 @@ static int bench_size(kvf__store *r, raw_client *raw, const remote_opts *o, row 
             s ^= s << 13, s ^= s >> 7, s ^= s << 17;
             memcpy(value[i] + b, &s, HDR + bytes - b < 8 ? HDR + bytes - b : 8);
         }
-        puts[i] = (kvf__store_block){.key = 0x6b7666000000ull + i,
+        puts[i] = (kvf__store_block){.key = {0x6b7666, i + 1},
                                      .tokens = 32,
                                      .pools = 1,
                                      .buf = payload[i],

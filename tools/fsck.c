@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* kvferry fsck DIR: checks every stored block's header and checksum in
  * every namespace under DIR (or one, with --namespace), and leftovers of
- * interrupted writes. Exits 1 on any problem. */
+ * interrupted writes. Exits 1 on any problem. With --upgrade, first
+ * rewrites the blocks of format version 1 (64-bit keys) in the current
+ * format (kvf_dir_upgrade). */
 #include "cli.h"
 
 #include <stdio.h>
@@ -10,7 +12,7 @@
 
 typedef struct fsck_walk {
     kvf_dir_counts counts;
-    bool verbose;
+    bool verbose, upgrade;
     const char *dir, *ns;
     int rc; /* -1 once a namespace could not be walked */
 } fsck_walk;
@@ -20,17 +22,36 @@ static void visit(void *arg, const kvf_dir_entry *e)
     fsck_walk *w = arg;
     if (e->kind == KVF_DIR_ENTRY_GOOD) {
         if (w->verbose)
-            printf("  %s/%016llx: ok\n", w->ns, (unsigned long long)e->key);
+            printf("  %s/" KVF_KEY_FMT ": ok\n", w->ns, KVF_KEY_ARGS(e->key));
         return;
     }
-    printf("  %s/%016llx: %s (%s): %s\n", w->ns, (unsigned long long)e->key,
+    printf("  %s/" KVF_KEY_FMT ": %s (%s): %s\n", w->ns, KVF_KEY_ARGS(e->key),
            kvf_dir_entry_kind_name(e->kind), kvf_status_str(e->status), e->message);
+}
+
+/* kvf_dir_upgrade's verdict on one old file. */
+static void upgraded(void *arg, const kvf_dir_entry *e)
+{
+    fsck_walk *w = arg;
+    if (e->status == KVF_OK)
+        printf("  %s/%016llx: upgraded: %s\n", w->ns, (unsigned long long)e->key.lo, e->message);
+    else
+        printf("  %s/%016llx: not upgraded, %s (%s): %s\n", w->ns, (unsigned long long)e->key.lo,
+               kvf_dir_entry_kind_name(e->kind), kvf_status_str(e->status), e->message);
 }
 
 static void scan_namespace(void *arg, const char *ns)
 {
     fsck_walk *w = arg;
     w->ns = ns;
+    /* what the upgrade leaves is counted by the check below */
+    kvf_dir_counts up = KVF_DIR_COUNTS_INIT;
+    if (w->upgrade && kvf_dir_upgrade(w->dir, ns, upgraded, w, &up) != KVF_OK) {
+        fprintf(stderr, "kvferry fsck: %s\n", kvf_last_error());
+        w->rc = -1;
+        return;
+    }
+    w->counts.upgraded += up.upgraded;
     if (kvf_dir_check(w->dir, ns, NULL, 0, visit, w, &w->counts) != KVF_OK) {
         fprintf(stderr, "kvferry fsck: %s\n", kvf_last_error());
         w->rc = -1;
@@ -40,26 +61,31 @@ static void scan_namespace(void *arg, const char *ns)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: kvferry fsck DIR [--namespace NS] [-v]\n"
+            "usage: kvferry fsck DIR [--namespace NS] [--upgrade] [-v]\n"
             "Checks every stored block's header and checksum in every namespace under DIR\n"
             "(or in NS alone), and leftovers of interrupted writes.\n"
             "  --namespace NS          one namespace only (--ns too)\n"
+            "  --upgrade               first rewrite blocks of format version 1 (64-bit keys,\n"
+            "                          16-digit names) in the current format, file by file\n"
+            "                          (a damaged one is reported and left)\n"
             "  -v, --verbose           a line for every good block too\n"
-            "A corrupt, torn or foreign block exits 1; DIR or NS not found exits 3.\n"
+            "A corrupt, torn, foreign or old-format block exits 1; DIR or NS not found\n"
+            "exits 3.\n"
             "%s",
             kvf_cli_common_usage);
 }
 
-enum { OPT_VERBOSE = 'v' };
+enum { OPT_VERBOSE = 'v', OPT_UPGRADE = KVF_OPT_OWN };
 
 static const struct option fsck_options[] = {KVF_CLI_OPTS_COMMON,
                                              KVF_CLI_OPTS_NAMESPACE,
                                              {"verbose", no_argument, NULL, OPT_VERBOSE},
+                                             {"upgrade", no_argument, NULL, OPT_UPGRADE},
                                              KVF_CLI_OPTS_END};
 
 typedef struct fsck_opts {
     const char *dir, *ns, *json;
-    bool verbose;
+    bool verbose, upgrade;
 } fsck_opts;
 
 /* 0 parsed, 1 --help printed, -1 a usage error (printed). */
@@ -78,6 +104,8 @@ static int parse_args(int argc, char **argv, fsck_opts *o)
             o->ns = optarg;
         else if (c == OPT_VERBOSE)
             o->verbose = true;
+        else if (c == OPT_UPGRADE)
+            o->upgrade = true;
         else
             return -1;
     }
@@ -105,19 +133,21 @@ static int emit_json(const fsck_opts *o, size_t namespaces, const fsck_walk *w)
     cJSON_AddNumberToObject(j, "other_layout", (double)c->mismatch);
     cJSON_AddNumberToObject(j, "foreign", (double)c->foreign);
     cJSON_AddNumberToObject(j, "unreadable", (double)c->unreadable);
+    cJSON_AddNumberToObject(j, "old_format", (double)c->old_format);
+    cJSON_AddNumberToObject(j, "upgraded", (double)c->upgraded);
     cJSON_AddBoolToObject(j, "clean",
                           !w->rc && !c->corrupt && !c->torn && !c->mismatch && !c->foreign &&
-                              !c->unreadable);
+                              !c->unreadable && !c->old_format);
     return kvf_cli_json_emit("fsck", j);
 }
 
 int kvf_cli_fsck(int argc, char **argv)
 {
-    fsck_opts o = {NULL, NULL, NULL, false};
+    fsck_opts o = {NULL, NULL, NULL, false, false};
     int parsed = parse_args(argc, argv, &o);
     if (parsed)
         return parsed > 0 ? 0 : kvf_cli_usage_error("fsck");
-    fsck_walk w = {KVF_DIR_COUNTS_INIT, o.verbose, o.dir, NULL, 0};
+    fsck_walk w = {KVF_DIR_COUNTS_INIT, o.verbose, o.upgrade, o.dir, NULL, 0};
     struct stat sb;
     if (stat(o.dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "kvferry fsck: %s: not a directory\n", o.dir);
@@ -141,13 +171,24 @@ int kvf_cli_fsck(int argc, char **argv)
     }
     const kvf_dir_counts *c = &w.counts;
     printf("kvferry fsck %s: %zu namespace(s), %llu good, %llu corrupt, %llu torn, %llu other "
-           "layout, %llu foreign, %llu unreadable\n",
+           "layout, %llu foreign, %llu unreadable, %llu old format",
            o.dir, namespaces, (unsigned long long)c->good, (unsigned long long)c->corrupt,
            (unsigned long long)c->torn, (unsigned long long)c->mismatch,
-           (unsigned long long)c->foreign, (unsigned long long)c->unreadable);
+           (unsigned long long)c->foreign, (unsigned long long)c->unreadable,
+           (unsigned long long)c->old_format);
+    if (o.upgrade)
+        printf(", %llu upgraded", (unsigned long long)c->upgraded);
+    printf("\n");
+    if (c->old_format)
+        printf("kvferry fsck: blocks of format version 1 (64-bit keys) are not served: rewrite "
+               "them with `kvferry fsck --upgrade %s`\n",
+               o.dir);
     fflush(stdout);
     int rc = w.rc;
     if ((o.json && emit_json(&o, namespaces, &w)) | kvf_cli_json_close("fsck"))
         rc = -1;
-    return rc || c->corrupt || c->torn || c->mismatch || c->foreign || c->unreadable ? 1 : 0;
+    return rc || c->corrupt || c->torn || c->mismatch || c->foreign || c->unreadable ||
+                   c->old_format
+               ? 1
+               : 0;
 }

@@ -158,7 +158,8 @@ static double now_s(void)
  * zero byte (so a copy that did nothing, or zeroed memory, cannot pass). */
 static void key_bytes(kvf_key key, uint32_t pool, uint8_t *p, size_t n)
 {
-    uint64_t s = key ^ (0x9e3779b97f4a7c15ull * (pool + 1));
+    /* both halves: keys equal in one half must not hold the same bytes */
+    uint64_t s = key.lo ^ (key.hi * 0xd6e8feb86659fd93ull) ^ (0x9e3779b97f4a7c15ull * (pool + 1));
     size_t i = 0;
     for (;;) {
         uint64_t z = (s += 0x9e3779b97f4a7c15ull);
@@ -237,10 +238,11 @@ static int verify(client *r, const kvf_trace_req *q, size_t index, kvf_key key, 
                 off++;
             char nm[160];
             fprintf(stderr,
-                    "kvferry replay: WRONG DATA: %s block %zu key 0x%016llx (from %s): pool %u "
+                    "kvferry replay: WRONG DATA: %s block %zu key " KVF_KEY_FMT
+                    " (from %s): pool %u "
                     "byte %zu is 0x%02x, expected 0x%02x\n",
-                    req_name(q, nm, sizeof nm), index, (unsigned long long)key, kvf_tier_name(tier),
-                    p, off, r->got[off], r->want[off]);
+                    req_name(q, nm, sizeof nm), index, KVF_KEY_ARGS(key), kvf_tier_name(tier), p,
+                    off, r->got[off], r->want[off]);
             r->n.bad_blocks++;
             return 0;
         }
@@ -338,8 +340,9 @@ static void unpin_keys(client *r, const kvf_trace_req *q, const kvf_key *keys, s
 static int cmp_key_at(const void *a, const void *b)
 {
     const key_at *x = a, *y = b;
-    if (x->key != y->key)
-        return x->key < y->key ? -1 : 1;
+    int k = kvf_key_cmp(x->key, y->key);
+    if (k)
+        return k;
     return x->at < y->at ? -1 : x->at > y->at;
 }
 
@@ -361,7 +364,7 @@ static uint32_t distinct_keys(client *r, const kvf_key *keys, uint32_t m)
     qsort(r->dpos, m, sizeof *r->dpos, cmp_key_at);
     uint32_t n = 0;
     for (uint32_t i = 0; i < m; i++)
-        if (i == 0 || r->dpos[i].key != r->dpos[i - 1].key)
+        if (i == 0 || !kvf_key_eq(r->dpos[i].key, r->dpos[i - 1].key))
             r->dpos[n++] = r->dpos[i];
     qsort(r->dpos, n, sizeof *r->dpos, cmp_at);
     for (uint32_t i = 0; i < n; i++)
@@ -403,9 +406,9 @@ static int run_part(client *r, size_t qi, size_t s, uint32_t m, uint32_t g0, uin
         } else {
             if (got) {
                 fprintf(stderr,
-                        "kvferry replay: %s: block %zu key 0x%016llx (from %s): get "
+                        "kvferry replay: %s: block %zu key " KVF_KEY_FMT " (from %s): get "
                         "failed: %s; recomputed\n",
-                        req_name(q, nm, sizeof nm), s + i, (unsigned long long)keys[i],
+                        req_name(q, nm, sizeof nm), s + i, KVF_KEY_ARGS(keys[i]),
                         kvf_tier_name(r->tiers[s + i]), kvf_status_str(r->per[i - g0]));
                 r->n.errors++;
                 /* the cache drops a block it could not read back once it is
@@ -485,8 +488,9 @@ static int run_part_gpu(client *r, size_t qi, size_t s, uint32_t part)
             continue;
         }
         fprintf(stderr,
-                "kvferry replay: %s: block %zu key 0x%016llx: acquire failed: %s; recomputed\n",
-                req_name(q, nm, sizeof nm), s + r->dpos[i].at, (unsigned long long)keys[i],
+                "kvferry replay: %s: block %zu key " KVF_KEY_FMT
+                ": acquire failed: %s; recomputed\n",
+                req_name(q, nm, sizeof nm), s + r->dpos[i].at, KVF_KEY_ARGS(keys[i]),
                 kvf_status_str(r->per[i]));
         r->n.errors++;
         unpin_keys(r, q, keys + i, 1); /* removed at this unpin */

@@ -439,28 +439,29 @@ static int token_item(reader *r, void *out, size_t index)
     return 0;
 }
 
-/* A block key: an integer, or a string of 1-16 hex digits with an optional
- * 0x; never 0. */
+/* A block key: an integer (a 64-bit key, {0, n}), or a string of 1-32 hex
+ * digits with an optional 0x (the 128-bit key, hi then lo, as kvferry
+ * prints it); never 0. */
 static int key_item(reader *r, void *out, size_t index)
 {
-    kvf_key key = 0;
+    kvf_key key = KVF_KEY_ROOT;
     skip_ws(r);
     const char *at = r->p;
     if (peek(r) == '"') {
-        char s[24];
+        char s[40];
         size_t n;
         if (read_string(r, s, sizeof s, &n, "a block key")) {
             r->p = at;
-            return fail(r, "blocks[%zu]: a key string holds 1-16 hex digits", index);
+            return fail(r, "blocks[%zu]: a key string holds 1-32 hex digits", index);
         }
         const char *h = s;
         if (n >= 2 && h[0] == '0' && (h[1] == 'x' || h[1] == 'X')) {
             h += 2;
             n -= 2;
         }
-        if (n == 0 || n > 16) {
+        if (n == 0 || n > 32) {
             r->p = at;
-            return fail(r, "blocks[%zu]: a key string holds 1-16 hex digits", index);
+            return fail(r, "blocks[%zu]: a key string holds 1-32 hex digits", index);
         }
         for (size_t i = 0; i < n; i++) {
             int d = hex_digit((unsigned char)h[i]);
@@ -468,7 +469,8 @@ static int key_item(reader *r, void *out, size_t index)
                 r->p = at;
                 return fail(r, "blocks[%zu]: '%s' is not a hex key", index, s);
             }
-            key = key << 4 | (unsigned)d;
+            key.hi = key.hi << 4 | key.lo >> 60;
+            key.lo = key.lo << 4 | (unsigned)d;
         }
     } else {
         number num;
@@ -478,9 +480,9 @@ static int key_item(reader *r, void *out, size_t index)
             r->p = at;
             return fail(r, "blocks[%zu]: a key is a hex string or an integer in 1..2^64-1", index);
         }
-        key = num.u;
+        key.lo = num.u;
     }
-    if (key == 0) {
+    if (kvf_key_is_root(key)) {
         r->p = at;
         return fail(r, "blocks[%zu]: key 0 is not a block key", index);
     }
@@ -744,7 +746,7 @@ int kvf_trace_write(const kvf_trace *t, FILE *f)
         if (q->has_keys) {
             fputs(", \"blocks\": [", f);
             for (size_t k = 0; k < q->n_keys; k++)
-                fprintf(f, "%s\"0x%016llx\"", k ? ", " : "", (unsigned long long)q->keys[k]);
+                fprintf(f, "%s\"" KVF_KEY_FMT "\"", k ? ", " : "", KVF_KEY_ARGS(q->keys[k]));
         } else {
             fputs(", \"tokens\": [", f);
             for (size_t k = 0; k < q->n_tokens; k++)

@@ -119,7 +119,7 @@ def main():
         for (h, b) in hits:
             assert b in good and np.array_equal(kv_cache[0][0][b], saved[h][0])
         # a corrupted file on disk: reported, and the scheduler recomputes
-        path = Path(d) / "model-rank0" / f"{hashes[11]:016x}.kvf"
+        path = Path(d) / "model-rank0" / f"{hashes[11]:032x}.kvf"
         raw = bytearray(path.read_bytes())
         raw[-1] ^= 1
         path.write_bytes(bytes(raw))

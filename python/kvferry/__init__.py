@@ -24,7 +24,7 @@ from ._moves import Move, move_dtype
 from ._pools import Pool, PoolDesc, PoolLevel
 from ._tickets import Ticket
 from ._cache import Cache, CacheEvent, CacheStats, key_chain, key_chain_all, key_salt, size_parse, tier_name
-from ._dir import DirBlock, DirCheck, DirCounts, DirEntry, dir_check, dir_list, dir_namespaces, remote_probe
+from ._dir import DirBlock, DirCheck, DirCounts, DirEntry, dir_check, dir_list, dir_namespaces, dir_upgrade, remote_probe
 from ._enums import (Backend, CacheRemote, CudaCopy, DirEntryKind, Dtype, EventKind, FileIO, FileRunner, Fsync, GdsCompat, GdsState, Level,
                      LogLevel, Memory, Order, SettingSource, Status, Tier)
 from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityError, InvalidArgument,
@@ -59,6 +59,6 @@ __all__ = [
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",
     "Mismatch", "Lost", "MoveError", "error_class", "Plan", "Prefill", "PrefillProfile", "TierCost", "plan_compute",
-    "DirBlock", "DirCheck", "DirCounts", "DirEntry", "DirEntryKind", "dir_check", "dir_list", "dir_namespaces",
+    "DirBlock", "DirCheck", "DirCounts", "DirEntry", "DirEntryKind", "dir_check", "dir_list", "dir_namespaces", "dir_upgrade",
     "remote_probe",
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from . import _lib
-from ._cargs import c_string, fill
+from ._cargs import c_key, c_string, fill, key_array, key_int
 from ._config import Setting, _settings
 from ._engine import Engine
 from ._moves import _is_int, _pool_list, _uint_array
@@ -35,7 +35,7 @@ def _tokens(tokens, what="tokens"):
 
 
 def _keys(keys, what):
-    return _uint_array(keys, what, 64, "block key")
+    return key_array(keys, what)
 
 
 def _salt(salt) -> int:
@@ -66,12 +66,12 @@ def key_salt(name) -> int:
 
 
 def key_chain(parent: int, tokens, salt=0) -> int:
-    """The key of one block: its parent's key (0 for a request's first
-    block), the salt (an int, or a name for key_salt) and its token ids."""
-    if not _is_int(parent) or not 0 <= parent < 2**64:
-        raise make_error(Status.ERR_INVALID, f"key_chain: parent {parent!r} is not a 64-bit key")
+    """The key of one block, a 128-bit int (XXH3-128): its parent's key (0
+    for a request's first block), the salt (an int, or a name for
+    key_salt) and its token ids."""
+    c_parent = c_key(parent, "key_chain: parent")
     ptr, n, keep = _tokens(tokens)
-    key = int(L.kvf_key_chain(int(parent), ptr, n, _salt(salt)))
+    key = key_int(L.kvf_key_chain(c_parent, ptr, n, _salt(salt)))
     del keep
     return key
 
@@ -83,10 +83,10 @@ def key_chain_all(tokens, tokens_per_block: int, salt=0) -> List[int]:
         raise make_error(Status.ERR_INVALID, f"key_chain_all: tokens_per_block = {tokens_per_block!r}")
     ptr, n, keep = _tokens(tokens)
     cap = n // tokens_per_block
-    out = (ctypes.c_uint64 * max(cap, 1))()
+    out = (_lib.Key_t * max(cap, 1))()
     got = L.kvf_key_chain_all(ptr, n, int(tokens_per_block), _salt(salt), out, cap)
     del keep
-    return [int(out[i]) for i in range(min(got, cap))]
+    return [key_int(out[i]) for i in range(min(got, cap))]
 
 
 # ---- events and stats --------------------------------------------------------------
@@ -105,7 +105,7 @@ class CacheEvent:
 
     @classmethod
     def _from_c(cls, e):
-        return cls(int(e.seq), _enum(EventKind, e.kind), int(e.key), _enum(Tier, e.tier),
+        return cls(int(e.seq), _enum(EventKind, e.kind), key_int(e.key), _enum(Tier, e.tier),
                    _enum(Tier, e.from_), int(e.priority))
 
 

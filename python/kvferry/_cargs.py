@@ -44,6 +44,63 @@ def c_int(value, ctype, name: str) -> int:
     return v
 
 
+KEY_LIMIT = 2**128
+
+
+def c_key(value, name: str):
+    """value, an int in 0 .. 2**128-1, as a kvf_key (hi, lo); else
+    InvalidArgument (a ValueError) naming `name`: a key is never cut to
+    fit, as ctypes would cut an int to 64 bits."""
+    from ._lib import Key_t
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise make_error(Status.ERR_INVALID, f"{name} = {value!r}: expected an integer block key")
+    v = int(value)
+    if not 0 <= v < KEY_LIMIT:
+        raise make_error(Status.ERR_INVALID, f"{name} = {v}: a block key is in 0 .. 2**128-1")
+    return Key_t(v >> 64, v & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def key_int(key) -> int:
+    """A kvf_key (hi, lo) as one Python int."""
+    return int(key.hi) << 64 | int(key.lo)
+
+
+def key_array(values, what: str):
+    """(pointer, count, keepalive) of a kvf_key array from one int, a list
+    of ints (each 0 .. 2**128-1), or a NumPy array: integers of up to 64
+    bits (key {0, value} each), an array of shape (n, 2) of (hi, lo)
+    halves, or an object array of Python ints. InvalidArgument names
+    `what` and the entry for anything else."""
+    from ._lib import Key_t
+
+    if isinstance(values, numbers.Integral) and not isinstance(values, bool):
+        values = [values]
+    if type(values).__module__ == "numpy" and hasattr(values, "dtype"):
+        import numpy as np
+
+        a = values
+        if np.issubdtype(a.dtype, np.integer):
+            pairs = a.ndim == 2 and a.shape[1] == 2
+            flat = a.reshape(-1)
+            if flat.size and int(flat.min()) < 0:
+                raise make_error(Status.ERR_INVALID, f"{what}: negative block key")
+            if pairs:
+                out = np.ascontiguousarray(a, dtype=np.uint64)
+            else:
+                out = np.zeros((flat.shape[0], 2), np.uint64)
+                out[:, 1] = flat
+            return out.ctypes.data, out.shape[0], out
+        if a.dtype != object:
+            raise make_error(Status.ERR_INVALID, f"{what}: an integer array is needed, not {a.dtype}")
+        values = a.reshape(-1).tolist()
+    seq = list(values)
+    arr = (Key_t * max(len(seq), 1))()
+    for i, v in enumerate(seq):
+        arr[i] = c_key(v, f"{what}: key {i}")
+    return ctypes.addressof(arr), len(seq), arr
+
+
 def c_string(value, name: str, path: bool = False) -> Optional[bytes]:
     """value (None, str, bytes or an os.PathLike) as the bytes of a C
     string: a str in UTF-8 (path=True: the file system's encoding, as a
@@ -98,4 +155,4 @@ def fill(struct, values: Iterable[Tuple[str, str, object]]) -> list:
     return keep
 
 
-__all__ = ["c_int", "c_string", "fill"]
+__all__ = ["c_int", "c_key", "c_string", "fill", "key_array", "key_int", "KEY_LIMIT"]

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """A block directory and a remote store looked at without an engine
-(kvf_dir_check, kvf_dir_list, kvf_dir_namespaces, kvf_remote_probe): what
+(kvf_dir_check, kvf_dir_list, kvf_dir_upgrade, kvf_dir_namespaces,
+kvf_remote_probe): what
 `kvferry fsck` and `kvferry info` report, from Python.
 
     r = kvf.dir_check("/mnt/nvme/kv", "rank0", geometries=[g] * 64)
@@ -18,7 +19,7 @@ import os
 from typing import Callable, List, NamedTuple, Optional, Sequence, Union
 
 from . import _lib
-from ._cargs import c_int, c_string
+from ._cargs import c_int, c_string, key_int
 from ._geometry import Geometry
 from ._enums import DirEntryKind, Status, status
 from ._errors import check, make_error
@@ -49,6 +50,8 @@ class DirCounts(NamedTuple):
     mismatch: int = 0
     foreign: int = 0
     unreadable: int = 0
+    old_format: int = 0  # blocks of format version 1 (dir_upgrade)
+    upgraded: int = 0  # dir_upgrade: version-1 blocks rewritten
 
 
 class DirCheck(NamedTuple):
@@ -127,7 +130,7 @@ def dir_check(dir: PathLike, namespace: str = "default",
 
     def entry(_arg, p):
         e = p.contents
-        d = DirEntry(int(e.key), DirEntryKind(e.kind), status(e.status),
+        d = DirEntry(key_int(e.key), DirEntryKind(e.kind), status(e.status),
                      (e.message or b"").decode("utf-8", "replace"), int(e.tokens), int(e.pools),
                      int(e.payload_bytes))
         if d.kind != DirEntryKind.GOOD:
@@ -153,11 +156,37 @@ def dir_list(dir: PathLike, namespace: str = "default",
 
     def block(_arg, p):
         b = p.contents
-        out.append(DirBlock(int(b.key), int(b.tokens), int(b.pools), int(b.payload_bytes), int(b.mtime_ns)))
+        out.append(DirBlock(key_int(b.key), int(b.tokens), int(b.pools), int(b.payload_bytes), int(b.mtime_ns)))
 
     fn = _lib.DirListFn(lambda arg, p: cb.guard(block, arg, p))
     cb.done(L.kvf_dir_list(_path(dir, "dir_list"), _namespace(namespace), arr, n, fn, None, None))
     return out
+
+
+def dir_upgrade(dir: PathLike, namespace: str = "default",
+                visit: Optional[Callable[[DirEntry], None]] = None) -> DirCheck:
+    """Rewrites the blocks of format version 1 (64-bit keys) in
+    <dir>/<namespace> in the current format under their 128-bit names (the
+    key zero-extended), file by file and atomically (kvf_dir_upgrade,
+    `kvferry fsck --upgrade`). Each old file is checked whole first: a
+    damaged one is reported (its entry in .problems) and left. visit(entry)
+    is called for every old file, status OK once rewritten. .counts.upgraded
+    counts the rewritten ones."""
+    cb, problems = _Callback(), []
+
+    def entry(_arg, p):
+        e = p.contents
+        d = DirEntry(key_int(e.key), DirEntryKind(e.kind), status(e.status),
+                     (e.message or b"").decode("utf-8", "replace"), 0, 0, 0)
+        if d.status != Status.OK:
+            problems.append(d)
+        if visit is not None:
+            visit(d)
+
+    fn = _lib.DirCheckFn(lambda arg, p: cb.guard(entry, arg, p))
+    counts = _lib.DirCounts_t()
+    cb.done(L.kvf_dir_upgrade(_path(dir, "dir_upgrade"), _namespace(namespace), fn, None, ctypes.byref(counts)))
+    return DirCheck(DirCounts(*(int(getattr(counts, f)) for f in DirCounts._fields)), problems)
 
 
 def dir_namespaces(dir: PathLike) -> List[str]:

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from . import _lib
 from ._buffers import CUDA, PINNED, as_buffer
-from ._cargs import c_int, fill
+from ._cargs import c_int, c_key, fill, key_array
 from ._config import _CONFIG_ENUMS, _CONFIG_FIELDS, _DEFAULT_CONFIG, Setting, _settings
 from ._enums import Backend, Level, LevelLike, Memory, Status, Tier, TierLike
 from ._errors import check, make_error
 from ._geometry import Geometry, _geometry
-from ._moves import _as_moves, _is_int, _pool_list, _uint_array
+from ._moves import _as_moves, _is_int, _key_side, _pool_list, _uint_array
 from ._plan import TierCost, check_cost_args, costs_from_c
 from ._pools import Pool, PoolDesc, PoolLevel, _ViewOwner
 from ._streams import _stream_handle
@@ -219,8 +219,8 @@ class Engine(_Issuer):
         return np.asarray(_ViewOwner(self, ptr, nbytes))
 
     # -- moves --
-    def _submit(self, fn, args, moves, detach, args_keep=None):
-        ptr, n, keep = _as_moves(moves)
+    def _submit(self, fn, args, moves, detach, args_keep=None, side=None):
+        ptr, n, keep = _as_moves(moves, side)
         t = _lib.Ticket_t()
         check(fn(self._h(), *args, ptr, n, None if detach else ctypes.byref(t)))
         del keep, args_keep  # copied by the library
@@ -244,10 +244,11 @@ class Engine(_Issuer):
         stream = None if after is None else _stream_handle(after, "offload")
         if pools is not None:
             pp, np_, keep = _pool_list(pools, "offload")
-            return self._submit(L.kvf_offload_pools, (stream, int(Tier(to)), pp, np_), moves, detach, keep)
+            return self._submit(L.kvf_offload_pools, (stream, int(Tier(to)), pp, np_), moves, detach, keep,
+                                _key_side(to, True))
         if after is None:
-            return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach)
-        return self._submit(L.kvf_offload_after, (stream, int(Tier(to))), moves, detach)
+            return self._submit(L.kvf_offload, (int(Tier(to)),), moves, detach, side=_key_side(to, True))
+        return self._submit(L.kvf_offload_after, (stream, int(Tier(to))), moves, detach, side=_key_side(to, True))
 
     def onboard(self, frm: TierLike, moves, *, detach: bool = False, pools=None) -> Optional[Ticket]:
         """Queues onboards (secondary slot or file key -> primary slot); as
@@ -256,8 +257,9 @@ class Engine(_Issuer):
         Ticket.stream_wait_pool."""
         if pools is not None:
             pp, np_, keep = _pool_list(pools, "onboard")
-            return self._submit(L.kvf_onboard_pools, (int(Tier(frm)), pp, np_), moves, detach, keep)
-        return self._submit(L.kvf_onboard, (int(Tier(frm)),), moves, detach)
+            return self._submit(L.kvf_onboard_pools, (int(Tier(frm)), pp, np_), moves, detach, keep,
+                                _key_side(frm, False))
+        return self._submit(L.kvf_onboard, (int(Tier(frm)),), moves, detach, side=_key_side(frm, False))
 
     def copy(self, moves, *, detach: bool = False) -> Optional[Ticket]:
         """Queues primary -> primary copies; as offload."""
@@ -267,20 +269,21 @@ class Engine(_Issuer):
         """Queues secondary slot -> `to` moves (src = secondary slot, dst =
         block key), leaving the primary slots alone; as offload. `to` is
         Tier.DISK or Tier.REMOTE."""
-        return self._submit(L.kvf_demote, (int(Tier(to)),), moves, detach)
+        return self._submit(L.kvf_demote, (int(Tier(to)),), moves, detach, side=_key_side(to, True))
 
     def promote(self, moves, *, frm: TierLike = Tier.DISK, detach: bool = False) -> Optional[Ticket]:
         """Queues `frm` -> secondary slot moves (src = block key, dst =
         secondary slot); as demote."""
-        return self._submit(L.kvf_promote, (int(Tier(frm)),), moves, detach)
+        return self._submit(L.kvf_promote, (int(Tier(frm)),), moves, detach, side=_key_side(frm, False))
 
     def remove(self, tier: TierLike, keys, *, detach: bool = False) -> Optional[Ticket]:
         """Removes stored blocks from Tier.DISK or Tier.REMOTE (there for
         every engine sharing the namespace), in order with the moves queued
         before on the same keys; a key with no block there is not an error.
-        keys: one int, a list of ints or an integer NumPy array."""
+        keys: one int (below 2**128), a list of them or an integer NumPy
+        array (or one of shape (n, 2): (hi, lo) halves)."""
         tier = Tier(tier)
-        ptr, n, keep = _uint_array(keys, f"remove from {tier.name.lower()}", 64, "block key")
+        ptr, n, keep = key_array(keys, f"remove from {tier.name.lower()}")
         t = _lib.Ticket_t()
         check(L.kvf_remove(self._h(), int(tier), ptr, n, None if detach else ctypes.byref(t)))
         del keep
@@ -340,7 +343,7 @@ class Engine(_Issuer):
         hp, m, hkeep = (None, n, None) if host_slots is None else _uint_array(host_slots, "calibrate", 32, "slot")
         if m != n:
             raise make_error(Status.ERR_INVALID, f"calibrate: {n} slots but {m} host_slots")
-        check(L.kvf_engine_calibrate(self._h(), sp, hp, n, c_int(key_base, ctypes.c_uint64, "calibrate: key_base"),
+        check(L.kvf_engine_calibrate(self._h(), sp, hp, n, c_key(key_base, "calibrate: key_base"),
                                      c_int(rounds, ctypes.c_uint32, "calibrate: rounds")))
         del keep, hkeep
         return self.costs()

@@ -168,6 +168,7 @@ class DirEntryKind(_Enum):
     MISMATCH = 3  # a sound block of another layout or namespace
     FOREIGN = 4  # not a regular file under a block's name (a FIFO, a directory, a link)
     UNREADABLE = 5  # the read failed for a reason that says nothing about the file: not checked
+    OLD_FORMAT = 6  # a block of format version 1 (64-bit keys): never served; dir_upgrade rewrites it
 
 
 class CacheRemote(_Enum):

@@ -105,8 +105,15 @@ class PoolDesc_t(ctypes.Structure):
     ]
 
 
+class Key_t(ctypes.Structure):
+    """kvf_key: a 128-bit block key, hi then lo."""
+
+    _fields_ = [("hi", ctypes.c_uint64), ("lo", ctypes.c_uint64)]
+
+
 class Move_t(ctypes.Structure):
-    _fields_ = [("src", ctypes.c_uint64), ("dst", ctypes.c_uint64), ("tokens", ctypes.c_uint32)]
+    _fields_ = [("src", ctypes.c_uint64), ("dst", ctypes.c_uint64), ("tokens", ctypes.c_uint32),
+                ("key", Key_t)]
 
 
 MOVE_ERROR_MESSAGE = 256  # KVF_MOVE_ERROR_MESSAGE
@@ -147,7 +154,7 @@ class CacheEvent_t(ctypes.Structure):
     _fields_ = [
         ("seq", ctypes.c_uint64),
         ("kind", c_enum),
-        ("key", ctypes.c_uint64),
+        ("key", Key_t),
         ("tier", c_enum),
         ("from_", c_enum),
         ("priority", ctypes.c_uint32),
@@ -287,7 +294,7 @@ class Plan_t(ctypes.Structure):
 
 class DirEntry_t(ctypes.Structure):
     _fields_ = [
-        ("key", ctypes.c_uint64),
+        ("key", Key_t),
         ("kind", c_enum),
         ("status", c_status),
         ("message", ctypes.c_char_p),
@@ -298,12 +305,13 @@ class DirEntry_t(ctypes.Structure):
 
 
 class DirCounts_t(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in ("good", "corrupt", "torn", "mismatch", "foreign", "unreadable")]
+    _fields_ = [(name, ctypes.c_uint64) for name in ("good", "corrupt", "torn", "mismatch", "foreign", "unreadable",
+                                                     "old_format", "upgraded")]
 
 
 class DirBlock_t(ctypes.Structure):
     _fields_ = [
-        ("key", ctypes.c_uint64),
+        ("key", Key_t),
         ("tokens", ctypes.c_uint32),
         ("pools", ctypes.c_uint32),
         ("payload_bytes", ctypes.c_uint64),
@@ -315,8 +323,8 @@ DirCheckFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(DirEntry_t))
 DirListFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(DirBlock_t))
 DirNamespaceFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
 
-assert ctypes.sizeof(Move_t) == 24
-assert ctypes.sizeof(CacheEvent_t) == 40
+assert ctypes.sizeof(Move_t) == 40
+assert ctypes.sizeof(CacheEvent_t) == 48
 
 
 def _candidates():
@@ -413,7 +421,7 @@ _protos = {
     "kvf_remove": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_void_p, ctypes.c_size_t, _P(Ticket_t)]),
     "kvf_tier_name": (ctypes.c_char_p, [c_enum]),
     # block keys
-    "kvf_key_chain": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]),
+    "kvf_key_chain": (Key_t, [Key_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64]),
     "kvf_key_chain_all": (
         ctypes.c_size_t,
         [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t],
@@ -471,8 +479,7 @@ _protos = {
     "kvf_engine_set_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_double, ctypes.c_double, ctypes.c_int]),
     "kvf_engine_observe_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_uint64, ctypes.c_double]),
     "kvf_engine_calibrate": (
-        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64,
-                   ctypes.c_uint32]),
+        c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, Key_t, ctypes.c_uint32]),
     "kvf_prefill_cost_check": (c_status, [_P(PrefillCost_t)]),
     "kvf_plan_compute": (c_status, [_P(PlanInput_t), _P(Plan_t)]),
     "kvf_cache_set_prefill_cost": (c_status, [ctypes.c_void_p, _P(PrefillCost_t)]),
@@ -483,6 +490,8 @@ _protos = {
     "kvf_dir_list": (
         c_status, [ctypes.c_char_p, ctypes.c_char_p, _P(Geometry_t), ctypes.c_size_t, DirListFn, ctypes.c_void_p,
                    _P(ctypes.c_uint64)]),
+    "kvf_dir_upgrade": (
+        c_status, [ctypes.c_char_p, ctypes.c_char_p, DirCheckFn, ctypes.c_void_p, _P(DirCounts_t)]),
     "kvf_dir_namespaces": (c_status, [ctypes.c_char_p, DirNamespaceFn, ctypes.c_void_p, _P(ctypes.c_size_t)]),
     "kvf_remote_probe": (c_status, [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]),
     "kvf_cache_plan": (

@@ -3,10 +3,11 @@
 
 import ctypes
 import numbers
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from . import _lib
-from ._enums import Status
+from ._cargs import c_key
+from ._enums import Status, Tier
 from ._errors import make_error
 
 if TYPE_CHECKING:
@@ -22,18 +23,30 @@ class Move(NamedTuple):
 
 
 def move_dtype() -> "np.dtype":
-    """The NumPy structured dtype laid out as kvf_move (24 bytes)."""
+    """The NumPy structured dtype laid out as kvf_move (40 bytes): src,
+    dst, tokens, and the block key's halves key_hi, key_lo (DISK and
+    REMOTE moves name their block there; src / dst then 0 on that side)."""
     import numpy as np
 
-    return np.dtype({"names": ["src", "dst", "tokens"], "formats": ["<u8", "<u8", "<u4"],
-                     "offsets": [0, 8, 16], "itemsize": 24})
+    return np.dtype({"names": ["src", "dst", "tokens", "key_hi", "key_lo"],
+                     "formats": ["<u8", "<u8", "<u4", "<u8", "<u8"],
+                     "offsets": [0, 8, 16, 24, 32], "itemsize": 40})
+
+
+def _key_side(tier, into: bool) -> Optional[str]:
+    """Which of a move's (src, dst) is the block key: a move into DISK or
+    REMOTE keys its dst, one out of them its src; slot moves: None."""
+    if tier is None or Tier(tier) not in (Tier.DISK, Tier.REMOTE):
+        return None
+    return "dst" if into else "src"
+
 
 
 def _is_int(x):
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def _moves_from_numpy(a):
+def _moves_from_numpy(a, side=None):
     import numpy as np
 
     dt = move_dtype()
@@ -41,10 +54,8 @@ def _moves_from_numpy(a):
         if "src" not in a.dtype.names or "dst" not in a.dtype.names:
             raise make_error(Status.ERR_INVALID, "moves: a structured array needs fields 'src' and 'dst'")
         a = a.reshape(-1)
-        if a.dtype == dt and a.flags.c_contiguous:
-            return a
         out = np.zeros(a.shape[0], dt)
-        for f in ("src", "dst", "tokens"):
+        for f in ("src", "dst", "tokens", "key_hi", "key_lo"):
             if f in a.dtype.names:
                 col = a[f]
                 if np.issubdtype(col.dtype, np.signedinteger) and (col < 0).any():
@@ -69,12 +80,18 @@ def _moves_from_numpy(a):
     return out
 
 
-def _as_moves(moves):
-    """(pointer, count, keepalive) for one move or a batch."""
+def _as_moves(moves, side=None):
+    """(pointer, count, keepalive) for one move or a batch. side: which of
+    (src, dst) holds the block key for DISK and REMOTE moves (_key_side):
+    an int below 2**128, moved into kvf_move.key, that side left 0."""
     if type(moves).__module__ == "numpy" and hasattr(moves, "dtype"):
         if moves.ndim == 0:  # one structured element
             moves = moves.reshape(1)
         arr = _moves_from_numpy(moves)
+        if side is not None:
+            take = (arr["key_hi"] == 0) & (arr["key_lo"] == 0)
+            arr["key_lo"][take] = arr[side][take]
+            arr[side] = 0
         return arr.ctypes.data, arr.shape[0], arr
     if isinstance(moves, (tuple, list)) and moves and _is_int(moves[0]):
         moves = [moves]  # one move
@@ -90,6 +107,10 @@ def _as_moves(moves):
         if len(vals) not in (2, 3):
             raise make_error(Status.ERR_INVALID, f"moves: entry {i} has {len(vals)} fields, not (src, dst[, tokens])")
         src, dst, tokens = vals if len(vals) == 3 else vals + (0,)
+        if side is not None:
+            key = src if side == "src" else dst
+            arr[i].key = c_key(key, f"moves: entry {i}: {side}")
+            src, dst = (0, dst) if side == "src" else (src, 0)
         if not (0 <= src < 2**64 and 0 <= dst < 2**64 and 0 <= tokens < 2**32):
             raise make_error(Status.ERR_INVALID, f"moves: entry {i} = {vals} is out of range (unsigned src/dst, 32-bit tokens)")
         arr[i].src, arr[i].dst, arr[i].tokens = src, dst, tokens

@@ -58,15 +58,15 @@ def test_enums_mirror_the_library():
 
 
 def test_struct_sizes():
-    assert ctypes.sizeof(_lib.Move_t) == 24
+    assert ctypes.sizeof(_lib.Move_t) == 40  # src, dst, tokens, the 128-bit key
     assert ctypes.sizeof(_lib.Geometry_t) == 28
     assert ctypes.sizeof(_lib.PoolDesc_t) == 32
     assert ctypes.sizeof(_lib.EngineConfig_t) == 104
     assert ctypes.sizeof(_lib.Info_t) == 456
     assert ctypes.sizeof(_lib.CacheConfig_t) == 88
     assert ctypes.sizeof(_lib.CacheStats_t) == 648
-    assert ctypes.sizeof(_lib.CacheEvent_t) == 40
-    assert kvf.move_dtype().itemsize == 24
+    assert ctypes.sizeof(_lib.CacheEvent_t) == 48
+    assert kvf.move_dtype().itemsize == 40
 
 
 def test_block_bytes_and_region(geometry):

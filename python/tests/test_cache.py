@@ -49,7 +49,8 @@ def assert_slot(pools, slot, data):
 def test_keys():
     tokens = list(range(1000, 1000 + 5 * TPB + 3))  # 5 whole blocks and a partial one
     keys = kvf.key_chain_all(tokens, TPB)
-    assert len(keys) == 5 and len(set(keys)) == 5 and all(0 < k < 2**64 for k in keys)
+    assert len(keys) == 5 and len(set(keys)) == 5 and all(0 < k < 2**128 for k in keys)
+    assert any(k >= 2**64 for k in keys)  # 128-bit keys, not 64-bit ones widened
     parent = 0
     for i, k in enumerate(keys):
         parent = kvf.key_chain(parent, tokens[i * TPB:(i + 1) * TPB])
@@ -80,6 +81,9 @@ def test_key_errors():
         kvf.key_chain_all([1, 2], 0)
     with pytest.raises(kvf.InvalidArgument, match="parent"):
         kvf.key_chain(-1, [1])
+    with pytest.raises(kvf.InvalidArgument, match=r"parent = 340282366920938463463374607431768211456.*2\*\*128"):
+        kvf.key_chain(2**128, [1])
+    assert kvf.key_chain(2**128 - 1, [1]) != kvf.key_chain(2**64 - 1, [1])
     with pytest.raises(kvf.InvalidArgument, match="salt"):
         kvf.key_chain(0, [1], salt=-5)
     with pytest.raises(kvf.InvalidArgument, match="NUL"):
@@ -87,6 +91,35 @@ def test_key_errors():
 
 
 # ---- cache -------------------------------------------------------------------------------
+
+
+def test_keys_equal_in_one_half_are_different_blocks(tmp_path, geometry, rng):
+    """Keys that share their low (or high) 64 bits name different blocks
+    in every tier the cache keeps, through put, lookup, get and remove;
+    keys travel as Python ints, lists, (n, 2) uint64 arrays of (hi, lo)."""
+    lo = 0x5A5A
+    keys = [lo, 1 << 64 | lo, 0xFFFF << 64 | lo, 1 << 64 | (lo + 1)]
+    with make_engine(tmp_path) as e:
+        pools = add_pools(e, geometry)
+        with kvf.Cache(e, host_blocks=1, disk_blocks=32, event_queue=64) as cache:
+            data = {i: fill(pools, i, rng) for i in range(len(keys))}
+            cache.put(keys, list(range(len(keys)))).wait(check=True)
+            assert cache.lookup(keys)[0] == len(keys)
+            assert cache.lookup([2 << 64 | lo])[0] == 0
+            dst = [10 + i for i in range(len(keys))]
+            halves = np.array([[k >> 64, k & (2**64 - 1)] for k in keys], dtype=np.uint64)
+            cache.get(halves, dst).wait(check=True)
+            for i in range(len(keys)):
+                assert_slot(pools, dst[i], data[i])
+            assert cache.remove([keys[1]]) == 1
+            assert cache.lookup([keys[0]])[0] == 1 and cache.lookup(keys[2:])[0] == 2
+            with pytest.raises(kvf.InvalidArgument, match="key 0"):
+                cache.lookup([2**128])
+            with pytest.raises(kvf.InvalidArgument, match="key 1"):
+                cache.lookup([1, -1])
+            events = cache.events()
+            assert {ev.key for ev in events} >= set(keys)
+
 
 
 def test_round_trip_host_and_disk(tmp_path, geometry, rng):
@@ -108,7 +141,8 @@ def test_round_trip_host_and_disk(tmp_path, geometry, rng):
             # 4 fit the host tier; the 4 least recent moved down to disk
             assert tiers.count(kvf.Tier.HOST) == 4 and tiers.count(kvf.Tier.DISK) == 4
             dst = list(range(8, 16))
-            st = cache.get(np.array(keys, dtype=np.uint64), np.array(dst)).wait(check=True)
+            halves = np.array([[k >> 64, k & (2**64 - 1)] for k in keys], dtype=np.uint64)
+            st = cache.get(halves, np.array(dst)).wait(check=True)
             assert st == [kvf.Status.OK] * 8
             for i in range(8):
                 assert_slot(pools, dst[i], data[i])

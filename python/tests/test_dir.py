@@ -5,6 +5,7 @@ engine wrote and then damaged here, dir_list, dir_namespaces, remote_probe
 against a real redis-server, and the errors of each."""
 
 import os
+import struct
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ def store(tmp_path, geometry, rng, ns="rank0", keys=KEYS):
 
 
 def block_file(d, ns, key):
-    return d / ns / f"{key:016x}.kvf"
+    return d / ns / f"{key:032x}.kvf"
 
 
 def test_check_and_list_a_sound_directory(tmp_path, geometry, rng):
@@ -59,14 +60,14 @@ def test_check_names_each_kind_of_damage(tmp_path, geometry, rng):
     bad.write_bytes(bytes(raw))
     fifo = block_file(d, "rank0", 0x77)
     os.mkfifo(fifo)
-    (d / "rank0" / f".{0x78:016x}.{os.getpid()}.1.tmp").write_bytes(b"half a block")
+    (d / "rank0" / f".{0x78:032x}.{os.getpid()}.1.tmp").write_bytes(b"half a block")
     r = kvf.dir_check(d, "rank0", [geometry, geometry])
     assert r.counts == kvf.DirCounts(good=3, corrupt=1, torn=1, foreign=1)
     kinds = {e.key: e for e in r.problems}
     assert set(kinds) == {KEYS[0], 0x77, 0x78}
     c = kinds[KEYS[0]]
     assert c.kind == kvf.DirEntryKind.CORRUPT and c.status == kvf.Status.ERR_CORRUPT
-    assert f"{KEYS[0]:016x}.kvf" in c.message
+    assert f"{KEYS[0]:032x}.kvf" in c.message
     assert kinds[0x77].kind == kvf.DirEntryKind.FOREIGN
     assert kinds[0x78].kind == kvf.DirEntryKind.TORN
     # headers only: the damaged payload is still listed, the FIFO and the torn write are not
@@ -104,6 +105,61 @@ def test_bad_arguments_and_a_failing_visit(tmp_path, geometry, rng):
     assert len(calls) == 1  # the first failure is raised; later entries are not visited
 
 
+def _crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def _as_version_1(path, key64):
+    """Rewrites a format-2 block file as format version 1 wrote it: the
+    64-byte header with the 64-bit key, its 16-digit name."""
+    data = path.read_bytes()
+    fp, ns, hi, lo, tokens, pools, payload, pcrc = struct.unpack_from("<QQQQIIQI", data, 16)
+    assert hi == 0 and lo == key64
+    body = data[128:128 + payload]
+    h = b"KVFBLK\r\n" + struct.pack("<IIQQQIIQI", 1, 64, fp, ns, key64, tokens, pools, payload, pcrc)
+    h += struct.pack("<I", _crc32c(h))
+    path.unlink()
+    old = path.parent / f"{key64:016x}.kvf"
+    old.write_bytes(h + body)
+    return old
+
+
+def test_version_1_blocks_are_upgraded(tmp_path, geometry, rng):
+    """Blocks of format version 1 are reported, never served; dir_upgrade
+    rewrites them under {0, key}, byte for byte, and leaves a damaged one."""
+    d = tmp_path / "kv"
+    keys = [0x51, 0x52]
+    with kvf.Engine(backend=kvf.Backend.HOST, file_dir=str(d), file_namespace="up") as e:
+        pool = e.add_pool(geometry, primary=4)
+        data = [random_bytes(rng, pool.block_bytes) for _ in keys]
+        for s, b in enumerate(data):
+            pool.slot_view(s)[:] = b
+        e.offload(kvf.Tier.DISK, [(s, k) for s, k in enumerate(keys)]).wait(check=True)
+    olds = [_as_version_1(block_file(d, "up", k), k) for k in keys]
+    damaged = bytearray(olds[1].read_bytes())
+    damaged[64 + 10] ^= 0x40
+    olds[1].write_bytes(bytes(damaged))
+    r = kvf.dir_check(d, "up")
+    assert r.counts.old_format == 2 and r.counts.good == 0
+    assert all(p.kind == kvf.DirEntryKind.OLD_FORMAT and "format version 1" in p.message for p in r.problems)
+    assert kvf.dir_list(d, "up") == []
+    up = kvf.dir_upgrade(d, "up")
+    assert up.counts.upgraded == 1 and up.counts.corrupt == 1
+    assert [p.key for p in up.problems] == [0x52] and up.problems[0].kind == kvf.DirEntryKind.CORRUPT
+    assert not olds[0].exists() and olds[1].exists() and block_file(d, "up", 0x51).exists()
+    with kvf.Engine(backend=kvf.Backend.HOST, file_dir=str(d), file_namespace="up") as e:
+        pool = e.add_pool(geometry, primary=4)
+        pool.slot_view(3)[:] = 0xA5
+        e.onboard(kvf.Tier.DISK, [(0x51, 3)]).wait(check=True)
+        np.testing.assert_array_equal(pool.slot_view(3), data[0])
+        assert e.onboard(kvf.Tier.DISK, [(0x52, 2)]).wait() == [kvf.Status.ERR_NOT_FOUND]
+
+
 def test_remote_probe(tmp_path, monkeypatch):
     with pytest.raises(kvf.InvalidArgument):
         kvf.remote_probe("memcached://127.0.0.1")
@@ -134,4 +190,4 @@ def test_remote_probe(tmp_path, monkeypatch):
 def test_module_exports():
     for name in ("dir_check", "dir_list", "dir_namespaces", "remote_probe", "DirEntryKind", "DirCounts"):
         assert name in kvf.__all__ and hasattr(kvf, name)
-    assert np.array_equal([k.value for k in kvf.DirEntryKind], range(6))
+    assert np.array_equal([k.value for k in kvf.DirEntryKind], range(7))

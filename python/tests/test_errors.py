@@ -76,7 +76,7 @@ def test_not_found(engine, geometry):
 
 
 def _block_file(tmp_path, key):
-    return tmp_path / "kv" / "pytest" / f"{key:016x}.kvf"
+    return tmp_path / "kv" / "pytest" / f"{key:032x}.kvf"
 
 
 def test_corrupt_file(engine, geometry, rng, tmp_path):

@@ -55,6 +55,7 @@ STRUCTS = {
     "kvf_engine_config": _lib.EngineConfig_t,
     "kvf_setting": _lib.Setting_t,
     "kvf_pool_desc": _lib.PoolDesc_t,
+    "kvf_key": _lib.Key_t,
     "kvf_move": _lib.Move_t,
     "kvf_ticket": _lib.Ticket_t,
     "kvf_cache_ticket": _lib.CacheTicket_t,

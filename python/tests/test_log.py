@@ -44,7 +44,7 @@ def _stale_tmp(root, ns="logtest"):
     dead.wait()
     d = root / ns
     d.mkdir(parents=True, exist_ok=True)
-    (d / f".{0x2a:016x}.{dead.pid}.1.tmp").write_bytes(b"x")
+    (d / f".{0x2a:032x}.{dead.pid}.1.tmp").write_bytes(b"x")
     return d
 
 

@@ -24,7 +24,7 @@ def test_errors_name_file_and_reason(engine, geometry, rng, tmp_path):
     for s in range(3):
         pool.slot_view(s)[:] = random_bytes(rng, pool.block_bytes)
     engine.offload(kvf.Tier.DISK, [(s, 0x700 + s) for s in range(3)]).wait(check=True)
-    path = tmp_path / "kv" / "pytest" / "0000000000000701.kvf"
+    path = tmp_path / "kv" / "pytest" / "00000000000000000000000000000701.kvf"
     _damage(path, os.path.getsize(path) - pool.block_bytes + 5)  # in the payload
     # 0x701 damaged, 0x7ff never stored
     t = engine.onboard(kvf.Tier.DISK, [(0x700, 0), (0x701, 1), (0x7FF, 2)])
@@ -66,7 +66,7 @@ def test_more_failures_than_kept(engine, geometry):
     assert t.error_count == n
     errs = t.errors()
     assert [e.index for e in errs] == list(range(kvf._tickets.ERRORS_KEPT))
-    assert all(f"{0x9000 + e.index:016x}" in e.message for e in errs)
+    assert all(f"{0x9000 + e.index:032x}" in e.message for e in errs)
 
 
 def test_cache_errors(engine, geometry, rng, tmp_path):
@@ -75,13 +75,13 @@ def test_cache_errors(engine, geometry, rng, tmp_path):
         pool.slot_view(s)[:] = random_bytes(rng, pool.block_bytes)
     with kvf.Cache(engine, disk_blocks=16) as cache:
         cache.put([0x801, 0x802], [0, 1]).wait(check=True)
-        path = tmp_path / "kv" / "pytest" / "0000000000000802.kvf"
+        path = tmp_path / "kv" / "pytest" / "00000000000000000000000000000802.kvf"
         _damage(path, os.path.getsize(path) - pool.block_bytes + 7)
         t = cache.get([0x801, 0x802], [4, 5])
         with pytest.raises(kvf.Corrupt) as ei:
             t.wait(check=True)
         (f,) = ei.value.failures
-        assert f.index == 1 and str(path) in f.message and "0x0000000000000802" in f.message
+        assert f.index == 1 and str(path) in f.message and "00000000000000000000000000000802" in f.message
         with pytest.raises(kvf.InvalidArgument) as ei:
             cache.put([0x803, 0x803], [2, 3])
         assert "keys 0 and 1" in ei.value.message

@@ -282,3 +282,43 @@ def test_offload_after(engine, geometry, rng, tier):
     poison(pool, 2)
     engine.onboard(tier, (dst, 2)).wait(check=True)
     np.testing.assert_array_equal(pool.slot_view(2), src)
+
+
+@pytest.mark.parametrize("where", ["disk", "mem"])
+def test_128_bit_keys(tmp_path, geometry, rng, where):
+    """Keys are ints below 2**128: keys equal in their low (or high) 64 bits
+    are different blocks on disk and in a remote store, through lists and
+    structured arrays alike; a key of 2**128 or more, or negative, is
+    refused naming the move, before anything moves."""
+    lo = 0xABCDEF
+    keys = [lo, 1 << 64 | lo, (2**64 - 1) << 64 | lo, 1 << 64 | (lo + 1)]
+    kw = ({"file_dir": str(tmp_path / "kv"), "file_namespace": "wide"} if where == "disk"
+          else {"remote_url": "mem://py-wide-keys"})
+    tier = kvf.Tier.DISK if where == "disk" else kvf.Tier.REMOTE
+    with kvf.Engine(backend=kvf.Backend.HOST, **kw) as e:
+        pool = e.add_pool(geometry, primary=16)
+        data = [fill(pool, s, rng) for s in range(len(keys))]
+        e.offload(tier, [(s, k) for s, k in enumerate(keys)]).wait(check=True)
+        for s in range(8, 16):
+            poison(pool, s)
+        e.onboard(tier, [(k, 8 + i) for i, k in enumerate(keys)]).wait(check=True)
+        for i in range(len(keys)):
+            np.testing.assert_array_equal(pool.slot_view(8 + i), data[i])
+        # the same through a structured array with the key's halves
+        a = np.zeros(len(keys), kvf.move_dtype())
+        a["dst"] = np.arange(12, 12 + len(keys))
+        a["key_hi"] = [k >> 64 for k in keys]
+        a["key_lo"] = [k & (2**64 - 1) for k in keys]
+        e.onboard(tier, a).wait(check=True)
+        for i in range(len(keys)):
+            np.testing.assert_array_equal(pool.slot_view(12 + i), data[i])
+        with pytest.raises(kvf.InvalidArgument, match=r"moves: entry 1: dst = 340282366920938463463374607431768211456"):
+            e.offload(tier, [(0, 5), (1, 2**128)])
+        with pytest.raises(kvf.InvalidArgument, match="moves: entry 0: src"):
+            e.onboard(tier, [(-1, 3)])
+        e.remove(tier, [keys[1]]).wait(check=True)
+        st = e.onboard(tier, [(k, 8 + i) for i, k in enumerate(keys)]).wait()
+        assert st == [kvf.Status.OK, kvf.Status.ERR_NOT_FOUND, kvf.Status.OK, kvf.Status.OK]
+    if where == "disk":
+        names = sorted(p.name for p in (tmp_path / "kv" / "wide").glob("*.kvf"))
+        assert names == sorted(f"{k:032x}.kvf" for k in keys if k != keys[1])

@@ -47,7 +47,8 @@ static bool acquire_one(kvf_cache *c, acquire_batches *ab, entry *e, size_t h, u
          * acquire, or an eviction's refill) may still be running: the
          * ticket waits for it, and fails the block if it failed */
         *slot_p = e->slot;
-        kvf__cache_pending_add(&ab->fence, (kvf_move){e->slot, e->slot, 0}, e->key, e->gen, h);
+        kvf__cache_pending_add(&ab->fence, (kvf_move){.src = e->slot, .dst = e->slot}, e->key,
+                               e->gen, h);
         return true;
     }
     uint32_t s;
@@ -66,10 +67,11 @@ static bool acquire_one(kvf_cache *c, acquire_batches *ab, entry *e, size_t h, u
     c->used[KVF_TIER_GPU]++;
     c->gpu_state[s] = GPU_CACHED;
     if (from == KVF_TIER_HOST) {
-        kvf__cache_pending_add(&ab->up[0], (kvf_move){old_slot, s, 0}, e->key, e->gen, h);
+        kvf__cache_pending_add(&ab->up[0], (kvf_move){.src = old_slot, .dst = s}, e->key, e->gen,
+                               h);
         ab->freed[ab->nfreed++] = old_slot; /* reused only once the read is queued */
     } else {
-        kvf__cache_pending_add(&ab->up[1], (kvf_move){e->key, s, 0}, e->key, e->gen, h);
+        kvf__cache_pending_add(&ab->up[1], (kvf_move){.dst = s, .key = e->key}, e->key, e->gen, h);
     }
     kvf__cache_emit(c, KVF_EVENT_UPDATED, e, from);
     *slot_p = s;

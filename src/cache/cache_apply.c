@@ -25,8 +25,9 @@ static void back_to_disk(kvf_cache *c, entry *e, kvf_status st)
     if (e->pins == 0)
         kvf__cache_lru_append(c, e);
     kvf__cache_emit(c, KVF_EVENT_UPDATED, e, KVF_TIER_GPU);
-    KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: not read into the GPU tier: %s; kept on disk",
-            (unsigned long long)e->key, kvf_status_str(st));
+    KVF_LOG(KVF_LOG_WARN,
+            "cache: block " KVF_KEY_FMT ": not read into the GPU tier: %s; kept on disk",
+            KVF_KEY_ARGS(e->key), kvf_status_str(st));
 }
 
 /* Gives move i's outcome to its block in the caller's call. */
@@ -37,8 +38,8 @@ static void note_in_call(const op *o, call *k, size_t i, kvf_status st, const kv
          o->kind == OPK_FENCE)) {
         k->status[o->index[i]] = st;
         if (st != KVF_OK)
-            kvf__cache_call_note(k, o->index[i], st, "block 0x%016llx: %s tier: %s",
-                                 (unsigned long long)o->keys[i], kvf_tier_name((kvf_tier)o->tier),
+            kvf__cache_call_note(k, o->index[i], st, "block " KVF_KEY_FMT ": %s tier: %s",
+                                 KVF_KEY_ARGS(o->keys[i]), kvf_tier_name((kvf_tier)o->tier),
                                  why && why->index == i ? why->message : kvf_status_str(st));
     }
 }
@@ -98,7 +99,7 @@ static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st,
             back_to_disk(c, e, st);
             kept = true;
         } else if (!(e && e->tier == KVF_TIER_DISK)) { /* else the file is that entry's */
-            kvf__cache_pending_add(stale, (kvf_move){o->keys[i], o->keys[i], 0}, o->keys[i], 0, 0);
+            kvf__cache_pending_add(stale, (kvf_move){.key = o->keys[i]}, o->keys[i], 0, 0);
         }
     }
     if (!current)
@@ -107,15 +108,14 @@ static void apply_move(kvf_cache *c, const op *o, size_t i, kvf_status st,
         c->stats.bytes_out[o->tier] += c->block_bytes;
     if (o->kind == OPK_GET && spared) {
         if (o->ticket.id != 0)
-            KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: read failed: %s; kept",
-                    (unsigned long long)e->key, kvf_tier_name((kvf_tier)e->tier),
-                    kvf_status_str(st));
+            KVF_LOG(KVF_LOG_WARN, "cache: block " KVF_KEY_FMT ": %s tier: read failed: %s; kept",
+                    KVF_KEY_ARGS(e->key), kvf_tier_name((kvf_tier)e->tier), kvf_status_str(st));
     } else if (st != KVF_OK && !kept) {
         /* the block this move wrote or read is not there whole */
         c->stats.failures++;
         e->removing = true;
-        KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: %s tier: %s; removed",
-                (unsigned long long)e->key, kvf_tier_name((kvf_tier)e->tier), kvf_status_str(st));
+        KVF_LOG(KVF_LOG_WARN, "cache: block " KVF_KEY_FMT ": %s tier: %s; removed",
+                KVF_KEY_ARGS(e->key), kvf_tier_name((kvf_tier)e->tier), kvf_status_str(st));
     }
     if (e->removing && e->pins == 0) {
         if (c->deferring)
@@ -149,8 +149,8 @@ void kvf__cache_op_apply(kvf_cache *c, op *o, call *k)
         }
         if (o->kind == OPK_REMOVE) {
             if (st != KVF_OK)
-                KVF_LOG(KVF_LOG_WARN, "cache: block 0x%016llx: file not removed: %s",
-                        (unsigned long long)o->keys[i], kvf_last_error());
+                KVF_LOG(KVF_LOG_WARN, "cache: block " KVF_KEY_FMT ": file not removed: %s",
+                        KVF_KEY_ARGS(o->keys[i]), kvf_last_error());
             continue;
         }
         apply_move(c, o, i, st, why, from_file ? &stale : NULL);

@@ -14,7 +14,7 @@ void kvf__cache_drop(kvf_cache *c, entry *e, put_batches *pb)
 {
     kvf__cache_unplace(c, e);
     if (e->tier == KVF_TIER_DISK && pb)
-        kvf__cache_pending_add(&pb->remove, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
+        kvf__cache_pending_add(&pb->remove, (kvf_move){.key = e->key}, e->key, 0, 0);
     kvf__cache_emit(c, KVF_EVENT_REMOVED, e, (kvf_tier)e->tier);
     free(e);
 }

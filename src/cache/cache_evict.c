@@ -55,7 +55,7 @@ bool kvf__cache_host_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
     v->round = c->round;
     c->used[KVF_TIER_DISK]++;
     kvf__cache_lru_append(c, v);
-    kvf__cache_pending_add(&pb->demote, (kvf_move){slot, v->key, 0}, v->key, v->gen, 0);
+    kvf__cache_pending_add(&pb->demote, (kvf_move){.src = slot, .key = v->key}, v->key, v->gen, 0);
     c->stats.bytes_in[KVF_TIER_DISK] += c->block_bytes;
     kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_TIER_HOST);
     *slot_p = slot; /* used[HOST] unchanged: the slot passes to the new block */
@@ -98,10 +98,11 @@ bool kvf__cache_gpu_slot(kvf_cache *c, put_batches *pb, uint32_t *slot_p)
                 c->used[KVF_TIER_DISK]++; /* host_slot counted the host one */
             kvf__cache_lru_append(c, v);
             if (to == KVF_TIER_HOST)
-                kvf__cache_pending_add(&pb->evict_host, (kvf_move){src, hs, 0}, v->key, v->gen, 0);
+                kvf__cache_pending_add(&pb->evict_host, (kvf_move){.src = src, .dst = hs}, v->key,
+                                       v->gen, 0);
             else
-                kvf__cache_pending_add(&pb->evict_file, (kvf_move){src, v->key, 0}, v->key, v->gen,
-                                       0);
+                kvf__cache_pending_add(&pb->evict_file, (kvf_move){.src = src, .key = v->key},
+                                       v->key, v->gen, 0);
             c->stats.bytes_in[to] += c->block_bytes;
             kvf__cache_emit(c, KVF_EVENT_UPDATED, v, KVF_TIER_GPU);
         }

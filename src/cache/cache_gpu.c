@@ -61,8 +61,8 @@ kvf_status kvf_cache_alloc(kvf_cache *c, uint32_t *slots, size_t n, kvf_cache_ti
         pending fence = {0};
         if (kvf__cache_pending_reserve(&fence, n)) {
             for (size_t i = 0; i < n; i++)
-                kvf__cache_pending_add(&fence, (kvf_move){slots[i], slots[i], 0}, KVF_KEY_ROOT, 0,
-                                       0);
+                kvf__cache_pending_add(&fence, (kvf_move){.src = slots[i], .dst = slots[i]},
+                                       KVF_KEY_ROOT, 0, 0);
             kvf__cache_flush(c, &pb); /* the evictions first: the fence waits for their reads */
             kvf__cache_submit_into(c, OPK_FENCE, KVF_TIER_GPU, &fence, k);
         } else {
@@ -118,9 +118,9 @@ kvf_status kvf_cache_commit(kvf_cache *c, const kvf_key *keys, const uint32_t *s
     st = check_handed_out(c, fn, slots, n);
     for (size_t i = 0; i < n && st == KVF_OK; i++)
         for (size_t j = 0; j < i && st == KVF_OK; j++)
-            if (keys[j] == keys[i])
-                st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice", fn,
-                               (unsigned long long)keys[i]);
+            if (kvf_key_eq(keys[j], keys[i]))
+                st = kvf__fail(KVF_ERR_INVALID, "%s: block " KVF_KEY_FMT " given twice", fn,
+                               KVF_KEY_ARGS(keys[i]));
     kvf_status first = KVF_OK;
     if (st == KVF_OK) {
         /* the caller wrote these whole: failed copies into them are history
@@ -134,9 +134,9 @@ kvf_status kvf_cache_commit(kvf_cache *c, const kvf_key *keys, const uint32_t *s
             if (old && old->pins) {
                 /* another request holds its copy: this one stays private */
                 bst = kvf__fail(KVF_ERR_STATE,
-                                "%s: block 0x%016llx is in use in the %s tier: slot %u stays "
+                                "%s: block " KVF_KEY_FMT " is in use in the %s tier: slot %u stays "
                                 "the caller's",
-                                fn, (unsigned long long)keys[i], kvf_tier_name((kvf_tier)old->tier),
+                                fn, KVF_KEY_ARGS(keys[i]), kvf_tier_name((kvf_tier)old->tier),
                                 slots[i]);
             } else {
                 if (old)
@@ -152,8 +152,9 @@ kvf_status kvf_cache_commit(kvf_cache *c, const kvf_key *keys, const uint32_t *s
                     c->stats.bytes_in[KVF_TIER_GPU] += c->block_bytes;
                     kvf__cache_emit(c, KVF_EVENT_STORED, e, KVF_TIER_GPU);
                     if (c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
-                        kvf__cache_pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0},
-                                               keys[i], 0, i);
+                        kvf__cache_pending_add(&pb.to_remote,
+                                               (kvf_move){.src = slots[i], .key = keys[i]}, keys[i],
+                                               0, i);
                 }
             }
             if (per_block)

@@ -27,8 +27,8 @@ static kvf_status op_failure(const char *fn, kvf_cache_ticket t, const op *o)
 {
     for (size_t i = 0; i < o->n; i++)
         if (o->status[i] != KVF_OK && o->status[i] != KVF_INPROGRESS)
-            return kvf__fail(o->status[i], "%s: ticket %llu: block 0x%016llx failed (%s)", fn,
-                             (unsigned long long)t.id, (unsigned long long)o->keys[i],
+            return kvf__fail(o->status[i], "%s: ticket %llu: block " KVF_KEY_FMT " failed (%s)", fn,
+                             (unsigned long long)t.id, KVF_KEY_ARGS(o->keys[i]),
                              kvf_status_str(o->status[i]));
     return KVF_OK;
 }

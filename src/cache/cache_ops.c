@@ -10,7 +10,7 @@
 kvf_status kvf__cache_check_keys(const char *fn, const kvf_key *keys, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (keys[i] == KVF_KEY_ROOT)
+        if (kvf_key_is_root(keys[i]))
             return kvf__fail(KVF_ERR_INVALID, "%s: key %zu is 0 (KVF_KEY_ROOT names no block)", fn,
                              i);
     return KVF_OK;
@@ -24,8 +24,9 @@ typedef struct key_at {
 static int cmp_key_at(const void *a, const void *b)
 {
     const key_at *x = a, *y = b;
-    if (x->key != y->key)
-        return x->key < y->key ? -1 : 1;
+    int k = kvf_key_cmp(x->key, y->key);
+    if (k)
+        return k;
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
@@ -41,9 +42,10 @@ kvf_status kvf__cache_check_unique(const char *fn, const kvf_key *keys, size_t n
     qsort(v, n, sizeof *v, cmp_key_at);
     kvf_status st = KVF_OK;
     for (size_t i = 1; i < n && st == KVF_OK; i++)
-        if (v[i].key == v[i - 1].key)
-            st = kvf__fail(KVF_ERR_INVALID, "%s: block 0x%016llx given twice, as keys %zu and %zu",
-                           fn, (unsigned long long)v[i].key, v[i - 1].index, v[i].index);
+        if (kvf_key_eq(v[i].key, v[i - 1].key))
+            st = kvf__fail(KVF_ERR_INVALID,
+                           "%s: block " KVF_KEY_FMT " given twice, as keys %zu and %zu", fn,
+                           KVF_KEY_ARGS(v[i].key), v[i - 1].index, v[i].index);
     free(v);
     return st;
 }
@@ -115,14 +117,15 @@ static void promote(kvf_cache *c, put_batches *pb, entry *e, uint32_t src_slot, 
     }
     if (e->round == c->round)
         kvf__cache_flush(c, pb); /* its file's write is queued before the file's removal */
-    kvf__cache_pending_add(&pb->remove, (kvf_move){e->key, e->key, 0}, e->key, 0, 0);
+    kvf__cache_pending_add(&pb->remove, (kvf_move){.key = e->key}, e->key, 0, 0);
     c->used[KVF_TIER_DISK]--;
     e->tier = KVF_TIER_HOST;
     e->slot = hs;
     e->gen = ++c->next_gen;
     e->round = c->round;
     kvf__cache_lru_append(c, e);
-    kvf__cache_pending_add(&pb->to_host, (kvf_move){src_slot, hs, 0}, e->key, e->gen, index);
+    kvf__cache_pending_add(&pb->to_host, (kvf_move){.src = src_slot, .dst = hs}, e->key, e->gen,
+                           index);
     c->stats.bytes_in[KVF_TIER_HOST] += c->block_bytes;
     kvf__cache_emit(c, KVF_EVENT_UPDATED, e, KVF_TIER_DISK);
 }
@@ -156,8 +159,8 @@ static kvf_status put_new(kvf_cache *c, put_batches *pb, kvf_key key, uint32_t s
     else if (c->capacity[KVF_TIER_DISK] && kvf__cache_disk_room(c, pb))
         tier = KVF_TIER_DISK;
     if (tier == KVF_TIER_COUNT) {
-        KVF_LOG(KVF_LOG_INFO, "cache: block 0x%016llx not stored: every block is pinned",
-                (unsigned long long)key);
+        KVF_LOG(KVF_LOG_INFO, "cache: block " KVF_KEY_FMT " not stored: every block is pinned",
+                KVF_KEY_ARGS(key));
         return KVF_ERR_NO_SPACE; /* every block of every tier is pinned */
     }
     if (!(e = kvf__cache_place(c, key, tier, slot, priority))) {
@@ -168,9 +171,11 @@ static kvf_status put_new(kvf_cache *c, put_batches *pb, kvf_key key, uint32_t s
         return KVF_ERR_NOMEM;
     }
     if (tier == KVF_TIER_HOST)
-        kvf__cache_pending_add(&pb->to_host, (kvf_move){src_slot, slot, 0}, e->key, e->gen, i);
+        kvf__cache_pending_add(&pb->to_host, (kvf_move){.src = src_slot, .dst = slot}, e->key,
+                               e->gen, i);
     else
-        kvf__cache_pending_add(&pb->to_file, (kvf_move){src_slot, e->key, 0}, e->key, e->gen, i);
+        kvf__cache_pending_add(&pb->to_file, (kvf_move){.src = src_slot, .key = e->key}, e->key,
+                               e->gen, i);
     if (tier == KVF_TIER_DISK)
         c->used[KVF_TIER_DISK]++;
     c->stats.bytes_in[tier] += c->block_bytes;
@@ -186,13 +191,13 @@ static void put_status(call *k, size_t i, kvf_key key, kvf_status bst)
     if (k) {
         k->status[i] = bst;
         if (bst != KVF_INPROGRESS && bst != KVF_OK)
-            kvf__cache_call_note(k, i, bst, "block 0x%016llx: not stored: %s",
-                                 (unsigned long long)key,
+            kvf__cache_call_note(k, i, bst, "block " KVF_KEY_FMT ": not stored: %s",
+                                 KVF_KEY_ARGS(key),
                                  bst == KVF_ERR_STATE ? "being removed while a get still pins it"
                                  : bst == KVF_ERR_NO_SPACE ? "every block of every tier is pinned"
                                                            : kvf_status_str(bst));
     } else if (bst != KVF_INPROGRESS && bst != KVF_OK)
-        KVF_LOG(KVF_LOG_WARN, "cache: put of block 0x%016llx: %s", (unsigned long long)key,
+        KVF_LOG(KVF_LOG_WARN, "cache: put of block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(key),
                 kvf_status_str(bst));
 }
 
@@ -242,7 +247,8 @@ kvf_status kvf_cache_put(kvf_cache *c, const kvf_key *keys, const uint32_t *slot
         /* a block stored here goes to the store too (a call names each
          * key once: kvf__cache_check_unique) */
         if (fresh && e && c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH)
-            kvf__cache_pending_add(&pb.to_remote, (kvf_move){slots[i], keys[i], 0}, keys[i], 0, i);
+            kvf__cache_pending_add(&pb.to_remote, (kvf_move){.src = slots[i], .key = keys[i]},
+                                   keys[i], 0, i);
         put_status(k, i, keys[i], bst);
     }
     kvf__cache_flush(c, &pb);
@@ -303,8 +309,9 @@ static kvf_status check_gettable(const kvf_cache *c, const char *fn, const kvf_k
     for (size_t i = 0; i < n && !remote; i++) {
         const entry *e = kvf__cache_find(c, keys[i]);
         if (!e || e->removing)
-            return kvf__fail(KVF_ERR_NOT_FOUND, "%s: block 0x%016llx (block %zu) is not cached", fn,
-                             (unsigned long long)keys[i], i);
+            return kvf__fail(KVF_ERR_NOT_FOUND,
+                             "%s: block " KVF_KEY_FMT " (block %zu) is not cached", fn,
+                             KVF_KEY_ARGS(keys[i]), i);
     }
     return KVF_OK;
 }
@@ -363,15 +370,15 @@ static kvf_status get_pools(kvf_cache *c, const char *fn, const kvf_key *keys,
         c->stats.gets++;
         if (!e || e->removing) {
             /* not cached here: the remote tier's, if it has it */
-            kvf__cache_pending_add(&by_tier[KVF_TIER_REMOTE], (kvf_move){keys[i], slots[i], 0},
-                                   keys[i], 0, i);
+            kvf__cache_pending_add(&by_tier[KVF_TIER_REMOTE],
+                                   (kvf_move){.dst = slots[i], .key = keys[i]}, keys[i], 0, i);
             continue;
         }
         kvf__cache_pin_one(c, e);
         e->reads++;
         e->uses++;
-        kvf_move mv = e->tier == KVF_TIER_DISK ? (kvf_move){e->key, slots[i], 0}
-                                               : (kvf_move){e->slot, slots[i], 0};
+        kvf_move mv = e->tier == KVF_TIER_DISK ? (kvf_move){.dst = slots[i], .key = e->key}
+                                               : (kvf_move){.src = e->slot, .dst = slots[i]};
         kvf__cache_pending_add(&by_tier[e->tier], mv, e->key, e->gen, i);
     }
     kvf__cache_submit_into(c, OPK_GET, KVF_TIER_HOST, &by_tier[KVF_TIER_HOST], k);

@@ -40,10 +40,10 @@ kvf_status kvf_cache_unpin(kvf_cache *c, const kvf_key *keys, size_t n)
         entry *e = kvf__cache_find(c, keys[i]);
         uint32_t need = 0;
         for (size_t j = 0; j <= i; j++)
-            need += keys[j] == keys[i];
+            need += kvf_key_eq(keys[j], keys[i]);
         if (!e || e->pins - e->reads < need)
-            st = kvf__fail(KVF_ERR_STATE, "kvf_cache_unpin: block 0x%016llx (key %zu) is %s",
-                           (unsigned long long)keys[i], i, e ? "not pinned" : "not cached");
+            st = kvf__fail(KVF_ERR_STATE, "kvf_cache_unpin: block " KVF_KEY_FMT " (key %zu) is %s",
+                           KVF_KEY_ARGS(keys[i]), i, e ? "not pinned" : "not cached");
     }
     for (size_t i = 0; i < n && st == KVF_OK; i++)
         kvf__cache_release_pin(c, kvf__cache_find(c, keys[i]));
@@ -51,11 +51,10 @@ kvf_status kvf_cache_unpin(kvf_cache *c, const kvf_key *keys, size_t n)
     return st;
 }
 
-/* Orders keys (and any uint64_t). */
-static int cmp_u64(const void *a, const void *b)
+/* Orders keys. */
+static int cmp_key(const void *a, const void *b)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    return kvf_key_cmp(*(const kvf_key *)a, *(const kvf_key *)b);
 }
 
 kvf_status kvf_cache_remove(kvf_cache *c, const kvf_key *keys, size_t n, size_t *removed_p)
@@ -67,7 +66,7 @@ kvf_status kvf_cache_remove(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
     /* write-through blocks are removed from the store as well, each key once */
     pending remote = {0};
     bool through = c->cfg.remote == KVF_CACHE_REMOTE_WRITE_THROUGH && n;
-    uint64_t *uniq = through ? malloc(n * sizeof *uniq) : NULL;
+    kvf_key *uniq = through ? malloc(n * sizeof *uniq) : NULL;
     if (through && (!uniq || !kvf__cache_pending_reserve(&remote, n))) {
         free(uniq);
         kvf__cache_pending_free(&remote);
@@ -86,10 +85,10 @@ kvf_status kvf_cache_remove(kvf_cache *c, const kvf_key *keys, size_t n, size_t 
     }
     if (through) {
         memcpy(uniq, keys, n * sizeof *uniq);
-        qsort(uniq, n, sizeof *uniq, cmp_u64);
+        qsort(uniq, n, sizeof *uniq, cmp_key);
         for (size_t i = 0; i < n; i++)
-            if (i == 0 || uniq[i] != uniq[i - 1])
-                kvf__cache_pending_add(&remote, (kvf_move){uniq[i], uniq[i], 0}, uniq[i], 0, 0);
+            if (i == 0 || !kvf_key_eq(uniq[i], uniq[i - 1]))
+                kvf__cache_pending_add(&remote, (kvf_move){.key = uniq[i]}, uniq[i], 0, 0);
         kvf__cache_submit_into(c, OPK_REMOTE_REMOVE, KVF_TIER_REMOTE, &remote, NULL);
     }
     kvf__cache_release_doomed(c);

@@ -47,7 +47,7 @@ static int cmp_restored(const void *a, const void *b)
     const restored *x = a, *y = b;
     if (x->mtime_ns != y->mtime_ns)
         return x->mtime_ns < y->mtime_ns ? -1 : 1;
-    return x->key < y->key ? -1 : x->key > y->key;
+    return kvf_key_cmp(x->key, y->key);
 }
 
 /* Priority of blocks found on disk at create: their own is not stored. */
@@ -76,7 +76,7 @@ static kvf_status disk_list(kvf_cache *c, restore_list *l)
 /* Removes the `extra` oldest blocks of a sorted list, and waits. */
 static kvf_status remove_oldest(kvf_cache *c, const restore_list *l, size_t extra)
 {
-    uint64_t *keys = malloc(extra * sizeof *keys);
+    kvf_key *keys = malloc(extra * sizeof *keys);
     kvf_ticket t;
     if (!keys)
         return kvf__fail(KVF_ERR_NOMEM, "cache: out of memory");

@@ -12,6 +12,7 @@
 #include "keymap.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -48,15 +49,19 @@ static void key_init(void)
         v2 = ROTL(v2, 32);                                                                         \
     } while (0)
 
-/* SipHash-1-3 of the 8-byte message `key` (its little-endian bytes). */
-static uint64_t siphash13_u64(uint64_t k0, uint64_t k1, uint64_t key)
+/* SipHash-1-3 of the 16-byte message `key` (lo's little-endian bytes,
+ * then hi's). */
+static uint64_t siphash13_key(uint64_t k0, uint64_t k1, kvf_key key)
 {
     uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
     uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
-    v3 ^= key;
+    v3 ^= key.lo;
     SIPROUND;
-    v0 ^= key;
-    const uint64_t last = 8ull << 56; /* the message's length, no bytes left */
+    v0 ^= key.lo;
+    v3 ^= key.hi;
+    SIPROUND;
+    v0 ^= key.hi;
+    const uint64_t last = 16ull << 56; /* the message's length, no bytes left */
     v3 ^= last;
     SIPROUND;
     v0 ^= last;
@@ -67,9 +72,11 @@ static uint64_t siphash13_u64(uint64_t k0, uint64_t k1, uint64_t key)
     return v0 ^ v1 ^ v2 ^ v3;
 }
 
-static uint64_t key_of(const kvf__keymap *m, const void *obj)
+static kvf_key key_of(const kvf__keymap *m, const void *obj)
 {
-    return *(const uint64_t *)((const char *)obj + m->key_off);
+    kvf_key k;
+    memcpy(&k, (const char *)obj + m->key_off, sizeof k);
+    return k;
 }
 
 static void **next_of(const kvf__keymap *m, const void *obj)
@@ -77,17 +84,17 @@ static void **next_of(const kvf__keymap *m, const void *obj)
     return (void **)((char *)(uintptr_t)obj + m->next_off);
 }
 
-static size_t bucket_of(const kvf__keymap *m, uint64_t key)
+static size_t bucket_of(const kvf__keymap *m, kvf_key key)
 {
-    return (size_t)siphash13_u64(m->k0, m->k1, key) & (m->nbuckets - 1);
+    return (size_t)siphash13_key(m->k0, m->k1, key) & (m->nbuckets - 1);
 }
 
-void *kvf__keymap_find(const kvf__keymap *m, uint64_t key, const void *after)
+void *kvf__keymap_find(const kvf__keymap *m, kvf_key key, const void *after)
 {
     if (!m->nbuckets)
         return NULL;
     void *o = after ? *next_of(m, after) : m->buckets[bucket_of(m, key)];
-    while (o && key_of(m, o) != key)
+    while (o && !kvf_key_eq(key_of(m, o), key))
         o = *next_of(m, o);
     return o;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A hash table of objects by a 64-bit key (keymap.c), for every keyed
+ * A hash table of objects by a block key (kvf_key, keymap.c), for every keyed
  * index of the library: the cache's entries, the engine's per-key hazards,
  * the in-memory remote store's values. Keys come from callers (block keys
  * are hashes of their tokens, chosen by whoever chooses the tokens), so
@@ -20,7 +20,7 @@
 typedef struct kvf__keymap {
     void **buckets;
     size_t nbuckets, count;
-    size_t key_off;  /* offsetof the object's uint64_t key */
+    size_t key_off;  /* offsetof the object's kvf_key */
     size_t next_off; /* offsetof its chain pointer (void *) */
     size_t first;    /* buckets made on the first insert (a power of two) */
     uint64_t k0, k1; /* the bucket hash's key, the process's, taken with the buckets */
@@ -37,7 +37,7 @@ typedef struct kvf__keymap {
 /* The first object with `key` after `after` in its chain (NULL: the first
  * of all), or NULL: keys may repeat, for an owner that tells its objects
  * apart by more than the key. */
-KVF_INTERNAL void *kvf__keymap_find(const kvf__keymap *m, uint64_t key, const void *after);
+KVF_INTERNAL void *kvf__keymap_find(const kvf__keymap *m, kvf_key key, const void *after);
 /* Adds obj (its key set). false only when the map has no buckets and
  * none could be allocated. */
 KVF_INTERNAL bool kvf__keymap_insert(kvf__keymap *m, void *obj);

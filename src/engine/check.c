@@ -7,10 +7,9 @@
 
 /* ---- submission ----------------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
+static int cmp_key(const void *a, const void *b)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    return kvf_key_cmp(*(const kvf_key *)a, *(const kvf_key *)b);
 }
 
 /* A batch may not write one destination twice, nor (kvf_copy) read a slot
@@ -18,19 +17,19 @@ static int cmp_u64(const void *a, const void *b)
  * remote keys are sorted here; slots are stamped in kvf__check_moves. */
 static kvf_status check_key_collisions(const kvf_move *moves, size_t n)
 {
-    uint64_t *v = malloc(n * sizeof *v);
+    kvf_key *v = malloc(n * sizeof *v);
     if (!v)
         return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory");
     for (size_t i = 0; i < n; i++)
-        v[i] = moves[i].dst;
-    qsort(v, n, sizeof *v, cmp_u64);
+        v[i] = moves[i].key;
+    qsort(v, n, sizeof *v, cmp_key);
     kvf_status st = KVF_OK;
     for (size_t i = 1; i < n && st == KVF_OK; i++)
-        if (v[i] == v[i - 1])
+        if (kvf_key_eq(v[i], v[i - 1]))
             st = kvf__fail(KVF_ERR_INVALID,
-                           "batch: two moves write block 0x%llx; a batch writes each "
+                           "batch: two moves write block " KVF_KEY_FMT "; a batch writes each "
                            "destination once",
-                           (unsigned long long)v[i]);
+                           KVF_KEY_ARGS(v[i]));
     free(v);
     return st;
 }
@@ -41,7 +40,26 @@ static kvf_status check_move(kvf_engine *e, op_kind kind, size_t i, const kvf_mo
     kvf_tier ws = kind_writes(kind);
     const uint64_t idx[2] = {mv->src, mv->dst};
     const kvf_tier sp[2] = {rs, ws};
+    bool keyed = tier_keyed(rs) || tier_keyed(ws);
+    /* a block key has a member of its own: a slot where the key belongs,
+     * or a key beside two slots, is a caller who mixed them up */
+    if (keyed && kvf_key_is_root(mv->key))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "move %zu: no block key (.key is KVF_KEY_ROOT): a move to or from the "
+                         "%s tier names its block by .key",
+                         i, kvf_tier_name(tier_keyed(rs) ? rs : ws));
+    if (!keyed && !kvf_key_is_root(mv->key))
+        return kvf__fail(KVF_ERR_INVALID,
+                         "move %zu: block key " KVF_KEY_FMT " given to a move between slots, "
+                         "which takes src and dst only",
+                         i, KVF_KEY_ARGS(mv->key));
     for (int k = 0; k < 2; k++) {
+        if (tier_keyed(sp[k]) && idx[k] != 0)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "move %zu: %s is %llu, but the %s side names its block by .key "
+                             "(block " KVF_KEY_FMT "): %s must be 0",
+                             i, k ? "dst" : "src", (unsigned long long)idx[k], kvf_tier_name(sp[k]),
+                             KVF_KEY_ARGS(mv->key), k ? "dst" : "src");
         if (sp[k] == KVF_TIER_GPU && idx[k] >= e->primary_slots)
             return kvf__fail(KVF_ERR_RANGE,
                              "move %zu: primary slot %llu out of range (%u slots in every pool)", i,

@@ -55,36 +55,36 @@ void kvf__complete_batch(kvf_engine *e, batch *b)
             b->status[i] = KVF_OK;
         bool failed = b->status[i] != KVF_OK;
         if (keyed_read) {
-            hazard *r = hazard_of(e, rs, mv->src, false);
+            hazard *r = hazard_of(e, rs, mv->src, mv->key, false);
             if (r)
                 hazard_drop_reader(r, b->id);
         }
         if (i >= b->nregistered) {
             /* never queued as a writer there: its write changes nothing */
         } else if (keyed_write) {
-            hazard *w = hazard_of(e, ws, mv->dst, false);
+            hazard *w = hazard_of(e, ws, mv->dst, mv->key, false);
             if (w) {
                 if (w->writer == b->id)
                     w->writer = 0;
                 w->poison = failed ? b->id : 0;
             }
         } else if (failed) {
-            hazard_of(e, ws, mv->dst, false)->poison = b->id;
+            hazard_of(e, ws, mv->dst, mv->key, false)->poison = b->id;
             if (ws == KVF_TIER_HOST)
                 e->sec[mv->dst].lost_pool =
                     b->sel && !b->sel->whole ? b->sel->order[0] : UINT32_MAX;
         }
         if (failed && !b->ticketed && !(b->group && b->group->ticketed))
-            KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu): %s", op_name(b->kind), i,
-                    (unsigned long long)mv->src, (unsigned long long)mv->dst,
-                    kvf_status_str(b->status[i]));
+            KVF_LOG(KVF_LOG_WARN, "%s: move %zu (src %llu, dst %llu, key " KVF_KEY_FMT "): %s",
+                    op_name(b->kind), i, (unsigned long long)mv->src, (unsigned long long)mv->dst,
+                    KVF_KEY_ARGS(mv->key), kvf_status_str(b->status[i]));
     }
     /* keyed entries go once nothing is pending on them */
     for (size_t i = 0; i < b->n && (keyed_read || keyed_write); i++) {
         if (keyed_read)
-            kvf__key_hazard_prune(&tier_of(e, rs)->hazards, b->moves[i].src);
-        if (keyed_write && !(ws == rs && b->moves[i].dst == b->moves[i].src))
-            kvf__key_hazard_prune(&tier_of(e, ws)->hazards, b->moves[i].dst);
+            kvf__key_hazard_prune(&tier_of(e, rs)->hazards, b->moves[i].key);
+        if (keyed_write && ws != rs)
+            kvf__key_hazard_prune(&tier_of(e, ws)->hazards, b->moves[i].key);
     }
     if (!b->group)
         kvf__costs_batch_done(e, b);
@@ -159,7 +159,7 @@ bool kvf__source_lost(kvf_engine *e, const batch *b, size_t i)
     if (!b->src_dep[i])
         return false;
     kvf_tier rs = kind_reads(b->kind);
-    const hazard *h = hazard_of(e, rs, b->moves[i].src, false);
+    const hazard *h = hazard_of(e, rs, b->moves[i].src, b->moves[i].key, false);
     return h && h->poison == b->src_dep[i];
 }
 
@@ -167,16 +167,16 @@ bool kvf__dest_lost(kvf_engine *e, const batch *b, size_t i)
 {
     if (!b->sel || b->sel->whole || i >= b->nregistered || !b->dst_dep[i])
         return false;
-    const hazard *h = hazard_of(e, kind_writes(b->kind), b->moves[i].dst, false);
+    const hazard *h = hazard_of(e, kind_writes(b->kind), b->moves[i].dst, b->moves[i].key, false);
     return h && h->poison == b->dst_dep[i];
 }
 
 /* What a move reads or writes, for its message: "block 0x2a",
  * "primary slot 3". */
-static void name_place(char *out, size_t cap, kvf_tier sp, uint64_t v)
+static void name_place(char *out, size_t cap, kvf_tier sp, uint64_t v, kvf_key key)
 {
     if (tier_keyed(sp))
-        snprintf(out, cap, "%s 0x%llx", kvf__tiers[sp].place, (unsigned long long)v);
+        snprintf(out, cap, "%s " KVF_KEY_FMT, kvf__tiers[sp].place, KVF_KEY_ARGS(key));
     else
         snprintf(out, cap, "%s %llu", kvf__tiers[sp].place, (unsigned long long)v);
 }
@@ -184,9 +184,9 @@ static void name_place(char *out, size_t cap, kvf_tier sp, uint64_t v)
 /* A move whose source a failed move was to write (kvf__source_lost). */
 void kvf__fail_lost_source(batch *b, size_t i)
 {
-    char src[48], which[32] = "";
+    char src[64], which[32] = "";
     kvf_tier rs = kind_reads(b->kind);
-    name_place(src, sizeof src, rs, b->moves[i].src);
+    name_place(src, sizeof src, rs, b->moves[i].src, b->moves[i].key);
     if (rs == KVF_TIER_HOST) {
         uint32_t p = b->engine->sec[b->moves[i].src].lost_pool;
         if (p == UINT32_MAX)
@@ -200,8 +200,8 @@ void kvf__fail_lost_source(batch *b, size_t i)
 
 void kvf__fail_lost_dest(batch *b, size_t i)
 {
-    char dst[48];
-    name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst);
+    char dst[64];
+    name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst, b->moves[i].key);
     kvf__move_failed_dest(
         b, i, KVF_ERR_LOST,
         "%s: %s: the move of batch %llu that wrote it failed, and this one writes "
@@ -212,9 +212,9 @@ void kvf__fail_lost_dest(batch *b, size_t i)
 /* A move whose copy between slots failed, as `why` says. */
 void kvf__fail_copy(batch *b, size_t i, kvf_status st, const char *why)
 {
-    char src[48], dst[48];
-    name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src);
-    name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst);
+    char src[64], dst[64];
+    name_place(src, sizeof src, kind_reads(b->kind), b->moves[i].src, b->moves[i].key);
+    name_place(dst, sizeof dst, kind_writes(b->kind), b->moves[i].dst, b->moves[i].key);
     kvf__move_failed(b, i, st, "%s: %s to %s: %s", op_name(b->kind), src, dst, why);
 }
 

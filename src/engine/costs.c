@@ -247,9 +247,9 @@ static kvf_status calibrate_tier(kvf_engine *e, kvf_tier tier, kvf_move *mv, siz
     }
     if (tier != KVF_TIER_HOST) {
         /* the scratch keys go, whatever happened */
-        uint64_t *keys = malloc(n * sizeof *keys);
+        kvf_key *keys = malloc(n * sizeof *keys);
         for (size_t i = 0; keys && i < n; i++)
-            keys[i] = mv[i].src;
+            keys[i] = mv[i].key;
         if (keys && kvf_remove(e, tier, keys, n, &t) == KVF_OK)
             kvf_wait(e, t, NULL);
         free(keys);
@@ -261,15 +261,16 @@ static kvf_status calibrate_tier(kvf_engine *e, kvf_tier tier, kvf_move *mv, siz
 }
 
 kvf_status kvf_engine_calibrate(kvf_engine *e, const uint32_t *slots, const uint32_t *host_slots,
-                                size_t n, uint64_t key_base, uint32_t rounds)
+                                size_t n, kvf_key key_base, uint32_t rounds)
 {
     static const char fn[] = "kvf_engine_calibrate";
     kvf__clear_error();
     if (!e || !slots || n == 0)
         return kvf__fail(KVF_ERR_INVALID, "%s: NULL engine or slots, or n = 0", fn);
-    if (key_base == 0 || key_base + n < key_base)
-        return kvf__fail(KVF_ERR_INVALID, "%s: key_base 0x%llx cannot name %zu scratch keys", fn,
-                         (unsigned long long)key_base, n);
+    if (kvf_key_is_root(key_base) || key_base.lo + n < key_base.lo)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "%s: key_base " KVF_KEY_FMT " cannot name %zu scratch keys", fn,
+                         KVF_KEY_ARGS(key_base), n);
     if (rounds == 0)
         rounds = 3;
     kvf_move *mv = malloc(n * sizeof *mv);
@@ -282,7 +283,9 @@ kvf_status kvf_engine_calibrate(kvf_engine *e, const uint32_t *slots, const uint
             (tier == KVF_TIER_REMOTE && !kvf__engine_has_remote(e)))
             continue;
         for (size_t i = 0; i < n; i++)
-            mv[i] = (kvf_move){slots[i], tier == KVF_TIER_HOST ? host_slots[i] : key_base + i, 0};
+            mv[i] = tier == KVF_TIER_HOST
+                        ? (kvf_move){.src = slots[i], .dst = host_slots[i]}
+                        : (kvf_move){.src = slots[i], .key = {key_base.hi, key_base.lo + i}};
         kvf_status st = calibrate_tier(e, (kvf_tier)tier, mv, n, rounds);
         if (st != KVF_OK && first == KVF_OK) {
             first = st;

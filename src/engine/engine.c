@@ -415,7 +415,7 @@ kvf_status kvf__engine_fence(kvf_engine *e, const uint32_t *slots, size_t n, kvf
     if (!moves)
         return kvf__fail(KVF_ERR_NOMEM, "fence: out of memory");
     for (size_t i = 0; i < n; i++)
-        moves[i] = (kvf_move){slots[i], slots[i], 0};
+        moves[i] = (kvf_move){.src = slots[i], .dst = slots[i]};
     kvf_status st = kvf__submit(e, KIND_FENCE, moves, n, ticket_p);
     free(moves);
     return st;

@@ -64,7 +64,7 @@ typedef enum op_dir {
     OP_ONBOARD, /* the tier -> primary slot */
     OP_DEMOTE,  /* secondary slot -> a keyed tier's key */
     OP_PROMOTE, /* a keyed tier's key -> secondary slot */
-    OP_REMOVE,  /* a keyed tier's block removed: src = dst = key */
+    OP_REMOVE,  /* a keyed tier's block removed: the move's key (src = dst = 0) */
     OP_COPY,    /* primary slot -> primary slot (tier KVF_TIER_GPU) */
     OP_FENCE,   /* nothing moved (tier KVF_TIER_GPU): completes once the primary
                    slot src = dst is written by what was queued before */
@@ -130,7 +130,7 @@ typedef struct hazard {
 } hazard;
 
 typedef struct file_hazard {
-    uint64_t key;
+    kvf_key key;
     hazard hz;
     struct file_hazard *next; /* the key_table's chain */
 } file_hazard;
@@ -405,10 +405,10 @@ KVF_INTERNAL kvf_status kvf__freeze(kvf_engine *e);
 
 /* hazards.c */
 KVF_INTERNAL void kvf__key_table_init(key_table *t);
-KVF_INTERNAL hazard *kvf__key_hazard(key_table *t, uint64_t key, bool create);
+KVF_INTERNAL hazard *kvf__key_hazard(key_table *t, kvf_key key, bool create);
 KVF_INTERNAL void kvf__key_table_free(key_table *t);
 KVF_INTERNAL void kvf__hazard_prune_readers(const kvf_engine *e, hazard *h);
-KVF_INTERNAL void kvf__key_hazard_prune(key_table *t, uint64_t key);
+KVF_INTERNAL void kvf__key_hazard_prune(key_table *t, kvf_key key);
 KVF_INTERNAL bool kvf__push_id(uint64_t **arr, uint32_t n, uint32_t *cap, uint64_t id);
 KVF_INTERNAL bool kvf__push_edge(dep_edge **arr, size_t *n, size_t *cap, dep_edge ed);
 
@@ -642,16 +642,17 @@ static inline bool kind_is(op_kind k, op_dir dir, kvf_tier t)
     return k.dir == dir && k.tier == t;
 }
 
-/* The hazard of one slot or keyed object; keyed ones get an entry on
- * demand when `create` is set (NULL when out of memory or absent). */
-static inline __attribute__((always_inline)) hazard *hazard_of(kvf_engine *e, kvf_tier sp,
-                                                               uint64_t idx, bool create)
+/* The hazard of one slot (idx) or keyed object (key: a move's own); keyed
+ * ones get an entry on demand when `create` is set (NULL when out of
+ * memory or absent). */
+static inline __attribute__((always_inline)) hazard *
+hazard_of(kvf_engine *e, kvf_tier sp, uint64_t idx, kvf_key key, bool create)
 {
     if (sp == KVF_TIER_GPU)
         return &e->hz_primary[idx];
     if (sp == KVF_TIER_HOST)
         return &e->hz_secondary[idx];
-    return kvf__key_hazard(&tier_of(e, sp)->hazards, idx, create);
+    return kvf__key_hazard(&tier_of(e, sp)->hazards, key, create);
 }
 
 /* Moves ahead that the hazard passes prefetch: their slots are scattered,

@@ -73,9 +73,9 @@ kvf_status kvf__remote_handle(kvf_engine *e, kvf__store **s_p)
 }
 
 /* The key a move of a keyed batch writes or reads. */
-static uint64_t move_key(const batch *b, size_t i)
+static kvf_key move_key(const batch *b, size_t i)
 {
-    return tier_keyed(kind_writes(b->kind)) ? b->moves[i].dst : b->moves[i].src;
+    return b->moves[i].key;
 }
 
 /* A chunk as the store's hooks see it: block j of the call moves
@@ -125,18 +125,19 @@ static kvf_status chunk_check(const chunk *c, const kvf__store_block *blk, const
 {
     kvf_engine *e = c->w->engine;
     uint32_t tokens = eff_tokens(e, mv->tokens);
-    unsigned long long key = (unsigned long long)mv->src;
+    char key[KVF_KEY_STR_BYTES];
+    kvf_key_format(mv->key, key);
     const char *noun = c->s->noun;
     if (blk->pools != e->npools)
-        return kvf__fail(KVF_ERR_MISMATCH, "%s 0x%llx: stored with %u pools, engine has %u", noun,
-                         key, blk->pools, e->npools);
+        return kvf__fail(KVF_ERR_MISMATCH, "%s %s: stored with %u pools, engine has %u", noun, key,
+                         blk->pools, e->npools);
     if (blk->tokens < tokens)
-        return kvf__fail(KVF_ERR_RANGE, "%s 0x%llx: holds %u tokens, %u asked", noun, key,
-                         blk->tokens, tokens);
+        return kvf__fail(KVF_ERR_RANGE, "%s %s: holds %u tokens, %u asked", noun, key, blk->tokens,
+                         tokens);
     if (kvf__file_copies(e, c->b->kind, mv, blk->buf, tokens, blk->tokens, cp) !=
         blk->payload_bytes)
         return kvf__fail(KVF_ERR_MISMATCH,
-                         "%s 0x%llx: %zu payload bytes stored, not what %u tokens take", noun, key,
+                         "%s %s: %zu payload bytes stored, not what %u tokens take", noun, key,
                          blk->payload_bytes, blk->tokens);
     return KVF_OK;
 }
@@ -166,9 +167,9 @@ static void chunk_scatter(void *arg, kvf__store_block *blocks, size_t n)
     for (size_t j = 0; j < n; j++)
         if (blocks[j].status == KVF_OK) {
             const kvf_move *mv = chunk_move(c, &blocks[j]);
-            kvf__store_block_fail(&blocks[j], st, "%s 0x%llx: scattering into slot %llu: %s",
-                                  c->s->noun, (unsigned long long)mv->src,
-                                  (unsigned long long)mv->dst, why);
+            kvf__store_block_fail(&blocks[j], st,
+                                  "%s " KVF_KEY_FMT ": scattering into slot %llu: %s", c->s->noun,
+                                  KVF_KEY_ARGS(mv->key), (unsigned long long)mv->dst, why);
         }
 }
 
@@ -181,7 +182,7 @@ static void discard_failed(kvf__store *s, const batch *b, size_t first, size_t l
     for (size_t i = first; i < last; i++)
         if (b->status[i] != KVF_INPROGRESS && b->status[i] != KVF_OK) {
             bool emptied;
-            s->ops->discard(s, b->moves[i].dst, &emptied);
+            s->ops->discard(s, b->moves[i].key, &emptied);
         }
 }
 
@@ -194,9 +195,8 @@ static void chunk_refused(batch *b, size_t first, size_t last, kvf_status st)
     snprintf(why, sizeof why, "%s", kvf_last_error());
     for (size_t i = first; i < last; i++)
         if (b->status[i] == KVF_INPROGRESS)
-            kvf__move_failed(b, i, st, "%s: %s 0x%llx: %s", op_name(b->kind),
-                             kvf__tiers[b->kind.tier].place, (unsigned long long)move_key(b, i),
-                             why);
+            kvf__move_failed(b, i, st, "%s: %s " KVF_KEY_FMT ": %s", op_name(b->kind),
+                             kvf__tiers[b->kind.tier].place, KVF_KEY_ARGS(move_key(b, i)), why);
 }
 
 /* Fails the moves whose blocks failed, with the store's message, and
@@ -299,8 +299,8 @@ void kvf__store_batch_wrote(kvf_engine *e, batch *b)
     snprintf(why, sizeof why, "%s", kvf_last_error());
     for (size_t i = 0; i < b->n; i++)
         if (b->status[i] == KVF_INPROGRESS) {
-            kvf__move_failed(b, i, st, "%s: %s 0x%llx: %s", op_name(b->kind), s->noun,
-                             (unsigned long long)b->moves[i].dst, why);
+            kvf__move_failed(b, i, st, "%s: %s " KVF_KEY_FMT ": %s", op_name(b->kind), s->noun,
+                             KVF_KEY_ARGS(b->moves[i].key), why);
             discard_failed(s, b, i, i + 1);
         }
 }

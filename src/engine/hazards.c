@@ -10,7 +10,7 @@ void kvf__key_table_init(key_table *t)
     *t = (key_table)KVF_KEYMAP_INIT(file_hazard, key, next, 256);
 }
 
-hazard *kvf__key_hazard(key_table *t, uint64_t key, bool create)
+hazard *kvf__key_hazard(key_table *t, kvf_key key, bool create)
 {
     file_hazard *f = kvf__keymap_find(t, key, NULL);
     if (f || !create)
@@ -49,7 +49,7 @@ void kvf__hazard_prune_readers(const kvf_engine *e, hazard *h)
 }
 
 /* Drops a keyed entry with nothing pending and nothing to remember. */
-void kvf__key_hazard_prune(key_table *t, uint64_t key)
+void kvf__key_hazard_prune(key_table *t, kvf_key key)
 {
     file_hazard *f = kvf__keymap_find(t, key, NULL);
     if (!f || f->hz.writer || f->hz.nreaders)

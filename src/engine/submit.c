@@ -98,8 +98,8 @@ static kvf_status register_batch(kvf_engine *e, batch *b)
             engine_lock(e);
         }
         move_prefetch(e, rs, ws, b->moves, i, b->n);
-        hazard *r = hazard_of(e, rs, mv->src, true);
-        hazard *w = hazard_of(e, ws, mv->dst, true);
+        hazard *r = hazard_of(e, rs, mv->src, mv->key, true);
+        hazard *w = hazard_of(e, ws, mv->dst, mv->key, true);
         if (!r || !w)
             return kvf__fail(KVF_ERR_NOMEM, "batch: out of memory for hazards");
         /* read after write: remember whose data this move will read */
@@ -539,7 +539,7 @@ kvf_status kvf_promote(kvf_engine *e, kvf_tier from, const kvf_move *moves, size
     return submit_tier(e, "kvf_promote", from, OP_PROMOTE, moves, n, ticket_p);
 }
 
-kvf_status kvf_remove(kvf_engine *e, kvf_tier tier, const uint64_t *keys, size_t n,
+kvf_status kvf_remove(kvf_engine *e, kvf_tier tier, const kvf_key *keys, size_t n,
                       kvf_ticket *ticket_p)
 {
     kvf__clear_error();
@@ -557,7 +557,7 @@ kvf_status kvf_remove(kvf_engine *e, kvf_tier tier, const uint64_t *keys, size_t
     if (!moves)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_name(kind));
     for (size_t i = 0; i < n; i++)
-        moves[i] = (kvf_move){keys[i], keys[i], 0};
+        moves[i] = (kvf_move){.key = keys[i]};
     st = kvf__submit(e, kind, moves, n, ticket_p);
     free(moves);
     return st;

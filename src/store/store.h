@@ -28,7 +28,7 @@ struct kvf__image_ops;
  * the call's answer for this block; a read fills tokens, pools and
  * payload_bytes when its status is KVF_OK. */
 typedef struct kvf__store_block {
-    uint64_t key;
+    kvf_key key;
     uint32_t tokens, pools;
     void *buf; /* write: the payload; read: where it goes */
     size_t cap;
@@ -53,7 +53,7 @@ typedef struct kvf__store_block {
 
 /* One stored block, as list (restore after a restart) sees it. */
 typedef struct kvf__store_entry {
-    uint64_t key;
+    kvf_key key;
     uint32_t tokens, pools;
     uint64_t payload_bytes;
     int64_t mtime_ns; /* when it was stored (0: the store does not know) */
@@ -116,7 +116,7 @@ typedef struct kvf__store_ops {
      * place (no reader takes it for the block). A store that cannot remove
      * it refuses reads of the key (KVF_ERR_LOST) until it is written or
      * removed again. NULL: a failed write leaves the store as it was. */
-    kvf_status (*discard)(kvf__store *s, uint64_t key, bool *emptied_p);
+    kvf_status (*discard)(kvf__store *s, kvf_key key, bool *emptied_p);
     /* Whether blocks' buf may be device memory reached through img (the
      * file store on the GPUDirect Storage path). NULL: never. */
     bool (*device_staging)(const kvf__store *s);
@@ -214,9 +214,9 @@ KVF_INTERNAL kvf_status kvf__store_read(kvf__store *s, kvf__store_block *blocks,
 
 /* The calls a caller asking what a store holds makes (the cache), on
  * arrays of keys: status[i] as the batch call's block i (see above). */
-KVF_INTERNAL kvf_status kvf__store_exists(kvf__store *s, const uint64_t *keys, size_t n,
+KVF_INTERNAL kvf_status kvf__store_exists(kvf__store *s, const kvf_key *keys, size_t n,
                                           uint64_t deadline_ns, kvf_status *status);
-KVF_INTERNAL kvf_status kvf__store_remove(kvf__store *s, const uint64_t *keys, size_t n,
+KVF_INTERNAL kvf_status kvf__store_remove(kvf__store *s, const kvf_key *keys, size_t n,
                                           uint64_t deadline_ns, kvf_status *status);
 KVF_INTERNAL kvf_status kvf__store_list(kvf__store *s, kvf__store_visit_fn visit, void *arg);
 

@@ -105,7 +105,7 @@ void kvf__store_close(kvf__store *s)
 
 /* exists or remove over an array of keys: one batch call, so a remote store
  * answers them in one round trip under one deadline */
-static kvf_status keyed(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+static kvf_status keyed(kvf__store *s, const kvf_key *keys, size_t n, uint64_t deadline_ns,
                         kvf_status *status, bool drop)
 {
     if (!s || !keys || !status || n == 0)
@@ -129,13 +129,13 @@ static kvf_status keyed(kvf__store *s, const uint64_t *keys, size_t n, uint64_t 
     return st;
 }
 
-kvf_status kvf__store_exists(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+kvf_status kvf__store_exists(kvf__store *s, const kvf_key *keys, size_t n, uint64_t deadline_ns,
                              kvf_status *status)
 {
     return keyed(s, keys, n, deadline_ns, status, false);
 }
 
-kvf_status kvf__store_remove(kvf__store *s, const uint64_t *keys, size_t n, uint64_t deadline_ns,
+kvf_status kvf__store_remove(kvf__store *s, const kvf_key *keys, size_t n, uint64_t deadline_ns,
                              kvf_status *status)
 {
     return keyed(s, keys, n, deadline_ns, status, true);
@@ -159,8 +159,8 @@ kvf_status kvf__store_write(kvf__store *s, kvf__store_block *blocks, size_t n, u
     char why[KVF_MOVE_ERROR_MESSAGE];
     snprintf(why, sizeof why, "%s", kvf_last_error());
     for (size_t i = 0; i < n; i++)
-        kvf__store_block_fail(&blocks[i], st, "%s 0x%llx: %s", s->noun,
-                              (unsigned long long)blocks[i].key, why);
+        kvf__store_block_fail(&blocks[i], st, "%s " KVF_KEY_FMT ": %s", s->noun,
+                              KVF_KEY_ARGS(blocks[i].key), why);
     return kvf__fail(st, "%s", blocks[0].msg);
 }
 
@@ -206,7 +206,7 @@ void kvf__store_name_failures(const kvf__store *s, kvf__store_block *blocks, siz
         kvf__store_block *b = &blocks[i];
         if (b->status == KVF_OK || b->msg[0])
             continue;
-        snprintf(b->msg, sizeof b->msg, "%s 0x%llx: %s%s%s", s->noun, (unsigned long long)b->key,
+        snprintf(b->msg, sizeof b->msg, "%s " KVF_KEY_FMT ": %s%s%s", s->noun, KVF_KEY_ARGS(b->key),
                  kvf_status_str(b->status),
                  why && why[0] ? "; the round trip's first failure: " : "", why ? why : "");
     }

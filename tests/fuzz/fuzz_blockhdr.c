@@ -57,12 +57,12 @@ static void setup(void)
 
 /* The format's rule for a block file under `key` of namespace NS, any
  * layout: what every reader must accept, and nothing else. */
-static bool intact_file(const uint8_t *data, size_t size, uint64_t key)
+static bool intact_file(const uint8_t *data, size_t size, kvf_key key)
 {
     kvf__block_header h;
     if (size < HDR || kvf__block_header_parse(data, "fuzz", &h) != KVF_OK)
         return false;
-    if (h.ns_hash != kvf__ns_hash(NS) || h.key != key || h.payload_bytes > size - HDR)
+    if (h.ns_hash != kvf__ns_hash(NS) || !kvf_key_eq(h.key, key) || h.payload_bytes > size - HDR)
         return false;
     size_t exact = HDR + (size_t)h.payload_bytes;
     size_t padded = (exact + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
@@ -86,11 +86,11 @@ static void take_value(const uint8_t *data, size_t size)
         uint8_t *dst = malloc(caps[i] ? caps[i] : 1);
         memset(dst, 0xa5, caps[i] ? caps[i] : 1);
         kvf__block_header h;
-        kvf_status st =
-            size >= HDR && kvf__block_header_parse(data, "fuzz", &h) == KVF_OK
-                ? kvf__block_value_take(data, size, "fuzz value", h.fingerprint, h.ns_hash, h.key,
-                                        dst, caps[i], &h)
-                : kvf__block_value_take(data, size, "fuzz value", 0, 0, 0, dst, caps[i], &h);
+        kvf_status st = size >= HDR && kvf__block_header_parse(data, "fuzz", &h) == KVF_OK
+                            ? kvf__block_value_take(data, size, "fuzz value", h.fingerprint,
+                                                    h.ns_hash, h.key, dst, caps[i], &h)
+                            : kvf__block_value_take(data, size, "fuzz value", 0, 0, KVF_KEY_ROOT,
+                                                    dst, caps[i], &h);
         if (st == KVF_OK) {
             FUZZ_CHECK(h.payload_bytes == size - HDR && h.payload_bytes <= caps[i]);
             FUZZ_CHECK(memcmp(dst, data + HDR, h.payload_bytes) == 0);
@@ -115,6 +115,11 @@ static void check_value(const uint8_t *data, size_t size)
     FUZZ_CHECK(memcmp(again, data, HDR) == 0);
     FUZZ_CHECK(kvf__block_header_expect(&h, "fuzz value", h.fingerprint, h.ns_hash, h.key) ==
                KVF_OK);
+    /* a key that differs from the stored one in either half is refused */
+    FUZZ_CHECK(kvf__block_header_expect(&h, "fuzz value", h.fingerprint, h.ns_hash,
+                                        (kvf_key){h.key.hi ^ 1, h.key.lo}) == KVF_ERR_CORRUPT);
+    FUZZ_CHECK(kvf__block_header_expect(&h, "fuzz value", h.fingerprint, h.ns_hash,
+                                        (kvf_key){h.key.hi, h.key.lo ^ 1}) == KVF_ERR_CORRUPT);
     if (h.payload_bytes == size - HDR) {
         kvf_status st = kvf__block_payload_check(&h, "fuzz value", data + HDR);
         FUZZ_CHECK((st == KVF_OK) == (kvf__crc32c(0, data + HDR, size - HDR) == h.payload_crc));
@@ -126,7 +131,7 @@ typedef struct seen {
     kvf_status st;
 } seen;
 
-static void scan_visit(void *arg, uint64_t key, kvf_status st, const char *detail)
+static void scan_visit(void *arg, kvf_key key, kvf_status st, const char *detail)
 {
     seen *s = arg;
     s->visits++;
@@ -140,18 +145,18 @@ static void list_visit(void *arg, const kvf__blockfile_meta *meta, int64_t mtime
 }
 
 /* One read through kvf__blockfile_read into a cap-byte buffer. */
-static void check_read(const uint8_t *data, size_t size, uint64_t key, bool intact, size_t cap)
+static void check_read(const uint8_t *data, size_t size, kvf_key key, bool intact, size_t cap)
 {
     memset(big_buf, 0x5a, cap); /* poisoned: what is served must come from the file */
     kvf__blockfile_meta meta;
     kvf_status st = kvf__blockfile_read(&dir, key, big_buf, cap, &meta);
     if (st == KVF_OK) {
         FUZZ_CHECK(intact);
-        FUZZ_CHECK(meta.key == key && HDR + meta.payload_bytes <= size);
+        FUZZ_CHECK(kvf_key_eq(meta.key, key) && HDR + meta.payload_bytes <= size);
         FUZZ_CHECK(memcmp(big_buf, data, HDR + (size_t)meta.payload_bytes) == 0);
     } else if (intact) {
         /* only a buffer too small may refuse an intact block */
-        FUZZ_CHECK(st == KVF_ERR_RANGE && HDR + kvf__get_le64(data + 48) > cap);
+        FUZZ_CHECK(st == KVF_ERR_RANGE && HDR + kvf__get_le64(data + 56) > cap);
     } else {
         FUZZ_CHECK(st == KVF_ERR_CORRUPT || st == KVF_ERR_MISMATCH || st == KVF_ERR_RANGE);
     }
@@ -161,9 +166,10 @@ static void check_file(const uint8_t *data, size_t size)
 {
     /* the file is named after the key its header claims, so intact inputs
      * are found under their own name */
-    uint64_t key = size >= 40 ? kvf__get_le64(data + 32) : 0x2a;
-    char name[32], path[160];
-    snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
+    kvf_key key = size >= 48 ? (kvf_key){kvf__get_le64(data + 32), kvf__get_le64(data + 40)}
+                             : (kvf_key){0, 0x2a};
+    char name[48], path[176];
+    snprintf(name, sizeof name, KVF_KEY_FMT ".kvf", KVF_KEY_ARGS(key));
     snprintf(path, sizeof path, "%s/" NS "/%s", tmp_root, name);
     int fd = openat(dir.dir_fd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || write(fd, data, size) != (ssize_t)size) {

@@ -70,12 +70,14 @@ static void gen_blocks(const char *out)
             rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
             buf[HDR + k] = (uint8_t)rnd;
         }
-        kvf__blockfile_meta m = {0x1000 + i, (uint32_t)(i + 1), 2, sizes[i]};
+        /* keys with both halves set, one with a zero high half */
+        kvf_key key = {i ? 0xa11ce0000000000ull + i : 0, 0x1000 + i};
+        kvf__blockfile_meta m = {key, (uint32_t)(i + 1), 2, sizes[i]};
         if (kvf__blockfile_write(&d, &m, buf) != KVF_OK)
             die("kvf__blockfile_write");
         free(buf);
         char path[4096], name[32];
-        snprintf(path, sizeof path, "%s/fuzz/%016llx.kvf", tmp, (unsigned long long)m.key);
+        snprintf(path, sizeof path, "%s/fuzz/" KVF_KEY_FMT ".kvf", tmp, KVF_KEY_ARGS(m.key));
         size_t n;
         uint8_t *file = slurp(path, &n, KVF_FILE_ALIGN);
         snprintf(name, sizeof name, "block-%zu", sizes[i]);
@@ -121,7 +123,7 @@ static void gen_traces(const char *out)
     }
     kvf_trace_free(&t);
 
-    kvf_key keys[3] = {0x2a, 0xfedcba9876543210ull, 1};
+    kvf_key keys[3] = {{0, 0x2a}, {0x0123456789abcdefull, 0xfedcba9876543210ull}, {0, 1}};
     kvf_trace_req q;
     memset(&q, 0, sizeof q);
     snprintf(q.id, sizeof q.id, "chat \"7\"\tturn 2");

@@ -4,6 +4,7 @@ tensors registered as kvferry pools, namespaces and string keys, and loads
 that report per block what did not arrive. torch is imported by the caller
 (its tensors are passed in), never here."""
 
+import hashlib
 import logging
 import os
 import re
@@ -137,16 +138,17 @@ def namespace(*parts, limit: int = 64) -> str:
 
 
 def string_key(key: str) -> int:
-    """A 64-bit block key for an engine's string key (SGLang's page hash):
-    XXH64 of its bytes, never 0 (the root)."""
-    return key_salt(key) or 1
+    """A 128-bit block key for an engine's string key (SGLang's page hash):
+    BLAKE2b-128 of its UTF-8 bytes, little-endian, never 0 (the root)."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=16).digest()
+    return int.from_bytes(digest, "little") or 1
 
 
 def block_file(file_dir: str, ns: str, key: int) -> str:
     """The file the engine's file tier stores a block in (kvferry.h:
-    <dir>/<namespace>/<key as 16 hex digits>.kvf): what a process that
+    <dir>/<namespace>/<key as 32 hex digits>.kvf): what a process that
     shares the directory but not the writer's cache looks for."""
-    return os.path.join(file_dir, ns, f"{key:016x}.kvf")
+    return os.path.join(file_dir, ns, f"{key:032x}.kvf")
 
 
 def prefix_get(cache: Cache, keys: List[int], slots: List[int], tiers: Optional[list] = None

@@ -256,8 +256,8 @@ class KvferryStorage(HiCacheStorage):
     interface (batch_exists_v2, batch_get_v2, batch_set_v2) for every host
     pool HiCache registers (KV, Mamba, SWA, indexer...). Each pool is a
     kvferry Cache of its own, in a namespace of its own; a page is one
-    block holding the page of every layer; its key is XXH64 of SGLang's
-    page hash (SGLang's storage hash chain starts from the request's
+    block holding the page of every layer; its key is BLAKE2b-128
+    of SGLang's page hash (SGLang's storage hash chain starts from the request's
     extra_key and cache_salt, so two tenants' pages never share a key). The
     namespace names the model, the pool, the host pool's dtype, page size
     and layout and the rank (TP unless replicated, PP, CP, DCP, attention

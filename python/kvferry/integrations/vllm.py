@@ -90,15 +90,16 @@ class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
 
 
 def block_key(block_hash: bytes, salt: int = 0) -> int:
-    """kvferry's key for one of vLLM's block hashes (Request.block_hashes,
-    vLLM's hasher over the block's tokens, its parent's hash and the extra
-    keys: cache_salt, LoRA, multimodal inputs, prompt embeddings): the hash's
-    first 8 bytes, xor the connector's salt; never 0 (the root). The one
+    """kvferry's 128-bit key for one of vLLM's block hashes
+    (Request.block_hashes, vLLM's hasher, sha256 by default, over the
+    block's tokens, its parent's hash and the extra keys: cache_salt, LoRA,
+    multimodal inputs, prompt embeddings): the hash's first 16 bytes,
+    little-endian, xor the connector's salt; never 0 (the root). The one
     place a key is derived."""
-    if len(block_hash) < 8:
+    if len(block_hash) < 16:
         raise make_error(Status.ERR_INVALID, f"KvferryConnector: a block hash of {len(block_hash)} bytes "
-                         f"(want at least 8)")
-    return (int.from_bytes(bytes(block_hash[:8]), "little") ^ salt) or 1
+                         f"(want at least 16)")
+    return (int.from_bytes(bytes(block_hash[:16]), "little") ^ salt) or 1
 
 
 def _kv_dtype_name(vllm_config) -> str:

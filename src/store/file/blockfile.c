@@ -2,7 +2,7 @@
 /*
  * Block files: one file per block key under <file_dir>/<namespace>/.
  *
- * File name: <16 lower-case hex digits of the key>.kvf. A writer first
+ * File name: <32 lower-case hex digits of the key>.kvf. A writer first
  * writes .<key>.<pid>.<sequence>.tmp and renames it over the final name,
  * so a file under the final name is always complete; a leftover .tmp file
  * is a write that was interrupted (a crash) and is never read. An engine

@@ -27,7 +27,7 @@ typedef struct kvf__blockfile_dir {
 
 /* The header's view of a stored block. */
 typedef struct kvf__blockfile_meta {
-    uint64_t key;
+    kvf_key key;
     uint32_t tokens; /* tokens stored, 1..tokens_per_block */
     uint32_t pools;
     uint64_t payload_bytes; /* bytes after the header */
@@ -51,7 +51,7 @@ KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,
 /* Reads the block under `key` into buf (header + payload, `cap` bytes at
  * most), checks header, layout, namespace, length and checksum, and fills
  * *meta. */
-KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf,
+KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, kvf_key key, uint8_t *buf,
                                             size_t cap, kvf__blockfile_meta *meta);
 
 /* How the file layer reaches a block image that is not host memory
@@ -69,7 +69,8 @@ typedef struct kvf__image_ops {
 
 /* One block of a batch. The caller sets meta (for a read, meta.key only),
  * buf and cap; O_DIRECT needs buf aligned to KVF_FILE_ALIGN and, for a
- * write, cap >= round_up(64 + payload) (the padding is written too). */
+ * write, cap >= round_up(KVF_BLOCK_HEADER_BYTES + payload) (the padding
+ * is written too). */
 typedef struct kvf__blockfile_io {
     kvf__blockfile_meta meta;
     uint8_t *buf;
@@ -96,7 +97,7 @@ typedef struct kvf__blockfile_io {
     int fd;
     bool slow, reported;
     size_t size;
-    char name[80], tmp[80];
+    char name[96], tmp[96];
     char path[PATH_MAX], tmp_path[PATH_MAX];
     kvf__fio_op io;
 } kvf__blockfile_io;
@@ -117,20 +118,20 @@ KVF_INTERNAL kvf_status kvf__blockfile_fsync_dir(kvf__blockfile_dir *dir);
  * checksum; the layout only when dir->fingerprint is not 0), and every
  * leftover temporary file of an interrupted write (reported as torn). */
 KVF_INTERNAL kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
-                                            void (*visit)(void *arg, uint64_t key, kvf_status st,
+                                            void (*visit)(void *arg, kvf_key key, kvf_status st,
                                                           const char *detail),
                                             void *arg);
 
 /* Removes the block under `key`; a key with no file is KVF_OK. Hooked as
  * "unlink". */
-KVF_INTERNAL kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key);
+KVF_INTERNAL kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, kvf_key key);
 /* After a failed write of `key`: removes its file; where the directory
  * refuses, cuts it to 0 bytes in place (*emptied_p true), so that no
  * reader, now or after a restart, takes it for the block. KVF_OK when the
  * file is gone (or was never there); else the unlink's failure, with a
  * message naming key and file and saying whether it remains empty or,
  * where emptying failed too, with its old bytes. */
-KVF_INTERNAL kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key,
+KVF_INTERNAL kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, kvf_key key,
                                                bool *emptied_p);
 /* Visits every block of the namespace whose header checks (magic, CRC,
  * layout, namespace, key, length: not the payload) with its modification

@@ -2,9 +2,11 @@
 /*
  * The names of block files and the length rule.
  *
- * A block is stored as <16 lower-case hex digits of the key>.kvf; a write
- * in progress as .<key>.<pid>.<sequence>.tmp, a spare as the same with
- * .spare (blockfile_spare.c).
+ * A block is stored as <32 lower-case hex digits of the key>.kvf
+ * (KVF_KEY_FMT); a write in progress as .<key>.<pid>.<sequence>.tmp, a
+ * spare as the same with .spare (blockfile_spare.c). Format version 1
+ * named files by a 64-bit key, <16 hex digits>.kvf: recognised here only
+ * so that fsck can report them and kvf_dir_upgrade rewrite them.
  *
  * Length rule. Files are written with O_DIRECT where the file system takes
  * it, which moves whole 4096-byte units: the writer pads the image with
@@ -21,26 +23,40 @@
 #define _GNU_SOURCE
 #endif
 #include "blockfile_private.h"
+#include "checksum.h"
 #include "status.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
-bool kvf__bf_parse_hex16(const char *s, uint64_t *key_p)
+void kvf__bf_block_file_name(kvf_key key, char *buf, size_t cap)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 16; i++) {
-        char c = s[i];
-        unsigned d;
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else
-            return false;
-        v = v << 4 | d;
-    }
-    *key_p = v;
+    snprintf(buf, cap, KVF_KEY_FMT ".kvf", KVF_KEY_ARGS(key));
+}
+
+bool kvf__bf_block_name(const char *n, kvf_key *key_p)
+{
+    kvf_key k;
+    if (strlen(n) != KEY_DIGITS + 4 || !kvf__bf_ends_with(n, ".kvf") || !kvf__key_from_name(n, &k))
+        return false;
+    *key_p = k;
+    return true;
+}
+
+bool kvf__bf_old_block_name(const char *n, uint64_t *key_p)
+{
+    return strlen(n) == OLD_KEY_DIGITS + 4 && kvf__bf_ends_with(n, ".kvf") &&
+           kvf__hex_u64(n, OLD_KEY_DIGITS, false, key_p);
+}
+
+bool kvf__bf_torn_name(const char *n, kvf_key *key_p)
+{
+    kvf_key k;
+    if (n[0] != '.' || strlen(n) <= KEY_DIGITS + 2 || n[KEY_DIGITS + 1] != '.' ||
+        !kvf__bf_ends_with(n, ".tmp") || !kvf__key_from_name(n + 1, &k))
+        return false;
+    *key_p = k;
     return true;
 }
 
@@ -50,15 +66,21 @@ bool kvf__bf_ends_with(const char *s, const char *suffix)
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Parses ".<16 hex>.<pid>.<sequence>.tmp" (or ".spare"), the names
- * kvf__blockfile_write gives its temporary and spare files; false for any
- * other name. */
+/* Parses ".<32 hex>.<pid>.<sequence>.tmp" (or ".spare"), the names
+ * kvf__blockfile_write gives its temporary and spare files, or the same
+ * with 16 hex digits (format version 1's writers); false for any other
+ * name. */
 bool kvf__bf_parse_tmp_name(const char *n, pid_t *pid_p)
 {
-    uint64_t key;
-    if (n[0] != '.' || !kvf__bf_parse_hex16(n + 1, &key) || n[17] != '.')
+    kvf_key key;
+    uint64_t old;
+    int digits_key = n[0] == '.' && kvf__key_from_name(n + 1, &key) ? KEY_DIGITS
+                     : n[0] == '.' && kvf__hex_u64(n + 1, OLD_KEY_DIGITS, false, &old)
+                         ? OLD_KEY_DIGITS
+                         : 0;
+    if (!digits_key || n[digits_key + 1] != '.')
         return false;
-    const char *p = n + 18;
+    const char *p = n + digits_key + 2;
     long long pid = 0;
     int digits = 0;
     for (; *p >= '0' && *p <= '9'; p++) {
@@ -83,18 +105,29 @@ bool kvf__bf_parse_tmp_name(const char *n, pid_t *pid_p)
  * with zeros to the next multiple of KVF_FILE_ALIGN (the O_DIRECT image).
  * A claim over BLOCK_PAYLOAD_MAX is refused whatever the file's size: a
  * sparse file can match any claim, and a reader sizes its buffer by it. */
-kvf_status kvf__bf_check_file_size(uint64_t size, uint64_t payload, const char *what)
+kvf_status kvf__bf_check_file_size(uint64_t size, uint32_t hdr, uint64_t payload, const char *what)
 {
     if (payload > BLOCK_PAYLOAD_MAX)
         return kvf__fail(KVF_ERR_CORRUPT,
                          "%s: header claims %llu payload bytes, more than any block holds "
                          "(%llu)",
                          what, (unsigned long long)payload, (unsigned long long)BLOCK_PAYLOAD_MAX);
-    uint64_t exact = HDR + payload;
+    uint64_t exact = hdr + payload;
     uint64_t padded = (exact + KVF_FILE_ALIGN - 1) & ~(uint64_t)(KVF_FILE_ALIGN - 1);
     if (size == exact || size == padded)
         return KVF_OK;
     return kvf__fail(KVF_ERR_CORRUPT, "%s: file of %llu bytes, header says %u + %llu (%s)", what,
-                     (unsigned long long)size, HDR, (unsigned long long)payload,
+                     (unsigned long long)size, hdr, (unsigned long long)payload,
                      size < exact ? "truncated" : "extended, or its padding cut");
+}
+
+/* The padding after the payload is zeros: any byte of the file changed is
+ * caught, not only those the checksums cover. */
+kvf_status kvf__bf_check_padding(const uint8_t *pad, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pad[i] != 0)
+            return kvf__fail(KVF_ERR_CORRUPT, "%s: padding byte %zu is 0x%02x, not 0", what, i,
+                             pad[i]);
+    return KVF_OK;
 }

@@ -15,8 +15,11 @@
 #include <sys/types.h>
 
 #define HDR KVF_BLOCK_HEADER_BYTES
-/* Room for "/.<16>.<pid>.<seq>.tmp" after the root in a path buffer. */
-#define NAME_MAX_BYTES 80
+/* Room for "/.<32>.<pid>.<seq>.tmp" after the root in a path buffer. */
+#define NAME_MAX_BYTES 96
+/* hex digits of a key in a block file's name; format version 1's */
+#define KEY_DIGITS 32
+#define OLD_KEY_DIGITS 16
 /* The largest payload written or read: far above a KV block of any model
  * (megabytes), far below what a reader can allocate on the word of one
  * header it has not yet checked beyond its own checksum. */
@@ -58,13 +61,25 @@ KVF_INTERNAL int kvf__bf_open_block(kvf__blockfile_dir *dir, const char *name, c
 
 /* ---- names and lengths (blockfile_names.c) --------------------------------- */
 
-KVF_INTERNAL bool kvf__bf_parse_hex16(const char *s, uint64_t *key_p);
+/* <key>.kvf, the name of the block file of `key`, into buf. */
+KVF_INTERNAL void kvf__bf_block_file_name(kvf_key key, char *buf, size_t cap);
+/* Whether n is a block file's name, <32 hex>.kvf; its key. */
+KVF_INTERNAL bool kvf__bf_block_name(const char *n, kvf_key *key_p);
+/* Whether n is a format-version-1 block file's name, <16 hex>.kvf; its key. */
+KVF_INTERNAL bool kvf__bf_old_block_name(const char *n, uint64_t *key_p);
+/* Whether n is a write's temporary file, .<32 hex>.<pid>.<sequence>.tmp;
+ * the key it was for. */
+KVF_INTERNAL bool kvf__bf_torn_name(const char *n, kvf_key *key_p);
 KVF_INTERNAL bool kvf__bf_ends_with(const char *s, const char *suffix);
-/* ".<16 hex>.<pid>.<sequence>.tmp" (or ".spare"): its pid. */
+/* ".<32 hex>.<pid>.<sequence>.tmp" (or ".spare"; or 16 hex, version 1's): its pid. */
 KVF_INTERNAL bool kvf__bf_parse_tmp_name(const char *n, pid_t *pid_p);
 /* The length rule: KVF_OK when a file of `size` bytes can hold a block
- * whose header claims `payload` bytes. */
-KVF_INTERNAL kvf_status kvf__bf_check_file_size(uint64_t size, uint64_t payload, const char *what);
+ * whose header (of `hdr` bytes: HDR, or version 1's) claims `payload`
+ * bytes. */
+KVF_INTERNAL kvf_status kvf__bf_check_file_size(uint64_t size, uint32_t hdr, uint64_t payload,
+                                                const char *what);
+/* The padding after a payload, n bytes, is zeros. */
+KVF_INTERNAL kvf_status kvf__bf_check_padding(const uint8_t *pad, size_t n, const char *what);
 
 /* ---- spare files (blockfile_spare.c) ----------------------------------------- */
 
@@ -84,7 +99,7 @@ KVF_INTERNAL int kvf__bf_open_spare(kvf__blockfile_dir *dir, kvf__blockfile_io *
 
 /* Makes sure no version of a block is left readable after a failed write
  * (removed, else emptied in place: *emptied_p). */
-KVF_INTERNAL kvf_status kvf__bf_discard_block(kvf__blockfile_dir *dir, uint64_t key,
+KVF_INTERNAL kvf_status kvf__bf_discard_block(kvf__blockfile_dir *dir, kvf_key key,
                                               const char *name, const char *path, bool *emptied_p);
 
 /* ---- batches (blockfile_batch.c) --------------------------------------------- */
@@ -105,8 +120,8 @@ KVF_INTERNAL kvf__fio_op *kvf__bf_live_ops(kvf__blockfile_io *ios, size_t n, kvf
 
 /* Reads and checks the block under key_in into *buf_p (*cap_p bytes),
  * growing the buffer when `grow`; any_layout: the layout is not checked. */
-KVF_INTERNAL kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, uint64_t key_in,
-                                           uint8_t **buf_p, size_t *cap_p, bool grow,
-                                           kvf__blockfile_meta *meta, bool any_layout);
+KVF_INTERNAL kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, kvf_key key, uint8_t **buf_p,
+                                           size_t *cap_p, bool grow, kvf__blockfile_meta *meta,
+                                           bool any_layout);
 
 #endif /* KVF_STORE_BLOCKFILE_PRIVATE_H */

@@ -58,28 +58,17 @@ static int read_full(int fd, const char *path, uint8_t *p, size_t n, uint64_t of
     return 0;
 }
 
-/* The padding after the payload is zeros: any byte of the file changed is
- * caught, not only those the checksums cover. */
-static kvf_status check_padding(const uint8_t *pad, size_t n, const char *what)
-{
-    for (size_t i = 0; i < n; i++)
-        if (pad[i] != 0)
-            return kvf__fail(KVF_ERR_CORRUPT, "%s: padding byte %zu is 0x%02x, not 0", what, i,
-                             pad[i]);
-    return KVF_OK;
-}
-
 /* Closes a descriptor, reporting a failure unless one is already being
  * returned: a read-only descriptor has nothing to flush, but a failing
  * close still says the file system is in trouble. */
-static kvf_status close_read_fd(int fd, kvf_status st, unsigned long long key, const char *path)
+static kvf_status close_read_fd(int fd, kvf_status st, const char *key, const char *path)
 {
     char eb[128];
     /* Linux releases the descriptor even when close fails (EINTR too):
      * never retried */
     if (close(fd) != 0 && st == KVF_OK && errno != EINTR) {
         int err = errno;
-        st = kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: close: %s", key, path,
+        st = kvf__fail(kvf__errno_status(err), "block %s: %s: close: %s", key, path,
                        kvf__bf_errstr(err, eb, sizeof eb));
     }
     return st;
@@ -87,7 +76,7 @@ static kvf_status close_read_fd(int fd, kvf_status st, unsigned long long key, c
 
 /* The careful reader's open: a missing file is KVF_ERR_NOT_FOUND, a
  * foreign one KVF_ERR_CORRUPT (and left alone). */
-static kvf_status careful_open(kvf__blockfile_dir *dir, unsigned long long key, const char *name,
+static kvf_status careful_open(kvf__blockfile_dir *dir, const char *key, const char *name,
                                const char *path, struct stat *sb, int *fd_p)
 {
     char eb[128];
@@ -98,11 +87,11 @@ static kvf_status careful_open(kvf__blockfile_dir *dir, unsigned long long key, 
         int err = errno;
         if (foreign)
             return kvf__fail(KVF_ERR_CORRUPT,
-                             "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key,
-                             path, kvf__bf_file_kind(foreign));
+                             "block %s: %s: %s, not a block file (foreign: left alone)", key, path,
+                             kvf__bf_file_kind(foreign));
         if (err == ENOENT)
-            return kvf__fail(KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, path);
-        return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, path,
+            return kvf__fail(KVF_ERR_NOT_FOUND, "block %s: %s: not stored", key, path);
+        return kvf__fail(kvf__errno_status(err), "block %s: %s: open: %s", key, path,
                          kvf__bf_errstr(err, eb, sizeof eb));
     }
     *fd_p = fd;
@@ -111,56 +100,55 @@ static kvf_status careful_open(kvf__blockfile_dir *dir, unsigned long long key, 
 
 /* Reads the header of a file of `size` bytes into h and checks it (layout
  * too unless any_layout) and the file's length against it. */
-static kvf_status careful_header(kvf__blockfile_dir *dir, int fd, const char *path, uint64_t key_in,
+static kvf_status careful_header(kvf__blockfile_dir *dir, int fd, const char *path, kvf_key key_in,
                                  uint64_t size, bool any_layout, const char *what, uint8_t *h,
                                  kvf__block_header *bh)
 {
-    char eb[128];
-    unsigned long long key = (unsigned long long)key_in;
+    char eb[128], key[KVF_KEY_STR_BYTES];
+    kvf_key_format(key_in, key);
     if (size < HDR)
         return kvf__fail(KVF_ERR_CORRUPT,
-                         "block 0x%llx: %s: truncated: %llu bytes, less than the %u-byte header",
-                         key, path, (unsigned long long)size, HDR);
+                         "block %s: %s: truncated: %llu bytes, less than the %u-byte header", key,
+                         path, (unsigned long long)size, HDR);
     size_t got;
     int r = read_full(fd, path, h, HDR, 0, &got);
     if (r < 0) {
         int err = errno;
-        return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: read: %s", key, path,
+        return kvf__fail(kvf__errno_status(err), "block %s: %s: read: %s", key, path,
                          kvf__bf_errstr(err, eb, sizeof eb));
     }
     if (r > 0)
-        return kvf__fail(KVF_ERR_CORRUPT,
-                         "block 0x%llx: %s: truncated: short read, %zu of %u bytes", key, path, got,
-                         HDR);
+        return kvf__fail(KVF_ERR_CORRUPT, "block %s: %s: truncated: short read, %zu of %u bytes",
+                         key, path, got, HDR);
     kvf_status st = kvf__block_header_parse(h, what, bh);
     if (st == KVF_OK)
         st = kvf__block_header_expect(bh, what, any_layout ? 0 : dir->fingerprint, dir->ns_hash,
                                       key_in);
     if (st == KVF_OK)
-        st = kvf__bf_check_file_size(size, bh->payload_bytes, what);
+        st = kvf__bf_check_file_size(size, HDR, bh->payload_bytes, what);
     return st;
 }
 
 /* Makes *buf_p hold header and payload: with `grow`, reallocated when too
  * small; without it, the block not fitting is KVF_ERR_RANGE. */
-static kvf_status careful_fit(unsigned long long key, const char *path, uint64_t payload,
-                              uint64_t size, bool grow, uint8_t **buf_p, size_t *cap_p)
+static kvf_status careful_fit(const char *key, const char *path, uint64_t payload, uint64_t size,
+                              bool grow, uint8_t **buf_p, size_t *cap_p)
 {
     /* payload <= st_size - HDR: HDR + payload fits an off_t, hence a size_t
      * on the 64-bit systems this runs on */
     if (payload > SIZE_MAX - HDR)
-        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: %s: %llu bytes do not fit in memory", key,
-                         path, (unsigned long long)size);
+        return kvf__fail(KVF_ERR_RANGE, "block %s: %s: %llu bytes do not fit in memory", key, path,
+                         (unsigned long long)size);
     size_t need = HDR + (size_t)payload;
     if (need <= *cap_p)
         return KVF_OK;
     if (!grow)
         return kvf__fail(KVF_ERR_RANGE,
-                         "block 0x%llx: %s: block of %zu bytes does not fit a %zu-byte buffer", key,
+                         "block %s: %s: block of %zu bytes does not fit a %zu-byte buffer", key,
                          path, need, *cap_p);
     uint8_t *nb = realloc(*buf_p, need);
     if (!nb)
-        return kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: %s: out of memory for %zu bytes", key, path,
+        return kvf__fail(KVF_ERR_NOMEM, "block %s: %s: out of memory for %zu bytes", key, path,
                          need);
     *buf_p = nb;
     *cap_p = need;
@@ -169,7 +157,7 @@ static kvf_status careful_fit(unsigned long long key, const char *path, uint64_t
 
 /* Reads the payload after the checked header into buf + HDR and checks it,
  * then the padding after it, if any. */
-static kvf_status careful_payload(int fd, const char *path, unsigned long long key, uint64_t size,
+static kvf_status careful_payload(int fd, const char *path, const char *key, uint64_t size,
                                   const kvf__block_header *bh, const char *what, uint8_t *buf)
 {
     char eb[128];
@@ -178,14 +166,13 @@ static kvf_status careful_payload(int fd, const char *path, unsigned long long k
     int r = read_full(fd, path, buf + HDR, (size_t)payload, HDR, &got);
     if (r < 0) {
         int err = errno;
-        return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: read: %s", key, path,
+        return kvf__fail(kvf__errno_status(err), "block %s: %s: read: %s", key, path,
                          kvf__bf_errstr(err, eb, sizeof eb));
     }
     if (r > 0)
         /* the file shrank after fstat: never hand back the bytes not read */
-        return kvf__fail(KVF_ERR_CORRUPT,
-                         "block 0x%llx: %s: truncated: short read, %llu of %llu bytes", key, path,
-                         (unsigned long long)(HDR + got), (unsigned long long)size);
+        return kvf__fail(KVF_ERR_CORRUPT, "block %s: %s: truncated: short read, %llu of %llu bytes",
+                         key, path, (unsigned long long)(HDR + got), (unsigned long long)size);
     kvf_status st = kvf__block_payload_check(bh, what, buf + HDR);
     if (st != KVF_OK || size <= HDR + payload)
         return st;
@@ -198,7 +185,7 @@ static kvf_status careful_payload(int fd, const char *path, unsigned long long k
                                  kvf__bf_errstr(err, eb, sizeof eb))
                      : kvf__fail(KVF_ERR_CORRUPT, "%s: truncated: short read in the padding", what);
     }
-    return check_padding(pad, npad, what);
+    return kvf__bf_check_padding(pad, npad, what);
 }
 
 /* Reads and checks the block under key_in into *buf_p (*cap_p bytes). With
@@ -206,12 +193,13 @@ static kvf_status careful_payload(int fd, const char *path, unsigned long long k
  * checked (so a damaged length never sizes an allocation); without it, the
  * block not fitting is KVF_ERR_RANGE. any_layout: for fsck, which checks
  * files without knowing their layout. */
-kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t **buf_p,
+kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, kvf_key key_in, uint8_t **buf_p,
                               size_t *cap_p, bool grow, kvf__blockfile_meta *meta, bool any_layout)
 {
-    unsigned long long key = (unsigned long long)key_in;
+    char key[KVF_KEY_STR_BYTES];
+    kvf_key_format(key_in, key);
     char name[NAME_MAX_BYTES], path[PATH_MAX];
-    snprintf(name, sizeof name, "%016llx.kvf", key);
+    kvf__bf_block_file_name(key_in, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
 
     struct stat sb;
@@ -220,8 +208,8 @@ kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t 
     if (st != KVF_OK)
         return st;
     uint64_t size = (uint64_t)sb.st_size;
-    char what[PATH_MAX + 32];
-    snprintf(what, sizeof what, "block 0x%llx: %s", key, path);
+    char what[PATH_MAX + 48];
+    snprintf(what, sizeof what, "block %s: %s", key, path);
 
     /* the header goes to the stack first: the caller's buffer is sized
      * only once the header has been checked */
@@ -248,14 +236,14 @@ kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, uint64_t key_in, uint8_t 
  * (io->slow). */
 static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
-    char eb[128];
-    unsigned long long key = (unsigned long long)io->meta.key;
+    char eb[128], key[KVF_KEY_STR_BYTES];
+    kvf_key_format(io->meta.key, key);
     io->fd = -1;
     io->status = KVF_OK;
     io->reported = false;
     io->slow = false;
     io->msg[0] = '\0';
-    snprintf(io->name, sizeof io->name, "%016llx.kvf", key);
+    kvf__bf_block_file_name(io->meta.key, io->name, sizeof io->name);
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
     bool direct = atomic_load_explicit(&dir->direct, memory_order_relaxed) &&
                   buf_aligned(io->buf) && io->cap >= KVF_FILE_ALIGN;
@@ -266,12 +254,12 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
         int err = errno;
         if (foreign)
             kvf__bf_io_fail(io, KVF_ERR_CORRUPT,
-                            "block 0x%llx: %s: %s, not a block file (foreign: left alone)", key,
+                            "block %s: %s: %s, not a block file (foreign: left alone)", key,
                             io->path, kvf__bf_file_kind(foreign));
         else if (err == ENOENT)
-            kvf__bf_io_fail(io, KVF_ERR_NOT_FOUND, "block 0x%llx: %s: not stored", key, io->path);
+            kvf__bf_io_fail(io, KVF_ERR_NOT_FOUND, "block %s: %s: not stored", key, io->path);
         else
-            kvf__bf_io_fail(io, kvf__errno_status(err), "block 0x%llx: %s: open: %s", key, io->path,
+            kvf__bf_io_fail(io, kvf__errno_status(err), "block %s: %s: open: %s", key, io->path,
                             kvf__bf_errstr(err, eb, sizeof eb));
         return false;
     }
@@ -301,10 +289,10 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 /* Checks what read_begin's read brought in. */
 static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
-    char eb[128];
-    unsigned long long key = (unsigned long long)io->meta.key;
-    char what[PATH_MAX + 32];
-    snprintf(what, sizeof what, "block 0x%llx: %s", key, io->path);
+    char eb[128], key[KVF_KEY_STR_BYTES];
+    kvf_key_format(io->meta.key, key);
+    char what[PATH_MAX + 48];
+    snprintf(what, sizeof what, "block %s: %s", key, io->path);
     kvf__block_header bh;
     kvf_status st = KVF_OK;
     if (io->io.err) {
@@ -332,12 +320,12 @@ static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     if (st == KVF_OK)
         st = kvf__block_header_expect(&bh, what, dir->fingerprint, dir->ns_hash, io->meta.key);
     if (st == KVF_OK)
-        st = kvf__bf_check_file_size(io->size, bh.payload_bytes, what);
+        st = kvf__bf_check_file_size(io->size, HDR, bh.payload_bytes, what);
     size_t npad = st == KVF_OK ? io->size - HDR - (size_t)bh.payload_bytes : 0;
     if (st == KVF_OK && !io->img) {
         st = kvf__block_payload_check(&bh, what, io->buf + HDR);
         if (st == KVF_OK)
-            st = check_padding(io->buf + HDR + bh.payload_bytes, npad, what);
+            st = kvf__bf_check_padding(io->buf + HDR + bh.payload_bytes, npad, what);
     } else if (st == KVF_OK) {
         uint32_t crc = 0;
         st = io->img->crc(io->img_arg, io->buf + HDR, (size_t)bh.payload_bytes, &crc);
@@ -346,7 +334,7 @@ static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
         if (st == KVF_OK && npad)
             st = io->img->get(io->img_arg, io->buf + HDR + bh.payload_bytes, pad, npad);
         if (st == KVF_OK)
-            st = check_padding(pad, npad, what);
+            st = kvf__bf_check_padding(pad, npad, what);
     }
     if (st != KVF_OK) {
         kvf__bf_io_fail(io, st, "%s", kvf_last_error());
@@ -363,7 +351,8 @@ static void read_op_done(kvf__fio_op *op)
 {
     kvf__blockfile_io *io = kvf__bf_io_of(op);
     read_end(io->dir, io);
-    kvf_status st = close_read_fd(io->fd, io->status, (unsigned long long)io->meta.key, io->path);
+    char key[KVF_KEY_STR_BYTES];
+    kvf_status st = close_read_fd(io->fd, io->status, kvf_key_format(io->meta.key, key), io->path);
     io->fd = -1;
     if (st != io->status)
         kvf__bf_io_fail(io, st, "%s", kvf_last_error());
@@ -386,8 +375,8 @@ void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
             kvf__blockfile_meta m;
             kvf_status st =
                 buf ? kvf__bf_read_block(dir, io->meta.key, &buf, &cap, false, &m, false)
-                    : kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory",
-                                (unsigned long long)io->meta.key);
+                    : kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": out of memory",
+                                KVF_KEY_ARGS(io->meta.key));
             if (st == KVF_OK && io->img)
                 st = io->img->put(io->img_arg, io->buf, buf, HDR + (size_t)m.payload_bytes);
             if (io->img)
@@ -408,14 +397,14 @@ void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
             ios[i].status = KVF_OK;
 }
 
-kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, uint64_t key, uint8_t *buf, size_t cap,
+kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, kvf_key key, uint8_t *buf, size_t cap,
                                kvf__blockfile_meta *meta)
 {
     if (!dir || !dir->root || !buf)
         return kvf__fail(KVF_ERR_INVALID, "block file read: NULL argument or directory not open");
     kvf__blockfile_io *io = malloc(sizeof *io);
     if (!io)
-        return kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory", (unsigned long long)key);
+        return kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": out of memory", KVF_KEY_ARGS(key));
     io->meta.key = key;
     io->on_done = NULL;
     io->img = NULL;

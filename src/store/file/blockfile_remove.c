@@ -69,7 +69,7 @@ static int empty_block(kvf__blockfile_dir *dir, const char *name, const char *pa
  * emptied in place (*emptied_p). KVF_OK when the file is gone; else the
  * failure, its message saying whether the file remains empty or, where
  * emptying failed too, with its old bytes. */
-kvf_status kvf__bf_discard_block(kvf__blockfile_dir *dir, uint64_t key, const char *name,
+kvf_status kvf__bf_discard_block(kvf__blockfile_dir *dir, kvf_key key, const char *name,
                                  const char *path, bool *emptied_p)
 {
     char eb[128], eb2[128];
@@ -81,18 +81,20 @@ kvf_status kvf__bf_discard_block(kvf__blockfile_dir *dir, uint64_t key, const ch
     if (err2 == 0) {
         *emptied_p = true;
         return kvf__fail(kvf__bf_write_errno_status(err),
-                         "block 0x%llx: %s: unlink: %s; emptied in place instead (the file "
+                         "block " KVF_KEY_FMT
+                         ": %s: unlink: %s; emptied in place instead (the file "
                          "remains, 0 bytes, never read as the block)",
-                         (unsigned long long)key, path, kvf__bf_errstr(err, eb, sizeof eb));
+                         KVF_KEY_ARGS(key), path, kvf__bf_errstr(err, eb, sizeof eb));
     }
     return kvf__fail(kvf__bf_write_errno_status(err),
-                     "block 0x%llx: %s: unlink: %s; emptying it in place: %s: THE FILE REMAINS "
+                     "block " KVF_KEY_FMT
+                     ": %s: unlink: %s; emptying it in place: %s: THE FILE REMAINS "
                      "with the block's previous bytes",
-                     (unsigned long long)key, path, kvf__bf_errstr(err, eb, sizeof eb),
+                     KVF_KEY_ARGS(key), path, kvf__bf_errstr(err, eb, sizeof eb),
                      kvf__bf_errstr(err2, eb2, sizeof eb2));
 }
 
-kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key, bool *emptied_p)
+kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, kvf_key key, bool *emptied_p)
 {
     bool emptied = false;
     if (emptied_p)
@@ -100,7 +102,7 @@ kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key, bool *e
     if (!dir || !dir->root)
         return kvf__fail(KVF_ERR_INVALID, "block file discard: directory not open");
     char name[NAME_MAX_BYTES], path[PATH_MAX];
-    snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
+    kvf__bf_block_file_name(key, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
     kvf_status st = kvf__bf_discard_block(dir, key, name, path, &emptied);
     if (emptied_p)
@@ -110,18 +112,18 @@ kvf_status kvf__blockfile_discard(kvf__blockfile_dir *dir, uint64_t key, bool *e
 
 /* ---- for the cache: removal and a fast listing ---------------------------- */
 
-kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, uint64_t key)
+kvf_status kvf__blockfile_remove(kvf__blockfile_dir *dir, kvf_key key)
 {
     char eb[128];
     if (!dir || !dir->root)
         return kvf__fail(KVF_ERR_INVALID, "block file remove: directory not open");
     char name[NAME_MAX_BYTES], path[PATH_MAX];
-    snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)key);
+    kvf__bf_block_file_name(key, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s", dir->root, name);
     /* nothing stored (ENOENT) is what removal wants: 0 */
     int err = unlink_block(dir, name, path);
     if (err == 0)
         return KVF_OK;
-    return kvf__fail(kvf__errno_status(err), "block 0x%llx: %s: unlink: %s",
-                     (unsigned long long)key, path, kvf__bf_errstr(err, eb, sizeof eb));
+    return kvf__fail(kvf__errno_status(err), "block " KVF_KEY_FMT ": %s: unlink: %s",
+                     KVF_KEY_ARGS(key), path, kvf__bf_errstr(err, eb, sizeof eb));
 }

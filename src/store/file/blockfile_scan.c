@@ -57,7 +57,7 @@ static kvf_status walk_next(const kvf__blockfile_dir *dir, DIR *d, const char **
 }
 
 kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
-                               void (*visit)(void *arg, uint64_t key, kvf_status st,
+                               void (*visit)(void *arg, kvf_key key, kvf_status st,
                                              const char *detail),
                                void *arg)
 {
@@ -71,16 +71,15 @@ kvf_status kvf__blockfile_scan(kvf__blockfile_dir *dir,
     size_t cap = 0;
     const char *n;
     while ((ret = walk_next(dir, d, &n)) == KVF_OK && n) {
-        uint64_t key;
-        if (strlen(n) == 16 + 4 && kvf__bf_ends_with(n, ".kvf") && kvf__bf_parse_hex16(n, &key)) {
+        kvf_key key;
+        if (kvf__bf_block_name(n, &key)) {
             kvf__blockfile_meta meta;
             kvf_status st =
                 kvf__bf_read_block(dir, key, &buf, &cap, true, &meta, dir->fingerprint == 0);
             if (st == KVF_ERR_NOT_FOUND)
                 continue; /* removed since readdir: nothing to check */
             visit(arg, key, st, st == KVF_OK ? "ok" : kvf_last_error());
-        } else if (n[0] == '.' && kvf__bf_ends_with(n, ".tmp") && strlen(n) > 18 && n[17] == '.' &&
-                   kvf__bf_parse_hex16(n + 1, &key)) {
+        } else if (kvf__bf_torn_name(n, &key)) {
             visit(arg, key, KVF_ERR_CORRUPT, "torn write (temporary file)");
         } else if (strcmp(n, ".") != 0 && strcmp(n, "..") != 0) {
             KVF_LOG(KVF_LOG_DEBUG, "%s/%s: not a block file, ignored", dir->root, n);
@@ -105,14 +104,17 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
     if (ret != KVF_OK)
         return ret;
     const char *n;
-    unsigned long foreign = 0;
+    unsigned long foreign = 0, old_format = 0;
     while ((ret = walk_next(dir, d, &n)) == KVF_OK && n) {
-        uint64_t key;
-        if (!(strlen(n) == 16 + 4 && kvf__bf_ends_with(n, ".kvf") && kvf__bf_parse_hex16(n, &key)))
+        kvf_key key;
+        uint64_t old_key;
+        if (kvf__bf_old_block_name(n, &old_key))
+            old_format++;
+        if (!kvf__bf_block_name(n, &key))
             continue;
-        char path[PATH_MAX], what[PATH_MAX + 32];
+        char path[PATH_MAX], what[PATH_MAX + 48];
         snprintf(path, sizeof path, "%s/%s", dir->root, n);
-        snprintf(what, sizeof what, "block 0x%llx: %s", (unsigned long long)key, path);
+        snprintf(what, sizeof what, "block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(key), path);
         struct stat sb;
         mode_t mode;
         bool direct = false;
@@ -142,7 +144,7 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
          * it would fail the same checks */
         if (!ok || kvf__block_header_parse(h, what, &bh) != KVF_OK ||
             kvf__block_header_expect(&bh, what, dir->fingerprint, dir->ns_hash, key) != KVF_OK ||
-            kvf__bf_check_file_size((uint64_t)sb.st_size, bh.payload_bytes, what) != KVF_OK) {
+            kvf__bf_check_file_size((uint64_t)sb.st_size, HDR, bh.payload_bytes, what) != KVF_OK) {
             KVF_LOG(KVF_LOG_INFO, "%s: not a usable block (%s), skipped", what,
                     ok ? kvf_last_error() : "unreadable");
             continue;
@@ -151,6 +153,11 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
         visit(arg, &meta, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec);
     }
     closedir(d);
+    if (old_format)
+        KVF_LOG(KVF_LOG_WARN,
+                "%s: %lu block file%s of " KVF_BLOCK_V1_WORDS " not served: rewrite them with "
+                "`kvferry fsck --upgrade` on the block directory",
+                dir->root, old_format, old_format == 1 ? "" : "s");
     if (foreign)
         KVF_LOG(KVF_LOG_WARN,
                 "%s: %lu foreign file%s under block names (not regular files), left alone",

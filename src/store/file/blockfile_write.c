@@ -40,9 +40,9 @@ static void write_failed(kvf__blockfile_dir *dir, kvf__blockfile_io *io, const c
     char left[PATH_MAX + 160] = "";
     if (kvf__bf_discard_block(dir, io->meta.key, io->name, io->path, &emptied) != KVF_OK)
         snprintf(left, sizeof left, "; %s", kvf_last_error());
-    kvf__bf_io_fail(io, kvf__bf_write_errno_status(err), "block 0x%llx: %s: %s: %s%s",
-                    (unsigned long long)io->meta.key, io->path, op,
-                    kvf__bf_errstr(err, eb, sizeof eb), left);
+    kvf__bf_io_fail(io, kvf__bf_write_errno_status(err), "block " KVF_KEY_FMT ": %s: %s: %s%s",
+                    KVF_KEY_ARGS(io->meta.key), io->path, op, kvf__bf_errstr(err, eb, sizeof eb),
+                    left);
 }
 
 /* Sets up one block's write: header, padding, names, the temporary file
@@ -50,25 +50,25 @@ static void write_failed(kvf__blockfile_dir *dir, kvf__blockfile_io *io, const c
 static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
     const kvf__blockfile_meta *meta = &io->meta;
-    unsigned long long key = (unsigned long long)meta->key;
-    snprintf(io->name, sizeof io->name, "%016llx.kvf", key);
+    char key[KVF_KEY_STR_BYTES];
+    kvf_key_format(meta->key, key);
+    kvf__bf_block_file_name(meta->key, io->name, sizeof io->name);
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
     if (meta->payload_bytes > BLOCK_PAYLOAD_MAX || HDR + meta->payload_bytes > io->cap) {
         /* a failed write leaves no old version behind, whatever the cause */
         bool emptied;
         kvf__bf_discard_block(dir, meta->key, io->name, io->path, &emptied);
-        kvf__bf_io_fail(
-            io, KVF_ERR_RANGE,
-            "block 0x%llx: payload of %llu bytes too large (a block holds at most %llu, "
-            "the buffer %zu with the header)",
-            key, (unsigned long long)meta->payload_bytes, (unsigned long long)BLOCK_PAYLOAD_MAX,
-            io->cap);
+        kvf__bf_io_fail(io, KVF_ERR_RANGE,
+                        "block %s: payload of %llu bytes too large (a block holds at most %llu, "
+                        "the buffer %zu with the header)",
+                        key, (unsigned long long)meta->payload_bytes,
+                        (unsigned long long)BLOCK_PAYLOAD_MAX, io->cap);
         return false;
     }
     size_t total = HDR + (size_t)meta->payload_bytes;
     /* pid and a process-wide sequence: concurrent writers of one key,
      * in this process or another, never share a temporary file */
-    snprintf(io->tmp, sizeof io->tmp, ".%016llx.%ld.%llu.tmp", key, (long)getpid(),
+    snprintf(io->tmp, sizeof io->tmp, ".%s.%ld.%llu.tmp", key, (long)getpid(),
              (unsigned long long)atomic_fetch_add(&tmp_seq, 1));
     snprintf(io->tmp_path, sizeof io->tmp_path, "%s/%s", dir->root, io->tmp);
 
@@ -90,7 +90,7 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
         if (st == KVF_OK)
             st = io->img->put(io->img_arg, io->buf + total, NULL, len - total);
         if (st != KVF_OK) {
-            kvf__bf_io_fail(io, st, "block 0x%llx: %s", key, kvf_last_error());
+            kvf__bf_io_fail(io, st, "block %s: %s", key, kvf_last_error());
             return false;
         }
     } else {
@@ -223,8 +223,8 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
         return kvf__fail(KVF_ERR_INVALID, "block file write: NULL argument or directory not open");
     kvf__blockfile_io *io = malloc(sizeof *io);
     if (!io)
-        return kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: out of memory",
-                         (unsigned long long)meta->key);
+        return kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": out of memory",
+                         KVF_KEY_ARGS(meta->key));
     io->meta = *meta;
     io->fill = NULL;
     io->on_done = NULL;

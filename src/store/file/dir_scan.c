@@ -8,6 +8,8 @@
  * its name), never from a message's text.
  */
 #include "blockfile.h"
+#include "blockfile_private.h"
+#include "dir_walk.h"
 #include "layout.h"
 #include "status.h"
 
@@ -23,44 +25,18 @@
 #include <unistd.h>
 
 #define HDR KVF_BLOCK_HEADER_BYTES
-static const char hex_digits[] = "0123456789abcdef";
 
 const char *kvf_dir_entry_kind_name(kvf_dir_entry_kind kind)
 {
-    static const char *const names[] = {"good",     "corrupt", "torn",
-                                        "mismatch", "foreign", "unreadable"};
+    static const char *const names[] = {"good",    "corrupt",    "torn",      "mismatch",
+                                        "foreign", "unreadable", "old-format"};
     return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : "?";
-}
-
-/* 16 lower-case hex digits at s, then `sep`: the key they spell. */
-static bool key_at(const char *s, char sep, uint64_t *key_p)
-{
-    return strspn(s, hex_digits) >= 16 && s[16] == sep && sscanf(s, "%16" SCNx64, key_p) == 1;
-}
-
-static bool ends_in(const char *s, const char *tail)
-{
-    size_t n = strlen(s), t = strlen(tail);
-    return n >= t && strcmp(s + n - t, tail) == 0;
-}
-
-/* <key>.kvf: a block's file. */
-static bool block_name(const char *n, uint64_t *key_p)
-{
-    return strlen(n) == 16 + 4 && ends_in(n, ".kvf") && key_at(n, '.', key_p);
-}
-
-/* .<key>.<pid>.<sequence>.tmp: the file a write fills before its rename;
- * still there once the write is over means the write did not finish. */
-static bool torn_name(const char *n, uint64_t *key_p)
-{
-    return n[0] == '.' && strlen(n) > 18 && ends_in(n, ".tmp") && key_at(n + 1, '.', key_p);
 }
 
 /* Opens <dir>/<ns> for reading with the layout of `g` (NULL: any), without
  * creating it (kvf__blockfile_open_dir would). */
-static kvf_status open_namespace(const char *dir, const char *ns, const kvf_geometry *g,
-                                 size_t n_pools, kvf__blockfile_dir *d)
+kvf_status kvf__dir_open_namespace(const char *dir, const char *ns, const kvf_geometry *g,
+                                   size_t n_pools, kvf__blockfile_dir *d)
 {
     memset(d, 0, sizeof *d);
     d->dir_fd = -1;
@@ -88,7 +64,7 @@ static kvf_status open_namespace(const char *dir, const char *ns, const kvf_geom
 
 /* A walk of the namespace on a description of its own (readdir moves the
  * offset of the one it reads). */
-static kvf_status open_walk(const kvf__blockfile_dir *d, DIR **w_p)
+kvf_status kvf__dir_open_walk(const kvf__blockfile_dir *d, DIR **w_p)
 {
     int fd = openat(d->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *w = fd >= 0 ? fdopendir(fd) : NULL;
@@ -103,7 +79,7 @@ static kvf_status open_walk(const kvf__blockfile_dir *d, DIR **w_p)
 }
 
 /* The next name, NULL at the end; a readdir failure in *st_p. */
-static const char *walk_next(const kvf__blockfile_dir *d, DIR *w, kvf_status *st_p)
+const char *kvf__dir_walk_next(const kvf__blockfile_dir *d, DIR *w, kvf_status *st_p)
 {
     errno = 0;
     struct dirent *e = readdir(w);
@@ -152,7 +128,7 @@ typedef struct check_walk {
  * wrong. Opened without blocking and without following a link.
  * KVF_ERR_CORRUPT / KVF_ERR_RANGE (w->msg the reason) when the header
  * claims more than w->max_payload. */
-static kvf_status block_room(check_walk *w, const char *name, uint64_t key, size_t *room_p)
+static kvf_status block_room(check_walk *w, const char *name, kvf_key key, size_t *room_p)
 {
     size_t room = HDR;
     int fd = openat(w->d->dir_fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
@@ -169,10 +145,10 @@ static kvf_status block_room(check_walk *w, const char *name, uint64_t key, size
     if (parsed && (w->any_layout || bh.fingerprint == w->d->fingerprint)) {
         if (bh.payload_bytes > w->max_payload) {
             snprintf(w->msg, sizeof w->msg,
-                     "block 0x%llx: %s/%s: header claims %llu payload bytes, more than %s (%llu); "
+                     "block " KVF_KEY_FMT
+                     ": %s/%s: header claims %llu payload bytes, more than %s (%llu); "
                      "not read",
-                     (unsigned long long)key, w->d->root, name,
-                     (unsigned long long)bh.payload_bytes,
+                     KVF_KEY_ARGS(key), w->d->root, name, (unsigned long long)bh.payload_bytes,
                      w->any_layout ? "a block of any layout is checked to"
                                    : "a block of this layout holds",
                      (unsigned long long)w->max_payload);
@@ -188,7 +164,7 @@ static kvf_status block_room(check_walk *w, const char *name, uint64_t key, size
 
 /* Reads the block file `name` as an engine would and fills *e; false when
  * there is nothing to report (the file was removed since readdir). */
-static bool check_block(check_walk *w, const char *name, uint64_t key, kvf_dir_entry *e)
+static bool check_block(check_walk *w, const char *name, kvf_key key, kvf_dir_entry *e)
 {
     size_t room = 0;
     kvf_status claim = block_room(w, name, key, &room);
@@ -206,10 +182,11 @@ static bool check_block(check_walk *w, const char *name, uint64_t key, kvf_dir_e
         }
     }
     kvf__blockfile_meta meta;
-    kvf_status st = w->cap >= room
-                        ? kvf__blockfile_read(w->d, key, w->buf, w->cap, &meta)
-                        : kvf__fail(KVF_ERR_NOMEM, "block 0x%llx: %s/%s: no memory for %zu bytes",
-                                    (unsigned long long)key, w->d->root, name, room);
+    kvf_status st =
+        w->cap >= room
+            ? kvf__blockfile_read(w->d, key, w->buf, w->cap, &meta)
+            : kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": %s/%s: no memory for %zu bytes",
+                        KVF_KEY_ARGS(key), w->d->root, name, room);
     if (st == KVF_ERR_NOT_FOUND)
         return false;
     e->status = st;
@@ -235,9 +212,10 @@ static bool check_block(check_walk *w, const char *name, uint64_t key, kvf_dir_e
     return true;
 }
 
-static void count_entry(kvf_dir_counts *c, kvf_dir_entry_kind kind)
+void kvf__dir_count_entry(kvf_dir_counts *c, kvf_dir_entry_kind kind)
 {
-    uint64_t *slot[] = {&c->good, &c->corrupt, &c->torn, &c->mismatch, &c->foreign, &c->unreadable};
+    uint64_t *slot[] = {&c->good,    &c->corrupt,    &c->torn,      &c->mismatch,
+                        &c->foreign, &c->unreadable, &c->old_format};
     (*slot[kind])++;
 }
 
@@ -247,29 +225,39 @@ kvf_status kvf_dir_check(const char *dir, const char *ns, const kvf_geometry *ge
 {
     check_walk w = {0};
     kvf__blockfile_dir d;
-    kvf_status ret = open_namespace(dir, ns, geometries, n_pools, &d);
+    kvf_status ret = kvf__dir_open_namespace(dir, ns, geometries, n_pools, &d);
     w.any_layout = n_pools == 0;
     if (ret == KVF_OK)
         ret = largest_block(geometries, n_pools, &w.max_payload);
     DIR *walk = NULL;
     if (ret == KVF_OK)
-        ret = open_walk(&d, &walk);
+        ret = kvf__dir_open_walk(&d, &walk);
     if (ret != KVF_OK) {
         kvf__blockfile_close_dir(&d);
         return ret;
     }
     w.d = &d;
     const char *n;
-    while ((n = walk_next(&d, walk, &ret))) {
+    while ((n = kvf__dir_walk_next(&d, walk, &ret))) {
         kvf_dir_entry e = {0};
-        if (block_name(n, &e.key)) {
+        uint64_t old_key;
+        if (kvf__bf_block_name(n, &e.key)) {
             if (!check_block(&w, n, e.key, &e))
                 continue;
-        } else if (torn_name(n, &e.key)) {
+        } else if (kvf__bf_old_block_name(n, &old_key)) {
+            e.key = (kvf_key){0, old_key};
             snprintf(w.msg, sizeof w.msg,
-                     "block 0x%llx: %s/%s: torn write (temporary file of a write that did "
+                     "%s/%s: " KVF_BLOCK_V1_WORDS ", not served: rewrite it with `kvferry fsck "
+                     "--upgrade`",
+                     d.root, n);
+            e.kind = KVF_DIR_ENTRY_OLD_FORMAT;
+            e.status = KVF_ERR_MISMATCH;
+            e.message = w.msg;
+        } else if (kvf__bf_torn_name(n, &e.key)) {
+            snprintf(w.msg, sizeof w.msg,
+                     "block " KVF_KEY_FMT ": %s/%s: torn write (temporary file of a write that did "
                      "not finish)",
-                     (unsigned long long)e.key, d.root, n);
+                     KVF_KEY_ARGS(e.key), d.root, n);
             e.kind = KVF_DIR_ENTRY_TORN;
             e.status = KVF_ERR_CORRUPT;
             e.message = w.msg;
@@ -277,7 +265,7 @@ kvf_status kvf_dir_check(const char *dir, const char *ns, const kvf_geometry *ge
             continue;
         }
         if (counts_p)
-            count_entry(counts_p, e.kind);
+            kvf__dir_count_entry(counts_p, e.kind);
         if (visit)
             visit(arg, &e);
     }
@@ -308,7 +296,7 @@ kvf_status kvf_dir_list(const char *dir, const char *ns, const kvf_geometry *geo
                         size_t n_pools, kvf_dir_list_fn visit, void *arg, uint64_t *n_p)
 {
     kvf__blockfile_dir d;
-    kvf_status st = open_namespace(dir, ns, geometries, n_pools, &d);
+    kvf_status st = kvf__dir_open_namespace(dir, ns, geometries, n_pools, &d);
     list_walk l = {visit, arg, 0};
     if (st == KVF_OK)
         st = kvf__blockfile_list(&d, list_one, &l);

@@ -6,6 +6,7 @@
  * Local I/O has no deadline: calls ignore deadline_ns.
  */
 #include "blockfile.h"
+#include "blockfile_private.h"
 #include "gds.h"
 #include "keymap.h"
 #include "log.h"
@@ -38,7 +39,7 @@ typedef struct file_store {
 } file_store;
 
 typedef struct lost_key {
-    uint64_t key;
+    kvf_key key;
     struct lost_key *next;
 } lost_key;
 
@@ -80,19 +81,20 @@ static void lost_refuse(file_store *s, kvf__store_block *blocks, size_t n, uint8
 {
     pthread_mutex_lock(&s->lost_mu);
     for (size_t i = 0; i < n && s->lost.count; i++) {
-        uint64_t key = blocks[i].key;
+        kvf_key key = blocks[i].key;
         if (!kvf__keymap_find(&s->lost, key, NULL))
             continue;
         state[i] = DONE;
         kvf__store_block_fail(&blocks[i], KVF_ERR_LOST,
-                              "block 0x%llx: %s/%016llx.kvf: its last write failed and the old "
+                              "block " KVF_KEY_FMT ": %s/" KVF_KEY_FMT
+                              ".kvf: its last write failed and the old "
                               "file could not be removed: refused until written again",
-                              (unsigned long long)key, s->dir->root, (unsigned long long)key);
+                              KVF_KEY_ARGS(key), s->dir->root, KVF_KEY_ARGS(key));
     }
     pthread_mutex_unlock(&s->lost_mu);
 }
 
-static void lost_set(file_store *s, uint64_t key)
+static void lost_set(file_store *s, kvf_key key)
 {
     pthread_mutex_lock(&s->lost_mu);
     lost_key *k = kvf__keymap_find(&s->lost, key, NULL);
@@ -106,8 +108,9 @@ static void lost_set(file_store *s, uint64_t key)
     pthread_mutex_unlock(&s->lost_mu);
     if (!k)
         KVF_LOG(KVF_LOG_ERROR,
-                "block 0x%llx: out of memory to remember it lost: its old file may be served",
-                (unsigned long long)key);
+                "block " KVF_KEY_FMT
+                ": out of memory to remember it lost: its old file may be served",
+                KVF_KEY_ARGS(key));
 }
 
 /* The keys of blocks[0..n) stored (written or removed) are no longer lost. */
@@ -153,8 +156,8 @@ static kvf_status call_begin(file_call *c, file_store *s, kvf__store_block *bloc
     free(c->at);
     free(c->state);
     for (size_t i = 0; i < n; i++)
-        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM, "block 0x%llx: %s: out of memory",
-                              (unsigned long long)blocks[i].key, s->dir->root);
+        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": %s: out of memory",
+                              KVF_KEY_ARGS(blocks[i].key), s->dir->root);
     return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->dir->root);
 }
 
@@ -176,8 +179,9 @@ static bool caller_image(const kvf__store_block *b)
 static kvf_status copy_in(kvf__blockfile_io *io, const kvf__store_block *b, file_store *s)
 {
     if (HDR + b->payload_bytes > io->cap)
-        return kvf__fail(KVF_ERR_RANGE, "block 0x%llx: %s: %zu payload bytes, room for %zu",
-                         (unsigned long long)b->key, s->dir->root, b->payload_bytes, io->cap - HDR);
+        return kvf__fail(KVF_ERR_RANGE,
+                         "block " KVF_KEY_FMT ": %s: %zu payload bytes, room for %zu",
+                         KVF_KEY_ARGS(b->key), s->dir->root, b->payload_bytes, io->cap - HDR);
     memcpy(io->buf + HDR, b->buf, b->payload_bytes);
     return KVF_OK;
 }
@@ -229,8 +233,9 @@ static size_t pass_setup(file_call *c, size_t n, uint8_t state, bool write)
             continue;
         }
         c->state[i] = DONE;
-        kvf__store_block_fail(&c->blocks[i], KVF_ERR_NOMEM, "block 0x%llx: %s: out of memory",
-                              (unsigned long long)c->blocks[i].key, c->s->dir->root);
+        kvf__store_block_fail(&c->blocks[i], KVF_ERR_NOMEM,
+                              "block " KVF_KEY_FMT ": %s: out of memory",
+                              KVF_KEY_ARGS(c->blocks[i].key), c->s->dir->root);
         if (!write && c->h && c->h->done)
             c->h->done(c->h->arg, &c->blocks[i], 1);
     }
@@ -263,7 +268,7 @@ static kvf_status write_fill(kvf__blockfile_io *io)
     kvf__store_block *b = &c->blocks[c->at[io - c->ios]];
     kvf_status st = c->h->fill(c->h->arg, b, 1);
     if (st != KVF_OK)
-        return kvf__fail(st, "block 0x%llx: %s", (unsigned long long)b->key, kvf_last_error());
+        return kvf__fail(st, "block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(b->key), kvf_last_error());
     io->meta = (kvf__blockfile_meta){b->key, b->tokens, b->pools, b->payload_bytes};
     return caller_image(b) ? KVF_OK : copy_in(io, b, c->s);
 }
@@ -321,9 +326,9 @@ static void read_done(kvf__blockfile_io *io)
     take_result(b, io);
     const kvf__blockfile_meta *m = &io->meta;
     if (b->status == KVF_OK && !caller_image(b) && m->payload_bytes > b->cap)
-        kvf__store_block_fail(b, KVF_ERR_RANGE, "block 0x%llx: %s: %llu bytes, buffer of %zu",
-                              (unsigned long long)b->key, c->s->dir->root,
-                              (unsigned long long)m->payload_bytes, b->cap);
+        kvf__store_block_fail(
+            b, KVF_ERR_RANGE, "block " KVF_KEY_FMT ": %s: %llu bytes, buffer of %zu",
+            KVF_KEY_ARGS(b->key), c->s->dir->root, (unsigned long long)m->payload_bytes, b->cap);
     if (b->status == KVF_OK) {
         if (!caller_image(b))
             memcpy(b->buf, io->buf + HDR, m->payload_bytes);
@@ -416,8 +421,8 @@ static kvf_status file_exists(kvf__store *base, kvf__store_block *blocks, size_t
     file_store *s = (file_store *)base;
     for (size_t i = 0; i < n; i++) {
         kvf__store_block *b = &blocks[i];
-        char name[32];
-        snprintf(name, sizeof name, "%016llx.kvf", (unsigned long long)b->key);
+        char name[NAME_MAX_BYTES];
+        kvf__bf_block_file_name(b->key, name, sizeof name);
         struct stat sb;
         b->msg[0] = '\0';
         if (fstatat(s->dir->dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
@@ -425,8 +430,9 @@ static kvf_status file_exists(kvf__store *base, kvf__store_block *blocks, size_t
         else if (errno == ENOENT)
             b->status = KVF_ERR_NOT_FOUND;
         else
-            kvf__store_block_fail(b, kvf__errno_status(errno), "block 0x%llx: %s/%s: stat: %s",
-                                  (unsigned long long)b->key, s->dir->root, name, strerror(errno));
+            kvf__store_block_fail(b, kvf__errno_status(errno),
+                                  "block " KVF_KEY_FMT ": %s/%s: stat: %s", KVF_KEY_ARGS(b->key),
+                                  s->dir->root, name, strerror(errno));
     }
     return kvf__store_first_failure(blocks, n, true);
 }
@@ -465,7 +471,7 @@ static kvf_status file_commit(kvf__store *base)
  * Where the directory refuses the removal, the file is emptied in place
  * (no reader takes it for the block, after a restart either) and the key
  * is refused here until written again: the old bytes are never served. */
-static kvf_status file_discard(kvf__store *base, uint64_t key, bool *emptied_p)
+static kvf_status file_discard(kvf__store *base, kvf_key key, bool *emptied_p)
 {
     file_store *s = (file_store *)base;
     kvf_status st = kvf__blockfile_discard(s->dir, key, emptied_p);

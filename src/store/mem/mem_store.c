@@ -19,7 +19,8 @@
 #define DEFAULT_CAPACITY (1ull << 30)
 
 typedef struct mem_value {
-    uint64_t ns_hash, key;
+    uint64_t ns_hash;
+    kvf_key key;
     uint8_t *bytes; /* the stored form: header, then payload */
     size_t len;
     int64_t mtime_ns;
@@ -125,7 +126,7 @@ static void value_drop(void *obj)
 /* The live value under (ns_hash, key); the map's lock held. One whose TTL
  * has passed is gone: taken out and put on *dead (chained by `newer`) for
  * the caller to free. */
-static mem_value *find(mem_map *m, uint64_t ns_hash, uint64_t key, mem_value **dead)
+static mem_value *find(mem_map *m, uint64_t ns_hash, kvf_key key, mem_value **dead)
 {
     mem_value *v = kvf__keymap_find(&m->values, key, NULL);
     while (v && v->ns_hash != ns_hash)
@@ -160,8 +161,8 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
     size_t len = HDR + b->payload_bytes;
     uint8_t *bytes = malloc(len ? len : 1);
     if (!bytes)
-        return kvf__fail(KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
-                         (unsigned long long)b->key, url);
+        return kvf__fail(KVF_ERR_NOMEM, "remote block " KVF_KEY_FMT ": %s: out of memory",
+                         KVF_KEY_ARGS(b->key), url);
     kvf__block_header h = {s->fingerprint,
                            s->ns_hash,
                            b->key,
@@ -226,22 +227,22 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
                 url, (unsigned long long)capacity);
     for (mem_value *o = evicted; o; o = o->newer)
         KVF_LOG(KVF_LOG_INFO,
-                "remote block 0x%llx: %s: evicted, the oldest, for block 0x%llx "
+                "remote block " KVF_KEY_FMT ": %s: evicted, the oldest, for block " KVF_KEY_FMT " "
                 "(%llu of %llu bytes held)",
-                (unsigned long long)o->key, url, (unsigned long long)b->key,
-                (unsigned long long)held, (unsigned long long)capacity);
+                KVF_KEY_ARGS(o->key), url, KVF_KEY_ARGS(b->key), (unsigned long long)held,
+                (unsigned long long)capacity);
     drop_all(evicted);
     if (len > capacity) {
         free(bytes);
         return kvf__fail(KVF_ERR_NO_SPACE,
-                         "remote block 0x%llx: %s: %zu bytes stored, more than the store's "
-                         "capacity (%llu bytes; remote_mem_bytes)",
-                         (unsigned long long)b->key, url, len, (unsigned long long)capacity);
+                         "remote block " KVF_KEY_FMT ": %s: %zu bytes stored, more than the "
+                         "store's capacity (%llu bytes; remote_mem_bytes)",
+                         KVF_KEY_ARGS(b->key), url, len, (unsigned long long)capacity);
     }
     if (!v) {
         free(bytes);
-        return kvf__fail(KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
-                         (unsigned long long)b->key, url);
+        return kvf__fail(KVF_ERR_NOMEM, "remote block " KVF_KEY_FMT ": %s: out of memory",
+                         KVF_KEY_ARGS(b->key), url);
     }
     return KVF_OK;
 }
@@ -250,7 +251,7 @@ static kvf_status put_one(mem_store *s, kvf__store_block *b)
 static kvf_status take_value(mem_store *s, kvf__store_block *b, const uint8_t *value, size_t len)
 {
     char what[160];
-    snprintf(what, sizeof what, "remote block 0x%llx: %s", (unsigned long long)b->key,
+    snprintf(what, sizeof what, "remote block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(b->key),
              s->base.where);
     kvf__block_header h;
     kvf_status st = kvf__block_value_take(value, len, what, s->fingerprint, s->ns_hash, b->key,
@@ -278,8 +279,8 @@ static kvf_status get_one(mem_store *s, kvf__store_block *b)
     if (!v)
         return KVF_ERR_NOT_FOUND;
     if (!copy)
-        return kvf__fail(KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
-                         (unsigned long long)b->key, s->base.where);
+        return kvf__fail(KVF_ERR_NOMEM, "remote block " KVF_KEY_FMT ": %s: out of memory",
+                         KVF_KEY_ARGS(b->key), s->base.where);
     kvf_status st = take_value(s, b, copy, len);
     free(copy);
     return st;
@@ -319,8 +320,9 @@ static kvf_status each(kvf__store *base, kvf__store_block *blocks, size_t n, uin
         kvf__store_block *b = &blocks[i];
         b->msg[0] = '\0';
         if (deadline_ns && kvf__now_ns() > deadline_ns) {
-            kvf__store_block_fail(b, KVF_ERR_TIMEOUT, "remote block 0x%llx: %s: deadline passed",
-                                  (unsigned long long)b->key, base->where);
+            kvf__store_block_fail(b, KVF_ERR_TIMEOUT,
+                                  "remote block " KVF_KEY_FMT ": %s: deadline passed",
+                                  KVF_KEY_ARGS(b->key), base->where);
             continue;
         }
         b->status = one((mem_store *)base, b);
@@ -442,7 +444,7 @@ const kvf__store_kind kvf__mem_store_kind = {
     .open = mem_open,
 };
 
-kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key, size_t offset,
+kvf_status kvf__mem_store_poke(const char *name, const char *ns, kvf_key key, size_t offset,
                                uint8_t mask)
 {
     mem_map *m = map_of(name, false, 0);

@@ -18,7 +18,7 @@
 /* For tests: XORs `mask` into byte `offset` of the value stored under
  * (namespace, key) in mem://`name` (offset 0 is the header's first byte).
  * KVF_ERR_NOT_FOUND when there is no such value or byte. */
-KVF_INTERNAL kvf_status kvf__mem_store_poke(const char *name, const char *ns, uint64_t key,
+KVF_INTERNAL kvf_status kvf__mem_store_poke(const char *name, const char *ns, kvf_key key,
                                             size_t offset, uint8_t mask);
 /* For tests: forgets every block of mem://`name`. */
 KVF_INTERNAL void kvf__mem_store_clear(const char *name);

@@ -3,7 +3,7 @@
  * The remote tier: blocks stored in Redis (one server or a Redis Cluster).
  * Internal to kvferry; the cache calls it.
  *
- * A block is one Redis string under `kvf:<namespace>:<key as 16 hex>`,
+ * A block is one Redis string under `kvf:<namespace>:<key as 32 hex>`,
  * holding the stored form of a block (blockhdr.c: a 64-byte header, then
  * the payload). Every value read back is checked (header, namespace,
  * layout, key, length, CRC-32C) before a byte reaches the caller: a
@@ -87,7 +87,7 @@ KVF_INTERNAL void kvf__redis_close(kvf__redis *r);
 
 /* One block to store: `payload_bytes` bytes, all pools of the block. */
 typedef struct kvf__redis_put {
-    uint64_t key;
+    kvf_key key;
     uint32_t tokens, pools;
     const void *payload;
     size_t payload_bytes;
@@ -96,7 +96,7 @@ typedef struct kvf__redis_put {
 /* One block to fetch into dst[0..cap). The last three fields are outputs,
  * set when its status is KVF_OK. */
 typedef struct kvf__redis_get {
-    uint64_t key;
+    kvf_key key;
     void *dst;
     size_t cap;
     uint32_t tokens, pools;
@@ -136,9 +136,9 @@ KVF_INTERNAL kvf_status kvf__redis_put_batch_until(kvf__redis *r, const kvf__red
                                                    kvf_status *status);
 KVF_INTERNAL kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, size_t n,
                                                    uint64_t deadline_ns, kvf_status *status);
-KVF_INTERNAL kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+KVF_INTERNAL kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                                       uint64_t deadline_ns, kvf_status *status);
-KVF_INTERNAL kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+KVF_INTERNAL kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                                       uint64_t deadline_ns, kvf_status *status);
 
 /* The batch calls with the configured timeout from the call as deadline. */
@@ -152,12 +152,12 @@ static inline kvf_status kvf__redis_get_batch(kvf__redis *r, kvf__redis_get *blo
 {
     return kvf__redis_get_batch_until(r, blocks, n, 0, status);
 }
-static inline kvf_status kvf__redis_exists_batch(kvf__redis *r, const uint64_t *keys, size_t n,
+static inline kvf_status kvf__redis_exists_batch(kvf__redis *r, const kvf_key *keys, size_t n,
                                                  kvf_status *status)
 {
     return kvf__redis_exists_batch_until(r, keys, n, 0, status);
 }
-static inline kvf_status kvf__redis_delete_batch(kvf__redis *r, const uint64_t *keys, size_t n,
+static inline kvf_status kvf__redis_delete_batch(kvf__redis *r, const kvf_key *keys, size_t n,
                                                  kvf_status *status)
 {
     return kvf__redis_delete_batch_until(r, keys, n, 0, status);

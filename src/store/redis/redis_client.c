@@ -33,8 +33,8 @@
 #include <time.h>
 
 #define HDR KVF_BLOCK_HEADER_BYTES
-/* "kvf:" + namespace (64 at most) + ":" + 16 hex digits */
-#define KEY_MAX 96
+/* "kvf:" + namespace (64 at most) + ":" + 32 hex digits */
+#define KEY_MAX 104
 /* RESP of the command up to the value, then the header for a SET */
 #define CMD_MAX (KEY_MAX + 64 + HDR)
 /* redirections one block may follow before it fails */
@@ -48,7 +48,7 @@ typedef enum op_kind { OP_SET, OP_GET, OP_EXISTS, OP_DEL } op_kind;
 
 /* One block of a batch. */
 typedef struct op {
-    uint64_t key;
+    kvf_key key;
     char key_text[KEY_MAX];
     size_t key_len;
     uint16_t slot;
@@ -102,12 +102,12 @@ static void op_finish(batch *b, op *o, kvf_status st)
     bool miss = st == KVF_ERR_NOT_FOUND && b->kind != OP_DEL;
     if (st == KVF_OK || miss)
         return;
-    KVF_LOG(KVF_LOG_DEBUG, "block 0x%" PRIx64 " (key %s): %s", o->key, o->key_text,
+    KVF_LOG(KVF_LOG_DEBUG, "block " KVF_KEY_FMT " (key %s): %s", KVF_KEY_ARGS(o->key), o->key_text,
             kvf_last_error());
     if (b->first == KVF_OK) {
         b->first = st;
-        snprintf(b->first_msg, sizeof b->first_msg, "block 0x%" PRIx64 " (key %s): %s", o->key,
-                 o->key_text, kvf_last_error());
+        snprintf(b->first_msg, sizeof b->first_msg, "block " KVF_KEY_FMT " (key %s): %s",
+                 KVF_KEY_ARGS(o->key), o->key_text, kvf_last_error());
     }
 }
 
@@ -157,7 +157,8 @@ static void op_redirect(batch *b, op *o, const char *msg, bool moved)
                   kvf__fail(KVF_ERR_REMOTE, "redis %s: %s: too many nodes", o->node->name, msg));
         return;
     }
-    KVF_LOG(KVF_LOG_DEBUG, "block 0x%" PRIx64 ": redis %s answered %s", o->key, o->node->name, msg);
+    KVF_LOG(KVF_LOG_DEBUG, "block " KVF_KEY_FMT ": redis %s answered %s", KVF_KEY_ARGS(o->key),
+            o->node->name, msg);
     if (moved) {
         kvf__redis_topology_moved(&b->r->topo, o->slot, to);
         b->refresh_from = to;
@@ -450,7 +451,7 @@ static kvf_status run_batch(batch *b)
     return KVF_OK;
 }
 
-static kvf_status batch_run(kvf__redis *r, op_kind kind, const uint64_t *keys, size_t stride,
+static kvf_status batch_run(kvf__redis *r, op_kind kind, const kvf_key *keys, size_t stride,
                             size_t n, const kvf__redis_put *puts, kvf__redis_get *gets,
                             uint64_t deadline_ns, kvf_status *status)
 {
@@ -477,9 +478,9 @@ static kvf_status batch_run(kvf__redis *r, op_kind kind, const uint64_t *keys, s
                .first = KVF_OK};
     for (size_t i = 0; i < n; i++) {
         op *o = &ops[i];
-        o->key = *(const uint64_t *)((const char *)keys + i * stride);
-        o->key_len =
-            (size_t)snprintf(o->key_text, sizeof o->key_text, "kvf:%s:%016" PRIx64, r->ns, o->key);
+        memcpy(&o->key, (const char *)keys + i * stride, sizeof o->key);
+        o->key_len = (size_t)snprintf(o->key_text, sizeof o->key_text, "kvf:%s:" KVF_KEY_FMT, r->ns,
+                                      KVF_KEY_ARGS(o->key));
         o->slot = kvf__redis_key_slot(o->key_text, o->key_len);
         o->node = kvf__redis_topology_route(&r->topo, o->slot);
     }
@@ -493,8 +494,8 @@ kvf_status kvf__redis_put_batch_until(kvf__redis *r, const kvf__redis_put *block
 {
     for (size_t i = 0; blocks && i < n; i++)
         if (!blocks[i].payload && blocks[i].payload_bytes)
-            return kvf__fail(KVF_ERR_INVALID, "remote put_batch: block 0x%" PRIx64 ": no payload",
-                             blocks[i].key);
+            return kvf__fail(KVF_ERR_INVALID, "remote put_batch: block " KVF_KEY_FMT ": no payload",
+                             KVF_KEY_ARGS(blocks[i].key));
     return batch_run(r, OP_SET, blocks ? &blocks->key : NULL, sizeof *blocks, n, blocks, NULL,
                      deadline_ns, status);
 }
@@ -504,19 +505,19 @@ kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, siz
 {
     for (size_t i = 0; blocks && i < n; i++)
         if (!blocks[i].dst && blocks[i].cap)
-            return kvf__fail(KVF_ERR_INVALID, "remote get_batch: block 0x%" PRIx64 ": no buffer",
-                             blocks[i].key);
+            return kvf__fail(KVF_ERR_INVALID, "remote get_batch: block " KVF_KEY_FMT ": no buffer",
+                             KVF_KEY_ARGS(blocks[i].key));
     return batch_run(r, OP_GET, blocks ? &blocks->key : NULL, sizeof *blocks, n, NULL, blocks,
                      deadline_ns, status);
 }
 
-kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                          uint64_t deadline_ns, kvf_status *status)
 {
     return batch_run(r, OP_EXISTS, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);
 }
 
-kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                          uint64_t deadline_ns, kvf_status *status)
 {
     return batch_run(r, OP_DEL, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);

@@ -36,13 +36,13 @@ kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, siz
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }
 
-kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                          uint64_t deadline_ns, kvf_status *status)
 {
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }
 
-kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const uint64_t *keys, size_t n,
+kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                          uint64_t deadline_ns, kvf_status *status)
 {
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);

@@ -4,13 +4,15 @@
  * cursor on the server, or on every cluster node that serves slots, never
  * KEYS, which blocks a server for as long as it walks every key it holds
  * (a shared Redis may hold millions of other namespaces' blocks). Each
- * page's keys have their header read (GETRANGE of its 64 bytes) and their
+ * page's keys have their header read (GETRANGE of its header) and their
  * length (STRLEN), pipelined; a block whose header does not check, or
  * whose length is not the header's, is skipped, as a read would refuse it.
  * SCAN may return a key twice (and a key that moves between nodes meanwhile
  * may show on both): the entries are sorted and each key visited once.
  */
 #include "blockhdr.h"
+#include "checksum.h"
+#include "log.h"
 #include "redis.h"
 #include "redis_internal.h"
 
@@ -25,24 +27,16 @@
 typedef struct entries {
     kvf__store_entry *v;
     size_t n, cap;
+    size_t old_format; /* kvf:<ns>:<16 hex>: blocks of format version 1 */
 } entries;
 
-/* The key of "kvf:<ns>:<16 hex>", or false for another name. */
-static bool key_of_name(const kvf__redis *r, const char *name, size_t len, uint64_t *key)
+/* The key of "kvf:<ns>:<32 hex>", or false for another name. */
+static bool key_of_name(const kvf__redis *r, const char *name, size_t len, kvf_key *key)
 {
     size_t ns_len = strlen(r->ns);
-    if (len != 4 + ns_len + 1 + 16 || memcmp(name, "kvf:", 4) != 0 ||
-        memcmp(name + 4, r->ns, ns_len) != 0 || name[4 + ns_len] != ':')
-        return false;
-    uint64_t k = 0;
-    for (const char *p = name + len - 16; p < name + len; p++) {
-        int d = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 : -1;
-        if (d < 0)
-            return false;
-        k = k << 4 | (uint64_t)d;
-    }
-    *key = k;
-    return true;
+    return len == 4 + ns_len + 1 + 32 && memcmp(name, "kvf:", 4) == 0 &&
+           memcmp(name + 4, r->ns, ns_len) == 0 && name[4 + ns_len] == ':' &&
+           kvf__key_from_name(name + len - 32, key);
 }
 
 static kvf_status push(entries *e, const kvf__store_entry *ent)
@@ -69,8 +63,14 @@ static kvf_status take_page(kvf__redis *r, kvf__redis_node *node, redisContext *
         const redisReply *k = keys->element[i];
         if (k->type != REDIS_REPLY_STRING)
             continue;
-        const char *get[] = {"GETRANGE", k->str, "0", "63"};
-        size_t get_len[] = {8, k->len, 1, 2};
+        uint64_t old;
+        size_t ns_len = strlen(r->ns);
+        if (k->len == 4 + ns_len + 1 + 16 && kvf__hex_u64(k->str + k->len - 16, 16, false, &old))
+            e->old_format++;
+        char last[16];
+        snprintf(last, sizeof last, "%u", HDR - 1);
+        const char *get[] = {"GETRANGE", k->str, "0", last};
+        size_t get_len[] = {8, k->len, 1, strlen(last)};
         const char *len[] = {"STRLEN", k->str};
         size_t len_len[] = {6, k->len};
         if (redisAppendCommandArgv(c, 4, get, get_len) != REDIS_OK ||
@@ -92,7 +92,7 @@ static kvf_status take_page(kvf__redis *r, kvf__redis_node *node, redisContext *
                 freeReplyObject(hdr);
             return got;
         }
-        uint64_t key;
+        kvf_key key;
         kvf__block_header h;
         char what[320];
         snprintf(what, sizeof what, "redis %s: list", node->name);
@@ -145,8 +145,7 @@ static kvf_status scan_node(kvf__redis *r, kvf__redis_node *node, entries *e)
 
 static int by_key(const void *a, const void *b)
 {
-    uint64_t x = ((const kvf__store_entry *)a)->key, y = ((const kvf__store_entry *)b)->key;
-    return x < y ? -1 : x > y;
+    return kvf_key_cmp(((const kvf__store_entry *)a)->key, ((const kvf__store_entry *)b)->key);
 }
 
 kvf_status kvf__redis_list(kvf__redis *r, kvf__store_visit_fn visit, void *arg)
@@ -165,9 +164,15 @@ kvf_status kvf__redis_list(kvf__redis *r, kvf__store_visit_fn visit, void *arg)
     if (st == KVF_OK && e.n > 1)
         qsort(e.v, e.n, sizeof *e.v, by_key);
     for (size_t i = 0; st == KVF_OK && i < e.n; i++)
-        if (i == 0 || e.v[i].key != e.v[i - 1].key)
+        if (i == 0 || !kvf_key_eq(e.v[i].key, e.v[i - 1].key))
             visit(arg, &e.v[i]);
     free(e.v);
+    if (e.old_format)
+        KVF_LOG(KVF_LOG_WARN,
+                "redis: namespace %s: %zu block%s of " KVF_BLOCK_V1_WORDS
+                " (kvf:%s:<16 hex digits>) not served: they are stored again on their next "
+                "offload",
+                r->ns, e.old_format, e.old_format == 1 ? "" : "s", r->ns);
     if (st == KVF_OK)
         kvf__clear_error();
     return st;

@@ -62,8 +62,9 @@ static void *arrays(size_t n, size_t each, kvf_status **st_p)
 static kvf_status out_of_memory(redis_store *s, kvf__store_block *blocks, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM, "remote block 0x%llx: out of memory",
-                              (unsigned long long)blocks[i].key);
+        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM,
+                              "remote block " KVF_KEY_FMT ": out of memory",
+                              KVF_KEY_ARGS(blocks[i].key));
     return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->base.where);
 }
 
@@ -111,7 +112,7 @@ static kvf_status keyed(kvf__store *base, kvf__store_block *blocks, size_t n, ui
 {
     redis_store *s = (redis_store *)base;
     kvf_status *st;
-    uint64_t *keys = arrays(n, sizeof *keys, &st);
+    kvf_key *keys = arrays(n, sizeof *keys, &st);
     if (!keys)
         return out_of_memory(s, blocks, n);
     for (size_t i = 0; i < n; i++)

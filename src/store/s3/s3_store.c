@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The S3 store: blocks as objects PREFIX/NAMESPACE/<key, 16 hex digits>.kvf
+ * The S3 store: blocks as objects PREFIX/NAMESPACE/<key, 32 hex digits>.kvf
  * in the stored form of blockhdr.h, moved by s3_http.h's batches: every
  * block of a call in flight together over the URL's connections, each
  * block's failure its own.
@@ -59,9 +59,9 @@ static uint64_t deadline(const s3_store *s, uint64_t bytes, uint64_t deadline_ns
            bytes % FLOOR_BYTES_PER_S * 1000000000u / FLOOR_BYTES_PER_S;
 }
 
-static void object_of(const s3_store *s, uint64_t key, char *out, size_t cap)
+static void object_of(const s3_store *s, kvf_key key, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s%016llx.kvf", s->dir, (unsigned long long)key);
+    snprintf(out, cap, "%s" KVF_KEY_FMT ".kvf", s->dir, KVF_KEY_ARGS(key));
 }
 
 static const char *method_name(kvf__s3_method m)
@@ -76,16 +76,17 @@ static void answer(const s3_store *s, kvf__store_block *b, const kvf__s3_req *r)
     b->msg[0] = '\0';
     b->status = r->status;
     if (r->status != KVF_OK && r->status != KVF_ERR_NOT_FOUND)
-        kvf__store_block_fail(b, r->status, "remote block 0x%llx: %s: %s %s: %s",
-                              (unsigned long long)b->key, s->base.where, method_name(r->method),
+        kvf__store_block_fail(b, r->status, "remote block " KVF_KEY_FMT ": %s: %s %s: %s",
+                              KVF_KEY_ARGS(b->key), s->base.where, method_name(r->method),
                               r->object, r->why);
 }
 
 static kvf_status out_of_memory(const s3_store *s, kvf__store_block *blocks, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM, "remote block 0x%llx: %s: out of memory",
-                              (unsigned long long)blocks[i].key, s->base.where);
+        kvf__store_block_fail(&blocks[i], KVF_ERR_NOMEM,
+                              "remote block " KVF_KEY_FMT ": %s: out of memory",
+                              KVF_KEY_ARGS(blocks[i].key), s->base.where);
     return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->base.where);
 }
 
@@ -155,8 +156,8 @@ static kvf_status s3_read(kvf__store *base, kvf__store_block *blocks, size_t n,
         answer(s, b, &reqs[i]);
         if (b->status == KVF_OK) {
             char what[700];
-            snprintf(what, sizeof what, "remote block 0x%llx: %s: %s", (unsigned long long)b->key,
-                     s->base.where, reqs[i].object);
+            snprintf(what, sizeof what, "remote block " KVF_KEY_FMT ": %s: %s",
+                     KVF_KEY_ARGS(b->key), s->base.where, reqs[i].object);
             kvf__block_header h;
             b->status = kvf__block_value_take(reqs[i].dst, reqs[i].got, what, s->fingerprint,
                                               s->ns_hash, b->key, b->buf, b->cap, &h);
@@ -260,14 +261,15 @@ typedef struct listed {
     bool nomem;
 } listed;
 
-/* A listed object that may be a block: NS/<16 hex>.kvf, at least a header */
+/* A listed object that may be a block: NS/<32 hex>.kvf, at least a header */
 static void on_object(void *arg, const char *name, uint64_t size, int64_t mtime_ns)
 {
     listed *l = arg;
     size_t dlen = strlen(l->s->dir);
     const char *rest = name + dlen;
-    if (strncmp(name, l->s->dir, dlen) != 0 || strlen(rest) != 20 || strcmp(rest + 16, ".kvf") ||
-        strspn(rest, "0123456789abcdef") != 16 || size < HDR)
+    kvf_key key;
+    if (strncmp(name, l->s->dir, dlen) != 0 || strlen(rest) != 36 || strcmp(rest + 32, ".kvf") ||
+        !kvf__key_from_name(rest, &key) || size < HDR)
         return;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 256;
@@ -279,7 +281,7 @@ static void on_object(void *arg, const char *name, uint64_t size, int64_t mtime_
         l->ents = e;
         l->cap = cap;
     }
-    l->ents[l->n++] = (kvf__store_entry){strtoull(rest, NULL, 16), 0, 0, size - HDR, mtime_ns};
+    l->ents[l->n++] = (kvf__store_entry){key, 0, 0, size - HDR, mtime_ns};
 }
 
 /* Reads the headers of ents[0..n) (ranged GETs, in flight together) and
