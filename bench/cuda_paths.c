@@ -51,6 +51,7 @@
 #define POISON 0xA5
 
 enum { DIR_H2D, DIR_D2H, DIR_D2D };
+static const char *const job_dir_names[] = {"h2d", "d2h", "d2d"};
 enum {
     M_CEIL,
     M_PERBLK,
@@ -90,7 +91,6 @@ typedef struct job {
 } job;
 
 static uint8_t *g_h, *g_d, *g_d2, *g_dimg, *g_check;
-static uint8_t g_poison[4096];
 static cudaStream_t g_s[2];
 static kvf__backend *g_b[M_COUNT];
 static atomic_int g_done;
@@ -192,8 +192,32 @@ static void poison(const job *j)
     }
 }
 
-/* Every copied row equals its source; every other byte is poison. */
-static bool verify(const job *j)
+/* The offset of the first of p[0..n) that is not poison; n if none. */
+static size_t first_unpoisoned(const uint8_t *p, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (p[k] != POISON)
+            return k;
+    return n;
+}
+
+/* The offset of the first byte where a[0..n) and b[0..n) differ; n if
+ * none. */
+static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    if (!memcmp(a, b, n))
+        return n;
+    size_t k = 0;
+    while (a[k] == b[k])
+        k++;
+    return k;
+}
+
+/* Every copied row equals its source; every other byte is poison (the rows
+ * and the gaps after them cover each block: rows * dpitch == block in
+ * every shape). On the first wrong byte says which copy, row and byte,
+ * what was expected and what was found, and returns false. */
+static bool verify(const job *j, const char *what, size_t bs, int m)
 {
     const uint8_t *got = j->dbase;
     if (j->dst_dev) {
@@ -205,11 +229,26 @@ static bool verify(const job *j)
         size_t doff = (size_t)((const uint8_t *)c->dst - j->dbase);
         size_t soff = (size_t)((const uint8_t *)c->src - j->sbase);
         for (size_t r = 0; r < c->rows; r++) {
-            if (memcmp(got + doff + r * c->dpitch, j->simg + soff + r * c->spitch, c->width))
+            const uint8_t *row = got + doff + r * c->dpitch;
+            const uint8_t *want = j->simg + soff + r * c->spitch;
+            size_t k = first_diff(row, want, c->width), gap = 0;
+            bool in_gap = false;
+            if (k == c->width && c->dpitch > c->width) {
+                gap = c->dpitch - c->width;
+                k = c->width + first_unpoisoned(row + c->width, gap);
+                in_gap = k < c->width + gap;
+            }
+            if (k < c->width || in_gap) {
+                fprintf(stderr,
+                        "VERIFY FAILED: %s %zu %s: %s copy %zu of %zu (%zu x %zu bytes, pitch "
+                        "%zu/%zu), row %zu, byte %zu %s (destination offset %zu): expected "
+                        "0x%02x, got 0x%02x\n",
+                        what, bs, method_names[m], job_dir_names[j->dir], i, j->n, c->rows,
+                        c->width, c->dpitch, c->spitch, r, in_gap ? k - c->width : k,
+                        in_gap ? "after the row (poison)" : "of the row", doff + r * c->dpitch + k,
+                        in_gap ? POISON : want[k], row[k]);
                 return false;
-            if (c->rows > 1 && c->dpitch > c->width &&
-                memcmp(got + doff + r * c->dpitch + c->width, g_poison, c->dpitch - c->width))
-                return false;
+            }
         }
     }
     return true;
@@ -299,7 +338,7 @@ static bool submit(int m, const job *j, int idx, cudaStream_t s, int *calls)
     }
 }
 
-static result measure(int m, job *jobs, int njobs, int reps)
+static result measure(int m, job *jobs, int njobs, int reps, const char *what, size_t bs)
 {
     result res = {0, 0, -1, 0};
     cudaStream_t st[2];
@@ -366,7 +405,7 @@ static result measure(int m, job *jobs, int njobs, int reps)
     if (m != M_CEIL) {
         res.ok = 1;
         for (int k = 0; k < njobs; k++)
-            if (!verify(&jobs[k]))
+            if (!verify(&jobs[k], what, bs, m))
                 res.ok = 0;
     }
 out:
@@ -389,11 +428,9 @@ static void row(const char *what, size_t bs, job *jobs, int njobs, int reps)
     for (int m = 0; m < M_COUNT; m++) {
         /* one call per block at 4 KiB: 65536 calls a run; fewer repeats */
         int k = m == M_PERBLK && bs <= 16384 ? 3 : reps;
-        r[m] = measure(m, jobs, njobs, k);
-        if (r[m].ok == 0) {
-            fprintf(stderr, "VERIFY FAILED: %s %zu %s\n", what, bs, method_names[m]);
-            g_fail = 1;
-        }
+        r[m] = measure(m, jobs, njobs, k, what, bs);
+        if (r[m].ok == 0)
+            g_fail = 1; /* verify said where */
     }
     double ceil = r[M_CEIL].gbs;
     printf("%-8s %5zuK", what, bs >> 10);
@@ -424,7 +461,6 @@ int main(int argc, char **argv)
     if (reps < 1)
         reps = 1;
     unsetenv("KVF_CUDA_COPY");
-    memset(g_poison, POISON, sizeof g_poison);
     struct cudaDeviceProp p;
     if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
         fprintf(stderr, "no CUDA device\n");

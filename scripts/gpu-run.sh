@@ -4,8 +4,8 @@
 # of at most 10 minutes. In the order of what a run is worth:
 #   1. the build (CUDA on, S3 off);
 #   2. the CUDA tests four at once, in up to CUDA_REPEAT (5) rounds;
-#   3. compute-sanitizer racecheck and synccheck over the CUDA backend's
-#      tests, then memcheck over the engine, cache and layer-wise tests;
+#   3. compute-sanitizer memcheck over the engine, cache, layer-wise and
+#      backend tests, then racecheck and synccheck over the backend's;
 #   4. bench/cuda_paths over partial copies (the paths alone);
 #   5. partial copies through the engine, AUTO and each path forced, and
 #      BASE_DIR's build beside this one;
@@ -186,11 +186,17 @@ fi
 
 # 3. compute-sanitizer. SANITIZE: the tool:test pairs to run, in this
 # order, each while the budget holds one and SANITIZE_S (default 100 s)
-# of the budget is not spent on them: racecheck and synccheck over each
-# test_cuda_backend_* program, then memcheck over the engine, cache and
-# layer-wise tests, racecheck and synccheck over the layer-wise test
-CUDA_BACKEND_TESTS="test_cuda_backend_paths test_cuda_backend_staged test_cuda_backend_sync test_cuda_backend_memory"
-SANITIZE=${SANITIZE:-"$(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done) memcheck:test_cuda_engine memcheck:test_cuda_cache memcheck:test_cuda_layers racecheck:test_cuda_layers synccheck:test_cuda_layers"}
+# of the budget is not spent on them. memcheck first, where a wrong
+# descriptor or range shows as an access out of bounds: the engine, cache
+# and layer-wise tests (each a few seconds), then the backend's tests,
+# the path tests last (the longest); then racecheck and synccheck over
+# the backend's tests, which report only shared-memory hazards and
+# barrier misuse: the copy kernel and the tests' kernels use neither
+# (only the GDS checksum kernel does), so these come after everything
+# memcheck can find (racecheck of the path tests alone took 38 s on an
+# H200, its synccheck 13 s)
+CUDA_BACKEND_TESTS="test_cuda_backend_sync test_cuda_backend_memory test_cuda_backend_staged test_cuda_backend_paths"
+SANITIZE=${SANITIZE:-"memcheck:test_cuda_engine memcheck:test_cuda_cache memcheck:test_cuda_layers $(for t in $CUDA_BACKEND_TESTS; do echo memcheck:$t; done) $(for t in $CUDA_BACKEND_TESTS; do echo racecheck:$t synccheck:$t; done)"}
 if command -v compute-sanitizer >/dev/null && [ -z "${SKIP_SANITIZE:-}" ]; then
     san_end=$((SECONDS + ${SANITIZE_S:-100}))
     for t in $SANITIZE; do

@@ -431,6 +431,7 @@ static int offload_after_case(bool files)
         for (int p = 0; p < POOLS; p++)
             CUDA_OK(
                 test_late_copy(f.prim[p], late_dev[p], SLOTS * f.bytes[p], p == 0 ? 5.0 : 0.0, s));
+        double t_late = test_gate_held_s(&gate);
         uint32_t s0 = (round % 2) * 64;
         moves_make(m, 64, s0, 0, seed_counter++);
         op o = files ? OP_OFFLOAD_FILE : OP_OFFLOAD;
@@ -443,13 +444,17 @@ static int offload_after_case(bool files)
         CHECK_STATUS(
             kvf_offload_after(f.e, (void *)s, files ? KVF_TIER_DISK : KVF_TIER_HOST, m, 64, &t),
             KVF_OK);
+        double t_call = test_gate_held_s(&gate);
         if (round == 0)
             usleep(20000);
         /* the call did not wait for the stream: still at its gate */
         CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
         if (!test_gate_open(&gate))
-            TEST_FAIL_AT(__FILE__, __LINE__, "round %u: kvf_offload_after waited for the stream",
-                         round);
+            TEST_FAIL_AT(__FILE__, __LINE__,
+                         "round %u: the gate timed out (%d s) before it was opened: the late "
+                         "writes were queued %.3f s after it was held, kvf_offload_after "
+                         "returned at %.3f s",
+                         round, TEST_GATE_TIMEOUT_S, t_late, t_call);
         CHECK_STATUS(kvf_wait(f.e, t, per), KVF_OK);
         for (int i = 0; i < 64; i++)
             CHECK_STATUS(per[i], KVF_OK);

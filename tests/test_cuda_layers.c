@@ -170,14 +170,21 @@ static int test_offload_layer_after_stream(void)
     kvf_ticket t[LAYERS];
     test_gate gate;
     CUDA_OK(test_gate_hold(&gate, s));
+    double t_late = 0, t_call = 0; /* the last layer's, after the gate was held */
     for (uint32_t l = 0; l < LAYERS; l++) {
         CUDA_OK(test_late_copy(f.prim[l], late[l], layer_bytes, l == 0 ? 5.0 : 0.5, s));
+        t_late = test_gate_held_s(&gate);
         CHECK_STATUS(kvf_offload_pools(f.e, (void *)s, KVF_TIER_HOST, &l, 1, m, SLOTS, &t[l]),
                      KVF_OK);
+        t_call = test_gate_held_s(&gate);
     }
     CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
     if (!test_gate_open(&gate))
-        TEST_FAIL_AT(__FILE__, __LINE__, "kvf_offload_pools waited for the stream");
+        TEST_FAIL_AT(__FILE__, __LINE__,
+                     "the gate timed out (%d s) before it was opened: the last late write was "
+                     "queued %.3f s after it was held, the last kvf_offload_pools returned at "
+                     "%.3f s",
+                     TEST_GATE_TIMEOUT_S, t_late, t_call);
     for (uint32_t l = 0; l < LAYERS; l++) {
         CHECK_STATUS(kvf_wait_pool(f.e, t[l], l), KVF_OK);
         CHECK_STATUS(kvf_wait_pool(f.e, t[l], (l + 1) % LAYERS), KVF_ERR_RANGE);
