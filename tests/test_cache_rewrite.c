@@ -15,7 +15,10 @@
 
 #include <stdatomic.h>
 
-enum { KEYS = 8, GETS = 300 };
+/* at least GETS gets, and on until the writer has rewritten the files
+ * MIN_ROUNDS times (a loaded machine may not run it at first), at most
+ * GETS_MAX */
+enum { KEYS = 8, GETS = 300, MIN_ROUNDS = 3, GETS_MAX = 200000 };
 
 typedef struct writer_arg {
     fixture *w;
@@ -80,7 +83,7 @@ static int test_reads_under_a_rewriter(void)
     REQUIRE(pthread_create(&th, NULL, writer_main, a) == 0);
     uint32_t slots[KEYS];
     int bad = 0;
-    for (int g = 0; g < GETS && !bad; g++) {
+    for (int g = 0; !bad && g < GETS_MAX && (g < GETS || atomic_load(&a->rounds) < MIN_ROUNDS); g++) {
         for (uint32_t i = 0; i < KEYS; i++) {
             slots[i] = KEYS + i;
             poison(&f, slots[i]);
