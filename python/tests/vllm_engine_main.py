@@ -4,13 +4,19 @@ with or without kvferry's connector, and prints what the engine tests check
 as one JSON line. A program, not a test: vLLM's engine wants a process of
 its own, started under `if __name__ == "__main__"`.
 
-    python vllm_engine_main.py MODEL_DIR SCENARIO [FILE_DIR]
+    python vllm_engine_main.py MODEL_DIR SCENARIO [FILE_DIR] [model=KIND] [load=MODE] [events=1]
 
 SCENARIO: plain (no connector), kvferry (a fresh cache: misses, then hits),
 restart (a cache on a directory an earlier run filled), timing-plain and
-timing-kvferry (decode steps timed, and the connector's share of them). The engine core and
-the worker run in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the
-worker's kvferry cache is read directly for its stats."""
+timing-kvferry (decode steps timed, and the connector's share of them),
+bad-config (engines started with wrong settings: each one's error).
+KIND: llama (default), gemma3 (sliding-window layers beside a full-attention
+one: four KV cache groups under vLLM's hybrid manager), deepseek (MLA, one
+latent per token). MODE: the connector's `load` setting. events=1: vLLM's
+KV events on, published over ZMQ and read back by a subscriber here. The
+engine core and the worker run in this process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0), so the worker's kvferry cache is read
+directly for its stats."""
 
 import json
 import os
@@ -22,10 +28,38 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 BLOCK = 32  # the CPU attention backend takes multiples of 32
 VOCAB = 512
+# per model kind: vLLM's block size (its CPU MLA kernel takes 16 only)
+BLOCKS = {"llama": BLOCK, "gemma3": BLOCK, "deepseek": 16}
+WINDOW = 64  # the gemma3 model's sliding window, in tokens
 
 
-def write_model(d):
-    """A 2-layer Llama of random weights (fixed generator, spread wide enough that
+def _config(kind):
+    """(the transformers model class, its config): tiny, random weights."""
+    common = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=256, num_attention_heads=4,
+                  max_position_embeddings=2048, initializer_range=0.2, bos_token_id=1, eos_token_id=2,
+                  tie_word_embeddings=False)
+    if kind == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        return LlamaForCausalLM, LlamaConfig(num_hidden_layers=2, num_key_value_heads=2, **common)
+    if kind == "gemma3":  # Gemma-3's alternation: sliding-window layers, then a full one
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+        return Gemma3ForCausalLM, Gemma3TextConfig(
+            num_hidden_layers=4, num_key_value_heads=2, head_dim=64, sliding_window=WINDOW, pad_token_id=0,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"], **common)
+    if kind == "deepseek":  # DeepSeek-V2's MLA (latent 512 + rope 64: the CPU kernel's only size)
+        from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+        return DeepseekV2ForCausalLM, DeepseekV2Config(
+            num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+            qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=2, num_experts_per_tok=1,
+            moe_intermediate_size=64, first_k_dense_replace=2, **common)
+    raise SystemExit(f"model={kind}: want one of {', '.join(BLOCKS)}")
+
+
+def write_model(d, kind="llama"):
+    """A tiny model of random weights (fixed generator, spread wide enough that
     every token's logits differ, so an output depends on every KV row it
     attends to; vLLM's load_format="dummy" weights are so small that all
     logits tie) and a WordLevel tokenizer ("w<i>" is token i + 3)."""
@@ -34,13 +68,10 @@ def write_model(d):
     os.makedirs(d, exist_ok=True)
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      initializer_range=0.2, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    cls, cfg = _config(kind)
     torch.manual_seed(0)
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(d)
+    cls(cfg).to(torch.bfloat16).save_pretrained(d)
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(VOCAB - 3)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -57,12 +88,13 @@ def tokens(stream, n):
     return [r.randrange(3, VOCAB) for _ in range(n)]
 
 
-def kv_config(file_dir):
+def kv_config(file_dir, **extra):
     from vllm.config import KVTransferConfig
 
     return KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
                             kv_role="kv_both", kv_load_failure_policy="recompute",
-                            kv_connector_extra_config={"host_blocks": 8, "disk_blocks": 4096, "file_dir": file_dir})
+                            kv_connector_extra_config={"host_blocks": 8, "disk_blocks": 4096, "file_dir": file_dir,
+                                                       **extra})
 
 
 _TIMED = {"scheduler": ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
@@ -117,18 +149,93 @@ def timing(llm, with_kvferry, requests=4, new_tokens=256):
             "per_hook_s_per_step": {k: v / n for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
 
 
+def options(argv):
+    """key=value arguments after the positional ones."""
+    opts = {"model": "llama", "load": None, "events": "0"}
+    for a in argv:
+        k, _, v = a.partition("=")
+        if k not in opts:
+            raise SystemExit(f"unknown option {a!r}; known: {', '.join(opts)}")
+        opts[k] = v
+    return opts
+
+
+class Events:
+    """A subscriber to the engine's KV events, published by vLLM's ZMQ
+    publisher on an ipc endpoint it binds: takes the [kind, medium, group]
+    of every event."""
+
+    def __init__(self, endpoint):
+        import zmq
+
+        self.sock = zmq.Context.instance().socket(zmq.SUB)
+        self.sock.connect(endpoint)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        time.sleep(0.5)  # the subscription reaches the publisher asynchronously
+
+    def take(self):
+        import msgspec
+        import zmq
+        from vllm.distributed.kv_events import KVEventBatch
+
+        decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+        out = []
+        while self.sock.poll(500, zmq.POLLIN):
+            payload = self.sock.recv_multipart()[-1]
+            for e in decoder.decode(payload).events:
+                out.append([type(e).__name__, getattr(e, "medium", None), getattr(e, "group_idx", None)])
+        return out
+
+
+def bad_configs(model, file_dir, block):
+    """Engines started with settings kvferry refuses: each one's error."""
+    from vllm import LLM
+
+    cases = {"tier_costs": {"tier_costs": {"nvme": [0.001, 1e9]}}, "load": {"load": "sometimes"},
+             "unknown key": {"host_block": 8}, "disk_blocks": {"disk_blocks": -1},
+             "remote": {"remote": "write_back"}}
+    out = {}
+    for name, extra in cases.items():
+        try:
+            LLM(model=model, enable_prefix_caching=False, max_model_len=1024, block_size=block, max_num_seqs=4,
+                kv_transfer_config=kv_config(file_dir, **extra))
+            out[name] = None
+        except Exception as exc:  # noqa: BLE001 - the engine's own error, whatever its class
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
 def main():
     model, scenario = sys.argv[1], sys.argv[2]
     file_dir = sys.argv[3] if len(sys.argv) > 3 else None
-    write_model(model)
+    opts = options(sys.argv[4:])
+    kind = opts["model"]
+    if kind not in BLOCKS:
+        _config(kind)  # exits naming the kinds
+    block = BLOCKS[kind]
+    write_model(model, kind)
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    if scenario == "bad-config":
+        print("RESULT " + json.dumps({"errors": bad_configs(model, file_dir, block)}), flush=True)
+        return
     t0 = time.time()
     plain = scenario in ("plain", "timing-plain")
-    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=BLOCK, max_num_seqs=4,
-              kv_transfer_config=None if plain else kv_config(file_dir))
+    extra = {"load": opts["load"]} if opts["load"] else {}
+    kw = {}
+    endpoint = f"ipc://{os.path.abspath(file_dir or model)}-events"
+    if opts["events"] == "1":
+        from vllm.config import KVEventsConfig
+
+        kw["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint,
+                                                topic="kv")
+    # stats on (vLLM's loggers and Prometheus) except where steps are timed
+    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=block, max_num_seqs=4,
+              kv_transfer_config=None if plain else kv_config(file_dir, **extra),
+              disable_log_stats=scenario.startswith("timing"), **kw)
     started = time.time() - t0
+    events = Events(endpoint) if "kv_events_config" in kw else None
     greedy = SamplingParams(max_tokens=8, temperature=0, logprobs=5)
 
     def run(toks, salt=None, sp=greedy):
@@ -147,8 +254,18 @@ def main():
 
         return dict(get_kv_transfer_group().cache.stats().hits)
 
+    def metrics():
+        """The engine's Prometheus counters of kvferry and of vLLM's
+        connector prefix cache, by name and labels."""
+        out = {}
+        for m in llm.get_metrics():
+            if "kvferry" in m.name or "external_prefix_cache" in m.name or "connector_prefix_cache" in m.name:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(m.labels.items()) if k not in ("engine", "model_name"))
+                out[f"{m.name}{{{labels}}}"] = getattr(m, "value", None)
+        return out
+
     long = tokens(1, 485)
-    out = {"started_s": started, "scenario": scenario}
+    out = {"started_s": started, "scenario": scenario, "model": kind, "block": block}
     if scenario.startswith("timing"):
         out.update(timing(llm, scenario == "timing-kvferry"))
     elif scenario == "restart":  # the very first request of this process
@@ -168,6 +285,10 @@ def main():
         turn2 = turn1 + answer["tokens"] + tokens(4, 40)
         out["turn1_len"], out["answer_len"] = len(turn1), len(answer["tokens"])
         out["turn2"] = run(turn2)
+        if not plain:
+            out["metrics"] = metrics()
+        if events is not None:
+            out["events"] = events.take()
     print("RESULT " + json.dumps(out), flush=True)
 
 
