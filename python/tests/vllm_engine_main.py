@@ -191,8 +191,10 @@ def bad_configs(model, file_dir, block):
     """Engines started with settings kvferry refuses: each one's error."""
     from vllm import LLM
 
+    # the setting each error must name: a wrong tier name, an unknown load
+    # mode, a misspelt key, a negative count, an unknown remote mode
     cases = {"tier_costs": {"tier_costs": {"nvme": [0.001, 1e9]}}, "load": {"load": "sometimes"},
-             "unknown key": {"host_block": 8}, "disk_blocks": {"disk_blocks": -1},
+             "host_block": {"host_block": 8}, "disk_blocks": {"disk_blocks": -1},
              "remote": {"remote": "write_back"}}
     out = {}
     for name, extra in cases.items():
@@ -286,6 +288,7 @@ def main():
         out["turn1_len"], out["answer_len"] = len(turn1), len(answer["tokens"])
         out["turn2"] = run(turn2)
         if not plain:
+            out["hits_at_end"] = hits()
             out["metrics"] = metrics()
         if events is not None:
             out["events"] = events.take()
