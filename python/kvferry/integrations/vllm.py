@@ -614,7 +614,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
             elif new_ids:
                 for mine, ids in zip(req.block_ids, new_ids):
                     mine.extend(ids)
-            self._queue_saves(rid, req, cached.num_computed_tokens[i] + scheduled.get(rid, 0), meta, queued)
+            computed = cached.num_computed_tokens[i] + scheduled.get(rid, 0)
+            if computed // self._block_size > min(req.saved):  # a decode step fills a block 1 time in 16-32
+                self._queue_saves(rid, req, computed, meta, queued)
         return meta
 
     def _queue_saves(self, rid: str, req: _Request, computed: int, meta: KvferryConnectorMetadata,
