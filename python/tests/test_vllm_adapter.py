@@ -13,6 +13,7 @@ kvferry's host backend; disk blocks are real kvferry block files.
 Skipped unless vllm imports (see docs/integrations/vllm.md for the venv)."""
 
 import hashlib
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -907,3 +908,37 @@ def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
     h.worker.handle_preemptions(kvf_vllm.KvferryConnectorMetadata())
     assert not h.worker._transient and t.poll() is not None
     h.run()
+
+
+def test_async_loads_land_between_steps(harness, tmp_path):
+    """load: async: vLLM parks the hit request while its blocks load (no
+    forward touches them), get_finished reports it, then vLLM schedules
+    it with the loaded tokens computed; the blocks hold the bytes, loaded
+    into poisoned blocks; a block gone before the load is a load error of
+    the same step the request is reported in, and vLLM recomputes it."""
+    from vllm.v1.request import RequestStatus
+
+    assert not kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({"load": "async"})
+    h = harness({**disk_only(tmp_path), "load": "async"})
+    a, keys = h.stored(41, 4 * BS + 3)
+    h.add("b", list(a))
+    so, out = h.step()
+    assert not so.scheduled_new_reqs and h.sched.requests["b"].status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    (rid, ids), = h.loaded[-1]
+    assert rid == "b" and len(ids) == 4
+    for _ in range(500):  # vLLM steps on while the load runs (disk reads: let them take their time)
+        so, out = h.step()
+        if so.scheduled_new_reqs:
+            break
+        time.sleep(0.01)
+    assert so.scheduled_new_reqs[0].req_id == "b" and so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS
+    h.expect_blocks("b", a, 0, 4)
+    h.run()
+    h.sched.reset_prefix_cache()
+
+    h.worker.cache.remove([keys[2]])  # gone after the scheduler looked: blocks 2 and 3 fail
+    h.sched.connector._stored[(0, 0, 0)][keys[2]] = int(kvferry.Tier.DISK)  # the scheduler has not heard yet
+    h.add("c", list(a))
+    h.run()
+    assert len(h.load_errors) == 2
+    assert h.sched.requests.get("c") is None  # finished: recomputed from the first failed block
