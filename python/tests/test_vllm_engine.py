@@ -178,9 +178,22 @@ def shaped(request, tmp_path_factory):
 
 
 def test_every_model_shape_is_served_with_identical_outputs(shaped):
+    """Greedy tokens identical; top-5 logprobs identical for the hybrid.
+    For MLA within 0.01: a request whose prefix kvferry loaded is the only
+    one that runs vLLM's MLA prefill over cached context on the CPU (its
+    CPU platform turns prefix caching and chunked prefill off for MLA), a
+    path that rounds otherwise than the full prefill of the engine without
+    kvferry (bf16: up to 0.003 seen; the same tokens)."""
     kind, r = shaped
     for name in NAMES:
-        same_output(r["kvferry"][name], r["plain"][name])
+        a, b = r["kvferry"][name], r["plain"][name]
+        if kind != "deepseek" or not a["cached"]:
+            same_output(a, b)
+            continue
+        assert a["tokens"] == b["tokens"]
+        for x, y in zip(a["top5"], b["top5"]):
+            assert [t for t, _ in x] == [t for t, _ in y]
+            assert max(abs(p - q) for (_, p), (_, q) in zip(x, y)) < 0.01, (name, x, y)
     block = r["kvferry"]["block"]
     k = r["kvferry"]
     assert k["first"]["cached"] == 0 and k["tenant_b"]["cached"] == 0
