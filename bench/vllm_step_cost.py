@@ -4,11 +4,12 @@
 (a tiny random-initialised Llama, 4 sequences decoding 256 tokens each)
 started without the connector and with it, alternately, --rounds times
 each (python/tests/vllm_engine_main.py's timing scenarios, one process per
-engine). Per round: the engine's wall time per step, and with kvferry the
-host time its connector's hooks took per step (every hook vLLM calls, the
-scheduler's and the worker's, timed around the call). Prints the medians
-and spread beside each other and the hooks' share of a step; --out writes
-the raw rounds as JSON lines.
+engine). Per round: the engine's wall and process CPU time per step, and
+with kvferry the host time its connector's hooks took per step (every hook
+vLLM calls, the scheduler's and the worker's, timed around the call: wall,
+and the calling thread's CPU time, which other work on a shared machine
+inflates far less). Prints the medians and spread beside each other and
+the hooks' share of a step; --out writes the raw rounds as JSON lines.
 
     KVFERRY_LIBRARY=build/libkvferry.so PYTHONPATH=python \\
         ~/.cache/kvferry/vllm-venv/bin/python bench/vllm_step_cost.py --rounds 3
@@ -53,8 +54,9 @@ def main():
                 r = one(tmp, scenario)
                 r["round"] = i
                 rows.append(r)
-                print(f"round {i} {scenario}: {r['steps']} steps, {r['step_s'] * 1e3:.3f} ms/step, connector "
-                      f"{r['connector_s_per_step'] * 1e6:.1f} us/step", flush=True)
+                print(f"round {i} {scenario}: {r['steps']} steps, {r['step_s'] * 1e3:.3f} ms/step (cpu "
+                      f"{r['step_cpu_s'] * 1e3:.3f}), connector {r['connector_s_per_step'] * 1e6:.1f} us/step "
+                      f"(cpu {r['connector_cpu_s_per_step'] * 1e6:.1f})", flush=True)
     plain = [r["step_s"] for r in rows if r["scenario"] == "timing-plain"]
     kvf = [r for r in rows if r["scenario"] == "timing-kvferry"]
     hooks = [r["connector_s_per_step"] for r in kvf]
@@ -63,8 +65,11 @@ def main():
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"step without kvferry, ms: {spread(plain)}")
     print(f"step with kvferry, ms:    {spread([r['step_s'] for r in kvf])}")
+    print(f"step CPU without kvferry, ms: {spread([r['step_cpu_s'] for r in rows if r['scenario'] == 'timing-plain'])}")
+    print(f"step CPU with kvferry, ms:    {spread([r['step_cpu_s'] for r in kvf])}")
     print(f"connector hooks per step, us: {spread(hooks, 1e6)}")
-    print(f"hooks' share of a step with kvferry, %: {spread(share, 100)}")
+    print(f"connector hooks' thread CPU per step, us: {spread([r['connector_cpu_s_per_step'] for r in kvf], 1e6)}")
+    print(f"hooks' share of a step with kvferry (wall), %: {spread(share, 100)}")
     worst = max(kvf, key=lambda r: r["connector_s_per_step"])
     print("per hook, us/step (the round with the most): " +
           ", ".join(f"{k} {v * 1e6:.1f}" for k, v in worst["per_hook_s_per_step"].items()))

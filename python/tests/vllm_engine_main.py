@@ -104,13 +104,16 @@ _TIMED = {"scheduler": ("get_num_new_matched_tokens", "update_state_after_alloc"
 
 
 def timing(llm, with_kvferry, requests=4, new_tokens=256):
-    """Decode steps of `requests` sequences: wall time per engine step and,
-    with kvferry, the host time its connector's calls took per step (both
-    sides, every hook vLLM calls)."""
+    """Decode steps of `requests` sequences: wall and process CPU time per
+    engine step and, with kvferry, the host time its connector's calls took
+    per step (both sides, every hook vLLM calls), as wall time and as the
+    calling thread's CPU time (which a machine shared with other work
+    inflates far less)."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     spent = {}  # connector hook -> seconds
+    cpu = [0.0]  # the hooks' thread CPU seconds
     steps = [0]
     if with_kvferry:
         from vllm.distributed.kv_transfer import get_kv_transfer_group
@@ -121,11 +124,12 @@ def timing(llm, with_kvferry, requests=4, new_tokens=256):
                 fn = getattr(conn, name)
 
                 def timed(*a, _fn=fn, _name=name, **kw):
-                    t = time.perf_counter()
+                    c, t = time.thread_time(), time.perf_counter()
                     try:
                         return _fn(*a, **kw)
                     finally:
                         spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - t
+                        cpu[0] += time.thread_time() - c
 
                 setattr(conn, name, timed)
     core = llm.llm_engine.engine_core.engine_core
@@ -140,12 +144,13 @@ def timing(llm, with_kvferry, requests=4, new_tokens=256):
     sp = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
     llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)  # warm
     spent.clear()
-    steps[0] = 0
-    t0 = time.perf_counter()
+    steps[0], cpu[0] = 0, 0.0
+    c0, t0 = time.process_time(), time.perf_counter()
     llm.generate(prompts, sp, use_tqdm=False)
-    wall = time.perf_counter() - t0
+    wall, proc = time.perf_counter() - t0, time.process_time() - c0
     n = max(steps[0], 1)
-    return {"steps": steps[0], "step_s": wall / n, "connector_s_per_step": sum(spent.values()) / n,
+    return {"steps": steps[0], "step_s": wall / n, "step_cpu_s": proc / n,
+            "connector_s_per_step": sum(spent.values()) / n, "connector_cpu_s_per_step": cpu[0] / n,
             "per_hook_s_per_step": {k: v / n for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
 
 
