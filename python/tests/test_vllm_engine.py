@@ -85,6 +85,7 @@ def test_later_requests_load_their_prefix_from_kvferry(runs):
     # 485 tokens: every whole block but the one holding the last token
     assert k["second"]["cached"] == (485 - 1) // block * block
     assert sum(k["hits_after_second"].values()) == (485 - 1) // block  # the cache's own count: every block a hit
+    assert k["loaded_bytes_equal"] and all(k["loaded_bytes_equal"].values())  # what the first run computed
 
 
 def test_first_request_after_a_restart_is_served_from_disk(runs):
@@ -179,11 +180,12 @@ def shaped(request, tmp_path_factory):
 
 def test_every_model_shape_is_served_with_identical_outputs(shaped):
     """Greedy tokens identical; top-5 logprobs identical for the hybrid.
-    For MLA within 0.01: a request whose prefix kvferry loaded is the only
+    For MLA within 0.05: a request whose prefix kvferry loaded is the only
     one that runs vLLM's MLA prefill over cached context on the CPU (its
     CPU platform turns prefix caching and chunked prefill off for MLA), a
-    path that rounds otherwise than the full prefill of the engine without
-    kvferry (bf16: up to 0.003 seen; the same tokens)."""
+    path that computes otherwise than the full prefill of the engine
+    without kvferry (bf16: up to 0.028 seen, the same tokens); the loaded
+    bytes themselves are the computed ones (the next test)."""
     kind, r = shaped
     for name in NAMES:
         a, b = r["kvferry"][name], r["plain"][name]
@@ -193,13 +195,24 @@ def test_every_model_shape_is_served_with_identical_outputs(shaped):
         assert a["tokens"] == b["tokens"]
         for x, y in zip(a["top5"], b["top5"]):
             assert [t for t, _ in x] == [t for t, _ in y]
-            assert max(abs(p - q) for (_, p), (_, q) in zip(x, y)) < 0.01, (name, x, y)
+            assert max(abs(p - q) for (_, p), (_, q) in zip(x, y)) < 0.05, (name, x, y)
     block = r["kvferry"]["block"]
     k = r["kvferry"]
     assert k["first"]["cached"] == 0 and k["tenant_b"]["cached"] == 0
     assert k["second"]["cached"] == whole(485, block)
     assert k["tenant_a_again"]["cached"] == whole(200, block)
     assert k["turn2"]["cached"] == whole(k["turn1_len"] + k["answer_len"], block) > k["turn1_len"]
+
+
+def test_loaded_blocks_hold_the_computed_bytes(shaped):
+    """The blocks the second run of the prompt loaded from kvferry hold,
+    byte for byte, what the first run computed in vLLM's own KV tensors
+    (every full-attention or MLA layer; for MLA the latent and its rope
+    part): the logprob differences MLA shows come from vLLM's prefill over
+    cached context, not from the bytes."""
+    _, r = shaped
+    equal = r["kvferry"]["loaded_bytes_equal"]
+    assert equal and all(equal.values()), equal
 
 
 def test_sliding_window_groups_load_only_the_window(shaped):

@@ -154,6 +154,42 @@ def timing(llm, with_kvferry, requests=4, new_tokens=256):
             "per_hook_s_per_step": {k: v / n for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
 
 
+class BlockBytes:
+    """The KV bytes of a request's whole blocks in vLLM's own tensors, per
+    layer of the full-attention (and MLA) groups: what the first run of a
+    prompt computed, to compare with what a later run loaded. vLLM's
+    block ids come from the scheduler's output (in this process)."""
+
+    def __init__(self, llm):
+        core = llm.llm_engine.engine_core.engine_core
+        self.ids = {}  # request id -> its block ids per group, in order of scheduling
+        conn = core.scheduler.connector
+        real = conn.build_connector_meta
+
+        def meta(so, _real=real):
+            for n in so.scheduled_new_reqs:
+                self.ids.setdefault(n.req_id, [list(g) for g in n.block_ids])
+            return _real(so)
+
+        conn.build_connector_meta = meta
+        cfg = core.scheduler.kv_cache_config
+        ctx = llm.llm_engine.vllm_config.compilation_config.static_forward_context
+        from kvferry.integrations.vllm import _block_dim
+
+        self.layers = []  # (group, layer, its KV tensor, the dimension of its blocks)
+        for gi, g in enumerate(cfg.kv_cache_groups):
+            if type(g.kv_cache_spec).__name__ in ("FullAttentionSpec", "MLAAttentionSpec"):
+                for name in g.layer_names:
+                    t = ctx[name].kv_cache
+                    t = t if hasattr(t, "select") else t[0]  # a list per virtual engine in some versions
+                    self.layers.append((gi, name, t, _block_dim(t, cfg.num_blocks, name)))
+
+    def last(self, blocks):
+        """The bytes of the last request's first `blocks` blocks, per layer."""
+        ids = list(self.ids.values())[-1]
+        return {name: [t.select(d, ids[gi][j]).clone() for j in range(blocks)] for gi, name, t, d in self.layers}
+
+
 def options(argv):
     """key=value arguments after the positional ones."""
     opts = {"model": "llama", "load": None, "events": "0"}
@@ -221,6 +257,7 @@ def main():
         _config(kind)  # exits naming the kinds
     block = BLOCKS[kind]
     write_model(model, kind)
+    import torch
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -279,10 +316,17 @@ def main():
         out["first"] = run(long)
         out["hits_after_first"] = hits()
     else:
+        seen = BlockBytes(llm) if not plain else None
         out["first"] = run(long)
         out["hits_after_first"] = hits()
+        computed = seen.last((len(long) - 1) // block) if seen else None
         out["second"] = run(long)
         out["hits_after_second"] = hits()
+        if seen:  # the blocks the second run loaded hold what the first computed, byte for byte
+            loaded = seen.last(out["second"]["cached"] // block)
+            out["loaded_bytes_equal"] = {n: len(loaded[n]) == len(computed[n]) and all(
+                a.view(-1).view(torch.uint8).equal(b.view(-1).view(torch.uint8)) for a, b in zip(loaded[n], computed[n]))
+                for n in computed}
         tenant = tokens(2, 200)
         out["tenant_a"] = run(tenant, "tenant-A")
         out["tenant_b"] = run(tenant, "tenant-B")
