@@ -13,6 +13,7 @@ kvferry's host backend; disk blocks are real kvferry block files.
 Skipped unless vllm imports (see docs/integrations/vllm.md for the venv)."""
 
 import hashlib
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -92,7 +93,7 @@ class Harness:
     """One vLLM instance: the real Scheduler, a worker connector, KV tensors
     in vLLM's FlashAttention layout [2, blocks, block_size, heads, head]."""
 
-    def __init__(self, tmp_path, extra, layout="flash_attn"):
+    def __init__(self, tmp_path, extra, layout="flash_attn", window=None):
         model_dir = tmp_path / "model"  # a key's salt holds the model: instances share it
         from transformers import LlamaConfig
 
@@ -112,8 +113,16 @@ class Harness:
             device_config=DeviceConfig("cpu"))
         self.config.cache_config.num_gpu_blocks = BLOCKS
         spec = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
-        self.kv_config = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[],
-                                       kv_cache_groups=[KVCacheGroupSpec(list(LAYERS), spec)])
+        if window is None:
+            groups = [KVCacheGroupSpec(list(LAYERS), spec)]
+        else:  # a hybrid model: layer 0 sees a sliding window of `window` tokens, layer 1 everything
+            from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+            sliding = SlidingWindowSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16,
+                                        sliding_window=window)
+            groups = [KVCacheGroupSpec([LAYERS[0]], sliding), KVCacheGroupSpec([LAYERS[1]], spec)]
+        self.group_of = {name: i for i, g in enumerate(groups) for name in g.layer_names}
+        self.kv_config = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups)
         self.sched = Scheduler(vllm_config=self.config, kv_cache_config=self.kv_config,
                                structured_output_manager=StructuredOutputManager(self.config), block_size=BS)
         assert isinstance(self.sched.connector, kvf_vllm.KvferryConnector)
@@ -131,8 +140,8 @@ class Harness:
     def add(self, rid, prompt, max_tokens=2, **kw):
         self.sched.add_request(vllm_request(rid, prompt, max_tokens, **kw))
 
-    def block_table(self, rid):
-        return list(self.sched.kv_cache_manager.get_block_ids(rid)[0])
+    def block_table(self, rid, group=0):
+        return list(self.sched.kv_cache_manager.get_block_ids(rid)[group])
 
     @contextmanager
     def _worker_agent(self):
@@ -173,7 +182,7 @@ class Harness:
             self.worker.wait_for_layer_load(name)
             for rid, n in so.num_scheduled_tokens.items():
                 req = self.sched.requests[rid]
-                table = self.block_table(rid)
+                table = self.block_table(rid, self.group_of[name])
                 toks = list(req.all_token_ids)
                 # schedule() has already counted this step's tokens as computed
                 for pos in range(req.num_computed_tokens - n, req.num_computed_tokens):
@@ -208,10 +217,12 @@ class Harness:
         self.sched.reset_prefix_cache()
         return a, keys_of(a)
 
-    def expect_blocks(self, rid, tokens, first, count):
+    def expect_blocks(self, rid, tokens, first, count, layers=LAYERS):
         """The blocks first..first+count-1 of rid hold exactly the KV of tokens."""
-        table = self.block_table(rid)
         for li, name in enumerate(LAYERS):
+            if name not in layers:
+                continue
+            table = self.block_table(rid, self.group_of[name])
             for b in range(first, first + count):
                 want = torch.stack([token_kv(li, tokens[:p + 1]) for p in range(b * BS, (b + 1) * BS)], dim=1)
                 got = self.kv[name][:, table[b]]
@@ -226,8 +237,8 @@ def prompt(seed, n):
 def harness(tmp_path):
     made = []
 
-    def make(extra, layout="flash_attn"):
-        h = Harness(tmp_path, extra, layout)
+    def make(extra, layout="flash_attn", window=None):
+        h = Harness(tmp_path, extra, layout, window)
         made.append(h)
         return h
 
@@ -798,3 +809,136 @@ def test_hit_sources_name_the_tier(harness, tmp_path):
         s = CacheHitSource.HOST if t == kvferry.Tier.HOST else CacheHitSource.DISK
         want[s] = want.get(s, 0) + BS
     assert side.get_external_cache_hit_sources(h.sched.requests["b"], 4 * BS) == want and len(want) == 2
+
+
+def kv_config_of(*specs):
+    """A KVCacheConfig of one group per spec, layers named by group."""
+    return KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[],
+                         kv_cache_groups=[KVCacheGroupSpec([f"model.layers.{i}.attn"], s) for i, s in enumerate(specs)])
+
+
+def test_each_kv_cache_group_has_keys_of_its_own():
+    """A hybrid model's groups (full attention, a sliding window) hold
+    different layers' bytes under one block hash: their keys differ; one
+    group keeps the keys of a model without groups."""
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    full = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
+    window = SlidingWindowSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16,
+                               sliding_window=2 * BS)
+    one = kvf_vllm.kv_groups(kv_config_of(full), BS, 5)
+    assert [(g.window, g.salt) for g in one] == [(False, 5)]
+    two = kvf_vllm.kv_groups(kv_config_of(window, full), BS, 5)
+    assert [g.window for g in two] == [True, False]
+    h = vllm_request("k", prompt(1, BS)).block_hashes[0]
+    assert len({kvf_vllm.block_key(h, g.salt) for g in two + one}) == 3
+
+
+def test_kv_cache_groups_kvferry_cannot_store_are_refused_by_name():
+    """Mamba / linear-attention state (a per-request state, not a block of
+    a prefix) and a group of another block size than vLLM hashes at."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    full = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
+    mamba = MambaSpec(block_size=BS, shapes=((4, 8),), dtypes=(torch.float16,))
+    with pytest.raises(kvferry.KvferryError, match=r"KV cache group 1 \(MambaSpec, layers model.layers.1.attn\)"):
+        kvf_vllm.kv_groups(kv_config_of(full, mamba), BS, 0)
+    wide = FullAttentionSpec(block_size=2 * BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
+    with pytest.raises(kvferry.KvferryError, match=rf"group 0 .*block_size {2 * BS} is not the cache's block_size"):
+        kvf_vllm.kv_groups(kv_config_of(wide), BS, 0)
+
+
+def test_sliding_window_group_loads_only_its_window(harness, tmp_path):
+    """A hybrid model under vLLM's hybrid manager: layer 0 in a sliding-
+    window group (2 blocks), layer 1 in a full-attention group. A 6-block
+    hit loads all 6 full-attention blocks and only the window group's last
+    2 (its earlier blocks stay vLLM's null block), byte for byte into
+    poisoned blocks; with the window's last block gone, the hit is the
+    longest whose window is still held."""
+    h = harness({"host_blocks": 64}, window=2 * BS)
+    a = prompt(7, 6 * BS + 1)
+    h.add("a", a)
+    h.run()
+    g = h.sched.connector._groups
+    wkeys = [kvf_vllm.block_key(x, g[0].salt) for x in vllm_request("k", a).block_hashes]
+    fkeys = [kvf_vllm.block_key(x, g[1].salt) for x in vllm_request("k", a).block_hashes]
+    assert all(h.sched.connector._held(k) for k in wkeys + fkeys)  # every whole block of both groups saved
+    h.sched.reset_prefix_cache()
+
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 6 * BS and not out.invalid_block_ids
+    loaded = sorted(len(ids) for _rid, ids in h.loaded[-1])
+    assert loaded == [2, 6]  # the window group's 2, the full group's 6
+    assert h.block_table("b", 0)[:4] == [0] * 4  # vLLM's null block: never loaded into
+    h.expect_blocks("b", a, 4, 2, layers=[LAYERS[0]])
+    h.expect_blocks("b", a, 0, 6, layers=[LAYERS[1]])
+    h.run()
+    h.sched.reset_prefix_cache()
+
+    h.worker.cache.remove(wkeys[:3])  # blocks no window of a 6-block hit reaches: still a hit
+    h.step()  # the worker reports the removal to the scheduler
+    h.add("c", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 6 * BS and not out.invalid_block_ids
+    h.run()
+    h.sched.reset_prefix_cache()
+
+    h.worker.cache.remove([wkeys[5]])  # the window of a 6-block hit lacks its last block
+    h.step()
+    h.add("d", list(a))
+    so, out = h.step()
+    # 5 blocks: their window (blocks 3, 4) is held
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 5 * BS and not out.invalid_block_ids
+    h.expect_blocks("d", a, 3, 2, layers=[LAYERS[0]])
+    h.expect_blocks("d", a, 0, 5, layers=[LAYERS[1]])
+    h.run()
+
+
+def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
+    """vLLM frees a sliding window's blocks that leave it at the next
+    schedule, and the next step may write them: their save, unlike a full-
+    attention block's (held to the request's end), is waited for before
+    that step's forward (handle_preemptions, which vLLM calls first)."""
+    h = harness({"host_blocks": 64}, window=2 * BS)
+    h.add("a", prompt(8, 6 * BS + 1), max_tokens=4)
+    h.step()
+    (t,) = h.worker._transient
+    assert len(h.worker._saves) == 2  # the full group's save and the window's
+    h.worker.handle_preemptions(kvf_vllm.KvferryConnectorMetadata())
+    assert not h.worker._transient and t.poll() is not None
+    h.run()
+
+
+def test_async_loads_land_between_steps(harness, tmp_path):
+    """load: async: vLLM parks the hit request while its blocks load (no
+    forward touches them), get_finished reports it, then vLLM schedules
+    it with the loaded tokens computed; the blocks hold the bytes, loaded
+    into poisoned blocks; a block gone before the load is a load error of
+    the same step the request is reported in, and vLLM recomputes it."""
+    from vllm.v1.request import RequestStatus
+
+    assert not kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({"load": "async"})
+    h = harness({**disk_only(tmp_path), "load": "async"})
+    a, keys = h.stored(41, 4 * BS + 3)
+    h.add("b", list(a))
+    so, out = h.step()
+    assert not so.scheduled_new_reqs and h.sched.requests["b"].status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    (rid, ids), = h.loaded[-1]
+    assert rid == "b" and len(ids) == 4
+    for _ in range(500):  # vLLM steps on while the load runs (disk reads: let them take their time)
+        so, out = h.step()
+        if so.scheduled_new_reqs:
+            break
+        time.sleep(0.01)
+    assert so.scheduled_new_reqs[0].req_id == "b" and so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS
+    h.expect_blocks("b", a, 0, 4)
+    h.run()
+    h.sched.reset_prefix_cache()
+
+    h.worker.cache.remove([keys[2]])  # gone after the scheduler looked: blocks 2 and 3 fail
+    h.sched.connector._stored[(0, 0, 0)][keys[2]] = int(kvferry.Tier.DISK)  # the scheduler has not heard yet
+    h.add("c", list(a))
+    h.run()
+    assert len(h.load_errors) == 2
+    assert h.sched.requests.get("c") is None  # finished: recomputed from the first failed block

@@ -4,13 +4,19 @@ with or without kvferry's connector, and prints what the engine tests check
 as one JSON line. A program, not a test: vLLM's engine wants a process of
 its own, started under `if __name__ == "__main__"`.
 
-    python vllm_engine_main.py MODEL_DIR SCENARIO [FILE_DIR]
+    python vllm_engine_main.py MODEL_DIR SCENARIO [FILE_DIR] [model=KIND] [load=MODE] [events=1]
 
 SCENARIO: plain (no connector), kvferry (a fresh cache: misses, then hits),
 restart (a cache on a directory an earlier run filled), timing-plain and
-timing-kvferry (decode steps timed, and the connector's share of them). The engine core and
-the worker run in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the
-worker's kvferry cache is read directly for its stats."""
+timing-kvferry (decode steps timed, and the connector's share of them),
+bad-config (engines started with wrong settings: each one's error).
+KIND: llama (default), gemma3 (sliding-window layers beside a full-attention
+one: four KV cache groups under vLLM's hybrid manager), deepseek (MLA, one
+latent per token). MODE: the connector's `load` setting. events=1: vLLM's
+KV events on, published over ZMQ and read back by a subscriber here. The
+engine core and the worker run in this process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0), so the worker's kvferry cache is read
+directly for its stats."""
 
 import json
 import os
@@ -22,10 +28,38 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 BLOCK = 32  # the CPU attention backend takes multiples of 32
 VOCAB = 512
+# per model kind: vLLM's block size (its CPU MLA kernel takes 16 only)
+BLOCKS = {"llama": BLOCK, "gemma3": BLOCK, "deepseek": 16}
+WINDOW = 64  # the gemma3 model's sliding window, in tokens
 
 
-def write_model(d):
-    """A 2-layer Llama of random weights (fixed generator, spread wide enough that
+def _config(kind):
+    """(the transformers model class, its config): tiny, random weights."""
+    common = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=256, num_attention_heads=4,
+                  max_position_embeddings=2048, initializer_range=0.2, bos_token_id=1, eos_token_id=2,
+                  tie_word_embeddings=False)
+    if kind == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        return LlamaForCausalLM, LlamaConfig(num_hidden_layers=2, num_key_value_heads=2, **common)
+    if kind == "gemma3":  # Gemma-3's alternation: sliding-window layers, then a full one
+        from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+        return Gemma3ForCausalLM, Gemma3TextConfig(
+            num_hidden_layers=4, num_key_value_heads=2, head_dim=64, sliding_window=WINDOW, pad_token_id=0,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"], **common)
+    if kind == "deepseek":  # DeepSeek-V2's MLA (latent 512 + rope 64: the CPU kernel's only size)
+        from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+        return DeepseekV2ForCausalLM, DeepseekV2Config(
+            num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+            qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=2, num_experts_per_tok=1,
+            moe_intermediate_size=64, first_k_dense_replace=2, **common)
+    raise SystemExit(f"model={kind}: want one of {', '.join(BLOCKS)}")
+
+
+def write_model(d, kind="llama"):
+    """A tiny model of random weights (fixed generator, spread wide enough that
     every token's logits differ, so an output depends on every KV row it
     attends to; vLLM's load_format="dummy" weights are so small that all
     logits tie) and a WordLevel tokenizer ("w<i>" is token i + 3)."""
@@ -34,13 +68,10 @@ def write_model(d):
     os.makedirs(d, exist_ok=True)
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      initializer_range=0.2, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    cls, cfg = _config(kind)
     torch.manual_seed(0)
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(d)
+    cls(cfg).to(torch.bfloat16).save_pretrained(d)
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(VOCAB - 3)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -57,12 +88,13 @@ def tokens(stream, n):
     return [r.randrange(3, VOCAB) for _ in range(n)]
 
 
-def kv_config(file_dir):
+def kv_config(file_dir, **extra):
     from vllm.config import KVTransferConfig
 
     return KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
                             kv_role="kv_both", kv_load_failure_policy="recompute",
-                            kv_connector_extra_config={"host_blocks": 8, "disk_blocks": 4096, "file_dir": file_dir})
+                            kv_connector_extra_config={"host_blocks": 8, "disk_blocks": 4096, "file_dir": file_dir,
+                                                       **extra})
 
 
 _TIMED = {"scheduler": ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
@@ -72,13 +104,16 @@ _TIMED = {"scheduler": ("get_num_new_matched_tokens", "update_state_after_alloc"
 
 
 def timing(llm, with_kvferry, requests=4, new_tokens=256):
-    """Decode steps of `requests` sequences: wall time per engine step and,
-    with kvferry, the host time its connector's calls took per step (both
-    sides, every hook vLLM calls)."""
+    """Decode steps of `requests` sequences: wall and process CPU time per
+    engine step and, with kvferry, the host time its connector's calls took
+    per step (both sides, every hook vLLM calls), as wall time and as the
+    calling thread's CPU time (which a machine shared with other work
+    inflates far less)."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
     spent = {}  # connector hook -> seconds
+    cpu = [0.0]  # the hooks' thread CPU seconds
     steps = [0]
     if with_kvferry:
         from vllm.distributed.kv_transfer import get_kv_transfer_group
@@ -89,11 +124,12 @@ def timing(llm, with_kvferry, requests=4, new_tokens=256):
                 fn = getattr(conn, name)
 
                 def timed(*a, _fn=fn, _name=name, **kw):
-                    t = time.perf_counter()
+                    c, t = time.thread_time(), time.perf_counter()
                     try:
                         return _fn(*a, **kw)
                     finally:
                         spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - t
+                        cpu[0] += time.thread_time() - c
 
                 setattr(conn, name, timed)
     core = llm.llm_engine.engine_core.engine_core
@@ -108,27 +144,142 @@ def timing(llm, with_kvferry, requests=4, new_tokens=256):
     sp = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
     llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)  # warm
     spent.clear()
-    steps[0] = 0
-    t0 = time.perf_counter()
+    steps[0], cpu[0] = 0, 0.0
+    c0, t0 = time.process_time(), time.perf_counter()
     llm.generate(prompts, sp, use_tqdm=False)
-    wall = time.perf_counter() - t0
+    wall, proc = time.perf_counter() - t0, time.process_time() - c0
     n = max(steps[0], 1)
-    return {"steps": steps[0], "step_s": wall / n, "connector_s_per_step": sum(spent.values()) / n,
+    return {"steps": steps[0], "step_s": wall / n, "step_cpu_s": proc / n,
+            "connector_s_per_step": sum(spent.values()) / n, "connector_cpu_s_per_step": cpu[0] / n,
             "per_hook_s_per_step": {k: v / n for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
+
+
+class BlockBytes:
+    """The KV bytes of a request's whole blocks in vLLM's own tensors, per
+    layer of the full-attention (and MLA) groups: what the first run of a
+    prompt computed, to compare with what a later run loaded. vLLM's
+    block ids come from the scheduler's output (in this process)."""
+
+    def __init__(self, llm):
+        core = llm.llm_engine.engine_core.engine_core
+        self.ids = {}  # request id -> its block ids per group, in order of scheduling
+        conn = core.scheduler.connector
+        real = conn.build_connector_meta
+
+        def meta(so, _real=real):
+            for n in so.scheduled_new_reqs:
+                self.ids.setdefault(n.req_id, [list(g) for g in n.block_ids])
+            return _real(so)
+
+        conn.build_connector_meta = meta
+        cfg = core.scheduler.kv_cache_config
+        ctx = llm.llm_engine.vllm_config.compilation_config.static_forward_context
+        from kvferry.integrations.vllm import _block_dim
+
+        self.layers = []  # (group, layer, its KV tensor, the dimension of its blocks)
+        for gi, g in enumerate(cfg.kv_cache_groups):
+            if type(g.kv_cache_spec).__name__ in ("FullAttentionSpec", "MLAAttentionSpec"):
+                for name in g.layer_names:
+                    t = ctx[name].kv_cache
+                    t = t if hasattr(t, "select") else t[0]  # a list per virtual engine in some versions
+                    self.layers.append((gi, name, t, _block_dim(t, cfg.num_blocks, name)))
+
+    def last(self, blocks):
+        """The bytes of the last request's first `blocks` blocks, per layer."""
+        ids = list(self.ids.values())[-1]
+        return {name: [t.select(d, ids[gi][j]).clone() for j in range(blocks)] for gi, name, t, d in self.layers}
+
+
+def options(argv):
+    """key=value arguments after the positional ones."""
+    opts = {"model": "llama", "load": None, "events": "0"}
+    for a in argv:
+        k, _, v = a.partition("=")
+        if k not in opts:
+            raise SystemExit(f"unknown option {a!r}; known: {', '.join(opts)}")
+        opts[k] = v
+    return opts
+
+
+class Events:
+    """A subscriber to the engine's KV events, published by vLLM's ZMQ
+    publisher on an ipc endpoint it binds: takes the [kind, medium, group]
+    of every event."""
+
+    def __init__(self, endpoint):
+        import zmq
+
+        self.sock = zmq.Context.instance().socket(zmq.SUB)
+        self.sock.connect(endpoint)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        time.sleep(0.5)  # the subscription reaches the publisher asynchronously
+
+    def take(self):
+        import msgspec
+        import zmq
+        from vllm.distributed.kv_events import KVEventBatch
+
+        decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+        out = []
+        while self.sock.poll(500, zmq.POLLIN):
+            payload = self.sock.recv_multipart()[-1]
+            for e in decoder.decode(payload).events:
+                out.append([type(e).__name__, getattr(e, "medium", None), getattr(e, "group_idx", None)])
+        return out
+
+
+def bad_configs(model, file_dir, block):
+    """Engines started with settings kvferry refuses: each one's error."""
+    from vllm import LLM
+
+    # the setting each error must name: a wrong tier name, an unknown load
+    # mode, a misspelt key, a negative count, an unknown remote mode
+    cases = {"tier_costs": {"tier_costs": {"nvme": [0.001, 1e9]}}, "load": {"load": "sometimes"},
+             "host_block": {"host_block": 8}, "disk_blocks": {"disk_blocks": -1},
+             "remote": {"remote": "write_back"}}
+    out = {}
+    for name, extra in cases.items():
+        try:
+            LLM(model=model, enable_prefix_caching=False, max_model_len=1024, block_size=block, max_num_seqs=4,
+                kv_transfer_config=kv_config(file_dir, **extra))
+            out[name] = None
+        except Exception as exc:  # noqa: BLE001 - the engine's own error, whatever its class
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out
 
 
 def main():
     model, scenario = sys.argv[1], sys.argv[2]
     file_dir = sys.argv[3] if len(sys.argv) > 3 else None
-    write_model(model)
+    opts = options(sys.argv[4:])
+    kind = opts["model"]
+    if kind not in BLOCKS:
+        _config(kind)  # exits naming the kinds
+    block = BLOCKS[kind]
+    write_model(model, kind)
+    import torch
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
+    if scenario == "bad-config":
+        print("RESULT " + json.dumps({"errors": bad_configs(model, file_dir, block)}), flush=True)
+        return
     t0 = time.time()
     plain = scenario in ("plain", "timing-plain")
-    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=BLOCK, max_num_seqs=4,
-              kv_transfer_config=None if plain else kv_config(file_dir))
+    extra = {"load": opts["load"]} if opts["load"] else {}
+    kw = {}
+    endpoint = f"ipc://{os.path.abspath(file_dir or model)}-events"
+    if opts["events"] == "1":
+        from vllm.config import KVEventsConfig
+
+        kw["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint,
+                                                topic="kv")
+    # stats on (vLLM's loggers and Prometheus) except where steps are timed
+    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=block, max_num_seqs=4,
+              kv_transfer_config=None if plain else kv_config(file_dir, **extra),
+              disable_log_stats=scenario.startswith("timing"), **kw)
     started = time.time() - t0
+    events = Events(endpoint) if "kv_events_config" in kw else None
     greedy = SamplingParams(max_tokens=8, temperature=0, logprobs=5)
 
     def run(toks, salt=None, sp=greedy):
@@ -147,18 +298,35 @@ def main():
 
         return dict(get_kv_transfer_group().cache.stats().hits)
 
+    def metrics():
+        """The engine's Prometheus counters of kvferry and of vLLM's
+        connector prefix cache, by name and labels."""
+        out = {}
+        for m in llm.get_metrics():
+            if "kvferry" in m.name or "external_prefix_cache" in m.name or "connector_prefix_cache" in m.name:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(m.labels.items()) if k not in ("engine", "model_name"))
+                out[f"{m.name}{{{labels}}}"] = getattr(m, "value", None)
+        return out
+
     long = tokens(1, 485)
-    out = {"started_s": started, "scenario": scenario}
+    out = {"started_s": started, "scenario": scenario, "model": kind, "block": block}
     if scenario.startswith("timing"):
         out.update(timing(llm, scenario == "timing-kvferry"))
     elif scenario == "restart":  # the very first request of this process
         out["first"] = run(long)
         out["hits_after_first"] = hits()
     else:
+        seen = BlockBytes(llm) if not plain else None
         out["first"] = run(long)
         out["hits_after_first"] = hits()
+        computed = seen.last((len(long) - 1) // block) if seen else None
         out["second"] = run(long)
         out["hits_after_second"] = hits()
+        if seen:  # the blocks the second run loaded hold what the first computed, byte for byte
+            loaded = seen.last(out["second"]["cached"] // block)
+            out["loaded_bytes_equal"] = {n: len(loaded[n]) == len(computed[n]) and all(
+                a.view(-1).view(torch.uint8).equal(b.view(-1).view(torch.uint8)) for a, b in zip(loaded[n], computed[n]))
+                for n in computed}
         tenant = tokens(2, 200)
         out["tenant_a"] = run(tenant, "tenant-A")
         out["tenant_b"] = run(tenant, "tenant-B")
@@ -168,6 +336,11 @@ def main():
         turn2 = turn1 + answer["tokens"] + tokens(4, 40)
         out["turn1_len"], out["answer_len"] = len(turn1), len(answer["tokens"])
         out["turn2"] = run(turn2)
+        if not plain:
+            out["hits_at_end"] = hits()
+            out["metrics"] = metrics()
+        if events is not None:
+            out["events"] = events.take()
     print("RESULT " + json.dumps(out), flush=True)
 
 

@@ -22,9 +22,11 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole,
-                                                              KVConnectorWorkerMetadata)
+                                                              KVConnectorWorkerMetadata, SupportsHMA)
 
 import threading
+
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics, KVConnectorStats
 
 from .._cache import Cache, key_salt, size_parse
 from .._engine import Engine
@@ -43,8 +45,10 @@ _CACHE_KEYS = ("host_blocks", "host_bytes", "disk_blocks", "disk_bytes", "remote
                "disk_admit_uses")
 _OWN_KEYS = ("namespace", "salt", "priority", "prefill_cost", "plan_min_gain", "tier_costs", "load")
 # "load": each layer's blocks waited for as the forward reaches the layer
-# (needs piecewise CUDA graphs), or all of them before the forward
-_LOADS = ("layerwise", "whole")
+# (needs piecewise CUDA graphs), all of them before the forward, or
+# between steps (vLLM's asynchronous loads: the request waits, unscheduled,
+# until get_finished reports its blocks in place)
+_LOADS = ("layerwise", "whole", "async")
 
 # A worker's place among the instance's workers: (tensor-parallel rank,
 # pipeline stage, prefill-context rank). Each has a cache of its own.
@@ -66,6 +70,10 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
     save_keys: List[int] = field(default_factory=list)
     save_blocks: List[int] = field(default_factory=list)
     save_reqs: List[str] = field(default_factory=list)
+    # per save: vLLM frees the block before the request ends (a sliding-
+    # window block leaving the window): its save must finish before the
+    # next step can write the block again
+    save_transient: List[bool] = field(default_factory=list)
     preempted: List[str] = field(default_factory=list)
 
 
@@ -89,6 +97,53 @@ class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
         return self
 
 
+class KvferryStats(KVConnectorStats):
+    """The connector's counters for one interval (vLLM's KVConnectorStats):
+    {name: count}, names as in _STAT_HELP, summed across workers and the
+    scheduler."""
+
+    def reset(self):
+        self.data = {}
+
+    def aggregate(self, other):
+        for k, v in (other.data if other is not None else {}).items():
+            self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def reduce(self):
+        return dict(self.data)
+
+    def is_empty(self) -> bool:
+        return not any(self.data.values())
+
+
+# Prometheus counters (vllm:kvferry_<name>_total) from the stats' names; a
+# hit_tokens_<tier> name is one counter with a tier label
+_STAT_HELP = {"hit_tokens": "Prompt tokens loaded from kvferry, by the tier that held them",
+              "loaded_blocks": "Blocks kvferry loaded into vLLM's KV cache",
+              "load_failed_blocks": "Blocks a kvferry load failed (vLLM recomputed them)",
+              "saved_blocks": "Blocks kvferry saved from vLLM's KV cache"}
+
+
+class KvferryPromMetrics(KVConnectorPromMetrics):
+    """The stats as Prometheus counters on vLLM's /metrics, per engine."""
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        self._counters = {
+            name: self._counter_cls(name=f"vllm:kvferry_{name}", documentation=doc,
+                                    labelnames=labelnames + (["tier"] if name == "hit_tokens" else []))
+            for name, doc in _STAT_HELP.items()}
+
+    def observe(self, transfer_stats_data, engine_idx: int = 0):
+        labels = self.per_engine_labelvalues[engine_idx]
+        for key, n in (transfer_stats_data or {}).items():
+            if key.startswith("hit_tokens_"):
+                self._counters["hit_tokens"].labels(*labels, key[len("hit_tokens_"):]).inc(n)
+            elif key in self._counters:
+                self._counters[key].labels(*labels).inc(n)
+
+
 def block_key(block_hash: bytes, salt: int = 0) -> int:
     """kvferry's 128-bit key for one of vLLM's block hashes
     (Request.block_hashes, vLLM's hasher, sha256 by default, over the
@@ -100,6 +155,50 @@ def block_key(block_hash: bytes, salt: int = 0) -> int:
         raise make_error(Status.ERR_INVALID, f"KvferryConnector: a block hash of {len(block_hash)} bytes "
                          f"(want at least 16)")
     return (int.from_bytes(bytes(block_hash[:16]), "little") ^ salt) or 1
+
+
+@dataclass(frozen=True)
+class _Group:
+    """One of vLLM's KV cache groups (layers of one attention kind sharing
+    a block table; a hybrid model has several): its blocks' keys carry the
+    group's salt, so two groups never share a key, and a sliding-window
+    group's hit needs only the blocks its window reaches."""
+
+    index: int
+    window: bool
+    salt: int
+
+
+# the KV cache specs whose blocks are a function of the prefix alone (full
+# attention, MLA's latent, a sliding window's blocks), by class name
+_SERVED_SPECS = {"FullAttentionSpec": False, "MLAAttentionSpec": False, "SlidingWindowSpec": True,
+                 "SlidingWindowMLASpec": True}
+
+
+def kv_groups(kv_cache_config, block_size: int, salt: int) -> List[_Group]:
+    """kvferry's view of the KV cache groups, checked: a group of another
+    kind (Mamba / linear-attention state, chunked local attention, cross-
+    attention) or of another block size is refused, naming the group."""
+    groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+    if not groups:
+        return [_Group(0, False, salt)]
+    out = []
+    for i, g in enumerate(groups):
+        spec = g.kv_cache_spec
+        name = type(spec).__name__
+        what = f"KvferryConnector: KV cache group {i} ({name}, layers {', '.join(list(g.layer_names)[:2])}" \
+               f"{', ...' if len(g.layer_names) > 2 else ''})"
+        if name not in _SERVED_SPECS:
+            raise make_error(Status.ERR_UNSUPPORTED, f"{what}: kvferry stores {', '.join(sorted(_SERVED_SPECS))} "
+                             f"groups only")
+        if int(spec.block_size) != block_size:
+            raise make_error(Status.ERR_INVALID, f"{what}: block_size {spec.block_size} is not the cache's "
+                             f"block_size {block_size} (vLLM's block hashes are at {block_size} tokens)")
+        # one group: the salt alone, so its keys are those of a model
+        # without groups; several: each group's layers in its salt
+        gsalt = salt if len(groups) == 1 else salt ^ key_salt("kv cache group " + "|".join(g.layer_names))
+        out.append(_Group(i, _SERVED_SPECS[name], gsalt))
+    return out
 
 
 def _kv_dtype_name(vllm_config) -> str:
@@ -212,19 +311,22 @@ def _tier_costs(extra) -> Dict[Tier, Tuple[float, float]]:
 
 @dataclass
 class _Request:
-    block_ids: List[int]
-    saved: int = 0  # leading blocks already saved or found stored
+    block_ids: List[List[int]]  # per KV cache group
+    saved: List[int]  # per group, leading blocks already saved or found stored
 
 
-class KvferryConnector(KVConnectorBase_V1):
+class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM's KV connector on kvferry. The scheduler side answers lookups
     from the keys the workers report stored (their cache's events); the
     worker side owns the Engine (vLLM's KV tensors as its primary pools) and
-    the Cache. Loads are synchronous in vLLM's sense (this step's forward
-    waits for them, per layer); a block that does not arrive is reported by
-    get_block_ids_with_load_errors and vLLM recomputes it. With a prefill
-    cost configured, the scheduler reports only the hits its load-or-
-    recompute plan loads (docs/planner.md)."""
+    the Cache. Every KV cache group of a hybrid model is served (vLLM's
+    hybrid manager stays on): full attention and MLA as one block per key,
+    sliding-window groups loading only the blocks the window reaches.
+    Loads are synchronous in vLLM's sense (this step's forward waits for
+    them, per layer or whole) or asynchronous (`load: async`); a block that
+    does not arrive is reported by get_block_ids_with_load_errors and vLLM
+    recomputes it. With a prefill cost configured, the scheduler reports
+    only the hits its load-or-recompute plan loads (docs/planner.md)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
@@ -240,25 +342,36 @@ class KvferryConnector(KVConnectorBase_V1):
         # the model, dtype and ranks are in the namespace; `salt` in every key
         self._salt = key_salt(str(extra["salt"])) if extra.get("salt") else 0
         self._priority = int(extra.get("priority", 50))
-        self._layerwise = extra.get("load", "layerwise") == "layerwise"
+        self._load_mode = extra.get("load", "layerwise")
+        self._layerwise = self._load_mode == "layerwise"
+        self._groups = kv_groups(kv_cache_config, self._block_size, self._salt)
         self._prefill = _prefill_cost(extra, _model_layers(vllm_config))
         self._held_costs = _tier_costs(extra)
         # scheduler side: per worker, key -> the tier it holds the block in
         self._ranks = _ranks(vllm_config)
         self._stored: Dict[_Rank, Dict[int, int]] = {r: {} for r in self._ranks}
         self._live: Dict[str, object] = {}  # vLLM's Request objects, by id
-        self._req_keys: Dict[str, List[int]] = {}  # their keys so far
+        self._req_keys: Dict[str, List[List[int]]] = {}  # their keys so far, per group
         self._link: Optional[_Link] = None
         # hits the plans loaded and recomputed (blocks), requests planned
         self.plan_counts = {"loaded": 0, "recomputed": 0, "planned": 0}
         self._requests: Dict[str, _Request] = {}
-        self._matched: Dict[str, Tuple[int, List[int]]] = {}  # req -> (local tokens, keys)
+        self._matched: Dict[str, Tuple[int, List[List[int]]]] = {}  # req -> (local tokens, keys per group)
         self._loads: List[Tuple[str, List[int], List[int]]] = []
         self._saving: Set[str] = set()  # requests with saves vLLM must wait for when they finish
         self._hit_tiers: Dict[str, Dict[Tier, int]] = {}  # request -> tokens it loads, by tier
         # keys queued for saving that no worker has reported stored (nor
         # failed) yet: hits already, the worker's load waits for the save
         self._in_flight: Set[int] = set()
+        self._loading: Set[str] = set()  # requests whose asynchronous load is not reported done
+        self._tier_group = next((g.index for g in self._groups if not g.window), 0)  # whose hits count per tier
+        self._hit_counts: Dict[str, int] = {}  # tokens loaded per tier since the last stats
+        # vLLM's KV events, when its config asks for them: per key being
+        # saved, (block hash, parent hash, tokens, LoRA id, LoRA name, group)
+        ev = getattr(vllm_config, "kv_events_config", None)
+        self._events_on = bool(ev is not None and getattr(ev, "enable_kv_cache_events", False))
+        self._block_info: Dict[int, tuple] = {}
+        self._kv_events: list = []
         # worker side
         self.engine: Optional[Engine] = None
         self.cache: Optional[Cache] = None
@@ -267,6 +380,9 @@ class KvferryConnector(KVConnectorBase_V1):
         self._load_ticket = None
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
+        self._async_loads: List[Tuple[object, str, List[int]]] = []  # (ticket or None, request, blocks)
+        self._transient: List[object] = []  # save tickets of blocks vLLM frees before the next step
+        self._counts: Dict[str, int] = {}  # blocks moved since the last stats
         self._events: List[Tuple[int, int, int]] = []
         self._events_lock = threading.Lock()
         self._rank: _Rank = (0, 0, 0)
@@ -349,16 +465,19 @@ class KvferryConnector(KVConnectorBase_V1):
         return dict(extra_config or {}).get("load", "layerwise") == "layerwise"
 
     # ---- keys ----------------------------------------------------------------------
-    def _keys(self, request) -> List[int]:
-        """The keys of the request's whole blocks so far (prompt and
-        generated), from vLLM's block hashes, extended as they grow."""
+    def _keys(self, request) -> List[List[int]]:
+        """Per KV cache group, the keys of the request's whole blocks so far
+        (prompt and generated), from vLLM's block hashes, extended as they
+        grow."""
         hashes = request.block_hashes
         if len(hashes) and len(hashes) != request.num_tokens // self._block_size:
             raise make_error(Status.ERR_UNSUPPORTED, f"KvferryConnector: request {request.request_id}: "
                              f"{len(hashes)} block hashes for {request.num_tokens} tokens in blocks of "
-                             f"{self._block_size} (vLLM hashes at another block size: a hybrid model)")
-        keys = self._req_keys.setdefault(request.request_id, [])
-        keys.extend(block_key(h, self._salt) for h in hashes[len(keys):])
+                             f"{self._block_size} (vLLM hashes at another block size)")
+        keys = self._req_keys.setdefault(request.request_id, [[] for _ in self._groups])
+        have = len(keys[0])
+        for g, gkeys in zip(self._groups, keys):
+            gkeys.extend(block_key(h, g.salt) for h in hashes[have:])
         return keys
 
     def _held(self, key: int) -> bool:
@@ -371,6 +490,17 @@ class KvferryConnector(KVConnectorBase_V1):
         tiers = [s[key] for s in self._stored.values() if key in s]
         return Tier(max(tiers)) if len(tiers) == len(self._stored) else Tier.DISK
 
+    def _first_needed(self, g: _Group, blocks: int, local: int) -> int:
+        """The first block of group g a hit of `blocks` blocks must bring
+        (vLLM already holds those before `local`): 0 for full attention;
+        for a sliding window, the first its window reaches from the hit's
+        end, as vLLM's own manager for the group counts it (the blocks
+        before it stay null in vLLM's block table)."""
+        if not g.window or self._kv_cache_manager is None:
+            return local
+        mgr = self._kv_cache_manager.coordinator.single_type_managers[g.index]
+        return max(local, mgr.get_num_skipped_tokens(blocks * self._block_size) // self._block_size)
+
     # ---- scheduler side --------------------------------------------------------------
     def on_new_request(self, request) -> None:
         self._live[request.request_id] = request
@@ -379,15 +509,21 @@ class KvferryConnector(KVConnectorBase_V1):
         self._live[request.request_id] = request
         keys = self._keys(request)
         # the last token is always computed, for its logits
-        limit = min(len(keys), (request.num_tokens - 1) // self._block_size)
-        hits = 0
-        while hits < limit and self._held(keys[hits]):
-            hits += 1
+        limit = min(len(keys[0]), (request.num_tokens - 1) // self._block_size)
         local = num_computed_tokens // self._block_size
+        full = [k for g, k in zip(self._groups, keys) if not g.window]
+        hits = local
+        while hits < limit and all(self._held(k[hits]) for k in full):
+            hits += 1
+        # the longest hit whose sliding windows are held too
+        while hits > local and not all(self._held(k) for g, gk in zip(self._groups, keys) if g.window
+                                       for k in gk[self._first_needed(g, hits, local):hits]):
+            hits -= 1
         if hits > local and self._prefill is not None and self._link is not None:
-            hits = self._planned(keys[:hits], request.num_tokens, local)
+            hits = self._planned((full or keys)[0][:hits], request.num_tokens, local)
         self._matched[request.request_id] = (num_computed_tokens, keys)
-        return max(0, hits * self._block_size - num_computed_tokens), False
+        tokens = max(0, hits * self._block_size - num_computed_tokens)
+        return tokens, bool(tokens) and self._load_mode == "async"
 
     def _planned(self, keys: List[int], request_tokens: int, local: int) -> int:
         """The hits the plan loads (at least vLLM's own `local` ones, which
@@ -414,13 +550,26 @@ class KvferryConnector(KVConnectorBase_V1):
         if num_external_tokens <= 0 or request.request_id not in self._matched:
             return
         local, keys = self._matched.pop(request.request_id)
-        first, count = local // self._block_size, num_external_tokens // self._block_size
-        ids = list(blocks.get_block_ids()[0])
-        self._loads.append((request.request_id, keys[first:first + count], ids[first:first + count]))
+        first = local // self._block_size
+        end = first + num_external_tokens // self._block_size
+        null = self._null_block()
+        for g, gkeys, ids in zip(self._groups, keys, blocks.get_block_ids()):
+            # a window's blocks before the first it needs are vLLM's null block
+            start = self._first_needed(g, end, first)
+            pairs = [(k, b) for k, b in zip(gkeys[start:end], ids[start:end]) if b != null]
+            if pairs:
+                self._loads.append((request.request_id, [k for k, _ in pairs], [b for _, b in pairs]))
         by_tier: Dict[Tier, int] = {}
-        for k in keys[first:first + count]:
+        for k in keys[self._tier_group][first:end]:
             by_tier[self._tier(k)] = by_tier.get(self._tier(k), 0) + self._block_size
         self._hit_tiers[request.request_id] = by_tier
+        if self._load_mode == "async":
+            self._loading.add(request.request_id)
+
+    def _null_block(self) -> int:
+        """vLLM's null block id (the padding of a sliding window's table)."""
+        m = self._kv_cache_manager
+        return m.block_pool.null_block.block_id if m is not None else 0
 
     def get_external_cache_hit_sources(self, request, num_external_tokens: int):
         """vLLM's per-source prefix-cache metrics: the tokens this request
@@ -429,6 +578,8 @@ class KvferryConnector(KVConnectorBase_V1):
         from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
         by_tier = self._hit_tiers.pop(request.request_id, {})
+        for tier, tokens in by_tier.items():
+            self._hit_counts[tier.name.lower()] = self._hit_counts.get(tier.name.lower(), 0) + tokens
         source = {Tier.HOST: CacheHitSource.HOST, Tier.DISK: CacheHitSource.DISK}
         out: Dict[object, int] = {}
         for tier, tokens in by_tier.items():
@@ -449,7 +600,7 @@ class KvferryConnector(KVConnectorBase_V1):
         for new in scheduler_output.scheduled_new_reqs:
             if new.req_id not in self._live:
                 continue  # never announced (on_new_request): no hashes to key it by
-            req = _Request(list(new.block_ids[0]))
+            req = _Request([list(ids) for ids in new.block_ids], [0] * len(self._groups))
             self._requests[new.req_id] = req
             self._queue_saves(new.req_id, req, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta,
                               queued)
@@ -460,38 +611,56 @@ class KvferryConnector(KVConnectorBase_V1):
                 continue
             new_ids = cached.new_block_ids[i]
             if rid in cached.resumed_req_ids:  # preempted and back: all its blocks are new
-                req.block_ids = list(new_ids[0]) if new_ids else []
+                req.block_ids = [list(ids) for ids in new_ids] if new_ids else [[] for _ in self._groups]
             elif new_ids:
-                req.block_ids.extend(new_ids[0])
-            self._queue_saves(rid, req, cached.num_computed_tokens[i] + scheduled.get(rid, 0), meta, queued)
+                for mine, ids in zip(req.block_ids, new_ids):
+                    mine.extend(ids)
+            computed = cached.num_computed_tokens[i] + scheduled.get(rid, 0)
+            if computed // self._block_size > min(req.saved):  # a decode step fills a block 1 time in 16-32
+                self._queue_saves(rid, req, computed, meta, queued)
         return meta
 
     def _queue_saves(self, rid: str, req: _Request, computed: int, meta: KvferryConnectorMetadata,
                      queued: Set[int]):
-        """Saves the blocks this step makes whole: prompt blocks and the
-        ones generated tokens fill (their hashes exist once vLLM appended
-        the tokens), so a conversation's next turn finds its answer."""
-        keys = self._keys(self._live[rid])
-        whole = min(computed // self._block_size, len(keys), len(req.block_ids))
-        for j in range(req.saved, whole):
-            key = keys[j]
-            if not self._held(key) and key not in queued:
+        """Saves the blocks this step makes whole, of every group: prompt
+        blocks and the ones generated tokens fill (their hashes exist once
+        vLLM appended the tokens), so a conversation's next turn finds its
+        answer. Every whole block of a sliding window too: any block
+        boundary can end a later request's hit, whose window it reaches."""
+        request = self._live[rid]
+        keys = self._keys(request)
+        null = self._null_block()
+        for gi, (g, gkeys, ids) in enumerate(zip(self._groups, keys, req.block_ids)):
+            whole = min(computed // self._block_size, len(gkeys), len(ids))
+            for j in range(req.saved[gi], whole):
+                key = gkeys[j]
+                if ids[j] == null or self._held(key) or key in queued:
+                    continue  # a window's padding, or stored already
                 queued.add(key)
                 meta.save_keys.append(key)
-                meta.save_blocks.append(req.block_ids[j])
+                meta.save_blocks.append(ids[j])
                 meta.save_reqs.append(rid)
+                meta.save_transient.append(g.window)
                 self._saving.add(rid)
                 self._in_flight.add(key)
-        req.saved = max(req.saved, whole)
+                if self._events_on:
+                    self._block_info[key] = _event_info(request, j, self._block_size, g.index)
+            req.saved[gi] = max(req.saved[gi], whole)
 
     def update_connector_output(self, connector_output):
+        for rid in getattr(connector_output, "finished_recving", None) or ():
+            self._loading.discard(rid)  # its asynchronous load is over
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if not isinstance(meta, KvferryWorkerMetadata):
             return
+        first = self._ranks[0]
         for rank, events in meta.events.items():
-            stored = self._stored.setdefault(tuple(rank), {})
+            rank = tuple(rank)
+            stored = self._stored.setdefault(rank, {})
             for kind, key, tier in events:
                 self._in_flight.discard(key)  # stored, or its save failed
+                if self._events_on and rank == first:  # the instance's tiers: its first worker's
+                    self._kv_event(kind, key, tier, stored.get(key))
                 if kind == EventKind.REMOVED:
                     stored.pop(key, None)
                 else:
@@ -499,18 +668,73 @@ class KvferryConnector(KVConnectorBase_V1):
         if meta.link is not None:
             self._link = meta.link
 
+    def _kv_event(self, kind: int, key: int, tier: int, was: Optional[int]) -> None:
+        """vLLM's KV cache events (BlockStored / BlockRemoved with the
+        medium: CPU for kvferry's host tier, STORAGE for disk and remote)
+        for a block this scheduler saved (it knows the block's hash, parent
+        and tokens; a block found on disk at start has no hash to name)."""
+        from vllm.distributed.kv_events import MEDIUM_CPU, MEDIUM_STORAGE, BlockRemoved, BlockStored
+        from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
+        info = self._block_info.get(key)
+        if info is None:
+            return
+        medium = {int(Tier.HOST): MEDIUM_CPU}
+        h = maybe_convert_block_hash(info[0])
+        if kind != EventKind.STORED and was is not None:
+            self._kv_events.append(BlockRemoved(block_hashes=[h], medium=medium.get(was, MEDIUM_STORAGE),
+                                                group_idx=info[5]))
+        if kind == EventKind.REMOVED:
+            self._block_info.pop(key, None)
+            return
+        self._kv_events.append(BlockStored(block_hashes=[h], parent_block_hash=info[1], token_ids=info[2],
+                                           block_size=self._block_size, lora_id=info[3],
+                                           medium=medium.get(tier, MEDIUM_STORAGE), lora_name=info[4],
+                                           group_idx=info[5]))
+
+    def take_events(self):
+        events, self._kv_events = self._kv_events, []
+        return events
+
+    def get_kv_connector_stats(self):
+        """What happened since the last call, as vLLM's stats carry it to
+        its loggers and Prometheus: on the scheduler, the tokens its loads
+        took from each tier (hit_tokens_host, _disk, _remote); on a worker,
+        the blocks it loaded, failed to load and saved."""
+        counts = self._hit_counts if self._role == KVConnectorRole.SCHEDULER else self._counts
+        if not counts:
+            return None
+        data = {(f"hit_tokens_{k}" if self._role == KVConnectorRole.SCHEDULER else k): n for k, n in counts.items()}
+        counts.clear()
+        return KvferryStats(data)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return KvferryStats(dict(data) if data is not None else {})
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return KvferryPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
     def request_finished(self, request, block_ids):
-        self._requests.pop(request.request_id, None)
-        self._matched.pop(request.request_id, None)
-        self._live.pop(request.request_id, None)
-        self._req_keys.pop(request.request_id, None)
-        self._hit_tiers.pop(request.request_id, None)
-        # saves run after the step: vLLM keeps the blocks until the worker
-        # reports them done (get_finished)
-        if request.request_id in self._saving:
-            self._saving.discard(request.request_id)
-            return True, None
-        return False, None
+        return self._finished(request)
+
+    def request_finished_all_groups(self, request, block_ids):
+        return self._finished(request)
+
+    def _finished(self, request):
+        """(whether vLLM must keep the request's blocks until get_finished
+        says so, None): saves run after the step, and an asynchronous load
+        may still be writing them."""
+        rid = request.request_id
+        self._requests.pop(rid, None)
+        self._matched.pop(rid, None)
+        self._live.pop(rid, None)
+        self._req_keys.pop(rid, None)
+        self._hit_tiers.pop(rid, None)
+        held = rid in self._saving or rid in self._loading
+        self._saving.discard(rid)
+        return held, None
 
     # ---- worker side -------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
@@ -559,31 +783,58 @@ class KvferryConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if not isinstance(meta, KvferryConnectorMetadata) or not meta.loads or self.cache is None:
             return
-        keys: List[int] = []
-        slots: List[int] = []
         if self._saves:  # a block saved a step ago may be loaded now: its save first
             self._reap(keys={k for _rid, ks, _ids in meta.loads for k in ks})
-        for _rid, k, ids in meta.loads:
-            hits, _ = self.cache.lookup(k)  # evicted since the scheduler looked: fail the rest
+        if self._load_mode == "async":
+            by_req: Dict[str, list] = {}
+            for rid, k, ids in meta.loads:  # a request has a load per KV cache group
+                by_req.setdefault(rid, []).append((k, ids))
+            for rid, loads in by_req.items():
+                self._start_load(loads, rid)
+        else:
+            self._start_load([(k, ids) for _rid, k, ids in meta.loads])
+
+    def _start_load(self, loads, rid: Optional[str] = None) -> None:
+        """Starts one get of [(keys, blocks), ...], each list a prefix
+        (of a request's KV cache group): a block evicted since the
+        scheduler looked fails with the rest of its list. An asynchronous
+        load (rid given) is reported by get_finished; a synchronous one
+        is waited for per layer or here (load: whole)."""
+        keys: List[int] = []
+        slots: List[int] = []
+        for k, ids in loads:
+            hits, _ = self.cache.lookup(k)
             keys += k[:hits]
             slots += ids[:hits]
             self._load_errors.update(ids[hits:])
-        if not keys:
-            return
-        if self.engine.backend == Backend.CUDA:
-            # vLLM may still be zeroing new blocks on its stream: land after it
-            torch.cuda.current_stream().synchronize()
-        try:
-            # pool by pool in layer order, each layer waited for alone
-            self._load_ticket = self.cache.get(keys, slots, pools=self._pool_order)
-            self._load_slots = slots
-        except KvferryError as exc:
-            log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
-            self._load_errors.update(slots)
-            return
-        if not self._layerwise:  # the forward starts with every block in place
-            self._load_errors.update(slots[i] for i in failed_moves(self._load_ticket))
-            self._load_ticket, self._load_slots = None, []
+        ticket = None
+        if keys:
+            if self.engine.backend == Backend.CUDA:
+                # vLLM may still be zeroing new blocks on its stream: land after it
+                torch.cuda.current_stream().synchronize()
+            try:
+                # pool by pool in layer order, each layer waited for alone
+                ticket = self.cache.get(keys, slots, pools=self._pool_order)
+            except KvferryError as exc:
+                log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
+                self._load_errors.update(slots)
+        if rid is not None:  # get_finished reports it once every block is in place or failed
+            self._async_loads.append((ticket, rid, slots))
+        elif ticket is not None and self._layerwise:
+            self._load_ticket, self._load_slots = ticket, slots
+        elif ticket is not None:  # the forward starts with every block in place
+            self._landed(ticket, slots)
+
+    def _landed(self, ticket, slots: List[int]) -> None:
+        """A finished load: its failed blocks to vLLM, its count to the stats."""
+        bad = [slots[i] for i in failed_moves(ticket)]
+        self._load_errors.update(bad)
+        self._count("loaded_blocks", len(slots) - len(bad))
+        self._count("load_failed_blocks", len(bad))
+
+    def _count(self, name: str, n: int) -> None:
+        if n:
+            self._counts[name] = self._counts.get(name, 0) + n
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Makes the layer's attention see its blocks: on the GPU, torch's
@@ -607,8 +858,13 @@ class KvferryConnector(KVConnectorBase_V1):
         return
 
     def handle_preemptions(self, kv_connector_metadata):
-        """A preempted request's blocks go back to vLLM before this step's
-        forward: its saves finish first."""
+        """Before the step writes any block: the saves of blocks vLLM freed
+        since (a sliding window's blocks that left it) and a preempted
+        request's saves finish first."""
+        if self._transient:
+            for t in self._transient:
+                t.wait()
+            self._transient = []
         if isinstance(kv_connector_metadata, KvferryConnectorMetadata) and kv_connector_metadata.preempted:
             self._reap(set(kv_connector_metadata.preempted))
 
@@ -619,18 +875,28 @@ class KvferryConnector(KVConnectorBase_V1):
         meta = self._connector_metadata
         if not isinstance(meta, KvferryConnectorMetadata) or not meta.save_keys or self.cache is None:
             return
-        rids = set(meta.save_reqs)
-        self._saved_reqs |= rids  # vLLM holds them, whatever happens to the save
+        self._saved_reqs |= set(meta.save_reqs)  # vLLM holds them, whatever happens to the save
         if self.engine.backend == Backend.CUDA:
             torch.cuda.current_stream().synchronize()  # the forward wrote the blocks
-        try:
-            t = self.cache.put(meta.save_keys, meta.save_blocks, self._priority)
-        except KvferryError as exc:  # nothing started: a later miss, never a wrong block
-            log.warning("kvferry: save of %d blocks refused: %s", len(meta.save_keys), exc)
-            return
-        self._saves.append((t, rids, list(meta.save_keys)))
-        for rid in rids:
-            self._save_count[rid] = self._save_count.get(rid, 0) + 1
+        entries = list(zip(meta.save_keys, meta.save_blocks, meta.save_reqs,
+                           meta.save_transient or [False] * len(meta.save_keys)))
+        for transient in (False, True):
+            part = [e for e in entries if e[3] == transient]
+            if not part:
+                continue
+            keys = [e[0] for e in part]
+            try:
+                t = self.cache.put(keys, [e[1] for e in part], self._priority)
+            except KvferryError as exc:  # nothing started: a later miss, never a wrong block
+                log.warning("kvferry: save of %d blocks refused: %s", len(keys), exc)
+                continue
+            rids = {e[2] for e in part}
+            self._saves.append((t, rids, keys))
+            self._count("saved_blocks", len(keys))
+            for rid in rids:
+                self._save_count[rid] = self._save_count.get(rid, 0) + 1
+            if transient:
+                self._transient.append(t)
 
     def _reap(self, wait_for: Set[str] = frozenset(), keys: Set[int] = frozenset()) -> None:
         """Retires the saves that are done, waiting for those of the
@@ -655,18 +921,33 @@ class KvferryConnector(KVConnectorBase_V1):
         """(requests whose saves are done since they finished, None): the
         requests vLLM holds are those a save was queued for (the scheduler's
         request_finished said so from the same metadata)."""
+        recving = self._loads_done() if self._async_loads else None
         self._finished_waiting.update(r for r in finished_req_ids or () if r in self._saved_reqs)
         if not self._finished_waiting:
-            return None, None
+            return None, recving
         self._reap()
         done = {r for r in self._finished_waiting if r not in self._save_count}
         self._finished_waiting -= done
         self._saved_reqs -= done
-        return (done or None), None
+        return (done or None), recving
+
+    def _loads_done(self) -> Optional[Set[str]]:
+        """The requests whose asynchronous loads are over, their failed
+        blocks among the load errors of this same step (as vLLM asks)."""
+        done, keep = set(), []
+        for t, rid, slots in self._async_loads:
+            if t is not None and t.poll() is None:
+                keep.append((t, rid, slots))
+                continue
+            if t is not None:
+                self._landed(t, slots)
+            done.add(rid)
+        self._async_loads = keep
+        return done or None
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         if self._load_ticket is not None:
-            self._load_errors.update(self._load_slots[i] for i in failed_moves(self._load_ticket))
+            self._landed(self._load_ticket, self._load_slots)
             self._load_ticket, self._load_slots = None, []
         out, self._load_errors = self._load_errors, set()
         return out
@@ -692,10 +973,23 @@ class KvferryConnector(KVConnectorBase_V1):
         return KvferryWorkerMetadata({self._rank: events}, fresh)
 
     def shutdown(self):
+        for t in self._transient + [t for t, _rid, _slots in self._async_loads if t is not None]:
+            t.wait()
         self._reap(set(self._save_count))
         if self.engine is not None:
             self.engine.close()  # closes the cache first
         self.engine = self.cache = None
+
+
+def _event_info(request, j: int, block_size: int, group: int) -> tuple:
+    """What vLLM's BlockStored names of the request's block j: (its hash,
+    its parent's, its tokens, LoRA id, LoRA name, group)."""
+    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
+    lora = getattr(request, "lora_request", None)
+    parent = maybe_convert_block_hash(request.block_hashes[j - 1]) if j else None
+    return (request.block_hashes[j], parent, list(request.all_token_ids[j * block_size:(j + 1) * block_size]),
+            lora.lora_int_id if lora else None, lora.lora_name if lora else None, group)
 
 
 def _worker_rank() -> Tuple[_Rank, int]:
