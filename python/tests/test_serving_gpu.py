@@ -29,8 +29,8 @@ from conftest import torch_cuda
 torch = pytest.importorskip("torch")
 
 from kvferry.integrations._serving import add_pools, backend_for, tensor_pools  # noqa: E402
-from kvferry.integrations._vllm_kv import (block_key, cut_kv_caches, first_needed, group_loads,  # noqa: E402
-                                           held_prefixes, kv_groups, tensor_ident, wait_layer)
+from kvferry.integrations._vllm_kv import (_block_dim, block_key, cut_kv_caches, first_needed,  # noqa: E402
+                                           group_loads, held_prefixes, kv_groups, tensor_ident, wait_layer)
 
 try:
     from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
@@ -155,7 +155,8 @@ def serve_layerwise(tmp_path, device, kv_caches, config, groups, keys, saved, ta
     tensors = list(kv_caches.values())
     assert backend_for(tensors) == (kvf.Backend.CUDA if cuda else kvf.Backend.HOST)
     cut = cut_kv_caches(kv_caches, config.num_blocks, BS)
-    before = {ident: t.clone() for ident, t in ((tensor_ident(t), t) for t in tensors)}
+    before = {tensor_ident(t): t.clone() for t in tensors}
+    bdim = {tensor_ident(t): _block_dim(t, config.num_blocks, name) for name, t in kv_caches.items()}
     with kvf.Engine(backend=backend_for(tensors), file_dir=str(tmp_path), file_namespace="serving-map") as e:
         added = {ident: add_pools(e, pools, 4) for ident, pools in cut.items()}
         order = [p for pools in added.values() for p in pools]
@@ -168,8 +169,7 @@ def serve_layerwise(tmp_path, device, kv_caches, config, groups, keys, saved, ta
             # the saver's blocks and the loader's table hold no trace of the saved bytes
             poisoned = sorted({b for ids in saved + tables for b in ids})
             for t in tensors:
-                bd = 1 if t.dim() == 5 and t.shape[0] == 2 else 0
-                idx = [slice(None)] * bd + [poisoned]
+                idx = [slice(None)] * bdim[tensor_ident(t)] + [poisoned]
                 t.view(torch.int16)[tuple(idx)] = POISON
             sync(device)
             after_poison = {tensor_ident(t): t.clone() for t in tensors}
@@ -185,20 +185,21 @@ def serve_layerwise(tmp_path, device, kv_caches, config, groups, keys, saved, ta
             with torch.cuda.stream(side) if cuda else contextlib.nullcontext():
                 for name, t in kv_caches.items():  # the forward, layer by layer
                     wait_layer(ticket, layer_pools[name], cuda)
-                    bd = 1 if t.dim() == 5 and t.shape[0] == 2 else 0
-                    seen[name] = blk(t, bd, slots).clone()  # the layer's "attention", queued after the wait
+                    # the layer's "attention", queued after the wait
+                    seen[name] = blk(t, bdim[tensor_ident(t)], slots).clone()
             if cuda:
                 side.synchronize()
             assert ticket.wait() == [kvf.Status.OK] * len(slots)
+            sync(device)  # the checks below read on the default stream
 
     # the saved bytes of each loaded block: the saver's block of the same group and index
     src_of = {}
-    for gi, (gk, ids) in enumerate(zip(keys, tables)):
+    for gi, ids in enumerate(tables):
         for j, b in enumerate(ids[:hit]):
             if b in slots:
                 src_of[b] = saved[gi][j]
     for name, t in kv_caches.items():
-        bd = 1 if t.dim() == 5 and t.shape[0] == 2 else 0
+        bd = bdim[tensor_ident(t)]
         want = blk(before[tensor_ident(t)], bd, [src_of[s] for s in slots])
         assert torch.equal(seen[name].view(torch.int16), want.view(torch.int16)), name
         rest = [b for b in range(t.shape[bd]) if b not in slots]
