@@ -140,7 +140,7 @@ engines-check: build
 	@KVFERRY_VLLM_VENV=$(VLLM_VENV) sh scripts/install-vllm.sh
 	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  python/tests/test_vllm_adapter.py python/tests/test_vllm_engine.py python/tests/test_sglang_adapter.py \
-	  python/tests/test_sglang_controller.py
+	  python/tests/test_sglang_controller.py python/tests/test_serving_gpu.py
 
 # The Python package as a manylinux wheel, in $(WHEEL_DIR): scikit-build-core
 # builds libkvferry.so into it (python/pyproject.toml), auditwheel takes in

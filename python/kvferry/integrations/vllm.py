@@ -6,7 +6,8 @@ A block's key is taken from vLLM's own block hash (which covers the tokens,
 cache_salt, LoRA, multimodal inputs and prompt embeddings), prompt and
 generated blocks alike; the namespace names the model, the KV dtype, the
 block size, the layout and the worker's ranks. Importing this module
-imports vLLM.
+imports vLLM (its map from vLLM's KV cache to pools, slots and keys,
+_vllm_kv, does not).
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvferryConnector",
         "kv_connector_module_path": "kvferry.integrations.vllm", "kv_role": "kv_both",
@@ -34,7 +35,9 @@ from .._dir import dir_list, dir_namespaces
 from .._enums import Backend, CacheRemote, EventKind, Status, Tier
 from .._errors import KvferryError, make_error
 from .._plan import MIN_GAIN, Prefill, check_cost_args, plan_compute
-from ._serving import add_pools, backend_for, failed_moves, namespace, tensor_pools
+from ._serving import add_pools, backend_for, failed_moves, namespace
+from ._vllm_kv import (_Group, block_key, cut_kv_caches, first_needed, group_loads, held_prefixes, kv_groups,
+                       tensor_ident, wait_layer)
 
 log = logging.getLogger("kvferry.integrations.vllm")
 
@@ -142,63 +145,6 @@ class KvferryPromMetrics(KVConnectorPromMetrics):
                 self._counters["hit_tokens"].labels(*labels, key[len("hit_tokens_"):]).inc(n)
             elif key in self._counters:
                 self._counters[key].labels(*labels).inc(n)
-
-
-def block_key(block_hash: bytes, salt: int = 0) -> int:
-    """kvferry's 128-bit key for one of vLLM's block hashes
-    (Request.block_hashes, vLLM's hasher, sha256 by default, over the
-    block's tokens, its parent's hash and the extra keys: cache_salt, LoRA,
-    multimodal inputs, prompt embeddings): the hash's first 16 bytes,
-    little-endian, xor the connector's salt; never 0 (the root). The one
-    place a key is derived."""
-    if len(block_hash) < 16:
-        raise make_error(Status.ERR_INVALID, f"KvferryConnector: a block hash of {len(block_hash)} bytes "
-                         f"(want at least 16)")
-    return (int.from_bytes(bytes(block_hash[:16]), "little") ^ salt) or 1
-
-
-@dataclass(frozen=True)
-class _Group:
-    """One of vLLM's KV cache groups (layers of one attention kind sharing
-    a block table; a hybrid model has several): its blocks' keys carry the
-    group's salt, so two groups never share a key, and a sliding-window
-    group's hit needs only the blocks its window reaches."""
-
-    index: int
-    window: bool
-    salt: int
-
-
-# the KV cache specs whose blocks are a function of the prefix alone (full
-# attention, MLA's latent, a sliding window's blocks), by class name
-_SERVED_SPECS = {"FullAttentionSpec": False, "MLAAttentionSpec": False, "SlidingWindowSpec": True,
-                 "SlidingWindowMLASpec": True}
-
-
-def kv_groups(kv_cache_config, block_size: int, salt: int) -> List[_Group]:
-    """kvferry's view of the KV cache groups, checked: a group of another
-    kind (Mamba / linear-attention state, chunked local attention, cross-
-    attention) or of another block size is refused, naming the group."""
-    groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
-    if not groups:
-        return [_Group(0, False, salt)]
-    out = []
-    for i, g in enumerate(groups):
-        spec = g.kv_cache_spec
-        name = type(spec).__name__
-        what = f"KvferryConnector: KV cache group {i} ({name}, layers {', '.join(list(g.layer_names)[:2])}" \
-               f"{', ...' if len(g.layer_names) > 2 else ''})"
-        if name not in _SERVED_SPECS:
-            raise make_error(Status.ERR_UNSUPPORTED, f"{what}: kvferry stores {', '.join(sorted(_SERVED_SPECS))} "
-                             f"groups only")
-        if int(spec.block_size) != block_size:
-            raise make_error(Status.ERR_INVALID, f"{what}: block_size {spec.block_size} is not the cache's "
-                             f"block_size {block_size} (vLLM's block hashes are at {block_size} tokens)")
-        # one group: the salt alone, so its keys are those of a model
-        # without groups; several: each group's layers in its salt
-        gsalt = salt if len(groups) == 1 else salt ^ key_salt("kv cache group " + "|".join(g.layer_names))
-        out.append(_Group(i, _SERVED_SPECS[name], gsalt))
-    return out
 
 
 def _kv_dtype_name(vllm_config) -> str:
@@ -496,10 +442,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         for a sliding window, the first its window reaches from the hit's
         end, as vLLM's own manager for the group counts it (the blocks
         before it stay null in vLLM's block table)."""
-        if not g.window or self._kv_cache_manager is None:
-            return local
-        mgr = self._kv_cache_manager.coordinator.single_type_managers[g.index]
-        return max(local, mgr.get_num_skipped_tokens(blocks * self._block_size) // self._block_size)
+        m = self._kv_cache_manager
+        skipped = None
+        if g.window and m is not None:
+            skipped = m.coordinator.single_type_managers[g.index].get_num_skipped_tokens
+        return first_needed(g, blocks, local, self._block_size, skipped)
 
     # ---- scheduler side --------------------------------------------------------------
     def on_new_request(self, request) -> None:
@@ -552,13 +499,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         local, keys = self._matched.pop(request.request_id)
         first = local // self._block_size
         end = first + num_external_tokens // self._block_size
-        null = self._null_block()
-        for g, gkeys, ids in zip(self._groups, keys, blocks.get_block_ids()):
-            # a window's blocks before the first it needs are vLLM's null block
-            start = self._first_needed(g, end, first)
-            pairs = [(k, b) for k, b in zip(gkeys[start:end], ids[start:end]) if b != null]
-            if pairs:
-                self._loads.append((request.request_id, [k for k, _ in pairs], [b for _, b in pairs]))
+        for k, ids in group_loads(self._groups, keys, blocks.get_block_ids(), first, end, self._null_block(),
+                                  self._first_needed):
+            self._loads.append((request.request_id, k, ids))
         by_tier: Dict[Tier, int] = {}
         for k in keys[self._tier_group][first:end]:
             by_tier[self._tier(k)] = by_tier.get(self._tier(k), 0) + self._block_size
@@ -743,11 +686,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         ckw = {k: self._extra[k] for k in _CACHE_KEYS if k in self._extra}
         if "remote" in ckw:
             ckw["remote"] = CacheRemote[str(ckw["remote"]).upper()]
-        cut: Dict[Tuple[int, tuple], list] = {}  # layers sharing one KV tensor share its pools
-        for name, t in kv_caches.items():
-            ident = (t.data_ptr(), tuple(t.shape))
-            if ident not in cut:
-                cut[ident] = tensor_pools(t, _block_dim(t, num_blocks, name), self._block_size, f"layer {name}")
+        cut = cut_kv_caches(kv_caches, num_blocks, self._block_size)
         host = int(ckw.get("host_blocks", 0))
         if "host_bytes" in ckw:  # each host slot holds one block of every pool
             per_block = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
@@ -769,7 +708,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
             raise
         self.engine = engine
         for name, t in kv_caches.items():
-            self._layer_pools[name] = added[(t.data_ptr(), tuple(t.shape))]
+            self._layer_pools[name] = added[tensor_ident(t)]
         self._pool_order = [p for pools in added.values() for p in pools]
         self._block_bytes = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
         log.info("kvferry: worker %s namespace %s", self._rank, self._namespace)
@@ -800,13 +739,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         scheduler looked fails with the rest of its list. An asynchronous
         load (rid given) is reported by get_finished; a synchronous one
         is waited for per layer or here (load: whole)."""
-        keys: List[int] = []
-        slots: List[int] = []
-        for k, ids in loads:
-            hits, _ = self.cache.lookup(k)
-            keys += k[:hits]
-            slots += ids[:hits]
-            self._load_errors.update(ids[hits:])
+        keys, slots, missing = held_prefixes(self.cache, loads)
+        self._load_errors.update(missing)
         ticket = None
         if keys:
             if self.engine.backend == Backend.CUDA:
@@ -840,18 +774,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         """Makes the layer's attention see its blocks: on the GPU, torch's
         current stream waits for the layer's pools (the host does not); on
         the host backend this thread waits."""
-        t = self._load_ticket
-        if t is None:
-            return
-        cuda = self.engine.backend == Backend.CUDA
-        for p in self._layer_pools.get(layer_name, ()):
-            try:
-                if cuda:
-                    t.stream_wait_pool(p, None)
-                else:
-                    t.wait_pool(p)
-            except KvferryError:
-                pass  # the failed blocks are reported after the forward
+        if self._load_ticket is not None:
+            wait_layer(self._load_ticket, self._layer_pools.get(layer_name, ()), self.engine.backend == Backend.CUDA)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs) -> None:
         # a cached block holds every layer: saved whole in wait_for_save
@@ -1015,13 +939,3 @@ def _model_layers(vllm_config) -> int:
         return int(mc.get_num_layers(vllm_config.parallel_config))
     except (AttributeError, TypeError, ValueError):
         return int(getattr(mc.hf_text_config, "num_hidden_layers", 0) or 0)
-
-
-def _block_dim(t, num_blocks: int, name: str) -> int:
-    """The dimension indexing blocks: of size num_blocks, the largest stride
-    of those (a K/V dimension of 2 comes first in some backends)."""
-    dims = [d for d in range(t.dim()) if t.shape[d] == num_blocks]
-    if not dims:
-        raise make_error(Status.ERR_INVALID, f"layer {name}: KV tensor of shape {tuple(t.shape)} has no "
-                         f"dimension of {num_blocks} blocks")
-    return max(dims, key=lambda d: t.stride(d))
