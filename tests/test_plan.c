@@ -246,9 +246,8 @@ static int one_case(uint64_t seed, int form, size_t *fronts, size_t *splits)
     } else {
         double h = (1 + gain) * rec - plan.fallback_s, due = (1 + gain) * plan.load_s;
         double want = fmax(fmax(h, due), KVF_PLAN_HEDGE_MIN_S);
-        if (fabs(plan.hedge_s - want) > 1e-9 * plan.hedge_s + 1e-15 ||
-            !(plan.fallback_s > 0) || plan.fallback_s > rec + tol ||
-            (!plan.load_first && fabs(plan.fallback_s - rec) > tol))
+        if (fabs(plan.hedge_s - want) > 1e-9 * plan.hedge_s + 1e-15 || !(plan.fallback_s > 0) ||
+            plan.fallback_s > rec + tol || (!plan.load_first && fabs(plan.fallback_s - rec) > tol))
             bad = 1;
     }
     uint64_t loaded = 0, left = 0;
