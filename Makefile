@@ -133,14 +133,17 @@ python-check: build
 # the tree (scripts/install-vllm.sh, about 3 min the first time, then a
 # check); the vLLM connector's tests against vLLM's scheduler and hasher,
 # vLLM's LLM engine and OpenAI server serving a tiny Llama through it, and
-# the SGLang storage backend's tests (docs/integrations/). Run it after
+# the SGLang storage backend's tests (docs/integrations/), and the
+# transformers adapter's on the CPU (that environment's torch and
+# transformers; build/venv has neither, so python-check skips them). Run it after
 # every change to python/kvferry/integrations/; CI runs it.
 VLLM_VENV ?= $(HOME)/.cache/kvferry/vllm-venv
 engines-check: build
 	@KVFERRY_VLLM_VENV=$(VLLM_VENV) sh scripts/install-vllm.sh
 	KVFERRY_LIBRARY=$(abspath $(BUILD))/libkvferry.so $(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider \
 	  python/tests/test_vllm_adapter.py python/tests/test_vllm_engine.py python/tests/test_sglang_adapter.py \
-	  python/tests/test_sglang_controller.py python/tests/test_serving_gpu.py
+	  python/tests/test_sglang_controller.py python/tests/test_serving_gpu.py python/tests/test_transformers.py \
+	  python/tests/test_transformers_plan.py python/tests/test_transformers_sliding.py
 
 # The Python package as a manylinux wheel, in $(WHEEL_DIR): scikit-build-core
 # builds libkvferry.so into it (python/pyproject.toml), auditwheel takes in

@@ -1664,6 +1664,16 @@ typedef struct kvf_prefill_cost {
  *  such a split within 1.05x of the pure policy it was chosen over. */
 #define KVF_PLAN_MIN_GAIN 0.10
 
+/* The earliest a plan's hedge gives its loads up (kvf_plan.hedge_s), in
+ * seconds after the get: before it, a late pool cannot be told from a
+ * worker thread that has not run yet. A thread woken on a busy core runs
+ * within one scheduling period of up to 8 runnable threads: 24 ms on Linux
+ * with 8 or more cores (CFS's sched_latency, 6 ms x (1 + log2 8); EEVDF's
+ * 3 ms slice x 8). Measured on a 2-core host at load 8, a 40-block get
+ * from the host tier took 0.08 ms at the median, 7.5 ms at the 99th
+ * percentile. */
+#define KVF_PLAN_HEDGE_MIN_S 0.024
+
 #define KVF_PREFILL_COST_INIT                                                                      \
     {                                                                                              \
         .struct_size = sizeof(kvf_prefill_cost), .min_gain = KVF_PLAN_MIN_GAIN                     \
@@ -1730,7 +1740,10 @@ typedef struct kvf_plan {
      * and recompute what the get was to bring: tokens load_first * tpb ..
      * N after the front (0 .. N for the leading shape), which then ends
      * within (1 + min_gain) x ttft_recompute_s; never before the loads
-     * are due plus min_gain of them (docs/planner.md). 0: nothing loaded */
+     * are due plus min_gain of them, nor before KVF_PLAN_HEDGE_MIN_S (a
+     * model whose recompute takes less waits that long: giving up earlier
+     * would fire on a thread's wake-up, not a late tier) (docs/planner.md).
+     * 0: nothing loaded */
     double hedge_s;
     /* the forward pass that follows a hedge: tokens load_first * tpb .. N
      * after the front's load_first * tpb */

@@ -237,16 +237,17 @@ static int one_case(uint64_t seed, int form, size_t *fronts, size_t *splits)
         bad = 1;
     /* the hedge: none without loads; else the latest give-up within the
      * margin of recomputing, never before the loads are due plus the
-     * margin; the leading shape's fallback recomputes everything */
+     * margin nor before KVF_PLAN_HEDGE_MIN_S; the leading shape's fallback
+     * recomputes everything */
     double gain = pc.min_gain > 0 ? pc.min_gain : 0;
     if (plan.load_blocks == plan.load_first) {
         if (plan.hedge_s != 0 || plan.fallback_s != 0)
             bad = 1;
     } else {
         double h = (1 + gain) * rec - plan.fallback_s, due = (1 + gain) * plan.load_s;
-        if (fabs(plan.hedge_s - (h > due ? h : due)) > 1e-9 * plan.hedge_s + 1e-15 ||
-            !(plan.fallback_s > 0) || plan.fallback_s > rec + tol ||
-            (!plan.load_first && fabs(plan.fallback_s - rec) > tol))
+        double want = fmax(fmax(h, due), KVF_PLAN_HEDGE_MIN_S);
+        if (fabs(plan.hedge_s - want) > 1e-9 * plan.hedge_s + 1e-15 || !(plan.fallback_s > 0) ||
+            plan.fallback_s > rec + tol || (!plan.load_first && fabs(plan.fallback_s - rec) > tol))
             bad = 1;
     }
     uint64_t loaded = 0, left = 0;

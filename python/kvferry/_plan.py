@@ -78,8 +78,9 @@ class Plan:
     seconds after the get's submission by which its blocks must have
     arrived; past it, stop waiting (Cache.wait_pool_by) and recompute the
     tokens from load_first * tokens_per_block on (fallback_s, predicted):
-    the request then ends within min_gain of ttft_recompute_s (0 when
-    nothing is loaded). Per-tier figures are dicts {"host": n, "disk": n, ...}."""
+    the request then ends within min_gain of ttft_recompute_s; never
+    before HEDGE_MIN_S, which a late thread may take (0 when nothing is
+    loaded). Per-tier figures are dicts {"host": n, "disk": n, ...}."""
 
     hits: int
     load_blocks: int
@@ -126,6 +127,8 @@ def plan_from_c(p, tiers) -> Plan:
 
 # kvf.h's KVF_PLAN_MIN_GAIN: the gain a split must predict by default
 MIN_GAIN = 0.10
+# kvf.h's KVF_PLAN_HEDGE_MIN_S: the earliest a plan's hedge gives its loads up
+HEDGE_MIN_S = 0.024
 
 PrefillLike = Union[Callable[[int, int], float], Mapping, Sequence[Tuple[int, float]]]
 

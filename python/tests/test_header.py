@@ -268,8 +268,9 @@ def test_struct(c_name):
 
 
 def test_plan_min_gain_default():
-    """Python's default margin for a split is the header's."""
-    from kvferry._plan import MIN_GAIN
+    """Python's default margin for a split, and the hedge's floor, are the header's."""
+    from kvferry._plan import HEDGE_MIN_S, MIN_GAIN
 
-    m = re.search(r"^#define KVF_PLAN_MIN_GAIN ([0-9.]+)\s*$", _source(), re.M)
-    assert m and float(m[1]) == MIN_GAIN
+    for name, value in (("KVF_PLAN_MIN_GAIN", MIN_GAIN), ("KVF_PLAN_HEDGE_MIN_S", HEDGE_MIN_S)):
+        m = re.search(rf"^#define {name} ([0-9.]+)\s*$", _source(), re.M)
+        assert m and float(m[1]) == value, name

@@ -178,7 +178,6 @@ def test_late_loads_are_given_up(tmp_path):
     the late get lands its blocks byte for byte. With the store at its
     normal speed the same plan is served from it and the hedge never
     fires."""
-    import socket
     import time
 
     from conftest import redis_server
@@ -210,15 +209,7 @@ def test_late_loads_are_given_up(tmp_path):
             assert kv.hedged == 0 and kv.cache.stats().hits["remote"] >= 40  # served from the store
             torch.testing.assert_close(out.logits[0, -1], refs[1].logits[0, -1], rtol=1e-4, atol=1e-4)
 
-            real_get = kv.cache.get
-            ctl = socket.create_connection(("127.0.0.1", port))
-
-            def stalled_get(*a, **kw):
-                ctl.sendall(f"DEBUG SLEEP {stall_s}\r\n".encode())
-                time.sleep(0.05)  # the server is asleep before the get goes out
-                return real_get(*a, **kw)
-
-            kv.cache.get = stalled_get
+            ctl, real_get = _stall_gets(kv, port, stall_s, 0.05)
             t0 = time.perf_counter()
             out = kv.forward(model, ids[2], mode="plan")
             took = time.perf_counter() - t0 - 0.05
@@ -242,6 +233,96 @@ def test_late_loads_are_given_up(tmp_path):
             for i in range(kv.num_layers):
                 k = kv.k_pools[i][:40].reshape(1, 40 * TPB, kv.kv_heads, kv.head_dim).transpose(1, 2)
                 assert torch.equal(bits(k), bits(ref.layers[i].keys[..., :40 * TPB, :])), f"layer {i}"
+
+
+@pytest.mark.parametrize("tier", ["host", "disk"])
+def test_a_plan_of_no_cost_does_not_hedge(tmp_path, tier):
+    """A tiny model on a fast machine: its recompute and the host tier's
+    loads both predict ~0, so a hedge from the predictions alone would give
+    up loads that are on time (after a thread's wake-up). The hedge waits
+    at least KVF_PLAN_HEDGE_MIN_S, and a tier at its normal speed (the
+    host's, or a disk's: its reads outlast the forward's start here) is
+    served, every request, in forward and generate."""
+    from kvferry._plan import HEDGE_MIN_S
+
+    model = tiny_model()
+    ids = {k: prompt(60 + k, 40 * TPB + 3) for k in range(4)}
+    free = {"new_tokens": [TPB, 1024], "seconds": [1e-7, 2e-7]}  # full prefills: ~0
+    where = dict(host_blocks=256) if tier == "host" else dict(disk_dir=tmp_path, disk_blocks=256)
+    with torch.no_grad(), KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=1024,
+                                                        prefill_cost=free, **where) as kv:
+        refs = {k: kv.forward(model, x, mode="recompute") for k, x in ids.items()}
+        kv.sync()
+        kv.engine.set_tier_cost(tier, 0.0, 1e15, hold=True)  # loads ~0 too
+        plan = kv.plan(ids[0])
+        assert plan.load_blocks == 40 and plan.ttft_recompute_s < 1e-6 and plan.load_s < 1e-6, plan
+        assert plan.hedge_s == HEDGE_MIN_S, plan  # the predictions alone: ~2e-8 s
+        for _ in range(3):
+            for k, x in ids.items():
+                poison(kv)
+                out = kv.forward(model, x, mode="plan", store=False)
+                torch.testing.assert_close(out.logits[0, -1], refs[k].logits[0, -1], rtol=1e-4, atol=1e-4)
+        gen = kv.generate(model, ids[0], mode="plan", max_new_tokens=3, do_sample=False)
+        assert torch.equal(gen, model.generate(ids[0], max_new_tokens=3, do_sample=False))
+        assert kv.hedged == 0 and kv.cache.stats().hits[tier] >= 13 * 40
+
+
+@pytest.mark.parametrize("call", ["forward", "generate"])
+def test_a_late_load_never_escapes(tmp_path, call):
+    """Every mode through forward and generate with the store stalled under
+    the request's get (a real redis-server, DEBUG SLEEP): "plan" gives the
+    loads up at its hedge and recomputes, the others wait them out; none
+    raises, each answers what the model computes without kvferry."""
+    from conftest import redis_server
+    from kvferry.integrations.transformers import MODES
+
+    stall_s = 0.3
+    model = tiny_model()
+    ids = {m: prompt(70 + i, 12 * TPB + 3) for i, m in enumerate(MODES)}
+    with redis_server(tmp_path, "--enable-debug-command", "yes") as port, torch.no_grad():
+        opts = dict(tokens_per_block=TPB, max_tokens=512, host_blocks=64, remote_url=f"redis://127.0.0.1:{port}",
+                    engine_options={"remote_timeout_ms": 20000})
+        with KVFerryPrefixCache.from_model(model, **opts) as writer:
+            for x in ids.values():
+                writer.forward(model, x, mode="recompute")
+            writer.sync()
+        with KVFerryPrefixCache.from_model(model, remote="read", prefill_cost=DEAR, **opts) as kv:
+            kv.engine.set_tier_cost("remote", 1e-4, 1e12, hold=True)  # loads pay: the plan loads them
+            ctl, _ = _stall_gets(kv, port, stall_s, 0.02)
+            for mode, x in ids.items():
+                hedged = kv.hedged
+                if call == "forward":
+                    out = kv.forward(model, x, mode=mode, store=False).logits[0, -1]
+                    ref = model(x).logits[0, -1]
+                    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+                else:
+                    out = kv.generate(model, x, mode=mode, max_new_tokens=3, do_sample=False, store=False)
+                    assert torch.equal(out, model.generate(x, max_new_tokens=3, do_sample=False)), mode
+                kv.sync()
+                if mode != "recompute":
+                    assert ctl.recv(64).startswith(b"+OK"), mode
+                assert kv.hedged == hedged + (mode == "plan"), mode
+            ctl.close()
+            assert kv.cache.stats().failures == 0
+
+
+def _stall_gets(kv, port, stall_s, settle_s):
+    """kv's gets from now on first send the redis-server on `port` DEBUG
+    SLEEP stall_s and give it settle_s to fall asleep before the get goes
+    out. Returns the control connection (one +OK a stall) and the real get."""
+    import socket
+    import time
+
+    real_get = kv.cache.get
+    ctl = socket.create_connection(("127.0.0.1", port))
+
+    def stalled_get(*a, **kw):
+        ctl.sendall(f"DEBUG SLEEP {stall_s}\r\n".encode())
+        time.sleep(settle_s)
+        return real_get(*a, **kw)
+
+    kv.cache.get = stalled_get
+    return ctl, real_get
 
 
 def _timed(fn):

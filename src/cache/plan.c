@@ -526,11 +526,16 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
          * ends at h + fallback, within the margin while
          * h <= (1 + margin) R - fallback. A plan whose loads are due
          * later than that cannot be hedged within it: it waits until
-         * they run a margin late. */
+         * they run a margin late. Neither comes before
+         * KVF_PLAN_HEDGE_MIN_S: a pool that late may be a thread not yet
+         * run, and a model that recomputes in less (a small one on a fast
+         * GPU predicts ~0 for both) would give up loads that are on time. */
         double m = pc.min_gain > 0 ? pc.min_gain : 0;
         best.fallback_s = fs.tail[best.load_first];
         double h = (1 + m) * rec.ttft_s - best.fallback_s, due = (1 + m) * best.load_s;
         best.hedge_s = h > due ? h : due;
+        if (best.hedge_s < KVF_PLAN_HEDGE_MIN_S)
+            best.hedge_s = KVF_PLAN_HEDGE_MIN_S;
     }
     best.ttft_split_s = has_split ? split.ttft_s : 0;
     best.ttft_recompute_s = rec.ttft_s;

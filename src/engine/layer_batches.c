@@ -246,6 +246,9 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
     bool in_time = true;
     while (b->state != B_DONE && !(mark = pool_mark(b, pi)) && in_time)
         in_time = wait_done_by(e, deadline_ns);
+    /* a pool found arrived as the time ran out is not late: this thread
+     * may itself have run late, its timed wait long over */
+    in_time = in_time || b->state == B_DONE || mark;
     if (!in_time)
         st = kvf__fail(KVF_ERR_TIMEOUT, "%s: ticket %llu: pool %u has not arrived by the deadline",
                        fn, (unsigned long long)t.id, pi);

@@ -181,13 +181,20 @@ class _PrefixSlidingLayer(DynamicSlidingWindowLayer):
         self.pending = 0
 
     def update(self, key_states, value_states, *args, **kwargs):
+        # every update here, not DynamicSlidingWindowLayer's: recording the past, transformers 5.17's
+        # returns every token kept while its mask (get_mask_sizes) covers the window only (5.19's cuts
+        # to the window); this returns what the mask covers on both
         if self.pending:
             self._materialize(key_states, value_states)
-            self.cumulative_length += key_states.shape[-2]
-            # what transformers' layer returns: the window's tokens before the new ones, and them
-            visible = self.sliding_window - 1 + key_states.shape[-2]
-            return self.keys[:, :, -visible:, :], self.values[:, :, -visible:, :]
-        return super().update(key_states, value_states, *args, **kwargs)
+        else:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            self.keys = torch.cat([self.keys, key_states], dim=-2)
+            self.values = torch.cat([self.values, value_states], dim=-2)
+        self.cumulative_length += key_states.shape[-2]
+        # the window's tokens before the new ones, and them
+        visible = self.sliding_window - 1 + key_states.shape[-2]
+        return self.keys[:, :, -visible:, :], self.values[:, :, -visible:, :]
 
 
 # what rewrites a layer (assisted decoding's crop, beam search) needs the prefix in it first
