@@ -174,7 +174,7 @@ class BlockBytes:
         conn.build_connector_meta = meta
         cfg = core.scheduler.kv_cache_config
         ctx = llm.llm_engine.vllm_config.compilation_config.static_forward_context
-        from kvferry.integrations.vllm import _block_dim
+        from kvferry.integrations._vllm_kv import _block_dim
 
         self.layers = []  # (group, layer, its KV tensor, the dimension of its blocks)
         for gi, g in enumerate(cfg.kv_cache_groups):
