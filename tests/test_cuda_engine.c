@@ -285,10 +285,10 @@ static int test_file_tier(void)
     run_wait(&f, OP_ONBOARD_FILE, back, 32);
     check_all(&f, "file round trip");
     /* more tokens than stored: refused per move, nothing written */
-    kvf_move bad = {0, 127, 0};
+    kvf_move bad = test_move(KVF_TIER_DISK, false, 0, 127, 0);
     for (size_t i = 0; i < 32; i++)
         if (m[i].tokens != 0 && m[i].tokens != 32) {
-            bad.src = m[i].dst;
+            bad = test_move(KVF_TIER_DISK, false, m[i].dst, 127, 0);
             break;
         }
     kvf_ticket t = {0};
@@ -441,9 +441,11 @@ static int offload_after_case(bool files)
             model(&f, o, &m[i]);
         }
         kvf_ticket t = {0};
-        CHECK_STATUS(
-            kvf_offload_after(f.e, (void *)s, files ? KVF_TIER_DISK : KVF_TIER_HOST, m, 64, &t),
-            KVF_OK);
+        kvf_tier to = files ? KVF_TIER_DISK : KVF_TIER_HOST;
+        kvf_move k[64];
+        for (int i = 0; i < 64; i++)
+            k[i] = test_move(to, true, m[i].src, m[i].dst, m[i].tokens);
+        CHECK_STATUS(kvf_offload_after(f.e, (void *)s, to, k, 64, &t), KVF_OK);
         double t_call = test_gate_held_s(&gate);
         if (round == 0)
             usleep(20000);

@@ -615,9 +615,8 @@ class KVFerryPrefixCache:
         return ids.astype(np.uint32)
 
     def keys(self, input_ids):
-        """The kvferry keys of the request's whole blocks (at most max_blocks), a uint64 NumPy array."""
-        keys = kvf.key_chain_all(self.tokens(input_ids), self.tokens_per_block, self.salt)[:self.max_blocks]
-        return np.array(keys, dtype=np.uint64)
+        """The kvferry keys of the request's whole blocks (at most max_blocks): a list of 128-bit ints."""
+        return list(kvf.key_chain_all(self.tokens(input_ids), self.tokens_per_block, self.salt)[:self.max_blocks])
 
     def lookup(self, input_ids) -> int:
         """How many of the request's leading tokens prepare would serve
