@@ -7,6 +7,7 @@
  */
 #include "blockhdr.h"
 #include "checksum.h"
+#include "log.h"
 #include "s3_http.h"
 #include "store.h"
 
@@ -258,6 +259,7 @@ typedef struct listed {
     s3_store *s;
     kvf__store_entry *ents;
     size_t n, cap;
+    size_t old_format; /* NS/<16 hex>.kvf: blocks of format version 1 */
     bool nomem;
 } listed;
 
@@ -268,6 +270,10 @@ static void on_object(void *arg, const char *name, uint64_t size, int64_t mtime_
     size_t dlen = strlen(l->s->dir);
     const char *rest = name + dlen;
     kvf_key key;
+    uint64_t old;
+    if (strncmp(name, l->s->dir, dlen) == 0 && strlen(rest) == 20 && strcmp(rest + 16, ".kvf") == 0 &&
+        kvf__hex_u64(rest, 16, false, &old))
+        l->old_format++;
     if (strncmp(name, l->s->dir, dlen) != 0 || strlen(rest) != 36 || strcmp(rest + 32, ".kvf") ||
         !kvf__key_from_name(rest, &key) || size < HDR)
         return;
@@ -350,6 +356,11 @@ static kvf_status s3_list(kvf__store *base, kvf__store_visit_fn visit, void *arg
     free(l.ents);
     free(r);
     free(page);
+    if (l.old_format)
+        KVF_LOG(KVF_LOG_WARN,
+                "%s: %zu block%s of " KVF_BLOCK_V1_WORDS
+                " (<16 hex digits>.kvf) not served: they are stored again on their next offload",
+                base->where, l.old_format, l.old_format == 1 ? "" : "s");
     if (st == KVF_OK)
         kvf__clear_error();
     return st;
