@@ -33,7 +33,7 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
 from vllm.v1.outputs import ModelRunnerOutput  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin  # noqa: E402
 
@@ -189,11 +189,20 @@ class Harness:
                     self.kv[name][:, table[pos // BS], pos % BS] = token_kv(li, toks[:pos + 1])
             self.worker.save_kv_layer(name, self.kv[name], None)
 
-    def run(self, limit=64):
-        for _ in range(limit):
+    def run(self, limit=64, wait_s=60.0):
+        """Steps until every request has finished: at most `limit` steps
+        that schedule work; steps while a request waits for an
+        asynchronous load (its disk reads take what they take on a loaded
+        machine) do not count, within wait_s seconds."""
+        steps, deadline = 0, time.monotonic() + wait_s
+        while steps < limit and time.monotonic() < deadline:
             if not self.sched.has_unfinished_requests():
                 return self.drain()
             self.step()
+            if any(q.status == RequestStatus.WAITING_FOR_REMOTE_KVS for q in self.sched.requests.values()):
+                time.sleep(0.01)
+            else:
+                steps += 1
         state = {r: (q.status, q.num_computed_tokens, q.num_tokens) for r, q in self.sched.requests.items()}
         raise AssertionError(f"requests did not finish: {state}")
 
