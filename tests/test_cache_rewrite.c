@@ -83,7 +83,8 @@ static int test_reads_under_a_rewriter(void)
     REQUIRE(pthread_create(&th, NULL, writer_main, a) == 0);
     uint32_t slots[KEYS];
     int bad = 0;
-    for (int g = 0; !bad && g < GETS_MAX && (g < GETS || atomic_load(&a->rounds) < MIN_ROUNDS); g++) {
+    for (int g = 0; !bad && g < GETS_MAX && (g < GETS || atomic_load(&a->rounds) < MIN_ROUNDS);
+         g++) {
         for (uint32_t i = 0; i < KEYS; i++) {
             slots[i] = KEYS + i;
             poison(&f, slots[i]);

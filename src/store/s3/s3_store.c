@@ -271,8 +271,8 @@ static void on_object(void *arg, const char *name, uint64_t size, int64_t mtime_
     const char *rest = name + dlen;
     kvf_key key;
     uint64_t old;
-    if (strncmp(name, l->s->dir, dlen) == 0 && strlen(rest) == 20 && strcmp(rest + 16, ".kvf") == 0 &&
-        kvf__hex_u64(rest, 16, false, &old))
+    if (strncmp(name, l->s->dir, dlen) == 0 && strlen(rest) == 20 &&
+        strcmp(rest + 16, ".kvf") == 0 && kvf__hex_u64(rest, 16, false, &old))
         l->old_format++;
     if (strncmp(name, l->s->dir, dlen) != 0 || strlen(rest) != 36 || strcmp(rest + 32, ".kvf") ||
         !kvf__key_from_name(rest, &key) || size < HDR)
