@@ -6,7 +6,8 @@ ways in one run:
 
   ceiling   one cudaMemcpy of the same bytes, contiguous on both sides;
   lmcache   LMCache's multi_layer_kv_transfer (its compiled extension
-            lmcache.cuda_ops, loaded alone from the wheel: nothing else of
+            lmcache.cuda_ops, or c_ops of a release built against an
+            older torch, loaded alone from the wheel: nothing else of
             LMCache is imported), gathering the blocks' tokens of every
             layer into its [2, layers, tokens, heads * head] host buffer
             and back: once in one call for all the tokens (its best case)
@@ -30,9 +31,11 @@ Where LMCache's module cannot load beside this torch, the run says why
 and still measures kvferry and the ceiling.
 
   KVFERRY_LIBRARY=build-gpu/libkvferry.so python3 bench/lmcache_compare.py \\
-      --ops .deps/lmcache/cuda_ops.cpython-312-x86_64-linux-gnu.so [--json out.json]
+      --ops /tmp/cuda_ops.cpython-312-x86_64-linux-gnu.so --ops /tmp/c_ops.cpython-312-x86_64-linux-gnu.so \\
+      [--json out.json]
 
-(scripts/fetch-lmcache.sh puts the module there.)
+(scripts/fetch-lmcache.sh keeps the modules gzipped in .deps/lmcache/<version>/;
+scripts/gpu-run.sh unpacks them and passes each.)
 """
 
 import argparse
@@ -135,21 +138,43 @@ def throw_path_stubs(names):
 
 
 def exec_ops(path):
-    spec = importlib.util.spec_from_file_location("cuda_ops", path)
+    # the module's own name (cuda_ops from LMCache 0.5.6, c_ops before):
+    # Python calls PyInit_<name>
+    name = os.path.basename(path).split(".")[0]
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def load_ops(path, torch):
-    """LMCache's cuda_ops, or (None, reasons); notes (what was stubbed) in
-    the second item where it loaded."""
+def load_ops(paths, torch):
+    """The first of LMCache's modules `paths` that loads beside this torch
+    with nothing stubbed, else the first that loads beside stubs of its
+    throw path: (module, notes), notes saying which and what was stubbed;
+    or (None, reasons), each module's."""
+    reasons = []
+    for stubbed in (False, True):
+        for path in paths:
+            mod, why = load_one(path, torch, stubbed)
+            if mod is not None:
+                return mod, [f"module {path}"] + why
+            if stubbed:
+                reasons += [f"{path}:"] + ["  " + w for w in why]
+    return None, reasons
+
+
+def load_one(path, torch, stubbed):
+    """LMCache's module at `path`, or (None, reasons); with `stubbed`, a
+    module that lacks only exception constructors is loaded beside stubs of
+    them (said in the notes)."""
     if not path or not os.path.exists(path):
         return None, [f"no module at {path!r} (scripts/fetch-lmcache.sh fetches the wheel and keeps it)"]
     notes = []
     try:
         mod = exec_ops(path)
     except Exception as e:  # ImportError, or whatever its init raises
+        if not stubbed:
+            return None, [f"{type(e).__name__}: {e}"]
         # A module built against a newer torch may need an exception
         # class's constructor this torch lacks: that is only on its throw
         # path, so it loads beside stubs of those alone (said in the output)
@@ -176,8 +201,8 @@ def load_ops(path, torch):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ops", default=os.path.join(HERE, "..", ".deps", "lmcache",
-                                                  "cuda_ops.cpython-312-x86_64-linux-gnu.so"))
+    ap.add_argument("--ops", action="append",
+                    help="an LMCache transfer module (.so), tried in the order given (repeat the option)")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--blocks", type=int, default=512, help="blocks moved (each of every layer)")
     ap.add_argument("--pool-blocks", type=int, default=2048, help="blocks of each layer's GPU tensor")
@@ -253,9 +278,9 @@ def main():
     del back, flat, host
 
     # ---- LMCache's kernel
-    ops, why = load_ops(a.ops, torch)
+    ops, why = load_ops(a.ops or [], torch)
     if ops is None:
-        print("lmcache: not measured: LMCache's cuda_ops did not load beside this torch:")
+        print("lmcache: not measured: no LMCache module loaded beside this torch:")
         for line in why:
             print("  " + line)
         res["lmcache_not_loaded"] = why

@@ -290,14 +290,15 @@ fi
 # vLLM's layout (bench/lmcache_compare.py; LMCache's module comes gzipped
 # in .deps/lmcache, scripts/fetch-lmcache.sh)
 if [ -z "${SKIP_LMCACHE:-}" ] && fits 60 "bench/lmcache_compare.py"; then
-    OPS=
-    for z in .deps/lmcache/cuda_ops.*.so.gz; do
-        [ -f "$z" ] || continue
-        OPS=/tmp/kvf-lmcache/$(basename "$z" .gz)
-        mkdir -p /tmp/kvf-lmcache && gzip -dc "$z" >"$OPS"
+    # the newest release first: the bench takes the first that loads
+    OPS=()
+    for z in $(ls -d .deps/lmcache/*/*.so.gz 2>/dev/null | sort -rV); do
+        v=$(basename "$(dirname "$z")")
+        mkdir -p "/tmp/kvf-lmcache/$v" && gzip -dc "$z" >"/tmp/kvf-lmcache/$v/$(basename "$z" .gz)" &&
+            OPS+=(--ops "/tmp/kvf-lmcache/$v/$(basename "$z" .gz)")
     done
     PYTHONUNBUFFERED=1 KVFERRY_LIBRARY=$B/libkvferry.so step lmcache.txt 150 python3 bench/lmcache_compare.py \
-        ${OPS:+--ops "$OPS"} --json "$L/lmcache.json" ${LMCACHE_ARGS:-}
+        "${OPS[@]}" --json "$L/lmcache.json" ${LMCACHE_ARGS:-}
     cat "$L/lmcache.txt"
     keep lmcache.txt lmcache.json
     grep -vE "^lmcache_compare: [A-Z]" "$L/lmcache.txt" | tail -n 12 | sed 's/^/  /' >>"$SUMMARY"
