@@ -1903,7 +1903,8 @@ KVF_API kvf_status kvf_store_info_get(size_t index, kvf_store_info *info);
 
 /** What kvf_dir_check found under one name of a namespace. */
 typedef enum kvf_dir_entry_kind {
-    KVF_DIR_ENTRY_GOOD = 0,       /* header, layout, namespace, length and checksum check */
+    KVF_DIR_ENTRY_GOOD = 0,       /* header, layout, namespace, length, pool table and
+                                     each pool's checksum check */
     KVF_DIR_ENTRY_CORRUPT = 1,    /* a block file whose bytes fail a check (KVF_ERR_CORRUPT) */
     KVF_DIR_ENTRY_TORN = 2,       /* the temporary file of a write that did not finish */
     KVF_DIR_ENTRY_MISMATCH = 3,   /* a sound block of another layout or namespace
@@ -1914,7 +1915,8 @@ typedef enum kvf_dir_entry_kind {
                                      about the file (out of descriptors or memory,
                                      an I/O error): not checked */
     KVF_DIR_ENTRY_OLD_FORMAT = 6  /* a block of format version 1 (64-bit keys,
-                                     <16 hex digits>.kvf): never served; kvf_dir_upgrade
+                                     <16 hex digits>.kvf) or 2 (one checksum per block,
+                                     no pool table): never served; kvf_dir_upgrade
                                      (kvferry fsck --upgrade) rewrites it */
 } kvf_dir_entry_kind;
 
@@ -1951,7 +1953,8 @@ typedef void (*kvf_dir_check_fn)(void *arg, const kvf_dir_entry *entry);
 
 /**
  * Checks every block of <dir>/<ns> as a read would (header, namespace,
- * key, length, checksum of the whole payload), and reports every block
+ * key, length, pool table, each pool's checksum: a message names the pool
+ * that fails), and reports every block
  * file and every temporary file of an interrupted write, in directory
  * order. Other names are ignored. Reads each block in full: about as long
  * as reading the namespace's bytes. A header claiming more payload than a
@@ -2000,17 +2003,19 @@ KVF_API kvf_status kvf_dir_list(const char *dir, const char *ns, const kvf_geome
  * Rewrites the format-version-1 blocks of <dir>/<ns> (64-bit keys, files
  * <16 hex digits>.kvf, which engines of this version refuse) in the
  * current format: the key zero-extended to {0, old key}, the file renamed
- * to its 32-digit name. Per file, atomically: the new file is written
- * beside it, synced, renamed into place, the directory synced, and only
- * then the old file removed; a crash leaves the old file, the new one, or
- * both (run it again). Each old file is checked whole first (header,
- * namespace, key against its name, length, checksum): one that fails is
- * reported (CORRUPT or MISMATCH) and left as it is. The rename never
- * replaces a file: where a file of the new name exists (an engine stored
- * the block meanwhile), the old file is removed only when it names the
- * same block, else left and reported. Engines may use the namespace
- * meanwhile (block directories have no lock): they neither read nor write
- * 16-digit names.
+ * to its 32-digit name. Format-version-2 blocks (one checksum per block)
+ * are rewritten under their own name, the new file renamed over the old
+ * one only while the name still holds the file read. Neither old format
+ * records each pool's bytes: the payload is split evenly among the pools
+ * (an engine whose pools have one shape); a block of pools of other shapes
+ * then reads as another layout (refused, never served). Per file, atomically: the new file is
+ * written beside it, synced, renamed into place, the directory synced, and only then the old file
+ * removed; a crash leaves the old file, the new one, or both (run it again). Each old file is
+ * checked whole first (header, namespace, key against its name, length, checksum): one that fails
+ * is reported (CORRUPT or MISMATCH) and left as it is. The rename never replaces a file: where a
+ * file of the new name exists (an engine stored the block meanwhile), the old file is removed only
+ * when it names the same block, else left and reported. Engines may use the namespace meanwhile
+ * (block directories have no lock): they neither read nor write 16-digit names.
  * @param visit  called once per old file with its verdict: OLD_FORMAT
  *        with status KVF_OK once rewritten, else the reason it was not
  *        (NULL: counts only).

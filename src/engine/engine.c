@@ -316,6 +316,7 @@ void kvf_engine_destroy(kvf_engine *e)
         free(e->workers[i].moves);
         free(e->workers[i].blocks);
         free(e->workers[i].copies);
+        free(e->workers[i].pool_bytes);
     }
     free(e->workers);
     kvf__store_close(e->file_store);

@@ -245,8 +245,9 @@ typedef struct worker {
     kvf_engine *engine;
     pthread_t thread;
     /* a chunk of moves against a keyed tier's store: each move's block as
-     * the store keeps it, a header and one block of every pool, padded to
-     * the O_DIRECT alignment (kvf__staging_slot_bytes), back to back */
+     * the store keeps it, its prefix (header and pool table) and one block
+     * of every pool, padded to the O_DIRECT alignment
+     * (kvf__staging_slot_bytes), back to back */
     uint8_t *staging;
     size_t staging_bytes;
     kvf__gds_buf *gstaging; /* the same in device memory, registered with cuFile (GDS) */
@@ -255,6 +256,7 @@ typedef struct worker {
     size_t *moves;
     kvf__store_block *blocks;
     kvf__copy *copies;
+    uint32_t *pool_bytes; /* each block's pools' bytes in staging, npools each */
     size_t nmoves;
     /* keyed-tier time, logged at KVF_LOG=debug when the engine ends: where
      * a chunk's wall time goes (its slot <-> staging copies run inside it,
@@ -485,15 +487,21 @@ KVF_INTERNAL void kvf__release_after(kvf_engine *e, batch *b);
 /* staging.c */
 KVF_INTERNAL kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need);
 KVF_INTERNAL size_t kvf__staging_slot_bytes(const kvf_engine *e);
+/* Bytes before a block's payload in staging: its stored prefix (header
+ * and pool table, kvf__block_prefix_bytes of the engine's pools). */
+KVF_INTERNAL size_t kvf__staging_prefix_bytes(const kvf_engine *e);
 /* Room for a chunk of n moves: the worker's per-move arrays, and with
  * `images` their blocks' images, in device memory for the GDS path
  * (`dev`), else on the host. */
 KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool images, bool dev);
 /* Block image k of the worker's staging: where its payload starts. */
 KVF_INTERNAL uint8_t *kvf__staging_payload(worker *w, size_t k, bool dev);
+/* The copies of a move between its slots and a stored payload of
+ * file_tokens tokens, pool after pool, into out[0..npools); each pool's
+ * stored bytes into pool_bytes (NULL: not wanted); the payload's bytes. */
 KVF_INTERNAL size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
                                      uint8_t *payload, uint32_t tokens, uint32_t file_tokens,
-                                     kvf__copy *out);
+                                     kvf__copy *out, uint32_t *pool_bytes);
 /* Runs n copies made a block at a time between slots and staging (those of
  * the pools batch b moves). */
 KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp, size_t n);

@@ -87,6 +87,7 @@ typedef struct chunk {
     const size_t *idx;
     kvf__store_block *blk;
     kvf__copy *cp;
+    uint32_t *pool_bytes;
 } chunk;
 
 static const kvf_move *chunk_move(const chunk *c, const kvf__store_block *blk)
@@ -105,8 +106,10 @@ static kvf_status chunk_gather(void *arg, kvf__store_block *blocks, size_t n)
         uint32_t tokens = eff_tokens(e, mv->tokens);
         blocks[j].tokens = tokens;
         blocks[j].pools = e->npools;
-        blocks[j].payload_bytes = kvf__file_copies(e, c->b->kind, mv, blocks[j].buf, tokens, tokens,
-                                                   c->cp + (j0 + j) * e->npools);
+        blocks[j].payload_bytes =
+            kvf__file_copies(e, c->b->kind, mv, blocks[j].buf, tokens, tokens,
+                             c->cp + (j0 + j) * e->npools, c->pool_bytes + (j0 + j) * e->npools);
+        blocks[j].pool_bytes = c->pool_bytes + (j0 + j) * e->npools;
     }
     kvf_status st = kvf__staging_copy(c->w, c->b, c->cp + j0 * e->npools, n * e->npools);
     if (st == KVF_OK)
@@ -134,7 +137,7 @@ static kvf_status chunk_check(const chunk *c, const kvf__store_block *blk, const
     if (blk->tokens < tokens)
         return kvf__fail(KVF_ERR_RANGE, "%s %s: holds %u tokens, %u asked", noun, key, blk->tokens,
                          tokens);
-    if (kvf__file_copies(e, c->b->kind, mv, blk->buf, tokens, blk->tokens, cp) !=
+    if (kvf__file_copies(e, c->b->kind, mv, blk->buf, tokens, blk->tokens, cp, NULL) !=
         blk->payload_bytes)
         return kvf__fail(KVF_ERR_MISMATCH,
                          "%s %s: %zu payload bytes stored, not what %u tokens take", noun, key,
@@ -223,11 +226,12 @@ static void chunk_blocks(worker *w, batch *b, const size_t *idx, size_t m, bool 
 {
     kvf_engine *e = w->engine;
     bool images = !kind_removes(b->kind);
-    size_t room = kvf__staging_slot_bytes(e) - KVF_BLOCK_HEADER_BYTES;
+    size_t room = kvf__staging_slot_bytes(e) - kvf__staging_prefix_bytes(e);
     for (size_t j = 0; j < m; j++) {
         w->blocks[j] = (kvf__store_block){.key = move_key(b, idx[j])};
         if (!images)
             continue;
+        w->blocks[j].pools = e->npools; /* the prefix's room is for these */
         w->blocks[j].buf = kvf__staging_payload(w, j, dev);
         w->blocks[j].cap = room;
         w->blocks[j].staged = true;
@@ -259,7 +263,7 @@ void kvf__run_store_chunk(worker *w, batch *b, size_t first, size_t last, uint64
         chunk_refused(b, first, last, st);
     } else if (m) {
         chunk_blocks(w, b, idx, m, dev);
-        chunk c = {w, b, s, idx, w->blocks, w->copies};
+        chunk c = {w, b, s, idx, w->blocks, w->copies, w->pool_bytes};
         const kvf__store_hooks h = {chunk_gather, chunk_scatter, &c};
         kvf__store_block *blk = w->blocks;
         kvf_status ret = kind_removes(b->kind) ? s->ops->remove(s, blk, m, deadline_ns)

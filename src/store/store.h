@@ -24,7 +24,7 @@ typedef struct kvf__store kvf__store;
 struct kvf__image_ops;
 
 /* One block of a batch call. The caller sets key and, for write, tokens,
- * pools, buf and payload_bytes; for read, buf and cap. status and msg are
+ * pools, buf, payload_bytes and pool_bytes; for read, buf and cap. status and msg are
  * the call's answer for this block; a read fills tokens, pools and
  * payload_bytes when its status is KVF_OK. */
 typedef struct kvf__store_block {
@@ -33,12 +33,17 @@ typedef struct kvf__store_block {
     void *buf; /* write: the payload; read: where it goes */
     size_t cap;
     size_t payload_bytes;
+    /* write: each pool's bytes of the payload (pools of them, pool 0's
+     * first), for the stored pool table. NULL: the payload split evenly
+     * (kvf__block_prefix_begin), for payloads of no pools of their own. */
+    const uint32_t *pool_bytes;
     /* Optional: buf lies in staging the caller laid out as the block's
      * whole stored image, so that a store writing images (the file store)
-     * fills in the header where it is and copies nothing: the
-     * KVF_BLOCK_HEADER_BYTES before buf are the header's room, that image
-     * starts on KVF_FILE_ALIGN, and cap runs to an aligned end. Stores
-     * that send the payload alone ignore it. */
+     * fills in the prefix where it is and copies nothing: the
+     * kvf__block_prefix_bytes(pools) bytes before buf are the prefix's
+     * room (header and pool table; a read sets pools to the count its
+     * room is for), that image starts on KVF_FILE_ALIGN, and cap runs to
+     * an aligned end. Stores that send the payload alone ignore it. */
     bool staged;
     /* Optional, with staged (stores whose device_staging says so): buf is
      * device memory, reached only through these (GPUDirect Storage).

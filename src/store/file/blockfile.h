@@ -42,13 +42,14 @@ KVF_INTERNAL void kvf__blockfile_close_dir(kvf__blockfile_dir *dir);
  * reports them as torn instead. */
 KVF_INTERNAL void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir);
 
-/* Writes payload[0..meta->payload_bytes) under meta->key; `payload` is
- * preceded by KVF_BLOCK_HEADER_BYTES writable bytes that the function
- * fills with the header, so the file is written in one call. On failure
+/* Writes the payload at buf + kvf__block_prefix_bytes(meta->pools) under
+ * meta->key, split evenly among its pools; buf's first bytes are the
+ * prefix's room, which the function fills (header and pool table), so the
+ * file is written in one call. On failure
  * the key's file is removed: it holds no stale data. */
 KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,
                                              const kvf__blockfile_meta *meta, uint8_t *buf);
-/* Reads the block under `key` into buf (header + payload, `cap` bytes at
+/* Reads the block under `key` into buf (prefix + payload, `cap` bytes at
  * most), checks header, layout, namespace, length and checksum, and fills
  * *meta. */
 KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, kvf_key key, uint8_t *buf,
@@ -69,8 +70,8 @@ typedef struct kvf__image_ops {
 
 /* One block of a batch. The caller sets meta (for a read, meta.key only),
  * buf and cap; O_DIRECT needs buf aligned to KVF_FILE_ALIGN and, for a
- * write, cap >= round_up(KVF_BLOCK_HEADER_BYTES + payload) (the padding
- * is written too). */
+ * write, cap >= round_up(prefix + payload) (the padding is written too):
+ * the payload starts at buf + kvf__block_prefix_bytes(meta.pools). */
 typedef struct kvf__blockfile_io {
     kvf__blockfile_meta meta;
     uint8_t *buf;
@@ -92,6 +93,9 @@ typedef struct kvf__blockfile_io {
      * argument). NULL: buf is host memory. */
     const kvf__image_ops *img;
     void *img_arg;
+    /* Optional, writes: each pool's bytes (meta.pools of them). NULL: the
+     * payload split evenly (kvf__block_prefix_begin). */
+    const uint32_t *pool_bytes;
     /* the file layer's */
     kvf__blockfile_dir *dir;
     int fd;

@@ -120,6 +120,13 @@ KVF_INTERNAL kvf__fio_op *kvf__bf_live_ops(kvf__blockfile_io *ios, size_t n, kvf
 
 /* Reads and checks the block under key_in into *buf_p (*cap_p bytes),
  * growing the buffer when `grow`; any_layout: the layout is not checked. */
+/* Checks a read image of io (its prefix at io->buf, io->size bytes of
+ * file, header *bh parsed and expected): the pool table when first is 0,
+ * pools [first, last), and the padding when last is the last pool. Pools
+ * in device memory (io->img) are checksummed there. */
+KVF_INTERNAL kvf_status kvf__bf_image_check(const kvf__blockfile_io *io,
+                                            const kvf__block_header *bh, uint32_t first,
+                                            uint32_t last, const char *what);
 KVF_INTERNAL kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, kvf_key key, uint8_t **buf_p,
                                            size_t *cap_p, bool grow, kvf__blockfile_meta *meta,
                                            bool any_layout);

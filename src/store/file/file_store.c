@@ -23,8 +23,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define HDR KVF_BLOCK_HEADER_BYTES
-
 typedef struct file_store {
     kvf__store base;
     kvf__blockfile_dir *dir;
@@ -178,11 +176,12 @@ static bool caller_image(const kvf__store_block *b)
 /* A payload a hook filled in into the store's own image of it. */
 static kvf_status copy_in(kvf__blockfile_io *io, const kvf__store_block *b, file_store *s)
 {
-    if (HDR + b->payload_bytes > io->cap)
+    size_t pre = kvf__block_prefix_bytes(b->pools);
+    if (b->pools > KVF_BLOCK_POOLS_MAX || pre + b->payload_bytes > io->cap)
         return kvf__fail(KVF_ERR_RANGE,
-                         "block " KVF_KEY_FMT ": %s: %zu payload bytes, room for %zu",
-                         KVF_KEY_ARGS(b->key), s->dir->root, b->payload_bytes, io->cap - HDR);
-    memcpy(io->buf + HDR, b->buf, b->payload_bytes);
+                         "block " KVF_KEY_FMT ": %s: %zu payload bytes in %u pools, room for %zu",
+                         KVF_KEY_ARGS(b->key), s->dir->root, b->payload_bytes, b->pools, io->cap);
+    memcpy(io->buf + pre, b->buf, b->payload_bytes);
     return KVF_OK;
 }
 
@@ -200,16 +199,22 @@ static bool io_setup(file_call *c, size_t k, size_t i, bool write)
     io->arg = c;
     io->img = b->img;
     io->img_arg = b->img_arg;
+    io->pool_bytes = b->pool_bytes;
     if (caller_image(b)) {
-        io->buf = (uint8_t *)b->buf - HDR;
-        io->cap = HDR + b->cap;
+        size_t pre = kvf__block_prefix_bytes(b->pools);
+        io->buf = (uint8_t *)b->buf - pre;
+        io->cap = pre + b->cap;
         return true;
     }
+    /* a read's prefix is known once read, a filled write's once filled:
+     * room for the largest */
     bool now = write && !(c->h && c->h->fill);
-    io->cap = aligned(HDR + (now ? b->payload_bytes : b->cap));
+    size_t pre = now && b->pools <= KVF_BLOCK_POOLS_MAX ? kvf__block_prefix_bytes(b->pools)
+                                                        : KVF_BLOCK_PREFIX_MAX;
+    io->cap = aligned(pre + (now ? b->payload_bytes : b->cap));
     io->buf = aligned_alloc(KVF_FILE_ALIGN, io->cap);
     if (io->buf && now)
-        memcpy(io->buf + HDR, b->buf, b->payload_bytes);
+        memcpy(io->buf + pre, b->buf, b->payload_bytes);
     return io->buf != NULL;
 }
 
@@ -270,6 +275,7 @@ static kvf_status write_fill(kvf__blockfile_io *io)
     if (st != KVF_OK)
         return kvf__fail(st, "block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(b->key), kvf_last_error());
     io->meta = (kvf__blockfile_meta){b->key, b->tokens, b->pools, b->payload_bytes};
+    io->pool_bytes = b->pool_bytes;
     return caller_image(b) ? KVF_OK : copy_in(io, b, c->s);
 }
 
@@ -331,7 +337,7 @@ static void read_done(kvf__blockfile_io *io)
             KVF_KEY_ARGS(b->key), c->s->dir->root, (unsigned long long)m->payload_bytes, b->cap);
     if (b->status == KVF_OK) {
         if (!caller_image(b))
-            memcpy(b->buf, io->buf + HDR, m->payload_bytes);
+            memcpy(b->buf, io->buf + kvf__block_prefix_bytes(m->pools), m->payload_bytes);
         b->tokens = m->tokens;
         b->pools = m->pools;
         b->payload_bytes = m->payload_bytes;
