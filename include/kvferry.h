@@ -818,9 +818,17 @@ KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move
  *
  * kvf_onboard_pools: as kvf_onboard, moving only pools[0..n_pools) of
  * each move, in that order: on the CUDA backend the batch is issued pool
- * by pool, so pools[0] of every move arrives first. Onboards from DISK
- * and REMOTE read and check whole stored blocks, and write the listed
- * pools only.
+ * by pool, so pools[0] of every move arrives first. An onboard from DISK
+ * reads each block's file in groups of consecutive pools (at least 256
+ * KiB of a block each, at most 32 groups: kvf_engine_arrival_groups), on
+ * every backend: group g of every block of the batch is read, checked
+ * against its stored CRC-32C and written to the slots, and its pools'
+ * waits return, before any block's group g + 1 is read. A block whose
+ * pool fails its checksum fails its move (KVF_ERR_CORRUPT naming the
+ * pool and the file); the pools of it already handed over were checked,
+ * its later pools are not written, and waits on them return the failure.
+ * Onboards from REMOTE read and check whole stored blocks. Both write the
+ * listed pools only.
  *
  * kvf_offload_pools: as kvf_offload_after (stream may be NULL), moving
  * only the listed pools. A list of some of the pools goes to the HOST tier
@@ -860,9 +868,11 @@ KVF_API kvf_status kvf_offload_pools(kvf_engine *engine, void *stream, kvf_tier 
 /**
  * Waits until pool `pool` of every move of a batch has arrived, without
  * retiring the ticket (kvf_wait or kvf_poll still must). Works on any
- * batch: where a pool's arrival is not marked on its own (the host
- * backend, DISK and REMOTE batches, a batch of more than 4096 moves, a
- * batch not naming its pools) the pool arrives with the whole batch.
+ * batch: a kvf_onboard_pools from DISK marks each pool group's arrival (a
+ * pool arrives with its group); where a pool's arrival is not marked on
+ * its own (the host backend between slots, REMOTE batches, a batch of
+ * more than 4096 moves between slots, a batch not naming its pools) the
+ * pool arrives with the whole batch.
  * @return KVF_OK: the pool's bytes of every move are in place; the
  *         status of a move of the batch that already failed (its other
  *         moves may have arrived: kvf_wait tells which); KVF_ERR_RANGE
@@ -1562,11 +1572,22 @@ KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
 /**
  * The tiers (bit 1 << tier) whose blocks the layer-wise calls
  * (kvf_cache_get_pools, kvf_wait_pool) deliver pool by pool on this
- * engine: HOST and GPU on the CUDA backend, whose copies the GPU orders;
- * none on the host backend, and never DISK or REMOTE, which arrive whole.
- * What kvf_plan_input.layerwise_tiers takes. 0 for NULL.
+ * engine: DISK on every backend (pool group by pool group:
+ * kvf_engine_arrival_groups), HOST and GPU on the CUDA backend, whose
+ * copies the GPU orders; never REMOTE, which arrives whole. What
+ * kvf_plan_input.layerwise_tiers takes. 0 for NULL.
  */
 KVF_API uint32_t kvf_engine_layerwise_tiers(const kvf_engine *engine);
+
+/**
+ * In how many steps a layer-wise load from `tier` arrives on this engine:
+ * the pool groups of a read from DISK (consecutive pools of at least 256
+ * KiB of a block, at most 32; $KVF_DISK_GROUP_BYTES sets the minimum), the
+ * pool count for HOST and GPU on the CUDA backend, 0 for a tier that
+ * arrives whole (kvf_engine_layerwise_tiers) and for NULL. What
+ * kvf_plan_input.arrival_steps takes.
+ */
+KVF_API uint32_t kvf_engine_arrival_groups(const kvf_engine *engine, kvf_tier tier);
 
 /**
  * Sets a tier's cost, e.g. from a calibration or a measurement of the
@@ -1701,9 +1722,14 @@ typedef struct kvf_plan_input {
     const kvf_prefill_cost *prefill;
     /* tiers (bit 1 << tier) whose blocks arrive layer by layer when loaded
      * with the layer-wise calls (kvf_engine_layerwise_tiers says which);
-     * the others arrive whole (DISK, REMOTE, and every tier on the host
+     * the others arrive whole (REMOTE, and HOST and GPU on the host
      * backend) */
     uint32_t layerwise_tiers;
+    /* per layer-wise tier, in how many steps its loads arrive
+     * (kvf_engine_arrival_groups: DISK's pool groups); 0: a step per layer
+     * of the prefill cost. Added after layerwise_tiers: a caller built
+     * against an older header (a smaller struct_size) gets 0s */
+    uint32_t arrival_steps[KVF_TIER_COUNT];
 } kvf_plan_input;
 
 #define KVF_PLAN_INPUT_INIT                                                                        \

@@ -118,9 +118,13 @@ size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, u
  * secondary slots (no backend, no GPU stream), the backend's otherwise. */
 kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp, size_t n)
 {
+    return kvf__staging_copy_run(w, b, cp, kvf__sel_compact(w->engine, b, cp, n));
+}
+
+kvf_status kvf__staging_copy_run(worker *w, const batch *b, kvf__copy *cp, size_t n)
+{
     kvf_engine *e = w->engine;
     uint64_t t0 = kvf__now_ns();
-    n = kvf__sel_compact(e, b, cp, n);
     kvf_status st = kind_uses_secondary(b->kind)
                         ? kvf__host_copy(cp, n)
                         : e->backend->ops->copy_sync(e->backend, b->queue, cp, n);

@@ -61,7 +61,7 @@ static int read_full(int fd, const char *path, uint8_t *p, size_t n, uint64_t of
 /* Closes a descriptor, reporting a failure unless one is already being
  * returned: a read-only descriptor has nothing to flush, but a failing
  * close still says the file system is in trouble. */
-static kvf_status close_read_fd(int fd, kvf_status st, const char *key, const char *path)
+kvf_status kvf__bf_close_read_fd(int fd, kvf_status st, const char *key, const char *path)
 {
     char eb[128];
     /* Linux releases the descriptor even when close fails (EINTR too):
@@ -232,13 +232,10 @@ kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, kvf_key key_in, uint8_t *
         meta->pools = bh.pools;
         meta->payload_bytes = bh.payload_bytes;
     }
-    return close_read_fd(fd, st, key, path);
+    return kvf__bf_close_read_fd(fd, st, key, path);
 }
 
-/* Opens one block's file and sets up the read of all of it. false when
- * there is nothing to read: failed (io->status) or left to kvf__bf_read_block
- * (io->slow). */
-static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
+bool kvf__bf_read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
     char eb[128], key[KVF_KEY_STR_BYTES];
     kvf_key_format(io->meta.key, key);
@@ -291,15 +288,18 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 }
 
 kvf_status kvf__bf_image_check(const kvf__blockfile_io *io, const kvf__block_header *bh,
-                               uint32_t first, uint32_t last, const char *what)
+                               const uint8_t *table, uint32_t first, uint32_t last,
+                               const char *what)
 {
     size_t pre = kvf__block_prefix_bytes(bh->pools);
-    uint8_t *prefix = io->buf;
+    const uint8_t *prefix = table ? table : io->buf;
+    uint8_t *copy = NULL;
     kvf_status st = KVF_OK;
-    if (io->img) {
-        if (!(prefix = malloc(pre)))
+    if (io->img && !table) {
+        if (!(copy = malloc(pre)))
             return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool table", what);
-        st = io->img->get(io->img_arg, io->buf, prefix, pre);
+        st = io->img->get(io->img_arg, io->buf, copy, pre);
+        prefix = copy;
     }
     if (st == KVF_OK && first == 0)
         st = kvf__block_table_check(bh, prefix, what);
@@ -324,12 +324,11 @@ kvf_status kvf__bf_image_check(const kvf__blockfile_io *io, const kvf__block_hea
         if (st == KVF_OK)
             st = kvf__bf_check_padding(io->img ? pad : io->buf + end, npad, what);
     }
-    if (io->img)
-        free(prefix);
+    free(copy);
     return st;
 }
 
-/* Checks what read_begin's read brought in. */
+/* Checks what kvf__bf_read_begin's read brought in. */
 static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
     char eb[128], key[KVF_KEY_STR_BYTES];
@@ -366,7 +365,7 @@ static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     if (st == KVF_OK)
         st = kvf__bf_check_file_size(io->size, (uint32_t)pre, bh.payload_bytes, what);
     if (st == KVF_OK)
-        st = kvf__bf_image_check(io, &bh, 0, bh.pools, what);
+        st = kvf__bf_image_check(io, &bh, NULL, 0, bh.pools, what);
     if (st != KVF_OK) {
         kvf__bf_io_fail(io, st, "%s", kvf_last_error());
         return;
@@ -383,11 +382,32 @@ static void read_op_done(kvf__fio_op *op)
     kvf__blockfile_io *io = kvf__bf_io_of(op);
     read_end(io->dir, io);
     char key[KVF_KEY_STR_BYTES];
-    kvf_status st = close_read_fd(io->fd, io->status, kvf_key_format(io->meta.key, key), io->path);
+    kvf_status st =
+        kvf__bf_close_read_fd(io->fd, io->status, kvf_key_format(io->meta.key, key), io->path);
     io->fd = -1;
     if (st != io->status)
         kvf__bf_io_fail(io, st, "%s", kvf_last_error());
     kvf__bf_io_finished(io);
+}
+
+void kvf__bf_read_slow(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
+{
+    /* an image in device memory is read on the host first */
+    uint8_t *buf = io->img ? malloc(io->cap) : io->buf;
+    size_t cap = io->cap;
+    kvf__blockfile_meta m;
+    kvf_status st = buf ? kvf__bf_read_block(dir, io->meta.key, &buf, &cap, false, &m, false)
+                        : kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": out of memory",
+                                    KVF_KEY_ARGS(io->meta.key));
+    if (st == KVF_OK && io->img)
+        st = io->img->put(io->img_arg, io->buf, buf,
+                          kvf__block_prefix_bytes(m.pools) + (size_t)m.payload_bytes);
+    if (io->img)
+        free(buf);
+    if (st == KVF_OK)
+        io->meta = m;
+    else
+        kvf__bf_io_fail(io, st, "%s", kvf_last_error());
 }
 
 void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
@@ -395,29 +415,10 @@ void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
 {
     for (size_t i = 0; i < n; i++) {
         ios[i].dir = dir;
-        if (read_begin(dir, &ios[i]))
+        if (kvf__bf_read_begin(dir, &ios[i]))
             continue;
-        if (ios[i].slow) {
-            /* the careful reader, for files too short or too large */
-            kvf__blockfile_io *io = &ios[i];
-            /* an image in device memory is read on the host first */
-            uint8_t *buf = io->img ? malloc(io->cap) : io->buf;
-            size_t cap = io->cap;
-            kvf__blockfile_meta m;
-            kvf_status st =
-                buf ? kvf__bf_read_block(dir, io->meta.key, &buf, &cap, false, &m, false)
-                    : kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": out of memory",
-                                KVF_KEY_ARGS(io->meta.key));
-            if (st == KVF_OK && io->img)
-                st = io->img->put(io->img_arg, io->buf, buf,
-                                  kvf__block_prefix_bytes(m.pools) + (size_t)m.payload_bytes);
-            if (io->img)
-                free(buf);
-            if (st == KVF_OK)
-                io->meta = m;
-            else
-                kvf__bf_io_fail(io, st, "%s", kvf_last_error());
-        }
+        if (ios[i].slow)
+            kvf__bf_read_slow(dir, &ios[i]);
         kvf__bf_io_finished(&ios[i]);
         /* out of the list below */
         if (ios[i].status == KVF_OK)

@@ -139,13 +139,15 @@ typedef struct file_call {
     size_t *at;
     uint8_t *state;
     bool retry_resource, retry_check; /* this pass's failures of that kind are tried again */
+    size_t n;                         /* blocks of the call */
 } file_call;
 
 static kvf_status call_begin(file_call *c, file_store *s, kvf__store_block *blocks, size_t n,
                              const kvf__store_hooks *h)
 {
-    *c = (file_call){s,         blocks, h,    malloc(n * sizeof *c->ios), malloc(n * sizeof *c->at),
-                     malloc(n), false,  false};
+    *c = (file_call){
+        s,     blocks, h, malloc(n * sizeof *c->ios), malloc(n * sizeof *c->at), malloc(n),
+        false, false,  n};
     if (c->ios && c->at && c->state) {
         memset(c->state, RETRY_RESOURCE, n); /* every block waits for the first pass */
         return KVF_OK;
@@ -355,6 +357,49 @@ static void read_pass(file_call *c, size_t n, uint8_t state)
     ios_release(c, k);
 }
 
+/* The file layer's group g done: each block's status (and header's
+ * view) as the caller's hook sees it, then the hook. */
+static void group_done(void *arg, kvf__blockfile_io *ios, size_t k, uint32_t g)
+{
+    file_call *c = arg;
+    for (size_t j = 0; j < k; j++) {
+        kvf__store_block *b = &c->blocks[c->at[j]];
+        take_result(b, &ios[j]);
+        if (b->status != KVF_OK)
+            continue;
+        b->tokens = ios[j].meta.tokens;
+        b->pools = ios[j].meta.pools;
+        b->payload_bytes = ios[j].meta.payload_bytes;
+    }
+    c->h->part(c->h->arg, c->blocks, c->n, g);
+}
+
+/* Whether a read can go group by group: the caller takes groups, and every
+ * block is its own staged image (the groups land where the caller reads
+ * them; the store's own images are copied out whole). */
+static bool by_groups(const kvf__store_block *blocks, size_t n, const kvf__store_hooks *h)
+{
+    if (!h || !h->part || h->n_groups < 2)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!caller_image(&blocks[i]))
+            return false;
+    return true;
+}
+
+/* Reads every block group by group (by_groups). No block is read again:
+ * its first groups may be in use by the time a later one fails, and a
+ * second reading could be of another version of the file. */
+static void read_groups(file_call *c, size_t n)
+{
+    size_t k = pass_setup(c, n, RETRY_RESOURCE, false);
+    for (size_t j = 0; j < k; j++)
+        c->ios[j].on_done = read_done;
+    kvf__blockfile_groups gr = {c->h->n_groups, c->h->group_end, c->h->first_bytes, group_done, c};
+    kvf__blockfile_read_groups(c->s->dir, c->s->fio, c->ios, k, &gr);
+    ios_release(c, k);
+}
+
 /* Reads every block. A key whose old file could not be removed after a
  * failed write is refused (KVF_ERR_LOST). A block that finds the process
  * out of a resource is tried once more after a short wait; one whose check
@@ -376,6 +421,11 @@ static kvf_status file_read_hooked(kvf__store *base, kvf__store_block *blocks, s
     for (size_t i = 0; i < n && h && h->done; i++)
         if (c.state[i] == DONE)
             h->done(h->arg, &blocks[i], 1);
+    if (by_groups(blocks, n, h)) {
+        read_groups(&c, n);
+        call_end(&c);
+        return kvf__store_first_failure(blocks, n, true);
+    }
     c.retry_resource = c.retry_check = true;
     read_pass(&c, n, RETRY_RESOURCE);
     c.retry_resource = false;
