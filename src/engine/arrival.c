@@ -19,6 +19,12 @@
 
 #define GROUP_MIN_BYTES ((size_t)256 << 10)
 #define GROUPS_MAX 32u
+/* A worker's staging for a layer-wise onboard from DISK: the batch is cut
+ * into one chunk per worker, so that every chunk reads its group g before
+ * any reads g + 1 (chunks in rounds would hold group 0 back until the last
+ * round read it), up to this much a worker (pinned on the CUDA backend);
+ * a larger batch runs in rounds, its groups arriving with the last. */
+#define LAYERWISE_STAGING_BUDGET ((size_t)512 << 20)
 
 /* The minimum bytes of a block in one group: the setting, else the larger
  * of GROUP_MIN_BYTES and the block's share of GROUPS_MAX groups. */
@@ -106,6 +112,20 @@ void kvf__arrival_mark(kvf_engine *e, batch *b, uint32_t g, size_t moves)
     if (s->arrived != was)
         pthread_cond_broadcast(&e->done_cv);
     pthread_mutex_unlock(&e->mu);
+}
+
+bool kvf__arrival_grouped(const kvf_engine *e, const batch *b)
+{
+    const batch *root = b->group ? b->group : b;
+    return root->sel && root->sel->group_moves && e->ngroups > 1;
+}
+
+size_t kvf__arrival_chunk_moves(const kvf_engine *e, const batch *b)
+{
+    size_t share = (b->n + e->nworkers - 1) / e->nworkers;
+    size_t budget = LAYERWISE_STAGING_BUDGET / kvf__staging_slot_bytes(e);
+    size_t c = share < budget ? share : budget;
+    return c ? c : 1;
 }
 
 bool kvf__pool_arrived(const kvf_engine *e, const batch *b, uint32_t pi)

@@ -507,6 +507,11 @@ KVF_INTERNAL kvf_status kvf__arrival_setup(kvf_engine *e);
  * g in their slots, or failed: marks the groups every move has as
  * arrived, waking their pools' waiters. Takes the lock. */
 KVF_INTERNAL void kvf__arrival_mark(kvf_engine *e, batch *b, uint32_t g, size_t moves);
+/* Whether batch b (or its group) is a layer-wise onboard from DISK read
+ * pool group by pool group. */
+KVF_INTERNAL bool kvf__arrival_grouped(const kvf_engine *e, const batch *b);
+/* A worker's chunk of such a batch: an even share, within its budget. */
+KVF_INTERNAL size_t kvf__arrival_chunk_moves(const kvf_engine *e, const batch *b);
 /* Whether pool pi of ticket batch b has arrived for every move. Lock held. */
 KVF_INTERNAL bool kvf__pool_arrived(const kvf_engine *e, const batch *b, uint32_t pi);
 

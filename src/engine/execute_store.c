@@ -88,8 +88,8 @@ typedef struct chunk {
     kvf__store_block *blk;
     kvf__copy *cp;
     uint32_t *pool_bytes;
-    size_t first, last; /* the chunk's moves of the batch */
-    uint32_t parts;     /* pool groups handed over by the store (chunk_part) */
+    size_t first, last;     /* the chunk's moves of the batch */
+    _Atomic uint32_t parts; /* blocks' pool groups handed over by the store (chunk_part) */
 } chunk;
 
 static const kvf_move *chunk_move(const chunk *c, const kvf__store_block *blk)
@@ -157,11 +157,12 @@ static void fail_now(chunk *c, const kvf__store_block *blk)
         kvf__move_failed(c->b, i, blk->status, "%s: %s", op_name(c->b->kind), blk->msg);
 }
 
-/* The hook after pool group g of a read: the blocks that read well have
- * that group checked; their selected pools of it are scattered into their
- * slots (after group 0 each block is checked against the engine first),
- * blocks failed now fail their moves, and the group is marked arrived for
- * the chunk's moves. */
+/* The hook after pool group g of a read, for blocks[0..n) (one at a
+ * time from the file store, on its I/O threads, several at once): the
+ * blocks that read well have that group checked; their selected pools of
+ * it are scattered into their slots (after group 0 each block is checked
+ * against the engine first), blocks failed now fail their moves, and the
+ * group is counted in for their moves. */
 static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g)
 {
     chunk *c = arg;
@@ -174,7 +175,7 @@ static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g
     for (size_t j = 0; j < n; j++) {
         if (blocks[j].status != KVF_OK)
             continue;
-        kvf__copy *all = c->cp + j * e->npools;
+        kvf__copy *all = c->cp + (size_t)(&blocks[j] - c->blk) * e->npools;
         kvf_status st =
             g == 0 ? chunk_check(c, &blocks[j], chunk_move(c, &blocks[j]), all) : KVF_OK;
         if (st == KVF_OK && !cp)
@@ -204,8 +205,8 @@ static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g
     for (size_t j = 0; j < n; j++)
         if (blocks[j].status != KVF_OK)
             fail_now(c, &blocks[j]);
-    c->parts++;
-    kvf__arrival_mark(e, c->b, g, c->last - c->first);
+    atomic_fetch_add(&c->parts, 1);
+    kvf__arrival_mark(e, c->b, g, n);
 }
 
 /* The hook after a read: blocks[0..n) that read well checked and
@@ -246,8 +247,7 @@ static void chunk_scatter(void *arg, kvf__store_block *blocks, size_t n)
  * (its pools arrive group by group: arrival.c). */
 static void root_sel_groups(const kvf_engine *e, const batch *b, kvf__store_hooks *h)
 {
-    const batch *root = b->group ? b->group : b;
-    if (!root->sel || !root->sel->group_moves || e->ngroups < 2)
+    if (!kvf__arrival_grouped(e, b))
         return;
     h->part = chunk_part;
     h->group_end = e->group_end;
@@ -345,8 +345,11 @@ void kvf__run_store_chunk(worker *w, batch *b, size_t first, size_t last, uint64
         chunk_blocks(w, b, idx, m, dev);
         chunk c = {w, b, s, idx, w->blocks, w->copies, w->pool_bytes, first, last, 0};
         kvf__store_hooks h = {chunk_gather, chunk_scatter, &c, NULL, NULL, 0, 0};
-        /* a layer-wise onboard from DISK: pool group by pool group */
+        /* a layer-wise onboard from DISK: pool group by pool group; the
+         * chunk's moves that failed before count in every group */
         root_sel_groups(e, b, &h);
+        for (uint32_t g = 0; h.part && g < h.n_groups; g++)
+            kvf__arrival_mark(e, b, g, (last - first) - m);
         kvf__store_block *blk = w->blocks;
         kvf_status ret = kind_removes(b->kind) ? s->ops->remove(s, blk, m, deadline_ns)
                          : tier_keyed(kind_writes(b->kind))

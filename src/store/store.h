@@ -87,13 +87,15 @@ typedef struct kvf__store_hooks {
      * consecutive pools (n_groups > 1; group g ends before pool
      * group_end[g]; first_bytes: the prefix and group 0's pools of a whole
      * block, the first read's length). A store that reads a block's pools
-     * apart (the file store, for staged images) reads group g of every
-     * block and calls part(arg, blocks, n, g) for the whole call before it
-     * reads any group g + 1: a block whose status is KVF_OK then holds that
-     * group's pools, checked (and tokens, pools and payload_bytes are set);
-     * one that failed (now or before) is failed for good. done follows for
-     * each block at the end, as always. Stores reading whole blocks never
-     * call part. */
+     * apart (the file store, for staged images) calls part(arg, blocks, n,
+     * g) exactly once for every block of the call and every group, on
+     * whichever thread read it (several at once for different blocks),
+     * and calls it for group g of every block before it reads any group
+     * g + 1: a block whose status is KVF_OK then holds that group's pools,
+     * checked (and tokens, pools and payload_bytes are set); one that
+     * failed (now or before) is failed for good. done follows for each
+     * block at the end, as always. Stores reading whole blocks never call
+     * part. */
     void (*part)(void *arg, kvf__store_block *blocks, size_t n, uint32_t g);
     const uint32_t *group_end;
     uint32_t n_groups;

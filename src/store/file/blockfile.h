@@ -103,9 +103,11 @@ typedef struct kvf__blockfile_io {
     size_t size;
     /* a read by groups (kvf__blockfile_read_groups): bytes read so far, the
      * whole read's length, the header, and the prefix on the host */
-    size_t have, total;
+    size_t have, total, want;
     kvf__block_header bh;
     uint8_t *table;
+    const struct kvf__blockfile_groups *groups;
+    uint32_t next_group; /* the next group to hand over */
     char name[96], tmp[96];
     char path[PATH_MAX], tmp_path[PATH_MAX];
     kvf__fio_op io;
@@ -122,19 +124,20 @@ KVF_INTERNAL void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_
  * consecutive pools, group g ending before pool end[g] (end[n - 1]: the
  * last pool, whatever the file's count), the first read taking
  * first_bytes of the file (prefix and group 0's pools as the caller
- * expects them). on_group is called on the reading thread once group g of
- * every block is read and checked: a block whose status is KVF_OK has its
+ * expects them). on_block is called once for every block and group, on
+ * whichever thread read it, as soon as it is read and checked, possibly
+ * beside calls for other blocks: a block whose status is KVF_OK has its
  * pools [end[g - 1], end[g]) in buf, checked; one that failed (now or in
  * an earlier group) is done. */
 typedef struct kvf__blockfile_groups {
     uint32_t n;
     const uint32_t *end;
     size_t first_bytes;
-    void (*on_group)(void *arg, kvf__blockfile_io *ios, size_t n, uint32_t g);
+    void (*on_block)(void *arg, kvf__blockfile_io *io, uint32_t g);
     void *arg;
 } kvf__blockfile_groups;
 /* Reads many blocks as kvf__blockfile_read_many does, but pool group by
- * pool group: every block's group g read and checked, and on_group called,
+ * pool group: every block's group g read, checked and reported (on_block)
  * before any block's group g + 1 is read. A block failed in one group is
  * failed for good. on_done comes for each block once every group is done. */
 KVF_INTERNAL void kvf__blockfile_read_groups(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,

@@ -12,9 +12,12 @@
  * sequential pass over the file in a few large reads. After group g of
  * every block is read, its pools are checked against the table (header
  * CRC, then the table's, then each pool's) and the caller is told; only
- * then is group g + 1 read. A block whose check fails is failed for good
- * (its earlier groups were checked and may be in use); its later groups
- * are not read.
+ * then is group g + 1 read. Each block's group is checked and handed to
+ * the caller as its read lands, while the others' are still in flight,
+ * so the checks and the caller's copies overlap the I/O. A block whose
+ * check fails is failed for good (its earlier groups were checked and may
+ * be in use); its later groups are not read, but still reported (failed)
+ * so that the caller's count of each group is whole.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -59,10 +62,28 @@ static void read_to(kvf__blockfile_io *io, size_t want)
     io->io.need = (want < io->size ? want : io->size) - io->have;
 }
 
-/* Runs the reads of the live blocks whose `want[i]` is past what they
- * hold; each one's bytes join what it holds, a failed or short read
- * fails it. */
-static void run_reads(kvf__fileio_runner *fio, kvf__blockfile_io *ios, size_t n, const size_t *want)
+/* A read of io has finished (on whichever thread): its bytes join what it
+ * holds; a failed or short read fails io. */
+static void take_read(kvf__blockfile_io *io, size_t want)
+{
+    char what[PATH_MAX + 48], eb[128];
+    what_of(io, what, sizeof what);
+    if (io->io.err)
+        kvf__bf_io_fail(io, kvf__errno_status(io->io.err), "%s: read: %s", what,
+                        kvf__bf_errstr(io->io.err, eb, sizeof eb));
+    else if (io->io.done < io->io.need)
+        /* the file shrank after fstat: never hand back the bytes not read */
+        kvf__bf_io_fail(io, KVF_ERR_CORRUPT, "%s: truncated: short read, %zu of %zu bytes", what,
+                        io->have + io->io.done, io->size);
+    else
+        io->have = want;
+}
+
+/* Runs the reads of the live blocks whose want[i] is past what they hold,
+ * each calling on_done (its io's `want` set) as it finishes, on whichever
+ * thread finished it, while the others are still in flight. */
+static void run_reads(kvf__fileio_runner *fio, kvf__blockfile_io *ios, size_t n, const size_t *want,
+                      void (*on_done)(kvf__fio_op *op))
 {
     /* the blocks with nothing to read now out of the list, as failed ones */
     bool *idle = calloc(n ? n : 1, sizeof *idle);
@@ -81,29 +102,12 @@ static void run_reads(kvf__fileio_runner *fio, kvf__blockfile_io *ios, size_t n,
             continue;
         }
         read_to(&ios[i], want[i]);
+        ios[i].want = want[i];
     }
-    kvf__fileio_runner_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_READ, NULL, NULL));
-    for (size_t i = 0; i < n; i++) {
-        kvf__blockfile_io *io = &ios[i];
+    kvf__fileio_runner_run(fio, kvf__bf_live_ops(ios, n, KVF_FIO_READ, NULL, on_done));
+    for (size_t i = 0; i < n; i++)
         if (idle[i])
-            io->status = KVF_OK;
-        if (idle[i] || !live(io))
-            continue;
-        char what[PATH_MAX + 48], eb[128];
-        what_of(io, what, sizeof what);
-        if (io->io.err) {
-            kvf__bf_io_fail(io, kvf__errno_status(io->io.err), "%s: read: %s", what,
-                            kvf__bf_errstr(io->io.err, eb, sizeof eb));
-            continue;
-        }
-        if (io->io.done < io->io.need) {
-            /* the file shrank after fstat: never hand back the bytes not read */
-            kvf__bf_io_fail(io, KVF_ERR_CORRUPT, "%s: truncated: short read, %zu of %zu bytes",
-                            what, io->have + io->io.done, io->size);
-            continue;
-        }
-        io->have = want[i];
-    }
+            ios[i].status = KVF_OK;
     free(idle);
 }
 
@@ -166,6 +170,37 @@ static void check_pools(kvf__blockfile_io *io, uint32_t first, uint32_t last)
         kvf__bf_io_fail(io, st, "%s", kvf_last_error());
 }
 
+/* Hands group g of io over (checked first when io is still live), and
+ * moves io on to the next group. */
+static void hand_over(kvf__blockfile_io *io, uint32_t g)
+{
+    const kvf__blockfile_groups *gr = io->groups;
+    if (live(io))
+        check_pools(io, g ? gr->end[g - 1] : 0, g + 1 == gr->n ? io->bh.pools : gr->end[g]);
+    io->next_group = g + 1;
+    gr->on_block(gr->arg, io, g);
+}
+
+/* The first read done: prefix taken, and group 0 handed over where the
+ * read brought all of it. */
+static void first_done(kvf__fio_op *op)
+{
+    kvf__blockfile_io *io = kvf__bf_io_of(op);
+    take_read(io, io->want);
+    if (live(io))
+        take_prefix(io->dir, io);
+    if (live(io) && io->have >= (io->groups->n > 1 ? want_for(io, io->groups->end[0]) : io->total))
+        hand_over(io, 0);
+}
+
+/* A later read done: its group handed over. */
+static void group_read_done(kvf__fio_op *op)
+{
+    kvf__blockfile_io *io = kvf__bf_io_of(op);
+    take_read(io, io->want);
+    hand_over(io, io->next_group);
+}
+
 void kvf__blockfile_read_groups(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
                                 kvf__blockfile_io *ios, size_t n, const kvf__blockfile_groups *gr)
 {
@@ -175,6 +210,8 @@ void kvf__blockfile_read_groups(kvf__blockfile_dir *dir, kvf__fileio_runner *fio
         io->dir = dir;
         io->have = 0;
         io->table = NULL;
+        io->groups = gr;
+        io->next_group = 0;
         if (!want) {
             io->fd = -1;
             io->reported = false;
@@ -192,23 +229,32 @@ void kvf__blockfile_read_groups(kvf__blockfile_dir *dir, kvf__fileio_runner *fio
         size_t first = round_up_align(gr->first_bytes);
         want[i] = first < io->total ? first : io->total;
     }
-    if (want) {
-        run_reads(fio, ios, n, want);
-        for (size_t i = 0; i < n; i++)
-            if (live(&ios[i]))
-                take_prefix(dir, &ios[i]);
-        for (uint32_t g = 0; g < gr->n; g++) {
-            uint32_t first = g ? gr->end[g - 1] : 0, last = gr->end[g];
-            bool final = g + 1 == gr->n;
-            for (size_t i = 0; i < n; i++)
-                if (live(&ios[i]))
-                    want[i] = final ? ios[i].total : want_for(&ios[i], last);
-            run_reads(fio, ios, n, want);
-            for (size_t i = 0; i < n; i++)
-                if (live(&ios[i]))
-                    check_pools(&ios[i], first, final ? ios[i].bh.pools : last);
-            gr->on_group(gr->arg, ios, n, g);
+    if (want)
+        run_reads(fio, ios, n, want, first_done);
+    for (uint32_t g = 0; g < gr->n; g++) {
+        /* blocks done with (failed, or read whole by the careful reader)
+         * and those holding group g already: handed over now; the others'
+         * reads run, each handed over as it lands */
+        for (size_t i = 0; i < n; i++) {
+            kvf__blockfile_io *io = &ios[i];
+            if (io->next_group != g)
+                continue;
+            size_t w = live(io) ? g + 1 == gr->n ? io->total : want_for(io, gr->end[g]) : 0;
+            if (!live(io) || w <= io->have)
+                hand_over(io, g);
+            else if (want)
+                want[i] = w;
         }
+        if (want) {
+            for (size_t i = 0; i < n; i++)
+                if (ios[i].next_group != g)
+                    want[i] = 0; /* nothing to read for it */
+            run_reads(fio, ios, n, want, group_read_done);
+        }
+        /* a read refused before it ran (out of memory) still hands over */
+        for (size_t i = 0; i < n; i++)
+            if (ios[i].next_group == g)
+                hand_over(&ios[i], g);
     }
     for (size_t i = 0; i < n; i++) {
         kvf__blockfile_io *io = &ios[i];

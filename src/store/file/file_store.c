@@ -357,21 +357,19 @@ static void read_pass(file_call *c, size_t n, uint8_t state)
     ios_release(c, k);
 }
 
-/* The file layer's group g done: each block's status (and header's
- * view) as the caller's hook sees it, then the hook. */
-static void group_done(void *arg, kvf__blockfile_io *ios, size_t k, uint32_t g)
+/* The file layer's group g of one block done: its status (and header's
+ * view) as the caller's hook sees it, then the hook, for that block. */
+static void group_done(void *arg, kvf__blockfile_io *io, uint32_t g)
 {
     file_call *c = arg;
-    for (size_t j = 0; j < k; j++) {
-        kvf__store_block *b = &c->blocks[c->at[j]];
-        take_result(b, &ios[j]);
-        if (b->status != KVF_OK)
-            continue;
-        b->tokens = ios[j].meta.tokens;
-        b->pools = ios[j].meta.pools;
-        b->payload_bytes = ios[j].meta.payload_bytes;
+    kvf__store_block *b = &c->blocks[c->at[io - c->ios]];
+    take_result(b, io);
+    if (b->status == KVF_OK) {
+        b->tokens = io->meta.tokens;
+        b->pools = io->meta.pools;
+        b->payload_bytes = io->meta.payload_bytes;
     }
-    c->h->part(c->h->arg, c->blocks, c->n, g);
+    c->h->part(c->h->arg, b, 1, g);
 }
 
 /* Whether a read can go group by group: the caller takes groups, and every
@@ -393,6 +391,11 @@ static bool by_groups(const kvf__store_block *blocks, size_t n, const kvf__store
 static void read_groups(file_call *c, size_t n)
 {
     size_t k = pass_setup(c, n, RETRY_RESOURCE, false);
+    /* the blocks refused already (lost keys, no memory) count in every
+     * group as failed */
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t g = 0; c->state[i] == DONE && g < c->h->n_groups; g++)
+            c->h->part(c->h->arg, &c->blocks[i], 1, g);
     for (size_t j = 0; j < k; j++)
         c->ios[j].on_done = read_done;
     kvf__blockfile_groups gr = {c->h->n_groups, c->h->group_end, c->h->first_bytes, group_done, c};
