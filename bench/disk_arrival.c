@@ -16,8 +16,9 @@
  * file system refuses it, so the page cache does not serve the second run.
  *
  * Usage: disk_arrival DIR [blocks (256)] [runs (5)] [cuda]
- *   cuda: device slots on the CUDA backend (GDS where file.io allows);
- *   the bytes are then checked after copying them back to the host tier.
+ *   cuda: device slots on the CUDA backend (GDS where file.io allows,
+ *   KVF_FILE_IO=gds), poisoned from the host tier before each load and
+ *   checked after copying them back to it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <kvferry.h>
@@ -94,16 +95,26 @@ static size_t check(kvf_engine *e, kvf_level lv, uint32_t blocks, size_t bytes)
     return bad;
 }
 
+/* Poisons the slots the runs write: host slots in place, device slots
+ * from poisoned host-tier slots (kvf_onboard from HOST). */
 static void poison(kvf_engine *e, uint32_t blocks, size_t bytes, bool device)
 {
-    if (device)
-        return; /* device slots: checked through the host tier after the runs */
+    kvf_level lv = device ? KVF_LEVEL_SECONDARY : KVF_LEVEL_PRIMARY;
     for (uint32_t s = 0; s < blocks; s++)
         for (uint32_t p = 0; p < POOLS; p++) {
             void *ptr;
-            KV(kvf_engine_slot_ptr(e, p, KVF_LEVEL_PRIMARY, s, &ptr));
+            KV(kvf_engine_slot_ptr(e, p, lv, s, &ptr));
             memset(ptr, POISON, bytes);
         }
+    if (!device)
+        return;
+    kvf_move *mv = calloc(blocks, sizeof *mv);
+    for (uint32_t s = 0; s < blocks; s++)
+        mv[s] = (kvf_move){.src = s, .dst = s};
+    kvf_ticket t;
+    KV(kvf_onboard(e, KVF_TIER_HOST, mv, blocks, &t));
+    KV(kvf_wait(e, t, NULL));
+    free(mv);
 }
 
 int main(int argc, char **argv)
@@ -172,10 +183,11 @@ int main(int argc, char **argv)
     size_t bad;
     if (cuda) {
         /* device slots to the host tier, checked there */
-        kvf_move back[4096];
-        for (uint32_t s = 0; s < blocks && s < 4096; s++)
+        kvf_move *back = calloc(blocks, sizeof *back);
+        for (uint32_t s = 0; s < blocks; s++)
             back[s] = (kvf_move){.src = s, .dst = s};
         KV(kvf_offload(e, KVF_TIER_HOST, back, blocks, &t));
+        free(back);
         KV(kvf_wait(e, t, NULL));
         bad = check(e, KVF_LEVEL_SECONDARY, blocks, bytes);
     } else {
