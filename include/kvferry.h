@@ -1725,11 +1725,12 @@ typedef struct kvf_plan_input {
      * the others arrive whole (REMOTE, and HOST and GPU on the host
      * backend) */
     uint32_t layerwise_tiers;
-    /* per layer-wise tier, in how many steps its loads arrive
+    /* per layer-wise tier (indexed by kvf_tier; entries from
+     * KVF_TIER_COUNT on are 0), in how many steps its loads arrive
      * (kvf_engine_arrival_groups: DISK's pool groups); 0: a step per layer
      * of the prefill cost. Added after layerwise_tiers: a caller built
      * against an older header (a smaller struct_size) gets 0s */
-    uint32_t arrival_steps[KVF_TIER_COUNT];
+    uint32_t arrival_steps[KVF_CACHE_TIER_SLOTS];
 } kvf_plan_input;
 
 #define KVF_PLAN_INPUT_INIT                                                                        \

@@ -325,7 +325,7 @@ class Engine(_Issuer):
         (kvf_engine_arrival_groups): the disk's pool groups, the pool count
         for HOST and GPU on the CUDA backend, 0 for a tier arriving whole:
         what plan()'s arrival_steps takes."""
-        return int(L.kvf_engine_arrival_groups(self._h(), int(_tier_key(tier))))
+        return int(L.kvf_engine_arrival_groups(self._h(), int(Tier(tier))))
 
     def set_tier_cost(self, tier: TierLike, latency_s: float, bytes_per_s: float, hold: bool = False) -> None:
         """Sets a tier's cost: a new starting point observations keep

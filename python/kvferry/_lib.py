@@ -267,7 +267,7 @@ class PlanInput_t(ctypes.Structure):
         ("costs", Costs_t),
         ("prefill", ctypes.POINTER(PrefillCost_t)),
         ("layerwise_tiers", ctypes.c_uint32),
-        ("arrival_steps", ctypes.c_uint32 * 4),
+        ("arrival_steps", ctypes.c_uint32 * 8),
     ]
 
 
