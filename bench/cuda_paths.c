@@ -36,6 +36,7 @@
 #include "backend.h"
 
 #include "bench_cuda.h"
+#include "bench_stats.h"
 
 #include "cuda_kernels.h"
 #include "cuda_paths.h"
@@ -265,12 +266,6 @@ static void on_done(void *arg, kvf_status st)
 static kvf__queue queue_of(const job *j)
 {
     return j->dir == DIR_D2H ? KVF_QUEUE_OFFLOAD : KVF_QUEUE_ONBOARD;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 typedef struct result {

@@ -22,6 +22,7 @@
 #include "backend.h"
 
 #include "bench_cuda.h"
+#include "bench_stats.h"
 
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -39,18 +40,6 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
 
 /* a one-shot signal from a callback to the waiting caller */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;

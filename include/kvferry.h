@@ -818,9 +818,17 @@ KVF_API kvf_status kvf_onboard(kvf_engine *engine, kvf_tier from, const kvf_move
  *
  * kvf_onboard_pools: as kvf_onboard, moving only pools[0..n_pools) of
  * each move, in that order: on the CUDA backend the batch is issued pool
- * by pool, so pools[0] of every move arrives first. Onboards from DISK
- * and REMOTE read and check whole stored blocks, and write the listed
- * pools only.
+ * by pool, so pools[0] of every move arrives first. An onboard from DISK
+ * reads each block's file in groups of consecutive pools (at least 256
+ * KiB of a block each, at most 32 groups: kvf_engine_arrival_groups), on
+ * every backend: group g of every block of the batch is read, checked
+ * against its stored CRC-32C and written to the slots, and its pools'
+ * waits return, before any block's group g + 1 is read. A block whose
+ * pool fails its checksum fails its move (KVF_ERR_CORRUPT naming the
+ * pool and the file); the pools of it already handed over were checked,
+ * its later pools are not written, and waits on them return the failure.
+ * Onboards from REMOTE read and check whole stored blocks. Both write the
+ * listed pools only.
  *
  * kvf_offload_pools: as kvf_offload_after (stream may be NULL), moving
  * only the listed pools. A list of some of the pools goes to the HOST tier
@@ -860,9 +868,11 @@ KVF_API kvf_status kvf_offload_pools(kvf_engine *engine, void *stream, kvf_tier 
 /**
  * Waits until pool `pool` of every move of a batch has arrived, without
  * retiring the ticket (kvf_wait or kvf_poll still must). Works on any
- * batch: where a pool's arrival is not marked on its own (the host
- * backend, DISK and REMOTE batches, a batch of more than 4096 moves, a
- * batch not naming its pools) the pool arrives with the whole batch.
+ * batch: a kvf_onboard_pools from DISK marks each pool group's arrival (a
+ * pool arrives with its group); where a pool's arrival is not marked on
+ * its own (the host backend between slots, REMOTE batches, a batch of
+ * more than 4096 moves between slots, a batch not naming its pools) the
+ * pool arrives with the whole batch.
  * @return KVF_OK: the pool's bytes of every move are in place; the
  *         status of a move of the batch that already failed (its other
  *         moves may have arrived: kvf_wait tells which); KVF_ERR_RANGE
@@ -1562,11 +1572,22 @@ KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
 /**
  * The tiers (bit 1 << tier) whose blocks the layer-wise calls
  * (kvf_cache_get_pools, kvf_wait_pool) deliver pool by pool on this
- * engine: HOST and GPU on the CUDA backend, whose copies the GPU orders;
- * none on the host backend, and never DISK or REMOTE, which arrive whole.
- * What kvf_plan_input.layerwise_tiers takes. 0 for NULL.
+ * engine: DISK on every backend (pool group by pool group:
+ * kvf_engine_arrival_groups), HOST and GPU on the CUDA backend, whose
+ * copies the GPU orders; never REMOTE, which arrives whole. What
+ * kvf_plan_input.layerwise_tiers takes. 0 for NULL.
  */
 KVF_API uint32_t kvf_engine_layerwise_tiers(const kvf_engine *engine);
+
+/**
+ * In how many steps a layer-wise load from `tier` arrives on this engine:
+ * the pool groups of a read from DISK (consecutive pools of at least 256
+ * KiB of a block, at most 32; $KVF_DISK_GROUP_BYTES sets the minimum), the
+ * pool count for HOST and GPU on the CUDA backend, 0 for a tier that
+ * arrives whole (kvf_engine_layerwise_tiers) and for NULL. What
+ * kvf_plan_input.arrival_steps takes.
+ */
+KVF_API uint32_t kvf_engine_arrival_groups(const kvf_engine *engine, kvf_tier tier);
 
 /**
  * Sets a tier's cost, e.g. from a calibration or a measurement of the
@@ -1701,9 +1722,15 @@ typedef struct kvf_plan_input {
     const kvf_prefill_cost *prefill;
     /* tiers (bit 1 << tier) whose blocks arrive layer by layer when loaded
      * with the layer-wise calls (kvf_engine_layerwise_tiers says which);
-     * the others arrive whole (DISK, REMOTE, and every tier on the host
+     * the others arrive whole (REMOTE, and HOST and GPU on the host
      * backend) */
     uint32_t layerwise_tiers;
+    /* per layer-wise tier (indexed by kvf_tier; entries from
+     * KVF_TIER_COUNT on are 0), in how many steps its loads arrive
+     * (kvf_engine_arrival_groups: DISK's pool groups); 0: a step per layer
+     * of the prefill cost. Added after layerwise_tiers: a caller built
+     * against an older header (a smaller struct_size) gets 0s */
+    uint32_t arrival_steps[KVF_CACHE_TIER_SLOTS];
 } kvf_plan_input;
 
 #define KVF_PLAN_INPUT_INIT                                                                        \
@@ -1903,7 +1930,8 @@ KVF_API kvf_status kvf_store_info_get(size_t index, kvf_store_info *info);
 
 /** What kvf_dir_check found under one name of a namespace. */
 typedef enum kvf_dir_entry_kind {
-    KVF_DIR_ENTRY_GOOD = 0,       /* header, layout, namespace, length and checksum check */
+    KVF_DIR_ENTRY_GOOD = 0,       /* header, layout, namespace, length, pool table and
+                                     each pool's checksum check */
     KVF_DIR_ENTRY_CORRUPT = 1,    /* a block file whose bytes fail a check (KVF_ERR_CORRUPT) */
     KVF_DIR_ENTRY_TORN = 2,       /* the temporary file of a write that did not finish */
     KVF_DIR_ENTRY_MISMATCH = 3,   /* a sound block of another layout or namespace
@@ -1914,7 +1942,8 @@ typedef enum kvf_dir_entry_kind {
                                      about the file (out of descriptors or memory,
                                      an I/O error): not checked */
     KVF_DIR_ENTRY_OLD_FORMAT = 6  /* a block of format version 1 (64-bit keys,
-                                     <16 hex digits>.kvf): never served; kvf_dir_upgrade
+                                     <16 hex digits>.kvf) or 2 (one checksum per block,
+                                     no pool table): never served; kvf_dir_upgrade
                                      (kvferry fsck --upgrade) rewrites it */
 } kvf_dir_entry_kind;
 
@@ -1951,7 +1980,8 @@ typedef void (*kvf_dir_check_fn)(void *arg, const kvf_dir_entry *entry);
 
 /**
  * Checks every block of <dir>/<ns> as a read would (header, namespace,
- * key, length, checksum of the whole payload), and reports every block
+ * key, length, pool table, each pool's checksum: a message names the pool
+ * that fails), and reports every block
  * file and every temporary file of an interrupted write, in directory
  * order. Other names are ignored. Reads each block in full: about as long
  * as reading the namespace's bytes. A header claiming more payload than a
@@ -2000,17 +2030,19 @@ KVF_API kvf_status kvf_dir_list(const char *dir, const char *ns, const kvf_geome
  * Rewrites the format-version-1 blocks of <dir>/<ns> (64-bit keys, files
  * <16 hex digits>.kvf, which engines of this version refuse) in the
  * current format: the key zero-extended to {0, old key}, the file renamed
- * to its 32-digit name. Per file, atomically: the new file is written
- * beside it, synced, renamed into place, the directory synced, and only
- * then the old file removed; a crash leaves the old file, the new one, or
- * both (run it again). Each old file is checked whole first (header,
- * namespace, key against its name, length, checksum): one that fails is
- * reported (CORRUPT or MISMATCH) and left as it is. The rename never
- * replaces a file: where a file of the new name exists (an engine stored
- * the block meanwhile), the old file is removed only when it names the
- * same block, else left and reported. Engines may use the namespace
- * meanwhile (block directories have no lock): they neither read nor write
- * 16-digit names.
+ * to its 32-digit name. Format-version-2 blocks (one checksum per block)
+ * are rewritten under their own name, the new file renamed over the old
+ * one only while the name still holds the file read. Neither old format
+ * records each pool's bytes: the payload is split evenly among the pools
+ * (an engine whose pools have one shape); a block of pools of other shapes
+ * then reads as another layout (refused, never served). Per file, atomically: the new file is
+ * written beside it, synced, renamed into place, the directory synced, and only then the old file
+ * removed; a crash leaves the old file, the new one, or both (run it again). Each old file is
+ * checked whole first (header, namespace, key against its name, length, checksum): one that fails
+ * is reported (CORRUPT or MISMATCH) and left as it is. The rename never replaces a file: where a
+ * file of the new name exists (an engine stored the block meanwhile), the old file is removed only
+ * when it names the same block, else left and reported. Engines may use the namespace meanwhile
+ * (block directories have no lock): they neither read nor write 16-digit names.
  * @param visit  called once per old file with its verdict: OLD_FORMAT
  *        with status KVF_OK once rewritten, else the reason it was not
  *        (NULL: counts only).

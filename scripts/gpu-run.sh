@@ -17,7 +17,8 @@
 #      `kvferry bench --compare`, the whole-block A/B
 #      against BASE_DIR, the latency probe, torch's gather, the file tier
 #      (POSIX and GDS), replay, the Python GPU tests and every other test;
-#      TTFT and the planner's bench on request (RUN_TTFT, RUN_PLAN).
+#      TTFT and the planner's bench on request (RUN_TTFT, RUN_PLAN), and
+#      layer-wise arrival from disk (RUN_DISK_ARRIVAL).
 # Each step runs only while the time budget (BUDGET_S, default 540 s)
 # holds it, cut to what is left; a step left out says so. SKIP_<STEP>=1
 # leaves one out: SKIP_SANITIZE, SKIP_PATHS, SKIP_PARTIAL, SKIP_CONTEND,
@@ -444,6 +445,31 @@ if [ -n "${RUN_PLAN:-}" ] && fits 60 "bench/plan_ttft.py"; then
             --blocks 480 --iters 3 --fsync none --json "$L/plan-disk-ceiling.json" &&
         tail -n 12 "$L/plan-disk-ceiling.txt"
     rm -rf "$D"
+fi
+# RUN_DISK_ARRIVAL=1: layer-wise arrival from the disk tier on the GPU:
+# bench/disk_arrival (512 blocks of a Llama-3-8B-shaped layout, a pool per
+# layer, into device slots; the first pool's arrival against the whole
+# batch, every byte checked through the host tier), POSIX then GDS; then
+# the layer-wise TTFT from disk through the transformers adapter
+# (bench/ttft.py --tiers disk: layerwise beside whole, load and compute;
+# ARRIVAL_TTFT_ARGS: more options, e.g. "--lengths 8192,32768").
+# Tables in disk-arrival-*.txt and ttft-disk.txt, JSON in ttft-disk.json
+if [ -n "${RUN_DISK_ARRIVAL:-}" ] && [ -x $B/bench/disk_arrival ] && fits 60 "bench/disk_arrival"; then
+    D=${ARRIVAL_DIR:-/var/tmp/kvf-arrival}
+    for io in posix gds; do
+        fits 30 "bench/disk_arrival ($io)" || continue
+        rm -rf "$D"
+        KVF_FILE_IO=$io step "disk-arrival-$io.txt" 120 $B/bench/disk_arrival "$D" 512 5 cuda
+        cat "$L/disk-arrival-$io.txt"
+        keep "disk-arrival-$io.txt"
+    done
+    rm -rf "$D"
+    if fits 90 "bench/ttft.py --tiers disk"; then
+        KVFERRY_LIBRARY=$B/libkvferry.so step ttft-disk.txt "${TTFT_TIMEOUT:-300}" python3 bench/ttft.py \
+            --tiers disk --json "$L/ttft-disk.json" ${ARRIVAL_TTFT_ARGS:-}
+        cat "$L/ttft-disk.txt"
+        keep ttft-disk.txt ttft-disk.json
+    fi
 fi
 [ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null
 echo "done in $SECONDS s of $BUDGET_S"

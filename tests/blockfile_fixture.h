@@ -24,7 +24,9 @@
 #include <unistd.h>
 
 #define FP 0x1234567890abcdefull
-#define HDR KVF_BLOCK_HEADER_BYTES
+/* Where the payload starts in the stored form of the tests' blocks (1 to
+ * 16 pools): kvf__block_prefix_bytes, a constant for arrays */
+#define PRE 256u
 #define POISON 0xA5
 /* Blocks that no fault aimed at may touch. */
 #define NBYSTANDERS 3
@@ -90,10 +92,10 @@ static inline void fault_clear(void)
 static inline uint8_t *make_block(uint64_t key, uint64_t tag, size_t payload,
                                   kvf__blockfile_meta *m)
 {
-    uint8_t *buf = malloc(HDR + payload + 1);
+    uint8_t *buf = malloc(PRE + payload + 1);
     REQUIRE(buf);
-    memset(buf, 0, HDR);
-    test_fill_random(buf + HDR, payload, tag);
+    memset(buf, 0, PRE);
+    test_fill_random(buf + PRE, payload, tag);
     *m = (kvf__blockfile_meta){KEY(key), 16, 3, payload};
     return buf;
 }
@@ -111,7 +113,7 @@ static inline kvf_status put(kvf__blockfile_dir *d, uint64_t key, uint64_t tag, 
  * made. 0 when byte-exact. */
 static inline int expect(kvf__blockfile_dir *d, uint64_t key, uint64_t tag, size_t payload)
 {
-    size_t cap = HDR + payload + 100;
+    size_t cap = PRE + payload + 100;
     uint8_t *got = malloc(cap), *want = malloc(payload + 1);
     REQUIRE(got && want);
     memset(got, POISON, cap);
@@ -125,11 +127,11 @@ static inline int expect(kvf__blockfile_dir *d, uint64_t key, uint64_t tag, size
                 kvf_status_str(st), kvf_last_error());
         bad = 1;
     } else {
-        bad |= test_mem_diff(got + HDR, want, payload) != (size_t)-1;
+        bad |= test_mem_diff(got + PRE, want, payload) != (size_t)-1;
         bad |= !kvf_key_eq(m.key, KEY(key)) || m.tokens != 16 || m.pools != 3 ||
                m.payload_bytes != payload;
         /* nothing written past the block */
-        for (size_t i = HDR + payload; i < cap; i++)
+        for (size_t i = PRE + payload; i < cap; i++)
             bad |= got[i] != POISON;
         if (bad)
             fprintf(stderr, "block " KVF_KEY_FMT ": wrong bytes or meta\n",

@@ -24,7 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define HDR KVF_BLOCK_HEADER_BYTES
+/* Where the payload starts in the stored form of the tests' blocks (1 to
+ * 16 pools): kvf__block_prefix_bytes, a constant for arrays */
+#define PRE 256u
 #define ALIGN KVF_FILE_ALIGN
 #define POISON 0xA5
 

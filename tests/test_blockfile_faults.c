@@ -23,7 +23,7 @@ static int test_corruption(void)
         return 1;
     put_bystanders(&d);
     enum { LEN = 10000 };
-    size_t cap = HDR + LEN + 64;
+    size_t cap = PRE + LEN + 64;
     uint8_t *buf = malloc(cap);
     REQUIRE(buf);
     char p[1024];
@@ -37,13 +37,13 @@ static int test_corruption(void)
         size_t append;
         const char *detail;
     } cases[] = {
-        {"truncated by one", HDR + LEN - 1, -1, 0, "truncated"},
-        {"truncated to the header", HDR, -1, 0, "truncated"},
+        {"truncated by one", PRE + LEN - 1, -1, 0, "truncated"},
+        {"truncated to the header", PRE, -1, 0, "truncated"},
         {"truncated inside the header", 10, -1, 0, "truncated"},
         {"empty", 0, -1, 0, "truncated"},
         {"extended", -1, -1, 1, "extended"},
-        {"payload byte flipped", -1, HDR + 1234, 0, "checksum mismatch"},
-        {"last payload byte flipped", -1, HDR + LEN - 1, 0, "checksum mismatch"},
+        {"payload byte flipped", -1, PRE + 1234, 0, "checksum mismatch"},
+        {"last payload byte flipped", -1, PRE + LEN - 1, 0, "checksum mismatch"},
         {"magic flipped", -1, 0, 0, "magic"},
         {"version flipped", -1, 8, 0, "version"},
         {"tokens flipped", -1, 40, 0, "header checksum"},
@@ -101,7 +101,7 @@ static void write_fault(kvf__blockfile_dir *d, const char *op, int err, int skip
     CHECK_STR_HAS(msg, hex);
     CHECK_STR_HAS(msg, text);
     CHECK(!exists(d, key));
-    uint8_t b[HDR];
+    uint8_t b[PRE];
     CHECK_STATUS(kvf__blockfile_read(d, TKEY(key), b, sizeof b, NULL), KVF_ERR_NOT_FOUND);
     CHECK_EQ_INT(bystanders_intact(d), 0);
 }
@@ -201,24 +201,24 @@ static int test_read_faults(void)
     fault_set("open", EINTR, 0, 0, 3);
     CHECK_EQ_INT(expect(&d, 0x20, 8, LEN), 0);
 
-    uint8_t *buf = malloc(HDR + LEN);
+    uint8_t *buf = malloc(PRE + LEN);
     REQUIRE(buf);
     kvf__blockfile_meta m;
     /* EIO on the first call and on a later one (the file read in 4 KiB pieces) */
     for (int skip = 0; skip < 2; skip++) {
         fault_set("read", EIO, 4096, skip, 1);
-        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, HDR + LEN, &m), KVF_ERR_IO);
+        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, PRE + LEN, &m), KVF_ERR_IO);
         CHECK_STR_HAS(kvf_last_error(), "block 00000000000000000000000000000020: ");
         CHECK_STR_HAS(kvf_last_error(), "read: ");
         CHECK_EQ_INT(fault.hits, 1);
     }
     fault_set("open", EACCES, 0, 0, 1);
-    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, HDR + LEN, &m), KVF_ERR_IO);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, PRE + LEN, &m), KVF_ERR_IO);
     /* the file shrinks between fstat and the payload's read: the read
      * sees end of file and must call it corrupt, not pad with zeros */
     fault_set("read", 0, 4096, 1, 1);
-    fault.truncate_to = HDR + 100;
-    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, HDR + LEN, &m), KVF_ERR_CORRUPT);
+    fault.truncate_to = PRE + 100;
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x20), buf, PRE + LEN, &m), KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "short read");
     fault_clear();
     kvf__set_io_fault(NULL);

@@ -199,15 +199,15 @@ static int test_round_trip(void)
     block_path(&d, 0x2a + 3, p, sizeof p);
     CHECK_STR_HAS(p, "/0000000000000000000000000000002d.kvf");
     struct stat st;
-    CHECK(stat(p, &st) == 0 && st.st_size == (off_t)(HDR + 4096));
+    CHECK(stat(p, &st) == 0 && st.st_size == (off_t)(PRE + 4096));
     CHECK((st.st_mode & 0600) == 0600 && (st.st_mode & 0111) == 0);
-    uint8_t h[HDR];
+    uint8_t h[PRE];
     int fd = open(p, O_RDONLY);
     REQUIRE(fd >= 0);
-    CHECK(pread(fd, h, HDR, 0) == HDR);
+    CHECK(pread(fd, h, PRE, 0) == PRE);
     close(fd);
     CHECK(memcmp(h, "KVFBLK\r\n", 8) == 0);
-    CHECK_EQ_INT(le(h + 8, 4), 2);    /* version */
+    CHECK_EQ_INT(le(h + 8, 4), 3);    /* version */
     CHECK_EQ_INT(le(h + 12, 4), 128); /* header bytes */
     CHECK_EQ_U64(le(h + 16, 8), FP);
     CHECK_EQ_U64(le(h + 24, 8), fnv1a64("rt"));
@@ -217,17 +217,29 @@ static int test_round_trip(void)
     CHECK_EQ_INT(le(h + 52, 4), 3);    /* pools */
     CHECK_EQ_U64(le(h + 56, 8), 4096);
     {
+        /* the pool table at 128: three pools splitting the payload evenly
+         * (the remainder in the last), each with its CRC-32C, zeros to 256;
+         * its own CRC in the header */
         uint8_t want[4096];
         test_fill_random(want, sizeof want, 10 + 3);
-        CHECK_EQ_U64(le(h + 64, 4), kvf__crc32c(0, want, sizeof want));
+        CHECK_EQ_U64(le(h + 64, 4), kvf__crc32c(0, h + 128, 128));
+        const uint32_t split[3] = {1365, 1365, 1366};
+        size_t off = 0;
+        for (int k = 0; k < 3; k++) {
+            CHECK_EQ_U64(le(h + 128 + 8 * k, 4), split[k]);
+            CHECK_EQ_U64(le(h + 132 + 8 * k, 4), kvf__crc32c(0, want + off, split[k]));
+            off += split[k];
+        }
+        for (size_t i = 128 + 24; i < PRE; i++)
+            CHECK_EQ_INT(h[i], 0);
     }
     for (size_t i = 68; i < 124; i++)
         CHECK_EQ_INT(h[i], 0); /* reserved */
     CHECK_EQ_U64(le(h + 124, 4), kvf__crc32c(0, h, 124));
     /* a reserved byte set, the header CRC made right: still refused */
     {
-        uint8_t hb[HDR];
-        memcpy(hb, h, HDR);
+        uint8_t hb[PRE];
+        memcpy(hb, h, PRE);
         hb[100] = 1;
         uint32_t crc = kvf__crc32c(0, hb, 124);
         for (int k = 0; k < 4; k++)
@@ -239,7 +251,7 @@ static int test_round_trip(void)
     /* the high half of a key: in its file's name and its header */
     {
         const kvf_key big = {0x0123456789abcdefull, 0x2d};
-        uint8_t *buf = calloc(1, HDR + 64);
+        uint8_t *buf = calloc(1, PRE + 64);
         REQUIRE(buf);
         kvf__blockfile_meta m = {big, 1, 1, 64};
         CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_OK);
@@ -248,7 +260,7 @@ static int test_round_trip(void)
         fd = open(q, O_RDONLY);
         CHECK(fd >= 0);
         if (fd >= 0) {
-            CHECK(pread(fd, h, HDR, 0) == HDR);
+            CHECK(pread(fd, h, PRE, 0) == PRE);
             close(fd);
             CHECK_EQ_U64(le(h + 32, 8), 0x0123456789abcdefull);
             CHECK_EQ_U64(le(h + 40, 8), 0x2d);
@@ -277,7 +289,7 @@ static int test_round_trip(void)
     CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), buf, sizeof buf, &m), KVF_ERR_RANGE);
     CHECK_STR_HAS(kvf_last_error(), "does not fit");
     CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), buf, 10, &m), KVF_ERR_RANGE);
-    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), buf, HDR + 4095, &m), KVF_ERR_RANGE);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), buf, PRE + 4095, &m), KVF_ERR_RANGE);
     for (size_t i = 0; i < sizeof buf; i++)
         if (buf[i] != POISON) {
             TEST_FAIL_AT(__FILE__, __LINE__, "refused read wrote byte %zu", i);
@@ -286,9 +298,9 @@ static int test_round_trip(void)
     CHECK(kvf_key_eq(m.key, KEY(7)) && m.payload_bytes == 7);
     /* exactly the block's size is enough */
     {
-        uint8_t *exact = malloc(HDR + 4096);
+        uint8_t *exact = malloc(PRE + 4096);
         REQUIRE(exact);
-        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), exact, HDR + 4096, &m), KVF_OK);
+        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x2a + 3), exact, PRE + 4096, &m), KVF_OK);
         CHECK_EQ_U64(m.payload_bytes, 4096);
         free(exact);
     }
@@ -343,13 +355,13 @@ static int test_mismatch(void)
     if (open_ns("mm-a", FP, KVF_FSYNC_NONE, &a))
         return 1;
     CHECK_STATUS(put(&a, 5, 1, 2000), KVF_OK);
-    uint8_t *buf = malloc(HDR + 2000);
+    uint8_t *buf = malloc(PRE + 2000);
     REQUIRE(buf);
     kvf__blockfile_meta m;
 
     /* the same namespace under another layout */
     if (!open_ns("mm-a", FP ^ 1, KVF_FSYNC_NONE, &other_fp)) {
-        CHECK_STATUS(kvf__blockfile_read(&other_fp, TKEY(5), buf, HDR + 2000, &m),
+        CHECK_STATUS(kvf__blockfile_read(&other_fp, TKEY(5), buf, PRE + 2000, &m),
                      KVF_ERR_MISMATCH);
         CHECK_STR_HAS(kvf_last_error(), "layout");
         kvf__blockfile_close_dir(&other_fp);
@@ -360,12 +372,12 @@ static int test_mismatch(void)
         block_path(&a, 5, from, sizeof from);
         block_path(&b, 5, to, sizeof to);
         copy_file(from, to);
-        CHECK_STATUS(kvf__blockfile_read(&b, TKEY(5), buf, HDR + 2000, &m), KVF_ERR_MISMATCH);
+        CHECK_STATUS(kvf__blockfile_read(&b, TKEY(5), buf, PRE + 2000, &m), KVF_ERR_MISMATCH);
         CHECK_STR_HAS(kvf_last_error(), "namespace");
         /* and one renamed to another key */
         block_path(&a, 6, to, sizeof to);
         copy_file(from, to);
-        CHECK_STATUS(kvf__blockfile_read(&a, TKEY(6), buf, HDR + 2000, &m), KVF_ERR_CORRUPT);
+        CHECK_STATUS(kvf__blockfile_read(&a, TKEY(6), buf, PRE + 2000, &m), KVF_ERR_CORRUPT);
         kvf__blockfile_close_dir(&b);
     }
     CHECK_EQ_INT(expect(&a, 5, 1, 2000), 0);
@@ -410,9 +422,9 @@ static int test_concurrent_writers(void)
     }
     int matches = 0;
     for (uint64_t tag = 1; tag <= 4; tag++) {
-        uint8_t *buf = malloc(HDR + 30004);
+        uint8_t *buf = malloc(PRE + 30004);
         kvf__blockfile_meta m;
-        if (kvf__blockfile_read(&d, TKEY(0x4242), buf, HDR + 30004, &m) == KVF_OK &&
+        if (kvf__blockfile_read(&d, TKEY(0x4242), buf, PRE + 30004, &m) == KVF_OK &&
             m.payload_bytes == 30000 + tag)
             matches += expect(&d, 0x4242, tag, 30000 + tag) == 0;
         free(buf);
@@ -427,7 +439,7 @@ static int test_bad_args(void)
 {
     kvf__blockfile_dir closed;
     memset(&closed, 0, sizeof closed);
-    uint8_t buf[HDR + 8];
+    uint8_t buf[PRE + 8];
     kvf__blockfile_meta m = {KEY(1), 1, 1, 8};
     CHECK_STATUS(kvf__blockfile_write(&closed, &m, buf), KVF_ERR_INVALID);
     CHECK_STATUS(kvf__blockfile_read(&closed, TKEY(1), buf, sizeof buf, &m), KVF_ERR_INVALID);

@@ -49,7 +49,7 @@ static int test_scan(void)
     CHECK_STATUS(put(&d, 0xc1, 2, 100), KVF_OK);
     char p[1024];
     block_path(&d, 0xc1, p, sizeof p);
-    flip_byte(p, HDR + 5);
+    flip_byte(p, PRE + 5);
     /* a write interrupted by a crash, and files that are not blocks */
     snprintf(p, sizeof p, "%s/.0000000000000000%016llx.1234.0.tmp", d.root, 0xdeadull);
     int fd = open(p, O_WRONLY | O_CREAT, 0644);

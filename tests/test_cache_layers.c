@@ -2,8 +2,11 @@
 /*
  * kvf_cache_get_pools: a get of some pools from the host and disk tiers
  * writes those pools only; kvf_cache_wait_pool answers per pool before the
- * ticket is waited for; bad pool lists queue nothing.
+ * ticket is waited for; bad pool lists queue nothing; a block whose pool
+ * is damaged on disk fails alone, naming the pool, and is dropped, never
+ * served.
  */
+#include "blockhdr.h"
 #include "cache_fixture.h"
 
 #include <stdatomic.h>
@@ -142,9 +145,64 @@ static int test_get_into_lost_slot(bool disk)
     return 0;
 }
 
+/* Blocks on disk, one with its pool 1 damaged: a layer-wise get of both
+ * pools fails that block alone (KVF_ERR_CORRUPT naming pool 1 and its
+ * file), the cache drops it (never served again: a miss), the others
+ * arrive whole, byte-exact. */
+static int test_get_pools_damaged_pool(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.host.blocks = 1;
+    cc.disk.blocks = 16;
+    CHECK(fx_init(&f, 16, 1, true, &cc) == 0);
+    kvf_key keys[6];
+    uint32_t slots[6];
+    for (uint32_t i = 0; i < 6; i++) {
+        keys[i] = KEY(0x900 + i);
+        fill(&f, i, keys[i]);
+        CHECK_STATUS(put1(&f, keys[i], i, 50), KVF_OK);
+    }
+    /* the oldest went down to disk; damage one there, in its pool 1 */
+    kvf_key bad = keys[2];
+    REQUIRE(tier_of(&f, bad) == KVF_TIER_DISK);
+    char path[700];
+    REQUIRE(block_path(&f, bad, path, sizeof path) == 0);
+    flip_byte(path, (long)(kvf__block_prefix_bytes(2) + f.bytes[0] + 100));
+    size_t n = 0;
+    for (uint32_t i = 0; i < 6; i++)
+        if (tier_of(&f, keys[i]) == KVF_TIER_DISK) {
+            keys[n] = keys[i];
+            slots[n] = 8 + (uint32_t)n;
+            poison(&f, slots[n]);
+            n++;
+        }
+    REQUIRE(n >= 3);
+    kvf_cache_ticket t;
+    CHECK_STATUS(kvf_cache_get_pools(f.c, keys, slots, n, (uint32_t[]){0, 1}, 2, &t), KVF_OK);
+    CHECK_STATUS(kvf_cache_wait_pool(f.c, t, 1), KVF_ERR_CORRUPT);
+    kvf_status per[6];
+    kvf_move_error err[2];
+    size_t n_err = 0;
+    CHECK_STATUS(kvf_cache_wait_errors(f.c, t, per, err, 2, &n_err), KVF_ERR_CORRUPT);
+    CHECK(n_err == 1 && strstr(err[0].message, "pool 1: checksum mismatch") != NULL &&
+          strstr(err[0].message, ".kvf") != NULL);
+    for (size_t i = 0; i < n; i++) {
+        bool is_bad = kvf_key_eq(keys[i], bad);
+        CHECK_STATUS(per[i], is_bad ? KVF_ERR_CORRUPT : KVF_OK);
+        if (!is_bad)
+            CHECK(expect(&f, slots[i], keys[i]) == 0);
+    }
+    /* dropped: a miss from now on */
+    CHECK(tier_of(&f, bad) == -1);
+    fx_done(&f);
+    return 0;
+}
+
 int main(void)
 {
     int fails = test_get_one_pool();
+    fails += test_get_pools_damaged_pool();
     fails += test_get_into_lost_slot(false);
     fails += test_get_into_lost_slot(true);
     return fails ? 1 : 0;

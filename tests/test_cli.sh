@@ -176,13 +176,14 @@ grep -q ": ok" "$tmp/out"
 expect 2 "$kvf" fsck
 said "which directory"
 
-# ---- fsck after damage: flip one byte of one block, leave a torn
-# temporary file: fsck fails
+# ---- fsck after damage: flip one byte of one block's payload, leave a
+# torn temporary file: fsck fails, naming the damaged pool
 f=$(ls "$tmp"/files/bench/*.kvf | head -n 1)
-printf '\377' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
+printf '\377' | dd of="$f" bs=1 seek=5000 conv=notrunc 2>/dev/null
 : >"$tmp/files/bench/.0000000000000000000000000000abcd.999999999.1.tmp"
 if "$kvf" fsck "$tmp/files" >"$tmp/fsck2"; then cat "$tmp/fsck2"; exit 1; fi
 grep -q "15 good, 1 corrupt, 1 torn" "$tmp/fsck2"
+grep -q "pool [0-9]*: checksum mismatch" "$tmp/fsck2"
 expect 1 "$kvf" fsck "$tmp/files" --json -
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["corrupt"] == 1
 assert d["clean"] is False' "$tmp/out"
@@ -217,12 +218,17 @@ pay = bytes(range(256)) * 4
 h = bytearray(b"KVFBLK\r\n" + struct.pack("<IIQQQIIQI", 1, 64, 0, ns, 0xabc, 16, 1, len(pay), crc(pay)))
 h += struct.pack("<I", crc(bytes(h)))
 open(sys.argv[1] + "/0000000000000abc.kvf", "wb").write(bytes(h) + pay)
+# and one of format version 2 (128-byte header, one payload checksum)
+h = bytearray(b"KVFBLK\r\n" + struct.pack("<IIQQQQIIQI", 2, 128, 0, ns, 0, 0xdef, 16, 1, len(pay), crc(pay)))
+h += bytes(124 - len(h))
+h += struct.pack("<I", crc(bytes(h)))
+open(sys.argv[1] + "/00000000000000000000000000000def.kvf", "wb").write(bytes(h) + pay)
 PY
 expect 1 "$kvf" fsck "$tmp/v1"
-grep -q "1 old format" "$tmp/out"
+grep -q "2 old format" "$tmp/out"
 grep -q "fsck --upgrade" "$tmp/out"
 expect 0 "$kvf" fsck "$tmp/v1" --upgrade
-grep -q "1 good, .* 0 old format, 1 upgraded" "$tmp/out"
+grep -q "2 good, .* 0 old format, 2 upgraded" "$tmp/out"
 [ -f "$tmp/v1/ns/00000000000000000000000000000abc.kvf" ] && [ ! -e "$tmp/v1/ns/0000000000000abc.kvf" ]
 expect 0 "$kvf" fsck "$tmp/v1"
 

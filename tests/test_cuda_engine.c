@@ -63,7 +63,8 @@ static int fx_open(fixture *f, kvf_cuda_copy mode, bool files)
     }
     REQUIRE(st == KVF_OK);
     CHECK(kvf_engine_backend(f->e) == KVF_BACKEND_CUDA);
-    CHECK(kvf_engine_layerwise_tiers(f->e) == (1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU));
+    CHECK(kvf_engine_layerwise_tiers(f->e) ==
+          (1u << KVF_TIER_HOST | 1u << KVF_TIER_GPU | 1u << KVF_TIER_DISK));
     for (int p = 0; p < POOLS; p++)
         REQUIRE(kvf_geometry_block_bytes(&f->g[p], &f->bytes[p]) == KVF_OK);
 

@@ -298,7 +298,7 @@ static int sparse_child(const file_fixture *f)
 static void test_sparse_claim(const file_fixture *f)
 {
     char p[400], q[400];
-    uint8_t h[KVF_BLOCK_HEADER_BYTES];
+    uint8_t h[KVF_BLOCK_PREFIX_MAX];
     ff_key_path(f, GOOD_A, p, sizeof p);
     int fd = open(p, O_RDONLY);
     REQUIRE(fd >= 0 && pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h);
@@ -307,13 +307,14 @@ static void test_sparse_claim(const file_fixture *f)
     REQUIRE(kvf__block_header_parse(h, p, &bh) == KVF_OK);
     bh.ns_hash = kvf__ns_hash("sparse");
     bh.payload_bytes = SPARSE_CLAIM; /* a sound header: its own checksum holds */
-    kvf__block_header_pack(&bh, h);
+    kvf__block_prefix_seal(&bh, h);
     snprintf(q, sizeof q, "%s/sparse", f->dir);
     REQUIRE(mkdir(q, 0755) == 0);
     snprintf(q, sizeof q, "%s/sparse/0000000000000000%016llx.kvf", f->dir,
              (unsigned long long)GOOD_A);
-    write_file(q, h, sizeof h);
-    REQUIRE(truncate(q, (off_t)(sizeof h + SPARSE_CLAIM)) == 0);
+    size_t pre = kvf__block_prefix_bytes(bh.pools);
+    write_file(q, h, pre);
+    REQUIRE(truncate(q, (off_t)(pre + SPARSE_CLAIM)) == 0);
     fflush(NULL);
     pid_t pid = fork();
     REQUIRE(pid >= 0);

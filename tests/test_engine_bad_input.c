@@ -126,7 +126,8 @@ static int test_bad_input(void)
     CHECK_STATUS(kvf_info_get(&sized.info), KVF_ERR_INVALID);
     CHECK(kvf_version() != NULL && strncmp(kvf_version(), KVF_VERSION_STRING, 5) == 0);
     CHECK(strcmp(kvf_backend_name(kvf_engine_backend(e)), "host") == 0);
-    CHECK(kvf_engine_layerwise_tiers(e) == 0); /* whole batches on the host backend */
+    /* DISK pool group by pool group; whole batches between slots on the host backend */
+    CHECK(kvf_engine_layerwise_tiers(e) == 1u << KVF_TIER_DISK);
     CHECK(kvf_engine_layerwise_tiers(NULL) == 0);
     kvf_engine_destroy(e);
 

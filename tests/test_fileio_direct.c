@@ -59,9 +59,9 @@ static int test_direct_alignment(void)
         return 1;
     static const size_t payloads[] = {0,
                                       1,
-                                      ALIGN - HDR - 1,
-                                      ALIGN - HDR,
-                                      ALIGN - HDR + 1,
+                                      ALIGN - PRE - 1,
+                                      ALIGN - PRE,
+                                      ALIGN - PRE + 1,
                                       ALIGN,
                                       3 * ALIGN + 17,
                                       (1u << 20) + 13};
@@ -70,13 +70,13 @@ static int test_direct_alignment(void)
     REQUIRE(ios);
     uint8_t *want[N];
     for (size_t i = 0; i < N; i++) {
-        size_t cap = round_up(HDR + payloads[i]);
+        size_t cap = round_up(PRE + payloads[i]);
         ios[i].buf = aligned_alloc_poisoned(cap);
         ios[i].cap = cap;
-        test_fill_random(ios[i].buf + HDR, payloads[i], 500 + i);
+        test_fill_random(ios[i].buf + PRE, payloads[i], 500 + i);
         want[i] = malloc(payloads[i] + 1);
         REQUIRE(want[i]);
-        memcpy(want[i], ios[i].buf + HDR, payloads[i]);
+        memcpy(want[i], ios[i].buf + PRE, payloads[i]);
         ios[i].meta = (kvf__blockfile_meta){TKEY(0x100 + i), 7, 2, payloads[i]};
     }
     kvf__blockfile_write_many(&d, fio, ios, N);
@@ -86,7 +86,7 @@ static int test_direct_alignment(void)
         char p[1024];
         block_path(&d, 0x100 + i, p, sizeof p);
         struct stat st;
-        CHECK(stat(p, &st) == 0 && (size_t)st.st_size == round_up(HDR + payloads[i]));
+        CHECK(stat(p, &st) == 0 && (size_t)st.st_size == round_up(PRE + payloads[i]));
     }
     CHECK_EQ_INT(count_named(d.root, ".tmp"), 0);
     /* read them all back at once */
@@ -100,16 +100,16 @@ static int test_direct_alignment(void)
         CHECK_STATUS(ios[i].status, KVF_OK);
         CHECK_EQ_U64(ios[i].meta.payload_bytes, payloads[i]);
         CHECK(ios[i].meta.tokens == 7 && ios[i].meta.pools == 2);
-        CHECK_MEM_EQ(ios[i].buf + HDR, want[i], payloads[i]);
+        CHECK_MEM_EQ(ios[i].buf + PRE, want[i], payloads[i]);
         /* the unaligned single-block reader: exactly header + payload */
-        uint8_t *u = malloc(HDR + payloads[i] + 2);
+        uint8_t *u = malloc(PRE + payloads[i] + 2);
         REQUIRE(u);
-        memset(u, POISON, HDR + payloads[i] + 2);
+        memset(u, POISON, PRE + payloads[i] + 2);
         kvf__blockfile_meta m;
-        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x100 + i), u + 1, HDR + payloads[i], &m),
+        CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x100 + i), u + 1, PRE + payloads[i], &m),
                      KVF_OK);
-        CHECK_MEM_EQ(u + 1 + HDR, want[i], payloads[i]);
-        CHECK(u[0] == POISON && u[HDR + payloads[i] + 1] == POISON);
+        CHECK_MEM_EQ(u + 1 + PRE, want[i], payloads[i]);
+        CHECK(u[0] == POISON && u[PRE + payloads[i] + 1] == POISON);
         free(u);
     }
     /* damage in the padding, or a length off the rule, is corrupt */
@@ -131,12 +131,12 @@ static int test_direct_alignment(void)
     CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x102), rb, 2 * ALIGN, NULL), KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "truncated");
     block_path(&d, 0x107, p, sizeof p);
-    CHECK(truncate(p, (off_t)round_up(HDR + payloads[7]) - 1) == 0); /* padding cut */
-    uint8_t *big = aligned_alloc_poisoned(round_up(HDR + payloads[7]) + ALIGN);
-    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x107), big, round_up(HDR + payloads[7]), NULL),
+    CHECK(truncate(p, (off_t)round_up(PRE + payloads[7]) - 1) == 0); /* padding cut */
+    uint8_t *big = aligned_alloc_poisoned(round_up(PRE + payloads[7]) + ALIGN);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x107), big, round_up(PRE + payloads[7]), NULL),
                  KVF_ERR_CORRUPT);
-    CHECK(truncate(p, (off_t)round_up(HDR + payloads[7]) + 1) == 0);
-    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x107), big, round_up(HDR + payloads[7]) + 1, NULL),
+    CHECK(truncate(p, (off_t)round_up(PRE + payloads[7]) + 1) == 0);
+    CHECK_STATUS(kvf__blockfile_read(&d, TKEY(0x107), big, round_up(PRE + payloads[7]) + 1, NULL),
                  KVF_ERR_CORRUPT);
     CHECK_STR_HAS(kvf_last_error(), "extended");
     free(big);
@@ -165,7 +165,7 @@ static int test_batch_faults(void)
             return 1;
         kvf__blockfile_io *ios = calloc(N, sizeof *ios);
         REQUIRE(ios);
-        size_t cap = round_up(HDR + LEN);
+        size_t cap = round_up(PRE + LEN);
         static const char *const ops[] = {"write", "open", "fsync", "rename"};
         for (int fi = 0; fi < 4; fi++) {
             if (fi == 2 && modes[mi] == KVF_FSYNC_NONE)
@@ -179,7 +179,7 @@ static int test_batch_faults(void)
                 if (!ios[i].buf)
                     ios[i].buf = aligned_alloc_poisoned(cap);
                 ios[i].cap = cap;
-                test_fill_random(ios[i].buf + HDR, LEN, 900 + (size_t)(fi * N + i));
+                test_fill_random(ios[i].buf + PRE, LEN, 900 + (size_t)(fi * N + i));
                 ios[i].meta = (kvf__blockfile_meta){TKEY(key0 + (uint64_t)i), 3, 1, LEN};
             }
             kvf__set_io_fault(fault_hook);
@@ -220,7 +220,7 @@ static int test_batch_faults(void)
                 uint8_t *want = malloc(LEN);
                 REQUIRE(want);
                 test_fill_random(want, LEN, 900 + (size_t)(fi * N + i));
-                CHECK_MEM_EQ(ios[i].buf + HDR, want, LEN);
+                CHECK_MEM_EQ(ios[i].buf + PRE, want, LEN);
                 free(want);
             }
         }
@@ -255,7 +255,7 @@ static int expect_one(kvf__blockfile_dir *d, kvf__blockfile_io *io, uint64_t key
     memset(io->buf, POISON, io->cap);
     io->meta.key = TKEY(key);
     kvf__blockfile_read_many(d, fio, io, 1);
-    int bad = io->status != KVF_OK || memcmp(io->buf + HDR, want, len) != 0;
+    int bad = io->status != KVF_OK || memcmp(io->buf + PRE, want, len) != 0;
     if (bad)
         fprintf(stderr, "block " KVF_KEY_FMT ": %s: %s\n", KVF_KEY_ARGS(TKEY(key)),
                 kvf_status_str(io->status), io->msg);
@@ -272,13 +272,13 @@ static int test_spares(void)
     if (open_dir("spares", KVF_FSYNC_BATCH, &d))
         return 1;
     enum { LEN = 3 * ALIGN };
-    size_t cap = round_up(HDR + LEN);
+    size_t cap = round_up(PRE + LEN);
     kvf__blockfile_io io;
     memset(&io, 0, sizeof io);
     io.buf = aligned_alloc_poisoned(cap);
     io.cap = cap;
     for (int round = 0; round < 4; round++) {
-        test_fill_random(io.buf + HDR, LEN, 40 + (size_t)round);
+        test_fill_random(io.buf + PRE, LEN, 40 + (size_t)round);
         io.meta = (kvf__blockfile_meta){TKEY(0x99), 1, 1, LEN};
         kvf__blockfile_write_many(&d, fio, &io, 1);
         CHECK_STATUS(io.status, KVF_OK);
@@ -328,12 +328,12 @@ static int test_direct_refused(void)
     int rc = open_dir("nodirect", KVF_FSYNC_BLOCK, &d);
     if (!rc) {
         enum { LEN = 5000 };
-        size_t cap = round_up(HDR + LEN);
+        size_t cap = round_up(PRE + LEN);
         kvf__blockfile_io io;
         memset(&io, 0, sizeof io);
         io.buf = aligned_alloc_poisoned(cap);
         io.cap = cap;
-        test_fill_random(io.buf + HDR, LEN, 3);
+        test_fill_random(io.buf + PRE, LEN, 3);
         io.meta = (kvf__blockfile_meta){TKEY(0x5), 1, 1, LEN};
         kvf__blockfile_write_many(&d, fio, &io, 1);
         CHECK_STATUS(io.status, KVF_OK);

@@ -8,6 +8,7 @@
  * ops called directly (list, short buffers, bad URLs), on mem:// and on a
  * file store; a cache whose remote tier is mem://; the TTL honoured and
  * the capacity held, the oldest puts evicted and logged. */
+#include "blockhdr.h"
 #include "engine.h"
 #include "mem_store.h"
 #include "testutil.h"
@@ -147,7 +148,7 @@ static int test_corrupt_one(void)
     kvf_engine *e = open_engine("mem://bad", "ns1", N);
     REQUIRE(e);
     REQUIRE(offload_all(e, N, 0x200, 7) == KVF_OK);
-    REQUIRE(kvf__mem_store_poke("bad", "ns1", TKEY(0x202), KVF_BLOCK_HEADER_BYTES + 5, 0x01) ==
+    REQUIRE(kvf__mem_store_poke("bad", "ns1", TKEY(0x202), kvf__block_prefix_bytes(2) + 5, 0x01) ==
             KVF_OK);
     REQUIRE(kvf__mem_store_poke("bad", "ns1", TKEY(0x204), 3, 0x40) == KVF_OK);
     CHECK_STATUS(kvf__mem_store_poke("bad", "ns2", TKEY(0x204), 3, 0x40), KVF_ERR_NOT_FOUND);
@@ -553,7 +554,7 @@ static int test_cache_on_mem(void)
         if (tiers[i] == KVF_TIER_REMOTE)
             bad = keys[i];
     REQUIRE(!kvf_key_is_root(bad));
-    REQUIRE(kvf__mem_store_poke("cachetier", "cache", TKEY(bad), KVF_BLOCK_HEADER_BYTES + 9,
+    REQUIRE(kvf__mem_store_poke("cachetier", "cache", TKEY(bad), kvf__block_prefix_bytes(1) + 9,
                                 0x10) == KVF_OK);
     kvf_status per[N];
     for (uint32_t i = 0; i < N; i++)
@@ -648,14 +649,14 @@ static int test_capacity(void)
 {
     kvf__mem_store_clear("cap");
     kvf__store_config cfg = {
-        "mem://cap", "nsc", 0x77, 0, 0, CAP_BLOCKS * (KVF_BLOCK_HEADER_BYTES + CAP_PAYLOAD)};
+        "mem://cap", "nsc", 0x77, 0, 0, CAP_BLOCKS * (kvf__block_prefix_bytes(1) + CAP_PAYLOAD)};
     kvf__store *s = NULL;
     REQUIRE(kvf__store_open(&cfg, &s) == KVF_OK);
     kvf_log_level level = kvf_log_get_level();
     kvf_log_set_level(KVF_LOG_INFO);
     kvf_log_set_handler(keep_line, NULL);
     n_log = 0;
-    uint8_t payload[CAP_PAYLOAD * (CAP_BLOCKS + 2)]; /* the last put: more than all of it */
+    uint8_t payload[CAP_PAYLOAD * (CAP_BLOCKS + 3)]; /* the last put: more than all of it */
     for (uint64_t k = 100; k < 125; k++)
         CHECK_STATUS(put_key(s, k, payload, CAP_PAYLOAD), KVF_OK);
     for (uint64_t k = 100; k < 125; k++)
@@ -733,7 +734,7 @@ static int test_ttl(void)
     ec.backend = KVF_BACKEND_HOST;
     ec.remote.url = "mem://ttl-engine";
     ec.remote.ttl_s = 1;
-    ec.remote_mem_bytes = 3 * (KVF_BLOCK_HEADER_BYTES + block_bytes());
+    ec.remote_mem_bytes = 3 * (kvf__block_prefix_bytes(1) + block_bytes());
     kvf_engine *e = NULL;
     REQUIRE(kvf_engine_create(&ec, &e) == KVF_OK);
     kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, 5};

@@ -118,7 +118,7 @@ static int test_file_read_faults_and_checksum(void)
     int fd = open(path, O_RDWR);
     REQUIRE(fd >= 0);
     uint8_t byte;
-    off_t at = KVF_BLOCK_HEADER_BYTES + 10; /* in the payload */
+    off_t at = (off_t)kvf__block_prefix_bytes(1) + 10; /* in the payload */
     REQUIRE(pread(fd, &byte, 1, at) == 1);
     byte ^= 0x5a;
     REQUIRE(pwrite(fd, &byte, 1, at) == 1);
@@ -368,7 +368,7 @@ static int test_cache_calls(void)
     int fd = open(path, O_RDWR);
     REQUIRE(fd >= 0);
     uint8_t byte = 0;
-    off_t at = KVF_BLOCK_HEADER_BYTES + 3;
+    off_t at = (off_t)kvf__block_prefix_bytes(1) + 3;
     REQUIRE(pread(fd, &byte, 1, at) == 1);
     byte ^= 0x11;
     REQUIRE(pwrite(fd, &byte, 1, at) == 1);

@@ -57,7 +57,11 @@ static double reference_ttft(const kvf_plan_input *in, const model *m, size_t k,
             if (bytes[t] == 0)
                 continue;
             const kvf_tier_cost *c = &in->costs.tier[t];
-            double frac = (in->layerwise_tiers >> t & 1u) ? (double)(l + 1) / layers : 1.0;
+            /* a tier arriving in S steps (S divides the layers here):
+             * layer l waits for its step, floor(l S / L), whole */
+            uint32_t steps = in->arrival_steps[t] ? in->arrival_steps[t] : layers;
+            double frac =
+                (in->layerwise_tiers >> t & 1u) ? (double)(l * steps / layers + 1) / steps : 1.0;
             double at = c->latency_s + frac * bytes[t] / c->bytes_per_s;
             arrive = at > arrive ? at : arrive;
         }
@@ -116,6 +120,14 @@ static int one_case(uint64_t seed, int form, size_t *fronts, size_t *splits)
     kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
     pc.layers = 1 + (uint32_t)(test_xorshift64(&s) % 80);
     pc.overlap = unit(&s) < 0.6;
+    /* the disk's loads in fewer steps than layers, a divisor of them (its
+     * pool groups) */
+    if (unit(&s) < 0.5) {
+        uint32_t d = 1 + (uint32_t)(test_xorshift64(&s) % pc.layers);
+        while (pc.layers % d)
+            d--;
+        in.arrival_steps[KVF_TIER_DISK] = d;
+    }
     /* the default margin, none, or another */
     double g = unit(&s);
     pc.min_gain = g < 0.4 ? KVF_PLAN_MIN_GAIN : g < 0.7 ? 0 : 0.3 * unit(&s);

@@ -26,7 +26,7 @@ static int test_corrupt_values(void)
             redisCommand(c, "GET kvf:corrupt:0000000000000000%016x", k == 44 ? 40 : k);
         REQUIRE(rep && rep->type == REDIS_REPLY_STRING);
         if (k == 42)
-            rep->str[KVF_BLOCK_HEADER_BYTES + 100] ^= 0x10;
+            rep->str[256 + 100] ^= 0x10; /* in the payload */
         if (k == 43)
             rep->str[30] ^= 0x01;
         redisReply *set =

@@ -29,7 +29,9 @@
 #include "s3_server.h"
 #endif
 
-#define HDR KVF_BLOCK_HEADER_BYTES
+/* Where the payload starts in the stored form of the tests' blocks (1 to
+ * 16 pools): kvf__block_prefix_bytes, a constant for arrays */
+#define PRE 256u
 #define NS "suite"
 #define OTHER_NS "suite-other"
 #define FP 0x5317e5ull
@@ -341,10 +343,10 @@ static void test_range(suite *t)
 /* A damaged byte (header, payload) fails its block only, as CORRUPT. */
 static void test_damage(suite *t)
 {
-    const size_t offsets[] = {0, 20, 33, 59, 60, HDR, HDR + 7};
+    const size_t offsets[] = {0, 20, 33, 59, 60, PRE, PRE + 7};
     for (size_t k = 0; k < sizeof offsets / sizeof *offsets; k++) {
         size_t victim = 10 + k;
-        if (offsets[k] >= HDR + t->bytes[victim])
+        if (offsets[k] >= PRE + t->bytes[victim])
             continue;
         REQUIRE(t->f->poke(t->f, NS, key_of(victim), offsets[k], 0x41) == 0);
         kvf_key keys[3] = {key_of(victim - 1), key_of(victim), key_of(victim + 1)};
@@ -363,6 +365,71 @@ static void test_damage(suite *t)
         REQUIRE(t->f->poke(t->f, NS, key_of(victim), offsets[k], 0x41) == 0); /* mended */
     }
     check_all_read(t);
+}
+
+/* Pools of given, uneven sizes: each checked on its own. A block whose
+ * middle pool is damaged fails alone, CORRUPT naming that pool; a damaged
+ * pool table fails it too; pools that do not add up to the payload are
+ * refused before anything is stored. */
+static void test_pools(suite *t)
+{
+    const uint32_t split[3] = {100, 5000, 77};
+    const size_t n = 100 + 5000 + 77;
+    uint8_t *want = malloc(n);
+    REQUIRE(want);
+    test_fill_random(want, n, 0x9001);
+    kvf__store_block blk[2];
+    for (int k = 0; k < 2; k++)
+        blk[k] = (kvf__store_block){.key = TKEY(0x9000 + k),
+                                    .tokens = 4,
+                                    .pools = 3,
+                                    .buf = want,
+                                    .payload_bytes = n,
+                                    .pool_bytes = split};
+    CHECK_STATUS(t->s->ops->write(t->s, blk, 2, 0), KVF_OK);
+    if (t->s->ops->commit)
+        CHECK_STATUS(t->s->ops->commit(t->s), KVF_OK);
+    kvf_key keys[2] = {KEY(0x9000), KEY(0x9001)};
+    uint8_t *bufs[2];
+    read_blocks(t->s, keys, 2, 0, blk, bufs);
+    for (int k = 0; k < 2; k++) {
+        CHECK_STATUS(blk[k].status, KVF_OK);
+        CHECK(blk[k].pools == 3 && blk[k].payload_bytes == n);
+        CHECK(test_mem_diff(bufs[k], want, n) == SIZE_MAX);
+    }
+    free_bufs(bufs, 2);
+    /* a byte of pool 1 (of 0, 1, 2), then one of the table's */
+    const size_t at[2] = {PRE + 100 + 2500, KVF_BLOCK_HEADER_BYTES + 8 + 4};
+    const char *says[2] = {"pool 1: checksum mismatch", "pool table checksum mismatch"};
+    for (int d = 0; d < 2; d++) {
+        REQUIRE(t->f->poke(t->f, NS, TKEY(0x9000), at[d], 0x41) == 0);
+        read_blocks(t->s, keys, 2, 0, blk, bufs);
+        CHECK_STATUS(blk[0].status, KVF_ERR_CORRUPT);
+        CHECK_STR_HAS(blk[0].msg, says[d]);
+        CHECK_STR_HAS(blk[0].msg, "0000000000000000000000000000900");
+        CHECK_STATUS(blk[1].status, KVF_OK);
+        CHECK(test_mem_diff(bufs[1], want, n) == SIZE_MAX);
+        free_bufs(bufs, 2);
+        REQUIRE(t->f->poke(t->f, NS, TKEY(0x9000), at[d], 0x41) == 0); /* mended */
+    }
+    /* pools that do not add up: refused, nothing stored */
+    const uint32_t short_split[3] = {100, 5000, 76};
+    kvf__store_block bad = {.key = TKEY(0x9002),
+                            .tokens = 4,
+                            .pools = 3,
+                            .buf = want,
+                            .payload_bytes = n,
+                            .pool_bytes = short_split};
+    CHECK(t->s->ops->write(t->s, &bad, 1, 0) != KVF_OK);
+    CHECK_STATUS(bad.status, KVF_ERR_INVALID);
+    kvf_key gone = TKEY(0x9002);
+    kvf_status st;
+    CHECK_STATUS(kvf__store_exists(t->s, &gone, 1, 0, &st), KVF_OK);
+    CHECK_STATUS(st, KVF_ERR_NOT_FOUND);
+    kvf_key both[2] = {TKEY(0x9000), TKEY(0x9001)};
+    kvf_status rs[2];
+    kvf__store_remove(t->s, both, 2, 0, rs);
+    free(want);
 }
 
 /* Another layout is refused (MISMATCH); another namespace sees nothing. */
@@ -454,15 +521,16 @@ typedef struct staged {
 static void staged_init(staged *g, uint64_t key0, size_t fail_at)
 {
     memset(g, 0, sizeof *g);
-    g->slot = (HDR + (40 << 10) + 4095) / 4096 * 4096;
+    g->slot = (PRE + (40 << 10) + 4095) / 4096 * 4096;
     g->buf = aligned_alloc(4096, STAGED * g->slot);
     REQUIRE(g->buf);
     memset(g->buf, 0xcd, STAGED * g->slot);
     g->fail_at = fail_at;
     for (size_t j = 0; j < STAGED; j++)
         g->blk[j] = (kvf__store_block){.key = KEY(key0 + j),
-                                       .buf = g->buf + j * g->slot + HDR,
-                                       .cap = g->slot - HDR,
+                                       .buf = g->buf + j * g->slot + PRE,
+                                       .cap = g->slot - PRE,
+                                       .pools = 2, /* the prefix's room is for 2 */
                                        .staged = true};
 }
 
@@ -588,6 +656,7 @@ static int run_fixture(store_fixture *f)
     test_miss_and_exists(&t);
     test_range(&t);
     test_damage(&t);
+    test_pools(&t);
     test_foreign(&t);
     test_list(&t, 0);
     test_remove(&t);

@@ -34,9 +34,9 @@ static void upgraded(void *arg, const kvf_dir_entry *e)
 {
     fsck_walk *w = arg;
     if (e->status == KVF_OK)
-        printf("  %s/%016llx: upgraded: %s\n", w->ns, (unsigned long long)e->key.lo, e->message);
+        printf("  %s/" KVF_KEY_FMT ": upgraded: %s\n", w->ns, KVF_KEY_ARGS(e->key), e->message);
     else
-        printf("  %s/%016llx: not upgraded, %s (%s): %s\n", w->ns, (unsigned long long)e->key.lo,
+        printf("  %s/" KVF_KEY_FMT ": not upgraded, %s (%s): %s\n", w->ns, KVF_KEY_ARGS(e->key),
                kvf_dir_entry_kind_name(e->kind), kvf_status_str(e->status), e->message);
 }
 
@@ -62,12 +62,14 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kvferry fsck DIR [--namespace NS] [--upgrade] [-v]\n"
-            "Checks every stored block's header and checksum in every namespace under DIR\n"
-            "(or in NS alone), and leftovers of interrupted writes.\n"
+            "Checks every stored block's header, pool table and each pool's checksum in\n"
+            "every namespace under DIR (or in NS alone), and leftovers of interrupted\n"
+            "writes; a damaged pool is named.\n"
             "  --namespace NS          one namespace only (--ns too)\n"
             "  --upgrade               first rewrite blocks of format version 1 (64-bit keys,\n"
-            "                          16-digit names) in the current format, file by file\n"
-            "                          (a damaged one is reported and left)\n"
+            "                          16-digit names) and 2 (one checksum per block) in the\n"
+            "                          current format, file by file (a damaged one is\n"
+            "                          reported and left)\n"
             "  -v, --verbose           a line for every good block too\n"
             "A corrupt, torn, foreign or old-format block exits 1; DIR or NS not found\n"
             "exits 3.\n"
@@ -180,8 +182,8 @@ int kvf_cli_fsck(int argc, char **argv)
         printf(", %llu upgraded", (unsigned long long)c->upgraded);
     printf("\n");
     if (c->old_format)
-        printf("kvferry fsck: blocks of format version 1 (64-bit keys) are not served: rewrite "
-               "them with `kvferry fsck --upgrade %s`\n",
+        printf("kvferry fsck: blocks of format version 1 (64-bit keys) or 2 (one checksum per "
+               "block) are not served: rewrite them with `kvferry fsck --upgrade %s`\n",
                o.dir);
     fflush(stdout);
     int rc = w.rc;

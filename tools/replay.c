@@ -569,6 +569,8 @@ static int plan_request(client *r, const kvf_trace_req *q, size_t hits, size_t *
     in.request_tokens = q->has_keys ? q->n_keys * o->g.tokens_per_block : q->n_tokens;
     in.prefill = &pc;
     in.layerwise_tiers = kvf_engine_layerwise_tiers(r->e);
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        in.arrival_steps[t] = kvf_engine_arrival_groups(r->e, (kvf_tier)t);
     kvf_plan p = KVF_PLAN_INIT;
     if (kvf_engine_costs(r->e, &in.costs) != KVF_OK || kvf_plan_compute(&in, &p) != KVF_OK) {
         fprintf(stderr, "kvferry replay: %s: plan: %s\n", req_name(q, nm, sizeof nm),

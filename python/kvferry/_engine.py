@@ -320,6 +320,13 @@ class Engine(_Issuer):
         mask = L.kvf_engine_layerwise_tiers(self._h())
         return tuple(t for t in Tier if mask >> int(t) & 1)
 
+    def arrival_groups(self, tier: TierLike) -> int:
+        """In how many steps a layer-wise load from `tier` arrives
+        (kvf_engine_arrival_groups): the disk's pool groups, the pool count
+        for HOST and GPU on the CUDA backend, 0 for a tier arriving whole:
+        what plan()'s arrival_steps takes."""
+        return int(L.kvf_engine_arrival_groups(self._h(), int(Tier(tier))))
+
     def set_tier_cost(self, tier: TierLike, latency_s: float, bytes_per_s: float, hold: bool = False) -> None:
         """Sets a tier's cost: a new starting point observations keep
         updating, or with hold=True fixed until set again."""

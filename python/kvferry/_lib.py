@@ -267,6 +267,7 @@ class PlanInput_t(ctypes.Structure):
         ("costs", Costs_t),
         ("prefill", ctypes.POINTER(PrefillCost_t)),
         ("layerwise_tiers", ctypes.c_uint32),
+        ("arrival_steps", ctypes.c_uint32 * 8),
     ]
 
 
@@ -476,6 +477,7 @@ _protos = {
     # costs and the planner
     "kvf_engine_costs": (c_status, [ctypes.c_void_p, _P(Costs_t)]),
     "kvf_engine_layerwise_tiers": (ctypes.c_uint32, [ctypes.c_void_p]),
+    "kvf_engine_arrival_groups": (ctypes.c_uint32, [ctypes.c_void_p, c_enum]),
     "kvf_engine_set_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_double, ctypes.c_double, ctypes.c_int]),
     "kvf_engine_observe_tier_cost": (c_status, [ctypes.c_void_p, c_enum, ctypes.c_uint64, ctypes.c_double]),
     "kvf_engine_calibrate": (

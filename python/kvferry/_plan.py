@@ -222,12 +222,14 @@ class Prefill:
 def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: int, request_tokens: int,
                  costs: Mapping, prefill: PrefillLike, *, layers: int = 0, overlap: bool = False,
                  layerwise_tiers: Sequence[TierLike] = (), min_gain: float = MIN_GAIN,
-                 leading_only: bool = False) -> Plan:
+                 leading_only: bool = False, arrival_steps: Optional[Mapping] = None) -> Plan:
     """kvf_plan_compute: the plan for a request of request_tokens whose
     leading cached blocks are in `tiers` (one per hit), from costs
     {tier: TierCost or (latency_s, bytes_per_s)} (Cache.costs() gives the
     engine's) and a prefill cost (see Prefill). layerwise_tiers: the tiers
-    whose blocks arrive layer by layer (an Engine's layerwise_tiers())."""
+    whose blocks arrive layer by layer (an Engine's layerwise_tiers());
+    arrival_steps: {tier: steps} for those arriving in fewer steps than
+    layers (an Engine's arrival_groups(tier): the disk's pool groups)."""
     pf = prefill if isinstance(prefill, Prefill) else Prefill(prefill, layers, overlap, min_gain, leading_only)
     ts = [int(_tier_key(t)) for t in tiers]
     arr = (_lib.c_enum * max(len(ts), 1))(*ts)
@@ -246,6 +248,10 @@ def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: 
     for t in layerwise_tiers:
         mask |= 1 << int(_tier_key(t))
     i.layerwise_tiers = mask
+    for t, steps in (arrival_steps or {}).items():
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < 2**32:
+            raise make_error(Status.ERR_INVALID, f"plan_compute: arrival_steps[{t!r}] = {steps!r}")
+        i.arrival_steps[int(_tier_key(t))] = steps
     p = _lib.Plan_t()
     p.struct_size = ctypes.sizeof(_lib.Plan_t)
     pf.call(L.kvf_plan_compute(ctypes.byref(i), ctypes.byref(p)))

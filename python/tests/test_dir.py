@@ -115,12 +115,15 @@ def _crc32c(data: bytes) -> int:
 
 
 def _as_version_1(path, key64):
-    """Rewrites a format-2 block file as format version 1 wrote it: the
-    64-byte header with the 64-bit key, its 16-digit name."""
+    """Rewrites a current (format 3) block file as format version 1 wrote
+    it: the 64-byte header with the 64-bit key and one CRC of the payload
+    (no pool table), its 16-digit name."""
     data = path.read_bytes()
-    fp, ns, hi, lo, tokens, pools, payload, pcrc = struct.unpack_from("<QQQQIIQI", data, 16)
+    fp, ns, hi, lo, tokens, pools, payload, _table_crc = struct.unpack_from("<QQQQIIQI", data, 16)
     assert hi == 0 and lo == key64
-    body = data[128:128 + payload]
+    prefix = (128 + 8 * pools + 127) // 128 * 128
+    body = data[prefix:prefix + payload]
+    pcrc = _crc32c(body)
     h = b"KVFBLK\r\n" + struct.pack("<IIQQQIIQI", 1, 64, fp, ns, key64, tokens, pools, payload, pcrc)
     h += struct.pack("<I", _crc32c(h))
     path.unlink()

@@ -211,8 +211,11 @@ def test_engine_costs(engine, geometry):
     pool = engine.add_pool(geometry, primary=8, secondary=8)
     seeds = engine.costs()
     assert all(c.observed == 0 and c.bytes_per_s > 0 for c in seeds.values())
-    # the host backend delivers whole batches only
-    assert engine.layerwise_tiers() == ()
+    # the host backend delivers whole batches between slots; the disk pool
+    # group by pool group (one group: these blocks are small)
+    assert engine.layerwise_tiers() == (kvf.Tier.DISK,)
+    assert engine.arrival_groups(kvf.Tier.DISK) == 1
+    assert engine.arrival_groups(kvf.Tier.HOST) == 0
     for _ in range(3):
         engine.offload(kvf.Tier.HOST, [(i, i) for i in range(4)]).wait(check=True)
         engine.onboard(kvf.Tier.HOST, [(i, i) for i in range(4)]).wait(check=True)

@@ -82,6 +82,8 @@ kvf_status kvf_cache_plan(kvf_cache *c, const kvf_key *keys, size_t n, uint64_t 
     in.tokens_per_block = kvf__engine_tokens_per_block(c->engine);
     in.request_tokens = request_tokens;
     in.layerwise_tiers = kvf_engine_layerwise_tiers(c->engine);
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        in.arrival_steps[t] = kvf_engine_arrival_groups(c->engine, (kvf_tier)t);
     pthread_mutex_lock(&c->prefill_mu);
     if (!c->has_prefill) {
         st = kvf__fail(KVF_ERR_STATE, "%s: no prefill cost (kvf_cache_set_prefill_cost first)", fn);

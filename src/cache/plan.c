@@ -17,7 +17,10 @@
  * linear in l the maximum is at l = 0 or l = L - 1:
  *     layer by layer: lat_t + max(X_t / L + C, X_t + C / L)
  *     whole:          lat_t + X_t + C
- * (and C alone when nothing is loaded).
+ * (and C alone when nothing is loaded). A tier whose loads arrive in S < L
+ * steps (DISK: pool groups of several layers, kvf_engine_arrival_groups)
+ * delivers step s at lat_t + (s + 1) X_t / S and C / S is computed per
+ * step, so L becomes S there: lat_t + max(X_t / S + C, X_t + C / S).
  * The second shape needs no layer-wise arrival, so it overlaps any tier:
  * hits [F, K) load (whole batches) while tokens [0, F tpb) are computed
  * from scratch, which needs none of them; then tokens [K tpb, N) are
@@ -255,7 +258,12 @@ static double ttft(const kvf_plan_input *in, const uint64_t cnt[KVF_TIER_COUNT],
         double arrived = k->latency_s + x;
         double done;
         if (overlap && (in->layerwise_tiers >> t & 1u)) {
-            double a = x / layers + compute, b = x + compute / layers;
+            /* the tier's loads arrive in `steps` steps (DISK: its pool
+             * groups), never finer than a layer's compute */
+            uint32_t steps = in->arrival_steps[t] && in->arrival_steps[t] < layers
+                                 ? in->arrival_steps[t]
+                                 : layers;
+            double a = x / steps + compute, b = x + compute / steps;
             done = k->latency_s + (a > b ? a : b);
         } else {
             done = arrived + (overlap ? compute : 0);

@@ -316,8 +316,11 @@ void kvf_engine_destroy(kvf_engine *e)
         free(e->workers[i].moves);
         free(e->workers[i].blocks);
         free(e->workers[i].copies);
+        free(e->workers[i].pool_bytes);
     }
     free(e->workers);
+    free(e->group_end);
+    free(e->pool_group);
     kvf__store_close(e->file_store);
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {

@@ -109,6 +109,12 @@ typedef struct pool_sel {
     void **marks;
     uint32_t nmarks;
     uint32_t busy;
+    /* a layer-wise onboard from DISK (arrival.c): per pool group, the
+     * moves whose group is in their slots (or failed), and the groups
+     * arrived for every move, a prefix of them; e->mu guards both. NULL:
+     * the batch arrives whole */
+    size_t *group_moves;
+    uint32_t arrived;
 } pool_sel;
 
 /* What was queued on one slot or file, by batch id (see pending_batch).
@@ -245,8 +251,9 @@ typedef struct worker {
     kvf_engine *engine;
     pthread_t thread;
     /* a chunk of moves against a keyed tier's store: each move's block as
-     * the store keeps it, a header and one block of every pool, padded to
-     * the O_DIRECT alignment (kvf__staging_slot_bytes), back to back */
+     * the store keeps it, its prefix (header and pool table) and one block
+     * of every pool, padded to the O_DIRECT alignment
+     * (kvf__staging_slot_bytes), back to back */
     uint8_t *staging;
     size_t staging_bytes;
     kvf__gds_buf *gstaging; /* the same in device memory, registered with cuFile (GDS) */
@@ -255,6 +262,7 @@ typedef struct worker {
     size_t *moves;
     kvf__store_block *blocks;
     kvf__copy *copies;
+    uint32_t *pool_bytes; /* each block's pools' bytes in staging, npools each */
     size_t nmoves;
     /* keyed-tier time, logged at KVF_LOG=debug when the engine ends: where
      * a chunk's wall time goes (its slot <-> staging copies run inside it,
@@ -334,6 +342,13 @@ struct kvf_engine {
     bool frozen;                             /* pools fixed: the first transfer was queued */
     uint32_t primary_slots, secondary_slots; /* slots valid in every pool */
     size_t all_block_bytes;                  /* one block of every pool */
+    /* the pool groups a layer-wise onboard from DISK reads and hands over
+     * together (arrival.c), fixed with the pools: ngroups of them, group g
+     * ending before pool group_end[g]; each pool's group; the bytes of a
+     * block file up to group 0's end */
+    uint32_t ngroups;
+    uint32_t *group_end, *pool_group;
+    size_t group_first_bytes;
 
     hazard *hz_primary, *hz_secondary;
     sec_slot *sec;                     /* per secondary slot, what queued writes leave there */
@@ -482,18 +497,45 @@ KVF_INTERNAL void kvf__issue_async(kvf_engine *e, batch *b);
 /* Releases an unsplit batch's or a group's mark (batch.after). Lock held. */
 KVF_INTERNAL void kvf__release_after(kvf_engine *e, batch *b);
 
+/* arrival.c */
+/* The pool groups of a layer-wise read from DISK for the engine's pools,
+ * their ends into end[] (npools entries; NULL: counted only); their count. */
+KVF_INTERNAL uint32_t kvf__arrival_groups(const kvf_engine *e, uint32_t *end);
+/* At freeze: e->ngroups, group_end, pool_group, group_first_bytes. */
+KVF_INTERNAL kvf_status kvf__arrival_setup(kvf_engine *e);
+/* `moves` moves of batch b (a part counts for its group) have pool group
+ * g in their slots, or failed: marks the groups every move has as
+ * arrived, waking their pools' waiters. Takes the lock. */
+KVF_INTERNAL void kvf__arrival_mark(kvf_engine *e, batch *b, uint32_t g, size_t moves);
+/* Whether batch b (or its group) is a layer-wise onboard from DISK read
+ * pool group by pool group. */
+KVF_INTERNAL bool kvf__arrival_grouped(const kvf_engine *e, const batch *b);
+/* A worker's chunk of such a batch: an even share, within its budget. */
+KVF_INTERNAL size_t kvf__arrival_chunk_moves(const kvf_engine *e, const batch *b);
+/* Whether pool pi of ticket batch b has arrived for every move. Lock held. */
+KVF_INTERNAL bool kvf__pool_arrived(const kvf_engine *e, const batch *b, uint32_t pi);
+
 /* staging.c */
 KVF_INTERNAL kvf_status kvf__staging_grow(kvf_engine *e, uint8_t **buf, size_t *cap, size_t need);
 KVF_INTERNAL size_t kvf__staging_slot_bytes(const kvf_engine *e);
+/* Bytes before a block's payload in staging: its stored prefix (header
+ * and pool table, kvf__block_prefix_bytes of the engine's pools). */
+KVF_INTERNAL size_t kvf__staging_prefix_bytes(const kvf_engine *e);
 /* Room for a chunk of n moves: the worker's per-move arrays, and with
  * `images` their blocks' images, in device memory for the GDS path
  * (`dev`), else on the host. */
 KVF_INTERNAL kvf_status kvf__ensure_staging(worker *w, size_t n, bool images, bool dev);
 /* Block image k of the worker's staging: where its payload starts. */
 KVF_INTERNAL uint8_t *kvf__staging_payload(worker *w, size_t k, bool dev);
+/* The copies of a move between its slots and a stored payload of
+ * file_tokens tokens, pool after pool, into out[0..npools); each pool's
+ * stored bytes into pool_bytes (NULL: not wanted); the payload's bytes. */
 KVF_INTERNAL size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv,
                                      uint8_t *payload, uint32_t tokens, uint32_t file_tokens,
-                                     kvf__copy *out);
+                                     kvf__copy *out, uint32_t *pool_bytes);
+/* Runs n copies between slots and staging as they are (no pool
+ * selection applied). */
+KVF_INTERNAL kvf_status kvf__staging_copy_run(worker *w, const batch *b, kvf__copy *cp, size_t n);
 /* Runs n copies made a block at a time between slots and staging (those of
  * the pools batch b moves). */
 KVF_INTERNAL kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp, size_t n);

@@ -87,6 +87,9 @@ typedef struct chunk {
     const size_t *idx;
     kvf__store_block *blk;
     kvf__copy *cp;
+    uint32_t *pool_bytes;
+    size_t first, last;     /* the chunk's moves of the batch */
+    _Atomic uint32_t parts; /* blocks' pool groups handed over by the store (chunk_part) */
 } chunk;
 
 static const kvf_move *chunk_move(const chunk *c, const kvf__store_block *blk)
@@ -105,8 +108,10 @@ static kvf_status chunk_gather(void *arg, kvf__store_block *blocks, size_t n)
         uint32_t tokens = eff_tokens(e, mv->tokens);
         blocks[j].tokens = tokens;
         blocks[j].pools = e->npools;
-        blocks[j].payload_bytes = kvf__file_copies(e, c->b->kind, mv, blocks[j].buf, tokens, tokens,
-                                                   c->cp + (j0 + j) * e->npools);
+        blocks[j].payload_bytes =
+            kvf__file_copies(e, c->b->kind, mv, blocks[j].buf, tokens, tokens,
+                             c->cp + (j0 + j) * e->npools, c->pool_bytes + (j0 + j) * e->npools);
+        blocks[j].pool_bytes = c->pool_bytes + (j0 + j) * e->npools;
     }
     kvf_status st = kvf__staging_copy(c->w, c->b, c->cp + j0 * e->npools, n * e->npools);
     if (st == KVF_OK)
@@ -134,7 +139,7 @@ static kvf_status chunk_check(const chunk *c, const kvf__store_block *blk, const
     if (blk->tokens < tokens)
         return kvf__fail(KVF_ERR_RANGE, "%s %s: holds %u tokens, %u asked", noun, key, blk->tokens,
                          tokens);
-    if (kvf__file_copies(e, c->b->kind, mv, blk->buf, tokens, blk->tokens, cp) !=
+    if (kvf__file_copies(e, c->b->kind, mv, blk->buf, tokens, blk->tokens, cp, NULL) !=
         blk->payload_bytes)
         return kvf__fail(KVF_ERR_MISMATCH,
                          "%s %s: %zu payload bytes stored, not what %u tokens take", noun, key,
@@ -142,12 +147,77 @@ static kvf_status chunk_check(const chunk *c, const kvf__store_block *blk, const
     return KVF_OK;
 }
 
+/* Fails the move of a block that failed now, at once (a later group's
+ * waiters are to see it before the chunk ends); chunk_failures passes it
+ * over. */
+static void fail_now(chunk *c, const kvf__store_block *blk)
+{
+    size_t i = c->idx[blk - c->blk];
+    if (c->b->status[i] == KVF_INPROGRESS)
+        kvf__move_failed(c->b, i, blk->status, "%s: %s", op_name(c->b->kind), blk->msg);
+}
+
+/* The hook after pool group g of a read, for blocks[0..n) (one at a
+ * time from the file store, on its I/O threads, several at once): the
+ * blocks that read well have that group checked; their selected pools of
+ * it are scattered into their slots (after group 0 each block is checked
+ * against the engine first), blocks failed now fail their moves, and the
+ * group is counted in for their moves. */
+static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g)
+{
+    chunk *c = arg;
+    kvf_engine *e = c->w->engine;
+    uint32_t first = g ? e->group_end[g - 1] : 0, last = e->group_end[g];
+    if (g + 1 == e->ngroups)
+        last = e->npools;
+    kvf__copy *cp = malloc((n ? n : 1) * (last - first) * sizeof *cp);
+    size_t ncp = 0;
+    for (size_t j = 0; j < n; j++) {
+        if (blocks[j].status != KVF_OK)
+            continue;
+        kvf__copy *all = c->cp + (size_t)(&blocks[j] - c->blk) * e->npools;
+        kvf_status st =
+            g == 0 ? chunk_check(c, &blocks[j], chunk_move(c, &blocks[j]), all) : KVF_OK;
+        if (st == KVF_OK && !cp)
+            st = kvf__fail(KVF_ERR_NOMEM, "out of memory for a pool group's copies");
+        if (st != KVF_OK) {
+            kvf__store_block_fail(&blocks[j], st, "%s", kvf_last_error());
+            continue;
+        }
+        for (uint32_t p = first; p < last; p++)
+            if (sel_has(c->b, p))
+                cp[ncp++] = all[p];
+    }
+    kvf_status st = ncp ? kvf__staging_copy_run(c->w, c->b, cp, ncp) : KVF_OK;
+    free(cp);
+    if (st != KVF_OK) {
+        char why[KVF_MOVE_ERROR_MESSAGE];
+        snprintf(why, sizeof why, "%s", kvf_last_error());
+        for (size_t j = 0; j < n; j++)
+            if (blocks[j].status == KVF_OK) {
+                const kvf_move *mv = chunk_move(c, &blocks[j]);
+                kvf__store_block_fail(
+                    &blocks[j], st,
+                    "%s " KVF_KEY_FMT ": scattering pools %u..%u into slot %llu: %s", c->s->noun,
+                    KVF_KEY_ARGS(mv->key), first, last - 1, (unsigned long long)mv->dst, why);
+            }
+    }
+    for (size_t j = 0; j < n; j++)
+        if (blocks[j].status != KVF_OK)
+            fail_now(c, &blocks[j]);
+    atomic_fetch_add(&c->parts, 1);
+    kvf__arrival_mark(e, c->b, g, n);
+}
+
 /* The hook after a read: blocks[0..n) that read well checked and
- * scattered into their slots; one refused fails here. */
+ * scattered into their slots; one refused fails here. Where the store
+ * handed every pool group over (chunk_part), there is nothing left. */
 static void chunk_scatter(void *arg, kvf__store_block *blocks, size_t n)
 {
     chunk *c = arg;
     kvf_engine *e = c->w->engine;
+    if (c->parts)
+        return;
     kvf__copy *cp = c->cp + (size_t)(blocks - c->blk) * e->npools;
     size_t ncp = 0;
     for (size_t j = 0; j < n; j++) {
@@ -171,6 +241,18 @@ static void chunk_scatter(void *arg, kvf__store_block *blocks, size_t n)
                                   "%s " KVF_KEY_FMT ": scattering into slot %llu: %s", c->s->noun,
                                   KVF_KEY_ARGS(mv->key), (unsigned long long)mv->dst, why);
         }
+}
+
+/* Sets hooks h to take pool groups where batch b is a layer-wise onboard
+ * (its pools arrive group by group: arrival.c). */
+static void root_sel_groups(const kvf_engine *e, const batch *b, kvf__store_hooks *h)
+{
+    if (!kvf__arrival_grouped(e, b))
+        return;
+    h->part = chunk_part;
+    h->group_end = e->group_end;
+    h->n_groups = e->ngroups;
+    h->first_bytes = e->group_first_bytes;
 }
 
 /* After a write of a move failed, here or before its chunk: the store
@@ -208,7 +290,8 @@ static void chunk_failures(batch *b, const size_t *idx, const kvf__store_block *
     for (size_t j = 0; j < m; j++) {
         if (blk[j].status == KVF_OK)
             continue;
-        kvf__move_failed(b, idx[j], blk[j].status, "%s: %s", op_name(b->kind), blk[j].msg);
+        if (b->status[idx[j]] == KVF_INPROGRESS) /* else failed already (fail_now) */
+            kvf__move_failed(b, idx[j], blk[j].status, "%s: %s", op_name(b->kind), blk[j].msg);
         if (blk[j].status != KVF_ERR_NOT_FOUND && failed++ == 0)
             first = j;
     }
@@ -223,11 +306,12 @@ static void chunk_blocks(worker *w, batch *b, const size_t *idx, size_t m, bool 
 {
     kvf_engine *e = w->engine;
     bool images = !kind_removes(b->kind);
-    size_t room = kvf__staging_slot_bytes(e) - KVF_BLOCK_HEADER_BYTES;
+    size_t room = kvf__staging_slot_bytes(e) - kvf__staging_prefix_bytes(e);
     for (size_t j = 0; j < m; j++) {
         w->blocks[j] = (kvf__store_block){.key = move_key(b, idx[j])};
         if (!images)
             continue;
+        w->blocks[j].pools = e->npools; /* the prefix's room is for these */
         w->blocks[j].buf = kvf__staging_payload(w, j, dev);
         w->blocks[j].cap = room;
         w->blocks[j].staged = true;
@@ -259,8 +343,13 @@ void kvf__run_store_chunk(worker *w, batch *b, size_t first, size_t last, uint64
         chunk_refused(b, first, last, st);
     } else if (m) {
         chunk_blocks(w, b, idx, m, dev);
-        chunk c = {w, b, s, idx, w->blocks, w->copies};
-        const kvf__store_hooks h = {chunk_gather, chunk_scatter, &c};
+        chunk c = {w, b, s, idx, w->blocks, w->copies, w->pool_bytes, first, last, 0};
+        kvf__store_hooks h = {chunk_gather, chunk_scatter, &c, NULL, NULL, 0, 0};
+        /* a layer-wise onboard from DISK: pool group by pool group; the
+         * chunk's moves that failed before count in every group */
+        root_sel_groups(e, b, &h);
+        for (uint32_t g = 0; h.part && g < h.n_groups; g++)
+            kvf__arrival_mark(e, b, g, (last - first) - m);
         kvf__store_block *blk = w->blocks;
         kvf_status ret = kind_removes(b->kind) ? s->ops->remove(s, blk, m, deadline_ns)
                          : tier_keyed(kind_writes(b->kind))

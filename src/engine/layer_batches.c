@@ -7,9 +7,12 @@
  *
  * On an asynchronous backend an unsplit batch is issued pool by pool, and
  * a backend mark (a CUDA event) after each pool's copies tells its
- * arrival. Elsewhere (the host backend, file and remote tiers, a batch
- * large enough to be cut into parts) a pool arrives with its whole batch:
- * the same answers, later.
+ * arrival. An onboard from DISK reads each block's file pool group by
+ * pool group, every block's group before the next (arrival.c): a pool
+ * arrives with its group, on every backend. Elsewhere (the host backend
+ * between slots, the remote tier, a batch between slots large enough to
+ * be cut into parts) a pool arrives with its whole batch: the same
+ * answers, later.
  */
 #include "engine_private.h"
 
@@ -72,6 +75,13 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
         kvf__pool_sel_free(e, s);
         return st == KVF_ERR_NOMEM ? kvf__fail(st, "%s: out of memory for the pool list", fn) : st;
     }
+    /* a layer-wise onboard from DISK arrives pool group by pool group
+     * (arrival.c): at most a group per pool */
+    if (kind.dir == OP_ONBOARD && kind.tier == KVF_TIER_DISK &&
+        !(s->group_moves = calloc(e->npools, sizeof *s->group_moves))) {
+        kvf__pool_sel_free(e, s);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool list", fn);
+    }
     memcpy(s->order, pools, n_pools * sizeof *pools);
     s->n = (uint32_t)n_pools;
     s->whole = n_pools == e->npools;
@@ -126,6 +136,7 @@ void kvf__pool_sel_free(kvf_engine *e, pool_sel *s)
     free(s->order);
     free(s->in);
     free(s->marks);
+    free(s->group_moves);
     free(s);
 }
 
@@ -243,16 +254,19 @@ static kvf_status wait_pool(kvf_engine *e, const char *fn, kvf_ticket t, uint32_
      * meanwhile: its statuses stay its own */
     b->waiters++;
     void *mark = NULL;
-    bool in_time = true;
-    while (b->state != B_DONE && !(mark = pool_mark(b, pi)) && in_time)
+    bool in_time = true, arrived = false;
+    while (b->state != B_DONE && !(mark = pool_mark(b, pi)) &&
+           !(arrived = kvf__pool_arrived(e, b, pi)) && in_time)
         in_time = wait_done_by(e, deadline_ns);
     /* a pool found arrived as the time ran out is not late: this thread
      * may itself have run late, its timed wait long over */
-    in_time = in_time || b->state == B_DONE || mark;
+    in_time = in_time || b->state == B_DONE || mark || arrived;
     if (!in_time)
         st = kvf__fail(KVF_ERR_TIMEOUT, "%s: ticket %llu: pool %u has not arrived by the deadline",
                        fn, (unsigned long long)t.id, pi);
-    else if (b->state == B_DONE)
+    else if (b->state == B_DONE || arrived)
+        /* arrived: its group is in every move's slots, copied and checked
+         * (a synchronous copy: nothing left to join on a stream) */
         st = known_failure(fn, b, pi);
     else if ((st = known_failure(fn, b, pi)) == KVF_OK) {
         if (stream && e->backend->ops->mark_join) {

@@ -152,6 +152,9 @@ kvf_status kvf__freeze(kvf_engine *e)
         return KVF_OK;
     if (e->npools == 0)
         return kvf__fail(KVF_ERR_STATE, "engine: no pools added");
+    kvf_status st = kvf__arrival_setup(e);
+    if (st != KVF_OK)
+        return st;
     uint32_t prim = UINT32_MAX, sec = UINT32_MAX;
     size_t all = 0;
     bool any_secondary = false;
@@ -188,6 +191,9 @@ kvf_status kvf__freeze(kvf_engine *e)
         e->hz_primary = e->hz_secondary = NULL;
         e->sec = NULL;
         e->mark_primary = e->mark_secondary = NULL;
+        free(e->group_end);
+        free(e->pool_group);
+        e->group_end = e->pool_group = NULL;
         return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for hazard tables");
     }
     e->fingerprint = kvf__geometry_fingerprint(gs, e->npools);

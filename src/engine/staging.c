@@ -7,11 +7,16 @@
  */
 #include "engine_private.h"
 
-/* Bytes of one move's block image in staging: header and payload, padded
+size_t kvf__staging_prefix_bytes(const kvf_engine *e)
+{
+    return kvf__block_prefix_bytes(e->npools);
+}
+
+/* Bytes of one move's block image in staging: prefix and payload, padded
  * so that every image starts and ends on the O_DIRECT alignment. */
 size_t kvf__staging_slot_bytes(const kvf_engine *e)
 {
-    size_t n = KVF_BLOCK_HEADER_BYTES + e->all_block_bytes;
+    size_t n = kvf__staging_prefix_bytes(e) + e->all_block_bytes;
     return (n + KVF_FILE_ALIGN - 1) & ~(size_t)(KVF_FILE_ALIGN - 1);
 }
 
@@ -49,7 +54,10 @@ kvf_status kvf__ensure_staging(worker *w, size_t n, bool images, bool dev)
         kvf__copy *copies = realloc(w->copies, n * e->npools * sizeof *copies);
         if (copies)
             w->copies = copies;
-        if (!moves || !blocks || !copies)
+        uint32_t *pool_bytes = realloc(w->pool_bytes, n * e->npools * sizeof *pool_bytes);
+        if (pool_bytes)
+            w->pool_bytes = pool_bytes;
+        if (!moves || !blocks || !copies || !pool_bytes)
             return kvf__fail(KVF_ERR_NOMEM, "staging: out of memory for %zu moves", n);
         w->nmoves = n;
     }
@@ -73,14 +81,14 @@ uint8_t *kvf__staging_payload(worker *w, size_t k, bool dev)
 {
     uint8_t *image = dev ? kvf__gds_buf_slot(w->gstaging, k)
                          : w->staging + k * kvf__staging_slot_bytes(w->engine);
-    return image + KVF_BLOCK_HEADER_BYTES;
+    return image + kvf__staging_prefix_bytes(w->engine);
 }
 
 /* Copies of a move between its slot (primary, or secondary for demote and
  * promote) and a packed file image: each pool's rows of `file_tokens`
  * tokens, back to back. `tokens` of them are moved (tokens <= file_tokens). */
 size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, uint8_t *payload,
-                        uint32_t tokens, uint32_t file_tokens, kvf__copy *out)
+                        uint32_t tokens, uint32_t file_tokens, kvf__copy *out, uint32_t *pool_bytes)
 {
     bool to_file = tier_keyed(kind_writes(kind));
     bool secondary = kind_uses_secondary(kind);
@@ -99,6 +107,8 @@ size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, u
             out[p] = (kvf__copy){payload + off, slot, width, rows, file_pitch, want.pitch};
         else
             out[p] = (kvf__copy){slot, payload + off, width, rows, want.pitch, file_pitch};
+        if (pool_bytes)
+            pool_bytes[p] = (uint32_t)kvf__region_bytes(&stored);
         off += kvf__region_bytes(&stored);
     }
     return off;
@@ -108,9 +118,13 @@ size_t kvf__file_copies(const kvf_engine *e, op_kind kind, const kvf_move *mv, u
  * secondary slots (no backend, no GPU stream), the backend's otherwise. */
 kvf_status kvf__staging_copy(worker *w, const batch *b, kvf__copy *cp, size_t n)
 {
+    return kvf__staging_copy_run(w, b, cp, kvf__sel_compact(w->engine, b, cp, n));
+}
+
+kvf_status kvf__staging_copy_run(worker *w, const batch *b, kvf__copy *cp, size_t n)
+{
     kvf_engine *e = w->engine;
     uint64_t t0 = kvf__now_ns();
-    n = kvf__sel_compact(e, b, cp, n);
     kvf_status st = kind_uses_secondary(b->kind)
                         ? kvf__host_copy(cp, n)
                         : e->backend->ops->copy_sync(e->backend, b->queue, cp, n);

@@ -73,12 +73,15 @@ const char *kvf_tier_name(kvf_tier tier)
 
 uint32_t kvf_engine_layerwise_tiers(const kvf_engine *e)
 {
-    /* the GPU orders the copies between slots pool by pool; the host
-     * backend and the keyed tiers (their moves run on the workers)
-     * deliver whole batches */
-    if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
+    /* an onboard from DISK reads block files pool group by pool group
+     * (arrival.c), on every backend; the GPU orders the copies between
+     * slots pool by pool; the host backend between slots and the remote
+     * tier deliver whole batches */
+    if (!e)
         return 0;
-    uint32_t mask = 0;
+    uint32_t mask = 1u << KVF_TIER_DISK;
+    if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
+        return mask;
     for (unsigned t = 0; t < KVF_TIER_COUNT; t++)
         if (!tier_keyed((kvf_tier)t))
             mask |= 1u << t;

@@ -41,6 +41,8 @@ static void wait_after(kvf_engine *e, batch *b, size_t first, size_t last)
  * a large batch spreads over all workers. */
 static size_t chunk_of(kvf_engine *e, const batch *b)
 {
+    if (kvf__arrival_grouped(e, b))
+        return kvf__arrival_chunk_moves(e, b);
     const tier_ops *t = kind_ops(b->kind);
     size_t per = t ? t->chunk_moves(e) : e->all_block_bytes ? (4u << 20) / e->all_block_bytes : 1;
     size_t share = (b->n + e->nworkers - 1) / e->nworkers;

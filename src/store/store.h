@@ -24,7 +24,7 @@ typedef struct kvf__store kvf__store;
 struct kvf__image_ops;
 
 /* One block of a batch call. The caller sets key and, for write, tokens,
- * pools, buf and payload_bytes; for read, buf and cap. status and msg are
+ * pools, buf, payload_bytes and pool_bytes; for read, buf and cap. status and msg are
  * the call's answer for this block; a read fills tokens, pools and
  * payload_bytes when its status is KVF_OK. */
 typedef struct kvf__store_block {
@@ -33,12 +33,17 @@ typedef struct kvf__store_block {
     void *buf; /* write: the payload; read: where it goes */
     size_t cap;
     size_t payload_bytes;
+    /* write: each pool's bytes of the payload (pools of them, pool 0's
+     * first), for the stored pool table. NULL: the payload split evenly
+     * (kvf__block_prefix_begin), for payloads of no pools of their own. */
+    const uint32_t *pool_bytes;
     /* Optional: buf lies in staging the caller laid out as the block's
      * whole stored image, so that a store writing images (the file store)
-     * fills in the header where it is and copies nothing: the
-     * KVF_BLOCK_HEADER_BYTES before buf are the header's room, that image
-     * starts on KVF_FILE_ALIGN, and cap runs to an aligned end. Stores
-     * that send the payload alone ignore it. */
+     * fills in the prefix where it is and copies nothing: the
+     * kvf__block_prefix_bytes(pools) bytes before buf are the prefix's
+     * room (header and pool table; a read sets pools to the count its
+     * room is for), that image starts on KVF_FILE_ALIGN, and cap runs to
+     * an aligned end. Stores that send the payload alone ignore it. */
     bool staged;
     /* Optional, with staged (stores whose device_staging says so): buf is
      * device memory, reached only through these (GPUDirect Storage).
@@ -78,6 +83,23 @@ typedef struct kvf__store_hooks {
      * well (status and msg). */
     void (*done)(void *arg, kvf__store_block *blocks, size_t n);
     void *arg;
+    /* Optional, reads: the caller takes each block's pools in groups of
+     * consecutive pools (n_groups > 1; group g ends before pool
+     * group_end[g]; first_bytes: the prefix and group 0's pools of a whole
+     * block, the first read's length). A store that reads a block's pools
+     * apart (the file store, for staged images) calls part(arg, blocks, n,
+     * g) exactly once for every block of the call and every group, on
+     * whichever thread read it (several at once for different blocks),
+     * and calls it for group g of every block before it reads any group
+     * g + 1: a block whose status is KVF_OK then holds that group's pools,
+     * checked (and tokens, pools and payload_bytes are set); one that
+     * failed (now or before) is failed for good. done follows for each
+     * block at the end, as always. Stores reading whole blocks never call
+     * part. */
+    void (*part)(void *arg, kvf__store_block *blocks, size_t n, uint32_t g);
+    const uint32_t *group_end;
+    uint32_t n_groups;
+    size_t first_bytes;
 } kvf__store_hooks;
 
 /*

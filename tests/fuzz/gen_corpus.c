@@ -60,15 +60,16 @@ static void gen_blocks(const char *out)
     kvf__blockfile_dir d;
     if (kvf__blockfile_open_dir(tmp, "fuzz", 0x1234abcd5678ef01ull, KVF_FSYNC_NONE, &d) != KVF_OK)
         die(tmp);
-    static const size_t sizes[] = {1, 96, 1000, 4096 - HDR, 5000};
+    size_t pre = kvf__block_prefix_bytes(2);
+    const size_t sizes[] = {1, 96, 1000, 4096 - pre, 5000};
     uint64_t rnd = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        uint8_t *buf = malloc(HDR + sizes[i]);
+        uint8_t *buf = malloc(pre + sizes[i]);
         if (!buf)
             die("malloc");
         for (size_t k = 0; k < sizes[i]; k++) {
             rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
-            buf[HDR + k] = (uint8_t)rnd;
+            buf[pre + k] = (uint8_t)rnd;
         }
         /* keys with both halves set, one with a zero high half */
         kvf_key key = {i ? 0xa11ce0000000000ull + i : 0, 0x1000 + i};

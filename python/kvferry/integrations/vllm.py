@@ -59,7 +59,7 @@ _Rank = Tuple[int, int, int]
 
 # What the worker tells the scheduler's planner: (bytes of one block of
 # every layer, {tier: (latency_s, bytes_per_s)}, tiers that load layer by layer)
-_Link = Tuple[int, Dict[int, Tuple[float, float]], Tuple[int, ...]]
+_Link = Tuple[int, Dict[int, Tuple[float, float]], Tuple[int, ...], Tuple[Tuple[int, int], ...]]
 
 
 @dataclass
@@ -220,7 +220,11 @@ def _slower(a: Optional[_Link], b: Optional[_Link]) -> Optional[_Link]:
         return a if b is None else b
     costs = {t: (max(a[1][t][0], b[1][t][0]), min(a[1][t][1], b[1][t][1])) if t in b[1] else a[1][t]
              for t in a[1]}
-    return max(a[0], b[0]), {**b[1], **costs}, tuple(t for t in a[2] if t in b[2])
+    layerwise = tuple(t for t in a[2] if t in b[2])
+    # per tier the coarser arrival: fewer steps (0: a step per layer, the finest)
+    sa, sb = dict(a[3]), dict(b[3])
+    steps = tuple((t, min((s for s in (sa.get(t, 0), sb.get(t, 0)) if s), default=0)) for t in layerwise)
+    return max(a[0], b[0]), {**b[1], **costs}, layerwise, steps
 
 
 def _prefill_cost(extra, layers: int) -> Optional[Prefill]:
@@ -475,11 +479,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     def _planned(self, keys: List[int], request_tokens: int, local: int) -> int:
         """The hits the plan loads (at least vLLM's own `local` ones, which
         are in GPU memory already); every hit if planning fails."""
-        block_bytes, costs, layerwise = self._link
+        block_bytes, costs, layerwise, steps = self._link
         tiers = [Tier.GPU] * local + [self._tier(k) for k in keys[local:]]
         try:
             p = plan_compute(tiers, block_bytes, self._block_size, request_tokens, costs, self._prefill,
-                             layerwise_tiers=layerwise)
+                             layerwise_tiers=layerwise, arrival_steps=dict(steps))
         except KvferryError as exc:
             log.warning("kvferry: plan of %d hits failed, loading them all: %s", len(keys), exc)
             return len(keys)
@@ -884,7 +888,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
             return None
         costs = {int(t): (c.latency_s, c.bytes_per_s) for t, c in self.engine.costs().items()}
         layerwise = tuple(int(t) for t in self.engine.layerwise_tiers())
-        return self._block_bytes, costs, layerwise
+        steps = tuple((t, self.engine.arrival_groups(t)) for t in layerwise)
+        return self._block_bytes, costs, layerwise, steps
 
     def build_connector_worker_meta(self):
         link = self._link_now()

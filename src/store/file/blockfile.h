@@ -42,13 +42,14 @@ KVF_INTERNAL void kvf__blockfile_close_dir(kvf__blockfile_dir *dir);
  * reports them as torn instead. */
 KVF_INTERNAL void kvf__blockfile_remove_stale(kvf__blockfile_dir *dir);
 
-/* Writes payload[0..meta->payload_bytes) under meta->key; `payload` is
- * preceded by KVF_BLOCK_HEADER_BYTES writable bytes that the function
- * fills with the header, so the file is written in one call. On failure
+/* Writes the payload at buf + kvf__block_prefix_bytes(meta->pools) under
+ * meta->key, split evenly among its pools; buf's first bytes are the
+ * prefix's room, which the function fills (header and pool table), so the
+ * file is written in one call. On failure
  * the key's file is removed: it holds no stale data. */
 KVF_INTERNAL kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir,
                                              const kvf__blockfile_meta *meta, uint8_t *buf);
-/* Reads the block under `key` into buf (header + payload, `cap` bytes at
+/* Reads the block under `key` into buf (prefix + payload, `cap` bytes at
  * most), checks header, layout, namespace, length and checksum, and fills
  * *meta. */
 KVF_INTERNAL kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, kvf_key key, uint8_t *buf,
@@ -69,8 +70,8 @@ typedef struct kvf__image_ops {
 
 /* One block of a batch. The caller sets meta (for a read, meta.key only),
  * buf and cap; O_DIRECT needs buf aligned to KVF_FILE_ALIGN and, for a
- * write, cap >= round_up(KVF_BLOCK_HEADER_BYTES + payload) (the padding
- * is written too). */
+ * write, cap >= round_up(prefix + payload) (the padding is written too):
+ * the payload starts at buf + kvf__block_prefix_bytes(meta.pools). */
 typedef struct kvf__blockfile_io {
     kvf__blockfile_meta meta;
     uint8_t *buf;
@@ -92,11 +93,21 @@ typedef struct kvf__blockfile_io {
      * argument). NULL: buf is host memory. */
     const kvf__image_ops *img;
     void *img_arg;
+    /* Optional, writes: each pool's bytes (meta.pools of them). NULL: the
+     * payload split evenly (kvf__block_prefix_begin). */
+    const uint32_t *pool_bytes;
     /* the file layer's */
     kvf__blockfile_dir *dir;
     int fd;
     bool slow, reported;
     size_t size;
+    /* a read by groups (kvf__blockfile_read_groups): bytes read so far, the
+     * whole read's length, the header, and the prefix on the host */
+    size_t have, total, want;
+    kvf__block_header bh;
+    uint8_t *table;
+    const struct kvf__blockfile_groups *groups;
+    uint32_t next_group; /* the next group to hand over */
     char name[96], tmp[96];
     char path[PATH_MAX], tmp_path[PATH_MAX];
     kvf__fio_op io;
@@ -109,6 +120,29 @@ KVF_INTERNAL void kvf__blockfile_write_many(kvf__blockfile_dir *dir, kvf__fileio
                                             kvf__blockfile_io *ios, size_t n);
 KVF_INTERNAL void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
                                            kvf__blockfile_io *ios, size_t n);
+/* Reading pool group by pool group (blockfile_groups.c): groups of
+ * consecutive pools, group g ending before pool end[g] (end[n - 1]: the
+ * last pool, whatever the file's count), the first read taking
+ * first_bytes of the file (prefix and group 0's pools as the caller
+ * expects them). on_block is called once for every block and group, on
+ * whichever thread read it, as soon as it is read and checked, possibly
+ * beside calls for other blocks: a block whose status is KVF_OK has its
+ * pools [end[g - 1], end[g]) in buf, checked; one that failed (now or in
+ * an earlier group) is done. */
+typedef struct kvf__blockfile_groups {
+    uint32_t n;
+    const uint32_t *end;
+    size_t first_bytes;
+    void (*on_block)(void *arg, kvf__blockfile_io *io, uint32_t g);
+    void *arg;
+} kvf__blockfile_groups;
+/* Reads many blocks as kvf__blockfile_read_many does, but pool group by
+ * pool group: every block's group g read, checked and reported (on_block)
+ * before any block's group g + 1 is read. A block failed in one group is
+ * failed for good. on_done comes for each block once every group is done. */
+KVF_INTERNAL void kvf__blockfile_read_groups(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
+                                             kvf__blockfile_io *ios, size_t n,
+                                             const kvf__blockfile_groups *gr);
 /* Makes the writes since the last call durable, renames included: under
  * BATCH one syncfs() of the file system (or, with KVF_FSYNC_METHOD=fsync,
  * an fsync of the directory, the files having been fsynced as written);

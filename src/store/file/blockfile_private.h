@@ -120,6 +120,25 @@ KVF_INTERNAL kvf__fio_op *kvf__bf_live_ops(kvf__blockfile_io *ios, size_t n, kvf
 
 /* Reads and checks the block under key_in into *buf_p (*cap_p bytes),
  * growing the buffer when `grow`; any_layout: the layout is not checked. */
+/* Checks a read image of io (its prefix at io->buf, io->size bytes of
+ * file, header *bh parsed and expected): the pool table when first is 0,
+ * pools [first, last), and the padding when last is the last pool. Pools
+ * in device memory (io->img) are checksummed there. table: the prefix on
+ * the host, or NULL (at io->buf, or fetched from a device image). */
+KVF_INTERNAL kvf_status kvf__bf_image_check(const kvf__blockfile_io *io,
+                                            const kvf__block_header *bh, const uint8_t *table,
+                                            uint32_t first, uint32_t last, const char *what);
+/* Opens one block's file and sets up the read of all of it (io->io, for
+ * a runner). false when there is nothing to read: failed (io->status) or
+ * left to the careful reader (io->slow: kvf__bf_read_slow). */
+KVF_INTERNAL bool kvf__bf_read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io);
+/* Reads io's block whole with the careful reader (a file too short or
+ * too large for the fast one): io->status and io->meta. */
+KVF_INTERNAL void kvf__bf_read_slow(kvf__blockfile_dir *dir, kvf__blockfile_io *io);
+/* Closes a read's descriptor; a failing close fails a read that had not
+ * failed (st), naming key and path. */
+KVF_INTERNAL kvf_status kvf__bf_close_read_fd(int fd, kvf_status st, const char *key,
+                                              const char *path);
 KVF_INTERNAL kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, kvf_key key, uint8_t **buf_p,
                                            size_t *cap_p, bool grow, kvf__blockfile_meta *meta,
                                            bool any_layout);

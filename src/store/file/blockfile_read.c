@@ -61,7 +61,7 @@ static int read_full(int fd, const char *path, uint8_t *p, size_t n, uint64_t of
 /* Closes a descriptor, reporting a failure unless one is already being
  * returned: a read-only descriptor has nothing to flush, but a failing
  * close still says the file system is in trouble. */
-static kvf_status close_read_fd(int fd, kvf_status st, const char *key, const char *path)
+kvf_status kvf__bf_close_read_fd(int fd, kvf_status st, const char *key, const char *path)
 {
     char eb[128];
     /* Linux releases the descriptor even when close fails (EINTR too):
@@ -125,21 +125,22 @@ static kvf_status careful_header(kvf__blockfile_dir *dir, int fd, const char *pa
         st = kvf__block_header_expect(bh, what, any_layout ? 0 : dir->fingerprint, dir->ns_hash,
                                       key_in);
     if (st == KVF_OK)
-        st = kvf__bf_check_file_size(size, HDR, bh->payload_bytes, what);
+        st = kvf__bf_check_file_size(size, (uint32_t)kvf__block_prefix_bytes(bh->pools),
+                                     bh->payload_bytes, what);
     return st;
 }
 
-/* Makes *buf_p hold header and payload: with `grow`, reallocated when too
+/* Makes *buf_p hold prefix and payload: with `grow`, reallocated when too
  * small; without it, the block not fitting is KVF_ERR_RANGE. */
-static kvf_status careful_fit(const char *key, const char *path, uint64_t payload, uint64_t size,
-                              bool grow, uint8_t **buf_p, size_t *cap_p)
+static kvf_status careful_fit(const char *key, const char *path, size_t pre, uint64_t payload,
+                              uint64_t size, bool grow, uint8_t **buf_p, size_t *cap_p)
 {
-    /* payload <= st_size - HDR: HDR + payload fits an off_t, hence a size_t
+    /* payload <= st_size - pre: pre + payload fits an off_t, hence a size_t
      * on the 64-bit systems this runs on */
-    if (payload > SIZE_MAX - HDR)
+    if (payload > SIZE_MAX - pre)
         return kvf__fail(KVF_ERR_RANGE, "block %s: %s: %llu bytes do not fit in memory", key, path,
                          (unsigned long long)size);
-    size_t need = HDR + (size_t)payload;
+    size_t need = pre + (size_t)payload;
     if (need <= *cap_p)
         return KVF_OK;
     if (!grow)
@@ -155,15 +156,15 @@ static kvf_status careful_fit(const char *key, const char *path, uint64_t payloa
     return KVF_OK;
 }
 
-/* Reads the payload after the checked header into buf + HDR and checks it,
- * then the padding after it, if any. */
+/* Reads pool table and payload after the checked header (already at buf)
+ * and checks them, then the padding after them, if any. */
 static kvf_status careful_payload(int fd, const char *path, const char *key, uint64_t size,
                                   const kvf__block_header *bh, const char *what, uint8_t *buf)
 {
     char eb[128];
     uint64_t payload = bh->payload_bytes;
-    size_t got;
-    int r = read_full(fd, path, buf + HDR, (size_t)payload, HDR, &got);
+    size_t pre = kvf__block_prefix_bytes(bh->pools), got;
+    int r = read_full(fd, path, buf + HDR, pre - HDR + (size_t)payload, HDR, &got);
     if (r < 0) {
         int err = errno;
         return kvf__fail(kvf__errno_status(err), "block %s: %s: read: %s", key, path,
@@ -173,12 +174,14 @@ static kvf_status careful_payload(int fd, const char *path, const char *key, uin
         /* the file shrank after fstat: never hand back the bytes not read */
         return kvf__fail(KVF_ERR_CORRUPT, "block %s: %s: truncated: short read, %llu of %llu bytes",
                          key, path, (unsigned long long)(HDR + got), (unsigned long long)size);
-    kvf_status st = kvf__block_payload_check(bh, what, buf + HDR);
-    if (st != KVF_OK || size <= HDR + payload)
+    kvf_status st = kvf__block_table_check(bh, buf, what);
+    if (st == KVF_OK)
+        st = kvf__block_pools_check(bh, buf, what, buf + pre);
+    if (st != KVF_OK || size <= pre + payload)
         return st;
     uint8_t pad[KVF_FILE_ALIGN];
-    size_t npad = (size_t)(size - HDR - payload);
-    r = read_full(fd, path, pad, npad, HDR + payload, &got);
+    size_t npad = (size_t)(size - pre - payload);
+    r = read_full(fd, path, pad, npad, pre + payload, &got);
     if (r != 0) {
         int err = errno;
         return r < 0 ? kvf__fail(kvf__errno_status(err), "%s: read: %s", what,
@@ -217,7 +220,8 @@ kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, kvf_key key_in, uint8_t *
     kvf__block_header bh;
     st = careful_header(dir, fd, path, key_in, size, any_layout, what, h, &bh);
     if (st == KVF_OK)
-        st = careful_fit(key, path, bh.payload_bytes, size, grow, buf_p, cap_p);
+        st = careful_fit(key, path, kvf__block_prefix_bytes(bh.pools), bh.payload_bytes, size, grow,
+                         buf_p, cap_p);
     if (st == KVF_OK) {
         memcpy(*buf_p, h, HDR);
         st = careful_payload(fd, path, key, size, &bh, what, *buf_p);
@@ -228,13 +232,10 @@ kvf_status kvf__bf_read_block(kvf__blockfile_dir *dir, kvf_key key_in, uint8_t *
         meta->pools = bh.pools;
         meta->payload_bytes = bh.payload_bytes;
     }
-    return close_read_fd(fd, st, key, path);
+    return kvf__bf_close_read_fd(fd, st, key, path);
 }
 
-/* Opens one block's file and sets up the read of all of it. false when
- * there is nothing to read: failed (io->status) or left to kvf__bf_read_block
- * (io->slow). */
-static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
+bool kvf__bf_read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
     char eb[128], key[KVF_KEY_STR_BYTES];
     kvf_key_format(io->meta.key, key);
@@ -286,7 +287,48 @@ static bool read_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     return true;
 }
 
-/* Checks what read_begin's read brought in. */
+kvf_status kvf__bf_image_check(const kvf__blockfile_io *io, const kvf__block_header *bh,
+                               const uint8_t *table, uint32_t first, uint32_t last,
+                               const char *what)
+{
+    size_t pre = kvf__block_prefix_bytes(bh->pools);
+    const uint8_t *prefix = table ? table : io->buf;
+    uint8_t *copy = NULL;
+    kvf_status st = KVF_OK;
+    if (io->img && !table) {
+        if (!(copy = malloc(pre)))
+            return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool table", what);
+        st = io->img->get(io->img_arg, io->buf, copy, pre);
+        prefix = copy;
+    }
+    if (st == KVF_OK && first == 0)
+        st = kvf__block_table_check(bh, prefix, what);
+    for (uint32_t p = first; st == KVF_OK && p < last; p++) {
+        kvf__block_span sp = kvf__block_prefix_span(prefix, p);
+        const uint8_t *seg = io->buf + pre + sp.off;
+        if (!io->img) {
+            st = kvf__block_pool_check(prefix, p, what, seg);
+            continue;
+        }
+        uint32_t crc = 0;
+        st = io->img->crc(io->img_arg, seg, (size_t)sp.bytes, &crc);
+        if (st == KVF_OK)
+            st = kvf__block_pool_crc_check(prefix, p, what, crc);
+    }
+    /* the padding once the last pool is in */
+    size_t end = pre + (size_t)bh->payload_bytes, npad = io->size > end ? io->size - end : 0;
+    uint8_t pad[KVF_FILE_ALIGN];
+    if (st == KVF_OK && last == bh->pools && npad) {
+        if (io->img)
+            st = io->img->get(io->img_arg, io->buf + end, pad, npad);
+        if (st == KVF_OK)
+            st = kvf__bf_check_padding(io->img ? pad : io->buf + end, npad, what);
+    }
+    free(copy);
+    return st;
+}
+
+/* Checks what kvf__bf_read_begin's read brought in. */
 static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
 {
     char eb[128], key[KVF_KEY_STR_BYTES];
@@ -307,9 +349,9 @@ static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
                         io->io.done, io->size);
         return;
     }
-    /* an image in device memory: header and padding (under 4096 bytes)
-     * come to the host, the payload is checksummed where it is */
-    uint8_t hb[HDR], pad[KVF_FILE_ALIGN];
+    /* an image in device memory: prefix and padding come to the host,
+     * the pools are checksummed where they are */
+    uint8_t hb[HDR];
     const uint8_t *hdr = io->buf;
     if (io->img) {
         st = io->img->get(io->img_arg, io->buf, hb, HDR);
@@ -319,23 +361,11 @@ static void read_end(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
         st = kvf__block_header_parse(hdr, what, &bh);
     if (st == KVF_OK)
         st = kvf__block_header_expect(&bh, what, dir->fingerprint, dir->ns_hash, io->meta.key);
+    size_t pre = st == KVF_OK ? kvf__block_prefix_bytes(bh.pools) : 0;
     if (st == KVF_OK)
-        st = kvf__bf_check_file_size(io->size, HDR, bh.payload_bytes, what);
-    size_t npad = st == KVF_OK ? io->size - HDR - (size_t)bh.payload_bytes : 0;
-    if (st == KVF_OK && !io->img) {
-        st = kvf__block_payload_check(&bh, what, io->buf + HDR);
-        if (st == KVF_OK)
-            st = kvf__bf_check_padding(io->buf + HDR + bh.payload_bytes, npad, what);
-    } else if (st == KVF_OK) {
-        uint32_t crc = 0;
-        st = io->img->crc(io->img_arg, io->buf + HDR, (size_t)bh.payload_bytes, &crc);
-        if (st == KVF_OK)
-            st = kvf__block_payload_crc_check(&bh, what, crc);
-        if (st == KVF_OK && npad)
-            st = io->img->get(io->img_arg, io->buf + HDR + bh.payload_bytes, pad, npad);
-        if (st == KVF_OK)
-            st = kvf__bf_check_padding(pad, npad, what);
-    }
+        st = kvf__bf_check_file_size(io->size, (uint32_t)pre, bh.payload_bytes, what);
+    if (st == KVF_OK)
+        st = kvf__bf_image_check(io, &bh, NULL, 0, bh.pools, what);
     if (st != KVF_OK) {
         kvf__bf_io_fail(io, st, "%s", kvf_last_error());
         return;
@@ -352,11 +382,32 @@ static void read_op_done(kvf__fio_op *op)
     kvf__blockfile_io *io = kvf__bf_io_of(op);
     read_end(io->dir, io);
     char key[KVF_KEY_STR_BYTES];
-    kvf_status st = close_read_fd(io->fd, io->status, kvf_key_format(io->meta.key, key), io->path);
+    kvf_status st =
+        kvf__bf_close_read_fd(io->fd, io->status, kvf_key_format(io->meta.key, key), io->path);
     io->fd = -1;
     if (st != io->status)
         kvf__bf_io_fail(io, st, "%s", kvf_last_error());
     kvf__bf_io_finished(io);
+}
+
+void kvf__bf_read_slow(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
+{
+    /* an image in device memory is read on the host first */
+    uint8_t *buf = io->img ? malloc(io->cap) : io->buf;
+    size_t cap = io->cap;
+    kvf__blockfile_meta m;
+    kvf_status st = buf ? kvf__bf_read_block(dir, io->meta.key, &buf, &cap, false, &m, false)
+                        : kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": out of memory",
+                                    KVF_KEY_ARGS(io->meta.key));
+    if (st == KVF_OK && io->img)
+        st = io->img->put(io->img_arg, io->buf, buf,
+                          kvf__block_prefix_bytes(m.pools) + (size_t)m.payload_bytes);
+    if (io->img)
+        free(buf);
+    if (st == KVF_OK)
+        io->meta = m;
+    else
+        kvf__bf_io_fail(io, st, "%s", kvf_last_error());
 }
 
 void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
@@ -364,28 +415,10 @@ void kvf__blockfile_read_many(kvf__blockfile_dir *dir, kvf__fileio_runner *fio,
 {
     for (size_t i = 0; i < n; i++) {
         ios[i].dir = dir;
-        if (read_begin(dir, &ios[i]))
+        if (kvf__bf_read_begin(dir, &ios[i]))
             continue;
-        if (ios[i].slow) {
-            /* the careful reader, for files too short or too large */
-            kvf__blockfile_io *io = &ios[i];
-            /* an image in device memory is read on the host first */
-            uint8_t *buf = io->img ? malloc(io->cap) : io->buf;
-            size_t cap = io->cap;
-            kvf__blockfile_meta m;
-            kvf_status st =
-                buf ? kvf__bf_read_block(dir, io->meta.key, &buf, &cap, false, &m, false)
-                    : kvf__fail(KVF_ERR_NOMEM, "block " KVF_KEY_FMT ": out of memory",
-                                KVF_KEY_ARGS(io->meta.key));
-            if (st == KVF_OK && io->img)
-                st = io->img->put(io->img_arg, io->buf, buf, HDR + (size_t)m.payload_bytes);
-            if (io->img)
-                free(buf);
-            if (st == KVF_OK)
-                io->meta = m;
-            else
-                kvf__bf_io_fail(io, st, "%s", kvf_last_error());
-        }
+        if (ios[i].slow)
+            kvf__bf_read_slow(dir, &ios[i]);
         kvf__bf_io_finished(&ios[i]);
         /* out of the list below */
         if (ios[i].status == KVF_OK)
@@ -409,6 +442,7 @@ kvf_status kvf__blockfile_read(kvf__blockfile_dir *dir, kvf_key key, uint8_t *bu
     io->on_done = NULL;
     io->img = NULL;
     io->img_arg = NULL;
+    io->pool_bytes = NULL;
     io->buf = buf;
     io->cap = cap;
     kvf__blockfile_read_many(dir, dir->fio, io, 1);

@@ -104,7 +104,7 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
     if (ret != KVF_OK)
         return ret;
     const char *n;
-    unsigned long foreign = 0, old_format = 0;
+    unsigned long foreign = 0, old_format = 0, old_v2 = 0;
     while ((ret = walk_next(dir, d, &n)) == KVF_OK && n) {
         kvf_key key;
         uint64_t old_key;
@@ -144,7 +144,11 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
          * it would fail the same checks */
         if (!ok || kvf__block_header_parse(h, what, &bh) != KVF_OK ||
             kvf__block_header_expect(&bh, what, dir->fingerprint, dir->ns_hash, key) != KVF_OK ||
-            kvf__bf_check_file_size((uint64_t)sb.st_size, HDR, bh.payload_bytes, what) != KVF_OK) {
+            kvf__bf_check_file_size((uint64_t)sb.st_size,
+                                    (uint32_t)kvf__block_prefix_bytes(bh.pools), bh.payload_bytes,
+                                    what) != KVF_OK) {
+            if (ok && kvf__get_le32(h + 8) == KVF_BLOCK_FORMAT_V2)
+                old_v2++;
             KVF_LOG(KVF_LOG_INFO, "%s: not a usable block (%s), skipped", what,
                     ok ? kvf_last_error() : "unreadable");
             continue;
@@ -153,6 +157,11 @@ kvf_status kvf__blockfile_list(kvf__blockfile_dir *dir,
         visit(arg, &meta, (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec);
     }
     closedir(d);
+    if (old_v2)
+        KVF_LOG(KVF_LOG_WARN,
+                "%s: %lu block file%s of " KVF_BLOCK_V2_WORDS " not served: rewrite them with "
+                "`kvferry fsck --upgrade` on the block directory",
+                dir->root, old_v2, old_v2 == 1 ? "" : "s");
     if (old_format)
         KVF_LOG(KVF_LOG_WARN,
                 "%s: %lu block file%s of " KVF_BLOCK_V1_WORDS " not served: rewrite them with "

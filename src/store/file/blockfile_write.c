@@ -54,18 +54,19 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     kvf_key_format(meta->key, key);
     kvf__bf_block_file_name(meta->key, io->name, sizeof io->name);
     snprintf(io->path, sizeof io->path, "%s/%s", dir->root, io->name);
-    if (meta->payload_bytes > BLOCK_PAYLOAD_MAX || HDR + meta->payload_bytes > io->cap) {
+    size_t pre = kvf__block_prefix_bytes(meta->pools);
+    if (meta->payload_bytes > BLOCK_PAYLOAD_MAX || pre + meta->payload_bytes > io->cap) {
         /* a failed write leaves no old version behind, whatever the cause */
         bool emptied;
         kvf__bf_discard_block(dir, meta->key, io->name, io->path, &emptied);
         kvf__bf_io_fail(io, KVF_ERR_RANGE,
                         "block %s: payload of %llu bytes too large (a block holds at most %llu, "
-                        "the buffer %zu with the header)",
+                        "the buffer %zu with the prefix)",
                         key, (unsigned long long)meta->payload_bytes,
                         (unsigned long long)BLOCK_PAYLOAD_MAX, io->cap);
         return false;
     }
-    size_t total = HDR + (size_t)meta->payload_bytes;
+    size_t total = pre + (size_t)meta->payload_bytes;
     /* pid and a process-wide sequence: concurrent writers of one key,
      * in this process or another, never share a temporary file */
     snprintf(io->tmp, sizeof io->tmp, ".%s.%ld.%llu.tmp", key, (long)getpid(),
@@ -77,26 +78,37 @@ static bool write_begin(kvf__blockfile_dir *dir, kvf__blockfile_io *io)
     /* the aligned image when the buffer has room for it: see
      * blockfile_names.c for the length rule */
     size_t len = round_up_align(total) <= io->cap ? round_up_align(total) : total;
+    char what[KVF_KEY_STR_BYTES + 8];
+    snprintf(what, sizeof what, "block %s", key);
+    kvf_status st;
     if (io->img) {
-        /* an image in device memory: checksummed and completed there;
-         * nothing is written yet, so the key's file stays as it was */
-        uint8_t hb[HDR];
-        kvf_status st =
-            io->img->crc(io->img_arg, io->buf + HDR, (size_t)meta->payload_bytes, &h.payload_crc);
-        if (st == KVF_OK) {
-            kvf__block_header_pack(&h, hb);
-            st = io->img->put(io->img_arg, io->buf, hb, HDR);
+        /* an image in device memory: each pool checksummed there, the
+         * prefix completed on the host; nothing is written yet, so the
+         * key's file stays as it was */
+        uint8_t *hb = malloc(pre);
+        st = hb ? kvf__block_prefix_begin(&h, io->pool_bytes, what, hb)
+                : kvf__fail(KVF_ERR_NOMEM, "block %s: out of memory", key);
+        for (uint32_t p = 0; st == KVF_OK && p < h.pools; p++) {
+            kvf__block_span sp = kvf__block_prefix_span(hb, p);
+            uint32_t crc = 0;
+            st = io->img->crc(io->img_arg, io->buf + pre + sp.off, (size_t)sp.bytes, &crc);
+            kvf__block_prefix_set_crc(hb, p, crc);
         }
+        if (st == KVF_OK) {
+            kvf__block_prefix_seal(&h, hb);
+            st = io->img->put(io->img_arg, io->buf, hb, pre);
+        }
+        free(hb);
         if (st == KVF_OK)
             st = io->img->put(io->img_arg, io->buf + total, NULL, len - total);
-        if (st != KVF_OK) {
-            kvf__bf_io_fail(io, st, "block %s: %s", key, kvf_last_error());
-            return false;
-        }
     } else {
-        h.payload_crc = kvf__crc32c(0, io->buf + HDR, (size_t)meta->payload_bytes);
-        kvf__block_header_pack(&h, io->buf);
-        memset(io->buf + total, 0, len - total);
+        st = kvf__block_prefix_make(&h, io->pool_bytes, io->buf + pre, what, io->buf);
+        if (st == KVF_OK)
+            memset(io->buf + total, 0, len - total);
+    }
+    if (st != KVF_OK) {
+        kvf__bf_io_fail(io, st, "block %s: %s", key, kvf_last_error());
+        return false;
     }
     bool direct = atomic_load_explicit(&dir->direct, memory_order_relaxed) &&
                   buf_aligned(io->buf) && len % KVF_FILE_ALIGN == 0;
@@ -230,8 +242,10 @@ kvf_status kvf__blockfile_write(kvf__blockfile_dir *dir, const kvf__blockfile_me
     io->on_done = NULL;
     io->img = NULL;
     io->img_arg = NULL;
+    io->pool_bytes = NULL;
     io->buf = buf;
-    io->cap = meta->payload_bytes > SIZE_MAX - HDR ? SIZE_MAX : HDR + (size_t)meta->payload_bytes;
+    size_t pre = kvf__block_prefix_bytes(meta->pools);
+    io->cap = meta->payload_bytes > SIZE_MAX - pre ? SIZE_MAX : pre + (size_t)meta->payload_bytes;
     kvf__blockfile_write_many(dir, dir->fio, io, 1);
     kvf_status st = io->status;
     free(io);

@@ -119,6 +119,7 @@ typedef struct check_walk {
     size_t cap;
     uint64_t max_payload; /* largest_block's */
     bool any_layout;
+    bool v2; /* the block block_room looked at is of format version 2 */
     char msg[PATH_MAX + 256];
 } check_walk;
 
@@ -135,11 +136,15 @@ static kvf_status block_room(check_walk *w, const char *name, kvf_key key, size_
     struct stat sb;
     uint8_t h[HDR];
     kvf__block_header bh;
-    bool parsed = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
-                  pread(fd, h, HDR, 0) == HDR && kvf__block_header_parse(h, name, &bh) == KVF_OK &&
-                  bh.payload_bytes <= SIZE_MAX - HDR && bh.payload_bytes <= (uint64_t)sb.st_size;
+    bool got = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(fd, h, HDR, 0) == HDR;
+    bool parsed = got && kvf__block_header_parse(h, name, &bh) == KVF_OK &&
+                  bh.payload_bytes <= SIZE_MAX - KVF_BLOCK_PREFIX_MAX &&
+                  bh.payload_bytes <= (uint64_t)sb.st_size;
     if (fd >= 0)
         close(fd);
+    kvf__clear_error();
+    /* a block of format version 2 (the header names it) is one to upgrade */
+    w->v2 = got && !parsed && kvf__block_header_parse_v2(h, name, &bh) == KVF_OK;
     kvf__clear_error();
     /* another layout's block is the reader's to name (a mismatch) */
     if (parsed && (w->any_layout || bh.fingerprint == w->d->fingerprint)) {
@@ -156,7 +161,7 @@ static kvf_status block_room(check_walk *w, const char *name, kvf_key key, size_
              * lies; unknown, the block is left unchecked */
             return w->any_layout ? KVF_ERR_RANGE : KVF_ERR_CORRUPT;
         }
-        room = HDR + (size_t)bh.payload_bytes;
+        room = kvf__block_prefix_bytes(bh.pools) + (size_t)bh.payload_bytes;
     }
     *room_p = room;
     return KVF_OK;
@@ -203,6 +208,8 @@ static bool check_block(check_walk *w, const char *name, kvf_key key, kvf_dir_en
     struct stat sb;
     if (fstatat(w->d->dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(sb.st_mode))
         e->kind = KVF_DIR_ENTRY_FOREIGN;
+    else if (st == KVF_ERR_MISMATCH && w->v2)
+        e->kind = KVF_DIR_ENTRY_OLD_FORMAT;
     else if (st == KVF_ERR_MISMATCH)
         e->kind = KVF_DIR_ENTRY_MISMATCH;
     else if (!kvf__status_condemns_block(st))

@@ -23,8 +23,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define HDR KVF_BLOCK_HEADER_BYTES
-
 typedef struct file_store {
     kvf__store base;
     kvf__blockfile_dir *dir;
@@ -141,13 +139,15 @@ typedef struct file_call {
     size_t *at;
     uint8_t *state;
     bool retry_resource, retry_check; /* this pass's failures of that kind are tried again */
+    size_t n;                         /* blocks of the call */
 } file_call;
 
 static kvf_status call_begin(file_call *c, file_store *s, kvf__store_block *blocks, size_t n,
                              const kvf__store_hooks *h)
 {
-    *c = (file_call){s,         blocks, h,    malloc(n * sizeof *c->ios), malloc(n * sizeof *c->at),
-                     malloc(n), false,  false};
+    *c = (file_call){
+        s,     blocks, h, malloc(n * sizeof *c->ios), malloc(n * sizeof *c->at), malloc(n),
+        false, false,  n};
     if (c->ios && c->at && c->state) {
         memset(c->state, RETRY_RESOURCE, n); /* every block waits for the first pass */
         return KVF_OK;
@@ -178,11 +178,12 @@ static bool caller_image(const kvf__store_block *b)
 /* A payload a hook filled in into the store's own image of it. */
 static kvf_status copy_in(kvf__blockfile_io *io, const kvf__store_block *b, file_store *s)
 {
-    if (HDR + b->payload_bytes > io->cap)
+    size_t pre = kvf__block_prefix_bytes(b->pools);
+    if (b->pools > KVF_BLOCK_POOLS_MAX || pre + b->payload_bytes > io->cap)
         return kvf__fail(KVF_ERR_RANGE,
-                         "block " KVF_KEY_FMT ": %s: %zu payload bytes, room for %zu",
-                         KVF_KEY_ARGS(b->key), s->dir->root, b->payload_bytes, io->cap - HDR);
-    memcpy(io->buf + HDR, b->buf, b->payload_bytes);
+                         "block " KVF_KEY_FMT ": %s: %zu payload bytes in %u pools, room for %zu",
+                         KVF_KEY_ARGS(b->key), s->dir->root, b->payload_bytes, b->pools, io->cap);
+    memcpy(io->buf + pre, b->buf, b->payload_bytes);
     return KVF_OK;
 }
 
@@ -200,16 +201,22 @@ static bool io_setup(file_call *c, size_t k, size_t i, bool write)
     io->arg = c;
     io->img = b->img;
     io->img_arg = b->img_arg;
+    io->pool_bytes = b->pool_bytes;
     if (caller_image(b)) {
-        io->buf = (uint8_t *)b->buf - HDR;
-        io->cap = HDR + b->cap;
+        size_t pre = kvf__block_prefix_bytes(b->pools);
+        io->buf = (uint8_t *)b->buf - pre;
+        io->cap = pre + b->cap;
         return true;
     }
+    /* a read's prefix is known once read, a filled write's once filled:
+     * room for the largest */
     bool now = write && !(c->h && c->h->fill);
-    io->cap = aligned(HDR + (now ? b->payload_bytes : b->cap));
+    size_t pre = now && b->pools <= KVF_BLOCK_POOLS_MAX ? kvf__block_prefix_bytes(b->pools)
+                                                        : KVF_BLOCK_PREFIX_MAX;
+    io->cap = aligned(pre + (now ? b->payload_bytes : b->cap));
     io->buf = aligned_alloc(KVF_FILE_ALIGN, io->cap);
     if (io->buf && now)
-        memcpy(io->buf + HDR, b->buf, b->payload_bytes);
+        memcpy(io->buf + pre, b->buf, b->payload_bytes);
     return io->buf != NULL;
 }
 
@@ -270,6 +277,7 @@ static kvf_status write_fill(kvf__blockfile_io *io)
     if (st != KVF_OK)
         return kvf__fail(st, "block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(b->key), kvf_last_error());
     io->meta = (kvf__blockfile_meta){b->key, b->tokens, b->pools, b->payload_bytes};
+    io->pool_bytes = b->pool_bytes;
     return caller_image(b) ? KVF_OK : copy_in(io, b, c->s);
 }
 
@@ -331,7 +339,7 @@ static void read_done(kvf__blockfile_io *io)
             KVF_KEY_ARGS(b->key), c->s->dir->root, (unsigned long long)m->payload_bytes, b->cap);
     if (b->status == KVF_OK) {
         if (!caller_image(b))
-            memcpy(b->buf, io->buf + HDR, m->payload_bytes);
+            memcpy(b->buf, io->buf + kvf__block_prefix_bytes(m->pools), m->payload_bytes);
         b->tokens = m->tokens;
         b->pools = m->pools;
         b->payload_bytes = m->payload_bytes;
@@ -346,6 +354,52 @@ static void read_pass(file_call *c, size_t n, uint8_t state)
     for (size_t j = 0; j < k; j++)
         c->ios[j].on_done = read_done;
     kvf__blockfile_read_many(c->s->dir, c->s->fio, c->ios, k);
+    ios_release(c, k);
+}
+
+/* The file layer's group g of one block done: its status (and header's
+ * view) as the caller's hook sees it, then the hook, for that block. */
+static void group_done(void *arg, kvf__blockfile_io *io, uint32_t g)
+{
+    file_call *c = arg;
+    kvf__store_block *b = &c->blocks[c->at[io - c->ios]];
+    take_result(b, io);
+    if (b->status == KVF_OK) {
+        b->tokens = io->meta.tokens;
+        b->pools = io->meta.pools;
+        b->payload_bytes = io->meta.payload_bytes;
+    }
+    c->h->part(c->h->arg, b, 1, g);
+}
+
+/* Whether a read can go group by group: the caller takes groups, and every
+ * block is its own staged image (the groups land where the caller reads
+ * them; the store's own images are copied out whole). */
+static bool by_groups(const kvf__store_block *blocks, size_t n, const kvf__store_hooks *h)
+{
+    if (!h || !h->part || h->n_groups < 2)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!caller_image(&blocks[i]))
+            return false;
+    return true;
+}
+
+/* Reads every block group by group (by_groups). No block is read again:
+ * its first groups may be in use by the time a later one fails, and a
+ * second reading could be of another version of the file. */
+static void read_groups(file_call *c, size_t n)
+{
+    size_t k = pass_setup(c, n, RETRY_RESOURCE, false);
+    /* the blocks refused already (lost keys, no memory) count in every
+     * group as failed */
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t g = 0; c->state[i] == DONE && g < c->h->n_groups; g++)
+            c->h->part(c->h->arg, &c->blocks[i], 1, g);
+    for (size_t j = 0; j < k; j++)
+        c->ios[j].on_done = read_done;
+    kvf__blockfile_groups gr = {c->h->n_groups, c->h->group_end, c->h->first_bytes, group_done, c};
+    kvf__blockfile_read_groups(c->s->dir, c->s->fio, c->ios, k, &gr);
     ios_release(c, k);
 }
 
@@ -370,6 +424,11 @@ static kvf_status file_read_hooked(kvf__store *base, kvf__store_block *blocks, s
     for (size_t i = 0; i < n && h && h->done; i++)
         if (c.state[i] == DONE)
             h->done(h->arg, &blocks[i], 1);
+    if (by_groups(blocks, n, h)) {
+        read_groups(&c, n);
+        call_end(&c);
+        return kvf__store_first_failure(blocks, n, true);
+    }
     c.retry_resource = c.retry_check = true;
     read_pass(&c, n, RETRY_RESOURCE);
     c.retry_resource = false;

@@ -158,20 +158,23 @@ static int64_t realtime_ns(void)
 static kvf_status put_one(mem_store *s, kvf__store_block *b)
 {
     const char *url = s->base.where;
-    size_t len = HDR + b->payload_bytes;
+    char what[KVF_KEY_STR_BYTES + 320];
+    snprintf(what, sizeof what, "remote block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(b->key), url);
+    if (b->pools > KVF_BLOCK_POOLS_MAX)
+        return kvf__fail(KVF_ERR_RANGE, "%s: %u pools, a stored block holds at most %u", what,
+                         b->pools, KVF_BLOCK_POOLS_MAX);
+    size_t pre = kvf__block_prefix_bytes(b->pools), len = pre + b->payload_bytes;
     uint8_t *bytes = malloc(len ? len : 1);
     if (!bytes)
-        return kvf__fail(KVF_ERR_NOMEM, "remote block " KVF_KEY_FMT ": %s: out of memory",
-                         KVF_KEY_ARGS(b->key), url);
-    kvf__block_header h = {s->fingerprint,
-                           s->ns_hash,
-                           b->key,
-                           b->tokens,
-                           b->pools,
-                           b->payload_bytes,
-                           kvf__crc32c(0, b->buf, b->payload_bytes)};
-    kvf__block_header_pack(&h, bytes);
-    memcpy(bytes + HDR, b->buf, b->payload_bytes);
+        return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", what);
+    kvf__block_header h = {s->fingerprint, s->ns_hash,       b->key, b->tokens,
+                           b->pools,       b->payload_bytes, 0};
+    kvf_status st = kvf__block_prefix_make(&h, b->pool_bytes, b->buf, what, bytes);
+    if (st != KVF_OK) {
+        free(bytes);
+        return st;
+    }
+    memcpy(bytes + pre, b->buf, b->payload_bytes);
     mem_map *m = s->map;
     mem_value *dead = NULL, *evicted = NULL;
     uint64_t capacity, held;
@@ -370,7 +373,7 @@ static kvf_status mem_list(kvf__store *base, kvf__store_visit_fn visit, void *ar
         if (v->ns_hash != s->ns_hash || expired(v, now) || v->len < HDR ||
             kvf__block_header_parse(v->bytes, "mem", &h) != KVF_OK ||
             kvf__block_header_expect(&h, "mem", s->fingerprint, s->ns_hash, v->key) != KVF_OK ||
-            h.payload_bytes != v->len - HDR)
+            h.payload_bytes + kvf__block_prefix_bytes(h.pools) != v->len)
             continue;
         ents[k++] = (kvf__store_entry){v->key, h.tokens, h.pools, h.payload_bytes, v->mtime_ns};
     }

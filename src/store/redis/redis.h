@@ -91,6 +91,7 @@ typedef struct kvf__redis_put {
     uint32_t tokens, pools;
     const void *payload;
     size_t payload_bytes;
+    const uint32_t *pool_bytes; /* NULL: the payload split evenly (blockhdr.h) */
 } kvf__redis_put;
 
 /* One block to fetch into dst[0..cap). The last three fields are outputs,

@@ -36,7 +36,7 @@
 /* "kvf:" + namespace (64 at most) + ":" + 32 hex digits */
 #define KEY_MAX 104
 /* RESP of the command up to the value, then the header for a SET */
-#define CMD_MAX (KEY_MAX + 64 + HDR)
+#define CMD_MAX (KEY_MAX + 64 + KVF_BLOCK_PREFIX_MAX)
 /* redirections one block may follow before it fails */
 #define REDIRECT_LIMIT 5
 #define BACKOFF_CAP_MS 1000
@@ -248,24 +248,25 @@ static void op_encode(const kvf__redis *r, op *o, op_kind kind, const kvf__redis
         /* the range is inclusive: one byte more than a block can hold
          * tells a value too large from one that fits */
         char end[24];
-        int n = get->cap > (size_t)INT64_MAX - HDR
+        int n = get->cap > (size_t)INT64_MAX - KVF_BLOCK_PREFIX_MAX
                     ? snprintf(end, sizeof end, "-1")
-                    : snprintf(end, sizeof end, "%zu", HDR + get->cap);
+                    : snprintf(end, sizeof end, "%zu", KVF_BLOCK_PREFIX_MAX + get->cap);
         len +=
             snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$1\r\n0\r\n$%d\r\n%s\r\n", n, end);
     }
     if (kind == OP_SET) {
+        size_t pre = kvf__block_prefix_bytes(put->pools);
         len += snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$%zu\r\n",
-                        HDR + put->payload_bytes);
+                        pre + put->payload_bytes);
         kvf__block_header h = {.fingerprint = r->fingerprint,
                                .ns_hash = r->ns_hash,
                                .key = put->key,
                                .tokens = put->tokens,
                                .pools = put->pools,
-                               .payload_bytes = put->payload_bytes,
-                               .payload_crc = kvf__crc32c(0, put->payload, put->payload_bytes)};
-        kvf__block_header_pack(&h, (uint8_t *)o->cmd + len);
-        len += HDR;
+                               .payload_bytes = put->payload_bytes};
+        /* cannot fail: the store checked the pools (redis_store.c) */
+        kvf__block_prefix_make(&h, put->pool_bytes, put->payload, "redis", (uint8_t *)o->cmd + len);
+        len += (int)pre;
     }
     o->cmd_len = (size_t)len;
 }
@@ -492,10 +493,19 @@ static kvf_status batch_run(kvf__redis *r, op_kind kind, const kvf_key *keys, si
 kvf_status kvf__redis_put_batch_until(kvf__redis *r, const kvf__redis_put *blocks, size_t n,
                                       uint64_t deadline_ns, kvf_status *status)
 {
-    for (size_t i = 0; blocks && i < n; i++)
+    static _Thread_local uint8_t scratch[KVF_BLOCK_PREFIX_MAX];
+    for (size_t i = 0; blocks && i < n; i++) {
         if (!blocks[i].payload && blocks[i].payload_bytes)
             return kvf__fail(KVF_ERR_INVALID, "remote put_batch: block " KVF_KEY_FMT ": no payload",
                              KVF_KEY_ARGS(blocks[i].key));
+        /* the prefix is built when sent, where it cannot fail: its pools
+         * are checked now (the store fails such a block alone, before) */
+        kvf__block_header h = {.pools = blocks[i].pools, .payload_bytes = blocks[i].payload_bytes};
+        kvf_status st =
+            kvf__block_prefix_begin(&h, blocks[i].pool_bytes, "remote put_batch", scratch);
+        if (st != KVF_OK)
+            return st;
+    }
     return batch_run(r, OP_SET, blocks ? &blocks->key : NULL, sizeof *blocks, n, blocks, NULL,
                      deadline_ns, status);
 }

@@ -101,7 +101,8 @@ static kvf_status take_page(kvf__redis *r, kvf__redis_node *node, redisContext *
             key_of_name(r, keys->element[k]->str, keys->element[k]->len, &key) &&
             kvf__block_header_parse((const uint8_t *)hdr->str, what, &h) == KVF_OK &&
             kvf__block_header_expect(&h, what, r->fingerprint, r->ns_hash, key) == KVF_OK &&
-            strlen_reply->integer >= 0 && (uint64_t)strlen_reply->integer == HDR + h.payload_bytes)
+            strlen_reply->integer >= 0 &&
+            (uint64_t)strlen_reply->integer == kvf__block_prefix_bytes(h.pools) + h.payload_bytes)
             st = push(e, &(kvf__store_entry){key, h.tokens, h.pools, h.payload_bytes, 0});
         freeReplyObject(hdr);
         freeReplyObject(strlen_reply);

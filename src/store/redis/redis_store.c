@@ -4,6 +4,7 @@
  * ops. One round trip per node for a whole batch; the client names only
  * the first failed block, so every failed block's message quotes it.
  */
+#include "blockhdr.h"
 #include "redis.h"
 #include "store.h"
 
@@ -68,21 +69,57 @@ static kvf_status out_of_memory(redis_store *s, kvf__store_block *blocks, size_t
     return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", s->base.where);
 }
 
+/* Whether block b's pools split its payload, as the stored prefix needs
+ * (the client builds it when it sends): else b fails here, alone. */
+static bool pools_sound(kvf__store_block *b)
+{
+    static _Thread_local uint8_t scratch[KVF_BLOCK_PREFIX_MAX];
+    kvf__block_header h = {.pools = b->pools, .payload_bytes = b->payload_bytes};
+    char what[KVF_KEY_STR_BYTES + 16];
+    snprintf(what, sizeof what, "remote block " KVF_KEY_FMT, KVF_KEY_ARGS(b->key));
+    kvf_status st = kvf__block_prefix_begin(&h, b->pool_bytes, what, scratch);
+    if (st != KVF_OK)
+        kvf__store_block_fail(b, st, "%s", kvf_last_error());
+    return st == KVF_OK;
+}
+
 static kvf_status redis_write(kvf__store *base, kvf__store_block *blocks, size_t n,
                               uint64_t deadline_ns)
 {
     redis_store *s = (redis_store *)base;
     kvf_status *st;
     kvf__redis_put *puts = arrays(n, sizeof *puts, &st);
-    if (!puts)
+    size_t *at = puts ? malloc(n * sizeof *at) : NULL;
+    if (!at) {
+        free(puts);
         return out_of_memory(s, blocks, n);
+    }
+    size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        puts[i] = (kvf__redis_put){blocks[i].key, blocks[i].tokens, blocks[i].pools, blocks[i].buf,
-                                   blocks[i].payload_bytes};
-    kvf_status ret = kvf__redis_put_batch_until(s->remote, puts, n, deadline_ns, st);
-    ret = finish(s, blocks, n, st, ret);
+        if (pools_sound(&blocks[i])) {
+            at[k] = i;
+            puts[k++] =
+                (kvf__redis_put){blocks[i].key, blocks[i].tokens,        blocks[i].pools,
+                                 blocks[i].buf, blocks[i].payload_bytes, blocks[i].pool_bytes};
+        }
+    kvf_status ret = k ? kvf__redis_put_batch_until(s->remote, puts, k, deadline_ns, st) : KVF_OK;
+    /* the blocks sent take their statuses; those refused keep theirs */
+    kvf__store_block *sent = k ? malloc(k * sizeof *sent) : NULL;
+    if (k && !sent) {
+        free(at);
+        free(puts);
+        return out_of_memory(s, blocks, n);
+    }
+    for (size_t j = 0; j < k; j++)
+        sent[j] = blocks[at[j]];
+    if (k)
+        ret = finish(s, sent, k, st, ret);
+    for (size_t j = 0; j < k; j++)
+        blocks[at[j]] = sent[j];
+    free(sent);
+    free(at);
     free(puts);
-    return ret;
+    return ret != KVF_OK ? ret : kvf__store_first_failure(blocks, n, false);
 }
 
 static kvf_status redis_read(kvf__store *base, kvf__store_block *blocks, size_t n,

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define HDR KVF_BLOCK_HEADER_BYTES
+#define PREFIX_MAX KVF_BLOCK_PREFIX_MAX
 #define DEFAULT_TIMEOUT_MS 2000u
 /* A call without a deadline allows its bytes at this rate on top of the
  * timeout, the engine's rule for a remote batch: only a stalled or
@@ -96,33 +97,45 @@ static kvf_status s3_write(kvf__store *base, kvf__store_block *blocks, size_t n,
 {
     s3_store *s = (s3_store *)base;
     kvf__s3_req *reqs = calloc(n, sizeof *reqs);
-    uint8_t *heads = reqs ? malloc(n * HDR) : NULL;
+    uint8_t *heads = reqs ? malloc(n * PREFIX_MAX) : NULL;
     if (!heads) {
         free(reqs);
         return out_of_memory(s, blocks, n);
     }
     uint64_t bytes = 0;
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         kvf__store_block *b = &blocks[i];
-        kvf__block_header h = {s->fingerprint,
-                               s->ns_hash,
-                               b->key,
-                               b->tokens,
-                               b->pools,
-                               b->payload_bytes,
-                               kvf__crc32c(0, b->buf, b->payload_bytes)};
-        kvf__block_header_pack(&h, heads + i * HDR);
-        reqs[i].method = KVF_S3_PUT;
-        object_of(s, b->key, reqs[i].object, sizeof reqs[i].object);
-        reqs[i].head = heads + i * HDR;
-        reqs[i].head_len = HDR;
-        reqs[i].body = b->buf;
-        reqs[i].body_len = b->payload_bytes;
-        bytes += HDR + b->payload_bytes;
+        char what[KVF_KEY_STR_BYTES + 320];
+        snprintf(what, sizeof what, "remote block " KVF_KEY_FMT ": %s", KVF_KEY_ARGS(b->key),
+                 s->base.where);
+        kvf__block_header h = {s->fingerprint, s->ns_hash,       b->key, b->tokens,
+                               b->pools,       b->payload_bytes, 0};
+        uint8_t *head = heads + i * PREFIX_MAX;
+        kvf_status st = b->pools > KVF_BLOCK_POOLS_MAX
+                            ? kvf__fail(KVF_ERR_RANGE, "%s: %u pools, at most %u", what, b->pools,
+                                        KVF_BLOCK_POOLS_MAX)
+                            : kvf__block_prefix_make(&h, b->pool_bytes, b->buf, what, head);
+        if (st != KVF_OK) {
+            /* refused before a byte is sent: the call's others go on */
+            kvf__store_block_fail(b, st, "%s", kvf_last_error());
+            continue;
+        }
+        b->status = KVF_INPROGRESS;
+        reqs[k].method = KVF_S3_PUT;
+        object_of(s, b->key, reqs[k].object, sizeof reqs[k].object);
+        reqs[k].head = head;
+        reqs[k].head_len = kvf__block_prefix_bytes(b->pools);
+        reqs[k].body = b->buf;
+        reqs[k].body_len = b->payload_bytes;
+        bytes += reqs[k].head_len + b->payload_bytes;
+        k++;
     }
-    kvf__s3_run(s->client, reqs, n, deadline(s, bytes, deadline_ns));
-    for (size_t i = 0; i < n; i++)
-        answer(s, &blocks[i], &reqs[i]);
+    if (k)
+        kvf__s3_run(s->client, reqs, k, deadline(s, bytes, deadline_ns));
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (blocks[i].status == KVF_INPROGRESS)
+            answer(s, &blocks[i], &reqs[j++]);
     free(heads);
     free(reqs);
     return kvf__store_first_failure(blocks, n, false);
@@ -139,9 +152,9 @@ static kvf_status s3_read(kvf__store *base, kvf__store_block *blocks, size_t n,
         kvf__store_block *b = &blocks[i];
         reqs[i].method = KVF_S3_GET;
         object_of(s, b->key, reqs[i].object, sizeof reqs[i].object);
-        /* the whole value, or its header and cap payload bytes: a longer
-         * one is refused, never read on */
-        reqs[i].cap = HDR + b->cap;
+        /* the whole value, or the largest prefix and cap payload bytes: a
+         * longer one is refused, never read on */
+        reqs[i].cap = PREFIX_MAX + b->cap;
         ok = reqs[i].cap > b->cap && (reqs[i].dst = malloc(reqs[i].cap)) != NULL;
         bytes += reqs[i].cap;
     }
@@ -287,7 +300,8 @@ static void on_object(void *arg, const char *name, uint64_t size, int64_t mtime_
         l->ents = e;
         l->cap = cap;
     }
-    l->ents[l->n++] = (kvf__store_entry){key, 0, 0, size - HDR, mtime_ns};
+    /* payload_bytes holds the object's size until its header is read */
+    l->ents[l->n++] = (kvf__store_entry){key, 0, 0, size, mtime_ns};
 }
 
 /* Reads the headers of ents[0..n) (ranged GETs, in flight together) and
@@ -319,8 +333,9 @@ static kvf_status visit_checked(s3_store *s, kvf__store_entry *ents, size_t n,
         }
         if (reqs[i].got != HDR || kvf__block_header_parse(heads + i * HDR, "s3", &h) != KVF_OK ||
             kvf__block_header_expect(&h, "s3", s->fingerprint, s->ns_hash, ents[i].key) != KVF_OK ||
-            h.payload_bytes != ents[i].payload_bytes)
+            h.payload_bytes + kvf__block_prefix_bytes(h.pools) != ents[i].payload_bytes)
             continue;
+        ents[i].payload_bytes = h.payload_bytes;
         ents[i].tokens = h.tokens;
         ents[i].pools = h.pools;
         visit(arg, &ents[i]);

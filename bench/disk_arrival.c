@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * disk_arrival: when a layer-wise onboard from the disk tier hands over
+ * its first pool, against the whole batch. Blocks of a Llama-3-8B-shaped
+ * layout (a pool per layer: K and V of 8 heads of 128, bf16, token-major,
+ * 16 tokens a block: 64 KiB a pool, 2 MiB a block over 32 pools) are
+ * stored as files, then read back into poisoned slots, each run:
+ *
+ *   whole     kvf_onboard of every block, to kvf_wait
+ *   first     kvf_onboard_pools of every pool, to kvf_wait_pool of pool 0
+ *   pools     the same batch: each pool's arrival (kvf_wait_pool in order),
+ *             the last one's being the batch's end
+ *
+ * Median of the runs after one warm-up, then every byte of every slot
+ * checked against what was stored. The file reads are O_DIRECT unless the
+ * file system refuses it, so the page cache does not serve the second run.
+ *
+ * Usage: disk_arrival DIR [blocks (256)] [runs (5)] [cuda]
+ *   cuda: device slots on the CUDA backend (GDS where file.io allows,
+ *   KVF_FILE_IO=gds), poisoned from the host tier before each load and
+ *   checked after copying them back to it.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <kvferry.h>
+
+#include "bench_stats.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define POOLS 32
+#define POISON 0xA5
+
+#define KV(expr)                                                                                   \
+    do {                                                                                           \
+        kvf_status st_ = (expr);                                                                   \
+        if (st_ != KVF_OK) {                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #expr,                     \
+                    kvf_status_str(st_), kvf_last_error());                                        \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static const kvf_geometry G = {1, 2, 8, 16, 128, KVF_DTYPE_BF16, KVF_ORDER_TOKEN_MAJOR};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static uint8_t byte_of(uint32_t s, uint32_t p, size_t i)
+{
+    uint64_t x = (uint64_t)s * 0x9e3779b97f4a7c15ull ^ (uint64_t)p * 0xbf58476d1ce4e5b9ull ^ i;
+    x ^= x >> 29;
+    x *= 0x94d049bb133111ebull;
+    return (uint8_t)(x >> 32);
+}
+
+static kvf_engine *open_engine(const char *dir, kvf_backend backend, uint32_t slots, bool host_tier)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = backend;
+    cfg.file.dir = dir;
+    cfg.file.namespace_ = "disk-arrival";
+    cfg.file.fsync = KVF_FSYNC_NONE;
+    kvf_engine *e;
+    KV(kvf_engine_create(&cfg, &e));
+    kvf_memory m = backend == KVF_BACKEND_CUDA ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST;
+    for (uint32_t p = 0; p < POOLS; p++) {
+        kvf_pool_desc prim = {m, NULL, 0, slots};
+        kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, slots};
+        uint32_t idx;
+        KV(kvf_engine_add_pool(e, &G, &prim, host_tier ? &sec : NULL, &idx));
+    }
+    return e;
+}
+
+/* Every pool of slot s of level lv holds block s's bytes: the mismatches. */
+static size_t check(kvf_engine *e, kvf_level lv, uint32_t blocks, size_t bytes)
+{
+    size_t bad = 0;
+    for (uint32_t s = 0; s < blocks; s++)
+        for (uint32_t p = 0; p < POOLS; p++) {
+            void *ptr;
+            KV(kvf_engine_slot_ptr(e, p, lv, s, &ptr));
+            const uint8_t *b = ptr;
+            for (size_t i = 0; i < bytes; i++)
+                bad += b[i] != byte_of(s, p, i);
+        }
+    return bad;
+}
+
+/* Poisons the slots the runs write: host slots in place, device slots
+ * from poisoned host-tier slots (kvf_onboard from HOST). */
+static void poison(kvf_engine *e, uint32_t blocks, size_t bytes, bool device)
+{
+    kvf_level lv = device ? KVF_LEVEL_SECONDARY : KVF_LEVEL_PRIMARY;
+    for (uint32_t s = 0; s < blocks; s++)
+        for (uint32_t p = 0; p < POOLS; p++) {
+            void *ptr;
+            KV(kvf_engine_slot_ptr(e, p, lv, s, &ptr));
+            memset(ptr, POISON, bytes);
+        }
+    if (!device)
+        return;
+    kvf_move *mv = calloc(blocks, sizeof *mv);
+    for (uint32_t s = 0; s < blocks; s++)
+        mv[s] = (kvf_move){.src = s, .dst = s};
+    kvf_ticket t;
+    KV(kvf_onboard(e, KVF_TIER_HOST, mv, blocks, &t));
+    KV(kvf_wait(e, t, NULL));
+    free(mv);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: disk_arrival DIR [blocks] [runs] [cuda]\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    uint32_t blocks = argc > 2 ? (uint32_t)atoi(argv[2]) : 256;
+    int runs = argc > 3 ? atoi(argv[3]) : 5;
+    bool cuda = argc > 4 && strcmp(argv[4], "cuda") == 0;
+    if (blocks == 0 || runs < 1 || runs > 99) {
+        fprintf(stderr, "disk_arrival: blocks > 0, runs 1..99\n");
+        return 2;
+    }
+    size_t bytes;
+    KV(kvf_geometry_block_bytes(&G, &bytes));
+
+    /* store the blocks from a host engine of the same layout */
+    kvf_engine *w = open_engine(dir, KVF_BACKEND_HOST, blocks, false);
+    kvf_move *mv = calloc(blocks, sizeof *mv);
+    for (uint32_t s = 0; s < blocks; s++) {
+        for (uint32_t p = 0; p < POOLS; p++) {
+            void *ptr;
+            KV(kvf_engine_slot_ptr(w, p, KVF_LEVEL_PRIMARY, s, &ptr));
+            for (size_t i = 0; i < bytes; i++)
+                ((uint8_t *)ptr)[i] = byte_of(s, p, i);
+        }
+        mv[s] = (kvf_move){.src = s, .key = {0x5eed, 1 + s}};
+    }
+    kvf_ticket t;
+    KV(kvf_offload(w, KVF_TIER_DISK, mv, blocks, &t));
+    KV(kvf_wait(w, t, NULL));
+    kvf_engine_destroy(w);
+
+    kvf_engine *e = open_engine(dir, cuda ? KVF_BACKEND_CUDA : KVF_BACKEND_HOST, blocks, cuda);
+    for (uint32_t s = 0; s < blocks; s++)
+        mv[s] = (kvf_move){.dst = s, .key = {0x5eed, 1 + s}};
+    uint32_t order[POOLS];
+    for (uint32_t p = 0; p < POOLS; p++)
+        order[p] = p;
+    double whole[100], first[100], last[100], at[POOLS][100];
+    for (int r = -1; r < runs; r++) {
+        poison(e, blocks, bytes, cuda);
+        double t0 = now_ms();
+        KV(kvf_onboard(e, KVF_TIER_DISK, mv, blocks, &t));
+        KV(kvf_wait(e, t, NULL));
+        double t1 = now_ms();
+        poison(e, blocks, bytes, cuda);
+        double t2 = now_ms();
+        KV(kvf_onboard_pools(e, KVF_TIER_DISK, order, POOLS, mv, blocks, &t));
+        for (uint32_t p = 0; p < POOLS; p++) {
+            KV(kvf_wait_pool(e, t, p));
+            if (r >= 0)
+                at[p][r] = now_ms() - t2;
+        }
+        KV(kvf_wait(e, t, NULL));
+        double t3 = now_ms();
+        if (r < 0)
+            continue; /* warm-up */
+        whole[r] = t1 - t0;
+        first[r] = at[0][r];
+        last[r] = t3 - t2;
+    }
+    size_t bad;
+    if (cuda) {
+        /* device slots to the host tier, checked there */
+        kvf_move *back = calloc(blocks, sizeof *back);
+        for (uint32_t s = 0; s < blocks; s++)
+            back[s] = (kvf_move){.src = s, .dst = s};
+        KV(kvf_offload(e, KVF_TIER_HOST, back, blocks, &t));
+        free(back);
+        KV(kvf_wait(e, t, NULL));
+        bad = check(e, KVF_LEVEL_SECONDARY, blocks, bytes);
+    } else {
+        bad = check(e, KVF_LEVEL_PRIMARY, blocks, bytes);
+    }
+    double mb = (double)blocks * POOLS * (double)bytes / 1e6;
+    printf("disk_arrival: %u blocks of %u pools x %zu bytes (%.0f MB), %s backend, %d runs "
+           "(median), %u pool groups\n",
+           blocks, POOLS, bytes, mb, cuda ? "cuda" : "host", runs,
+           kvf_engine_arrival_groups(e, KVF_TIER_DISK));
+    double wm = median(whole, runs), fm = median(first, runs), lm = median(last, runs);
+    printf("  whole batch (kvf_onboard)      %8.2f ms  %6.2f GB/s\n", wm, mb / wm);
+    printf("  layer-wise, first pool arrived %8.2f ms  (%.3f of whole)\n", fm, fm / wm);
+    printf("  layer-wise, last pool arrived  %8.2f ms  %6.2f GB/s\n", lm, mb / lm);
+    printf("  pool arrivals (ms):");
+    for (uint32_t p = 0; p < POOLS; p++)
+        printf("%s%.1f", p % 8 ? " " : "\n   ", median(at[p], runs));
+    printf("\n  verified: %s (%zu bytes differ)\n", bad ? "NO" : "every byte", bad);
+    kvf_engine_destroy(e);
+    free(mv);
+    return bad ? 1 : 0;
+}
