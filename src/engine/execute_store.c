@@ -147,6 +147,34 @@ static kvf_status chunk_check(const chunk *c, const kvf__store_block *blk, const
     return KVF_OK;
 }
 
+/* A block read group by group is handed over a group at a time, each
+ * group's pools checked against the pool table: that covers the bytes
+ * this engine scatters only where the table splits the payload as this
+ * engine's pools do. A table written by this engine's layout does; one
+ * kvf_dir_upgrade wrote for a format that did not record the split
+ * (evenly) may not. Such a block is not handed over in groups: the move
+ * fails with KVF_ERR_UNSUPPORTED, which says nothing against the block
+ * (it stays stored, and a whole read, which checks every pool, takes
+ * it). */
+static kvf_status chunk_table_check(const chunk *c, const kvf__store_block *blk, const kvf_move *mv)
+{
+    kvf_engine *e = c->w->engine;
+    for (uint32_t p = 0; blk->table && p < e->npools; p++) {
+        kvf_region stored = kvf__pool_region(&e->pools[p], blk->tokens);
+        size_t want = kvf__region_bytes(&stored);
+        kvf__block_span sp = kvf__block_prefix_span(blk->table, p);
+        if (sp.bytes != want)
+            return kvf__fail(KVF_ERR_UNSUPPORTED,
+                             "%s " KVF_KEY_FMT ": its pool table gives pool %u %llu bytes, this "
+                             "engine's pool holds %zu: the table does not split the payload by "
+                             "these pools (a block kvf_dir_upgrade rewrote from an older format), "
+                             "so it is not read layer by layer; a whole read takes it",
+                             c->s->noun, KVF_KEY_ARGS(mv->key), p, (unsigned long long)sp.bytes,
+                             want);
+    }
+    return KVF_OK;
+}
+
 /* Fails the move of a block that failed now, at once (a later group's
  * waiters are to see it before the chunk ends); chunk_failures passes it
  * over. */
@@ -178,6 +206,8 @@ static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g
         kvf__copy *all = c->cp + (size_t)(&blocks[j] - c->blk) * e->npools;
         kvf_status st =
             g == 0 ? chunk_check(c, &blocks[j], chunk_move(c, &blocks[j]), all) : KVF_OK;
+        if (st == KVF_OK && g == 0)
+            st = chunk_table_check(c, &blocks[j], chunk_move(c, &blocks[j]));
         if (st == KVF_OK && !cp)
             st = kvf__fail(KVF_ERR_NOMEM, "out of memory for a pool group's copies");
         if (st != KVF_OK) {

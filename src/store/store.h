@@ -50,6 +50,11 @@ typedef struct kvf__store_block {
      * NULL: host memory. */
     const struct kvf__image_ops *img;
     void *img_arg;
+    /* A read group by group (kvf__store_hooks.part): the block's stored
+     * prefix (header and pool table, host memory, kvf__block_prefix_span)
+     * while part runs, so the caller can hold each pool's stored bytes
+     * against its own layout; NULL otherwise. */
+    const uint8_t *table;
     kvf_status status;
     /* when status fails: what went wrong, naming the key and the object
      * (file, URL) */

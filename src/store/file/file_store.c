@@ -139,6 +139,7 @@ typedef struct file_call {
     size_t *at;
     uint8_t *state;
     bool retry_resource, retry_check; /* this pass's failures of that kind are tried again */
+    bool by_groups;                   /* read_groups: the caller takes pool groups */
     size_t n;                         /* blocks of the call */
 } file_call;
 
@@ -146,7 +147,7 @@ static kvf_status call_begin(file_call *c, file_store *s, kvf__store_block *bloc
                              const kvf__store_hooks *h)
 {
     *c = (file_call){
-        s,     blocks, h, malloc(n * sizeof *c->ios), malloc(n * sizeof *c->at), malloc(n),
+        s,     blocks, h, malloc(n * sizeof *c->ios), malloc(n * sizeof *c->at), malloc(n), false,
         false, false,  n};
     if (c->ios && c->at && c->state) {
         memset(c->state, RETRY_RESOURCE, n); /* every block waits for the first pass */
@@ -331,7 +332,10 @@ static void read_done(kvf__blockfile_io *io)
     kvf__store_block *b = &c->blocks[i];
     if ((c->state[i] = verdict(c, io->status)) != DONE)
         return;
-    take_result(b, io);
+    /* read group by group, a block failed at a group (by the file or the
+     * caller's hook) keeps that failure */
+    if (!c->by_groups || b->status == KVF_OK)
+        take_result(b, io);
     const kvf__blockfile_meta *m = &io->meta;
     if (b->status == KVF_OK && !caller_image(b) && m->payload_bytes > b->cap)
         kvf__store_block_fail(
@@ -363,13 +367,18 @@ static void group_done(void *arg, kvf__blockfile_io *io, uint32_t g)
 {
     file_call *c = arg;
     kvf__store_block *b = &c->blocks[c->at[io - c->ios]];
-    take_result(b, io);
+    /* a block failed at an earlier group, by the file or by the caller's
+     * hook, stays failed: nothing more of it reaches the caller */
+    if (g == 0 || b->status == KVF_OK)
+        take_result(b, io);
     if (b->status == KVF_OK) {
         b->tokens = io->meta.tokens;
         b->pools = io->meta.pools;
         b->payload_bytes = io->meta.payload_bytes;
     }
+    b->table = b->status == KVF_OK ? io->table : NULL;
     c->h->part(c->h->arg, b, 1, g);
+    b->table = NULL;
 }
 
 /* Whether a read can go group by group: the caller takes groups, and every
@@ -391,6 +400,7 @@ static bool by_groups(const kvf__store_block *blocks, size_t n, const kvf__store
 static void read_groups(file_call *c, size_t n)
 {
     size_t k = pass_setup(c, n, RETRY_RESOURCE, false);
+    c->by_groups = true;
     /* the blocks refused already (lost keys, no memory) count in every
      * group as failed */
     for (size_t i = 0; i < n; i++)
