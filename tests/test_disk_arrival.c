@@ -294,6 +294,35 @@ static int test_table_not_ours(void)
     return 0;
 }
 
+/* A block refused by the engine once its first group is read (stored
+ * with 8 tokens, 16 asked): no pool of it is written, in that group or a
+ * later one; the block beside it arrives whole. */
+static int test_refused_after_first_group(void)
+{
+    kvf_engine *e = open_stored();
+    kvf_move mv = {.src = 0, .tokens = 8, .key = TKEY(600)};
+    for (uint32_t p = 0; p < POOLS; p++)
+        test_fill_random(slot_of(e, p, 0), pool_bytes, 500 * 31 + p + 1);
+    kvf_ticket t;
+    REQUIRE(kvf_offload(e, KVF_TIER_DISK, &mv, 1, &t) == KVF_OK);
+    REQUIRE(kvf_wait(e, t, NULL) == KVF_OK);
+    for (uint32_t p = 0; p < POOLS; p++)
+        memset(slot_of(e, p, 0), POISON, pool_bytes);
+    kvf_move in[2] = {{.dst = 0, .key = TKEY(600)}, {.dst = 1, .key = TKEY(501)}};
+    const uint32_t pools[POOLS] = {0, 1, 2, 3};
+    REQUIRE(kvf_onboard_pools(e, KVF_TIER_DISK, pools, POOLS, in, 2, &t) == KVF_OK);
+    kvf_status per[2];
+    CHECK_STATUS(kvf_wait(e, t, per), KVF_ERR_RANGE);
+    CHECK_STATUS(per[0], KVF_ERR_RANGE);
+    CHECK_STATUS(per[1], KVF_OK);
+    for (uint32_t p = 0; p < POOLS; p++) {
+        CHECK(pool_is(e, p, 0, 0, false));
+        CHECK(pool_is(e, p, 1, 501, true));
+    }
+    kvf_engine_destroy(e);
+    return 0;
+}
+
 int main(void)
 {
     setenv("KVF_DISK_GROUP_BYTES", "1", 1);
@@ -302,6 +331,7 @@ int main(void)
     RUN(test_first_group_first);
     RUN(test_damaged_middle_pool);
     RUN(test_table_not_ours);
+    RUN(test_refused_after_first_group);
     kvf__set_io_fault(NULL);
     test_rmtree(dir);
     return TEST_RESULT();

@@ -178,6 +178,9 @@ static const def env_defs[] = {
      .nnames = N(fsync_method_names)},
     {D("host_async", "KVF_HOST_ASYNC", K_BOOL, 0), .names = bool_names, .nnames = N(bool_names)},
     {D("cufile_lib", "KVF_CUFILE_LIB", K_STR, 0), .default_text = "libcufile.so.0"},
+    /* the least bytes of a block in one pool group of a layer-wise read
+     * from disk (src/engine/arrival.c); unset: its own rule */
+    {D("disk_group_bytes", "KVF_DISK_GROUP_BYTES", K_SIZE, 0), .default_text = "auto"},
     /* a file to append to, checked when the timeline starts (timeline.c):
      * it is process-wide, so a bad one is logged rather than failing an
      * engine */
@@ -668,18 +671,37 @@ static kvf_status add_env_knob(builder *b, const def *d)
     bool set = env && *env;
     if (set && !parse_value(d, env, true, &v, why, sizeof why))
         return kvf__fail(KVF_ERR_INVALID, "%s=\"%s\": %s", d->env, env, why);
-    const char *text = d->kind != K_STR  ? d->names[v]
-                       : set             ? env
-                       : d->default_text ? d->default_text
-                                         : "";
+    const char *text = d->kind != K_STR && d->kind != K_SIZE ? d->names[v]
+                       : set                                 ? env
+                       : d->default_text                     ? d->default_text
+                                                             : "";
     return add_text(b, d, text, set ? KVF_SOURCE_ENV : KVF_SOURCE_DEFAULT);
+}
+
+uint64_t kvf__env_size(const char *var)
+{
+    for (unsigned i = 0; i < N(env_defs); i++) {
+        const def *d = &env_defs[i];
+        if (d->kind != K_SIZE || strcmp(d->env, var) != 0)
+            continue;
+        char why[160];
+        uint64_t v = 0;
+        const char *env = getenv(var);
+        /* create refuses a bad value first */
+        if (env && *env && !parse_value(d, env, true, &v, why, sizeof why)) {
+            KVF_LOG(KVF_LOG_ERROR, "%s=\"%s\": %s; using %s", var, env, why, d->default_text);
+            v = 0;
+        }
+        return v;
+    }
+    return 0;
 }
 
 int kvf__env_knob(const char *var)
 {
     for (unsigned i = 0; i < N(env_defs); i++) {
         const def *d = &env_defs[i];
-        if (d->kind == K_STR || strcmp(d->env, var) != 0)
+        if (d->kind == K_STR || d->kind == K_SIZE || strcmp(d->env, var) != 0)
             continue;
         char why[160];
         uint64_t v = d->dflt;

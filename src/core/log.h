@@ -42,5 +42,8 @@ KVF_INTERNAL int kvf__env_choice(const char *var, const char *const *names, int 
  * valid values (kvf_engine_create refuses such a value first). -1 for a
  * variable that is not such a knob. */
 KVF_INTERNAL int kvf__env_knob(const char *var);
+/* A process-wide size knob of the settings table (KVF_DISK_GROUP_BYTES):
+ * its value, 0 when unset (or bad: logged; create refuses it). */
+KVF_INTERNAL uint64_t kvf__env_size(const char *var);
 
 #endif /* KVF_CORE_LOG_H */

@@ -13,7 +13,8 @@
  * would hold the first layer back behind a quarter of the load. A pool's
  * wait returns once its group has arrived: layers arrive group by group
  * (kvf_engine_arrival_groups says how many there are; the planner counts
- * them). KVF_DISK_GROUP_BYTES sets the minimum (1: a group per pool).
+ * them). KVF_DISK_GROUP_BYTES sets the minimum (1: a group per pool;
+ * checked with the settings, kvf_engine_settings' disk_group_bytes).
  */
 #include "engine_private.h"
 
@@ -30,13 +31,9 @@
  * of GROUP_MIN_BYTES and the block's share of GROUPS_MAX groups. */
 static size_t group_min(const kvf_engine *e, size_t all)
 {
-    const char *v = getenv("KVF_DISK_GROUP_BYTES");
-    if (v && *v) {
-        char *end;
-        unsigned long long n = strtoull(v, &end, 10);
-        if (*end == '\0' && n > 0)
-            return (size_t)n;
-    }
+    uint64_t set = kvf__env_size("KVF_DISK_GROUP_BYTES");
+    if (set)
+        return set > SIZE_MAX ? SIZE_MAX : (size_t)set;
     (void)e;
     size_t share = (all + GROUPS_MAX - 1) / GROUPS_MAX;
     return share > GROUP_MIN_BYTES ? share : GROUP_MIN_BYTES;

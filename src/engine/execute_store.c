@@ -201,6 +201,12 @@ static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g
     kvf__copy *cp = malloc((n ? n : 1) * (last - first) * sizeof *cp);
     size_t ncp = 0;
     for (size_t j = 0; j < n; j++) {
+        /* a block refused in an earlier group (its move failed then) has
+         * no copies to make, whatever the store says of this group */
+        if (g > 0 && blocks[j].status == KVF_OK &&
+            c->b->status[c->idx[&blocks[j] - c->blk]] != KVF_INPROGRESS)
+            kvf__store_block_fail(&blocks[j], c->b->status[c->idx[&blocks[j] - c->blk]],
+                                  "refused in an earlier pool group");
         if (blocks[j].status != KVF_OK)
             continue;
         kvf__copy *all = c->cp + (size_t)(&blocks[j] - c->blk) * e->npools;

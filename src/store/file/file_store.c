@@ -139,16 +139,23 @@ typedef struct file_call {
     size_t *at;
     uint8_t *state;
     bool retry_resource, retry_check; /* this pass's failures of that kind are tried again */
-    bool by_groups;                   /* read_groups: the caller takes pool groups */
     size_t n;                         /* blocks of the call */
+    bool grouped;                     /* read by pool groups (read_groups) */
 } file_call;
 
 static kvf_status call_begin(file_call *c, file_store *s, kvf__store_block *blocks, size_t n,
                              const kvf__store_hooks *h)
 {
-    *c = (file_call){
-        s,     blocks, h, malloc(n * sizeof *c->ios), malloc(n * sizeof *c->at), malloc(n), false,
-        false, false,  n};
+    *c = (file_call){s,
+                     blocks,
+                     h,
+                     malloc(n * sizeof *c->ios),
+                     malloc(n * sizeof *c->at),
+                     malloc(n),
+                     false,
+                     false,
+                     n,
+                     false};
     if (c->ios && c->at && c->state) {
         memset(c->state, RETRY_RESOURCE, n); /* every block waits for the first pass */
         return KVF_OK;
@@ -332,9 +339,8 @@ static void read_done(kvf__blockfile_io *io)
     kvf__store_block *b = &c->blocks[i];
     if ((c->state[i] = verdict(c, io->status)) != DONE)
         return;
-    /* read group by group, a block failed at a group (by the file or the
-     * caller's hook) keeps that failure */
-    if (!c->by_groups || b->status == KVF_OK)
+    /* read by groups, a block the caller's hook failed stays failed */
+    if (!c->grouped || b->status == KVF_OK)
         take_result(b, io);
     const kvf__blockfile_meta *m = &io->meta;
     if (b->status == KVF_OK && !caller_image(b) && m->payload_bytes > b->cap)
@@ -367,8 +373,7 @@ static void group_done(void *arg, kvf__blockfile_io *io, uint32_t g)
 {
     file_call *c = arg;
     kvf__store_block *b = &c->blocks[c->at[io - c->ios]];
-    /* a block failed at an earlier group, by the file or by the caller's
-     * hook, stays failed: nothing more of it reaches the caller */
+    /* a block the caller's hook failed in an earlier group stays failed */
     if (g == 0 || b->status == KVF_OK)
         take_result(b, io);
     if (b->status == KVF_OK) {
@@ -399,8 +404,8 @@ static bool by_groups(const kvf__store_block *blocks, size_t n, const kvf__store
  * second reading could be of another version of the file. */
 static void read_groups(file_call *c, size_t n)
 {
+    c->grouped = true;
     size_t k = pass_setup(c, n, RETRY_RESOURCE, false);
-    c->by_groups = true;
     /* the blocks refused already (lost keys, no memory) count in every
      * group as failed */
     for (size_t i = 0; i < n; i++)
