@@ -17,8 +17,9 @@
  *
  * Usage: disk_arrival DIR [blocks (256)] [runs (5)] [cuda]
  *   cuda: device slots on the CUDA backend (GDS where file.io allows,
- *   KVF_FILE_IO=gds), poisoned from the host tier before each load and
- *   checked after copying them back to it.
+ *   KVF_FILE_IO=gds), poisoned from the host tier before each load (its
+ *   slots filled once from a stored block of poison bytes) and checked
+ *   after copying them back to it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <kvferry.h>
@@ -95,23 +96,42 @@ static size_t check(kvf_engine *e, kvf_level lv, uint32_t blocks, size_t bytes)
     return bad;
 }
 
-/* Poisons the slots the runs write: host slots in place, device slots
- * from poisoned host-tier slots (kvf_onboard from HOST). */
+/* The stored block of poison bytes (device slots are poisoned from it). */
+static const kvf_key POISON_KEY = {0xbad, 0xbad};
+
+/* Poisons the slots the runs write: host slots in place; device slots
+ * (which this program does not reach) from the host tier's slots, which
+ * the first call fills with the stored poison block (read whole from disk
+ * into every device slot, then offloaded). */
 static void poison(kvf_engine *e, uint32_t blocks, size_t bytes, bool device)
 {
-    kvf_level lv = device ? KVF_LEVEL_SECONDARY : KVF_LEVEL_PRIMARY;
-    for (uint32_t s = 0; s < blocks; s++)
-        for (uint32_t p = 0; p < POOLS; p++) {
-            void *ptr;
-            KV(kvf_engine_slot_ptr(e, p, lv, s, &ptr));
-            memset(ptr, POISON, bytes);
-        }
-    if (!device)
+    static bool host_tier_poisoned;
+    if (!device) {
+        for (uint32_t s = 0; s < blocks; s++)
+            for (uint32_t p = 0; p < POOLS; p++) {
+                void *ptr;
+                KV(kvf_engine_slot_ptr(e, p, KVF_LEVEL_PRIMARY, s, &ptr));
+                memset(ptr, POISON, bytes);
+            }
         return;
+    }
     kvf_move *mv = calloc(blocks, sizeof *mv);
+    kvf_ticket t;
+    if (!host_tier_poisoned) {
+        for (uint32_t s = 0; s < blocks; s++)
+            mv[s] = (kvf_move){.dst = s, .key = POISON_KEY};
+        KV(kvf_onboard(e, KVF_TIER_DISK, mv, blocks, &t));
+        KV(kvf_wait(e, t, NULL));
+        for (uint32_t s = 0; s < blocks; s++)
+            mv[s] = (kvf_move){.src = s, .dst = s};
+        KV(kvf_offload(e, KVF_TIER_HOST, mv, blocks, &t));
+        KV(kvf_wait(e, t, NULL));
+        host_tier_poisoned = true;
+        free(mv);
+        return;
+    }
     for (uint32_t s = 0; s < blocks; s++)
         mv[s] = (kvf_move){.src = s, .dst = s};
-    kvf_ticket t;
     KV(kvf_onboard(e, KVF_TIER_HOST, mv, blocks, &t));
     KV(kvf_wait(e, t, NULL));
     free(mv);
@@ -137,6 +157,15 @@ int main(int argc, char **argv)
     /* store the blocks from a host engine of the same layout */
     kvf_engine *w = open_engine(dir, KVF_BACKEND_HOST, blocks, false);
     kvf_move *mv = calloc(blocks, sizeof *mv);
+    kvf_ticket t;
+    for (uint32_t p = 0; p < POOLS; p++) {
+        void *ptr;
+        KV(kvf_engine_slot_ptr(w, p, KVF_LEVEL_PRIMARY, 0, &ptr));
+        memset(ptr, POISON, bytes);
+    }
+    mv[0] = (kvf_move){.src = 0, .key = POISON_KEY};
+    KV(kvf_offload(w, KVF_TIER_DISK, mv, 1, &t));
+    KV(kvf_wait(w, t, NULL));
     for (uint32_t s = 0; s < blocks; s++) {
         for (uint32_t p = 0; p < POOLS; p++) {
             void *ptr;
@@ -146,7 +175,6 @@ int main(int argc, char **argv)
         }
         mv[s] = (kvf_move){.src = s, .key = {0x5eed, 1 + s}};
     }
-    kvf_ticket t;
     KV(kvf_offload(w, KVF_TIER_DISK, mv, blocks, &t));
     KV(kvf_wait(w, t, NULL));
     kvf_engine_destroy(w);

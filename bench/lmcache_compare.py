@@ -293,10 +293,14 @@ def main():
         offs = torch.arange(TOKENS, device=dev)
         slots = (ids[:, None] * TOKENS + offs[None, :]).reshape(-1).to(torch.int64)  # [T]
 
+        # block_stride_elems came with LMCache 0.5.6 (0 there: its blocks
+        # packed, as here); releases before it take the rest alone
+        extra = {"block_stride_elems": 0} if "block_stride_elems" in (ops.multi_layer_kv_transfer.__doc__ or "") \
+            else {}
+
         def lmc_call(buf, slot_mapping, direction):
             ops.multi_layer_kv_transfer(buf, ptrs, slot_mapping, dev, NB * TOKENS, direction, fmt,
-                                        block_size=TOKENS, head_size=HEAD, skip_prefix_n_tokens=0,
-                                        block_stride_elems=0)
+                                        block_size=TOKENS, head_size=HEAD, skip_prefix_n_tokens=0, **extra)
 
         for chunked in (False, True):
             name = "lmcache, 256-token calls" if chunked else "lmcache, one call"
@@ -332,9 +336,10 @@ def main():
                         host_ok &= torch.equal(got[:, l], want)
                 ok = host_ok and gpu_matches()
                 record(name, median_gbs(nbytes, t_d), median_gbs(nbytes, t_h), ok)
-            except Exception as e:  # a call refused: say so, measure the rest
-                print(f"{name}: failed: {type(e).__name__}: {e}")
-                res.setdefault("lmcache_errors", []).append(f"{name}: {type(e).__name__}: {e}")
+            except Exception as e:  # a call refused: say so (its first lines), measure the rest
+                said = "\n".join(str(e).splitlines()[:4])
+                print(f"{name}: failed: {type(e).__name__}: {said}")
+                res.setdefault("lmcache_errors", []).append(f"{name}: {type(e).__name__}: {said}")
             del bufs
             for x, r in zip(kv, ref):  # restore the KV for the next method
                 x.view(torch.int16)[:, ids] = r
