@@ -385,7 +385,7 @@ class Bench:
 
         def submit():
             try:
-                box["t"] = self.c.get(keys[f:l], dst[f:l])
+                box["t"] = self.get(keys[f:l], dst[f:l])
             except BaseException as exc:  # raised below, on the bench's thread
                 box["err"] = exc
 
@@ -406,6 +406,15 @@ class Bench:
             th.join()
         if "err" in box:
             raise box["err"]
+        if self.layerwise:
+            # the tail's layer l waits for the back's layer l only (the
+            # hedge is not taken: a layer-wise get is waited for per layer)
+            self.mo.prefill(x[l * TPB:], prefix=dst[f:l], front=front, ticket=box["t"])
+            box["t"].wait(check=True)
+            self.trace["load_s"] = time.perf_counter() - t0
+            if self.dev.cuda:
+                self.trace["front"] = (start, front_done)
+            return
         late = not self.in_time(box["t"], hedge_s)
         if not late:
             box["t"].wait(check=True)
@@ -689,9 +698,10 @@ def main(argv=None):
                 e.add_pool(geom, primary=k, secondary=host or None)
                 e.add_pool(geom, primary=v, secondary=host or None)
             with kvf.Cache(e, host_blocks=host, disk_blocks=0 if host else blocks) as cache:
-                # pool by pool only where the engine delivers so (the host
-                # tier on CUDA), and, with auto, where it measured faster
-                can = dev.cuda and tier == kvf.Tier.HOST and a.overlap != "off"
+                # pool by pool only where the engine delivers so
+                # (Engine.layerwise_tiers: the host tier on CUDA, the disk's
+                # pool groups), and, with auto, where it measured faster
+                can = dev.cuda and tier in e.layerwise_tiers() and a.overlap != "off"
                 b = Bench(a, model, e, cache, tier, table)
                 for n in lengths:
                     x, keys = b.store(n)

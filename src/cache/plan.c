@@ -21,11 +21,14 @@
  * steps (DISK: pool groups of several layers, kvf_engine_arrival_groups)
  * delivers step s at lat_t + (s + 1) X_t / S and C / S is computed per
  * step, so L becomes S there: lat_t + max(X_t / S + C, X_t + C / S).
- * The second shape needs no layer-wise arrival, so it overlaps any tier:
- * hits [F, K) load (whole batches) while tokens [0, F tpb) are computed
- * from scratch, which needs none of them; then tokens [K tpb, N) are
- * computed over the full cache:
- *     T = max(A_F, max_t (lat_t + X_t)) + C,  A_F the front's compute.
+ * The second shape overlaps any tier: hits [F, K) load while tokens
+ * [0, F tpb) are computed from scratch, which needs none of them; then
+ * tokens [K tpb, N) are computed over the full cache, C being theirs:
+ *     T = max(A_F, max_t (lat_t + X_t)) + C,  A_F the front's compute,
+ * and with overlap, where a tier arrives layer by layer the tail's layer l
+ * waits only for that layer (and the front): unrolled as above from
+ * done_-1 = A_F, T = max(A_F + C, max_t D_t), D_t the leading shape's
+ * per-tier term with the tail as C.
  */
 #include "cache_private.h"
 #include "sized.h"
@@ -244,6 +247,26 @@ static kvf_status check_costs(const kvf_plan_input *in, const bool used[KVF_TIER
     return KVF_OK;
 }
 
+/* When a forward of `compute` seconds that starts its layer l once tier
+ * t's layer l has arrived (and layer l - 1 is done) ends, counted from the
+ * loads' start, for n blocks of tier t alone; *arrived_p: when they have
+ * all arrived. A tier whose pools arrive layer by layer delivers in
+ * `steps` steps (DISK: its pool groups; never finer than a layer's
+ * compute), lat + max(X / S + C, X + C / S); another whole, lat + X + C. */
+static double tier_done(const kvf_plan_input *in, int t, uint64_t n, double compute,
+                        uint32_t layers, bool overlap, double *arrived_p)
+{
+    const kvf_tier_cost *k = &in->costs.tier[t];
+    double x = (double)n * (double)in->block_bytes / k->bytes_per_s;
+    *arrived_p = k->latency_s + x;
+    if (!overlap || !(in->layerwise_tiers >> t & 1u))
+        return *arrived_p + compute;
+    uint32_t steps =
+        in->arrival_steps[t] && in->arrival_steps[t] < layers ? in->arrival_steps[t] : layers;
+    double a = x / steps + compute, b = x + compute / steps;
+    return k->latency_s + (a > b ? a : b);
+}
+
 /* The predicted time to the first token with cnt[t] blocks from each tier
  * and a forward pass of `compute` seconds (the model above). */
 static double ttft(const kvf_plan_input *in, const uint64_t cnt[KVF_TIER_COUNT], double compute,
@@ -253,21 +276,7 @@ static double ttft(const kvf_plan_input *in, const uint64_t cnt[KVF_TIER_COUNT],
     for (int t = 0; t < KVF_TIER_COUNT; t++) {
         if (!cnt[t])
             continue;
-        const kvf_tier_cost *k = &in->costs.tier[t];
-        double x = (double)cnt[t] * (double)in->block_bytes / k->bytes_per_s;
-        double arrived = k->latency_s + x;
-        double done;
-        if (overlap && (in->layerwise_tiers >> t & 1u)) {
-            /* the tier's loads arrive in `steps` steps (DISK: its pool
-             * groups), never finer than a layer's compute */
-            uint32_t steps = in->arrival_steps[t] && in->arrival_steps[t] < layers
-                                 ? in->arrival_steps[t]
-                                 : layers;
-            double a = x / steps + compute, b = x + compute / steps;
-            done = k->latency_s + (a > b ? a : b);
-        } else {
-            done = arrived + (overlap ? compute : 0);
-        }
+        double arrived, done = tier_done(in, t, cnt[t], compute, layers, overlap, &arrived);
         if (arrived > load)
             load = arrived;
         if (done > t_max)
@@ -304,19 +313,34 @@ typedef struct front_scratch {
     uint64_t *before; /* before[k * KVF_TIER_COUNT + t] */
 } front_scratch;
 
-/* The load of hits [f, l): every tier's batch side by side, whole. */
-static double load_range(const kvf_plan_input *in, const front_scratch *fs, size_t f, size_t l)
+/* The load of hits [f, l), every tier's batch side by side, as the tail
+ * (tail seconds of compute after it) sees it: the tail ends at
+ * max(front, this) + tail. Whole batches: when the last tier is in. With
+ * overlap, a tier arriving layer by layer lets the tail start on its first
+ * layers before its last ones are in (tier_done less the tail).
+ * *arrived_p: when every block is in, whatever the shape; *layered_p:
+ * whether a tier that arrives layer by layer is loaded. */
+static double load_range(const kvf_plan_input *in, const front_scratch *fs, size_t f, size_t l,
+                         double tail, uint32_t layers, bool overlap, double *arrived_p,
+                         bool *layered_p)
 {
-    double load = 0;
+    double load = 0, arrived = 0;
+    bool layered = false;
     for (int t = 0; t < KVF_TIER_COUNT; t++) {
         uint64_t n = fs->before[l * KVF_TIER_COUNT + t] - fs->before[f * KVF_TIER_COUNT + t];
         if (!n)
             continue;
-        const kvf_tier_cost *k = &in->costs.tier[t];
-        double at = k->latency_s + (double)n * (double)in->block_bytes / k->bytes_per_s;
-        if (at > load)
-            load = at;
+        double at, done = tier_done(in, t, n, tail, layers, overlap, &at) - tail;
+        layered = layered || (overlap && (in->layerwise_tiers >> t & 1u));
+        if (at > arrived)
+            arrived = at;
+        if (done > load)
+            load = done;
     }
+    if (arrived_p)
+        *arrived_p = arrived;
+    if (layered_p)
+        *layered_p = layered;
     return load;
 }
 
@@ -327,20 +351,23 @@ static bool better(double t, size_t loads, const kvf_plan *best)
     return t < best->ttft_s || (t == best->ttft_s && loads < best_loads);
 }
 
-/* The compute-front, load-back shape: hits [f, l) load (whole batches,
- * any tier) while tokens [0, f tpb) are computed from scratch, then tokens
- * [l tpb, N) over the full cache: T = max(A[f], load(f, l)) + C[l]. For a
- * given l, A grows with f and the load shrinks, so the best f is where
- * they cross: a binary search, O(max_k log max_k) in all. */
+/* The compute-front, load-back shape: hits [f, l) load (any tier) while
+ * tokens [0, f tpb) are computed from scratch, then tokens [l tpb, N) over
+ * the full cache: T = max(A[f], load(f, l)) + C[l], the load as the tail
+ * sees it (load_range: with overlap, a tier arriving layer by layer lets
+ * the tail start before its last layers are in). For a given l, A grows
+ * with f and the load shrinks, so the best f is where they cross: a
+ * binary search, O(max_k log max_k) in all. */
 static void front_search(const kvf_plan_input *in, const front_scratch *fs, size_t max_k,
-                         kvf_plan *best)
+                         uint32_t layers, bool overlap, kvf_plan *best)
 {
     for (size_t l = 2; l <= max_k; l++) {
+        double tail = fs->tail[l];
         /* the least f in [1, l) with A[f] >= load(f, l), or l when none */
         size_t lo = 1, hi = l;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            if (fs->front[mid] >= load_range(in, fs, mid, l))
+            if (fs->front[mid] >= load_range(in, fs, mid, l, tail, layers, overlap, NULL, NULL))
                 hi = mid;
             else
                 lo = mid + 1;
@@ -363,16 +390,18 @@ static void front_search(const kvf_plan_input *in, const front_scratch *fs, size
             size_t f = cand[i];
             if (f < 1 || f >= l)
                 continue;
-            double load = load_range(in, fs, f, l);
-            double t = (fs->front[f] > load ? fs->front[f] : load) + fs->tail[l];
+            double arrived;
+            bool layered;
+            double load = load_range(in, fs, f, l, tail, layers, overlap, &arrived, &layered);
+            double t = (fs->front[f] > load ? fs->front[f] : load) + tail;
             if (!better(t, l - f, best))
                 continue;
             best->ttft_s = t;
             best->load_first = f;
             best->load_blocks = l;
-            best->load_s = load;
-            best->compute_s = fs->front[f] + fs->tail[l];
-            best->overlap = 0;
+            best->load_s = arrived;
+            best->compute_s = fs->front[f] + tail;
+            best->overlap = layered;
             for (int k = 0; k < KVF_TIER_COUNT; k++)
                 best->load[k] =
                     fs->before[l * KVF_TIER_COUNT + k] - fs->before[f * KVF_TIER_COUNT + k];
@@ -516,7 +545,7 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
     if (max_k >= 2 && !pc.leading_only) {
         if ((st = front_costs(&pc, tpb, max_k, fs.front)) != KVF_OK)
             goto out;
-        front_search(&in, &fs, max_k, &split);
+        front_search(&in, &fs, max_k, layers, overlap, &split);
     }
     /* the better pure policy (a tie to less traffic: recompute), unless a
      * split predicts at least min_gain less: a prediction is an estimate,
