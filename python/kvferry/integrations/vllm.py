@@ -81,6 +81,11 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
     preempted: List[str] = field(default_factory=list)
 
 
+# a step with nothing to load, save or wait for (never changed: the
+# worker only reads metadata)
+_NOTHING = KvferryConnectorMetadata()
+
+
 @dataclass
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     """Worker -> scheduler, one step: per worker (its _Rank), what entered
@@ -541,12 +546,13 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         saves of the blocks this step makes whole. A decode step fills a
         block once in block_size steps: a request is looked at further only
         when it gets new blocks or its tokens reach its next whole block."""
-        meta = KvferryConnectorMetadata(loads=self._loads)
-        if self._loads:
-            self._loads = []
+        meta = None  # most decode steps have nothing to say: the shared empty one then
         preempted = getattr(scheduler_output, "preempted_req_ids", None)
-        if preempted and self._saving:
-            meta.preempted = [r for r in preempted if r in self._saving]
+        if self._loads or scheduler_output.scheduled_new_reqs or (preempted and self._saving):
+            meta = KvferryConnectorMetadata(loads=self._loads)
+            self._loads = []
+            if preempted and self._saving:
+                meta.preempted = [r for r in preempted if r in self._saving]
         if self._matched:
             self._matched.clear()
         queued: Set[int] = set()
@@ -572,8 +578,10 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                     mine.extend(ids)
             computed = done + scheduled.get(rid, 0)
             if computed >= req.next_whole:  # a decode step fills a block 1 time in 16-32
+                if meta is None:
+                    meta = KvferryConnectorMetadata()
                 self._queue_saves(rid, req, computed, meta, queued)
-        return meta
+        return _NOTHING if meta is None else meta
 
     def _queue_saves(self, rid: str, req: _Request, computed: int, meta: KvferryConnectorMetadata,
                      queued: Set[int]):
