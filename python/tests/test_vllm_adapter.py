@@ -976,6 +976,39 @@ def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
     h.run()
 
 
+def test_a_hybrid_models_failed_async_load_is_computed_again(harness, tmp_path):
+    """vLLM maps failed block ids to requests for one KV cache group only
+    (with several its scheduler stops with a RuntimeError): a hybrid
+    model's asynchronous load that fails is reported as a failed receive,
+    vLLM computes the request from its start, the connector offers it no
+    hit again, and its blocks hold the right bytes."""
+    h = harness({"host_blocks": 64, "load": "async"}, window=2 * BS)
+    a = prompt(43, 6 * BS + 1)
+    h.add("a", a, max_tokens=2)
+    h.run()
+    h.sched.reset_prefix_cache()
+    side = h.sched.connector
+    stored = list(side._stored[(0, 0, 0)])
+    assert stored
+    h.worker.cache.remove(stored)  # gone after the scheduler looked: the load fails whole
+    h.add("c", list(a), max_tokens=2)
+    so, out = h.step()
+    assert not so.scheduled_new_reqs  # parked while its load runs
+    failed = set(out.failed_recving)
+    for _ in range(50):
+        so, out = h.step()
+        failed |= out.failed_recving
+        if so.scheduled_new_reqs:
+            break
+    assert failed == {"c"}
+    new = so.scheduled_new_reqs[0]
+    assert new.req_id == "c" and new.num_computed_tokens == 0  # computed again, not loaded
+    assert "c" in side._no_hits and not h.load_errors
+    h.expect_blocks("c", a, 0, 6, layers=[LAYERS[1]])
+    h.run()
+    assert "c" not in side._no_hits
+
+
 def test_async_loads_land_between_steps(harness, tmp_path):
     """load: async: vLLM parks the hit request while its blocks load (no
     forward touches them), get_finished reports it, then vLLM schedules

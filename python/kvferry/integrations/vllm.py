@@ -278,7 +278,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     Loads are synchronous in vLLM's sense (this step's forward waits for
     them, per layer or whole) or asynchronous (`load: async`); a block that
     does not arrive is reported by get_block_ids_with_load_errors and vLLM
-    recomputes it. With a prefill cost configured, the scheduler reports
+    recomputes it (a hybrid model's failed asynchronous load: its request,
+    as a failed receive). Saves are queued to a saver thread. With a prefill cost configured, the scheduler reports
     only the hits its load-or-recompute plan loads (docs/planner.md)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -317,6 +318,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # failed) yet: hits already, the worker's load waits for the save
         self._in_flight: Set[int] = set()
         self._loading: Set[str] = set()  # requests whose asynchronous load is not reported done
+        self._no_hits: Set[str] = set()  # requests whose load failed as a whole: computed, never loaded again
         self._tier_group = next((g.index for g in self._groups if not g.window), 0)  # whose hits count per tier
         self._hit_counts: Dict[str, int] = {}  # tokens loaded per tier since the last stats
         # vLLM's KV events, when its config asks for them: per key being
@@ -333,6 +335,12 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_ticket = None
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
+        # vLLM maps failed block ids back to requests for one KV cache group
+        # only (with more it stops): a hybrid model's failed asynchronous
+        # load is reported per request instead (failed_recving), and vLLM
+        # computes that request again from its start
+        self._by_request = len(self._groups) > 1
+        self._failed_recv: Set[str] = set()
         self._async_loads: List[Tuple[object, str, List[int]]] = []  # (ticket or None, request, blocks)
         self._transient: List[Save] = []  # saves of blocks vLLM frees before the next step
         self._counts: Dict[str, int] = {}  # blocks moved since the last stats
@@ -463,6 +471,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         self._live[request.request_id] = request
+        if self._no_hits and request.request_id in self._no_hits:
+            return 0, False
         keys = self._keys(request)
         # the last token is always computed, for its logits
         limit = min(len(keys[0]), (request.num_tokens - 1) // self._block_size)
@@ -615,6 +625,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         recving = getattr(connector_output, "finished_recving", None)
         if recving and self._loading:
             self._loading.difference_update(recving)  # their asynchronous loads are over
+        failed = getattr(connector_output, "failed_recving", None)
+        if failed:  # vLLM computes them again from their start: no load this time
+            self._no_hits.update(failed)
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if meta is None or not isinstance(meta, KvferryWorkerMetadata):
             return
@@ -697,6 +710,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._live.pop(rid, None)
         self._req_keys.pop(rid, None)
         self._hit_tiers.pop(rid, None)
+        self._no_hits.discard(rid)
         held = rid in self._saving or rid in self._loading
         self._saving.discard(rid)
         return held, None
@@ -763,7 +777,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         load (rid given) is reported by get_finished; a synchronous one
         is waited for per layer or here (load: whole)."""
         keys, slots, missing = held_prefixes(self.cache, loads)
-        self._load_errors.update(missing)
+        self._failed(missing, rid)
         ticket = None
         if keys:
             if self.engine.backend == Backend.CUDA:
@@ -774,7 +788,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 ticket = self.cache.get(keys, slots, pools=self._pool_order)
             except KvferryError as exc:
                 log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
-                self._load_errors.update(slots)
+                self._failed(slots, rid)
         if rid is not None:  # get_finished reports it once every block is in place or failed
             self._async_loads.append((ticket, rid, slots))
         elif ticket is not None and self._layerwise:
@@ -782,13 +796,24 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         elif ticket is not None:  # the forward starts with every block in place
             self._landed(ticket, slots)
 
-    def _landed(self, ticket, slots: List[int]) -> None:
+    def _landed(self, ticket, slots: List[int], rid: Optional[str] = None) -> None:
         """A finished load: its failed blocks to vLLM, its count to the stats."""
         bad = [slots[i] for i in failed_moves(ticket)]
-        self._load_errors.update(bad)
+        self._failed(bad, rid)
         self._costs_moved = True
         self._count("loaded_blocks", len(slots) - len(bad))
         self._count("load_failed_blocks", len(bad))
+
+    def _failed(self, blocks: List[int], rid: Optional[str]) -> None:
+        """Blocks that will not arrive: to get_block_ids_with_load_errors,
+        or, for a hybrid model's asynchronous load, its request to
+        get_transfer_results' failed_recving."""
+        if not blocks:
+            return
+        if rid is not None and self._by_request:
+            self._failed_recv.add(rid)
+        else:
+            self._load_errors.update(blocks)
 
     def _count(self, name: str, n: int) -> None:
         if n:
@@ -890,10 +915,20 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 keep.append((t, rid, slots))
                 continue
             if t is not None:
-                self._landed(t, slots)
+                self._landed(t, slots, rid)
             done.add(rid)
         self._async_loads = keep
         return done or None
+
+    def get_transfer_results(self, finished_req_ids):
+        """get_finished's, and the requests among the loads done whose load
+        failed as a whole (a hybrid model's: see _by_request)."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+
+        sending, recving = self.get_finished(finished_req_ids)
+        failed = self._failed_recv & recving if recving and self._failed_recv else set()
+        self._failed_recv -= failed
+        return KVConnectorTransferResults(set(sending or ()), set(recving or ()), failed)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         if self._load_ticket is None and not self._load_errors:
