@@ -212,8 +212,8 @@ class Harness:
         for _ in range(4):
             if not (self.worker._saves or self.worker._finished_waiting or self.sched.finished_req_ids):
                 return
-            for t, _, _ in self.worker._saves:
-                t.wait()
+            for s in self.worker._saves:
+                s.wait()
             self.step()
         raise AssertionError("saves not reported done")
 
@@ -765,8 +765,8 @@ def test_saves_finish_in_the_background_and_hold_the_blocks(harness, tmp_path, m
     so, out = h.step()  # 'a' finished: vLLM holds its blocks while the save is in flight
     assert not out.finished_sending and "a" in h.sched.requests
     in_flight["on"] = False
-    for t, _, _ in h.worker._saves:
-        t.wait()
+    for s in h.worker._saves:
+        s.wait()
     so, out = h.step()
     assert out.finished_sending == {"a"} and "a" not in h.sched.requests
     assert not h.worker._saves and not h.worker._saved_reqs
@@ -778,6 +778,63 @@ def test_saves_finish_in_the_background_and_hold_the_blocks(harness, tmp_path, m
     h.worker.handle_preemptions(kvf_vllm.KvferryConnectorMetadata(preempted=["b"]))
     assert "b" not in h.worker._save_count
     in_flight["on"] = False
+    h.run()
+
+
+def test_the_step_thread_never_puts(harness, tmp_path, monkeypatch):
+    """wait_for_save only queues: the put runs on the saver thread, so a
+    put that takes its time (here held until released) stalls no step; the
+    finished request's blocks stay vLLM's until the put has read them, and
+    the stored bytes are the forward's. A put the cache refuses stores
+    nothing: the scheduler stops counting its keys (a later miss, never a
+    hit that fails)."""
+    import threading
+
+    h = harness(disk_only(tmp_path))
+    cache = h.worker.cache
+    real_put = cache.put
+    release, threads = threading.Event(), []
+
+    def held_put(*a, **kw):
+        threads.append(threading.current_thread())
+        assert release.wait(60)
+        return real_put(*a, **kw)
+
+    monkeypatch.setattr(cache, "put", held_put)
+    a = prompt(41, 3 * BS + 1)
+    h.add("a", a)
+    for _ in range(8):  # 'a' runs to its end and finishes while its put is held
+        h.step()
+        if "a" not in h.sched.running and not h.sched.waiting:
+            break
+    deadline = time.monotonic() + 30
+    while not threads and time.monotonic() < deadline:  # the saver thread takes the put up
+        time.sleep(0.01)
+    assert threads and threading.current_thread() not in threads
+    assert h.worker._save_count.get("a") and "a" in h.sched.requests  # vLLM still holds its blocks
+    release.set()
+    h.drain()
+    assert "a" not in h.sched.requests and not h.worker._saves
+    h.sched.reset_prefix_cache()
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
+    h.expect_blocks("b", a, 0, 3)
+    h.run()
+
+    def refused(*a, **kw):
+        raise kvferry.NoSpace("every block is pinned")
+
+    monkeypatch.setattr(cache, "put", refused)
+    c = prompt(42, 2 * BS + 1)
+    h.add("c", c)
+    h.run()
+    side = h.sched.connector
+    assert not side._in_flight & set(keys_of(c)) and not any(side._held(k) for k in keys_of(c))
+    h.sched.reset_prefix_cache()
+    h.add("d", list(c))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 0 and not out.invalid_block_ids
     h.run()
 
 
@@ -915,8 +972,41 @@ def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
     (t,) = h.worker._transient
     assert len(h.worker._saves) == 2  # the full group's save and the window's
     h.worker.handle_preemptions(kvf_vllm.KvferryConnectorMetadata())
-    assert not h.worker._transient and t.poll() is not None
+    assert not h.worker._transient and t.done()
     h.run()
+
+
+def test_a_hybrid_models_failed_async_load_is_computed_again(harness, tmp_path):
+    """vLLM maps failed block ids to requests for one KV cache group only
+    (with several its scheduler stops with a RuntimeError): a hybrid
+    model's asynchronous load that fails is reported as a failed receive,
+    vLLM computes the request from its start, the connector offers it no
+    hit again, and its blocks hold the right bytes."""
+    h = harness({"host_blocks": 64, "load": "async"}, window=2 * BS)
+    a = prompt(43, 6 * BS + 1)
+    h.add("a", a, max_tokens=2)
+    h.run()
+    h.sched.reset_prefix_cache()
+    side = h.sched.connector
+    stored = list(side._stored[(0, 0, 0)])
+    assert stored
+    h.worker.cache.remove(stored)  # gone after the scheduler looked: the load fails whole
+    h.add("c", list(a), max_tokens=2)
+    so, out = h.step()
+    assert not so.scheduled_new_reqs  # parked while its load runs
+    failed = set(out.failed_recving)
+    for _ in range(50):
+        so, out = h.step()
+        failed |= out.failed_recving
+        if so.scheduled_new_reqs:
+            break
+    assert failed == {"c"}
+    new = so.scheduled_new_reqs[0]
+    assert new.req_id == "c" and new.num_computed_tokens == 0  # computed again, not loaded
+    assert "c" in side._no_hits and not h.load_errors
+    h.expect_blocks("c", a, 0, 6, layers=[LAYERS[1]])
+    h.run()
+    assert "c" not in side._no_hits
 
 
 def test_async_loads_land_between_steps(harness, tmp_path):

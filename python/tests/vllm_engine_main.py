@@ -5,6 +5,7 @@ as one JSON line. A program, not a test: vLLM's engine wants a process of
 its own, started under `if __name__ == "__main__"`.
 
     python vllm_engine_main.py MODEL_DIR SCENARIO [FILE_DIR] [model=KIND] [load=MODE] [events=1]
+        [batch=N] [tokens=N] [hooks=1]
 
 SCENARIO: plain (no connector), kvferry (a fresh cache: misses, then hits),
 restart (a cache on a directory an earlier run filled), timing-plain and
@@ -13,7 +14,9 @@ bad-config (engines started with wrong settings: each one's error).
 KIND: llama (default), gemma3 (sliding-window layers beside a full-attention
 one: four KV cache groups under vLLM's hybrid manager), deepseek (MLA, one
 latent per token). MODE: the connector's `load` setting. events=1: vLLM's
-KV events on, published over ZMQ and read back by a subscriber here. The
+KV events on, published over ZMQ and read back by a subscriber here.
+batch, tokens: the timing scenarios' sequences and the tokens each
+generates; hooks=1: the connector's hooks timed too (timing()). The
 engine core and the worker run in this process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the worker's kvferry cache is read
 directly for its stats."""
@@ -103,19 +106,50 @@ _TIMED = {"scheduler": ("get_num_new_matched_tokens", "update_state_after_alloc"
                      "get_finished", "get_block_ids_with_load_errors", "build_connector_worker_meta")}
 
 
-def timing(llm, with_kvferry, requests=4, new_tokens=256):
-    """Decode steps of `requests` sequences: wall and process CPU time per
-    engine step and, with kvferry, the host time its connector's calls took
-    per step (both sides, every hook vLLM calls), as wall time and as the
-    calling thread's CPU time (which a machine shared with other work
-    inflates far less)."""
+def _wrapper_cost(n=20000):
+    """Seconds the hook timer itself adds inside its timed span per call
+    (the call through the wrapper and one clock read), measured around a
+    method that does nothing: subtracted from the hooks' times."""
+
+    class Nothing:
+        def hook(self):
+            return None
+
+    obj, spent = Nothing(), [0]
+    fn = obj.hook
+
+    def timed(*a, _fn=fn, **kw):
+        t = time.perf_counter_ns()
+        try:
+            return _fn(*a, **kw)
+        finally:
+            spent[0] += time.perf_counter_ns() - t
+
+    best = None
+    for _ in range(5):
+        spent[0] = 0
+        for _ in range(n):
+            timed()
+        best = spent[0] if best is None else min(best, spent[0])
+    return best / n * 1e-9
+
+
+def timing(llm, with_kvferry, requests=4, new_tokens=256, hooks=False):
+    """Decode steps of `requests` sequences generating new_tokens each
+    after a 64-token prompt: per engine step (vLLM's step function, which
+    runs the scheduler, the connector's hooks on both sides and the
+    forward), the step thread's wall and CPU time. hooks (with kvferry):
+    also the wall time the connector's hooks took in each step (every hook
+    vLLM calls, the scheduler's and the worker's, the timer's own cost
+    subtracted); the timers add to the step, so such a run's step times
+    are not compared with the plain ones."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    spent = {}  # connector hook -> seconds
-    cpu = [0.0]  # the hooks' thread CPU seconds
-    steps = [0]
-    if with_kvferry:
+    spent = {}  # connector hook -> nanoseconds
+    calls = {}
+    step_hooks = [0]  # this step's hook nanoseconds
+    if with_kvferry and hooks:
         from vllm.distributed.kv_transfer import get_kv_transfer_group
 
         sched = llm.llm_engine.engine_core.engine_core.scheduler.connector
@@ -124,34 +158,57 @@ def timing(llm, with_kvferry, requests=4, new_tokens=256):
                 fn = getattr(conn, name)
 
                 def timed(*a, _fn=fn, _name=name, **kw):
-                    c, t = time.thread_time(), time.perf_counter()
+                    t = time.perf_counter_ns()
                     try:
                         return _fn(*a, **kw)
                     finally:
-                        spent[_name] = spent.get(_name, 0.0) + time.perf_counter() - t
-                        cpu[0] += time.thread_time() - c
+                        d = time.perf_counter_ns() - t
+                        spent[_name] = spent.get(_name, 0) + d
+                        calls[_name] = calls.get(_name, 0) + 1
+                        step_hooks[0] += d
 
                 setattr(conn, name, timed)
     core = llm.llm_engine.engine_core.engine_core
     real_step = core.step_fn  # what the in-process client calls each step
+    walls, cpus, hook_ns, call_counts = [], [], [], []
+    on = [False]
 
     def counted(*a, **kw):
-        steps[0] += 1
-        return real_step(*a, **kw)
+        if not on[0]:
+            return real_step(*a, **kw)
+        step_hooks[0] = 0
+        n0 = sum(calls.values())
+        c, t = time.thread_time(), time.perf_counter()
+        try:
+            return real_step(*a, **kw)
+        finally:
+            walls.append(time.perf_counter() - t)
+            cpus.append(time.thread_time() - c)
+            hook_ns.append(step_hooks[0])
+            call_counts.append(sum(calls.values()) - n0)
 
     core.step_fn = counted
     prompts = [TokensPrompt(prompt_token_ids=tokens(100 + i, 64)) for i in range(requests)]
     sp = SamplingParams(max_tokens=new_tokens, temperature=0, ignore_eos=True)
-    llm.generate(prompts, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)  # warm
+    # warm: the same shapes once (the prompts' blocks are then stored, as
+    # they would be for a repeated system prompt)
+    llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True), use_tqdm=False)
     spent.clear()
-    steps[0], cpu[0] = 0, 0.0
+    calls.clear()
+    on[0] = True
     c0, t0 = time.process_time(), time.perf_counter()
     llm.generate(prompts, sp, use_tqdm=False)
     wall, proc = time.perf_counter() - t0, time.process_time() - c0
-    n = max(steps[0], 1)
-    return {"steps": steps[0], "step_s": wall / n, "step_cpu_s": proc / n,
-            "connector_s_per_step": sum(spent.values()) / n, "connector_cpu_s_per_step": cpu[0] / n,
-            "per_hook_s_per_step": {k: v / n for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
+    on[0] = False
+    n = max(len(walls), 1)
+    cost = _wrapper_cost() if hooks and with_kvferry else 0.0
+    net = [max(h * 1e-9 - k * cost, 0.0) for h, k in zip(hook_ns, call_counts)]
+    return {"steps": len(walls), "requests": requests, "new_tokens": new_tokens, "hooks_timed": bool(hooks),
+            "step_wall_s": walls, "step_cpu_s": cpus, "hooks_s": net, "timer_cost_s": cost,
+            "run_wall_s": wall, "run_process_cpu_s": proc,
+            "per_hook_s_per_step": {k: (v * 1e-9 - calls[k] * cost) / n
+                                    for k, v in sorted(spent.items(), key=lambda kv: -kv[1])},
+            "calls_per_step": {k: v / n for k, v in calls.items()}}
 
 
 class BlockBytes:
@@ -192,7 +249,7 @@ class BlockBytes:
 
 def options(argv):
     """key=value arguments after the positional ones."""
-    opts = {"model": "llama", "load": None, "events": "0"}
+    opts = {"model": "llama", "load": None, "events": "0", "batch": "4", "tokens": "256", "hooks": "0"}
     for a in argv:
         k, _, v = a.partition("=")
         if k not in opts:
@@ -275,7 +332,11 @@ def main():
         kw["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint,
                                                 topic="kv")
     # stats on (vLLM's loggers and Prometheus) except where steps are timed
-    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=block, max_num_seqs=4,
+    timed = scenario.startswith("timing")
+    if timed:  # saves into a host tier that holds them (a disk tier below it), as a server would
+        extra.update(host_blocks=4096, disk_blocks=4096)
+    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=block,
+              max_num_seqs=int(opts["batch"]) if timed else 4,
               kv_transfer_config=None if plain else kv_config(file_dir, **extra),
               disable_log_stats=scenario.startswith("timing"), **kw)
     started = time.time() - t0
@@ -311,7 +372,8 @@ def main():
     long = tokens(1, 485)
     out = {"started_s": started, "scenario": scenario, "model": kind, "block": block}
     if scenario.startswith("timing"):
-        out.update(timing(llm, scenario == "timing-kvferry"))
+        out.update(timing(llm, scenario == "timing-kvferry", int(opts["batch"]), int(opts["tokens"]),
+                          opts["hooks"] == "1"))
     elif scenario == "restart":  # the very first request of this process
         out["first"] = run(long)
         out["hits_after_first"] = hits()

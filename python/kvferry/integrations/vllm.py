@@ -35,6 +35,7 @@ from .._dir import dir_list, dir_namespaces
 from .._enums import Backend, CacheRemote, EventKind, Status, Tier
 from .._errors import KvferryError, make_error
 from .._plan import MIN_GAIN, Prefill, check_cost_args, plan_compute
+from ._saver import Save, Saver
 from ._serving import add_pools, backend_for, failed_moves, namespace
 from ._vllm_kv import (_Group, block_key, cut_kv_caches, first_needed, group_loads, held_prefixes, kv_groups,
                        tensor_ident, wait_layer)
@@ -78,6 +79,11 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
     # next step can write the block again
     save_transient: List[bool] = field(default_factory=list)
     preempted: List[str] = field(default_factory=list)
+
+
+# a step with nothing to load, save or wait for (never changed: the
+# worker only reads metadata)
+_NOTHING = KvferryConnectorMetadata()
 
 
 @dataclass
@@ -263,6 +269,7 @@ def _tier_costs(extra) -> Dict[Tier, Tuple[float, float]]:
 class _Request:
     block_ids: List[List[int]]  # per KV cache group
     saved: List[int]  # per group, leading blocks already saved or found stored
+    next_whole: int = 0  # tokens computed that make the next block whole: (min(saved) + 1) * block size
 
 
 class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
@@ -275,7 +282,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     Loads are synchronous in vLLM's sense (this step's forward waits for
     them, per layer or whole) or asynchronous (`load: async`); a block that
     does not arrive is reported by get_block_ids_with_load_errors and vLLM
-    recomputes it. With a prefill cost configured, the scheduler reports
+    recomputes it (a hybrid model's failed asynchronous load: its request,
+    as a failed receive). Saves are queued to a saver thread. With a prefill cost configured, the scheduler reports
     only the hits its load-or-recompute plan loads (docs/planner.md)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -314,6 +322,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # failed) yet: hits already, the worker's load waits for the save
         self._in_flight: Set[int] = set()
         self._loading: Set[str] = set()  # requests whose asynchronous load is not reported done
+        self._no_hits: Set[str] = set()  # requests whose load failed as a whole: computed, never loaded again
         self._tier_group = next((g.index for g in self._groups if not g.window), 0)  # whose hits count per tier
         self._hit_counts: Dict[str, int] = {}  # tokens loaded per tier since the last stats
         # vLLM's KV events, when its config asks for them: per key being
@@ -330,8 +339,14 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_ticket = None
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
+        # vLLM maps failed block ids back to requests for one KV cache group
+        # only (with more it stops): a hybrid model's failed asynchronous
+        # load is reported per request instead (failed_recving), and vLLM
+        # computes that request again from its start
+        self._by_request = len(self._groups) > 1
+        self._failed_recv: Set[str] = set()
         self._async_loads: List[Tuple[object, str, List[int]]] = []  # (ticket or None, request, blocks)
-        self._transient: List[object] = []  # save tickets of blocks vLLM frees before the next step
+        self._transient: List[Save] = []  # saves of blocks vLLM frees before the next step
         self._counts: Dict[str, int] = {}  # blocks moved since the last stats
         self._events: List[Tuple[int, int, int]] = []
         self._events_lock = threading.Lock()
@@ -339,9 +354,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._namespace = ""
         self._block_bytes = 0
         self._sent_link: Optional[_Link] = None
-        # saves in flight: (ticket, its requests); per request, its tickets
-        # not yet done; the finished requests waiting for them
-        self._saves: List[Tuple[object, Set[str], List[int]]] = []
+        self._costs_moved = True  # a load landed (or none was sent yet): the link may have changed
+        # saves queued or in flight (the saver thread issues them); per
+        # request, its saves not yet done; the finished requests waiting
+        self._saver: Optional[Saver] = None
+        self._saves: List[Save] = []
         self._save_count: Dict[str, int] = {}
         self._saved_reqs: Set[str] = set()  # every request a save was queued for: vLLM holds its blocks
         self._finished_waiting: Set[str] = set()
@@ -458,6 +475,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         self._live[request.request_id] = request
+        if self._no_hits and request.request_id in self._no_hits:
+            return 0, False
         keys = self._keys(request)
         # the last token is always computed, for its logits
         limit = min(len(keys[0]), (request.num_tokens - 1) // self._block_size)
@@ -537,11 +556,19 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         return out
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
-        meta = KvferryConnectorMetadata(loads=self._loads)
-        self._loads = []
-        preempted = getattr(scheduler_output, "preempted_req_ids", None) or ()
-        meta.preempted = [r for r in preempted if r in self._saving]
-        self._matched.clear()
+        """Per step: the loads update_state_after_alloc queued, and the
+        saves of the blocks this step makes whole. A decode step fills a
+        block once in block_size steps: a request is looked at further only
+        when it gets new blocks or its tokens reach its next whole block."""
+        meta = None  # most decode steps have nothing to say: the shared empty one then
+        preempted = getattr(scheduler_output, "preempted_req_ids", None)
+        if self._loads or scheduler_output.scheduled_new_reqs or (preempted and self._saving):
+            meta = KvferryConnectorMetadata(loads=self._loads)
+            self._loads = []
+            if preempted and self._saving:
+                meta.preempted = [r for r in preempted if r in self._saving]
+        if self._matched:
+            self._matched.clear()
         queued: Set[int] = set()
         scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
@@ -552,20 +579,23 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
             self._queue_saves(new.req_id, req, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta,
                               queued)
         cached = scheduler_output.scheduled_cached_reqs
-        for i, rid in enumerate(cached.req_ids):
-            req = self._requests.get(rid)
+        resumed = cached.resumed_req_ids
+        requests = self._requests
+        for rid, new_ids, done in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
+            req = requests.get(rid)
             if req is None:
                 continue
-            new_ids = cached.new_block_ids[i]
-            if rid in cached.resumed_req_ids:  # preempted and back: all its blocks are new
+            if resumed and rid in resumed:  # preempted and back: all its blocks are new
                 req.block_ids = [list(ids) for ids in new_ids] if new_ids else [[] for _ in self._groups]
             elif new_ids:
                 for mine, ids in zip(req.block_ids, new_ids):
                     mine.extend(ids)
-            computed = cached.num_computed_tokens[i] + scheduled.get(rid, 0)
-            if computed // self._block_size > min(req.saved):  # a decode step fills a block 1 time in 16-32
+            computed = done + scheduled.get(rid, 0)
+            if computed >= req.next_whole:  # a decode step fills a block 1 time in 16-32
+                if meta is None:
+                    meta = KvferryConnectorMetadata()
                 self._queue_saves(rid, req, computed, meta, queued)
-        return meta
+        return _NOTHING if meta is None else meta
 
     def _queue_saves(self, rid: str, req: _Request, computed: int, meta: KvferryConnectorMetadata,
                      queued: Set[int]):
@@ -593,12 +623,17 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 if self._events_on:
                     self._block_info[key] = _event_info(request, j, self._block_size, g.index)
             req.saved[gi] = max(req.saved[gi], whole)
+        req.next_whole = (min(req.saved) + 1) * self._block_size
 
     def update_connector_output(self, connector_output):
-        for rid in getattr(connector_output, "finished_recving", None) or ():
-            self._loading.discard(rid)  # its asynchronous load is over
+        recving = getattr(connector_output, "finished_recving", None)
+        if recving and self._loading:
+            self._loading.difference_update(recving)  # their asynchronous loads are over
+        failed = getattr(connector_output, "failed_recving", None)
+        if failed:  # vLLM computes them again from their start: no load this time
+            self._no_hits.update(failed)
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
-        if not isinstance(meta, KvferryWorkerMetadata):
+        if meta is None or not isinstance(meta, KvferryWorkerMetadata):
             return
         first = self._ranks[0]
         for rank, events in meta.events.items():
@@ -679,6 +714,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._live.pop(rid, None)
         self._req_keys.pop(rid, None)
         self._hit_tiers.pop(rid, None)
+        self._no_hits.discard(rid)
         held = rid in self._saving or rid in self._loading
         self._saving.discard(rid)
         return held, None
@@ -711,6 +747,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
             engine.close()
             raise
         self.engine = engine
+        self._saver = Saver(self.cache, self._priority)
         for name, t in kv_caches.items():
             self._layer_pools[name] = added[tensor_ident(t)]
         self._pool_order = [p for pools in added.values() for p in pools]
@@ -744,7 +781,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         load (rid given) is reported by get_finished; a synchronous one
         is waited for per layer or here (load: whole)."""
         keys, slots, missing = held_prefixes(self.cache, loads)
-        self._load_errors.update(missing)
+        self._failed(missing, rid)
         ticket = None
         if keys:
             if self.engine.backend == Backend.CUDA:
@@ -755,7 +792,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 ticket = self.cache.get(keys, slots, pools=self._pool_order)
             except KvferryError as exc:
                 log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
-                self._load_errors.update(slots)
+                self._failed(slots, rid)
         if rid is not None:  # get_finished reports it once every block is in place or failed
             self._async_loads.append((ticket, rid, slots))
         elif ticket is not None and self._layerwise:
@@ -763,12 +800,24 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         elif ticket is not None:  # the forward starts with every block in place
             self._landed(ticket, slots)
 
-    def _landed(self, ticket, slots: List[int]) -> None:
+    def _landed(self, ticket, slots: List[int], rid: Optional[str] = None) -> None:
         """A finished load: its failed blocks to vLLM, its count to the stats."""
         bad = [slots[i] for i in failed_moves(ticket)]
-        self._load_errors.update(bad)
+        self._failed(bad, rid)
+        self._costs_moved = True
         self._count("loaded_blocks", len(slots) - len(bad))
         self._count("load_failed_blocks", len(bad))
+
+    def _failed(self, blocks: List[int], rid: Optional[str]) -> None:
+        """Blocks that will not arrive: to get_block_ids_with_load_errors,
+        or, for a hybrid model's asynchronous load, its request to
+        get_transfer_results' failed_recving."""
+        if not blocks:
+            return
+        if rid is not None and self._by_request:
+            self._failed_recv.add(rid)
+        else:
+            self._load_errors.update(blocks)
 
     def _count(self, name: str, n: int) -> None:
         if n:
@@ -791,55 +840,56 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         request's saves finish first."""
         if self._transient:
             for t in self._transient:
-                t.wait()
+                t.wait()  # issued by the saver thread, then read
             self._transient = []
         if isinstance(kv_connector_metadata, KvferryConnectorMetadata) and kv_connector_metadata.preempted:
             self._reap(set(kv_connector_metadata.preempted))
 
     def wait_for_save(self):
-        """Starts this step's saves and returns: they finish in the
-        background, and a finished request's blocks stay vLLM's until
-        get_finished reports its saves done."""
+        """Queues this step's saves and returns: the saver thread issues the
+        puts (on CUDA after the forward's writes, by an event on the
+        current stream), they finish in the background, and a finished
+        request's blocks stay vLLM's until get_finished reports its saves
+        done. The step thread neither copies nor waits."""
         meta = self._connector_metadata
-        if not isinstance(meta, KvferryConnectorMetadata) or not meta.save_keys or self.cache is None:
+        if not isinstance(meta, KvferryConnectorMetadata) or not meta.save_keys or self._saver is None:
             return
-        self._saved_reqs |= set(meta.save_reqs)  # vLLM holds them, whatever happens to the save
+        self._saved_reqs.update(meta.save_reqs)  # vLLM holds them, whatever happens to the save
+        after = None
         if self.engine.backend == Backend.CUDA:
-            torch.cuda.current_stream().synchronize()  # the forward wrote the blocks
-        entries = list(zip(meta.save_keys, meta.save_blocks, meta.save_reqs,
-                           meta.save_transient or [False] * len(meta.save_keys)))
-        for transient in (False, True):
-            part = [e for e in entries if e[3] == transient]
-            if not part:
+            after = torch.cuda.Event()
+            after.record()  # the forward wrote the blocks before this point of the stream
+        transient = meta.save_transient
+        parts = [(False, range(len(meta.save_keys)))] if not any(transient) else [
+            (w, [i for i, t in enumerate(transient) if t == w]) for w in (False, True)]
+        for window, idx in parts:
+            if not idx:
                 continue
-            keys = [e[0] for e in part]
-            try:
-                t = self.cache.put(keys, [e[1] for e in part], self._priority)
-            except KvferryError as exc:  # nothing started: a later miss, never a wrong block
-                log.warning("kvferry: save of %d blocks refused: %s", len(keys), exc)
-                continue
-            rids = {e[2] for e in part}
-            self._saves.append((t, rids, keys))
-            self._count("saved_blocks", len(keys))
+            keys = [meta.save_keys[i] for i in idx]
+            rids = {meta.save_reqs[i] for i in idx}
+            job = Save(keys, [meta.save_blocks[i] for i in idx], rids, window, after)
+            self._saves.append(job)
             for rid in rids:
                 self._save_count[rid] = self._save_count.get(rid, 0) + 1
-            if transient:
-                self._transient.append(t)
+            if window:
+                self._transient.append(job)
+            self._saver.queue(job)
 
     def _reap(self, wait_for: Set[str] = frozenset(), keys: Set[int] = frozenset()) -> None:
         """Retires the saves that are done, waiting for those of the
         requests in wait_for and those of the given keys."""
         keep = []
-        for t, rids, saved in self._saves:
-            if t.poll() is None and not (rids & wait_for) and not keys.intersection(saved):
-                keep.append((t, rids, saved))
+        for job in self._saves:
+            if not job.done() and not (job.rids & wait_for) and not keys.intersection(job.keys):
+                keep.append(job)
                 continue
-            bad = failed_moves(t)  # done, or waited for here
+            bad = job.failed()  # done, or waited for here
             if bad:
                 log.warning("kvferry: %d blocks not saved", len(bad))
                 with self._events_lock:  # the scheduler counted them as coming
-                    self._events.extend((int(EventKind.REMOVED), saved[i], int(Tier.HOST)) for i in bad)
-            for rid in rids:
+                    self._events.extend((int(EventKind.REMOVED), job.keys[i], int(Tier.HOST)) for i in bad)
+            self._count("saved_blocks", len(job.keys) - len(bad))
+            for rid in job.rids:
                 self._save_count[rid] -= 1
                 if not self._save_count[rid]:
                     del self._save_count[rid]
@@ -850,7 +900,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         requests vLLM holds are those a save was queued for (the scheduler's
         request_finished said so from the same metadata)."""
         recving = self._loads_done() if self._async_loads else None
-        self._finished_waiting.update(r for r in finished_req_ids or () if r in self._saved_reqs)
+        if finished_req_ids and self._saved_reqs:
+            self._finished_waiting.update(r for r in finished_req_ids if r in self._saved_reqs)
         if not self._finished_waiting:
             return None, recving
         self._reap()
@@ -868,12 +919,24 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 keep.append((t, rid, slots))
                 continue
             if t is not None:
-                self._landed(t, slots)
+                self._landed(t, slots, rid)
             done.add(rid)
         self._async_loads = keep
         return done or None
 
+    def get_transfer_results(self, finished_req_ids):
+        """get_finished's, and the requests among the loads done whose load
+        failed as a whole (a hybrid model's: see _by_request)."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+
+        sending, recving = self.get_finished(finished_req_ids)
+        failed = self._failed_recv & recving if recving and self._failed_recv else set()
+        self._failed_recv -= failed
+        return KVConnectorTransferResults(set(sending or ()), set(recving or ()), failed)
+
     def get_block_ids_with_load_errors(self) -> Set[int]:
+        if self._load_ticket is None and not self._load_errors:
+            return set()
         if self._load_ticket is not None:
             self._landed(self._load_ticket, self._load_slots)
             self._load_ticket, self._load_slots = None, []
@@ -892,18 +955,26 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         return self._block_bytes, costs, layerwise, steps
 
     def build_connector_worker_meta(self):
-        link = self._link_now()
-        fresh = link if link != self._sent_link else None
+        fresh = None
+        if self._costs_moved:  # read costs change only as loads land
+            self._costs_moved = False
+            link = self._link_now()
+            if link != self._sent_link:
+                fresh = self._sent_link = link
+        if not self._events and fresh is None:  # a list's length is read whole, lock or not
+            return None
         with self._events_lock:
             events, self._events = self._events, []
-        if not events and fresh is None:
-            return None
-        self._sent_link = link
         return KvferryWorkerMetadata({self._rank: events}, fresh)
 
     def shutdown(self):
-        for t in self._transient + [t for t, _rid, _slots in self._async_loads if t is not None]:
-            t.wait()
+        if self._saver is not None:
+            self._saver.close(self._saves)
+            self._saver = None
+        for t, _rid, _slots in self._async_loads:
+            if t is not None:
+                t.wait()
+        self._transient = []
         self._reap(set(self._save_count))
         if self.engine is not None:
             self.engine.close()  # closes the cache first
