@@ -37,7 +37,7 @@ from .._errors import KvferryError, make_error
 from .._plan import MIN_GAIN, Prefill, check_cost_args, plan_compute
 from ._serving import add_pools, backend_for, failed_moves, namespace
 from ._vllm_kv import (_Group, block_key, cut_kv_caches, first_needed, group_loads, held_prefixes, kv_groups,
-                       tensor_ident, wait_layer)
+                       tensor_ident, unique_pools, wait_layer)
 
 log = logging.getLogger("kvferry.integrations.vllm")
 
@@ -291,6 +291,17 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_mode = extra.get("load", "layerwise")
         self._layerwise = self._load_mode == "layerwise"
         self._groups = kv_groups(kv_cache_config, self._block_size, self._salt)
+        states = [g for g in self._groups if g.state]
+        if states and self._load_mode != "async":
+            # vLLM copies a Mamba hit's state into the request's running
+            # block before the step's forward, so before start_load_kv: a
+            # synchronous load would land after that copy
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: load = {self._load_mode!r} with KV cache group "
+                             f"{states[0].index} (MambaSpec): vLLM copies a Mamba hit's state before a step's loads "
+                             f"start; a model with Mamba / linear-attention groups needs load: async")
+        # the layers of state groups: their tensors are raw bytes, cut by page
+        groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+        self._state_layers = frozenset(n for g in states for n in groups[g.index].layer_names)
         self._prefill = _prefill_cost(extra, _model_layers(vllm_config))
         self._held_costs = _tier_costs(extra)
         # scheduler side: per worker, key -> the tier it holds the block in
@@ -310,7 +321,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # failed) yet: hits already, the worker's load waits for the save
         self._in_flight: Set[int] = set()
         self._loading: Set[str] = set()  # requests whose asynchronous load is not reported done
-        self._tier_group = next((g.index for g in self._groups if not g.window), 0)  # whose hits count per tier
+        # whose hits count per tier: a full-attention group's, else a state group's
+        self._tier_group = next((g.index for g in self._groups if not g.window and not g.state),
+                                next((g.index for g in self._groups if g.state), 0))
         self._hit_counts: Dict[str, int] = {}  # tokens loaded per tier since the last stats
         # vLLM's KV events, when its config asks for them: per key being
         # saved, (block hash, parent hash, tokens, LoRA id, LoRA name, group)
@@ -458,12 +471,12 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # the last token is always computed, for its logits
         limit = min(len(keys[0]), (request.num_tokens - 1) // self._block_size)
         local = num_computed_tokens // self._block_size
-        full = [k for g, k in zip(self._groups, keys) if not g.window]
+        full = [k for g, k in zip(self._groups, keys) if not g.window and not g.state]
         hits = local
         while hits < limit and all(self._held(k[hits]) for k in full):
             hits += 1
-        # the longest hit whose sliding windows are held too
-        while hits > local and not all(self._held(k) for g, gk in zip(self._groups, keys) if g.window
+        # the longest hit whose sliding windows and states at its end are held too
+        while hits > local and not all(self._held(k) for g, gk in zip(self._groups, keys) if g.window or g.state
                                        for k in gk[self._first_needed(g, hits, local):hits]):
             hits -= 1
         if hits > local and self._prefill is not None and self._link is not None:
@@ -559,9 +572,46 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 for mine, ids in zip(req.block_ids, new_ids):
                     mine.extend(ids)
             computed = cached.num_computed_tokens[i] + scheduled.get(rid, 0)
-            if computed // self._block_size > min(req.saved):  # a decode step fills a block 1 time in 16-32
+            # a decode step fills a block 1 time in 16-32
+            if computed // self._block_size > min((n for g, n in zip(self._groups, req.saved) if not g.state),
+                                                   default=computed // self._block_size):
                 self._queue_saves(rid, req, computed, meta, queued)
+        if any(g.state for g in self._groups):
+            block_state = getattr(scheduler_output, "kv_connector_block_state", None)
+            for rid, offers in (getattr(block_state, "boundary_state_offloads", None) or {}).items():
+                self._queue_state_saves(rid, offers, meta, queued)
         return meta
+
+    def _queue_state_saves(self, rid: str, offers, meta: KvferryConnectorMetadata, queued: Set[int]):
+        """Saves the states vLLM hands over (its boundary-state offloads:
+        (group, block id, tokens) of each state block its prefix cache
+        takes this step, which this step's forward writes): each under the
+        key of the block the state ends, so it serves exactly that prefix.
+        A state at a boundary that is no block's end (a partial tail) is
+        not saved. vLLM frees a state block within two steps: its save is
+        waited for before the next step writes any block."""
+        request = self._live.get(rid)
+        if request is None:
+            return
+        keys = self._keys(request)
+        state = {g.index: gi for gi, g in enumerate(self._groups) if g.state}
+        for group_id, block_id, tokens in offers:
+            gi = state.get(group_id)
+            j = tokens // self._block_size - 1
+            if gi is None or tokens % self._block_size or not 0 <= j < len(keys[gi]):
+                continue
+            key = keys[gi][j]
+            if self._held(key) or key in queued:
+                continue
+            queued.add(key)
+            meta.save_keys.append(key)
+            meta.save_blocks.append(block_id)
+            meta.save_reqs.append(rid)
+            meta.save_transient.append(True)
+            self._saving.add(rid)
+            self._in_flight.add(key)
+            if self._events_on:
+                self._block_info[key] = _event_info(request, j, self._block_size, group_id)
 
     def _queue_saves(self, rid: str, req: _Request, computed: int, meta: KvferryConnectorMetadata,
                      queued: Set[int]):
@@ -574,6 +624,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         keys = self._keys(request)
         null = self._null_block()
         for gi, (g, gkeys, ids) in enumerate(zip(self._groups, keys, req.block_ids)):
+            if g.state:  # saved as vLLM hands its states over (_queue_state_saves)
+                continue
             whole = min(computed // self._block_size, len(gkeys), len(ids))
             for j in range(req.saved[gi], whole):
                 key = gkeys[j]
@@ -686,10 +738,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         ckw = {k: self._extra[k] for k in _CACHE_KEYS if k in self._extra}
         if "remote" in ckw:
             ckw["remote"] = CacheRemote[str(ckw["remote"]).upper()]
-        cut = cut_kv_caches(kv_caches, num_blocks, self._block_size)
+        cut = cut_kv_caches(kv_caches, num_blocks, self._block_size, self._state_layers)
+        distinct = unique_pools(cut)
         host = int(ckw.get("host_blocks", 0))
         if "host_bytes" in ckw:  # each host slot holds one block of every pool
-            per_block = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
+            per_block = sum(p.geometry.block_bytes for pools in distinct for p in pools)
             host = size_parse(ckw.pop("host_bytes")) // per_block
             ckw["host_blocks"] = host
         ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
@@ -698,7 +751,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                            f"{layout_tag(kv_caches)}")
         engine = Engine(backend=backend_for(tensors), file_namespace=self._namespace, **ekw)
         try:
-            added = {ident: add_pools(engine, pools, host) for ident, pools in cut.items()}
+            added_of = {id(pools): add_pools(engine, pools, host) for pools in distinct}
+            added = {ident: added_of[id(pools)] for ident, pools in cut.items()}
             # every event reaches the scheduler: none is dropped by a queue
             self.cache = Cache(engine, on_event=self._on_event, **ckw)
             for tier, (lat, bw) in self._held_costs.items():
@@ -709,8 +763,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self.engine = engine
         for name, t in kv_caches.items():
             self._layer_pools[name] = added[tensor_ident(t)]
-        self._pool_order = [p for pools in added.values() for p in pools]
-        self._block_bytes = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
+        self._pool_order = [p for pools in distinct for p in added_of[id(pools)]]
+        self._block_bytes = sum(p.geometry.block_bytes for pools in distinct for p in pools)
         log.info("kvferry: worker %s namespace %s", self._rank, self._namespace)
 
     def _on_event(self, e) -> None:
