@@ -2,8 +2,11 @@
 """kvferry's connector inside vLLM's own engine (its CPU build): the LLM
 engine and the OpenAI server on a tiny random-initialised Llama, and the
 LLM engine on a Gemma-3-style hybrid (sliding-window layers beside a full
-one: four KV cache groups) and a DeepSeek-V2-style MLA model, vLLM's
-prefix cache off so that every cached token came from kvferry. Each engine
+one: four KV cache groups), a DeepSeek-V2-style MLA model and a
+Qwen3-Next-style hybrid (three gated-delta-net linear-attention layers,
+each a Mamba state group, beside a full-attention one), vLLM's prefix
+cache off (Qwen3-Next: on, as its states need, and reset before every
+request) so that every cached token came from kvferry. Each engine
 runs in a process of its own (vllm_engine_main.py); outputs and top-5
 logprobs are compared with an engine without kvferry.
 
@@ -168,14 +171,16 @@ def test_openai_server_serves_from_kvferry(runs):
         log.close()
 
 
-@pytest.fixture(scope="module", params=["gemma3", "deepseek"])
+@pytest.fixture(scope="module", params=["gemma3", "deepseek", "qwen3next"])
 def shaped(request, tmp_path_factory):
     """A hybrid (gemma3: sliding-window groups beside a full-attention
-    one, vLLM's hybrid manager on) or an MLA (deepseek) model: plain and
-    through kvferry, KV events on."""
+    one, vLLM's hybrid manager on), an MLA (deepseek) or a linear-attention
+    hybrid (qwen3next: Mamba state groups, loaded asynchronously as they
+    must be) model: plain and through kvferry, KV events on."""
     tmp = tmp_path_factory.mktemp(f"vllm-{request.param}")
     kind = request.param
-    return kind, {s: engine(tmp, s, kind, events=1) for s in ("plain", "kvferry")}
+    opts = {"load": "async"} if kind == "qwen3next" else {}
+    return kind, {s: engine(tmp, s, kind, events=1, **(opts if s == "kvferry" else {})) for s in ("plain", "kvferry")}
 
 
 def test_every_model_shape_is_served_with_identical_outputs(shaped):
@@ -185,10 +190,19 @@ def test_every_model_shape_is_served_with_identical_outputs(shaped):
     nothing for differed at its fourth token between the two engines, and
     loaded-prefix requests run vLLM's MLA prefill over cached context,
     which its CPU platform never takes itself); what kvferry adds is shown
-    by the loaded bytes (the next test) and the hits."""
+    by the loaded bytes (the next test) and the hits. Qwen3-Next: every
+    request as without kvferry, the next turn as on vLLM's own prefix
+    cache: its hit ends at a block of the first turn's answer, where a
+    full prefill's linear-attention chunk runs on (other rounding: 0.001 in
+    a logprob, the same tokens), so the engine without kvferry serves it
+    from its own prefix cache too (the same 160 tokens cached)."""
     kind, r = shaped
     for name in NAMES:
         a, b = r["kvferry"][name], r["plain"][name]
+        if kind == "qwen3next" and name == "turn2":
+            assert a["tokens"] == b["tokens"]
+            b = r["plain"]["turn2_own"]
+            assert b["cached"] == a["cached"]
         if kind != "deepseek":
             same_output(a, b)
         else:
@@ -221,6 +235,8 @@ def test_sliding_window_groups_load_only_the_window(shaped):
     if kind == "gemma3":
         window_blocks = -(-(engine_main.WINDOW - 1) // engine_main.BLOCK)
         assert hits == 480 // engine_main.BLOCK + 3 * window_blocks
+    elif kind == "qwen3next":  # the full layer's 15 blocks, each state group its state at 480
+        assert hits == 480 // engine_main.BLOCK + 3
     else:  # MLA: one group, one latent block per 16 tokens
         assert hits == whole(485, 16) // 16
 
@@ -231,13 +247,15 @@ def test_kv_events_name_the_medium(shaped):
     (STORAGE: stored there, removed from CPU: the host tier holds 8)."""
     kind, r = shaped
     events = [tuple(e) for e in r["kvferry"]["events"]]
-    groups = 4 if kind == "gemma3" else 1
+    groups = 1 if kind == "deepseek" else 4
     for g in range(groups):
         assert ("BlockStored", "CPU", g) in events
         assert ("BlockStored", "STORAGE", g) in events
     assert ("BlockRemoved", "CPU", 0) in events
-    assert {e[1] for e in events} == {"CPU", "STORAGE"}
-    assert not r["plain"]["events"]
+    # besides vLLM's own prefix cache's (GPU, and its resets: qwen3next)
+    mine = {e[1] for e in events} - {"GPU", None}
+    assert mine == {"CPU", "STORAGE"} and (kind == "qwen3next" or mine == {e[1] for e in events})
+    assert not [e for e in r["plain"]["events"] if e[1] not in ("GPU", None)]
 
 
 def test_metrics_count_each_tiers_hits(shaped):
@@ -271,3 +289,15 @@ def test_bad_config_fails_the_engine_start_naming_the_key(runs):
     for key, error in errors.items():
         assert error is not None, f"{key}: the engine started"
         assert key in error and "KvferryConnector" in error, error
+
+
+def test_mamba_modes_kvferry_cannot_serve_fail_the_engine_start(tmp_path):
+    """Qwen3-Next with vLLM's prefix cache off (its states kept per request
+    only: mamba_cache_mode 'none') and with synchronous loads (vLLM copies
+    a hit's state into the running block before a step's loads start):
+    each engine fails to start, its error naming the setting."""
+    errors = engine(tmp_path, "bad-config", "qwen3next", kv="kv-bad")["errors"]
+    assert set(errors) == {"mamba_cache_mode", "load"}
+    for key, error in errors.items():
+        assert error is not None, f"{key}: the engine started"
+        assert key in error and "KvferryConnector" in error and "MambaSpec" in error, error

@@ -320,6 +320,8 @@ def main():
                                                 topic="kv")
     # stats on (vLLM's loggers and Prometheus) except where steps are timed
     reset = kind in RESET_PREFIX
+    if reset:  # vLLM keeps (and hands kvferry) states at every block boundary, decode's too
+        kw["prefix_cache_retention_interval"] = block
     llm = LLM(model=model, enable_prefix_caching=reset, max_model_len=1024, seed=0, block_size=block, max_num_seqs=4,
               kv_transfer_config=None if plain else kv_config(file_dir, **extra),
               disable_log_stats=scenario.startswith("timing"), **kw)
@@ -327,11 +329,11 @@ def main():
     events = Events(endpoint) if "kv_events_config" in kw else None
     greedy = SamplingParams(max_tokens=8, temperature=0, logprobs=5)
 
-    def run(toks, salt=None, sp=greedy):
+    def run(toks, salt=None, sp=greedy, forget=True):
         p = TokensPrompt(prompt_token_ids=toks)
         if salt is not None:
             p["cache_salt"] = salt
-        if reset:  # vLLM's own prefix cache forgets: every cached token came from kvferry
+        if reset and forget:  # vLLM's own prefix cache forgets: every cached token came from kvferry
             reset_prefix_cache(llm)
         o = llm.generate([p], sp, use_tqdm=False)[0]
         c = o.outputs[0]
@@ -383,6 +385,12 @@ def main():
         turn2 = turn1 + answer["tokens"] + tokens(4, 40)
         out["turn1_len"], out["answer_len"] = len(turn1), len(answer["tokens"])
         out["turn2"] = run(turn2)
+        if plain and reset:
+            # the next turn on vLLM's own prefix cache: the hit's state is
+            # the first turn's at a block boundary of its answer, where a
+            # full prefill's runs on in one chunk (other rounding)
+            run(turn1, sp=SamplingParams(max_tokens=64, temperature=0, ignore_eos=True))
+            out["turn2_own"] = run(turn2, forget=False)
         if not plain:
             out["hits_at_end"] = hits()
             out["metrics"] = metrics()
