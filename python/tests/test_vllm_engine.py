@@ -174,23 +174,28 @@ def test_openai_server_serves_from_kvferry(runs):
 @pytest.fixture(scope="module", params=["gemma3", "deepseek", "qwen3next"])
 def shaped(request, tmp_path_factory):
     """A hybrid (gemma3: sliding-window groups beside a full-attention
-    one, vLLM's hybrid manager on), an MLA (deepseek) or a linear-attention
-    hybrid (qwen3next: Mamba state groups, loaded asynchronously as they
-    must be) model: plain and through kvferry, KV events on."""
+    one, vLLM's hybrid manager on), an MLA (deepseek, in float32: below) or
+    a linear-attention hybrid (qwen3next: Mamba state groups, loaded
+    asynchronously as they must be) model: plain and through kvferry, KV
+    events on."""
     tmp = tmp_path_factory.mktemp(f"vllm-{request.param}")
     kind = request.param
-    opts = {"load": "async"} if kind == "qwen3next" else {}
-    return kind, {s: engine(tmp, s, kind, events=1, **(opts if s == "kvferry" else {})) for s in ("plain", "kvferry")}
+    both = {"dtype": "float32"} if kind == "deepseek" else {}
+    mine = {"load": "async"} if kind == "qwen3next" else {}
+    return kind, {s: engine(tmp, s, kind, events=1, **both, **(mine if s == "kvferry" else {}))
+                  for s in ("plain", "kvferry")}
 
 
 def test_every_model_shape_is_served_with_identical_outputs(shaped):
-    """The hybrid: greedy tokens and top-5 logprobs identical. MLA: the
-    first token's top 5 the same tokens, no more: vLLM's CPU MLA engine
-    is not run-to-run exact on this machine (a request kvferry loaded
-    nothing for differed at its fourth token between the two engines, and
-    loaded-prefix requests run vLLM's MLA prefill over cached context,
-    which its CPU platform never takes itself); what kvferry adds is shown
-    by the loaded bytes (the next test) and the hits. Qwen3-Next: every
+    """Gemma-3: greedy tokens and top-5 logprobs identical. MLA: greedy
+    tokens identical, top-5 logprobs identical where nothing was loaded and
+    within 2e-4 where a prefix was: a loaded prefix runs vLLM's MLA prefill
+    over cached context (the cached latents up-projected, merged by their
+    softmax sums), which its CPU platform never takes itself (it turns
+    prefix caching and chunked prefill off for MLA), so the engine without
+    kvferry computes those requests another way. In bf16 that other
+    rounding moved logprobs by up to 0.03 and one greedy token; in float32,
+    as here, by one unit of the 4 decimals compared. Qwen3-Next: every
     request as without kvferry, the next turn as on vLLM's own prefix
     cache: its hit ends at a block of the first turn's answer, where a
     full prefill's linear-attention chunk runs on (other rounding: 0.001 in
@@ -203,10 +208,13 @@ def test_every_model_shape_is_served_with_identical_outputs(shaped):
             assert a["tokens"] == b["tokens"]
             b = r["plain"]["turn2_own"]
             assert b["cached"] == a["cached"]
-        if kind != "deepseek":
+        if kind != "deepseek" or not a["cached"]:
             same_output(a, b)
         else:
-            assert sorted(t for t, _ in a["top5"][0]) == sorted(t for t, _ in b["top5"][0]), name
+            assert a["tokens"] == b["tokens"], name
+            for sa, sb in zip(a["top5"], b["top5"], strict=True):
+                assert [t for t, _ in sa] == [t for t, _ in sb], name
+                assert max(abs(x - y) for (_, x), (_, y) in zip(sa, sb)) <= 2e-4, name
     block = r["kvferry"]["block"]
     k = r["kvferry"]
     assert k["first"]["cached"] == 0 and k["tenant_b"]["cached"] == 0

@@ -232,7 +232,7 @@ def reset_prefix_cache(llm):
 
 def options(argv):
     """key=value arguments after the positional ones."""
-    opts = {"model": "llama", "load": None, "events": "0"}
+    opts = {"model": "llama", "load": None, "events": "0", "dtype": "auto"}
     for a in argv:
         k, _, v = a.partition("=")
         if k not in opts:
@@ -323,6 +323,7 @@ def main():
     if reset:  # vLLM keeps (and hands kvferry) states at every block boundary, decode's too
         kw["prefix_cache_retention_interval"] = block
     llm = LLM(model=model, enable_prefix_caching=reset, max_model_len=1024, seed=0, block_size=block, max_num_seqs=4,
+              dtype=opts["dtype"],
               kv_transfer_config=None if plain else kv_config(file_dir, **extra),
               disable_log_stats=scenario.startswith("timing"), **kw)
     started = time.time() - t0
