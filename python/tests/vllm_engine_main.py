@@ -365,6 +365,9 @@ def main():
     elif scenario == "restart":  # the very first request of this process
         out["first"] = run(long)
         out["hits_after_first"] = hits()
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+        out["failures"] = get_kv_transfer_group().cache.stats().failures  # blocks that did not arrive
     else:
         seen = BlockBytes(llm) if not plain else None
         out["first"] = run(long)

@@ -23,7 +23,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole,
-                                                              KVConnectorWorkerMetadata, SupportsHMA)
+                                                              KVConnectorTransferResults, KVConnectorWorkerMetadata,
+                                                              SupportsHMA)
 
 import threading
 
@@ -302,6 +303,12 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # the layers of state groups: their tensors are raw bytes, cut by page
         groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
         self._state_layers = frozenset(n for g in states for n in groups[g.index].layer_names)
+        # an asynchronous load that fails anywhere fails its whole request
+        # (vLLM recomputes it from its start: failed_recving) where a
+        # failed block cannot be reported: vLLM maps block ids to requests
+        # with one group only, and a prefix cut short at a state group's
+        # block has no state to go on from
+        self._fail_requests = len(self._groups) > 1 or bool(states)
         self._prefill = _prefill_cost(extra, _model_layers(vllm_config))
         self._held_costs = _tier_costs(extra)
         # scheduler side: per worker, key -> the tier it holds the block in
@@ -340,6 +347,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
         self._async_loads: List[Tuple[object, str, List[int]]] = []  # (ticket or None, request, blocks)
+        self._load_failed: Set[str] = set()  # asynchronous loads that failed somewhere (_fail_requests)
+        self._failed_recving: Set[str] = set()  # of those, the ones get_finished reports done now
         self._transient: List[object] = []  # save tickets of blocks vLLM frees before the next step
         self._counts: Dict[str, int] = {}  # blocks moved since the last stats
         self._events: List[Tuple[int, int, int]] = []
@@ -794,7 +803,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         load (rid given) is reported by get_finished; a synchronous one
         is waited for per layer or here (load: whole)."""
         keys, slots, missing = held_prefixes(self.cache, loads)
-        self._load_errors.update(missing)
+        self._failed(missing, rid)
         ticket = None
         if keys:
             if self.engine.backend == Backend.CUDA:
@@ -805,7 +814,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 ticket = self.cache.get(keys, slots, pools=self._pool_order)
             except KvferryError as exc:
                 log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
-                self._load_errors.update(slots)
+                self._failed(slots, rid)
         if rid is not None:  # get_finished reports it once every block is in place or failed
             self._async_loads.append((ticket, rid, slots))
         elif ticket is not None and self._layerwise:
@@ -813,12 +822,23 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         elif ticket is not None:  # the forward starts with every block in place
             self._landed(ticket, slots)
 
-    def _landed(self, ticket, slots: List[int]) -> None:
+    def _landed(self, ticket, slots: List[int], rid: Optional[str] = None) -> None:
         """A finished load: its failed blocks to vLLM, its count to the stats."""
         bad = [slots[i] for i in failed_moves(ticket)]
-        self._load_errors.update(bad)
+        self._failed(bad, rid)
         self._count("loaded_blocks", len(slots) - len(bad))
         self._count("load_failed_blocks", len(bad))
+
+    def _failed(self, blocks: List[int], rid: Optional[str]) -> None:
+        """Blocks a load did not bring: vLLM recomputes from the first of
+        them, or the whole request where a block cannot say (_fail_requests:
+        an asynchronous load's request is reported in failed_recving)."""
+        if not blocks:
+            return
+        if rid is not None and self._fail_requests:
+            self._load_failed.add(rid)
+        else:
+            self._load_errors.update(blocks)
 
     def _count(self, name: str, n: int) -> None:
         if n:
@@ -918,10 +938,22 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 keep.append((t, rid, slots))
                 continue
             if t is not None:
-                self._landed(t, slots)
+                self._landed(t, slots, rid)
+            if rid in self._load_failed:  # reported failed in this same pass
+                self._load_failed.discard(rid)
+                self._failed_recving.add(rid)
             done.add(rid)
         self._async_loads = keep
         return done or None
+
+    def get_transfer_results(self, finished_req_ids):
+        """get_finished's sets, and the asynchronous loads of those it
+        reports done that failed somewhere (vLLM recomputes each from its
+        start, whatever its groups: see _fail_requests)."""
+        sending, recving = self.get_finished(finished_req_ids)
+        failed, self._failed_recving = self._failed_recving, set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed, failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         if self._load_ticket is not None:
