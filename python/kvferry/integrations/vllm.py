@@ -268,11 +268,15 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     worker side owns the Engine (vLLM's KV tensors as its primary pools) and
     the Cache. Every KV cache group of a hybrid model is served (vLLM's
     hybrid manager stays on): full attention and MLA as one block per key,
-    sliding-window groups loading only the blocks the window reaches.
-    Loads are synchronous in vLLM's sense (this step's forward waits for
-    them, per layer or whole) or asynchronous (`load: async`); a block that
-    does not arrive is reported by get_block_ids_with_load_errors and vLLM
-    recomputes it. With a prefill cost configured, the scheduler reports
+    sliding-window groups loading only the blocks the window reaches, Mamba
+    / linear-attention state groups (vLLM's align mode) the states vLLM
+    hands over, keyed by the block each ends, a hit loading the state at
+    its end. Loads are synchronous in vLLM's sense (this step's forward
+    waits for them, per layer or whole) or asynchronous (`load: async`,
+    which state groups need); a block that does not arrive is reported by
+    get_block_ids_with_load_errors and vLLM recomputes from it (an
+    asynchronous load of a model of several groups fails its request
+    whole: failed_recving). With a prefill cost configured, the scheduler reports
     only the hits its load-or-recompute plan loads (docs/planner.md)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
