@@ -901,17 +901,64 @@ def test_each_kv_cache_group_has_keys_of_its_own():
 
 
 def test_kv_cache_groups_kvferry_cannot_store_are_refused_by_name():
-    """Mamba / linear-attention state (a per-request state, not a block of
-    a prefix) and a group of another block size than vLLM hashes at."""
+    """Mamba / linear-attention state vLLM keeps per request only (its
+    "none" mode: one running state, never a block boundary's) and a group
+    of another block size than vLLM hashes at."""
     from vllm.v1.kv_cache_interface import MambaSpec
 
     full = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
     mamba = MambaSpec(block_size=BS, shapes=((4, 8),), dtypes=(torch.float16,))
-    with pytest.raises(kvferry.KvferryError, match=r"KV cache group 1 \(MambaSpec, layers model.layers.1.attn\)"):
+    with pytest.raises(kvferry.KvferryError, match=r"KV cache group 1 \(MambaSpec, layers model.layers.1.attn\): "
+                       r"cache_config.mamba_cache_mode is 'none'.*enable_prefix_caching"):
         kvf_vllm.kv_groups(kv_config_of(full, mamba), BS, 0)
     wide = FullAttentionSpec(block_size=2 * BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
     with pytest.raises(kvferry.KvferryError, match=rf"group 0 .*block_size {2 * BS} is not the cache's block_size"):
         kvf_vllm.kv_groups(kv_config_of(wide), BS, 0)
+
+
+def test_state_groups_key_the_state_at_a_block_end():
+    """A Mamba group in vLLM's align mode: a state group whose keys carry
+    the group and the state's layout (two element types of one state never
+    share a key, whatever the groups), whose hit needs the state at its
+    end only."""
+    from kvferry.integrations._vllm_kv import first_needed
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    full = FullAttentionSpec(block_size=BS, num_kv_heads=HEADS, head_size=HEAD, dtype=torch.float16)
+    f16 = MambaSpec(block_size=BS, shapes=((4, 8), (2, 8, 8)), dtypes=(torch.float16, torch.float32),
+                    mamba_cache_mode="align")
+    f32 = MambaSpec(block_size=BS, shapes=((4, 8), (2, 8, 8)), dtypes=(torch.float16, torch.float16),
+                    mamba_cache_mode="align")
+    a = kvf_vllm.kv_groups(kv_config_of(f16, full), BS, 5)
+    b = kvf_vllm.kv_groups(kv_config_of(f32, full), BS, 5)
+    alone = kvf_vllm.kv_groups(kv_config_of(f16), BS, 5)
+    assert [(g.state, g.window) for g in a] == [(True, False), (False, False)]
+    assert a[1] == b[1] and len({a[0].salt, b[0].salt, 5}) == 3
+    assert alone[0].salt == a[0].salt  # a state group's keys: its layers and layout, not the other groups
+    # a hit of 6 blocks needs the state after block 5; vLLM's own 2 blocks change nothing
+    assert first_needed(a[0], 6, 2, BS, None) == 5 and first_needed(a[1], 6, 2, BS, None) == 2
+
+
+def test_a_state_page_overlaid_on_an_attention_page_is_one_pool():
+    """vLLM lays a hybrid's state layers (raw bytes: the state, padded to
+    an attention page) over the attention layer's pages: one pool, each
+    block stored once; a state tensor alone is cut by its page."""
+    from kvferry.integrations._vllm_kv import cut_kv_caches, tensor_ident, unique_pools
+
+    nb, page = 8, 2 * BS * HEADS * HEAD * 2  # bytes of an fp16 K+V page
+    buf = torch.zeros(nb * page, dtype=torch.int8)
+    attn = buf.view(torch.float16).view(nb, HEADS, BS, 2 * HEAD)
+    state = buf.view(nb, page)[:, : page // 3].view(nb, 1, 1, page // 3)  # the state's bytes of each page
+    cut = cut_kv_caches({"l0.linear": state, "l1.linear": state, "l2.attn": attn}, nb, BS, {"l0.linear", "l1.linear"})
+    assert cut[tensor_ident(state)] is cut[tensor_ident(attn)] and len(unique_pools(cut)) == 1
+    (pool,) = unique_pools(cut)[0]
+    assert (pool.slot_stride, pool.geometry.block_bytes) == (page, page)
+    alone = cut_kv_caches({"l0.linear": state}, nb, BS, {"l0.linear"})
+    (pool,) = unique_pools(alone)[0]
+    assert (pool.buffer.ptr, pool.slot_stride, pool.geometry.block_bytes) == (buf.data_ptr(), page, page)
+    with pytest.raises(kvferry.KvferryError, match="layer l0.linear: its state pages do not fit"):
+        short = torch.zeros((nb - 1) * page + 8, dtype=torch.int8)  # the last state ends its memory
+        cut_kv_caches({"l0.linear": short.as_strided((nb, 1, 1, 8), (page, 8, 8, 1))}, nb, BS, {"l0.linear"})
 
 
 def test_sliding_window_group_loads_only_its_window(harness, tmp_path):
@@ -921,7 +968,7 @@ def test_sliding_window_group_loads_only_its_window(harness, tmp_path):
     2 (its earlier blocks stay vLLM's null block), byte for byte into
     poisoned blocks; with the window's last block gone, the hit is the
     longest whose window is still held."""
-    h = harness({"host_blocks": 64}, window=2 * BS)
+    h = harness({"host_blocks": 64, "load": "layerwise"}, window=2 * BS)
     a = prompt(7, 6 * BS + 1)
     h.add("a", a)
     h.run()
@@ -966,7 +1013,7 @@ def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
     schedule, and the next step may write them: their save, unlike a full-
     attention block's (held to the request's end), is waited for before
     that step's forward (handle_preemptions, which vLLM calls first)."""
-    h = harness({"host_blocks": 64}, window=2 * BS)
+    h = harness({"host_blocks": 64, "load": "layerwise"}, window=2 * BS)
     h.add("a", prompt(8, 6 * BS + 1), max_tokens=4)
     h.step()
     (t,) = h.worker._transient

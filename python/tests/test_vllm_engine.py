@@ -2,8 +2,11 @@
 """kvferry's connector inside vLLM's own engine (its CPU build): the LLM
 engine and the OpenAI server on a tiny random-initialised Llama, and the
 LLM engine on a Gemma-3-style hybrid (sliding-window layers beside a full
-one: four KV cache groups) and a DeepSeek-V2-style MLA model, vLLM's
-prefix cache off so that every cached token came from kvferry. Each engine
+one: four KV cache groups), a DeepSeek-V2-style MLA model and a
+Qwen3-Next-style hybrid (three gated-delta-net linear-attention layers,
+each a Mamba state group, beside a full-attention one), vLLM's prefix
+cache off (Qwen3-Next: on, as its states need, and reset before every
+request) so that every cached token came from kvferry. Each engine
 runs in a process of its own (vllm_engine_main.py); outputs and top-5
 logprobs are compared with an engine without kvferry.
 
@@ -168,31 +171,50 @@ def test_openai_server_serves_from_kvferry(runs):
         log.close()
 
 
-@pytest.fixture(scope="module", params=["gemma3", "deepseek"])
+@pytest.fixture(scope="module", params=["gemma3", "deepseek", "qwen3next"])
 def shaped(request, tmp_path_factory):
     """A hybrid (gemma3: sliding-window groups beside a full-attention
-    one, vLLM's hybrid manager on) or an MLA (deepseek) model: plain and
-    through kvferry, KV events on."""
+    one, vLLM's hybrid manager on), an MLA (deepseek, in float32: below) or
+    a linear-attention hybrid (qwen3next: Mamba state groups, loaded
+    asynchronously as they must be) model: plain and through kvferry, KV
+    events on."""
     tmp = tmp_path_factory.mktemp(f"vllm-{request.param}")
     kind = request.param
-    return kind, {s: engine(tmp, s, kind, events=1) for s in ("plain", "kvferry")}
+    both = {"dtype": "float32"} if kind == "deepseek" else {}
+    mine = {"load": "async"} if kind == "qwen3next" else {}
+    runs = {s: engine(tmp, s, kind, events=1, **both, **(mine if s == "kvferry" else {})) for s in ("plain", "kvferry")}
+    return kind, dict(runs, dir=tmp)
 
 
 def test_every_model_shape_is_served_with_identical_outputs(shaped):
-    """The hybrid: greedy tokens and top-5 logprobs identical. MLA: the
-    first token's top 5 the same tokens, no more: vLLM's CPU MLA engine
-    is not run-to-run exact on this machine (a request kvferry loaded
-    nothing for differed at its fourth token between the two engines, and
-    loaded-prefix requests run vLLM's MLA prefill over cached context,
-    which its CPU platform never takes itself); what kvferry adds is shown
-    by the loaded bytes (the next test) and the hits."""
+    """Gemma-3: greedy tokens and top-5 logprobs identical. MLA: greedy
+    tokens identical, top-5 logprobs identical where nothing was loaded and
+    within 2e-4 where a prefix was: a loaded prefix runs vLLM's MLA prefill
+    over cached context (the cached latents up-projected, merged by their
+    softmax sums), which its CPU platform never takes itself (it turns
+    prefix caching and chunked prefill off for MLA), so the engine without
+    kvferry computes those requests another way. In bf16 that other
+    rounding moved logprobs by up to 0.03 and one greedy token; in float32,
+    as here, by one unit of the 4 decimals compared. Qwen3-Next: every
+    request as without kvferry, the next turn as on vLLM's own prefix
+    cache: its hit ends at a block of the first turn's answer, where a
+    full prefill's linear-attention chunk runs on (other rounding: 0.001 in
+    a logprob, the same tokens), so the engine without kvferry serves it
+    from its own prefix cache too (the same 160 tokens cached)."""
     kind, r = shaped
     for name in NAMES:
         a, b = r["kvferry"][name], r["plain"][name]
-        if kind != "deepseek":
+        if kind == "qwen3next" and name == "turn2":
+            assert a["tokens"] == b["tokens"]
+            b = r["plain"]["turn2_own"]
+            assert b["cached"] == a["cached"]
+        if kind != "deepseek" or not a["cached"]:
             same_output(a, b)
         else:
-            assert sorted(t for t, _ in a["top5"][0]) == sorted(t for t, _ in b["top5"][0]), name
+            assert a["tokens"] == b["tokens"], name
+            for sa, sb in zip(a["top5"], b["top5"], strict=True):
+                assert [t for t, _ in sa] == [t for t, _ in sb], name
+                assert max(abs(x - y) for (_, x), (_, y) in zip(sa, sb)) <= 2e-4, name
     block = r["kvferry"]["block"]
     k = r["kvferry"]
     assert k["first"]["cached"] == 0 and k["tenant_b"]["cached"] == 0
@@ -221,8 +243,33 @@ def test_sliding_window_groups_load_only_the_window(shaped):
     if kind == "gemma3":
         window_blocks = -(-(engine_main.WINDOW - 1) // engine_main.BLOCK)
         assert hits == 480 // engine_main.BLOCK + 3 * window_blocks
+    elif kind == "qwen3next":  # the full layer's 15 blocks, each state group its state at 480
+        assert hits == 480 // engine_main.BLOCK + 3
     else:  # MLA: one group, one latent block per 16 tokens
         assert hits == whole(485, 16) // 16
+
+
+def test_a_load_that_fails_recomputes_its_request(shaped):
+    """Qwen3-Next after a restart on a directory whose block files were all
+    damaged since (a byte of each payload flipped, the headers the
+    scheduler lists intact): the first request's lookup hits 480 tokens on
+    disk, every load fails its check, and vLLM recomputes the request from
+    its start (kvferry reports it failed whole: a prefix cut short at a
+    state group's block has no state to go on from, and vLLM maps failed
+    blocks to requests only for models of one group), with the output an
+    engine without kvferry gives it."""
+    kind, r = shaped
+    if kind != "qwen3next":
+        pytest.skip("the state model's failure path")
+    files = list((r["dir"] / "kv").rglob("*.kvf"))
+    assert files
+    for f in files:
+        data = bytearray(f.read_bytes())
+        data[-1] ^= 0xFF
+        f.write_bytes(bytes(data))
+    again = engine(r["dir"], "restart", kind, load="async")
+    same_output(again["first"], r["plain"]["first"])
+    assert again["failures"] >= 1 and sum(again["hits_after_first"].values()) >= 1
 
 
 def test_kv_events_name_the_medium(shaped):
@@ -231,13 +278,15 @@ def test_kv_events_name_the_medium(shaped):
     (STORAGE: stored there, removed from CPU: the host tier holds 8)."""
     kind, r = shaped
     events = [tuple(e) for e in r["kvferry"]["events"]]
-    groups = 4 if kind == "gemma3" else 1
+    groups = 1 if kind == "deepseek" else 4
     for g in range(groups):
         assert ("BlockStored", "CPU", g) in events
         assert ("BlockStored", "STORAGE", g) in events
     assert ("BlockRemoved", "CPU", 0) in events
-    assert {e[1] for e in events} == {"CPU", "STORAGE"}
-    assert not r["plain"]["events"]
+    # besides vLLM's own prefix cache's (GPU, and its resets: qwen3next)
+    mine = {e[1] for e in events} - {"GPU", None}
+    assert mine == {"CPU", "STORAGE"} and (kind == "qwen3next" or mine == {e[1] for e in events})
+    assert not [e for e in r["plain"]["events"] if e[1] not in ("GPU", None)]
 
 
 def test_metrics_count_each_tiers_hits(shaped):
@@ -271,3 +320,15 @@ def test_bad_config_fails_the_engine_start_naming_the_key(runs):
     for key, error in errors.items():
         assert error is not None, f"{key}: the engine started"
         assert key in error and "KvferryConnector" in error, error
+
+
+def test_mamba_modes_kvferry_cannot_serve_fail_the_engine_start(tmp_path):
+    """Qwen3-Next with vLLM's prefix cache off (its states kept per request
+    only: mamba_cache_mode 'none') and with synchronous loads (vLLM copies
+    a hit's state into the running block before a step's loads start):
+    each engine fails to start, its error naming the setting."""
+    errors = engine(tmp_path, "bad-config", "qwen3next", kv="kv-bad")["errors"]
+    assert set(errors) == {"mamba_cache_mode", "load"}
+    for key, error in errors.items():
+        assert error is not None, f"{key}: the engine started"
+        assert key in error and "KvferryConnector" in error and "MambaSpec" in error, error

@@ -13,7 +13,11 @@ timing-kvferry (decode steps timed, and the connector's share of them),
 bad-config (engines started with wrong settings: each one's error).
 KIND: llama (default), gemma3 (sliding-window layers beside a full-attention
 one: four KV cache groups under vLLM's hybrid manager), deepseek (MLA, one
-latent per token). MODE: the connector's `load` setting. events=1: vLLM's
+latent per token), qwen3next (Qwen3-Next's hybrid: three gated-delta-net
+linear-attention layers, each a Mamba state group in vLLM, and a full-
+attention one; vLLM keeps states at block boundaries only with its prefix
+cache on, so it is on and reset before every request). MODE: the
+connector's `load` setting. events=1: vLLM's
 KV events on, published over ZMQ and read back by a subscriber here.
 batch, tokens: the timing scenarios' sequences and the tokens each
 generates; hooks=1: the connector's hooks timed too (timing()). The
@@ -32,7 +36,10 @@ os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 BLOCK = 32  # the CPU attention backend takes multiples of 32
 VOCAB = 512
 # per model kind: vLLM's block size (its CPU MLA kernel takes 16 only)
-BLOCKS = {"llama": BLOCK, "gemma3": BLOCK, "deepseek": 16}
+BLOCKS = {"llama": BLOCK, "gemma3": BLOCK, "deepseek": 16, "qwen3next": BLOCK}
+# models whose state groups vLLM keeps at block boundaries only with its
+# prefix cache on: on, and reset before every request
+RESET_PREFIX = ("qwen3next",)
 WINDOW = 64  # the gemma3 model's sliding window, in tokens
 
 
@@ -58,6 +65,17 @@ def _config(kind):
             num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
             qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=2, num_experts_per_tok=1,
             moe_intermediate_size=64, first_k_dense_replace=2, **common)
+    if kind == "qwen3next":  # linear attention (GDN: a Mamba state group each) x3, then full attention
+        from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+        # one 64x64 head per GDN layer: its state (17.5 KB) fits a 32-token
+        # page of the attention layer (4 KV heads of 64), so vLLM keeps
+        # block size 32 (a larger state makes vLLM grow the block)
+        return Qwen3NextForCausalLM, Qwen3NextConfig(
+            num_hidden_layers=4, num_key_value_heads=4, head_dim=64, moe_intermediate_size=64,
+            shared_expert_intermediate_size=64, num_experts=2, num_experts_per_tok=1, linear_num_value_heads=1,
+            linear_num_key_heads=1, linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4,
+            full_attention_interval=4, pad_token_id=0, **common)
     raise SystemExit(f"model={kind}: want one of {', '.join(BLOCKS)}")
 
 
@@ -234,7 +252,12 @@ class BlockBytes:
         from kvferry.integrations._vllm_kv import _block_dim
 
         self.layers = []  # (group, layer, its KV tensor, the dimension of its blocks)
+        self.states = []  # (group, layer, its state tensors): the state at a hit's end
         for gi, g in enumerate(cfg.kv_cache_groups):
+            if type(g.kv_cache_spec).__name__ == "MambaSpec":
+                for name in g.layer_names:
+                    t = ctx[name].kv_cache
+                    self.states.append((gi, name, [t] if hasattr(t, "select") else list(t)))
             if type(g.kv_cache_spec).__name__ in ("FullAttentionSpec", "MLAAttentionSpec"):
                 for name in g.layer_names:
                     t = ctx[name].kv_cache
@@ -242,14 +265,32 @@ class BlockBytes:
                     self.layers.append((gi, name, t, _block_dim(t, cfg.num_blocks, name)))
 
     def last(self, blocks):
-        """The bytes of the last request's first `blocks` blocks, per layer."""
+        """The bytes of the last request's first `blocks` blocks, per layer;
+        of a state layer, its state after them (the last block's: vLLM
+        keeps no other)."""
         ids = list(self.ids.values())[-1]
-        return {name: [t.select(d, ids[gi][j]).clone() for j in range(blocks)] for gi, name, t, d in self.layers}
+        out = {name: [t.select(d, ids[gi][j]).clone() for j in range(blocks)] for gi, name, t, d in self.layers}
+        out.update({name: [t.select(0, ids[gi][blocks - 1]).clone() for t in ts] if blocks else []
+                    for gi, name, ts in self.states})
+        return out
+
+
+def reset_prefix_cache(llm):
+    """Empties vLLM's own prefix cache. vLLM resets it only once every block
+    is free, and a finished request's blocks stay held until the connector
+    reports its saves done (get_finished), which an engine step asks."""
+    for _ in range(500):
+        if llm.reset_prefix_cache():
+            return
+        llm.llm_engine.step()
+        time.sleep(0.01)
+    raise SystemExit("vLLM's prefix cache would not reset: blocks still held after 500 steps")
 
 
 def options(argv):
     """key=value arguments after the positional ones."""
-    opts = {"model": "llama", "load": None, "events": "0", "batch": "4", "tokens": "256", "hooks": "0"}
+    opts = {"model": "llama", "load": None, "events": "0", "dtype": "auto", "batch": "4", "tokens": "256",
+            "hooks": "0"}
     for a in argv:
         k, _, v = a.partition("=")
         if k not in opts:
@@ -285,19 +326,23 @@ class Events:
         return out
 
 
-def bad_configs(model, file_dir, block):
+def bad_configs(model, file_dir, block, kind):
     """Engines started with settings kvferry refuses: each one's error."""
     from vllm import LLM
 
     # the setting each error must name: a wrong tier name, an unknown load
     # mode, a misspelt key, a negative count, an unknown remote mode
-    cases = {"tier_costs": {"tier_costs": {"nvme": [0.001, 1e9]}}, "load": {"load": "sometimes"},
-             "host_block": {"host_block": 8}, "disk_blocks": {"disk_blocks": -1},
-             "remote": {"remote": "write_back"}}
+    cases = {"tier_costs": ({"tier_costs": {"nvme": [0.001, 1e9]}}, False), "load": ({"load": "sometimes"}, False),
+             "host_block": ({"host_block": 8}, False), "disk_blocks": ({"disk_blocks": -1}, False),
+             "remote": ({"remote": "write_back"}, False)}
+    if kind in RESET_PREFIX:  # a state model: its Mamba modes kvferry cannot serve
+        # vLLM's prefix cache off (its states kept per request only, mamba_cache_mode
+        # 'none'), and synchronous loads (vLLM copies a hit's state before they start)
+        cases = {"mamba_cache_mode": ({"load": "async"}, False), "load": ({"load": "layerwise"}, True)}
     out = {}
-    for name, extra in cases.items():
+    for name, (extra, prefix) in cases.items():
         try:
-            LLM(model=model, enable_prefix_caching=False, max_model_len=1024, block_size=block, max_num_seqs=4,
+            LLM(model=model, enable_prefix_caching=prefix, max_model_len=1024, block_size=block, max_num_seqs=4,
                 kv_transfer_config=kv_config(file_dir, **extra))
             out[name] = None
         except Exception as exc:  # noqa: BLE001 - the engine's own error, whatever its class
@@ -319,7 +364,7 @@ def main():
     from vllm.inputs import TokensPrompt
 
     if scenario == "bad-config":
-        print("RESULT " + json.dumps({"errors": bad_configs(model, file_dir, block)}), flush=True)
+        print("RESULT " + json.dumps({"errors": bad_configs(model, file_dir, block, kind)}), flush=True)
         return
     t0 = time.time()
     plain = scenario in ("plain", "timing-plain")
@@ -335,18 +380,23 @@ def main():
     timed = scenario.startswith("timing")
     if timed:  # saves into a host tier that holds them (a disk tier below it), as a server would
         extra.update(host_blocks=4096, disk_blocks=4096)
-    llm = LLM(model=model, enable_prefix_caching=False, max_model_len=1024, seed=0, block_size=block,
-              max_num_seqs=int(opts["batch"]) if timed else 4,
+    reset = kind in RESET_PREFIX
+    if reset:  # vLLM keeps (and hands kvferry) states at every block boundary, decode's too
+        kw["prefix_cache_retention_interval"] = block
+    llm = LLM(model=model, enable_prefix_caching=reset, max_model_len=1024, seed=0, block_size=block,
+              max_num_seqs=int(opts["batch"]) if timed else 4, dtype=opts["dtype"],
               kv_transfer_config=None if plain else kv_config(file_dir, **extra),
               disable_log_stats=scenario.startswith("timing"), **kw)
     started = time.time() - t0
     events = Events(endpoint) if "kv_events_config" in kw else None
     greedy = SamplingParams(max_tokens=8, temperature=0, logprobs=5)
 
-    def run(toks, salt=None, sp=greedy):
+    def run(toks, salt=None, sp=greedy, forget=True):
         p = TokensPrompt(prompt_token_ids=toks)
         if salt is not None:
             p["cache_salt"] = salt
+        if reset and forget:  # vLLM's own prefix cache forgets: every cached token came from kvferry
+            reset_prefix_cache(llm)
         o = llm.generate([p], sp, use_tqdm=False)[0]
         c = o.outputs[0]
         top = [sorted((int(t), round(float(lp.logprob), 4)) for t, lp in step.items()) for step in (c.logprobs or [])]
@@ -377,6 +427,9 @@ def main():
     elif scenario == "restart":  # the very first request of this process
         out["first"] = run(long)
         out["hits_after_first"] = hits()
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+        out["failures"] = get_kv_transfer_group().cache.stats().failures  # blocks that did not arrive
     else:
         seen = BlockBytes(llm) if not plain else None
         out["first"] = run(long)
@@ -398,6 +451,12 @@ def main():
         turn2 = turn1 + answer["tokens"] + tokens(4, 40)
         out["turn1_len"], out["answer_len"] = len(turn1), len(answer["tokens"])
         out["turn2"] = run(turn2)
+        if plain and reset:
+            # the next turn on vLLM's own prefix cache: the hit's state is
+            # the first turn's at a block boundary of its answer, where a
+            # full prefill's runs on in one chunk (other rounding)
+            run(turn1, sp=SamplingParams(max_tokens=64, temperature=0, ignore_eos=True))
+            out["turn2_own"] = run(turn2, forget=False)
         if not plain:
             out["hits_at_end"] = hits()
             out["metrics"] = metrics()

@@ -2,9 +2,10 @@
 """The vLLM connector's map from vLLM's KV cache to kvferry's pools, slots
 and keys, apart from vLLM's classes so that it imports without vLLM (the
 GPU tests run it on machines where vLLM is not installed): KV cache groups
-and their keys, KV tensors (K/V split or MLA's one latent) cut into pools,
-the blocks of each group a hit loads (a sliding window only those it
-reaches), the part of a load still held, and what a layer waits for.
+and their keys, KV tensors (K/V split, MLA's one latent, a Mamba layer's
+state page) cut into pools, the blocks of each group a hit loads (a sliding
+window only those it reaches, a Mamba group the state at the hit's end),
+the part of a load still held, and what a layer waits for.
 Neither vLLM nor torch is imported here: the connector passes its config
 and tensors in."""
 
@@ -35,11 +36,16 @@ class _Group:
     """One of vLLM's KV cache groups (layers of one attention kind sharing
     a block table; a hybrid model has several): its blocks' keys carry the
     group's salt, so two groups never share a key, and a sliding-window
-    group's hit needs only the blocks its window reaches."""
+    group's hit needs only the blocks its window reaches. A state group
+    (Mamba / linear attention: vLLM's MambaSpec in its "align" mode) holds
+    in block j the recurrent state after the prefix's first j + 1 blocks:
+    a hit needs that one block, and only vLLM says which blocks hold such
+    a state (its boundary-state hand-offs), never their position."""
 
     index: int
     window: bool
     salt: int
+    state: bool = False
 
 
 # the KV cache specs whose blocks are a function of the prefix alone (full
@@ -48,10 +54,20 @@ _SERVED_SPECS = {"FullAttentionSpec": False, "MLAAttentionSpec": False, "Sliding
                  "SlidingWindowMLASpec": True}
 
 
+def _state_ident(spec) -> str:
+    """What makes a state block's bytes beyond the prefix that produced
+    it: the state's tensors (shapes, element types), its padded page and
+    the kernel family that writes it (Mamba2, GDN, ...). vLLM views the
+    state as raw bytes, so the namespace's layout tag cannot see them."""
+    return (f"state {type(spec).__name__} {tuple(spec.shapes)} {tuple(str(d) for d in spec.dtypes)} "
+            f"{getattr(spec, 'page_size_padded', None)} {getattr(spec, 'mamba_type', None)}")
+
+
 def kv_groups(kv_cache_config, block_size: int, salt: int) -> List[_Group]:
     """kvferry's view of the KV cache groups, checked: a group of another
-    kind (Mamba / linear-attention state, chunked local attention, cross-
-    attention) or of another block size is refused, naming the group."""
+    kind (chunked local attention, cross-attention), a Mamba group whose
+    state vLLM keeps per request only (mamba_cache_mode "none") or a group
+    of another block size is refused, naming the group and the setting."""
     groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
     if not groups:
         return [_Group(0, False, salt)]
@@ -61,16 +77,26 @@ def kv_groups(kv_cache_config, block_size: int, salt: int) -> List[_Group]:
         name = type(spec).__name__
         what = f"KvferryConnector: KV cache group {i} ({name}, layers {', '.join(list(g.layer_names)[:2])}" \
                f"{', ...' if len(g.layer_names) > 2 else ''})"
-        if name not in _SERVED_SPECS:
+        state = name == "MambaSpec"
+        if not state and name not in _SERVED_SPECS:
             raise make_error(Status.ERR_UNSUPPORTED, f"{what}: kvferry stores {', '.join(sorted(_SERVED_SPECS))} "
-                             f"groups only")
+                             f"and MambaSpec groups only")
+        mode = getattr(spec, "mamba_cache_mode", "none") if state else None
+        if state and mode != "align":
+            # "none": one running state per request, overwritten every step;
+            # no block ever holds the state at a block boundary to key
+            raise make_error(Status.ERR_UNSUPPORTED, f"{what}: cache_config.mamba_cache_mode is {mode!r}; kvferry "
+                             f"stores a Mamba group's state at block boundaries, which vLLM keeps only with "
+                             f"mamba_cache_mode 'align' (enable_prefix_caching on; vLLM sets 'none' without it)")
         if int(spec.block_size) != block_size:
             raise make_error(Status.ERR_INVALID, f"{what}: block_size {spec.block_size} is not the cache's "
                              f"block_size {block_size} (vLLM's block hashes are at {block_size} tokens)")
         # one group: the salt alone, so its keys are those of a model
         # without groups; several: each group's layers in its salt
         gsalt = salt if len(groups) == 1 else salt ^ key_salt("kv cache group " + "|".join(g.layer_names))
-        out.append(_Group(i, _SERVED_SPECS[name], gsalt))
+        if state:  # the state's layout is in its keys, whatever the groups
+            gsalt = salt ^ key_salt("kv cache group " + "|".join(g.layer_names) + "|" + _state_ident(spec))
+        out.append(_Group(i, _SERVED_SPECS.get(name, False), gsalt, state))
     return out
 
 
@@ -90,16 +116,49 @@ def tensor_ident(t) -> Tuple[int, tuple]:
     return t.data_ptr(), tuple(t.shape)
 
 
-def cut_kv_caches(kv_caches, num_blocks: int, block_size: int) -> Dict[Tuple[int, tuple], List[TensorPool]]:
+def cut_kv_caches(kv_caches, num_blocks: int, block_size: int, state_layers=frozenset()
+                  ) -> Dict[Tuple[int, tuple], List[TensorPool]]:
     """vLLM's {layer name: KV tensor} as pools, per distinct tensor in layer
     order (the order a layer-wise load lands in): a K/V split gives a pool
-    per K and V, MLA's latent one pool."""
+    per K and V, MLA's latent one pool, a state layer (state_layers: Mamba
+    groups' layers, which vLLM views as raw bytes) its whole page, the
+    state and the padding vLLM adds to make it an attention page. A pool
+    whose bytes are another's (a state page and the attention page vLLM
+    overlays on the same memory) is that pool: the same list, registered
+    once (unique_pools), so a block is stored once whatever its group."""
     cut: Dict[Tuple[int, tuple], List[TensorPool]] = {}
+    seen: Dict[Tuple[int, int, int], List[TensorPool]] = {}
     for name, t in kv_caches.items():
         ident = tensor_ident(t)
-        if ident not in cut:
-            cut[ident] = tensor_pools(t, _block_dim(t, num_blocks, name), block_size, f"layer {name}")
+        if ident in cut:
+            continue
+        dim = _block_dim(t, num_blocks, name)
+        if name in state_layers:
+            if dim != 0:
+                raise make_error(Status.ERR_INVALID, f"layer {name}: state tensor of shape {tuple(t.shape)} does "
+                                 f"not index blocks in its first dimension")
+            try:  # the page: a block's stride of bytes from its start
+                t = t.as_strided((num_blocks, t.stride(0)), (t.stride(0), 1))
+            except RuntimeError as exc:
+                raise make_error(Status.ERR_INVALID, f"layer {name}: its state pages do not fit the tensor's "
+                                 f"memory: {exc}") from None
+        pools = tensor_pools(t, dim, block_size, f"layer {name}")
+        same = (pools[0].buffer.ptr, pools[0].slot_stride, pools[0].geometry.block_bytes) if len(pools) == 1 else None
+        if same is not None and same in seen:
+            pools = seen[same]
+        elif same is not None:
+            seen[same] = pools
+        cut[ident] = pools
     return cut
+
+
+def unique_pools(cut: Dict[Tuple[int, tuple], List[TensorPool]]) -> List[List[TensorPool]]:
+    """The distinct pool lists of a cut, in layer order: each registered
+    once."""
+    out: Dict[int, List[TensorPool]] = {}
+    for pools in cut.values():
+        out.setdefault(id(pools), pools)
+    return list(out.values())
 
 
 def first_needed(g: _Group, blocks: int, local: int, block_size: int,
@@ -108,7 +167,10 @@ def first_needed(g: _Group, blocks: int, local: int, block_size: int,
     engine holds those before `local`): `local` for full attention; for a
     sliding window, the first its window reaches from the hit's end, by
     skipped (tokens -> the tokens before the window, vLLM's
-    get_num_skipped_tokens of the group's manager; None: every block)."""
+    get_num_skipped_tokens of the group's manager; None: every block); for
+    a state group, the hit's last block (the state after it)."""
+    if g.state:
+        return max(local, blocks - 1)
     if not g.window or skipped is None:
         return local
     return max(local, skipped(blocks * block_size) // block_size)

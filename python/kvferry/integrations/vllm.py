@@ -23,7 +23,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole,
-                                                              KVConnectorWorkerMetadata, SupportsHMA)
+                                                              KVConnectorTransferResults, KVConnectorWorkerMetadata,
+                                                              SupportsHMA)
 
 import threading
 
@@ -38,7 +39,7 @@ from .._plan import MIN_GAIN, Prefill, check_cost_args, plan_compute
 from ._saver import Save, Saver
 from ._serving import add_pools, backend_for, failed_moves, namespace
 from ._vllm_kv import (_Group, block_key, cut_kv_caches, first_needed, group_loads, held_prefixes, kv_groups,
-                       tensor_ident, wait_layer)
+                       tensor_ident, unique_pools, wait_layer)
 
 log = logging.getLogger("kvferry.integrations.vllm")
 
@@ -278,12 +279,15 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     worker side owns the Engine (vLLM's KV tensors as its primary pools) and
     the Cache. Every KV cache group of a hybrid model is served (vLLM's
     hybrid manager stays on): full attention and MLA as one block per key,
-    sliding-window groups loading only the blocks the window reaches.
-    Loads are synchronous in vLLM's sense (this step's forward waits for
-    them, per layer or whole) or asynchronous (`load: async`); a block that
-    does not arrive is reported by get_block_ids_with_load_errors and vLLM
-    recomputes it (a hybrid model's failed asynchronous load: its request,
-    as a failed receive). Saves are queued to a saver thread. With a prefill cost configured, the scheduler reports
+    sliding-window groups loading only the blocks the window reaches, Mamba
+    / linear-attention state groups (vLLM's align mode) the states vLLM
+    hands over, keyed by the block each ends, a hit loading the state at
+    its end. Loads are synchronous in vLLM's sense (this step's forward
+    waits for them, per layer or whole) or asynchronous (`load: async`,
+    which state groups need); a block that does not arrive is reported by
+    get_block_ids_with_load_errors and vLLM recomputes from it (an
+    asynchronous load of a model of several groups fails its request
+    whole: failed_recving). Saves are queued to a saver thread. With a prefill cost configured, the scheduler reports
     only the hits its load-or-recompute plan loads (docs/planner.md)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -300,9 +304,37 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # the model, dtype and ranks are in the namespace; `salt` in every key
         self._salt = key_salt(str(extra["salt"])) if extra.get("salt") else 0
         self._priority = int(extra.get("priority", 50))
-        self._load_mode = extra.get("load", "layerwise")
-        self._layerwise = self._load_mode == "layerwise"
         self._groups = kv_groups(kv_cache_config, self._block_size, self._salt)
+        states = [g for g in self._groups if g.state]
+        # a model of several KV cache groups loads asynchronously unless the
+        # config says otherwise: vLLM 0.32 maps a failed synchronous load's
+        # block ids to requests for one group only and stops the engine
+        # for more, while a failed asynchronous load is recomputed
+        # (_fail_requests)
+        several = len(self._groups) > 1 or bool(states)
+        self._load_mode = extra.get("load") or ("async" if several else "layerwise")
+        self._layerwise = self._load_mode == "layerwise"
+        if several and not states and self._load_mode != "async":
+            log.warning("kvferry: load = %r on a model of %d KV cache groups: vLLM 0.32 cannot recompute a failed "
+                        "synchronous load of several groups, so a block damaged or gone between lookup and load "
+                        "stops the engine; leave load unset (async for such models) unless every block's "
+                        "arrival is certain", self._load_mode, len(self._groups))
+        if states and self._load_mode != "async":
+            # vLLM copies a Mamba hit's state into the request's running
+            # block before the step's forward, so before start_load_kv: a
+            # synchronous load would land after that copy
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: load = {self._load_mode!r} with KV cache group "
+                             f"{states[0].index} (MambaSpec): vLLM copies a Mamba hit's state before a step's loads "
+                             f"start; a model with Mamba / linear-attention groups needs load: async")
+        # the layers of state groups: their tensors are raw bytes, cut by page
+        groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+        self._state_layers = frozenset(n for g in states for n in groups[g.index].layer_names)
+        # an asynchronous load that fails anywhere fails its whole request
+        # (vLLM recomputes it from its start: failed_recving) where a
+        # failed block cannot be reported: vLLM maps block ids to requests
+        # with one group only, and a prefix cut short at a state group's
+        # block has no state to go on from
+        self._fail_requests = len(self._groups) > 1 or bool(states)
         self._prefill = _prefill_cost(extra, _model_layers(vllm_config))
         self._held_costs = _tier_costs(extra)
         # scheduler side: per worker, key -> the tier it holds the block in
@@ -323,7 +355,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._in_flight: Set[int] = set()
         self._loading: Set[str] = set()  # requests whose asynchronous load is not reported done
         self._no_hits: Set[str] = set()  # requests whose load failed as a whole: computed, never loaded again
-        self._tier_group = next((g.index for g in self._groups if not g.window), 0)  # whose hits count per tier
+        # whose hits count per tier: a full-attention group's, else a state group's
+        self._tier_group = next((g.index for g in self._groups if not g.window and not g.state),
+                                next((g.index for g in self._groups if g.state), 0))
         self._hit_counts: Dict[str, int] = {}  # tokens loaded per tier since the last stats
         # vLLM's KV events, when its config asks for them: per key being
         # saved, (block hash, parent hash, tokens, LoRA id, LoRA name, group)
@@ -339,13 +373,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_ticket = None
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
-        # vLLM maps failed block ids back to requests for one KV cache group
-        # only (with more it stops): a hybrid model's failed asynchronous
-        # load is reported per request instead (failed_recving), and vLLM
-        # computes that request again from its start
-        self._by_request = len(self._groups) > 1
-        self._failed_recv: Set[str] = set()
         self._async_loads: List[Tuple[object, str, List[int]]] = []  # (ticket or None, request, blocks)
+        self._load_failed: Set[str] = set()  # asynchronous loads that failed somewhere (_fail_requests)
+        self._failed_recving: Set[str] = set()  # of those, the ones get_finished reports done now
         self._transient: List[Save] = []  # saves of blocks vLLM frees before the next step
         self._counts: Dict[str, int] = {}  # blocks moved since the last stats
         self._events: List[Tuple[int, int, int]] = []
@@ -481,12 +511,12 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # the last token is always computed, for its logits
         limit = min(len(keys[0]), (request.num_tokens - 1) // self._block_size)
         local = num_computed_tokens // self._block_size
-        full = [k for g, k in zip(self._groups, keys) if not g.window]
+        full = [k for g, k in zip(self._groups, keys) if not g.window and not g.state]
         hits = local
         while hits < limit and all(self._held(k[hits]) for k in full):
             hits += 1
-        # the longest hit whose sliding windows are held too
-        while hits > local and not all(self._held(k) for g, gk in zip(self._groups, keys) if g.window
+        # the longest hit whose sliding windows and states at its end are held too
+        while hits > local and not all(self._held(k) for g, gk in zip(self._groups, keys) if g.window or g.state
                                        for k in gk[self._first_needed(g, hits, local):hits]):
             hits -= 1
         if hits > local and self._prefill is not None and self._link is not None:
@@ -595,7 +625,46 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 if meta is None:
                     meta = KvferryConnectorMetadata()
                 self._queue_saves(rid, req, computed, meta, queued)
+        if self._state_layers:
+            block_state = getattr(scheduler_output, "kv_connector_block_state", None)
+            offloads = getattr(block_state, "boundary_state_offloads", None)
+            if offloads:
+                if meta is None:
+                    meta = KvferryConnectorMetadata()
+                for rid, offers in offloads.items():
+                    self._queue_state_saves(rid, offers, meta, queued)
         return _NOTHING if meta is None else meta
+
+    def _queue_state_saves(self, rid: str, offers, meta: KvferryConnectorMetadata, queued: Set[int]):
+        """Saves the states vLLM hands over (its boundary-state offloads:
+        (group, block id, tokens) of each state block its prefix cache
+        takes this step, which this step's forward writes): each under the
+        key of the block the state ends, so it serves exactly that prefix.
+        A state at a boundary that is no block's end (a partial tail) is
+        not saved. vLLM frees a state block within two steps: its save is
+        waited for before the next step writes any block."""
+        request = self._live.get(rid)
+        if request is None:
+            return
+        keys = self._keys(request)
+        state = {g.index: gi for gi, g in enumerate(self._groups) if g.state}
+        for group_id, block_id, tokens in offers:
+            gi = state.get(group_id)
+            j = tokens // self._block_size - 1
+            if gi is None or tokens % self._block_size or not 0 <= j < len(keys[gi]):
+                continue
+            key = keys[gi][j]
+            if self._held(key) or key in queued:
+                continue
+            queued.add(key)
+            meta.save_keys.append(key)
+            meta.save_blocks.append(block_id)
+            meta.save_reqs.append(rid)
+            meta.save_transient.append(True)
+            self._saving.add(rid)
+            self._in_flight.add(key)
+            if self._events_on:
+                self._block_info[key] = _event_info(request, j, self._block_size, group_id)
 
     def _queue_saves(self, rid: str, req: _Request, computed: int, meta: KvferryConnectorMetadata,
                      queued: Set[int]):
@@ -608,6 +677,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         keys = self._keys(request)
         null = self._null_block()
         for gi, (g, gkeys, ids) in enumerate(zip(self._groups, keys, req.block_ids)):
+            if g.state:  # saved as vLLM hands its states over (_queue_state_saves)
+                continue
             whole = min(computed // self._block_size, len(gkeys), len(ids))
             for j in range(req.saved[gi], whole):
                 key = gkeys[j]
@@ -623,7 +694,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 if self._events_on:
                     self._block_info[key] = _event_info(request, j, self._block_size, g.index)
             req.saved[gi] = max(req.saved[gi], whole)
-        req.next_whole = (min(req.saved) + 1) * self._block_size
+        # state groups are saved as vLLM hands states over, not by tokens
+        saved = [n for g, n in zip(self._groups, req.saved) if not g.state]
+        req.next_whole = (min(saved) + 1) * self._block_size if saved else float("inf")
 
     def update_connector_output(self, connector_output):
         recving = getattr(connector_output, "finished_recving", None)
@@ -726,10 +799,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         ckw = {k: self._extra[k] for k in _CACHE_KEYS if k in self._extra}
         if "remote" in ckw:
             ckw["remote"] = CacheRemote[str(ckw["remote"]).upper()]
-        cut = cut_kv_caches(kv_caches, num_blocks, self._block_size)
+        cut = cut_kv_caches(kv_caches, num_blocks, self._block_size, self._state_layers)
+        distinct = unique_pools(cut)
         host = int(ckw.get("host_blocks", 0))
         if "host_bytes" in ckw:  # each host slot holds one block of every pool
-            per_block = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
+            per_block = sum(p.geometry.block_bytes for pools in distinct for p in pools)
             host = size_parse(ckw.pop("host_bytes")) // per_block
             ckw["host_blocks"] = host
         ekw = {k: self._extra[k] for k in _ENGINE_KEYS if k in self._extra}
@@ -738,7 +812,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                            f"{layout_tag(kv_caches)}")
         engine = Engine(backend=backend_for(tensors), file_namespace=self._namespace, **ekw)
         try:
-            added = {ident: add_pools(engine, pools, host) for ident, pools in cut.items()}
+            added_of = {id(pools): add_pools(engine, pools, host) for pools in distinct}
+            added = {ident: added_of[id(pools)] for ident, pools in cut.items()}
             # every event reaches the scheduler: none is dropped by a queue
             self.cache = Cache(engine, on_event=self._on_event, **ckw)
             for tier, (lat, bw) in self._held_costs.items():
@@ -750,8 +825,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._saver = Saver(self.cache, self._priority)
         for name, t in kv_caches.items():
             self._layer_pools[name] = added[tensor_ident(t)]
-        self._pool_order = [p for pools in added.values() for p in pools]
-        self._block_bytes = sum(p.geometry.block_bytes for pools in cut.values() for p in pools)
+        self._pool_order = [p for pools in distinct for p in added_of[id(pools)]]
+        self._block_bytes = sum(p.geometry.block_bytes for pools in distinct for p in pools)
         log.info("kvferry: worker %s namespace %s", self._rank, self._namespace)
 
     def _on_event(self, e) -> None:
@@ -809,13 +884,13 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._count("load_failed_blocks", len(bad))
 
     def _failed(self, blocks: List[int], rid: Optional[str]) -> None:
-        """Blocks that will not arrive: to get_block_ids_with_load_errors,
-        or, for a hybrid model's asynchronous load, its request to
-        get_transfer_results' failed_recving."""
+        """Blocks a load did not bring: vLLM recomputes from the first of
+        them, or the whole request where a block cannot say (_fail_requests:
+        an asynchronous load's request is reported in failed_recving)."""
         if not blocks:
             return
-        if rid is not None and self._by_request:
-            self._failed_recv.add(rid)
+        if rid is not None and self._fail_requests:
+            self._load_failed.add(rid)
         else:
             self._load_errors.update(blocks)
 
@@ -920,19 +995,21 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 continue
             if t is not None:
                 self._landed(t, slots, rid)
+            if rid in self._load_failed:  # reported failed in this same pass
+                self._load_failed.discard(rid)
+                self._failed_recving.add(rid)
             done.add(rid)
         self._async_loads = keep
         return done or None
 
     def get_transfer_results(self, finished_req_ids):
-        """get_finished's, and the requests among the loads done whose load
-        failed as a whole (a hybrid model's: see _by_request)."""
-        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
-
+        """get_finished's sets, and the asynchronous loads of those it
+        reports done that failed somewhere (vLLM recomputes each from its
+        start, whatever its groups: see _fail_requests)."""
         sending, recving = self.get_finished(finished_req_ids)
-        failed = self._failed_recv & recving if recving and self._failed_recv else set()
-        self._failed_recv -= failed
-        return KVConnectorTransferResults(set(sending or ()), set(recving or ()), failed)
+        failed, self._failed_recving = self._failed_recving, set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed, failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         if self._load_ticket is None and not self._load_errors:
