@@ -17,6 +17,24 @@ from conftest import random_bytes
 TPB = 16
 
 
+def forward_done(by, costs, start, compute, layers, overlap, layerwise):
+    """When a forward of `compute` seconds, started no sooner than
+    `start`, ends: after every tier's bytes by[t] arrived, or, with overlap,
+    its layer l once layer l of each tier has arrived (whole, or layer by
+    layer) and layer l - 1 is done."""
+    if not (overlap and layers > 1):
+        load = max((costs[t][0] + b / costs[t][1] for t, b in by.items()), default=0.0)
+        return max(start, load) + compute
+    done = start
+    for layer in range(layers):
+        arrive = 0.0
+        for t, b in by.items():
+            frac = (layer + 1) / layers if t in layerwise else 1.0
+            arrive = max(arrive, costs[t][0] + frac * b / costs[t][1])
+        done = max(arrive, done) + compute / layers
+    return done
+
+
 def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise, min_gain, leading_only=False):
     """The least predicted ttft: every split, the pipeline simulated layer
     by layer; a split only where it gains min_gain over the better pure
@@ -29,32 +47,20 @@ def brute_force(tiers, block_bytes, tpb, n, costs, f, layers, overlap, layerwise
         by = {}
         for t in tiers[:k]:
             by[t] = by.get(t, 0) + block_bytes
-        if not (overlap and layers > 1):
-            load = max((costs[t][0] + b / costs[t][1] for t, b in by.items()), default=0.0)
-            ttft = load + compute
-        else:
-            done = 0.0
-            for layer in range(layers):
-                arrive = 0.0
-                for t, b in by.items():
-                    frac = (layer + 1) / layers if t in layerwise else 1.0
-                    arrive = max(arrive, costs[t][0] + frac * b / costs[t][1])
-                done = max(arrive, done) + compute / layers
-            ttft = done
+        ttft = forward_done(by, costs, 0.0, compute, layers, overlap, layerwise)
         if k in (0, max_k):
             pure.append(ttft)
         elif ttft < best:
             best = ttft
-    # the front shape: tokens [0, f tpb) computed while hits [f, l) load whole
+    # the front shape: tokens [0, f tpb) computed while hits [f, l) load,
+    # then the rest after the front, each layer once it has arrived
     for l in range(2, 0 if leading_only else max_k + 1):
         tail = f(n - l * tpb, l * tpb)
         for fr in range(1, l):
             by = {}
             for t in tiers[fr:l]:
                 by[t] = by.get(t, 0) + block_bytes
-            load = max(costs[t][0] + b / costs[t][1] for t, b in by.items())
-            ttft = max(f(fr * tpb, 0), load) + tail
-            best = min(best, ttft)
+            best = min(best, forward_done(by, costs, f(fr * tpb, 0), tail, layers, overlap, layerwise))
     split = best if best < math.inf else 0.0
     return (best if best < (1 - min_gain) * min(pure) else min(pure)), split
 
