@@ -133,6 +133,12 @@ static kvf_engine *open_stored(void)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = KVF_BACKEND_HOST;
+    /* one worker, so a batch is one chunk: the gate holds a read on
+     * whichever thread runs it, and the thread runner's callers help with
+     * each other's queued reads, so a second worker's chunk could be held
+     * in the first one's later group (forever, here; a slow read
+     * elsewhere) */
+    cfg.threads = 1;
     cfg.file.dir = dir;
     cfg.file.namespace_ = "arrival";
     kvf_engine *e = NULL;
