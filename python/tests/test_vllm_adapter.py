@@ -13,6 +13,7 @@ kvferry's host backend; disk blocks are real kvferry block files.
 Skipped unless vllm imports (see docs/integrations/vllm.md for the venv)."""
 
 import hashlib
+import logging
 import time
 from contextlib import contextmanager
 
@@ -1021,6 +1022,22 @@ def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
     h.worker.handle_preemptions(kvf_vllm.KvferryConnectorMetadata())
     assert not h.worker._transient and t.done()
     h.run()
+
+
+def test_several_groups_load_asynchronously_unless_told(harness, caplog):
+    """vLLM 0.32 stops its engine when a synchronous load of a model of
+    several KV cache groups reports failed blocks: such a model loads
+    asynchronously unless `load` says otherwise (a failed asynchronous load
+    is recomputed), and a synchronous setting says so in a warning; a model
+    of one group keeps layer-wise loads."""
+    h = harness({"host_blocks": 64}, window=2 * BS)
+    assert h.sched.connector._load_mode == "async" and h.worker._load_mode == "async"
+    with caplog.at_level(logging.WARNING, logger="kvferry.integrations.vllm"):
+        told = harness({"host_blocks": 64, "load": "layerwise"}, window=2 * BS)
+    assert told.worker._load_mode == "layerwise"
+    assert "cannot recompute a failed synchronous load of several groups" in caplog.text
+    one = harness({"host_blocks": 64})
+    assert one.sched.connector._load_mode == "layerwise" and one.worker._load_mode == "layerwise"
 
 
 def test_a_hybrid_models_failed_async_load_is_computed_again(harness, tmp_path):
