@@ -6,7 +6,8 @@
  * format. The old formats do not record each pool's bytes: the payload is
  * split evenly among its pools (kvf__block_prefix_begin's rule), which is
  * the layout of an engine whose pools have one shape; a block of pools of
- * other shapes then reads as another layout (refused, never served).
+ * other shapes still reads whole (every byte is under one of the table's
+ * checksums), and a layer-wise read refuses it (execute_store.c).
  * Each old file is checked whole as its own version's
  * reader would (header, namespace, key against its name, length, padding,
  * checksum) before a byte of it is rewritten: a damaged block is reported
