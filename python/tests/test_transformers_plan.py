@@ -7,6 +7,7 @@ the front computed while the hits after it load) are followed as given;
 the prefill cost is measured from the model once. Skipped without torch and
 transformers."""
 
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -194,11 +195,15 @@ def test_late_loads_are_given_up(tmp_path):
             writer.sync()
         with KVFerryPrefixCache.from_model(model, remote="read", **opts) as kv:
             kv.profile(model)
-            # the store's normal speed, timed as a plan's get runs, held at 3x
+            # the store's normal speed, timed as a plan's get runs, held at 3x;
+            # the best of five, so one get slowed by a loaded machine does not
+            # make the plan recompute (CI once held 3x a slow one above it)
             keys = kv.keys(ids[0])[:40]
-            t0 = time.perf_counter()
-            kv.cache.get(keys, kv._slots[:40]).wait(check=True)
-            normal = time.perf_counter() - t0
+            normal = math.inf
+            for _ in range(5):
+                t0 = time.perf_counter()
+                kv.cache.get(keys, kv._slots[:40]).wait(check=True)
+                normal = min(normal, time.perf_counter() - t0)
             kv.engine.set_tier_cost("remote", 3 * normal, 1e12, hold=True)
             recompute = min(_timed(lambda: kv.forward(model, ids[0], mode="recompute", store=False))
                             for _ in range(3))
