@@ -163,7 +163,10 @@ static int test_blockfile_message(void)
     REQUIRE(test_tmpdir(base, sizeof base) == 0);
     kvf__blockfile_dir d;
     REQUIRE(kvf__blockfile_open_dir(base, "ns", 0x1234, KVF_FSYNC_NONE, &d) == KVF_OK);
-    uint8_t buf[KVF_BLOCK_HEADER_BYTES + 256];
+    /* the block's stored image: its prefix (header and one pool's table
+     * entry), then 256 payload bytes */
+    uint8_t buf[KVF_BLOCK_PREFIX_MAX + 256];
+    REQUIRE(kvf__block_prefix_bytes(1) <= KVF_BLOCK_PREFIX_MAX);
     test_fill_random(buf, sizeof buf, 5);
     kvf__blockfile_meta m = {KEY(BLOCK_N), 16, 1, 256};
     CHECK_STATUS(kvf__blockfile_write(&d, &m, buf), KVF_OK);
