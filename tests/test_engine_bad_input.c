@@ -129,6 +129,13 @@ static int test_bad_input(void)
     /* DISK pool group by pool group; whole batches between slots on the host backend */
     CHECK(kvf_engine_layerwise_tiers(e) == 1u << KVF_TIER_DISK);
     CHECK(kvf_engine_layerwise_tiers(NULL) == 0);
+    /* steps: 0 for NULL, a tier out of range and a tier that arrives whole */
+    CHECK(kvf_engine_arrival_groups(e, KVF_TIER_DISK) >= 1);
+    CHECK(kvf_engine_arrival_groups(NULL, KVF_TIER_DISK) == 0);
+    CHECK(kvf_engine_arrival_groups(e, (kvf_tier)KVF_TIER_COUNT) == 0);
+    CHECK(kvf_engine_arrival_groups(e, (kvf_tier)-1) == 0);
+    CHECK(kvf_engine_arrival_groups(e, KVF_TIER_HOST) == 0);
+    CHECK(kvf_engine_arrival_groups(e, KVF_TIER_REMOTE) == 0);
     kvf_engine_destroy(e);
 
     /* a 4-bit partial copy that cannot be byte-aligned is refused whole */

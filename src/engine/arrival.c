@@ -29,12 +29,11 @@
 
 /* The minimum bytes of a block in one group: the setting, else the larger
  * of GROUP_MIN_BYTES and the block's share of GROUPS_MAX groups. */
-static size_t group_min(const kvf_engine *e, size_t all)
+static size_t group_min(size_t all)
 {
     uint64_t set = kvf__env_size("KVF_DISK_GROUP_BYTES");
     if (set)
         return set > SIZE_MAX ? SIZE_MAX : (size_t)set;
-    (void)e;
     size_t share = (all + GROUPS_MAX - 1) / GROUPS_MAX;
     return share > GROUP_MIN_BYTES ? share : GROUP_MIN_BYTES;
 }
@@ -44,7 +43,7 @@ uint32_t kvf__arrival_groups(const kvf_engine *e, uint32_t *end)
     size_t all = 0;
     for (uint32_t p = 0; p < e->npools; p++)
         all += e->pools[p].block_bytes;
-    size_t min = group_min(e, all), in = 0;
+    size_t min = group_min(all), in = 0;
     uint32_t n = 0;
     for (uint32_t p = 0; p < e->npools; p++) {
         in += e->pools[p].block_bytes;
