@@ -298,11 +298,27 @@ if [ -z "${SKIP_LMCACHE:-}" ] && fits 60 "bench/lmcache_compare.py"; then
         mkdir -p "/tmp/kvf-lmcache/$v" && gzip -dc "$z" >"/tmp/kvf-lmcache/$v/$(basename "$z" .gz)" &&
             OPS+=(--ops "/tmp/kvf-lmcache/$v/$(basename "$z" .gz)")
     done
-    PYTHONUNBUFFERED=1 KVFERRY_LIBRARY=$B/libkvferry.so step lmcache.txt 150 python3 bench/lmcache_compare.py \
-        "${OPS[@]}" --json "$L/lmcache.json" ${LMCACHE_ARGS:-}
-    cat "$L/lmcache.txt"
-    keep lmcache.txt lmcache.json
-    grep -vE "^lmcache_compare: [A-Z]" "$L/lmcache.txt" | tail -n 12 | sed 's/^/  /' >>"$SUMMARY"
+    # LMCACHE_MODES: the KVF_CUDA_COPY values to run it under (auto first;
+    # each other mode's files carry its name); AUTO's run records its
+    # timeline (when each call reached the GPU and ended: bench/timeline.py)
+    for m in ${LMCACHE_MODES:-auto}; do
+        sfx=$([ "$m" = auto ] && echo "" || echo "-$m")
+        fits 60 "bench/lmcache_compare.py (KVF_CUDA_COPY=$m)" || break
+        tl=$([ "$m" = auto ] && echo "$L/timeline-lmcache.txt" || echo "")
+        PYTHONUNBUFFERED=1 KVF_TIMELINE=$tl KVF_CUDA_COPY=$m KVFERRY_LIBRARY=$B/libkvferry.so \
+            step "lmcache$sfx.txt" 150 python3 bench/lmcache_compare.py \
+            "${OPS[@]}" --json "$L/lmcache$sfx.json" ${LMCACHE_ARGS:-}
+        cat "$L/lmcache$sfx.txt"
+        keep "lmcache$sfx.txt" "lmcache$sfx.json"
+        echo "  KVF_CUDA_COPY=$m:" >>"$SUMMARY"
+        grep -vE "^lmcache_compare: [A-Z]" "$L/lmcache$sfx.txt" | tail -n 12 | sed 's/^/  /' >>"$SUMMARY"
+        if [ -s "$tl" ]; then
+            python3 bench/timeline.py "$tl" --summary --min-moves 256 >"$L/timeline-lmcache-summary.txt" 2>&1
+            python3 bench/timeline.py "$tl" --gpu --min-moves 256 --limit 2 >"$L/timeline-lmcache-gpu.txt" 2>&1
+            tail -n 3 "$L/timeline-lmcache-summary.txt" | sed 's/^/  timeline: /' >>"$SUMMARY"
+            keep timeline-lmcache-summary.txt timeline-lmcache-gpu.txt
+        fi
+    done
 fi
 
 # 8. whatever else fits.
