@@ -546,6 +546,51 @@ static int test_evict_small_blocks(void)
     return 0;
 }
 
+/* KVF_DEVICE_CALL_BYTES at one block: where the batch goes to the backend
+ * in calls (copy_async), each block is a call of its own, so with slot
+ * 13's copy held the onboard into slot 12, which shares the call of
+ * slots 12-15 by default, completes (the calls run in order: 12's before
+ * 13's); the one into slot 13 still waits for it. On the workers the
+ * setting changes nothing: slot 12 shares 13's chunk and waits. Every
+ * slot then holds the right bytes. */
+static int test_evict_call_bytes(void)
+{
+    char one[32];
+    snprintf(one, sizeof one, "%zu", SMALL_BYTES);
+    setenv("KVF_DEVICE_CALL_BYTES", one, 1);
+    kvf_engine *e = evict_engine_of(&G_SMALL, SMALL_BYTES);
+    CHECK(e != NULL);
+    if (!e) {
+        unsetenv("KVF_DEVICE_CALL_BYTES");
+        return 1;
+    }
+    const uint32_t y = 13, beside = 12;
+    ev_hold[0] = big_slot(e, KVF_LEVEL_PRIMARY, y);
+    kvf_ticket off, war, war2;
+    CHECK_STATUS(evict_batch(e, NULL, NULL, 0, &off), KVF_OK);
+    CHECK_STATUS(onboard_into(e, y, &war), KVF_OK);
+    CHECK_STATUS(onboard_into(e, beside, &war2), KVF_OK);
+    if (host_async())
+        CHECK_STATUS(poll_for(e, war2, 10.0), KVF_OK);
+    usleep(20 * 1000);
+    CHECK_STATUS(kvf_poll(e, war, NULL), KVF_INPROGRESS);
+    if (!host_async())
+        CHECK_STATUS(kvf_poll(e, war2, NULL), KVF_INPROGRESS);
+    CHECK_STATUS(kvf_poll(e, off, NULL), KVF_INPROGRESS);
+    evict_release();
+    CHECK_STATUS(kvf_wait(e, war, NULL), KVF_OK);
+    if (!host_async()) /* (polled to its end above otherwise) */
+        CHECK_STATUS(kvf_wait(e, war2, NULL), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, off, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    unsetenv("KVF_DEVICE_CALL_BYTES");
+    CHECK(expect_evicted(e) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, y, SRC_TAG) == 0);
+    CHECK(expect_big(e, KVF_LEVEL_PRIMARY, beside, SRC_TAG) == 0);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
 /* No hook: rounds of an eviction of slots 0..23 followed at once by
  * onboards into a random few of them, one or two to a batch; each round
  * the evicted blocks are the slots' old ones and the onboarded slots hold
@@ -600,5 +645,6 @@ int main(void)
     RUN(test_evict_failed_move);
     RUN(test_evict_onboard_races);
     RUN(test_evict_small_blocks);
+    RUN(test_evict_call_bytes);
     return TEST_RESULT();
 }

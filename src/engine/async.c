@@ -55,9 +55,14 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
 #define ASYNC_CALLS_MAX 256u
 
 /* The bytes after which a call of a batch moving every pool ends: `bytes`
- * useful bytes in `ncopies` copies. */
+ * useful bytes in `ncopies` copies. The setting (KVF_DEVICE_CALL_BYTES)
+ * overrides the rule: larger calls cost less host and device time per
+ * byte, smaller ones release their moves sooner. */
 static size_t chunk_bytes_for(size_t bytes, size_t ncopies)
 {
+    uint64_t set = kvf__env_size("KVF_DEVICE_CALL_BYTES");
+    if (set)
+        return set > SIZE_MAX ? SIZE_MAX : (size_t)set;
     if (ncopies == 0 || bytes / ncopies < ASYNC_RETIRE_FROM)
         return ASYNC_CHUNK_BYTES;
     size_t c = bytes / ASYNC_CALLS_MAX;
