@@ -302,18 +302,22 @@ if [ -z "${SKIP_LMCACHE:-}" ] && fits 60 "bench/lmcache_compare.py"; then
             OPS+=(--ops "/tmp/kvf-lmcache/$v/$(basename "$z" .gz)")
     done
     # LMCACHE_MODES: the KVF_CUDA_COPY values to run it under (auto first;
-    # each other mode's files carry its name); AUTO's run records its
-    # timeline (when each call reached the GPU and ended: bench/timeline.py)
-    for m in ${LMCACHE_MODES:-auto}; do
-        sfx=$([ "$m" = auto ] && echo "" || echo "-$m")
-        fits 60 "bench/lmcache_compare.py (KVF_CUDA_COPY=$m)" || break
-        tl=$([ "$m" = auto ] && echo "$L/timeline-lmcache.txt" || echo "")
-        PYTHONUNBUFFERED=1 KVF_TIMELINE=$tl KVF_CUDA_COPY=$m KVFERRY_LIBRARY=$B/libkvferry.so \
+    # each other's files carry its name), each optionally MODE@BYTES, the
+    # KVF_DEVICE_CALL_BYTES to run it with (auto@16M); AUTO's first run
+    # records its timeline (when each call reached the GPU and ended:
+    # bench/timeline.py)
+    for mc in ${LMCACHE_MODES:-auto}; do
+        m=${mc%@*}
+        cb=$([ "$m" = "$mc" ] && echo "" || echo "${mc#*@}")
+        sfx=$([ "$mc" = auto ] && echo "" || echo "-$m${cb:+-calls$cb}")
+        fits 60 "bench/lmcache_compare.py (KVF_CUDA_COPY=$m${cb:+ KVF_DEVICE_CALL_BYTES=$cb})" || break
+        tl=$([ "$mc" = auto ] && echo "$L/timeline-lmcache.txt" || echo "")
+        PYTHONUNBUFFERED=1 KVF_TIMELINE=$tl KVF_CUDA_COPY=$m KVF_DEVICE_CALL_BYTES=$cb KVFERRY_LIBRARY=$B/libkvferry.so \
             step "lmcache$sfx.txt" 150 python3 bench/lmcache_compare.py \
             "${OPS[@]}" --json "$L/lmcache$sfx.json" ${LMCACHE_ARGS:-}
         cat "$L/lmcache$sfx.txt"
         keep "lmcache$sfx.txt" "lmcache$sfx.json"
-        echo "  KVF_CUDA_COPY=$m:" >>"$SUMMARY"
+        echo "  KVF_CUDA_COPY=$m${cb:+ KVF_DEVICE_CALL_BYTES=$cb}:" >>"$SUMMARY"
         grep -vE "^lmcache_compare: [A-Z]" "$L/lmcache$sfx.txt" | tail -n 12 | sed 's/^/  /' >>"$SUMMARY"
         if [ -s "$tl" ]; then
             python3 bench/timeline.py "$tl" --summary --min-moves 256 >"$L/timeline-lmcache-summary.txt" 2>&1
