@@ -9,7 +9,8 @@ of when the checks ended, the first batch was handed to the backend, the
 submit returned and the last batch completed; --chunks prints, for each
 batch run by the workers (file and remote tiers, the host backend), when
 each worker thread finished its chunks of it: how evenly they shared it.
---gpu prints, for each such submit, when the CUDA backend queued each
+--gpu prints, for each such submit, when the engine handed the backend
+each call and when the CUDA backend queued each
 of its records (a record: one kernel launch group or DMA call; queue 0
 offload, 1 onboard) and when its watcher saw it end, and each wait of more
 than 20 us for the engine lock, with the line of engine.c that waited.
@@ -64,7 +65,7 @@ def main():
                 parts.append(bid)
             elif nm == "part" and bid not in parts:
                 continue
-            if nm in ("part", "issue", "issued", "copied", "complete"):
+            if nm in ("part", "issue", "call", "issued", "copied", "complete"):
                 steps[bid].setdefault(nm, (t, thr, m))
             if nm == "chunk":
                 chunks[bid].append((t, thr, m))
@@ -103,6 +104,8 @@ def main():
                     tq, m = queued.pop(bid)
                     print(f"  queue {bid >> 56} record {bid & ((1 << 56) - 1):6d}: {m:5d} copies,"
                           f" queued {us(tq):7.0f}, ended {us(t):7.0f}")
+                elif nm == "call" and bid in parts:
+                    print(f"  batch {bid} handed the backend a call of {m} copies at {us(t):7.0f}")
                 elif nm == "lockwait":
                     print(f"  thread {thr} waited {m / 1e3:5.0f} us for the engine lock"
                           f" (engine.c:{bid}), until {us(t):7.0f}")
@@ -112,9 +115,11 @@ def main():
             continue
         if a.summary:
             issued = [us(steps[p]["issue"][0]) for p in parts if "issue" in steps[p]]
+            calls = [us(steps[p]["call"][0]) for p in parts if "call" in steps[p]]
             summary.append((us(marks.get("checked", t0)), min(issued) if issued else float("nan"),
                             us(marks.get("submitted", t0)),
-                            max(us(steps[p]["complete"][0]) for p in parts)))
+                            max(us(steps[p]["complete"][0]) for p in parts),
+                            min(calls) if calls else float("nan")))
             continue
         prev_end = next((t for t, thr, nm, _, _ in reversed(ev[:k])
                          if thr == thr0 and nm == "submitted"), None)
@@ -139,7 +144,8 @@ def main():
     if summary:
         med = lambda k: sorted(x[k] for x in summary)[len(summary) // 2]
         print(f"{len(summary)} submits, medians (us from the submit's start): checked {med(0):.0f},"
-              f" first issue {med(1):.0f}, returned {med(2):.0f}, last complete {med(3):.0f}")
+              f" first issue {med(1):.0f}, first call to the backend {med(4):.0f}, returned {med(2):.0f},"
+              f" last complete {med(3):.0f}")
 
 
 if __name__ == "__main__":

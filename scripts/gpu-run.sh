@@ -241,7 +241,10 @@ fi
 PARTIAL_MODES=${PARTIAL_MODES:-"auto kernel staged dma"}
 if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; then
     for kib in ${PARTIAL_SIZES:-16 64 256}; do
-        for m in $PARTIAL_MODES base; do
+        # a mode may be MODE@BYTES: KVF_DEVICE_CALL_BYTES for that run
+        for mc in $PARTIAL_MODES base; do
+            m=${mc%@*}
+            cb=$([ "$m" = "$mc" ] && echo "" || echo "${mc#*@}")
             K=$B/kvferry
             if [ $m = base ]; then
                 base_ready || continue
@@ -252,17 +255,19 @@ if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; th
             blocks=$((262144 / kib))
             # AUTO's runs record their timeline: when each call reached the
             # GPU and ended (bench/timeline.py --gpu), in the logs
-            tl=$([ $m = auto ] && echo "$L/timeline-partial-${kib}k.txt" || echo "")
-            KVF_TIMELINE=$tl KVF_CUDA_COPY=$([ $m = base ] && echo auto || echo $m) timeout "$(cap 40)" "$K" bench \
+            tl=$([ $mc = auto ] && echo "$L/timeline-partial-${kib}k.txt" || echo "")
+            f="$L/partial-$m${cb:+-calls$cb}-${kib}k.txt"
+            KVF_TIMELINE=$tl KVF_DEVICE_CALL_BYTES=$cb KVF_CUDA_COPY=$([ $m = base ] && echo auto || echo $m) \
+                timeout "$(cap 40)" "$K" bench \
                 --backend cuda --layers 1 --kv 2 --heads 1 --tokens-per-block 32 --head-size $hs \
-                --tokens 8 --blocks $blocks --iters 5 >"$L/partial-$m-${kib}k.txt" 2>&1
+                --tokens 8 --blocks $blocks --iters 5 >"$f" 2>&1
             rc=$?
             # the ratio to the ceiling timed by CUDA events, then to the
             # same copy timed on the host as kvferry is
-            awk -v m=$m -v k=${kib}KiB '/kvferry \/ ceiling timed on the host/{h=" host-timed d2h " $8 " h2d " $9}
+            awk -v m=$mc -v k=${kib}KiB '/kvferry \/ ceiling timed on the host/{h=" host-timed d2h " $8 " h2d " $9}
                 /kvferry \/ ceiling +[0-9]/{r=m " " k " d2h " $4 " h2d " $5}
-                END{if (r != "") print r h}' "$L/partial-$m-${kib}k.txt"
-            [ $rc = 0 ] || echo "$m $kib KiB: rc=$rc: $(tail -n 2 "$L/partial-$m-${kib}k.txt" | tr '\n' ' ')"
+                END{if (r != "") print r h}' "$f"
+            [ $rc = 0 ] || echo "$mc $kib KiB: rc=$rc: $(tail -n 2 "$f" | tr '\n' ' ')"
         done
     done | tee "$L/partial-engine.txt"
     sed 's/^/  partial /' "$L/partial-engine.txt" >>"$SUMMARY"
@@ -280,6 +285,8 @@ fi
 # p50/p99 and their ratios beside raw cudaMemcpyAsync doing the same
 # (the raw ratio: D2H of the slots, then H2D); every byte checked
 # (about 30 s); then BASE_DIR's build the same way where it is built
+# CONTEND_CALL_BYTES: KVF_DEVICE_CALL_BYTES values to run it under once
+# each after the first (whose files keep their names), e.g. "16M"
 if [ -z "${SKIP_CONTEND:-}" ] && fits 45 "kvferry bench --mode contention"; then
     step contention.txt 150 $B/kvferry bench --backend cuda --mode contention --sizes 256K,2M ${CONTEND_ARGS:-} \
         --json "$L/contention.json"
@@ -288,6 +295,15 @@ if [ -z "${SKIP_CONTEND:-}" ] && fits 45 "kvferry bench --mode contention"; then
     cp "$L/contention.json" "$L/contention-evicting.json" 2>/dev/null
     keep contention-evicting.txt contention-evicting.json
     grep -E "blocks:|/ idle|target|verified" "$L/contention.txt" | sed 's/^/  /' >>"$SUMMARY"
+    for cb in ${CONTEND_CALL_BYTES:-}; do
+        fits 45 "the contention bench with KVF_DEVICE_CALL_BYTES=$cb" || break
+        KVF_DEVICE_CALL_BYTES=$cb step "contention-evicting-calls$cb.txt" 150 $B/kvferry bench --backend cuda \
+            --mode contention --sizes 256K,2M ${CONTEND_ARGS:-} --json "$L/contention-evicting-calls$cb.json"
+        cat "$L/contention-evicting-calls$cb.txt"
+        keep "contention-evicting-calls$cb.txt" "contention-evicting-calls$cb.json"
+        echo "  KVF_DEVICE_CALL_BYTES=$cb:" >>"$SUMMARY"
+        grep -E "blocks:|/ idle|target|verified" "$L/contention-evicting-calls$cb.txt" | sed 's/^/  /' >>"$SUMMARY"
+    done
 fi
 
 # 7. LMCache's multi_layer_kv_transfer beside kvferry and the ceiling on

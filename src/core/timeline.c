@@ -36,6 +36,7 @@ static const char *const event_names[KVF_TL_COUNT] = {
     [KVF_TL_SUBMITTED] = "submitted",
     [KVF_TL_ISSUE] = "issue",
     [KVF_TL_ISSUED] = "issued",
+    [KVF_TL_CALL] = "call",
     [KVF_TL_COPIED] = "copied",
     [KVF_TL_COMPLETE] = "complete",
     [KVF_TL_CHUNK] = "chunk",

@@ -15,6 +15,7 @@ typedef enum kvf__tl_event {
     KVF_TL_SUBMITTED,  /* the submit returned */
     KVF_TL_ISSUE,      /* batch `id` began to be handed to the backend (or a worker) */
     KVF_TL_ISSUED,     /* ... and was, in n calls */
+    KVF_TL_CALL,       /* batch `id` handed a call of n copies to the backend */
     KVF_TL_COPIED,     /* the backend said a call of batch `id` ended */
     KVF_TL_COMPLETE,   /* batch `id` completed */
     KVF_TL_CHUNK,      /* a worker finished a chunk of n moves of batch `id` */

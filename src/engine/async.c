@@ -297,6 +297,7 @@ void kvf__issue_async(kvf_engine *e, batch *b)
              * of a pass of some pools only once every pass has */
             async_chunk *c = &b->chunks[issued];
             *c = (async_chunk){b, sel ? CHUNK_NO_END : i};
+            KVF_TIMELINE(KVF_TL_CALL, b->id, ncopies);
             st = e->backend->ops->copy_async(e->backend, b->queue, b->copies, ncopies,
                                              sel ? KVF__COPY_BESIDE_COMPUTE : 0u, async_done, c);
             if (st == KVF_OK) {
