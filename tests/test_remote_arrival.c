@@ -1,0 +1,589 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Layer-wise arrival from the remote tier: kvf_onboard_pools from REMOTE
+ * reads every block's value pool group by pool group in ranged reads
+ * (KVF_REMOTE_GROUP_BYTES=1 here: a group per pool), against the
+ * in-process store, a real redis-server and a real S3 server (SeaweedFS),
+ * each where it is to be had. Pools of uneven sizes, random data into
+ * poisoned slots, byte-exact:
+ *   - pool 0 is in every slot while the reads of later groups are held
+ *     (the store's group gate holds them), the others still poison;
+ *   - a pool of one block damaged in a later group fails that block alone
+ *     (KVF_ERR_CORRUPT naming block, pool and URL), its earlier pools
+ *     handed over checked, its later ones never written;
+ *   - the key written again by another engine between two group reads:
+ *     the block fails, nothing of the new value reaches its slot;
+ *   - the key removed between two group reads: a miss, no stale bytes;
+ *   - groups of two pools arrive two pools at a time;
+ *   - a value of format version 2 is refused naming the format.
+ */
+#include "blockhdr.h"
+#include "checksum.h"
+#include "engine.h"
+#include "mem_store.h"
+#include "testutil.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef KVF_HAVE_HIREDIS
+#include "redis_server.h"
+#endif
+#ifdef KVF_HAVE_S3
+#include "s3_server.h"
+#endif
+
+#define POOLS 4
+#define BLOCKS 8
+#define POISON 0xA5
+#define NS "arrival"
+/* pools of uneven sizes: 8, 4, 16 and 2 KiB a block */
+static const kvf_geometry G[POOLS] = {
+    {1, 2, 4, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
+    {1, 2, 2, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
+    {1, 2, 8, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
+    {1, 1, 2, 16, 32, KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR},
+};
+static size_t pool_bytes[POOLS], pool_off[POOLS];
+
+/* ---- the store under test, reached around kvferry ------------------------ */
+
+typedef struct backend {
+    const char *name;
+    char url[512];
+    /* value bytes [off, off + len) of key into out; XOR mask into one */
+    bool (*peek)(kvf_key key, size_t off, void *out, size_t len);
+    bool (*poke)(kvf_key key, size_t off, uint8_t mask);
+} backend;
+
+static backend *be;
+
+static bool mem_peek(kvf_key key, size_t off, void *out, size_t len)
+{
+    return kvf__mem_store_peek("arrival", NS, key, off, out, len) == KVF_OK;
+}
+
+static bool mem_poke(kvf_key key, size_t off, uint8_t mask)
+{
+    return kvf__mem_store_poke("arrival", NS, key, off, mask) == KVF_OK;
+}
+
+#ifdef KVF_HAVE_HIREDIS
+static redis_server rserver;
+
+static bool redis_peek(kvf_key key, size_t off, void *out, size_t len)
+{
+    redisContext *c = redis_connect(rserver.port, NULL);
+    char k[128];
+    snprintf(k, sizeof k, "kvf:" NS ":" KVF_KEY_FMT, KVF_KEY_ARGS(key));
+    char from[24], to[24];
+    snprintf(from, sizeof from, "%zu", off);
+    snprintf(to, sizeof to, "%zu", off + len - 1);
+    redisReply *r = c ? redisCommand(c, "GETRANGE %s %s %s", k, from, to) : NULL;
+    bool ok = r && r->type == REDIS_REPLY_STRING && r->len == len;
+    if (ok)
+        memcpy(out, r->str, len);
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return ok;
+}
+
+static bool redis_poke(kvf_key key, size_t off, uint8_t mask)
+{
+    uint8_t b;
+    if (!redis_peek(key, off, &b, 1))
+        return false;
+    b ^= mask;
+    redisContext *c = redis_connect(rserver.port, NULL);
+    char k[128];
+    snprintf(k, sizeof k, "kvf:" NS ":" KVF_KEY_FMT, KVF_KEY_ARGS(key));
+    char at[24];
+    snprintf(at, sizeof at, "%zu", off);
+    redisReply *r = c ? redisCommand(c, "SETRANGE %s %s %b", k, at, &b, (size_t)1) : NULL;
+    bool ok = r && r->type == REDIS_REPLY_INTEGER;
+    if (r)
+        freeReplyObject(r);
+    if (c)
+        redisFree(c);
+    return ok;
+}
+#endif
+
+#ifdef KVF_HAVE_S3
+static s3_server sserver;
+
+static void s3_path(kvf_key key, char *out, size_t cap)
+{
+    snprintf(out, cap, "kvf/arrival/" NS "/" KVF_KEY_FMT ".kvf", KVF_KEY_ARGS(key));
+}
+
+static bool s3_peek(kvf_key key, size_t off, void *out, size_t len)
+{
+    char path[256];
+    s3_path(key, path, sizeof path);
+    s3_buf_ b = {malloc(4u << 20), 0, 4u << 20, 0};
+    bool ok = b.p && s3_request(&sserver, "GET", path, NULL, &b) == 200 && off + len <= b.len;
+    if (ok)
+        memcpy(out, b.p + off, len);
+    free(b.p);
+    return ok;
+}
+
+static bool s3_poke_key(kvf_key key, size_t off, uint8_t mask)
+{
+    char path[256];
+    s3_path(key, path, sizeof path);
+    return s3_poke(&sserver, path, off, mask) == 0;
+}
+#endif
+
+/* ---- the group gate ------------------------------------------------------- */
+
+/* Holds the ranged reads of groups from hold_from on until released; runs
+ * act once before the reads of group act_at. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t hold_from, act_at;
+    void (*act)(void);
+    int held;
+    bool release;
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1u << 30, 0, NULL, 0, true};
+
+static void gate_fn(kvf__store *s, uint32_t g)
+{
+    (void)s;
+    pthread_mutex_lock(&gate.mu);
+    void (*act)(void) = g == gate.act_at ? gate.act : NULL;
+    if (act)
+        gate.act = NULL;
+    pthread_mutex_unlock(&gate.mu);
+    if (act)
+        act();
+    pthread_mutex_lock(&gate.mu);
+    if (g >= gate.hold_from) {
+        gate.held++;
+        pthread_cond_broadcast(&gate.cv);
+        while (!gate.release)
+            pthread_cond_wait(&gate.cv, &gate.mu);
+        gate.held--;
+    }
+    pthread_mutex_unlock(&gate.mu);
+}
+
+static void gate_close(uint32_t hold_from)
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.hold_from = hold_from;
+    gate.release = false;
+    pthread_mutex_unlock(&gate.mu);
+}
+
+static void gate_open(void)
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.release = true;
+    gate.hold_from = 1u << 30;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+}
+
+static void gate_act(uint32_t g, void (*act)(void))
+{
+    pthread_mutex_lock(&gate.mu);
+    gate.act_at = g;
+    gate.act = act;
+    pthread_mutex_unlock(&gate.mu);
+}
+
+/* Waits (up to 10 s) until a round is held at the gate. */
+static bool gate_holding(void)
+{
+    uint64_t until = kvf__now_ns() + 10000000000ull;
+    pthread_mutex_lock(&gate.mu);
+    while (gate.held == 0 && kvf__now_ns() < until) {
+        pthread_mutex_unlock(&gate.mu);
+        usleep(1000);
+        pthread_mutex_lock(&gate.mu);
+    }
+    bool held = gate.held > 0;
+    pthread_mutex_unlock(&gate.mu);
+    return held;
+}
+
+/* ---- engines -------------------------------------------------------------- */
+
+static uint64_t key_base; /* each test's own keys */
+
+static uint8_t *slot_of(kvf_engine *e, uint32_t p, uint32_t s)
+{
+    void *ptr = NULL;
+    return kvf_engine_slot_ptr(e, p, KVF_LEVEL_PRIMARY, s, &ptr) == KVF_OK ? ptr : NULL;
+}
+
+/* Pool p of slot s holds the bytes of `tag` (want) or poison. */
+static bool pool_is(kvf_engine *e, uint32_t p, uint32_t s, uint64_t tag, bool want)
+{
+    uint8_t *exp = malloc(pool_bytes[p]);
+    REQUIRE(exp);
+    if (want)
+        test_fill_random(exp, pool_bytes[p], tag * 31 + p + 1);
+    else
+        memset(exp, POISON, pool_bytes[p]);
+    bool same = memcmp(slot_of(e, p, s), exp, pool_bytes[p]) == 0;
+    free(exp);
+    return same;
+}
+
+static kvf_engine *engine_open(uint32_t threads)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    /* one worker: a batch is one chunk, its rounds held on its thread */
+    cfg.threads = threads;
+    cfg.file.namespace_ = NS;
+    cfg.remote.url = be->url;
+    cfg.remote.timeout_ms = 20000;
+    kvf_engine *e = NULL;
+    REQUIRE(kvf_engine_create(&cfg, &e) == KVF_OK);
+    size_t off = 0;
+    for (uint32_t p = 0; p < POOLS; p++) {
+        kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, BLOCKS};
+        REQUIRE(kvf_engine_add_pool(e, &G[p], &prim, NULL, NULL) == KVF_OK);
+        REQUIRE(kvf_geometry_block_bytes(&G[p], &pool_bytes[p]) == KVF_OK);
+        pool_off[p] = off;
+        off += pool_bytes[p];
+    }
+    return e;
+}
+
+/* Slot s's pools filled with tag's bytes and offloaded under `key`. */
+static void store_as(kvf_engine *e, uint32_t s, uint64_t key, uint64_t tag)
+{
+    for (uint32_t p = 0; p < POOLS; p++)
+        test_fill_random(slot_of(e, p, s), pool_bytes[p], tag * 31 + p + 1);
+    kvf_move mv = TO_KEY(s, key);
+    kvf_ticket t;
+    REQUIRE(kvf_offload(e, KVF_TIER_REMOTE, &mv, 1, &t) == KVF_OK);
+    REQUIRE(kvf_wait(e, t, NULL) == KVF_OK);
+}
+
+/* An engine whose blocks key_base + s were offloaded from slot s (tag the
+ * key), every slot poisoned after. */
+static kvf_engine *open_stored(void)
+{
+    key_base += 100;
+    kvf_engine *e = engine_open(1);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        store_as(e, s, key_base + s, key_base + s);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            memset(slot_of(e, p, s), POISON, pool_bytes[p]);
+    CHECK(kvf_engine_layerwise_tiers(e) >> KVF_TIER_REMOTE & 1u);
+    return e;
+}
+
+static void onboard_all(kvf_engine *e, kvf_ticket *t)
+{
+    kvf_move mv[BLOCKS];
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        mv[s] = FROM_KEY(key_base + s, s);
+    const uint32_t pools[POOLS] = {0, 1, 2, 3};
+    REQUIRE(kvf_onboard_pools(e, KVF_TIER_REMOTE, pools, POOLS, mv, BLOCKS, t) == KVF_OK);
+}
+
+/* The moves' statuses and the first errors of ticket t. */
+static kvf_status wait_errors(kvf_engine *e, kvf_ticket t, kvf_status *per, kvf_move_error *errs,
+                              size_t *nerr)
+{
+    return kvf_wait_errors(e, t, per, errs, 4, nerr);
+}
+
+/* ---- the tests ------------------------------------------------------------ */
+
+/* Pool 0's wait returns while every later group's reads are held: pool 0
+ * is in every slot, byte-exact, the others still poison; released, the
+ * rest arrives. */
+static int test_first_group_first(void)
+{
+    kvf_engine *e = open_stored();
+    CHECK_EQ_INT(kvf_engine_arrival_groups(e, KVF_TIER_REMOTE), POOLS);
+    gate_close(1);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 0, NULL, kvf__now_ns() + 20000000000ull), KVF_OK);
+    CHECK(gate_holding());
+    for (uint32_t s = 0; s < BLOCKS; s++) {
+        CHECK(pool_is(e, 0, s, key_base + s, true));
+        for (uint32_t p = 1; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, false));
+    }
+    /* pool 1 has not arrived: a wait by a deadline gives up */
+    CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 1, NULL, kvf__now_ns() + 50000000ull),
+                 KVF_ERR_TIMEOUT);
+    gate_open();
+    CHECK_STATUS(kvf_wait_pool(e, t, 3), KVF_OK);
+    CHECK_STATUS(kvf_wait_pool(e, t, 1), KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, true));
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* Block 3's pool 2 damaged in the store: pools 0 and 1 of every block
+ * arrive (checked) while group 2 is held; pool 2's wait fails, the move's
+ * message names the block, pool 2 and the URL; block 3's pools 2 and 3
+ * stay poison, the others arrive whole. */
+static int test_damaged_later_pool(void)
+{
+    kvf_engine *e = open_stored();
+    size_t at = kvf__block_prefix_bytes(POOLS) + pool_off[2] + pool_bytes[2] / 2;
+    REQUIRE(be->poke(TKEY(key_base + 3), at, 0x20));
+    gate_close(2);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 1, NULL, kvf__now_ns() + 20000000000ull), KVF_OK);
+    CHECK_STATUS(kvf_wait_pool(e, t, 0), KVF_OK);
+    CHECK(gate_holding());
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, p < 2));
+    gate_open();
+    CHECK_STATUS(kvf_wait_pool(e, t, 2), KVF_ERR_CORRUPT);
+    CHECK_STATUS(kvf_wait_pool(e, t, 3), KVF_ERR_CORRUPT);
+    kvf_status per[BLOCKS];
+    kvf_move_error errs[4];
+    size_t nerr = 0;
+    CHECK_STATUS(wait_errors(e, t, per, errs, &nerr), KVF_ERR_CORRUPT);
+    CHECK_EQ_INT((int)nerr, 1);
+    CHECK_EQ_INT((int)errs[0].index, 3);
+    char key[KVF_KEY_STR_BYTES];
+    CHECK_STR_HAS(errs[0].message, kvf_key_format(TKEY(key_base + 3), key));
+    CHECK_STR_HAS(errs[0].message, "pool 2: checksum mismatch");
+    CHECK_STR_HAS(errs[0].message, strncmp(be->url, "s3://", 5) ? be->url : "s3://");
+    for (uint32_t s = 0; s < BLOCKS; s++) {
+        CHECK_STATUS(per[s], s == 3 ? KVF_ERR_CORRUPT : KVF_OK);
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, s != 3 || p < 2));
+    }
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* Another engine sharing the store: writes block 5's key again, or
+ * removes block 6's, from inside the reading engine's group gate. */
+static kvf_engine *peer;
+
+static void peer_overwrite(void)
+{
+    store_as(peer, 0, key_base + 5, 0xbad0000 + key_base);
+}
+
+static void peer_remove(void)
+{
+    kvf_key k = TKEY(key_base + 6);
+    kvf_ticket t;
+    REQUIRE(kvf_remove(peer, KVF_TIER_REMOTE, &k, 1, &t) == KVF_OK);
+    REQUIRE(kvf_wait(peer, t, NULL) == KVF_OK);
+}
+
+/* Block 5's key written again (new random bytes, the same layout) between
+ * the reads of groups 1 and 2: the block fails KVF_ERR_CORRUPT, its pools
+ * 0 and 1 are the old value's (read before, checked), 2 and 3 still
+ * poison: never a byte of the new value in its slot. The other blocks
+ * arrive whole; read again, the key gives the new value whole. */
+static int test_overwritten_between_groups(void)
+{
+    kvf_engine *e = open_stored();
+    peer = engine_open(1);
+    gate_act(2, peer_overwrite);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    kvf_status per[BLOCKS];
+    kvf_move_error errs[4];
+    size_t nerr = 0;
+    CHECK_STATUS(wait_errors(e, t, per, errs, &nerr), KVF_ERR_CORRUPT);
+    CHECK_EQ_INT((int)nerr, 1);
+    CHECK_EQ_INT((int)errs[0].index, 5);
+    CHECK_STR_HAS(errs[0].message, "pool 2: checksum mismatch");
+    CHECK_STR_HAS(errs[0].message, "written again");
+    for (uint32_t s = 0; s < BLOCKS; s++) {
+        CHECK_STATUS(per[s], s == 5 ? KVF_ERR_CORRUPT : KVF_OK);
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, s != 5 || p < 2));
+    }
+    for (uint32_t p = 2; p < POOLS; p++)
+        CHECK(!pool_is(e, p, 5, 0xbad0000 + key_base, true));
+    /* the new value, read now, is whole */
+    kvf_move mv = FROM_KEY(key_base + 5, 5);
+    const uint32_t pools[POOLS] = {0, 1, 2, 3};
+    REQUIRE(kvf_onboard_pools(e, KVF_TIER_REMOTE, pools, POOLS, &mv, 1, &t) == KVF_OK);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    for (uint32_t p = 0; p < POOLS; p++)
+        CHECK(pool_is(e, p, 5, 0xbad0000 + key_base, true));
+    kvf_engine_destroy(peer);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* Block 6's key removed between the reads of groups 0 and 1: a miss
+ * (KVF_ERR_NOT_FOUND, saying it was removed while read), pool 0 the
+ * value's, the rest poison; the other blocks whole. */
+static int test_removed_between_groups(void)
+{
+    kvf_engine *e = open_stored();
+    peer = engine_open(1);
+    gate_act(1, peer_remove);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    kvf_status per[BLOCKS];
+    kvf_move_error errs[4];
+    size_t nerr = 0;
+    CHECK_STATUS(wait_errors(e, t, per, errs, &nerr), KVF_ERR_NOT_FOUND);
+    for (uint32_t s = 0; s < BLOCKS; s++) {
+        CHECK_STATUS(per[s], s == 6 ? KVF_ERR_NOT_FOUND : KVF_OK);
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, s != 6 || p == 0));
+    }
+    kvf_engine_destroy(peer);
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* Groups of at least pools 0 and 1's bytes (12 KiB): pools {0, 1} and
+ * {2, 3}; pool 1 arrives with pool 0 while the second group is held. */
+static int test_groups_of_two(void)
+{
+    char set[32];
+    snprintf(set, sizeof set, "%zu", (size_t)12 << 10);
+    setenv("KVF_REMOTE_GROUP_BYTES", set, 1);
+    kvf_engine *e = open_stored();
+    CHECK_EQ_INT(kvf_engine_arrival_groups(e, KVF_TIER_REMOTE), 2);
+    gate_close(1);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 1, NULL, kvf__now_ns() + 20000000000ull), KVF_OK);
+    CHECK(gate_holding());
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, p < 2));
+    gate_open();
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, true));
+    kvf_engine_destroy(e);
+    setenv("KVF_REMOTE_GROUP_BYTES", "1", 1);
+    return 0;
+}
+
+/* Block 2's value made a version-2 header (the version and the header's
+ * CRC rewritten in the store): its move fails KVF_ERR_MISMATCH naming the
+ * format, nothing of it in its slot; the others whole. */
+static int test_version_2_refused(void)
+{
+    kvf_engine *e = open_stored();
+    kvf_key k = TKEY(key_base + 2);
+    uint8_t h[KVF_BLOCK_HEADER_BYTES], v2[KVF_BLOCK_HEADER_BYTES];
+    REQUIRE(be->peek(k, 0, h, sizeof h));
+    memcpy(v2, h, sizeof h);
+    v2[8] = 2; /* the version, little-endian */
+    uint32_t crc = kvf__crc32c(0, v2, sizeof v2 - 4);
+    for (int i = 0; i < 4; i++)
+        v2[sizeof v2 - 4 + i] = (uint8_t)(crc >> (8 * i));
+    for (size_t i = 0; i < sizeof h; i++)
+        if (h[i] != v2[i])
+            REQUIRE(be->poke(k, i, h[i] ^ v2[i]));
+    kvf_ticket t;
+    onboard_all(e, &t);
+    kvf_status per[BLOCKS];
+    kvf_move_error errs[4];
+    size_t nerr = 0;
+    CHECK_STATUS(wait_errors(e, t, per, errs, &nerr), KVF_ERR_MISMATCH);
+    CHECK_EQ_INT((int)nerr, 1);
+    CHECK_STR_HAS(errs[0].message, "format version 2");
+    for (uint32_t s = 0; s < BLOCKS; s++) {
+        CHECK_STATUS(per[s], s == 2 ? KVF_ERR_MISMATCH : KVF_OK);
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, s != 2));
+    }
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+/* Two workers, each its chunk's groups in order, and a key never stored
+ * among them: a miss for that move alone, the rest byte-exact. */
+static int test_two_workers_and_a_miss(void)
+{
+    key_base += 100;
+    kvf_engine *e = engine_open(2);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        if (s != 4)
+            store_as(e, s, key_base + s, key_base + s);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            memset(slot_of(e, p, s), POISON, pool_bytes[p]);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    kvf_status per[BLOCKS];
+    CHECK_STATUS(kvf_wait(e, t, per), KVF_ERR_NOT_FOUND);
+    for (uint32_t s = 0; s < BLOCKS; s++) {
+        CHECK_STATUS(per[s], s == 4 ? KVF_ERR_NOT_FOUND : KVF_OK);
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, s != 4));
+    }
+    kvf_engine_destroy(e);
+    return 0;
+}
+
+static void run_all(void)
+{
+    fprintf(stderr, "---- %s\n", be->name);
+    RUN(test_first_group_first);
+    RUN(test_damaged_later_pool);
+    RUN(test_overwritten_between_groups);
+    RUN(test_removed_between_groups);
+    RUN(test_groups_of_two);
+    RUN(test_version_2_refused);
+    RUN(test_two_workers_and_a_miss);
+}
+
+int main(void)
+{
+    setenv("KVF_REMOTE_GROUP_BYTES", "1", 1);
+    kvf__store_set_group_gate(gate_fn);
+    backend mem = {"mem", "mem://arrival", mem_peek, mem_poke};
+    be = &mem;
+    run_all();
+#ifdef KVF_HAVE_HIREDIS
+    if (redis_tool_found("redis-server")) {
+        REQUIRE(redis_server_start(&rserver, NULL) == 0);
+        backend rb = {"redis", "", redis_peek, redis_poke};
+        snprintf(rb.url, sizeof rb.url, "redis://127.0.0.1:%d", rserver.port);
+        be = &rb;
+        run_all();
+        redis_server_stop(&rserver);
+    } else {
+        fprintf(stderr, "redis: skipped: redis-server not installed\n");
+    }
+#endif
+#ifdef KVF_HAVE_S3
+    if (s3_weed_found(sserver.weed, sizeof sserver.weed)) {
+        REQUIRE(s3_server_start(&sserver) == 0);
+        backend sb = {"s3", "", s3_peek, s3_poke_key};
+        s3_url(sb.url, sizeof sb.url, &sserver, "arrival");
+        be = &sb;
+        run_all();
+        s3_server_stop(&sserver);
+        test_rmtree(sserver.dir);
+    }
+#endif
+    kvf__store_set_group_gate(NULL);
+    return TEST_RESULT();
+}
