@@ -17,7 +17,7 @@
  * checked against what was stored. Host backend (the remote store's reads
  * are the same on either).
  *
- * Usage: remote_arrival URL [blocks (32)] [runs (5)]
+ * Usage: remote_arrival URL [blocks (32)] [runs (5)] [tokens a block (16)]
  */
 #define _POSIX_C_SOURCE 200809L
 #include <kvferry.h>
@@ -43,7 +43,7 @@
         }                                                                                          \
     } while (0)
 
-static const kvf_geometry G = {1, 2, 8, 16, 128, KVF_DTYPE_BF16, KVF_ORDER_TOKEN_MAJOR};
+static kvf_geometry G = {1, 2, 8, 16, 128, KVF_DTYPE_BF16, KVF_ORDER_TOKEN_MAJOR};
 
 static double now_ms(void)
 {
@@ -111,10 +111,12 @@ int main(int argc, char **argv)
     const char *url = argv[1];
     uint32_t blocks = argc > 2 ? (uint32_t)atoi(argv[2]) : 32;
     int runs = argc > 3 ? atoi(argv[3]) : 5;
-    if (blocks == 0 || runs < 1 || runs > 99) {
-        fprintf(stderr, "remote_arrival: blocks > 0, runs 1..99\n");
+    int tokens = argc > 4 ? atoi(argv[4]) : 16;
+    if (blocks == 0 || runs < 1 || runs > 99 || tokens < 1 || tokens > 1024) {
+        fprintf(stderr, "remote_arrival: blocks > 0, runs 1..99, tokens 1..1024\n");
         return 2;
     }
+    G.tokens_per_block = (uint32_t)tokens;
     size_t bytes;
     KV(kvf_geometry_block_bytes(&G, &bytes));
     kvf_engine *e = open_engine(url, blocks);

@@ -1584,7 +1584,7 @@ KVF_API uint32_t kvf_engine_layerwise_tiers(const kvf_engine *engine);
  * In how many steps a layer-wise load from `tier` arrives on this engine:
  * the pool groups of a read from DISK (consecutive pools of at least 256
  * KiB of a block, at most 32; $KVF_DISK_GROUP_BYTES sets the minimum) or
- * from REMOTE (at least 1 MiB; $KVF_REMOTE_GROUP_BYTES), the
+ * from REMOTE (Redis 256 KiB, S3 32 MiB; $KVF_REMOTE_GROUP_BYTES), the
  * pool count for HOST and GPU on the CUDA backend, 0 for a tier that
  * arrives whole (kvf_engine_layerwise_tiers) and for NULL. What
  * kvf_plan_input.arrival_steps takes.

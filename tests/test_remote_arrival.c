@@ -33,6 +33,10 @@
 #endif
 #ifdef KVF_HAVE_S3
 #include "s3_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #endif
 
 #define POOLS 4
@@ -138,6 +142,202 @@ static bool s3_poke_key(kvf_key key, size_t off, uint8_t mask)
     char path[256];
     s3_path(key, path, sizeof path);
     return s3_poke(&sserver, path, off, mask) == 0;
+}
+#endif
+
+#ifdef KVF_HAVE_S3
+/* ---- an S3 endpoint that ignores Range ------------------------------------ */
+
+/* Answers every GET of an object with 200 and the whole value (as a
+ * server that does not serve ranges does), but a later range of block
+ * `short_key` with 206 and half of what was asked (a range cut short),
+ * and an unknown object with 404; a listing with an empty one. One
+ * connection at a time, each closed after its answer. */
+#define FAKE_VALUES 3
+static struct {
+    int fd, port;
+    kvf_key keys[FAKE_VALUES];
+    uint8_t *values[FAKE_VALUES];
+    size_t lens[FAKE_VALUES];
+    kvf_key short_key;
+    int gets, ranged;
+} fake;
+
+static void fake_answer(int c, const char *req)
+{
+    char head[256];
+    if (strstr(req, "list-type=2")) {
+        static const char list[] = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult>"
+                                   "<Name>kvf</Name><KeyCount>0</KeyCount><IsTruncated>false"
+                                   "</IsTruncated></ListBucketResult>";
+        int n = snprintf(head, sizeof head,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: "
+                         "%zu\r\nConnection: close\r\n\r\n",
+                         sizeof list - 1);
+        (void)!write(c, head, (size_t)n);
+        (void)!write(c, list, sizeof list - 1);
+        return;
+    }
+    fake.gets++;
+    unsigned long long a = 0, b = 0;
+    const char *range = strcasestr(req, "\r\nRange: bytes=");
+    if (range && sscanf(range, "\r\nRange: bytes=%llu-%llu", &a, &b) == 2)
+        fake.ranged++;
+    for (int i = 0; i < FAKE_VALUES; i++) {
+        char hex[KVF_KEY_STR_BYTES];
+        if (!strstr(req, kvf_key_format(fake.keys[i], hex)))
+            continue;
+        const uint8_t *body = fake.values[i];
+        size_t len = fake.lens[i];
+        const char *status = "200 OK";
+        if (kvf_key_eq(fake.keys[i], fake.short_key) && range && a > 0) {
+            body += a;
+            len = (size_t)(b - a + 1) / 2;
+            status = "206 Partial Content";
+        }
+        int n = snprintf(head, sizeof head,
+                         "HTTP/1.1 %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", status,
+                         len);
+        (void)!write(c, head, (size_t)n);
+        for (size_t off = 0; off < len;) {
+            ssize_t w = write(c, body + off, len - off);
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+        return;
+    }
+    static const char nf[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: "
+                             "close\r\n\r\n";
+    (void)!write(c, nf, sizeof nf - 1);
+}
+
+static void *fake_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int c = accept(fake.fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        char req[8192];
+        size_t got = 0;
+        while (got < sizeof req - 1) {
+            ssize_t r = read(c, req + got, sizeof req - 1 - got);
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+            req[got] = '\0';
+            if (strstr(req, "\r\n\r\n"))
+                break;
+        }
+        req[got] = '\0';
+        fake_answer(c, req);
+        close(c);
+    }
+}
+
+/* part's view of a store-level read: calls per group, in order. */
+typedef struct parts {
+    uint32_t calls[POOLS];
+    uint32_t next;
+    bool out_of_order;
+    int done;
+} parts;
+
+static void parts_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g)
+{
+    parts *p = arg;
+    (void)blocks;
+    p->out_of_order |= g != p->next && g != p->next - 1;
+    p->next = g + 1;
+    p->calls[g] += (uint32_t)n;
+}
+
+static void parts_done(void *arg, kvf__store_block *blocks, size_t n)
+{
+    (void)blocks;
+    ((parts *)arg)->done += (int)n;
+}
+
+/* Ranged reads from a server that answers 200 with whole objects: each
+ * block's groups taken from the whole answers, byte-exact; a range cut
+ * short (206, half the bytes) fails its block naming the object; an
+ * absent object is a miss; part ran once for every block and group, in
+ * order, done once a block. */
+static int test_s3_server_ignoring_range(void)
+{
+    fake.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    REQUIRE(fake.fd >= 0 && bind(fake.fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+            listen(fake.fd, 64) == 0 && getsockname(fake.fd, (struct sockaddr *)&sa, &sl) == 0);
+    fake.port = ntohs(sa.sin_port);
+    uint32_t pb[POOLS];
+    size_t payload = 0;
+    for (uint32_t p = 0; p < POOLS; p++) {
+        REQUIRE(kvf_geometry_block_bytes(&G[p], &pool_bytes[p]) == KVF_OK);
+        pb[p] = (uint32_t)pool_bytes[p];
+        payload += pool_bytes[p];
+    }
+    size_t pre = kvf__block_prefix_bytes(POOLS);
+    for (int i = 0; i < FAKE_VALUES; i++) {
+        fake.keys[i] = TKEY(0xfa0 + (uint64_t)i);
+        fake.lens[i] = pre + payload;
+        REQUIRE((fake.values[i] = malloc(fake.lens[i])) != NULL);
+        test_fill_random(fake.values[i] + pre, payload, 0xfa0 + (uint64_t)i);
+        kvf__block_header h = {0, kvf__ns_hash(NS), fake.keys[i], 16, POOLS, payload, 0};
+        REQUIRE(kvf__block_prefix_make(&h, pb, fake.values[i] + pre, "test", fake.values[i]) ==
+                KVF_OK);
+    }
+    fake.short_key = fake.keys[1];
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, fake_main, NULL) == 0);
+
+    char url[256];
+    snprintf(url, sizeof url, "s3://%s:%s@kvf/fake?endpoint=http://127.0.0.1:%d&region=us-east-1",
+             S3_ACCESS, S3_SECRET_ESCAPED, fake.port);
+    kvf__store_config sc = {.url = url, .ns = NS, .timeout_ms = 5000};
+    kvf__store *st = NULL;
+    REQUIRE(kvf__store_open(&sc, &st) == KVF_OK);
+    enum { N = FAKE_VALUES + 1 };
+    kvf__store_block b[N];
+    uint8_t *room = malloc(N * (pre + payload));
+    REQUIRE(room);
+    memset(room, POISON, N * (pre + payload));
+    for (int i = 0; i < N; i++)
+        b[i] = (kvf__store_block){.key = i < FAKE_VALUES ? fake.keys[i] : TKEY(0xfff),
+                                  .pools = POOLS,
+                                  .buf = room + i * (pre + payload) + pre,
+                                  .cap = payload,
+                                  .staged = true};
+    const uint32_t ends[POOLS] = {1, 2, 3, 4};
+    parts seen = {0};
+    kvf__store_hooks h = {NULL, parts_done, &seen, parts_part, ends, POOLS, pre + pool_bytes[0]};
+    CHECK_STATUS(kvf__store_read(st, b, N, 0, &h), KVF_ERR_CORRUPT);
+    CHECK(!seen.out_of_order);
+    for (uint32_t g = 0; g < POOLS; g++)
+        CHECK_EQ_INT((int)seen.calls[g], N);
+    CHECK_EQ_INT(seen.done, N);
+    CHECK(fake.ranged > 0);
+    for (int i = 0; i < N; i++) {
+        if (i == 0 || i == 2) {
+            CHECK_STATUS(b[i].status, KVF_OK);
+            CHECK_EQ_U64(b[i].payload_bytes, payload);
+            CHECK(memcmp(b[i].buf, fake.values[i] + pre, payload) == 0);
+        }
+    }
+    CHECK_STATUS(b[1].status, KVF_ERR_CORRUPT);
+    CHECK_STR_HAS(b[1].msg, "object fake/" NS "/");
+    CHECK_STR_HAS(b[1].msg, "the value ends at byte");
+    CHECK_STATUS(b[3].status, KVF_ERR_NOT_FOUND);
+    kvf__store_close(st);
+    shutdown(fake.fd, SHUT_RDWR);
+    close(fake.fd);
+    pthread_join(th, NULL);
+    for (int i = 0; i < FAKE_VALUES; i++)
+        free(fake.values[i]);
+    free(room);
+    return 0;
 }
 #endif
 
@@ -542,6 +742,24 @@ static int test_two_workers_and_a_miss(void)
     return 0;
 }
 
+/* Without KVF_REMOTE_GROUP_BYTES, the store's own minimum: these small
+ * blocks are one group, read whole; onboard_pools still delivers them. */
+static int test_default_one_group(void)
+{
+    unsetenv("KVF_REMOTE_GROUP_BYTES");
+    kvf_engine *e = open_stored();
+    CHECK_EQ_INT(kvf_engine_arrival_groups(e, KVF_TIER_REMOTE), 1);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, true));
+    kvf_engine_destroy(e);
+    setenv("KVF_REMOTE_GROUP_BYTES", "1", 1);
+    return 0;
+}
+
 static void run_all(void)
 {
     fprintf(stderr, "---- %s\n", be->name);
@@ -552,6 +770,7 @@ static void run_all(void)
     RUN(test_groups_of_two);
     RUN(test_version_2_refused);
     RUN(test_two_workers_and_a_miss);
+    RUN(test_default_one_group);
 }
 
 int main(void)
@@ -574,6 +793,7 @@ int main(void)
     }
 #endif
 #ifdef KVF_HAVE_S3
+    RUN(test_s3_server_ignoring_range);
     if (s3_weed_found(sserver.weed, sizeof sserver.weed)) {
         REQUIRE(s3_server_start(&sserver) == 0);
         backend sb = {"s3", "", s3_peek, s3_poke_key};

@@ -15,19 +15,18 @@
  *
  * DISK: at least DISK_GROUP_MIN_BYTES, below which O_DIRECT and GPUDirect
  * Storage run far from the disk's bandwidth; KVF_DISK_GROUP_BYTES sets it.
- * REMOTE: at least REMOTE_GROUP_MIN_BYTES (KVF_REMOTE_GROUP_BYTES). A
- * group is a round of ranged reads of the call's blocks (one Redis
- * pipeline per node, the S3 requests in flight together), and every round
- * pays a round trip and, on S3, a signed request per block, so a remote
- * group is larger: 1 MiB keeps the requests' cost a small share of its
- * transfer (bench/results/remote_groups.txt measures it on loopback Redis
- * and SeaweedFS). 1 in either setting: a group per pool (checked with the
- * settings, kvf_engine_settings' disk_group_bytes and remote_group_bytes).
+ * REMOTE: a group is a round of ranged reads of the call's blocks (one
+ * Redis pipeline per node, the S3 requests in flight together), and every
+ * round pays a round trip and, on S3, a signed request per block: the
+ * remote store says its own minimum (kvf__store_kind.group_bytes: Redis
+ * 256 KiB, S3 32 MiB, from bench/results/remote_groups.txt);
+ * KVF_REMOTE_GROUP_BYTES sets it. 1 in either setting: a group per pool
+ * (checked with the settings, kvf_engine_settings' disk_group_bytes and
+ * remote_group_bytes).
  */
 #include "engine_private.h"
 
 #define DISK_GROUP_MIN_BYTES ((size_t)256 << 10)
-#define REMOTE_GROUP_MIN_BYTES ((size_t)1 << 20)
 #define GROUPS_MAX 32u
 /* A worker's staging for a layer-wise onboard: the batch is cut into one
  * chunk per worker, so that every chunk reads its group g before any
@@ -43,14 +42,16 @@ static int arrival_index(kvf_tier tier)
 }
 
 /* The minimum bytes of a block in one group of `tier`: its setting, else
- * the larger of its minimum and the block's share of GROUPS_MAX groups. */
-static size_t group_min(kvf_tier tier, size_t all)
+ * the larger of its minimum (the remote store's own) and the block's
+ * share of GROUPS_MAX groups. */
+static size_t group_min(const kvf_engine *e, kvf_tier tier, size_t all)
 {
     bool remote = tier == KVF_TIER_REMOTE;
     uint64_t set = kvf__env_size(remote ? "KVF_REMOTE_GROUP_BYTES" : "KVF_DISK_GROUP_BYTES");
     if (set)
         return set > SIZE_MAX ? SIZE_MAX : (size_t)set;
-    size_t floor = remote ? REMOTE_GROUP_MIN_BYTES : DISK_GROUP_MIN_BYTES;
+    const kvf__store_kind *k = remote && e->remote_url ? kvf__store_kind_of(e->remote_url) : NULL;
+    size_t floor = !remote ? DISK_GROUP_MIN_BYTES : k && k->group_bytes ? k->group_bytes : SIZE_MAX;
     size_t share = (all + GROUPS_MAX - 1) / GROUPS_MAX;
     return share > floor ? share : floor;
 }
@@ -60,7 +61,7 @@ uint32_t kvf__arrival_groups(const kvf_engine *e, kvf_tier tier, uint32_t *end)
     size_t all = 0;
     for (uint32_t p = 0; p < e->npools; p++)
         all += e->pools[p].block_bytes;
-    size_t min = group_min(tier, all), in = 0;
+    size_t min = group_min(e, tier, all), in = 0;
     uint32_t n = 0;
     for (uint32_t p = 0; p < e->npools; p++) {
         in += e->pools[p].block_bytes;

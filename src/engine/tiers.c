@@ -82,7 +82,7 @@ uint32_t kvf_engine_layerwise_tiers(const kvf_engine *e)
         return 0;
     uint32_t mask = 1u << KVF_TIER_DISK;
     const kvf__store_kind *rk = e->remote_url ? kvf__store_kind_of(e->remote_url) : NULL;
-    if (rk && rk->read_groups)
+    if (rk && rk->group_bytes)
         mask |= 1u << KVF_TIER_REMOTE;
     if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
         return mask;

@@ -208,10 +208,13 @@ typedef struct kvf__store_kind {
      * create, an unreachable server is a warning (it may come back). For
      * stores whose URL names something that must exist (an S3 bucket). */
     bool probe_at_create;
-    /* Whether its read_hooked takes pool groups (kvf__store_hooks.part:
+    /* Its read_hooked takes pool groups (kvf__store_hooks.part:
      * kvf__store_read_groups), so that an engine's onboard from it arrives
-     * layer by layer. */
-    bool read_groups;
+     * layer by layer, in groups of at least this many bytes of a block
+     * unless KVF_REMOTE_GROUP_BYTES says otherwise: each group is a round
+     * of ranged reads, so the store's own cost of a request sets it. 0:
+     * it reads whole blocks. */
+    size_t group_bytes;
 } kvf__store_kind;
 
 /* The registry's store for `url`'s scheme, or NULL. */

@@ -291,5 +291,11 @@ const kvf__store_kind kvf__redis_store_kind = {
     .check_url = redis_check_url,
     .open = redis_open,
     .probe = kvf__redis_probe,
-    .read_groups = true,
+    /* a group is one pipelined GETRANGE per block, a round trip per node:
+     * on loopback (bench/results/remote_groups.txt) 256 KiB groups (8 for
+     * a Llama-3-8B block of 2 MiB) hand the first pool over at 0.19-0.22
+     * of the whole read and end within 0.93-1.06x of it; a group per 64
+     * KiB pool ends 1.10-1.23x later, 512 KiB groups hold the first pool
+     * back to 0.33 */
+    .group_bytes = (size_t)256 << 10,
 };
