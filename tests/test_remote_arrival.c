@@ -23,6 +23,7 @@
 #include "blockhdr.h"
 #include "checksum.h"
 #include "engine.h"
+#include "hold_gate.h"
 #include "mem_store.h"
 #include "testutil.h"
 
@@ -400,74 +401,55 @@ static int test_s3_server_ignoring_range(void)
 
 /* Holds the ranged reads of groups from hold_from on until released; runs
  * act once before the reads of group act_at. */
+static hold_gate hold = HOLD_GATE_INIT;
 static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     uint32_t hold_from, act_at;
     void (*act)(void);
-    int held;
-    bool release;
-} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1u << 30, 0, NULL, 0, true};
+} gate = {1u << 30, 0, NULL};
 
 static void gate_fn(kvf__store *s, uint32_t g)
 {
     (void)s;
-    pthread_mutex_lock(&gate.mu);
+    pthread_mutex_lock(&hold.mu);
     void (*act)(void) = g == gate.act_at ? gate.act : NULL;
     if (act)
         gate.act = NULL;
-    pthread_mutex_unlock(&gate.mu);
+    pthread_mutex_unlock(&hold.mu);
     if (act)
         act();
-    pthread_mutex_lock(&gate.mu);
-    if (g >= gate.hold_from) {
-        gate.held++;
-        pthread_cond_broadcast(&gate.cv);
-        while (!gate.release)
-            pthread_cond_wait(&gate.cv, &gate.mu);
-        gate.held--;
-    }
-    pthread_mutex_unlock(&gate.mu);
+    pthread_mutex_lock(&hold.mu);
+    if (g >= gate.hold_from)
+        hold_gate_wait(&hold);
+    pthread_mutex_unlock(&hold.mu);
 }
 
 static void gate_close(uint32_t hold_from)
 {
-    pthread_mutex_lock(&gate.mu);
+    pthread_mutex_lock(&hold.mu);
     gate.hold_from = hold_from;
-    gate.release = false;
-    pthread_mutex_unlock(&gate.mu);
+    hold.release = false;
+    pthread_mutex_unlock(&hold.mu);
 }
 
 static void gate_open(void)
 {
-    pthread_mutex_lock(&gate.mu);
-    gate.release = true;
+    pthread_mutex_lock(&hold.mu);
     gate.hold_from = 1u << 30;
-    pthread_cond_broadcast(&gate.cv);
-    pthread_mutex_unlock(&gate.mu);
+    hold_gate_release(&hold);
+    pthread_mutex_unlock(&hold.mu);
 }
 
 static void gate_act(uint32_t g, void (*act)(void))
 {
-    pthread_mutex_lock(&gate.mu);
+    pthread_mutex_lock(&hold.mu);
     gate.act_at = g;
     gate.act = act;
-    pthread_mutex_unlock(&gate.mu);
+    pthread_mutex_unlock(&hold.mu);
 }
 
-/* Waits (up to 10 s) until a round is held at the gate. */
 static bool gate_holding(void)
 {
-    uint64_t until = kvf__now_ns() + 10000000000ull;
-    pthread_mutex_lock(&gate.mu);
-    while (gate.held == 0 && kvf__now_ns() < until) {
-        pthread_mutex_unlock(&gate.mu);
-        usleep(1000);
-        pthread_mutex_lock(&gate.mu);
-    }
-    bool held = gate.held > 0;
-    pthread_mutex_unlock(&gate.mu);
-    return held;
+    return hold_gate_holding(&hold);
 }
 
 /* ---- engines -------------------------------------------------------------- */
@@ -492,6 +474,17 @@ static bool pool_is(kvf_engine *e, uint32_t p, uint32_t s, uint64_t tag, bool wa
     bool same = memcmp(slot_of(e, p, s), exp, pool_bytes[p]) == 0;
     free(exp);
     return same;
+}
+
+#define ALL_SLOTS UINT32_MAX
+
+/* Slot `bad` (ALL_SLOTS: every slot) holds its block's pools below `upto`
+ * and poison above; every other slot its whole block. */
+static void expect_slots(kvf_engine *e, uint32_t bad, uint32_t upto)
+{
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        for (uint32_t p = 0; p < POOLS; p++)
+            CHECK(pool_is(e, p, s, key_base + s, (bad != ALL_SLOTS && s != bad) || p < upto));
 }
 
 static kvf_engine *engine_open(uint32_t threads)
@@ -572,11 +565,7 @@ static int test_first_group_first(void)
     onboard_all(e, &t);
     CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 0, NULL, kvf__now_ns() + 20000000000ull), KVF_OK);
     CHECK(gate_holding());
-    for (uint32_t s = 0; s < BLOCKS; s++) {
-        CHECK(pool_is(e, 0, s, key_base + s, true));
-        for (uint32_t p = 1; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, false));
-    }
+    expect_slots(e, ALL_SLOTS, 1);
     /* pool 1 has not arrived: a wait by a deadline gives up */
     CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 1, NULL, kvf__now_ns() + 50000000ull),
                  KVF_ERR_TIMEOUT);
@@ -584,9 +573,7 @@ static int test_first_group_first(void)
     CHECK_STATUS(kvf_wait_pool(e, t, 3), KVF_OK);
     CHECK_STATUS(kvf_wait_pool(e, t, 1), KVF_OK);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
-    for (uint32_t s = 0; s < BLOCKS; s++)
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, true));
+    expect_slots(e, ALL_SLOTS, POOLS);
     kvf_engine_destroy(e);
     return 0;
 }
@@ -606,9 +593,7 @@ static int test_damaged_later_pool(void)
     CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 1, NULL, kvf__now_ns() + 20000000000ull), KVF_OK);
     CHECK_STATUS(kvf_wait_pool(e, t, 0), KVF_OK);
     CHECK(gate_holding());
-    for (uint32_t s = 0; s < BLOCKS; s++)
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, p < 2));
+    expect_slots(e, ALL_SLOTS, 2);
     gate_open();
     CHECK_STATUS(kvf_wait_pool(e, t, 2), KVF_ERR_CORRUPT);
     CHECK_STATUS(kvf_wait_pool(e, t, 3), KVF_ERR_CORRUPT);
@@ -622,11 +607,9 @@ static int test_damaged_later_pool(void)
     CHECK_STR_HAS(errs[0].message, kvf_key_format(TKEY(key_base + 3), key));
     CHECK_STR_HAS(errs[0].message, "pool 2: checksum mismatch");
     CHECK_STR_HAS(errs[0].message, strncmp(be->url, "s3://", 5) ? be->url : "s3://");
-    for (uint32_t s = 0; s < BLOCKS; s++) {
+    for (uint32_t s = 0; s < BLOCKS; s++)
         CHECK_STATUS(per[s], s == 3 ? KVF_ERR_CORRUPT : KVF_OK);
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, s != 3 || p < 2));
-    }
+    expect_slots(e, 3, 2);
     kvf_engine_destroy(e);
     return 0;
 }
@@ -668,11 +651,9 @@ static int test_overwritten_between_groups(void)
     CHECK_EQ_INT((int)errs[0].index, 5);
     CHECK_STR_HAS(errs[0].message, "pool 2: checksum mismatch");
     CHECK_STR_HAS(errs[0].message, "written again");
-    for (uint32_t s = 0; s < BLOCKS; s++) {
+    for (uint32_t s = 0; s < BLOCKS; s++)
         CHECK_STATUS(per[s], s == 5 ? KVF_ERR_CORRUPT : KVF_OK);
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, s != 5 || p < 2));
-    }
+    expect_slots(e, 5, 2);
     for (uint32_t p = 2; p < POOLS; p++)
         CHECK(!pool_is(e, p, 5, 0xbad0000 + key_base, true));
     /* the new value, read now, is whole */
@@ -701,11 +682,9 @@ static int test_removed_between_groups(void)
     kvf_move_error errs[4];
     size_t nerr = 0;
     CHECK_STATUS(wait_errors(e, t, per, errs, &nerr), KVF_ERR_NOT_FOUND);
-    for (uint32_t s = 0; s < BLOCKS; s++) {
+    for (uint32_t s = 0; s < BLOCKS; s++)
         CHECK_STATUS(per[s], s == 6 ? KVF_ERR_NOT_FOUND : KVF_OK);
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, s != 6 || p == 0));
-    }
+    expect_slots(e, 6, 1);
     kvf_engine_destroy(peer);
     kvf_engine_destroy(e);
     return 0;
@@ -725,14 +704,10 @@ static int test_groups_of_two(void)
     onboard_all(e, &t);
     CHECK_STATUS(kvf__stream_wait_pool_by(e, t, 1, NULL, kvf__now_ns() + 20000000000ull), KVF_OK);
     CHECK(gate_holding());
-    for (uint32_t s = 0; s < BLOCKS; s++)
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, p < 2));
+    expect_slots(e, ALL_SLOTS, 2);
     gate_open();
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
-    for (uint32_t s = 0; s < BLOCKS; s++)
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, true));
+    expect_slots(e, ALL_SLOTS, POOLS);
     kvf_engine_destroy(e);
     setenv("KVF_REMOTE_GROUP_BYTES", "1", 1);
     return 0;
@@ -763,11 +738,9 @@ static int test_version_2_refused(void)
     CHECK_STATUS(wait_errors(e, t, per, errs, &nerr), KVF_ERR_MISMATCH);
     CHECK_EQ_INT((int)nerr, 1);
     CHECK_STR_HAS(errs[0].message, "format version 2");
-    for (uint32_t s = 0; s < BLOCKS; s++) {
+    for (uint32_t s = 0; s < BLOCKS; s++)
         CHECK_STATUS(per[s], s == 2 ? KVF_ERR_MISMATCH : KVF_OK);
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, s != 2));
-    }
+    expect_slots(e, 2, 0);
     kvf_engine_destroy(e);
     return 0;
 }
@@ -788,11 +761,9 @@ static int test_two_workers_and_a_miss(void)
     onboard_all(e, &t);
     kvf_status per[BLOCKS];
     CHECK_STATUS(kvf_wait(e, t, per), KVF_ERR_NOT_FOUND);
-    for (uint32_t s = 0; s < BLOCKS; s++) {
+    for (uint32_t s = 0; s < BLOCKS; s++)
         CHECK_STATUS(per[s], s == 4 ? KVF_ERR_NOT_FOUND : KVF_OK);
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, s != 4));
-    }
+    expect_slots(e, 4, 0);
     kvf_engine_destroy(e);
     return 0;
 }
@@ -821,17 +792,13 @@ static int test_cache_get_pools(void)
     REQUIRE(kvf_cache_get_pools(c, keys, slots, BLOCKS, pools, POOLS, &t) == KVF_OK);
     CHECK_STATUS(kvf_cache_wait_pool_by(c, t, 0, NULL, 20.0), KVF_OK);
     CHECK(gate_holding());
-    for (uint32_t s = 0; s < BLOCKS; s++)
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, p == 0));
+    expect_slots(e, ALL_SLOTS, 1);
     CHECK_STATUS(kvf_cache_wait_pool_by(c, t, 2, NULL, 0.05), KVF_ERR_TIMEOUT);
     gate_open();
     CHECK_STATUS(kvf_cache_wait_pool(c, t, 3), KVF_OK);
     kvf_status per[BLOCKS];
     CHECK_STATUS(kvf_cache_wait(c, t, per), KVF_OK);
-    for (uint32_t s = 0; s < BLOCKS; s++)
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, true));
+    expect_slots(e, ALL_SLOTS, POOLS);
     kvf_cache_destroy(c);
     kvf_engine_destroy(e);
     return 0;
@@ -847,9 +814,7 @@ static int test_default_one_group(void)
     kvf_ticket t;
     onboard_all(e, &t);
     CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
-    for (uint32_t s = 0; s < BLOCKS; s++)
-        for (uint32_t p = 0; p < POOLS; p++)
-            CHECK(pool_is(e, p, s, key_base + s, true));
+    expect_slots(e, ALL_SLOTS, POOLS);
     kvf_engine_destroy(e);
     setenv("KVF_REMOTE_GROUP_BYTES", "1", 1);
     return 0;

@@ -293,6 +293,9 @@ KVF_INTERNAL kvf_status kvf__store_read_groups(kvf__store *s, kvf__store_block *
                                                uint64_t deadline_ns, const kvf__store_hooks *h,
                                                kvf__store_ranges_fn ranges, uint64_t fingerprint,
                                                uint64_t ns_hash);
+/* Fails every block of ranges r[0..n) for want of memory (a store that
+ * could not set its reads up). */
+KVF_INTERNAL void kvf__store_ranges_nomem(kvf__store *s, kvf__store_range *r, size_t n);
 /* For tests: called before each ranged read round of group g >= 1 of a
  * kvf__store_read_groups call on store s (after part(g - 1) for every
  * block), on the reading thread; it may hold the round back, or write the

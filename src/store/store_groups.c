@@ -238,6 +238,13 @@ static void hand_over(call *c, uint32_t g)
         c->blocks[i].table = NULL;
 }
 
+void kvf__store_ranges_nomem(kvf__store *s, kvf__store_range *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kvf__store_block_fail(r[i].block, KVF_ERR_NOMEM, "%s " KVF_KEY_FMT ": %s: out of memory",
+                              s->noun, KVF_KEY_ARGS(r[i].block->key), s->where);
+}
+
 static void read_all_groups(call *c, size_t first_len, uint8_t *firsts, size_t *want)
 {
     const kvf__store_hooks *h = c->h;

@@ -488,25 +488,10 @@ const kvf__store_kind kvf__mem_store_kind = {
     .group_bytes = (size_t)256 << 10,
 };
 
-kvf_status kvf__mem_store_poke(const char *name, const char *ns, kvf_key key, size_t offset,
-                               uint8_t mask)
-{
-    mem_map *m = map_of(name, false, 0);
-    if (!m)
-        return KVF_ERR_NOT_FOUND;
-    mem_value *dead = NULL;
-    pthread_mutex_lock(&m->mu);
-    mem_value *v = find(m, kvf__ns_hash(ns), key, &dead);
-    bool ok = v && offset < v->len;
-    if (ok)
-        v->bytes[offset] ^= mask;
-    pthread_mutex_unlock(&m->mu);
-    drop_all(dead);
-    return ok ? KVF_OK : KVF_ERR_NOT_FOUND;
-}
-
-kvf_status kvf__mem_store_peek(const char *name, const char *ns, kvf_key key, size_t offset,
-                               void *out, size_t len)
+/* Runs fn on bytes [offset, offset + len) of the value stored under
+ * (namespace, key) in mem://`name`, under the map's lock. */
+static kvf_status at_value(const char *name, const char *ns, kvf_key key, size_t offset, size_t len,
+                           void (*fn)(uint8_t *at, size_t len, void *arg), void *arg)
 {
     mem_map *m = map_of(name, false, 0);
     if (!m)
@@ -516,10 +501,33 @@ kvf_status kvf__mem_store_peek(const char *name, const char *ns, kvf_key key, si
     mem_value *v = find(m, kvf__ns_hash(ns), key, &dead);
     bool ok = v && offset <= v->len && len <= v->len - offset;
     if (ok)
-        memcpy(out, v->bytes + offset, len);
+        fn(v->bytes + offset, len, arg);
     pthread_mutex_unlock(&m->mu);
     drop_all(dead);
     return ok ? KVF_OK : KVF_ERR_NOT_FOUND;
+}
+
+static void xor_byte(uint8_t *at, size_t len, void *arg)
+{
+    (void)len;
+    *at ^= *(const uint8_t *)arg;
+}
+
+static void copy_out(uint8_t *at, size_t len, void *arg)
+{
+    memcpy(arg, at, len);
+}
+
+kvf_status kvf__mem_store_poke(const char *name, const char *ns, kvf_key key, size_t offset,
+                               uint8_t mask)
+{
+    return at_value(name, ns, key, offset, 1, xor_byte, &mask);
+}
+
+kvf_status kvf__mem_store_peek(const char *name, const char *ns, kvf_key key, size_t offset,
+                               void *out, size_t len)
+{
+    return at_value(name, ns, key, offset, len, copy_out, out);
 }
 
 void kvf__mem_store_clear(const char *name)

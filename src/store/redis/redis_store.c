@@ -154,10 +154,7 @@ static void redis_ranges(kvf__store *base, kvf__store_range *r, size_t n, uint64
     kvf_status *st;
     kvf__redis_range *rr = arrays(n, sizeof *rr, &st);
     if (!rr) {
-        for (size_t i = 0; i < n; i++)
-            kvf__store_block_fail(r[i].block, KVF_ERR_NOMEM,
-                                  "remote block " KVF_KEY_FMT ": %s: out of memory",
-                                  KVF_KEY_ARGS(r[i].block->key), base->where);
+        kvf__store_ranges_nomem(base, r, n);
         return;
     }
     for (size_t i = 0; i < n; i++)

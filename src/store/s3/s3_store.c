@@ -199,10 +199,7 @@ static void s3_ranges(kvf__store *base, kvf__store_range *r, size_t n, uint64_t 
     s3_store *s = (s3_store *)base;
     kvf__s3_req *reqs = calloc(n, sizeof *reqs);
     if (!reqs) {
-        for (size_t i = 0; i < n; i++)
-            kvf__store_block_fail(r[i].block, KVF_ERR_NOMEM,
-                                  "remote block " KVF_KEY_FMT ": %s: out of memory",
-                                  KVF_KEY_ARGS(r[i].block->key), base->where);
+        kvf__store_ranges_nomem(base, r, n);
         return;
     }
     uint64_t bytes = 0;
