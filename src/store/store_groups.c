@@ -43,6 +43,7 @@ typedef struct reading {
     uint8_t *first;
     size_t have;
     kvf__block_header bh;
+    bool probe; /* the read now asks a byte past the value's end */
 } reading;
 
 typedef struct call {
@@ -87,7 +88,9 @@ static size_t value_end(const reading *rd, uint32_t last)
 
 /* Runs one round of ranged reads: blocks[i] (live) from rd[i].have up to
  * want[i] where it is past it (want[i] 0: none). Every block read now
- * holds [0, want[i]) after it, or has failed. */
+ * holds [0, want[i]) after it, or has failed. A read to the value's end
+ * asks one byte more where the buffer has room for it, so that a value
+ * longer than its header says is refused, as a whole read refuses it. */
 static void read_round(call *c, const size_t *want, uint32_t g)
 {
     size_t k = 0;
@@ -97,9 +100,10 @@ static void read_round(call *c, const size_t *want, uint32_t g)
         if (b->status != KVF_OK || want[i] <= rd->have)
             continue;
         size_t pre = kvf__block_prefix_bytes(rd->bh.pools);
+        rd->probe = want[i] == pre + rd->bh.payload_bytes && b->cap > rd->bh.payload_bytes;
         c->r[k++] = (kvf__store_range){.block = b,
                                        .off = rd->have,
-                                       .len = want[i] - rd->have,
+                                       .len = want[i] - rd->have + rd->probe,
                                        .dst = (uint8_t *)b->buf + (rd->have - pre)};
     }
     kvf__store_group_gate_fn gate = atomic_load(&group_gate);
@@ -113,7 +117,13 @@ static void read_round(call *c, const size_t *want, uint32_t g)
         reading *rd = &c->rd[b - c->blocks];
         char what[KVF_MOVE_ERROR_MESSAGE];
         what_of(c, b, r->about, what, sizeof what);
-        if (b->status == KVF_ERR_NOT_FOUND)
+        size_t len = r->len - rd->probe; /* the bytes the table says are there */
+        if (b->status == KVF_OK && rd->probe && r->got > len)
+            kvf__store_block_fail(b, KVF_ERR_CORRUPT,
+                                  "%s: more than the %zu bytes its header says (written again "
+                                  "while read, or damaged)",
+                                  what, (size_t)(r->off + len));
+        else if (b->status == KVF_ERR_NOT_FOUND)
             /* found at the first read: removed since */
             kvf__store_block_fail(b, KVF_ERR_NOT_FOUND,
                                   "%s: removed while read (after %zu of its bytes, at pool group "
@@ -124,13 +134,13 @@ static void read_round(call *c, const size_t *want, uint32_t g)
                                   "%s: gone or shorter while read (nothing at byte %zu, pool "
                                   "group %u): not served",
                                   what, (size_t)r->off, g);
-        else if (b->status == KVF_OK && r->got < r->len)
+        else if (b->status == KVF_OK && r->got < len)
             kvf__store_block_fail(b, KVF_ERR_CORRUPT,
                                   "%s: the value ends at byte %zu, its pool table says %zu "
                                   "(truncated, or written again while read)",
-                                  what, (size_t)(r->off + r->got), (size_t)(r->off + r->len));
+                                  what, (size_t)(r->off + r->got), (size_t)(r->off + len));
         else if (b->status == KVF_OK)
-            rd->have = r->off + r->len;
+            rd->have = r->off + len;
     }
 }
 
