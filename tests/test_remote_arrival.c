@@ -821,6 +821,53 @@ static int test_default_one_group(void)
     return 0;
 }
 
+#ifdef KVF_HAVE_HIREDIS
+static void server_killed(void)
+{
+    redis_server_kill(&rservers[0]);
+}
+
+/* The one server killed between the reads of groups 1 and 2: every move
+ * fails with a failure of the server (KVF_ERR_REMOTE or, mid-reply,
+ * KVF_ERR_TIMEOUT), never a verdict against the blocks, naming the node;
+ * pools 0 and 1 of every slot were handed over checked, 2 and 3 are still
+ * poison. The server restarted (empty: it saves nothing), once the client
+ * tries the node again the blocks are misses. */
+static int test_server_killed_between_groups(void)
+{
+    kvf_engine *e = open_stored();
+    gate_act(2, server_killed);
+    kvf_ticket t;
+    onboard_all(e, &t);
+    kvf_status per[BLOCKS];
+    kvf_move_error errs[4];
+    size_t nerr = 0;
+    kvf_status st = wait_errors(e, t, per, errs, &nerr);
+    CHECK(st == KVF_ERR_REMOTE || st == KVF_ERR_TIMEOUT);
+    CHECK(nerr > 0);
+    char node[64];
+    snprintf(node, sizeof node, "127.0.0.1:%d", rservers[0].port);
+    CHECK_STR_HAS(errs[0].message, node);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        CHECK(per[s] == KVF_ERR_REMOTE || per[s] == KVF_ERR_TIMEOUT);
+    expect_slots(e, ALL_SLOTS, 2);
+    REQUIRE(redis_server_start(&rservers[0], NULL) == 0);
+    /* the node is left alone for a while after a failed connect (down_ms) */
+    kvf_status back = KVF_ERR_REMOTE;
+    for (uint64_t until = kvf__now_ns() + 10000000000ull;
+         back == KVF_ERR_REMOTE && kvf__now_ns() < until;) {
+        usleep(100000);
+        onboard_all(e, &t);
+        back = kvf_wait(e, t, per);
+    }
+    CHECK_STATUS(back, KVF_ERR_NOT_FOUND);
+    for (uint32_t s = 0; s < BLOCKS; s++)
+        CHECK_STATUS(per[s], KVF_ERR_NOT_FOUND);
+    kvf_engine_destroy(e);
+    return 0;
+}
+#endif
+
 static void run_all(void)
 {
     fprintf(stderr, "---- %s\n", be->name);
@@ -850,6 +897,7 @@ int main(void)
         snprintf(rb.url, sizeof rb.url, "redis://127.0.0.1:%d", rservers[0].port);
         be = &rb;
         run_all();
+        RUN(test_server_killed_between_groups);
         redis_server_stop(&rservers[0]);
         /* the blocks spread over three masters: each round a pipeline per
          * node */
