@@ -22,45 +22,9 @@
  *   after copying them back to it.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <kvferry.h>
-
-#include "bench_stats.h"
+#include "arrival_bench.h"
 
 #include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#define POOLS 32
-#define POISON 0xA5
-
-#define KV(expr)                                                                                   \
-    do {                                                                                           \
-        kvf_status st_ = (expr);                                                                   \
-        if (st_ != KVF_OK) {                                                                       \
-            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #expr,                     \
-                    kvf_status_str(st_), kvf_last_error());                                        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static const kvf_geometry G = {1, 2, 8, 16, 128, KVF_DTYPE_BF16, KVF_ORDER_TOKEN_MAJOR};
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static uint8_t byte_of(uint32_t s, uint32_t p, size_t i)
-{
-    uint64_t x = (uint64_t)s * 0x9e3779b97f4a7c15ull ^ (uint64_t)p * 0xbf58476d1ce4e5b9ull ^ i;
-    x ^= x >> 29;
-    x *= 0x94d049bb133111ebull;
-    return (uint8_t)(x >> 32);
-}
 
 static kvf_engine *open_engine(const char *dir, kvf_backend backend, uint32_t slots, bool host_tier)
 {
@@ -81,21 +45,6 @@ static kvf_engine *open_engine(const char *dir, kvf_backend backend, uint32_t sl
     return e;
 }
 
-/* Every pool of slot s of level lv holds block s's bytes: the mismatches. */
-static size_t check(kvf_engine *e, kvf_level lv, uint32_t blocks, size_t bytes)
-{
-    size_t bad = 0;
-    for (uint32_t s = 0; s < blocks; s++)
-        for (uint32_t p = 0; p < POOLS; p++) {
-            void *ptr;
-            KV(kvf_engine_slot_ptr(e, p, lv, s, &ptr));
-            const uint8_t *b = ptr;
-            for (size_t i = 0; i < bytes; i++)
-                bad += b[i] != byte_of(s, p, i);
-        }
-    return bad;
-}
-
 /* The stored block of poison bytes (device slots are poisoned from it). */
 static const kvf_key POISON_KEY = {0xbad, 0xbad};
 
@@ -107,12 +56,7 @@ static void poison(kvf_engine *e, uint32_t blocks, size_t bytes, bool device)
 {
     static bool host_tier_poisoned;
     if (!device) {
-        for (uint32_t s = 0; s < blocks; s++)
-            for (uint32_t p = 0; p < POOLS; p++) {
-                void *ptr;
-                KV(kvf_engine_slot_ptr(e, p, KVF_LEVEL_PRIMARY, s, &ptr));
-                memset(ptr, POISON, bytes);
-            }
+        poison_host(e, blocks, bytes);
         return;
     }
     kvf_move *mv = calloc(blocks, sizeof *mv);
@@ -135,6 +79,19 @@ static void poison(kvf_engine *e, uint32_t blocks, size_t bytes, bool device)
     KV(kvf_onboard(e, KVF_TIER_HOST, mv, blocks, &t));
     KV(kvf_wait(e, t, NULL));
     free(mv);
+}
+
+typedef struct poison_args {
+    kvf_engine *e;
+    uint32_t blocks;
+    size_t bytes;
+    bool device;
+} poison_args;
+
+static void poison_all(void *arg)
+{
+    poison_args *a = arg;
+    poison(a->e, a->blocks, a->bytes, a->device);
 }
 
 int main(int argc, char **argv)
@@ -166,15 +123,9 @@ int main(int argc, char **argv)
     mv[0] = (kvf_move){.src = 0, .key = POISON_KEY};
     KV(kvf_offload(w, KVF_TIER_DISK, mv, 1, &t));
     KV(kvf_wait(w, t, NULL));
-    for (uint32_t s = 0; s < blocks; s++) {
-        for (uint32_t p = 0; p < POOLS; p++) {
-            void *ptr;
-            KV(kvf_engine_slot_ptr(w, p, KVF_LEVEL_PRIMARY, s, &ptr));
-            for (size_t i = 0; i < bytes; i++)
-                ((uint8_t *)ptr)[i] = byte_of(s, p, i);
-        }
+    fill(w, KVF_LEVEL_PRIMARY, blocks, bytes);
+    for (uint32_t s = 0; s < blocks; s++)
         mv[s] = (kvf_move){.src = s, .key = {0x5eed, 1 + s}};
-    }
     KV(kvf_offload(w, KVF_TIER_DISK, mv, blocks, &t));
     KV(kvf_wait(w, t, NULL));
     kvf_engine_destroy(w);
@@ -182,32 +133,10 @@ int main(int argc, char **argv)
     kvf_engine *e = open_engine(dir, cuda ? KVF_BACKEND_CUDA : KVF_BACKEND_HOST, blocks, cuda);
     for (uint32_t s = 0; s < blocks; s++)
         mv[s] = (kvf_move){.dst = s, .key = {0x5eed, 1 + s}};
-    uint32_t order[POOLS];
-    for (uint32_t p = 0; p < POOLS; p++)
-        order[p] = p;
-    double whole[100], first[100], last[100], at[POOLS][100];
-    for (int r = -1; r < runs; r++) {
-        poison(e, blocks, bytes, cuda);
-        double t0 = now_ms();
-        KV(kvf_onboard(e, KVF_TIER_DISK, mv, blocks, &t));
-        KV(kvf_wait(e, t, NULL));
-        double t1 = now_ms();
-        poison(e, blocks, bytes, cuda);
-        double t2 = now_ms();
-        KV(kvf_onboard_pools(e, KVF_TIER_DISK, order, POOLS, mv, blocks, &t));
-        for (uint32_t p = 0; p < POOLS; p++) {
-            KV(kvf_wait_pool(e, t, p));
-            if (r >= 0)
-                at[p][r] = now_ms() - t2;
-        }
-        KV(kvf_wait(e, t, NULL));
-        double t3 = now_ms();
-        if (r < 0)
-            continue; /* warm-up */
-        whole[r] = t1 - t0;
-        first[r] = at[0][r];
-        last[r] = t3 - t2;
-    }
+    poison_args pa = {e, blocks, bytes, cuda};
+    arrival_runs *m = calloc(1, sizeof *m);
+    m->runs = runs;
+    arrival_measure(e, KVF_TIER_DISK, mv, blocks, poison_all, &pa, m);
     size_t bad;
     if (cuda) {
         /* device slots to the host tier, checked there */
@@ -226,14 +155,8 @@ int main(int argc, char **argv)
            "(median), %u pool groups\n",
            blocks, POOLS, bytes, mb, cuda ? "cuda" : "host", runs,
            kvf_engine_arrival_groups(e, KVF_TIER_DISK));
-    double wm = median(whole, runs), fm = median(first, runs), lm = median(last, runs);
-    printf("  whole batch (kvf_onboard)      %8.2f ms  %6.2f GB/s\n", wm, mb / wm);
-    printf("  layer-wise, first pool arrived %8.2f ms  (%.3f of whole)\n", fm, fm / wm);
-    printf("  layer-wise, last pool arrived  %8.2f ms  %6.2f GB/s\n", lm, mb / lm);
-    printf("  pool arrivals (ms):");
-    for (uint32_t p = 0; p < POOLS; p++)
-        printf("%s%.1f", p % 8 ? " " : "\n   ", median(at[p], runs));
-    printf("\n  verified: %s (%zu bytes differ)\n", bad ? "NO" : "every byte", bad);
+    arrival_print(m, mb, bad);
+    free(m);
     kvf_engine_destroy(e);
     free(mv);
     return bad ? 1 : 0;

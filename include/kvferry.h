@@ -1573,16 +1573,18 @@ KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
  * The tiers (bit 1 << tier) whose blocks the layer-wise calls
  * (kvf_cache_get_pools, kvf_wait_pool) deliver pool by pool on this
  * engine: DISK on every backend (pool group by pool group:
- * kvf_engine_arrival_groups), HOST and GPU on the CUDA backend, whose
- * copies the GPU orders; never REMOTE, which arrives whole. What
- * kvf_plan_input.layerwise_tiers takes. 0 for NULL.
+ * kvf_engine_arrival_groups), REMOTE on every backend where the engine
+ * has a remote tier (its values in ranged reads, pool group by pool
+ * group), HOST and GPU on the CUDA backend, whose copies the GPU orders.
+ * What kvf_plan_input.layerwise_tiers takes. 0 for NULL.
  */
 KVF_API uint32_t kvf_engine_layerwise_tiers(const kvf_engine *engine);
 
 /**
  * In how many steps a layer-wise load from `tier` arrives on this engine:
  * the pool groups of a read from DISK (consecutive pools of at least 256
- * KiB of a block, at most 32; $KVF_DISK_GROUP_BYTES sets the minimum), the
+ * KiB of a block, at most 32; $KVF_DISK_GROUP_BYTES sets the minimum) or
+ * from REMOTE (Redis 256 KiB, S3 32 MiB; $KVF_REMOTE_GROUP_BYTES), the
  * pool count for HOST and GPU on the CUDA backend, 0 for a tier that
  * arrives whole (kvf_engine_layerwise_tiers) and for NULL. What
  * kvf_plan_input.arrival_steps takes.

@@ -15,6 +15,7 @@
 #include "blockhdr.h"
 #include "engine.h"
 #include "fileio.h"
+#include "hold_gate.h"
 #include "testutil.h"
 
 #include <fcntl.h>
@@ -37,21 +38,19 @@ static size_t pool_bytes;
  * released; per file, so that chunks of the batch on other workers read
  * their own first groups whatever the order. */
 #define FILES_MAX 64
+static hold_gate hold = HOLD_GATE_INIT;
 static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     char path[FILES_MAX][600];
     int reads[FILES_MAX], nfiles;
-    int pass, held;
-    bool release;
-} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, {{0}}, {0}, 0, 0, 0, true};
+    int pass;
+} gate;
 
 static int gate_hook(const char *op, const char *path, size_t *len_p)
 {
     (void)len_p;
     if (strcmp(op, "read") != 0 || !strstr(path, ".kvf"))
         return 0;
-    pthread_mutex_lock(&gate.mu);
+    pthread_mutex_lock(&hold.mu);
     int k = 0;
     while (k < gate.nfiles && strcmp(gate.path[k], path) != 0)
         k++;
@@ -60,51 +59,36 @@ static int gate_hook(const char *op, const char *path, size_t *len_p)
         gate.reads[k] = 0;
         gate.nfiles++;
     }
-    if (k < FILES_MAX && gate.reads[k] < gate.pass) {
+    if (k < FILES_MAX && gate.reads[k] < gate.pass)
         gate.reads[k]++;
-    } else {
-        gate.held++;
-        pthread_cond_broadcast(&gate.cv);
-        while (!gate.release)
-            pthread_cond_wait(&gate.cv, &gate.mu);
-        gate.held--;
-    }
-    pthread_mutex_unlock(&gate.mu);
+    else
+        hold_gate_wait(&hold);
+    pthread_mutex_unlock(&hold.mu);
     return 0;
 }
 
 static void gate_close(int pass)
 {
-    pthread_mutex_lock(&gate.mu);
-    gate.nfiles = gate.held = 0;
+    pthread_mutex_lock(&hold.mu);
+    gate.nfiles = 0;
     gate.pass = pass;
-    gate.release = false;
-    pthread_mutex_unlock(&gate.mu);
+    hold.release = false;
+    pthread_mutex_unlock(&hold.mu);
 }
 
 static void gate_open(void)
 {
-    pthread_mutex_lock(&gate.mu);
-    gate.release = true;
+    pthread_mutex_lock(&hold.mu);
     gate.pass = 1 << 30;
-    pthread_cond_broadcast(&gate.cv);
-    pthread_mutex_unlock(&gate.mu);
+    hold_gate_release(&hold);
+    pthread_mutex_unlock(&hold.mu);
 }
 
-/* Waits (up to 10 s) until a read is held at the gate: the later groups'
- * reads have started and stopped there. */
+/* Whether a read is held at the gate (waiting up to 10 s): the later
+ * groups' reads have started and stopped there. */
 static bool gate_holding(void)
 {
-    pthread_mutex_lock(&gate.mu);
-    uint64_t until = kvf__now_ns() + 10000000000ull;
-    while (gate.held == 0 && kvf__now_ns() < until) {
-        pthread_mutex_unlock(&gate.mu);
-        usleep(1000);
-        pthread_mutex_lock(&gate.mu);
-    }
-    bool held = gate.held > 0;
-    pthread_mutex_unlock(&gate.mu);
-    return held;
+    return hold_gate_holding(&hold);
 }
 
 static uint8_t *slot_of(kvf_engine *e, uint32_t p, uint32_t s)

@@ -322,9 +322,9 @@ class Engine(_Issuer):
 
     def arrival_groups(self, tier: TierLike) -> int:
         """In how many steps a layer-wise load from `tier` arrives
-        (kvf_engine_arrival_groups): the disk's pool groups, the pool count
-        for HOST and GPU on the CUDA backend, 0 for a tier arriving whole:
-        what plan()'s arrival_steps takes."""
+        (kvf_engine_arrival_groups): the pool groups of DISK and REMOTE,
+        the pool count for HOST and GPU on the CUDA backend, 0 for a tier
+        arriving whole: what plan()'s arrival_steps takes."""
         return int(L.kvf_engine_arrival_groups(self._h(), int(Tier(tier))))
 
     def set_tier_cost(self, tier: TierLike, latency_s: float, bytes_per_s: float, hold: bool = False) -> None:

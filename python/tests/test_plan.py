@@ -213,6 +213,27 @@ def test_costs_at_the_edges_of_double():
     assert all(math.isfinite(x) for x in (p.ttft_s, p.load_s, p.compute_s))
 
 
+def test_remote_arrives_in_groups(tmp_path, geometry, monkeypatch):
+    # a remote tier reads its values pool group by pool group: a group per
+    # pool with KVF_REMOTE_GROUP_BYTES=1 (read when the pools are fixed)
+    monkeypatch.setenv("KVF_REMOTE_GROUP_BYTES", "1")
+    with kvf.Engine(backend=kvf.Backend.HOST, remote_url="mem://pyarrival",
+                    file_namespace="pyarrival") as e:
+        assert kvf.Tier.REMOTE in e.layerwise_tiers()
+        for _ in range(3):
+            e.add_pool(geometry, primary=4)
+        src = [e.slot_view(p, 0) for p in range(3)]
+        for p, v in enumerate(src):
+            v[:] = np.random.default_rng(p + 3).integers(0, 256, v.size, dtype=np.uint8)
+        e.offload(kvf.Tier.REMOTE, [(0, 7)]).wait(check=True)
+        assert e.arrival_groups(kvf.Tier.REMOTE) == 3
+        for p in range(3):
+            e.slot_view(p, 1)[:] = 0xA5
+        e.onboard(kvf.Tier.REMOTE, [(7, 1)], pools=[0, 1, 2]).wait(check=True)
+        for p in range(3):
+            assert bytes(e.slot_view(p, 1)) == bytes(src[p])
+
+
 def test_engine_costs(engine, geometry):
     pool = engine.add_pool(geometry, primary=8, secondary=8)
     seeds = engine.costs()

@@ -181,6 +181,8 @@ static const def env_defs[] = {
     /* the least bytes of a block in one pool group of a layer-wise read
      * from disk (src/engine/arrival.c); unset: its own rule */
     {D("disk_group_bytes", "KVF_DISK_GROUP_BYTES", K_SIZE, 0), .default_text = "auto"},
+    /* the same for a layer-wise read from the remote tier */
+    {D("remote_group_bytes", "KVF_REMOTE_GROUP_BYTES", K_SIZE, 0), .default_text = "auto"},
     /* the most bytes of a large batch the engine hands a device backend
      * in one call (src/engine/async.c); unset: its own rule */
     {D("device_call_bytes", "KVF_DEVICE_CALL_BYTES", K_SIZE, 0), .default_text = "auto"},

@@ -319,8 +319,7 @@ void kvf_engine_destroy(kvf_engine *e)
         free(e->workers[i].pool_bytes);
     }
     free(e->workers);
-    free(e->group_end);
-    free(e->pool_group);
+    kvf__arrival_free(e);
     kvf__store_close(e->file_store);
     for (size_t i = 0; i < TICKET_BUCKETS; i++)
         for (batch *b = e->tickets[i], *next; b; b = next) {

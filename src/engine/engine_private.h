@@ -109,13 +109,23 @@ typedef struct pool_sel {
     void **marks;
     uint32_t nmarks;
     uint32_t busy;
-    /* a layer-wise onboard from DISK (arrival.c): per pool group, the
+    /* a layer-wise onboard from DISK or REMOTE (arrival.c): per pool group, the
      * moves whose group is in their slots (or failed), and the groups
      * arrived for every move, a prefix of them; e->mu guards both. NULL:
      * the batch arrives whole */
     size_t *group_moves;
     uint32_t arrived;
 } pool_sel;
+
+/* The pool groups a layer-wise read from a slow tier hands over together
+ * (arrival.c): n of them, group g ending before pool end[g]; each pool's
+ * group; the bytes of a stored block up to group 0's end (its prefix and
+ * group 0's pools: the first read). */
+typedef struct arrival_groups {
+    uint32_t n;
+    uint32_t *end, *pool_group;
+    size_t first_bytes;
+} arrival_groups;
 
 /* What was queued on one slot or file, by batch id (see pending_batch).
  * Slots' entries are left as they are when a batch completes, so that a
@@ -342,13 +352,10 @@ struct kvf_engine {
     bool frozen;                             /* pools fixed: the first transfer was queued */
     uint32_t primary_slots, secondary_slots; /* slots valid in every pool */
     size_t all_block_bytes;                  /* one block of every pool */
-    /* the pool groups a layer-wise onboard from DISK reads and hands over
-     * together (arrival.c), fixed with the pools: ngroups of them, group g
-     * ending before pool group_end[g]; each pool's group; the bytes of a
-     * block file up to group 0's end */
-    uint32_t ngroups;
-    uint32_t *group_end, *pool_group;
-    size_t group_first_bytes;
+    /* the pool groups a layer-wise onboard from DISK ([0]) or REMOTE
+     * ([1]) reads and hands over together (arrival.c), fixed with the
+     * pools: see arrival_groups; kvf__arrival_of picks a tier's */
+    arrival_groups arrival[2];
 
     hazard *hz_primary, *hz_secondary;
     sec_slot *sec;                     /* per secondary slot, what queued writes leave there */
@@ -498,17 +505,23 @@ KVF_INTERNAL void kvf__issue_async(kvf_engine *e, batch *b);
 KVF_INTERNAL void kvf__release_after(kvf_engine *e, batch *b);
 
 /* arrival.c */
-/* The pool groups of a layer-wise read from DISK for the engine's pools,
- * their ends into end[] (npools entries; NULL: counted only); their count. */
-KVF_INTERNAL uint32_t kvf__arrival_groups(const kvf_engine *e, uint32_t *end);
-/* At freeze: e->ngroups, group_end, pool_group, group_first_bytes. */
+/* The pool groups of a layer-wise read from `tier` (DISK or REMOTE) for
+ * the engine's pools, their ends into end[] (npools entries; NULL: counted
+ * only); their count. */
+KVF_INTERNAL uint32_t kvf__arrival_groups(const kvf_engine *e, kvf_tier tier, uint32_t *end);
+/* At freeze: e->arrival of both tiers. */
 KVF_INTERNAL kvf_status kvf__arrival_setup(kvf_engine *e);
+/* Frees e->arrival (accepts an engine that never set it up). */
+KVF_INTERNAL void kvf__arrival_free(kvf_engine *e);
+/* The pool groups of a layer-wise onboard from `tier`; NULL for a tier
+ * read otherwise. */
+KVF_INTERNAL const arrival_groups *kvf__arrival_of(const kvf_engine *e, kvf_tier tier);
 /* `moves` moves of batch b (a part counts for its group) have pool group
  * g in their slots, or failed: marks the groups every move has as
  * arrived, waking their pools' waiters. Takes the lock. */
 KVF_INTERNAL void kvf__arrival_mark(kvf_engine *e, batch *b, uint32_t g, size_t moves);
-/* Whether batch b (or its group) is a layer-wise onboard from DISK read
- * pool group by pool group. */
+/* Whether batch b (or its group) is a layer-wise onboard from DISK or
+ * REMOTE read pool group by pool group. */
 KVF_INTERNAL bool kvf__arrival_grouped(const kvf_engine *e, const batch *b);
 /* A worker's chunk of such a batch: an even share, within its budget. */
 KVF_INTERNAL size_t kvf__arrival_chunk_moves(const kvf_engine *e, const batch *b);

@@ -186,7 +186,8 @@ static void fail_now(chunk *c, const kvf__store_block *blk)
 }
 
 /* The hook after pool group g of a read, for blocks[0..n) (one at a
- * time from the file store, on its I/O threads, several at once): the
+ * time from the file store, on its I/O threads; every block of the call
+ * at once from a remote store): the
  * blocks that read well have that group checked; their selected pools of
  * it are scattered into their slots (after group 0 each block is checked
  * against the engine first), blocks failed now fail their moves, and the
@@ -195,8 +196,9 @@ static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g
 {
     chunk *c = arg;
     kvf_engine *e = c->w->engine;
-    uint32_t first = g ? e->group_end[g - 1] : 0, last = e->group_end[g];
-    if (g + 1 == e->ngroups)
+    const arrival_groups *a = kvf__arrival_of(e, c->b->kind.tier);
+    uint32_t first = g ? a->end[g - 1] : 0, last = a->end[g];
+    if (g + 1 == a->n)
         last = e->npools;
     kvf__copy *cp = malloc((n ? n : 1) * (last - first) * sizeof *cp);
     size_t ncp = 0;
@@ -285,10 +287,11 @@ static void root_sel_groups(const kvf_engine *e, const batch *b, kvf__store_hook
 {
     if (!kvf__arrival_grouped(e, b))
         return;
+    const arrival_groups *a = kvf__arrival_of(e, b->kind.tier);
     h->part = chunk_part;
-    h->group_end = e->group_end;
-    h->n_groups = e->ngroups;
-    h->first_bytes = e->group_first_bytes;
+    h->group_end = a->end;
+    h->n_groups = a->n;
+    h->first_bytes = a->first_bytes;
 }
 
 /* After a write of a move failed, here or before its chunk: the store
@@ -381,7 +384,7 @@ void kvf__run_store_chunk(worker *w, batch *b, size_t first, size_t last, uint64
         chunk_blocks(w, b, idx, m, dev);
         chunk c = {w, b, s, idx, w->blocks, w->copies, w->pool_bytes, first, last, 0};
         kvf__store_hooks h = {chunk_gather, chunk_scatter, &c, NULL, NULL, 0, 0};
-        /* a layer-wise onboard from DISK: pool group by pool group; the
+        /* a layer-wise onboard from DISK or REMOTE: pool group by pool group; the
          * chunk's moves that failed before count in every group */
         root_sel_groups(e, b, &h);
         for (uint32_t g = 0; h.part && g < h.n_groups; g++)

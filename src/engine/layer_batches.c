@@ -75,9 +75,11 @@ kvf_status kvf__pool_sel_make(kvf_engine *e, const char *fn, op_kind kind, const
         kvf__pool_sel_free(e, s);
         return st == KVF_ERR_NOMEM ? kvf__fail(st, "%s: out of memory for the pool list", fn) : st;
     }
-    /* a layer-wise onboard from DISK arrives pool group by pool group
-     * (arrival.c): at most a group per pool */
-    if (kind.dir == OP_ONBOARD && kind.tier == KVF_TIER_DISK &&
+    /* a layer-wise onboard from DISK, or from a REMOTE store that reads
+     * in groups, arrives pool group by pool group (arrival.c): at most a
+     * group per pool */
+    if (kind.dir == OP_ONBOARD && kvf__arrival_of(e, kind.tier) &&
+        (kvf_engine_layerwise_tiers(e) >> kind.tier & 1u) &&
         !(s->group_moves = calloc(e->npools, sizeof *s->group_moves))) {
         kvf__pool_sel_free(e, s);
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory for the pool list", fn);

@@ -191,9 +191,7 @@ kvf_status kvf__freeze(kvf_engine *e)
         e->hz_primary = e->hz_secondary = NULL;
         e->sec = NULL;
         e->mark_primary = e->mark_secondary = NULL;
-        free(e->group_end);
-        free(e->pool_group);
-        e->group_end = e->pool_group = NULL;
+        kvf__arrival_free(e);
         return kvf__fail(KVF_ERR_NOMEM, "engine: out of memory for hazard tables");
     }
     e->fingerprint = kvf__geometry_fingerprint(gs, e->npools);

@@ -74,12 +74,16 @@ const char *kvf_tier_name(kvf_tier tier)
 uint32_t kvf_engine_layerwise_tiers(const kvf_engine *e)
 {
     /* an onboard from DISK reads block files pool group by pool group
-     * (arrival.c), on every backend; the GPU orders the copies between
-     * slots pool by pool; the host backend between slots and the remote
-     * tier deliver whole batches */
+     * (arrival.c), on every backend, and one from REMOTE its values where
+     * the remote store reads in groups (all of them: kvf__store_kind's
+     * read_groups); the GPU orders the copies between slots pool by pool;
+     * the host backend between slots delivers whole batches */
     if (!e)
         return 0;
     uint32_t mask = 1u << KVF_TIER_DISK;
+    const kvf__store_kind *rk = e->remote_url ? kvf__store_kind_of(e->remote_url) : NULL;
+    if (rk && rk->group_bytes)
+        mask |= 1u << KVF_TIER_REMOTE;
     if (kvf_engine_backend(e) != KVF_BACKEND_CUDA)
         return mask;
     for (unsigned t = 0; t < KVF_TIER_COUNT; t++)

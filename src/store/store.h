@@ -99,8 +99,9 @@ typedef struct kvf__store_hooks {
      * g + 1: a block whose status is KVF_OK then holds that group's pools,
      * checked (and tokens, pools and payload_bytes are set); one that
      * failed (now or before) is failed for good. done follows for each
-     * block at the end, as always. Stores reading whole blocks never call
-     * part. */
+     * block at the end, as always. The remote stores read their values so
+     * in ranges (kvf__store_read_groups), every block of the call at once.
+     * Stores reading whole blocks never call part. */
     void (*part)(void *arg, kvf__store_block *blocks, size_t n, uint32_t g);
     const uint32_t *group_end;
     uint32_t n_groups;
@@ -207,6 +208,13 @@ typedef struct kvf__store_kind {
      * create, an unreachable server is a warning (it may come back). For
      * stores whose URL names something that must exist (an S3 bucket). */
     bool probe_at_create;
+    /* Its read_hooked takes pool groups (kvf__store_hooks.part:
+     * kvf__store_read_groups), so that an engine's onboard from it arrives
+     * layer by layer, in groups of at least this many bytes of a block
+     * unless KVF_REMOTE_GROUP_BYTES says otherwise: each group is a round
+     * of ranged reads, so the store's own cost of a request sets it. 0:
+     * it reads whole blocks. */
+    size_t group_bytes;
 } kvf__store_kind;
 
 /* The registry's store for `url`'s scheme, or NULL. */
@@ -246,6 +254,54 @@ KVF_INTERNAL kvf_status kvf__store_exists(kvf__store *s, const kvf_key *keys, si
 KVF_INTERNAL kvf_status kvf__store_remove(kvf__store *s, const kvf_key *keys, size_t n,
                                           uint64_t deadline_ns, kvf_status *status);
 KVF_INTERNAL kvf_status kvf__store_list(kvf__store *s, kvf__store_visit_fn visit, void *arg);
+
+/* ---- reading a remote value pool group by pool group (store_groups.c) ---- */
+
+/* One ranged read of a block's stored value: bytes [off, off + len) into
+ * dst. The store sets got (the bytes the value had there: fewer when it
+ * ends before off + len, 0 past its end or when it is gone) and, when the
+ * read failed, the block's status and msg (kvf__store_block_fail; an
+ * absent value KVF_ERR_NOT_FOUND, msg optional). */
+typedef struct kvf__store_range {
+    kvf__store_block *block;
+    uint64_t off;
+    size_t len;
+    uint8_t *dst;
+    size_t got;
+    /* set by a store whose messages name more than its URL: the value's
+     * own name ("object NS/<key>.kvf"); "" none */
+    char about[240];
+} kvf__store_range;
+
+/* A store's ranged reads of several blocks at once (one round trip where
+ * it can), by deadline_ns. */
+typedef void (*kvf__store_ranges_fn)(kvf__store *s, kvf__store_range *r, size_t n,
+                                     uint64_t deadline_ns);
+
+/* A remote store's read_hooked: where h takes pool groups (h->part,
+ * n_groups > 1), the blocks are read with `ranges` as the part contract
+ * says (kvf__store_hooks): a first read of h->first_bytes brings the
+ * header and pool table, checked against fingerprint (0: any layout),
+ * ns_hash and the block's key, and the first group; then each group g of
+ * every block, its pools checked against that table before part(g) hands
+ * them over. A value written again or removed between the reads fails its
+ * block (a pool whose bytes do not match the table: KVF_ERR_CORRUPT; a
+ * value shorter than its table: KVF_ERR_CORRUPT; gone: KVF_ERR_NOT_FOUND),
+ * never mixing two values' bytes. Otherwise the store's whole read, then
+ * h->done. */
+KVF_INTERNAL kvf_status kvf__store_read_groups(kvf__store *s, kvf__store_block *blocks, size_t n,
+                                               uint64_t deadline_ns, const kvf__store_hooks *h,
+                                               kvf__store_ranges_fn ranges, uint64_t fingerprint,
+                                               uint64_t ns_hash);
+/* Fails every block of ranges r[0..n) for want of memory (a store that
+ * could not set its reads up). */
+KVF_INTERNAL void kvf__store_ranges_nomem(kvf__store *s, kvf__store_range *r, size_t n);
+/* For tests: called before each ranged read round of group g >= 1 of a
+ * kvf__store_read_groups call on store s (after part(g - 1) for every
+ * block), on the reading thread; it may hold the round back, or write the
+ * store's keys. NULL: none. */
+typedef void (*kvf__store_group_gate_fn)(kvf__store *s, uint32_t g);
+KVF_INTERNAL void kvf__store_set_group_gate(kvf__store_group_gate_fn fn);
 
 /* Fills in every failed block's msg that its store left empty:
  * "<noun> 0x<key>: <status>; the round trip's first failure: <why>".

@@ -20,6 +20,10 @@
  * KVF_ERR_NOT_FOUND when there is no such value or byte. */
 KVF_INTERNAL kvf_status kvf__mem_store_poke(const char *name, const char *ns, kvf_key key,
                                             size_t offset, uint8_t mask);
+/* For tests: copies bytes [offset, offset + len) of that value to out.
+ * KVF_ERR_NOT_FOUND when there is no such value or it is shorter. */
+KVF_INTERNAL kvf_status kvf__mem_store_peek(const char *name, const char *ns, kvf_key key,
+                                            size_t offset, void *out, size_t len);
 /* For tests: forgets every block of mem://`name`. */
 KVF_INTERNAL void kvf__mem_store_clear(const char *name);
 

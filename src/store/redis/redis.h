@@ -104,6 +104,19 @@ typedef struct kvf__redis_get {
     size_t payload_bytes;
 } kvf__redis_get;
 
+/* One range of a block's value to fetch: bytes [off, off + len) (len >
+ * 0) into dst, unchecked (the caller checks them against the value's
+ * pool table). got: the bytes the value had there (fewer where it ends;
+ * 0 past its end or for an absent key, which GETRANGE cannot tell apart),
+ * set when the status is KVF_OK. */
+typedef struct kvf__redis_range {
+    kvf_key key;
+    uint64_t off;
+    size_t len;
+    void *dst;
+    size_t got;
+} kvf__redis_range;
+
 /*
  * Batch calls: one pipelined round trip per node (more only to follow
  * redirections or retry). status[i] receives block i's outcome. The
@@ -128,6 +141,7 @@ typedef struct kvf__redis_get {
  *         cap is too small for the block its header describes; KVF_ERR_
  *         REMOTE / KVF_ERR_TIMEOUT. dst's bytes are unspecified after a
  *         failure.
+ * range:  KVF_OK, got bytes copied; KVF_ERR_REMOTE / KVF_ERR_TIMEOUT.
  * exists: KVF_OK present, KVF_ERR_NOT_FOUND absent (the value is not
  *         read: a get may still find it corrupt).
  * delete: KVF_OK whether or not the block existed.
@@ -137,6 +151,9 @@ KVF_INTERNAL kvf_status kvf__redis_put_batch_until(kvf__redis *r, const kvf__red
                                                    kvf_status *status);
 KVF_INTERNAL kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, size_t n,
                                                    uint64_t deadline_ns, kvf_status *status);
+KVF_INTERNAL kvf_status kvf__redis_range_batch_until(kvf__redis *r, kvf__redis_range *ranges,
+                                                     size_t n, uint64_t deadline_ns,
+                                                     kvf_status *status);
 KVF_INTERNAL kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                                       uint64_t deadline_ns, kvf_status *status);
 KVF_INTERNAL kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,

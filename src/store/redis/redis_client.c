@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The remote tier on Redis (redis.h): batches of blocks as pipelined
- * SET / GETRANGE / EXISTS / DEL, one pipeline per node and round.
+ * SET / GETRANGE / EXISTS / DEL, one pipeline per node and round; and
+ * ranges of values (GETRANGE) for reads pool group by pool group.
  *
  * A batch runs in rounds. Each round groups the blocks still pending by
  * the node they are routed to, writes every node's pipeline first and
@@ -44,7 +45,9 @@
  * parses the first blocks while later ones are still being checksummed */
 #define SEND_CHUNK ((size_t)256 << 10)
 
-typedef enum op_kind { OP_SET, OP_GET, OP_EXISTS, OP_DEL } op_kind;
+/* OP_RANGE: a GETRANGE of the caller's range, its bytes unchecked (the
+ * store checks them: kvf__store_read_groups) */
+typedef enum op_kind { OP_SET, OP_GET, OP_EXISTS, OP_DEL, OP_RANGE } op_kind;
 
 /* One block of a batch. */
 typedef struct op {
@@ -67,6 +70,7 @@ typedef struct batch {
     size_t n;
     const kvf__redis_put *puts;
     kvf__redis_get *gets;
+    kvf__redis_range *ranges;
     kvf_status *status;
     bool backoff;
     uint64_t deadline_ns;          /* kvf__now_ns() time by which the call returns */
@@ -206,6 +210,15 @@ static kvf_status take_value(batch *b, op *o, const char *str, size_t len)
     return KVF_OK;
 }
 
+/* A GETRANGE's bytes, as many as the range asked for. */
+static kvf_status take_range(batch *b, op *o, const char *str, size_t len)
+{
+    kvf__redis_range *r = &b->ranges[o - b->ops];
+    r->got = len < r->len ? len : r->len;
+    memcpy(r->dst, str, r->got);
+    return KVF_OK;
+}
+
 static void op_reply(batch *b, op *o, const redisReply *reply)
 {
     if (reply->type == REDIS_REPLY_ERROR) {
@@ -220,6 +233,11 @@ static void op_reply(batch *b, op *o, const redisReply *reply)
     case OP_GET:
         st = reply->type == REDIS_REPLY_NIL      ? KVF_ERR_NOT_FOUND
              : reply->type == REDIS_REPLY_STRING ? take_value(b, o, reply->str, reply->len)
+                                                 : KVF_ERR_REMOTE;
+        break;
+    case OP_RANGE:
+        st = reply->type == REDIS_REPLY_NIL      ? KVF_ERR_NOT_FOUND
+             : reply->type == REDIS_REPLY_STRING ? take_range(b, o, reply->str, reply->len)
                                                  : KVF_ERR_REMOTE;
         break;
     default: /* EXISTS, DEL */
@@ -237,11 +255,11 @@ static void op_reply(batch *b, op *o, const redisReply *reply)
 /* RESP of "<verb> <key>" (and, for SET, the value's length line and the
  * header; for GETRANGE, the range) into o->cmd. */
 static void op_encode(const kvf__redis *r, op *o, op_kind kind, const kvf__redis_put *put,
-                      const kvf__redis_get *get)
+                      const kvf__redis_get *get, const kvf__redis_range *range)
 {
-    static const char *const verbs[] = {"SET", "GETRANGE", "EXISTS", "DEL"};
+    static const char *const verbs[] = {"SET", "GETRANGE", "EXISTS", "DEL", "GETRANGE"};
     const char *verb = verbs[kind];
-    int argc = kind == OP_SET ? r->set_argc : kind == OP_GET ? 4 : 2;
+    int argc = kind == OP_SET ? r->set_argc : kind == OP_GET || kind == OP_RANGE ? 4 : 2;
     int len = snprintf(o->cmd, sizeof o->cmd, "*%d\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", argc,
                        strlen(verb), verb, o->key_len, o->key_text);
     if (kind == OP_GET) {
@@ -253,6 +271,14 @@ static void op_encode(const kvf__redis *r, op *o, op_kind kind, const kvf__redis
                     : snprintf(end, sizeof end, "%zu", KVF_BLOCK_PREFIX_MAX + get->cap);
         len +=
             snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$1\r\n0\r\n$%d\r\n%s\r\n", n, end);
+    }
+    if (kind == OP_RANGE) {
+        /* inclusive at both ends; a range is never empty (the store's) */
+        char from[24], to[24];
+        int nf = snprintf(from, sizeof from, "%" PRIu64, range->off);
+        int nt = snprintf(to, sizeof to, "%" PRIu64, range->off + range->len - 1);
+        len += snprintf(o->cmd + len, sizeof o->cmd - (size_t)len, "$%d\r\n%s\r\n$%d\r\n%s\r\n", nf,
+                        from, nt, to);
     }
     if (kind == OP_SET) {
         size_t pre = kvf__block_prefix_bytes(put->pools);
@@ -279,7 +305,8 @@ typedef struct value_target {
 static kvf_status take_value_sink(void *arg, const char *str, size_t len)
 {
     value_target *t = arg;
-    return take_value(t->b, t->o, str, len);
+    return t->b->kind == OP_RANGE ? take_range(t->b, t->o, str, len)
+                                  : take_value(t->b, t->o, str, len);
 }
 
 /* The pieces of op `o`'s command, ASKING first when redirected by ASK. */
@@ -287,9 +314,10 @@ static size_t op_iov(const batch *b, op *o, struct iovec *iov)
 {
     const kvf__redis_put *put = b->puts ? &b->puts[o - b->ops] : NULL;
     const kvf__redis_get *get = b->gets ? &b->gets[o - b->ops] : NULL;
+    const kvf__redis_range *range = b->ranges ? &b->ranges[o - b->ops] : NULL;
     /* encoded when first sent: a SET's header needs its payload's CRC */
     if (o->cmd_len == 0)
-        op_encode(b->r, o, b->kind, put, get);
+        op_encode(b->r, o, b->kind, put, get, range);
     size_t k = 0;
     if (o->asking)
         iov[k++] = (struct iovec){(void *)ASKING_CMD, sizeof ASKING_CMD - 1};
@@ -356,7 +384,7 @@ static void read_group(batch *b, group *g, size_t gi)
         value_target target = {b, o};
         kvf__redis_sink sink = {.take = take_value_sink, .arg = &target};
         if (g->st == KVF_OK)
-            g->st = b->kind == OP_GET
+            g->st = b->kind == OP_GET || b->kind == OP_RANGE
                         ? kvf__redis_node_read_into(g->node, g->conn, &sink, b->deadline_ns, &reply)
                         : kvf__redis_node_read(g->node, g->conn, b->deadline_ns, &reply);
         if (g->st != KVF_OK) {
@@ -452,14 +480,21 @@ static kvf_status run_batch(batch *b)
     return KVF_OK;
 }
 
+/* What a batch of `kind` moves: the blocks put, got or ranged (one of
+ * them, or none for exists and delete). */
+typedef struct batch_io {
+    const kvf__redis_put *puts;
+    kvf__redis_get *gets;
+    kvf__redis_range *ranges;
+} batch_io;
+
 static kvf_status batch_run(kvf__redis *r, op_kind kind, const kvf_key *keys, size_t stride,
-                            size_t n, const kvf__redis_put *puts, kvf__redis_get *gets,
-                            uint64_t deadline_ns, kvf_status *status)
+                            size_t n, batch_io io, uint64_t deadline_ns, kvf_status *status)
 {
     uint64_t start = kvf__now_ns();
     if (!deadline_ns)
         deadline_ns = start + r->topo.opts.timeout_ms * 1000000ull;
-    static const char *const names[] = {"put", "get", "exists", "delete"};
+    static const char *const names[] = {"put", "get", "exists", "delete", "range"};
     if (!r || !keys || !status || n == 0)
         return kvf__fail(KVF_ERR_INVALID, "remote %s_batch: NULL argument or no blocks",
                          names[kind]);
@@ -471,8 +506,9 @@ static kvf_status batch_run(kvf__redis *r, op_kind kind, const kvf_key *keys, si
                .kind = kind,
                .ops = ops,
                .n = n,
-               .puts = puts,
-               .gets = gets,
+               .puts = io.puts,
+               .gets = io.gets,
+               .ranges = io.ranges,
                .status = status,
                .deadline_ns = deadline_ns,
                .budget_ms = deadline_ns > start ? (uint32_t)((deadline_ns - start) / 1000000u) : 0,
@@ -506,8 +542,8 @@ kvf_status kvf__redis_put_batch_until(kvf__redis *r, const kvf__redis_put *block
         if (st != KVF_OK)
             return st;
     }
-    return batch_run(r, OP_SET, blocks ? &blocks->key : NULL, sizeof *blocks, n, blocks, NULL,
-                     deadline_ns, status);
+    return batch_run(r, OP_SET, blocks ? &blocks->key : NULL, sizeof *blocks, n,
+                     (batch_io){.puts = blocks}, deadline_ns, status);
 }
 
 kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, size_t n,
@@ -517,20 +553,35 @@ kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, siz
         if (!blocks[i].dst && blocks[i].cap)
             return kvf__fail(KVF_ERR_INVALID, "remote get_batch: block " KVF_KEY_FMT ": no buffer",
                              KVF_KEY_ARGS(blocks[i].key));
-    return batch_run(r, OP_GET, blocks ? &blocks->key : NULL, sizeof *blocks, n, NULL, blocks,
-                     deadline_ns, status);
+    return batch_run(r, OP_GET, blocks ? &blocks->key : NULL, sizeof *blocks, n,
+                     (batch_io){.gets = blocks}, deadline_ns, status);
+}
+
+kvf_status kvf__redis_range_batch_until(kvf__redis *r, kvf__redis_range *ranges, size_t n,
+                                        uint64_t deadline_ns, kvf_status *status)
+{
+    for (size_t i = 0; ranges && i < n; i++) {
+        ranges[i].got = 0;
+        if (!ranges[i].dst || !ranges[i].len || ranges[i].off > (uint64_t)INT64_MAX - ranges[i].len)
+            return kvf__fail(KVF_ERR_INVALID,
+                             "remote range_batch: block " KVF_KEY_FMT ": no buffer, or an empty "
+                             "or unreachable range",
+                             KVF_KEY_ARGS(ranges[i].key));
+    }
+    return batch_run(r, OP_RANGE, ranges ? &ranges->key : NULL, sizeof *ranges, n,
+                     (batch_io){.ranges = ranges}, deadline_ns, status);
 }
 
 kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                          uint64_t deadline_ns, kvf_status *status)
 {
-    return batch_run(r, OP_EXISTS, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);
+    return batch_run(r, OP_EXISTS, keys, sizeof *keys, n, (batch_io){0}, deadline_ns, status);
 }
 
 kvf_status kvf__redis_delete_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                          uint64_t deadline_ns, kvf_status *status)
 {
-    return batch_run(r, OP_DEL, keys, sizeof *keys, n, NULL, NULL, deadline_ns, status);
+    return batch_run(r, OP_DEL, keys, sizeof *keys, n, (batch_io){0}, deadline_ns, status);
 }
 
 /* Whether `node` owns a slot: a seed that is not (or no longer) part of

@@ -36,6 +36,12 @@ kvf_status kvf__redis_get_batch_until(kvf__redis *r, kvf__redis_get *blocks, siz
     return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
 }
 
+kvf_status kvf__redis_range_batch_until(kvf__redis *r, kvf__redis_range *ranges, size_t n,
+                                        uint64_t deadline_ns, kvf_status *status)
+{
+    return kvf__fail(KVF_ERR_UNSUPPORTED, NO_CLIENT);
+}
+
 kvf_status kvf__redis_exists_batch_until(kvf__redis *r, const kvf_key *keys, size_t n,
                                          uint64_t deadline_ns, kvf_status *status)
 {

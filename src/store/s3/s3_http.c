@@ -180,6 +180,27 @@ static size_t write_body(char *in, size_t size, size_t nmemb, void *arg)
         r->err[r->err_len] = '\0';
         return n;
     }
+    if (r->range && code == 200) {
+        /* the whole object for a ranged GET: the bytes before the range
+         * are passed over, and the transfer stops at its end */
+        r->whole = true;
+        uint64_t at = r->seen;
+        r->seen += n;
+        if (r->seen <= r->range_off)
+            return n;
+        size_t skip = at < r->range_off ? (size_t)(r->range_off - at) : 0;
+        size_t want = r->range - r->got, k = n - skip < want ? n - skip : want;
+        if (!r->dst || k > r->cap - r->got) {
+            r->overflow = true;
+            return 0;
+        }
+        memcpy((char *)r->dst + r->got, in + skip, k);
+        r->got += k;
+        if (r->got < r->range)
+            return n;
+        r->overflow = true; /* the range is in: no more is read */
+        return 0;
+    }
     if (!r->dst || n > r->cap - r->got) {
         r->overflow = true;
         return 0; /* stops the transfer: no more of it is read */
@@ -197,7 +218,8 @@ static bool start(kvf__s3_client *c, s3_conns *k, uint32_t i, kvf__s3_req *r, ui
     curl_easy_reset(e);
     r->easy = e;
     r->sent = r->got = r->err_len = 0;
-    r->overflow = false;
+    r->seen = 0;
+    r->overflow = r->whole = false;
     r->err[0] = '\0';
     r->attempts++;
     char url[1200];
@@ -210,7 +232,8 @@ static bool start(kvf__s3_client *c, s3_conns *k, uint32_t i, kvf__s3_req *r, ui
     k->range[i] = NULL;
     if (r->range) {
         char range[64];
-        snprintf(range, sizeof range, "Range: bytes=0-%zu", r->range - 1);
+        snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)r->range_off,
+                 (unsigned long long)(r->range_off + r->range - 1));
         /* the shared headers after this request's own */
         struct curl_slist *own = curl_slist_append(NULL, range);
         for (struct curl_slist *h = c->headers; own && h; h = h->next)
@@ -282,6 +305,12 @@ static bool finish(kvf__s3_req *r, CURLcode cc, uint64_t now, uint64_t deadline_
     char said[280];
     if (cc == CURLE_OK || (cc == CURLE_WRITE_ERROR && r->overflow)) {
         if ((http >= 200 && http <= 299) || (http == 404 && r->method == KVF_S3_DELETE)) {
+            r->status = KVF_OK;
+            return false;
+        }
+        if (http == 416 && r->range) {
+            /* the range starts past the object's end: none of it is there */
+            r->got = 0;
             r->status = KVF_OK;
             return false;
         }

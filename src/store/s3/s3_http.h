@@ -27,21 +27,27 @@ typedef struct kvf__s3_req {
     const void *head, *body;
     size_t head_len, body_len;
     /* GET: the body goes to dst[0..cap); a longer one stops there
-     * (overflow). range: only the first `range` bytes are asked for (0:
-     * all). */
+     * (overflow). range: only `range` bytes from range_off are asked for
+     * (0: all). A server answering a ranged GET with the whole object
+     * (200, not 206: one that ignores Range) is read up to the range's
+     * end, only the range kept (whole is set); a range past the object's
+     * end (416) is a success of no bytes. got < range: the object ends
+     * there. */
     void *dst;
     size_t cap, range;
+    uint64_t range_off;
     /* answers: status KVF_OK (2xx), KVF_ERR_NOT_FOUND (404: for DELETE
      * KVF_OK), KVF_ERR_REMOTE (another answer, or failures after the
      * retries), KVF_ERR_TIMEOUT (the deadline); why says what failed. */
     kvf_status status;
     long http;
     size_t got;
-    bool overflow;
+    bool overflow, whole;
     char why[320];
     /* the run's own */
     void *easy;
     size_t sent;
+    uint64_t seen; /* a whole answer's body bytes so far */
     unsigned attempts;
     uint64_t retry_at_ns;
     char err[1024];

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * remote_arrival: when a layer-wise onboard from the remote tier hands
+ * over its first pool, against the whole batch, for the remote group size
+ * of $KVF_REMOTE_GROUP_BYTES (unset: the default). Blocks of a
+ * Llama-3-8B-shaped layout (a pool per layer: K and V of 8 heads of 128,
+ * bf16, token-major, 16 tokens a block: 64 KiB a pool, 2 MiB a block over
+ * 32 pools) are stored at URL, then read back into poisoned slots, each
+ * run:
+ *
+ *   whole     kvf_onboard of every block, to kvf_wait
+ *   first     kvf_onboard_pools of every pool, to kvf_wait_pool of pool 0
+ *   pools     the same batch: each pool's arrival (kvf_wait_pool in order),
+ *             the last one's being the batch's end
+ *
+ * Median of the runs after one warm-up, then every byte of every slot
+ * checked against what was stored. Host backend (the remote store's reads
+ * are the same on either).
+ *
+ * Usage: remote_arrival URL [blocks (32)] [runs (5)] [tokens a block (16)]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "arrival_bench.h"
+
+static kvf_engine *open_engine(const char *url, uint32_t slots)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    cfg.file.namespace_ = "remote-arrival";
+    cfg.remote.url = url;
+    cfg.remote.timeout_ms = 30000;
+    kvf_engine *e;
+    KV(kvf_engine_create(&cfg, &e));
+    for (uint32_t p = 0; p < POOLS; p++) {
+        kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, slots};
+        uint32_t idx;
+        KV(kvf_engine_add_pool(e, &G, &prim, NULL, &idx));
+    }
+    return e;
+}
+
+typedef struct poison_args {
+    kvf_engine *e;
+    uint32_t blocks;
+    size_t bytes;
+} poison_args;
+
+static void poison_all(void *arg)
+{
+    poison_args *a = arg;
+    poison_host(a->e, a->blocks, a->bytes);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: remote_arrival URL [blocks] [runs]\n");
+        return 2;
+    }
+    const char *url = argv[1];
+    uint32_t blocks = argc > 2 ? (uint32_t)atoi(argv[2]) : 32;
+    int runs = argc > 3 ? atoi(argv[3]) : 5;
+    int tokens = argc > 4 ? atoi(argv[4]) : 16;
+    if (blocks == 0 || runs < 1 || runs > 99 || tokens < 1 || tokens > 1024) {
+        fprintf(stderr, "remote_arrival: blocks > 0, runs 1..99, tokens 1..1024\n");
+        return 2;
+    }
+    G.tokens_per_block = (uint32_t)tokens;
+    size_t bytes;
+    KV(kvf_geometry_block_bytes(&G, &bytes));
+    kvf_engine *e = open_engine(url, blocks);
+    kvf_move *mv = calloc(blocks, sizeof *mv);
+    kvf_ticket t;
+    fill(e, KVF_LEVEL_PRIMARY, blocks, bytes);
+    for (uint32_t s = 0; s < blocks; s++)
+        mv[s] = (kvf_move){.src = s, .key = {0x5eed, 1 + s}};
+    KV(kvf_offload(e, KVF_TIER_REMOTE, mv, blocks, &t));
+    KV(kvf_wait(e, t, NULL));
+    for (uint32_t s = 0; s < blocks; s++)
+        mv[s] = (kvf_move){.dst = s, .key = {0x5eed, 1 + s}};
+    poison_args pa = {e, blocks, bytes};
+    arrival_runs *m = calloc(1, sizeof *m);
+    m->runs = runs;
+    arrival_measure(e, KVF_TIER_REMOTE, mv, blocks, poison_all, &pa, m);
+    size_t bad = check(e, KVF_LEVEL_PRIMARY, blocks, bytes);
+    double mb = (double)blocks * POOLS * (double)bytes / 1e6;
+    const char *set = getenv("KVF_REMOTE_GROUP_BYTES");
+    printf("remote_arrival: %u blocks of %u pools x %zu bytes (%.0f MB), %d runs (median), "
+           "%u pool groups (KVF_REMOTE_GROUP_BYTES=%s)\n",
+           blocks, POOLS, bytes, mb, runs, kvf_engine_arrival_groups(e, KVF_TIER_REMOTE),
+           set && *set ? set : "default");
+    arrival_print(m, mb, bad);
+    free(m);
+    kvf_engine_destroy(e);
+    free(mv);
+    return bad ? 1 : 0;
+}
