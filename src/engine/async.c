@@ -38,8 +38,16 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
 /* Bytes per call, at most (but one move), for a batch moving every pool.
  * Its moves are released chunk by chunk (kvf__release_copied): an onboard
  * into a slot that a large offload reads waits for the slot's chunk, not
- * for the whole batch. */
+ * for the whole batch. Small copies go in calls of ASYNC_CHUNK_BYTES, or
+ * 1/ASYNC_SMALL_CALLS of their batch up to ASYNC_CHUNK_BYTES_MAX: each
+ * call is a kernel launch whose start and drain cost a few microseconds of
+ * the GPU's copy time (LMCache's layout, 1 GiB in 32 KiB blocks on an
+ * H100: 48.8 GB/s in 4 MiB calls, 49.6 in 16 MiB ones, against LMCache's
+ * one kernel at 52.0; bench/results/h100-lmcache*.txt), while an onboard
+ * behind such a batch waits for at most one call (16 MiB: about 0.3 ms). */
 #define ASYNC_CHUNK_BYTES ((size_t)4 << 20)
+#define ASYNC_CHUNK_BYTES_MAX ((size_t)16 << 20)
+#define ASYNC_SMALL_CALLS 64u
 /* Batches whose copies average ASYNC_RETIRE_FROM and more (the copy
  * engines' share, where a call costs a few microseconds of host time and
  * the engines run calls back to back) go in calls of ASYNC_RETIRE_BYTES,
@@ -63,8 +71,11 @@ static size_t chunk_bytes_for(size_t bytes, size_t ncopies)
     uint64_t set = kvf__env_size("KVF_DEVICE_CALL_BYTES");
     if (set)
         return set > SIZE_MAX ? SIZE_MAX : (size_t)set;
-    if (ncopies == 0 || bytes / ncopies < ASYNC_RETIRE_FROM)
-        return ASYNC_CHUNK_BYTES;
+    if (ncopies == 0 || bytes / ncopies < ASYNC_RETIRE_FROM) {
+        size_t c = bytes / ASYNC_SMALL_CALLS;
+        c = c > ASYNC_CHUNK_BYTES ? c : ASYNC_CHUNK_BYTES;
+        return c < ASYNC_CHUNK_BYTES_MAX ? c : ASYNC_CHUNK_BYTES_MAX;
+    }
     size_t c = bytes / ASYNC_CALLS_MAX;
     c = c > ASYNC_RETIRE_BYTES ? c : ASYNC_RETIRE_BYTES;
     return c < ASYNC_CHUNK_BYTES ? c : ASYNC_CHUNK_BYTES;
