@@ -12,6 +12,7 @@
 
 #include "bench_stats.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,74 @@ static inline void poison_host(kvf_engine *e, uint32_t blocks, size_t bytes)
             KV(kvf_engine_slot_ptr(e, p, KVF_LEVEL_PRIMARY, s, &ptr));
             memset(ptr, POISON, bytes);
         }
+}
+
+/* The stored block of poison bytes device slots are poisoned from. */
+static const kvf_key POISON_KEY = {0xbad, 0xbad};
+
+/* A block of poison bytes stored under POISON_KEY on `tier`, from slot 0
+ * of e's primary (host) slots, which it overwrites. */
+static inline void store_poison(kvf_engine *e, kvf_tier tier, size_t bytes)
+{
+    for (uint32_t p = 0; p < POOLS; p++) {
+        void *ptr;
+        KV(kvf_engine_slot_ptr(e, p, KVF_LEVEL_PRIMARY, 0, &ptr));
+        memset(ptr, POISON, bytes);
+    }
+    kvf_move mv = {.src = 0, .key = POISON_KEY};
+    kvf_ticket t;
+    KV(kvf_offload(e, tier, &mv, 1, &t));
+    KV(kvf_wait(e, t, NULL));
+}
+
+/* Poisons the slots the runs write: host slots in place; device slots
+ * (which a benchmark does not reach) from the host tier's slots, which
+ * the first call fills with the poison block stored on `tier` (read whole
+ * into every device slot, then offloaded). */
+static inline void poison_slots(kvf_engine *e, kvf_tier tier, uint32_t blocks, size_t bytes,
+                                bool device)
+{
+    static bool host_tier_poisoned;
+    if (!device) {
+        poison_host(e, blocks, bytes);
+        return;
+    }
+    kvf_move *mv = calloc(blocks, sizeof *mv);
+    kvf_ticket t;
+    if (!host_tier_poisoned) {
+        for (uint32_t s = 0; s < blocks; s++)
+            mv[s] = (kvf_move){.dst = s, .key = POISON_KEY};
+        KV(kvf_onboard(e, tier, mv, blocks, &t));
+        KV(kvf_wait(e, t, NULL));
+        for (uint32_t s = 0; s < blocks; s++)
+            mv[s] = (kvf_move){.src = s, .dst = s};
+        KV(kvf_offload(e, KVF_TIER_HOST, mv, blocks, &t));
+        KV(kvf_wait(e, t, NULL));
+        host_tier_poisoned = true;
+        free(mv);
+        return;
+    }
+    for (uint32_t s = 0; s < blocks; s++)
+        mv[s] = (kvf_move){.src = s, .dst = s};
+    KV(kvf_onboard(e, KVF_TIER_HOST, mv, blocks, &t));
+    KV(kvf_wait(e, t, NULL));
+    free(mv);
+}
+
+/* Every slot holds its block: host slots checked in place, device slots
+ * offloaded to the host tier and checked there. The mismatches. */
+static inline size_t check_slots(kvf_engine *e, uint32_t blocks, size_t bytes, bool device)
+{
+    if (!device)
+        return check(e, KVF_LEVEL_PRIMARY, blocks, bytes);
+    kvf_move *back = calloc(blocks, sizeof *back);
+    kvf_ticket t;
+    for (uint32_t s = 0; s < blocks; s++)
+        back[s] = (kvf_move){.src = s, .dst = s};
+    KV(kvf_offload(e, KVF_TIER_HOST, back, blocks, &t));
+    free(back);
+    KV(kvf_wait(e, t, NULL));
+    return check(e, KVF_LEVEL_SECONDARY, blocks, bytes);
 }
 
 /* The runs' times: the whole batch, the layer-wise batch's first pool,

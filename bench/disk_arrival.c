@@ -45,42 +45,6 @@ static kvf_engine *open_engine(const char *dir, kvf_backend backend, uint32_t sl
     return e;
 }
 
-/* The stored block of poison bytes (device slots are poisoned from it). */
-static const kvf_key POISON_KEY = {0xbad, 0xbad};
-
-/* Poisons the slots the runs write: host slots in place; device slots
- * (which this program does not reach) from the host tier's slots, which
- * the first call fills with the stored poison block (read whole from disk
- * into every device slot, then offloaded). */
-static void poison(kvf_engine *e, uint32_t blocks, size_t bytes, bool device)
-{
-    static bool host_tier_poisoned;
-    if (!device) {
-        poison_host(e, blocks, bytes);
-        return;
-    }
-    kvf_move *mv = calloc(blocks, sizeof *mv);
-    kvf_ticket t;
-    if (!host_tier_poisoned) {
-        for (uint32_t s = 0; s < blocks; s++)
-            mv[s] = (kvf_move){.dst = s, .key = POISON_KEY};
-        KV(kvf_onboard(e, KVF_TIER_DISK, mv, blocks, &t));
-        KV(kvf_wait(e, t, NULL));
-        for (uint32_t s = 0; s < blocks; s++)
-            mv[s] = (kvf_move){.src = s, .dst = s};
-        KV(kvf_offload(e, KVF_TIER_HOST, mv, blocks, &t));
-        KV(kvf_wait(e, t, NULL));
-        host_tier_poisoned = true;
-        free(mv);
-        return;
-    }
-    for (uint32_t s = 0; s < blocks; s++)
-        mv[s] = (kvf_move){.src = s, .dst = s};
-    KV(kvf_onboard(e, KVF_TIER_HOST, mv, blocks, &t));
-    KV(kvf_wait(e, t, NULL));
-    free(mv);
-}
-
 typedef struct poison_args {
     kvf_engine *e;
     uint32_t blocks;
@@ -91,7 +55,7 @@ typedef struct poison_args {
 static void poison_all(void *arg)
 {
     poison_args *a = arg;
-    poison(a->e, a->blocks, a->bytes, a->device);
+    poison_slots(a->e, KVF_TIER_DISK, a->blocks, a->bytes, a->device);
 }
 
 int main(int argc, char **argv)
@@ -115,14 +79,7 @@ int main(int argc, char **argv)
     kvf_engine *w = open_engine(dir, KVF_BACKEND_HOST, blocks, false);
     kvf_move *mv = calloc(blocks, sizeof *mv);
     kvf_ticket t;
-    for (uint32_t p = 0; p < POOLS; p++) {
-        void *ptr;
-        KV(kvf_engine_slot_ptr(w, p, KVF_LEVEL_PRIMARY, 0, &ptr));
-        memset(ptr, POISON, bytes);
-    }
-    mv[0] = (kvf_move){.src = 0, .key = POISON_KEY};
-    KV(kvf_offload(w, KVF_TIER_DISK, mv, 1, &t));
-    KV(kvf_wait(w, t, NULL));
+    store_poison(w, KVF_TIER_DISK, bytes);
     fill(w, KVF_LEVEL_PRIMARY, blocks, bytes);
     for (uint32_t s = 0; s < blocks; s++)
         mv[s] = (kvf_move){.src = s, .key = {0x5eed, 1 + s}};
@@ -137,19 +94,7 @@ int main(int argc, char **argv)
     arrival_runs *m = calloc(1, sizeof *m);
     m->runs = runs;
     arrival_measure(e, KVF_TIER_DISK, mv, blocks, poison_all, &pa, m);
-    size_t bad;
-    if (cuda) {
-        /* device slots to the host tier, checked there */
-        kvf_move *back = calloc(blocks, sizeof *back);
-        for (uint32_t s = 0; s < blocks; s++)
-            back[s] = (kvf_move){.src = s, .dst = s};
-        KV(kvf_offload(e, KVF_TIER_HOST, back, blocks, &t));
-        free(back);
-        KV(kvf_wait(e, t, NULL));
-        bad = check(e, KVF_LEVEL_SECONDARY, blocks, bytes);
-    } else {
-        bad = check(e, KVF_LEVEL_PRIMARY, blocks, bytes);
-    }
+    size_t bad = check_slots(e, blocks, bytes, cuda);
     double mb = (double)blocks * POOLS * (double)bytes / 1e6;
     printf("disk_arrival: %u blocks of %u pools x %zu bytes (%.0f MB), %s backend, %d runs "
            "(median), %u pool groups\n",

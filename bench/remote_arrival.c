@@ -14,27 +14,31 @@
  *             the last one's being the batch's end
  *
  * Median of the runs after one warm-up, then every byte of every slot
- * checked against what was stored. Host backend (the remote store's reads
- * are the same on either).
+ * checked against what was stored.
  *
- * Usage: remote_arrival URL [blocks (32)] [runs (5)] [tokens a block (16)]
+ * Usage: remote_arrival URL [blocks (32)] [runs (5)] [tokens a block (16)] [cuda]
+ *   cuda: device slots on the CUDA backend, poisoned from the host tier
+ *   before each load (its slots filled once from a stored block of poison
+ *   bytes) and checked after copying them back to it; else host slots.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "arrival_bench.h"
 
-static kvf_engine *open_engine(const char *url, uint32_t slots)
+static kvf_engine *open_engine(const char *url, kvf_backend backend, uint32_t slots, bool host_tier)
 {
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
-    cfg.backend = KVF_BACKEND_HOST;
+    cfg.backend = backend;
     cfg.file.namespace_ = "remote-arrival";
     cfg.remote.url = url;
     cfg.remote.timeout_ms = 30000;
     kvf_engine *e;
     KV(kvf_engine_create(&cfg, &e));
     for (uint32_t p = 0; p < POOLS; p++) {
-        kvf_pool_desc prim = {KVF_MEMORY_HOST, NULL, 0, slots};
+        kvf_pool_desc prim = {backend == KVF_BACKEND_CUDA ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST,
+                              NULL, 0, slots};
+        kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, slots};
         uint32_t idx;
-        KV(kvf_engine_add_pool(e, &G, &prim, NULL, &idx));
+        KV(kvf_engine_add_pool(e, &G, &prim, host_tier ? &sec : NULL, &idx));
     }
     return e;
 }
@@ -43,24 +47,26 @@ typedef struct poison_args {
     kvf_engine *e;
     uint32_t blocks;
     size_t bytes;
+    bool device;
 } poison_args;
 
 static void poison_all(void *arg)
 {
     poison_args *a = arg;
-    poison_host(a->e, a->blocks, a->bytes);
+    poison_slots(a->e, KVF_TIER_REMOTE, a->blocks, a->bytes, a->device);
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: remote_arrival URL [blocks] [runs]\n");
+        fprintf(stderr, "usage: remote_arrival URL [blocks] [runs] [tokens] [cuda]\n");
         return 2;
     }
     const char *url = argv[1];
     uint32_t blocks = argc > 2 ? (uint32_t)atoi(argv[2]) : 32;
     int runs = argc > 3 ? atoi(argv[3]) : 5;
     int tokens = argc > 4 ? atoi(argv[4]) : 16;
+    bool cuda = argc > 5 && strcmp(argv[5], "cuda") == 0;
     if (blocks == 0 || runs < 1 || runs > 99 || tokens < 1 || tokens > 1024) {
         fprintf(stderr, "remote_arrival: blocks > 0, runs 1..99, tokens 1..1024\n");
         return 2;
@@ -68,27 +74,32 @@ int main(int argc, char **argv)
     G.tokens_per_block = (uint32_t)tokens;
     size_t bytes;
     KV(kvf_geometry_block_bytes(&G, &bytes));
-    kvf_engine *e = open_engine(url, blocks);
+    /* store the blocks from a host engine of the same layout */
+    kvf_engine *w = open_engine(url, KVF_BACKEND_HOST, blocks, false);
     kvf_move *mv = calloc(blocks, sizeof *mv);
     kvf_ticket t;
-    fill(e, KVF_LEVEL_PRIMARY, blocks, bytes);
+    store_poison(w, KVF_TIER_REMOTE, bytes);
+    fill(w, KVF_LEVEL_PRIMARY, blocks, bytes);
     for (uint32_t s = 0; s < blocks; s++)
         mv[s] = (kvf_move){.src = s, .key = {0x5eed, 1 + s}};
-    KV(kvf_offload(e, KVF_TIER_REMOTE, mv, blocks, &t));
-    KV(kvf_wait(e, t, NULL));
+    KV(kvf_offload(w, KVF_TIER_REMOTE, mv, blocks, &t));
+    KV(kvf_wait(w, t, NULL));
+    kvf_engine_destroy(w);
+
+    kvf_engine *e = open_engine(url, cuda ? KVF_BACKEND_CUDA : KVF_BACKEND_HOST, blocks, cuda);
     for (uint32_t s = 0; s < blocks; s++)
         mv[s] = (kvf_move){.dst = s, .key = {0x5eed, 1 + s}};
-    poison_args pa = {e, blocks, bytes};
+    poison_args pa = {e, blocks, bytes, cuda};
     arrival_runs *m = calloc(1, sizeof *m);
     m->runs = runs;
     arrival_measure(e, KVF_TIER_REMOTE, mv, blocks, poison_all, &pa, m);
-    size_t bad = check(e, KVF_LEVEL_PRIMARY, blocks, bytes);
+    size_t bad = check_slots(e, blocks, bytes, cuda);
     double mb = (double)blocks * POOLS * (double)bytes / 1e6;
     const char *set = getenv("KVF_REMOTE_GROUP_BYTES");
-    printf("remote_arrival: %u blocks of %u pools x %zu bytes (%.0f MB), %d runs (median), "
-           "%u pool groups (KVF_REMOTE_GROUP_BYTES=%s)\n",
-           blocks, POOLS, bytes, mb, runs, kvf_engine_arrival_groups(e, KVF_TIER_REMOTE),
-           set && *set ? set : "default");
+    printf("remote_arrival: %u blocks of %u pools x %zu bytes (%.0f MB), %s backend, %d runs "
+           "(median), %u pool groups (KVF_REMOTE_GROUP_BYTES=%s)\n",
+           blocks, POOLS, bytes, mb, cuda ? "cuda" : "host", runs,
+           kvf_engine_arrival_groups(e, KVF_TIER_REMOTE), set && *set ? set : "default");
     arrival_print(m, mb, bad);
     free(m);
     kvf_engine_destroy(e);

@@ -18,7 +18,8 @@
 #      against BASE_DIR, the latency probe, torch's gather, the file tier
 #      (POSIX and GDS), replay, the Python GPU tests and every other test;
 #      TTFT and the planner's bench on request (RUN_TTFT, RUN_PLAN), and
-#      layer-wise arrival from disk (RUN_DISK_ARRIVAL).
+#      layer-wise arrival from disk (RUN_DISK_ARRIVAL) and from a remote
+#      Redis (RUN_REMOTE_ARRIVAL).
 # Each step runs only while the time budget (BUDGET_S, default 540 s)
 # holds it, cut to what is left; a step left out says so. SKIP_<STEP>=1
 # leaves one out: SKIP_SANITIZE, SKIP_PATHS, SKIP_PARTIAL, SKIP_CONTEND,
@@ -509,6 +510,22 @@ if [ -n "${RUN_DISK_ARRIVAL:-}" ] && [ -x $B/bench/disk_arrival ] && fits 60 "be
         cat "$L/ttft-disk.txt"
         keep ttft-disk.txt ttft-disk.json
     fi
+fi
+# RUN_REMOTE_ARRIVAL=1: layer-wise arrival from the remote tier into device
+# slots: bench/remote_arrival against a redis-server of its own on
+# loopback (from .deps), 64 blocks of 2 MiB, every byte checked through
+# the host tier; table in remote-arrival-redis.txt
+if [ -n "${RUN_REMOTE_ARRIVAL:-}" ] && [ -x $B/bench/remote_arrival ] && command -v redis-server >/dev/null &&
+    fits 40 "bench/remote_arrival"; then
+    RD=$(mktemp -d /tmp/kvf-redis.XXXXXX)
+    redis-server --port 6391 --bind 127.0.0.1 --save "" --appendonly no --dir "$RD" --daemonize yes \
+        --pidfile "$RD/pid" --logfile "$RD/log" && sleep 1
+    step remote-arrival-redis.txt 90 $B/bench/remote_arrival redis://127.0.0.1:6391 64 5 16 cuda
+    cat "$L/remote-arrival-redis.txt"
+    keep remote-arrival-redis.txt
+    sed 's/^/  /' "$L/remote-arrival-redis.txt" | head -n 4 >>"$SUMMARY"
+    [ -s "$RD/pid" ] && kill "$(cat "$RD/pid")" 2>/dev/null
+    rm -rf "$RD"
 fi
 [ -n "$BASE_PID" ] && kill "$BASE_PID" 2>/dev/null
 echo "done in $SECONDS s of $BUDGET_S"
