@@ -43,6 +43,7 @@ static const char *const event_names[KVF_TL_COUNT] = {
     [KVF_TL_LOCKWAIT] = "lockwait",
     [KVF_TL_GPU_QUEUED] = "gpu_queued",
     [KVF_TL_GPU_ENDED] = "gpu_ended",
+    [KVF_TL_GPU_PICKED] = "gpu_picked",
 };
 
 static void tl_init(void)

@@ -71,6 +71,7 @@ kvf_status kvf__cuda_copy_async(kvf__backend *base, kvf__queue queue, const kvf_
     kvf__cuda_batch_classify(b, &bt, copies, n, flags);
     pthread_mutex_lock(&q->lock);
     int path = kvf__cuda_path_pick(b, q, &bt);
+    KVF_TIMELINE(KVF_TL_GPU_PICKED, (uint64_t)queue, (uint64_t)path);
     st = kvf__cuda_path_table[path].submit(b, q, &bt, done, arg);
     atomic_store_explicit(&q->last_path, path, memory_order_relaxed);
     pthread_mutex_unlock(&q->lock);
