@@ -211,7 +211,7 @@ def test_every_model_shape_is_served_with_identical_outputs(shaped):
     the same hit (it keeps 96 of its 160 tokens' windows): its hit holds
     the KV decode steps wrote for the first turn's answer, which the
     engine without kvferry computes in one prefill, rounded otherwise on
-    some CPUs (in bf16 on an AMX machine: logprobs up to 0.07 apart, the
+    some CPUs (in bf16 on an AMX machine: logprobs about 0.06 apart, the
     same tokens); greedy tokens identical, top-5 logprobs within 2e-4.
     MLA: greedy
     tokens identical, top-5 logprobs identical where nothing was loaded and
