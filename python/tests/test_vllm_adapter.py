@@ -13,7 +13,6 @@ kvferry's host backend; disk blocks are real kvferry block files.
 Skipped unless vllm imports (see docs/integrations/vllm.md for the venv)."""
 
 import hashlib
-import logging
 import time
 from contextlib import contextmanager
 
