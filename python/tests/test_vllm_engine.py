@@ -405,7 +405,7 @@ def test_a_hybrid_model_refuses_synchronous_loads_at_start(tmp_path):
 
 
 def test_the_connectors_hooks_take_under_2_percent_of_a_decode_step(tmp_path):
-    """Issue 35's budget for the step thread: 4 sequences decoding 512
+    """The step thread's budget for the connector: 4 sequences decoding 512
     tokens each through kvferry's connector (the prompts stored by a
     warm-up first, saves into a host tier with disk behind it), every hook
     vLLM calls on both sides timed, the timer's own cost subtracted: their
