@@ -14,6 +14,7 @@ block files; the remote tier is kvferry's in-process mem:// store.
 
 Skipped unless sglang imports (see docs/integrations/sglang.md)."""
 
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -128,15 +129,23 @@ def test_damaged_page_fails_never_served(tmp_path, damage):
             path.unlink()
         else:  # a valid block of another key in its place
             path.write_bytes(stored_file(files, keys[0]).read_bytes())
+        b.get_stats()  # drained: what follows is this load's
         ok, got, dst = load(b, keys, pool)
         assert ok[1] is False and got == 1
         assert torch.equal(page_bytes(pool, dst, 0), refs[0])
+        # HiCache takes page 0: the one hit; the lookup's other 3 failed (page 1)
+        # or came after a failed one, and are no hits
+        m = b.get_stats()
+        assert m.loaded_pages_by_tier == {"disk": 1} and m.failed_pages_by_tier == {"disk": 3}
+        assert m.pool_failed_pages_by_tier == {"kv": {"disk": 3}}
         assert b.batch_exists(keys) == 1  # the damaged page left the cache
         assert b.cache.stats().failures >= 1
         # backed up again, it is served again
         assert all(b.batch_set_v1(keys, idx))
         ok, got, dst = load(b, keys, pool)
         assert got == 4 and all(torch.equal(page_bytes(pool, dst, i), refs[i]) for i in range(4))
+        m = b.get_stats()
+        assert m.loaded_pages_by_tier == {"disk": 4} and m.failed_pages_by_tier == {}
     finally:
         b.close()
 
@@ -197,6 +206,33 @@ def test_bad_input_is_refused_by_name(tmp_path):
         assert b.batch_exists([]) == 0 and b.batch_get_v1([], idx[:0]) == []
     finally:
         b.close()
+
+
+@pytest.mark.parametrize("extra,match", [({"remote": "sideways"}, "remote = 'sideways'"),
+                                         ({"host_bytes": "lots"}, "host_bytes = 'lots'"),
+                                         ({"host_blocks": "8"}, "host_blocks = '8' is not a count"),
+                                         ({"disk_blocks": -1}, "disk_blocks = -1 is not a count"),
+                                         ({"priority": 101}, "priority = 101"),
+                                         ({"namespace": ""}, "namespace = ''"),
+                                         ({"disk_blocks": 4}, "disk_blocks/disk_bytes without file_dir")])
+def test_bad_settings_fail_the_start_naming_the_key(tmp_path, extra, match):
+    """Store settings that would fail later, unclearly, or fall back
+    silently (an empty namespace would be the model's) fail the backend's
+    start, the message naming the key."""
+    with pytest.raises(kvferry.InvalidArgument, match=rf"KvferryStorage: {re.escape(match)}"):
+        backend(tmp_path, host_pool("page_first"), **{"host_blocks": 4, **extra})
+
+
+def test_a_host_pool_kvferry_cannot_cut_is_refused_by_name():
+    """A host pool whose tokens are not whole pages, or whose buffer has no
+    dimension of its tokens or pages: refused naming the pool."""
+    def fake(buf, size=PS * 3 + 1):
+        return type("P", (), {"layout": "page_first", "page_size": PS, "size": size, "kv_buffer": buf})()
+
+    with pytest.raises(kvferry.InvalidArgument, match=rf"a pool: {PS * 3 + 1} tokens are not whole pages of {PS}"):
+        kvf_sglang.host_pool_pools(fake(torch.zeros(2, PS * 3 + 1, 4)), "a pool")
+    with pytest.raises(kvferry.InvalidArgument, match=r"a pool: buffer 0 of shape \(2, 5, 4\) has no dimension of"):
+        kvf_sglang.host_pool_pools(fake(torch.zeros(2, 5, 4)), "a pool")
 
 
 def mla_backend(tmp_path, pool, tp_rank, tp_size=2, extra=None, **more):
@@ -331,6 +367,48 @@ def test_namespace_names_the_pool_and_the_tp_rank_where_pages_differ():
     # the Mamba state is sharded by TP rank whatever the attention
     assert ns(mla[0], {}, "float32", 1, "page_first", "mamba") != ns(mla[1], {}, "float32", 1, "page_first", "mamba")
     assert len({ns(mha[0], {}, "bfloat16", PS, "page_first", p) for p in ("kv", "swa", "mamba", "indexer")}) == 4
+
+
+def rank_config(mla=False, **ranks):
+    """A storage config of one rank: ranks sets pp_rank / pp_size,
+    attn_cp_rank / attn_cp_size, dp_rank (the rest as storage_config's)."""
+    c = {**dict(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1), **ranks}
+    return HiCacheStorageConfig(is_mla_model=mla, enable_storage_metrics=False, is_page_first_layout=True,
+                                model_name="org/m", extra_config=dict(
+                                    backend_name="kvferry", module_path="kvferry.integrations.sglang",
+                                    class_name="KvferryStorage", interface_v1=1), **c)
+
+
+@pytest.mark.parametrize("mla", (False, True))
+def test_pp_stages_cp_and_dp_ranks_never_read_each_other(tmp_path, mla):
+    """PP stages hold other layers, attention-CP ranks other tokens and
+    attention-DP ranks other requests' pages under rank-local TP numbers
+    (MLA's TP replication changes none of that): each is a namespace of
+    its own, and a page one stored on the shared directory is no hit for
+    the other."""
+    ns = kvf_sglang.rank_namespace
+    for a, b in (({"pp_rank": 0, "pp_size": 2}, {"pp_rank": 1, "pp_size": 2}),
+                 ({"attn_cp_rank": 0, "attn_cp_size": 2}, {"attn_cp_rank": 1, "attn_cp_size": 2}),
+                 ({"dp_rank": 0}, {"dp_rank": 1})):
+        assert ns(rank_config(mla, **a), {}, "bfloat16", PS, "page_first") != \
+            ns(rank_config(mla, **b), {}, "bfloat16", PS, "page_first"), (a, b)
+    assert ns(rank_config(mla, pp_rank=0, pp_size=2), {}, "bfloat16", PS, "page_first") != \
+        ns(rank_config(mla), {}, "bfloat16", PS, "page_first")
+    pools, stores = [], []
+    try:
+        for stage in range(2):
+            sc = rank_config(mla, pp_rank=stage, pp_size=2)
+            sc.extra_config.update(disk(tmp_path))
+            pools.append(mla_pool("page_first") if mla else host_pool("page_first"))
+            stores.append(StorageBackendFactory.create_backend("dynamic", sc, pools[-1]))
+            stores[-1].register_mem_pool_host(pools[-1])
+        keys = page_hashes(33, 3)
+        idx, _ = fill_pages(pools[0], 3, 34)
+        assert all(stores[0].batch_set_v1(keys, idx))
+        assert stores[0].batch_exists(keys) == 3 and stores[1].batch_exists(keys) == 0
+    finally:
+        for b in stores:
+            b.close()
 
 
 # ---- the v2 interface: a pool per transfer ----------------------------------------------
@@ -484,6 +562,7 @@ def test_storage_metrics_with_hits_per_tier(tmp_path):
         assert m.loaded_pages_by_tier == dict(Counter(kvferry.tier_name(t) for t in tiers))
         assert m.loaded_pages_by_tier == {"host": 2, "disk": 3}
         assert m.cache_stats["kv"].blocks["host"] == 2 and m.cache_stats["kv"].blocks["disk"] == 3
+        assert m.failed_pages_by_tier == {} and m.pool_failed_pages_by_tier == {"kv": {}}
         m = b.get_stats()  # drained
         assert m.backup_pgs == [] and m.prefetch_pgs == [] and m.loaded_pages_by_tier == {}
     finally:

@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 
 import sglang_controller_main as main  # noqa: E402
 from sglang.srt.mem_cache.utils import get_storage_hash_str  # noqa: E402
-from sglang_pools import PS, fill_pages, page_bytes, page_tokens, set_ranks  # noqa: E402
+from sglang_pools import MHA_LAYOUTS, MLA_LAYOUTS, PS, fill_pages, page_bytes, page_tokens, set_ranks  # noqa: E402
 
 import kvferry  # noqa: E402
 from kvferry.integrations._serving import block_file, string_key  # noqa: E402
@@ -43,8 +43,7 @@ def one_rank():
     set_ranks(0, 1)
 
 
-@pytest.mark.parametrize("kind,layout", [("mha", "layer_first"), ("mha", "page_first_direct"), ("mla", "page_first"),
-                                         ("mla", "layer_first")])
+@pytest.mark.parametrize("kind,layout", [("mha", lay) for lay in MHA_LAYOUTS] + [("mla", lay) for lay in MLA_LAYOUTS])
 def test_backup_thread_stores_and_prefetch_threads_load(tmp_path, kind, layout):
     kv = str(tmp_path / "kv")
     cc, host = main.controller(kind, layout, file_dir=kv, disk_blocks=64)
@@ -88,9 +87,14 @@ def test_damaged_page_stops_the_prefetch_there(tmp_path):
         raw = bytearray(third.read_bytes())
         raw[-9] ^= 0x40
         third.write_bytes(bytes(raw))
+        cc.storage_backend.get_stats()  # drained: what follows is this prefetch's
         found, loaded, dst = main.prefetch(cc, host, "r1", tokens)
         assert (found, loaded) == (4 * PS, 2 * PS)
         assert all(torch.equal(page_bytes(host, dst, i), refs[i]) for i in range(2))
+        # the 2 pages the controller took are the hits; the damaged one and the
+        # one after it (read, then dropped by the controller) are failed, not hits
+        m = cc.storage_backend.get_stats()
+        assert m.loaded_pages_by_tier == {"disk": 2} and m.failed_pages_by_tier == {"disk": 2}
     finally:
         cc.detach_storage_backend()
 

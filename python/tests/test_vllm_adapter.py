@@ -13,7 +13,6 @@ kvferry's host backend; disk blocks are real kvferry block files.
 Skipped unless vllm imports (see docs/integrations/vllm.md for the venv)."""
 
 import hashlib
-import logging
 import time
 from contextlib import contextmanager
 
@@ -92,9 +91,13 @@ def kv_tensor(layout):
 
 class Harness:
     """One vLLM instance: the real Scheduler, a worker connector, KV tensors
-    in vLLM's FlashAttention layout [2, blocks, block_size, heads, head]."""
+    in vLLM's FlashAttention layout [2, blocks, block_size, heads, head].
+    runner: how the worker's hooks are driven each step, as vLLM's model
+    runner V1 does (its KVConnectorModelRunnerMixin) or as Model Runner V2
+    does (its ActiveKVConnector: handle_preemptions first, the forward,
+    finish_forward, then the step's outputs)."""
 
-    def __init__(self, tmp_path, extra, layout="flash_attn", window=None):
+    def __init__(self, tmp_path, extra, layout="flash_attn", window=None, runner="v1"):
         model_dir = tmp_path / "model"  # a key's salt holds the model: instances share it
         from transformers import LlamaConfig
 
@@ -124,14 +127,25 @@ class Harness:
             groups = [KVCacheGroupSpec([LAYERS[0]], sliding), KVCacheGroupSpec([LAYERS[1]], spec)]
         self.group_of = {name: i for i, g in enumerate(groups) for name in g.layer_names}
         self.kv_config = KVCacheConfig(num_blocks=BLOCKS, kv_cache_tensors=[], kv_cache_groups=groups)
+        # stats on, as an engine that logs them or serves /metrics: vLLM asks the
+        # connector for its hit sources and both sides for their stats each step
         self.sched = Scheduler(vllm_config=self.config, kv_cache_config=self.kv_config,
-                               structured_output_manager=StructuredOutputManager(self.config), block_size=BS)
+                               structured_output_manager=StructuredOutputManager(self.config), block_size=BS,
+                               log_stats=True)
+        self.stats = {}  # the connector's stats, summed over every step (what vLLM's loggers get)
         assert isinstance(self.sched.connector, kvf_vllm.KvferryConnector)
         self.worker = KVConnectorFactory.create_connector(self.config, KVConnectorRole.WORKER, self.kv_config)
         registered, self.kv = {}, {}  # what vLLM registers; its [K/V, block, token, head, dim] view
         for name in LAYERS:
             registered[name], self.kv[name] = kv_tensor(layout)
-        self.worker.register_kv_caches(registered)
+        self.v2 = None
+        if runner == "v2":  # Model Runner V2's wrapper registers the tensors itself
+            from vllm.v1.worker.gpu.kv_connector import ActiveKVConnector
+
+            with self._worker_agent():
+                self.v2 = ActiveKVConnector(self.config, registered)
+        else:
+            self.worker.register_kv_caches(registered)
         self.loaded = []  # (req id, block ids, first block index) of each step's loads
         self.load_errors = set()
 
@@ -161,8 +175,14 @@ class Harness:
                     t.view(torch.int16)[:, ids] = POISON
         self.loaded.append([(rid, ids) for rid, _k, ids in meta.loads])
         with self._worker_agent(), set_forward_context(None, self.config):
-            with KVConnectorModelRunnerMixin.maybe_get_kv_connector_output(so) as out:
+            if self.v2 is not None:
+                self.v2.pre_forward(so)
                 self._forward(so)
+                self.v2.finish_forward()
+                out = self.v2.post_forward(so.finished_req_ids)
+            else:
+                with KVConnectorModelRunnerMixin.maybe_get_kv_connector_output(so) as out:
+                    self._forward(so)
         self.load_errors |= set(out.invalid_block_ids)
         rids = list(so.num_scheduled_tokens)
         sampled = []
@@ -173,7 +193,10 @@ class Harness:
             sampled.append([4000 + req.num_tokens] if req.num_computed_tokens >= req.num_tokens else [])
         mro = ModelRunnerOutput(req_ids=rids, req_id_to_index={r: i for i, r in enumerate(rids)},
                                 sampled_token_ids=sampled, kv_connector_output=out)
-        self.sched.update_from_output(so, mro)
+        for eco in self.sched.update_from_output(so, mro).values():
+            got = eco.scheduler_stats.kv_connector_stats if eco.scheduler_stats is not None else None
+            for k, n in (got or {}).items():
+                self.stats[k] = self.stats.get(k, 0) + n
         return so, out
 
     def _forward(self, so):
@@ -189,6 +212,22 @@ class Harness:
                 for pos in range(req.num_computed_tokens - n, req.num_computed_tokens):
                     self.kv[name][:, table[pos // BS], pos % BS] = token_kv(li, toks[:pos + 1])
             self.worker.save_kv_layer(name, self.kv[name], None)
+
+    def admitted(self, rid, wait_s=60.0):
+        """Steps until rid is scheduled (an asynchronous load parks it while
+        its blocks load): (that step's scheduler output, the block ids of
+        each load issued for rid on the way, the block ids reported
+        failed on the way)."""
+        loads, errors = [], set()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            so, out = self.step()
+            loads += [ids for r, ids in self.loaded[-1] if r == rid]
+            errors |= set(out.invalid_block_ids)
+            if any(n.req_id == rid for n in so.scheduled_new_reqs):
+                return so, loads, errors
+            time.sleep(0.01)
+        raise AssertionError(f"{rid} was not scheduled in {wait_s} s")
 
     def run(self, limit=64, wait_s=60.0):
         """Steps until every request has finished: at most `limit` steps
@@ -247,8 +286,8 @@ def prompt(seed, n):
 def harness(tmp_path):
     made = []
 
-    def make(extra, layout="flash_attn", window=None):
-        h = Harness(tmp_path, extra, layout, window)
+    def make(extra, layout="flash_attn", window=None, runner="v1"):
+        h = Harness(tmp_path, extra, layout, window, runner)
         made.append(h)
         return h
 
@@ -337,8 +376,9 @@ def test_short_prompt_and_exact_blocks(harness, tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["corrupt", "remove", "foreign"])
-def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage):
-    h = harness(disk_only(tmp_path))
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage, runner):
+    h = harness(disk_only(tmp_path), runner=runner)
     a, keys = h.stored(6, 4 * BS + 2)
     path = block_file(tmp_path, keys[2], h)
     assert path.exists()
@@ -351,10 +391,15 @@ def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage
     else:  # another key's valid block in its place: the header refuses it
         path.write_bytes(block_file(tmp_path, keys[0], h).read_bytes())
     b = list(a)
+    h.stats.clear()
     h.add("b", b)
     so, out = h.step()
     table = h.block_table("b")
     assert out.invalid_block_ids == {table[2]}  # vLLM's way: the block ids that failed
+    # the lookup said 4 blocks; 2 arrived before the failed one: only they are hits
+    assert failed_load_stats(h) == {"hit_tokens_disk": 2 * BS, "load_failed_tokens_disk": 2 * BS,
+                                    "load_failed_requests": 1}
+    assert h.stats["load_failed_blocks"] == 1 and h.stats["loaded_blocks"] == 3
     # what did arrive is right; the failed block is never served
     h.expect_blocks("b", b, 0, 2)
     assert not h.sched.connector._held(keys[2])  # the worker's REMOVED event reached the scheduler
@@ -362,21 +407,36 @@ def test_damaged_block_is_a_load_error_then_recomputed(harness, tmp_path, damage
     s = h.worker.cache.stats()
     assert s.failures >= 1
     h.sched.reset_prefix_cache()
+    h.stats.clear()
     h.add("c", list(a))
     so, out = h.step()
     assert not out.invalid_block_ids
     h.expect_blocks("c", a, 0, 4)  # the recomputed block was saved again
+    # what kvferry loaded (past vLLM's own prefix cache), every block a hit
+    assert set(failed_load_stats(h)) == {"hit_tokens_disk"}
+    assert h.stats["hit_tokens_disk"] == h.stats["loaded_blocks"] * BS
 
 
-def test_evicted_between_lookup_and_load(harness, tmp_path):
-    h = harness(disk_only(tmp_path))
+def failed_load_stats(h):
+    """The scheduler side's hit and failed-load counters in the stats vLLM
+    got since h.stats was cleared."""
+    return {k: n for k, n in h.stats.items() if k.startswith(("hit_tokens_", "load_failed_tokens_",
+                                                              "load_failed_requests"))}
+
+
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_evicted_between_lookup_and_load(harness, tmp_path, runner):
+    h = harness(disk_only(tmp_path), runner=runner)
     a, keys = h.stored(7, 3 * BS + 1)
     assert h.worker.cache.remove([keys[1]]) == 1  # gone after the scheduler's lookup saw it
+    h.stats.clear()
     h.add("b", list(a))
     so, out = h.step()
     table = h.block_table("b")
     assert table[1] in out.invalid_block_ids and table[0] not in out.invalid_block_ids
     h.expect_blocks("b", a, 0, 1)
+    assert failed_load_stats(h) == {"hit_tokens_disk": BS, "load_failed_tokens_disk": 2 * BS,
+                                    "load_failed_requests": 1}
 
 
 def test_restart_finds_disk_blocks(harness, tmp_path):
@@ -416,8 +476,9 @@ def test_host_bytes_and_bad_tensors(harness, tmp_path):
         w.register_kv_caches({"gappy": gappy})
 
 
-def test_loads_are_waited_layer_by_layer(harness, tmp_path, monkeypatch):
-    h = harness(disk_only(tmp_path))
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_loads_are_waited_layer_by_layer(harness, tmp_path, monkeypatch, runner):
+    h = harness(disk_only(tmp_path), runner=runner)
     a, _ = h.stored(12, 3 * BS + 1)
     waited = []
     real = kvferry.Ticket.wait_pool
@@ -587,7 +648,7 @@ def heads(**over):
                  "decode_context_parallel_size": 1, **par}.items():
         object.__setattr__(cfg.parallel_config, k, v)
     object.__setattr__(cfg, "cache_config", CacheConfig(**{"block_size": BS, **cache}))
-    mc = type("ModelConfig", (), {"model": "org/tiny", "dtype": over.pop("dtype", torch.float16),
+    mc = type("ModelConfig", (), {"model": over.pop("model", "org/tiny"), "dtype": over.pop("dtype", torch.float16),
                                   "use_mla": over.pop("use_mla", False)})()
     object.__setattr__(cfg, "model_config", mc)
     assert not over, over
@@ -601,8 +662,12 @@ def test_namespace_names_every_dimension_of_a_page():
     dcp = heads(tensor_parallel_size=2, decode_context_parallel_size=2)
     mla = heads(tensor_parallel_size=2, use_mla=True)
     mla_dcp = heads(tensor_parallel_size=2, decode_context_parallel_size=2, use_mla=True)
+    pcp = heads(prefill_context_parallel_size=2)
     # PP stages hold different layers: every stage its own namespace
     assert len(set(pp.values())) == 2 and one not in pp.values()
+    # prefill-context ranks hold different tokens' KV
+    assert len(set(pcp.values())) == 2 and all("pcp" in v for v in pcp.values()) and one not in pcp.values()
+    assert heads(model="org/other")[(0, 0, 0)] != one
     assert len(set(tp.values())) == 2
     assert len(set(dcp.values())) == 2 and all("dcp" in v for v in dcp.values())
     # MLA: TP ranks hold equal pages, one namespace; DCP ranks still split it
@@ -661,6 +726,32 @@ def test_a_hit_needs_every_worker(harness, tmp_path):
     assert set(agg.events) == {(0, 0, 0), (1, 0, 0)}
     side.update_connector_output(type("Out", (), {"kv_connector_worker_meta": agg})())
     assert all(side._held(k) for k in keys)
+
+
+def test_a_hit_counts_once_every_worker_loaded_it(harness, tmp_path):
+    """Two TP workers: a request's hit counts when both have said how its
+    load ended, and only the blocks both brought (vLLM recomputes from
+    the first block any worker lacks); the rest count as failed, never as
+    hits. Two workers' metadata of one step merge their load reports."""
+    h = harness(disk_only(tmp_path))
+    side = h.sched.connector
+    a, keys = h.stored(44, 3 * BS + 1)
+    second = (1, 0, 0)
+    side._ranks = [(0, 0, 0), second]  # a second TP rank, holding the blocks too
+    side._stored[second] = {k: int(kvferry.Tier.DISK) for k in keys}
+    h.stats.clear()
+    h.add("b", list(a))
+    so, out = h.step()
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 3 * BS and not out.invalid_block_ids
+    assert failed_load_stats(h) == {} and "b" in side._pending_hits  # rank 1 has not spoken
+    ours = kvf_vllm.KvferryWorkerMetadata({(0, 0, 0): []}, loads={(0, 0, 0): [("x", kvf_vllm._ALL)]})
+    theirs = kvf_vllm.KvferryWorkerMetadata({second: []}, loads={second: [("b", 1)]})  # its block 1 failed
+    merged = ours.aggregate(theirs)
+    assert merged.loads == {(0, 0, 0): [("x", kvf_vllm._ALL)], second: [("b", 1)]}
+    side.update_connector_output(type("Out", (), {"kv_connector_worker_meta": merged})())
+    assert not side._pending_hits
+    assert side.get_kv_connector_stats().data == {"hit_tokens_disk": BS, "load_failed_tokens_disk": 2 * BS,
+                                                  "load_failed_requests": 1}
 
 
 def test_load_failure_policy_fail_is_refused_by_name(harness, tmp_path):
@@ -860,22 +951,32 @@ def test_a_block_still_being_saved_is_loaded_after_its_save(harness, tmp_path, m
     h.expect_blocks("b", a, 0, 3)
 
 
-def test_hit_sources_name_the_tier(harness, tmp_path):
-    """vLLM's per-source cache metrics get the host and disk tokens apart."""
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_hit_sources_name_the_tier(harness, tmp_path, monkeypatch, runner):
+    """vLLM's per-source cache metrics (asked as the request is admitted)
+    and kvferry's hit_tokens_<tier> stats (counted once the load ended)
+    get the host and disk tokens apart."""
     from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
-    h = harness({"host_blocks": 2, **disk_only(tmp_path)})
+    h = harness({"host_blocks": 2, **disk_only(tmp_path)}, runner=runner)
     a, keys = h.stored(34, 4 * BS + 1)
     side = h.sched.connector
     tiers = [side._tier(k) for k in keys]
+    sources = []
+    real = side.get_external_cache_hit_sources
+    monkeypatch.setattr(side, "get_external_cache_hit_sources", lambda *a: sources.append(real(*a)) or sources[-1])
+    h.stats.clear()
     h.add("b", list(a))
-    so, _ = h.step()  # this harness's scheduler keeps no stats: the call vLLM makes with them, made here
+    so, _ = h.step()
     assert so.scheduled_new_reqs[0].num_computed_tokens == 4 * BS
-    want = {}
+    want, stats = {}, {}
     for t in tiers:
         s = CacheHitSource.HOST if t == kvferry.Tier.HOST else CacheHitSource.DISK
         want[s] = want.get(s, 0) + BS
-    assert side.get_external_cache_hit_sources(h.sched.requests["b"], 4 * BS) == want and len(want) == 2
+        stats[f"hit_tokens_{t.name.lower()}"] = stats.get(f"hit_tokens_{t.name.lower()}", 0) + BS
+    assert sources == [want] and len(want) == 2
+    assert {k: n for k, n in h.stats.items() if "tokens" in k or "requests" in k} == stats
+    assert h.stats["loaded_blocks"] == 4 and "load_failed_blocks" not in h.stats
 
 
 def kv_config_of(*specs):
@@ -962,14 +1063,15 @@ def test_a_state_page_overlaid_on_an_attention_page_is_one_pool():
         cut_kv_caches({"l0.linear": short.as_strided((nb, 1, 1, 8), (page, 8, 8, 1))}, nb, BS, {"l0.linear"})
 
 
-def test_sliding_window_group_loads_only_its_window(harness, tmp_path):
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_sliding_window_group_loads_only_its_window(harness, tmp_path, runner):
     """A hybrid model under vLLM's hybrid manager: layer 0 in a sliding-
     window group (2 blocks), layer 1 in a full-attention group. A 6-block
     hit loads all 6 full-attention blocks and only the window group's last
     2 (its earlier blocks stay vLLM's null block), byte for byte into
     poisoned blocks; with the window's last block gone, the hit is the
     longest whose window is still held."""
-    h = harness({"host_blocks": 64, "load": "layerwise"}, window=2 * BS)
+    h = harness({"host_blocks": 64}, window=2 * BS, runner=runner)  # loads asynchronously, as a hybrid model must
     a = prompt(7, 6 * BS + 1)
     h.add("a", a)
     h.run()
@@ -980,10 +1082,9 @@ def test_sliding_window_group_loads_only_its_window(harness, tmp_path):
     h.sched.reset_prefix_cache()
 
     h.add("b", list(a))
-    so, out = h.step()
-    assert so.scheduled_new_reqs[0].num_computed_tokens == 6 * BS and not out.invalid_block_ids
-    loaded = sorted(len(ids) for _rid, ids in h.loaded[-1])
-    assert loaded == [2, 6]  # the window group's 2, the full group's 6
+    so, loads, errors = h.admitted("b")
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 6 * BS and not errors
+    assert sorted(len(ids) for ids in loads) == [2, 6]  # the window group's 2, the full group's 6
     assert h.block_table("b", 0)[:4] == [0] * 4  # vLLM's null block: never loaded into
     h.expect_blocks("b", a, 4, 2, layers=[LAYERS[0]])
     h.expect_blocks("b", a, 0, 6, layers=[LAYERS[1]])
@@ -993,17 +1094,18 @@ def test_sliding_window_group_loads_only_its_window(harness, tmp_path):
     h.worker.cache.remove(wkeys[:3])  # blocks no window of a 6-block hit reaches: still a hit
     h.step()  # the worker reports the removal to the scheduler
     h.add("c", list(a))
-    so, out = h.step()
-    assert so.scheduled_new_reqs[0].num_computed_tokens == 6 * BS and not out.invalid_block_ids
+    so, _, errors = h.admitted("c")
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 6 * BS and not errors
+    assert "c" not in h.sched.connector._no_hits  # loaded, not failed and computed again
     h.run()
     h.sched.reset_prefix_cache()
 
     h.worker.cache.remove([wkeys[5]])  # the window of a 6-block hit lacks its last block
     h.step()
     h.add("d", list(a))
-    so, out = h.step()
+    so, _, errors = h.admitted("d")
     # 5 blocks: their window (blocks 3, 4) is held
-    assert so.scheduled_new_reqs[0].num_computed_tokens == 5 * BS and not out.invalid_block_ids
+    assert so.scheduled_new_reqs[0].num_computed_tokens == 5 * BS and not errors
     h.expect_blocks("d", a, 3, 2, layers=[LAYERS[0]])
     h.expect_blocks("d", a, 0, 5, layers=[LAYERS[1]])
     h.run()
@@ -1014,7 +1116,7 @@ def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
     schedule, and the next step may write them: their save, unlike a full-
     attention block's (held to the request's end), is waited for before
     that step's forward (handle_preemptions, which vLLM calls first)."""
-    h = harness({"host_blocks": 64, "load": "layerwise"}, window=2 * BS)
+    h = harness({"host_blocks": 64}, window=2 * BS)
     h.add("a", prompt(8, 6 * BS + 1), max_tokens=4)
     h.step()
     (t,) = h.worker._transient
@@ -1024,29 +1126,73 @@ def test_window_saves_finish_before_the_next_step_writes(harness, tmp_path):
     h.run()
 
 
-def test_several_groups_load_asynchronously_unless_told(harness, caplog):
+def test_model_runner_v2_waits_for_window_saves_before_the_next_forward(harness, tmp_path, monkeypatch):
+    """Model Runner V2 calls handle_preemptions before each step's forward:
+    a sliding window's block saved in one step (vLLM frees it at the next
+    schedule) is read by its put before the next forward may write it,
+    however long the put takes (held here until a timer releases it)."""
+    import threading
+
+    h = harness({"host_blocks": 64}, window=2 * BS, runner="v2")
+    real_put, release = h.worker.cache.put, threading.Event()
+
+    def held_put(*a, **kw):
+        assert release.wait(60)
+        return real_put(*a, **kw)
+
+    monkeypatch.setattr(h.worker.cache, "put", held_put)
+    h.add("a", prompt(9, 6 * BS + 1), max_tokens=4)
+    h.step()
+    (t,) = h.worker._transient
+    assert not t.done()
+    seen, forward = [], h._forward
+    h._forward = lambda so: (seen.append(t.done()), forward(so))
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    try:
+        h.step()
+    finally:
+        timer.cancel()
+        release.set()
+    assert seen == [True] and t not in h.worker._transient
+    h.run()
+
+
+def test_several_groups_load_asynchronously_and_refuse_synchronous_loads(harness, tmp_path):
     """vLLM 0.32 stops its engine when a synchronous load of a model of
-    several KV cache groups reports failed blocks: such a model loads
-    asynchronously unless `load` says otherwise (a failed asynchronous load
-    is recomputed), and a synchronous setting says so in a warning; a model
-    of one group keeps layer-wise loads."""
+    several KV cache groups reports failed blocks (it maps block ids to
+    requests for one group only): such a model loads asynchronously (a
+    failed asynchronous load is recomputed), and a synchronous `load`
+    fails the connector's start, scheduler and worker alike, naming the
+    setting and the value that works; a model of one group keeps
+    layer-wise loads."""
     h = harness({"host_blocks": 64}, window=2 * BS)
     assert h.sched.connector._load_mode == "async" and h.worker._load_mode == "async"
-    with caplog.at_level(logging.WARNING, logger="kvferry.integrations.vllm"):
-        told = harness({"host_blocks": 64, "load": "layerwise"}, window=2 * BS)
-    assert told.worker._load_mode == "layerwise"
-    assert "cannot recompute a failed synchronous load of several groups" in caplog.text
+    assert h.sched.connector._fail_requests
+    for mode in ("layerwise", "whole"):
+        cfg = KVTransferConfig(kv_connector="KvferryConnector", kv_connector_module_path="kvferry.integrations.vllm",
+                               kv_role="kv_both", kv_connector_extra_config={"host_blocks": 64, "load": mode},
+                               kv_load_failure_policy="recompute")
+        vc = VllmConfig(model_config=h.config.model_config, cache_config=h.config.cache_config,
+                        scheduler_config=h.config.scheduler_config, device_config=DeviceConfig("cpu"),
+                        kv_transfer_config=cfg)
+        for role in (KVConnectorRole.SCHEDULER, KVConnectorRole.WORKER):
+            with pytest.raises(kvferry.InvalidArgument, match=rf"load = '{mode}' on a model of 2 KV cache groups.*"
+                               r"set load: async"):
+                KVConnectorFactory.create_connector(vc, role, h.kv_config)
     one = harness({"host_blocks": 64})
     assert one.sched.connector._load_mode == "layerwise" and one.worker._load_mode == "layerwise"
+    assert not one.sched.connector._fail_requests
 
 
-def test_a_hybrid_models_failed_async_load_is_computed_again(harness, tmp_path):
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_a_hybrid_models_failed_async_load_is_computed_again(harness, tmp_path, runner):
     """vLLM maps failed block ids to requests for one KV cache group only
     (with several its scheduler stops with a RuntimeError): a hybrid
     model's asynchronous load that fails is reported as a failed receive,
     vLLM computes the request from its start, the connector offers it no
     hit again, and its blocks hold the right bytes."""
-    h = harness({"host_blocks": 64, "load": "async"}, window=2 * BS)
+    h = harness({"host_blocks": 64, "load": "async"}, window=2 * BS, runner=runner)
     a = prompt(43, 6 * BS + 1)
     h.add("a", a, max_tokens=2)
     h.run()
@@ -1055,6 +1201,7 @@ def test_a_hybrid_models_failed_async_load_is_computed_again(harness, tmp_path):
     stored = list(side._stored[(0, 0, 0)])
     assert stored
     h.worker.cache.remove(stored)  # gone after the scheduler looked: the load fails whole
+    h.stats.clear()
     h.add("c", list(a), max_tokens=2)
     so, out = h.step()
     assert not so.scheduled_new_reqs  # parked while its load runs
@@ -1071,9 +1218,13 @@ def test_a_hybrid_models_failed_async_load_is_computed_again(harness, tmp_path):
     h.expect_blocks("c", a, 0, 6, layers=[LAYERS[1]])
     h.run()
     assert "c" not in side._no_hits
+    # the lookup's 6 blocks (of the full-attention group) all failed: no hit
+    assert failed_load_stats(h) == {"load_failed_tokens_host": 6 * BS, "load_failed_requests": 1}
+    assert not side._pending_hits
 
 
-def test_async_loads_land_between_steps(harness, tmp_path):
+@pytest.mark.parametrize("runner", ["v1", "v2"])
+def test_async_loads_land_between_steps(harness, tmp_path, runner):
     """load: async: vLLM parks the hit request while its blocks load (no
     forward touches them), get_finished reports it, then vLLM schedules
     it with the loaded tokens computed; the blocks hold the bytes, loaded
@@ -1082,7 +1233,7 @@ def test_async_loads_land_between_steps(harness, tmp_path):
     from vllm.v1.request import RequestStatus
 
     assert not kvf_vllm.KvferryConnector.requires_piecewise_for_cudagraph({"load": "async"})
-    h = harness({**disk_only(tmp_path), "load": "async"})
+    h = harness({**disk_only(tmp_path), "load": "async"}, runner=runner)
     a, keys = h.stored(41, 4 * BS + 3)
     h.add("b", list(a))
     so, out = h.step()
@@ -1101,7 +1252,10 @@ def test_async_loads_land_between_steps(harness, tmp_path):
 
     h.worker.cache.remove([keys[2]])  # gone after the scheduler looked: blocks 2 and 3 fail
     h.sched.connector._stored[(0, 0, 0)][keys[2]] = int(kvferry.Tier.DISK)  # the scheduler has not heard yet
+    h.stats.clear()
     h.add("c", list(a))
     h.run()
     assert len(h.load_errors) == 2
+    assert failed_load_stats(h) == {"hit_tokens_disk": 2 * BS, "load_failed_tokens_disk": 2 * BS,
+                                    "load_failed_requests": 1}
     assert h.sched.requests.get("c") is None  # finished: recomputed from the first failed block

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from .._buffers import CUDA, HOST, PINNED, Buffer
-from .._cache import Cache, key_salt
+from .._cache import Cache, key_salt, size_parse
 from .._engine import Engine
 from .._geometry import Geometry
 from .._pools import PoolDesc
 from .._tickets import Ticket
-from .._enums import Backend, Dtype, Memory, Order, Status
+from .._enums import Backend, CacheRemote, Dtype, Memory, Order, Status
 from .._errors import KvferryError, make_error
 
 log = logging.getLogger("kvferry.integrations")
@@ -103,6 +103,32 @@ def _product(ranges):
     for i in ranges[0]:
         for rest in _product(ranges[1:]):
             yield (i,) + rest
+
+
+def check_settings(extra: dict, who: str) -> None:
+    """Refuses, naming the key, the store settings both adapters take that
+    would be wrong later or fall back silently: an unknown remote mode, a
+    size that does not parse, a count that is not one, a priority past
+    100, an empty namespace, a disk tier without a directory. who: the
+    adapter's class name, which every message starts with."""
+    if "remote" in extra and str(extra["remote"]).upper() not in CacheRemote.__members__:
+        raise make_error(Status.ERR_INVALID, f"{who}: remote = {extra['remote']!r} (want one of "
+                         f"{', '.join(m.lower() for m in CacheRemote.__members__)})")
+    for k in ("host_bytes", "disk_bytes"):
+        if k in extra:
+            try:
+                size_parse(extra[k])
+            except KvferryError as exc:
+                raise make_error(Status.ERR_INVALID, f"{who}: {k} = {extra[k]!r}: {exc}") from None
+    for k in ("host_blocks", "disk_blocks", "priority", "threads"):
+        if k in extra and (isinstance(extra[k], bool) or not isinstance(extra[k], int) or extra[k] < 0):
+            raise make_error(Status.ERR_INVALID, f"{who}: {k} = {extra[k]!r} is not a count")
+    if "priority" in extra and extra["priority"] > 100:
+        raise make_error(Status.ERR_INVALID, f"{who}: priority = {extra['priority']!r} (0..100)")
+    if "namespace" in extra and (not isinstance(extra["namespace"], str) or not extra["namespace"]):
+        raise make_error(Status.ERR_INVALID, f"{who}: namespace = {extra['namespace']!r}")
+    if (extra.get("disk_blocks") or extra.get("disk_bytes")) and not extra.get("file_dir"):
+        raise make_error(Status.ERR_INVALID, f"{who}: disk_blocks/disk_bytes without file_dir")
 
 
 def backend_for(tensors) -> Backend:

@@ -28,7 +28,8 @@ from .._engine import Engine
 from .._moves import Move
 from .._enums import Backend, CacheRemote, Memory, Status, Tier
 from .._errors import make_error
-from ._serving import add_pools, block_file, failed_moves, namespace, prefix_get, string_key, tensor_pools
+from ._serving import (add_pools, block_file, check_settings, failed_moves, namespace, prefix_get, string_key,
+                       tensor_pools)
 
 log = logging.getLogger("kvferry.integrations.sglang")
 
@@ -171,7 +172,12 @@ class _PoolStore:
             self.engine.close()
             raise
         self._lock = threading.Lock()
-        self.loaded = Counter()  # pages loaded, by the tier they came from
+        # pages HiCache takes (a get's pages before its first failure), by
+        # the tier they came from; and the pages a lookup found that it
+        # does not take (failed, or after a failed one), by the tier the
+        # lookup found them in: never counted as loaded
+        self.loaded = Counter()
+        self.failed = Counter()
         log.info("kvferry: SGLang %s pool in namespace %s (%s)", self.name, self.namespace,
                  "writer" if self.writer else "reader of the shared store")
 
@@ -227,10 +233,14 @@ class _PoolStore:
             ok[i] = False
         for i in failed_moves(shared):
             ok[hits + i] = False
+        # HiCache takes the pages before the first False (count_pool_hits,
+        # _page_get_zero_copy): those are the hits; a page after a failed
+        # one arrived in vain
+        taken = ok.index(False) if False in ok[:end] else end
         with self._lock:
             for i in range(end):
-                if ok[i]:
-                    self.loaded[tier_name(tiers[i]) if i < hits else "disk"] += 1
+                tier = tier_name(tiers[i]) if i < hits else "disk"
+                (self.loaded if i < taken else self.failed)[tier] += 1
         return ok
 
     def set(self, keys: List[str], host_indices, priority: int) -> List[bool]:
@@ -275,6 +285,7 @@ class KvferryStorage(HiCacheStorage):
             # without it HiCache calls the deprecated copy-through-a-tensor path
             raise make_error(Status.ERR_INVALID, "KvferryStorage: set \"interface_v1\": 1 in "
                              "--hicache-storage-backend-extra-config (kvferry moves pages in place)")
+        check_settings(extra, "KvferryStorage")
         self.storage_config = storage_config
         self._extra = extra
         self._priority = int(extra.get("priority", 50))
@@ -395,10 +406,16 @@ class KvferryStorage(HiCacheStorage):
 
     def get_stats(self):
         """SGLang's StorageMetrics for the calls since the last get_stats
-        (pages per call, GB/s), and kvferry's own: loaded_pages_by_tier,
-        the pages loaded since the last call by the tier they came from
-        (host, disk, remote), per pool in pool_loaded_pages_by_tier, and
-        each pool's kvferry CacheStats in cache_stats."""
+        (pages per call, GB/s), and kvferry's own since the last call:
+        loaded_pages_by_tier, the KV pages HiCache took from a load (those
+        before its first failed page) by the tier they came from (host,
+        disk, remote); failed_pages_by_tier, the KV pages a lookup found
+        whose load failed or came after a failed one, by the tier the
+        lookup found them in, never among the loaded; both per pool in
+        pool_loaded_pages_by_tier and pool_failed_pages_by_tier; and each
+        pool's kvferry CacheStats in cache_stats (the cache's own counters:
+        its hits are lookups that found a page, batch_exists' and each
+        get's, whatever the load then did)."""
         from sglang.srt.observability.metrics_collector import StorageMetrics
 
         m = StorageMetrics()
@@ -406,13 +423,16 @@ class KvferryStorage(HiCacheStorage):
             for k, v in self._calls.items():
                 getattr(m, k).extend(v)
                 v.clear()
-        per_pool = {}
+        loaded, failed = {}, {}
         for name, s in self._stores.items():
             with s._lock:
-                per_pool[name] = dict(s.loaded)
+                loaded[name], failed[name] = dict(s.loaded), dict(s.failed)
                 s.loaded.clear()
-        m.pool_loaded_pages_by_tier = per_pool
-        m.loaded_pages_by_tier = per_pool.get(str(PoolName.KV), {})
+                s.failed.clear()
+        m.pool_loaded_pages_by_tier = loaded
+        m.loaded_pages_by_tier = loaded.get(str(PoolName.KV), {})
+        m.pool_failed_pages_by_tier = failed
+        m.failed_pages_by_tier = failed.get(str(PoolName.KV), {})
         m.cache_stats = {name: s.cache.stats() for name, s in self._stores.items()}
         return m
 

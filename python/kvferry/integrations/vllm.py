@@ -37,7 +37,7 @@ from .._enums import Backend, CacheRemote, EventKind, Status, Tier
 from .._errors import KvferryError, make_error
 from .._plan import MIN_GAIN, Prefill, check_cost_args, plan_compute
 from ._saver import Save, Saver
-from ._serving import add_pools, backend_for, failed_moves, namespace
+from ._serving import add_pools, backend_for, check_settings, failed_moves, namespace
 from ._vllm_kv import (_Group, block_key, cut_kv_caches, first_needed, group_loads, held_prefixes, kv_groups,
                        tensor_ident, unique_pools, wait_layer)
 
@@ -92,19 +92,29 @@ class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     """Worker -> scheduler, one step: per worker (its _Rank), what entered
     and left its cache, [(EventKind, key, tier)] in order, every event (the
     cache hands them over through a callback into an unbounded list, never
-    a queue that drops), so the scheduler's lookups see it; and, when they
-    changed, the read costs its plans use (link)."""
+    a queue that drops), so the scheduler's lookups see it; when they
+    changed, the read costs its plans use (link); and the loads that ended
+    this step, [(request, blocks of its hit that count)] (_ALL: every
+    one arrived; n: vLLM recomputes from the hit's block n on), so that
+    the scheduler counts as hits only what was loaded."""
 
     events: Dict[_Rank, List[Tuple[int, int, int]]] = field(default_factory=dict)
     link: Optional[_Link] = None
+    loads: Dict[_Rank, List[Tuple[str, int]]] = field(default_factory=dict)
 
     def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
         if isinstance(other, KvferryWorkerMetadata):
             events = {r: list(e) for r, e in self.events.items()}
             for r, e in other.events.items():
                 events.setdefault(r, []).extend(e)
-            return KvferryWorkerMetadata(events, _slower(self.link, other.link))
+            loads = {r: list(o) for r, o in self.loads.items()}
+            for r, o in other.loads.items():
+                loads.setdefault(r, []).extend(o)
+            return KvferryWorkerMetadata(events, _slower(self.link, other.link), loads)
         return self
+
+
+_ALL = -1  # a load outcome: every block of the hit arrived
 
 
 class KvferryStats(KVConnectorStats):
@@ -128,11 +138,15 @@ class KvferryStats(KVConnectorStats):
 
 
 # Prometheus counters (vllm:kvferry_<name>_total) from the stats' names; a
-# hit_tokens_<tier> name is one counter with a tier label
+# <name>_<tier> name of a _TIERED counter is that counter with a tier label
 _STAT_HELP = {"hit_tokens": "Prompt tokens loaded from kvferry, by the tier that held them",
+              "load_failed_tokens": "Prompt tokens a kvferry lookup found whose load then failed (vLLM "
+                                    "recomputed them; never hits), by the tier that held them",
+              "load_failed_requests": "Requests whose kvferry load failed in part or whole",
               "loaded_blocks": "Blocks kvferry loaded into vLLM's KV cache",
               "load_failed_blocks": "Blocks a kvferry load failed (vLLM recomputed them)",
               "saved_blocks": "Blocks kvferry saved from vLLM's KV cache"}
+_TIERED = ("hit_tokens", "load_failed_tokens")
 
 
 class KvferryPromMetrics(KVConnectorPromMetrics):
@@ -142,14 +156,15 @@ class KvferryPromMetrics(KVConnectorPromMetrics):
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         self._counters = {
             name: self._counter_cls(name=f"vllm:kvferry_{name}", documentation=doc,
-                                    labelnames=labelnames + (["tier"] if name == "hit_tokens" else []))
+                                    labelnames=labelnames + (["tier"] if name in _TIERED else []))
             for name, doc in _STAT_HELP.items()}
 
     def observe(self, transfer_stats_data, engine_idx: int = 0):
         labels = self.per_engine_labelvalues[engine_idx]
         for key, n in (transfer_stats_data or {}).items():
-            if key.startswith("hit_tokens_"):
-                self._counters["hit_tokens"].labels(*labels, key[len("hit_tokens_"):]).inc(n)
+            tiered = next((t for t in _TIERED if key.startswith(t + "_")), None)
+            if tiered is not None:
+                self._counters[tiered].labels(*labels, key[len(tiered) + 1:]).inc(n)
             elif key in self._counters:
                 self._counters[key].labels(*labels).inc(n)
 
@@ -306,19 +321,16 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._priority = int(extra.get("priority", 50))
         self._groups = kv_groups(kv_cache_config, self._block_size, self._salt)
         states = [g for g in self._groups if g.state]
-        # a model of several KV cache groups loads asynchronously unless the
-        # config says otherwise: vLLM 0.32 maps a failed synchronous load's
-        # block ids to requests for one group only and stops the engine
-        # for more, while a failed asynchronous load is recomputed
-        # (_fail_requests)
+        # a model of several KV cache groups loads asynchronously: vLLM 0.32
+        # maps a failed synchronous load's block ids (invalid_block_ids) to
+        # requests for models of one group only and stops its engine with a
+        # RuntimeError for more, while a failed asynchronous load is
+        # reported by request (failed_recving, _fail_requests) and
+        # recomputed. A hit that fails must be recovered, so a synchronous
+        # setting for such a model is refused, not warned about.
         several = len(self._groups) > 1 or bool(states)
         self._load_mode = extra.get("load") or ("async" if several else "layerwise")
         self._layerwise = self._load_mode == "layerwise"
-        if several and not states and self._load_mode != "async":
-            log.warning("kvferry: load = %r on a model of %d KV cache groups: vLLM 0.32 cannot recompute a failed "
-                        "synchronous load of several groups, so a block damaged or gone between lookup and load "
-                        "stops the engine; leave load unset (async for such models) unless every block's "
-                        "arrival is certain", self._load_mode, len(self._groups))
         if states and self._load_mode != "async":
             # vLLM copies a Mamba hit's state into the request's running
             # block before the step's forward, so before start_load_kv: a
@@ -326,6 +338,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
             raise make_error(Status.ERR_INVALID, f"KvferryConnector: load = {self._load_mode!r} with KV cache group "
                              f"{states[0].index} (MambaSpec): vLLM copies a Mamba hit's state before a step's loads "
                              f"start; a model with Mamba / linear-attention groups needs load: async")
+        if several and self._load_mode != "async":
+            raise make_error(Status.ERR_INVALID, f"KvferryConnector: load = {self._load_mode!r} on a model of "
+                             f"{len(self._groups)} KV cache groups: vLLM cannot recompute a synchronous load of "
+                             f"several groups that fails (a block damaged or evicted between lookup and load stops "
+                             f"its engine); set load: async in kv_connector_extra_config, or leave load unset")
         # the layers of state groups: their tensors are raw bytes, cut by page
         groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
         self._state_layers = frozenset(n for g in states for n in groups[g.index].layer_names)
@@ -358,7 +375,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         # whose hits count per tier: a full-attention group's, else a state group's
         self._tier_group = next((g.index for g in self._groups if not g.window and not g.state),
                                 next((g.index for g in self._groups if g.state), 0))
-        self._hit_counts: Dict[str, int] = {}  # tokens loaded per tier since the last stats
+        # per request whose load is under way: the tier of each block of its
+        # hit (of _tier_group) and the workers yet to report how it ended
+        self._pending_hits: Dict[str, Tuple[List[Tier], Set[_Rank], List[int]]] = {}
+        # since the last stats: hit_tokens_<tier> (loaded), load_failed_tokens_<tier>, load_failed_requests
+        self._hit_counts: Dict[str, int] = {}
         # vLLM's KV events, when its config asks for them: per key being
         # saved, (block hash, parent hash, tokens, LoRA id, LoRA name, group)
         ev = getattr(vllm_config, "kv_events_config", None)
@@ -373,7 +394,11 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         self._load_ticket = None
         self._load_slots: List[int] = []
         self._load_errors: Set[int] = set()
-        self._async_loads: List[Tuple[object, str, List[int]]] = []  # (ticket or None, request, blocks)
+        # (ticket or None, request, its slots in the get, its hit's blocks in order)
+        self._async_loads: List[Tuple[object, str, List[int], List[int]]] = []
+        self._bad: Dict[str, Set[int]] = {}  # an asynchronous load's blocks that did not arrive, by request
+        self._sync_ids: List[Tuple[str, List[int]]] = []  # this step's synchronous loads: (request, blocks)
+        self._outcomes: List[Tuple[str, int]] = []  # loads ended since the last worker metadata
         self._load_failed: Set[str] = set()  # asynchronous loads that failed somewhere (_fail_requests)
         self._failed_recving: Set[str] = set()  # of those, the ones get_finished reports done now
         self._transient: List[Save] = []  # saves of blocks vLLM frees before the next step
@@ -408,26 +433,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         if extra.get("load", "layerwise") not in _LOADS:
             raise make_error(Status.ERR_INVALID, f"KvferryConnector: load = {extra['load']!r} (want one of "
                              f"{', '.join(_LOADS)})")
-        if "remote" in extra and str(extra["remote"]).upper() not in CacheRemote.__members__:
-            raise make_error(Status.ERR_INVALID, f"KvferryConnector: remote = {extra['remote']!r} (want one of "
-                             f"{', '.join(m.lower() for m in CacheRemote.__members__)})")
-        for k in ("host_bytes", "disk_bytes"):
-            if k in extra:
-                try:
-                    size_parse(extra[k])
-                except KvferryError as exc:
-                    raise make_error(Status.ERR_INVALID, f"KvferryConnector: {k} = {extra[k]!r}: {exc}") from None
-        for k in ("host_blocks", "disk_blocks", "priority", "threads"):
-            if k in extra and (isinstance(extra[k], bool) or not isinstance(extra[k], int) or extra[k] < 0):
-                raise make_error(Status.ERR_INVALID, f"KvferryConnector: {k} = {extra[k]!r} is not a count")
-        if "priority" in extra and extra["priority"] > 100:
-            raise make_error(Status.ERR_INVALID, f"KvferryConnector: priority = {extra['priority']!r} (0..100)")
-        if "namespace" in extra and (not isinstance(extra["namespace"], str) or not extra["namespace"]):
-            raise make_error(Status.ERR_INVALID, f"KvferryConnector: namespace = {extra['namespace']!r}")
+        check_settings(extra, "KvferryConnector")
         _tier_costs(extra)
-        if extra.get("disk_blocks") or extra.get("disk_bytes"):
-            if not extra.get("file_dir"):
-                raise make_error(Status.ERR_INVALID, "KvferryConnector: disk_blocks/disk_bytes without file_dir")
 
     def _scan_stores(self):
         """What the shared disk directory holds for each worker, read by the
@@ -555,10 +562,13 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         for k, ids in group_loads(self._groups, keys, blocks.get_block_ids(), first, end, self._null_block(),
                                   self._first_needed):
             self._loads.append((request.request_id, k, ids))
+        tiers = [self._tier(k) for k in keys[self._tier_group][first:end]]
         by_tier: Dict[Tier, int] = {}
-        for k in keys[self._tier_group][first:end]:
-            by_tier[self._tier(k)] = by_tier.get(self._tier(k), 0) + self._block_size
+        for t in tiers:
+            by_tier[t] = by_tier.get(t, 0) + self._block_size
         self._hit_tiers[request.request_id] = by_tier
+        # counted once every worker says how the load ended (update_connector_output)
+        self._pending_hits[request.request_id] = (tiers, set(self._ranks), [len(tiers)])
         if self._load_mode == "async":
             self._loading.add(request.request_id)
 
@@ -570,12 +580,12 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     def get_external_cache_hit_sources(self, request, num_external_tokens: int):
         """vLLM's per-source prefix-cache metrics: the tokens this request
         loads from kvferry's host tier, its disk tier and the remote store
-        (reported as vLLM's external_unspecified)."""
+        (reported as vLLM's external_unspecified). vLLM counts them as the
+        request is admitted, before its load; kvferry's own hit_tokens wait
+        for the load's end (_load_ended)."""
         from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
         by_tier = self._hit_tiers.pop(request.request_id, {})
-        for tier, tokens in by_tier.items():
-            self._hit_counts[tier.name.lower()] = self._hit_counts.get(tier.name.lower(), 0) + tokens
         source = {Tier.HOST: CacheHitSource.HOST, Tier.DISK: CacheHitSource.DISK}
         out: Dict[object, int] = {}
         for tier, tokens in by_tier.items():
@@ -708,6 +718,9 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if meta is None or not isinstance(meta, KvferryWorkerMetadata):
             return
+        for rank, ended in meta.loads.items():
+            for rid, ok in ended:
+                self._load_ended(rid, tuple(rank), ok)
         first = self._ranks[0]
         for rank, events in meta.events.items():
             rank = tuple(rank)
@@ -722,6 +735,28 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                     stored[key] = tier
         if meta.link is not None:
             self._link = meta.link
+
+    def _load_ended(self, rid: str, rank: _Rank, ok: int) -> None:
+        """A worker's word on how a request's load ended: ok leading blocks
+        of the hit count (_ALL: every one). Once every worker has spoken,
+        the blocks all of them brought count as hits by tier and the rest
+        (vLLM recomputed them) as failed, never as hits."""
+        pending = self._pending_hits.get(rid)
+        if pending is None:
+            return
+        tiers, waiting, least = pending
+        waiting.discard(rank)
+        if ok != _ALL:
+            least[0] = min(least[0], ok)
+        if waiting:
+            return
+        del self._pending_hits[rid]
+        n, counts = least[0], self._hit_counts
+        for i, t in enumerate(tiers):
+            name = f"{'hit_tokens' if i < n else 'load_failed_tokens'}_{t.name.lower()}"
+            counts[name] = counts.get(name, 0) + self._block_size
+        if n < len(tiers):
+            counts["load_failed_requests"] = counts.get("load_failed_requests", 0) + 1
 
     def _kv_event(self, kind: int, key: int, tier: int, was: Optional[int]) -> None:
         """vLLM's KV cache events (BlockStored / BlockRemoved with the
@@ -754,12 +789,15 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
     def get_kv_connector_stats(self):
         """What happened since the last call, as vLLM's stats carry it to
         its loggers and Prometheus: on the scheduler, the tokens its loads
-        took from each tier (hit_tokens_host, _disk, _remote); on a worker,
-        the blocks it loaded, failed to load and saved."""
+        took from each tier (hit_tokens_host, _disk, _remote), counted once
+        the load has ended, and apart from them the tokens whose load failed
+        (load_failed_tokens_<tier>) and the requests that had such tokens
+        (load_failed_requests); on a worker, the blocks it loaded, failed
+        to load and saved."""
         counts = self._hit_counts if self._role == KVConnectorRole.SCHEDULER else self._counts
         if not counts:
             return None
-        data = {(f"hit_tokens_{k}" if self._role == KVConnectorRole.SCHEDULER else k): n for k, n in counts.items()}
+        data = dict(counts)
         counts.clear()
         return KvferryStats(data)
 
@@ -846,7 +884,8 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 by_req.setdefault(rid, []).append((k, ids))
             for rid, loads in by_req.items():
                 self._start_load(loads, rid)
-        else:
+        else:  # one KV cache group (__init__): a request's one load, its blocks in hit order
+            self._sync_ids = [(rid, ids) for rid, _k, ids in meta.loads]
             self._start_load([(k, ids) for _rid, k, ids in meta.loads])
 
     def _start_load(self, loads, rid: Optional[str] = None) -> None:
@@ -869,7 +908,7 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                 log.warning("kvferry: load of %d blocks refused: %s", len(keys), exc)
                 self._failed(slots, rid)
         if rid is not None:  # get_finished reports it once every block is in place or failed
-            self._async_loads.append((ticket, rid, slots))
+            self._async_loads.append((ticket, rid, slots, [b for _k, ids in loads for b in ids]))
         elif ticket is not None and self._layerwise:
             self._load_ticket, self._load_slots = ticket, slots
         elif ticket is not None:  # the forward starts with every block in place
@@ -889,10 +928,22 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         an asynchronous load's request is reported in failed_recving)."""
         if not blocks:
             return
+        if rid is not None:
+            self._bad.setdefault(rid, set()).update(blocks)
         if rid is not None and self._fail_requests:
             self._load_failed.add(rid)
         else:
             self._load_errors.update(blocks)
+
+    def _ended(self, rid: str, ids: List[int], bad) -> None:
+        """A request's load is over: the scheduler hears how many leading
+        blocks of its hit count (vLLM recomputes from the first failed one;
+        a load failed whole, none)."""
+        if rid in self._load_failed:
+            ok = 0
+        else:
+            ok = next((i for i, b in enumerate(ids) if b in bad), _ALL)
+        self._outcomes.append((rid, ok))
 
     def _count(self, name: str, n: int) -> None:
         if n:
@@ -989,12 +1040,13 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
         """The requests whose asynchronous loads are over, their failed
         blocks among the load errors of this same step (as vLLM asks)."""
         done, keep = set(), []
-        for t, rid, slots in self._async_loads:
+        for t, rid, slots, ids in self._async_loads:
             if t is not None and t.poll() is None:
-                keep.append((t, rid, slots))
+                keep.append((t, rid, slots, ids))
                 continue
             if t is not None:
                 self._landed(t, slots, rid)
+            self._ended(rid, ids, self._bad.pop(rid, ()))
             if rid in self._load_failed:  # reported failed in this same pass
                 self._load_failed.discard(rid)
                 self._failed_recving.add(rid)
@@ -1012,12 +1064,15 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
                                           finished_recving=set(recving or ()) | failed, failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
-        if self._load_ticket is None and not self._load_errors:
+        if self._load_ticket is None and not self._load_errors and not self._sync_ids:
             return set()
         if self._load_ticket is not None:
             self._landed(self._load_ticket, self._load_slots)
             self._load_ticket, self._load_slots = None, []
         out, self._load_errors = self._load_errors, set()
+        for rid, ids in self._sync_ids:  # this step's synchronous loads are over
+            self._ended(rid, ids, out)
+        self._sync_ids = []
         return out
 
     def _link_now(self) -> Optional[_Link]:
@@ -1038,17 +1093,18 @@ class KvferryConnector(KVConnectorBase_V1, SupportsHMA):
             link = self._link_now()
             if link != self._sent_link:
                 fresh = self._sent_link = link
-        if not self._events and fresh is None:  # a list's length is read whole, lock or not
+        if not self._events and fresh is None and not self._outcomes:  # a list's length is read whole
             return None
         with self._events_lock:
             events, self._events = self._events, []
-        return KvferryWorkerMetadata({self._rank: events}, fresh)
+        ended, self._outcomes = self._outcomes, []
+        return KvferryWorkerMetadata({self._rank: events}, fresh, {self._rank: ended} if ended else {})
 
     def shutdown(self):
         if self._saver is not None:
             self._saver.close(self._saves)
             self._saver = None
-        for t, _rid, _slots in self._async_loads:
+        for t, _rid, _slots, _ids in self._async_loads:
             if t is not None:
                 t.wait()
         self._transient = []
