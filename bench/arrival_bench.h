@@ -157,6 +157,38 @@ static inline size_t check_slots(kvf_engine *e, uint32_t blocks, size_t bytes, b
     return check(e, KVF_LEVEL_SECONDARY, blocks, bytes);
 }
 
+/* An engine of `cfg` (its backend, file or remote tier set) with a pool
+ * per layer of `slots` slots: device slots on the CUDA backend, else host
+ * ones; with host_tier, host secondary slots too. */
+static inline kvf_engine *open_pools(const kvf_engine_config *cfg, uint32_t slots, bool host_tier)
+{
+    kvf_engine *e;
+    KV(kvf_engine_create(cfg, &e));
+    kvf_memory m = cfg->backend == KVF_BACKEND_CUDA ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST;
+    for (uint32_t p = 0; p < POOLS; p++) {
+        kvf_pool_desc prim = {m, NULL, 0, slots};
+        kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, slots};
+        uint32_t idx;
+        KV(kvf_engine_add_pool(e, &G, &prim, host_tier ? &sec : NULL, &idx));
+    }
+    return e;
+}
+
+/* What arrival_measure's poison callback needs: poison_slots's arguments. */
+typedef struct poison_args {
+    kvf_engine *e;
+    kvf_tier tier;
+    uint32_t blocks;
+    size_t bytes;
+    bool device;
+} poison_args;
+
+static inline void poison_all(void *arg)
+{
+    poison_args *a = arg;
+    poison_slots(a->e, a->tier, a->blocks, a->bytes, a->device);
+}
+
 /* The runs' times: the whole batch, the layer-wise batch's first pool,
  * its end, and each pool's arrival (ms), run r of m->runs. */
 typedef struct arrival_runs {

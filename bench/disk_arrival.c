@@ -33,29 +33,7 @@ static kvf_engine *open_engine(const char *dir, kvf_backend backend, uint32_t sl
     cfg.file.dir = dir;
     cfg.file.namespace_ = "disk-arrival";
     cfg.file.fsync = KVF_FSYNC_NONE;
-    kvf_engine *e;
-    KV(kvf_engine_create(&cfg, &e));
-    kvf_memory m = backend == KVF_BACKEND_CUDA ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST;
-    for (uint32_t p = 0; p < POOLS; p++) {
-        kvf_pool_desc prim = {m, NULL, 0, slots};
-        kvf_pool_desc sec = {KVF_MEMORY_HOST, NULL, 0, slots};
-        uint32_t idx;
-        KV(kvf_engine_add_pool(e, &G, &prim, host_tier ? &sec : NULL, &idx));
-    }
-    return e;
-}
-
-typedef struct poison_args {
-    kvf_engine *e;
-    uint32_t blocks;
-    size_t bytes;
-    bool device;
-} poison_args;
-
-static void poison_all(void *arg)
-{
-    poison_args *a = arg;
-    poison_slots(a->e, KVF_TIER_DISK, a->blocks, a->bytes, a->device);
+    return open_pools(&cfg, slots, host_tier);
 }
 
 int main(int argc, char **argv)
@@ -90,7 +68,7 @@ int main(int argc, char **argv)
     kvf_engine *e = open_engine(dir, cuda ? KVF_BACKEND_CUDA : KVF_BACKEND_HOST, blocks, cuda);
     for (uint32_t s = 0; s < blocks; s++)
         mv[s] = (kvf_move){.dst = s, .key = {0x5eed, 1 + s}};
-    poison_args pa = {e, blocks, bytes, cuda};
+    poison_args pa = {e, KVF_TIER_DISK, blocks, bytes, cuda};
     arrival_runs *m = calloc(1, sizeof *m);
     m->runs = runs;
     arrival_measure(e, KVF_TIER_DISK, mv, blocks, poison_all, &pa, m);

@@ -41,10 +41,10 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
  * for the whole batch. Small copies go in calls of ASYNC_CHUNK_BYTES, or
  * 1/ASYNC_SMALL_CALLS of their batch up to ASYNC_CHUNK_BYTES_MAX: each
  * call is a kernel launch whose start and drain cost a few microseconds of
- * the GPU's copy time (LMCache's layout, 1 GiB in 32 KiB blocks on an
- * H100: 48.8 GB/s in 4 MiB calls, 49.6 in 16 MiB ones, against LMCache's
- * one kernel at 52.0; bench/results/h100-lmcache*.txt), while an onboard
- * behind such a batch waits for at most one call (16 MiB: about 0.3 ms). */
+ * the GPU's copy time, which larger calls of a large batch spread thinner
+ * (docs/performance.md: LMCache's layout moved about 5 % faster in 16 MiB
+ * calls than in 4 MiB ones), while an onboard behind such a batch waits
+ * for at most one call. */
 #define ASYNC_CHUNK_BYTES ((size_t)4 << 20)
 #define ASYNC_CHUNK_BYTES_MAX ((size_t)16 << 20)
 #define ASYNC_SMALL_CALLS 64u
