@@ -99,10 +99,19 @@ class SeaweedFS:
         store's first put finds it ready. No S3 client needed."""
         filer = f"http://127.0.0.1:{self.port + 3}/buckets/{self.bucket}"
         t0 = time.time()
+        made = False
         while True:
             try:
-                urllib.request.urlopen(urllib.request.Request(f"{filer}/?op=mkdir", method="POST"),
-                                       timeout=5)
+                if not made:
+                    try:
+                        urllib.request.urlopen(urllib.request.Request(f"{filer}/?op=mkdir", method="POST"),
+                                               timeout=5)
+                    except urllib.error.HTTPError as exc:
+                        # 409: made by an earlier try whose first object then
+                        # failed (no volume yet): the bucket is there
+                        if exc.code != 409:
+                            raise
+                    made = True
                 urllib.request.urlopen(urllib.request.Request(f"{filer}/ready", data=b"ready",
                                                               method="PUT"), timeout=5)
                 return
