@@ -184,7 +184,8 @@ static const def env_defs[] = {
     /* the same for a layer-wise read from the remote tier */
     {D("remote_group_bytes", "KVF_REMOTE_GROUP_BYTES", K_SIZE, 0), .default_text = "auto"},
     /* the most bytes of a large batch the engine hands a device backend
-     * in one call (src/engine/async.c); unset: its own rule */
+     * in one call (read at create, used in src/engine/async.c); unset:
+     * its own rule */
     {D("device_call_bytes", "KVF_DEVICE_CALL_BYTES", K_SIZE, 0), .default_text = "auto"},
     /* a file to append to, checked when the timeline starts (timeline.c):
      * it is process-wide, so a bad one is logged rather than failing an

@@ -63,12 +63,11 @@ kvf__copy kvf__move_copy(const kvf_engine *e, op_kind kind, uint32_t p, const kv
 #define ASYNC_CALLS_MAX 256u
 
 /* The bytes after which a call of a batch moving every pool ends: `bytes`
- * useful bytes in `ncopies` copies. The setting (KVF_DEVICE_CALL_BYTES)
- * overrides the rule: larger calls cost less host and device time per
- * byte, smaller ones release their moves sooner. */
-static size_t chunk_bytes_for(size_t bytes, size_t ncopies)
+ * useful bytes in `ncopies` copies. The setting (KVF_DEVICE_CALL_BYTES,
+ * read at create: `set`) overrides the rule: larger calls cost less host
+ * and device time per byte, smaller ones release their moves sooner. */
+static size_t chunk_bytes_for(uint64_t set, size_t bytes, size_t ncopies)
 {
-    uint64_t set = kvf__env_size("KVF_DEVICE_CALL_BYTES");
     if (set)
         return set > SIZE_MAX ? SIZE_MAX : (size_t)set;
     if (ncopies == 0 || bytes / ncopies < ASYNC_RETIRE_FROM) {
@@ -237,7 +236,7 @@ void kvf__issue_async(kvf_engine *e, batch *b)
             }
         }
     }
-    const size_t chunk_bytes = chunk_bytes_for(live_bytes, live * e->npools);
+    const size_t chunk_bytes = chunk_bytes_for(e->device_call_bytes, live_bytes, live * e->npools);
     uint32_t passes = sel ? sel->n : 1;
     bool marking = sel && !b->group && e->backend->ops->queue_mark;
     size_t per_copy = sel ? 1 : e->npools; /* copies per move and pass */

@@ -224,6 +224,7 @@ kvf_status kvf_engine_create(const kvf_engine_config *cfg, kvf_engine **engine_p
     if (st != KVF_OK)
         goto free_engine;
     kvf__costs_init(&e->costs, e->backend_kind == KVF_BACKEND_CUDA);
+    e->device_call_bytes = kvf__env_size("KVF_DEVICE_CALL_BYTES");
 
     uint32_t nthreads = worker_count(&c);
     if (e->file_dir && (st = file_setup(e, &c, nthreads)) != KVF_OK)

@@ -376,6 +376,9 @@ struct kvf_engine {
     uint64_t remote_retry_ns;
     char remote_why[192]; /* why the last connection failed, for the moves it fails */
 
+    /* KVF_DEVICE_CALL_BYTES at create (async.c); 0: the engine's rule */
+    uint64_t device_call_bytes;
+
     uint64_t next_id;
     batch *ready_head[KVF_QUEUE_COUNT], *ready_tail[KVF_QUEUE_COUNT];
     batch *undone_head, *undone_tail;

@@ -115,9 +115,15 @@ static void read_round(call *c, const size_t *want, uint32_t g)
         kvf__store_range *r = &c->r[j];
         kvf__store_block *b = r->block;
         reading *rd = &c->rd[b - c->blocks];
+        size_t len = r->len - rd->probe; /* the bytes the table says are there */
+        if (b->status == KVF_OK && r->got >= len && !(rd->probe && r->got > len)) {
+            rd->have = r->off + len; /* the group's bytes, all of them */
+            continue;
+        }
+        if (b->status != KVF_OK && b->status != KVF_ERR_NOT_FOUND)
+            continue; /* failed by the store, named there */
         char what[KVF_MOVE_ERROR_MESSAGE];
         what_of(c, b, r->about, what, sizeof what);
-        size_t len = r->len - rd->probe; /* the bytes the table says are there */
         if (b->status == KVF_OK && rd->probe && r->got > len)
             kvf__store_block_fail(b, KVF_ERR_CORRUPT,
                                   "%s: more than the %zu bytes its header says (written again "
@@ -134,13 +140,11 @@ static void read_round(call *c, const size_t *want, uint32_t g)
                                   "%s: gone or shorter while read (nothing at byte %zu, pool "
                                   "group %u): not served",
                                   what, (size_t)r->off, g);
-        else if (b->status == KVF_OK && r->got < len)
+        else
             kvf__store_block_fail(b, KVF_ERR_CORRUPT,
                                   "%s: the value ends at byte %zu, its pool table says %zu "
                                   "(truncated, or written again while read)",
                                   what, (size_t)(r->off + r->got), (size_t)(r->off + len));
-        else if (b->status == KVF_OK)
-            rd->have = r->off + len;
     }
 }
 
