@@ -184,7 +184,12 @@ static kvf_status live_add(kvf_engine *e, batch *b)
  * split into parts (see batch.group) of at most this size. The first parts
  * are smaller (FIRST_PART_MOVES, doubling): the GPU starts on the first
  * while the next are registered (bench/timeline.py shows a part's
- * registration beside its copies). */
+ * registration beside its copies). A batch that the backend copies
+ * asynchronously is split from FIRST_PART_MOVES on: registering and
+ * preparing the calls of 4096 moves took 80-160 us, before any byte
+ * moved, against about 1.2 ms to copy 64 MiB of them (docs/performance.md,
+ * partial copies). A batch naming its pools is split only above PART_MOVES: its
+ * parts could not mark each pool's arrival (kvf_wait_pool). */
 #define PART_MOVES 4096u
 #define FIRST_PART_MOVES 512u
 /* a reader entry names any move of a batch (hazard_reader_move) */
@@ -404,7 +409,8 @@ kvf_status kvf__submit_pools(kvf_engine *e, op_kind kind, bool checked, void *af
         return kvf__fail(KVF_ERR_RANGE, "%s: batch of %zu moves is too large", op_name(kind), n);
 
     /* a group's moves stay in the caller's array: its parts copy them */
-    bool group = n > PART_MOVES;
+    bool early_parts = e->backend->ops->copy_async && !kind_on_workers(kind) && !n_pools;
+    bool group = n > (early_parts ? FIRST_PART_MOVES : PART_MOVES);
     batch *b = kvf__batch_get(e, n, group);
     if (!b)
         return kvf__fail(KVF_ERR_NOMEM, "%s: out of memory", op_name(kind));
