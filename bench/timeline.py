@@ -9,8 +9,10 @@ of when the checks ended, the first batch was handed to the backend, the
 submit returned and the last batch completed; --chunks prints, for each
 batch run by the workers (file and remote tiers, the host backend), when
 each worker thread finished its chunks of it: how evenly they shared it.
---gpu prints, for each such submit, when the engine handed the backend
-each call and when the CUDA backend queued each
+--gpu prints, for each such submit, when its checks ended and each part
+was registered, when the engine handed the backend each call, when the
+CUDA backend picked the call's path and queued its descriptors' upload
+(kernel path) and when it queued each
 of its records (a record: one kernel launch group or DMA call; queue 0
 offload, 1 onboard) and when its watcher saw it end, and each wait of more
 than 20 us for the engine lock, with the line of engine.c that waited.
@@ -95,6 +97,10 @@ def main():
             t_end = max(steps[p]["complete"][0] for p in parts)
             print(f"submit of {n} moves on thread {thr0}: last part complete at {us(t_end):.0f} us")
             queued = {}
+            # the threads that handed this submit's calls to the backend
+            callers = {s["call"][1] for s in (steps[p] for p in parts) if "call" in s}
+            if "checked" in marks:
+                print(f"  checked at {us(marks['checked']):7.0f}")
             for t, thr, nm, bid, m in ev[k:]:
                 if t > t_end:
                     break
@@ -106,6 +112,11 @@ def main():
                           f" queued {us(tq):7.0f}, ended {us(t):7.0f}")
                 elif nm == "call" and bid in parts:
                     print(f"  batch {bid} handed the backend a call of {m} copies at {us(t):7.0f}")
+                elif nm == "part" and bid in parts:
+                    print(f"  batch {bid} of {m} moves registered at {us(t):7.0f}")
+                elif nm in ("gpu_picked", "gpu_uploaded") and thr in callers:
+                    what = f"picked path {m}" if nm == "gpu_picked" else f"queued an upload of {m} descriptors"
+                    print(f"  queue {bid}: the backend {what} at {us(t):7.0f}")
                 elif nm == "lockwait":
                     print(f"  thread {thr} waited {m / 1e3:5.0f} us for the engine lock"
                           f" (engine.c:{bid}), until {us(t):7.0f}")

@@ -30,13 +30,21 @@ static atomic_uint_fast64_t next_event;
 static pthread_once_t tl_once = PTHREAD_ONCE_INIT;
 
 static const char *const event_names[KVF_TL_COUNT] = {
-    [KVF_TL_SUBMIT] = "submit",       [KVF_TL_CHECKED] = "checked",
-    [KVF_TL_PART] = "part",           [KVF_TL_SUBMITTED] = "submitted",
-    [KVF_TL_ISSUE] = "issue",         [KVF_TL_ISSUED] = "issued",
-    [KVF_TL_CALL] = "call",           [KVF_TL_COPIED] = "copied",
-    [KVF_TL_COMPLETE] = "complete",   [KVF_TL_CHUNK] = "chunk",
-    [KVF_TL_LOCKWAIT] = "lockwait",   [KVF_TL_GPU_QUEUED] = "gpu_queued",
-    [KVF_TL_GPU_ENDED] = "gpu_ended", [KVF_TL_GPU_PICKED] = "gpu_picked",
+    [KVF_TL_SUBMIT] = "submit",
+    [KVF_TL_CHECKED] = "checked",
+    [KVF_TL_PART] = "part",
+    [KVF_TL_SUBMITTED] = "submitted",
+    [KVF_TL_ISSUE] = "issue",
+    [KVF_TL_ISSUED] = "issued",
+    [KVF_TL_CALL] = "call",
+    [KVF_TL_COPIED] = "copied",
+    [KVF_TL_COMPLETE] = "complete",
+    [KVF_TL_CHUNK] = "chunk",
+    [KVF_TL_LOCKWAIT] = "lockwait",
+    [KVF_TL_GPU_QUEUED] = "gpu_queued",
+    [KVF_TL_GPU_ENDED] = "gpu_ended",
+    [KVF_TL_GPU_PICKED] = "gpu_picked",
+    [KVF_TL_GPU_UPLOADED] = "gpu_uploaded",
 };
 
 static void tl_init(void)

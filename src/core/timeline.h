@@ -23,6 +23,7 @@ typedef enum kvf__tl_event {
     KVF_TL_GPU_QUEUED, /* the CUDA backend queued record `id` (queue << 56 | position): n copies */
     KVF_TL_GPU_ENDED,  /* ... and its watcher saw it end */
     KVF_TL_GPU_PICKED, /* the CUDA backend picked path n for a call of queue `id` */
+    KVF_TL_GPU_UPLOADED, /* its kernel path queued the upload of n descriptors (queue `id`) */
     KVF_TL_COUNT
 } kvf__tl_event;
 KVF_INTERNAL extern bool kvf__timeline_on;

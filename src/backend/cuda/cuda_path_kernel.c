@@ -154,6 +154,7 @@ kvf_status kvf__cuda_kernel_submit(cuda_backend *b, cuda_queue *q, const cuda_ba
                       st, fail);
             CUDA_GOTO(cudaEventRecord(ks->ev_up, ks->up), st, fail);
             CUDA_GOTO(cudaStreamWaitEvent(q->stream, ks->ev_up, 0), st, fail);
+            KVF_TIMELINE(KVF_TL_GPU_UPLOADED, (uint64_t)q->index, nd);
             CUDA_GOTO(kvf__cuda_copy_launch(q->ring_dev + idx, nd, tiles, b->grid, q->stream), st,
                       fail);
         }
