@@ -221,6 +221,13 @@ void kvf__issue_async(kvf_engine *e, batch *b)
     const pool_sel *sel = b->sel;
     size_t live = 0;       /* moves still to copy */
     size_t live_bytes = 0; /* their useful bytes, moving every pool */
+    /* a whole block's bytes in every pool: most moves are whole blocks,
+     * and this pass runs before the first call (64 pools made it a few
+     * hundred ns a move) */
+    const uint32_t tpb = e->pools[0].g.tokens_per_block;
+    size_t whole_bytes = 0;
+    for (uint32_t p = 0; !sel && p < e->npools; p++)
+        whole_bytes += e->pools[p].block_bytes;
     for (size_t i = 0; i < b->n; i++) {
         if (b->status[i] != KVF_INPROGRESS)
             continue;
@@ -230,8 +237,11 @@ void kvf__issue_async(kvf_engine *e, batch *b)
             kvf__fail_lost_dest(b, i);
         } else {
             live++;
-            for (uint32_t p = 0; !sel && p < e->npools; p++) {
-                kvf_region r = kvf__pool_region(&e->pools[p], b->moves[i].tokens);
+            uint32_t tokens = b->moves[i].tokens;
+            if (!sel && (tokens == 0 || tokens >= tpb))
+                live_bytes += whole_bytes;
+            for (uint32_t p = 0; !sel && tokens && tokens < tpb && p < e->npools; p++) {
+                kvf_region r = kvf__pool_region(&e->pools[p], tokens);
                 live_bytes += kvf__region_bytes(&r);
             }
         }
