@@ -242,10 +242,14 @@ fi
 PARTIAL_MODES=${PARTIAL_MODES:-"auto kernel staged dma"}
 if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; then
     for kib in ${PARTIAL_SIZES:-16 64 256}; do
-        # a mode may be MODE@BYTES: KVF_DEVICE_CALL_BYTES for that run
-        for mc in $PARTIAL_MODES base; do
+        # a mode may be MODE@BYTES: KVF_DEVICE_CALL_BYTES for that run;
+        # PARTIAL_SMS: the kernel's thread blocks (KVF_CUDA_COPY_SMS) to
+        # run AUTO under once more each, as modes sms<N>
+        for mc in $PARTIAL_MODES $(for v in ${PARTIAL_SMS:-}; do echo "sms$v"; done) base; do
             m=${mc%@*}
             cb=$([ "$m" = "$mc" ] && echo "" || echo "${mc#*@}")
+            sms=
+            case $m in sms*) sms=${m#sms} m=auto ;; esac
             K=$B/kvferry
             if [ $m = base ]; then
                 base_ready || continue
@@ -257,8 +261,9 @@ if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; th
             # AUTO's runs record their timeline: when each call reached the
             # GPU and ended (bench/timeline.py --gpu), in the logs
             tl=$([ $mc = auto ] && echo "$L/timeline-partial-${kib}k.txt" || echo "")
-            f="$L/partial-$m${cb:+-calls$cb}-${kib}k.txt"
-            KVF_TIMELINE=$tl KVF_DEVICE_CALL_BYTES=$cb KVF_CUDA_COPY=$([ $m = base ] && echo auto || echo $m) \
+            f="$L/partial-$m${cb:+-calls$cb}${sms:+-sms$sms}-${kib}k.txt"
+            KVF_TIMELINE=$tl KVF_DEVICE_CALL_BYTES=$cb KVF_CUDA_COPY_SMS=$sms \
+                KVF_CUDA_COPY=$([ $m = base ] && echo auto || echo $m) \
                 timeout "$(cap 40)" "$K" bench \
                 --backend cuda --layers 1 --kv 2 --heads 1 --tokens-per-block 32 --head-size $hs \
                 --tokens 8 --blocks $blocks --iters 5 >"$f" 2>&1
