@@ -37,6 +37,8 @@
 /* offload batches the load keeps in flight, at most */
 #define LOAD_DEPTH_MAX 16
 #define POISON 0xA5
+/* kvf_side.differs[i]: block i is the same as its source in every pool */
+#define SAME UINT32_MAX
 /* --pools: at most this many pools (a 2 MiB block of a Llama-3-8B shape is
  * 64: one per layer, K and V apart) */
 #define POOLS_MAX 1024
@@ -245,8 +247,10 @@ typedef struct kvf_side {
     size_t block_bytes, pool_bytes;
     kvf_move *on, *off[LOAD_DEPTH_MAX];
     /* the onboards' sources: pool p's blocks at orig + p * blocks *
-     * pool_bytes */
+     * pool_bytes; one rep's destinations in one pool, read back; for each
+     * block of a rep, the first pool in which it differs */
     uint8_t *orig, *scratch;
+    uint32_t *differs;
     /* the evicting phase: its offload batch of max(load_blocks, blocks)
      * moves, in flight since its rep's prep; the poison its first moves
      * must store; evictions that stored anything else */
@@ -372,29 +376,37 @@ static int kvf_poison(kvf_side *s, uint8_t *poison)
     return 0;
 }
 
-/* Every rep's destinations in every pool against the sources: the number
- * of blocks with a part in some pool that differs (named on stderr, the
- * first few), -1 when they cannot be read. */
+/* Every rep's destinations in every pool against the sources, each pool's
+ * part of a rep read in one piece (a GPU read per block and pool would take
+ * longer than the bench): the number of blocks with a part in some pool
+ * that differs (named on stderr, the first few), -1 when they cannot be
+ * read. */
 static long kvf_verify(kvf_side *s)
 {
     long bad = 0;
     uint32_t B = s->o->blocks;
-    for (uint32_t r = 0; r < s->o->reps; r++)
+    size_t part = s->pool_bytes * B;
+    for (uint32_t r = 0; r < s->o->reps; r++) {
         for (uint32_t i = 0; i < B; i++)
-            for (uint32_t p = 0; p < s->o->pools; p++) {
-                if (kvf_bench_slot_io(s->e, p, B * r + i, s->scratch, s->pool_bytes, false))
-                    return -1;
-                const uint8_t *want = s->orig + ((size_t)p * B + i) * s->pool_bytes;
-                if (memcmp(s->scratch, want, s->pool_bytes) == 0)
-                    continue;
-                char pn[32];
-                if (bad++ < 5)
-                    fprintf(stderr,
-                            "kvferry bench: onboard %u: block %u (primary slot %u%s) differs "
-                            "from its source (secondary slot %u)\n",
-                            r, i, B * r + i, pool_name(s->o, p, pn, sizeof pn), i);
-                break; /* the block is counted once */
-            }
+            s->differs[i] = SAME;
+        for (uint32_t p = 0; p < s->o->pools; p++) {
+            if (kvf_bench_slot_io(s->e, p, B * r, s->scratch, part, false))
+                return -1;
+            for (uint32_t i = 0; i < B; i++)
+                if (s->differs[i] == SAME &&
+                    memcmp(s->scratch + i * s->pool_bytes, s->orig + p * part + i * s->pool_bytes,
+                           s->pool_bytes) != 0)
+                    s->differs[i] = p;
+        }
+        for (uint32_t i = 0; i < B; i++) {
+            char pn[32];
+            if (s->differs[i] != SAME && bad++ < 5)
+                fprintf(stderr,
+                        "kvferry bench: onboard %u: block %u (primary slot %u%s) differs from "
+                        "its source (secondary slot %u)\n",
+                        r, i, B * r + i, pool_name(s->o, s->differs[i], pn, sizeof pn), i);
+        }
+    }
     return bad;
 }
 
@@ -407,6 +419,7 @@ static void kvf_side_close(kvf_side *s)
         free(s->off[k]);
     free(s->orig);
     free(s->scratch);
+    free(s->differs);
     memset(s, 0, sizeof *s);
 }
 
@@ -449,8 +462,9 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     for (uint32_t k = 0; k < D; k++)
         offs = (s->off[k] = malloc(L * sizeof *s->off[k])) != NULL && offs;
     s->orig = malloc(block_bytes * o->blocks);
-    s->scratch = malloc(s->pool_bytes);
-    if (!s->on || !offs || !s->orig || !s->scratch) {
+    s->scratch = malloc(s->pool_bytes * o->blocks);
+    s->differs = malloc(o->blocks * sizeof *s->differs);
+    if (!s->on || !offs || !s->orig || !s->scratch || !s->differs) {
         fprintf(stderr, "kvferry bench: out of memory\n");
         return -1;
     }
