@@ -164,7 +164,7 @@ said "\-\-reps: 0 is out of range"
 cp="bench --mode contention --backend host --sizes 32K --pools 8 --reps 5 --load-blocks 64 --load-ms 50"
 expect 0 "$kvf" $cp
 grep -q "each block split over 8 pools" "$tmp/out" || fail "'$cp': no pool count in the header"
-grep -q "32 KiB blocks in 8 pools of 4 KiB:" "$tmp/out" || fail "'$cp': no pool block size"
+grep -q "32 KiB blocks: 8 pools of 4 KiB each, 16-block onboards" "$tmp/out" || fail "'$cp': no pool block size"
 grep -q "verified: every byte (240 onboarded blocks)" "$tmp/out" || fail "'$cp': not verified"
 json_ok "$kvf" $cp
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))

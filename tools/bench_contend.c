@@ -796,9 +796,9 @@ static void print_size(const size_result *r, bool gpu, const contend_opts *o)
 {
     char h1[32], h2[32], h3[32], h4[32], split[64] = "";
     if (o->pools > 1)
-        snprintf(split, sizeof split, " in %u pools of %s", o->pools,
+        snprintf(split, sizeof split, " %u pools of %s each,", o->pools,
                  kvf_cli_bytes(r->block_bytes / o->pools, h4));
-    printf("  %s blocks%s: %u-block onboards (%s), offload batches of %u blocks (%s), %u in "
+    printf("  %s blocks:%s %u-block onboards (%s), offload batches of %u blocks (%s), %u in "
            "flight\n",
            kvf_cli_bytes(r->block_bytes, h1), split, o->blocks,
            kvf_cli_bytes(r->block_bytes * o->blocks, h2), o->load_blocks,
