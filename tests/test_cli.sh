@@ -142,7 +142,9 @@ json_ok "$kvf" $cb
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
 assert d["mode"] == "contention" and d["backend"] == "host", d
 assert d["verified"] is True and d["bad_blocks"] == 0 and d["reps"] == 10, d
+assert d["pools"] == 1, d
 assert [s["block_bytes"] for s in d["sizes"]] == [4096, 16384], d["sizes"]
+assert [s["pool_block_bytes"] for s in d["sizes"]] == [4096, 16384], d["sizes"]
 for s in d["sizes"]:
     for p in (s["idle"], s["loaded"], s["evicting"], s["raw"]["idle"], s["raw"]["loaded"],
               s["raw"]["evicting"]):
@@ -157,6 +159,28 @@ expect 2 "$kvf" bench --mode contention --sizes 4K,1000
 said "\-\-sizes: 1000 is not a multiple of 128 bytes"
 expect 2 "$kvf" bench --mode=contention --reps 0
 said "\-\-reps: 0 is out of range"
+# --pools: each block split over pools as vLLM and SGLang keep them (a pool
+# per layer, K and V apart), every byte of every pool checked
+cp="bench --mode contention --backend host --sizes 32K --pools 8 --reps 5 --load-blocks 64 --load-ms 50"
+expect 0 "$kvf" $cp
+grep -q "each block split over 8 pools" "$tmp/out" || fail "'$cp': no pool count in the header"
+grep -q "32 KiB blocks: 8 pools of 4 KiB each, 16-block onboards" "$tmp/out" || fail "'$cp': no pool block size"
+grep -q "verified: every byte (240 onboarded blocks)" "$tmp/out" || fail "'$cp': not verified"
+json_ok "$kvf" $cp
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+assert d["pools"] == 8 and d["verified"] is True and d["bad_blocks"] == 0, d
+[s] = d["sizes"]
+assert s["block_bytes"] == 32768 and s["pool_block_bytes"] == 4096, s
+assert s["bad_evictions"] == 0 and s["evicting"]["p50_ms"] > 0 and s["raw"]["idle"]["p50_ms"] > 0, s' \
+    "$tmp/last.json"
+expect 2 "$kvf" bench --mode contention --backend host --sizes 32K --pools 0
+said "\-\-pools: 0 is out of range (1..1024)"
+expect 2 "$kvf" bench --mode contention --backend host --sizes 32K --pools 1025
+said "\-\-pools: 1025 is out of range (1..1024)"
+expect 2 "$kvf" bench --mode contention --backend host --sizes 32K,4K --pools 64
+said "\-\-pools 64: \-\-sizes 4096 is not a multiple of 64 x 128 bytes (8192)"
+expect 2 "$kvf" bench --mode contention --pools 3
+said "\-\-pools 3: \-\-sizes 262144 is not a multiple of 3 x 128 bytes (384)"
 
 conventions "$kvf" bench --mode remote
 expect 2 "$kvf" bench --mode remote --remote-url redis://127.0.0.1:1 --iters 0

@@ -13,6 +13,9 @@
  * compared with its random source after the phase, each onboard having
  * gone into destinations poisoned before it, and every eviction stored
  * the poison its slots held before the onboard (write after read).
+ * --pools N splits each block over N pools, as vLLM and SGLang keep a
+ * pool per layer (K and V apart): the engine sizes its calls by the
+ * copies' size, and the raw copies make one copy per pool of each block.
  */
 #include "bench.h"
 #include "cli.h"
@@ -34,6 +37,11 @@
 /* offload batches the load keeps in flight, at most */
 #define LOAD_DEPTH_MAX 16
 #define POISON 0xA5
+/* kvf_side.differs[i]: block i is the same as its source in every pool */
+#define SAME UINT32_MAX
+/* --pools: at most this many pools (a 2 MiB block of a Llama-3-8B shape is
+ * 64: one per layer, K and V apart) */
+#define POOLS_MAX 1024
 
 typedef struct contend_opts {
     kvf_backend backend;
@@ -41,6 +49,7 @@ typedef struct contend_opts {
     size_t sizes[MAX_SIZES];
     size_t nsizes;
     uint32_t blocks, load_blocks, load_depth, reps;
+    uint32_t pools; /* each block of --sizes split evenly over them */
     double load_seconds;
     uint64_t seed;
 } contend_opts;
@@ -226,16 +235,22 @@ static int load_alone(load *l, double seconds, double *gbs)
 
 /* ---- kvferry: the engine, its onboards and its offloads ---------------- */
 
-/* Slots of the one pool: onboards read secondary [0, blocks) into primary
- * [blocks * rep, blocks * (rep + 1)), fresh poisoned slots for each rep;
- * the load's batches move primary [blocks * reps + k * load_blocks,
- * ...) to secondary [blocks + k * load_blocks, ...), k < load_depth. */
+/* Slots of every pool (the same slots in each, as an engine's block is a
+ * slot in each of its layers' pools): onboards read secondary [0, blocks)
+ * into primary [blocks * rep, blocks * (rep + 1)), fresh poisoned slots
+ * for each rep; the load's batches move primary [blocks * reps + k *
+ * load_blocks, ...) to secondary [blocks + k * load_blocks, ...),
+ * k < load_depth. A block is block_bytes, pool_bytes in each pool. */
 typedef struct kvf_side {
     kvf_engine *e;
     const contend_opts *o;
-    size_t block_bytes;
+    size_t block_bytes, pool_bytes;
     kvf_move *on, *off[LOAD_DEPTH_MAX];
+    /* the onboards' sources: pool p's blocks at orig + p * blocks *
+     * pool_bytes; one rep's destinations in one pool, read back; for each
+     * block of a rep, the first pool in which it differs */
     uint8_t *orig, *scratch;
+    uint32_t *differs;
     /* the evicting phase: its offload batch of max(load_blocks, blocks)
      * moves, in flight since its rep's prep; the poison its first moves
      * must store; evictions that stored anything else */
@@ -246,6 +261,16 @@ typedef struct kvf_side {
     const uint8_t *poison;
     long evict_bad;
 } kvf_side;
+
+/* " of pool P" for messages about a block's part in pool p; "" with one
+ * pool. */
+static const char *pool_name(const contend_opts *o, uint32_t p, char *buf, size_t cap)
+{
+    if (o->pools == 1)
+        return "";
+    snprintf(buf, cap, " of pool %u", p);
+    return buf;
+}
 
 static int kvf_small(void *ctx, uint32_t rep)
 {
@@ -263,7 +288,8 @@ static int kvf_small(void *ctx, uint32_t rep)
 
 /* Before rep `rep` of the evicting phase: waits for the previous rep's
  * eviction, checks that it stored the poison its slots held before that
- * rep's onboard wrote them (secondary slots [blocks, 2 * blocks)), and
+ * rep's onboard wrote them (secondary slots [blocks, 2 * blocks) of every
+ * pool), and
  * queues this rep's: its first moves evict the rep's onboard
  * destinations, the others primary slots of the load's. */
 static int kvf_evict_prep(void *ctx, uint32_t rep)
@@ -276,16 +302,18 @@ static int kvf_evict_prep(void *ctx, uint32_t rep)
             fprintf(stderr, "kvferry bench: eviction %u: %s\n", rep - 1, kvf_last_error());
             return -1;
         }
-        for (uint32_t i = 0; i < B; i++) {
-            void *p = NULL;
-            if (kvf_engine_slot_ptr(s->e, 0, KVF_LEVEL_SECONDARY, B + i, &p) != KVF_OK)
-                return -1;
-            if (memcmp(p, s->poison, s->block_bytes) != 0 && s->evict_bad++ < 5)
-                fprintf(stderr,
-                        "kvferry bench: eviction %u: primary slot %u stored bytes other than it "
-                        "held before the onboard into it\n",
-                        rep - 1, B * (rep - 1) + i);
-        }
+        for (uint32_t pool = 0; pool < s->o->pools; pool++)
+            for (uint32_t i = 0; i < B; i++) {
+                void *p = NULL;
+                char pn[32];
+                if (kvf_engine_slot_ptr(s->e, pool, KVF_LEVEL_SECONDARY, B + i, &p) != KVF_OK)
+                    return -1;
+                if (memcmp(p, s->poison, s->pool_bytes) != 0 && s->evict_bad++ < 5)
+                    fprintf(stderr,
+                            "kvferry bench: eviction %u: primary slot %u%s stored bytes other "
+                            "than it held before the onboard into it\n",
+                            rep - 1, B * (rep - 1) + i, pool_name(s->o, pool, pn, sizeof pn));
+            }
     }
     if (rep == s->o->reps)
         return 0;
@@ -336,33 +364,49 @@ static void *kvf_load_body(void *arg)
     return NULL;
 }
 
-/* Poisons every rep's destinations (the poison buffer holds one rep's). */
+/* Poisons every rep's destinations in every pool (the poison buffer holds
+ * one rep's). */
 static int kvf_poison(kvf_side *s, uint8_t *poison)
 {
-    size_t n = s->block_bytes * s->o->blocks;
+    size_t n = s->pool_bytes * s->o->blocks;
     for (uint32_t r = 0; r < s->o->reps; r++)
-        if (kvf_bench_slot_io(s->e, 0, s->o->blocks * r, poison, n, true))
-            return -1;
+        for (uint32_t p = 0; p < s->o->pools; p++)
+            if (kvf_bench_slot_io(s->e, p, s->o->blocks * r, poison, n, true))
+                return -1;
     return 0;
 }
 
-/* Every rep's destinations against the sources: the number of blocks that
- * differ (named on stderr, the first few), -1 when they cannot be read. */
+/* Every rep's destinations in every pool against the sources, each pool's
+ * part of a rep read in one piece (a GPU read per block and pool would take
+ * longer than the bench): the number of blocks with a part in some pool
+ * that differs (named on stderr, the first few), -1 when they cannot be
+ * read. */
 static long kvf_verify(kvf_side *s)
 {
     long bad = 0;
-    for (uint32_t r = 0; r < s->o->reps; r++)
-        for (uint32_t i = 0; i < s->o->blocks; i++) {
-            if (kvf_bench_slot_io(s->e, 0, s->o->blocks * r + i, s->scratch, s->block_bytes, false))
+    uint32_t B = s->o->blocks;
+    size_t part = s->pool_bytes * B;
+    for (uint32_t r = 0; r < s->o->reps; r++) {
+        for (uint32_t i = 0; i < B; i++)
+            s->differs[i] = SAME;
+        for (uint32_t p = 0; p < s->o->pools; p++) {
+            if (kvf_bench_slot_io(s->e, p, B * r, s->scratch, part, false))
                 return -1;
-            if (memcmp(s->scratch, s->orig + i * s->block_bytes, s->block_bytes) != 0) {
-                if (bad++ < 5)
-                    fprintf(stderr,
-                            "kvferry bench: onboard %u: block %u (primary slot %u) differs from "
-                            "its source (secondary slot %u)\n",
-                            r, i, s->o->blocks * r + i, i);
-            }
+            for (uint32_t i = 0; i < B; i++)
+                if (s->differs[i] == SAME &&
+                    memcmp(s->scratch + i * s->pool_bytes, s->orig + p * part + i * s->pool_bytes,
+                           s->pool_bytes) != 0)
+                    s->differs[i] = p;
         }
+        for (uint32_t i = 0; i < B; i++) {
+            char pn[32];
+            if (s->differs[i] != SAME && bad++ < 5)
+                fprintf(stderr,
+                        "kvferry bench: onboard %u: block %u (primary slot %u%s) differs from "
+                        "its source (secondary slot %u)\n",
+                        r, i, B * r + i, pool_name(s->o, s->differs[i], pn, sizeof pn), i);
+        }
+    }
     return bad;
 }
 
@@ -375,17 +419,20 @@ static void kvf_side_close(kvf_side *s)
         free(s->off[k]);
     free(s->orig);
     free(s->scratch);
+    free(s->differs);
     memset(s, 0, sizeof *s);
 }
 
-/* An engine with one pool whose block is block_bytes ([1][2][1][32][n]
- * fp16), its onboards' sources filled with random data. 0; an exit code
- * (kvf_cli_create_exit) for an engine not created; -1 printed. */
+/* An engine with --pools pools over which a block of block_bytes is split
+ * evenly, each pool's block [1][2][1][32][n] fp16, its onboards' sources
+ * filled with random data. 0; an exit code (kvf_cli_create_exit) for an
+ * engine not created; -1 printed. */
 static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
 {
     memset(s, 0, sizeof *s);
     s->o = o;
     s->block_bytes = block_bytes;
+    s->pool_bytes = block_bytes / o->pools;
     kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
     cfg.backend = o->backend;
     kvf_status created = kvf_engine_create(&cfg, &s->e);
@@ -395,17 +442,19 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     }
     bool gpu = kvf_bench_on_gpu(s->e);
     kvf_geometry g = {
-        1, 2, 1, 32, (uint32_t)(block_bytes / 128), KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
+        1, 2, 1, 32, (uint32_t)(s->pool_bytes / 128), KVF_DTYPE_FP16, KVF_ORDER_HEAD_MAJOR};
     uint32_t L = o->load_blocks, base = o->blocks * o->reps;
     uint32_t D = o->load_depth;
     kvf_pool_desc prim = {gpu ? KVF_MEMORY_DEVICE : KVF_MEMORY_HOST, NULL, 0, base + D * L};
     kvf_pool_desc sec = {gpu ? KVF_MEMORY_HOST_PINNED : KVF_MEMORY_HOST, NULL, 0,
                          o->blocks + D * L};
-    if (kvf_engine_add_pool(s->e, &g, &prim, &sec, NULL) != KVF_OK) {
-        fprintf(stderr, "kvferry bench: pool of %zu-byte blocks: %s\n", block_bytes,
-                kvf_last_error());
-        return -1;
-    }
+    for (uint32_t p = 0; p < o->pools; p++)
+        if (kvf_engine_add_pool(s->e, &g, &prim, &sec, NULL) != KVF_OK) {
+            char pn[32];
+            fprintf(stderr, "kvferry bench: pool%s of %zu-byte blocks: %s\n",
+                    pool_name(o, p, pn, sizeof pn), s->pool_bytes, kvf_last_error());
+            return -1;
+        }
     s->on = malloc(o->blocks * sizeof *s->on);
     s->nevict = L > o->blocks ? L : o->blocks;
     s->evict = malloc(s->nevict * sizeof *s->evict);
@@ -413,8 +462,9 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     for (uint32_t k = 0; k < D; k++)
         offs = (s->off[k] = malloc(L * sizeof *s->off[k])) != NULL && offs;
     s->orig = malloc(block_bytes * o->blocks);
-    s->scratch = malloc(block_bytes);
-    if (!s->on || !offs || !s->orig || !s->scratch) {
+    s->scratch = malloc(s->pool_bytes * o->blocks);
+    s->differs = malloc(o->blocks * sizeof *s->differs);
+    if (!s->on || !offs || !s->orig || !s->scratch || !s->differs) {
         fprintf(stderr, "kvferry bench: out of memory\n");
         return -1;
     }
@@ -425,8 +475,10 @@ static int kvf_side_open(kvf_side *s, const contend_opts *o, size_t block_bytes)
     kvf_bench_fill_random(s->orig, block_bytes * o->blocks, &seed);
     /* the sources get there as an engine's blocks would: offloaded, from
      * the first rep's destinations (poisoned before the rep) */
-    if (kvf_bench_slot_io(s->e, 0, 0, s->orig, block_bytes * o->blocks, true))
-        return -1;
+    size_t pool_src = s->pool_bytes * o->blocks;
+    for (uint32_t p = 0; p < o->pools; p++)
+        if (kvf_bench_slot_io(s->e, p, 0, s->orig + p * pool_src, pool_src, true))
+            return -1;
     for (uint32_t i = 0; i < o->blocks; i++)
         s->on[i] = (kvf_move){.src = i, .dst = i};
     kvf_ticket t;
@@ -489,14 +541,17 @@ out:
 
 /* ---- raw copies: the same small moves and load, no kvferry ------------- */
 
-/* The small moves copy src into dst block by block; the load copies
- * lsrc into ldst whole, again and again. On the GPU: host-to-device from
- * pinned memory on stream s[0], the load device-to-host on s[1]; on the
- * host: memcpy on two threads. An eviction copies dst out to edst first. */
+/* The small moves copy src into dst block by block, one copy per pool of
+ * each block (src, dst and edst hold pool p's parts of the blocks at p *
+ * blocks * pool_bytes, as the engine's pools are arrays of their own); the
+ * load copies lsrc into ldst whole, again and again. On the GPU:
+ * host-to-device from pinned memory on stream s[0], the load
+ * device-to-host on s[1]; on the host: memcpy on two threads. An eviction
+ * copies dst out to edst first, one copy per pool. */
 typedef struct raw_side {
     bool gpu;
-    uint32_t blocks, reps;
-    size_t block_bytes, load_bytes;
+    uint32_t blocks, reps, pools;
+    size_t block_bytes, pool_bytes, load_bytes;
     uint8_t *src, *dst, *lsrc, *ldst, *edst;
 #ifdef KVF_HAVE_CUDA
     cudaStream_t s[2];
@@ -505,21 +560,23 @@ typedef struct raw_side {
 } raw_side;
 
 /* The evicting phase's raw copies, the least any engine can do: the
- * small moves' destinations copied out first, then the small moves. On
- * the GPU the eviction of a batch of load_bytes is queued before each rep
- * (device to host on s[1], its first bytes those of the destinations; an
- * event once they are out), and the previous rep's waited for; on the
- * host the destinations are copied out in the timed rep, beside the load
- * thread. */
+ * small moves' destinations copied out first (one copy per pool: they are
+ * adjacent slots of each), then the small moves. On the GPU the eviction
+ * of a batch of load_bytes is queued before each rep (device to host on
+ * s[1], its first bytes those of the destinations; an event once they are
+ * out), and the previous rep's waited for; on the host the destinations
+ * are copied out in the timed rep, beside the load thread. */
 static int raw_evict_prep(void *ctx, uint32_t rep)
 {
 #ifdef KVF_HAVE_CUDA
     raw_side *r = ctx;
     if (r->gpu) {
-        size_t small = r->block_bytes * r->blocks;
+        size_t small = r->block_bytes * r->blocks, part = r->pool_bytes * r->blocks;
         cudaError_t ce = cudaStreamSynchronize(r->s[1]);
         if (ce == cudaSuccess && rep < r->reps) {
-            cudaMemcpyAsync(r->edst, r->dst, small, cudaMemcpyDeviceToHost, r->s[1]);
+            for (uint32_t p = 0; p < r->pools; p++)
+                cudaMemcpyAsync(r->edst + p * part, r->dst + p * part, part, cudaMemcpyDeviceToHost,
+                                r->s[1]);
             cudaEventRecord(r->evicted, r->s[1]);
             if (r->load_bytes > small)
                 cudaMemcpyAsync(r->ldst, r->lsrc, r->load_bytes - small, cudaMemcpyDeviceToHost,
@@ -536,6 +593,12 @@ static int raw_evict_prep(void *ctx, uint32_t rep)
     return 0;
 }
 
+/* Block i's part in pool p: its offset in src, dst and edst. */
+static size_t raw_part(const raw_side *r, uint32_t p, uint32_t i)
+{
+    return ((size_t)p * r->blocks + i) * r->pool_bytes;
+}
+
 static int raw_small(void *ctx, uint32_t rep)
 {
     raw_side *r = ctx;
@@ -543,8 +606,9 @@ static int raw_small(void *ctx, uint32_t rep)
 #ifdef KVF_HAVE_CUDA
     if (r->gpu) {
         for (uint32_t i = 0; i < r->blocks; i++)
-            cudaMemcpyAsync(r->dst + i * r->block_bytes, r->src + i * r->block_bytes,
-                            r->block_bytes, cudaMemcpyHostToDevice, r->s[0]);
+            for (uint32_t p = 0; p < r->pools; p++)
+                cudaMemcpyAsync(r->dst + raw_part(r, p, i), r->src + raw_part(r, p, i),
+                                r->pool_bytes, cudaMemcpyHostToDevice, r->s[0]);
         cudaError_t ce = cudaStreamSynchronize(r->s[0]);
         if (ce != cudaSuccess)
             fprintf(stderr, "kvferry bench: raw copies: %s\n", cudaGetErrorString(ce));
@@ -552,7 +616,8 @@ static int raw_small(void *ctx, uint32_t rep)
     }
 #endif
     for (uint32_t i = 0; i < r->blocks; i++)
-        memcpy(r->dst + i * r->block_bytes, r->src + i * r->block_bytes, r->block_bytes);
+        for (uint32_t p = 0; p < r->pools; p++)
+            memcpy(r->dst + raw_part(r, p, i), r->src + raw_part(r, p, i), r->pool_bytes);
     return 0;
 }
 
@@ -569,7 +634,9 @@ static int raw_evict(void *ctx, uint32_t rep)
         return raw_small(ctx, rep);
     }
 #endif
-    memcpy(r->edst, r->dst, r->block_bytes * r->blocks);
+    size_t part = r->pool_bytes * r->blocks;
+    for (uint32_t p = 0; p < r->pools; p++)
+        memcpy(r->edst + p * part, r->dst + p * part, part);
     return raw_small(ctx, rep);
 }
 
@@ -673,7 +740,9 @@ static int measure_raw(const contend_opts *o, size_t block_bytes, bool gpu, doub
     raw_side r = {.gpu = gpu,
                   .blocks = o->blocks,
                   .reps = o->reps,
+                  .pools = o->pools,
                   .block_bytes = block_bytes,
+                  .pool_bytes = block_bytes / o->pools,
                   .load_bytes = block_bytes * o->load_blocks};
     load l = {.body = raw_load_body, .ctx = &r, .batch_bytes = r.load_bytes};
     int rc = -1;
@@ -725,10 +794,13 @@ static void print_ratios(const char *what, const phase *k, const phase *k0, cons
 
 static void print_size(const size_result *r, bool gpu, const contend_opts *o)
 {
-    char h1[32], h2[32], h3[32];
-    printf("  %s blocks: %u-block onboards (%s), offload batches of %u blocks (%s), %u in "
+    char h1[32], h2[32], h3[32], h4[32], split[64] = "";
+    if (o->pools > 1)
+        snprintf(split, sizeof split, " %u pools of %s each,", o->pools,
+                 kvf_cli_bytes(r->block_bytes / o->pools, h4));
+    printf("  %s blocks:%s %u-block onboards (%s), offload batches of %u blocks (%s), %u in "
            "flight\n",
-           kvf_cli_bytes(r->block_bytes, h1), o->blocks,
+           kvf_cli_bytes(r->block_bytes, h1), split, o->blocks,
            kvf_cli_bytes(r->block_bytes * o->blocks, h2), o->load_blocks,
            kvf_cli_bytes(r->block_bytes * o->load_blocks, h3), o->load_depth);
     printf("    %-44s %9s %9s\n", "latency, ms", "p50", "p99");
@@ -770,10 +842,11 @@ static cJSON *phase_json(cJSON *parent, const char *name, const phase *p)
     return j;
 }
 
-static void size_json(cJSON *arr, const size_result *r, bool gpu)
+static void size_json(cJSON *arr, const size_result *r, bool gpu, uint32_t pools)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "block_bytes", (double)r->block_bytes);
+    cJSON_AddNumberToObject(j, "pool_block_bytes", (double)(r->block_bytes / pools));
     phase_json(j, "idle", &r->idle);
     phase_json(j, "loaded", &r->loaded);
     phase_json(j, "evicting", &r->evicting);
@@ -822,16 +895,23 @@ static void usage(void)
            "and the same for raw copies in the same run (cuda: cudaMemcpyAsync\n"
            "host-to-device on one stream beside device-to-host copies of a batch's bytes\n"
            "on another, evicting: the slots' device-to-host copy first; host: memcpy on\n"
-           "two threads). Target: kvferry's ratio <= max(1.2, the raw ratio), offloads\n"
+           "two threads); the raw copies make one copy per pool of each block, as the\n"
+           "engine does. Target: kvferry's ratio <= max(1.2, the raw ratio), offloads\n"
            ">= 0.90.\n"
            "  --backend auto|host|cuda     default auto (cuda where a GPU is usable)\n"
-           "  --sizes LIST                 block sizes, default 256K,2M (multiples of 128)\n"
+           "  --sizes LIST                 block sizes, default 256K,2M (multiples of\n"
+           "                               128 x --pools)\n"
+           "  --pools N                    pools each block is split over evenly, default 1\n"
+           "                               (at most 1024): vLLM and SGLang keep a pool per\n"
+           "                               layer, K and V apart, and the engine sizes its\n"
+           "                               calls by the copies' size; a 2 MiB block of a\n"
+           "                               Llama-3-8B shape is --pools 64 of 32 KiB\n"
            "  --blocks N                   blocks per onboard, default 16\n"
            "  --reps N                     onboards per phase, default 200; each into\n"
-           "                               fresh slots: the pool holds blocks x reps\n"
-           "  --load-blocks N              blocks per offload batch,\n"
-           "  --load-depth N               offload batches kept in flight (2; at most 16),\n"
-           "                               default 512\n"
+           "                               fresh slots: the pools hold blocks x reps\n"
+           "  --load-blocks N              blocks per offload batch, default 512\n"
+           "  --load-depth N               offload batches kept in flight, default 2\n"
+           "                               (at most 16)\n"
            "  --load-ms N                  how long the offloads run alone, default 1000\n"
            "  --seed N                     random data seed\n"
            "An onboarded byte that differs from its source, an eviction that stored what\n"
@@ -850,6 +930,7 @@ enum {
     OPT_LOAD_DEPTH,
     OPT_LOAD_MS,
     OPT_SEED,
+    OPT_POOLS,
 };
 
 static const struct option contend_options[] = {
@@ -863,6 +944,7 @@ static const struct option contend_options[] = {
     {"load-depth", required_argument, NULL, OPT_LOAD_DEPTH},
     {"load-ms", required_argument, NULL, OPT_LOAD_MS},
     {"seed", required_argument, NULL, OPT_SEED},
+    {"pools", required_argument, NULL, OPT_POOLS},
     KVF_CLI_OPTS_END,
 };
 
@@ -917,6 +999,10 @@ static int contend_option(int c, const char *v, contend_opts *o)
         break;
     case OPT_SEED:
         return kvf_cli_u64("bench", "seed", v, &o->seed);
+    case OPT_POOLS:
+        rc = kvf_cli_number("bench", "pools", v, 1, POOLS_MAX, &u);
+        o->pools = (uint32_t)u;
+        break;
     default:
         return -1;
     }
@@ -940,6 +1026,16 @@ static int parse_args(int argc, char **argv, contend_opts *o)
         fprintf(stderr, "kvferry bench: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+    /* each pool's block is [1][2][1][32][n] fp16: size / pools a multiple
+     * of 128 */
+    for (size_t i = 0; i < o->nsizes; i++)
+        if (o->sizes[i] % ((size_t)o->pools * 128)) {
+            fprintf(stderr,
+                    "kvferry bench: --pools %u: --sizes %zu is not a multiple of %u x 128 "
+                    "bytes (%zu), each pool's block being a multiple of 128\n",
+                    o->pools, o->sizes[i], o->pools, (size_t)o->pools * 128);
+            return -1;
+        }
     return 0;
 }
 
@@ -967,7 +1063,10 @@ static int contend_run(const contend_opts *o)
     if (rc)
         return rc;
     bool gpu = !strcmp(backend, "cuda");
-    printf("kvferry bench: contention, %s backend, %u onboards per phase\n", backend, o->reps);
+    printf("kvferry bench: contention, %s backend, %u onboards per phase", backend, o->reps);
+    if (o->pools > 1)
+        printf(", each block split over %u pools (a pool per layer, K and V apart)", o->pools);
+    printf("\n");
     for (size_t i = 0; i < o->nsizes; i++)
         print_size(&res[i], gpu, o);
     printf("  verified: %s (%" PRIu64 " onboarded blocks)\n", bad == 0 ? "every byte" : "FAILED",
@@ -987,9 +1086,10 @@ static int contend_run(const contend_opts *o)
         cJSON_AddNumberToObject(j, "reps", o->reps);
         cJSON_AddNumberToObject(j, "load_blocks", o->load_blocks);
         cJSON_AddNumberToObject(j, "load_depth", o->load_depth);
+        cJSON_AddNumberToObject(j, "pools", o->pools);
         cJSON *sizes = cJSON_AddArrayToObject(j, "sizes");
         for (size_t i = 0; i < o->nsizes; i++)
-            size_json(sizes, &res[i], gpu);
+            size_json(sizes, &res[i], gpu, o->pools);
         cJSON_AddBoolToObject(j, "verified", bad == 0);
         cJSON_AddNumberToObject(j, "bad_blocks", (double)bad);
         if (kvf_cli_json_emit("bench", j))
@@ -1007,6 +1107,7 @@ int kvf_cli_bench_contend(int argc, char **argv)
         .blocks = 16,
         .load_blocks = 512,
         .load_depth = 2,
+        .pools = 1,
         .reps = 200,
         .load_seconds = 1,
         .seed = 0x9e3779b97f4a7c15ull,
