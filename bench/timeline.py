@@ -16,7 +16,10 @@ CUDA backend picked the call's path and queued its descriptors' upload
 of its records (a record: one kernel launch group or DMA call; queue 0
 offload, 1 onboard) and when its watcher saw it end, and each wait of more
 than 20 us for the engine lock, with the line of engine.c that waited.
-Usage: timeline.py FILE [--min-moves N] [--limit K] [--summary | --chunks | --gpu]"""
+--skip K leaves out the first K such submits (a run's first batches pay
+one-time costs, such as a queue's first kernel-path batch making its
+upload stream).
+Usage: timeline.py FILE [--min-moves N] [--limit K] [--skip K] [--summary | --chunks | --gpu]"""
 import argparse
 import collections
 
@@ -38,6 +41,9 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--min-moves", type=int, default=4097)
     ap.add_argument("--limit", type=int, default=4)
+    # the first submits of a run pay one-time costs (a queue's first
+    # batch makes the kernel path's upload stream): --skip shows later ones
+    ap.add_argument("--skip", type=int, default=0)
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--chunks", action="store_true")
     ap.add_argument("--gpu", action="store_true")
@@ -46,8 +52,12 @@ def main():
     # per batch id: the first time of each event after the submit that made it
     shown = 0
     summary = []
+    skipped = 0
     for k, (t0, thr0, name, _, n) in enumerate(ev):
         if name != "submit" or n < a.min_moves:
+            continue
+        if skipped < a.skip:
+            skipped += 1
             continue
         parts, marks = [], {}
         steps = collections.defaultdict(dict)

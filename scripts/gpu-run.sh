@@ -279,7 +279,10 @@ if [ -z "${SKIP_PARTIAL:-}" ] && fits 40 "partial copies through the engine"; th
     sed 's/^/  partial /' "$L/partial-engine.txt" >>"$SUMMARY"
     for f in "$L"/timeline-partial-*.txt; do
         [ -s "$f" ] || continue
+        # the first round's submits (the first of each queue makes its
+        # upload stream), then two of the third round
         python3 bench/timeline.py "$f" --gpu --min-moves 1000 --limit 2 >"${f%.txt}-gpu.txt" 2>&1
+        python3 bench/timeline.py "$f" --gpu --min-moves 1000 --limit 2 --skip 6 >"${f%.txt}-gpu-later.txt" 2>&1
         echo "$(basename "$f" .txt): $(python3 bench/timeline.py "$f" --summary --min-moves 1000 2>&1 | tail -n 1)"
     done
     keep partial-engine.txt
