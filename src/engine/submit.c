@@ -234,8 +234,14 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
     }
     if (b->deps_left == 0) {
         /* a large batch's first part is issued here; the others go to the
-         * workers, which issue each while the submitter registers the next */
-        bool later_part = b->group && b->group_off > 0 && e->nworkers > 0;
+         * workers, which issue each while the submitter registers the
+         * next. A group of at most PART_MOVES moves issues every part here:
+         * a part of it takes less time to register than the GPU takes to
+         * copy the part before, while handing it to a worker left the GPU
+         * idle 120-160 us per part (the worker's wake-up) and mixed the
+         * parts' calls on the queue (bench/timeline.py --gpu) */
+        bool later_part =
+            b->group && b->group_off > 0 && e->nworkers > 0 && b->group->n > PART_MOVES;
         if (e->backend->ops->copy_async && !kind_on_workers(b->kind) && !later_part) {
             b->state = B_RUNNING;
             b->async = true;
