@@ -4,7 +4,7 @@
  * batch of 2-D copies between any mix of device memory and mapped pinned
  * host memory (zero-copy over PCIe). Work is cut into tiles of at most
  * KVF_CUDA_TILE_BYTES within one row; every warp takes an equal, contiguous
- * range of tiles, finds its first copy by binary search and walks on from
+ * range of tiles, finds its first copy by a warp-wide search and walks on from
  * there, so small and large copies balance without per-tile host work.
  */
 #include "cuda_kernels.h"
@@ -66,6 +66,28 @@ __device__ __forceinline__ void copy_tile(char *dst, const char *src, uint32_t l
         copy_span<uint8_t>(dst, src, len, lane);
 }
 
+/* The last copy whose first tile is <= t (the whole warp calls it with
+ * the same t). The warp reads 32 evenly spaced descriptors at once and
+ * narrows to the span between two of them: a round of loads per factor of
+ * 32 copies. A binary search waits for one load per halving, eight in a
+ * row for a call of 256 copies, and every warp does it at every launch's
+ * start, before its first copy is read. */
+__device__ __forceinline__ uint32_t first_copy(const kvf__cuda_desc *__restrict__ descs, uint32_t n,
+                                               uint64_t t, uint32_t lane)
+{
+    uint32_t lo = 0, end = n; /* descs[lo].tile_begin <= t: descs[0] begins at 0 */
+    while (end - lo > 1u) {
+        const uint32_t step = (end - lo + 31u) / 32u;
+        const uint32_t idx = lo + lane * step;
+        /* tile_begin increases: the lanes that hold are a prefix, lane 0 among them */
+        const uint32_t below = __ballot_sync(0xffffffffu, idx < end && descs[idx].tile_begin <= t);
+        const uint32_t last = 31u - (uint32_t)__clz(below);
+        lo += last * step;
+        end = lo + step < end ? lo + step : end;
+    }
+    return lo;
+}
+
 __global__ void __launch_bounds__(KVF_CUDA_COPY_THREADS)
     kvf_copy_kernel(const kvf__cuda_desc *__restrict__ descs, uint32_t n, uint64_t total_tiles)
 {
@@ -77,16 +99,7 @@ __global__ void __launch_bounds__(KVF_CUDA_COPY_THREADS)
     if (t >= t_end)
         return;
 
-    /* the last copy whose first tile is <= t */
-    uint32_t lo = 0, hi = n - 1u;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo + 1u) / 2u;
-        if (descs[mid].tile_begin <= t)
-            lo = mid;
-        else
-            hi = mid - 1u;
-    }
-    uint32_t i = lo;
+    uint32_t i = first_copy(descs, n, t, lane);
     kvf__cuda_desc c = descs[i];
     uint64_t next = i + 1u < n ? descs[i + 1u].tile_begin : total_tiles;
 
