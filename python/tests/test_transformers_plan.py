@@ -8,6 +8,7 @@ the prefill cost is measured from the model once. Skipped without torch and
 transformers."""
 
 import math
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ pytest.importorskip("transformers")
 
 from test_transformers import TPB, forward, assert_prefix_equal, bits, poison, prompt, tiny_model  # noqa: E402
 
+import kvferry as kvf  # noqa: E402
 from kvferry.integrations.transformers import KVFerryPrefixCache, measure_prefill  # noqa: E402
 
 # compute dear, loads cheap: the planner loads every usable hit
@@ -336,3 +338,88 @@ def _timed(fn):
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def _model(layers=4, hidden=256):
+    """A decoder whose prefill of a thousand tokens takes tens of
+    milliseconds on a CPU: plans it predicts are long enough to learn from
+    (HEDGE_MIN_S and more)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_a_slow_store_teaches_the_plan_to_recompute(tmp_path):
+    """A store that runs slow request after request (a real redis-server
+    sent DEBUG SLEEP under every get): the plan loads, the hedge gives the
+    late loads up and recomputes, and the request ends near recomputing,
+    far above what the plan predicted. The adapter teaches the cache each
+    request's time from prepare to the first token (Cache.observe_plan):
+    after LEARN_MIN such requests the plan predicts loading as slow as it
+    ran and recomputes, loading nothing; the store's held cost is the one
+    set. Once the slow requests have left the window, with the store at
+    its speed, the plan loads again and keeps loading. Every answer is the
+    model's own."""
+    from conftest import redis_server
+    from kvferry._plan import LEARN_MIN, LEARN_WINDOW
+
+    model = _model()
+    cached, new = 40, 600
+    ids = prompt(80, cached * TPB + new)
+    with redis_server(tmp_path, "--enable-debug-command", "yes") as port, torch.no_grad():
+        opts = dict(tokens_per_block=TPB, max_tokens=1280, host_blocks=128, remote_url=f"redis://127.0.0.1:{port}",
+                    engine_options={"remote_timeout_ms": 20000})
+        with KVFerryPrefixCache.from_model(model, **opts) as writer:
+            writer.forward(model, ids[:, :cached * TPB], mode="recompute")  # the cached prefix
+            writer.sync()
+        ref = model(ids).logits[0, -1]
+        with KVFerryPrefixCache.from_model(model, remote="read", **opts) as kv:
+            kv.profile(model)
+            # the store's normal speed, the best of five gets timed as a plan makes them, held
+            keys = kv.keys(ids)[:cached]
+            normal = math.inf
+            for _ in range(5):
+                t0 = time.perf_counter()
+                kv.cache.get(keys, kv._slots[:cached]).wait(check=True)
+                normal = min(normal, time.perf_counter() - t0)
+            kv.engine.set_tier_cost("remote", normal, 1e12, hold=True)
+            held = kv.engine.costs()[kvf.Tier.REMOTE]
+            plan = kv.plan(ids)
+            assert plan.load_blocks == cached and plan.ttft_s < plan.ttft_recompute_s, plan
+
+            ctl, real_get = _stall_gets(kv, port, 0.5, 0.02)
+            slow = []
+            for _ in range(LEARN_MIN + 3):
+                hedged = kv.hedged
+                out = kv.forward(model, ids, mode="plan", store=False)
+                torch.testing.assert_close(out.logits[0, -1], ref, rtol=1e-4, atol=1e-4)
+                if kv.hedged == hedged:  # nothing loaded: the plan recomputed
+                    break
+                slow.append(kv.last.ttft_s / kv.last.plan.ttft_s)
+            kv.cache.get = real_get
+            learnt = kv.cache.plan_learnt()
+            plan = kv.plan(ids)
+            print(f"slow requests took {', '.join(f'{r:.1f}' for r in slow)} x their predictions; then "
+                  f"{plan.shape}, loading all predicted at {plan.ttft_load_all_s * 1e3:.0f} ms against "
+                  f"{plan.ttft_recompute_s * 1e3:.0f} ms recomputing (load ratio {learnt.load_ratio:.2f})")
+            assert len(slow) == LEARN_MIN and learnt.load_observed == LEARN_MIN, (slow, learnt)
+            assert plan.shape == "recompute" and plan.load_ratio == learnt.load_ratio > 1, plan
+            assert kv.engine.costs()[kvf.Tier.REMOTE] == held  # held costs stay held
+            for _ in range(len(slow)):  # one +OK a stalled get: the store slept under each
+                assert ctl.recv(5) == b"+OK\r\n"
+            ctl.close()
+
+            # the store at its speed: recomputing until the slow requests leave the window, then loading
+            shapes = []
+            for _ in range(LEARN_WINDOW + 3):
+                out = kv.forward(model, ids, mode="plan", store=False)
+                torch.testing.assert_close(out.logits[0, -1], ref, rtol=1e-4, atol=1e-4)
+                shapes.append(kv.last.plan.shape)
+                if shapes[-3:] == ["leading"] * 3:
+                    break
+            # (recomputing's own ratio, learnt meanwhile, may bring loading back sooner)
+            assert shapes[-3:] == ["leading"] * 3 and shapes.count("recompute") <= LEARN_WINDOW - LEARN_MIN, shapes
+            assert kv.cache.stats().failures == 0
