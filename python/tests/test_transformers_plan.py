@@ -423,3 +423,66 @@ def test_a_slow_store_teaches_the_plan_to_recompute(tmp_path):
             # (recomputing's own ratio, learnt meanwhile, may bring loading back sooner)
             assert shapes[-3:] == ["leading"] * 3 and shapes.count("recompute") <= LEARN_WINDOW - LEARN_MIN, shapes
             assert kv.cache.stats().failures == 0
+
+
+def test_late_loads_given_up_at_their_pace(tmp_path, monkeypatch):
+    """Loads that arrive layer by layer (a real redis-server read in a
+    group a pool, KVF_REMOTE_GROUP_BYTES=1), stalled under the get (DEBUG
+    SLEEP): the first layer, due early, is that late already, so at its
+    pace the loads would end the request past the margin of recomputing,
+    and later than giving them up now would. The adapter gives them up
+    then (KVFerryDynamicCache.limit), well before the plan's hedge_s, which
+    only a last layer that late would wait for; the answer is the model's,
+    the late get lands byte for byte. On time, the same plan is served
+    from the store, never hedged."""
+    from conftest import redis_server
+
+    monkeypatch.setenv("KVF_REMOTE_GROUP_BYTES", "1")
+    model = _model()
+    cached, new = 40, 600
+    ids = {k: prompt(90 + k, cached * TPB + new) for k in range(3)}
+    with redis_server(tmp_path, "--enable-debug-command", "yes") as port, torch.no_grad():
+        opts = dict(tokens_per_block=TPB, max_tokens=1280, host_blocks=256, remote_url=f"redis://127.0.0.1:{port}",
+                    engine_options={"remote_timeout_ms": 20000})
+        with KVFerryPrefixCache.from_model(model, **opts) as writer:
+            refs = {}
+            for k, x in ids.items():
+                refs[k] = writer.forward(model, x[:, :cached * TPB], mode="recompute").past_key_values
+            writer.sync()
+        with KVFerryPrefixCache.from_model(model, remote="read", **opts) as kv:
+            kv.profile(model)
+            assert kv._arrival_steps(kv.plan(ids[0])) == kv.num_layers  # a step a layer
+            # the store held as slow as loading may be while it still pays: its first layer due a
+            # quarter in, the hedge (the loads due, and the margin) well after it
+            block_bytes = 2 * kv.num_layers * TPB * kv.kv_heads * kv.head_dim * 4
+            recompute = kv.plan(ids[0]).ttft_recompute_s
+            for share in (0.8, 0.7, 0.6, 0.5, 0.4):
+                kv.engine.set_tier_cost("remote", 0.0, cached * block_bytes / (share * recompute), hold=True)
+                plan = kv.plan(ids[0])
+                if plan.load_blocks == cached:
+                    break
+            assert plan.load_blocks == cached and plan.first_s < plan.load_s / 2, plan
+
+            poison(kv)
+            ctl, real_get = _stall_gets(kv, port, 1.0, 0.0)
+            out = kv.forward(model, ids[0], mode="plan", store=False)
+            kv.cache.get = real_get
+            past = kv.last
+            assert past.late and kv.hedged == 1
+            gave_up = past.late_at - past.get_at
+            print(f"given up {gave_up * 1e3:.0f} ms after the get (first layer due at {plan.first_s * 1e3:.0f} ms, "
+                  f"all at {plan.load_s * 1e3:.0f} ms, hedge_s {plan.hedge_s * 1e3:.0f} ms)")
+            assert gave_up < 0.75 * plan.hedge_s
+            torch.testing.assert_close(out.logits[0, -1], model(ids[0]).logits[0, -1], rtol=1e-4, atol=1e-4)
+            kv.sync()  # the late get lands whole and exact
+            assert ctl.recv(5) == b"+OK\r\n"
+            ctl.close()
+            f = plan.load_first  # the front's blocks were computed, the rest loaded
+            for i in range(kv.num_layers):
+                k = kv.k_pools[i][f:cached].reshape(1, (cached - f) * TPB, kv.kv_heads, kv.head_dim).transpose(1, 2)
+                assert torch.equal(bits(k), bits(refs[0].layers[i].keys[..., f * TPB:, :])), f"layer {i}"
+            for k in (1, 2):  # on time: served from the store, never hedged (fewer than LEARN_MIN learnt from)
+                out = kv.forward(model, ids[k], mode="plan", store=False)
+                assert kv.last.cached_tokens == cached * TPB and not kv.last.late
+                torch.testing.assert_close(out.logits[0, -1], model(ids[k]).logits[0, -1], rtol=1e-4, atol=1e-4)
+            assert kv.hedged == 1 and kv.cache.stats().failures == 0

@@ -240,6 +240,7 @@ class KVFerryDynamicCache(DynamicCache):
         hedge = getattr(plan, "hedge_s", 0) if self._tickets else 0
         self.hedge_s = hedge if hedge and hedge > 0 else None
         self.late = False  # the loads were given up (PrefixLate)
+        self.late_at: Optional[float] = None  # when (time.perf_counter)
         _HFCache.__init__(self, layers=[
             _PrefixSlidingLayer(self, i, owner.window) if owner.sliding[i] else _PrefixLayer(self, i)
             for i in range(owner.num_layers)])
@@ -282,9 +283,9 @@ class KVFerryDynamicCache(DynamicCache):
         load = p.load_s * p.load_ratio  # the loads as the shapes that load have run
         first = min(p.first_s * p.load_ratio, load)
         steps = o._arrival_steps(p)
-        if 0 < first < load and steps > 1:
-            # layer `layer`'s step, and when the plan has it in: the line from the first step to the last
-            arrive = first + (load - first) * (layer * steps // o.num_layers) / (steps - 1)
+        # layer `layer`'s step, and when the plan has it in: the line from the first step to the last
+        arrive = first + (load - first) * (layer * steps // o.num_layers) / (steps - 1) if steps > 1 else load
+        if 0 < arrive < load:  # a step before the last: the loads' pace says when the last is in
             after = max(p.ttft_s - load, 0.0)  # the plan's time after its last load is in
             # waiting for it until t (after the get) says the loads run t / arrive of their pace: they end
             # at t * load / arrive, the request at pre + that + after; giving up ends it at pre + t + fallback
@@ -300,7 +301,7 @@ class KVFerryDynamicCache(DynamicCache):
         limit = self.limit(layer)
         for pool in (2 * layer, 2 * layer + 1):
             if not o.cache.wait_pool_by(t, pool, limit, stream):
-                self.late = True
+                self.late, self.late_at = True, time.perf_counter()
                 tickets, self._tickets = self._tickets, []
                 o._give_up([t for t, _ in tickets], self)
                 raise PrefixLate(f"layer {layer}: the cached prefix ({self.cached_blocks - self.front_blocks} "
@@ -992,8 +993,11 @@ class KVFerryPrefixCache:
         # a layer that took its front before the wait ran late has none left: recompute it all
         whole = past.front_blocks and all(f is not None for f in past._front)
         tokens = past.front_blocks * self.tokens_per_block if whole else 0
-        return KVFerryDynamicCache(self, tokens, None, past.mode, plan=past.plan, front=past._front if tokens else None,
-                                   known_blocks=past.known_blocks, started=past.started, get_at=past.get_at)
+        again = KVFerryDynamicCache(self, tokens, None, past.mode, plan=past.plan,
+                                    front=past._front if tokens else None, known_blocks=past.known_blocks,
+                                    started=past.started, get_at=past.get_at)
+        again.late, again.late_at = past.late, past.late_at
+        return again
 
     def _first_token(self, past) -> None:
         """The request's first token is out (past.first_token), once the
