@@ -1881,6 +1881,10 @@ typedef struct kvf_plan_learnt {
 /** A kind's ratio departs from 1 once this many of its requests are in
  *  the window: one slow request is not yet a slow tier. */
 #define KVF_PLAN_LEARN_MIN 3
+/** A plan predicting less than this (seconds) teaches nothing: a
+ *  request's time that short is its caller's own steps, whose ratio to a
+ *  prediction of ~0 says nothing of its costs. */
+#define KVF_PLAN_LEARN_MIN_S 0.001
 
 /**
  * Teaches the cache what a request that followed `plan` (from
@@ -1891,8 +1895,8 @@ typedef struct kvf_plan_learnt {
  * than its model, for whatever reason the model leaves out, makes loading
  * predict slower until recomputing wins where it should. The tiers' costs
  * are not touched (a held cost stays held). A plan predicting less than
- * KVF_PLAN_HEDGE_MIN_S teaches nothing (its time is its threads'
- * scheduling); kvf_cache_set_prefill_cost forgets what was learnt.
+ * KVF_PLAN_LEARN_MIN_S teaches nothing; kvf_cache_set_prefill_cost
+ * forgets what was learnt.
  * @return KVF_OK; KVF_ERR_INVALID, nothing learnt, for a NULL, a plan
  *         whose struct_size or predictions are not a plan's, or a ttft_s
  *         negative, NaN or infinite (kvf_last_error() names it).

@@ -363,9 +363,9 @@ static int test_learn_bad_input(void)
     kvf_plan_learnt l = KVF_PLAN_LEARNT_INIT;
     CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
     CHECK_EQ_INT(l.load_observed, 0);
-    /* below KVF_PLAN_HEDGE_MIN_S: accepted, nothing learnt */
+    /* below KVF_PLAN_LEARN_MIN_S: accepted, nothing learnt */
     kvf_plan tiny = p;
-    tiny.ttft_s = KVF_PLAN_HEDGE_MIN_S / 2;
+    tiny.ttft_s = KVF_PLAN_LEARN_MIN_S / 2;
     CHECK_STATUS(kvf_cache_observe_plan(f.c, &tiny, 10), KVF_OK);
     CHECK_STATUS(kvf_cache_observe_plan(f.c, &p, 1), KVF_OK);
     CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);

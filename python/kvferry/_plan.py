@@ -178,6 +178,8 @@ HEDGE_MIN_S = 0.024
 # learns its plans' error from, and how many of a kind move its ratio
 LEARN_WINDOW = 16
 LEARN_MIN = 3
+# kvf.h's KVF_PLAN_LEARN_MIN_S: a plan predicting less teaches nothing
+LEARN_MIN_S = 0.001
 
 PrefillLike = Union[Callable[[int, int], float], Mapping, Sequence[Tuple[int, float]]]
 

@@ -342,8 +342,8 @@ def _timed(fn):
 
 def _model(layers=4, hidden=256):
     """A decoder whose prefill of a thousand tokens takes tens of
-    milliseconds on a CPU: plans it predicts are long enough to learn from
-    (HEDGE_MIN_S and more)."""
+    milliseconds on a CPU: its plans' hedges are past HEDGE_MIN_S, where a
+    late load is told from a late thread."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(1)

@@ -113,8 +113,8 @@ kvf_status kvf_cache_observe_plan(kvf_cache *c, const kvf_plan *plan, double ttf
                          "%s: the plan predicts %g s with a ratio of %g (not a plan's prediction)",
                          fn, p.ttft_s, applied);
     double model = p.ttft_s / applied;
-    if (model < KVF_PLAN_HEDGE_MIN_S)
-        return KVF_OK; /* a time that short is its threads' scheduling, not its costs */
+    if (model < KVF_PLAN_LEARN_MIN_S)
+        return KVF_OK; /* a ratio to ~0 says nothing of the costs */
     pthread_mutex_lock(&c->prefill_mu);
     c->learn_ratio[c->learn_next] = ttft_s / model;
     c->learn_load[c->learn_next] = load;
