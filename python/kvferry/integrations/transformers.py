@@ -241,6 +241,7 @@ class KVFerryDynamicCache(DynamicCache):
         self.hedge_s = hedge if hedge and hedge > 0 else None
         self.late = False  # the loads were given up (PrefixLate)
         self.late_at: Optional[float] = None  # when (time.perf_counter)
+        self._steps: Optional[int] = None  # in how many steps the loads arrive (limit)
         _HFCache.__init__(self, layers=[
             _PrefixSlidingLayer(self, i, owner.window) if owner.sliding[i] else _PrefixLayer(self, i)
             for i in range(owner.num_layers)])
@@ -282,7 +283,9 @@ class KVFerryDynamicCache(DynamicCache):
         limit = self.hedge_s - pre  # the margin, from the request's start
         load = p.load_s * p.load_ratio  # the loads as the shapes that load have run
         first = min(p.first_s * p.load_ratio, load)
-        steps = o._arrival_steps(p)
+        if self._steps is None:  # asked of the engine once a request, not once a layer
+            self._steps = o._arrival_steps(p)
+        steps = self._steps
         # layer `layer`'s step, and when the plan has it in: the line from the first step to the last
         arrive = first + (load - first) * (layer * steps // o.num_layers) / (steps - 1) if steps > 1 else load
         if 0 < arrive < load:  # a step before the last: the loads' pace says when the last is in
