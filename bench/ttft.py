@@ -277,6 +277,7 @@ class Bench:
                 if timed:
                     measured.append(past.ttft_s)
                     predicted.append(past.plan.ttft_s)
+                    waited.append(past.waited_s)
                 lo, hi = past.front_blocks * tpb, past.cached_tokens  # the blocks it loaded
                 exact.append(all(torch.equal(layer.keys[..., lo:hi, :].view(bits), rk[..., lo:hi, :].view(bits))
                                  and torch.equal(layer.values[..., lo:hi, :].view(bits),
@@ -284,7 +285,7 @@ class Bench:
                                  for layer, (rk, rv) in zip(past.layers, ref)))
                 plans.append(past.plan)
 
-            plans, measured, predicted = [], [], []
+            plans, measured, predicted, waited = [], [], [], []
             prepare = {}  # host seconds in prepare per mode: the adapter's own part of the critical path
 
             def served(mode):
@@ -341,7 +342,7 @@ class Bench:
                            "ttft_load_all_s": p.ttft_load_all_s, "overlap": p.overlap,
                            "same_every_run": all(q == p for q in plans),
                            "shapes": [plan_blocks_of(q) for q in plans],
-                           "predicted_runs": predicted, "measured_runs": measured,
+                           "predicted_runs": predicted, "measured_runs": measured, "waited_runs": waited,
                            "predicted_median_s": statistics.median(predicted),
                            "learnt": dataclasses.asdict(kv.cache.plan_learnt())}
             row["prepare_s"] = {m: statistics.median(t) for m, t in prepare.items()}
@@ -429,10 +430,13 @@ def main():
                               f"{r['plan_over_best']:9.2f} {r['plan']['learnt']['load_ratio']:6.2f} "
                               f"{r['plan_hedged']:>6} "
                               f"{ms(r['layerwise_again_s'])} {'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
+                        pr = r["plan"]
                         print(f"ttft: {length} {tier} plan runs: " + ", ".join(
-                            f"{sh} {m * 1e3:.1f}/{q * 1e3:.1f}" for sh, m, q in zip(
-                                r["plan"]["shapes"][-len(r["plan"]["measured_runs"]):], r["plan"]["measured_runs"],
-                                r["plan"]["predicted_runs"])) + " ms measured/predicted", flush=True)
+                            f"{sh} {m * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}" for sh, m, q, w in zip(
+                                pr["shapes"][-len(pr["measured_runs"]):], pr["measured_runs"],
+                                pr["predicted_runs"], pr["waited_runs"]))
+                              + f" ms measured/predicted/in the layers' waits; prepare "
+                              f"{r['prepare_s'].get('plan', 0) * 1e3:.1f} ms", flush=True)
                 except torch.cuda.OutOfMemoryError as exc:
                     # the model's own attention at this length (transformers'
                     # eager path copies K/V per query head): the other

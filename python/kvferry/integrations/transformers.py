@@ -242,6 +242,9 @@ class KVFerryDynamicCache(DynamicCache):
         self.late = False  # the loads were given up (PrefixLate)
         self.late_at: Optional[float] = None  # when (time.perf_counter)
         self._steps: Optional[int] = None  # in how many steps the loads arrive (limit)
+        # host seconds the forward spent in the layers' waits for their pools (a plan's loads
+        # running late, or the waits' own cost): a term of the request's time the plan leaves out
+        self.waited_s = 0.0
         _HFCache.__init__(self, layers=[
             _PrefixSlidingLayer(self, i, owner.window) if owner.sliding[i] else _PrefixLayer(self, i)
             for i in range(owner.num_layers)])
@@ -250,6 +253,7 @@ class KVFerryDynamicCache(DynamicCache):
         if self._failed is not None:
             raise PrefixLoadError(f"layer {layer}: the cached prefix failed to load: {self._failed}") \
                 from self._failed
+        t0 = time.perf_counter()
         try:
             # this layer's K and V pools only; on CUDA the stream waits, not the host
             for t, pools in self._tickets:  # none: no prefix, or waited for whole
@@ -266,6 +270,8 @@ class KVFerryDynamicCache(DynamicCache):
             self._failed = exc
             raise PrefixLoadError(f"layer {layer}: the cached prefix ({self.cached_blocks} blocks) failed to "
                                   f"load: {exc}; recompute the request") from exc
+        finally:
+            self.waited_s += time.perf_counter() - t0
 
     def limit(self, layer: int) -> float:
         """Seconds after the get by which layer `layer`'s pools must have
