@@ -29,6 +29,9 @@
  * waits only for that layer (and the front): unrolled as above from
  * done_-1 = A_F, T = max(A_F + C, max_t D_t), D_t the leading shape's
  * per-tier term with the tail as C.
+ * What requests served by earlier plans took over their predictions
+ * (kvf_plan_input.load_ratio, recompute_ratio) scales every shape that
+ * loads, and recomputing, before they are compared.
  */
 #include "cache_private.h"
 #include "sized.h"
@@ -489,9 +492,8 @@ static double first_arrival(const kvf_plan_input *in, const uint64_t cnt[KVF_TIE
             continue;
         const kvf_tier_cost *k = &in->costs.tier[t];
         double x = (double)cnt[t] * (double)in->block_bytes / k->bytes_per_s;
-        if (overlap && (in->layerwise_tiers >> t & 1u)) {
+        if (overlap && (in->layerwise_tiers >> t & 1u))
             x /= tier_steps(in, t, layers);
-        }
         if (k->latency_s + x > first)
             first = k->latency_s + x;
     }
@@ -584,9 +586,6 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
             goto out;
         front_search(&in, &fs, max_k, layers, overlap, &split);
     }
-    /* the better pure policy (a tie to less traffic: recompute), unless a
-     * split predicts at least min_gain less: a prediction is an estimate,
-     * and a split whose gain is within its error may well lose */
     /* what the requests served so far took against their predictions
      * (kvf_cache_observe_plan): every shape that loads by one ratio,
      * recomputing by its own, so the choice between the shapes that
@@ -596,6 +595,9 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
     all.ttft_s *= all.load_blocks ? lr : rr;
     if (isfinite(split.ttft_s))
         split.ttft_s *= lr;
+    /* the better pure policy (a tie to less traffic: recompute), unless a
+     * split predicts at least min_gain less: a prediction is an estimate,
+     * and a split whose gain is within its error may well lose */
     kvf_plan best = all.ttft_s < rec.ttft_s ? all : rec;
     if ((st = check_predictions(&rec, &all, &split, &in)) != KVF_OK)
         goto out;
