@@ -393,12 +393,12 @@ def test_a_slow_store_teaches_the_plan_to_recompute(tmp_path):
             ctl, real_get = _stall_gets(kv, port, 0.5, 0.02)
             slow = []
             for _ in range(LEARN_MIN + 3):
-                hedged = kv.hedged
                 out = kv.forward(model, ids, mode="plan", store=False)
                 torch.testing.assert_close(out.logits[0, -1], ref, rtol=1e-4, atol=1e-4)
-                if kv.hedged == hedged:  # nothing loaded: the plan recomputed
+                if kv.last.plan.shape == "recompute":
                     break
                 slow.append(kv.last.ttft_s / kv.last.plan.ttft_s)
+            assert kv.hedged >= 1  # (a get held up at its submission by the sleeping store is not)
             kv.cache.get = real_get
             learnt = kv.cache.plan_learnt()
             plan = kv.plan(ids)
