@@ -51,8 +51,12 @@ def test_plan_loads_what_pays(tmp_path):
         poison(kv)
         out = kv.forward(model, ids, mode="plan")
         torch.testing.assert_close(out.logits[0, -1], ref.logits[0, -1], rtol=1e-4, atol=1e-4)
+        seen = kv.cache.plan_learnt().load_observed
         gen = kv.generate(model, ids, mode="plan", max_new_tokens=4, do_sample=False)
         assert torch.equal(gen, model.generate(ids, max_new_tokens=4, do_sample=False))
+        # forward and generate taught the cache each request's time to its first token
+        assert seen == 1 and kv.cache.plan_learnt().load_observed == 2
+        assert 0 < kv.last.ttft_s and kv.last.plan.load_blocks == 7
 
 
 def test_a_plan_of_recompute_recomputes():
