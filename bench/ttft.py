@@ -12,7 +12,11 @@ host tier is off, so they are files read back with the engine's file I/O):
   layerwise   layer l+1's K/V loading while layer l computes
   plan        the cache's load-or-recompute plan, followed (mode "plan"),
               beside the TTFT it predicted and its shape: loaded blocks of
-              the hits, after the front blocks computed while they load
+              the hits, after the front blocks computed while they load;
+              every run teaches the cache its time (first_token), so later
+              runs plan with what the earlier ones took (learnt: measured
+              over the model's prediction, of the plans that loaded), and
+              the runs whose loads the hedge gave up (hedged)
   lw again    layer-wise timed once more after the plan (a drift of the
               machine between the two shows here)
   load        the whole prefix's get alone
@@ -21,7 +25,10 @@ host tier is off, so they are files read back with the engine's file I/O):
 
 The plan's prefill cost is the model's own, measured once before the rows
 (measure_prefill: new tokens x prefix tokens); its tier costs are what the
-engine learnt from the gets before it.
+engine learnt from the gets before it (--costs learnt), or those figures
+held from then on (--costs held). A row's plan meets its target when it is
+within 1.05 x the better pure policy (recompute, or layer-wise: every hit
+loaded) and its predictions within 20 % of the runs' times.
 
 --copy auto,dma times whole, layerwise, load and plan once per CUDA copy mode of
 the engine, each through its own cache, in the same run.
@@ -37,6 +44,7 @@ differs, 77 without torch or transformers, or without CUDA unless --tiny.
   python3 bench/ttft.py --tiny                           # a small model on the CPU, host backend
 """
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -61,6 +69,8 @@ from kvferry.integrations.transformers import (KVFerryPrefixCache, PrefixLate, c
                                               measure_prefill)
 
 TARGET = 1.15
+PLAN_TARGET = 1.05  # the plan against the better pure policy
+PREDICTION_TARGET = 0.20  # the plan's prediction against its runs' median
 
 
 def llama3_8b_shape():
@@ -88,6 +98,8 @@ def parse_args():
                     "each through its own cache in this run: auto, dma, kernel (default $KVF_CUDA_COPY or "
                     "auto; e.g. auto,dma)")
     ap.add_argument("--tokens-per-block", type=int, default=64)
+    ap.add_argument("--costs", default="learnt", choices=("learnt", "held"), help="the plan's tier costs: "
+                    "as the engine keeps learning them (default), or held at what it learnt before the plan")
     ap.add_argument("--disk-dir", default=None, help="where the disk tier's files go (default: a new "
                     "folder under $TMPDIR; removed afterwards)")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -210,6 +222,10 @@ class Bench:
             row["layerwise_over_target"] = row["layerwise_s"] / ref_s
             row["within_target"] = row["layerwise_over_target"] <= TARGET
             row["below_whole"] = row["layerwise_s"] < row["whole_s"]
+            best = min(row["recompute_s"], row["layerwise_s"])  # the better pure policy
+            row["plan_over_best"] = row["plan_s"] / best
+            row["plan_error"] = row["plan"]["predicted_median_s"] / row["plan_s"] - 1
+            row["plan_met"] = (row["plan_over_best"] <= PLAN_TARGET and abs(row["plan_error"]) <= PREDICTION_TARGET)
         if self.cuda:
             torch.cuda.empty_cache()
         return rows
@@ -258,6 +274,10 @@ class Bench:
 
             def check_plan(past, timed):
                 past.finish()
+                if timed:
+                    measured.append(past.ttft_s)
+                    predicted.append(past.plan.ttft_s)
+                    waited.append(past.waited_s)
                 lo, hi = past.front_blocks * tpb, past.cached_tokens  # the blocks it loaded
                 exact.append(all(torch.equal(layer.keys[..., lo:hi, :].view(bits), rk[..., lo:hi, :].view(bits))
                                  and torch.equal(layer.values[..., lo:hi, :].view(bits),
@@ -265,7 +285,7 @@ class Bench:
                                  for layer, (rk, rv) in zip(past.layers, ref)))
                 plans.append(past.plan)
 
-            plans = []
+            plans, measured, predicted, waited = [], [], [], []
             prepare = {}  # host seconds in prepare per mode: the adapter's own part of the critical path
 
             def served(mode):
@@ -283,6 +303,8 @@ class Bench:
                         past = kv._recover(ids, past, exc)
                         self.forward(ids[:, past.cached_tokens:], past)
                         past.finish()
+                    self.sync()  # the first token computed: its time teaches the cache (mode "plan")
+                    past.first_token()
                     return past
                 return run
 
@@ -298,7 +320,11 @@ class Bench:
                 assert past.cached_tokens == length
                 return past
             row["load_s"], row["load_runs"] = self.timed(load, before=poison)
-            # after the gets above: the engine's tier costs are learnt ones
+            # after the gets above: the engine's tier costs are learnt ones; held from here with --costs held
+            if a.costs == "held":
+                for t, c in kv.engine.costs().items():
+                    if c.observed:
+                        kv.engine.set_tier_cost(t, c.latency_s, c.bytes_per_s, hold=True)
             hedged = kv.hedged
             row["plan_s"], row["plan_runs"] = self.timed(served("plan"), before=poison, after=check_plan)
             row["plan_hedged"] = kv.hedged - hedged  # runs whose late loads were given up
@@ -314,7 +340,11 @@ class Bench:
                            "load_first": int(getattr(p, "load_first", 0) or 0), "load_s": p.load_s,
                            "compute_s": p.compute_s, "ttft_recompute_s": p.ttft_recompute_s,
                            "ttft_load_all_s": p.ttft_load_all_s, "overlap": p.overlap,
-                           "same_every_run": all(q == p for q in plans)}
+                           "same_every_run": all(q == p for q in plans),
+                           "shapes": [plan_blocks_of(q) for q in plans],
+                           "predicted_runs": predicted, "measured_runs": measured, "waited_runs": waited,
+                           "predicted_median_s": statistics.median(predicted),
+                           "learnt": dataclasses.asdict(kv.cache.plan_learnt())}
             row["prepare_s"] = {m: statistics.median(t) for m, t in prepare.items()}
             row["byte_exact"] = all(exact)
             row["byte_exact_runs"] = len(exact)
@@ -336,6 +366,11 @@ def fs_of(path):
     except OSError:
         pass
     return fstype
+
+
+def plan_blocks_of(p):
+    """plan_blocks of a kvferry Plan."""
+    return plan_blocks({"load_first": p.load_first, "load_blocks": p.load_blocks, "hits": p.hits})
 
 
 def plan_blocks(p):
@@ -377,7 +412,7 @@ def main():
     rows = []
     hdr = (f"{'prefix':>7} {'tier':>5} {'copy':>6} {'recompute':>9} {'whole':>9} {'layerwise':>9} {'load':>9}"
            f" {'compute':>9} {'ceiling':>9} {'lw/target':>9} {'< whole':>7} {'plan':>9} {'predicted':>9}"
-           f" {'plan blocks':>13} {'lw again':>9} {'exact':>5}   (ms)")
+           f" {'plan blocks':>13} {'plan/best':>9} {'learnt':>6} {'hedged':>6} {'lw again':>9} {'exact':>5}   (ms)")
     print(hdr)
     skipped = []  # (tier, length) cases the device had no memory for
     try:
@@ -391,8 +426,17 @@ def main():
                               f"{ms(r['layerwise_s'])} {ms(r['load_s'])} {ms(r['compute_s'])} "
                               f"{ms(r['ceiling_s'])} {r['layerwise_over_target']:9.2f} "
                               f"{'yes' if r['below_whole'] else 'NO':>7} {ms(r['plan_s'])} "
-                              f"{ms(r['plan']['predicted_s'])} {plan_blocks(r['plan']):>13} "
+                              f"{ms(r['plan']['predicted_median_s'])} {plan_blocks(r['plan']):>13} "
+                              f"{r['plan_over_best']:9.2f} {r['plan']['learnt']['load_ratio']:6.2f} "
+                              f"{r['plan_hedged']:>6} "
                               f"{ms(r['layerwise_again_s'])} {'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
+                        pr = r["plan"]
+                        print(f"ttft: {length} {tier} plan runs: " + ", ".join(
+                            f"{sh} {m * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}" for sh, m, q, w in zip(
+                                pr["shapes"][-len(pr["measured_runs"]):], pr["measured_runs"],
+                                pr["predicted_runs"], pr["waited_runs"]))
+                              + f" ms measured/predicted/in the layers' waits; prepare "
+                              f"{r['prepare_s'].get('plan', 0) * 1e3:.1f} ms", flush=True)
                 except torch.cuda.OutOfMemoryError as exc:
                     # the model's own attention at this length (transformers'
                     # eager path copies K/V per query head): the other
@@ -408,14 +452,17 @@ def main():
             tmp.cleanup()
     ok = all(r["byte_exact"] for r in rows)
     met = all(r["within_target"] and r["below_whole"] for r in rows)
+    plan_met = all(r["plan_met"] for r in rows)
     missing = ", ".join(f"{c['tier']} {c['length']}" for c in skipped)
     print(f"ttft: K/V byte-exact after every round trip: {'yes' if ok else 'NO'}; target met at every row "
-          f"measured: {'yes' if met else 'no'}" + (f"; not measured (out of device memory): {missing}" if skipped
-                                                   else "")
+          f"measured: {'yes' if met else 'no'}; plan <= {PLAN_TARGET} x the better pure policy and its prediction "
+          f"within {PREDICTION_TARGET:.0%} at every row: {'yes' if plan_met else 'no'} ({a.costs} costs)"
+          + (f"; not measured (out of device memory): {missing}" if skipped else "")
           + f"; {time.perf_counter() - t0:.0f} s in all, {b.prefill_s:.0f} s of it the prefill table")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows, "skipped": skipped, "byte_exact": ok, "target_met": met}, f,
+            json.dump({"meta": meta, "rows": rows, "skipped": skipped, "byte_exact": ok, "target_met": met,
+                       "plan_target_met": plan_met}, f,
                       indent=1)
     return 0 if ok else 1
 

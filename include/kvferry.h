@@ -1733,6 +1733,13 @@ typedef struct kvf_plan_input {
      * of the prefill cost. Added after layerwise_tiers: a caller built
      * against an older header (a smaller struct_size) gets 0s */
     uint32_t arrival_steps[KVF_CACHE_TIER_SLOTS];
+    /* what requests served by earlier plans took against their
+     * predictions (kvf_cache_observe_plan; kvf_cache_plan fills them in):
+     * every shape that loads predicts its model's time x load_ratio,
+     * recomputing everything its model's time x recompute_ratio. Finite
+     * and > 0; 0 (an older caller's struct): 1, the model as it is */
+    double load_ratio;
+    double recompute_ratio;
 } kvf_plan_input;
 
 #define KVF_PLAN_INPUT_INIT                                                                        \
@@ -1777,6 +1784,19 @@ typedef struct kvf_plan {
     /* the forward pass that follows a hedge: tokens load_first * tpb .. N
      * after the front's load_first * tpb */
     double fallback_s;
+    /* the ratios applied (kvf_plan_input's; 1 where none): ttft_s,
+     * ttft_load_all_s and ttft_split_s of shapes that load are their
+     * model's times x load_ratio, ttft_recompute_s x recompute_ratio, and
+     * the hedge is reckoned from them; load_s, compute_s and fallback_s
+     * are the model's own */
+    double load_ratio;
+    double recompute_ratio;
+    /* when the loads' first layers are predicted in, seconds after the
+     * get (a tier arriving in S steps: its latency and a step's bytes;
+     * one arriving whole: load_s); 0: nothing loaded. A caller that
+     * watches its loads layer by layer compares them with the line from
+     * here to load_s (docs/planner.md, the hedge) */
+    double first_s;
 } kvf_plan;
 
 #define KVF_PLAN_INIT                                                                              \
@@ -1835,6 +1855,55 @@ KVF_API kvf_status kvf_cache_set_prefill_cost(kvf_cache *cache, const kvf_prefil
  */
 KVF_API kvf_status kvf_cache_plan(kvf_cache *cache, const kvf_key *keys, size_t n,
                                   uint64_t request_tokens, kvf_tier *tiers, kvf_plan *plan);
+
+/** What the cache learnt from the requests its plans served
+ *  (kvf_cache_observe_plan): measured over predicted time to the first
+ *  token, the median of the latest KVF_PLAN_LEARN_WINDOW requests of each
+ *  kind (plans that load, plans that recompute everything), 1 while fewer
+ *  than KVF_PLAN_LEARN_MIN of that kind are in the window. */
+typedef struct kvf_plan_learnt {
+    size_t struct_size;
+    double load_ratio;
+    double recompute_ratio;
+    uint32_t load_observed;      /* plans that loaded, in the window */
+    uint32_t recompute_observed; /* plans that recomputed everything, in the window */
+} kvf_plan_learnt;
+
+#define KVF_PLAN_LEARNT_INIT                                                                       \
+    {                                                                                              \
+        .struct_size = sizeof(kvf_plan_learnt)                                                     \
+    }
+
+/** The requests a cache learns its plans' error from: the latest this
+ *  many, of both kinds together (a kind not served for this many requests
+ *  is forgotten, and its plans trusted again). */
+#define KVF_PLAN_LEARN_WINDOW 16
+/** A kind's ratio departs from 1 once this many of its requests are in
+ *  the window: one slow request is not yet a slow tier. */
+#define KVF_PLAN_LEARN_MIN 3
+/** A plan predicting less than this (seconds) teaches nothing: a
+ *  request's time that short is its caller's own steps, whose ratio to a
+ *  prediction of ~0 says nothing of its costs. */
+#define KVF_PLAN_LEARN_MIN_S 0.001
+
+/**
+ * Teaches the cache what a request that followed `plan` (from
+ * kvf_cache_plan, with its ratios) took: `ttft_s`, from the plan to its
+ * first token, measured by the caller, all of it (its own work between
+ * the calls, a hedge's recompute). Later plans scale their predictions by
+ * the learnt ratios (kvf_plan_input.load_ratio): a load that runs slower
+ * than its model, for whatever reason the model leaves out, makes loading
+ * predict slower until recomputing wins where it should. The tiers' costs
+ * are not touched (a held cost stays held). A plan predicting less than
+ * KVF_PLAN_LEARN_MIN_S teaches nothing; kvf_cache_set_prefill_cost
+ * forgets what was learnt.
+ * @return KVF_OK; KVF_ERR_INVALID, nothing learnt, for a NULL, a plan
+ *         whose struct_size or predictions are not a plan's, or a ttft_s
+ *         negative, NaN or infinite (kvf_last_error() names it).
+ */
+KVF_API kvf_status kvf_cache_observe_plan(kvf_cache *cache, const kvf_plan *plan, double ttft_s);
+/** What kvf_cache_observe_plan has taught the cache's plans so far. */
+KVF_API kvf_status kvf_cache_plan_learnt(kvf_cache *cache, kvf_plan_learnt *out);
 
 /* ------------------------------------------------------------------------ */
 /* Machine information                                                      */

@@ -15,13 +15,14 @@
 #include "cache_fixture.h"
 #include "fileio.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <time.h>
 
 enum { N = 24, TPB = 16, EXTRA = 4 };
 
-/* the forward pass: MS_PER_TOKEN a token, after any prefix */
-#define MS_PER_TOKEN 1.0
+/* the forward pass: ms_per_token a token, after any prefix */
+static double ms_per_token = 1.0;
 /* the test's disk stalls: a read waits until then (kvf__now_ns time; 0:
  * the disk at its normal speed), however many reads run at once */
 static _Atomic uint64_t stall_until_ns;
@@ -56,7 +57,7 @@ static int prefill(void *user, uint64_t new_tokens, uint64_t prefix_tokens, doub
 {
     (void)user;
     (void)prefix_tokens;
-    *seconds = (double)new_tokens * MS_PER_TOKEN * 1e-3;
+    *seconds = (double)new_tokens * ms_per_token * 1e-3;
     return 0;
 }
 
@@ -74,12 +75,16 @@ static double follow(fixture *f, const kvf_key *keys, const kvf_plan *p, bool he
     }
     *hedged = false;
     double t0 = now_s();
+    if (k == first) { /* a plan that recomputes: the forward pass alone */
+        compute((double)p->compute_tokens * ms_per_token * 1e-3);
+        return now_s() - t0;
+    }
     kvf_cache_ticket t;
     if (kvf_cache_get(f->c, keys + first, dst + first, k - first, &t) != KVF_OK) {
         *bad = 1;
         return 0;
     }
-    compute((double)(first * TPB) * MS_PER_TOKEN * 1e-3); /* the front, beside the loads */
+    compute((double)(first * TPB) * ms_per_token * 1e-3); /* the front, beside the loads */
     for (uint32_t pool = 0; pool < 2 && !*hedged; pool++) {
         kvf_status st = hedge ? kvf_cache_wait_pool_by(f->c, t, pool, NULL, p->hedge_s)
                               : kvf_cache_wait_pool(f->c, t, pool);
@@ -93,7 +98,7 @@ static double follow(fixture *f, const kvf_key *keys, const kvf_plan *p, bool he
             *bad = 1;
         }
     }
-    compute(*hedged ? p->fallback_s : (double)p->compute_tokens * MS_PER_TOKEN * 1e-3);
+    compute(*hedged ? p->fallback_s : (double)p->compute_tokens * ms_per_token * 1e-3);
     double ttft = now_s() - t0;
     /* the late get lands whole, byte for byte, whenever it ends */
     kvf_status per[N];
@@ -105,24 +110,33 @@ static double follow(fixture *f, const kvf_key *keys, const kvf_plan *p, bool he
     return ttft;
 }
 
-static int test_hedge(void)
+/* A cache with a disk tier holding N blocks keys[i] = base + i * 7, and
+ * the prefill cost above. */
+static int setup(fixture *f, kvf_key *keys, uint64_t base)
 {
-    fixture f;
     kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
     cc.disk.blocks = 64;
-    if (fx_init(&f, 64, 0, true, &cc))
+    if (fx_init(f, 64, 0, true, &cc))
         return 1;
-    kvf_key keys[N];
     for (int i = 0; i < N; i++) {
-        keys[i] = KEY(0x4ed9e000ull + (uint64_t)i * 7);
-        fill(&f, (uint32_t)i, keys[i]);
-        CHECK_STATUS(put1(&f, keys[i], (uint32_t)i, 50), KVF_OK);
+        keys[i] = KEY(base + (uint64_t)i * 7);
+        fill(f, (uint32_t)i, keys[i]);
+        CHECK_STATUS(put1(f, keys[i], (uint32_t)i, 50), KVF_OK);
     }
     kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
     pc.fn = prefill;
-    CHECK_STATUS(kvf_cache_set_prefill_cost(f.c, &pc), KVF_OK);
+    CHECK_STATUS(kvf_cache_set_prefill_cost(f->c, &pc), KVF_OK);
+    return 0;
+}
+
+static int test_hedge(void)
+{
+    fixture f;
+    kvf_key keys[N];
+    if (setup(&f, keys, 0x4ed9e000ull))
+        return 1;
     uint64_t request = (N + EXTRA) * TPB;
-    double recompute = (double)request * MS_PER_TOKEN * 1e-3;
+    double recompute = (double)request * ms_per_token * 1e-3;
     size_t bb = f.bytes[0] + f.bytes[1];
 
     kvf__set_io_fault(slow_reads);
@@ -130,7 +144,7 @@ static int test_hedge(void)
      * every hit), and at twice it (compute the front while the back loads) */
     double per_block[2] = {0.1, 2.0};
     for (int shape = 0; shape < 2; shape++) {
-        double block_s = per_block[shape] * TPB * MS_PER_TOKEN * 1e-3;
+        double block_s = per_block[shape] * TPB * ms_per_token * 1e-3;
         CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_DISK, 0, (double)bb / block_s, 1),
                      KVF_OK);
         kvf_plan p = KVF_PLAN_INIT;
@@ -195,8 +209,209 @@ static int test_hedge(void)
     return 0;
 }
 
+/* One request planned by the cache, its disk stalled (from the request's
+ * start, for 3 x recomputing) where stall; followed with the hedge and
+ * its time taught to the cache. */
+static double serve(fixture *f, const kvf_key *keys, uint64_t request, bool stall, kvf_plan *p,
+                    bool *hedged, int *bad)
+{
+    *p = (kvf_plan)KVF_PLAN_INIT;
+    if (kvf_cache_plan(f->c, keys, N, request, NULL, p) != KVF_OK) {
+        *bad = 1;
+        return 0;
+    }
+    double recompute = (double)request * ms_per_token * 1e-3;
+    atomic_store(&stall_until_ns, stall ? kvf__now_ns() + (uint64_t)(3e9 * recompute) : 0);
+    double ttft = follow(f, keys, p, true, hedged, bad);
+    atomic_store(&stall_until_ns, 0);
+    if (kvf_cache_observe_plan(f->c, p, ttft) != KVF_OK)
+        *bad = 1;
+    return ttft;
+}
+
+/* A disk that runs slow request after request (the file layer's fault
+ * hook sleeping its reads): the plan loads, each request is hedged and
+ * ends near the margin of recomputing, far above the plan's prediction;
+ * taught those times, the cache's plans predict loading as slow as it
+ * ran and recompute, with the disk's held cost untouched (and with a
+ * learnt one alike). Once the slow requests have left the window the plan
+ * loads again, and with the disk at its speed keeps loading. */
+static int test_learn(void)
+{
+    ms_per_token = 0.5; /* 448 tokens: 224 ms recomputed, sleeps well above their own lateness */
+    for (int hold = 1; hold >= 0; hold--) {
+        fixture f;
+        kvf_key keys[N];
+        if (setup(&f, keys, 0x1ea3e000ull))
+            return 1;
+        kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+        pc.fn = prefill;
+        uint64_t request = (N + EXTRA) * TPB;
+        size_t bb = f.bytes[0] + f.bytes[1];
+        /* the disk at a tenth of a block's compute a block: loading all pays */
+        double block_s = 0.1 * TPB * ms_per_token * 1e-3;
+        CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_DISK, 1e-4, (double)bb / block_s, hold),
+                     KVF_OK);
+        kvf_costs before = KVF_COSTS_INIT;
+        CHECK_STATUS(kvf_engine_costs(f.e, &before), KVF_OK);
+        kvf__set_io_fault(slow_reads);
+
+        kvf_plan p;
+        bool hedged;
+        int bad = 0, slow = 0;
+        double first_pred = 0, took = 0;
+        /* slow requests until the plan stops loading */
+        while (slow < 10) {
+            took = serve(&f, keys, request, true, &p, &hedged, &bad);
+            CHECK_EQ_INT(bad, 0);
+            if (p.load_blocks == p.load_first)
+                break;
+            if (!slow)
+                first_pred = p.ttft_s;
+            CHECK(hedged);
+            slow++;
+        }
+        kvf_plan_learnt l = KVF_PLAN_LEARNT_INIT;
+        CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
+        printf("  hold %d: %d slow requests, %.0f ms predicted, then a plan that recomputes, "
+               "predicting %.0f ms for loading all (load ratio %.2f), %.0f ms taken\n",
+               hold, slow, first_pred * 1e3, p.ttft_load_all_s * 1e3, l.load_ratio, took * 1e3);
+        CHECK_EQ_INT(p.load_blocks, 0);
+        CHECK(p.ttft_load_all_s > p.ttft_recompute_s);
+        CHECK(p.ttft_s == p.ttft_recompute_s);
+        kvf_costs after = KVF_COSTS_INIT;
+        CHECK_STATUS(kvf_engine_costs(f.e, &after), KVF_OK);
+        if (!hold) {
+            /* a learnt cost follows the slow reads itself (the late gets
+             * land and teach the disk): no more slow requests than held,
+             * and the disk is then never read to learn it is fast again
+             * (docs/planner.md, limits) */
+            CHECK(slow >= 1 && slow <= KVF_PLAN_LEARN_MIN);
+            CHECK(after.tier[KVF_TIER_DISK].bytes_per_s < before.tier[KVF_TIER_DISK].bytes_per_s);
+            kvf__set_io_fault(NULL);
+            fx_done(&f);
+            continue;
+        }
+        CHECK_EQ_INT(slow, KVF_PLAN_LEARN_MIN);
+        CHECK_EQ_INT(l.load_observed, KVF_PLAN_LEARN_MIN);
+        CHECK(l.load_ratio > 2);
+        CHECK(p.load_ratio == l.load_ratio);
+        /* held: the disk's cost is what was set, the learning is the plan's */
+        CHECK(after.tier[KVF_TIER_DISK].held);
+        CHECK(after.tier[KVF_TIER_DISK].latency_s == before.tier[KVF_TIER_DISK].latency_s);
+        CHECK(after.tier[KVF_TIER_DISK].bytes_per_s == before.tier[KVF_TIER_DISK].bytes_per_s);
+
+        /* the disk at its speed again: the plan recomputes until the slow
+         * requests leave the window, then loads, and keeps loading */
+        int recomputed = 0, loaded = 0;
+        for (int i = 0; i < 2 * KVF_PLAN_LEARN_WINDOW && loaded < 3; i++) {
+            serve(&f, keys, request, false, &p, &hedged, &bad);
+            CHECK_EQ_INT(bad, 0);
+            if (p.load_blocks > p.load_first) {
+                CHECK(!hedged);
+                loaded++;
+            } else {
+                CHECK_EQ_INT(loaded, 0);
+                recomputed++;
+            }
+        }
+        CHECK_EQ_INT(loaded, 3);
+        CHECK_EQ_INT(recomputed, KVF_PLAN_LEARN_WINDOW - KVF_PLAN_LEARN_MIN);
+        CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
+        CHECK(l.load_ratio < 2);
+
+        /* a new prefill cost forgets what was learnt against the old one */
+        CHECK_STATUS(kvf_cache_set_prefill_cost(f.c, &pc), KVF_OK);
+        CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
+        CHECK(l.load_observed == 0 && l.recompute_observed == 0 && l.load_ratio == 1);
+        kvf__set_io_fault(NULL);
+        fx_done(&f);
+    }
+    ms_per_token = 1.0;
+    return 0;
+}
+
+/* What is not a time, a plan or a ratio is refused by name; a plan too
+ * short to time teaches nothing. */
+static int test_learn_bad_input(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.disk.blocks = 64;
+    if (fx_init(&f, 64, 0, true, &cc))
+        return 1;
+    kvf_plan p = KVF_PLAN_INIT;
+    p.ttft_s = 0.5;
+    p.load_blocks = 3;
+    static const double bad[] = {-1, NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_STATUS(kvf_cache_observe_plan(f.c, &p, bad[i]), KVF_ERR_INVALID);
+        CHECK_STR_HAS(kvf_last_error(), "ttft_s");
+    }
+    CHECK_STATUS(kvf_cache_observe_plan(f.c, NULL, 1), KVF_ERR_INVALID);
+    CHECK_STATUS(kvf_cache_observe_plan(NULL, &p, 1), KVF_ERR_INVALID);
+    kvf_plan sized = p;
+    sized.struct_size = 0;
+    CHECK_STATUS(kvf_cache_observe_plan(f.c, &sized, 1), KVF_ERR_INVALID);
+    CHECK_STR_HAS(kvf_last_error(), "struct_size");
+    kvf_plan nan_plan = p;
+    nan_plan.ttft_s = NAN;
+    CHECK_STATUS(kvf_cache_observe_plan(f.c, &nan_plan, 1), KVF_ERR_INVALID);
+    nan_plan.ttft_s = 0.5;
+    nan_plan.load_ratio = -2;
+    CHECK_STATUS(kvf_cache_observe_plan(f.c, &nan_plan, 1), KVF_ERR_INVALID);
+    kvf_plan_learnt l = KVF_PLAN_LEARNT_INIT;
+    CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
+    CHECK_EQ_INT(l.load_observed, 0);
+    /* below KVF_PLAN_LEARN_MIN_S: accepted, nothing learnt */
+    kvf_plan tiny = p;
+    tiny.ttft_s = KVF_PLAN_LEARN_MIN_S / 2;
+    CHECK_STATUS(kvf_cache_observe_plan(f.c, &tiny, 10), KVF_OK);
+    CHECK_STATUS(kvf_cache_observe_plan(f.c, &p, 1), KVF_OK);
+    CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
+    CHECK_EQ_INT(l.load_observed, 1);
+    CHECK(l.load_ratio == 1); /* fewer than KVF_PLAN_LEARN_MIN */
+    CHECK_STATUS(kvf_cache_plan_learnt(f.c, NULL), KVF_ERR_INVALID);
+
+    /* the pure planner's ratios */
+    kvf_tier tiers[4] = {KVF_TIER_DISK, KVF_TIER_DISK, KVF_TIER_DISK, KVF_TIER_DISK};
+    kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+    pc.fn = prefill;
+    kvf_plan_input in = KVF_PLAN_INPUT_INIT;
+    in.tiers = tiers;
+    in.hits = 4;
+    in.block_bytes = 1 << 20;
+    in.tokens_per_block = TPB;
+    in.request_tokens = 5 * TPB;
+    in.prefill = &pc;
+    in.costs.tier[KVF_TIER_DISK].latency_s = 1e-4;
+    in.costs.tier[KVF_TIER_DISK].bytes_per_s = 1e12;
+    static const double bad_ratio[] = {-1, NAN, INFINITY, 5e-324};
+    for (int which = 0; which < 2; which++)
+        for (size_t i = 0; i < sizeof bad_ratio / sizeof *bad_ratio; i++) {
+            kvf_plan_input b = in;
+            *(which ? &b.recompute_ratio : &b.load_ratio) = bad_ratio[i];
+            kvf_plan out = KVF_PLAN_INIT;
+            CHECK_STATUS(kvf_plan_compute(&b, &out), KVF_ERR_INVALID);
+            CHECK_STR_HAS(kvf_last_error(), which ? "recompute_ratio" : "load_ratio");
+        }
+    /* 0 is 1 (an older caller's struct); a ratio scales its shapes */
+    kvf_plan one = KVF_PLAN_INIT, two = KVF_PLAN_INIT;
+    CHECK_STATUS(kvf_plan_compute(&in, &one), KVF_OK);
+    CHECK(one.load_ratio == 1 && one.recompute_ratio == 1 && one.load_blocks == 4);
+    in.load_ratio = 2;
+    CHECK_STATUS(kvf_plan_compute(&in, &two), KVF_OK);
+    CHECK(two.ttft_load_all_s == 2 * one.ttft_load_all_s);
+    CHECK(two.ttft_recompute_s == one.ttft_recompute_s);
+    CHECK(two.load_s == one.load_s && two.first_s == one.first_s && one.first_s > 0);
+    fx_done(&f);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_hedge);
+    RUN(test_learn);
+    RUN(test_learn_bad_input);
     return TEST_RESULT();
 }

@@ -31,7 +31,7 @@ from ._errors import (Corrupt, DeviceError, DeviceFailure, FileError, IntegrityE
                       InvalidState, IOFailure, KvferryError, Lost, Mismatch, MoveError, NoDevice, NoSpace, NotFound,
                       OutOfMemory, OutOfRange, OutOfResource, RemoteError, RemoteFailure, Timeout, UnknownTicket, Unsupported,
                       UsageError, error_class)
-from ._plan import Plan, Prefill, PrefillProfile, TierCost, plan_compute
+from ._plan import Plan, PlanLearnt, Prefill, PrefillProfile, TierCost, plan_compute
 from ._log import get_log_level, install_log_handler, remove_log_handler, set_log_level
 from ._version import package_version as _package_version
 
@@ -58,7 +58,7 @@ __all__ = [
     "KvferryError", "UsageError", "InvalidArgument", "OutOfRange", "Unsupported", "InvalidState",
     "UnknownTicket", "OutOfMemory", "OutOfResource", "DeviceError", "NoDevice", "DeviceFailure", "FileError", "IOFailure",
     "NotFound", "NoSpace", "RemoteError", "RemoteFailure", "Timeout", "IntegrityError", "Corrupt",
-    "Mismatch", "Lost", "MoveError", "error_class", "Plan", "Prefill", "PrefillProfile", "TierCost", "plan_compute",
+    "Mismatch", "Lost", "MoveError", "error_class", "Plan", "PlanLearnt", "Prefill", "PrefillProfile", "TierCost", "plan_compute",
     "DirBlock", "DirCheck", "DirCounts", "DirEntry", "DirEntryKind", "dir_check", "dir_list", "dir_namespaces", "dir_upgrade",
     "remote_probe",
 ]

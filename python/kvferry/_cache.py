@@ -23,7 +23,7 @@ from ._tickets import Ticket, _Issuer
 from ._streams import _stream_handle
 from ._enums import CacheRemote, CacheRemoteLike, EventKind, Status, Tier, TierLike
 from ._errors import check, make_error
-from ._plan import MIN_GAIN, Plan, Prefill, PrefillLike, TierCost, plan_from_c
+from ._plan import MIN_GAIN, Plan, PlanLearnt, Prefill, PrefillLike, TierCost, plan_from_c, plan_to_c
 
 L = _lib.lib
 
@@ -458,6 +458,26 @@ class Cache(_Issuer):
         else:
             check(st)
         return plan_from_c(p, [_enum(Tier, tiers[i]) for i in range(p.hits)])
+
+    def observe_plan(self, plan: Plan, ttft_s: float) -> None:
+        """Teaches the cache what a request that followed `plan` (this
+        cache's plan()) took, from the plan to its first token, all of it
+        (kvf_cache_observe_plan): later plans scale their predictions by
+        what was learnt (plan_learnt()), so a load that runs slower than
+        its model makes loading predict slower, and recomputing wins where
+        it should. The tiers' costs are not touched."""
+        p = plan_to_c(plan)
+        if isinstance(ttft_s, bool) or not isinstance(ttft_s, (int, float)):
+            raise make_error(Status.ERR_INVALID, f"observe_plan: ttft_s = {ttft_s!r} is not a number")
+        check(L.kvf_cache_observe_plan(self._h(), ctypes.byref(p), float(ttft_s)))
+
+    def plan_learnt(self) -> PlanLearnt:
+        """What observe_plan has taught this cache's plans (kvf_cache_plan_learnt)."""
+        out = _lib.PlanLearnt_t()
+        out.struct_size = ctypes.sizeof(_lib.PlanLearnt_t)
+        check(L.kvf_cache_plan_learnt(self._h(), ctypes.byref(out)))
+        return PlanLearnt(float(out.load_ratio), float(out.recompute_ratio), int(out.load_observed),
+                          int(out.recompute_observed))
 
     def stats(self) -> CacheStats:
         s = _lib.CacheStats_t()

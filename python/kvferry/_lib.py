@@ -268,6 +268,8 @@ class PlanInput_t(ctypes.Structure):
         ("prefill", ctypes.POINTER(PrefillCost_t)),
         ("layerwise_tiers", ctypes.c_uint32),
         ("arrival_steps", ctypes.c_uint32 * 8),
+        ("load_ratio", ctypes.c_double),
+        ("recompute_ratio", ctypes.c_double),
     ]
 
 
@@ -290,6 +292,19 @@ class Plan_t(ctypes.Structure):
         ("ttft_split_s", ctypes.c_double),
         ("hedge_s", ctypes.c_double),
         ("fallback_s", ctypes.c_double),
+        ("load_ratio", ctypes.c_double),
+        ("recompute_ratio", ctypes.c_double),
+        ("first_s", ctypes.c_double),
+    ]
+
+
+class PlanLearnt_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("load_ratio", ctypes.c_double),
+        ("recompute_ratio", ctypes.c_double),
+        ("load_observed", ctypes.c_uint32),
+        ("recompute_observed", ctypes.c_uint32),
     ]
 
 
@@ -498,6 +513,8 @@ _protos = {
     "kvf_remote_probe": (c_status, [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]),
     "kvf_cache_plan": (
         c_status, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_void_p, _P(Plan_t)]),
+    "kvf_cache_observe_plan": (c_status, [ctypes.c_void_p, _P(Plan_t), ctypes.c_double]),
+    "kvf_cache_plan_learnt": (c_status, [ctypes.c_void_p, _P(PlanLearnt_t)]),
 }
 for _name, (_res, _args) in _protos.items():
     try:

@@ -80,7 +80,14 @@ class Plan:
     tokens from load_first * tokens_per_block on (fallback_s, predicted):
     the request then ends within min_gain of ttft_recompute_s; never
     before HEDGE_MIN_S, which a late thread may take (0 when nothing is
-    loaded). Per-tier figures are dicts {"host": n, "disk": n, ...}."""
+    loaded). load_ratio, recompute_ratio: what the cache learnt from the
+    requests it served (Cache.observe_plan), applied: the predictions of
+    shapes that load are their model's times x load_ratio, recomputing's x
+    recompute_ratio (1 and 1 from plan_compute by default); load_s,
+    compute_s and fallback_s are the model's. first_s: when the loads'
+    first layers are predicted in, seconds after the get (load_s for a
+    tier that arrives whole). Per-tier figures are dicts
+    {"host": n, "disk": n, ...}."""
 
     hits: int
     load_blocks: int
@@ -99,6 +106,9 @@ class Plan:
     ttft_split_s: float = 0.0
     hedge_s: float = 0.0
     fallback_s: float = 0.0
+    load_ratio: float = 1.0
+    recompute_ratio: float = 1.0
+    first_s: float = 0.0
 
     @property
     def recomputes_hits(self) -> bool:
@@ -113,6 +123,25 @@ class Plan:
             return "recompute"
         return "front" if self.load_first else "leading"
 
+    @property
+    def model_ttft_s(self) -> float:
+        """ttft_s as the model alone predicts it, before the learnt ratio."""
+        return self.ttft_s / (self.load_ratio if self.load_blocks > self.load_first else self.recompute_ratio)
+
+
+@dataclass(frozen=True)
+class PlanLearnt:
+    """What a cache learnt from the requests its plans served
+    (kvf_plan_learnt): measured over predicted time to the first token,
+    the median of the latest LEARN_WINDOW requests of each kind (plans
+    that load, plans that recompute everything), 1 while fewer than
+    LEARN_MIN of the kind are in the window; how many of each are."""
+
+    load_ratio: float
+    recompute_ratio: float
+    load_observed: int
+    recompute_observed: int
+
 
 def _per_tier(arr) -> Dict[str, int]:
     return {t.name.lower(): int(arr[t]) for t in Tier}
@@ -122,13 +151,35 @@ def plan_from_c(p, tiers) -> Plan:
     return Plan(int(p.hits), int(p.load_blocks), _per_tier(p.load), _per_tier(p.recompute_hits),
                 int(p.recompute_from), int(p.compute_tokens), float(p.ttft_s), float(p.load_s), float(p.compute_s),
                 float(p.ttft_recompute_s), float(p.ttft_load_all_s), bool(p.overlap), int(p.load_first),
-                list(tiers), float(p.ttft_split_s), float(p.hedge_s), float(p.fallback_s))
+                list(tiers), float(p.ttft_split_s), float(p.hedge_s), float(p.fallback_s), float(p.load_ratio),
+                float(p.recompute_ratio), float(p.first_s))
+
+
+def plan_to_c(plan: Plan) -> "_lib.Plan_t":
+    """What kvf_cache_observe_plan reads of a plan: its shape, its
+    prediction and the ratios it applied."""
+    if not isinstance(plan, Plan):
+        raise make_error(Status.ERR_INVALID, f"observe_plan: {type(plan).__name__} is not a Plan (Cache.plan's)")
+    p = _lib.Plan_t()
+    p.struct_size = ctypes.sizeof(_lib.Plan_t)
+    p.hits, p.load_blocks, p.load_first = plan.hits, plan.load_blocks, plan.load_first
+    p.ttft_s, p.load_s, p.compute_s = plan.ttft_s, plan.load_s, plan.compute_s
+    p.ttft_recompute_s, p.ttft_load_all_s = plan.ttft_recompute_s, plan.ttft_load_all_s
+    p.hedge_s, p.fallback_s = plan.hedge_s, plan.fallback_s
+    p.load_ratio, p.recompute_ratio, p.first_s = plan.load_ratio, plan.recompute_ratio, plan.first_s
+    return p
 
 
 # kvf.h's KVF_PLAN_MIN_GAIN: the gain a split must predict by default
 MIN_GAIN = 0.10
 # kvf.h's KVF_PLAN_HEDGE_MIN_S: the earliest a plan's hedge gives its loads up
 HEDGE_MIN_S = 0.024
+# kvf.h's KVF_PLAN_LEARN_WINDOW and KVF_PLAN_LEARN_MIN: the requests a cache
+# learns its plans' error from, and how many of a kind move its ratio
+LEARN_WINDOW = 16
+LEARN_MIN = 3
+# kvf.h's KVF_PLAN_LEARN_MIN_S: a plan predicting less teaches nothing
+LEARN_MIN_S = 0.001
 
 PrefillLike = Union[Callable[[int, int], float], Mapping, Sequence[Tuple[int, float]]]
 
@@ -222,14 +273,18 @@ class Prefill:
 def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: int, request_tokens: int,
                  costs: Mapping, prefill: PrefillLike, *, layers: int = 0, overlap: bool = False,
                  layerwise_tiers: Sequence[TierLike] = (), min_gain: float = MIN_GAIN,
-                 leading_only: bool = False, arrival_steps: Optional[Mapping] = None) -> Plan:
+                 leading_only: bool = False, arrival_steps: Optional[Mapping] = None, load_ratio: float = 1.0,
+                 recompute_ratio: float = 1.0) -> Plan:
     """kvf_plan_compute: the plan for a request of request_tokens whose
     leading cached blocks are in `tiers` (one per hit), from costs
     {tier: TierCost or (latency_s, bytes_per_s)} (Cache.costs() gives the
     engine's) and a prefill cost (see Prefill). layerwise_tiers: the tiers
     whose blocks arrive layer by layer (an Engine's layerwise_tiers());
     arrival_steps: {tier: steps} for those arriving in fewer steps than
-    layers (an Engine's arrival_groups(tier): the disk's pool groups)."""
+    layers (an Engine's arrival_groups(tier): the disk's pool groups).
+    load_ratio, recompute_ratio: measured over predicted time of the
+    shapes that load and of recomputing (Cache.plan_learnt()), which scale
+    their predictions; finite and > 0."""
     pf = prefill if isinstance(prefill, Prefill) else Prefill(prefill, layers, overlap, min_gain, leading_only)
     ts = [int(_tier_key(t)) for t in tiers]
     arr = (_lib.c_enum * max(len(ts), 1))(*ts)
@@ -252,6 +307,10 @@ def plan_compute(tiers: Sequence[TierLike], block_bytes: int, tokens_per_block: 
         if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < 2**32:
             raise make_error(Status.ERR_INVALID, f"plan_compute: arrival_steps[{t!r}] = {steps!r}")
         i.arrival_steps[int(_tier_key(t))] = steps
+    for name, v in (("load_ratio", load_ratio), ("recompute_ratio", recompute_ratio)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise make_error(Status.ERR_INVALID, f"plan_compute: {name} = {v!r} is not a number")
+        setattr(i, name, float(v))
     p = _lib.Plan_t()
     p.struct_size = ctypes.sizeof(_lib.Plan_t)
     pf.call(L.kvf_plan_compute(ctypes.byref(i), ctypes.byref(p)))
@@ -333,4 +392,4 @@ def check_cost_args(latency_s, bytes_per_s):
     return float(latency_s), float(bytes_per_s)
 
 
-__all__ = ["TierCost", "Plan", "Prefill", "PrefillProfile", "plan_compute", "costs_from_c", "plan_from_c"]
+__all__ = ["TierCost", "Plan", "PlanLearnt", "Prefill", "PrefillProfile", "plan_compute", "costs_from_c", "plan_from_c"]

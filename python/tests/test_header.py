@@ -74,6 +74,7 @@ STRUCTS = {
     "kvf_prefill_cost": _lib.PrefillCost_t,
     "kvf_plan_input": _lib.PlanInput_t,
     "kvf_plan": _lib.Plan_t,
+    "kvf_plan_learnt": _lib.PlanLearnt_t,
     "kvf_dir_entry": _lib.DirEntry_t,
     "kvf_dir_counts": _lib.DirCounts_t,
     "kvf_dir_block": _lib.DirBlock_t,

@@ -319,6 +319,61 @@ def test_cache_plan(engine, geometry, rng):
         assert cache.costs()[kvf.Tier.DISK].held
 
 
+def test_observed_plans_teach_the_next(engine, geometry):
+    """Cache.observe_plan: requests whose loads took three times their
+    prediction make the plans after them predict loading that slow, and
+    recompute where loading no longer pays (after LEARN_MIN of them, not
+    one); recomputing's own ratio is learnt apart; the tier's held cost is
+    untouched; plan_compute takes the ratios; what is not a time or a ratio
+    is refused by name."""
+    from kvferry._plan import LEARN_MIN
+
+    pools = [engine.add_pool(geometry, primary=32, secondary=16) for _ in range(2)]
+    keys = [0xFEED0000 + 17 * i for i in range(8)]
+    with kvf.Cache(engine, host_blocks=16) as cache:
+        cache.put(keys, list(range(8))).wait(check=True)
+        cache.set_prefill_cost([(1, 1e-3), (1000, 1.0)])  # 1 ms a token
+        bb = sum(p.block_bytes for p in pools)
+        engine.set_tier_cost("host", 1e-3, bb / 0.010, hold=True)  # 10 ms a block, 16 ms to compute it
+        held = cache.costs()[kvf.Tier.HOST]
+        first = cache.plan(keys, 9 * TPB)
+        assert first.load_blocks == 8 and first.load_ratio == 1.0, first
+        for i in range(LEARN_MIN):
+            assert cache.plan(keys, 9 * TPB).load_blocks == 8  # one slow request is not yet a slow tier
+            cache.observe_plan(first, 3 * first.ttft_s)
+        learnt = cache.plan_learnt()
+        assert (learnt.load_observed, learnt.recompute_observed) == (LEARN_MIN, 0)
+        assert learnt.load_ratio == pytest.approx(3.0)
+        p = cache.plan(keys, 9 * TPB)
+        assert p.shape == "recompute" and p.load_ratio == pytest.approx(3.0), p
+        assert p.ttft_load_all_s == pytest.approx(3 * first.ttft_load_all_s)
+        assert p.ttft_s == p.ttft_recompute_s == pytest.approx(first.ttft_recompute_s)
+        assert p.model_ttft_s == p.ttft_s
+        assert cache.costs()[kvf.Tier.HOST] == held  # held: the learning is the plan's
+        # recomputing measured slow too: the comparison is the model's again
+        for _ in range(LEARN_MIN):
+            cache.observe_plan(p, 3 * p.ttft_s)
+        p = cache.plan(keys, 9 * TPB)
+        assert p.load_blocks == 8 and p.recompute_ratio == pytest.approx(3.0), p
+        # the pure planner takes the ratios
+        q = kvf.plan_compute(["host"] * 8, bb, TPB, 9 * TPB, cache.costs(), [(1, 1e-3), (1000, 1.0)],
+                             load_ratio=3.0)
+        assert q.shape == "recompute" and q.ttft_load_all_s == pytest.approx(3 * first.ttft_load_all_s)
+        for bad in (-1.0, math.nan, math.inf):
+            with pytest.raises(kvf.InvalidArgument, match="ttft_s"):
+                cache.observe_plan(p, bad)
+            with pytest.raises(kvf.InvalidArgument, match="load_ratio"):
+                kvf.plan_compute(["host"], bb, TPB, 2 * TPB, cache.costs(), [(1, 1e-3)], load_ratio=bad)
+            with pytest.raises(kvf.InvalidArgument, match="recompute_ratio"):
+                kvf.plan_compute(["host"], bb, TPB, 2 * TPB, cache.costs(), [(1, 1e-3)], recompute_ratio=bad)
+        with pytest.raises(kvf.InvalidArgument, match="ttft_s"):
+            cache.observe_plan(p, "1")
+        with pytest.raises(kvf.InvalidArgument, match="not a Plan"):
+            cache.observe_plan({"ttft_s": 1.0}, 1.0)
+        cache.set_prefill_cost([(1, 1e-3), (1000, 1.0)])  # a new cost: learnt against the old one, forgotten
+        assert cache.plan_learnt() == kvf.PlanLearnt(1.0, 1.0, 0, 0)
+
+
 def test_follow_plan_layer_by_layer(tmp_path):
     """A plan with layer-wise overlap, followed as an engine would: one pool
     per layer, the planned hits got with pools=, each layer waited for."""

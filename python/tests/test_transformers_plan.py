@@ -8,6 +8,7 @@ the prefill cost is measured from the model once. Skipped without torch and
 transformers."""
 
 import math
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,7 @@ pytest.importorskip("transformers")
 
 from test_transformers import TPB, forward, assert_prefix_equal, bits, poison, prompt, tiny_model  # noqa: E402
 
+import kvferry as kvf  # noqa: E402
 from kvferry.integrations.transformers import KVFerryPrefixCache, measure_prefill  # noqa: E402
 
 # compute dear, loads cheap: the planner loads every usable hit
@@ -49,8 +51,12 @@ def test_plan_loads_what_pays(tmp_path):
         poison(kv)
         out = kv.forward(model, ids, mode="plan")
         torch.testing.assert_close(out.logits[0, -1], ref.logits[0, -1], rtol=1e-4, atol=1e-4)
+        seen = kv.cache.plan_learnt().load_observed
         gen = kv.generate(model, ids, mode="plan", max_new_tokens=4, do_sample=False)
         assert torch.equal(gen, model.generate(ids, max_new_tokens=4, do_sample=False))
+        # forward and generate taught the cache each request's time to its first token
+        assert seen == 1 and kv.cache.plan_learnt().load_observed == 2
+        assert 0 < kv.last.ttft_s and kv.last.plan.load_blocks == 7
 
 
 def test_a_plan_of_recompute_recomputes():
@@ -336,3 +342,151 @@ def _timed(fn):
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+def _model(layers=4, hidden=256):
+    """A decoder whose prefill of a thousand tokens takes tens of
+    milliseconds on a CPU: its plans' hedges are past HEDGE_MIN_S, where a
+    late load is told from a late thread."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_a_slow_store_teaches_the_plan_to_recompute(tmp_path):
+    """A store that runs slow request after request (a real redis-server
+    sent DEBUG SLEEP under every get): the plan loads, the hedge gives the
+    late loads up and recomputes, and the request ends near recomputing,
+    far above what the plan predicted. The adapter teaches the cache each
+    request's time from prepare to the first token (Cache.observe_plan):
+    after LEARN_MIN such requests the plan predicts loading as slow as it
+    ran and recomputes, loading nothing; the store's held cost is the one
+    set. Once the slow requests have left the window, with the store at
+    its speed, the plan loads again and keeps loading. Every answer is the
+    model's own."""
+    from conftest import redis_server
+    from kvferry._plan import LEARN_MIN, LEARN_WINDOW
+
+    model = _model()
+    cached, new = 40, 600
+    ids = prompt(80, cached * TPB + new)
+    with redis_server(tmp_path, "--enable-debug-command", "yes") as port, torch.no_grad():
+        opts = dict(tokens_per_block=TPB, max_tokens=1280, host_blocks=128, remote_url=f"redis://127.0.0.1:{port}",
+                    engine_options={"remote_timeout_ms": 20000})
+        with KVFerryPrefixCache.from_model(model, **opts) as writer:
+            writer.forward(model, ids[:, :cached * TPB], mode="recompute")  # the cached prefix
+            writer.sync()
+        ref = model(ids).logits[0, -1]
+        with KVFerryPrefixCache.from_model(model, remote="read", **opts) as kv:
+            kv.profile(model)
+            # the store's normal speed, the best of five gets timed as a plan makes them, held
+            keys = kv.keys(ids)[:cached]
+            normal = math.inf
+            for _ in range(5):
+                t0 = time.perf_counter()
+                kv.cache.get(keys, kv._slots[:cached]).wait(check=True)
+                normal = min(normal, time.perf_counter() - t0)
+            kv.engine.set_tier_cost("remote", normal, 1e12, hold=True)
+            held = kv.engine.costs()[kvf.Tier.REMOTE]
+            plan = kv.plan(ids)
+            assert plan.load_blocks == cached and plan.ttft_s < plan.ttft_recompute_s, plan
+
+            ctl, real_get = _stall_gets(kv, port, 0.5, 0.02)
+            slow = []
+            for _ in range(LEARN_MIN + 3):
+                out = kv.forward(model, ids, mode="plan", store=False)
+                torch.testing.assert_close(out.logits[0, -1], ref, rtol=1e-4, atol=1e-4)
+                if kv.last.plan.shape == "recompute":
+                    break
+                slow.append(kv.last.ttft_s / kv.last.plan.ttft_s)
+            assert kv.hedged >= 1  # (a get held up at its submission by the sleeping store is not)
+            kv.cache.get = real_get
+            learnt = kv.cache.plan_learnt()
+            plan = kv.plan(ids)
+            print(f"slow requests took {', '.join(f'{r:.1f}' for r in slow)} x their predictions; then "
+                  f"{plan.shape}, loading all predicted at {plan.ttft_load_all_s * 1e3:.0f} ms against "
+                  f"{plan.ttft_recompute_s * 1e3:.0f} ms recomputing (load ratio {learnt.load_ratio:.2f})")
+            assert len(slow) == LEARN_MIN and learnt.load_observed == LEARN_MIN, (slow, learnt)
+            assert plan.shape == "recompute" and plan.load_ratio == learnt.load_ratio > 1, plan
+            assert kv.engine.costs()[kvf.Tier.REMOTE] == held  # held costs stay held
+            for _ in range(len(slow)):  # one +OK a stalled get: the store slept under each
+                assert ctl.recv(5) == b"+OK\r\n"
+            ctl.close()
+
+            # the store at its speed: recomputing until the slow requests leave the window, then loading
+            shapes = []
+            for _ in range(LEARN_WINDOW + 3):
+                out = kv.forward(model, ids, mode="plan", store=False)
+                torch.testing.assert_close(out.logits[0, -1], ref, rtol=1e-4, atol=1e-4)
+                shapes.append(kv.last.plan.shape)
+                if shapes[-3:] == ["leading"] * 3:
+                    break
+            # (recomputing's own ratio, learnt meanwhile, may bring loading back sooner)
+            assert shapes[-3:] == ["leading"] * 3 and shapes.count("recompute") <= LEARN_WINDOW - LEARN_MIN, shapes
+            assert kv.cache.stats().failures == 0
+
+
+def test_late_loads_given_up_at_their_pace(tmp_path, monkeypatch):
+    """Loads that arrive layer by layer (a real redis-server read in a
+    group a pool, KVF_REMOTE_GROUP_BYTES=1), stalled under the get (DEBUG
+    SLEEP): the first layer, due early, is that late already, so at its
+    pace the loads would end the request past the margin of recomputing,
+    and later than giving them up now would. The adapter gives them up
+    then (KVFerryDynamicCache.limit), well before the plan's hedge_s, which
+    only a last layer that late would wait for; the answer is the model's,
+    the late get lands byte for byte. On time, the same plan is served
+    from the store, never hedged."""
+    from conftest import redis_server
+
+    monkeypatch.setenv("KVF_REMOTE_GROUP_BYTES", "1")
+    model = _model()
+    cached, new = 40, 600
+    ids = {k: prompt(90 + k, cached * TPB + new) for k in range(3)}
+    with redis_server(tmp_path, "--enable-debug-command", "yes") as port, torch.no_grad():
+        opts = dict(tokens_per_block=TPB, max_tokens=1280, host_blocks=256, remote_url=f"redis://127.0.0.1:{port}",
+                    engine_options={"remote_timeout_ms": 20000})
+        with KVFerryPrefixCache.from_model(model, **opts) as writer:
+            refs = {}
+            for k, x in ids.items():
+                refs[k] = writer.forward(model, x[:, :cached * TPB], mode="recompute").past_key_values
+            writer.sync()
+        with KVFerryPrefixCache.from_model(model, remote="read", **opts) as kv:
+            kv.profile(model)
+            assert kv._arrival_steps(kv.plan(ids[0])) == kv.num_layers  # a step a layer
+            # the store held as slow as loading may be while it still pays: its first layer due a
+            # quarter in, the hedge (the loads due, and the margin) well after it
+            block_bytes = 2 * kv.num_layers * TPB * kv.kv_heads * kv.head_dim * 4
+            recompute = kv.plan(ids[0]).ttft_recompute_s
+            for share in (0.8, 0.7, 0.6, 0.5, 0.4):
+                kv.engine.set_tier_cost("remote", 0.0, cached * block_bytes / (share * recompute), hold=True)
+                plan = kv.plan(ids[0])
+                if plan.load_blocks == cached:
+                    break
+            assert plan.load_blocks == cached and plan.first_s < plan.load_s / 2, plan
+
+            poison(kv)
+            ctl, real_get = _stall_gets(kv, port, 1.0, 0.0)
+            out = kv.forward(model, ids[0], mode="plan", store=False)
+            kv.cache.get = real_get
+            past = kv.last
+            assert past.late and kv.hedged == 1
+            gave_up = past.late_at - past.get_at
+            print(f"given up {gave_up * 1e3:.0f} ms after the get (first layer due at {plan.first_s * 1e3:.0f} ms, "
+                  f"all at {plan.load_s * 1e3:.0f} ms, hedge_s {plan.hedge_s * 1e3:.0f} ms)")
+            assert gave_up < 0.75 * plan.hedge_s
+            torch.testing.assert_close(out.logits[0, -1], model(ids[0]).logits[0, -1], rtol=1e-4, atol=1e-4)
+            kv.sync()  # the late get lands whole and exact
+            assert ctl.recv(5) == b"+OK\r\n"
+            ctl.close()
+            f = plan.load_first  # the front's blocks were computed, the rest loaded
+            for i in range(kv.num_layers):
+                k = kv.k_pools[i][f:cached].reshape(1, (cached - f) * TPB, kv.kv_heads, kv.head_dim).transpose(1, 2)
+                assert torch.equal(bits(k), bits(refs[0].layers[i].keys[..., f * TPB:, :])), f"layer {i}"
+            for k in (1, 2):  # on time: served from the store, never hedged (fewer than LEARN_MIN learnt from)
+                out = kv.forward(model, ids[k], mode="plan", store=False)
+                assert kv.last.cached_tokens == cached * TPB and not kv.last.late
+                torch.testing.assert_close(out.logits[0, -1], model(ids[k]).logits[0, -1], rtol=1e-4, atol=1e-4)
+            assert kv.hedged == 1 and kv.cache.stats().failures == 0

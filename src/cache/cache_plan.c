@@ -5,7 +5,9 @@
  * (docs/planner.md).
  */
 #include "cache_private.h"
+#include "sized.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,8 +53,89 @@ kvf_status kvf_cache_set_prefill_cost(kvf_cache *c, const kvf_prefill_cost *cost
     c->prefill = p;
     c->prefill_mem = mem;
     c->has_prefill = cost != NULL;
+    c->learn_n = c->learn_next = 0; /* learnt against the old cost */
     pthread_mutex_unlock(&c->prefill_mu);
     free(old);
+    return KVF_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The window's ratios of one kind: their median, 1 with fewer than
+ * KVF_PLAN_LEARN_MIN; *n_p how many. */
+static double window_median(const kvf_cache *c, bool load, uint32_t *n_p)
+{
+    double v[KVF_PLAN_LEARN_WINDOW];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c->learn_n; i++)
+        if (c->learn_load[i] == load)
+            v[n++] = c->learn_ratio[i];
+    *n_p = n;
+    if (n < KVF_PLAN_LEARN_MIN)
+        return 1;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* What the window teaches (prefill_mu held). */
+static void learnt_locked(const kvf_cache *c, kvf_plan_learnt *out)
+{
+    out->load_ratio = window_median(c, true, &out->load_observed);
+    out->recompute_ratio = window_median(c, false, &out->recompute_observed);
+}
+
+kvf_status kvf_cache_observe_plan(kvf_cache *c, const kvf_plan *plan, double ttft_s)
+{
+    static const char fn[] = "kvf_cache_observe_plan";
+    kvf__clear_error();
+    if (!c || !plan)
+        return kvf__fail(KVF_ERR_INVALID, "%s: NULL argument", fn);
+    if (!kvf__sized_ok(plan, sizeof(size_t), 65536))
+        return kvf__fail(KVF_ERR_INVALID, "%s: plan's struct_size %zu (a plan from kvf_cache_plan)",
+                         fn, kvf__sized_size(plan));
+    if (!isfinite(ttft_s) || ttft_s < 0)
+        return kvf__fail(KVF_ERR_INVALID, "%s: ttft_s = %g (must be finite and >= 0)", fn, ttft_s);
+    kvf_plan p;
+    memset(&p, 0, sizeof p);
+    kvf__sized_copy_in(&p, sizeof p, plan);
+    bool load = p.load_blocks > p.load_first;
+    /* the model's own prediction: the plan's over the ratio it applied
+     * (0 in a plan of an older struct: none) */
+    double applied = load ? p.load_ratio : p.recompute_ratio;
+    if (applied == 0)
+        applied = 1;
+    if (!isfinite(p.ttft_s) || p.ttft_s < 0 || !isnormal(applied) || applied < 0)
+        return kvf__fail(KVF_ERR_INVALID,
+                         "%s: the plan predicts %g s with a ratio of %g (not a plan's prediction)",
+                         fn, p.ttft_s, applied);
+    double model = p.ttft_s / applied;
+    if (model < KVF_PLAN_LEARN_MIN_S)
+        return KVF_OK; /* a ratio to ~0 says nothing of the costs */
+    pthread_mutex_lock(&c->prefill_mu);
+    c->learn_ratio[c->learn_next] = ttft_s / model;
+    c->learn_load[c->learn_next] = load;
+    c->learn_next = (c->learn_next + 1) % KVF_PLAN_LEARN_WINDOW;
+    if (c->learn_n < KVF_PLAN_LEARN_WINDOW)
+        c->learn_n++;
+    pthread_mutex_unlock(&c->prefill_mu);
+    return KVF_OK;
+}
+
+kvf_status kvf_cache_plan_learnt(kvf_cache *c, kvf_plan_learnt *out)
+{
+    kvf__clear_error();
+    if (!c || !out || !kvf__sized_ok(out, sizeof(size_t), 65536))
+        return kvf__fail(KVF_ERR_INVALID, "kvf_cache_plan_learnt: NULL, or out's struct_size is "
+                                          "wrong (start from KVF_PLAN_LEARNT_INIT)");
+    kvf_plan_learnt l = KVF_PLAN_LEARNT_INIT;
+    pthread_mutex_lock(&c->prefill_mu);
+    learnt_locked(c, &l);
+    pthread_mutex_unlock(&c->prefill_mu);
+    kvf__sized_copy_out(out, &l, sizeof l);
     return KVF_OK;
 }
 
@@ -85,6 +168,10 @@ kvf_status kvf_cache_plan(kvf_cache *c, const kvf_key *keys, size_t n, uint64_t 
     for (int t = 0; t < KVF_TIER_COUNT; t++)
         in.arrival_steps[t] = kvf_engine_arrival_groups(c->engine, (kvf_tier)t);
     pthread_mutex_lock(&c->prefill_mu);
+    kvf_plan_learnt learnt;
+    learnt_locked(c, &learnt);
+    in.load_ratio = learnt.load_ratio;
+    in.recompute_ratio = learnt.recompute_ratio;
     if (!c->has_prefill) {
         st = kvf__fail(KVF_ERR_STATE, "%s: no prefill cost (kvf_cache_set_prefill_cost first)", fn);
     } else {

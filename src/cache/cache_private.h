@@ -181,6 +181,12 @@ struct kvf_cache {
     kvf_prefill_cost prefill;
     bool has_prefill;
     void *prefill_mem;
+    /* kvf_cache_observe_plan's window, the latest requests first at
+     * learn_next - 1 (prefill_mu guards it too): each one's measured over
+     * predicted time to the first token, and whether its plan loaded */
+    double learn_ratio[KVF_PLAN_LEARN_WINDOW];
+    bool learn_load[KVF_PLAN_LEARN_WINDOW];
+    uint32_t learn_n, learn_next;
 };
 
 /* Batches being assembled by one put (or by create's restore). */

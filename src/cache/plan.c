@@ -29,6 +29,9 @@
  * waits only for that layer (and the front): unrolled as above from
  * done_-1 = A_F, T = max(A_F + C, max_t D_t), D_t the leading shape's
  * per-tier term with the tail as C.
+ * What requests served by earlier plans took over their predictions
+ * (kvf_plan_input.load_ratio, recompute_ratio) scales every shape that
+ * loads, and recomputing, before they are compared.
  */
 #include "cache_private.h"
 #include "sized.h"
@@ -247,6 +250,13 @@ static kvf_status check_costs(const kvf_plan_input *in, const bool used[KVF_TIER
     return KVF_OK;
 }
 
+/* In how many steps tier t's layer-wise loads arrive: its pool groups,
+ * never finer than a layer's compute. */
+static uint32_t tier_steps(const kvf_plan_input *in, int t, uint32_t layers)
+{
+    return in->arrival_steps[t] && in->arrival_steps[t] < layers ? in->arrival_steps[t] : layers;
+}
+
 /* When a forward of `compute` seconds that starts its layer l once tier
  * t's layer l has arrived (and layer l - 1 is done) ends, counted from the
  * loads' start, for n blocks of tier t alone; *arrived_p: when they have
@@ -261,8 +271,7 @@ static double tier_done(const kvf_plan_input *in, int t, uint64_t n, double comp
     *arrived_p = k->latency_s + x;
     if (!overlap || !(in->layerwise_tiers >> t & 1u))
         return *arrived_p + compute;
-    uint32_t steps =
-        in->arrival_steps[t] && in->arrival_steps[t] < layers ? in->arrival_steps[t] : layers;
+    uint32_t steps = tier_steps(in, t, layers);
     double a = x / steps + compute, b = x + compute / steps;
     return k->latency_s + (a > b ? a : b);
 }
@@ -302,6 +311,16 @@ static kvf_status take_input(const kvf_plan_input *in, kvf_plan_input *out)
                          "request_tokens %llu (each must be > 0)",
                          out->tokens_per_block, (unsigned long long)out->block_bytes,
                          (unsigned long long)out->request_tokens);
+    /* the learnt ratios: 0 (an older caller's struct, or none set) is 1 */
+    double *ratios[2] = {&out->load_ratio, &out->recompute_ratio};
+    static const char *const names[2] = {"load_ratio", "recompute_ratio"};
+    for (int i = 0; i < 2; i++) {
+        if (*ratios[i] == 0)
+            *ratios[i] = 1;
+        else if (!isnormal(*ratios[i]) || *ratios[i] < 0)
+            return kvf__fail(KVF_ERR_INVALID, "kvf_plan_compute: %s %g (must be finite and > 0)",
+                             names[i], *ratios[i]);
+    }
     return KVF_OK;
 }
 
@@ -461,6 +480,26 @@ static kvf_status check_predictions(const kvf_plan *rec, const kvf_plan *all, co
     return KVF_OK;
 }
 
+/* When the first layers of cnt[t] blocks from each tier are predicted in:
+ * a tier arriving in steps delivers its first after its latency and a
+ * step's bytes, another all at once. */
+static double first_arrival(const kvf_plan_input *in, const uint64_t cnt[KVF_TIER_COUNT],
+                            uint32_t layers, bool overlap)
+{
+    double first = 0;
+    for (int t = 0; t < KVF_TIER_COUNT; t++) {
+        if (!cnt[t])
+            continue;
+        const kvf_tier_cost *k = &in->costs.tier[t];
+        double x = (double)cnt[t] * (double)in->block_bytes / k->bytes_per_s;
+        if (overlap && (in->layerwise_tiers >> t & 1u))
+            x /= tier_steps(in, t, layers);
+        if (k->latency_s + x > first)
+            first = k->latency_s + x;
+    }
+    return first;
+}
+
 /* p becomes the leading shape with k hits loaded (cnt[t] from tier t). */
 static void set_leading(kvf_plan *p, double t, size_t k, double load, double compute, bool overlap,
                         const uint64_t cnt[KVF_TIER_COUNT])
@@ -547,6 +586,15 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
             goto out;
         front_search(&in, &fs, max_k, layers, overlap, &split);
     }
+    /* what the requests served so far took against their predictions
+     * (kvf_cache_observe_plan): every shape that loads by one ratio,
+     * recomputing by its own, so the choice between the shapes that
+     * load stays the model's */
+    double lr = in.load_ratio, rr = in.recompute_ratio;
+    rec.ttft_s *= rr;
+    all.ttft_s *= all.load_blocks ? lr : rr;
+    if (isfinite(split.ttft_s))
+        split.ttft_s *= lr;
     /* the better pure policy (a tie to less traffic: recompute), unless a
      * split predicts at least min_gain less: a prediction is an estimate,
      * and a split whose gain is within its error may well lose */
@@ -569,11 +617,16 @@ kvf_status kvf_plan_compute(const kvf_plan_input *input, kvf_plan *plan)
          * GPU predicts ~0 for both) would give up loads that are on time. */
         double m = pc.min_gain > 0 ? pc.min_gain : 0;
         best.fallback_s = fs.tail[best.load_first];
-        double h = (1 + m) * rec.ttft_s - best.fallback_s, due = (1 + m) * best.load_s;
+        /* reckoned from the learnt predictions: a fallback is a forward
+         * pass, as recomputing is; the loads run as the shapes that load */
+        double h = (1 + m) * rec.ttft_s - rr * best.fallback_s, due = (1 + m) * lr * best.load_s;
         best.hedge_s = h > due ? h : due;
         if (best.hedge_s < KVF_PLAN_HEDGE_MIN_S)
             best.hedge_s = KVF_PLAN_HEDGE_MIN_S;
+        best.first_s = first_arrival(&in, best.load, layers, overlap);
     }
+    best.load_ratio = lr;
+    best.recompute_ratio = rr;
     best.ttft_split_s = has_split ? split.ttft_s : 0;
     best.ttft_recompute_s = rec.ttft_s;
     best.ttft_load_all_s = all.ttft_s;

@@ -42,6 +42,8 @@ from transformers.cache_utils import Cache as _HFCache
 from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
 import kvferry as kvf
+from kvferry._plan import HEDGE_MIN_S as _HEDGE_MIN_S
+from kvferry._plan import MIN_GAIN as _MIN_GAIN
 
 __all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "PrefixLate", "MODES", "measure_prefill",
            "cache_kwargs"]
@@ -61,8 +63,10 @@ class PrefixLoadError(RuntimeError):
 
 class PrefixLate(PrefixLoadError):
     """Mode "plan": the prefix's loads had not arrived by the plan's hedge
-    (Plan.hedge_s after the get), so waiting longer would make the request
-    slower than recomputing by more than the plan's margin. The loads were
+    (Plan.hedge_s after the request's start, or sooner where the loads'
+    pace so far says they would end past it: KVFerryDynamicCache.limit),
+    so waiting longer would make the request slower than recomputing by
+    more than the plan's margin. The loads were
     given up (they land later, unread; every block stays cached);
     KVFerryPrefixCache.forward / generate recompute what they were to bring
     (after the computed front, if any) on their own."""
@@ -212,8 +216,14 @@ class KVFerryDynamicCache(DynamicCache):
     model's positions and masks are right for the new tokens."""
 
     def __init__(self, owner: "KVFerryPrefixCache", cached_tokens: int, tickets, mode: str, *, plan=None,
-                 front=None, known_blocks: Optional[int] = None):
+                 front=None, known_blocks: Optional[int] = None, started: Optional[float] = None,
+                 get_at: Optional[float] = None):
         self.owner, self.cached_tokens, self.mode = owner, cached_tokens, mode
+        # the request's clock (time.perf_counter): its start (prepare's), its get's submission
+        self.started = time.perf_counter() if started is None else started
+        self.get_at = self.started if get_at is None else get_at
+        self.ttft_s: Optional[float] = None  # measured, once the first token is out (first_token)
+        self._updates0 = 0  # forward passes that reached layer 0: the second is the first token's successor
         self.cached_blocks = cached_tokens // owner.tokens_per_block
         # mode "plan": the plan followed; front: the K/V per layer of the first front_blocks blocks,
         # computed by prepare while the blocks after them loaded into their slots
@@ -226,10 +236,15 @@ class KVFerryDynamicCache(DynamicCache):
         # the get of the blocks its window reads
         self._tickets = list(tickets or ())
         self._failed: Optional[BaseException] = None
-        # mode "plan": stop waiting for the loads this long after the get (kvf_plan.hedge_s)
+        # mode "plan": stop waiting for the loads by the plan's hedge (limit)
         hedge = getattr(plan, "hedge_s", 0) if self._tickets else 0
         self.hedge_s = hedge if hedge and hedge > 0 else None
         self.late = False  # the loads were given up (PrefixLate)
+        self.late_at: Optional[float] = None  # when (time.perf_counter)
+        self._steps: Optional[int] = None  # in how many steps the loads arrive (limit)
+        # host seconds the forward spent in the layers' waits for their pools (a plan's loads
+        # running late, or the waits' own cost): a term of the request's time the plan leaves out
+        self.waited_s = 0.0
         _HFCache.__init__(self, layers=[
             _PrefixSlidingLayer(self, i, owner.window) if owner.sliding[i] else _PrefixLayer(self, i)
             for i in range(owner.num_layers)])
@@ -238,6 +253,7 @@ class KVFerryDynamicCache(DynamicCache):
         if self._failed is not None:
             raise PrefixLoadError(f"layer {layer}: the cached prefix failed to load: {self._failed}") \
                 from self._failed
+        t0 = time.perf_counter()
         try:
             # this layer's K and V pools only; on CUDA the stream waits, not the host
             for t, pools in self._tickets:  # none: no prefix, or waited for whole
@@ -254,18 +270,75 @@ class KVFerryDynamicCache(DynamicCache):
             self._failed = exc
             raise PrefixLoadError(f"layer {layer}: the cached prefix ({self.cached_blocks} blocks) failed to "
                                   f"load: {exc}; recompute the request") from exc
+        finally:
+            self.waited_s += time.perf_counter() - t0
+
+    def limit(self, layer: int) -> float:
+        """Seconds after the get by which layer `layer`'s pools must have
+        arrived, or the loads are given up and what they were to bring
+        recomputed (docs/planner.md, the hedge). The request's whole
+        lateness counts, not one wait's: its time before the get (its
+        lookup, its plan) comes off the plan's hedge_s, which holds from
+        the request's start; and where the loads arrive layer by layer,
+        one whose pace so far (its time over its predicted arrival) would
+        end the request past the margin of recomputing, and later than
+        giving up now would, is given up at once, not when its last layer
+        runs late. Never before HEDGE_MIN_S after the get."""
+        p, o = self.plan, self.owner
+        pre = max(self.get_at - self.started, 0.0)
+        limit = self.hedge_s - pre  # the margin, from the request's start
+        load = p.load_s * p.load_ratio  # the loads as the shapes that load have run
+        first = min(p.first_s * p.load_ratio, load)
+        if self._steps is None:  # asked of the engine once a request, not once a layer
+            self._steps = o._arrival_steps(p)
+        steps = self._steps
+        # layer `layer`'s step, and when the plan has it in: the line from the first step to the last
+        arrive = first + (load - first) * (layer * steps // o.num_layers) / (steps - 1) if steps > 1 else load
+        if 0 < arrive < load:  # a step before the last: the loads' pace says when the last is in
+            after = max(p.ttft_s - load, 0.0)  # the plan's time after its last load is in
+            # waiting for it until t (after the get) says the loads run t / arrive of their pace: they end
+            # at t * load / arrive, the request at pre + that + after; giving up ends it at pre + t + fallback
+            past_margin = arrive * ((1 + _MIN_GAIN) * p.ttft_recompute_s - pre - after) / load
+            fallback = p.fallback_s * p.recompute_ratio
+            sooner = (fallback - after) / (load / arrive - 1)
+            limit = min(limit, max(past_margin, sooner))
+        return max(limit, _HEDGE_MIN_S)
 
     def _wait_hedged(self, t, layer: int) -> None:
         o = self.owner
         stream = torch.cuda.current_stream(o.device) if o.cuda else None
+        limit = self.limit(layer)
         for pool in (2 * layer, 2 * layer + 1):
-            if not o.cache.wait_pool_by(t, pool, self.hedge_s, stream):
-                self.late = True
+            if not o.cache.wait_pool_by(t, pool, limit, stream):
+                self.late, self.late_at = True, time.perf_counter()
                 tickets, self._tickets = self._tickets, []
                 o._give_up([t for t, _ in tickets], self)
                 raise PrefixLate(f"layer {layer}: the cached prefix ({self.cached_blocks - self.front_blocks} "
-                                 f"blocks) had not arrived {self.hedge_s * 1e3:.1f} ms after its get (the plan "
-                                 f"predicted {self.plan.load_s * 1e3:.1f} ms); recomputing it")
+                                 f"blocks) had not arrived {limit * 1e3:.1f} ms after its get (the plan "
+                                 f"predicted {self.plan.load_s * 1e3:.1f} ms, its hedge "
+                                 f"{self.plan.hedge_s * 1e3:.1f} ms after the request's start); recomputing it")
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if layer_idx == 0:
+            self._updates0 += 1
+            if self._updates0 == 2:  # generate's next forward: the first token is out
+                self.first_token()
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    def first_token(self, at: Optional[float] = None) -> Optional[float]:
+        """Marks the request's first token out (now, or at `at`, a
+        time.perf_counter() value; on CUDA after the stream has computed
+        it) and, in mode "plan", teaches the cache what its plan's
+        request took from prepare on (kvf.Cache.observe_plan): later plans
+        predict with it. KVFerryPrefixCache.forward and generate call it;
+        a caller that runs the model itself calls it once the first
+        token's logits are computed. Once per request; returns the
+        seconds measured."""
+        if self.ttft_s is None:
+            self.ttft_s = (time.perf_counter() if at is None else at) - self.started
+            if isinstance(self.plan, kvf.Plan):
+                self.owner.cache.observe_plan(self.plan, self.ttft_s)
+        return self.ttft_s
 
     def _prefix(self, layer: int, key_states):
         o = self.owner
@@ -520,6 +593,7 @@ class KVFerryPrefixCache:
         self._put = None
         self._late = []  # gets given up (PrefixLate): (ticket, first slot, end slot)
         self.hedged = 0  # requests whose loads were given up and recomputed
+        self.last: Optional[KVFerryDynamicCache] = None  # the latest request forward or generate served
         self._pools_read = False  # kernels queued since the last settle may still read the pools
         self.prefill_cost = None
         if prefill_cost is not None:
@@ -656,6 +730,16 @@ class KVFerryPrefixCache:
             raise
         return out
 
+    def _arrival_steps(self, plan) -> int:
+        """In how many steps the plan's loads arrive (the most of its
+        tiers'), as the planner counts them: never more than the layers."""
+        steps = 1
+        for name, n in plan.load.items():
+            if n:
+                groups = self.engine.arrival_groups(kvf.Tier[name.upper()])
+                steps = max(steps, min(groups, self.num_layers) if groups else 1)
+        return steps
+
     def _stream_wait(self, ticket, layer: int) -> None:
         """Work queued on the current stream from now on waits on the GPU for
         layer `layer`'s two pools; the host does not wait."""
@@ -735,6 +819,7 @@ class KVFerryPrefixCache:
         where it says so, computes the first load_first blocks here with
         `model` while the hits after them load; model is needed for the
         plan's prefill cost (measured once) and for that front."""
+        started = time.perf_counter()
         mode = self._mode(mode or self.mode)
         self._settle()
         ids = self.tokens(input_ids)
@@ -759,12 +844,13 @@ class KVFerryPrefixCache:
             elif usable:
                 hits = self.cache.lookup(keys[:usable])[0]
         if not hits:
-            return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=known)
+            return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=known, started=started)
+        get_at = time.perf_counter()
         try:
             tickets = self._gets(keys, first, hits, mode == "whole")
         except kvf.NotFound as exc:  # gone since the lookup (a shared store evicted it): compute it all
             log.warning("kvferry: the cached prefix (%d blocks) is gone, recomputing: %s", hits - first, exc)
-            return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=0)
+            return KVFerryDynamicCache(self, 0, None, mode, plan=plan, known_blocks=0, started=started)
         front = None
         if first:  # the front computed while the blocks after it load
             try:
@@ -788,7 +874,7 @@ class KVFerryPrefixCache:
                 self.engine.sync_stream(torch.cuda.current_stream(self.device))
             tickets = None
         past = KVFerryDynamicCache(self, hits * self.tokens_per_block, tickets, mode, plan=plan, front=front,
-                                   known_blocks=known)
+                                   known_blocks=known, started=started, get_at=get_at)
         self._get = past
         self._pools_read = True
         return past
@@ -879,6 +965,8 @@ class KVFerryPrefixCache:
         except PrefixLoadError as exc:
             past = self._recover(ids, past, exc)
             out = model(ids[:, past.cached_tokens:], use_cache=True, **cache_kwargs(model, past), **kwargs)
+        self._first_token(past)
+        self.last = past
         if store:
             self.store(ids, past)
         return out
@@ -896,6 +984,8 @@ class KVFerryPrefixCache:
         except PrefixLoadError as exc:
             past = self._recover(ids, past, exc)
             out = model.generate(ids, **cache_kwargs(model, past), **kwargs)
+        self._first_token(past)  # where generate made one token only: no next forward marked it
+        self.last = past
         if store:
             self.store(out.sequences if hasattr(out, "sequences") else out, past)
         return out
@@ -912,8 +1002,19 @@ class KVFerryPrefixCache:
         # a layer that took its front before the wait ran late has none left: recompute it all
         whole = past.front_blocks and all(f is not None for f in past._front)
         tokens = past.front_blocks * self.tokens_per_block if whole else 0
-        return KVFerryDynamicCache(self, tokens, None, past.mode, plan=past.plan, front=past._front if tokens else None,
-                                   known_blocks=past.known_blocks)
+        again = KVFerryDynamicCache(self, tokens, None, past.mode, plan=past.plan,
+                                    front=past._front if tokens else None, known_blocks=past.known_blocks,
+                                    started=past.started, get_at=past.get_at)
+        again.late, again.late_at = past.late, past.late_at
+        return again
+
+    def _first_token(self, past) -> None:
+        """The request's first token is out (past.first_token), once the
+        device has computed it."""
+        if past.ttft_s is None:
+            if self.cuda:
+                torch.cuda.current_stream(self.device).synchronize()
+            past.first_token()
 
     def _give_up(self, tickets, past) -> None:
         """Late gets, no longer waited for: they land in their slots later,
