@@ -467,12 +467,20 @@ fi
 # RUN_TTFT=1: time to first token with a cached prefix through the
 # transformers adapter (bench/ttft.py; TTFT_ARGS: more options, e.g.
 # "--quick" or "--lengths 2048,8192 --tiers host"; give it BUDGET_S and
-# SKIP_* room); table in ttft.txt, JSON in ttft.json
+# SKIP_* room); table in ttft.txt, JSON in ttft.json. TTFT_ARGS2: a
+# second run after it with these options (e.g. "--costs learnt" beside
+# "--costs held"), in ttft-2.txt and ttft-2.json
 if [ -n "${RUN_TTFT:-}" ] && fits 60 "bench/ttft.py"; then
     KVFERRY_LIBRARY=$B/libkvferry.so step ttft.txt "${TTFT_TIMEOUT:-540}" python3 bench/ttft.py \
         --json "$L/ttft.json" ${TTFT_ARGS:-}
     cat "$L/ttft.txt"
     keep ttft.txt ttft.json
+    if [ -n "${TTFT_ARGS2:-}" ] && fits 60 "bench/ttft.py $TTFT_ARGS2"; then
+        KVFERRY_LIBRARY=$B/libkvferry.so step ttft-2.txt "${TTFT_TIMEOUT:-540}" python3 bench/ttft.py \
+            --json "$L/ttft-2.json" $TTFT_ARGS2
+        cat "$L/ttft-2.txt"
+        keep ttft-2.txt ttft-2.json
+    fi
 fi
 # RUN_PLAN=1: the planner's split measured against recompute and load-all on
 # a Llama-3-8B-shaped decoder, each beside its prediction (bench/plan_ttft.py,
