@@ -868,11 +868,11 @@ KVF_API kvf_status kvf_offload_pools(kvf_engine *engine, void *stream, kvf_tier 
 /**
  * Waits until pool `pool` of every move of a batch has arrived, without
  * retiring the ticket (kvf_wait or kvf_poll still must). Works on any
- * batch: a kvf_onboard_pools from DISK marks each pool group's arrival (a
- * pool arrives with its group); where a pool's arrival is not marked on
- * its own (the host backend between slots, REMOTE batches, a batch of
- * more than 4096 moves between slots, a batch not naming its pools) the
- * pool arrives with the whole batch.
+ * batch: a kvf_onboard_pools from DISK or REMOTE marks each pool group's
+ * arrival (a pool arrives with its group); where a pool's arrival is not
+ * marked on its own (the host backend between slots, a batch of more than
+ * 4096 moves between slots, a batch not naming its pools) the pool
+ * arrives with the whole batch.
  * @return KVF_OK: the pool's bytes of every move are in place; the
  *         status of a move of the batch that already failed (its other
  *         moves may have arrived: kvf_wait tells which); KVF_ERR_RANGE
