@@ -4,7 +4,8 @@
  * with hazards between them and each move's status at its own index; moves
  * failing their checks inside one; a dependency completing while a batch
  * is still being registered in slices; one batch's chunks taken by two
- * workers at once.
+ * workers at once; a batch of more than 512 moves copying while its later
+ * parts are registered.
  */
 #include "engine_fixture.h"
 
@@ -322,11 +323,68 @@ static int test_large_batch_short_reads(void)
     return 0;
 }
 
+/* A batch of more than 512 moves that the backend copies asynchronously
+ * goes in parts (512, 1024, ...), each handed to the backend once it is
+ * registered: its first copies run while its last part is still being
+ * registered (they used to wait for the registration of all 4096 moves a
+ * part could hold). The register hook runs between slices of the third
+ * part, with the engine lock dropped: it waits there for a copy. */
+static atomic_int copies_seen;
+static atomic_int copies_at_gap; /* -1 until the hook ran */
+static kvf_status count_copy(const kvf__copy *c)
+{
+    (void)c;
+    atomic_fetch_add(&copies_seen, 1);
+    return KVF_OK;
+}
+static void copy_before_last_part(void)
+{
+    if (atomic_load(&copies_at_gap) >= 0)
+        return;
+    for (int ms = 0; atomic_load(&copies_seen) == 0 && ms < 2000; ms++)
+        usleep(1000);
+    atomic_store(&copies_at_gap, atomic_load(&copies_seen));
+}
+
+static int test_first_part_copies_while_registering(void)
+{
+    enum { N = 3000 }; /* parts of 512, 1024 and 1464 moves */
+    uint8_t *prim, *sec;
+    kvf_engine *e = slots64_engine(N, 2, &prim, &sec);
+    CHECK(e != NULL);
+    if (!e)
+        return 1;
+    test_fill_random(prim, (size_t)N * 64, 41);
+    memset(sec, 0xA5, (size_t)N * 64);
+    kvf_move *mv = malloc(N * sizeof *mv);
+    for (uint32_t i = 0; i < N; i++)
+        mv[i] = (kvf_move){i, N - 1 - i, 0};
+    atomic_store(&copies_seen, 0);
+    atomic_store(&copies_at_gap, -1);
+    kvf__set_copy_hook(count_copy);
+    /* the worker mode copies no batch before it is whole: nothing to wait for */
+    if (host_async())
+        kvf__set_register_hook(copy_before_last_part);
+    kvf_ticket t;
+    CHECK_STATUS(kvf_offload(e, KVF_TIER_HOST, mv, N, &t), KVF_OK);
+    kvf__set_register_hook(NULL);
+    CHECK_STATUS(kvf_wait(e, t, NULL), KVF_OK);
+    kvf__set_copy_hook(NULL);
+    if (host_async())
+        CHECK(atomic_load(&copies_at_gap) > 0);
+    for (uint32_t i = 0; i < N; i++)
+        CHECK(memcmp(sec + (size_t)(N - 1 - i) * 64, prim + (size_t)i * 64, 64) == 0);
+    kvf_engine_destroy(e);
+    free(mv);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_large_batches);
     RUN(test_large_batch_short_reads);
     RUN(test_dependency_done_while_registering);
     RUN(test_batch_shared_by_workers);
+    RUN(test_first_part_copies_while_registering);
     return TEST_RESULT();
 }
