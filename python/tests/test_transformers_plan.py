@@ -381,20 +381,27 @@ def test_a_slow_store_teaches_the_plan_to_recompute(tmp_path):
             writer.sync()
         ref = model(ids).logits[0, -1]
         with KVFerryPrefixCache.from_model(model, remote="read", **opts) as kv:
-            kv.profile(model)
-            # the store's normal speed, the best of five gets timed as a plan makes them, held
+            # the store's normal speed, the best of five gets timed as a plan makes them, held; the
+            # model's prefill profiled beside it. Both are timed on a machine that may be busy (CI
+            # runs beside other work): a profile taken in a lull against gets timed in a burst can
+            # make loading not pay, so the two are taken again (three tries) until it pays, as it
+            # does on an idle machine by an order of magnitude
             keys = kv.keys(ids)[:cached]
-            normal = math.inf
-            for _ in range(5):
-                t0 = time.perf_counter()
-                kv.cache.get(keys, kv._slots[:cached]).wait(check=True)
-                normal = min(normal, time.perf_counter() - t0)
-            kv.engine.set_tier_cost("remote", normal, 1e12, hold=True)
+            for attempt in range(3):
+                kv.profile(model)
+                normal = math.inf
+                for _ in range(5):
+                    t0 = time.perf_counter()
+                    kv.cache.get(keys, kv._slots[:cached]).wait(check=True)
+                    normal = min(normal, time.perf_counter() - t0)
+                kv.engine.set_tier_cost("remote", normal, 1e12, hold=True)
+                plan = kv.plan(ids)
+                if plan.load_blocks == cached:
+                    break
             held = kv.engine.costs()[kvf.Tier.REMOTE]
-            plan = kv.plan(ids)
-            assert plan.load_blocks == cached and plan.ttft_s < plan.ttft_recompute_s, plan
+            assert plan.load_blocks == cached and plan.ttft_s < plan.ttft_recompute_s, (attempt, normal, plan)
 
-            ctl, real_get = _stall_gets(kv, port, 0.5, 0.02)
+            ctl, real_get = _stall_gets(kv, port, 1.0, 0.02)
             slow = []
             for _ in range(LEARN_MIN + 3):
                 out = kv.forward(model, ids, mode="plan", store=False)
@@ -454,18 +461,23 @@ def test_late_loads_given_up_at_their_pace(tmp_path, monkeypatch):
                 refs[k] = writer.forward(model, x[:, :cached * TPB], mode="recompute").past_key_values
             writer.sync()
         with KVFerryPrefixCache.from_model(model, remote="read", **opts) as kv:
-            kv.profile(model)
-            assert kv._arrival_steps(kv.plan(ids[0])) == kv.num_layers  # a step a layer
             # the store held as slow as loading may be while it still pays: its first layer due a
-            # quarter in, the hedge (the loads due, and the margin) well after it
+            # quarter in, the hedge (the loads due, and the margin) well after it. The prefill is
+            # profiled again (three tries) where none pays: a table timed on a busy machine can
+            # put the new tokens' pass beside a prefix above the whole request's
             block_bytes = 2 * kv.num_layers * TPB * kv.kv_heads * kv.head_dim * 4
-            recompute = kv.plan(ids[0]).ttft_recompute_s
-            for share in (0.8, 0.7, 0.6, 0.5, 0.4):
-                kv.engine.set_tier_cost("remote", 0.0, cached * block_bytes / (share * recompute), hold=True)
-                plan = kv.plan(ids[0])
+            for attempt in range(3):
+                kv.profile(model)
+                recompute = kv.plan(ids[0]).ttft_recompute_s
+                for share in (0.8, 0.7, 0.6, 0.5, 0.4):
+                    kv.engine.set_tier_cost("remote", 0.0, cached * block_bytes / (share * recompute), hold=True)
+                    plan = kv.plan(ids[0])
+                    if plan.load_blocks == cached:
+                        break
                 if plan.load_blocks == cached:
                     break
-            assert plan.load_blocks == cached and plan.first_s < plan.load_s / 2, plan
+            assert plan.load_blocks == cached and plan.first_s < plan.load_s / 2, (attempt, plan)
+            assert kv._arrival_steps(plan) == kv.num_layers  # a step a layer
 
             poison(kv)
             ctl, real_get = _stall_gets(kv, port, 1.0, 0.0)
