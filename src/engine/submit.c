@@ -238,7 +238,7 @@ static kvf_status enqueue(kvf_engine *e, batch *b)
          * next. A group of at most PART_MOVES moves issues every part here:
          * a part of it takes less time to register than the GPU takes to
          * copy the part before, while handing it to a worker left the GPU
-         * idle 120-160 us per part (the worker's wake-up) and mixed the
+         * idle 80-160 us per part (a worker picking it up) and mixed the
          * parts' calls on the queue (bench/timeline.py --gpu) */
         bool later_part =
             b->group && b->group_off > 0 && e->nworkers > 0 && b->group->n > PART_MOVES;
