@@ -5,6 +5,7 @@
  * (docs/planner.md).
  */
 #include "cache_private.h"
+#include "median.h"
 #include "sized.h"
 
 #include <math.h>
@@ -59,12 +60,6 @@ kvf_status kvf_cache_set_prefill_cost(kvf_cache *c, const kvf_prefill_cost *cost
     return KVF_OK;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The window's ratios of one kind: their median, 1 with fewer than
  * KVF_PLAN_LEARN_MIN; *n_p how many. */
 static double window_median(const kvf_cache *c, bool load, uint32_t *n_p)
@@ -77,8 +72,7 @@ static double window_median(const kvf_cache *c, bool load, uint32_t *n_p)
     *n_p = n;
     if (n < KVF_PLAN_LEARN_MIN)
         return 1;
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return kvf__median(v, n);
 }
 
 /* What the window teaches (prefill_mu held). */

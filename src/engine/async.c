@@ -80,6 +80,22 @@ static size_t chunk_bytes_for(uint64_t set, size_t bytes, size_t ncopies)
     return c < ASYNC_CHUNK_BYTES ? c : ASYNC_CHUNK_BYTES;
 }
 
+/* A move's useful bytes in every pool; `whole`: a whole block's. Most
+ * moves are whole blocks, and the pass that sums them runs before a
+ * batch's first call (summing pool by pool took a few hundred ns a move
+ * at 64 pools). */
+static size_t move_bytes(const kvf_engine *e, uint32_t tokens, size_t whole)
+{
+    if (tokens == 0 || tokens >= e->pools[0].g.tokens_per_block)
+        return whole;
+    size_t bytes = 0;
+    for (uint32_t p = 0; p < e->npools; p++) {
+        kvf_region r = kvf__pool_region(&e->pools[p], tokens);
+        bytes += kvf__region_bytes(&r);
+    }
+    return bytes;
+}
+
 /* Ends an async batch once its last chunk and its issuer are done. Lock held. */
 static void async_release(kvf_engine *e, batch *b)
 {
@@ -219,13 +235,9 @@ void kvf__issue_async(kvf_engine *e, batch *b)
     /* a batch naming its pools goes pool by pool, in the caller's order,
      * each pool's arrival marked on the queue (kvf_wait_pool) */
     const pool_sel *sel = b->sel;
-    size_t live = 0;       /* moves still to copy */
-    size_t live_bytes = 0; /* their useful bytes, moving every pool */
-    /* a whole block's bytes in every pool: most moves are whole blocks,
-     * and this pass runs before the first call (64 pools made it a few
-     * hundred ns a move) */
-    const uint32_t tpb = e->pools[0].g.tokens_per_block;
-    size_t whole_bytes = 0;
+    size_t live = 0;        /* moves still to copy */
+    size_t live_bytes = 0;  /* their useful bytes, moving every pool */
+    size_t whole_bytes = 0; /* a whole block's, every pool */
     for (uint32_t p = 0; !sel && p < e->npools; p++)
         whole_bytes += e->pools[p].block_bytes;
     for (size_t i = 0; i < b->n; i++) {
@@ -237,13 +249,8 @@ void kvf__issue_async(kvf_engine *e, batch *b)
             kvf__fail_lost_dest(b, i);
         } else {
             live++;
-            uint32_t tokens = b->moves[i].tokens;
-            if (!sel && (tokens == 0 || tokens >= tpb))
-                live_bytes += whole_bytes;
-            for (uint32_t p = 0; !sel && tokens && tokens < tpb && p < e->npools; p++) {
-                kvf_region r = kvf__pool_region(&e->pools[p], tokens);
-                live_bytes += kvf__region_bytes(&r);
-            }
+            if (!sel)
+                live_bytes += move_bytes(e, b->moves[i].tokens, whole_bytes);
         }
     }
     const size_t chunk_bytes = chunk_bytes_for(e->device_call_bytes, live_bytes, live * e->npools);

@@ -22,10 +22,10 @@
  * that turns slower is followed once half the window has seen it.
  */
 #include "engine_private.h"
+#include "median.h"
 #include "sized.h"
 
-#include <math.h>   /* isfinite, a macro: nothing to link */
-#include <stdlib.h> /* qsort */
+#include <math.h> /* isfinite, a macro: nothing to link */
 
 /* two reads teach a slope when one moves this much more than the other */
 #define SIZE_RATIO 1.25
@@ -56,18 +56,6 @@ void kvf__costs_destroy(kvf__costs *c)
     pthread_mutex_destroy(&c->mu);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* The fit of a tier's window of n reads into k (lock held). */
 static void fit(kvf_tier_cost *k, const kvf__cost_sample *w, size_t n)
 {
@@ -79,18 +67,18 @@ static void fit(kvf_tier_cost *k, const kvf__cost_sample *w, size_t n)
                 slopes[ns++] = (w[j].seconds - w[i].seconds) / (w[j].bytes - w[i].bytes);
     /* a slope from a pair or two is noise: half the window's pairs of
      * different sizes, and at least three */
-    double per_byte = ns >= 3 ? median(slopes, ns) : 0;
+    double per_byte = ns >= 3 ? kvf__median(slopes, ns) : 0;
     if (per_byte > 0) {
         /* the latency from the smaller half of the reads: a large read's
          * time beyond its bytes is mostly the slope's own error */
         for (size_t i = 0; i < n; i++)
             rest[i] = w[i].bytes;
-        double mid = median(rest, n);
+        double mid = kvf__median(rest, n);
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
             if (w[i].bytes <= mid)
                 rest[m++] = w[i].seconds - per_byte * w[i].bytes;
-        double lat = median(rest, m);
+        double lat = kvf__median(rest, m);
         k->latency_s = lat > 0 ? lat : 0;
         k->bytes_per_s = 1 / per_byte;
         return;
@@ -98,12 +86,12 @@ static void fit(kvf_tier_cost *k, const kvf__cost_sample *w, size_t n)
     /* one size: keep the latency, below a typical read */
     for (size_t i = 0; i < n; i++)
         rest[i] = w[i].seconds;
-    double typical = median(rest, n);
+    double typical = kvf__median(rest, n);
     if (k->latency_s > typical * 0.9)
         k->latency_s = typical * 0.9;
     for (size_t i = 0; i < n; i++)
         rest[i] = (w[i].seconds - k->latency_s) / w[i].bytes;
-    k->bytes_per_s = 1 / median(rest, n);
+    k->bytes_per_s = 1 / kvf__median(rest, n);
 }
 
 void kvf__costs_observe(kvf__costs *c, kvf_tier tier, double bytes, double seconds)
