@@ -16,6 +16,7 @@
 #include "fileio.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -408,10 +409,86 @@ static int test_learn_bad_input(void)
     return 0;
 }
 
+/* Requests served at once on threads teach one cache together, while
+ * another thread reads what is learnt and a third sets a new prefill cost
+ * (which forgets it) in between: the window never holds more than
+ * KVF_PLAN_LEARN_WINDOW, a ratio is 1 or one that was observed, and once
+ * the threads are done the counts add up. */
+typedef struct learn_thread {
+    kvf_cache *c;
+    const kvf_plan *plan;
+    double ttft_s;
+    atomic_int *bad;
+} learn_thread;
+
+static void *observe_main(void *arg)
+{
+    learn_thread *t = arg;
+    for (int i = 0; i < 500; i++)
+        if (kvf_cache_observe_plan(t->c, t->plan, t->ttft_s) != KVF_OK)
+            atomic_fetch_add(t->bad, 1);
+    return NULL;
+}
+
+static void *learnt_main(void *arg)
+{
+    learn_thread *t = arg;
+    for (int i = 0; i < 500; i++) {
+        kvf_plan_learnt l = KVF_PLAN_LEARNT_INIT;
+        if (kvf_cache_plan_learnt(t->c, &l) != KVF_OK ||
+            l.load_observed + l.recompute_observed > KVF_PLAN_LEARN_WINDOW ||
+            (l.load_ratio != 1 && l.load_ratio != 2) ||
+            (l.recompute_ratio != 1 && l.recompute_ratio != 3))
+            atomic_fetch_add(t->bad, 1);
+        if (i % 100 == 0) {
+            kvf_prefill_cost pc = KVF_PREFILL_COST_INIT;
+            pc.fn = prefill;
+            if (kvf_cache_set_prefill_cost(t->c, &pc) != KVF_OK)
+                atomic_fetch_add(t->bad, 1);
+        }
+    }
+    return NULL;
+}
+
+static int test_learn_threads(void)
+{
+    fixture f;
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.disk.blocks = 64;
+    if (fx_init(&f, 64, 0, true, &cc))
+        return 1;
+    kvf_plan load = KVF_PLAN_INIT, rec = KVF_PLAN_INIT;
+    load.ttft_s = rec.ttft_s = 0.5;
+    load.load_blocks = 3; /* a plan that loads: ratio 2 */
+    atomic_int bad = 0;
+    learn_thread t[4] = {{f.c, &load, 1.0, &bad},
+                         {f.c, &load, 1.0, &bad},
+                         {f.c, &rec, 1.5, &bad}, /* one that recomputes: ratio 3 */
+                         {f.c, NULL, 0, &bad}};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_create(&th[i], NULL, t[i].plan ? observe_main : learnt_main, &t[i]) == 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ_INT(atomic_load(&bad), 0);
+    kvf_plan_learnt l = KVF_PLAN_LEARNT_INIT;
+    CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
+    CHECK(l.load_observed + l.recompute_observed <= KVF_PLAN_LEARN_WINDOW);
+    /* a window's worth of loading requests leaves only them in it */
+    for (int i = 0; i < KVF_PLAN_LEARN_WINDOW; i++)
+        CHECK_STATUS(kvf_cache_observe_plan(f.c, &load, 1.0), KVF_OK);
+    CHECK_STATUS(kvf_cache_plan_learnt(f.c, &l), KVF_OK);
+    CHECK(l.load_observed == KVF_PLAN_LEARN_WINDOW && l.recompute_observed == 0 &&
+          l.load_ratio == 2 && l.recompute_ratio == 1);
+    fx_done(&f);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_hedge);
     RUN(test_learn);
     RUN(test_learn_bad_input);
+    RUN(test_learn_threads);
     return TEST_RESULT();
 }
