@@ -19,7 +19,17 @@ than 20 us for the engine lock, with the line of engine.c that waited.
 --skip K leaves out the first K such submits (a run's first batches pay
 one-time costs, such as a queue's first kernel-path batch making its
 upload stream).
-Usage: timeline.py FILE [--min-moves N] [--limit K] [--skip K] [--summary | --chunks | --gpu]"""
+--waits follows each small submit (at most --small moves) made right after
+a large one on the same thread, as `kvferry bench --mode contention`'s
+evicting phase does (an offload whose first moves read the slots the small
+onboard then writes): the medians, from the small submit's start, of when
+the large batch's first call (or the host backend's first chunk) ended
+(the slots' bytes gone), when the small
+batch was issued, handed its first call to the backend, when its records
+were queued and ended on the GPU and when it completed, and how many of the
+large batch's records ended between its first and the small batch's last.
+Usage: timeline.py FILE [--min-moves N] [--limit K] [--skip K]
+                        [--summary | --chunks | --gpu | --waits [--small N]]"""
 import argparse
 import collections
 
@@ -47,8 +57,13 @@ def main():
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--chunks", action="store_true")
     ap.add_argument("--gpu", action="store_true")
+    ap.add_argument("--waits", action="store_true")
+    ap.add_argument("--small", type=int, default=64)
     a = ap.parse_args()
     ev = load(a.file)
+    if a.waits:
+        waits(ev, a.small, a.skip)
+        return
     # per batch id: the first time of each event after the submit that made it
     shown = 0
     summary = []
@@ -167,6 +182,71 @@ def main():
         print(f"{len(summary)} submits, medians (us from the submit's start): checked {med(0):.0f},"
               f" first issue {med(1):.0f}, first call to the backend {med(4):.0f}, returned {med(2):.0f},"
               f" last complete {med(3):.0f}")
+
+
+def waits(ev, small, skip):
+    """--waits: see the module's doc."""
+    # per batch: its first registration, issue, call, copied, complete;
+    # per thread: its submits in order
+    first = collections.defaultdict(dict)
+    copied = collections.defaultdict(list)
+    part_thread = {}
+    submits = []
+    by_thread = collections.defaultdict(list)
+    gpu = []  # (queue, queued, ended)
+    queued = {}
+    for t, thr, nm, bid, n in ev:
+        if nm == "submit":
+            s = {"t": t, "n": n, "thr": thr, "parts": []}
+            submits.append(s)
+            by_thread[thr].append(s)
+        elif nm == "part" and by_thread[thr]:
+            by_thread[thr][-1]["parts"].append(bid)
+            part_thread[bid] = thr
+        if nm in ("part", "issue", "call", "complete"):
+            first[bid].setdefault(nm, t)
+        elif nm in ("copied", "chunk"):
+            # a call's end (the GPU) or a worker's chunk (the host backend)
+            copied[bid].append(t)
+        elif nm == "gpu_queued":
+            queued[bid] = t
+        elif nm == "gpu_ended" and bid in queued:
+            gpu.append((bid >> 56, queued.pop(bid), t))
+    rows = []
+    for lst in by_thread.values():
+        for big, sm in zip(lst, lst[1:]):
+            if big["n"] <= small or sm["n"] > small or not big["parts"] or not sm["parts"]:
+                continue
+            b0, s_ids = big["parts"][0], sm["parts"]
+            if not copied[b0] or any("complete" not in first[i] for i in s_ids):
+                continue
+            t0 = sm["t"]
+            done = max(first[i]["complete"] for i in s_ids)
+            # the small batch's records: onboard queue (1) records queued
+            # after its first call and ended by its completion
+            t_call = min((first[i].get("call", done) for i in s_ids))
+            mine = [(q, tq, te) for q, tq, te in gpu if q == 1 and t_call <= tq <= done]
+            others = [te for q, tq, te in gpu if q == 0 and copied[b0][0] <= te <= done]
+            rows.append({
+                "gone": (copied[b0][0] - t0) / 1e3,
+                "issue": (min(first[i].get("issue", done) for i in s_ids) - t0) / 1e3,
+                "call": (t_call - t0) / 1e3,
+                "gpu_queued": (min((tq for _, tq, _ in mine), default=done) - t0) / 1e3,
+                "gpu_ended": (max((te for _, _, te in mine), default=done) - t0) / 1e3,
+                "complete": (done - t0) / 1e3,
+                "big_records": len(others),
+            })
+    rows = rows[skip:]
+    if not rows:
+        print("no small submit right after a large one on the same thread")
+        return
+    cols = ["gone", "issue", "call", "gpu_queued", "gpu_ended", "complete", "big_records"]
+    print(f"{len(rows)} small submits after a large one (us from the small submit's start;"
+          f" big_records: the large batch's records ended meanwhile)")
+    for q in (0.5, 0.9, 0.99):
+        vals = "  ".join(f"{c} {sorted(r[c] for r in rows)[min(len(rows) - 1, int(q * len(rows)))]:.0f}"
+                         for c in cols)
+        print(f"  p{int(q * 100):02d}: {vals}")
 
 
 if __name__ == "__main__":

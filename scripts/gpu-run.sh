@@ -313,6 +313,18 @@ if [ -z "${SKIP_CONTEND:-}" ] && fits 45 "kvferry bench --mode contention"; then
         echo "  KVF_DEVICE_CALL_BYTES=$cb:" >>"$SUMMARY"
         grep -E "blocks:|/ idle|target|verified" "$L/contention-evicting-calls$cb.txt" | sed 's/^/  /' >>"$SUMMARY"
     done
+    # CONTEND_TIMELINE=ARGS: once more with these options (e.g. "--sizes 2M
+    # --pools 64 --reps 100") and the timeline on, kept gzipped in the logs;
+    # bench/timeline.py --waits says where each onboard into evicted slots
+    # waited
+    if [ -n "${CONTEND_TIMELINE:-}" ] && fits 45 "the contention bench's timeline"; then
+        KVF_TIMELINE="$L/timeline-contention.txt" step contention-timeline.txt 120 $B/kvferry bench \
+            --backend cuda --mode contention $CONTEND_TIMELINE
+        python3 bench/timeline.py "$L/timeline-contention.txt" --waits >"$L/timeline-contention-waits.txt" 2>&1
+        tail -n 20 "$L/timeline-contention-waits.txt"
+        gzip -f "$L/timeline-contention.txt"
+        pack
+    fi
 fi
 
 # 7. LMCache's multi_layer_kv_transfer beside kvferry and the ceiling on
