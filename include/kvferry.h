@@ -1565,7 +1565,12 @@ typedef struct kvf_costs {
  * the latency stays and the throughput fits them), so one outlier or a
  * cold first read cannot swing a plan, while a tier that stays slower is
  * followed within a dozen batches (docs/planner.md). KVF_TIER_GPU is learnt from copies between
- * primary slots. Safe from any thread.
+ * primary slots. A learnt cost whose newest read is a minute old is
+ * forgotten (observed 0 again): the tier returns to where it started (its
+ * seed, the last value set, or the last kvf_engine_calibrate's fit), so a
+ * tier that turned slow, and that plans therefore stopped reading, is read
+ * and learnt again once it may have recovered. Held costs are never
+ * forgotten. Safe from any thread.
  */
 KVF_API kvf_status kvf_engine_costs(kvf_engine *engine, kvf_costs *costs);
 

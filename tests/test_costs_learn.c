@@ -11,8 +11,14 @@
  * - on reads fed by the caller (kvf_engine_observe_tier_cost) from a known
  *   latency and throughput with slow tails (one batch in six three times
  *   as slow) and cold first samples: both figures within 10 %, where a
- *   mean-following update is pulled up by the tails.
+ *   mean-following update is pulled up by the tails;
+ * - a learnt cost left without reads past the forget period (shortened
+ *   here) returns to where the tier started (its starting estimate, a set value or the
+ *   last calibration's fit), so a tier that turned slow, and that plans
+ *   therefore stopped reading, is read and learnt again; a held cost, a
+ *   tier still read within the period and a tier never read keep theirs.
  */
+#include "engine_costs.h"
 #include "engine_fixture.h"
 #include "fileio.h"
 
@@ -139,9 +145,86 @@ static int test_fed_tails(void)
     return 0;
 }
 
+/* n reads of 1 MB from `tier`, each taking `s` seconds */
+static int feed(kvf_engine *e, kvf_tier tier, int n, double s)
+{
+    for (int i = 0; i < n; i++)
+        CHECK_STATUS(kvf_engine_observe_tier_cost(e, tier, 1000000, s), KVF_OK);
+    return 0;
+}
+
+static kvf_tier_cost cost_of(kvf_engine *e, kvf_tier tier)
+{
+    kvf_costs c = KVF_COSTS_INIT;
+    if (kvf_engine_costs(e, &c) != KVF_OK)
+        return (kvf_tier_cost){0};
+    return c.tier[tier];
+}
+
+#define FORGET_NS 100000000u /* 100 ms */
+
+static int test_forget_stale(void)
+{
+    fixture f;
+    if (fx_init(&f, true, 16))
+        return 1;
+    kvf__engine_costs_forget_after(f.e, FORGET_NS);
+    kvf_tier_cost seed_remote = cost_of(f.e, KVF_TIER_REMOTE);
+    /* a set starting figure, then a stall: 100 ms a megabyte */
+    CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_DISK, 1e-3, 2e9, 0), KVF_OK);
+    CHECK(feed(f.e, KVF_TIER_DISK, 6, 0.1) == 0);
+    kvf_tier_cost k = cost_of(f.e, KVF_TIER_DISK);
+    CHECK(k.bytes_per_s < 2e7 && k.observed == 6);
+    /* the held host tier and a tier still read keep theirs */
+    CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_HOST, 5e-6, 7e9, 1), KVF_OK);
+    CHECK(feed(f.e, KVF_TIER_GPU, 3, 1e-3) == 0);
+    for (int i = 0; i < 4; i++) {
+        sleep_s(0.04);
+        CHECK(feed(f.e, KVF_TIER_GPU, 1, 1e-3) == 0);
+    }
+    sleep_s(0.06);
+    /* 220 ms without a disk read: back to the set figure, learnt from none */
+    k = cost_of(f.e, KVF_TIER_DISK);
+    CHECK(k.latency_s == 1e-3 && k.bytes_per_s == 2e9 && k.observed == 0 && !k.held);
+    k = cost_of(f.e, KVF_TIER_GPU);
+    CHECK(k.observed == 7 && k.bytes_per_s < 1.1e9 && k.bytes_per_s > 0.9e9);
+    k = cost_of(f.e, KVF_TIER_HOST);
+    CHECK(k.held && k.latency_s == 5e-6 && k.bytes_per_s == 7e9);
+    k = cost_of(f.e, KVF_TIER_REMOTE);
+    CHECK(k.latency_s == seed_remote.latency_s && k.bytes_per_s == seed_remote.bytes_per_s);
+    /* the read the plan then makes teaches it afresh: recovered (one read
+     * of one size keeps the starting latency, fits the throughput) */
+    CHECK(feed(f.e, KVF_TIER_DISK, 1, 1e-3 + 0.5e-3) == 0);
+    k = cost_of(f.e, KVF_TIER_DISK);
+    CHECK(k.observed == 1 && k.latency_s == 1e-3 && k.bytes_per_s > 1.99e9 &&
+          k.bytes_per_s < 2.01e9);
+    /* or slow again at once, if the stall went on */
+    sleep_s(0.15);
+    CHECK(feed(f.e, KVF_TIER_DISK, 1, 0.1) == 0);
+    k = cost_of(f.e, KVF_TIER_DISK);
+    CHECK(k.observed == 1 && k.bytes_per_s < 2e7);
+    /* a calibration's fit is the new start: a stall after it is
+     * forgotten back to the fit, not to a seed or the older set value */
+    uint32_t slots[4] = {0, 1, 2, 3}, host[4] = {8, 9, 10, 11};
+    CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_DISK, 1e-3, 2e9, 0), KVF_OK);
+    CHECK_STATUS(kvf_engine_calibrate(f.e, slots, host, 4, TKEY(0x6000), 2), KVF_OK);
+    kvf_tier_cost cal = cost_of(f.e, KVF_TIER_DISK);
+    printf("  calibrated: %.3f ms + 1 / %.3f GB/s from %llu reads\n", cal.latency_s * 1e3,
+           cal.bytes_per_s * 1e-9, (unsigned long long)cal.observed);
+    CHECK(cal.observed == 4 && cal.bytes_per_s > 2e7);
+    CHECK(feed(f.e, KVF_TIER_DISK, 24, 0.5) == 0);
+    CHECK(cost_of(f.e, KVF_TIER_DISK).bytes_per_s < 3e6);
+    sleep_s(0.15);
+    k = cost_of(f.e, KVF_TIER_DISK);
+    CHECK(k.latency_s == cal.latency_s && k.bytes_per_s == cal.bytes_per_s && k.observed == 0);
+    fx_done(&f);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_disk_workload);
     RUN(test_fed_tails);
+    RUN(test_forget_stale);
     return TEST_RESULT();
 }

@@ -49,6 +49,27 @@ void kvf__costs_init(kvf__costs *c, bool cuda)
 {
     pthread_mutex_init(&c->mu, NULL);
     memcpy(c->tier, cuda ? SEED_CUDA : SEED_HOST, sizeof c->tier);
+    memcpy(c->start, c->tier, sizeof c->start);
+    c->forget_ns = KVF_COST_FORGET_NS;
+}
+
+/* A learnt tier whose newest read is older than forget_ns goes back to
+ * its start (KVF_COST_FORGET_NS says why). Lock held. */
+static void forget_if_stale(kvf__costs *c, kvf_tier tier, uint64_t now)
+{
+    if (c->tier[tier].held || !c->samples[tier] || !c->forget_ns ||
+        now - c->last_ns[tier] <= c->forget_ns)
+        return;
+    c->tier[tier] = c->start[tier];
+    c->tier[tier].observed = 0;
+    c->samples[tier] = 0;
+}
+
+void kvf__engine_costs_forget_after(kvf_engine *e, uint64_t ns)
+{
+    pthread_mutex_lock(&e->costs.mu);
+    e->costs.forget_ns = ns;
+    pthread_mutex_unlock(&e->costs.mu);
 }
 
 void kvf__costs_destroy(kvf__costs *c)
@@ -99,9 +120,12 @@ void kvf__costs_observe(kvf__costs *c, kvf_tier tier, double bytes, double secon
     if ((unsigned)tier >= KVF_TIER_COUNT || !(bytes > 0) || !(seconds > 0) || !isfinite(seconds) ||
         !isfinite(bytes))
         return;
+    uint64_t now = kvf__now_ns();
     pthread_mutex_lock(&c->mu);
+    forget_if_stale(c, tier, now);
     kvf_tier_cost *k = &c->tier[tier];
     if (!k->held) {
+        c->last_ns[tier] = now;
         uint32_t n = c->samples[tier];
         c->window[tier][n % KVF_COST_WINDOW] = (kvf__cost_sample){bytes, seconds};
         c->samples[tier] = ++n;
@@ -150,7 +174,10 @@ kvf_status kvf_engine_costs(kvf_engine *e, kvf_costs *costs)
                          "kvf_engine_costs: struct_size %zu (start from KVF_COSTS_INIT)",
                          costs->struct_size);
     kvf_costs out = KVF_COSTS_INIT;
+    uint64_t now = kvf__now_ns();
     pthread_mutex_lock(&e->costs.mu);
+    for (int t = 0; t < KVF_TIER_COUNT; t++)
+        forget_if_stale(&e->costs, (kvf_tier)t, now);
     memcpy(out.tier, e->costs.tier, sizeof e->costs.tier);
     pthread_mutex_unlock(&e->costs.mu);
     kvf__sized_copy_out(costs, &out, sizeof out);
@@ -187,8 +214,11 @@ kvf_status kvf_engine_set_tier_cost(kvf_engine *e, kvf_tier tier, double latency
     k->latency_s = latency_s;
     k->bytes_per_s = bytes_per_s;
     k->held = hold != 0;
-    /* a set value is a new start: the fit begins again from it */
+    k->observed = 0;
+    /* a set value is a new start: the fit begins again from it, and a
+     * forgotten fit returns to it */
     e->costs.samples[tier] = 0;
+    e->costs.start[tier] = *k;
     pthread_mutex_unlock(&e->costs.mu);
     return KVF_OK;
 }
@@ -275,6 +305,13 @@ kvf_status kvf_engine_calibrate(kvf_engine *e, const uint32_t *slots, const uint
                         ? (kvf_move){.src = slots[i], .dst = host_slots[i]}
                         : (kvf_move){.src = slots[i], .key = {key_base.hi, key_base.lo + i}};
         kvf_status st = calibrate_tier(e, (kvf_tier)tier, mv, n, rounds);
+        if (st == KVF_OK) {
+            /* what the tier measured is where it returns once forgotten */
+            pthread_mutex_lock(&e->costs.mu);
+            if (!e->costs.tier[tier].held)
+                e->costs.start[tier] = e->costs.tier[tier];
+            pthread_mutex_unlock(&e->costs.mu);
+        }
         if (st != KVF_OK && first == KVF_OK) {
             first = st;
             snprintf(why, sizeof why, "%s", kvf_last_error());
