@@ -200,7 +200,11 @@ static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g
     uint32_t first = g ? a->end[g - 1] : 0, last = a->end[g];
     if (g + 1 == a->n)
         last = e->npools;
-    kvf__copy *cp = malloc((n ? n : 1) * (last - first) * sizeof *cp);
+    /* one block's group from the file store (the common case) fits on
+     * the stack: no allocation per block per group on the I/O threads */
+    kvf__copy local[64];
+    size_t need = (n ? n : 1) * (last - first);
+    kvf__copy *cp = need <= sizeof local / sizeof local[0] ? local : malloc(need * sizeof *cp);
     size_t ncp = 0;
     for (size_t j = 0; j < n; j++) {
         /* a block refused in an earlier group (its move failed then) has
@@ -227,7 +231,8 @@ static void chunk_part(void *arg, kvf__store_block *blocks, size_t n, uint32_t g
                 cp[ncp++] = all[p];
     }
     kvf_status st = ncp ? kvf__staging_copy_run(c->w, c->b, cp, ncp) : KVF_OK;
-    free(cp);
+    if (cp != local)
+        free(cp);
     if (st != KVF_OK) {
         char why[KVF_MOVE_ERROR_MESSAGE];
         snprintf(why, sizeof why, "%s", kvf_last_error());
