@@ -161,7 +161,7 @@ static kvf_tier_cost cost_of(kvf_engine *e, kvf_tier tier)
     return c.tier[tier];
 }
 
-#define FORGET_NS 100000000u /* 100 ms */
+#define FORGET_NS 300000000u /* 300 ms */
 
 static int test_forget_stale(void)
 {
@@ -178,16 +178,15 @@ static int test_forget_stale(void)
     /* the held host tier and a tier still read keep theirs */
     CHECK_STATUS(kvf_engine_set_tier_cost(f.e, KVF_TIER_HOST, 5e-6, 7e9, 1), KVF_OK);
     CHECK(feed(f.e, KVF_TIER_GPU, 3, 1e-3) == 0);
-    for (int i = 0; i < 4; i++) {
-        sleep_s(0.04);
+    for (int i = 0; i < 8; i++) {
+        sleep_s(0.05);
         CHECK(feed(f.e, KVF_TIER_GPU, 1, 1e-3) == 0);
     }
-    sleep_s(0.06);
-    /* 220 ms without a disk read: back to the set figure, learnt from none */
+    /* 400 ms without a disk read: back to the set figure, learnt from none */
     k = cost_of(f.e, KVF_TIER_DISK);
     CHECK(k.latency_s == 1e-3 && k.bytes_per_s == 2e9 && k.observed == 0 && !k.held);
     k = cost_of(f.e, KVF_TIER_GPU);
-    CHECK(k.observed == 7 && k.bytes_per_s < 1.1e9 && k.bytes_per_s > 0.9e9);
+    CHECK(k.observed == 11 && k.bytes_per_s < 1.1e9 && k.bytes_per_s > 0.9e9);
     k = cost_of(f.e, KVF_TIER_HOST);
     CHECK(k.held && k.latency_s == 5e-6 && k.bytes_per_s == 7e9);
     k = cost_of(f.e, KVF_TIER_REMOTE);
@@ -199,7 +198,7 @@ static int test_forget_stale(void)
     CHECK(k.observed == 1 && k.latency_s == 1e-3 && k.bytes_per_s > 1.99e9 &&
           k.bytes_per_s < 2.01e9);
     /* or slow again at once, if the stall went on */
-    sleep_s(0.15);
+    sleep_s(0.35);
     CHECK(feed(f.e, KVF_TIER_DISK, 1, 0.1) == 0);
     k = cost_of(f.e, KVF_TIER_DISK);
     CHECK(k.observed == 1 && k.bytes_per_s < 2e7);
@@ -214,7 +213,7 @@ static int test_forget_stale(void)
     CHECK(cal.observed == 4 && cal.bytes_per_s > 2e7);
     CHECK(feed(f.e, KVF_TIER_DISK, 24, 0.5) == 0);
     CHECK(cost_of(f.e, KVF_TIER_DISK).bytes_per_s < 3e6);
-    sleep_s(0.15);
+    sleep_s(0.35);
     k = cost_of(f.e, KVF_TIER_DISK);
     CHECK(k.latency_s == cal.latency_s && k.bytes_per_s == cal.bytes_per_s && k.observed == 0);
     fx_done(&f);
