@@ -405,7 +405,8 @@ if base_ready && fits 90 "the A/B rounds"; then
             done
         done
     done | tee "$L/ab.txt"
-    for f in "$L"/timeline-*.txt; do
+    # this step's timelines only: the others' derived listings are no timelines
+    for f in "$L"/timeline-base-*.txt "$L"/timeline-this-*.txt; do
         [ -s "$f" ] && echo "$(basename "$f" .txt): $(python3 bench/timeline.py "$f" --summary)"
     done
     pack
