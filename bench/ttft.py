@@ -278,6 +278,7 @@ class Bench:
                     measured.append(past.ttft_s)
                     predicted.append(past.plan.ttft_s)
                     waited.append(past.waited_s)
+                    hedged_at.append(getattr(past, "bench_hedged_at_s", None))
                 lo, hi = past.front_blocks * tpb, past.cached_tokens  # the blocks it loaded
                 exact.append(all(torch.equal(layer.keys[..., lo:hi, :].view(bits), rk[..., lo:hi, :].view(bits))
                                  and torch.equal(layer.values[..., lo:hi, :].view(bits),
@@ -285,7 +286,7 @@ class Bench:
                                  for layer, (rk, rv) in zip(past.layers, ref)))
                 plans.append(past.plan)
 
-            plans, measured, predicted, waited = [], [], [], []
+            plans, measured, predicted, waited, hedged_at = [], [], [], [], []
             prepare = {}  # host seconds in prepare per mode: the adapter's own part of the critical path
 
             def served(mode):
@@ -300,7 +301,9 @@ class Bench:
                         # the plan's hedge gave up a late load: the request
                         # recomputes what had not arrived, as the adapter's
                         # own forward and generate do, inside the timing
+                        at = time.perf_counter() - t0
                         past = kv._recover(ids, past, exc)
+                        past.bench_hedged_at_s = at  # when, from the request's start
                         self.forward(ids[:, past.cached_tokens:], past)
                         past.finish()
                     self.sync()  # the first token computed: its time teaches the cache (mode "plan")
@@ -343,6 +346,7 @@ class Bench:
                            "same_every_run": all(q == p for q in plans),
                            "shapes": [plan_blocks_of(q) for q in plans],
                            "predicted_runs": predicted, "measured_runs": measured, "waited_runs": waited,
+                           "hedged_at_runs": hedged_at,
                            "predicted_median_s": statistics.median(predicted),
                            "learnt": dataclasses.asdict(kv.cache.plan_learnt())}
             row["prepare_s"] = {m: statistics.median(t) for m, t in prepare.items()}
@@ -432,9 +436,11 @@ def main():
                               f"{ms(r['layerwise_again_s'])} {'yes' if r['byte_exact'] else 'NO':>5}", flush=True)
                         pr = r["plan"]
                         print(f"ttft: {length} {tier} plan runs: " + ", ".join(
-                            f"{sh} {m * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}" for sh, m, q, w in zip(
+                            f"{sh} {m * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}"
+                            + (f" (hedged at {h * 1e3:.1f})" if h is not None else "")
+                            for sh, m, q, w, h in zip(
                                 pr["shapes"][-len(pr["measured_runs"]):], pr["measured_runs"],
-                                pr["predicted_runs"], pr["waited_runs"]))
+                                pr["predicted_runs"], pr["waited_runs"], pr["hedged_at_runs"]))
                               + f" ms measured/predicted/in the layers' waits; prepare "
                               f"{r['prepare_s'].get('plan', 0) * 1e3:.1f} ms", flush=True)
                 except torch.cuda.OutOfMemoryError as exc:
