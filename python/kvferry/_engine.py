@@ -309,7 +309,7 @@ class Engine(_Issuer):
         """Each tier's read cost as the engine sees it now (kvf_engine_costs):
         seeded, then learnt from every onboard batch that completed; a
         learnt cost whose newest read is a minute old is forgotten (back to
-        the seed, the last set value or calibration's fit, observed 0)."""
+        its starting estimate, the last set value or calibration's fit, observed 0)."""
         c = _lib.Costs_t()
         c.struct_size = ctypes.sizeof(_lib.Costs_t)
         check(L.kvf_engine_costs(self._h(), ctypes.byref(c)))
