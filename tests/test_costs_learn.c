@@ -16,7 +16,9 @@
  *   here) returns to where the tier started (its starting estimate, a set value or the
  *   last calibration's fit), so a tier that turned slow, and that plans
  *   therefore stopped reading, is read and learnt again; a held cost, a
- *   tier still read within the period and a tier never read keep theirs.
+ *   tier still read within the period and a tier never read keep theirs;
+ *   read and observed from several threads while it is forgotten every
+ *   millisecond, every figure read is one the fit or the start can give.
  */
 #include "engine_costs.h"
 #include "engine_fixture.h"
@@ -220,10 +222,65 @@ static int test_forget_stale(void)
     return 0;
 }
 
+/* Reads and observations from several threads while costs are forgotten
+ * every millisecond: every figure read is one the fit or the start can
+ * give, never a torn or half-forgotten one. Reads of 1 MB in 1 ms and in
+ * 100 ms, from a start of 1 ms + 2 GB/s: a latency of at most the set
+ * one, and a throughput between the slow reads' and what the fast ones
+ * leave past the lowest latency a fit of one size keeps (0.9 of 1 ms:
+ * 1 MB in 0.1 ms). */
+enum { FORGET_THREADS = 3, FORGET_READS = 400 };
+static kvf_engine *forget_engine;
+static _Atomic int forget_bad;
+
+static void *observe_main(void *arg)
+{
+    double s = (uintptr_t)arg % 2 ? 0.1 : 1e-3; /* a slow and a fast disk */
+    for (int i = 0; i < FORGET_READS; i++) {
+        if (kvf_engine_observe_tier_cost(forget_engine, KVF_TIER_DISK, 1000000, s) != KVF_OK)
+            forget_bad++;
+        if (i % 50 == 0)
+            sleep_s(0.002); /* long enough to be forgotten */
+    }
+    return NULL;
+}
+
+static int test_forget_threads(void)
+{
+    kvf_engine_config cfg = KVF_ENGINE_CONFIG_INIT;
+    cfg.backend = KVF_BACKEND_HOST;
+    CHECK_STATUS(kvf_engine_create(&cfg, &forget_engine), KVF_OK);
+    CHECK_STATUS(kvf_engine_set_tier_cost(forget_engine, KVF_TIER_DISK, 1e-3, 2e9, 0), KVF_OK);
+    kvf__engine_costs_forget_after(forget_engine, 1000000u);
+    pthread_t th[FORGET_THREADS];
+    for (uintptr_t i = 0; i < FORGET_THREADS; i++)
+        CHECK(pthread_create(&th[i], NULL, observe_main, (void *)i) == 0);
+    int nreads = 0, forgotten = 0;
+    for (int i = 0; i < 2000; i++) {
+        kvf_tier_cost k = cost_of(forget_engine, KVF_TIER_DISK);
+        nreads++;
+        forgotten += k.observed == 0;
+        if (k.held || !(k.latency_s >= 0 && k.latency_s <= 1e-3) ||
+            !(k.bytes_per_s >= 0.9e7 && k.bytes_per_s <= 1.01e10) ||
+            k.observed > (uint64_t)FORGET_THREADS * FORGET_READS)
+            forget_bad++;
+        if (i % 100 == 0)
+            sleep_s(0.001);
+    }
+    for (int i = 0; i < FORGET_THREADS; i++)
+        pthread_join(th[i], NULL);
+    printf("  threads: %d reads, %d of them forgotten, %d bad\n", nreads, forgotten,
+           (int)forget_bad);
+    CHECK_EQ_INT(forget_bad, 0);
+    kvf_engine_destroy(forget_engine);
+    return 0;
+}
+
 int main(void)
 {
     RUN(test_disk_workload);
     RUN(test_fed_tails);
     RUN(test_forget_stale);
+    RUN(test_forget_threads);
     return TEST_RESULT();
 }
