@@ -59,9 +59,7 @@ def planes(t):
 
 def measure(name, tensors):
     """Ratios for the bf16 tensors' bytes: entropy bounds and real coders."""
-    v = torch.cat([planes(t)[0] for t in tensors])
-    hi = torch.cat([planes(t)[1] for t in tensors])
-    lo = torch.cat([planes(t)[2] for t in tensors])
+    v, hi, lo = (torch.cat(p) for p in zip(*(planes(t) for t in tensors)))
     n = v.numel()
     h16 = entropy_bits(torch.bincount(v, minlength=65536))
     hhi = entropy_bits(torch.bincount(hi.to(torch.int64), minlength=256))

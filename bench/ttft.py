@@ -278,7 +278,8 @@ class Bench:
                     measured.append(past.ttft_s)
                     predicted.append(past.plan.ttft_s)
                     waited.append(past.waited_s)
-                    hedged_at.append(getattr(past, "bench_hedged_at_s", None))
+                    # the adapter's own record of when its hedge fired
+                    hedged_at.append(past.late_at - past.started if past.late else None)
                 lo, hi = past.front_blocks * tpb, past.cached_tokens  # the blocks it loaded
                 exact.append(all(torch.equal(layer.keys[..., lo:hi, :].view(bits), rk[..., lo:hi, :].view(bits))
                                  and torch.equal(layer.values[..., lo:hi, :].view(bits),
@@ -301,9 +302,7 @@ class Bench:
                         # the plan's hedge gave up a late load: the request
                         # recomputes what had not arrived, as the adapter's
                         # own forward and generate do, inside the timing
-                        at = time.perf_counter() - t0
                         past = kv._recover(ids, past, exc)
-                        past.bench_hedged_at_s = at  # when, from the request's start
                         self.forward(ids[:, past.cached_tokens:], past)
                         past.finish()
                     self.sync()  # the first token computed: its time teaches the cache (mode "plan")

@@ -360,14 +360,21 @@ static int test_learn(void)
     return 0;
 }
 
+/* A cache of 64 slots over a disk tier of 64 blocks, for the tests that
+ * feed the plan's window by hand. */
+static int disk_cache(fixture *f)
+{
+    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
+    cc.disk.blocks = 64;
+    return fx_init(f, 64, 0, true, &cc);
+}
+
 /* What is not a time, a plan or a ratio is refused by name; a plan too
  * short to time teaches nothing. */
 static int test_learn_bad_input(void)
 {
     fixture f;
-    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.disk.blocks = 64;
-    if (fx_init(&f, 64, 0, true, &cc))
+    if (disk_cache(&f))
         return 1;
     kvf_plan p = KVF_PLAN_INIT;
     p.ttft_s = 0.5;
@@ -481,9 +488,7 @@ static void *learnt_main(void *arg)
 static int test_learn_threads(void)
 {
     fixture f;
-    kvf_cache_config cc = KVF_CACHE_CONFIG_INIT;
-    cc.disk.blocks = 64;
-    if (fx_init(&f, 64, 0, true, &cc))
+    if (disk_cache(&f))
         return 1;
     kvf_plan load = KVF_PLAN_INIT, rec = KVF_PLAN_INIT;
     load.ttft_s = rec.ttft_s = 0.5;

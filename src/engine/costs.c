@@ -61,7 +61,6 @@ static void forget_if_stale(kvf__costs *c, kvf_tier tier, uint64_t now)
         now - c->last_ns[tier] <= c->forget_ns)
         return;
     c->tier[tier] = c->start[tier];
-    c->tier[tier].observed = 0;
     c->samples[tier] = 0;
 }
 
@@ -308,8 +307,10 @@ kvf_status kvf_engine_calibrate(kvf_engine *e, const uint32_t *slots, const uint
         if (st == KVF_OK) {
             /* what the tier measured is where it returns once forgotten */
             pthread_mutex_lock(&e->costs.mu);
-            if (!e->costs.tier[tier].held)
+            if (!e->costs.tier[tier].held) {
                 e->costs.start[tier] = e->costs.tier[tier];
+                e->costs.start[tier].observed = 0; /* a start is learnt from nothing */
+            }
             pthread_mutex_unlock(&e->costs.mu);
         }
         if (st != KVF_OK && first == KVF_OK) {

@@ -27,8 +27,8 @@ typedef struct kvf__cost_sample {
 typedef struct kvf__costs {
     pthread_mutex_t mu; /* a leaf lock: taken under the engine's, never the other way */
     kvf_tier_cost tier[KVF_TIER_COUNT];
-    /* what a forgotten tier returns to: its starting estimate, the last set value or
-     * the last calibration's fit */
+    /* what a forgotten tier returns to (observed 0): its starting
+     * estimate, the last set value or the last calibration's fit */
     kvf_tier_cost start[KVF_TIER_COUNT];
     /* since the starting estimate or the last set value */
     kvf__cost_sample window[KVF_TIER_COUNT][KVF_COST_WINDOW];
