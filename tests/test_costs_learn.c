@@ -24,6 +24,7 @@
 #include "engine_fixture.h"
 #include "fileio.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -143,6 +144,23 @@ static int test_fed_tails(void)
     CHECK(c.tier[KVF_TIER_REMOTE].latency_s == 1e-3);
     CHECK(c.tier[KVF_TIER_REMOTE].bytes_per_s > 1.99e9 &&
           c.tier[KVF_TIER_REMOTE].bytes_per_s < 2.01e9);
+    /* reads whose sizes teach no slope (the larger as fast or faster: a
+     * cached read) fall back to the fit of one size: its throughput stays
+     * positive however fast a read was beside the kept latency (this
+     * window fitted -114 GB/s when the latency was kept below the median
+     * read instead of the fastest) */
+    CHECK_STATUS(kvf_engine_set_tier_cost(e, KVF_TIER_REMOTE, 1e-3, 1e9, 0), KVF_OK);
+    static const struct {
+        uint64_t bytes;
+        double s;
+    } quick[] = {{1000000, 0.3e-3}, {4000000, 0.1e-3}, {1000000, 1e-3}, {4000000, 1e-3}};
+    for (size_t i = 0; i < sizeof quick / sizeof quick[0]; i++)
+        CHECK_STATUS(kvf_engine_observe_tier_cost(e, KVF_TIER_REMOTE, quick[i].bytes, quick[i].s),
+                     KVF_OK);
+    CHECK_STATUS(kvf_engine_costs(e, &c), KVF_OK);
+    k = &c.tier[KVF_TIER_REMOTE];
+    CHECK(k->latency_s >= 0 && k->latency_s <= 0.9 * 0.1e-3);
+    CHECK(isfinite(k->bytes_per_s) && k->bytes_per_s > 0);
     kvf_engine_destroy(e);
     return 0;
 }

@@ -18,7 +18,7 @@
  * slope's own error weighs little. While every read in the window has
  * about one size, the latency cannot be told apart: it stays where it
  * was (the starting figure, a set value, the last fit), below 90 % of
- * what those reads took, and the throughput fits their median. A tier
+ * the fastest of those reads, and the throughput fits their median. A tier
  * that turns slower is followed once half the window has seen it.
  */
 #include "engine_private.h"
@@ -103,12 +103,18 @@ static void fit(kvf_tier_cost *k, const kvf__cost_sample *w, size_t n)
         k->bytes_per_s = 1 / per_byte;
         return;
     }
-    /* one size: keep the latency, below a typical read */
-    for (size_t i = 0; i < n; i++)
-        rest[i] = w[i].seconds;
-    double typical = kvf__median(rest, n);
-    if (k->latency_s > typical * 0.9)
-        k->latency_s = typical * 0.9;
+    /* one size, or sizes whose slopes say nothing (the larger reads no
+     * slower: a cold first read, a cached one): keep the latency, below
+     * the fastest read, so that every read leaves it a positive time for
+     * its bytes. Below a typical (median) read was not enough: a tier set
+     * at 1 ms and read 1 MB in 0.3 ms, 4 MB in 0.1 ms, then both in 1 ms
+     * fitted a negative throughput (test_costs_learn) */
+    double fastest = w[0].seconds;
+    for (size_t i = 1; i < n; i++)
+        if (w[i].seconds < fastest)
+            fastest = w[i].seconds;
+    if (k->latency_s > fastest * 0.9)
+        k->latency_s = fastest * 0.9;
     for (size_t i = 0; i < n; i++)
         rest[i] = (w[i].seconds - k->latency_s) / w[i].bytes;
     k->bytes_per_s = 1 / kvf__median(rest, n);
