@@ -280,6 +280,10 @@ class Bench:
                     waited.append(past.waited_s)
                     # the adapter's own record of when its hedge fired
                     hedged_at.append(past.late_at - past.started if past.late else None)
+                    # when its loads were due (as the loads have run: load_s x load_ratio), its hedge,
+                    # and the pace the layers' waits saw (KVFerryDynamicCache.pace)
+                    p = past.plan
+                    dues.append((p.load_s * p.load_ratio, p.hedge_s, past.pace))
                 lo, hi = past.front_blocks * tpb, past.cached_tokens  # the blocks it loaded
                 exact.append(all(torch.equal(layer.keys[..., lo:hi, :].view(bits), rk[..., lo:hi, :].view(bits))
                                  and torch.equal(layer.values[..., lo:hi, :].view(bits),
@@ -287,7 +291,7 @@ class Bench:
                                  for layer, (rk, rv) in zip(past.layers, ref)))
                 plans.append(past.plan)
 
-            plans, measured, predicted, waited, hedged_at = [], [], [], [], []
+            plans, measured, predicted, waited, hedged_at, dues = [], [], [], [], [], []
             prepare = {}  # host seconds in prepare per mode: the adapter's own part of the critical path
 
             def served(mode):
@@ -345,7 +349,7 @@ class Bench:
                            "same_every_run": all(q == p for q in plans),
                            "shapes": [plan_blocks_of(q) for q in plans],
                            "predicted_runs": predicted, "measured_runs": measured, "waited_runs": waited,
-                           "hedged_at_runs": hedged_at,
+                           "hedged_at_runs": hedged_at, "due_hedge_pace_runs": dues,
                            "predicted_median_s": statistics.median(predicted),
                            "learnt": dataclasses.asdict(kv.cache.plan_learnt())}
             row["prepare_s"] = {m: statistics.median(t) for m, t in prepare.items()}
@@ -436,10 +440,13 @@ def main():
                         pr = r["plan"]
                         print(f"ttft: {length} {tier} plan runs: " + ", ".join(
                             f"{sh} {m * 1e3:.1f}/{q * 1e3:.1f}/{w * 1e3:.1f}"
+                            + (f" (loads due {d[0] * 1e3:.1f}, hedge {d[1] * 1e3:.1f}, pace {d[2]:.2f})"
+                               if d[1] > 0 else "")
                             + (f" (hedged at {h * 1e3:.1f})" if h is not None else "")
-                            for sh, m, q, w, h in zip(
+                            for sh, m, q, w, h, d in zip(
                                 pr["shapes"][-len(pr["measured_runs"]):], pr["measured_runs"],
-                                pr["predicted_runs"], pr["waited_runs"], pr["hedged_at_runs"]))
+                                pr["predicted_runs"], pr["waited_runs"], pr["hedged_at_runs"],
+                                pr["due_hedge_pace_runs"]))
                               + f" ms measured/predicted/in the layers' waits; prepare "
                               f"{r['prepare_s'].get('plan', 0) * 1e3:.1f} ms", flush=True)
                 except torch.cuda.OutOfMemoryError as exc:

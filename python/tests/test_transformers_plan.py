@@ -502,3 +502,85 @@ def test_late_loads_given_up_at_their_pace(tmp_path, monkeypatch):
                 assert kv.last.cached_tokens == cached * TPB and not kv.last.late
                 torch.testing.assert_close(out.logits[0, -1], model(ids[k]).logits[0, -1], rtol=1e-4, atol=1e-4)
             assert kv.hedged == 1 and kv.cache.stats().failures == 0
+
+
+def _hedged_past(kv, *, fallback_s, load_s=0.055, recompute_s=0.080, steps=4, pre=0.001):
+    """A request's Cache following a plan of these times (the H100's 2k
+    disk plan: 13 of 32 hits loaded in 55 ms where recomputing took 80),
+    its hedge_s as kvf_plan_compute sets it, the get `pre` after the start."""
+    from kvferry._plan import MIN_GAIN, Plan
+
+    hedge = max((1 + MIN_GAIN) * recompute_s - fallback_s, (1 + MIN_GAIN) * load_s)
+    plan = Plan(hits=32, load_blocks=13, load={"disk": 13}, recompute_hits={"disk": 19}, recompute_from=13 * TPB,
+                compute_tokens=1728, ttft_s=load_s + 0.018, load_s=load_s, compute_s=0.065,
+                ttft_recompute_s=recompute_s, ttft_load_all_s=0.17, overlap=True, hedge_s=hedge,
+                fallback_s=fallback_s, first_s=load_s / steps)
+    past = kvf.integrations.transformers.KVFerryDynamicCache(kv, 0, None, "plan", plan=plan, started=100.0,
+                                                              get_at=100.0 + pre)
+    past.hedge_s, past._steps = hedge, steps
+    return past
+
+
+def test_a_due_hedge_stretches_with_the_loads_pace():
+    """A plan whose loads are due later than the last give-up that keeps
+    the margin (a leading plan recomputes everything once it gives up:
+    hedge_s is its loads' due, 1.1 x load_s) gives them up at that due
+    only while they run at the plan's pace; loads seen arriving 1.3 x
+    slow at an earlier layer (the disk drifted: the likely cause of the
+    H100's 2k plan with held costs at 1.9 x recomputing) are waited for
+    1.3 x as long, where finishing costs the drift and giving up a whole
+    recompute. A pace at which finishing would end later than giving up
+    at the due (a layer due at ~0 seen a thread's wake-up late) leaves
+    the due. A plan that can be hedged within the margin keeps its limit
+    whatever the pace: the margin is the promise there. A pace below 1
+    changes nothing, and the pace is taken only from a wait that
+    waited."""
+    from kvferry._plan import MIN_GAIN
+
+    model = tiny_model()
+    with KVFerryPrefixCache.from_model(model, tokens_per_block=TPB, max_tokens=256, host_blocks=8) as kv:
+        last = kv.num_layers - 1
+        steps = min(4, kv.num_layers)
+        past = _hedged_past(kv, fallback_s=0.080, steps=steps)  # leading: giving up recomputes it all
+        assert past.hedge_s + past.plan.fallback_s > (1 + MIN_GAIN) * past.plan.ttft_recompute_s
+        due = past.hedge_s - 0.001
+        assert past.limit(last) == pytest.approx(due)
+        first, load = past._due(0)
+        assert first == pytest.approx(0.055 / steps) and load == pytest.approx(0.055)
+        past.arrived(0, past.get_at + 0.9 * first)  # early: the plan's pace stands
+        assert past.pace == 1.0 and past.limit(last) == pytest.approx(due)
+        past.arrived(0, past.get_at + 1.3 * first)
+        assert past.pace == pytest.approx(1.3)
+        # the drifted loads (all in at 1.3 x 55 ms) arrive before the stretched limit
+        assert past.limit(last) == pytest.approx(1.3 * past.hedge_s - 0.001) and past.limit(last) > 1.3 * load
+        # a layer before the last: giving up still comes once its pace says finishing costs more
+        assert past.limit(0) <= past.limit(last)
+        past.arrived(0, past.get_at + 20 * first)  # finishing at 20 x ends past giving up at the due
+        assert past.pace == pytest.approx(20) and past.limit(last) == pytest.approx(due)
+
+        past = _hedged_past(kv, fallback_s=0.020, steps=steps)  # a front: giving up keeps the margin
+        assert past.hedge_s + past.plan.fallback_s <= (1 + MIN_GAIN) * past.plan.ttft_recompute_s * (1 + 1e-9)
+        held = past.limit(last)
+        past.arrived(0, past.get_at + 2 * first)
+        assert past.pace == pytest.approx(2) and past.limit(last) == held
+
+        # _wait_hedged takes the pace from a wait that waited, not from one that found the pools in
+        past = _hedged_past(kv, fallback_s=0.080, steps=steps)
+        calls = []
+
+        def wait_pool_by(ticket, pool, within_s, stream=None, delay=0.0):
+            calls.append(within_s)
+            time.sleep(delay)
+            return True
+
+        real = kv.cache.wait_pool_by
+        try:
+            kv.cache.wait_pool_by = wait_pool_by
+            past.get_at = time.perf_counter() - 2 * first  # the get went out twice the first layer's due ago
+            past._wait_hedged(None, 0)
+            assert past.pace == 1.0 and len(calls) == 2
+            kv.cache.wait_pool_by = lambda *a, **k: wait_pool_by(*a, **k, delay=0.002)
+            past._wait_hedged(None, 0)
+            assert past.pace >= 2 and len(calls) == 4
+        finally:
+            kv.cache.wait_pool_by = real

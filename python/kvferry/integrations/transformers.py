@@ -45,6 +45,10 @@ import kvferry as kvf
 from kvferry._plan import HEDGE_MIN_S as _HEDGE_MIN_S
 from kvferry._plan import MIN_GAIN as _MIN_GAIN
 
+# a hedged wait longer than this waited for its pools (one for pools already in returns in tens of us):
+# it returned as they arrived, which tells the loads' pace
+_WAITED_S = 200e-6
+
 __all__ = ["KVFerryPrefixCache", "KVFerryDynamicCache", "PrefixLoadError", "PrefixLate", "MODES", "measure_prefill",
            "cache_kwargs"]
 
@@ -242,6 +246,9 @@ class KVFerryDynamicCache(DynamicCache):
         self.late = False  # the loads were given up (PrefixLate)
         self.late_at: Optional[float] = None  # when (time.perf_counter)
         self._steps: Optional[int] = None  # in how many steps the loads arrive (limit)
+        # the loads' pace so far: a layer's arrival seen by a wait that waited for it, over when the
+        # plan has that layer in (the slowest such, never below 1); a due hedge stretches with it
+        self.pace = 1.0
         # host seconds the forward spent in the layers' waits for their pools (a plan's loads
         # running late, or the waits' own cost): a term of the request's time the plan leaves out
         self.waited_s = 0.0
@@ -283,31 +290,60 @@ class KVFerryDynamicCache(DynamicCache):
         one whose pace so far (its time over its predicted arrival) would
         end the request past the margin of recomputing, and later than
         giving up now would, is given up at once, not when its last layer
-        runs late. Never before HEDGE_MIN_S after the get."""
-        p, o = self.plan, self.owner
+        runs late. A plan whose give-up at hedge_s would end past the
+        margin anyway (its loads due later than the margin allows: hedge_s
+        is their due time) waits as long as their pace so far says they
+        are due (pace x hedge_s), where finishing at that pace ends the
+        request sooner than giving up at hedge_s would: giving up costs a
+        whole recompute more where finishing costs the drift. Never
+        before HEDGE_MIN_S after the get."""
+        p = self.plan
         pre = max(self.get_at - self.started, 0.0)
         limit = self.hedge_s - pre  # the margin, from the request's start
-        load = p.load_s * p.load_ratio  # the loads as the shapes that load have run
-        first = min(p.first_s * p.load_ratio, load)
-        if self._steps is None:  # asked of the engine once a request, not once a layer
-            self._steps = o._arrival_steps(p)
-        steps = self._steps
-        # layer `layer`'s step, and when the plan has it in: the line from the first step to the last
-        arrive = first + (load - first) * (layer * steps // o.num_layers) / (steps - 1) if steps > 1 else load
+        fallback = p.fallback_s * p.recompute_ratio
+        arrive, load = self._due(layer)
+        after = max(p.ttft_s - load, 0.0)  # the plan's time after its last load is in
+        if self.hedge_s + fallback > (1 + _MIN_GAIN) * p.ttft_recompute_s * (1 + 1e-9) and \
+                self.pace * load + after < limit + fallback:
+            # no give-up keeps the margin, and the loads at their pace so far end the request sooner
+            # than giving them up at their due: the due, paced (a pace that says otherwise, a layer due
+            # at ~0 seen a thread's wake-up late, leaves the due as it is)
+            limit = self.pace * self.hedge_s - pre
         if 0 < arrive < load:  # a step before the last: the loads' pace says when the last is in
-            after = max(p.ttft_s - load, 0.0)  # the plan's time after its last load is in
             # waiting for it until t (after the get) says the loads run t / arrive of their pace: they end
             # at t * load / arrive, the request at pre + that + after; giving up ends it at pre + t + fallback
             past_margin = arrive * ((1 + _MIN_GAIN) * p.ttft_recompute_s - pre - after) / load
-            fallback = p.fallback_s * p.recompute_ratio
             sooner = (fallback - after) / (load / arrive - 1)
             limit = min(limit, max(past_margin, sooner))
         return max(limit, _HEDGE_MIN_S)
+
+    def _due(self, layer: int):
+        """(when the plan has layer `layer`'s pools in, when it has them
+        all), in seconds after the get, as the shapes that load have run:
+        where the loads arrive in several steps, the layer's step on the
+        line from the first step (first_s) to the last (load_s)."""
+        p = self.plan
+        load = p.load_s * p.load_ratio
+        first = min(p.first_s * p.load_ratio, load)
+        if self._steps is None:  # asked of the engine once a request, not once a layer
+            self._steps = self.owner._arrival_steps(p)
+        steps = self._steps
+        n = self.owner.num_layers
+        return (first + (load - first) * (layer * steps // n) / (steps - 1) if steps > 1 else load), load
+
+    def arrived(self, layer: int, at: float) -> None:
+        """Layer `layer`'s pools were seen in at `at` (time.perf_counter)
+        by a wait that waited for them: the loads' pace (pace) is at
+        least that arrival over the plan's."""
+        arrive, _ = self._due(layer)
+        if arrive > 0:
+            self.pace = max(self.pace, (at - self.get_at) / arrive)
 
     def _wait_hedged(self, t, layer: int) -> None:
         o = self.owner
         stream = torch.cuda.current_stream(o.device) if o.cuda else None
         limit = self.limit(layer)
+        t0 = time.perf_counter()
         for pool in (2 * layer, 2 * layer + 1):
             if not o.cache.wait_pool_by(t, pool, limit, stream):
                 self.late, self.late_at = True, time.perf_counter()
@@ -317,6 +353,9 @@ class KVFerryDynamicCache(DynamicCache):
                                  f"blocks) had not arrived {limit * 1e3:.1f} ms after its get (the plan "
                                  f"predicted {self.plan.load_s * 1e3:.1f} ms, its hedge "
                                  f"{self.plan.hedge_s * 1e3:.1f} ms after the request's start); recomputing it")
+        now = time.perf_counter()
+        if now - t0 > _WAITED_S:  # the pools came in while this thread waited: their arrival is now
+            self.arrived(layer, now)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if layer_idx == 0:
@@ -1006,6 +1045,7 @@ class KVFerryPrefixCache:
                                     front=past._front if tokens else None, known_blocks=past.known_blocks,
                                     started=past.started, get_at=past.get_at)
         again.late, again.late_at = past.late, past.late_at
+        again.waited_s, again.pace = past.waited_s, past.pace  # the request's, the given-up wait's included
         return again
 
     def _first_token(self, past) -> None:
