@@ -547,21 +547,21 @@ def test_a_due_hedge_stretches_with_the_loads_pace():
         assert past.limit(last) == pytest.approx(due)
         first, load = past._due(0)
         assert first == pytest.approx(0.055 / steps) and load == pytest.approx(0.055)
-        past.arrived(0, past.get_at + 0.9 * first)  # early: the plan's pace stands
+        past._arrived(0, past.get_at + 0.9 * first)  # early: the plan's pace stands
         assert past.pace == 1.0 and past.limit(last) == pytest.approx(due)
-        past.arrived(0, past.get_at + 1.3 * first)
+        past._arrived(0, past.get_at + 1.3 * first)
         assert past.pace == pytest.approx(1.3)
         # the drifted loads (all in at 1.3 x 55 ms) arrive before the stretched limit
         assert past.limit(last) == pytest.approx(1.3 * past.hedge_s - 0.001) and past.limit(last) > 1.3 * load
         # a layer before the last: giving up still comes once its pace says finishing costs more
         assert past.limit(0) <= past.limit(last)
-        past.arrived(0, past.get_at + 20 * first)  # finishing at 20 x ends past giving up at the due
+        past._arrived(0, past.get_at + 20 * first)  # finishing at 20 x ends past giving up at the due
         assert past.pace == pytest.approx(20) and past.limit(last) == pytest.approx(due)
 
         past = _hedged_past(kv, fallback_s=0.020, steps=steps)  # a front: giving up keeps the margin
         assert past.hedge_s + past.plan.fallback_s <= (1 + MIN_GAIN) * past.plan.ttft_recompute_s * (1 + 1e-9)
         held = past.limit(last)
-        past.arrived(0, past.get_at + 2 * first)
+        past._arrived(0, past.get_at + 2 * first)
         assert past.pace == pytest.approx(2) and past.limit(last) == held
 
         # _wait_hedged takes the pace from a wait that waited, not from one that found the pools in

@@ -331,7 +331,7 @@ class KVFerryDynamicCache(DynamicCache):
         n = self.owner.num_layers
         return (first + (load - first) * (layer * steps // n) / (steps - 1) if steps > 1 else load), load
 
-    def arrived(self, layer: int, at: float) -> None:
+    def _arrived(self, layer: int, at: float) -> None:
         """Layer `layer`'s pools were seen in at `at` (time.perf_counter)
         by a wait that waited for them: the loads' pace (pace) is at
         least that arrival over the plan's."""
@@ -355,7 +355,7 @@ class KVFerryDynamicCache(DynamicCache):
                                  f"{self.plan.hedge_s * 1e3:.1f} ms after the request's start); recomputing it")
         now = time.perf_counter()
         if now - t0 > _WAITED_S:  # the pools came in while this thread waited: their arrival is now
-            self.arrived(layer, now)
+            self._arrived(layer, now)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if layer_idx == 0:
