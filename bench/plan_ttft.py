@@ -71,7 +71,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kvferry as kvf  # noqa: E402
+from quiet_gc import gc_paused  # noqa: E402
 
 try:
     from torch.nn.attention.bias import causal_lower_right
@@ -183,14 +185,16 @@ class Dev:
 
 
 def once(dev, fn, setup=None):
-    """Seconds of one run of fn, the device idle before and after."""
+    """Seconds of one run of fn, the device idle before and after, and
+    Python's garbage collector out of it (quiet_gc)."""
     if setup is not None:
         setup()
-    dev.sync()
-    t0 = time.perf_counter()
-    fn()
-    dev.sync()
-    return time.perf_counter() - t0
+    with gc_paused():
+        dev.sync()
+        t0 = time.perf_counter()
+        fn()
+        dev.sync()
+        return time.perf_counter() - t0
 
 
 def median_times(dev, runs, repeat, warmup=1):
@@ -210,17 +214,8 @@ def median_times(dev, runs, repeat, warmup=1):
 
 
 def median_time(dev, fn, repeat, setup=None, warmup=1):
-    out = []
-    for i in range(warmup + repeat):
-        if setup is not None:
-            setup()
-        dev.sync()
-        t0 = time.perf_counter()
-        fn()
-        dev.sync()
-        if i >= warmup:
-            out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+    out = [once(dev, fn, setup) for _ in range(warmup + repeat)]
+    return statistics.median(out[warmup:])
 
 
 class Model:

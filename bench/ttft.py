@@ -33,7 +33,8 @@ loaded) and its predictions within 20 % of the runs' times.
 --copy auto,dma times whole, layerwise, load and plan once per CUDA copy mode of
 the engine, each through its own cache, in the same run.
 
-Each is the median of --runs after --warmup, bounded by synchronize(). The
+Each is the median of --runs after --warmup, bounded by synchronize(), with
+Python's garbage collector paused inside each timed run (quiet_gc.py). The
 target: layerwise <= 1.15 x max(load, compute), and below whole. After every
 whole and layer-wise run the restored prefix K/V are compared, bit for bit,
 with the K/V the model computed when the blocks were stored (logits prove
@@ -55,6 +56,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 try:
     import torch
@@ -65,6 +67,7 @@ except ImportError as exc:
     sys.exit(77)
 
 import kvferry as kvf  # noqa: E402
+from quiet_gc import gc_paused  # noqa: E402
 from kvferry.integrations.transformers import (KVFerryPrefixCache, PrefixLate, cache_kwargs,  # noqa: E402
                                               measure_prefill)
 
@@ -168,15 +171,17 @@ class Bench:
 
     def timed(self, fn, before=None, after=None):
         """Median seconds of fn() over the timed runs; before() and after()
-        run outside the clock (set-up, checks)."""
+        run outside the clock (set-up, checks), and so does Python's
+        garbage collector (quiet_gc)."""
         times = []
         for i in range(self.a.warmup + self.a.runs):
             state = before() if before else None
-            self.sync()
-            t0 = time.perf_counter()
-            out = fn(state)
-            self.sync()
-            dt = time.perf_counter() - t0
+            with gc_paused():
+                self.sync()
+                t0 = time.perf_counter()
+                out = fn(state)
+                self.sync()
+                dt = time.perf_counter() - t0
             if after:
                 after(out, i >= self.a.warmup)
             if i >= self.a.warmup:
