@@ -521,7 +521,7 @@ def _hedged_past(kv, *, fallback_s, load_s=0.055, recompute_s=0.080, steps=4, pr
     return past
 
 
-def test_a_due_hedge_stretches_with_the_loads_pace():
+def test_a_due_hedge_stretches_with_the_loads_pace(monkeypatch):
     """A plan whose loads are due later than the last give-up that keeps
     the margin (a leading plan recomputes everything once it gives up:
     hedge_s is its loads' due, 1.1 x load_s) gives them up at that due
@@ -573,14 +573,13 @@ def test_a_due_hedge_stretches_with_the_loads_pace():
             time.sleep(delay)
             return True
 
-        real = kv.cache.wait_pool_by
-        try:
-            kv.cache.wait_pool_by = wait_pool_by
-            past.get_at = time.perf_counter() - 2 * first  # the get went out twice the first layer's due ago
-            past._wait_hedged(None, 0)
-            assert past.pace == 1.0 and len(calls) == 2
-            kv.cache.wait_pool_by = lambda *a, **k: wait_pool_by(*a, **k, delay=0.002)
-            past._wait_hedged(None, 0)
-            assert past.pace >= 2 and len(calls) == 4
-        finally:
-            kv.cache.wait_pool_by = real
+        # (a threshold of 50 ms here, so a busy machine's preemption does not make a wait that found its
+        # pools in look like one that waited)
+        monkeypatch.setattr(kvf.integrations.transformers, "_WAITED_S", 0.05)
+        monkeypatch.setattr(kv.cache, "wait_pool_by", wait_pool_by)
+        past.get_at = time.perf_counter() - 2 * first  # the get went out twice the first layer's due ago
+        past._wait_hedged(None, 0)
+        assert past.pace == 1.0 and len(calls) == 2
+        monkeypatch.setattr(kv.cache, "wait_pool_by", lambda *a, **k: wait_pool_by(*a, **k, delay=0.03))
+        past._wait_hedged(None, 0)  # two waits of 30 ms: 60 ms in all, past the threshold
+        assert past.pace >= 2 and len(calls) == 4
