@@ -531,7 +531,7 @@ def test_a_due_hedge_stretches_with_the_loads_pace(monkeypatch):
     1.3 x as long, where finishing costs the drift and giving up a whole
     recompute. A pace at which finishing would end later than giving up
     at the due (a layer due at ~0 seen a thread's wake-up late) leaves
-    the due. A plan that can be hedged within the margin keeps its limit
+    the due; the latest layer seen sets the pace. A plan that can be hedged within the margin keeps its limit
     whatever the pace: the margin is the promise there. A pace below 1
     changes nothing, and the pace is taken only from a wait that
     waited."""
@@ -557,6 +557,11 @@ def test_a_due_hedge_stretches_with_the_loads_pace(monkeypatch):
         assert past.limit(0) <= past.limit(last)
         past._arrived(0, past.get_at + 20 * first)  # finishing at 20 x ends past giving up at the due
         assert past.pace == pytest.approx(20) and past.limit(last) == pytest.approx(due)
+        # the latest arrival is the pace, not the slowest: a first layer's time is mostly latency
+        second, _ = past._due(kv.num_layers // steps)
+        assert first < second < load
+        past._arrived(kv.num_layers // steps, past.get_at + 1.1 * second)
+        assert past.pace == pytest.approx(1.1) and past.limit(last) == pytest.approx(1.1 * past.hedge_s - 0.001)
 
         past = _hedged_past(kv, fallback_s=0.020, steps=steps)  # a front: giving up keeps the margin
         assert past.hedge_s + past.plan.fallback_s <= (1 + MIN_GAIN) * past.plan.ttft_recompute_s * (1 + 1e-9)

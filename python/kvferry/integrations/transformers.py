@@ -246,8 +246,8 @@ class KVFerryDynamicCache(DynamicCache):
         self.late = False  # the loads were given up (PrefixLate)
         self.late_at: Optional[float] = None  # when (time.perf_counter)
         self._steps: Optional[int] = None  # in how many steps the loads arrive (limit)
-        # the loads' pace so far: a layer's arrival seen by a wait that waited for it, over when the
-        # plan has that layer in (the slowest such, never below 1); a due hedge stretches with it
+        # the loads' pace so far: the latest layer's arrival seen by a wait that waited for it, over
+        # when the plan has that layer in (never below 1); a due hedge stretches with it
         self.pace = 1.0
         # host seconds the forward spent in the layers' waits for their pools (a plan's loads
         # running late, or the waits' own cost): a term of the request's time the plan leaves out
@@ -333,11 +333,14 @@ class KVFerryDynamicCache(DynamicCache):
 
     def _arrived(self, layer: int, at: float) -> None:
         """Layer `layer`'s pools were seen in at `at` (time.perf_counter)
-        by a wait that waited for them: the loads' pace (pace) is at
-        least that arrival over the plan's."""
+        by a wait that waited for them: the loads' pace (pace) is that
+        arrival over the plan's. The latest such arrival counts, not the
+        slowest: the loads' time so far over the plan's is what says when
+        the rest are in, and a first layer's few milliseconds are mostly
+        the tier's latency."""
         arrive, _ = self._due(layer)
         if arrive > 0:
-            self.pace = max(self.pace, (at - self.get_at) / arrive)
+            self.pace = max(1.0, (at - self.get_at) / arrive)
 
     def _wait_hedged(self, t, layer: int) -> None:
         o = self.owner
