@@ -450,10 +450,13 @@ def test_late_loads_given_up_at_their_pace(tmp_path, monkeypatch):
 
     monkeypatch.setenv("KVF_REMOTE_GROUP_BYTES", "1")
     model = _model()
-    cached, new = 40, 600
+    # new tokens enough that the plan's hedge_s is well past HEDGE_MIN_S, where the pace's give-up is
+    # floored: with 600 a fast CPU planned hedges of 34-44 ms, a give-up at the 24 ms floor within a
+    # thread's lateness of 0.75 x hedge_s
+    cached, new = 40, 1000
     ids = {k: prompt(90 + k, cached * TPB + new) for k in range(3)}
     with redis_server(tmp_path, "--enable-debug-command", "yes") as port, torch.no_grad():
-        opts = dict(tokens_per_block=TPB, max_tokens=1280, host_blocks=256, remote_url=f"redis://127.0.0.1:{port}",
+        opts = dict(tokens_per_block=TPB, max_tokens=1664, host_blocks=256, remote_url=f"redis://127.0.0.1:{port}",
                     engine_options={"remote_timeout_ms": 20000})
         with KVFerryPrefixCache.from_model(model, **opts) as writer:
             refs = {}
