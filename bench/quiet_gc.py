@@ -2,9 +2,9 @@
 """Timed runs without Python's cyclic garbage collector in them.
 
 A full (generation 2) collection with torch and transformers loaded walks
-every object the process holds: 110-150 ms on a 2-core CI machine, where
+every object the process holds: 135-159 ms on a 2-core CI machine (bench/results/host-ttft-gc.txt), where
 bench/ttft.py --tiny --quick timed its 1024-token disk row's second plan run
-at 160 ms against 10 ms (the forward pass stalled, every layer's loads in
+at 152-175 ms against 10-12 ms (the forward pass stalled, every layer's loads in
 time). Such a pause is the host program's (vLLM freezes the collector after
 it loads its model), not what the bench measures, and it lands on whichever
 run crosses the collector's threshold. As timeit does, the collector is off
