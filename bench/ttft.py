@@ -285,10 +285,9 @@ class Bench:
                     waited.append(past.waited_s)
                     # the adapter's own record of when its hedge fired
                     hedged_at.append(past.late_at - past.started if past.late else None)
-                    # when its loads were due (as the loads have run: load_s x load_ratio), its hedge,
-                    # and the pace the layers' waits saw (KVFerryDynamicCache.pace)
-                    p = past.plan
-                    dues.append((p.load_s * p.load_ratio, p.hedge_s, past.pace))
+                    # when the adapter had its loads due (all of them), its hedge, and the pace the
+                    # layers' waits saw (KVFerryDynamicCache.pace)
+                    dues.append((past._due(0)[1], past.plan.hedge_s, past.pace))
                 lo, hi = past.front_blocks * tpb, past.cached_tokens  # the blocks it loaded
                 exact.append(all(torch.equal(layer.keys[..., lo:hi, :].view(bits), rk[..., lo:hi, :].view(bits))
                                  and torch.equal(layer.values[..., lo:hi, :].view(bits),
